@@ -1,0 +1,70 @@
+//! The command line: clap definitions and one `run` per command. Commands print, and
+//! return an exit code; errors go up with context to `main`, which prints them once.
+
+pub mod flags;
+pub mod render;
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::{CommandFactory, Parser, Subcommand};
+
+pub use flags::ConfigFlags;
+
+/// Exit codes, like diff(1): 0 = nothing to report, 1 = differences / changes pending,
+/// 2 = error.
+pub const EXIT_OK: u8 = 0;
+pub const EXIT_CHANGES: u8 = 1;
+pub const EXIT_ERROR: u8 = 2;
+
+const ABOUT: &str = "A Kubernetes node service proxy: kube-proxy-identical iptables and IPVS rules, faster and easier to inspect";
+
+#[derive(Debug, Parser)]
+#[command(name = "svcproxy", version, about = ABOUT, long_about = None, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print the rules kube-proxy would program for a cluster state (no kernel access)
+    #[command(after_help = render::EXAMPLES)]
+    Render(render::RenderArgs),
+    /// Print shell completions
+    #[command(after_help = "Example:\n  svcproxy completions bash > /etc/bash_completion.d/svcproxy")]
+    Completions {
+        /// The shell
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff)
+    #[command(hide = true)]
+    Man,
+}
+
+pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Render(args) => render::run(&args),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "svcproxy", &mut std::io::stdout());
+            Ok(ExitCode::from(EXIT_OK))
+        }
+        Command::Man => {
+            std::io::stdout().write_all(&man_page()?)?;
+            Ok(ExitCode::from(EXIT_OK))
+        }
+    }
+}
+
+/// The man page, generated from the clap model (`man/svcproxy.1` is this, checked by a test).
+pub fn man_page() -> anyhow::Result<Vec<u8>> {
+    let mut buf = Vec::new();
+    let cmd = Cli::command();
+    clap_mangen::Man::new(cmd.clone()).render(&mut buf)?;
+    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+        let name = format!("svcproxy-{}", sub.get_name());
+        let sub = sub.clone().name(name);
+        clap_mangen::Man::new(sub).render(&mut buf)?;
+    }
+    Ok(buf)
+}

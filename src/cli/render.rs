@@ -1,0 +1,89 @@
+//! `svcproxy render`: cluster state in, rules out. Touches nothing on the node.
+
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::{Args, ValueEnum};
+
+use super::{ConfigFlags, EXIT_OK};
+use crate::config::{kubeproxy, Mode, Settings};
+use crate::pipeline;
+use crate::source;
+
+pub const EXAMPLES: &str = "\
+Examples:
+  svcproxy render --from fixtures/demo.yaml
+  kubectl get svc,endpointslices,nodes -A -o yaml | svcproxy render --from - --hostname-override node-1
+  svcproxy render --from dump.yaml --ip-family both --output json";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// iptables-restore input, exactly what would be applied
+    Restore,
+    /// the same rules as JSON (tables, chains, rules)
+    Json,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RenderArgs {
+    #[command(flatten)]
+    pub config: ConfigFlags,
+
+    /// Output format
+    #[arg(long, value_enum, default_value = "restore")]
+    pub output: Output,
+}
+
+/// Reads the inputs and loads them: the shared first half of every command.
+pub fn load(flags: &ConfigFlags) -> anyhow::Result<pipeline::Loaded> {
+    let state = source::read_path(&flags.from)?;
+    let file = match &flags.config {
+        Some(p) => kubeproxy::read(p)?,
+        None => Settings::default(),
+    };
+    let loaded = pipeline::load(state, flags.settings(), file).context("invalid configuration")?;
+    for note in &loaded.notes {
+        eprintln!("svcproxy: note: {note}");
+    }
+    Ok(loaded)
+}
+
+pub fn run(args: &RenderArgs) -> anyhow::Result<ExitCode> {
+    let loaded = load(&args.config)?;
+    if loaded.config.mode == Mode::Ipvs {
+        anyhow::bail!("--mode ipvs: the IPVS renderer is not built yet (see the IPVS issue)");
+    }
+    let rulesets = pipeline::render_iptables(&loaded);
+    let text = pipeline::iptables_text(&rulesets);
+    match args.output {
+        Output::Restore => print!("{text}"),
+        Output::Json => println!("{}", serde_json::to_string_pretty(&json_rules(&rulesets)?)?),
+    }
+    Ok(ExitCode::from(EXIT_OK))
+}
+
+fn json_rules(rulesets: &[crate::iptables::render::Ruleset]) -> anyhow::Result<serde_json::Value> {
+    use crate::iptables::restore::{self, Scope};
+    let mut families = Vec::new();
+    for rs in rulesets {
+        let dump = restore::parse(&restore::write(rs, Scope::Full, &[]))?;
+        let tables: Vec<serde_json::Value> = dump
+            .order
+            .iter()
+            .map(|name| {
+                let t = &dump.tables[name];
+                let chains: Vec<serde_json::Value> = t
+                    .chains
+                    .iter()
+                    .map(|c| {
+                        let rules: Vec<&Vec<String>> = t.rules_of(&c.name).map(|r| &r.args).collect();
+                        serde_json::json!({ "name": c.name, "rules": rules })
+                    })
+                    .collect();
+                serde_json::json!({ "table": name, "chains": chains })
+            })
+            .collect();
+        families.push(serde_json::json!({ "family": rs.ctx.family, "tables": tables }));
+    }
+    Ok(serde_json::Value::Array(families))
+}

@@ -1,0 +1,386 @@
+//! Resolved, immutable settings. The CLI validates flags into a [`Settings`] layer, stacks
+//! it over a KubeProxyConfiguration file and a fixture's options, and [`resolve`] turns the
+//! stack (plus this node's `v1/Node`, when the input has it) into a [`Config`].
+
+pub mod kubeproxy;
+pub mod settings;
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::PathBuf;
+
+pub use settings::Settings;
+
+use crate::model::Node;
+use crate::net::{parse_ip_sloppy, Cidr, IpFamily};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: {reason}")]
+    File { path: PathBuf, reason: String },
+    #[error("{setting}: {reason}")]
+    Invalid { setting: &'static str, reason: String },
+}
+
+fn invalid(setting: &'static str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid { setting, reason: reason.into() }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    Iptables,
+    Ipvs,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LocalDetectMode {
+    ClusterCidr,
+    NodeCidr,
+    BridgeInterface,
+    InterfaceNamePrefix,
+    None,
+}
+
+/// How traffic from local pods is told apart (kube-proxy's `LocalTrafficDetector`):
+/// the match arguments for "is from a local pod" and "is not".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalDetector {
+    pub if_local: Vec<String>,
+    pub if_not_local: Vec<String>,
+}
+
+impl LocalDetector {
+    fn source(cidr: &Cidr) -> Self {
+        LocalDetector {
+            if_local: vec!["-s".into(), cidr.to_string()],
+            if_not_local: vec!["!".into(), "-s".into(), cidr.to_string()],
+        }
+    }
+
+    fn interface(name: &str) -> Self {
+        LocalDetector {
+            if_local: vec!["-i".into(), name.into()],
+            if_not_local: vec!["!".into(), "-i".into(), name.into()],
+        }
+    }
+}
+
+/// IPVS-mode settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IpvsConfig {
+    pub scheduler: String,
+    pub strict_arp: bool,
+    pub exclude_cidrs: Vec<Cidr>,
+    pub tcp_timeout: u32,
+    pub tcpfin_timeout: u32,
+    pub udp_timeout: u32,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub mode: Mode,
+    /// The families to proxy, IPv4 first.
+    pub families: Vec<IpFamily>,
+    pub node_name: String,
+    pub node_labels: BTreeMap<String, String>,
+    /// This node's IPs (the first of each family is the primary).
+    pub node_ips: Vec<IpAddr>,
+    pub node_pod_cidrs: Vec<Cidr>,
+    pub cluster_cidrs: Vec<Cidr>,
+    pub detect_local_mode: LocalDetectMode,
+    pub pod_bridge_interface: String,
+    pub pod_interface_name_prefix: String,
+    pub masquerade_bit: u32,
+    pub masquerade_all: bool,
+    /// Empty: NodePorts on every local address.
+    pub node_port_addresses: Vec<Cidr>,
+    pub localhost_node_ports: bool,
+    pub random_fully: bool,
+    pub nfacct: bool,
+    pub conntrack_tcp_be_liberal: bool,
+    pub large_cluster_endpoints_threshold: usize,
+    pub service_proxy_name: Option<String>,
+    pub ipvs: IpvsConfig,
+    pub sync_period_secs: f64,
+    pub min_sync_period_secs: f64,
+}
+
+impl Config {
+    /// The node's primary IP of a family; kube-proxy assumes loopback when it finds none.
+    pub fn node_ip(&self, family: IpFamily) -> IpAddr {
+        self.node_ips.iter().copied().find(|ip| IpFamily::of(ip) == family).unwrap_or(match family {
+            IpFamily::V4 => IpAddr::V4(Ipv4Addr::LOCALHOST),
+            IpFamily::V6 => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        })
+    }
+
+    /// The local-traffic detector for a family, or `None` (kube-proxy's no-op detector).
+    pub fn local_detector(&self, family: IpFamily) -> Option<LocalDetector> {
+        let of_family = |cidrs: &[Cidr]| cidrs.iter().find(|c| c.family() == family).copied();
+        match self.detect_local_mode {
+            LocalDetectMode::ClusterCidr => of_family(&self.cluster_cidrs).map(|c| LocalDetector::source(&c)),
+            LocalDetectMode::NodeCidr => of_family(&self.node_pod_cidrs).map(|c| LocalDetector::source(&c)),
+            LocalDetectMode::BridgeInterface => Some(LocalDetector::interface(&self.pod_bridge_interface)),
+            LocalDetectMode::InterfaceNamePrefix => {
+                Some(LocalDetector::interface(&format!("{}+", self.pod_interface_name_prefix)))
+            }
+            LocalDetectMode::None => None,
+        }
+    }
+
+    /// The masquerade mark as kube-proxy formats it (Go `%#08x`: `0x00004000`).
+    pub fn masquerade_mark(&self) -> String {
+        format!("{:#010x}", 1u32 << self.masquerade_bit)
+    }
+
+    /// `nodePortAddresses` of one family; empty means every local address.
+    pub fn node_port_cidrs(&self, family: IpFamily) -> Vec<Cidr> {
+        let cidrs: Vec<Cidr> = self.node_port_addresses.iter().filter(|c| c.family() == family).copied().collect();
+        if cidrs.iter().any(|c| c.prefix() == 0) {
+            return Vec::new();
+        }
+        cidrs
+    }
+
+    /// Whether NodePorts answer on 127.0.0.1 for this family (never on IPv6; on IPv4 only
+    /// when enabled and `nodePortAddresses` covers IPv4 loopback).
+    pub fn localhost_node_ports(&self, family: IpFamily) -> bool {
+        if family.is_v6() || !self.localhost_node_ports {
+            return false;
+        }
+        let cidrs = self.node_port_cidrs(family);
+        let loopback = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1));
+        cidrs.is_empty() || cidrs.iter().any(|c| c.contains(&loopback) || c.addr().is_loopback())
+    }
+
+    /// The addresses NodePorts are bound to when `nodePortAddresses` is set: every node
+    /// address (and loopback, which every node has) inside one of the CIDRs.
+    pub fn node_port_ips(&self, family: IpFamily) -> Vec<IpAddr> {
+        let cidrs = self.node_port_cidrs(family);
+        let loopback = match family {
+            IpFamily::V4 => IpAddr::V4(Ipv4Addr::LOCALHOST),
+            IpFamily::V6 => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        };
+        let mut ips: Vec<IpAddr> = Vec::new();
+        for ip in self.node_ips.iter().chain(std::iter::once(&loopback)) {
+            if IpFamily::of(ip) == family && cidrs.iter().any(|c| c.contains(ip)) && !ips.contains(ip) {
+                ips.push(*ip);
+            }
+        }
+        ips
+    }
+}
+
+/// Resolves a settings stack. `nodes` are the `v1/Node` objects of the input: the one
+/// named like this node contributes addresses, pod CIDRs and labels not set otherwise.
+pub fn resolve(s: Settings, nodes: &[Node]) -> Result<Config, ConfigError> {
+    let node_name = match s.hostname_override.clone() {
+        Some(n) if !n.trim().is_empty() => n.trim().to_lowercase(),
+        _ => default_hostname(),
+    };
+    let node = nodes.iter().rev().find(|n| n.name == node_name);
+    let node_ips = match &s.node_ips {
+        Some(list) => parse_node_ips(list)?,
+        None => node.map(|n| n.addresses.clone()).unwrap_or_default(),
+    };
+    let node_pod_cidrs = match &s.node_pod_cidrs {
+        Some(list) => parse_cidrs("node pod CIDRs", list)?,
+        None => node.map(|n| n.pod_cidrs.clone()).unwrap_or_default(),
+    };
+    let node_labels = s.node_labels.clone().or_else(|| node.map(|n| n.labels.clone())).unwrap_or_default();
+    let cluster_cidrs = match &s.cluster_cidr {
+        Some(list) => parse_cidrs("--cluster-cidr", &split_list(list))?,
+        None => Vec::new(),
+    };
+    let detect_local_mode = parse_detect_local(s.detect_local_mode.as_deref())?;
+    let masquerade_bit = s.masquerade_bit.unwrap_or(14);
+    if masquerade_bit > 31 {
+        return Err(invalid("--masquerade-bit", format!("{masquerade_bit} is not in 0-31")));
+    }
+    let node_port_addresses = resolve_node_port_addresses(s.node_port_addresses.as_deref(), &node_ips)?;
+    let config = Config {
+        mode: parse_mode(s.mode.as_deref())?,
+        families: Vec::new(),
+        node_name,
+        node_labels,
+        node_ips,
+        node_pod_cidrs,
+        cluster_cidrs,
+        detect_local_mode,
+        pod_bridge_interface: s.pod_bridge_interface.clone().unwrap_or_default(),
+        pod_interface_name_prefix: s.pod_interface_name_prefix.clone().unwrap_or_default(),
+        masquerade_bit,
+        masquerade_all: s.masquerade_all.unwrap_or(false),
+        node_port_addresses,
+        localhost_node_ports: s.localhost_node_ports.unwrap_or(true),
+        random_fully: s.random_fully.unwrap_or(true),
+        nfacct: s.nfacct.unwrap_or(true),
+        conntrack_tcp_be_liberal: s.conntrack_tcp_be_liberal.unwrap_or(false),
+        large_cluster_endpoints_threshold: s.large_cluster_endpoints_threshold.unwrap_or(1000),
+        service_proxy_name: s.service_proxy_name.clone().filter(|n| !n.is_empty()),
+        ipvs: resolve_ipvs(&s)?,
+        sync_period_secs: s.sync_period_secs.unwrap_or(30.0),
+        min_sync_period_secs: s.min_sync_period_secs.unwrap_or(1.0),
+    };
+    check_detector(&config)?;
+    Ok(Config { families: parse_families(s.ip_family.as_deref(), &config)?, ..config })
+}
+
+fn default_hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_lowercase())
+        .unwrap_or_else(|_| "localhost".to_string())
+}
+
+fn split_list(s: &str) -> Vec<String> {
+    s.split(',').map(|p| p.trim().to_string()).filter(|p| !p.is_empty()).collect()
+}
+
+fn parse_node_ips(list: &[String]) -> Result<Vec<IpAddr>, ConfigError> {
+    let mut ips = Vec::new();
+    for item in list.iter().flat_map(|s| split_list(s)) {
+        let ip = parse_ip_sloppy(&item).ok_or_else(|| invalid("--node-ip", format!("invalid IP {item:?}")))?;
+        ips.push(ip);
+    }
+    Ok(ips)
+}
+
+fn parse_cidrs(setting: &'static str, list: &[String]) -> Result<Vec<Cidr>, ConfigError> {
+    list.iter()
+        .map(|s| Cidr::parse_sloppy(s.trim()).ok_or_else(|| invalid(setting, format!("invalid CIDR {s:?}"))))
+        .collect()
+}
+
+fn parse_mode(s: Option<&str>) -> Result<Mode, ConfigError> {
+    match s.unwrap_or("iptables") {
+        "" | "iptables" => Ok(Mode::Iptables),
+        "ipvs" => Ok(Mode::Ipvs),
+        m => Err(invalid("--mode", format!("{m:?} is not iptables or ipvs"))),
+    }
+}
+
+fn parse_detect_local(s: Option<&str>) -> Result<LocalDetectMode, ConfigError> {
+    Ok(match s.unwrap_or("ClusterCIDR") {
+        "" | "ClusterCIDR" => LocalDetectMode::ClusterCidr,
+        "NodeCIDR" => LocalDetectMode::NodeCidr,
+        "BridgeInterface" => LocalDetectMode::BridgeInterface,
+        "InterfaceNamePrefix" => LocalDetectMode::InterfaceNamePrefix,
+        "None" => LocalDetectMode::None,
+        m => {
+            return Err(invalid(
+                "--detect-local-mode",
+                format!("{m:?} is not ClusterCIDR, NodeCIDR, BridgeInterface, InterfaceNamePrefix or None"),
+            ))
+        }
+    })
+}
+
+fn check_detector(c: &Config) -> Result<(), ConfigError> {
+    match c.detect_local_mode {
+        LocalDetectMode::BridgeInterface if c.pod_bridge_interface.is_empty() => {
+            Err(invalid("--pod-bridge-interface", "required with --detect-local-mode BridgeInterface"))
+        }
+        LocalDetectMode::InterfaceNamePrefix if c.pod_interface_name_prefix.is_empty() => Err(invalid(
+            "--pod-interface-name-prefix",
+            "required with --detect-local-mode InterfaceNamePrefix",
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// `primary` means this node's primary IP of each family (kube-proxy ≥ 1.29).
+fn resolve_node_port_addresses(list: Option<&[String]>, node_ips: &[IpAddr]) -> Result<Vec<Cidr>, ConfigError> {
+    let items: Vec<String> = list.unwrap_or_default().iter().flat_map(|s| split_list(s)).collect();
+    if items.iter().any(|i| i == "primary") {
+        if items.len() > 1 {
+            return Err(invalid("--nodeport-addresses", "\"primary\" cannot be combined with CIDRs"));
+        }
+        let mut cidrs = Vec::new();
+        for fam in [IpFamily::V4, IpFamily::V6] {
+            if let Some(ip) = node_ips.iter().find(|ip| IpFamily::of(ip) == fam) {
+                cidrs.extend(Cidr::new(*ip, if fam.is_v6() { 128 } else { 32 }));
+            }
+        }
+        return Ok(cidrs);
+    }
+    parse_cidrs("--nodeport-addresses", &items)
+}
+
+fn resolve_ipvs(s: &Settings) -> Result<IpvsConfig, ConfigError> {
+    Ok(IpvsConfig {
+        scheduler: s.ipvs_scheduler.clone().filter(|x| !x.is_empty()).unwrap_or_else(|| "rr".into()),
+        strict_arp: s.ipvs_strict_arp.unwrap_or(false),
+        exclude_cidrs: parse_cidrs("--ipvs-exclude-cidrs", s.ipvs_exclude_cidrs.as_deref().unwrap_or_default())?,
+        tcp_timeout: s.ipvs_tcp_timeout.unwrap_or(0),
+        tcpfin_timeout: s.ipvs_tcpfin_timeout.unwrap_or(0),
+        udp_timeout: s.ipvs_udp_timeout.unwrap_or(0),
+    })
+}
+
+fn parse_families(s: Option<&str>, c: &Config) -> Result<Vec<IpFamily>, ConfigError> {
+    match s.unwrap_or("auto") {
+        "ipv4" => Ok(vec![IpFamily::V4]),
+        "ipv6" => Ok(vec![IpFamily::V6]),
+        "both" => Ok(vec![IpFamily::V4, IpFamily::V6]),
+        // The families this node has addresses in (or its cluster CIDRs), else IPv4.
+        "auto" | "" => {
+            let has = |f: IpFamily| {
+                c.node_ips.iter().any(|ip| IpFamily::of(ip) == f) || c.cluster_cidrs.iter().any(|x| x.family() == f)
+            };
+            let fams: Vec<IpFamily> = [IpFamily::V4, IpFamily::V6].into_iter().filter(|f| has(*f)).collect();
+            Ok(if fams.is_empty() { vec![IpFamily::V4] } else { fams })
+        }
+        f => Err(invalid("--ip-family", format!("{f:?} is not ipv4, ipv6, both or auto"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(s: Settings) -> Config {
+        resolve(Settings { hostname_override: Some("n".into()), ..s }, &[]).unwrap()
+    }
+
+    #[test]
+    fn masquerade_mark_is_go_percent_hash_08x() {
+        assert_eq!(cfg(Settings::default()).masquerade_mark(), "0x00004000");
+        assert_eq!(cfg(Settings { masquerade_bit: Some(0), ..Default::default() }).masquerade_mark(), "0x00000001");
+    }
+
+    #[test]
+    fn flags_override_lower_layers() {
+        let file = Settings { masquerade_bit: Some(10), masquerade_all: Some(true), ..Default::default() };
+        let flags = Settings { masquerade_bit: Some(12), ..Default::default() };
+        let c = cfg(flags.over(file));
+        assert_eq!((c.masquerade_bit, c.masquerade_all), (12, true));
+    }
+
+    #[test]
+    fn node_object_supplies_ips_labels_and_pod_cidrs() {
+        let node = Node {
+            name: "n".into(),
+            labels: [("topology.kubernetes.io/zone".to_string(), "z1".to_string())].into(),
+            addresses: vec!["10.1.0.5".parse().unwrap()],
+            pod_cidrs: vec![Cidr::parse_sloppy("10.244.1.0/24").unwrap()],
+        };
+        let c = resolve(
+            Settings { hostname_override: Some("N".into()), detect_local_mode: Some("NodeCIDR".into()), ..Default::default() },
+            &[node],
+        )
+        .unwrap();
+        assert_eq!(c.node_ip(IpFamily::V4), "10.1.0.5".parse::<IpAddr>().unwrap());
+        assert_eq!(c.local_detector(IpFamily::V4).unwrap().if_not_local, ["!", "-s", "10.244.1.0/24"]);
+        assert_eq!(c.node_labels["topology.kubernetes.io/zone"], "z1");
+    }
+
+    #[test]
+    fn localhost_node_ports_need_ipv4_loopback_in_node_port_addresses() {
+        let c = cfg(Settings { node_port_addresses: Some(vec!["192.168.0.0/24".into()]), ..Default::default() });
+        assert!(!c.localhost_node_ports(IpFamily::V4));
+        let c = cfg(Settings { node_port_addresses: Some(vec!["127.0.0.0/8".into()]), ..Default::default() });
+        assert!(c.localhost_node_ports(IpFamily::V4));
+        assert!(!c.localhost_node_ports(IpFamily::V6));
+    }
+}

@@ -1,0 +1,7 @@
+//! iptables mode: chain names, the pure renderer, restore text (both ways), and the
+//! partial-sync planner. Nothing here spawns a process.
+
+pub mod lines;
+pub mod names;
+pub mod render;
+pub mod restore;

@@ -1,0 +1,73 @@
+//! kube-proxy's chain names: a prefix and the first 16 characters of the base32
+//! (RFC 4648, upper case) SHA-256 of the service port name and protocol, plus the
+//! endpoint for `KUBE-SEP-` chains.
+
+use data_encoding::BASE32;
+use sha2::{Digest, Sha256};
+
+pub const KUBE_SERVICES: &str = "KUBE-SERVICES";
+pub const KUBE_EXTERNAL_SERVICES: &str = "KUBE-EXTERNAL-SERVICES";
+pub const KUBE_NODEPORTS: &str = "KUBE-NODEPORTS";
+pub const KUBE_POSTROUTING: &str = "KUBE-POSTROUTING";
+pub const KUBE_MARK_MASQ: &str = "KUBE-MARK-MASQ";
+pub const KUBE_FORWARD: &str = "KUBE-FORWARD";
+pub const KUBE_PROXY_FIREWALL: &str = "KUBE-PROXY-FIREWALL";
+pub const KUBE_FIREWALL: &str = "KUBE-FIREWALL";
+pub const KUBE_PROXY_CANARY: &str = "KUBE-PROXY-CANARY";
+
+/// Prefixes of the per-service nat chains; a nat chain with one of them is ours.
+pub const SERVICE_CHAIN_PREFIXES: [&str; 5] = ["KUBE-SVC-", "KUBE-SVL-", "KUBE-EXT-", "KUBE-FW-", "KUBE-SEP-"];
+
+pub fn is_service_chain(name: &str) -> bool {
+    SERVICE_CHAIN_PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
+fn hash16(parts: &[&str]) -> String {
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update(p.as_bytes());
+    }
+    let mut s = BASE32.encode(&h.finalize());
+    s.truncate(16);
+    s
+}
+
+/// The four per-service-port chains (they differ only in prefix).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceChains {
+    pub svc: String,
+    pub svl: String,
+    pub ext: String,
+    pub fw: String,
+}
+
+impl ServiceChains {
+    /// `spn` is the service port name string (`ns/name:port`), `proto` lower case.
+    pub fn new(spn: &str, proto: &str) -> Self {
+        let h = hash16(&[spn, proto]);
+        ServiceChains {
+            svc: format!("KUBE-SVC-{h}"),
+            svl: format!("KUBE-SVL-{h}"),
+            ext: format!("KUBE-EXT-{h}"),
+            fw: format!("KUBE-FW-{h}"),
+        }
+    }
+}
+
+/// `KUBE-SEP-…` for one endpoint (`ip:port`, or `[ip]:port`).
+pub fn endpoint_chain(spn: &str, proto: &str, endpoint: &str) -> String {
+    format!("KUBE-SEP-{}", hash16(&[spn, proto, endpoint]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matches_kube_proxy_names() {
+        assert_eq!(ServiceChains::new("ns1/svc1:p80", "tcp").svc, "KUBE-SVC-XPGD46QRK7WJZT7O");
+        assert_eq!(ServiceChains::new("ns2/svc2:p8080", "tcp").svl, "KUBE-SVL-2VJB64SDSIJUP5T6");
+        assert_eq!(ServiceChains::new("default/kubernetes:https", "tcp").svc, "KUBE-SVC-NPX46M4PTMTKRN6Y");
+        assert_eq!(endpoint_chain("ns1/svc1:p80", "tcp", "10.180.0.1:80"), "KUBE-SEP-SXIVWICOYRO3J4NJ");
+    }
+}

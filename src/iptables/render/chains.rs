@@ -1,0 +1,143 @@
+//! A service port's own nat chains, which a partial sync may skip when the service did
+//! not change: the masquerade rule in its internal chain, `KUBE-EXT-`, `KUBE-FW-`,
+//! `KUBE-SVC-`/`KUBE-SVL-` (endpoint dispatch, session affinity) and one `KUBE-SEP-` per
+//! endpoint.
+
+use super::context::Context;
+use super::plan::Plan;
+use super::ServiceRules;
+use crate::iptables::lines::Lines;
+use crate::iptables::names::{endpoint_chain, KUBE_MARK_MASQ};
+use crate::model::Endpoint;
+
+pub fn write(ctx: &Context, p: &Plan, large_cluster: bool, out: &mut ServiceRules) {
+    internal_masquerade(ctx, p, &mut out.chain_rules);
+    if p.uses_ext_chain {
+        out.chains.push(p.chains.ext.clone());
+        external_chain(ctx, p, &mut out.chain_rules);
+    }
+    if p.uses_fw_chain {
+        out.chains.push(p.chains.fw.clone());
+        firewall_chain(ctx, p, &mut out.chain_rules);
+    }
+    if p.uses_cluster_chain {
+        out.chains.push(p.chains.svc.clone());
+        dispatch(p, &p.chains.svc, &p.endpoints.cluster, large_cluster, &mut out.chain_rules);
+    }
+    if p.uses_local_chain {
+        out.chains.push(p.chains.svl.clone());
+        dispatch(p, &p.chains.svl, &p.endpoints.local, large_cluster, &mut out.chain_rules);
+    }
+    for ep in &p.endpoints.all_reachable {
+        let chain = sep_name(p, ep);
+        endpoint(p, ep, &chain, large_cluster, &mut out.chain_rules);
+        out.chains.push(chain);
+    }
+}
+
+fn sep_name(p: &Plan, ep: &Endpoint) -> String {
+    endpoint_chain(&p.spn, p.proto, &ep.addr_string())
+}
+
+/// Off-cluster (or, with masqueradeAll, all) traffic to the ClusterIP is masqueraded.
+fn internal_masquerade(ctx: &Context, p: &Plan, out: &mut Lines) {
+    if p.internal_refusal.is_some() {
+        return;
+    }
+    let extra: &[String] = match (&ctx.detector, ctx.masquerade_all) {
+        (_, true) => &[],
+        (Some(d), false) => &d.if_not_local,
+        (None, false) => return,
+    };
+    let comment = format!("\"{} cluster IP\"", p.spn);
+    let (ip, port) = (p.svc.cluster_ip.to_string(), p.svc.port.to_string());
+    let head = ["-A", &p.internal_chain, "-m", "comment", "--comment", &comment, "-m", p.proto, "-p", p.proto,
+        "-d", &ip, "--dport", &port];
+    out.line(head.iter().copied().chain(extra.iter().map(String::as_str)).chain(["-j", KUBE_MARK_MASQ]));
+}
+
+fn external_chain(ctx: &Context, p: &Plan, out: &mut Lines) {
+    let ext = p.chains.ext.as_str();
+    if !p.svc.external_policy_local {
+        let c = format!("\"masquerade traffic for {} external destinations\"", p.spn);
+        out.line(["-A", ext, "-m", "comment", "--comment", &c, "-j", KUBE_MARK_MASQ]);
+    } else {
+        if let Some(d) = &ctx.detector {
+            let c = format!("\"pod traffic for {} external destinations\"", p.spn);
+            let head = ["-A", ext, "-m", "comment", "--comment", &c];
+            out.line(head.iter().copied().chain(d.if_local.iter().map(String::as_str)).chain(["-j", &p.chains.svc]));
+        }
+        let c = format!("\"masquerade LOCAL traffic for {} external destinations\"", p.spn);
+        out.line(["-A", ext, "-m", "comment", "--comment", &c, "-m", "addrtype", "--src-type", "LOCAL", "-j", KUBE_MARK_MASQ]);
+        let c = format!("\"route LOCAL traffic for {} external destinations\"", p.spn);
+        out.line(["-A", ext, "-m", "comment", "--comment", &c, "-m", "addrtype", "--src-type", "LOCAL", "-j", &p.chains.svc]);
+    }
+    if p.external_refusal.is_none() {
+        out.line(["-A", ext, "-j", &p.external_policy_chain]);
+    }
+}
+
+fn firewall_chain(ctx: &Context, p: &Plan, out: &mut Lines) {
+    let (fw, ext) = (p.chains.fw.as_str(), p.chains.ext.as_str());
+    let c = format!("\"{} loadbalancer IP\"", p.spn);
+    let mut allow_from_node = false;
+    for cidr in &p.svc.load_balancer_source_ranges {
+        out.line(["-A", fw, "-m", "comment", "--comment", &c, "-s", &cidr.to_string(), "-j", ext]);
+        allow_from_node |= cidr.contains(&ctx.node_ip);
+    }
+    if allow_from_node {
+        for vip in &p.svc.load_balancer_vips {
+            out.line(["-A", fw, "-m", "comment", "--comment", &c, "-s", &vip.to_string(), "-j", ext]);
+        }
+    }
+    let c = format!("\"other traffic to {} will be dropped by KUBE-PROXY-FIREWALL\"", p.spn);
+    out.line(["-A", fw, "-m", "comment", "--comment", &c]);
+}
+
+/// kube-proxy's `writeServiceToEndpointRules`: affinity checks, then one rule per endpoint
+/// with probability 1/(remaining), the last one unconditional.
+fn dispatch(p: &Plan, chain: &str, eps: &[&Endpoint], large_cluster: bool, out: &mut Lines) {
+    let seps: Vec<String> = eps.iter().map(|e| sep_name(p, e)).collect();
+    let comments: Vec<String> = eps.iter().map(|e| format!("\"{} -> {}\"", p.spn, e.addr_string())).collect();
+    let comment = |i: usize| -> Vec<&str> {
+        if large_cluster { vec![] } else { vec!["-m", "comment", "--comment", comments[i].as_str()] }
+    };
+    if let Some(timeout) = p.svc.session_affinity {
+        let t = timeout.to_string();
+        for (i, sep) in seps.iter().enumerate() {
+            let tail = ["-m", "recent", "--name", sep, "--rcheck", "--seconds", &t, "--reap", "-j", sep];
+            out.line(["-A", chain].into_iter().chain(comment(i)).chain(tail));
+        }
+    }
+    let n = eps.len();
+    for (i, sep) in seps.iter().enumerate() {
+        let prob = probability(n - i);
+        let stat: &[&str] = if i + 1 < n { &["-m", "statistic", "--mode", "random", "--probability", &prob] } else { &[] };
+        out.line(["-A", chain].into_iter().chain(comment(i)).chain(stat.iter().copied()).chain(["-j", sep]));
+    }
+}
+
+/// `1/n` with ten decimals, as Go's `%0.10f` prints it.
+pub fn probability(n: usize) -> String {
+    format!("{:.10}", 1.0 / n as f64)
+}
+
+fn endpoint(p: &Plan, ep: &Endpoint, chain: &str, large_cluster: bool, out: &mut Lines) {
+    let comment: &[&str] = if large_cluster { &[] } else { &["-m", "comment", "--comment", &p.spn] };
+    let ip = ep.ip.to_string();
+    out.line(["-A", chain].into_iter().chain(comment.iter().copied()).chain(["-s", &ip, "-j", KUBE_MARK_MASQ]));
+    let affinity: &[&str] = if p.svc.session_affinity.is_some() { &["-m", "recent", "--name", chain, "--set"] } else { &[] };
+    let dest = ep.addr_string();
+    out.line(["-A", chain].into_iter().chain(comment.iter().copied()).chain(affinity.iter().copied())
+        .chain(["-m", p.proto, "-p", p.proto, "-j", "DNAT", "--to-destination", &dest]));
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn probability_matches_go_printf() {
+        assert_eq!(super::probability(2), "0.5000000000");
+        assert_eq!(super::probability(3), "0.3333333333");
+        assert_eq!(super::probability(100001), "0.0000099999");
+    }
+}

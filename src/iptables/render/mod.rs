@@ -1,0 +1,103 @@
+//! The iptables renderer: cluster state in, a [`Ruleset`] out. Pure.
+//!
+//! A ruleset keeps each service port's rules apart ([`ServiceRules`]), so a change to one
+//! service re-renders that service only ([`Ruleset::update`]) and a partial restore can
+//! leave unchanged services' chains out. [`crate::iptables::restore`] writes the text.
+
+pub mod chains;
+pub mod context;
+pub mod fixed;
+pub mod plan;
+pub mod top;
+
+use std::collections::BTreeSet;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+pub use context::Context;
+
+use crate::iptables::lines::Lines;
+use crate::model::{EndpointsMap, NamespacedName, ServicePortMap, ServicePortName};
+
+/// One service port's lines.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServiceRules {
+    /// Filter rules (top-level chains): refusals, firewall drops, health-check accepts.
+    pub filter: Lines,
+    /// Nat rules in `KUBE-SERVICES`/`KUBE-NODEPORTS`.
+    pub nat_top: Lines,
+    /// The service's own nat chains, in declaration order.
+    pub chains: Vec<String>,
+    /// The rules of those chains.
+    pub chain_rules: Lines,
+}
+
+/// One family's rules.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ruleset {
+    pub ctx: Context,
+    /// More endpoints than the threshold: per-endpoint comments are dropped.
+    pub large_cluster: bool,
+    pub services: BTreeMap<ServicePortName, Arc<ServiceRules>>,
+}
+
+/// kube-proxy's large-cluster test: all endpoints of all service ports.
+pub fn is_large_cluster(ctx: &Context, services: &ServicePortMap, endpoints: &EndpointsMap) -> bool {
+    let total: usize = services.keys().map(|k| endpoints.get(k).map_or(0, |e| e.len())).sum();
+    total > ctx.large_cluster_threshold
+}
+
+pub fn render_service(ctx: &Context, name: &ServicePortName, services: &ServicePortMap, endpoints: &EndpointsMap, large: bool) -> Option<ServiceRules> {
+    let svc = services.get(name)?;
+    let eps = endpoints.get(name).map(|e| e.as_slice()).unwrap_or_default();
+    let plan = plan::Plan::new(svc, eps, ctx.locality());
+    let mut out = ServiceRules::default();
+    top::write(ctx, &plan, &mut out);
+    chains::write(ctx, &plan, large, &mut out);
+    Some(out)
+}
+
+/// Renders every service port.
+pub fn render(ctx: &Context, services: &ServicePortMap, endpoints: &EndpointsMap) -> Ruleset {
+    let large_cluster = is_large_cluster(ctx, services, endpoints);
+    let rendered = services
+        .keys()
+        .filter_map(|k| render_service(ctx, k, services, endpoints, large_cluster).map(|r| (k.clone(), Arc::new(r))))
+        .collect();
+    Ruleset { ctx: ctx.clone(), large_cluster, services: rendered }
+}
+
+impl Ruleset {
+    /// Brings the ruleset up to date after a commit that changed `changed`, re-rendering
+    /// only those services (all of them if the large-cluster mode flipped).
+    pub fn update(&mut self, services: &ServicePortMap, endpoints: &EndpointsMap, changed: &BTreeSet<NamespacedName>) {
+        let large = is_large_cluster(&self.ctx, services, endpoints);
+        if large != self.large_cluster {
+            *self = render(&self.ctx, services, endpoints);
+            return;
+        }
+        for id in changed {
+            let stale: Vec<ServicePortName> = ports_of(&self.services, id).cloned().collect();
+            for k in stale {
+                self.services.remove(&k);
+            }
+            let fresh: Vec<ServicePortName> = ports_of(services, id).cloned().collect();
+            for k in fresh {
+                if let Some(r) = render_service(&self.ctx, &k, services, endpoints, large) {
+                    self.services.insert(k, Arc::new(r));
+                }
+            }
+        }
+    }
+
+    /// Every service chain this ruleset declares (nat table).
+    pub fn service_chains(&self) -> impl Iterator<Item = &str> {
+        self.services.values().flat_map(|r| r.chains.iter().map(String::as_str))
+    }
+}
+
+/// The keys of one service's ports in a map ordered by `ServicePortName`.
+fn ports_of<'a, V>(map: &'a BTreeMap<ServicePortName, V>, id: &'a NamespacedName) -> impl Iterator<Item = &'a ServicePortName> {
+    let start = ServicePortName { service: id.clone(), port: String::new(), protocol: crate::model::Protocol::Tcp };
+    map.range(start..).map(|(k, _)| k).take_while(move |k| &k.service == id)
+}

@@ -1,0 +1,223 @@
+//! `iptables-restore` text, both ways: [`write`] turns a [`Ruleset`] into restore input
+//! (full, or partial: only the named services' own chains), and [`parse`] reads restore
+//! input or `iptables-save` output back into a [`Dump`] (for stale-chain detection, the
+//! packet tracer, diffs and round-trip checks).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+
+use super::lines::Lines;
+use super::render::{fixed, Ruleset};
+use crate::model::NamespacedName;
+
+/// Which services' own chains a restore includes.
+#[derive(Debug, Clone, Copy)]
+pub enum Scope<'a> {
+    Full,
+    /// Only these services' chains; every other service's top-level rules are still
+    /// written (the top-level chains are flushed by every restore).
+    Partial(&'a BTreeSet<NamespacedName>),
+}
+
+impl Scope<'_> {
+    fn includes(&self, id: &NamespacedName) -> bool {
+        match self {
+            Scope::Full => true,
+            Scope::Partial(set) => set.contains(id),
+        }
+    }
+}
+
+/// The restore input for one family, in kube-proxy's order. `stale` chains are declared
+/// (flushed) and deleted with `-X`.
+pub fn write(rs: &Ruleset, scope: Scope, stale: &[String]) -> String {
+    let ctx = &rs.ctx;
+    let mut filter_chains = Lines::new();
+    let mut filter_rules = Lines::new();
+    let mut nat_chains = Lines::new();
+    let mut nat_rules = Lines::new();
+    fixed::filter_chains(ctx, &mut filter_chains);
+    fixed::filter_head(ctx, &mut filter_rules);
+    fixed::nat_chains(&mut nat_chains);
+    fixed::nat_head(ctx, &mut nat_rules);
+    for (name, r) in &rs.services {
+        filter_rules.append(&r.filter);
+        nat_rules.append(&r.nat_top);
+        if scope.includes(&name.service) {
+            for c in &r.chains {
+                nat_chains.chain(c);
+            }
+            nat_rules.append(&r.chain_rules);
+        }
+    }
+    fixed::nat_tail(ctx, &mut nat_rules);
+    fixed::filter_tail(ctx, &mut filter_rules);
+    for c in stale {
+        nat_chains.chain(c);
+        nat_rules.line(["-X", c]);
+    }
+    let mut out = String::with_capacity(
+        filter_chains.as_str().len() + filter_rules.as_str().len() + nat_chains.as_str().len() + nat_rules.as_str().len() + 32,
+    );
+    out.push_str("*filter\n");
+    out.push_str(filter_chains.as_str());
+    out.push_str(filter_rules.as_str());
+    out.push_str("COMMIT\n*nat\n");
+    out.push_str(nat_chains.as_str());
+    out.push_str(nat_rules.as_str());
+    out.push_str("COMMIT\n");
+    out
+}
+
+/// A parsed restore input or save output.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Dump {
+    pub tables: BTreeMap<String, TableDump>,
+    /// Table names in the order they appeared.
+    pub order: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TableDump {
+    /// Declared chains in order, with their policy (`-` for user chains) and counters text.
+    pub chains: Vec<ChainDecl>,
+    pub rules: Vec<Rule>,
+    /// Chains deleted with `-X`, in order.
+    pub deleted: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChainDecl {
+    pub name: String,
+    pub policy: String,
+    pub counters: String,
+}
+
+/// One `-A`/`-I` rule: its chain and its arguments after the chain name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule {
+    pub op: String,
+    pub chain: String,
+    pub args: Vec<String>,
+    /// 1-based line in the parsed text.
+    pub line: usize,
+}
+
+impl TableDump {
+    pub fn chain_names(&self) -> BTreeSet<&str> {
+        self.chains.iter().map(|c| c.name.as_str()).collect()
+    }
+
+    pub fn rules_of<'a>(&'a self, chain: &'a str) -> impl Iterator<Item = &'a Rule> {
+        self.rules.iter().filter(move |r| r.chain == chain)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}: {reason}: {text}")]
+pub struct ParseError {
+    pub line: usize,
+    pub reason: String,
+    pub text: String,
+}
+
+/// Parses restore input / save output. Comments (`#`) and blank lines are skipped.
+pub fn parse(text: &str) -> Result<Dump, ParseError> {
+    let mut dump = Dump::default();
+    let mut table: Option<String> = None;
+    for (i, raw) in text.lines().enumerate() {
+        let line = raw.trim_end();
+        let err = |reason: &str| ParseError { line: i + 1, reason: reason.to_string(), text: line.to_string() };
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        if let Some(name) = line.strip_prefix('*') {
+            if table.is_some() {
+                return Err(err("table started before COMMIT"));
+            }
+            table = Some(name.to_string());
+            if !dump.tables.contains_key(name) {
+                dump.order.push(name.to_string());
+            }
+            dump.tables.entry(name.to_string()).or_default();
+            continue;
+        }
+        let Some(t) = table.as_ref() else { return Err(err("line outside a table")) };
+        if line == "COMMIT" {
+            table = None;
+            continue;
+        }
+        let td = dump.tables.get_mut(t).ok_or_else(|| err("unknown table"))?;
+        if let Some(decl) = line.strip_prefix(':') {
+            let mut parts = decl.split_whitespace();
+            let name = parts.next().ok_or_else(|| err("chain line without a name"))?;
+            td.chains.push(ChainDecl {
+                name: name.to_string(),
+                policy: parts.next().unwrap_or("-").to_string(),
+                counters: parts.next().unwrap_or("[0:0]").to_string(),
+            });
+            continue;
+        }
+        let words = split_words(line).map_err(|r| err(&r))?;
+        match words.first().map(String::as_str) {
+            Some("-X") if words.len() == 2 => td.deleted.push(words[1].clone()),
+            Some(op @ ("-A" | "-I" | "-D" | "-R" | "-N")) if words.len() >= 2 => {
+                td.rules.push(Rule { op: op.to_string(), chain: words[1].clone(), args: words[2..].to_vec(), line: i + 1 })
+            }
+            _ => return Err(err("not a rule")),
+        }
+    }
+    if table.is_some() {
+        return Err(ParseError { line: text.lines().count(), reason: "missing COMMIT".into(), text: String::new() });
+    }
+    Ok(dump)
+}
+
+/// Splits a rule into words; a double-quoted word loses its quotes.
+pub fn split_words(line: &str) -> Result<Vec<String>, String> {
+    let mut words = Vec::new();
+    let mut rest = line.trim();
+    while !rest.is_empty() {
+        if let Some(q) = rest.strip_prefix('"') {
+            let end = q.find('"').ok_or("unterminated quote")?;
+            words.push(q[..end].to_string());
+            rest = q[end + 1..].trim_start();
+        } else {
+            let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+            words.push(rest[..end].to_string());
+            rest = rest[end..].trim_start();
+        }
+    }
+    Ok(words)
+}
+
+/// Quotes a word the way kube-proxy writes it (only when it has a space).
+pub fn quote(word: &str) -> String {
+    if word.contains(' ') || word.is_empty() { format!("\"{word}\"") } else { word.to_string() }
+}
+
+impl Dump {
+    /// Writes the dump back as restore text, in the order it was read.
+    pub fn to_text(&self) -> String {
+        let mut out = String::new();
+        for name in &self.order {
+            let t = &self.tables[name];
+            let _ = writeln!(out, "*{name}");
+            for c in &t.chains {
+                let _ = writeln!(out, ":{} {} {}", c.name, c.policy, c.counters);
+            }
+            for r in &t.rules {
+                let _ = write!(out, "{} {}", r.op, r.chain);
+                for a in &r.args {
+                    let _ = write!(out, " {}", quote(a));
+                }
+                out.push('\n');
+            }
+            for c in &t.deleted {
+                let _ = writeln!(out, "-X {c}");
+            }
+            out.push_str("COMMIT\n");
+        }
+        out
+    }
+}

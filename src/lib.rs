@@ -1,0 +1,15 @@
+//! svcproxy: a Kubernetes node service proxy.
+//!
+//! Data flows one way, and the modules follow it:
+//! `source` (files, API server) → `track` (change trackers) → `select` (endpoint
+//! selection) → `iptables` / `ipvs` (pure renderers) → `*::apply` (the kernel).
+
+pub mod cli;
+pub mod config;
+pub mod iptables;
+pub mod model;
+pub mod net;
+pub mod pipeline;
+pub mod select;
+pub mod source;
+pub mod track;

@@ -1,0 +1,280 @@
+//! Domain types. Sources turn Kubernetes objects into [`Service`], [`EndpointSlice`] and
+//! [`Node`] values (already validated); trackers turn those into per-family
+//! [`ServicePort`]s and [`Endpoint`]s. Nothing here knows YAML, kube types or a backend.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::net::{join_host_port, Cidr, IpFamily};
+
+/// `namespace/name`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct NamespacedName {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl NamespacedName {
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        NamespacedName { namespace: namespace.into(), name: name.into() }
+    }
+}
+
+impl fmt::Display for NamespacedName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Protocol {
+    Tcp,
+    Udp,
+    Sctp,
+}
+
+impl Protocol {
+    /// The API spelling (`TCP`).
+    pub fn parse_api(s: &str) -> Option<Protocol> {
+        match s {
+            "TCP" => Some(Protocol::Tcp),
+            "UDP" => Some(Protocol::Udp),
+            "SCTP" => Some(Protocol::Sctp),
+            _ => None,
+        }
+    }
+
+    /// The iptables spelling (`tcp`), also used in chain-name hashes.
+    pub fn lower(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+            Protocol::Sctp => "sctp",
+        }
+    }
+
+    pub fn upper(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "TCP",
+            Protocol::Udp => "UDP",
+            Protocol::Sctp => "SCTP",
+        }
+    }
+}
+
+/// kube-proxy's `ServicePortName`: a service and one of its ports.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct ServicePortName {
+    pub service: NamespacedName,
+    pub port: String,
+    pub protocol: Protocol,
+}
+
+impl fmt::Display for ServicePortName {
+    /// `ns/name:port`, or `ns/name` for an unnamed port (no protocol).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.port.is_empty() {
+            write!(f, "{}", self.service)
+        } else {
+            write!(f, "{}:{}", self.service, self.port)
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum ServiceType {
+    ClusterIP,
+    NodePort,
+    LoadBalancer,
+    ExternalName,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize)]
+pub enum TrafficPolicy {
+    #[default]
+    Cluster,
+    Local,
+}
+
+/// One port of a [`Service`], family-agnostic.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ServicePortSpec {
+    pub name: String,
+    pub protocol: Protocol,
+    pub port: u16,
+    pub node_port: u16,
+}
+
+/// A load-balancer ingress point (`status.loadBalancer.ingress[]`) that has an IP.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Ingress {
+    pub ip: IpAddr,
+    /// `ipMode: Proxy`: the load balancer proxies, so the node must not capture the VIP.
+    pub proxy_mode: bool,
+}
+
+/// A Service, validated and reduced to what a proxier reads.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Service {
+    pub id: NamespacedName,
+    pub service_type: ServiceType,
+    /// `spec.clusterIPs` paired with `spec.ipFamilies` (or the single `clusterIP`).
+    /// Empty for headless services (`None`).
+    pub cluster_ips: Vec<IpAddr>,
+    pub ports: Vec<ServicePortSpec>,
+    pub external_ips: Vec<IpAddr>,
+    pub load_balancer_source_ranges: Vec<Cidr>,
+    pub ingress: Vec<Ingress>,
+    pub external_traffic_policy: TrafficPolicy,
+    pub internal_traffic_policy: TrafficPolicy,
+    /// ClientIP affinity timeout in seconds; `None` means no affinity.
+    pub session_affinity: Option<u32>,
+    pub health_check_node_port: u16,
+    pub proxy_labels: ProxyLabels,
+}
+
+/// The two labels kube-proxy's informers select on: objects carrying
+/// `service.kubernetes.io/service-proxy-name` belong to another proxy, and
+/// `service.kubernetes.io/headless` marks slices of headless services.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ProxyLabels {
+    pub service_proxy_name: Option<String>,
+    pub headless: bool,
+}
+
+impl ProxyLabels {
+    /// Whether a proxy configured with `own_name` (kube-proxy: none) handles the object.
+    pub fn selected_by(&self, own_name: Option<&str>) -> bool {
+        !self.headless && self.service_proxy_name.as_deref() == own_name
+    }
+}
+
+impl Service {
+    pub fn cluster_ip(&self, family: IpFamily) -> Option<IpAddr> {
+        self.cluster_ips.iter().copied().find(|ip| IpFamily::of(ip) == family)
+    }
+}
+
+/// One port of an EndpointSlice. kube-proxy ignores ports without a name or number;
+/// sources keep them out.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct SlicePort {
+    pub name: String,
+    pub port: u16,
+    pub protocol: Protocol,
+}
+
+/// One endpoint of an EndpointSlice (only `addresses[0]` is used, as kube-proxy does).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SliceEndpoint {
+    pub ip: IpAddr,
+    pub ready: bool,
+    pub serving: bool,
+    pub terminating: bool,
+    pub node_name: Option<String>,
+    pub zone: Option<String>,
+    pub zone_hints: BTreeSet<String>,
+    pub node_hints: BTreeSet<String>,
+}
+
+/// An EndpointSlice, validated.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct EndpointSlice {
+    /// Namespace and slice name.
+    pub id: NamespacedName,
+    /// The Service it belongs to (label `kubernetes.io/service-name`).
+    pub service: NamespacedName,
+    pub family: IpFamily,
+    pub ports: Vec<SlicePort>,
+    pub endpoints: Vec<SliceEndpoint>,
+    pub proxy_labels: ProxyLabels,
+}
+
+/// This node, as far as the proxier cares.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Node {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub addresses: Vec<IpAddr>,
+    pub pod_cidrs: Vec<Cidr>,
+}
+
+pub const LABEL_ZONE: &str = "topology.kubernetes.io/zone";
+
+/// kube-proxy's per-family service port info (`BaseServicePortInfo`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ServicePort {
+    pub name: ServicePortName,
+    pub cluster_ip: IpAddr,
+    pub port: u16,
+    pub protocol: Protocol,
+    pub node_port: u16,
+    pub external_ips: Vec<IpAddr>,
+    pub load_balancer_vips: Vec<IpAddr>,
+    pub load_balancer_source_ranges: Vec<Cidr>,
+    pub session_affinity: Option<u32>,
+    pub health_check_node_port: u16,
+    pub external_policy_local: bool,
+    pub internal_policy_local: bool,
+}
+
+impl ServicePort {
+    /// NodePort, ExternalIPs or LoadBalancer VIPs make it reachable from outside.
+    pub fn externally_accessible(&self) -> bool {
+        self.node_port != 0 || !self.load_balancer_vips.is_empty() || !self.external_ips.is_empty()
+    }
+
+    pub fn uses_cluster_endpoints(&self) -> bool {
+        !self.internal_policy_local || self.externally_accessible()
+    }
+
+    pub fn uses_local_endpoints(&self) -> bool {
+        self.internal_policy_local || (self.external_policy_local && self.externally_accessible())
+    }
+}
+
+/// kube-proxy's `BaseEndpointInfo`, for one service port.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Endpoint {
+    pub ip: IpAddr,
+    pub port: u16,
+    pub is_local: bool,
+    pub ready: bool,
+    pub serving: bool,
+    pub terminating: bool,
+    pub zone_hints: BTreeSet<String>,
+    pub node_hints: BTreeSet<String>,
+}
+
+impl Endpoint {
+    /// `ip:port` (`[ip]:port` for IPv6): the identity and the sort key.
+    pub fn addr_string(&self) -> String {
+        join_host_port(&self.ip, self.port)
+    }
+}
+
+pub type ServicePortMap = BTreeMap<ServicePortName, Arc<ServicePort>>;
+/// Endpoints per service port, sorted by `ip:port` string as kube-proxy sorts them.
+pub type EndpointsMap = BTreeMap<ServicePortName, Arc<Vec<Endpoint>>>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn service_port_name_omits_empty_port_name() {
+        let mut spn = ServicePortName {
+            service: NamespacedName::new("ns1", "svc1"),
+            port: "p80".into(),
+            protocol: Protocol::Tcp,
+        };
+        assert_eq!(spn.to_string(), "ns1/svc1:p80");
+        spn.port.clear();
+        assert_eq!(spn.to_string(), "ns1/svc1");
+    }
+}

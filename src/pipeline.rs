@@ -1,0 +1,63 @@
+//! The one path from inputs to rules, shared by the CLI and the tests: settings layers
+//! and cluster state in; a resolved config, committed trackers and rendered rulesets out.
+
+use std::sync::Arc;
+
+use crate::config::{self, Config, ConfigError, Settings};
+use crate::iptables::render::{self, Context, Ruleset};
+use crate::iptables::restore::{self, Scope};
+use crate::net::IpFamily;
+use crate::source::{ClusterState, Note};
+use crate::track::{Event, Trackers};
+
+/// Cluster state loaded into committed trackers.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub config: Config,
+    pub trackers: Trackers,
+    pub notes: Vec<Note>,
+}
+
+/// Stacks the settings (`flags` over `file` over the fixture's options), resolves them,
+/// and feeds every object to fresh trackers, then commits.
+pub fn load(state: ClusterState, flags: Settings, file: Settings) -> Result<Loaded, ConfigError> {
+    let fixture = state.fixture.as_ref().map(Settings::from_fixture).unwrap_or_default();
+    let config = config::resolve(flags.over(file).over(fixture), &state.nodes)?;
+    let mut trackers = Trackers::new(&config.families, &config.node_name, config.service_proxy_name.clone());
+    for events in [
+        state.services.into_iter().map(|s| Event::ServiceApplied(Arc::new(s))).collect::<Vec<_>>(),
+        state.slices.into_iter().map(|s| Event::SliceApplied(Arc::new(s))).collect(),
+    ] {
+        for e in &events {
+            trackers.apply(e);
+        }
+    }
+    trackers.commit();
+    Ok(Loaded { config, trackers, notes: state.notes })
+}
+
+/// Renders every family's iptables ruleset.
+pub fn render_iptables(loaded: &Loaded) -> Vec<Ruleset> {
+    loaded
+        .trackers
+        .families
+        .iter()
+        .map(|t| {
+            let (services, endpoints) = t.view();
+            render::render(&Context::new(&loaded.config, t.family), services, endpoints)
+        })
+        .collect()
+}
+
+/// The full restore text of every family: IPv4 first, IPv6 under a `# ip6tables` header
+/// when there are both.
+pub fn iptables_text(rulesets: &[Ruleset]) -> String {
+    let mut out = String::new();
+    for rs in rulesets {
+        if rulesets.len() > 1 {
+            out.push_str(if rs.ctx.family == IpFamily::V6 { "# ip6tables\n" } else { "# iptables\n" });
+        }
+        out.push_str(&restore::write(rs, Scope::Full, &[]));
+    }
+    out
+}

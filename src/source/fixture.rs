@@ -1,0 +1,60 @@
+//! The optional first document of a fixture (`kind: SvcproxyFixture`): the node and the
+//! options the CLI would otherwise take from flags. See `fixtures/README.md`.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+pub const FIXTURE_KIND: &str = "SvcproxyFixture";
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct FixtureDoc {
+    #[serde(default)]
+    pub api_version: Option<String>,
+    #[serde(default)]
+    pub kind: Option<String>,
+    #[serde(default)]
+    pub node: FixtureNode,
+    #[serde(default)]
+    pub options: FixtureOptions,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct FixtureNode {
+    pub name: Option<String>,
+    #[serde(default)]
+    pub ips: Vec<String>,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub pod_cidrs: Vec<String>,
+}
+
+/// Every field optional; `None` means "the CLI flag or kube-proxy's default".
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct FixtureOptions {
+    pub mode: Option<String>,
+    pub ip_family: Option<String>,
+    #[serde(rename = "clusterCIDR")]
+    pub cluster_cidr: Option<String>,
+    pub detect_local_mode: Option<String>,
+    pub pod_bridge_interface: Option<String>,
+    pub pod_interface_name_prefix: Option<String>,
+    pub masquerade_bit: Option<u32>,
+    pub masquerade_all: Option<bool>,
+    pub node_port_addresses: Option<Vec<String>>,
+    pub localhost_node_ports: Option<bool>,
+    pub random_fully: Option<bool>,
+    pub nfacct: Option<bool>,
+    #[serde(rename = "conntrackTCPBeLiberal")]
+    pub conntrack_tcp_be_liberal: Option<bool>,
+    pub large_cluster_endpoints_threshold: Option<usize>,
+    pub service_proxy_name: Option<String>,
+    pub ipvs_scheduler: Option<String>,
+    pub ipvs_strict_arp: Option<bool>,
+    #[serde(rename = "ipvsExcludeCIDRs")]
+    pub ipvs_exclude_cidrs: Option<Vec<String>>,
+}

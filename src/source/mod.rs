@@ -1,0 +1,17 @@
+//! Sources of cluster state. Each turns Kubernetes objects into model values
+//! ([`crate::model`]) and nothing else: this is the only place that knows kube types.
+
+pub mod convert;
+pub mod error;
+pub mod file;
+pub mod fixture;
+
+pub use error::{FieldError, SourceError};
+pub use file::{read_path, ClusterState, Note};
+
+/// Label whose presence hands a Service (and its slices) to another proxy.
+pub const LABEL_SERVICE_PROXY_NAME: &str = "service.kubernetes.io/service-proxy-name";
+/// Label the EndpointSlice controller puts on slices of headless services.
+pub const LABEL_HEADLESS: &str = "service.kubernetes.io/headless";
+/// Label tying an EndpointSlice to its Service.
+pub const LABEL_SERVICE_NAME: &str = "kubernetes.io/service-name";

@@ -1,0 +1,173 @@
+//! kube-proxy's `EndpointsChangeTracker` and `EndpointSliceCache`, for one IP family.
+//!
+//! Slices are cached per Service and per slice name, as `applied` (committed) and
+//! `pending` (changed since). A slice event is pending only if it differs from what is
+//! already pending or applied. At commit, each touched Service's endpoints are merged
+//! from all its slices (slices in name order; an endpoint in several slices appears
+//! once, a local copy winning), sorted by `ip:port` string, and compared with before:
+//! services whose endpoints did not change are not reported.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use crate::model::{Endpoint, EndpointSlice, EndpointsMap, NamespacedName, ServicePortName};
+use crate::net::IpFamily;
+
+type Slices = BTreeMap<String, Arc<EndpointSlice>>;
+type EndpointsOf = BTreeMap<ServicePortName, Arc<Vec<Endpoint>>>;
+
+#[derive(Debug, Clone)]
+pub struct EndpointsChangeTracker {
+    family: IpFamily,
+    node_name: String,
+    service_proxy_name: Option<String>,
+    applied: BTreeMap<NamespacedName, Slices>,
+    /// Per service, per slice name: the new slice, or `None` for a deletion.
+    pending: BTreeMap<NamespacedName, BTreeMap<String, Option<Arc<EndpointSlice>>>>,
+    map: EndpointsMap,
+}
+
+/// What a commit changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EndpointsCommit {
+    pub updated: BTreeSet<NamespacedName>,
+    /// Endpoints (`ip:port`) of UDP/SCTP service ports that went away, per service port.
+    pub deleted_udp_endpoints: BTreeMap<ServicePortName, Vec<Endpoint>>,
+}
+
+impl EndpointsChangeTracker {
+    pub fn new(family: IpFamily, node_name: impl Into<String>, service_proxy_name: Option<String>) -> Self {
+        EndpointsChangeTracker {
+            family,
+            node_name: node_name.into(),
+            service_proxy_name,
+            applied: BTreeMap::new(),
+            pending: BTreeMap::new(),
+            map: EndpointsMap::new(),
+        }
+    }
+
+    /// An added or updated slice. Slices of the other family are ignored; a slice that
+    /// stopped being ours (labels) counts as deleted, as an informer would report it.
+    pub fn update(&mut self, slice: &Arc<EndpointSlice>) {
+        if slice.family != self.family {
+            return;
+        }
+        if !slice.proxy_labels.selected_by(self.service_proxy_name.as_deref()) {
+            return self.delete(slice);
+        }
+        self.set_pending(slice, Some(slice.clone()));
+    }
+
+    pub fn delete(&mut self, slice: &EndpointSlice) {
+        if slice.family == self.family {
+            self.set_pending(slice, None);
+        }
+    }
+
+    fn set_pending(&mut self, slice: &EndpointSlice, new: Option<Arc<EndpointSlice>>) {
+        let name = &slice.id.name;
+        let current = match self.pending.get(&slice.service).and_then(|p| p.get(name)) {
+            Some(p) => p.clone(),
+            None => self.applied.get(&slice.service).and_then(|a| a.get(name)).cloned(),
+        };
+        if current.as_deref() == new.as_deref() {
+            return;
+        }
+        self.pending.entry(slice.service.clone()).or_default().insert(name.clone(), new);
+    }
+
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    pub fn map(&self) -> &EndpointsMap {
+        &self.map
+    }
+
+    pub fn commit(&mut self) -> EndpointsCommit {
+        let mut out = EndpointsCommit::default();
+        for (service, changes) in std::mem::take(&mut self.pending) {
+            let previous = self.endpoints_of(&service);
+            let slices = self.applied.entry(service.clone()).or_default();
+            for (name, slice) in changes {
+                match slice {
+                    Some(s) => slices.insert(name, s),
+                    None => slices.remove(&name),
+                };
+            }
+            if slices.is_empty() {
+                self.applied.remove(&service);
+            }
+            let current = self.endpoints_of(&service);
+            if previous == current {
+                continue;
+            }
+            record_deleted_udp(&previous, &current, &mut out.deleted_udp_endpoints);
+            for name in previous.keys() {
+                self.map.remove(name);
+            }
+            self.map.extend(current);
+            out.updated.insert(service);
+        }
+        out
+    }
+
+    fn endpoints_of(&self, service: &NamespacedName) -> EndpointsOf {
+        match self.applied.get(service) {
+            Some(slices) => merge_slices(service, slices.values().map(|s| s.as_ref()), &self.node_name),
+            None => EndpointsOf::new(),
+        }
+    }
+}
+
+/// Merges the slices of one service into endpoints per service port.
+pub fn merge_slices<'a>(
+    service: &NamespacedName,
+    slices: impl Iterator<Item = &'a EndpointSlice>,
+    node_name: &str,
+) -> EndpointsOf {
+    let mut by_port: BTreeMap<ServicePortName, BTreeMap<String, Endpoint>> = BTreeMap::new();
+    for slice in slices {
+        for port in &slice.ports {
+            let name = ServicePortName { service: service.clone(), port: port.name.clone(), protocol: port.protocol };
+            let set = by_port.entry(name).or_default();
+            for ep in &slice.endpoints {
+                let is_local = ep.node_name.as_deref() == Some(node_name);
+                let endpoint = Endpoint {
+                    ip: ep.ip,
+                    port: port.port,
+                    is_local,
+                    ready: ep.ready,
+                    serving: ep.serving,
+                    terminating: ep.terminating,
+                    zone_hints: ep.zone_hints.clone(),
+                    node_hints: ep.node_hints.clone(),
+                };
+                let key = endpoint.addr_string();
+                if is_local || !set.contains_key(&key) {
+                    set.insert(key, endpoint);
+                }
+            }
+        }
+    }
+    by_port
+        .into_iter()
+        .filter(|(_, set)| !set.is_empty())
+        .map(|(name, set)| (name, Arc::new(set.into_values().collect())))
+        .collect()
+}
+
+fn record_deleted_udp(previous: &EndpointsOf, current: &EndpointsOf, out: &mut BTreeMap<ServicePortName, Vec<Endpoint>>) {
+    for (name, eps) in previous {
+        if name.protocol == crate::model::Protocol::Tcp {
+            continue;
+        }
+        let now: BTreeSet<String> =
+            current.get(name).map(|c| c.iter().map(Endpoint::addr_string).collect()).unwrap_or_default();
+        let gone: Vec<Endpoint> = eps.iter().filter(|e| !now.contains(&e.addr_string())).cloned().collect();
+        if !gone.is_empty() {
+            out.insert(name.clone(), gone);
+        }
+    }
+}

@@ -1,0 +1,109 @@
+//! Change trackers: object events in; per family, the committed service-port and
+//! endpoints maps plus what changed since the last commit. Pure and single-owner: the
+//! runner feeds events and commits before each sync.
+
+pub mod endpoints;
+pub mod services;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+pub use endpoints::{EndpointsChangeTracker, EndpointsCommit};
+pub use services::{ServiceChangeTracker, ServiceCommit};
+
+use crate::model::{Endpoint, EndpointSlice, EndpointsMap, NamespacedName, Service, ServicePortMap, ServicePortName};
+use crate::net::IpFamily;
+
+/// An object event, from any source.
+#[derive(Debug, Clone)]
+pub enum Event {
+    ServiceApplied(Arc<Service>),
+    ServiceDeleted(NamespacedName),
+    SliceApplied(Arc<EndpointSlice>),
+    /// The last known state of a deleted slice (its service and family are needed).
+    SliceDeleted(Arc<EndpointSlice>),
+}
+
+/// Both trackers of one family.
+#[derive(Debug, Clone)]
+pub struct FamilyTracker {
+    pub family: IpFamily,
+    pub services: ServiceChangeTracker,
+    pub endpoints: EndpointsChangeTracker,
+}
+
+/// What one family's commit changed: the services whose ports or endpoints changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Changes {
+    pub services: BTreeSet<NamespacedName>,
+    pub deleted_udp_cluster_ips: BTreeSet<IpAddr>,
+    pub deleted_udp_endpoints: BTreeMap<ServicePortName, Vec<Endpoint>>,
+}
+
+impl Changes {
+    pub fn is_empty(&self) -> bool {
+        self.services.is_empty()
+    }
+}
+
+impl FamilyTracker {
+    pub fn new(family: IpFamily, node_name: &str, service_proxy_name: Option<String>) -> Self {
+        FamilyTracker {
+            family,
+            services: ServiceChangeTracker::new(family, service_proxy_name.clone()),
+            endpoints: EndpointsChangeTracker::new(family, node_name, service_proxy_name),
+        }
+    }
+
+    pub fn apply(&mut self, event: &Event) {
+        match event {
+            Event::ServiceApplied(s) => self.services.update(s),
+            Event::ServiceDeleted(id) => self.services.delete(id),
+            Event::SliceApplied(s) => self.endpoints.update(s),
+            Event::SliceDeleted(s) => self.endpoints.delete(s),
+        }
+    }
+
+    pub fn commit(&mut self) -> Changes {
+        let s = self.services.commit();
+        let e = self.endpoints.commit();
+        Changes {
+            services: s.updated.union(&e.updated).cloned().collect(),
+            deleted_udp_cluster_ips: s.deleted_udp_cluster_ips,
+            deleted_udp_endpoints: e.deleted_udp_endpoints,
+        }
+    }
+
+    /// The committed maps, as the backends see them.
+    pub fn view(&self) -> (&ServicePortMap, &EndpointsMap) {
+        (self.services.map(), self.endpoints.map())
+    }
+}
+
+/// One tracker pair per family the proxier serves.
+#[derive(Debug, Clone)]
+pub struct Trackers {
+    pub families: Vec<FamilyTracker>,
+}
+
+impl Trackers {
+    pub fn new(families: &[IpFamily], node_name: &str, service_proxy_name: Option<String>) -> Self {
+        Trackers {
+            families: families.iter().map(|f| FamilyTracker::new(*f, node_name, service_proxy_name.clone())).collect(),
+        }
+    }
+
+    pub fn apply(&mut self, event: &Event) {
+        for t in &mut self.families {
+            t.apply(event);
+        }
+    }
+
+    pub fn commit(&mut self) -> Vec<Changes> {
+        self.families.iter_mut().map(FamilyTracker::commit).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,135 @@
+//! kube-proxy's `ServiceChangeTracker`, for one IP family: Service events in, the
+//! service-port map and the set of services whose ports changed out.
+//!
+//! A change is remembered as `(previous, current)` port maps per service: `previous` is
+//! what was committed before the first pending event, `current` follows every event. A
+//! change whose two sides end up equal is dropped at commit, so no-op churn (a resync,
+//! a status-only update) never reaches a sync.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use crate::model::{NamespacedName, Protocol, Service, ServicePort, ServicePortMap, ServicePortName, ServiceType};
+use crate::net::IpFamily;
+
+type PortsOf = BTreeMap<ServicePortName, Arc<ServicePort>>;
+
+#[derive(Debug, Clone)]
+pub struct ServiceChangeTracker {
+    family: IpFamily,
+    service_proxy_name: Option<String>,
+    committed: BTreeMap<NamespacedName, PortsOf>,
+    map: ServicePortMap,
+    pending: BTreeMap<NamespacedName, PortsOf>,
+}
+
+/// What a commit changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServiceCommit {
+    pub updated: BTreeSet<NamespacedName>,
+    /// Cluster IPs of UDP service ports that went away (their conntrack entries are stale).
+    pub deleted_udp_cluster_ips: BTreeSet<IpAddr>,
+}
+
+impl ServiceChangeTracker {
+    pub fn new(family: IpFamily, service_proxy_name: Option<String>) -> Self {
+        ServiceChangeTracker {
+            family,
+            service_proxy_name,
+            committed: BTreeMap::new(),
+            map: ServicePortMap::new(),
+            pending: BTreeMap::new(),
+        }
+    }
+
+    /// An added or updated Service.
+    pub fn update(&mut self, svc: &Service) {
+        let ports = service_ports(svc, self.family, self.service_proxy_name.as_deref());
+        self.pending.insert(svc.id.clone(), ports);
+    }
+
+    /// A deleted Service.
+    pub fn delete(&mut self, id: &NamespacedName) {
+        self.pending.insert(id.clone(), PortsOf::new());
+    }
+
+    /// Services with a change waiting (no-op changes included until commit drops them).
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// The committed service-port map.
+    pub fn map(&self) -> &ServicePortMap {
+        &self.map
+    }
+
+    /// Applies pending changes to the map and reports what really changed.
+    pub fn commit(&mut self) -> ServiceCommit {
+        let mut out = ServiceCommit::default();
+        for (id, current) in std::mem::take(&mut self.pending) {
+            let previous = self.committed.get(&id).cloned().unwrap_or_default();
+            if previous == current {
+                continue;
+            }
+            for (name, port) in &previous {
+                if !current.contains_key(name) {
+                    self.map.remove(name);
+                    if port.protocol == Protocol::Udp {
+                        out.deleted_udp_cluster_ips.insert(port.cluster_ip);
+                    }
+                }
+            }
+            for (name, port) in &current {
+                self.map.insert(name.clone(), port.clone());
+            }
+            if current.is_empty() {
+                self.committed.remove(&id);
+            } else {
+                self.committed.insert(id.clone(), current);
+            }
+            out.updated.insert(id);
+        }
+        out
+    }
+}
+
+/// A Service's ports for one family, as kube-proxy's `serviceToServiceMap` builds them:
+/// nothing for ExternalName, headless or other-family-only services, or services that
+/// belong to another proxy.
+pub fn service_ports(svc: &Service, family: IpFamily, proxy_name: Option<&str>) -> PortsOf {
+    let mut out = PortsOf::new();
+    if !svc.proxy_labels.selected_by(proxy_name) || svc.service_type == ServiceType::ExternalName {
+        return out;
+    }
+    let Some(cluster_ip) = svc.cluster_ip(family) else { return out };
+    let of_family = |ips: &[IpAddr]| -> Vec<IpAddr> { ips.iter().copied().filter(|ip| IpFamily::of(ip) == family).collect() };
+    let externally_accessible = matches!(svc.service_type, ServiceType::LoadBalancer | ServiceType::NodePort)
+        || (svc.service_type == ServiceType::ClusterIP && !svc.external_ips.is_empty());
+    let vips: Vec<IpAddr> = svc.ingress.iter().filter(|i| !i.proxy_mode).map(|i| i.ip).collect();
+    for p in &svc.ports {
+        let name = ServicePortName { service: svc.id.clone(), port: p.name.clone(), protocol: p.protocol };
+        let port = ServicePort {
+            name: name.clone(),
+            cluster_ip,
+            port: p.port,
+            protocol: p.protocol,
+            node_port: p.node_port,
+            external_ips: of_family(&svc.external_ips),
+            load_balancer_vips: of_family(&vips),
+            load_balancer_source_ranges: svc
+                .load_balancer_source_ranges
+                .iter()
+                .filter(|c| c.family() == family)
+                .copied()
+                .collect(),
+            session_affinity: svc.session_affinity,
+            health_check_node_port: svc.health_check_node_port,
+            external_policy_local: externally_accessible
+                && svc.external_traffic_policy == crate::model::TrafficPolicy::Local,
+            internal_policy_local: svc.internal_traffic_policy == crate::model::TrafficPolicy::Local,
+        };
+        out.insert(name, Arc::new(port));
+    }
+    out
+}

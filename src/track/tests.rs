@@ -1,0 +1,131 @@
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use super::*;
+use crate::model::*;
+
+fn svc(name: &str, ip: &str, ports: &[(&str, u16)]) -> Service {
+    Service {
+        id: NamespacedName::new("ns", name),
+        service_type: ServiceType::ClusterIP,
+        cluster_ips: vec![ip.parse().unwrap()],
+        ports: ports
+            .iter()
+            .map(|(n, p)| ServicePortSpec { name: n.to_string(), protocol: Protocol::Tcp, port: *p, node_port: 0 })
+            .collect(),
+        external_ips: vec![],
+        load_balancer_source_ranges: vec![],
+        ingress: vec![],
+        external_traffic_policy: TrafficPolicy::Cluster,
+        internal_traffic_policy: TrafficPolicy::Cluster,
+        session_affinity: None,
+        health_check_node_port: 0,
+        proxy_labels: ProxyLabels::default(),
+    }
+}
+
+fn ep(ip: &str, node: Option<&str>, ready: bool) -> SliceEndpoint {
+    SliceEndpoint {
+        ip: ip.parse().unwrap(),
+        ready,
+        serving: ready,
+        terminating: false,
+        node_name: node.map(String::from),
+        zone: None,
+        zone_hints: BTreeSet::new(),
+        node_hints: BTreeSet::new(),
+    }
+}
+
+fn slice(name: &str, svc: &str, eps: Vec<SliceEndpoint>) -> Arc<EndpointSlice> {
+    Arc::new(EndpointSlice {
+        id: NamespacedName::new("ns", name),
+        service: NamespacedName::new("ns", svc),
+        family: IpFamily::V4,
+        ports: vec![SlicePort { name: "http".into(), port: 8080, protocol: Protocol::Tcp }],
+        endpoints: eps,
+        proxy_labels: ProxyLabels::default(),
+    })
+}
+
+fn tracker() -> FamilyTracker {
+    FamilyTracker::new(IpFamily::V4, "node-a", None)
+}
+
+#[test]
+fn no_op_service_update_produces_no_change() {
+    let mut t = tracker();
+    let s = Arc::new(svc("web", "10.0.0.1", &[("http", 80)]));
+    t.apply(&Event::ServiceApplied(s.clone()));
+    assert_eq!(t.commit().services.len(), 1);
+    t.apply(&Event::ServiceApplied(s.clone()));
+    assert!(t.commit().is_empty());
+    // Changed and changed back before a commit: also nothing.
+    t.apply(&Event::ServiceApplied(Arc::new(svc("web", "10.0.0.1", &[("http", 81)]))));
+    t.apply(&Event::ServiceApplied(s));
+    assert!(t.commit().is_empty());
+}
+
+#[test]
+fn removed_port_leaves_the_map() {
+    let mut t = tracker();
+    t.apply(&Event::ServiceApplied(Arc::new(svc("web", "10.0.0.1", &[("http", 80), ("https", 443)]))));
+    t.commit();
+    assert_eq!(t.services.map().len(), 2);
+    t.apply(&Event::ServiceApplied(Arc::new(svc("web", "10.0.0.1", &[("http", 80)]))));
+    let c = t.commit();
+    assert_eq!(c.services.len(), 1);
+    assert_eq!(t.services.map().len(), 1);
+    t.apply(&Event::ServiceDeleted(NamespacedName::new("ns", "web")));
+    t.commit();
+    assert!(t.services.map().is_empty());
+}
+
+#[test]
+fn slices_merge_dedupe_and_sort_by_string() {
+    let mut t = tracker();
+    t.apply(&Event::SliceApplied(slice("web-a", "web", vec![ep("10.1.1.1", None, true), ep("10.1.1.11", None, true)])));
+    // The same endpoint in a second slice appears once; the local copy wins.
+    t.apply(&Event::SliceApplied(slice("web-b", "web", vec![ep("10.1.1.1", Some("node-a"), true), ep("10.1.1.2", None, false)])));
+    let c = t.commit();
+    assert_eq!(c.services.len(), 1);
+    let eps = t.endpoints.map().values().next().unwrap();
+    let addrs: Vec<String> = eps.iter().map(Endpoint::addr_string).collect();
+    assert_eq!(addrs, ["10.1.1.11:8080", "10.1.1.1:8080", "10.1.1.2:8080"]);
+    assert!(eps[1].is_local);
+}
+
+#[test]
+fn identical_slice_is_not_a_change_and_other_family_is_ignored() {
+    let mut t = tracker();
+    let s = slice("web-a", "web", vec![ep("10.1.1.1", None, true)]);
+    t.apply(&Event::SliceApplied(s.clone()));
+    t.commit();
+    t.apply(&Event::SliceApplied(Arc::new((*s).clone())));
+    assert_eq!(t.endpoints.pending(), 0);
+    let mut v6 = (*s).clone();
+    v6.family = IpFamily::V6;
+    t.apply(&Event::SliceApplied(Arc::new(v6)));
+    assert!(t.commit().is_empty());
+}
+
+#[test]
+fn a_slice_change_that_keeps_the_merged_endpoints_is_not_reported() {
+    let mut t = tracker();
+    t.apply(&Event::SliceApplied(slice("web-a", "web", vec![ep("10.1.1.1", None, true)])));
+    t.apply(&Event::SliceApplied(slice("web-b", "web", vec![ep("10.1.1.1", None, true)])));
+    t.commit();
+    t.apply(&Event::SliceDeleted(slice("web-b", "web", vec![])));
+    assert!(t.commit().is_empty());
+    assert_eq!(t.endpoints.map().values().next().unwrap().len(), 1);
+}
+
+#[test]
+fn labels_hand_objects_to_another_proxy() {
+    let mut t = tracker();
+    let mut s = svc("web", "10.0.0.1", &[("http", 80)]);
+    s.proxy_labels.service_proxy_name = Some("other".into());
+    t.apply(&Event::ServiceApplied(Arc::new(s)));
+    t.commit();
+    assert!(t.services.map().is_empty());
+}
