@@ -12,4 +12,5 @@ pub mod net;
 pub mod pipeline;
 pub mod select;
 pub mod source;
+pub mod trace;
 pub mod track;

@@ -93,6 +93,10 @@ pub struct Config {
     pub pod_interface_name_prefix: String,
     pub masquerade_bit: u32,
     pub masquerade_all: bool,
+    /// Overrides the formatted mark (kube-proxy's unit-test fake); normally `None`.
+    pub masquerade_mark_text: Option<String>,
+    /// The node's interface addresses, when known (else the node IPs and loopback).
+    pub interface_addresses: Option<Vec<IpAddr>>,
     /// Empty: NodePorts on every local address.
     pub node_port_addresses: Vec<Cidr>,
     pub localhost_node_ports: bool,
@@ -131,6 +135,9 @@ impl Config {
 
     /// The masquerade mark as kube-proxy formats it (Go `%#08x`: `0x00004000`).
     pub fn masquerade_mark(&self) -> String {
+        if let Some(m) = &self.masquerade_mark_text {
+            return m.clone();
+        }
         format!("{:#010x}", 1u32 << self.masquerade_bit)
     }
 
@@ -154,20 +161,27 @@ impl Config {
         cidrs.is_empty() || cidrs.iter().any(|c| c.contains(&loopback) || c.addr().is_loopback())
     }
 
-    /// The addresses NodePorts are bound to when `nodePortAddresses` is set: every node
-    /// address (and loopback, which every node has) inside one of the CIDRs.
+    /// The addresses NodePorts are bound to when `nodePortAddresses` is set: every
+    /// interface address inside one of the CIDRs (kube-proxy's `GetNodeIPs`), sorted.
+    /// Without known interfaces, the node IPs and loopback stand for them.
     pub fn node_port_ips(&self, family: IpFamily) -> Vec<IpAddr> {
         let cidrs = self.node_port_cidrs(family);
-        let loopback = match family {
-            IpFamily::V4 => IpAddr::V4(Ipv4Addr::LOCALHOST),
-            IpFamily::V6 => IpAddr::V6(Ipv6Addr::LOCALHOST),
-        };
-        let mut ips: Vec<IpAddr> = Vec::new();
-        for ip in self.node_ips.iter().chain(std::iter::once(&loopback)) {
-            if IpFamily::of(ip) == family && cidrs.iter().any(|c| c.contains(ip)) && !ips.contains(ip) {
-                ips.push(*ip);
-            }
-        }
+        let fallback: Vec<IpAddr> = self
+            .node_ips
+            .iter()
+            .copied()
+            .chain([IpAddr::V4(Ipv4Addr::LOCALHOST), IpAddr::V6(Ipv6Addr::LOCALHOST)])
+            .collect();
+        let mut ips: Vec<IpAddr> = self
+            .interface_addresses
+            .as_ref()
+            .unwrap_or(&fallback)
+            .iter()
+            .copied()
+            .filter(|ip| IpFamily::of(ip) == family && cidrs.iter().any(|c| c.contains(ip)))
+            .collect();
+        ips.sort();
+        ips.dedup();
         ips
     }
 }
@@ -212,6 +226,11 @@ pub fn resolve(s: Settings, nodes: &[Node]) -> Result<Config, ConfigError> {
         pod_interface_name_prefix: s.pod_interface_name_prefix.clone().unwrap_or_default(),
         masquerade_bit,
         masquerade_all: s.masquerade_all.unwrap_or(false),
+        masquerade_mark_text: s.masquerade_mark.clone(),
+        interface_addresses: match &s.interface_addresses {
+            Some(list) => Some(parse_interface_addresses(list)?),
+            None => None,
+        },
         node_port_addresses,
         localhost_node_ports: s.localhost_node_ports.unwrap_or(true),
         random_fully: s.random_fully.unwrap_or(true),
@@ -244,6 +263,16 @@ fn parse_node_ips(list: &[String]) -> Result<Vec<IpAddr>, ConfigError> {
         ips.push(ip);
     }
     Ok(ips)
+}
+
+/// `ip/prefix` (or a bare IP) per interface address.
+fn parse_interface_addresses(list: &[String]) -> Result<Vec<IpAddr>, ConfigError> {
+    list.iter()
+        .map(|s| {
+            let ip = s.split('/').next().unwrap_or("");
+            parse_ip_sloppy(ip).ok_or_else(|| invalid("node.interfaceAddresses", format!("invalid address {s:?}")))
+        })
+        .collect()
 }
 
 fn parse_cidrs(setting: &'static str, list: &[String]) -> Result<Vec<Cidr>, ConfigError> {

@@ -20,6 +20,8 @@ pub struct Settings {
     pub pod_interface_name_prefix: Option<String>,
     pub masquerade_bit: Option<u32>,
     pub masquerade_all: Option<bool>,
+    pub masquerade_mark: Option<String>,
+    pub interface_addresses: Option<Vec<String>>,
     pub node_port_addresses: Option<Vec<String>>,
     pub localhost_node_ports: Option<bool>,
     pub random_fully: Option<bool>,
@@ -48,7 +50,7 @@ impl Settings {
     pub fn over(self, under: Settings) -> Settings {
         over!(self, under, mode, ip_family, hostname_override, node_ips, node_labels, node_pod_cidrs,
             cluster_cidr, detect_local_mode, pod_bridge_interface, pod_interface_name_prefix,
-            masquerade_bit, masquerade_all, node_port_addresses, localhost_node_ports, random_fully,
+            masquerade_bit, masquerade_all, masquerade_mark, interface_addresses, node_port_addresses, localhost_node_ports, random_fully,
             nfacct, conntrack_tcp_be_liberal, large_cluster_endpoints_threshold, service_proxy_name,
             ipvs_scheduler, ipvs_strict_arp, ipvs_exclude_cidrs, ipvs_tcp_timeout, ipvs_tcpfin_timeout,
             ipvs_udp_timeout, sync_period_secs, min_sync_period_secs)
@@ -70,6 +72,9 @@ impl Settings {
             pod_interface_name_prefix: o.pod_interface_name_prefix,
             masquerade_bit: o.masquerade_bit,
             masquerade_all: o.masquerade_all,
+            masquerade_mark: o.masquerade_mark,
+            interface_addresses: (!n.interface_addresses.is_empty())
+                .then(|| n.interface_addresses.values().flatten().cloned().collect()),
             node_port_addresses: o.node_port_addresses,
             localhost_node_ports: o.localhost_node_ports,
             random_fully: o.random_fully,

@@ -1,7 +1,9 @@
 //! iptables mode: chain names, the pure renderer, restore text (both ways), and the
 //! partial-sync planner. Nothing here spawns a process.
 
+pub mod check;
 pub mod lines;
 pub mod names;
+pub mod partial;
 pub mod render;
 pub mod restore;

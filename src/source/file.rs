@@ -254,3 +254,28 @@ mod tests {
         assert!(err.starts_with("t.yaml: line "), "{err}");
     }
 }
+
+/// The events that turn cluster state `old` into `new` (objects only in `old` are
+/// deleted; objects in `new` are applied, unchanged ones included, as a relist would).
+pub fn events_between(old: &ClusterState, new: &ClusterState) -> Vec<crate::track::Event> {
+    use std::collections::BTreeSet;
+    use std::sync::Arc;
+
+    use crate::track::Event;
+    let mut events = Vec::new();
+    let new_services: BTreeSet<_> = new.services.iter().map(|s| &s.id).collect();
+    for s in &old.services {
+        if !new_services.contains(&s.id) {
+            events.push(Event::ServiceDeleted(s.id.clone()));
+        }
+    }
+    let new_slices: BTreeSet<_> = new.slices.iter().map(|s| &s.id).collect();
+    for s in &old.slices {
+        if !new_slices.contains(&s.id) {
+            events.push(Event::SliceDeleted(Arc::new(s.clone())));
+        }
+    }
+    events.extend(new.services.iter().map(|s| Event::ServiceApplied(Arc::new(s.clone()))));
+    events.extend(new.slices.iter().map(|s| Event::SliceApplied(Arc::new(s.clone()))));
+    events
+}

@@ -30,6 +30,10 @@ pub struct FixtureNode {
     pub labels: BTreeMap<String, String>,
     #[serde(default)]
     pub pod_cidrs: Vec<String>,
+    /// The node's interface addresses (`ip/prefix`) by interface name, for resolving
+    /// `nodePortAddresses` as kube-proxy does from the host's interfaces.
+    #[serde(default)]
+    pub interface_addresses: BTreeMap<String, Vec<String>>,
 }
 
 /// Every field optional; `None` means "the CLI flag or kube-proxy's default".
@@ -45,6 +49,9 @@ pub struct FixtureOptions {
     pub pod_interface_name_prefix: Option<String>,
     pub masquerade_bit: Option<u32>,
     pub masquerade_all: Option<bool>,
+    /// The mark text itself; only kube-proxy's unit-test fake needs this (it injects
+    /// `0x4000`, where a real kube-proxy formats bit 14 as `0x00004000`).
+    pub masquerade_mark: Option<String>,
     pub node_port_addresses: Option<Vec<String>>,
     pub localhost_node_ports: Option<bool>,
     pub random_fully: Option<bool>,

@@ -7,7 +7,7 @@ pub mod file;
 pub mod fixture;
 
 pub use error::{FieldError, SourceError};
-pub use file::{read_path, ClusterState, Note};
+pub use file::{events_between, read_path, ClusterState, Note};
 
 /// Label whose presence hands a Service (and its slices) to another proxy.
 pub const LABEL_SERVICE_PROXY_NAME: &str = "service.kubernetes.io/service-proxy-name";

@@ -1,0 +1,243 @@
+//! A packet tracer over an iptables ruleset (restore input or `iptables-save` output):
+//! where does a packet go, with what probability, is it masqueraded, dropped or rejected?
+//!
+//! It follows kube-proxy's test tracer (`tracePacket` in proxier_test.go): nat PREROUTING
+//! (or OUTPUT for packets from the node) runs first; a DNAT changes the destination the
+//! filter chains then see; the filter service chains run; KUBE-MARK-MASQ means the packet
+//! will be masqueraded. Unlike kube-proxy's, it keeps the probability of each branch of
+//! `-m statistic` rules and the chain path to each outcome, and can treat ClientIP
+//! affinity as established (`-m recent --rcheck` matching a given endpoint).
+
+mod matcher;
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+
+use serde::Serialize;
+
+use crate::iptables::restore::{Dump, Rule};
+pub use matcher::Packet;
+
+/// Where the packet enters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Entry {
+    /// From a pod or from outside the node: nat PREROUTING.
+    Prerouting,
+    /// From a process on the node: nat OUTPUT.
+    Output,
+}
+
+/// What finally happens on one branch.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Outcome {
+    /// `ip:port` after DNAT, or `ACCEPT`/`DROP`/`REJECT`, or `` when no rule decided.
+    pub verdict: String,
+    pub probability: f64,
+    pub masquerade: bool,
+    /// The chains and rule lines walked, e.g. `nat KUBE-SERVICES:17`.
+    pub path: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Trace {
+    pub packet: Packet,
+    pub entry: Entry,
+    pub outcomes: Vec<Outcome>,
+}
+
+/// Tracer settings: the node's local addresses (for `addrtype LOCAL`) and the endpoints
+/// that ClientIP affinity already pins this source to (`-m recent --rcheck` matches
+/// `--name KUBE-SEP-…` chains listed here).
+#[derive(Debug, Clone, Default)]
+pub struct Env {
+    pub local_ips: BTreeSet<IpAddr>,
+    pub affinity: BTreeSet<String>,
+}
+
+/// One branch in progress.
+#[derive(Debug, Clone)]
+struct Branch {
+    packet: Packet,
+    probability: f64,
+    masquerade: bool,
+    path: Vec<String>,
+}
+
+enum Flow {
+    /// Fell off the end of the chain (RETURN semantics).
+    Continue,
+    /// A terminal verdict was reached.
+    Done(String),
+}
+
+const MAX_DEPTH: usize = 32;
+
+pub fn trace(dump: &Dump, env: &Env, packet: Packet, entry: Entry) -> Trace {
+    let start = Branch { packet: packet.clone(), probability: 1.0, masquerade: false, path: Vec::new() };
+    let nat_chain = match entry {
+        Entry::Prerouting => "PREROUTING",
+        Entry::Output => "OUTPUT",
+    };
+    let mut outcomes = Vec::new();
+    for (nat_branch, nat_flow) in run_entry(dump, env, "nat", nat_chain, start) {
+        if let Flow::Done(v) = &nat_flow {
+            if v == "DROP" || v == "REJECT" {
+                outcomes.push(finish(nat_branch, v.clone()));
+                continue;
+            }
+        }
+        let nat_verdict = match nat_flow {
+            Flow::Done(v) => v,
+            Flow::Continue => String::new(),
+        };
+        outcomes.extend(filter_phase(dump, env, nat_branch, nat_verdict));
+    }
+    Trace { packet, entry, outcomes }
+}
+
+/// The filter service chains run on the (possibly DNATed) packet, as kube-proxy's tracer
+/// runs them: KUBE-SERVICES, KUBE-EXTERNAL-SERVICES, KUBE-NODEPORTS, KUBE-PROXY-FIREWALL.
+fn filter_phase(dump: &Dump, env: &Env, branch: Branch, nat_verdict: String) -> Vec<Outcome> {
+    let mut current = vec![(branch, None::<String>)];
+    for chain in ["KUBE-SERVICES", "KUBE-EXTERNAL-SERVICES", "KUBE-NODEPORTS", "KUBE-PROXY-FIREWALL"] {
+        let mut next = Vec::new();
+        for (b, decided) in current {
+            if decided.is_some() {
+                next.push((b, decided));
+                continue;
+            }
+            for (nb, flow) in run_chain(dump, env, "filter", chain, b, 0) {
+                let d = match flow {
+                    Flow::Done(v) if v != "RETURN" => Some(v),
+                    _ => None,
+                };
+                next.push((nb, d));
+            }
+        }
+        current = next;
+    }
+    current
+        .into_iter()
+        .map(|(b, decided)| {
+            // A filter DROP/REJECT wins over a DNAT; a filter ACCEPT only shows when
+            // nothing in nat decided.
+            let verdict = match decided {
+                Some(v) if v == "DROP" || v == "REJECT" => v,
+                Some(v) if nat_verdict.is_empty() => v,
+                _ => nat_verdict.clone(),
+            };
+            finish(b, verdict)
+        })
+        .collect()
+}
+
+fn finish(b: Branch, verdict: String) -> Outcome {
+    Outcome { verdict, probability: b.probability, masquerade: b.masquerade, path: b.path }
+}
+
+/// Runs a built-in chain. Restore input has no rules in built-in chains (svcproxy and
+/// kube-proxy add their jumps separately), so then the entry is KUBE-SERVICES, which is
+/// where those jumps lead.
+fn run_entry(dump: &Dump, env: &Env, table: &str, chain: &str, b: Branch) -> Vec<(Branch, Flow)> {
+    let has_builtin = dump.tables.get(table).is_some_and(|t| t.rules_of(chain).next().is_some());
+    let chain = if has_builtin { chain } else { "KUBE-SERVICES" };
+    run_chain(dump, env, table, chain, b, 0)
+}
+
+/// Runs `chain`, returning every branch that leaves it with how it left.
+fn run_chain(dump: &Dump, env: &Env, table: &str, chain: &str, b: Branch, depth: usize) -> Vec<(Branch, Flow)> {
+    let Some(t) = dump.tables.get(table) else { return vec![(b, Flow::Continue)] };
+    if depth > MAX_DEPTH {
+        return vec![(b, Flow::Done("LOOP".into()))];
+    }
+    let rules: Vec<&Rule> = t.rules_of(chain).filter(|r| r.op == "-A" || r.op == "-I").collect();
+    let mut live = vec![b];
+    let mut out = Vec::new();
+    for rule in rules {
+        let mut still = Vec::new();
+        for b in live {
+            for (nb, flow) in apply_rule(dump, env, table, chain, rule, b, depth) {
+                match flow {
+                    Flow::Continue => still.push(nb),
+                    done => out.push((nb, done)),
+                }
+            }
+        }
+        live = still;
+        if live.is_empty() {
+            break;
+        }
+    }
+    out.extend(live.into_iter().map(|b| (b, Flow::Continue)));
+    out
+}
+
+/// Applies one rule to a branch: not matching, matching (maybe only with some
+/// probability, which splits the branch), and what its target does.
+fn apply_rule(dump: &Dump, env: &Env, table: &str, chain: &str, rule: &Rule, b: Branch, depth: usize) -> Vec<(Branch, Flow)> {
+    let m = matcher::evaluate(rule, &b.packet, env);
+    if m.probability <= 0.0 {
+        return vec![(b, Flow::Continue)];
+    }
+    let mut out = Vec::new();
+    let mut hit = b.clone();
+    if m.probability < 1.0 {
+        let mut miss = b;
+        miss.probability *= 1.0 - m.probability;
+        out.push((miss, Flow::Continue));
+        hit.probability *= m.probability;
+    }
+    hit.path.push(format!("{table} {chain}:{}", rule.line));
+    out.extend(target(dump, env, table, rule, hit, depth));
+    out
+}
+
+fn target(dump: &Dump, env: &Env, table: &str, rule: &Rule, mut b: Branch, depth: usize) -> Vec<(Branch, Flow)> {
+    let target = matcher::arg_after(&rule.args, "-j").unwrap_or("");
+    match target {
+        "" => vec![(b, Flow::Continue)],
+        "KUBE-MARK-MASQ" => {
+            b.masquerade = true;
+            vec![(b, Flow::Continue)]
+        }
+        "MARK" => {
+            if matcher::arg_after(&rule.args, "--xor-mark").is_some() {
+                b.masquerade = false;
+            }
+            vec![(b, Flow::Continue)]
+        }
+        "RETURN" => vec![(b, Flow::Done("RETURN".into()))],
+        "ACCEPT" | "DROP" | "REJECT" => vec![(b, Flow::Done(target.into()))],
+        "MASQUERADE" => vec![(b, Flow::Continue)],
+        "DNAT" => {
+            let dest = matcher::arg_after(&rule.args, "--to-destination").unwrap_or("").to_string();
+            if let Some((ip, port)) = matcher::split_host_port(&dest) {
+                b.packet.dst = ip;
+                b.packet.dport = port;
+            }
+            vec![(b, Flow::Done(dest))]
+        }
+        chain => run_chain(dump, env, table, chain, b, depth + 1)
+            .into_iter()
+            .map(|(nb, flow)| match flow {
+                Flow::Done(v) if v == "RETURN" => (nb, Flow::Continue),
+                other => (nb, other),
+            })
+            .collect(),
+    }
+}
+
+impl Trace {
+    /// kube-proxy's tracer summary: the distinct verdicts joined by `, ` (DNAT targets in
+    /// first-seen order) and whether any branch is masqueraded.
+    pub fn summary(&self) -> (String, bool) {
+        let mut seen: Vec<&str> = Vec::new();
+        for o in &self.outcomes {
+            if !o.verdict.is_empty() && !seen.contains(&o.verdict.as_str()) {
+                seen.push(&o.verdict);
+            }
+        }
+        (seen.join(", "), self.outcomes.iter().any(|o| o.masquerade))
+    }
+}
