@@ -14,9 +14,10 @@ use serde::{Serialize, Serializer};
 
 /// IP family of an address, a service port or a proxier instance.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "lowercase")]
 pub enum IpFamily {
+    #[serde(rename = "ipv4")]
     V4,
+    #[serde(rename = "ipv6")]
     V6,
 }
 

@@ -1,1 +1,170 @@
-// placeholder
+//! The binary end to end: exit codes, error messages that name file, line, object and
+//! field, stdin input, JSON output, the man page and completions.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_svcproxy"))
+}
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn run(args: &[&str]) -> Output {
+    bin().args(args).current_dir(repo()).output().unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn temp_file(name: &str, text: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("svcproxy-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+#[test]
+fn render_demo_prints_the_golden() {
+    let o = run(&["render", "--from", "fixtures/demo.yaml"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(stdout(&o), std::fs::read_to_string(repo().join("golden/demo.iptables")).unwrap());
+}
+
+#[test]
+fn render_reads_stdin() {
+    let mut child = bin()
+        .args(["render", "--from", "-", "--ip-family", "ipv4"])
+        .current_dir(repo())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let text = std::fs::read_to_string(repo().join("fixtures/demo.yaml")).unwrap();
+    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains("-A KUBE-SERVICES -m comment --comment \"default/kubernetes:https cluster IP\""));
+    assert!(!stdout(&o).contains("# ip6tables"));
+}
+
+#[test]
+fn bad_field_exits_2_naming_file_line_object_and_field() {
+    let p = temp_file(
+        "bad.yaml",
+        "apiVersion: v1\nkind: Service\nmetadata: {name: ok, namespace: ns}\nspec: {clusterIP: 10.0.0.1, ports: [{port: 80}]}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: shop}\nspec:\n  clusterIP: 10.0.0.2\n  externalIPs: [203.0.113.300]\n  ports: [{port: 80}]\n",
+    );
+    let o = run(&["render", "--from", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stdout(&o).is_empty(), "nothing is half-done: {}", stdout(&o));
+    let e = stderr(&o);
+    assert!(e.contains("bad.yaml:6: Service shop/web: field spec.externalIPs[0]: invalid IP address \"203.0.113.300\""), "{e}");
+}
+
+#[test]
+fn wrong_type_and_missing_field_are_named() {
+    let p = temp_file("type.yaml", "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: s, namespace: ns, labels: {kubernetes.io/service-name: web}}\nendpoints: []\n");
+    let e = stderr(&run(&["render", "--from", p.to_str().unwrap()]));
+    assert!(e.contains("type.yaml:1: EndpointSlice ns/s: field addressType: missing (want IPv4, IPv6 or FQDN)"), "{e}");
+    let p = temp_file("type2.yaml", "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: ns}\nspec: {ports: [{port: \"eighty\"}]}\n");
+    let e = stderr(&run(&["render", "--from", p.to_str().unwrap()]));
+    assert!(e.contains("type2.yaml:1: Service ns/web: field spec.ports[0].port"), "{e}");
+}
+
+#[test]
+fn malformed_yaml_and_missing_file_exit_2() {
+    let p = temp_file("broken.yaml", "apiVersion: v1\nkind: Service\nmetadata: {name: [\n");
+    let o = run(&["render", "--from", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("broken.yaml: line"), "{}", stderr(&o));
+    let o = run(&["render", "--from", "/nonexistent/cluster.yaml"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("/nonexistent/cluster.yaml: cannot read"), "{}", stderr(&o));
+}
+
+#[test]
+fn other_kinds_are_skipped_with_a_note() {
+    let p = temp_file("cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cfg, namespace: ns}\n");
+    let o = run(&["render", "--from", p.to_str().unwrap(), "--hostname-override", "n"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(stderr(&o).contains("cm.yaml:1: skipped v1/ConfigMap ns/cfg"), "{}", stderr(&o));
+}
+
+#[test]
+fn json_output_has_the_same_rules() {
+    let o = run(&["render", "--from", "fixtures/demo.yaml", "--output", "json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v[0]["family"], "ipv4");
+    assert_eq!(v[1]["family"], "ipv6");
+    let nat = &v[0]["tables"][1];
+    assert_eq!(nat["table"], "nat");
+    let n_rules: usize = nat["chains"].as_array().unwrap().iter().map(|c| c["rules"].as_array().unwrap().len()).sum();
+    let text = std::fs::read_to_string(repo().join("golden/demo.iptables")).unwrap();
+    let v4_nat = text.split("# ip6tables").next().unwrap().split("*nat").nth(1).unwrap();
+    assert_eq!(n_rules, v4_nat.lines().filter(|l| l.starts_with("-A ")).count());
+}
+
+#[test]
+fn man_page_is_generated_from_the_cli_and_up_to_date() {
+    let o = run(&["man"]);
+    assert_eq!(o.status.code(), Some(0));
+    let committed = std::fs::read(repo().join("man/svcproxy.1")).unwrap_or_default();
+    assert!(
+        o.stdout == committed,
+        "man/svcproxy.1 is stale: regenerate it with `cargo run -q -- man > man/svcproxy.1`"
+    );
+    assert!(stdout(&o).contains("hostname\\-override"), "flags are documented");
+}
+
+#[test]
+fn completions_and_help_work() {
+    let o = run(&["completions", "bash"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(stdout(&o).contains("svcproxy"));
+    let o = run(&["render", "--help"]);
+    assert!(stdout(&o).contains("Examples:"));
+    assert_eq!(run(&["render"]).status.code(), Some(2), "a missing --from is a usage error");
+}
+
+#[test]
+fn flags_override_the_kube_proxy_config_file() {
+    let cfg = temp_file(
+        "kp.yaml",
+        "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nclusterCIDR: 10.244.0.0/16\niptables:\n  masqueradeBit: 10\n  masqueradeAll: true\n",
+    );
+    let o = run(&["render", "--from", "fixtures/demo.yaml", "--ip-family", "ipv4", "--config", cfg.to_str().unwrap(), "--masquerade-bit", "12"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("--or-mark 0x00001000"), "flag wins over the file");
+    assert!(out.contains("--dport 53 -j KUBE-MARK-MASQ"), "masqueradeAll comes from the file");
+}
+
+/// The invocation for kube-proxy's own scenarios, through the binary: the output
+/// equals kube-proxy's expected ruleset after kube-proxy's test normalisation.
+#[test]
+fn upstream_scenarios_through_the_binary_equal_kube_proxy() {
+    use svcproxy::iptables::{check, restore};
+    for name in ["overall-iptables-rules", "bad-ips"] {
+        let fixture = format!("fixtures/upstream/{name}.yaml");
+        let o = run(&[
+            "render", "--mode", "iptables", "--ip-family", "ipv4", "--from", &fixture,
+            "--hostname-override", "test-node", "--node-ip", "192.168.0.2", "--cluster-cidr", "10.0.0.0/8",
+            "--detect-local-mode", "ClusterCIDR", "--masquerade-bit", "14",
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let normalised = check::sort_like_kube_proxy_tests(&restore::parse(&stdout(&o)).unwrap());
+        let expected = std::fs::read_to_string(repo().join(format!("golden/upstream/{name}.kube-proxy"))).unwrap();
+        assert_eq!(normalised, expected, "{name}");
+    }
+}

@@ -1,134 +1,207 @@
-//! Golden tests: every fixture rendered through the CLI's path and compared byte for byte;
-//! kube-proxy's own scenarios compared through its test normalisation; packet-flow
-//! expectations checked with the tracer, so re-blessing cosmetics cannot hide a behaviour
-//! change; incremental fixtures pinning partial-sync output after each step.
+//! Golden tests. Every scenario — a fixture file, or a folder of steps (each a whole cluster
+//! state) — goes through the CLI's code path: source → trackers → renderer → restore
+//! text (a full restore for the first step, partial ones after). Each step is checked
+//! against whichever expectations exist beside it in `golden/`:
+//! - `.iptables`: our exact restore input (byte for byte; blessable);
+//! - `.kube-proxy`: kube-proxy's expected ruleset, after kube-proxy's test normalisation;
+//! - `.flows`: packet flows traced through the full ruleset (never blessed, so a cosmetic
+//!   re-bless cannot hide a behaviour change);
+//! - `.chains` / `.asserts`: single-chain and line/count assertions from upstream tests.
+//! Every full ruleset also passes the jump-consistency check and a parse round-trip.
 
 mod support;
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use support::*;
 use svcproxy::config::Settings;
-use svcproxy::iptables::{check, partial, restore};
-use svcproxy::pipeline::Loaded;
-use svcproxy::source;
+use svcproxy::iptables::partial::{self, Applied, SyncOptions};
+use svcproxy::iptables::render::Ruleset;
+use svcproxy::iptables::{check, restore};
+use svcproxy::pipeline::{self, Loaded};
+use svcproxy::source::{self, ClusterState};
 use svcproxy::trace::{self, Entry, Env, Packet};
-use svcproxy::track::Event;
 
-fn fixtures() -> std::path::PathBuf {
+fn fixtures() -> PathBuf {
     repo().join("fixtures")
 }
 
-fn golden() -> std::path::PathBuf {
+fn golden() -> PathBuf {
     repo().join("golden")
 }
 
-/// The flags kube-proxy's scenarios are rendered with (the invocation).
-fn upstream_flags() -> Settings {
-    Settings {
-        ip_family: Some("ipv4".into()),
-        hostname_override: Some("test-node".into()),
-        node_ips: Some(vec!["192.168.0.2".into()]),
-        cluster_cidr: Some("10.0.0.0/8".into()),
-        detect_local_mode: Some("ClusterCIDR".into()),
-        masquerade_bit: Some(14),
-        ..Settings::default()
+/// One step of a scenario: the config, the full rulesets, and the restore text sent.
+struct Step {
+    loaded: Loaded,
+    rulesets: Vec<Ruleset>,
+    sent: Vec<String>,
+}
+
+fn family_header(rs: &Ruleset, n: usize) -> &'static str {
+    match (n > 1, rs.ctx.family.is_v6()) {
+        (false, _) => "",
+        (true, false) => "# iptables\n",
+        (true, true) => "# ip6tables\n",
     }
+}
+
+impl Step {
+    fn sent_text(&self) -> String {
+        let n = self.sent.len();
+        self.rulesets.iter().zip(&self.sent).map(|(rs, t)| format!("{}{t}", family_header(rs, n))).collect()
+    }
+}
+
+/// Runs a scenario: a single file (one full sync) or a folder of steps.
+fn run_scenario(path: &Path) -> Vec<Step> {
+    let files = if path.is_dir() { yaml_files(path) } else { vec![path.to_path_buf()] };
+    let first = load(&files[0], Settings::default());
+    let mut loaded = first.clone();
+    let mut rulesets = pipeline::render_iptables(&first);
+    let mut applied = vec![Applied::unknown(); rulesets.len()];
+    let mut prev: Option<ClusterState> = None;
+    let mut steps = Vec::new();
+    for file in &files {
+        let state = source::read_path(file).unwrap_or_else(|e| panic!("{e}"));
+        let opts = state.fixture.as_ref().map(|f| f.options.clone()).unwrap_or_default();
+        let mut changes = vec![Default::default(); rulesets.len()];
+        if let Some(p) = &prev {
+            for e in source::events_between(p, &state) {
+                loaded.trackers.apply(&e);
+            }
+            changes = loaded.trackers.commit();
+        }
+        let sync = SyncOptions {
+            full: opts.force_full_sync.unwrap_or(false),
+            delete_stale: opts.stale_chain_cleanup_due.unwrap_or(true),
+        };
+        let mut sent = Vec::new();
+        for ((rs, t), (ap, ch)) in rulesets.iter_mut().zip(&loaded.trackers.families).zip(applied.iter_mut().zip(&changes)) {
+            let ch: &svcproxy::track::Changes = ch;
+            let (svcs, eps) = t.view();
+            rs.update(svcs, eps, &ch.services);
+            let (text, after) = partial::next_restore(ap, rs, &ch.services, sync);
+            sent.push(text);
+            *ap = after;
+        }
+        steps.push(Step { loaded: loaded.clone(), rulesets: rulesets.clone(), sent });
+        prev = Some(state);
+    }
+    steps
+}
+
+/// Every scenario under `dir`: `*.yaml` files and step folders, paired with the golden
+/// base path of each step.
+fn scenarios(dir: &Path, golden_dir: &Path) -> Vec<(PathBuf, Vec<PathBuf>)> {
+    let mut out = Vec::new();
+    for f in yaml_files(dir) {
+        out.push((f.clone(), vec![golden_dir.join(stem(&f))]));
+    }
+    for d in step_dirs(dir) {
+        if d.ends_with("gen") {
+            continue;
+        }
+        let bases = (1..=yaml_files(&d).len()).map(|i| golden_dir.join(stem(&d)).join(format!("{i:02}"))).collect();
+        out.push((d, bases));
+    }
+    out
+}
+
+fn all_scenarios() -> Vec<(PathBuf, Vec<PathBuf>, bool)> {
+    let mut v: Vec<(PathBuf, Vec<PathBuf>, bool)> =
+        scenarios(&fixtures(), &golden()).into_iter().map(|(p, g)| (p, g, false)).collect();
+    v.extend(scenarios(&fixtures().join("upstream"), &golden().join("upstream")).into_iter().map(|(p, g)| (p, g, true)));
+    v
+}
+
+fn with_ext(base: &Path, ext: &str) -> PathBuf {
+    let mut s = base.as_os_str().to_owned();
+    s.push(".");
+    s.push(ext);
+    PathBuf::from(s)
 }
 
 #[test]
 fn goldens_match_byte_for_byte() {
     let mut f = Failures::default();
-    let files = yaml_files(&fixtures());
-    for path in &files {
-        let (_, _, text) = render(path, Settings::default());
-        f.add(check_golden(&golden().join(format!("{}.iptables", stem(path))), &text));
+    let mut n = 0;
+    for (path, bases, upstream) in all_scenarios() {
+        if upstream {
+            continue;
+        }
+        for (step, base) in run_scenario(&path).iter().zip(&bases) {
+            n += 1;
+            f.add(check_golden(&with_ext(base, "iptables"), &step.sent_text()));
+        }
     }
-    f.finish("goldens", files.len());
+    f.finish("goldens", n);
 }
 
 #[test]
-fn every_golden_is_consistent_and_round_trips() {
+fn every_ruleset_is_consistent_and_round_trips() {
     let mut f = Failures::default();
     let mut n = 0;
-    for path in yaml_files(&fixtures()).iter().chain(yaml_files(&fixtures().join("upstream")).iter()) {
-        let (_, rulesets, _) = render(path, Settings::default().over(upstream_flags_if_upstream(path)));
-        for rs in &rulesets {
-            n += 1;
-            let text = restore::write(rs, restore::Scope::Full, &[]);
-            let dump = match restore::parse(&text) {
-                Ok(d) => d,
-                Err(e) => {
-                    f.push(format!("{}: does not parse: {e}", path.display()));
-                    continue;
+    for (path, _, _) in all_scenarios() {
+        for step in run_scenario(&path) {
+            for rs in &step.rulesets {
+                n += 1;
+                let text = restore::write(rs, restore::Scope::Full, &[]);
+                let dump = match restore::parse(&text) {
+                    Ok(d) => d,
+                    Err(e) => {
+                        f.push(format!("{}: does not parse: {e}", path.display()));
+                        continue;
+                    }
+                };
+                if dump.to_text() != text {
+                    f.push(format!("{}: parse round-trip differs:\n{}", path.display(), diff(&text, &dump.to_text())));
                 }
-            };
-            if dump.to_text() != text {
-                f.push(format!("{}: parse round-trip differs:\n{}", path.display(), diff(&text, &dump.to_text())));
-            }
-            for p in check::check_jumps(&dump) {
-                f.push(format!("{} ({}): {p}", path.display(), rs.ctx.family));
+                for p in check::check_jumps(&dump) {
+                    f.push(format!("{} ({}): {p}", path.display(), rs.ctx.family));
+                }
             }
         }
     }
     f.finish("consistency", n);
 }
 
-fn upstream_flags_if_upstream(path: &Path) -> Settings {
-    if path.components().any(|c| c.as_os_str() == "upstream") { upstream_flags() } else { Settings::default() }
-}
-
 #[test]
 fn upstream_scenarios_equal_kube_proxy_expected_rules() {
     let mut f = Failures::default();
     let mut n = 0;
-    for path in yaml_files(&fixtures().join("upstream")) {
-        let expected_path = golden().join("upstream").join(format!("{}.kube-proxy", stem(&path)));
-        let Ok(expected) = std::fs::read_to_string(&expected_path) else { continue };
-        n += 1;
-        let (_, rulesets, _) = render(&path, upstream_flags());
-        let ours = restore::write(&rulesets[0], restore::Scope::Full, &[]);
-        let normalised = check::sort_like_kube_proxy_tests(&restore::parse(&ours).unwrap());
-        if normalised != expected {
-            f.push(format!("{}: differs from kube-proxy's expected rules:\n{}", path.display(), diff(&expected, &normalised)));
+    for (path, bases, _) in all_scenarios() {
+        for (step, base) in run_scenario(&path).iter().zip(&bases) {
+            let Ok(expected) = std::fs::read_to_string(with_ext(base, "kube-proxy")) else { continue };
+            n += 1;
+            let normalised = check::sort_like_kube_proxy_tests(&restore::parse(&step.sent[0]).unwrap());
+            if normalised != expected.trim_start() {
+                f.push(format!("{}: differs from kube-proxy's expected rules:\n{}", base.display(), diff(&expected, &normalised)));
+            }
         }
     }
-    f.finish("upstream rulesets", n);
+    f.finish("kube-proxy rulesets", n);
 }
 
-/// One line of a `.flows` file:
-/// `name | source IP | protocol | dest IP | dest port | expected | masquerade`.
-struct Flow {
-    name: String,
-    src: IpAddr,
-    proto: String,
-    dst: IpAddr,
-    dport: u16,
-    expected: String,
-    masq: bool,
-}
-
-fn read_flows(path: &Path) -> Vec<Flow> {
-    let text = std::fs::read_to_string(path).unwrap();
-    text.lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .map(|l| {
-            let c: Vec<&str> = l.split('|').map(str::trim).collect();
-            assert_eq!(c.len(), 7, "{}: bad flow line: {l}", path.display());
-            Flow {
-                name: c[0].into(),
-                src: c[1].parse().unwrap_or_else(|_| panic!("{}: bad IP in {l}", path.display())),
-                proto: c[2].to_lowercase(),
-                dst: c[3].parse().unwrap_or_else(|_| panic!("{}: bad IP in {l}", path.display())),
-                dport: c[4].parse().unwrap(),
-                expected: if c[5] == "-" { String::new() } else { c[5].into() },
-                masq: c[6] == "true",
+#[test]
+fn normaliser_matches_kube_proxy_vectors() {
+    let dir = golden().join("upstream/sort-iptables-rules");
+    let mut f = Failures::default();
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let p = entry.unwrap().path();
+        if p.extension().is_some_and(|e| e == "input") {
+            n += 1;
+            let input = std::fs::read_to_string(&p).unwrap();
+            let expected = std::fs::read_to_string(p.with_extension("output")).unwrap();
+            let got = check::sort_like_kube_proxy_tests(&restore::parse(&input).unwrap());
+            if got != expected {
+                f.push(format!("{}:\n{}", p.display(), diff(&expected, &got)));
             }
-        })
-        .collect()
+        }
+    }
+    f.finish("normaliser vectors", n);
 }
 
 fn local_ips(loaded: &Loaded) -> BTreeSet<IpAddr> {
@@ -139,93 +212,119 @@ fn local_ips(loaded: &Loaded) -> BTreeSet<IpAddr> {
     ips
 }
 
-fn check_flows(fixture: &Path, flows_path: &Path, flags: Settings, f: &mut Failures) -> usize {
-    let (loaded, rulesets, _) = render(fixture, flags);
-    let env = Env { local_ips: local_ips(&loaded), affinity: BTreeSet::new() };
-    let flows = read_flows(flows_path);
-    for flow in &flows {
-        let Some(rs) = rulesets.iter().find(|r| r.ctx.family == svcproxy::net::IpFamily::of(&flow.dst)) else {
-            f.push(format!("{}: {}: no ruleset for the family of {}", flows_path.display(), flow.name, flow.dst));
+/// `name | source IP | protocol | dest IP | dest port | expected | masquerade`
+fn check_flows(step: &Step, flows_path: &Path, f: &mut Failures) -> usize {
+    let text = std::fs::read_to_string(flows_path).unwrap();
+    let env = Env { local_ips: local_ips(&step.loaded), affinity: BTreeSet::new() };
+    let mut n = 0;
+    for line in text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+        n += 1;
+        let c: Vec<&str> = line.split('|').map(str::trim).collect();
+        let parsed = (c.len() == 7).then(|| (c[1].parse::<IpAddr>(), c[3].parse::<IpAddr>(), c[4].parse::<u16>()));
+        let Some((Ok(src), Ok(dst), Ok(dport))) = parsed else {
+            f.push(format!("{}: bad flow line: {line}", flows_path.display()));
+            continue;
+        };
+        let (expected, masq) = (if c[5] == "-" { "" } else { c[5] }, c[6] == "true");
+        let Some(rs) = step.rulesets.iter().find(|r| r.ctx.family == svcproxy::net::IpFamily::of(&dst)) else {
+            f.push(format!("{}: {}: no ruleset for {dst}", flows_path.display(), c[0]));
             continue;
         };
         let dump = restore::parse(&restore::write(rs, restore::Scope::Full, &[])).unwrap();
-        let packet = Packet { src: flow.src, dst: flow.dst, protocol: flow.proto.clone(), dport: flow.dport, in_interface: None };
-        let (got, masq) = trace::trace(&dump, &env, packet, Entry::Prerouting).summary();
-        if got != flow.expected || masq != flow.masq {
-            f.push(format!(
-                "{}: flow {:?}: expected {:?} masq={}, traced {:?} masq={}",
-                flows_path.display(), flow.name, flow.expected, flow.masq, got, masq
-            ));
+        let packet = Packet { src, dst, protocol: c[2].to_lowercase(), dport, in_interface: None };
+        let (got, got_masq) = trace::trace(&dump, &env, packet, Entry::Prerouting).summary();
+        if got != expected || got_masq != masq {
+            f.push(format!("{}: flow {:?}: expected {expected:?} masq={masq}, traced {got:?} masq={got_masq}", flows_path.display(), c[0]));
         }
     }
-    flows.len()
+    n
 }
 
 #[test]
 fn packet_flows_reach_the_expected_endpoints() {
     let mut f = Failures::default();
     let mut n = 0;
-    for path in yaml_files(&fixtures()) {
-        let flows = golden().join(format!("{}.flows", stem(&path)));
-        if flows.exists() {
-            n += check_flows(&path, &flows, Settings::default(), &mut f);
-        }
-    }
-    for path in yaml_files(&fixtures().join("upstream")) {
-        let flows = golden().join("upstream").join(format!("{}.flows", stem(&path)));
-        if flows.exists() {
-            // The fixture carries the fake proxier's whole environment (some scenarios
-            // vary the local-traffic detector, which the standard flags would override).
-            n += check_flows(&path, &flows, Settings::default(), &mut f);
+    for (path, bases, _) in all_scenarios() {
+        for (step, base) in run_scenario(&path).iter().zip(&bases) {
+            let flows = with_ext(base, "flows");
+            if flows.exists() {
+                n += check_flows(step, &flows, &mut f);
+            }
         }
     }
     f.finish("packet flows", n);
 }
 
-/// Incremental fixtures: `fixtures/NAME/NN-*.yaml` are whole cluster states; after each
-/// step the next restore (full for the first, partial after) must match `golden/NAME/NN.iptables`.
+/// `.chains`: blocks headed `*TABLE CHAIN`, each the exact rules of that chain in the
+/// restore input sent (an empty block: no rules).
 #[test]
-fn incremental_steps_match_partial_sync_goldens() {
+fn upstream_chain_assertions_hold() {
     let mut f = Failures::default();
     let mut n = 0;
-    for dir in step_dirs(&fixtures()) {
-        let steps = yaml_files(&dir);
-        let first = load(&steps[0], Settings::default());
-        let mut trackers = first.trackers.clone();
-        let config = first.config.clone();
-        let mut prev = source::read_path(&steps[0]).unwrap();
-        let mut rulesets = svcproxy::pipeline::render_iptables(&first);
-        let mut applied = vec![partial::Applied::unknown(); rulesets.len()];
-        for (i, step) in steps.iter().enumerate() {
-            let state = source::read_path(step).unwrap();
-            let mut changes = vec![Default::default(); rulesets.len()];
-            if i > 0 {
-                for e in source::events_between(&prev, &state) {
-                    trackers.apply(&e);
+    for (path, bases, _) in all_scenarios() {
+        for (step, base) in run_scenario(&path).iter().zip(&bases) {
+            let Ok(text) = std::fs::read_to_string(with_ext(base, "chains")) else { continue };
+            let dump = restore::parse(&step.sent[0]).unwrap();
+            for block in text.split('*').skip(1) {
+                n += 1;
+                let mut lines = block.lines();
+                let header: Vec<&str> = lines.next().unwrap_or("").split_whitespace().collect();
+                let expected: Vec<&str> = lines.map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).collect();
+                let got: Vec<String> = dump.tables.get(header[0]).map(|t| {
+                    t.rules_of(header[1]).map(|r| {
+                        let mut s = format!("{} {}", r.op, r.chain);
+                        for a in &r.args {
+                            s.push(' ');
+                            s.push_str(&restore::quote(a));
+                        }
+                        s
+                    }).collect()
+                }).unwrap_or_default();
+                if got != expected {
+                    f.push(format!("{}: {} {}: expected {expected:#?}, got {got:#?}", base.display(), header[0], header[1]));
                 }
-                changes = trackers.commit();
             }
-            let mut text = String::new();
-            for ((rs, t), (ap, ch)) in rulesets.iter_mut().zip(&trackers.families).zip(applied.iter_mut().zip(&changes)) {
-                let ch: &svcproxy::track::Changes = ch;
-                let (svcs, eps) = t.view();
-                rs.update(svcs, eps, &ch.services);
-                if rulesets_len_gt1(&config) {
-                    text.push_str(if rs.ctx.family.is_v6() { "# ip6tables\n" } else { "# iptables\n" });
-                }
-                text.push_str(&partial::next_restore(ap, rs, &ch.services, false));
-                *ap = partial::Applied::record(rs);
-            }
-            n += 1;
-            let name = format!("{:02}.iptables", i + 1);
-            f.add(check_golden(&golden().join(stem(&dir)).join(name), &text));
-            prev = state;
         }
-        let _ = Event::ServiceDeleted;
     }
-    f.finish("incremental steps", n);
+    f.finish("chain assertions", n);
 }
 
-fn rulesets_len_gt1(c: &svcproxy::config::Config) -> bool {
-    c.families.len() > 1
+/// `.asserts`: line and count assertions on the restore input sent.
+#[test]
+fn upstream_line_assertions_hold() {
+    let mut f = Failures::default();
+    let mut n = 0;
+    for (path, bases, _) in all_scenarios() {
+        for (step, base) in run_scenario(&path).iter().zip(&bases) {
+            let Ok(text) = std::fs::read_to_string(with_ext(base, "asserts")) else { continue };
+            let sent = &step.sent[0];
+            for line in text.lines().filter(|l| !l.trim().is_empty() && !l.starts_with('#')) {
+                n += 1;
+                if let Err(e) = check_assert(sent, line) {
+                    f.push(format!("{}: {line}: {e}", base.display()));
+                }
+            }
+        }
+    }
+    f.finish("line assertions", n);
+}
+
+fn check_assert(sent: &str, line: &str) -> Result<(), String> {
+    let (key, value) = line.split_once(": ").ok_or("not `key: value`")?;
+    let dnat: Vec<&str> = sent.lines().filter(|l| l.starts_with("-A KUBE-SEP-") && l.contains("-j DNAT")).collect();
+    let ok = match key {
+        "line" => sent.lines().any(|l| l == value),
+        "line containing" => sent.lines().any(|l| l.contains(value)),
+        "no line containing" => !sent.lines().any(|l| l.contains(value)),
+        "count(-A KUBE-SEP-* ... -j DNAT lines)" => dnat.len().to_string() == value,
+        "count(of those with --comment)" => dnat.iter().filter(|l| l.contains("--comment")).count().to_string() == value,
+        k if k.starts_with("nat KUBE-SERVICES has a rule with -d ") => {
+            let ip = k.trim_start_matches("nat KUBE-SERVICES has a rule with -d ");
+            let nat = sent.split("*nat").nth(1).unwrap_or("");
+            let has = nat.lines().any(|l| l.starts_with("-A KUBE-SERVICES ") && l.contains(&format!(" -d {ip} ")));
+            has == (value == "yes")
+        }
+        _ => return Err("unknown assertion".into()),
+    };
+    if ok { Ok(()) } else { Err("does not hold".into()) }
 }

@@ -23,17 +23,44 @@ impl Applied {
         Applied { chains: BTreeSet::new(), needs_full: true }
     }
 
-    /// Records a successful restore of `rs`.
-    pub fn record(rs: &Ruleset) -> Self {
-        Applied { chains: rs.service_chains().map(str::to_string).collect(), needs_full: false }
+    /// The kernel holds `chains` (read back from it), all of them in sync.
+    pub fn from_kernel(chains: BTreeSet<String>) -> Self {
+        Applied { chains, needs_full: false }
     }
 }
 
-/// The restore text for the next sync. `changed` are the services whose ports or
-/// endpoints changed since the last restore; `force_full` asks for a full restore.
-pub fn next_restore(applied: &Applied, rs: &Ruleset, changed: &BTreeSet<NamespacedName>, force_full: bool) -> String {
+/// How the next restore is built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SyncOptions {
+    /// Write every service's chains, not only the changed ones.
+    pub full: bool,
+    /// Delete chains that are no longer used (kube-proxy skips this in large clusters
+    /// except once per sync period).
+    pub delete_stale: bool,
+}
+
+impl Default for SyncOptions {
+    fn default() -> Self {
+        SyncOptions { full: false, delete_stale: true }
+    }
+}
+
+/// The restore text for the next sync, and what the kernel holds once it succeeds.
+/// `changed` are the services whose ports or endpoints changed since the last restore.
+pub fn next_restore(
+    applied: &Applied,
+    rs: &Ruleset,
+    changed: &BTreeSet<NamespacedName>,
+    opts: SyncOptions,
+) -> (String, Applied) {
     let current: BTreeSet<&str> = rs.service_chains().collect();
     let stale: Vec<String> = applied.chains.iter().filter(|c| !current.contains(c.as_str())).cloned().collect();
-    let scope = if force_full || applied.needs_full { Scope::Full } else { Scope::Partial(changed) };
-    restore::write(rs, scope, &stale)
+    let scope = if opts.full || applied.needs_full { Scope::Full } else { Scope::Partial(changed) };
+    let deleted: &[String] = if opts.delete_stale { &stale } else { &[] };
+    let text = restore::write(rs, scope, deleted);
+    let mut after: BTreeSet<String> = current.iter().map(|c| c.to_string()).collect();
+    if !opts.delete_stale {
+        after.extend(stale);
+    }
+    (text, Applied { chains: after, needs_full: false })
 }

@@ -50,12 +50,13 @@ pub fn write(rs: &Ruleset, scope: Scope, stale: &[String]) -> String {
             nat_rules.append(&r.chain_rules);
         }
     }
-    fixed::nat_tail(ctx, &mut nat_rules);
     fixed::filter_tail(ctx, &mut filter_rules);
+    // kube-proxy writes the stale-chain deletions before the final KUBE-NODEPORTS jump.
     for c in stale {
         nat_chains.chain(c);
         nat_rules.line(["-X", c]);
     }
+    fixed::nat_tail(ctx, &mut nat_rules);
     let mut out = String::with_capacity(
         filter_chains.as_str().len() + filter_rules.as_str().len() + nat_chains.as_str().len() + nat_rules.as_str().len() + 32,
     );

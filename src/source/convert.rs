@@ -209,6 +209,7 @@ pub fn endpoint_slice(
             skips.push(Skip { field: "addressType".into(), reason: "FQDN slices are not proxied".into() });
             return Ok(None);
         }
+        "" => return Err(FieldError::new("addressType", "missing (want IPv4, IPv6 or FQDN)")),
         t => return Err(FieldError::new("addressType", format!("unknown address type {t:?}"))),
     };
     let label = slice.metadata.labels.as_ref().and_then(|l| l.get(LABEL_SERVICE_NAME));

@@ -64,4 +64,11 @@ pub struct FixtureOptions {
     pub ipvs_strict_arp: Option<bool>,
     #[serde(rename = "ipvsExcludeCIDRs")]
     pub ipvs_exclude_cidrs: Option<Vec<String>>,
+    /// Incremental fixtures only: this step is a full sync (as after a failed restore).
+    pub force_full_sync: Option<bool>,
+    /// Incremental fixtures only: whether stale chains are deleted in this step
+    /// (kube-proxy deletes them only once per sync period in large clusters).
+    pub stale_chain_cleanup_due: Option<bool>,
+    /// The sync period (Go duration); informative in fixtures.
+    pub sync_period: Option<String>,
 }
