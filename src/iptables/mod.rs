@@ -1,9 +1,15 @@
 //! iptables mode: chain names, the pure renderer, restore text (both ways), and the
 //! partial-sync planner. Nothing here spawns a process.
 
+pub mod apply;
+pub mod canon;
 pub mod check;
+pub mod delta;
+pub mod fake;
+pub mod jumps;
 pub mod lines;
 pub mod names;
 pub mod partial;
 pub mod render;
 pub mod restore;
+pub mod sync;

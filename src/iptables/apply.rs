@@ -1,0 +1,193 @@
+//! The only code that runs iptables: `iptables-save` to read what the kernel holds and
+//! `iptables-restore --noflush --counters` to change it, for one backend (nft or legacy)
+//! and both families, behind the [`Restorer`] trait (with [`super::fake::FakeIptables`]
+//! for tests).
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use crate::net::IpFamily;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    Nft,
+    Legacy,
+}
+
+impl Backend {
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Nft => "nft",
+            Backend::Legacy => "legacy",
+        }
+    }
+
+    /// `iptables-nft-restore`, `ip6tables-legacy-save`, …
+    pub fn binary(self, family: IpFamily, tool: &str) -> String {
+        let base = if family.is_v6() { "ip6tables" } else { "iptables" };
+        if tool.is_empty() {
+            format!("{base}-{}", self.name())
+        } else {
+            format!("{base}-{}-{tool}", self.name())
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    #[error("cannot run {binary}: {source}")]
+    Spawn {
+        binary: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("iptables-restore rejected table {table}, line {line} ({text:?}): {message}")]
+    Rejected { table: String, line: usize, text: String, message: String },
+    #[error("{binary} failed: {message}")]
+    Failed { binary: String, message: String },
+}
+
+/// Reads and writes one backend's rules.
+pub trait Restorer {
+    fn backend(&self) -> Backend;
+    /// `iptables-save -t TABLE` output.
+    fn save(&mut self, family: IpFamily, table: &str) -> Result<String, RestoreError>;
+    /// Applies restore input atomically (`--noflush --counters`, waiting for the xtables lock).
+    fn restore(&mut self, family: IpFamily, text: &str) -> Result<(), RestoreError>;
+}
+
+/// Runs the real binaries.
+#[derive(Debug, Clone)]
+pub struct ExecRestorer {
+    pub backend: Backend,
+    /// Seconds to wait for the xtables lock (`-w`).
+    pub lock_wait_secs: u32,
+}
+
+impl ExecRestorer {
+    pub fn new(backend: Backend) -> Self {
+        ExecRestorer { backend, lock_wait_secs: 5 }
+    }
+}
+
+impl Restorer for ExecRestorer {
+    fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    fn save(&mut self, family: IpFamily, table: &str) -> Result<String, RestoreError> {
+        let binary = self.backend.binary(family, "save");
+        let out = Command::new(&binary)
+            .args(["-t", table])
+            .output()
+            .map_err(|source| RestoreError::Spawn { binary: binary.clone(), source })?;
+        if !out.status.success() {
+            let message = String::from_utf8_lossy(&out.stderr).trim().to_string();
+            // A table that was never created: nothing to read.
+            if message.contains("does not exist") || message.contains("Table does not exist") {
+                return Ok(String::new());
+            }
+            return Err(RestoreError::Failed { binary, message });
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    fn restore(&mut self, family: IpFamily, text: &str) -> Result<(), RestoreError> {
+        let binary = self.backend.binary(family, "restore");
+        let wait = self.lock_wait_secs.to_string();
+        let mut child = Command::new(&binary)
+            .args(["-w", &wait, "-W", "100000", "--noflush", "--counters"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|source| RestoreError::Spawn { binary: binary.clone(), source })?;
+        if let Some(mut stdin) = child.stdin.take() {
+            // A write error means the process died early; its exit status says why.
+            let _ = stdin.write_all(text.as_bytes());
+        }
+        let out = child.wait_with_output().map_err(|source| RestoreError::Spawn { binary: binary.clone(), source })?;
+        if out.status.success() {
+            return Ok(());
+        }
+        Err(rejected(text, &String::from_utf8_lossy(&out.stderr), &binary))
+    }
+}
+
+/// Maps iptables-restore's complaint (`line N failed`, `line N: …`) to the input line.
+pub fn rejected(input: &str, stderr: &str, binary: &str) -> RestoreError {
+    let message = stderr.trim().to_string();
+    let line = failing_line(&message);
+    match line {
+        Some(n) if n >= 1 => {
+            let lines: Vec<&str> = input.lines().collect();
+            let text = lines.get(n - 1).copied().unwrap_or("").to_string();
+            let table = lines[..n.min(lines.len())]
+                .iter()
+                .rev()
+                .find_map(|l| l.strip_prefix('*'))
+                .unwrap_or("")
+                .to_string();
+            RestoreError::Rejected { table, line: n, text, message }
+        }
+        _ => RestoreError::Failed { binary: binary.to_string(), message },
+    }
+}
+
+fn failing_line(message: &str) -> Option<usize> {
+    for part in message.split("line ").skip(1) {
+        let digits: String = part.chars().take_while(|c| c.is_ascii_digit()).collect();
+        if let Ok(n) = digits.parse() {
+            return Some(n);
+        }
+    }
+    None
+}
+
+/// Picks the backend the way kube-proxy's image does (iptables-wrapper): the one whose
+/// mangle table holds kubelet's KUBE-IPTABLES-HINT / KUBE-KUBELET-CANARY chain, else the
+/// one holding more rules, nft on a tie (and when neither binary answers).
+pub fn detect_backend() -> Backend {
+    let probe = |b: Backend, table: &str| -> String {
+        Command::new(b.binary(IpFamily::V4, "save"))
+            .args(["-t", table])
+            .stderr(Stdio::null())
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+    };
+    for b in [Backend::Nft, Backend::Legacy] {
+        let mangle = probe(b, "mangle");
+        if mangle.contains("KUBE-IPTABLES-HINT") || mangle.contains("KUBE-KUBELET-CANARY") {
+            return b;
+        }
+    }
+    let count = |b: Backend| -> usize {
+        ["filter", "nat"].iter().map(|t| probe(b, t).lines().filter(|l| l.starts_with("-A")).count()).sum()
+    };
+    if count(Backend::Legacy) > count(Backend::Nft) {
+        Backend::Legacy
+    } else {
+        Backend::Nft
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restore_errors_name_the_table_and_line() {
+        let input = "*filter\n:KUBE-SERVICES - [0:0]\nCOMMIT\n*nat\n:KUBE-SERVICES - [0:0]\n-A KUBE-SERVICES -j KUBE-NOPE\nCOMMIT\n";
+        let e = rejected(input, "iptables-restore v1.8.9 (nf_tables): \nline 6: RULE_APPEND failed (No such file or directory): rule in chain KUBE-SERVICES\n", "iptables-nft-restore");
+        match e {
+            RestoreError::Rejected { table, line, text, .. } => {
+                assert_eq!((table.as_str(), line, text.as_str()), ("nat", 6, "-A KUBE-SERVICES -j KUBE-NOPE"));
+            }
+            other => panic!("{other:?}"),
+        }
+        let e = rejected(input, "iptables-restore: line 6 failed\n", "iptables-legacy-restore");
+        assert!(matches!(e, RestoreError::Rejected { line: 6, .. }));
+    }
+}

@@ -1,0 +1,270 @@
+//! The difference between the rules the kernel holds and the rules wanted, as a dry-run
+//! diff and as the smallest restore input that turns one into the other. Pure.
+//!
+//! Only chains svcproxy (and kube-proxy) own are compared or touched: the fixed KUBE-
+//! chains and the per-service chains (KUBE-SVC/SVL/EXT/FW/SEP-*), plus the jumps into them
+//! from built-in chains. A per-service chain that differs is rewritten whole (it is
+//! small); a top-level chain (KUBE-SERVICES, KUBE-NODEPORTS, …) is edited in place with
+//! `-D N`/`-I N` when that is shorter than rewriting it, which leaves the same rules in the
+//! same order; unused service chains are deleted last, after the rules that jump to them.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use similar::{capture_diff_slices, Algorithm, DiffOp};
+
+use super::canon::canonical;
+use super::jumps::Jump;
+use super::names::*;
+use super::restore::{quote, Dump, TableDump};
+
+/// Tables in restore order.
+pub const TABLES: [&str; 2] = ["filter", "nat"];
+
+const FIXED: [(&str, &str); 10] = [
+    ("filter", KUBE_SERVICES),
+    ("filter", KUBE_EXTERNAL_SERVICES),
+    ("filter", KUBE_FORWARD),
+    ("filter", KUBE_NODEPORTS),
+    ("filter", KUBE_PROXY_FIREWALL),
+    ("filter", KUBE_FIREWALL),
+    ("nat", KUBE_SERVICES),
+    ("nat", KUBE_NODEPORTS),
+    ("nat", KUBE_POSTROUTING),
+    ("nat", KUBE_MARK_MASQ),
+];
+
+/// Whether svcproxy owns `chain` in `table` (may flush, rewrite or delete it).
+pub fn owned(table: &str, chain: &str) -> bool {
+    FIXED.contains(&(table, chain)) || (table == "nat" && is_service_chain(chain))
+}
+
+/// A rule as wanted: its restore text (for writing) and its canonical form (for comparing).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Wanted {
+    text: String,
+    canon: String,
+}
+
+/// One chain whose rules change, for the dry-run diff (canonical `-A` lines).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChainChange {
+    pub table: String,
+    pub chain: String,
+    /// `None`: the chain does not exist in the kernel.
+    pub live: Option<Vec<String>>,
+    /// `None`: the chain is to be deleted.
+    pub desired: Option<Vec<String>>,
+}
+
+/// What one sync must change.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Delta {
+    pub changes: Vec<ChainChange>,
+    /// Restore input per table (empty when the table needs nothing).
+    pub restore: BTreeMap<String, String>,
+}
+
+impl Delta {
+    pub fn is_empty(&self) -> bool {
+        self.changes.is_empty()
+    }
+
+    /// The whole restore input (tables in restore order), or "" if nothing changes.
+    pub fn restore_text(&self) -> String {
+        TABLES.iter().filter_map(|t| self.restore.get(*t)).cloned().collect()
+    }
+
+    pub fn restore_lines(&self) -> usize {
+        self.restore.values().map(|t| t.lines().count()).sum()
+    }
+}
+
+fn rule_line(chain: &str, args: &[String]) -> String {
+    let mut s = format!("-A {chain}");
+    for a in args {
+        s.push(' ');
+        s.push_str(&quote(a));
+    }
+    s
+}
+
+fn wanted_rules(t: &TableDump, chain: &str, v6: bool) -> Vec<Wanted> {
+    t.rules_of(chain)
+        .map(|r| Wanted { text: rule_line(chain, &r.args), canon: rule_line(chain, &canonical(&r.args, v6)) })
+        .collect()
+}
+
+fn live_rules(t: &TableDump, chain: &str, v6: bool) -> Vec<String> {
+    t.rules_of(chain).map(|r| rule_line(chain, &canonical(&r.args, v6))).collect()
+}
+
+/// Computes the delta. `desired` is a full render (restore text parsed); `live` is what
+/// `iptables-save` printed for the same tables (empty tables if none).
+pub fn compute(desired: &Dump, live: &Dump, v6: bool, jumps: &[Jump]) -> Delta {
+    let mut delta = Delta::default();
+    let empty = TableDump::default();
+    for table in TABLES {
+        let want = desired.tables.get(table).unwrap_or(&empty);
+        let have = live.tables.get(table).unwrap_or(&empty);
+        let mut w = TableWriter::default();
+        let have_chains: BTreeSet<&str> = have.chain_names();
+        for decl in &want.chains {
+            let chain = decl.name.as_str();
+            let wanted = wanted_rules(want, chain, v6);
+            if !have_chains.contains(chain) {
+                w.rewrite(chain, &wanted);
+                delta.changes.push(change(table, chain, None, Some(&wanted)));
+                continue;
+            }
+            let current = live_rules(have, chain, v6);
+            if current.iter().eq(wanted.iter().map(|r| &r.canon)) {
+                continue;
+            }
+            delta.changes.push(change(table, chain, Some(current.clone()), Some(&wanted)));
+            if is_service_chain(chain) {
+                w.rewrite(chain, &wanted);
+            } else {
+                w.edit_or_rewrite(chain, &current, &wanted);
+            }
+        }
+        let want_chains = want.chain_names();
+        for c in &have.chains {
+            if is_service_chain(&c.name) && table == "nat" && !want_chains.contains(c.name.as_str()) {
+                w.delete(&c.name);
+                delta.changes.push(ChainChange {
+                    table: table.into(),
+                    chain: c.name.clone(),
+                    live: Some(live_rules(have, &c.name, v6)),
+                    desired: None,
+                });
+            }
+        }
+        for j in jumps.iter().filter(|j| j.table == table) {
+            let canon = rule_line(j.from, &canonical(&j.args, v6));
+            if !live_rules(have, j.from, v6).contains(&canon) {
+                w.prepend(j.from, &j.args);
+                delta.changes.push(ChainChange {
+                    table: table.into(),
+                    chain: j.from.into(),
+                    live: Some(live_rules(have, j.from, v6)),
+                    desired: Some(std::iter::once(canon).chain(live_rules(have, j.from, v6)).collect()),
+                });
+            }
+        }
+        if let Some(text) = w.finish(table) {
+            delta.restore.insert(table.to_string(), text);
+        }
+    }
+    delta
+}
+
+fn change(table: &str, chain: &str, live: Option<Vec<String>>, wanted: Option<&[Wanted]>) -> ChainChange {
+    ChainChange {
+        table: table.into(),
+        chain: chain.into(),
+        live,
+        desired: wanted.map(|w| w.iter().map(|r| r.canon.clone()).collect()),
+    }
+}
+
+/// Accumulates one table's restore input in a safe order: chain declarations, rules of
+/// rewritten chains, in-place edits, jumps from built-in chains, then deletions.
+#[derive(Default)]
+struct TableWriter {
+    declare: Vec<String>,
+    rules: Vec<String>,
+    edits: Vec<String>,
+    jumps: Vec<String>,
+    deletes: Vec<String>,
+}
+
+impl TableWriter {
+    fn rewrite(&mut self, chain: &str, wanted: &[Wanted]) {
+        self.declare.push(format!(":{chain} - [0:0]"));
+        self.rules.extend(wanted.iter().map(|r| r.text.clone()));
+    }
+
+    /// Positional edits if they are fewer lines than a rewrite.
+    fn edit_or_rewrite(&mut self, chain: &str, current: &[String], wanted: &[Wanted]) {
+        let canon: Vec<&str> = wanted.iter().map(|r| r.canon.as_str()).collect();
+        let cur: Vec<&str> = current.iter().map(String::as_str).collect();
+        let ops = capture_diff_slices(Algorithm::Myers, &cur, &canon);
+        let mut deletes = Vec::new();
+        let mut inserts = Vec::new();
+        for op in &ops {
+            match *op {
+                DiffOp::Equal { .. } => {}
+                DiffOp::Delete { old_index, old_len, .. } => deletes.extend(old_index..old_index + old_len),
+                DiffOp::Insert { new_index, new_len, .. } => inserts.extend(new_index..new_index + new_len),
+                DiffOp::Replace { old_index, old_len, new_index, new_len } => {
+                    deletes.extend(old_index..old_index + old_len);
+                    inserts.extend(new_index..new_index + new_len);
+                }
+            }
+        }
+        if deletes.len() + inserts.len() >= wanted.len() + 1 {
+            return self.rewrite(chain, wanted);
+        }
+        // Delete from the bottom up (positions stay valid), then insert top down: after
+        // the deletions the chain is the common subsequence, and inserting each new rule
+        // at its final position rebuilds the wanted list.
+        for i in deletes.iter().rev() {
+            self.edits.push(format!("-D {chain} {}", i + 1));
+        }
+        for i in inserts {
+            let text = &wanted[i].text;
+            let rest = text.strip_prefix(&format!("-A {chain} ")).unwrap_or("");
+            self.edits.push(format!("-I {chain} {} {rest}", i + 1).trim_end().to_string());
+        }
+    }
+
+    fn prepend(&mut self, chain: &str, args: &[String]) {
+        let line = rule_line(chain, args);
+        self.jumps.push(format!("-I {chain} 1{}", line.strip_prefix(&format!("-A {chain}")).unwrap_or("")));
+    }
+
+    fn delete(&mut self, chain: &str) {
+        self.declare.push(format!(":{chain} - [0:0]"));
+        self.deletes.push(format!("-X {chain}"));
+    }
+
+    fn finish(self, table: &str) -> Option<String> {
+        let lines: Vec<String> =
+            [self.declare, self.rules, self.edits, self.jumps, self.deletes].into_iter().flatten().collect();
+        if lines.is_empty() {
+            return None;
+        }
+        let mut out = format!("*{table}\n");
+        for l in lines {
+            out.push_str(&l);
+            out.push('\n');
+        }
+        out.push_str("COMMIT\n");
+        Some(out)
+    }
+}
+
+/// A unified diff per changed chain, for `--dry-run`.
+pub fn dry_run_diff(delta: &Delta, family_label: &str) -> String {
+    let mut out = String::new();
+    for c in &delta.changes {
+        let live = c.live.clone().unwrap_or_default().join("\n");
+        let desired = c.desired.clone().unwrap_or_default().join("\n");
+        let old = format!("live {family_label} {} {}", c.table, c.chain);
+        let new = format!("desired {family_label} {} {}", c.table, c.chain);
+        let live = if live.is_empty() { live } else { live + "\n" };
+        let desired = if desired.is_empty() { desired } else { desired + "\n" };
+        let diff = similar::TextDiff::from_lines(&live, &desired);
+        out.push_str(&diff.unified_diff().context_radius(1).header(&old, &new).to_string());
+        if c.live.is_none() {
+            out.push_str(&format!("# new chain {} {}\n", c.table, c.chain));
+        }
+        if c.desired.is_none() {
+            out.push_str(&format!("# chain {} {} will be deleted\n", c.table, c.chain));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

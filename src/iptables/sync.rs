@@ -1,0 +1,65 @@
+//! One iptables sync of one family against a [`Restorer`]: read what the kernel holds
+//! for the tables we write, compute the [`Delta`] to the full render, and apply it (or,
+//! for a dry run, only report it). Because the comparison is with the kernel and not
+//! with memory, a run after an earlier run, after a crash or after kube-proxy sends only
+//! what differs, and the end state is always the full render.
+
+use super::apply::{RestoreError, Restorer};
+use super::delta::{self, Delta, TABLES};
+use super::jumps::jumps;
+use super::render::Ruleset;
+use super::restore::{self, Dump, Scope};
+
+/// What a sync found and did.
+#[derive(Debug, Clone)]
+pub struct SyncReport {
+    pub delta: Delta,
+    /// Whether the restore was sent (false for a dry run or when nothing changed).
+    pub applied: bool,
+    /// Lines of the full restore input, for comparison with what was sent.
+    pub full_lines: usize,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    #[error(transparent)]
+    Restore(#[from] RestoreError),
+    #[error("cannot parse iptables-save output of table {table}: {source}")]
+    Parse {
+        table: String,
+        #[source]
+        source: restore::ParseError,
+    },
+}
+
+/// Reads the kernel's tables (`filter` and `nat`) into one dump.
+pub fn read_live(r: &mut dyn Restorer, rs: &Ruleset) -> Result<Dump, SyncError> {
+    let mut live = Dump::default();
+    for table in TABLES {
+        let text = r.save(rs.ctx.family, table)?;
+        let dump = restore::parse(&text).map_err(|source| SyncError::Parse { table: table.into(), source })?;
+        if let Some(t) = dump.tables.get(table) {
+            live.order.push(table.to_string());
+            live.tables.insert(table.to_string(), t.clone());
+        }
+    }
+    Ok(live)
+}
+
+/// The jumps this ruleset needs from built-in chains.
+pub fn needed_jumps(rs: &Ruleset) -> Vec<super::jumps::Jump> {
+    jumps(!rs.ctx.is_v6() && rs.ctx.localhost_node_ports)
+}
+
+/// Brings the kernel to `rs` (or, with `dry_run`, reports what that would take).
+pub fn sync(r: &mut dyn Restorer, rs: &Ruleset, dry_run: bool) -> Result<SyncReport, SyncError> {
+    let full = restore::write(rs, Scope::Full, &[]);
+    let desired = restore::parse(&full).map_err(|source| SyncError::Parse { table: "(rendered)".into(), source })?;
+    let live = read_live(r, rs)?;
+    let delta = delta::compute(&desired, &live, rs.ctx.is_v6(), &needed_jumps(rs));
+    let applied = !dry_run && !delta.is_empty();
+    if applied {
+        r.restore(rs.ctx.family, &delta.restore_text())?;
+    }
+    Ok(SyncReport { delta, applied, full_lines: full.lines().count() })
+}
