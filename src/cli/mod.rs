@@ -1,8 +1,10 @@
 //! The command line: clap definitions and one `run` per command. Commands print, and
 //! return an exit code; errors go up with context to `main`, which prints them once.
 
+pub mod cleanup;
 pub mod flags;
 pub mod render;
+pub mod sync;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -31,6 +33,11 @@ pub enum Command {
     /// Print the rules kube-proxy would program for a cluster state (no kernel access)
     #[command(after_help = render::EXAMPLES)]
     Render(render::RenderArgs),
+    /// Program this node's rules from a cluster state (once); --dry-run shows the diff
+    #[command(after_help = sync::EXAMPLES)]
+    Sync(sync::SyncArgs),
+    /// Remove every rule and chain kube-proxy and svcproxy own (both families and backends)
+    Cleanup(cleanup::CleanupArgs),
     /// Print shell completions
     #[command(after_help = "Example:\n  svcproxy completions bash > /etc/bash_completion.d/svcproxy")]
     Completions {
@@ -42,9 +49,18 @@ pub enum Command {
     Man,
 }
 
+/// Writes to stdout; a closed pipe (`| head`) surfaces as an error `main` treats as success.
+pub fn out(text: &str) -> std::io::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(text.as_bytes())?;
+    stdout.flush()
+}
+
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Render(args) => render::run(&args),
+        Command::Sync(args) => sync::run(&args),
+        Command::Cleanup(args) => cleanup::run(&args),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "svcproxy", &mut std::io::stdout());
             Ok(ExitCode::from(EXIT_OK))

@@ -36,12 +36,17 @@ pub struct RenderArgs {
 
 /// Reads the inputs and loads them: the shared first half of every command.
 pub fn load(flags: &ConfigFlags) -> anyhow::Result<pipeline::Loaded> {
+    load_with(flags, flags.settings())
+}
+
+/// [`load`] with a settings layer the command has adjusted.
+pub fn load_with(flags: &ConfigFlags, settings: Settings) -> anyhow::Result<pipeline::Loaded> {
     let state = source::read_path(&flags.from)?;
     let file = match &flags.config {
         Some(p) => kubeproxy::read(p)?,
         None => Settings::default(),
     };
-    let loaded = pipeline::load(state, flags.settings(), file).context("invalid configuration")?;
+    let loaded = pipeline::load(state, settings, file).context("invalid configuration")?;
     for note in &loaded.notes {
         eprintln!("svcproxy: note: {note}");
     }
@@ -56,8 +61,8 @@ pub fn run(args: &RenderArgs) -> anyhow::Result<ExitCode> {
     let rulesets = pipeline::render_iptables(&loaded);
     let text = pipeline::iptables_text(&rulesets);
     match args.output {
-        Output::Restore => print!("{text}"),
-        Output::Json => println!("{}", serde_json::to_string_pretty(&json_rules(&rulesets)?)?),
+        Output::Restore => super::out(&text)?,
+        Output::Json => super::out(&format!("{}\n", serde_json::to_string_pretty(&json_rules(&rulesets)?)?))?,
     }
     Ok(ExitCode::from(EXIT_OK))
 }

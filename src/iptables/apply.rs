@@ -53,6 +53,8 @@ pub trait Restorer {
     fn backend(&self) -> Backend;
     /// `iptables-save -t TABLE` output.
     fn save(&mut self, family: IpFamily, table: &str) -> Result<String, RestoreError>;
+    /// `iptables-save` of every table that exists (creating none).
+    fn save_all(&mut self, family: IpFamily) -> Result<String, RestoreError>;
     /// Applies restore input atomically (`--noflush --counters`, waiting for the xtables lock).
     fn restore(&mut self, family: IpFamily, text: &str) -> Result<(), RestoreError>;
 }
@@ -89,6 +91,15 @@ impl Restorer for ExecRestorer {
                 return Ok(String::new());
             }
             return Err(RestoreError::Failed { binary, message });
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    fn save_all(&mut self, family: IpFamily) -> Result<String, RestoreError> {
+        let binary = self.backend.binary(family, "save");
+        let out = Command::new(&binary).output().map_err(|source| RestoreError::Spawn { binary: binary.clone(), source })?;
+        if !out.status.success() {
+            return Err(RestoreError::Failed { binary, message: String::from_utf8_lossy(&out.stderr).trim().to_string() });
         }
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
@@ -149,24 +160,23 @@ fn failing_line(message: &str) -> Option<usize> {
 /// mangle table holds kubelet's KUBE-IPTABLES-HINT / KUBE-KUBELET-CANARY chain, else the
 /// one holding more rules, nft on a tie (and when neither binary answers).
 pub fn detect_backend() -> Backend {
-    let probe = |b: Backend, table: &str| -> String {
+    // Without `-t`, iptables-save lists only tables that exist: probing must not create
+    // legacy tables on an nft host (or the reverse).
+    let all = |b: Backend| -> String {
         Command::new(b.binary(IpFamily::V4, "save"))
-            .args(["-t", table])
             .stderr(Stdio::null())
             .output()
             .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
             .unwrap_or_default()
     };
-    for b in [Backend::Nft, Backend::Legacy] {
-        let mangle = probe(b, "mangle");
-        if mangle.contains("KUBE-IPTABLES-HINT") || mangle.contains("KUBE-KUBELET-CANARY") {
+    let dumps = [all(Backend::Nft), all(Backend::Legacy)];
+    for (b, dump) in [Backend::Nft, Backend::Legacy].into_iter().zip(&dumps) {
+        if dump.contains("KUBE-IPTABLES-HINT") || dump.contains("KUBE-KUBELET-CANARY") {
             return b;
         }
     }
-    let count = |b: Backend| -> usize {
-        ["filter", "nat"].iter().map(|t| probe(b, t).lines().filter(|l| l.starts_with("-A")).count()).sum()
-    };
-    if count(Backend::Legacy) > count(Backend::Nft) {
+    let count = |d: &str| d.lines().filter(|l| l.starts_with("-A")).count();
+    if count(&dumps[1]) > count(&dumps[0]) {
         Backend::Legacy
     } else {
         Backend::Nft

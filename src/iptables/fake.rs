@@ -211,6 +211,11 @@ impl Restorer for FakeIptables {
         Ok(text)
     }
 
+    fn save_all(&mut self, family: IpFamily) -> Result<String, RestoreError> {
+        let names: Vec<String> = self.tables.keys().filter(|(f, _)| *f == family).map(|(_, t)| t.clone()).collect();
+        Ok(names.iter().map(|t| self.save_table(family, t)).collect())
+    }
+
     fn restore(&mut self, family: IpFamily, text: &str) -> Result<(), RestoreError> {
         self.calls.push(Call::Restore(family, text.to_string()));
         if let Some(message) = self.fail_next.take() {

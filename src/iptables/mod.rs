@@ -4,10 +4,12 @@
 pub mod apply;
 pub mod canon;
 pub mod check;
+pub mod cleanup;
 pub mod delta;
 pub mod fake;
 pub mod jumps;
 pub mod lines;
+pub mod nfacct;
 pub mod names;
 pub mod partial;
 pub mod render;
