@@ -10,7 +10,7 @@ use super::render::load_with;
 use super::{ConfigFlags, EXIT_CHANGES, EXIT_OK};
 use crate::config::Mode;
 use crate::iptables::apply::{detect_backend, Backend, ExecRestorer};
-use crate::iptables::{delta, nfacct, sync};
+use crate::iptables::{conntrack, delta, nfacct, sync};
 use crate::pipeline;
 
 pub const EXAMPLES: &str = "\
@@ -88,6 +88,11 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
                 DryRunOutput::Restore => super::out(&report.delta.restore_text())?,
             }
         } else {
+            if !report.flushes.is_empty() {
+                if let Err(e) = conntrack::flush(&report.flushes, family.is_v6()) {
+                    eprintln!("svcproxy: warning: stale UDP/SCTP conntrack entries not cleared: {e}");
+                }
+            }
             eprintln!(
                 "svcproxy: {family} ({}): {} chain(s) changed, {} restore line(s) sent (full ruleset: {} lines)",
                 backend.name(),

@@ -4,6 +4,7 @@
 pub mod apply;
 pub mod canon;
 pub mod check;
+pub mod conntrack;
 pub mod cleanup;
 pub mod delta;
 pub mod fake;

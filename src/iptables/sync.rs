@@ -18,6 +18,8 @@ pub struct SyncReport {
     pub applied: bool,
     /// Lines of the full restore input, for comparison with what was sent.
     pub full_lines: usize,
+    /// UDP/SCTP conntrack entries made stale by the change (to flush once applied).
+    pub flushes: Vec<super::conntrack::Flush>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -61,5 +63,6 @@ pub fn sync(r: &mut dyn Restorer, rs: &Ruleset, dry_run: bool) -> Result<SyncRep
     if applied {
         r.restore(rs.ctx.family, &delta.restore_text())?;
     }
-    Ok(SyncReport { delta, applied, full_lines: full.lines().count() })
+    let flushes = super::conntrack::stale(&live, &desired);
+    Ok(SyncReport { delta, applied, full_lines: full.lines().count(), flushes })
 }

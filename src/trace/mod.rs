@@ -10,6 +10,11 @@
 
 mod matcher;
 
+/// Argument helpers shared with other rule readers.
+pub mod matcher_util {
+    pub use super::matcher::{arg_after, split_host_port};
+}
+
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
