@@ -6,6 +6,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod gen;
 pub mod iptables;
 pub mod model;
 pub mod net;

@@ -1,8 +1,10 @@
 //! The command line: clap definitions and one `run` per command. Commands print, and
 //! return an exit code; errors go up with context to `main`, which prints them once.
 
+pub mod bench;
 pub mod cleanup;
 pub mod flags;
+pub mod generate;
 pub mod render;
 pub mod sync;
 
@@ -38,6 +40,12 @@ pub enum Command {
     Sync(sync::SyncArgs),
     /// Remove every rule and chain kube-proxy and svcproxy own (both families and backends)
     Cleanup(cleanup::CleanupArgs),
+    /// Write a deterministic synthetic cluster (YAML) for benchmarks and scale tests
+    #[command(after_help = "Example:\n  svcproxy generate --services 10000 --endpoints 10 > big.yaml")]
+    Generate(generate::GenerateArgs),
+    /// Measure svcproxy on generated clusters
+    #[command(after_help = "Example:\n  svcproxy bench restore-size --services 1000,10000")]
+    Bench(bench::BenchArgs),
     /// Print shell completions
     #[command(after_help = "Example:\n  svcproxy completions bash > /etc/bash_completion.d/svcproxy")]
     Completions {
@@ -61,6 +69,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Render(args) => render::run(&args),
         Command::Sync(args) => sync::run(&args),
         Command::Cleanup(args) => cleanup::run(&args),
+        Command::Generate(args) => generate::run(&args),
+        Command::Bench(args) => bench::run(&args),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "svcproxy", &mut std::io::stdout());
             Ok(ExitCode::from(EXIT_OK))

@@ -196,7 +196,7 @@ pub fn resolve(s: Settings, nodes: &[Node]) -> Result<Config, ConfigError> {
     let node = nodes.iter().rev().find(|n| n.name == node_name);
     let node_ips = match &s.node_ips {
         Some(list) => parse_node_ips(list)?,
-        None => node.map(|n| n.addresses.clone()).unwrap_or_default(),
+        None => node.map(|n| host_ips(&n.addresses)).unwrap_or_default(),
     };
     let node_pod_cidrs = match &s.node_pod_cidrs {
         Some(list) => parse_cidrs("node pod CIDRs", list)?,
@@ -244,6 +244,14 @@ pub fn resolve(s: Settings, nodes: &[Node]) -> Result<Config, ConfigError> {
     };
     check_detector(&config)?;
     Ok(Config { families: parse_families(s.ip_family.as_deref(), &config)?, ..config })
+}
+
+/// kube-proxy's `GetNodeHostIPs`: the first address, and the first of the other family.
+fn host_ips(addresses: &[IpAddr]) -> Vec<IpAddr> {
+    let Some(first) = addresses.first() else { return Vec::new() };
+    let mut out = vec![*first];
+    out.extend(addresses.iter().find(|a| IpFamily::of(a) != IpFamily::of(first)));
+    out
 }
 
 fn default_hostname() -> String {

@@ -18,19 +18,19 @@ const BUILTIN: [(&str, &[&str]); 3] = [
 ];
 const TARGETS: [&str; 9] = ["ACCEPT", "DROP", "REJECT", "RETURN", "MARK", "DNAT", "SNAT", "MASQUERADE", "LOG"];
 
-/// One table: chains in creation order, each with canonical rules (args after the chain).
+/// One table: chains with canonical rules (args after the chain).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FakeTable {
-    pub chains: Vec<(String, Vec<Vec<String>>)>,
+    pub chains: BTreeMap<String, Vec<Vec<String>>>,
 }
 
 impl FakeTable {
     fn get_mut(&mut self, chain: &str) -> Option<&mut Vec<Vec<String>>> {
-        self.chains.iter_mut().find(|(n, _)| n == chain).map(|(_, r)| r)
+        self.chains.get_mut(chain)
     }
 
     fn has(&self, chain: &str) -> bool {
-        self.chains.iter().any(|(n, _)| n == chain)
+        self.chains.contains_key(chain)
     }
 }
 
@@ -63,15 +63,14 @@ impl FakeIptables {
         let t = self.table(family, name).clone();
         let builtins = BUILTIN.iter().find(|(n, _)| *n == name).map(|(_, c)| *c).unwrap_or(&[]);
         let mut out = format!("*{name}\n");
-        let mut names: Vec<&String> = t.chains.iter().map(|(n, _)| n).collect();
+        let mut names: Vec<&String> = t.chains.keys().collect();
         names.sort_by_key(|n| (!builtins.contains(&n.as_str()), builtins.iter().position(|b| b == n), n.to_string()));
         for n in &names {
             let policy = if builtins.contains(&n.as_str()) { "ACCEPT" } else { "-" };
             out.push_str(&format!(":{n} {policy} [0:0]\n"));
         }
         for n in names {
-            let rules = &t.chains.iter().find(|(c, _)| c == n).unwrap().1;
-            for r in rules {
+            for r in &t.chains[n] {
                 out.push_str(&format!("-A {n}"));
                 for a in r {
                     out.push(' ');
@@ -129,7 +128,9 @@ fn apply_line(t: &mut FakeTable, line: &str, v6: bool) -> Result<(), String> {
         let name = decl.split_whitespace().next().ok_or("bad chain line")?.to_string();
         match t.get_mut(&name) {
             Some(rules) => rules.clear(),
-            None => t.chains.push((name, Vec::new())),
+            None => {
+                t.chains.insert(name, Vec::new());
+            }
         }
         return Ok(());
     }
@@ -141,12 +142,7 @@ fn apply_line(t: &mut FakeTable, line: &str, v6: bool) -> Result<(), String> {
             if referenced {
                 return Err(format!("chain {chain} is still referenced"));
             }
-            let before = t.chains.len();
-            t.chains.retain(|(n, _)| *n != chain);
-            if t.chains.len() == before {
-                return Err(format!("no chain {chain}"));
-            }
-            Ok(())
+            t.chains.remove(&chain).map(|_| ()).ok_or_else(|| format!("no chain {chain}"))
         }
         "-A" | "-I" | "-D" => {
             let rules = t.get_mut(&chain).ok_or_else(|| format!("no chain {chain}"))?;

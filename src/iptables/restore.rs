@@ -85,6 +85,8 @@ pub struct TableDump {
     pub rules: Vec<Rule>,
     /// Chains deleted with `-X`, in order.
     pub deleted: Vec<String>,
+    /// Positions in `rules` per chain (kept by [`TableDump::push`]).
+    index: std::collections::HashMap<String, Vec<usize>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,7 +112,12 @@ impl TableDump {
     }
 
     pub fn rules_of<'a>(&'a self, chain: &'a str) -> impl Iterator<Item = &'a Rule> {
-        self.rules.iter().filter(move |r| r.chain == chain)
+        self.index.get(chain).into_iter().flatten().map(move |i| &self.rules[*i])
+    }
+
+    pub fn push(&mut self, rule: Rule) {
+        self.index.entry(rule.chain.clone()).or_default().push(self.rules.len());
+        self.rules.push(rule);
     }
 }
 
@@ -163,7 +170,7 @@ pub fn parse(text: &str) -> Result<Dump, ParseError> {
         match words.first().map(String::as_str) {
             Some("-X") if words.len() == 2 => td.deleted.push(words[1].clone()),
             Some(op @ ("-A" | "-I" | "-D" | "-R" | "-N")) if words.len() >= 2 => {
-                td.rules.push(Rule { op: op.to_string(), chain: words[1].clone(), args: words[2..].to_vec(), line: i + 1 })
+                td.push(Rule { op: op.to_string(), chain: words[1].clone(), args: words[2..].to_vec(), line: i + 1 })
             }
             _ => return Err(err("not a rule")),
         }

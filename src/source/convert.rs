@@ -294,10 +294,12 @@ fn slice_endpoints(
 
 pub fn node(n: &core::Node) -> Result<Node> {
     let name = n.metadata.name.clone().filter(|s| !s.is_empty()).ok_or_else(|| FieldError::new("metadata.name", "missing"))?;
+    // InternalIPs first, then ExternalIPs (the order kube-proxy's GetNodeHostIPs reads them).
     let mut addresses = Vec::new();
-    let status_addrs = n.status.as_ref().and_then(|s| s.addresses.as_ref());
-    for (i, a) in status_addrs.into_iter().flatten().enumerate() {
-        if a.type_ == "InternalIP" || a.type_ == "ExternalIP" {
+    let status_addrs: Vec<&core::NodeAddress> =
+        n.status.as_ref().and_then(|s| s.addresses.as_ref()).map(|v| v.iter().collect()).unwrap_or_default();
+    for kind in ["InternalIP", "ExternalIP"] {
+        for (i, a) in status_addrs.iter().enumerate().filter(|(_, a)| a.type_ == kind) {
             addresses.push(ip(format!("status.addresses[{i}].address"), &a.address)?);
         }
     }

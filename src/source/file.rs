@@ -100,7 +100,20 @@ fn documents(path: &Path, text: &str) -> Result<Vec<(u64, Value)>, SourceError> 
             message: format!("line {}: malformed JSON: {e}", e.line()),
         });
     }
-    let docs: Vec<serde_saphyr::Spanned<Value>> = serde_saphyr::from_multiple(text).map_err(|e| {
+    // serde-saphyr's default budget suits config files; a cluster dump has one document
+    // per object. Size limits scale with the input; alias and anchor limits (the
+    // expansion bombs) keep their defaults.
+    let scaled = text.len().max(1 << 20);
+    let options = serde_saphyr::options! {
+        budget: serde_saphyr::budget! {
+            max_reader_input_bytes: None,
+            max_documents: scaled,
+            max_nodes: scaled,
+            max_events: scaled * 2,
+            max_total_scalar_bytes: scaled,
+        },
+    };
+    let docs: Vec<serde_saphyr::Spanned<Value>> = serde_saphyr::from_multiple_with_options(text, options).map_err(|e| {
         let at = e.location().map(|l| format!("line {}: ", l.line())).unwrap_or_default();
         SourceError::Syntax { path: path.to_path_buf(), message: format!("{at}malformed YAML: {e}") }
     })?;
