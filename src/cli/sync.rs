@@ -61,6 +61,10 @@ pub struct SyncArgs {
     /// iptables backend (auto: the one that already holds rules, as kube-proxy's image picks)
     #[arg(long, value_enum, default_value = "auto")]
     pub iptables_backend: BackendArg,
+
+    /// Seconds to wait for the xtables lock (iptables-restore -w)
+    #[arg(long, value_name = "SECS", default_value_t = 5)]
+    pub iptables_lock_wait: u32,
 }
 
 pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
@@ -75,7 +79,7 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
         anyhow::bail!("--mode ipvs: the IPVS backend is not built yet (see the IPVS issue)");
     }
     let backend = args.iptables_backend.resolve();
-    let mut restorer = ExecRestorer::new(backend);
+    let mut restorer = ExecRestorer { backend, lock_wait_secs: args.iptables_lock_wait };
     let mut pending = false;
     for rs in pipeline::render_iptables(&loaded) {
         let family = rs.ctx.family;

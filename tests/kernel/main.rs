@@ -1,0 +1,64 @@
+//! Real-kernel tests: network namespaces, veth pairs, real packets, the real
+//! `iptables-restore`/`iptables-save` of both backends. A custom harness
+//! (`harness = false`) runs the cases, reports `SKIPPED` with the reason when a case
+//! cannot run (not root, a tool missing) and counts it; under `CI=true` a skip fails.
+//!
+//! ```text
+//! cargo test --test kernel                      # all cases (root needed, else SKIPPED)
+//! cargo test --test kernel -- nft_ --nocapture  # filter by substring, show case logs
+//! CI=true cargo test --test kernel              # a SKIPPED case counts as FAILED
+//! SVCPROXY_KERNEL_FORCE_SKIP=1 ...              # simulate an unprivileged run
+//! SVCPROXY_KERNEL_CASE_TIMEOUT=60 ...           # per-case hard limit (default 120 s)
+//! ```
+//!
+//! Only 198.18.0.0/15 and fd00::/8 are used, only inside namespaces the tests create
+//! (no default route anywhere); everything is torn down, also on failure.
+
+#[macro_use]
+mod harness;
+mod netns;
+
+/// `nft_NAME` and `legacy_NAME` cases from a `fn(&mut Ctx, Backend) -> CaseResult`.
+macro_rules! per_backend {
+    ($v:ident, $($f:ident),+ $(,)?) => {
+        $(
+            $v.push($crate::harness::Case::new(concat!("nft_", stringify!($f)), |c| $f(c, $crate::netns::Backend::Nft)));
+            $v.push($crate::harness::Case::new(concat!("legacy_", stringify!($f)), |c| $f(c, $crate::netns::Backend::Legacy)));
+        )+
+    };
+}
+
+
+mod dataplane;
+mod faults;
+mod goldens;
+mod selftest;
+mod svcproxy;
+
+use std::time::Duration;
+
+use harness::Options;
+
+fn main() {
+    // Connection clients and servers re-execute this binary inside a namespace.
+    netns::helper_main_if_requested();
+
+    let stale = netns::stale_namespaces(harness::env_true("SVCPROXY_KERNEL_SWEEP_STALE"));
+    if !stale.is_empty() {
+        say!("note: namespaces of dead runs: {} (SVCPROXY_KERNEL_SWEEP_STALE=1 removes them)", stale.join(" "));
+    }
+    let mut cases = selftest::cases();
+    cases.extend(goldens::cases());
+    cases.extend(dataplane::cases());
+    cases.extend(faults::cases());
+    let code = harness::run(
+        &cases,
+        Options {
+            suite: "kernel",
+            on_timeout: netns::teardown_all_live,
+            at_exit: netns::leftovers_at_exit,
+            default_timeout: Duration::from_secs(120),
+        },
+    );
+    std::process::exit(code);
+}
