@@ -108,7 +108,7 @@ impl Restorer for ExecRestorer {
         let binary = self.backend.binary(family, "restore");
         let wait = self.lock_wait_secs.to_string();
         let mut child = Command::new(&binary)
-            .args(["-w", &wait, "-W", "100000", "--noflush", "--counters"])
+            .args(["-w", &wait, "--noflush", "--counters"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -140,6 +140,15 @@ pub fn rejected(input: &str, stderr: &str, binary: &str) -> RestoreError {
                 .find_map(|l| l.strip_prefix('*'))
                 .unwrap_or("")
                 .to_string();
+            // iptables-legacy checks entries when it commits the table, so it names the
+            // COMMIT line: then the table's rules are the candidates, listed for the operator.
+            let message = if text == "COMMIT" {
+                let start = lines[..n - 1].iter().rposition(|l| l.starts_with('*')).map_or(0, |i| i + 1);
+                let rules: Vec<&str> = lines[start..n - 1].iter().filter(|l| l.starts_with('-')).copied().collect();
+                format!("{message}\nthe kernel rejected one of the rules of table {table}:\n  {}", rules.join("\n  "))
+            } else {
+                message
+            };
             RestoreError::Rejected { table, line: n, text, message }
         }
         _ => RestoreError::Failed { binary: binary.to_string(), message },
