@@ -8,6 +8,7 @@ pub mod cli;
 pub mod config;
 pub mod gen;
 pub mod iptables;
+pub mod ipvs;
 pub mod model;
 pub mod net;
 pub mod pipeline;

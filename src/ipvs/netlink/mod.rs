@@ -1,0 +1,32 @@
+//! IPVS over generic netlink, without ipvsadm or libnl.
+//!
+//! - [`msg`]: the family's messages as values (bytes ⇄ [`msg::IpvsMessage`]); pure.
+//! - [`types`]: what svcproxy wants ([`VirtualServer`], [`RealServer`]) and what the
+//!   kernel reports besides ([`ObservedVirtualServer`], [`ObservedRealServer`]).
+//! - [`convert`]: which message each [`Op`] becomes and how replies read; pure.
+//! - [`Ipvs`]: the client trait; [`NetlinkIpvs`] talks to the kernel (and pipelines
+//!   batches with [`Ipvs::apply`]), [`FakeIpvs`] is an in-memory kernel that logs calls.
+
+mod client;
+pub mod convert;
+mod error;
+mod fake;
+mod kernel;
+pub mod msg;
+pub mod types;
+
+#[cfg(test)]
+mod convert_tests;
+#[cfg(test)]
+mod fake_tests;
+#[cfg(test)]
+mod msg_tests;
+
+pub use client::{BatchReport, Failure, Ipvs};
+pub use error::{Errno, Error};
+pub use fake::FakeIpvs;
+pub use kernel::{Direction, NetlinkIpvs, DEFAULT_WINDOW};
+pub use types::{
+    Call, Forward, Info, ObservedRealServer, ObservedVirtualServer, Op, Protocol, RealServer,
+    ServiceKey, Stats, Timeouts, Version, VirtualServer,
+};
