@@ -168,3 +168,28 @@ fn upstream_scenarios_through_the_binary_equal_kube_proxy() {
         assert_eq!(normalised, expected, "{name}");
     }
 }
+
+/// `svcproxy trace` answers the two questions operators ask of the demo cluster; the
+/// outputs are pinned in golden/ (bless with SVCPROXY_BLESS=1 outside CI).
+#[test]
+fn trace_answers_the_demo_questions() {
+    let cases: [(&str, &[&str]); 2] = [
+        ("demo.trace-dns.txt", &["--src", "10.244.1.99", "--dst", "10.96.0.10:53", "--proto", "udp"]),
+        ("demo.trace-lb-outside-ranges.txt", &["--src", "192.0.2.200", "--dst", "192.0.2.50:443", "--entry", "outside"]),
+    ];
+    for (golden, extra) in cases {
+        let mut args = vec!["trace", "--from", "fixtures/demo.yaml"];
+        args.extend_from_slice(extra);
+        let o = run(&args);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let path = repo().join("golden").join(golden);
+        if std::env::var("SVCPROXY_BLESS").is_ok_and(|v| v == "1") && std::env::var("CI").is_err() {
+            std::fs::write(&path, &o.stdout).unwrap();
+        }
+        assert_eq!(stdout(&o), std::fs::read_to_string(&path).unwrap_or_default(), "{golden}");
+    }
+    let o = run(&["trace", "--from", "fixtures/demo.yaml", "--src", "10.244.1.99", "--dst", "10.96.0.10:53", "--proto", "udp", "--output", "json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let total: f64 = v["outcomes"].as_array().unwrap().iter().map(|o| o["probability"].as_f64().unwrap()).sum();
+    assert!((total - 1.0).abs() < 1e-9, "branch probabilities add up to 1: {total}");
+}

@@ -7,6 +7,7 @@ pub mod flags;
 pub mod generate;
 pub mod render;
 pub mod sync;
+pub mod trace;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -38,6 +39,9 @@ pub enum Command {
     /// Program this node's rules from a cluster state (once); --dry-run shows the diff
     #[command(after_help = sync::EXAMPLES)]
     Sync(sync::SyncArgs),
+    /// Show where a packet goes: chains, endpoints with probabilities, masquerade, drops
+    #[command(after_help = trace::EXAMPLES)]
+    Trace(trace::TraceArgs),
     /// Remove every rule and chain kube-proxy and svcproxy own (both families and backends)
     Cleanup(cleanup::CleanupArgs),
     /// Write a deterministic synthetic cluster (YAML) for benchmarks and scale tests
@@ -68,6 +72,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Render(args) => render::run(&args),
         Command::Sync(args) => sync::run(&args),
+        Command::Trace(args) => trace::run(&args),
         Command::Cleanup(args) => cleanup::run(&args),
         Command::Generate(args) => generate::run(&args),
         Command::Bench(args) => bench::run(&args),

@@ -40,7 +40,7 @@ pub struct Outcome {
     pub verdict: String,
     pub probability: f64,
     pub masquerade: bool,
-    /// The chains and rule lines walked, e.g. `nat KUBE-SERVICES:17`.
+    /// The rules matched, in order, each as `TABLE -A CHAIN ARGS…`.
     pub path: Vec<String>,
 }
 
@@ -193,7 +193,12 @@ fn apply_rule(dump: &Dump, env: &Env, table: &str, chain: &str, rule: &Rule, b: 
         out.push((miss, Flow::Continue));
         hit.probability *= m.probability;
     }
-    hit.path.push(format!("{table} {chain}:{}", rule.line));
+    let mut text = format!("-A {chain}");
+    for a in &rule.args {
+        text.push(' ');
+        text.push_str(&crate::iptables::restore::quote(a));
+    }
+    hit.path.push(format!("{table} {text}"));
     out.extend(target(dump, env, table, rule, hit, depth));
     out
 }
