@@ -12,6 +12,7 @@ pub mod ipvs;
 pub mod model;
 pub mod net;
 pub mod pipeline;
+pub mod runner;
 pub mod select;
 pub mod source;
 pub mod trace;

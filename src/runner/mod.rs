@@ -1,0 +1,6 @@
+//! The runner: when to sync (a pure schedule) and the loops that drive syncs from
+//! sources (one-shot, or watching).
+
+pub mod schedule;
+
+pub use schedule::{Kind, Schedule, Timing};
