@@ -328,3 +328,19 @@ fn check_assert(sent: &str, line: &str) -> Result<(), String> {
     };
     if ok { Ok(()) } else { Err("does not hold".into()) }
 }
+
+/// IPVS mode: every `fixtures/*.yaml` rendered as `svcproxy render --mode ipvs` prints it,
+/// against `golden/NAME.ipvs`.
+#[test]
+fn ipvs_goldens_match_byte_for_byte() {
+    let mut f = Failures::default();
+    let mut n = 0;
+    for path in yaml_files(&fixtures()) {
+        let flags = Settings { mode: Some("ipvs".into()), ..Settings::default() };
+        let loaded = load(&path, flags);
+        let plans = svcproxy::ipvs::plan_all(&loaded.config, &loaded.trackers);
+        n += 1;
+        f.add(check_golden(&golden().join(format!("{}.ipvs", stem(&path))), &svcproxy::ipvs::text::render(&plans)));
+    }
+    f.finish("ipvs goldens", n);
+}

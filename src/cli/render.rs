@@ -56,7 +56,12 @@ pub fn load_with(flags: &ConfigFlags, settings: Settings) -> anyhow::Result<pipe
 pub fn run(args: &RenderArgs) -> anyhow::Result<ExitCode> {
     let loaded = load(&args.config)?;
     if loaded.config.mode == Mode::Ipvs {
-        anyhow::bail!("--mode ipvs: the IPVS renderer is not built yet (see the IPVS issue)");
+        if args.output == Output::Json {
+            anyhow::bail!("--mode ipvs: only --output restore is supported");
+        }
+        let plans = crate::ipvs::plan_all(&loaded.config, &loaded.trackers);
+        super::out(&crate::ipvs::text::render(&plans))?;
+        return Ok(ExitCode::from(EXIT_OK));
     }
     let rulesets = pipeline::render_iptables(&loaded);
     let text = pipeline::iptables_text(&rulesets);

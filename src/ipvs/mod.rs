@@ -1,4 +1,28 @@
-//! IPVS mode. `netlink` is svcproxy's own IPVS generic-netlink client (messages as pure
-//! types, a synchronous client behind a trait, an in-memory fake).
+//! IPVS mode. `plan` is the pure planner (what kube-proxy's IPVS proxier would program),
+//! `text` prints plans, and `netlink` is svcproxy's own IPVS generic-netlink client
+//! (messages as pure types, a synchronous client behind a trait, an in-memory fake).
 
 pub mod netlink;
+pub mod plan;
+pub mod text;
+
+use crate::config::Config;
+use crate::model::{EndpointsMap, ServicePortMap};
+use crate::net::IpFamily;
+
+/// Plans one family from the committed maps.
+pub fn plan_family(cfg: &Config, family: IpFamily, services: &ServicePortMap, endpoints: &EndpointsMap) -> plan::Plan {
+    plan::plan(&plan::Context::new(cfg, family), services, endpoints)
+}
+
+/// Plans every family the trackers hold (IPv4 first).
+pub fn plan_all(cfg: &Config, trackers: &crate::track::Trackers) -> Vec<plan::Plan> {
+    trackers
+        .families
+        .iter()
+        .map(|t| {
+            let (services, endpoints) = t.view();
+            plan_family(cfg, t.family, services, endpoints)
+        })
+        .collect()
+}

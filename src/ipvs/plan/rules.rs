@@ -1,0 +1,186 @@
+//! The iptables rules IPVS mode needs (kube-proxy's IPVS `writeIptablesRules`): the
+//! restore text is nat first, then filter, with kube-proxy's chains, texts and order.
+
+use super::ipsets::SetId;
+use super::{Context, Plan};
+use crate::iptables::lines::Lines;
+use crate::iptables::names::{KUBE_FORWARD, KUBE_MARK_MASQ, KUBE_POSTROUTING, KUBE_PROXY_FIREWALL, KUBE_SERVICES};
+
+pub const KUBE_NODE_PORT: &str = "KUBE-NODE-PORT";
+pub const KUBE_LOAD_BALANCER: &str = "KUBE-LOAD-BALANCER";
+pub const KUBE_SOURCE_RANGES_FIREWALL: &str = "KUBE-SOURCE-RANGES-FIREWALL";
+pub const KUBE_IPVS_FILTER: &str = "KUBE-IPVS-FILTER";
+pub const KUBE_IPVS_OUT_FILTER: &str = "KUBE-IPVS-OUT-FILTER";
+
+/// nat chains, in kube-proxy's `iptablesChains` order.
+pub const NAT_CHAINS: [&str; 5] = [KUBE_SERVICES, KUBE_POSTROUTING, KUBE_NODE_PORT, KUBE_LOAD_BALANCER, KUBE_MARK_MASQ];
+/// filter chains, in kube-proxy's `iptablesChains` order.
+pub const FILTER_CHAINS: [&str; 6] =
+    [KUBE_FORWARD, KUBE_NODE_PORT, KUBE_PROXY_FIREWALL, KUBE_SOURCE_RANGES_FIREWALL, KUBE_IPVS_FILTER, KUBE_IPVS_OUT_FILTER];
+
+/// The jumps from built-in chains kube-proxy's IPVS mode ensures (table, from, to, comment).
+pub const JUMPS: [(&str, &str, &str, &str); 8] = [
+    ("nat", "OUTPUT", KUBE_SERVICES, "kubernetes service portals"),
+    ("nat", "PREROUTING", KUBE_SERVICES, "kubernetes service portals"),
+    ("nat", "POSTROUTING", KUBE_POSTROUTING, "kubernetes postrouting rules"),
+    ("filter", "FORWARD", KUBE_FORWARD, "kubernetes forwarding rules"),
+    ("filter", "INPUT", KUBE_NODE_PORT, "kubernetes health check rules"),
+    ("filter", "INPUT", KUBE_PROXY_FIREWALL, "kube-proxy firewall rules"),
+    ("filter", "FORWARD", KUBE_PROXY_FIREWALL, "kube-proxy firewall rules"),
+    ("filter", "INPUT", KUBE_IPVS_FILTER, "kubernetes ipvs access filter"),
+];
+/// The one jump in filter OUTPUT.
+pub const OUT_JUMP: (&str, &str, &str, &str) = ("filter", "OUTPUT", KUBE_IPVS_OUT_FILTER, "kubernetes ipvs access filter");
+
+/// kube-proxy's `ipsetWithIptablesChain`: (set, nat?, from, to, match, protocol).
+const SET_RULES: [(SetId, bool, &str, &str, &str, &str); 12] = [
+    (SetId::LoopBack, true, KUBE_POSTROUTING, "MASQUERADE", "dst,dst,src", ""),
+    (SetId::LoadBalancer, true, KUBE_SERVICES, KUBE_LOAD_BALANCER, "dst,dst", ""),
+    (SetId::LoadBalancerLocal, true, KUBE_LOAD_BALANCER, "RETURN", "dst,dst", ""),
+    (SetId::NodePortLocalTcp, true, KUBE_NODE_PORT, "RETURN", "dst", "tcp"),
+    (SetId::NodePortTcp, true, KUBE_NODE_PORT, KUBE_MARK_MASQ, "dst", "tcp"),
+    (SetId::NodePortLocalUdp, true, KUBE_NODE_PORT, "RETURN", "dst", "udp"),
+    (SetId::NodePortUdp, true, KUBE_NODE_PORT, KUBE_MARK_MASQ, "dst", "udp"),
+    (SetId::NodePortLocalSctp, true, KUBE_NODE_PORT, "RETURN", "dst,dst", "sctp"),
+    (SetId::NodePortSctp, true, KUBE_NODE_PORT, KUBE_MARK_MASQ, "dst,dst", "sctp"),
+    (SetId::LoadBalancerFw, false, KUBE_PROXY_FIREWALL, KUBE_SOURCE_RANGES_FIREWALL, "dst,dst", ""),
+    (SetId::LoadBalancerSourceCidr, false, KUBE_SOURCE_RANGES_FIREWALL, "RETURN", "dst,dst,src", ""),
+    (SetId::LoadBalancerSourceIp, false, KUBE_SOURCE_RANGES_FIREWALL, "RETURN", "dst,dst,src", ""),
+];
+
+struct Out {
+    nat: Lines,
+    filter: Lines,
+}
+
+/// The whole restore text: `*nat`, chains, rules, `COMMIT`, `*filter`, chains, rules, `COMMIT`.
+pub fn write(ctx: &Context, plan: &Plan) -> String {
+    let mut out = Out { nat: Lines::new(), filter: Lines::new() };
+    let lo = if ctx.family().is_v6() { "::1/128" } else { "127.0.0.0/8" };
+    out.nat.line(["-A", KUBE_SERVICES, "-s", lo, "-j", "RETURN"]);
+    set_rules(ctx, plan, &mut out);
+    cluster_ip_rule(ctx, plan, &mut out);
+    external_ip_rules(ctx, plan, &mut out);
+    out.nat.line(["-A", KUBE_SERVICES, "-m", "addrtype", "--dst-type", "LOCAL", "-j", KUBE_NODE_PORT]);
+    out.nat.line(["-A", KUBE_LOAD_BALANCER, "-j", KUBE_MARK_MASQ]);
+    out.filter.line(["-A", KUBE_SOURCE_RANGES_FIREWALL, "-j", "DROP"]);
+    for e in &plan.no_node_access {
+        let (ip, port) = (e.ip.to_string(), e.port.to_string());
+        out.filter.line(["-A", KUBE_IPVS_OUT_FILTER, "-s", &ip, "-m", "ipvs", "--vaddr", &ip, "--vproto", e.proto,
+            "--vport", &port, "-j", "DROP"]);
+    }
+    for id in [SetId::ClusterIp, SetId::LoadBalancer] {
+        if !plan.set(id).is_empty() {
+            out.nat.line(["-A", KUBE_SERVICES, "-m", "set", "--match-set", &id.name(ctx.family()), "dst,dst", "-j", "ACCEPT"]);
+        }
+    }
+    forward_and_filter_rules(ctx, &mut out);
+    masquerade_rules(ctx, &mut out);
+    assemble(out)
+}
+
+fn set_rules(ctx: &Context, plan: &Plan, out: &mut Out) {
+    for (id, nat, from, to, matching, proto) in SET_RULES {
+        if plan.set(id).is_empty() {
+            continue;
+        }
+        let mut words: Vec<String> = vec!["-A".into(), from.into()];
+        if !proto.is_empty() {
+            words.extend(["-p".into(), proto.into()]);
+        }
+        words.extend(["-m", "comment", "--comment"].map(String::from));
+        words.push(id.quoted_comment());
+        words.extend(["-m".into(), "set".into(), "--match-set".into(), id.name(ctx.family()), matching.into()]);
+        words.extend(["-j".into(), to.into()]);
+        if nat { out.nat.line(&words) } else { out.filter.line(&words) }
+    }
+}
+
+/// `-A KUBE-SERVICES -m comment --comment C -m set --match-set SET` for a set.
+fn set_head(ctx: &Context, id: SetId) -> Vec<String> {
+    let mut w: Vec<String> = ["-A", KUBE_SERVICES, "-m", "comment", "--comment"].map(String::from).to_vec();
+    w.push(id.quoted_comment());
+    w.extend(["-m".into(), "set".into(), "--match-set".into(), id.name(ctx.family())]);
+    w
+}
+
+fn cluster_ip_rule(ctx: &Context, plan: &Plan, out: &mut Out) {
+    if plan.set(SetId::ClusterIp).is_empty() {
+        return;
+    }
+    let mut w = set_head(ctx, SetId::ClusterIp);
+    if ctx.ipt.masquerade_all {
+        w.push("dst,dst".into());
+    } else if let Some(d) = &ctx.ipt.detector {
+        w.push("dst,dst".into());
+        w.extend(d.if_not_local.iter().cloned());
+    } else {
+        w.push("src,dst".into());
+    }
+    w.extend(["-j".into(), KUBE_MARK_MASQ.into()]);
+    out.nat.line(&w);
+}
+
+fn external_ip_rules(ctx: &Context, plan: &Plan, out: &mut Out) {
+    for (id, masquerade) in [(SetId::ExternalIp, true), (SetId::ExternalIpLocal, false)] {
+        if plan.set(id).is_empty() {
+            continue;
+        }
+        let mut head = set_head(ctx, id);
+        head.push("dst,dst".into());
+        if masquerade {
+            out.nat.line(head.iter().map(String::as_str).chain(["-j", KUBE_MARK_MASQ]));
+        }
+        out.nat.line(head.iter().map(String::as_str).chain(["-m", "physdev", "!", "--physdev-is-in", "-m", "addrtype",
+            "!", "--src-type", "LOCAL", "-j", "ACCEPT"]));
+        out.nat.line(head.iter().map(String::as_str).chain(["-m", "addrtype", "--dst-type", "LOCAL", "-j", "ACCEPT"]));
+    }
+}
+
+fn forward_and_filter_rules(ctx: &Context, out: &mut Out) {
+    let fam = ctx.family();
+    let mark = format!("{0}/{0}", ctx.ipt.mark);
+    out.filter.line(["-A", KUBE_FORWARD, "-m", "comment", "--comment", "\"kubernetes forwarding rules\"", "-m", "mark",
+        "--mark", &mark, "-j", "ACCEPT"]);
+    out.filter.line(["-A", KUBE_FORWARD, "-m", "comment", "--comment", "\"kubernetes forwarding conntrack rule\"",
+        "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT"]);
+    let hc = SetId::HealthCheckNodePort;
+    out.filter.line(["-A", KUBE_NODE_PORT, "-m", "comment", "--comment", &hc.quoted_comment(), "-m", "set",
+        "--match-set", &hc.name(fam), "dst", "-j", "ACCEPT"]);
+    for id in [SetId::LoadBalancer, SetId::ClusterIp, SetId::ExternalIp, SetId::ExternalIpLocal] {
+        out.filter.line(["-A", KUBE_IPVS_FILTER, "-m", "set", "--match-set", &id.name(fam), "dst,dst", "-j", "RETURN"]);
+    }
+    out.filter.line(["-A", KUBE_IPVS_FILTER, "-m", "set", "--match-set", &hc.name(fam), "dst", "-j", "RETURN"]);
+    out.filter.line(["-A", KUBE_IPVS_FILTER, "-m", "conntrack", "--ctstate", "NEW", "-m", "set", "--match-set",
+        &SetId::IpvsIps.name(fam), "dst", "-j", "REJECT"]);
+}
+
+fn masquerade_rules(ctx: &Context, out: &mut Out) {
+    let mark = &ctx.ipt.mark;
+    let both = format!("{mark}/{mark}");
+    out.nat.line(["-A", KUBE_POSTROUTING, "-m", "mark", "!", "--mark", &both, "-j", "RETURN"]);
+    out.nat.line(["-A", KUBE_POSTROUTING, "-j", "MARK", "--xor-mark", mark]);
+    let random: &[&str] = if ctx.ipt.random_fully { &["--random-fully"] } else { &[] };
+    out.nat.line(["-A", KUBE_POSTROUTING, "-m", "comment", "--comment", "\"kubernetes service traffic requiring SNAT\"",
+        "-j", "MASQUERADE"].into_iter().chain(random.iter().copied()));
+    out.nat.line(["-A", KUBE_MARK_MASQ, "-j", "MARK", "--or-mark", mark]);
+}
+
+fn assemble(out: Out) -> String {
+    let mut text = String::from("*nat\n");
+    let mut chains = Lines::new();
+    for c in NAT_CHAINS {
+        chains.chain(c);
+    }
+    text.push_str(chains.as_str());
+    text.push_str(out.nat.as_str());
+    text.push_str("COMMIT\n*filter\n");
+    let mut chains = Lines::new();
+    for c in FILTER_CHAINS {
+        chains.chain(c);
+    }
+    text.push_str(chains.as_str());
+    text.push_str(out.filter.as_str());
+    text.push_str("COMMIT\n");
+    text
+}
