@@ -6,6 +6,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod derive;
 pub mod gen;
 pub mod iptables;
 pub mod ipvs;
@@ -14,6 +15,7 @@ pub mod net;
 pub mod pipeline;
 pub mod runner;
 pub mod select;
+pub mod serve;
 pub mod source;
 pub mod trace;
 pub mod track;

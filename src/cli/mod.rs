@@ -8,6 +8,7 @@ pub mod generate;
 pub mod render;
 pub mod sync;
 pub mod trace;
+pub mod watch;
 
 use std::io::Write;
 use std::process::ExitCode;

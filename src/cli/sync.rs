@@ -18,6 +18,7 @@ Examples:
   svcproxy sync --from fixtures/demo.yaml --dry-run          # what would change (exit 1 if anything)
   svcproxy sync --from fixtures/demo.yaml --dry-run --output restore
   svcproxy sync --from cluster.yaml --hostname-override node-1
+  svcproxy sync --watch --from cluster-dir/ --hostname-override node-1   # follow file changes
 Exit codes: 0 = in sync (or applied), 1 = changes pending (--dry-run), 2 = error.";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -65,9 +66,18 @@ pub struct SyncArgs {
     /// Seconds to wait for the xtables lock (iptables-restore -w)
     #[arg(long, value_name = "SECS", default_value_t = 5)]
     pub iptables_lock_wait: u32,
+
+    #[command(flatten)]
+    pub watch: super::watch::WatchFlags,
 }
 
 pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
+    if args.watch.watch {
+        if args.dry_run {
+            anyhow::bail!("--dry-run and --watch do not go together");
+        }
+        return super::watch::run(args);
+    }
     let mut flags = args.config.settings();
     if flags.nfacct.is_none() {
         // The nfacct matches load only where the counters exist: create them (or, for a

@@ -2,5 +2,6 @@
 //! sources (one-shot, or watching).
 
 pub mod schedule;
+pub mod watch;
 
 pub use schedule::{Kind, Schedule, Timing};

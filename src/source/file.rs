@@ -14,13 +14,15 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::convert::{self, Skip};
+use super::convert_extra;
 use super::error::{FieldError, SourceError};
+use super::extra::Extra;
 use super::fixture::{FixtureDoc, FIXTURE_KIND};
 use crate::model::{EndpointSlice, Node, Service};
 
 /// Everything read from the inputs, in input order (a later object with the same
 /// identity replaces an earlier one when fed to the trackers).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct ClusterState {
     pub fixture: Option<FixtureDoc>,
     pub services: Vec<Service>,
@@ -28,6 +30,8 @@ pub struct ClusterState {
     pub nodes: Vec<Node>,
     /// One line for everything skipped (other kinds, ignored fields).
     pub notes: Vec<Note>,
+    /// Pods, legacy Endpoints and what the endpoint controllers read of each Service.
+    pub extra: Extra,
 }
 
 /// Something read but not used, with where it came from.
@@ -80,6 +84,32 @@ fn read_text(path: &Path) -> Result<String, SourceError> {
     } else {
         std::fs::read_to_string(path).map_err(io)
     }
+}
+
+/// Watch mode's reading: every object that can be read, and one error per file, document
+/// or object that cannot (skipped, never fatal).
+pub fn read_path_lenient(path: &Path) -> (ClusterState, Vec<SourceError>) {
+    let mut state = ClusterState::default();
+    let mut errors = Vec::new();
+    let files = match input_files(path) {
+        Ok(f) => f,
+        Err(e) => return (state, vec![e]),
+    };
+    for file in files {
+        let docs = read_text(&file).and_then(|text| documents(&file, &text));
+        match docs {
+            Ok(docs) => {
+                for (doc, (line, value)) in docs.into_iter().enumerate() {
+                    let at = At { path: &file, line, doc: doc + 1 };
+                    if let Err(e) = read_value(&at, value, &mut state) {
+                        errors.push(e);
+                    }
+                }
+            }
+            Err(e) => errors.push(e),
+        }
+    }
+    (state, errors)
 }
 
 /// Parses one file's text into `state`. `path` is only used in messages.
@@ -156,7 +186,8 @@ fn read_value(at: &At, value: Value, state: &mut ClusterState) -> Result<(), Sou
     let api_version = map.get("apiVersion").and_then(Value::as_str).unwrap_or("").to_string();
     let object = object_name(&value);
     match (api_version.as_str(), kind.as_str()) {
-        (_, "List") | (_, "ServiceList") | (_, "EndpointSliceList") | (_, "NodeList") => {
+        (_, "List") | (_, "ServiceList") | (_, "EndpointSliceList") | (_, "NodeList") | (_, "PodList")
+        | (_, "EndpointsList") => {
             let Some(items) = map.get("items").and_then(Value::as_array) else {
                 return Err(at.field_error(&kind, object, FieldError::new("items", "missing or not a list")));
             };
@@ -168,12 +199,37 @@ fn read_value(at: &At, value: Value, state: &mut ClusterState) -> Result<(), Sou
         (_, FIXTURE_KIND) => read_fixture(at, value, state),
         ("v1", "Service") => {
             let svc: core::Service = typed(at, &kind, &object, value)?;
-            let svc = convert::service(&svc).map_err(|e| at.field_error(&kind, object.clone(), e))?;
-            state.services.push(svc);
+            let model = convert::service(&svc).map_err(|e| at.field_error(&kind, object.clone(), e))?;
+            record_origin(at, &kind, &model.id, state);
+            match convert_extra::service_backend(&svc) {
+                Ok(b) => state.extra.backends.push(b),
+                Err(e) => state.notes.push(at.note(format!(
+                    "{kind} {object}: field {}: {} (ignored by endpoint derivation and lint)",
+                    e.field, e.reason
+                ))),
+            }
+            state.services.push(model);
+            Ok(())
+        }
+        ("v1", "Pod") => {
+            let pod: core::Pod = typed(at, &kind, &object, value)?;
+            let pod = convert_extra::pod(&pod).map_err(|e| at.field_error(&kind, object.clone(), e))?;
+            record_origin(at, &kind, &pod.id, state);
+            state.extra.pods.push(pod);
+            Ok(())
+        }
+        ("v1", "Endpoints") => {
+            let ep: core::Endpoints = typed(at, &kind, &object, value)?;
+            let ep = convert_extra::endpoints(&ep).map_err(|e| at.field_error(&kind, object.clone(), e))?;
+            record_origin(at, &kind, &ep.id, state);
+            state.extra.endpoints.push(ep);
             Ok(())
         }
         ("discovery.k8s.io/v1", "EndpointSlice") => {
             let slice: discovery::EndpointSlice = typed(at, &kind, &object, value)?;
+            let refs = convert_extra::slice_refs(&slice);
+            record_origin(at, &kind, &refs.slice, state);
+            state.extra.slice_refs.push(refs);
             let mut skips = Vec::new();
             let converted = convert::endpoint_slice(&slice, &mut skips)
                 .map_err(|e| at.field_error(&kind, object.clone(), e))?;
@@ -200,6 +256,10 @@ fn read_fixture(at: &At, value: Value, state: &mut ClusterState) -> Result<(), S
     }
     state.fixture = Some(typed(at, FIXTURE_KIND, "", value)?);
     Ok(())
+}
+
+fn record_origin(at: &At, kind: &str, id: &crate::model::NamespacedName, state: &mut ClusterState) {
+    state.extra.origins.insert((kind.to_string(), id.clone()), (at.path.to_path_buf(), at.line));
 }
 
 fn note_skips(at: &At, kind: &str, object: &str, skips: Vec<Skip>, state: &mut ClusterState) {

@@ -2,9 +2,12 @@
 //! ([`crate::model`]) and nothing else: this is the only place that knows kube types.
 
 pub mod convert;
+pub mod convert_extra;
 pub mod error;
+pub mod extra;
 pub mod file;
 pub mod fixture;
+pub mod watch;
 
 pub use error::{FieldError, SourceError};
 pub use file::{events_between, read_path, ClusterState, Note};

@@ -1,0 +1,80 @@
+//! `--watch --from PATH`: follow files. The path (a file or a directory) is polled; when
+//! any file's size or modification time changes it is re-read, and the difference from
+//! the previous state becomes events, as a relist would. An object that cannot be read is
+//! skipped and reported; the rest of the file is used.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::mpsc;
+
+use super::error::SourceError;
+use super::file::{events_between, read_path_lenient, ClusterState};
+use crate::track::Event;
+
+/// What a source tells the runner.
+#[derive(Debug)]
+pub enum SourceMsg {
+    Events(Vec<Event>),
+    /// Everything has been listed once: syncing may start.
+    Ready,
+    /// Objects that were skipped, with why.
+    Malformed(Vec<String>),
+}
+
+type Fingerprint = Vec<(PathBuf, u64, Option<SystemTime>)>;
+
+fn fingerprint(path: &Path) -> Fingerprint {
+    let mut files: Vec<PathBuf> = if path.is_dir() {
+        std::fs::read_dir(path)
+            .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
+            .unwrap_or_default()
+    } else {
+        vec![path.to_path_buf()]
+    };
+    files.sort();
+    files
+        .into_iter()
+        .map(|f| {
+            let meta = std::fs::metadata(&f).ok();
+            let len = meta.as_ref().map_or(0, |m| m.len());
+            let modified = meta.and_then(|m| m.modified().ok());
+            (f, len, modified)
+        })
+        .collect()
+}
+
+/// Polls `path` every `interval` until the receiver goes away. `initial` is the state
+/// already loaded (its events were applied by the caller).
+pub async fn watch_files(path: PathBuf, interval: Duration, initial: ClusterState, tx: mpsc::Sender<SourceMsg>) {
+    let mut last = fingerprint(&path);
+    let mut state = initial;
+    if tx.send(SourceMsg::Ready).await.is_err() {
+        return;
+    }
+    loop {
+        tokio::time::sleep(interval).await;
+        let now = fingerprint(&path);
+        if now == last {
+            continue;
+        }
+        last = now;
+        let (next, errors) = read_path_lenient(&path);
+        if !errors.is_empty() {
+            let list = errors.iter().map(SourceError::to_string).collect();
+            if tx.send(SourceMsg::Malformed(list)).await.is_err() {
+                return;
+            }
+        }
+        let mut events = events_between(&state, &next);
+        if !errors.is_empty() {
+            // An object that no longer reads keeps its last good version: a read with
+            // errors deletes nothing (the bad object may be one that disappeared).
+            events.retain(|e| !matches!(e, Event::ServiceDeleted(_) | Event::SliceDeleted(_)));
+        }
+        state = next;
+        if tx.send(SourceMsg::Events(events)).await.is_err() {
+            return;
+        }
+    }
+}

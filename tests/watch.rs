@@ -1,0 +1,139 @@
+//! Watch mode end to end without root: the real file source and runner loop, a fake
+//! kernel, and the health and metrics endpoints over real HTTP on 127.0.0.1.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use svcproxy::config::Settings;
+use svcproxy::iptables::apply::{Backend, RestoreError, Restorer};
+use svcproxy::iptables::fake::FakeIptables;
+use svcproxy::net::IpFamily;
+use svcproxy::pipeline;
+use svcproxy::runner::{watch, Schedule, Timing};
+use svcproxy::serve::{self, Metrics, Shared};
+use svcproxy::source::file::read_path_lenient;
+use svcproxy::source::watch::{watch_files, SourceMsg};
+
+#[derive(Clone, Default)]
+struct Kernel(Arc<Mutex<FakeIptables>>);
+
+impl Restorer for Kernel {
+    fn backend(&self) -> Backend {
+        Backend::Nft
+    }
+    fn save(&mut self, f: IpFamily, t: &str) -> Result<String, RestoreError> {
+        self.0.lock().unwrap().save(f, t)
+    }
+    fn save_all(&mut self, f: IpFamily) -> Result<String, RestoreError> {
+        self.0.lock().unwrap().save_all(f)
+    }
+    fn restore(&mut self, f: IpFamily, text: &str) -> Result<(), RestoreError> {
+        self.0.lock().unwrap().restore(f, text)
+    }
+}
+
+impl Kernel {
+    fn seps(&self) -> usize {
+        self.0.lock().unwrap().save_table(IpFamily::V4, "nat").lines().filter(|l| l.starts_with(":KUBE-SEP-")).count()
+    }
+}
+
+fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    let code = out.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    (code, out)
+}
+
+fn metric(addr: SocketAddr, name: &str) -> f64 {
+    let (_, body) = http_get(addr, "/metrics");
+    body.lines().find(|l| l.starts_with(name)).and_then(|l| l.rsplit(' ').next()).and_then(|v| v.parse().ok()).unwrap_or(0.0)
+}
+
+/// Waits (bounded) until `cond` holds.
+fn until(what: &str, cond: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < Duration::from_secs(10), "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn cluster(endpoints: usize, extra: &str) -> String {
+    let mut s = String::from("apiVersion: svcproxy.dev/v1alpha1\nkind: SvcproxyFixture\nnode: {name: n1, ips: [198.19.1.1]}\noptions: {ipFamily: ipv4, clusterCIDR: 198.18.0.0/16, nfacct: false}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: a}\nspec: {clusterIP: 198.19.255.10, ports: [{name: http, port: 80}]}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: web-1, namespace: a, labels: {kubernetes.io/service-name: web}}\naddressType: IPv4\nendpoints:\n");
+    for i in 0..endpoints {
+        s.push_str(&format!("- addresses: [198.18.{}.{}]\n", i / 200 + 1, i % 200 + 2));
+    }
+    s.push_str("ports: [{name: http, port: 8080, protocol: TCP}]\n");
+    s.push_str(extra);
+    s
+}
+
+#[test]
+fn watch_follows_file_changes_coalesces_bursts_survives_bad_objects_and_reports_health() {
+    let dir: PathBuf = std::env::temp_dir().join(format!("svcproxy-watch-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("cluster.yaml");
+    std::fs::write(&file, cluster(2, "")).unwrap();
+
+    let (state, errors) = read_path_lenient(&dir);
+    assert!(errors.is_empty());
+    let initial = state.clone();
+    let loaded = pipeline::load(state, Settings::default(), Settings::default()).unwrap();
+    let timing = Timing { min_sync_period: Duration::from_millis(300), sync_period: Duration::from_secs(30), ..Timing::default() };
+    let shared = Arc::new(Shared { schedule: Mutex::new(Schedule::new(timing)), metrics: Metrics::new(), last_updated: Mutex::new(None) });
+    let kernel = Kernel::default();
+    let engine = watch::Engine::new(loaded.config, loaded.trackers, Box::new(kernel.clone()));
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let (health, metrics) = rt.block_on(async {
+        let h = serve::spawn("127.0.0.1:0".parse().unwrap(), serve::health_router(shared.clone())).await.unwrap();
+        let m = serve::spawn("127.0.0.1:0".parse().unwrap(), serve::metrics_router(shared.clone())).await.unwrap();
+        (h, m)
+    });
+    let (tx, rx) = tokio::sync::mpsc::channel::<SourceMsg>(64);
+    rt.spawn(watch_files(dir.clone(), Duration::from_millis(20), initial, tx));
+    let loop_shared = shared.clone();
+    let runner = rt.spawn(async move {
+        watch::run(engine, rx, loop_shared, async { let _ = stop_rx.await; }).await;
+    });
+
+    // The initial full sync, then healthy.
+    until("the first sync", || kernel.seps() == 2);
+    until("healthz 200", || http_get(health, "/healthz").0 == 200);
+
+    // One change → one more sync.
+    std::fs::write(&file, cluster(3, "")).unwrap();
+    until("the new endpoint", || kernel.seps() == 3);
+    let syncs = metric(metrics, "svcproxy_syncs_total{result=\"success\"}");
+    assert!(syncs >= 2.0);
+
+    // A burst of 30 rewrites within the min-sync-period: coalesced into a few syncs.
+    for n in 4..34 {
+        std::fs::write(&file, cluster(n, "")).unwrap();
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    until("the burst's final state", || kernel.seps() == 33);
+    std::thread::sleep(Duration::from_millis(400));
+    let after_burst = metric(metrics, "svcproxy_syncs_total{result=\"success\"}");
+    assert!(after_burst - syncs <= 5.0, "a 30-change burst took {} syncs", after_burst - syncs);
+
+    // A malformed object is skipped and counted; the rules stay.
+    let bad = "---\napiVersion: v1\nkind: Service\nmetadata: {name: bad, namespace: a}\nspec: {clusterIP: 198.19.255.300, ports: [{port: 80}]}\n";
+    std::fs::write(&file, cluster(33, bad)).unwrap();
+    until("the malformed object to be counted", || metric(metrics, "svcproxy_malformed_objects_total") >= 1.0);
+    assert_eq!(kernel.seps(), 33, "the rules stay");
+    let (code, _) = http_get(health, "/livez");
+    assert_eq!(code, 200);
+
+    let _ = stop_tx.send(());
+    rt.block_on(runner).unwrap();
+    assert_eq!(kernel.seps(), 33, "stopping leaves the rules in place");
+    let _ = std::fs::remove_dir_all(&dir);
+}
