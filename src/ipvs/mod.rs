@@ -3,7 +3,9 @@
 //! (messages as pure types, a synchronous client behind a trait, an in-memory fake).
 
 pub mod netlink;
+pub mod observe;
 pub mod plan;
+pub mod reconcile;
 pub mod text;
 
 use crate::config::Config;

@@ -31,6 +31,8 @@ pub struct FakeIpvs {
     schedulers: BTreeSet<String>,
     log: Vec<Call>,
     failures: VecDeque<Errno>,
+    /// Active and inactive connection counts reported per real server.
+    conns: BTreeMap<(ServiceKey, std::net::IpAddr, u16), (u32, u32)>,
 }
 
 impl Default for FakeIpvs {
@@ -48,6 +50,7 @@ impl FakeIpvs {
             schedulers: SCHEDULERS.iter().map(std::string::ToString::to_string).collect(),
             log: Vec::new(),
             failures: VecDeque::new(),
+            conns: BTreeMap::new(),
         }
     }
 
@@ -58,6 +61,12 @@ impl FakeIpvs {
             fake.services.insert(vs.key(), Entry { vs, dests });
         }
         fake
+    }
+
+    /// Makes dumps report `active` and `inactive` connections for one real server
+    /// (until changed again), as traffic would.
+    pub fn set_conns(&mut self, vs: ServiceKey, addr: std::net::IpAddr, port: u16, active: u32, inactive: u32) {
+        self.conns.insert((vs, addr, port), (active, inactive));
     }
 
     /// Every call so far, in order.
@@ -243,7 +252,11 @@ impl Ipvs for FakeIpvs {
     fn dests(&mut self, vs: &VirtualServer) -> Result<Vec<ObservedRealServer>, Error> {
         self.enter(Call::Dests(vs.key()))?;
         let dests = self.services.get(&vs.key()).map(|e| e.dests.as_slice()).unwrap_or_default();
-        Ok(dests.iter().map(|rs| ObservedRealServer::idle(*rs)).collect())
+        let observed = |rs: &RealServer| {
+            let (active, inactive) = self.conns.get(&(vs.key(), rs.addr, rs.port)).copied().unwrap_or((0, 0));
+            ObservedRealServer { active_conns: active, inactive_conns: inactive, ..ObservedRealServer::idle(*rs) }
+        };
+        Ok(dests.iter().map(observed).collect())
     }
 
     fn add_dest(&mut self, vs: &VirtualServer, rs: &RealServer) -> Result<(), Error> {
