@@ -10,6 +10,7 @@ pub mod derive;
 pub mod gen;
 pub mod iptables;
 pub mod ipvs;
+pub mod lint;
 pub mod model;
 pub mod net;
 pub mod pipeline;

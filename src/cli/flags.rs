@@ -39,9 +39,10 @@ pub enum DetectLocalArg {
 /// Where the cluster state comes from and how this node is set up.
 #[derive(Debug, Clone, Args)]
 pub struct ConfigFlags {
-    /// Cluster state: a YAML/JSON file, a directory of them, or - for stdin
+    /// Cluster state: a YAML/JSON file, a directory of them, or - for stdin (watch mode
+    /// without it follows the API server)
     #[arg(long, value_name = "PATH")]
-    pub from: PathBuf,
+    pub from: Option<PathBuf>,
 
     /// A KubeProxyConfiguration file (kubeproxy.config.k8s.io/v1alpha1); flags override it
     #[arg(long, value_name = "FILE")]
@@ -110,9 +111,19 @@ pub struct ConfigFlags {
     /// Proxy only objects labelled service.kubernetes.io/service-proxy-name=NAME
     #[arg(long, value_name = "NAME")]
     pub service_proxy_name: Option<String>,
+
+    /// Compute every Service's EndpointSlices from Pods and v1/Endpoints as the controllers
+    /// do, replacing the input's (without it: only for Services the input has no slices for)
+    #[arg(long)]
+    pub derive_endpoints: bool,
 }
 
 impl ConfigFlags {
+    /// `--from`, which every command but `sync --watch` needs.
+    pub fn from_path(&self) -> anyhow::Result<&std::path::Path> {
+        self.from.as_deref().ok_or_else(|| anyhow::anyhow!("--from PATH is required (a cluster state file, directory, or -)"))
+    }
+
     pub fn settings(&self) -> Settings {
         Settings {
             mode: self.mode.map(|m| match m {

@@ -5,6 +5,7 @@ pub mod bench;
 pub mod cleanup;
 pub mod flags;
 pub mod generate;
+pub mod lint;
 pub mod render;
 pub mod sync;
 pub mod trace;
@@ -43,6 +44,9 @@ pub enum Command {
     /// Show where a packet goes: chains, endpoints with probabilities, masquerade, drops
     #[command(after_help = trace::EXAMPLES)]
     Trace(trace::TraceArgs),
+    /// Check a cluster dump as the API server's repair and endpoint controllers would
+    #[command(after_help = lint::AFTER_HELP)]
+    Lint(lint::LintArgs),
     /// Remove every rule and chain kube-proxy and svcproxy own (both families and backends)
     Cleanup(cleanup::CleanupArgs),
     /// Write a deterministic synthetic cluster (YAML) for benchmarks and scale tests
@@ -74,6 +78,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Render(args) => render::run(&args),
         Command::Sync(args) => sync::run(&args),
         Command::Trace(args) => trace::run(&args),
+        Command::Lint(args) => lint::run(&args),
         Command::Cleanup(args) => cleanup::run(&args),
         Command::Generate(args) => generate::run(&args),
         Command::Bench(args) => bench::run(&args),

@@ -41,7 +41,8 @@ pub fn load(flags: &ConfigFlags) -> anyhow::Result<pipeline::Loaded> {
 
 /// [`load`] with a settings layer the command has adjusted.
 pub fn load_with(flags: &ConfigFlags, settings: Settings) -> anyhow::Result<pipeline::Loaded> {
-    let state = source::read_path(&flags.from)?;
+    let mut state = source::read_path(flags.from_path()?)?;
+    crate::derive::complete_with_notes(&mut state, flags.derive_endpoints);
     let file = match &flags.config {
         Some(p) => kubeproxy::read(p)?,
         None => Settings::default(),

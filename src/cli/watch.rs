@@ -21,6 +21,7 @@ use crate::runner::{watch, Schedule, Timing};
 use crate::serve::{self, Metrics, Shared};
 use crate::source::file::read_path_lenient;
 use crate::source::watch::{watch_files, SourceMsg};
+use crate::source::{apiserver, ClusterState};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -54,6 +55,14 @@ pub struct WatchFlags {
     /// Log format
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,
+
+    /// kubeconfig file for the API server (default: in-cluster config, else $KUBECONFIG)
+    #[arg(long, value_name = "FILE", env = "KUBECONFIG")]
+    pub kubeconfig: Option<std::path::PathBuf>,
+
+    /// The API server's URL (overrides the kubeconfig's)
+    #[arg(long, value_name = "URL")]
+    pub master: Option<String>,
 
     /// How often files are checked for changes (Go duration)
     #[arg(long, value_name = "DURATION", default_value = "200ms", hide = true)]
@@ -89,16 +98,36 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
     if flags.nfacct.is_none() {
         flags.nfacct = Some(nfacct::ensure().unwrap_or(false));
     }
-    let poll = duration("--poll-interval", &w.poll_interval)?;
-    let (state, errors) = read_path_lenient(&args.config.from);
-    for e in &errors {
-        tracing::warn!(error = %e, "skipped an object that cannot be read");
-    }
     let file = match &args.config.config {
         Some(p) => kubeproxy::read(p)?,
         None => Settings::default(),
     };
-    let initial = state.clone();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    rt.block_on(watch(args, flags, file))?;
+    Ok(ExitCode::from(EXIT_OK))
+}
+
+/// Where the cluster state comes from.
+enum Origin {
+    Files { path: std::path::PathBuf, initial: ClusterState },
+    Api(kube::Client),
+}
+
+async fn watch(args: &SyncArgs, flags: Settings, file: Settings) -> anyhow::Result<()> {
+    let w = &args.watch;
+    let (state, origin, errors) = match &args.config.from {
+        Some(path) => {
+            let (state, errors) = read_path_lenient(path);
+            let initial = state.clone();
+            (state, Origin::Files { path: path.clone(), initial }, errors.len())
+        }
+        None => {
+            let client = client(w).await?;
+            let node_name = crate::config::resolve(flags.clone().over(file.clone()), &[])?.node_name;
+            let state = this_node(&client, &node_name).await;
+            (state, Origin::Api(client), 0)
+        }
+    };
     let loaded = pipeline::load(state, flags, file).context("invalid configuration")?;
     let timing = Timing {
         min_sync_period: Duration::from_secs_f64(loaded.config.min_sync_period_secs),
@@ -106,20 +135,61 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
         ..Timing::default()
     };
     let shared = Arc::new(Shared { schedule: Mutex::new(Schedule::new(timing)), metrics: Metrics::new(), last_updated: Mutex::new(None) });
-    shared.metrics.malformed_objects.inc_by(errors.len() as u64);
+    shared.metrics.malformed_objects.inc_by(errors as u64);
+    let proxy_name = loaded.config.service_proxy_name.clone();
     let restorer = ExecRestorer { backend: args.iptables_backend.resolve(), lock_wait_secs: args.iptables_lock_wait };
     let engine = watch::Engine::new(loaded.config, loaded.trackers, Box::new(restorer));
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    rt.block_on(async {
-        let health = serve::spawn(w.healthz_bind_address, serve::health_router(shared.clone())).await
-            .with_context(|| format!("cannot serve health checks on {}", w.healthz_bind_address))?;
-        let metrics = serve::spawn(w.metrics_bind_address, serve::metrics_router(shared.clone())).await
-            .with_context(|| format!("cannot serve metrics on {}", w.metrics_bind_address))?;
-        tracing::info!(%health, %metrics, from = %args.config.from.display(), "watching");
-        let (tx, rx) = mpsc::channel::<SourceMsg>(64);
-        tokio::spawn(watch_files(args.config.from.clone(), poll, initial, tx));
-        watch::run(engine, rx, shared.clone(), watch::signals()).await;
-        anyhow::Ok(())
-    })?;
-    Ok(ExitCode::from(EXIT_OK))
+    let health = serve::spawn(w.healthz_bind_address, serve::health_router(shared.clone()))
+        .await
+        .with_context(|| format!("cannot serve health checks on {}", w.healthz_bind_address))?;
+    let metrics = serve::spawn(w.metrics_bind_address, serve::metrics_router(shared.clone()))
+        .await
+        .with_context(|| format!("cannot serve metrics on {}", w.metrics_bind_address))?;
+    let (tx, rx) = mpsc::channel::<SourceMsg>(64);
+    match origin {
+        Origin::Files { path, initial } => {
+            tracing::info!(%health, %metrics, from = %path.display(), "watching files");
+            let poll = duration("--poll-interval", &w.poll_interval)?;
+            tokio::spawn(watch_files(path, poll, initial, tx));
+        }
+        Origin::Api(client) => {
+            tracing::info!(%health, %metrics, "watching the API server");
+            tokio::spawn(apiserver::run(client, proxy_name, tx));
+        }
+    }
+    watch::run(engine, rx, shared, watch::signals()).await;
+    Ok(())
+}
+
+/// In-cluster config, or `--kubeconfig`/`KUBECONFIG`, with `--master` overriding the URL.
+async fn client(w: &WatchFlags) -> anyhow::Result<kube::Client> {
+    let mut config = match &w.kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path).with_context(|| format!("cannot read {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await?
+        }
+        None => match &w.master {
+            Some(url) => kube::Config::new(url.parse().with_context(|| format!("--master: {url:?} is not a URL"))?),
+            None => kube::Config::infer().await.context("no in-cluster config, KUBECONFIG or --kubeconfig")?,
+        },
+    };
+    if let Some(url) = &w.master {
+        config.cluster_url = url.parse().with_context(|| format!("--master: {url:?} is not a URL"))?;
+    }
+    Ok(kube::Client::try_from(config)?)
+}
+
+/// This node's `v1/Node` (addresses, pod CIDRs, topology labels), if the API server has it.
+async fn this_node(client: &kube::Client, name: &str) -> ClusterState {
+    let mut state = ClusterState::default();
+    let api: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client.clone());
+    match api.get_opt(name).await {
+        Ok(Some(node)) => match crate::source::convert::node(&node) {
+            Ok(n) => state.nodes.push(n),
+            Err(e) => tracing::warn!(node = name, field = %e.field, reason = %e.reason, "cannot read this Node"),
+        },
+        Ok(None) => tracing::warn!(node = name, "no Node of this name; use --node-ip"),
+        Err(e) => tracing::warn!(node = name, error = %e, "cannot get this Node (the API server may be unreachable)"),
+    }
+    state
 }

@@ -1,6 +1,7 @@
 //! Sources of cluster state. Each turns Kubernetes objects into model values
 //! ([`crate::model`]) and nothing else: this is the only place that knows kube types.
 
+pub mod apiserver;
 pub mod convert;
 pub mod convert_extra;
 pub mod error;

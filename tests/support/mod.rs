@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod apiserver;
+
 use std::path::{Path, PathBuf};
 
 use svcproxy::config::Settings;

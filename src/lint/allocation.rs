@@ -1,0 +1,100 @@
+//! The repair controllers' checks (`ipallocator/controller/repair.go`,
+//! `portallocator/controller/repair.go`): every ClusterIP and NodePort is allocated
+//! once, from the configured range. Headless and ExternalName Services have no ClusterIP.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use super::options::allocatable;
+use super::{Finding, Input, ObjectId};
+use crate::model::{Protocol, Service};
+use crate::net::IpFamily;
+
+fn svc_id(s: &Service) -> ObjectId {
+    ObjectId::new("Service", &s.id)
+}
+
+/// SP001 (one finding per shared IP) and SP002 (one per IP out of range).
+pub fn cluster_ips(input: &Input) -> Vec<Finding> {
+    let mut owners: BTreeMap<IpAddr, Vec<ObjectId>> = BTreeMap::new();
+    let mut out = Vec::new();
+    for svc in &input.state.services {
+        for ip in &svc.cluster_ips {
+            owners.entry(*ip).or_default().push(svc_id(svc));
+            if let Some(ranges) = &input.options.service_ranges {
+                let family = IpFamily::of(ip);
+                let msg = match ranges.for_family(family) {
+                    Some(c) if allocatable(c, ip) => continue,
+                    Some(c) => format!(
+                        "ClusterIP {ip} is not within the service CIDR {}/{} (the repair controller reports ClusterIPOutOfRange; recreate the Service)",
+                        c.addr(),
+                        c.prefix()
+                    ),
+                    None => format!("ClusterIP {ip} is {} but no {} service CIDR is configured", family.api_name(), family.api_name()),
+                };
+                out.push(Finding::new("SP002", vec![svc_id(svc)], msg));
+            }
+        }
+    }
+    for (ip, objs) in owners.into_iter().filter(|(_, o)| o.len() > 1) {
+        let msg = format!(
+            "ClusterIP {ip} is assigned to {} Services (the repair controller reports ClusterIPAlreadyAllocated; recreate all but one)",
+            objs.len()
+        );
+        out.push(Finding::new("SP001", objs, msg));
+    }
+    out
+}
+
+/// A Service's node ports as the repair controller collects them: the same port with
+/// another protocol in the same Service counts once; the health-check port counts
+/// unless a non-TCP port already uses it.
+pub fn collect_node_ports(svc: &Service) -> Vec<u16> {
+    let mut seen: BTreeMap<u16, Vec<Protocol>> = BTreeMap::new();
+    let mut out = Vec::new();
+    for p in svc.ports.iter().filter(|p| p.node_port != 0) {
+        let protos = seen.entry(p.node_port).or_default();
+        if protos.is_empty() || protos.contains(&p.protocol) {
+            out.push(p.node_port);
+        }
+        if !protos.contains(&p.protocol) {
+            protos.push(p.protocol);
+        }
+    }
+    let hc = svc.health_check_node_port;
+    if hc != 0 && seen.get(&hc).is_none_or(|p| p.contains(&Protocol::Tcp)) {
+        out.push(hc);
+    }
+    out
+}
+
+/// SP010 (one finding per shared port) and SP011 (one per port out of range).
+pub fn node_ports(input: &Input) -> Vec<Finding> {
+    let range = input.options.node_port_range;
+    let mut uses: BTreeMap<u16, Vec<ObjectId>> = BTreeMap::new();
+    let mut out = Vec::new();
+    for svc in &input.state.services {
+        let mut reported = Vec::new();
+        for port in collect_node_ports(svc) {
+            uses.entry(port).or_default().push(svc_id(svc));
+            if !range.contains(port) && !reported.contains(&port) {
+                reported.push(port);
+                let msg = format!(
+                    "NodePort {port} is not within the port range {range} (the repair controller reports PortOutOfRange; recreate the Service)"
+                );
+                out.push(Finding::new("SP011", vec![svc_id(svc)], msg));
+            }
+        }
+    }
+    for (port, mut objs) in uses.into_iter().filter(|(_, o)| o.len() > 1) {
+        let n = objs.len();
+        objs.dedup();
+        let msg = if objs.len() == 1 {
+            format!("NodePort {port} is used {n} times with the same protocol in one Service (PortAlreadyAllocated)")
+        } else {
+            format!("NodePort {port} is assigned to {} Services (the repair controller reports PortAlreadyAllocated; recreate all but one)", objs.len())
+        };
+        out.push(Finding::new("SP010", objs, msg));
+    }
+    out
+}

@@ -1,0 +1,128 @@
+//! Watch mode against an API server: the real kube-rs client inside svcproxy, a test
+//! server speaking the list/watch protocol (tests/support/apiserver.rs), the runner, and
+//! a fake kernel. Changes follow; labelled objects are filtered by the server-side
+//! selector; a dropped watch and a `410 Gone` relist without losing rules.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::apiserver::ApiServer;
+use svcproxy::config::Settings;
+use svcproxy::iptables::apply::{Backend, RestoreError, Restorer};
+use svcproxy::iptables::fake::FakeIptables;
+use svcproxy::net::IpFamily;
+use svcproxy::runner::{watch, Schedule, Timing};
+use svcproxy::serve::{Metrics, Shared};
+use svcproxy::source::{apiserver, ClusterState};
+
+#[derive(Clone, Default)]
+struct Kernel(Arc<Mutex<FakeIptables>>);
+
+impl Restorer for Kernel {
+    fn backend(&self) -> Backend {
+        Backend::Nft
+    }
+    fn save(&mut self, f: IpFamily, t: &str) -> Result<String, RestoreError> {
+        self.0.lock().unwrap().save(f, t)
+    }
+    fn save_all(&mut self, f: IpFamily) -> Result<String, RestoreError> {
+        self.0.lock().unwrap().save_all(f)
+    }
+    fn restore(&mut self, f: IpFamily, text: &str) -> Result<(), RestoreError> {
+        self.0.lock().unwrap().restore(f, text)
+    }
+}
+
+impl Kernel {
+    fn nat(&self) -> String {
+        self.0.lock().unwrap().save_table(IpFamily::V4, "nat")
+    }
+    fn seps(&self) -> usize {
+        self.nat().lines().filter(|l| l.starts_with(":KUBE-SEP-")).count()
+    }
+}
+
+fn until(what: &str, cond: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < Duration::from_secs(20), "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn service(name: &str, ip: &str, labels: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": "app", "labels": labels},
+           "spec": {"type": "ClusterIP", "clusterIP": ip, "clusterIPs": [ip], "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}})
+}
+
+fn slice(name: &str, svc: &str, ips: &[&str], extra_labels: Value) -> Value {
+    let mut labels = json!({"kubernetes.io/service-name": svc});
+    if let (Some(l), Some(e)) = (labels.as_object_mut(), extra_labels.as_object()) {
+        l.extend(e.clone());
+    }
+    let eps: Vec<Value> = ips.iter().map(|ip| json!({"addresses": [ip], "conditions": {"ready": true}})).collect();
+    json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "metadata": {"name": name, "namespace": "app", "labels": labels},
+           "addressType": "IPv4", "endpoints": eps, "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}]})
+}
+
+#[test]
+fn watch_follows_the_api_server_through_drops_and_410_without_losing_rules() {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let server = rt.block_on(ApiServer::start());
+    server.apply(service("web", "198.19.255.10", json!({})));
+    server.apply(slice("web-1", "web", &["198.18.1.2", "198.18.2.2"], json!({})));
+    // Objects another proxy owns, and a headless service's slice: filtered by the selector.
+    server.apply(service("other", "198.19.255.11", json!({"service.kubernetes.io/service-proxy-name": "someone-else"})));
+    server.apply(slice("other-1", "other", &["198.18.3.2"], json!({"service.kubernetes.io/service-proxy-name": "someone-else"})));
+
+    let flags = Settings {
+        hostname_override: Some("n1".into()),
+        node_ips: Some(vec!["198.19.1.1".into()]),
+        ip_family: Some("ipv4".into()),
+        nfacct: Some(false),
+        ..Settings::default()
+    };
+    let loaded = svcproxy::pipeline::load(ClusterState::default(), flags, Settings::default()).unwrap();
+    let timing = Timing { min_sync_period: Duration::from_millis(100), sync_period: Duration::from_secs(30), ..Timing::default() };
+    let shared = Arc::new(Shared { schedule: Mutex::new(Schedule::new(timing)), metrics: Metrics::new(), last_updated: Mutex::new(None) });
+    let kernel = Kernel::default();
+    let engine = watch::Engine::new(loaded.config, loaded.trackers, Box::new(kernel.clone()));
+    let _guard = rt.enter();
+    let client = kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    rt.spawn(apiserver::run(client, None, tx));
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let loop_shared = shared.clone();
+    let runner = rt.spawn(async move { watch::run(engine, rx, loop_shared, async { let _ = stop_rx.await; }).await });
+
+    until("the initial lists to be synced", || kernel.seps() == 2);
+    assert!(!kernel.nat().contains("app/other"), "objects labelled for another proxy are not seen");
+    assert!(server.request_count("!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless") >= 2, "kube-proxy's label selector is sent");
+
+    // Watch events: a new endpoint; a new service.
+    server.apply(slice("web-1", "web", &["198.18.1.2", "198.18.2.2", "198.18.4.2"], json!({})));
+    until("the added endpoint", || kernel.seps() == 3);
+    server.apply(service("api", "198.19.255.12", json!({})));
+    server.apply(slice("api-1", "api", &["198.18.5.2"], json!({})));
+    until("the new service", || kernel.seps() == 4);
+
+    // A dropped watch: the client re-watches; a change made meanwhile arrives.
+    server.drop_watches();
+    server.apply(slice("api-1", "api", &["198.18.5.2", "198.18.6.2"], json!({})));
+    until("the change across a dropped watch", || kernel.seps() == 5);
+
+    // 410 Gone: history is compacted, the watch is dropped, and a deletion happens that the
+    // client can only learn from the relist. No rule may vanish meanwhile except that one.
+    server.delete_behind_compaction(&[service("api", "198.19.255.12", json!({})), slice("api-1", "api", &[], json!({}))]);
+    until("the relist to apply the deletion", || kernel.seps() == 3);
+    assert!(kernel.nat().contains("app/web:http"), "web's rules never vanished");
+    let lists = server.requests.lock().unwrap().iter().filter(|r| r.starts_with("Service ") && !r.contains("\"watch\"")).count();
+    assert!(lists >= 2, "the 410 made the client list again ({lists} lists)");
+
+    let _ = stop_tx.send(());
+    rt.block_on(runner).unwrap();
+    assert_eq!(kernel.seps(), 3, "stopping leaves the rules");
+}
