@@ -100,7 +100,8 @@ fn scenarios(dir: &Path, golden_dir: &Path) -> Vec<(PathBuf, Vec<PathBuf>)> {
         out.push((f.clone(), vec![golden_dir.join(stem(&f))]));
     }
     for d in step_dirs(dir) {
-        if d.ends_with("gen") {
+        // gen: generator scripts; lint, derive: fixtures of tests/lint.rs, not golden scenarios.
+        if d.ends_with("gen") || d.ends_with("lint") || d.ends_with("derive") {
             continue;
         }
         let bases = (1..=yaml_files(&d).len()).map(|i| golden_dir.join(stem(&d)).join(format!("{i:02}"))).collect();
