@@ -157,7 +157,7 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings) -> anyhow::Resu
             tokio::spawn(apiserver::run(client, proxy_name, tx));
         }
     }
-    watch::run(engine, rx, shared, watch::signals()).await;
+    watch::run_with(engine, rx, shared, watch::signals(), Some(w.healthz_bind_address.ip())).await;
     Ok(())
 }
 

@@ -69,8 +69,36 @@ fn unix_now() -> f64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 
+impl Engine {
+    /// Local endpoint counts per health-check node port, over all families.
+    pub fn health_check_counts(&self) -> std::collections::BTreeMap<u16, (crate::model::NamespacedName, usize)> {
+        let mut out = std::collections::BTreeMap::new();
+        for t in &self.trackers.families {
+            let (s, e) = t.view();
+            for (port, (svc, n)) in crate::serve::healthcheck::local_counts(s, e) {
+                let entry = out.entry(port).or_insert((svc, 0));
+                entry.1 += n;
+            }
+        }
+        out
+    }
+}
+
 /// Runs until `shutdown` resolves or the sources end.
-pub async fn run(mut engine: Engine, mut rx: mpsc::Receiver<SourceMsg>, shared: SharedState, shutdown: impl std::future::Future<Output = ()>) {
+pub async fn run(engine: Engine, rx: mpsc::Receiver<SourceMsg>, shared: SharedState, shutdown: impl std::future::Future<Output = ()>) {
+    run_with(engine, rx, shared, shutdown, None).await
+}
+
+/// [`run`], also serving the health-check node ports (bound to `health_bind`).
+pub async fn run_with(
+    mut engine: Engine,
+    mut rx: mpsc::Receiver<SourceMsg>,
+    shared: SharedState,
+    shutdown: impl std::future::Future<Output = ()>,
+    health_bind: Option<std::net::IpAddr>,
+) {
+    let mut health = crate::serve::healthcheck::HealthServers::new(health_bind);
+    let serve_health = health_bind.is_some();
     tokio::pin!(shutdown);
     loop {
         let next = shared.schedule.lock().ok().and_then(|s| s.next());
@@ -89,7 +117,12 @@ pub async fn run(mut engine: Engine, mut rx: mpsc::Receiver<SourceMsg>, shared: 
                 Some(m) => on_message(&mut engine, &shared, m),
                 None => return,
             },
-            _ = sleep => sync_once(&mut engine, &shared),
+            _ = sleep => {
+                sync_once(&mut engine, &shared);
+                if serve_health {
+                    health.update(engine.health_check_counts()).await;
+                }
+            }
         }
     }
 }

@@ -2,6 +2,7 @@
 //! kube-proxy's semantics (unhealthy once a queued change has waited more than twice the
 //! sync period; 503 before the first sync), and `/metrics` on the metrics address.
 
+pub mod healthcheck;
 pub mod metrics;
 
 use std::net::SocketAddr;

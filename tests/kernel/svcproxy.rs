@@ -53,8 +53,9 @@ pub fn path_str(p: &Path) -> &str {
     p.to_str().unwrap_or_default()
 }
 
-/// `iptables-save` of our owned chains only (what a sync or a golden determines),
-/// sorted by chain then in rule order: comparable across namespaces.
+/// `iptables-save` of our owned chains only (what a sync or a golden determines), in
+/// iptables-save's order (chains sorted, rules in chain order): comparable across
+/// namespaces.
 pub fn owned_rules(ns: &Ns, backend: Backend, v6: bool) -> Result<String, String> {
     let out = ns.run(&[&backend.binary(v6, "save")])?;
     let mut table = String::new();
