@@ -25,6 +25,17 @@ use super::{LABEL_HEADLESS, LABEL_SERVICE_PROXY_NAME};
 use crate::model::{EndpointSlice, NamespacedName, Service};
 use crate::track::Event;
 
+/// Every API call svcproxy makes, as RBAC sees it: (API group, resource, verb). The
+/// ClusterRole in deploy/ must grant exactly these (tests/deploy.rs checks it).
+pub const API_CALLS: [(&str, &str, &str); 5] = [
+    ("", "services", "list"),
+    ("", "services", "watch"),
+    ("discovery.k8s.io", "endpointslices", "list"),
+    ("discovery.k8s.io", "endpointslices", "watch"),
+    // `sync --watch` reads this node's Node once at start (src/cli/watch.rs).
+    ("", "nodes", "get"),
+];
+
 /// kube-proxy's informer selector, or the one owning `proxy_name`'s objects.
 pub fn label_selector(proxy_name: Option<&str>) -> String {
     match proxy_name {

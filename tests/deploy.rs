@@ -1,0 +1,79 @@
+//! The manifests in deploy/ parse as typed Kubernetes objects, and the ClusterRole grants
+//! exactly the API calls the binary makes.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use serde_json::Value;
+use svcproxy::source::apiserver::API_CALLS;
+
+fn docs(name: &str) -> Vec<Value> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("deploy").join(name);
+    let text = std::fs::read_to_string(&path).unwrap();
+    serde_saphyr::from_multiple::<Value>(&text).unwrap().into_iter().filter(|v| !v.is_null()).collect()
+}
+
+fn typed<T: serde::de::DeserializeOwned>(v: &Value) -> T {
+    serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("{}: {e}", v["kind"]))
+}
+
+#[test]
+fn the_cluster_role_grants_exactly_what_svcproxy_calls() {
+    let docs = docs("rbac.yaml");
+    let _sa: ServiceAccount = typed(&docs[0]);
+    let role: ClusterRole = typed(&docs[1]);
+    let binding: ClusterRoleBinding = typed(&docs[2]);
+    let mut granted = BTreeSet::new();
+    for rule in role.rules.unwrap_or_default() {
+        for group in rule.api_groups.unwrap_or_default() {
+            for resource in rule.resources.clone().unwrap_or_default() {
+                for verb in &rule.verbs {
+                    granted.insert((group.clone(), resource.clone(), verb.clone()));
+                }
+            }
+        }
+    }
+    let used: BTreeSet<(String, String, String)> =
+        API_CALLS.iter().map(|(g, r, v)| (g.to_string(), r.to_string(), v.to_string())).collect();
+    assert_eq!(granted, used, "the ClusterRole must grant every call and nothing more");
+    assert_eq!(binding.role_ref.name, "svcproxy");
+    let subject = &binding.subjects.unwrap()[0];
+    assert_eq!((subject.name.as_str(), subject.namespace.as_deref()), ("svcproxy", Some("kube-system")));
+}
+
+#[test]
+fn the_daemonset_runs_watch_mode_on_every_node_with_probes_and_mounts() {
+    let ds: DaemonSet = typed(&docs("daemonset.yaml")[0]);
+    let pod = ds.spec.template.spec.unwrap();
+    assert_eq!(pod.host_network, Some(true));
+    assert_eq!(pod.service_account_name.as_deref(), Some("svcproxy"));
+    assert!(pod.tolerations.unwrap().iter().any(|t| t.operator.as_deref() == Some("Exists") && t.key.is_none()), "tolerates every taint");
+    let c = &pod.containers[0];
+    let cmd = c.command.clone().unwrap().join(" ");
+    assert!(cmd.contains("sync --watch") && cmd.contains("--hostname-override=$(NODE_NAME)"), "{cmd}");
+    let env = c.env.clone().unwrap();
+    let node = env.iter().find(|e| e.name == "NODE_NAME").unwrap();
+    assert_eq!(node.value_from.as_ref().unwrap().field_ref.as_ref().unwrap().field_path, "spec.nodeName");
+    let live = c.liveness_probe.as_ref().unwrap().http_get.as_ref().unwrap();
+    let ready = c.readiness_probe.as_ref().unwrap().http_get.as_ref().unwrap();
+    assert_eq!((live.path.as_deref(), ready.path.as_deref()), (Some("/livez"), Some("/healthz")));
+    let mounts: BTreeSet<String> = c.volume_mounts.clone().unwrap().into_iter().map(|m| m.mount_path).collect();
+    assert!(mounts.contains("/run/xtables.lock") && mounts.contains("/lib/modules"));
+    let caps = c.security_context.as_ref().unwrap().capabilities.as_ref().unwrap().add.clone().unwrap();
+    assert!(caps.contains(&"NET_ADMIN".to_string()));
+}
+
+#[test]
+fn the_config_map_holds_a_kube_proxy_configuration_svcproxy_reads() {
+    let cm: ConfigMap = typed(&docs("configmap.yaml")[0]);
+    let text = cm.data.unwrap().remove("config.conf").unwrap();
+    let path = std::env::temp_dir().join(format!("svcproxy-deploy-{}.conf", std::process::id()));
+    std::fs::write(&path, text).unwrap();
+    let settings = svcproxy::config::kubeproxy::read(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(settings.masquerade_bit, Some(14));
+    assert_eq!(settings.sync_period_secs, Some(30.0));
+}
