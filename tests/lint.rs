@@ -67,7 +67,7 @@ fn seeded_fixture_reports_each_problem_exactly_once() {
     // endpoints) is a report, not a problem: it appears once per derived Service.
     let seeded = [
         "SP001", "SP002", "SP010", "SP011", "SP021", "SP025", "SP030", "SP031", "SP040", "SP041", "SP042", "SP043",
-        "SP044", "SP045", "SP050", "SP051", "SP061", "SP090", "SP091", "SP092",
+        "SP044", "SP045", "SP046", "SP050", "SP051", "SP061", "SP090", "SP091", "SP092",
     ];
     let want: BTreeMap<String, usize> = seeded.iter().map(|c| (c.to_string(), 1)).collect();
     assert_eq!(counts, want);

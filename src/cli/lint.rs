@@ -46,6 +46,7 @@ Checks (code, severity):
   SP043 warning  named targetPort resolves on none of the selected Pods
   SP044 info     selected Pod has no IP yet
   SP045 info     named targetPort missing on some selected Pods
+  SP046 info     selected Pod runs on a Node the input does not hold
   SP050 error    external IP is another Service's ClusterIP
   SP051 error    load-balancer IP is a Service's ClusterIP
   SP060 info     EndpointSlices derived from Pods or v1/Endpoints

@@ -2,8 +2,10 @@
 //! one slice per distinct set of resolved ports, holding every selected Pod.
 //!
 //! Followed: selector match in the Service's namespace; Pods in a terminal phase or
-//! without an IP are left out; one address per family from `status.podIPs`;
-//! `serving` = publishNotReadyAddresses || Ready, `terminating` = deletionTimestamp set,
+//! without an IP are left out, and so are Pods whose Node is not in the input when the
+//! input holds Nodes (the controller skips them until the Node exists) unless
+//! publishNotReadyAddresses is set; one address per family from `status.podIPs`;
+//! `serving` = Ready, `terminating` = deletionTimestamp set,
 //! `ready` = publishNotReadyAddresses || (serving && !terminating); a port whose
 //! `targetPort` name no container declares (with the port's protocol) is left out for
 //! that Pod, which therefore lands in a slice without it; `hostname` when the Pod's
@@ -48,6 +50,14 @@ pub fn eligible(pod: &Pod) -> bool {
     !pod.terminal && !pod.ips.is_empty()
 }
 
+/// The controller skips a Pod whose Node it cannot find, unless the Service publishes
+/// not-ready addresses. Without any Node in the input, nothing is known: no skip.
+pub fn node_missing(pod: &Pod, backend: &ServiceBackend, nodes: &[Node]) -> bool {
+    !nodes.is_empty()
+        && !backend.publish_not_ready
+        && !pod.node_name.as_ref().is_some_and(|n| nodes.iter().any(|node| &node.name == n))
+}
+
 /// The Pod's port for a service port: a number as is; a name through the containers'
 /// ports with the same name and protocol. `None`: the Pod is left out for this port.
 pub fn resolve_port(port: &crate::source::extra::BackendPort, pod: &Pod) -> Option<u16> {
@@ -76,7 +86,7 @@ fn pod_endpoint(
     nodes: &[Node],
 ) -> Option<(SliceEndpoint, EndpointInfo)> {
     let ip = pod.ip(family)?;
-    let serving = backend.publish_not_ready || pod.ready;
+    let serving = pod.ready;
     let zone = pod
         .node_name
         .as_ref()
@@ -102,7 +112,8 @@ fn pod_endpoint(
 /// The slices the EndpointSlice controller would write for `svc` (which must have a
 /// selector), Pods taken in name order. Slice names are `NAME-derived-N`.
 pub fn slices_from_pods(svc: &Service, backend: &ServiceBackend, pods: &[Pod], nodes: &[Node]) -> Vec<DerivedSlice> {
-    let mut selected: Vec<&Pod> = pods.iter().filter(|p| selects(backend, p) && eligible(p)).collect();
+    let mut selected: Vec<&Pod> =
+        pods.iter().filter(|p| selects(backend, p) && eligible(p) && !node_missing(p, backend, nodes)).collect();
     selected.sort_by(|a, b| a.id.cmp(&b.id));
     let labels = ProxyLabels { service_proxy_name: svc.proxy_labels.service_proxy_name.clone(), headless: backend.headless };
     let mut out = Vec::new();

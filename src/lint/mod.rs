@@ -100,6 +100,7 @@ pub const CODES: &[(&str, Severity, &str)] = &[
     ("SP043", Severity::Warning, "named targetPort resolves on none of the selected Pods"),
     ("SP044", Severity::Info, "selected Pod has no IP yet"),
     ("SP045", Severity::Info, "named targetPort missing on some selected Pods"),
+    ("SP046", Severity::Info, "selected Pod runs on a Node the input does not hold"),
     ("SP050", Severity::Error, "external IP is another Service's ClusterIP"),
     ("SP051", Severity::Error, "load-balancer IP is a Service's ClusterIP"),
     ("SP060", Severity::Info, "EndpointSlices derived from Pods or v1/Endpoints"),

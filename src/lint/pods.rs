@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use super::{Finding, Input, ObjectId};
-use crate::derive::pods::{eligible, resolve_port, selects};
-use crate::model::NamespacedName;
+use crate::derive::pods::{eligible, node_missing, resolve_port, selects};
+use crate::model::{NamespacedName, Node};
 use crate::source::extra::{ObjectRef, Pod, ServiceBackend, TargetPort};
 
 /// SP040–SP045.
@@ -18,7 +18,7 @@ pub fn check(input: &Input) -> Vec<Finding> {
     }
     let mut out = Vec::new();
     for b in input.state.extra.backends.iter().filter(|b| b.selector.is_some() && !b.external_name) {
-        out.extend(selection(b, pods));
+        out.extend(selection(b, pods, &input.state.nodes));
     }
     out.extend(references(input));
     out
@@ -32,8 +32,8 @@ fn names(pods: &[&Pod]) -> String {
     pods.iter().map(|p| p.id.name.as_str()).collect::<Vec<_>>().join(", ")
 }
 
-/// SP040, SP044, SP043 and SP045 for one Service.
-fn selection(b: &ServiceBackend, pods: &[Pod]) -> Vec<Finding> {
+/// SP040, SP043–SP046 for one Service.
+fn selection(b: &ServiceBackend, pods: &[Pod], nodes: &[Node]) -> Vec<Finding> {
     let svc = ObjectId::new("Service", &b.id);
     let mut selected: Vec<&Pod> = pods.iter().filter(|p| selects(b, p)).collect();
     selected.sort_by(|x, y| x.id.cmp(&y.id));
@@ -50,7 +50,14 @@ fn selection(b: &ServiceBackend, pods: &[Pod]) -> Vec<Finding> {
         let msg = format!("selected Pod(s) {} have no IP yet and are left out of the endpoints", names(&no_ip));
         out.push(Finding::new("SP044", objs, msg));
     }
-    let ok: Vec<&Pod> = selected.iter().copied().filter(|p| eligible(p)).collect();
+    let away: Vec<&Pod> = selected.iter().copied().filter(|p| eligible(p) && node_missing(p, b, nodes)).collect();
+    if !away.is_empty() {
+        let mut objs = vec![svc.clone()];
+        objs.extend(pod_ids(&away));
+        let msg = format!("selected Pod(s) {} run on a Node the input does not hold and are left out (the controller skips them until the Node exists)", names(&away));
+        out.push(Finding::new("SP046", objs, msg));
+    }
+    let ok: Vec<&Pod> = selected.iter().copied().filter(|p| eligible(p) && !node_missing(p, b, nodes)).collect();
     for port in b.ports.iter().filter(|p| matches!(p.target, TargetPort::Name(_))) {
         let TargetPort::Name(target) = &port.target else { continue };
         let missing: Vec<&Pod> = ok.iter().copied().filter(|p| resolve_port(port, p).is_none()).collect();
