@@ -29,11 +29,14 @@ macro_rules! per_backend {
 }
 
 
+#[path = "../support/apiserver.rs"]
+mod apiserver;
 mod dataplane;
 mod faults;
 mod goldens;
 mod selftest;
 mod svcproxy;
+mod watch_e2e;
 
 use std::time::Duration;
 
@@ -51,6 +54,7 @@ fn main() {
     cases.extend(goldens::cases());
     cases.extend(dataplane::cases());
     cases.extend(faults::cases());
+    cases.extend(watch_e2e::cases());
     let code = harness::run(
         &cases,
         Options {

@@ -56,9 +56,13 @@ fn key(obj: &Value) -> (String, String) {
 
 impl ApiServer {
     pub async fn start() -> ApiServer {
-        let (events, _) = broadcast::channel(4096);
+        ApiServer::start_on("127.0.0.1:0".parse().unwrap()).await
+    }
+
+    pub async fn start_on(bind: SocketAddr) -> ApiServer {
+        let (events, _) = broadcast::channel(65536);
         let (drops, _) = broadcast::channel(16);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = tokio::net::TcpListener::bind(bind).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let server = ApiServer { store: Arc::default(), events, drops, addr, requests: Arc::default() };
         let app = Router::new()
