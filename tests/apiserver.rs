@@ -15,7 +15,7 @@ use svcproxy::iptables::apply::{Backend, RestoreError, Restorer};
 use svcproxy::iptables::fake::FakeIptables;
 use svcproxy::net::IpFamily;
 use svcproxy::runner::{watch, Schedule, Timing};
-use svcproxy::serve::{Metrics, Shared};
+use svcproxy::serve::Shared;
 use svcproxy::source::{apiserver, ClusterState};
 
 #[derive(Clone, Default)]
@@ -87,7 +87,7 @@ fn watch_follows_the_api_server_through_drops_and_410_without_losing_rules() {
     };
     let loaded = svcproxy::pipeline::load(ClusterState::default(), flags, Settings::default()).unwrap();
     let timing = Timing { min_sync_period: Duration::from_millis(100), sync_period: Duration::from_secs(30), ..Timing::default() };
-    let shared = Arc::new(Shared { schedule: Mutex::new(Schedule::new(timing)), metrics: Metrics::new(), last_updated: Mutex::new(None) });
+    let shared = Arc::new(Shared::new(Schedule::new(timing)));
     let kernel = Kernel::default();
     let engine = watch::Engine::new(loaded.config, loaded.trackers, Box::new(kernel.clone()));
     let _guard = rt.enter();
@@ -127,4 +127,34 @@ fn watch_follows_the_api_server_through_drops_and_410_without_losing_rules() {
     let _ = stop_tx.send(());
     rt.block_on(runner).unwrap();
     assert_eq!(kernel.seps(), 3, "stopping leaves the rules");
+}
+
+#[test]
+fn this_node_being_deleted_makes_healthz_unhealthy_and_its_labels_are_followed() {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let server = rt.block_on(ApiServer::start());
+    let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "labels": {"topology.kubernetes.io/zone": "z1"}}});
+    server.apply(node.clone());
+    server.apply(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n2"}}));
+    let flags = Settings { hostname_override: Some("n1".into()), ip_family: Some("ipv4".into()), nfacct: Some(false), ..Settings::default() };
+    let loaded = svcproxy::pipeline::load(ClusterState::default(), flags, Settings::default()).unwrap();
+    let shared = Arc::new(Shared::new(Schedule::new(Timing { min_sync_period: Duration::from_millis(50), ..Timing::default() })));
+    let engine = watch::Engine::new(loaded.config, loaded.trackers, Box::new(Kernel::default()));
+    let _guard = rt.enter();
+    let client = kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    rt.spawn(apiserver::run_with_node(client, None, Some("n1".into()), tx));
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let s2 = shared.clone();
+    let runner = rt.spawn(async move { watch::run(engine, rx, s2, async { let _ = stop_rx.await; }).await });
+    let deleting = || shared.node_deleting.load(std::sync::atomic::Ordering::SeqCst);
+    until("the first sync", || shared.schedule.lock().unwrap().last_sync().is_some());
+    assert!(!deleting());
+    let mut gone = node.clone();
+    gone["metadata"]["deletionTimestamp"] = json!("2026-11-22T00:00:00Z");
+    server.apply(gone);
+    until("the node's deletion to be seen", deleting);
+    assert!(server.request_count("fieldSelector") >= 1, "the Node is watched by name");
+    let _ = stop_tx.send(());
+    rt.block_on(runner).unwrap();
 }

@@ -13,7 +13,7 @@ use svcproxy::iptables::fake::FakeIptables;
 use svcproxy::net::IpFamily;
 use svcproxy::pipeline;
 use svcproxy::runner::{watch, Schedule, Timing};
-use svcproxy::serve::{self, Metrics, Shared};
+use svcproxy::serve::{self, Shared};
 use svcproxy::source::file::read_path_lenient;
 use svcproxy::source::watch::{watch_files, SourceMsg};
 
@@ -87,7 +87,7 @@ fn watch_follows_file_changes_coalesces_bursts_survives_bad_objects_and_reports_
     let initial = state.clone();
     let loaded = pipeline::load(state, Settings::default(), Settings::default()).unwrap();
     let timing = Timing { min_sync_period: Duration::from_millis(300), sync_period: Duration::from_secs(30), ..Timing::default() };
-    let shared = Arc::new(Shared { schedule: Mutex::new(Schedule::new(timing)), metrics: Metrics::new(), last_updated: Mutex::new(None) });
+    let shared = Arc::new(Shared::new(Schedule::new(timing)));
     let kernel = Kernel::default();
     let engine = watch::Engine::new(loaded.config, loaded.trackers, Box::new(kernel.clone()));
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();

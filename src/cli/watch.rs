@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -18,7 +18,7 @@ use crate::iptables::apply::ExecRestorer;
 use crate::iptables::nfacct;
 use crate::pipeline;
 use crate::runner::{watch, Schedule, Timing};
-use crate::serve::{self, Metrics, Shared};
+use crate::serve::{self, Shared};
 use crate::source::file::read_path_lenient;
 use crate::source::watch::{watch_files, SourceMsg};
 use crate::source::{apiserver, ClusterState};
@@ -134,9 +134,10 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings) -> anyhow::Resu
         sync_period: Duration::from_secs_f64(loaded.config.sync_period_secs),
         ..Timing::default()
     };
-    let shared = Arc::new(Shared { schedule: Mutex::new(Schedule::new(timing)), metrics: Metrics::new(), last_updated: Mutex::new(None) });
+    let shared = Arc::new(Shared::new(Schedule::new(timing)));
     shared.metrics.malformed_objects.inc_by(errors as u64);
     let proxy_name = loaded.config.service_proxy_name.clone();
+    let node_name = loaded.config.node_name.clone();
     let restorer = ExecRestorer { backend: args.iptables_backend.resolve(), lock_wait_secs: args.iptables_lock_wait };
     let engine = watch::Engine::new(loaded.config, loaded.trackers, Box::new(restorer));
     let health = serve::spawn(w.healthz_bind_address, serve::health_router(shared.clone()))
@@ -154,7 +155,7 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings) -> anyhow::Resu
         }
         Origin::Api(client) => {
             tracing::info!(%health, %metrics, "watching the API server");
-            tokio::spawn(apiserver::run(client, proxy_name, tx));
+            tokio::spawn(apiserver::run_with_node(client, proxy_name, Some(node_name), tx));
         }
     }
     watch::run_with(engine, rx, shared, watch::signals(), Some(w.healthz_bind_address.ip())).await;

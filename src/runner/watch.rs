@@ -39,6 +39,25 @@ impl Engine {
         Engine { config, trackers, rulesets, restorer }
     }
 
+    /// New node labels (topology): the rules depend on the zone, so every service is
+    /// re-rendered. Returns whether anything changed.
+    pub fn set_node_labels(&mut self, labels: std::collections::BTreeMap<String, String>) -> bool {
+        if labels == self.config.node_labels {
+            return false;
+        }
+        self.config.node_labels = labels;
+        self.rulesets = self
+            .trackers
+            .families
+            .iter()
+            .map(|t| {
+                let (s, e) = t.view();
+                render::render(&Context::new(&self.config, t.family), s, e)
+            })
+            .collect();
+        true
+    }
+
     pub fn apply(&mut self, events: &[Event]) {
         for e in events {
             self.trackers.apply(e);
@@ -140,6 +159,17 @@ fn on_message(engine: &mut Engine, shared: &SharedState, msg: SourceMsg) {
                 tracing::warn!(error = %e, "skipped an object that cannot be read");
             }
             shared.metrics.malformed_objects.inc_by(list.len() as u64);
+        }
+        SourceMsg::Node { node, deleting } => {
+            shared.node_deleting.store(deleting, std::sync::atomic::Ordering::SeqCst);
+            if let Some(node) = node {
+                if engine.set_node_labels(node.labels) {
+                    tracing::info!("this node's labels changed: full re-render");
+                    if let Ok(mut s) = shared.schedule.lock() {
+                        s.changed(now);
+                    }
+                }
+            }
         }
         SourceMsg::Events(events) => {
             let before = engine.pending();

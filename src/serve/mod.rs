@@ -25,6 +25,19 @@ pub struct Shared {
     pub metrics: Metrics,
     /// Wall-clock time of the last successful sync.
     pub last_updated: Mutex<Option<SystemTime>>,
+    /// This node is being deleted: `/healthz` says so (load balancers drain it).
+    pub node_deleting: std::sync::atomic::AtomicBool,
+}
+
+impl Shared {
+    pub fn new(schedule: Schedule) -> Self {
+        Shared {
+            schedule: Mutex::new(schedule),
+            metrics: Metrics::new(),
+            last_updated: Mutex::new(None),
+            node_deleting: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
 }
 
 pub type SharedState = Arc<Shared>;
@@ -34,14 +47,15 @@ fn unix(t: Option<SystemTime>) -> f64 {
 }
 
 async fn healthz(State(s): State<SharedState>) -> impl IntoResponse {
-    let healthy = s.schedule.lock().map(|sch| sch.is_ready() && sch.last_sync().is_some() && sch.healthy(Instant::now())).unwrap_or(false);
+    let synced = s.schedule.lock().map(|sch| sch.is_ready() && sch.last_sync().is_some() && sch.healthy(Instant::now())).unwrap_or(false);
+    let eligible = !s.node_deleting.load(std::sync::atomic::Ordering::SeqCst);
     let last = *s.last_updated.lock().unwrap_or_else(|e| e.into_inner());
     let body = format!(
-        "{{\"lastUpdated\": \"{}\", \"currentTime\": \"{}\", \"nodeEligible\": true}}\n",
+        "{{\"lastUpdated\": \"{}\", \"currentTime\": \"{}\", \"nodeEligible\": {eligible}}}\n",
         unix(last),
         unix(Some(SystemTime::now()))
     );
-    let code = if healthy { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    let code = if synced && eligible { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     (code, [("content-type", "application/json")], body)
 }
 

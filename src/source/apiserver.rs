@@ -27,13 +27,15 @@ use crate::track::Event;
 
 /// Every API call svcproxy makes, as RBAC sees it: (API group, resource, verb). The
 /// ClusterRole in deploy/ must grant exactly these (tests/deploy.rs checks it).
-pub const API_CALLS: [(&str, &str, &str); 5] = [
+pub const API_CALLS: [(&str, &str, &str); 7] = [
     ("", "services", "list"),
     ("", "services", "watch"),
     ("discovery.k8s.io", "endpointslices", "list"),
     ("discovery.k8s.io", "endpointslices", "watch"),
-    // `sync --watch` reads this node's Node once at start (src/cli/watch.rs).
+    // `sync --watch` reads this node's Node at start (src/cli/watch.rs), then watches it.
     ("", "nodes", "get"),
+    ("", "nodes", "list"),
+    ("", "nodes", "watch"),
 ];
 
 /// kube-proxy's informer selector, or the one owning `proxy_name`'s objects.
@@ -155,6 +157,14 @@ fn convert_or_report<T: Kind>(o: &T::Kube, bad: &mut Vec<String>) -> Option<Arc<
 /// Follows the API server until the receiver goes away. Watch errors (the server
 /// unreachable, a dropped connection, 410 Gone) are retried with kube-rs's backoff.
 pub async fn run(client: Client, proxy_name: Option<String>, tx: mpsc::Sender<SourceMsg>) {
+    run_with_node(client, proxy_name, None, tx).await
+}
+
+/// [`run`], also watching this node's `v1/Node` (field selector on its name).
+pub async fn run_with_node(client: Client, proxy_name: Option<String>, node_name: Option<String>, tx: mpsc::Sender<SourceMsg>) {
+    if let Some(name) = node_name {
+        tokio::spawn(watch_node(client.clone(), name, tx.clone()));
+    }
     let selector = label_selector(proxy_name.as_deref());
     let cfg = watcher::Config::default().labels(&selector);
     let services = watcher::watcher(Api::<core::Service>::all(client.clone()), cfg.clone()).default_backoff().map_ok(Either::Service);
@@ -184,6 +194,33 @@ pub async fn run(client: Client, proxy_name: Option<String>, tx: mpsc::Sender<So
             if tx.send(SourceMsg::Ready).await.is_err() {
                 return;
             }
+        }
+    }
+}
+
+/// Follows this node: label (topology) and address changes, and its deletion.
+async fn watch_node(client: Client, name: String, tx: mpsc::Sender<SourceMsg>) {
+    let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let stream = watcher::watcher(Api::<core::Node>::all(client), cfg).default_backoff();
+    let mut stream = std::pin::pin!(stream);
+    while let Some(item) = stream.next().await {
+        let msg = match item {
+            Ok(WEvent::Apply(n)) | Ok(WEvent::InitApply(n)) => {
+                let deleting = n.metadata.deletion_timestamp.is_some();
+                match convert::node(&n) {
+                    Ok(node) => SourceMsg::Node { node: Some(node), deleting },
+                    Err(e) => SourceMsg::Malformed(vec![format!("Node {name}: field {}: {}", e.field, e.reason)]),
+                }
+            }
+            Ok(WEvent::Delete(_)) => SourceMsg::Node { node: None, deleting: true },
+            Ok(_) => continue,
+            Err(e) => {
+                tracing::warn!(error = %e, "node watch failed; retrying");
+                continue;
+            }
+        };
+        if tx.send(msg).await.is_err() {
+            return;
         }
     }
 }

@@ -20,6 +20,8 @@ pub enum SourceMsg {
     Ready,
     /// Objects that were skipped, with why.
     Malformed(Vec<String>),
+    /// This node changed (labels, addresses) or is being deleted.
+    Node { node: Option<crate::model::Node>, deleting: bool },
 }
 
 type Fingerprint = Vec<(PathBuf, u64, Option<SystemTime>)>;

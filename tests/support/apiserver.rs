@@ -69,6 +69,7 @@ impl ApiServer {
             .route("/api/v1/services", get(services))
             .route("/apis/discovery.k8s.io/v1/endpointslices", get(slices))
             .route("/api/v1/nodes/{name}", get(|| async { StatusCode::NOT_FOUND }))
+            .route("/api/v1/nodes", get(nodes))
             .with_state(server.clone());
         tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -97,14 +98,14 @@ impl ApiServer {
 
     /// Creates or replaces (ADDED or MODIFIED) an object of kind `Service` or `EndpointSlice`.
     pub fn apply(&self, object: Value) {
-        let kind: &'static str = if object["kind"] == "Service" { "Service" } else { "EndpointSlice" };
+        let kind = kind_of(&object);
         let (ns, name) = key(&object);
         let exists = self.store.lock().unwrap().objects.contains_key(&(kind, ns, name));
         self.change(kind, if exists { "MODIFIED" } else { "ADDED" }, object);
     }
 
     pub fn delete(&self, object: Value) {
-        let kind: &'static str = if object["kind"] == "Service" { "Service" } else { "EndpointSlice" };
+        let kind = kind_of(&object);
         self.change(kind, "DELETED", object);
     }
 
@@ -141,6 +142,22 @@ impl ApiServer {
     }
 }
 
+fn kind_of(object: &Value) -> &'static str {
+    match object["kind"].as_str() {
+        Some("Service") => "Service",
+        Some("Node") => "Node",
+        _ => "EndpointSlice",
+    }
+}
+
+/// `metadata.name=X` field selectors.
+fn field_selected(obj: &Value, selector: Option<&str>) -> bool {
+    match selector.and_then(|s| s.strip_prefix("metadata.name=")) {
+        Some(name) => obj["metadata"]["name"].as_str() == Some(name),
+        None => true,
+    }
+}
+
 fn selected(obj: &Value, selector: Option<&str>) -> bool {
     let labels = &obj["metadata"]["labels"];
     selector.unwrap_or("").split(',').filter(|t| !t.is_empty()).all(|term| {
@@ -158,6 +175,10 @@ async fn services(State(s): State<ApiServer>, Query(q): Query<BTreeMap<String, S
     serve(s, "Service", "v1", q).await
 }
 
+async fn nodes(State(s): State<ApiServer>, Query(q): Query<BTreeMap<String, String>>) -> Response {
+    serve(s, "Node", "v1", q).await
+}
+
 async fn slices(State(s): State<ApiServer>, Query(q): Query<BTreeMap<String, String>>) -> Response {
     serve(s, "EndpointSlice", "discovery.k8s.io/v1", q).await
 }
@@ -165,12 +186,13 @@ async fn slices(State(s): State<ApiServer>, Query(q): Query<BTreeMap<String, Str
 async fn serve(s: ApiServer, kind: &'static str, api_version: &'static str, q: BTreeMap<String, String>) -> Response {
     s.requests.lock().unwrap().push(format!("{kind} {q:?}"));
     let selector = q.get("labelSelector").cloned();
+    let fields = q.get("fieldSelector").cloned();
     if q.get("watch").map(String::as_str) != Some("true") {
         let st = s.store.lock().unwrap();
         let items: Vec<Value> = st
             .objects
             .iter()
-            .filter(|((k, _, _), o)| *k == kind && selected(o, selector.as_deref()))
+            .filter(|((k, _, _), o)| *k == kind && selected(o, selector.as_deref()) && field_selected(o, fields.as_deref()))
             .map(|(_, o)| o.clone())
             .collect();
         let body = json!({"apiVersion": api_version, "kind": format!("{kind}List"), "metadata": {"resourceVersion": st.rv.to_string()}, "items": items});
@@ -183,6 +205,7 @@ async fn serve(s: ApiServer, kind: &'static str, api_version: &'static str, q: B
         let backlog: Vec<Change> = st.log.iter().filter(|c| c.rv > from && c.kind == kind).cloned().collect();
         (backlog, from < st.compacted, s.events.subscribe(), s.drops.subscribe())
     };
+    let backlog = backlog.into_iter().filter(|c| field_selected(&c.object, fields.as_deref())).collect();
     let stream = async_stream(kind, api_version, selector, backlog, gone, timeout, from, (live, drops));
     Response::builder().status(200).header("content-type", "application/json").body(Body::from_stream(stream)).unwrap()
 }
