@@ -134,9 +134,9 @@ fn derived_slices_equal_hand_written_ones() {
     f.finish("derived endpoints", cases.len());
 }
 
-fn read(text: &str) -> Result<ClusterState, source::SourceError> {
+fn read(text: &str) -> Result<ClusterState, String> {
     let mut st = ClusterState::default();
-    source::file::read_str(Path::new("t.yaml"), text, &mut st).map(|_| st)
+    source::file::read_str(Path::new("t.yaml"), text, &mut st).map(|_| st).map_err(|e| e.to_string())
 }
 
 const SVC: &str = "apiVersion: v1\nkind: Service\nmetadata: {name: s, namespace: ns}\nspec:\n  clusterIP: 10.96.0.5\n  selector: {app: a}\n  ports: [{name: http, port: 80, targetPort: http}]\n";
@@ -217,10 +217,10 @@ fn render_cli_derives_and_notes_it() {
 #[test]
 fn bad_pod_and_endpoints_fields_name_file_line_object_and_field() {
     let bad_pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: ns}\nspec: {containers: []}\nstatus: {podIP: 10.0.0.300}\n";
-    let err = read(bad_pod).expect_err("bad IP").to_string();
+    let err = read(bad_pod).expect_err("bad IP");
     assert_eq!(err, "t.yaml:1: Pod ns/p: field status.podIP: invalid IP address \"10.0.0.300\"");
     let bad_ep = "apiVersion: v1\nkind: Endpoints\nmetadata: {name: e, namespace: ns}\nsubsets: [{addresses: [{ip: 10.0.0.1}], ports: [{port: 0}]}]\n";
-    let err = read(bad_ep).expect_err("bad port").to_string();
+    let err = read(bad_ep).expect_err("bad port");
     assert_eq!(err, "t.yaml:1: Endpoints ns/e: field subsets[0].ports[0].port: port 0 out of range 1-65535");
 }
 

@@ -117,3 +117,88 @@ fn empty(ep: &LegacyEndpoints, svc: &Service, family: IpFamily, ports: Vec<Slice
         info: Vec::new(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::model::{Protocol, ProxyLabels, ServiceType, TrafficPolicy};
+    use crate::source::extra::LegacyPort;
+
+    fn svc() -> (Service, ServiceBackend) {
+        let id = NamespacedName::new("ns", "db");
+        let svc = Service {
+            id: id.clone(),
+            service_type: ServiceType::ClusterIP,
+            cluster_ips: vec!["10.96.0.9".parse().unwrap()],
+            ports: Vec::new(),
+            external_ips: Vec::new(),
+            load_balancer_source_ranges: Vec::new(),
+            ingress: Vec::new(),
+            external_traffic_policy: TrafficPolicy::Cluster,
+            internal_traffic_policy: TrafficPolicy::Cluster,
+            session_affinity: None,
+            health_check_node_port: 0,
+            proxy_labels: ProxyLabels::default(),
+        };
+        let backend = ServiceBackend {
+            id,
+            selector: None,
+            publish_not_ready: false,
+            headless: false,
+            external_name: false,
+            ip_families: Vec::new(),
+            ports: Vec::new(),
+            proxy_labels: ProxyLabels::default(),
+        };
+        (svc, backend)
+    }
+
+    fn addr(ip: &str) -> LegacyAddress {
+        LegacyAddress { ip: ip.parse().unwrap(), hostname: None, node_name: None, target: None }
+    }
+
+    fn endpoints(addresses: Vec<LegacyAddress>) -> LegacyEndpoints {
+        LegacyEndpoints {
+            id: NamespacedName::new("ns", "db"),
+            skip_mirror: false,
+            leader_election: false,
+            proxy_labels: ProxyLabels::default(),
+            subsets: vec![LegacySubset {
+                addresses,
+                not_ready: vec![addr("10.0.0.99")],
+                ports: vec![LegacyPort { name: "sql".into(), port: 5432, protocol: Protocol::Tcp }],
+            }],
+        }
+    }
+
+    #[test]
+    fn families_split_duplicates_collapse_and_subsets_are_capped() {
+        let (s, b) = svc();
+        let ep = endpoints(vec![addr("10.0.0.1"), addr("10.0.0.1"), addr("fd00::1")]);
+        let out = mirror(&ep, Some((&s, &b))).unwrap();
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[0].slice.family, IpFamily::V4);
+        let v4: Vec<(String, bool)> = out[0].slice.endpoints.iter().map(|e| (e.ip.to_string(), e.ready)).collect();
+        assert_eq!(v4, [("10.0.0.1".to_string(), true), ("10.0.0.99".to_string(), false)]);
+        let many: Vec<LegacyAddress> = (0..1100u32).map(|i| addr(&std::net::Ipv4Addr::from(0x0a01_0000 + i).to_string())).collect();
+        let out = mirror(&endpoints(many), Some((&s, &b))).unwrap();
+        assert_eq!(out[0].slice.endpoints.len(), MAX_ENDPOINTS_PER_SUBSET);
+    }
+
+    #[test]
+    fn what_is_not_mirrored() {
+        let (s, mut b) = svc();
+        let mut ep = endpoints(vec![addr("10.0.0.1")]);
+        assert_eq!(mirror(&ep, None), Err(NotMirrored::NoService));
+        ep.leader_election = true;
+        assert_eq!(mirror(&ep, Some((&s, &b))), Err(NotMirrored::LeaderElection));
+        ep.skip_mirror = true;
+        assert_eq!(mirror(&ep, Some((&s, &b))), Err(NotMirrored::SkipMirror));
+        b.selector = Some(BTreeMap::from([("app".to_string(), "db".to_string())]));
+        assert_eq!(mirror(&ep, Some((&s, &b))), Err(NotMirrored::HasSelector));
+        b.external_name = true;
+        assert_eq!(mirror(&ep, Some((&s, &b))), Err(NotMirrored::ExternalName));
+    }
+}

@@ -98,3 +98,40 @@ pub fn node_ports(input: &Input) -> Vec<Finding> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{NamespacedName, ProxyLabels, ServicePortSpec, ServiceType, TrafficPolicy};
+
+    fn svc(ports: &[(u16, Protocol)], hc: u16) -> Service {
+        Service {
+            id: NamespacedName::new("ns", "s"),
+            service_type: ServiceType::LoadBalancer,
+            cluster_ips: Vec::new(),
+            ports: ports
+                .iter()
+                .map(|(np, proto)| ServicePortSpec { name: String::new(), protocol: *proto, port: 80, node_port: *np })
+                .collect(),
+            external_ips: Vec::new(),
+            load_balancer_source_ranges: Vec::new(),
+            ingress: Vec::new(),
+            external_traffic_policy: TrafficPolicy::Local,
+            internal_traffic_policy: TrafficPolicy::Cluster,
+            session_affinity: None,
+            health_check_node_port: hc,
+            proxy_labels: ProxyLabels::default(),
+        }
+    }
+
+    #[test]
+    fn node_ports_are_collected_as_the_repair_controller_does() {
+        // Same port, two protocols: once. Same port, same protocol: twice (a duplicate).
+        assert_eq!(collect_node_ports(&svc(&[(30053, Protocol::Udp), (30053, Protocol::Tcp)], 0)), [30053]);
+        assert_eq!(collect_node_ports(&svc(&[(30080, Protocol::Tcp), (30080, Protocol::Tcp)], 0)), [30080, 30080]);
+        // The health-check port counts unless a non-TCP port already holds it.
+        assert_eq!(collect_node_ports(&svc(&[(30080, Protocol::Tcp)], 30090)), [30080, 30090]);
+        assert_eq!(collect_node_ports(&svc(&[(30090, Protocol::Udp)], 30090)), [30090]);
+        assert_eq!(collect_node_ports(&svc(&[(30090, Protocol::Tcp)], 30090)), [30090, 30090]);
+    }
+}

@@ -108,13 +108,16 @@ fn seen_endpoints<'a>(input: &Input<'a>) -> Vec<Seen<'a>> {
     out
 }
 
+/// `(code, service, pod)` → the slices and Endpoints holding it, and its address.
+type Refs = BTreeMap<(&'static str, NamespacedName, NamespacedName), (Vec<ObjectId>, Option<IpAddr>)>;
+
 /// SP041 and SP042, once per Service and Pod (a Pod in both a slice and the Endpoints
 /// of its Service is one problem).
 fn references(input: &Input) -> Vec<Finding> {
     let pods: BTreeMap<&NamespacedName, &Pod> = input.state.extra.pods.iter().map(|p| (&p.id, p)).collect();
     let tolerant: Vec<&NamespacedName> =
         input.state.extra.backends.iter().filter(|b| b.publish_not_ready).map(|b| &b.id).collect();
-    let mut found: BTreeMap<(&'static str, NamespacedName, NamespacedName), (Vec<ObjectId>, Option<IpAddr>)> = BTreeMap::new();
+    let mut found = Refs::new();
     for s in seen_endpoints(input) {
         let code = match pods.get(&s.target.id) {
             None => "SP041",
