@@ -85,10 +85,25 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
         flags.nfacct = Some(if args.dry_run { nfacct::exists() } else { nfacct::ensure().unwrap_or(false) });
     }
     let loaded = load_with(&args.config, flags)?;
-    if loaded.config.mode == Mode::Ipvs {
-        anyhow::bail!("--mode ipvs: the IPVS backend is not built yet (see the IPVS issue)");
-    }
     let backend = args.iptables_backend.resolve();
+    if loaded.config.mode == Mode::Ipvs {
+        let mut restorer = ExecRestorer { backend, lock_wait_secs: args.iptables_lock_wait };
+        let report = crate::ipvs::sync::run_on_node(&loaded.config, &loaded.trackers, &mut restorer, args.dry_run)
+            .context("IPVS sync failed")?;
+        if args.dry_run {
+            super::out(&report.diff_text())?;
+            return Ok(ExitCode::from(if report.is_empty() { EXIT_OK } else { EXIT_CHANGES }));
+        }
+        eprintln!(
+            "svcproxy: ipvs: {} IPVS op(s), {} address(es) bound, {} unbound, {} ipset change(s), {} real server(s) draining",
+            report.changes.ops.len(),
+            report.changes.bind.len(),
+            report.changes.unbind.len(),
+            report.ipsets.add.len() + report.ipsets.del.len() + report.ipsets.create.len(),
+            report.terminating
+        );
+        return Ok(ExitCode::from(EXIT_OK));
+    }
     let mut restorer = ExecRestorer { backend, lock_wait_secs: args.iptables_lock_wait };
     let mut pending = false;
     for rs in pipeline::render_iptables(&loaded) {

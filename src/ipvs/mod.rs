@@ -2,10 +2,15 @@
 //! `text` prints plans, and `netlink` is svcproxy's own IPVS generic-netlink client
 //! (messages as pure types, a synchronous client behind a trait, an in-memory fake).
 
+pub mod cleanup;
+pub mod ipset;
+pub mod kernel_state;
+pub mod link;
 pub mod netlink;
 pub mod observe;
 pub mod plan;
 pub mod reconcile;
+pub mod sync;
 pub mod text;
 
 use crate::config::Config;

@@ -90,3 +90,10 @@ pub fn plan(ctx: &Context, services: &ServicePortMap, endpoints: &EndpointsMap) 
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+pub(crate) mod tests_support {
+    pub fn empty(family: crate::net::IpFamily) -> super::Plan {
+        super::Plan::empty(family)
+    }
+}

@@ -18,8 +18,9 @@ pub const NAT_CHAINS: [&str; 5] = [KUBE_SERVICES, KUBE_POSTROUTING, KUBE_NODE_PO
 pub const FILTER_CHAINS: [&str; 6] =
     [KUBE_FORWARD, KUBE_NODE_PORT, KUBE_PROXY_FIREWALL, KUBE_SOURCE_RANGES_FIREWALL, KUBE_IPVS_FILTER, KUBE_IPVS_OUT_FILTER];
 
-/// The jumps from built-in chains kube-proxy's IPVS mode ensures (table, from, to, comment).
-pub const JUMPS: [(&str, &str, &str, &str); 8] = [
+/// The jumps from built-in chains kube-proxy's IPVS mode ensures, in its
+/// `iptablesJumpChain` order (table, from, to, comment).
+pub const JUMPS: [(&str, &str, &str, &str); 9] = [
     ("nat", "OUTPUT", KUBE_SERVICES, "kubernetes service portals"),
     ("nat", "PREROUTING", KUBE_SERVICES, "kubernetes service portals"),
     ("nat", "POSTROUTING", KUBE_POSTROUTING, "kubernetes postrouting rules"),
@@ -28,9 +29,8 @@ pub const JUMPS: [(&str, &str, &str, &str); 8] = [
     ("filter", "INPUT", KUBE_PROXY_FIREWALL, "kube-proxy firewall rules"),
     ("filter", "FORWARD", KUBE_PROXY_FIREWALL, "kube-proxy firewall rules"),
     ("filter", "INPUT", KUBE_IPVS_FILTER, "kubernetes ipvs access filter"),
+    ("filter", "OUTPUT", KUBE_IPVS_OUT_FILTER, "kubernetes ipvs access filter"),
 ];
-/// The one jump in filter OUTPUT.
-pub const OUT_JUMP: (&str, &str, &str, &str) = ("filter", "OUTPUT", KUBE_IPVS_OUT_FILTER, "kubernetes ipvs access filter");
 
 /// kube-proxy's `ipsetWithIptablesChain`: (set, nat?, from, to, match, protocol).
 const SET_RULES: [(SetId, bool, &str, &str, &str, &str); 12] = [

@@ -1,0 +1,133 @@
+//! Small kernel-side pieces of IPVS mode: the sysctls kube-proxy sets, the
+//! graceful-termination memory kept between one-shot runs, and the iptables text in the
+//! form `iptables-save` prints it.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::Path;
+
+use super::netlink::{Protocol, ServiceKey};
+use super::reconcile::Grace;
+use crate::iptables::jumps::Jump;
+
+/// The sysctls kube-proxy's IPVS proxier sets (path under /proc/sys, value).
+pub fn sysctls(strict_arp: bool) -> Vec<(&'static str, &'static str)> {
+    let mut v = vec![
+        ("net/ipv4/vs/conntrack", "1"),
+        ("net/ipv4/vs/expire_nodest_conn", "1"),
+        ("net/ipv4/vs/expire_quiescent_template", "1"),
+        ("net/ipv4/ip_forward", "1"),
+    ];
+    if strict_arp {
+        v.push(("net/ipv4/conf/all/arp_ignore", "1"));
+        v.push(("net/ipv4/conf/all/arp_announce", "2"));
+    }
+    v
+}
+
+/// The sysctls whose value differs: (path, current, wanted).
+pub fn sysctl_changes(root: &Path, wanted: &[(&'static str, &'static str)]) -> Vec<(String, String, String)> {
+    wanted
+        .iter()
+        .filter_map(|(path, value)| {
+            let current = std::fs::read_to_string(root.join(path)).unwrap_or_default().trim().to_string();
+            (current != *value).then(|| (path.to_string(), current, value.to_string()))
+        })
+        .collect()
+}
+
+/// kube-proxy's IPVS jumps, as the iptables delta wants them.
+pub fn jumps() -> Vec<Jump> {
+    super::plan::rules::JUMPS
+        .iter()
+        .map(|(table, from, to, comment)| Jump {
+            table,
+            from,
+            to,
+            args: ["-m", "comment", "--comment", comment, "-j", to].map(String::from).to_vec(),
+        })
+        .collect()
+}
+
+/// Rewrites the `ipvs` match as `iptables-save` prints it (libxt_ipvs: `--vproto` as a
+/// number, then `--vaddr`, then `--vport`), so a synced node compares equal.
+pub fn kernel_form(restore: &str) -> String {
+    let mut out = String::with_capacity(restore.len());
+    for line in restore.lines() {
+        out.push_str(&ipvs_match_line(line).unwrap_or_else(|| line.to_string()));
+        out.push('\n');
+    }
+    out
+}
+
+fn ipvs_match_line(line: &str) -> Option<String> {
+    let words: Vec<&str> = line.split(' ').collect();
+    let at = |flag: &str| words.iter().position(|w| *w == flag);
+    let (a, p, v) = (at("--vaddr")?, at("--vproto")?, at("--vport")?);
+    if !(a + 2 == p && p + 2 == v) {
+        return None;
+    }
+    let proto = match *words.get(p + 1)? {
+        "tcp" => "6",
+        "udp" => "17",
+        "sctp" => "132",
+        other => other,
+    };
+    let mut fixed: Vec<&str> = words[..a].to_vec();
+    fixed.extend(["--vproto", proto, "--vaddr", words.get(a + 1)?, "--vport", words.get(v + 1)?]);
+    fixed.extend(words.get(v + 2..)?.iter().copied());
+    Some(fixed.join(" "))
+}
+
+/// Reads the terminating-since memory (`PROTO VADDR VPORT RADDR RPORT SINCE` lines);
+/// missing or unreadable means none (each server then starts its bound anew).
+pub fn read_grace(path: &Path) -> Grace {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut grace = BTreeMap::new();
+    for line in text.lines() {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        let [p, va, vp, ra, rp, since] = w.as_slice() else { continue };
+        let parsed = (|| {
+            let protocol = Protocol::from_number(p.parse().ok()?)?;
+            let key = ServiceKey { addr: va.parse::<IpAddr>().ok()?, port: vp.parse().ok()?, protocol };
+            Some(((key, ra.parse::<IpAddr>().ok()?, rp.parse::<u16>().ok()?), since.parse::<u64>().ok()?))
+        })();
+        if let Some((k, v)) = parsed {
+            grace.insert(k, v);
+        }
+    }
+    grace
+}
+
+pub fn write_grace(path: &Path, grace: &Grace) -> std::io::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let text: String = grace
+        .iter()
+        .map(|((k, ra, rp), since)| format!("{} {} {} {ra} {rp} {since}\n", k.protocol.number(), k.addr, k.port))
+        .collect();
+    std::fs::write(path, text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ipvs_match_in_kernel_form() {
+        let t = "-A KUBE-IPVS-OUT-FILTER -s 1.2.3.4 -m ipvs --vaddr 1.2.3.4 --vproto tcp --vport 80 -j DROP\n-A X -j Y\n";
+        assert_eq!(kernel_form(t), "-A KUBE-IPVS-OUT-FILTER -s 1.2.3.4 -m ipvs --vproto 6 --vaddr 1.2.3.4 --vport 80 -j DROP\n-A X -j Y\n");
+    }
+
+    #[test]
+    fn grace_round_trips() {
+        let dir = std::env::temp_dir().join(format!("svcproxy-grace-{}", std::process::id()));
+        let path = dir.join("g");
+        let key = ServiceKey { addr: "10.0.0.1".parse().unwrap(), port: 80, protocol: Protocol::Tcp };
+        let grace: Grace = [((key, "10.244.0.1".parse().unwrap(), 8080), 42)].into();
+        write_grace(&path, &grace).unwrap();
+        assert_eq!(read_grace(&path), grace);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

@@ -1,0 +1,261 @@
+//! One IPVS-mode sync of this node: read the kernel (IPVS, kube-ipvs0, ipsets, iptables,
+//! sysctls), plan, reconcile, and apply in an order that never blackholes a live service
+//! (or, for a dry run, report what would change).
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use super::ipset::{self, IpsetRunner};
+use super::kernel_state::{self, sysctls};
+use super::link::{LinkAddress, LinkError, Links};
+use super::netlink::{self, Ipvs, Timeouts};
+use super::plan::{Context, Plan, DUMMY_LINK};
+use super::reconcile::{self, Changes, Observed, Scope, Timing, Wanted};
+use crate::config::Config;
+use crate::iptables::apply::{RestoreError, Restorer};
+use crate::iptables::delta::{self, Delta, TABLES};
+use crate::iptables::restore::{self, Dump};
+use crate::net::IpFamily;
+use crate::track::Trackers;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    #[error(transparent)]
+    Link(#[from] LinkError),
+    #[error(transparent)]
+    Ipvs(#[from] netlink::Error),
+    #[error("IPVS refused {0} operation(s); first: {1}")]
+    Refused(usize, String),
+    #[error(transparent)]
+    Ipset(#[from] ipset::IpsetError),
+    #[error(transparent)]
+    Iptables(#[from] RestoreError),
+    #[error("cannot parse {what}: {reason}")]
+    Parse { what: String, reason: String },
+    #[error("cannot write /proc/sys/{path}: {source}")]
+    Sysctl {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// How to sync.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub dry_run: bool,
+    /// Where terminating real servers' start times are kept between runs.
+    pub grace_file: PathBuf,
+    pub grace_period_secs: u64,
+    pub now_secs: u64,
+    /// `/proc/sys` (tests may point elsewhere).
+    pub proc_sys: PathBuf,
+}
+
+/// The kernel interfaces one sync uses.
+pub struct Kernel<'a> {
+    pub ipvs: &'a mut dyn Ipvs,
+    pub links: &'a mut dyn Links,
+    pub ipset: &'a mut dyn IpsetRunner,
+    pub iptables: &'a mut dyn Restorer,
+}
+
+/// What a sync found (and, unless a dry run, changed).
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    pub link_missing: bool,
+    pub changes: Changes,
+    pub ipsets: ipset::Delta,
+    pub iptables: Vec<(IpFamily, Delta)>,
+    pub sysctls: Vec<(String, String, String)>,
+    pub timeouts: Option<Timeouts>,
+    /// Real servers still draining after this sync.
+    pub terminating: usize,
+}
+
+impl Report {
+    pub fn is_empty(&self) -> bool {
+        !self.link_missing
+            && self.changes.is_empty()
+            && self.ipsets.is_empty()
+            && self.iptables.iter().all(|(_, d)| d.is_empty())
+            && self.sysctls.is_empty()
+            && self.timeouts.is_none()
+    }
+
+    /// The dry-run text: one section per kind of change.
+    pub fn diff_text(&self) -> String {
+        let mut out = String::new();
+        if !self.sysctls.is_empty() {
+            out.push_str("# sysctl\n");
+            for (p, cur, want) in &self.sysctls {
+                let _ = writeln!(out, "{p}: {cur:?} -> {want}");
+            }
+        }
+        if self.link_missing || !self.changes.bind.is_empty() || !self.changes.unbind.is_empty() {
+            out.push_str("# kube-ipvs0\n");
+            if self.link_missing {
+                out.push_str("+link kube-ipvs0 (dummy)\n");
+            }
+            self.changes.bind.iter().for_each(|ip| { let _ = writeln!(out, "+{ip}"); });
+            self.changes.unbind.iter().for_each(|ip| { let _ = writeln!(out, "-{ip}"); });
+        }
+        if !self.changes.ops.is_empty() || self.timeouts.is_some() {
+            out.push_str("# ipvs\n");
+            self.changes.ops.iter().for_each(|op| { let _ = writeln!(out, "{op}"); });
+            if let Some(t) = self.timeouts {
+                let _ = writeln!(out, "{}", netlink::Op::SetTimeouts(t));
+            }
+        }
+        if !self.ipsets.is_empty() {
+            out.push_str("# ipset\n");
+            out.push_str(&self.ipsets.diff_text());
+        }
+        for (family, d) in &self.iptables {
+            out.push_str(&delta::dry_run_diff(d, &family.to_string()));
+        }
+        out
+    }
+}
+
+/// Syncs (or, with `dry_run`, compares) every family of `cfg`.
+pub fn sync(cfg: &Config, trackers: &Trackers, k: &mut Kernel, opts: &Options) -> Result<Report, SyncError> {
+    let addrs = k.links.addresses()?;
+    let index = k.links.link_index(DUMMY_LINK)?;
+    let on_dummy = |a: &&LinkAddress| Some(a.index) == index;
+    let bound: BTreeSet<IpAddr> = addrs.iter().filter(on_dummy).map(|a| a.ip).collect();
+    let mut cfg = cfg.clone();
+    if cfg.interface_addresses.is_none() {
+        cfg.interface_addresses = Some(addrs.iter().filter(|a| !on_dummy(a)).map(|a| a.ip).collect());
+    }
+    let plans = super::plan_all(&cfg, trackers);
+    let observed = Observed { services: super::observe::services(k.ipvs)?, bound };
+    let grace = kernel_state::read_grace(&opts.grace_file);
+    let timing = Timing { now_secs: opts.now_secs, grace_period_secs: opts.grace_period_secs };
+    let changes = reconcile::diff(&Wanted::from_plans(&plans, scope(&cfg)), &observed, &grace, timing);
+    let live_sets = ipset::parse_save(&k.ipset.save()?);
+    let mut report = Report {
+        link_missing: index.is_none(),
+        ipsets: ipset::delta(&plans, &live_sets),
+        iptables: iptables_deltas(k.iptables, &plans)?,
+        sysctls: kernel_state::sysctl_changes(&opts.proc_sys, &sysctls(cfg.ipvs.strict_arp)),
+        timeouts: timeouts_change(k.ipvs, &cfg)?,
+        terminating: changes.terminating.len(),
+        changes,
+    };
+    if !opts.dry_run {
+        apply(k, &mut report, opts)?;
+    }
+    Ok(report)
+}
+
+/// Which unwanted virtual servers are ours: those on node addresses in the NodePort
+/// range (beside every address svcproxy binds), never in `--ipvs-exclude-cidrs`.
+fn scope(cfg: &Config) -> Scope {
+    let mut node_ips = BTreeSet::new();
+    for family in &cfg.families {
+        let ctx = Context::new(cfg, *family);
+        node_ips.extend(ctx.node_addresses.iter().copied());
+        node_ips.extend(ctx.node_port_ips.iter().copied());
+    }
+    Scope { node_ips, exclude: cfg.ipvs.exclude_cidrs.clone(), ..Scope::default() }
+}
+
+fn timeouts_change(ipvs: &mut dyn Ipvs, cfg: &Config) -> Result<Option<Timeouts>, SyncError> {
+    let want = Timeouts { tcp: cfg.ipvs.tcp_timeout, tcp_fin: cfg.ipvs.tcpfin_timeout, udp: cfg.ipvs.udp_timeout };
+    if want == Timeouts::default() {
+        return Ok(None);
+    }
+    let have = ipvs.timeouts()?;
+    let differs = |w: u32, h: u32| w != 0 && w != h;
+    let changed = differs(want.tcp, have.tcp) || differs(want.tcp_fin, have.tcp_fin) || differs(want.udp, have.udp);
+    Ok(changed.then_some(want))
+}
+
+fn iptables_deltas(r: &mut dyn Restorer, plans: &[Plan]) -> Result<Vec<(IpFamily, Delta)>, SyncError> {
+    let parse = |what: &str, text: &str| {
+        restore::parse(text).map_err(|e| SyncError::Parse { what: what.to_string(), reason: e.to_string() })
+    };
+    let mut out = Vec::new();
+    for plan in plans {
+        let desired = parse("the IPVS-mode rules", &kernel_state::kernel_form(&plan.iptables))?;
+        let mut live = Dump::default();
+        for table in TABLES {
+            let dump = parse(&format!("iptables-save -t {table}"), &r.save(plan.family, table)?)?;
+            if let Some(t) = dump.tables.get(table) {
+                live.order.push(table.to_string());
+                live.tables.insert(table.to_string(), t.clone());
+            }
+        }
+        out.push((plan.family, delta::compute(&desired, &live, plan.family.is_v6(), &kernel_state::jumps())));
+    }
+    Ok(out)
+}
+
+/// Applies a report: sysctls, link, addresses, set additions, IPVS, timeouts, iptables,
+/// set deletions, address removals, then the termination memory.
+fn apply(k: &mut Kernel, report: &mut Report, opts: &Options) -> Result<(), SyncError> {
+    for (path, _, value) in &report.sysctls {
+        std::fs::write(opts.proc_sys.join(path), value).map_err(|source| SyncError::Sysctl { path: path.clone(), source })?;
+    }
+    if report.link_missing {
+        k.links.add_dummy(DUMMY_LINK)?;
+    }
+    let index = k.links.link_index(DUMMY_LINK)?.ok_or_else(|| SyncError::Parse {
+        what: "the link list".into(),
+        reason: format!("{DUMMY_LINK} missing after creation"),
+    })?;
+    let at = |ip: &IpAddr| LinkAddress { index, ip: *ip, prefix: if ip.is_ipv6() { 128 } else { 32 } };
+    for ip in &report.changes.bind {
+        k.links.add_address(at(ip))?;
+    }
+    if !report.ipsets.create.is_empty() || !report.ipsets.add.is_empty() {
+        k.ipset.restore(&report.ipsets.add_text())?;
+    }
+    let batch = k.ipvs.apply(&report.changes.ops)?;
+    if let Some(first) = batch.failed.first() {
+        return Err(SyncError::Refused(batch.failed.len(), first.error.to_string()));
+    }
+    if let Some(t) = report.timeouts {
+        k.ipvs.set_timeouts(&t)?;
+    }
+    for (family, d) in &report.iptables {
+        if !d.is_empty() {
+            k.iptables.restore(*family, &d.restore_text())?;
+        }
+    }
+    if !report.ipsets.del.is_empty() {
+        k.ipset.restore(&report.ipsets.del_text())?;
+    }
+    for ip in &report.changes.unbind {
+        k.links.del_address(at(ip))?;
+    }
+    kernel_state::write_grace(&opts.grace_file, &report.changes.terminating)
+        .map_err(|e| SyncError::Parse { what: opts.grace_file.display().to_string(), reason: e.to_string() })
+}
+
+/// Where the termination memory lives by default.
+pub const GRACE_FILE: &str = "/run/svcproxy/ipvs-terminating";
+
+/// A sync on this node's kernel: netlink for IPVS and links, `ipset`, and the given
+/// iptables restorer.
+pub fn run_on_node(cfg: &Config, trackers: &Trackers, iptables: &mut dyn Restorer, dry_run: bool) -> Result<Report, SyncError> {
+    let mut ipvs = netlink::NetlinkIpvs::connect()?;
+    let mut links = super::link::RtNetlink::connect()?;
+    let mut ipset = ipset::ExecIpset;
+    let mut k = Kernel { ipvs: &mut ipvs, links: &mut links, ipset: &mut ipset, iptables };
+    let now_secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let opts = Options {
+        dry_run,
+        grace_file: std::env::var_os("SVCPROXY_IPVS_GRACE_FILE").map_or_else(|| PathBuf::from(GRACE_FILE), PathBuf::from),
+        grace_period_secs: std::env::var("SVCPROXY_IPVS_GRACE_PERIOD")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(reconcile::DEFAULT_GRACE_PERIOD_SECS),
+        now_secs,
+        proc_sys: PathBuf::from("/proc/sys"),
+    };
+    sync(cfg, trackers, &mut k, &opts)
+}
