@@ -1,0 +1,105 @@
+#!/bin/dash
+# Guest side of the ipvs_vm test (run by ipvs-vm.sh as root, inside the VM).
+#   ipvs-guest-sync.sh SVCPROXY DATA_DIR
+# DATA_DIR holds demo.yaml, demo.ipvs (its golden) and dataplane-{1,2,3}.yaml.
+# Prints "ok NAME" / "FAIL NAME: why" per check and "guest: P passed, F failed" last.
+set -u
+S=$1; D=$2
+PASS=0; FAIL=0
+ok() { echo "ok $1"; PASS=$((PASS + 1)); }
+bad() { echo "FAIL $1: $2"; FAIL=$((FAIL + 1)); }
+t() { cut -d' ' -f1 /proc/uptime; }
+sync_ipvs() { "$S" sync --mode ipvs --iptables-backend legacy --from "$@"; }
+section() { sed -n "/^# $2\$/,/^# /p" "$1" | grep -v '^#'; }
+same() { # NAME WANT_FILE GOT_FILE
+  if [ ! -s "$2" ]; then bad "$1" "empty golden section"; return; fi
+  if cmp -s "$2" "$3"; then ok "$1"; else bad "$1" "differs"; diff "$2" "$3" | head -20; fi
+}
+
+# ---- node like the demo's node-1 -------------------------------------------
+ip link add eth0 type dummy && ip link set eth0 up
+ip addr add 192.168.10.11/24 dev eth0
+ip -6 addr add fd00:192:168:10::11/64 dev eth0 nodad
+
+t0=$(t)
+if sync_ipvs "$D/demo.yaml" >/tmp/sync.out 2>&1; then ok "demo sync ($(t) - $t0 s)"; else bad "demo sync" "$(cat /tmp/sync.out)"; fi
+t0=$(t)
+"$S" sync --mode ipvs --iptables-backend legacy --from "$D/demo.yaml" --dry-run >/tmp/dry.out 2>&1; rc=$?
+if [ $rc = 0 ] && [ ! -s /tmp/dry.out ]; then ok "demo dry-run after sync reports nothing ($(t) - $t0 s)"; else bad "demo dry-run" "rc=$rc $(head -30 /tmp/dry.out)"; fi
+
+section "$D/demo.ipvs" "ipvsadm -Sn" | sort >/tmp/want.ipvs
+ipvsadm -Sn | sort >/tmp/got.ipvs
+same "ipvsadm -Sn equals golden/demo.ipvs" /tmp/want.ipvs /tmp/got.ipvs
+section "$D/demo.ipvs" "kube-ipvs0" | sort >/tmp/want.addr
+ip addr show kube-ipvs0 | awk '$1=="inet"||$1=="inet6"{print $2}' | sort >/tmp/got.addr
+same "ip addr show kube-ipvs0 equals golden" /tmp/want.addr /tmp/got.addr
+section "$D/demo.ipvs" "ipset" | sort >/tmp/want.set
+ipset save | sed 's/ bucketsize [0-9]* initval 0x[0-9a-f]*//' | sort >/tmp/got.set
+same "ipset save equals golden" /tmp/want.set /tmp/got.set
+
+t0=$(t)
+"$S" cleanup >/tmp/clean.out 2>&1; rc=$?
+left="$(ipvsadm -Sn)$(ip link show kube-ipvs0 2>/dev/null)$(ipset list -n)$(iptables-legacy-save | grep KUBE-)$(ip6tables-legacy-save | grep KUBE-)"
+if [ $rc = 0 ] && [ -z "$left" ]; then ok "cleanup removes everything ($(t) - $t0 s)"; else bad "cleanup" "rc=$rc left: $left $(cat /tmp/clean.out)"; fi
+
+# ---- dataplane: pods and a client in network namespaces -------------------
+i=1
+for ns in pod1 pod2 client; do
+  ip netns add $ns
+  ip link add n-$ns type veth peer name eth0 netns $ns
+  ip addr add 198.19.0.$i/32 dev n-$ns
+  ip link set n-$ns up
+  ip route add 198.18.$i.2/32 dev n-$ns
+  ip -n $ns link set lo up
+  ip -n $ns addr add 198.18.$i.2/32 dev eth0
+  ip -n $ns link set eth0 up
+  ip -n $ns route add 198.19.0.0/16 dev eth0 scope link
+  ip -n $ns route add 198.18.0.0/16 via 198.19.0.$i dev eth0 onlink
+  i=$((i + 1))
+done
+for p in 1 2; do
+  ip netns exec pod$p socat -T30 TCP-LISTEN:8080,bind=198.18.$p.2,fork,reuseaddr \
+    SYSTEM:"echo pod$p; sleep \${HOLD:-0}" </dev/null >/dev/null 2>&1 &
+done
+sleep 0.5
+VIP=198.19.255.10
+conns() { # N: one connection each from the client pod; prints "COUNT podX" lines
+  for k in $(seq 1 "$1"); do ip netns exec client timeout 3 socat -T2 - TCP:$VIP:80 </dev/null 2>/dev/null || echo error; done | sort | uniq -c
+}
+count() { echo "$1" | awk -v p="$2" '$2==p{print $1}'; }
+weight_of() { ipvsadm -Sn | awk -v r="$1" '$1=="-a" && $5==r {print $8}'; }
+
+export SVCPROXY_IPVS_GRACE_PERIOD=3
+if sync_ipvs "$D/dataplane-1.yaml" >/tmp/sync.out 2>&1; then ok "dataplane step 1 sync"; else bad "dataplane step 1 sync" "$(cat /tmp/sync.out)"; fi
+out=$(conns 20)
+if [ -n "$(count "$out" pod1)" ] && [ -n "$(count "$out" pod2)" ]; then ok "ClusterIP connections spread: $(echo $out)"; else bad "spread" "$out"; fi
+
+# Long-lived connections on both pods, then pod2 leaves the slice.
+for k in 1 2 3 4; do ip netns exec client socat -T20 - TCP:$VIP:80 </dev/null >/dev/null 2>&1 & done
+sleep 0.5
+ipvsadm -Ln >/tmp/before.txt
+if sync_ipvs "$D/dataplane-2.yaml" >/tmp/sync.out 2>&1; then ok "dataplane step 2 sync"; else bad "dataplane step 2 sync" "$(cat /tmp/sync.out)"; fi
+w=$(weight_of 198.18.2.2:8080)
+if [ "$w" = 0 ]; then ok "removed endpoint with connections drains at weight 0"; else bad "graceful termination" "pod2 weight '$w'; $(ipvsadm -Ln; cat /tmp/before.txt)"; fi
+"$S" sync --mode ipvs --iptables-backend legacy --from "$D/dataplane-2.yaml" --dry-run >/tmp/dry.out 2>&1; rc=$?
+if [ $rc = 0 ]; then ok "dry-run while draining reports nothing"; else bad "dry-run while draining" "rc=$rc $(cat /tmp/dry.out)"; fi
+out=$(conns 8)
+if [ "$(count "$out" pod1)" = 8 ]; then ok "new connections avoid the draining pod"; else bad "draining pod" "$out"; fi
+# Restart: the process memory is gone; the kernel's weight 0 is the state.
+rm -f /run/svcproxy/ipvs-terminating
+sync_ipvs "$D/dataplane-2.yaml" >/dev/null 2>&1
+w=$(weight_of 198.18.2.2:8080)
+if [ "$w" = 0 ]; then ok "after a restart the draining server is still known"; else bad "restart" "pod2 weight '$w'"; fi
+sleep 4
+sync_ipvs "$D/dataplane-2.yaml" >/dev/null 2>&1
+w=$(weight_of 198.18.2.2:8080)
+if [ -z "$w" ]; then ok "draining server deleted after the bounded time (no weight-0 leftovers)"; else bad "bounded time" "pod2 weight '$w'"; fi
+
+if sync_ipvs "$D/dataplane-3.yaml" >/tmp/sync.out 2>&1; then ok "dataplane step 3 sync (affinity)"; else bad "step 3 sync" "$(cat /tmp/sync.out)"; fi
+out=$(conns 12)
+if [ "$(echo "$out" | grep -c pod)" = 1 ] && ! echo "$out" | grep -q error; then ok "ClientIP affinity pins: $(echo $out)"; else bad "affinity" "$out"; fi
+"$S" sync --mode ipvs --iptables-backend legacy --from "$D/dataplane-3.yaml" --dry-run >/tmp/dry.out 2>&1; rc=$?
+if [ $rc = 0 ] && [ ! -s /tmp/dry.out ]; then ok "dry-run after step 3 reports nothing"; else bad "dry-run step 3" "rc=$rc $(cat /tmp/dry.out)"; fi
+
+echo "guest: $PASS passed, $FAIL failed"
+[ $FAIL = 0 ]
