@@ -232,3 +232,21 @@ fn endpoints_of_a_service_with_a_selector_are_not_mirrored() {
     assert!(report.derived.is_empty());
     assert_eq!(report.not_mirrored, [(NamespacedName::new("ns", "s"), derive::NotMirrored::HasSelector)]);
 }
+
+#[test]
+fn lint_exit_code_2_when_it_cannot_run() {
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_svcproxy")).current_dir(repo()).arg("lint").args(args).output().expect("run");
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned(), out.stdout.is_empty())
+    };
+    let (code, err, quiet) = run(&["--from", "fixtures/lint/seeded.yaml", "--service-cluster-ip-range", "10.96.0.0/33"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("--service-cluster-ip-range: \"10.96.0.0/33\" is not a CIDR"), "{err}");
+    assert!(quiet);
+    let (code, err, _) = run(&["--from", "fixtures/lint/seeded.yaml", "--service-node-port-range", "32767-30000"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("--service-node-port-range"), "{err}");
+    let (code, err, _) = run(&["--from", "fixtures/lint/no-such-file.yaml"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("no-such-file.yaml: cannot read"), "{err}");
+}
