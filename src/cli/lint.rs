@@ -133,6 +133,9 @@ fn text(findings: &[Finding], s: &Summary) -> String {
         let objects: Vec<String> = f.objects.iter().map(ToString::to_string).collect();
         let objects = if objects.is_empty() { String::new() } else { format!(" {}:", objects.join(", ")) };
         out.push_str(&format!("{}[{}]{objects} {}\n", f.severity, f.code, f.message));
+        if !f.locations.is_empty() {
+            out.push_str(&format!("  --> {}\n", f.locations.join(", ")));
+        }
     }
     if findings.is_empty() {
         out.push_str("no findings\n");

@@ -70,13 +70,15 @@ pub struct Finding {
     pub severity: Severity,
     pub objects: Vec<ObjectId>,
     pub message: String,
+    /// `file:line` of each object read from a file (filled in by [`run`]).
+    pub locations: Vec<String>,
 }
 
 impl Finding {
     /// A finding with the severity [`CODES`] gives `code`.
     pub fn new(code: &'static str, objects: Vec<ObjectId>, message: impl Into<String>) -> Self {
         let severity = CODES.iter().find(|c| c.0 == code).map_or(Severity::Error, |c| c.1);
-        Finding { code, severity, objects, message: message.into() }
+        Finding { code, severity, objects, message: message.into(), locations: Vec::new() }
     }
 }
 
@@ -127,8 +129,23 @@ pub fn run(input: &Input) -> Vec<Finding> {
     out.extend(pods::check(input));
     out.extend(external::check(input));
     out.extend(reading::check(input));
+    for f in &mut out {
+        f.locations = locations(input, &f.objects);
+    }
     out.sort();
     out.dedup();
+    out
+}
+
+/// Where the objects were read, in their order, each once.
+fn locations(input: &Input, objects: &[ObjectId]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for o in objects {
+        let id = NamespacedName::new(o.namespace.clone(), o.name.clone());
+        if let Some(at) = input.state.extra.origin(&o.kind, &id).filter(|at| !out.contains(at)) {
+            out.push(at);
+        }
+    }
     out
 }
 
