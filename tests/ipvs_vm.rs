@@ -1,0 +1,163 @@
+//! Real IPVS, in one QEMU boot: `tests/rigs/ipvs-vm.sh` boots Debian's kernel (which has
+//! `ip_vs` as modules) with the svcproxy binary, the fixtures and the tools in an
+//! initramfs, and `tests/rigs/ipvs-guest-sync.sh` runs every check inside: a sync of
+//! `fixtures/demo.yaml` compared with `golden/demo.ipvs` (`ipvsadm -Sn`, kube-ipvs0,
+//! `ipset save`), a clean dry run, cleanup, and real connections between network
+//! namespaces (spread, graceful termination across a restart, affinity).
+//!
+//! Missing means (not root, no qemu, no tools) are reported as SKIPPED with the reason,
+//! and fail under `CI=true`. The last line is `ipvs_vm: P passed, F failed, S skipped`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::Instant;
+
+const GUEST_CHECKS: usize = 17;
+
+const MODULES: &str = "ip_set ip_set_hash_ip ip_set_hash_ipport ip_set_hash_ipportip ip_set_hash_ipportnet \
+    ip_set_bitmap_port xt_set ip_tables iptable_nat iptable_filter ip6_tables ip6table_nat ip6table_filter \
+    xt_comment xt_addrtype xt_mark xt_conntrack xt_MASQUERADE xt_physdev xt_ipvs xt_nat ipt_REJECT ip6t_REJECT";
+
+/// Host files the guest needs beside the rig's own (ipvsadm, ip, dash, busybox).
+const HOST_FILES: [&str; 10] = [
+    "/etc/protocols",
+    "/usr/bin/socat",
+    "/usr/sbin/ipset",
+    "/usr/sbin/xtables-legacy-multi",
+    "/usr/sbin/iptables-legacy",
+    "/usr/sbin/iptables-legacy-save",
+    "/usr/sbin/iptables-legacy-restore",
+    "/usr/sbin/ip6tables-legacy",
+    "/usr/sbin/ip6tables-legacy-save",
+    "/usr/sbin/ip6tables-legacy-restore",
+];
+const XTABLES: &str = "/usr/lib/x86_64-linux-gnu/xtables";
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn has(cmd: &str) -> bool {
+    Command::new("sh").args(["-c", &format!("command -v {cmd}")]).output().is_ok_and(|o| o.status.success())
+}
+
+/// Why the VM cannot run here, if it cannot.
+fn missing_means() -> Option<String> {
+    let uid = Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    if uid.as_deref().unwrap_or("") != "0" {
+        return Some("not root".into());
+    }
+    for cmd in ["qemu-system-x86_64", "ipvsadm", "cpio", "modprobe", "strip"] {
+        if !has(cmd) {
+            return Some(format!("{cmd} missing (apt-get install qemu-system-x86 busybox-static ipvsadm kmod cpio binutils)"));
+        }
+    }
+    if !Path::new("/bin/busybox").exists() {
+        return Some("/bin/busybox missing (apt-get install busybox-static)".into());
+    }
+    HOST_FILES.iter().find(|f| !Path::new(f).exists()).map(|f| format!("{f} missing (apt-get install iptables ipset socat)"))
+}
+
+/// Copies the binary (stripped: a smaller initramfs boots faster) and the data files
+/// into a directory the guest sees at the same path (not /tmp: the guest mounts over it).
+fn stage() -> std::io::Result<PathBuf> {
+    let dir = PathBuf::from(format!("/var/tmp/svcproxy-ipvs-vm-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let bin = dir.join("svcproxy");
+    let status = Command::new("strip").arg("-o").arg(&bin).arg(env!("CARGO_BIN_EXE_svcproxy")).status()?;
+    if !status.success() {
+        std::fs::copy(env!("CARGO_BIN_EXE_svcproxy"), &bin)?;
+    }
+    let r = repo();
+    std::fs::copy(r.join("fixtures/demo.yaml"), dir.join("demo.yaml"))?;
+    std::fs::copy(r.join("golden/demo.ipvs"), dir.join("demo.ipvs"))?;
+    for i in 1..=3 {
+        let name = format!("dataplane-{i}.yaml");
+        std::fs::copy(r.join("tests/rigs/ipvs-fixtures").join(&name), dir.join(&name))?;
+    }
+    Ok(dir)
+}
+
+fn extra_files(dir: &Path) -> String {
+    let mut files: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.path().display().to_string()).collect())
+        .unwrap_or_default();
+    files.extend(HOST_FILES.iter().map(|s| s.to_string()));
+    if let Ok(rd) = std::fs::read_dir(XTABLES) {
+        files.extend(rd.filter_map(|e| e.ok()).map(|e| e.path().display().to_string()));
+    }
+    files.sort();
+    files.join(" ")
+}
+
+struct Tally {
+    passed: usize,
+    failed: usize,
+    skipped: usize,
+}
+
+fn run_vm(dir: &Path, t: &mut Tally) {
+    let rigs = repo().join("tests/rigs");
+    let start = Instant::now();
+    let out = Command::new("bash")
+        .arg(rigs.join("ipvs-vm.sh"))
+        .arg(rigs.join("ipvs-guest-sync.sh"))
+        .arg(dir.join("svcproxy"))
+        .arg(dir)
+        .env("EXTRA_MODULES", MODULES)
+        .env("EXTRA_FILES", extra_files(dir))
+        .env("VM_MEM", "1024")
+        .env("SKIP_MISSING", "1")
+        .output();
+    let out = match out {
+        Ok(o) => o,
+        Err(e) => {
+            println!("FAIL ipvs_vm: cannot run the rig: {e}");
+            t.failed += 1;
+            return;
+        }
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    print!("{stdout}");
+    eprint!("{stderr}");
+    if out.status.code() == Some(77) {
+        println!("SKIPPED ipvs_vm: the rig is missing a host tool (see above)");
+        t.skipped += GUEST_CHECKS;
+        return;
+    }
+    t.passed += stdout.lines().filter(|l| l.starts_with("ok ")).count();
+    t.failed += stdout.lines().filter(|l| l.starts_with("FAIL ")).count();
+    if !out.status.success() && t.failed == 0 {
+        println!("FAIL ipvs_vm: the VM run failed (exit {:?}) without a failed check", out.status.code());
+        t.failed += 1;
+    }
+    println!("ipvs_vm: one boot, {:.1} s wall time", start.elapsed().as_secs_f64());
+}
+
+fn main() -> ExitCode {
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+    let mut t = Tally { passed: 0, failed: 0, skipped: 0 };
+    match missing_means() {
+        Some(reason) => {
+            println!("SKIPPED ipvs_vm ({GUEST_CHECKS} checks): {reason}");
+            t.skipped += GUEST_CHECKS;
+        }
+        None => match stage() {
+            Ok(dir) => {
+                run_vm(&dir, &mut t);
+                let _ = std::fs::remove_dir_all(&dir);
+            }
+            Err(e) => {
+                println!("FAIL ipvs_vm: cannot stage the guest files: {e}");
+                t.failed += 1;
+            }
+        },
+    }
+    if ci && t.skipped > 0 {
+        println!("FAIL ipvs_vm: skips are failures under CI=true");
+        t.failed += 1;
+    }
+    println!("ipvs_vm: {} passed, {} failed, {} skipped", t.passed, t.failed, t.skipped);
+    if t.failed > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+}
