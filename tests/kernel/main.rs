@@ -36,6 +36,7 @@ mod faults;
 mod goldens;
 mod selftest;
 mod svcproxy;
+mod trace_check;
 mod watch_e2e;
 
 use std::time::Duration;
@@ -55,6 +56,7 @@ fn main() {
     cases.extend(dataplane::cases());
     cases.extend(faults::cases());
     cases.extend(watch_e2e::cases());
+    cases.extend(trace_check::cases());
     let code = harness::run(
         &cases,
         Options {

@@ -1,0 +1,114 @@
+//! `svcproxy trace` against real packets: for each question, the tracer's answer (from the
+//! rendered rules, no kernel) must match what real connections through the synced kernel
+//! do — which endpoints answer, whether the source is masqueraded, DROP (timeout) or
+//! REJECT (refused).
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+
+use crate::harness::{Case, CaseResult, Ctx};
+use crate::netns::{Backend, Lab, Proto, Where};
+use crate::svcproxy::{bin, path_str, run_expect, temp_yaml};
+
+pub fn cases() -> Vec<Case> {
+    let mut v = Vec::new();
+    per_backend!(v, trace_matches_real_packets);
+    v
+}
+
+const CLUSTER: &str = r#"apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: app}
+spec: {type: ClusterIP, clusterIP: 198.19.255.10, ports: [{name: http, port: 80, protocol: TCP}]}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: web-1, namespace: app, labels: {kubernetes.io/service-name: web}}
+addressType: IPv4
+endpoints:
+- {addresses: [198.18.1.2], nodeName: node-1}
+- {addresses: [198.18.2.2], nodeName: node-2}
+ports: [{name: http, port: 8080, protocol: TCP}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: shop, namespace: app}
+spec:
+  type: LoadBalancer
+  clusterIP: 198.19.255.20
+  loadBalancerSourceRanges: [198.19.9.0/24]
+  ports: [{name: https, port: 443, protocol: TCP, nodePort: 30443}]
+status: {loadBalancer: {ingress: [{ip: 198.19.3.10}]}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: shop-1, namespace: app, labels: {kubernetes.io/service-name: shop}}
+addressType: IPv4
+endpoints:
+- {addresses: [198.18.1.2], nodeName: node-1}
+ports: [{name: https, port: 8080, protocol: TCP}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: empty, namespace: app}
+spec: {type: ClusterIP, clusterIP: 198.19.255.30, ports: [{name: http, port: 80, protocol: TCP}]}
+"#;
+
+const FLAGS: [&str; 10] = ["--hostname-override", "node-1", "--node-ip", "198.19.1.1", "--cluster-cidr", "198.18.0.0/16", "--ip-family", "ipv4", "--nfacct", "false"];
+
+/// The tracer's answer: verdicts (DNAT targets or DROP/REJECT) and whether any branch
+/// is masqueraded.
+fn trace(file: &str, entry: &str, src: &str, dst: &str) -> Result<(BTreeSet<String>, bool), String> {
+    let mut args = vec!["trace", "--from", file, "--entry", entry, "--src", src, "--dst", dst, "--output", "json"];
+    args.extend_from_slice(&FLAGS);
+    let out = std::process::Command::new(bin()).args(&args).output().map_err(|e| e.to_string())?;
+    let v: Value = serde_json::from_slice(&out.stdout).map_err(|e| format!("trace output: {e}: {}", String::from_utf8_lossy(&out.stderr)))?;
+    let outcomes = v["outcomes"].as_array().cloned().unwrap_or_default();
+    let verdicts = outcomes.iter().filter_map(|o| o["verdict"].as_str().map(String::from)).collect();
+    let masq = outcomes.iter().any(|o| o["masquerade"] == Value::Bool(true));
+    Ok((verdicts, masq))
+}
+
+fn trace_matches_real_packets(ctx: &mut Ctx, b: Backend) -> CaseResult {
+    ctx.require(&["ip", &b.binary(false, "restore")])?;
+    let mut lab = Lab::new(b.name())?;
+    for (i, name) in ["pod1", "pod2"].iter().enumerate() {
+        lab.add_pod(name, &format!("198.18.{}.2", i + 1), None)?.serve_tcp(8080)?;
+    }
+    lab.route_service_cidr("198.19.255.0/24")?;
+    lab.route_service_cidr("198.19.3.0/24")?;
+    let file = temp_yaml(CLUSTER)?;
+    let f = path_str(&file);
+    let mut sync = vec!["sync", "--from", f];
+    sync.extend_from_slice(&FLAGS);
+    run_expect(lab.node(), b, &sync, 0)?;
+
+    // 1. From the node to the ClusterIP: both pods, masqueraded.
+    let (verdicts, masq) = trace(f, "node", "198.19.1.1", "198.19.255.10:80")?;
+    let want: BTreeSet<String> = ["198.18.1.2:8080", "198.18.2.2:8080"].iter().map(|s| s.to_string()).collect();
+    ensure!(verdicts == want && masq, "trace said {verdicts:?} masq={masq}");
+    let t = lab.connect(Where::Node, "198.19.255.10", 80, Proto::Tcp, 20)?;
+    ensure!(t.count("pod1") > 0 && t.count("pod2") > 0, "real packets: {t:?}");
+    ensure!(!t.sources_seen.contains_key("198.19.1.1"), "trace says masqueraded; the pods saw the node IP: {t:?}");
+
+    // 2. From outside the source ranges to the LoadBalancer IP: dropped.
+    let (verdicts, _) = trace(f, "outside", "198.19.1.2", "198.19.3.10:443")?;
+    ensure!(verdicts == BTreeSet::from(["DROP".to_string()]), "trace said {verdicts:?}");
+    let t = lab.connect(Where::External, "198.19.3.10", 443, Proto::Tcp, 3)?;
+    ensure!(t.timed_out == 3 && t.answered() == 0, "DROP means timeouts: {t:?}");
+
+    // 3. The same client to the NodePort (not subject to source ranges): answered.
+    let (verdicts, masq) = trace(f, "outside", "198.19.1.2", "198.19.1.1:30443")?;
+    ensure!(verdicts == BTreeSet::from(["198.18.1.2:8080".to_string()]) && masq, "trace said {verdicts:?} masq={masq}");
+    let t = lab.connect(Where::External, "198.19.1.1", 30443, Proto::Tcp, 5)?;
+    ensure!(t.count("pod1") == 5, "real packets: {t:?}");
+
+    // 4. A service without endpoints: rejected at once.
+    let (verdicts, _) = trace(f, "node", "198.19.1.1", "198.19.255.30:80")?;
+    ensure!(verdicts == BTreeSet::from(["REJECT".to_string()]), "trace said {verdicts:?}");
+    let t = lab.connect(Where::Node, "198.19.255.30", 80, Proto::Tcp, 3)?;
+    ensure!(t.refused == 3, "REJECT means refused: {t:?}");
+    let _ = std::fs::remove_file(&file);
+    Ok(())
+}
