@@ -259,3 +259,6 @@ pub fn run_on_node(cfg: &Config, trackers: &Trackers, iptables: &mut dyn Restore
     };
     sync(cfg, trackers, &mut k, &opts)
 }
+
+#[cfg(test)]
+mod tests;

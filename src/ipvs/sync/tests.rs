@@ -1,0 +1,126 @@
+//! The whole sync against fakes (IPVS, links, ipset, iptables): a first sync changes
+//! everything, a dry run after it reports nothing, and the kernel ends as planned.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use super::*;
+use crate::config::Settings;
+use crate::iptables::fake::FakeIptables;
+use crate::ipvs::ipset::{IpsetError, IpsetRunner};
+use crate::ipvs::link::{LinkAddress, LinkError, Links};
+use crate::ipvs::netlink::FakeIpvs;
+
+#[derive(Default)]
+struct FakeLinks {
+    links: BTreeMap<String, u32>,
+    addrs: BTreeSet<LinkAddress>,
+}
+
+impl Links for FakeLinks {
+    fn link_index(&mut self, name: &str) -> Result<Option<u32>, LinkError> {
+        Ok(self.links.get(name).copied())
+    }
+    fn add_dummy(&mut self, name: &str) -> Result<(), LinkError> {
+        let n = self.links.len() as u32 + 10;
+        self.links.entry(name.to_string()).or_insert(n);
+        Ok(())
+    }
+    fn delete_link(&mut self, index: u32) -> Result<(), LinkError> {
+        self.links.retain(|_, i| *i != index);
+        self.addrs.retain(|a| a.index != index);
+        Ok(())
+    }
+    fn addresses(&mut self) -> Result<Vec<LinkAddress>, LinkError> {
+        Ok(self.addrs.iter().copied().collect())
+    }
+    fn add_address(&mut self, a: LinkAddress) -> Result<(), LinkError> {
+        self.addrs.insert(a);
+        Ok(())
+    }
+    fn del_address(&mut self, a: LinkAddress) -> Result<(), LinkError> {
+        self.addrs.remove(&a);
+        Ok(())
+    }
+}
+
+/// Keeps sets as `ipset save` would print them.
+#[derive(Default)]
+struct FakeIpset {
+    sets: BTreeMap<String, BTreeSet<String>>,
+}
+
+impl IpsetRunner for FakeIpset {
+    fn save(&mut self) -> Result<String, IpsetError> {
+        let mut out = String::new();
+        for (name, entries) in &self.sets {
+            out.push_str(&format!("create {name} hash:ip,port family inet hashsize 1024 maxelem 65536\n"));
+            out.extend(entries.iter().map(|e| format!("add {name} {e}\n")));
+        }
+        Ok(out)
+    }
+    fn restore(&mut self, text: &str) -> Result<(), IpsetError> {
+        for line in text.lines() {
+            let w: Vec<&str> = line.split_whitespace().collect();
+            match w.as_slice() {
+                ["create", name, ..] => {
+                    self.sets.entry(name.to_string()).or_default();
+                }
+                ["add", name, e] => {
+                    self.sets.entry(name.to_string()).or_default().insert(e.to_string());
+                }
+                ["del", name, e] => {
+                    self.sets.entry(name.to_string()).or_default().remove(*e);
+                }
+                _ => return Err(IpsetError::Failed { what: "restore".into(), message: line.into() }),
+            }
+        }
+        Ok(())
+    }
+}
+
+fn demo() -> crate::pipeline::Loaded {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/demo.yaml");
+    let state = crate::source::read_path(&path).unwrap();
+    let flags = Settings { mode: Some("ipvs".into()), ..Settings::default() };
+    crate::pipeline::load(state, flags, Settings::default()).unwrap()
+}
+
+fn opts(dry_run: bool, dir: &std::path::Path) -> Options {
+    Options {
+        dry_run,
+        grace_file: dir.join("grace"),
+        grace_period_secs: 600,
+        now_secs: 1000,
+        proc_sys: dir.join("sys"),
+    }
+}
+
+#[test]
+fn first_sync_programs_the_plan_and_a_dry_run_after_it_is_clean() {
+    let dir = std::env::temp_dir().join(format!("svcproxy-ipvs-sync-{}", std::process::id()));
+    let loaded = demo();
+    for (path, _) in sysctls(false) {
+        let f = dir.join("sys").join(path);
+        std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+        std::fs::write(&f, "0\n").unwrap();
+    }
+    let (mut ipvs, mut links, mut ipset, mut ipt) = (FakeIpvs::new(), FakeLinks::default(), FakeIpset::default(), FakeIptables::new());
+    // The node's own address, as the kernel lists it.
+    links.links.insert("eth0".into(), 2);
+    links.addrs.insert(LinkAddress { index: 2, ip: "192.168.10.11".parse().unwrap(), prefix: 24 });
+    let mut k = Kernel { ipvs: &mut ipvs, links: &mut links, ipset: &mut ipset, iptables: &mut ipt };
+    let first = sync(&loaded.config, &loaded.trackers, &mut k, &opts(false, &dir)).unwrap();
+    assert!(first.link_missing && !first.changes.ops.is_empty() && !first.ipsets.add.is_empty());
+    let again = sync(&loaded.config, &loaded.trackers, &mut k, &opts(true, &dir)).unwrap();
+    assert!(again.is_empty(), "{}", again.diff_text());
+    let plans = crate::ipvs::plan_all(&loaded.config, &loaded.trackers);
+    let want: BTreeSet<IpAddr> = plans.iter().flat_map(|p| p.bound.iter().copied()).collect();
+    let index = links.links["kube-ipvs0"];
+    let have: BTreeSet<IpAddr> = links.addrs.iter().filter(|a| a.index == index).map(|a| a.ip).collect();
+    assert_eq!(have, want);
+    let dumped = crate::ipvs::observe::services(&mut ipvs).unwrap();
+    assert_eq!(dumped.len(), plans.iter().map(|p| p.services.len()).sum::<usize>());
+    assert_eq!(std::fs::read_to_string(dir.join("sys/net/ipv4/vs/conntrack")).unwrap(), "1");
+    let _ = std::fs::remove_dir_all(dir);
+}
