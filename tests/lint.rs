@@ -250,3 +250,14 @@ fn lint_exit_code_2_when_it_cannot_run() {
     assert_eq!(code, Some(2));
     assert!(err.contains("no-such-file.yaml: cannot read"), "{err}");
 }
+
+#[test]
+fn pod_and_endpoints_lists_are_read_with_their_origins() {
+    let text = "apiVersion: v1\nkind: PodList\nitems:\n- apiVersion: v1\n  kind: Pod\n  metadata: {name: p, namespace: ns}\n  spec: {containers: []}\n  status: {podIPs: [{ip: 10.0.0.1}, {ip: \"fd00::1\"}]}\n---\napiVersion: v1\nkind: EndpointsList\nitems:\n- apiVersion: v1\n  kind: Endpoints\n  metadata: {name: e, namespace: ns}\n";
+    let st = read(text).expect("read");
+    assert_eq!(st.extra.pods.len(), 1);
+    assert_eq!(st.extra.pods[0].ips.len(), 2);
+    assert_eq!(st.extra.endpoints.len(), 1);
+    assert!(st.notes.is_empty(), "{:?}", st.notes);
+    assert_eq!(st.extra.origin("Endpoints", &NamespacedName::new("ns", "e")).as_deref(), Some("t.yaml:10"));
+}
