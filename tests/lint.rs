@@ -261,3 +261,24 @@ fn pod_and_endpoints_lists_are_read_with_their_origins() {
     assert!(st.notes.is_empty(), "{:?}", st.notes);
     assert_eq!(st.extra.origin("Endpoints", &NamespacedName::new("ns", "e")).as_deref(), Some("t.yaml:10"));
 }
+
+#[test]
+fn a_named_port_no_pod_declares_is_reported_once_even_with_slices() {
+    // What the EndpointSlice controller writes when no Pod declares the named port: slices
+    // without it. SP043 (the cause) is reported; SP091 (the symptom) is not.
+    let dir = std::env::temp_dir().join(format!("svcproxy-lint-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp");
+    let slice = "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: s-1, namespace: ns, labels: {kubernetes.io/service-name: s}}\naddressType: IPv4\nports: []\nendpoints: [{addresses: [10.244.0.1], targetRef: {kind: Pod, name: p, namespace: ns}}]\n";
+    let pod = pod("p", "{podIP: 10.244.0.1, conditions: [{type: Ready, status: \"True\"}]}", "");
+    let file = dir.join("dump.yaml");
+    std::fs::write(&file, format!("{SVC}{slice}{pod}")).expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_svcproxy"))
+        .args(["lint", "--output", "json", "--from"])
+        .arg(&file)
+        .output()
+        .expect("run");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let codes: Vec<&str> = v["findings"].as_array().expect("findings").iter().filter_map(|f| f["code"].as_str()).collect();
+    assert_eq!(codes, ["SP020", "SP043"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -57,7 +57,7 @@ fn selection(b: &ServiceBackend, pods: &[Pod], nodes: &[Node]) -> Vec<Finding> {
         let msg = format!("selected Pod(s) {} run on a Node the input does not hold and are left out (the controller skips them until the Node exists)", names(&away));
         out.push(Finding::new("SP046", objs, msg));
     }
-    let ok: Vec<&Pod> = selected.iter().copied().filter(|p| eligible(p) && !node_missing(p, b, nodes)).collect();
+    let ok = endpoint_pods(b, pods, nodes);
     for port in b.ports.iter().filter(|p| matches!(p.target, TargetPort::Name(_))) {
         let TargetPort::Name(target) = &port.target else { continue };
         let missing: Vec<&Pod> = ok.iter().copied().filter(|p| resolve_port(port, p).is_none()).collect();
@@ -73,6 +73,23 @@ fn selection(b: &ServiceBackend, pods: &[Pod], nodes: &[Node]) -> Vec<Finding> {
         }
     }
     out
+}
+
+/// The selected Pods that become endpoints, in name order.
+pub fn endpoint_pods<'a>(b: &ServiceBackend, pods: &'a [Pod], nodes: &[Node]) -> Vec<&'a Pod> {
+    let mut out: Vec<&Pod> =
+        pods.iter().filter(|p| selects(b, p) && eligible(p) && !node_missing(p, b, nodes)).collect();
+    out.sort_by(|x, y| x.id.cmp(&y.id));
+    out
+}
+
+/// Whether SP043 reports the service port `name`/`protocol`: a named targetPort that
+/// none of the endpoint Pods declares (so SP091 need not report it again).
+pub fn unresolved_everywhere(input: &Input, svc: &NamespacedName, name: &str, protocol: crate::model::Protocol) -> bool {
+    let Some(b) = input.state.extra.backends.iter().find(|b| &b.id == svc && b.selector.is_some()) else { return false };
+    let Some(port) = b.ports.iter().find(|p| p.name == name && p.protocol == protocol) else { return false };
+    let ok = endpoint_pods(b, &input.state.extra.pods, &input.state.nodes);
+    matches!(port.target, TargetPort::Name(_)) && !ok.is_empty() && ok.iter().all(|p| resolve_port(port, p).is_none())
 }
 
 /// One endpoint seen in a slice or Endpoints object of `service`.

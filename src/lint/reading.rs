@@ -1,6 +1,7 @@
 //! What svcproxy did with the input: objects and fields it skipped (the reader's notes),
 //! endpoints it derived, Endpoints it did not mirror, and slices that would render
-//! oddly (a service port no slice carries, a slice of a family the Service lacks).
+//! oddly (a service port no slice carries, a slice of a family the Service lacks). A
+//! port no slice carries because its named targetPort resolves on no Pod is SP043's.
 
 use std::collections::BTreeSet;
 
@@ -56,7 +57,9 @@ fn odd_slices(input: &Input, svc: &Service) -> Vec<Finding> {
         return out;
     }
     for p in &svc.ports {
-        if used.iter().any(|s| s.ports.iter().any(|sp| sp.name == p.name && sp.protocol == p.protocol)) {
+        if used.iter().any(|s| s.ports.iter().any(|sp| sp.name == p.name && sp.protocol == p.protocol))
+            || super::pods::unresolved_everywhere(input, &svc.id, &p.name, p.protocol)
+        {
             continue;
         }
         let carried: BTreeSet<String> =
