@@ -101,8 +101,10 @@ struct Seen<'a> {
     target: &'a ObjectRef,
 }
 
+/// Endpoints pointing at Pods, in slices and Endpoints of Services that exist (those of
+/// missing Services are leftovers, SP030 and SP031).
 fn seen_endpoints<'a>(input: &Input<'a>) -> Vec<Seen<'a>> {
-    let mut out = Vec::new();
+    let mut out: Vec<Seen<'a>> = Vec::new();
     for r in &input.state.extra.slice_refs {
         let Some(svc) = &r.service else { continue };
         let service = NamespacedName::new(r.slice.namespace.clone(), svc.clone());
@@ -122,6 +124,7 @@ fn seen_endpoints<'a>(input: &Input<'a>) -> Vec<Seen<'a>> {
             }
         }
     }
+    out.retain(|s| input.state.services.iter().any(|svc| svc.id == s.service));
     out
 }
 
