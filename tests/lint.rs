@@ -282,3 +282,16 @@ fn a_named_port_no_pod_declares_is_reported_once_even_with_slices() {
     assert_eq!(codes, ["SP020", "SP043"]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn endpoints_of_a_selector_service_without_slices_or_pods_are_explained() {
+    let dir = std::env::temp_dir().join(format!("svcproxy-lint-ep-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp");
+    let ep = "---\napiVersion: v1\nkind: Endpoints\nmetadata: {name: s, namespace: ns}\nsubsets: [{addresses: [{ip: 10.0.0.1}], ports: [{name: http, port: 80}]}]\n";
+    let file = dir.join("dump.yaml");
+    std::fs::write(&file, format!("{SVC}{ep}")).expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_svcproxy")).args(["lint", "--from"]).arg(&file).output().expect("run");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("info[SP061] Endpoints ns/s: not mirrored: its Service has a selector"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -27,9 +27,15 @@ pub fn check(input: &Input) -> Vec<Finding> {
         out.push(Finding::new("SP060", vec![obj], msg));
     }
     for (id, why) in &input.derived.not_mirrored {
-        if matches!(why, NotMirrored::SkipMirror | NotMirrored::LeaderElection | NotMirrored::ExternalName) {
-            out.push(Finding::new("SP061", vec![ObjectId::new("Endpoints", id)], format!("not mirrored: {why}")));
-        }
+        let msg = match why {
+            NotMirrored::SkipMirror | NotMirrored::LeaderElection | NotMirrored::ExternalName => format!("not mirrored: {why}"),
+            // Only worth saying when nothing else gives the Service endpoints.
+            NotMirrored::HasSelector if !input.state.slices.iter().any(|s| &s.service == id) => format!(
+                "not mirrored: {why}; the input has neither an EndpointSlice for it nor Pods to derive one from, so it has no endpoints"
+            ),
+            NotMirrored::HasSelector | NotMirrored::NoService => continue,
+        };
+        out.push(Finding::new("SP061", vec![ObjectId::new("Endpoints", id)], msg));
     }
     let derived: BTreeSet<&NamespacedName> = input.derived.derived.iter().map(|d| &d.service).collect();
     for svc in input.state.services.iter().filter(|s| !s.cluster_ips.is_empty() && !derived.contains(&s.id)) {
