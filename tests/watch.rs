@@ -98,7 +98,7 @@ fn watch_follows_file_changes_coalesces_bursts_survives_bad_objects_and_reports_
         (h, m)
     });
     let (tx, rx) = tokio::sync::mpsc::channel::<SourceMsg>(64);
-    rt.spawn(watch_files(dir.clone(), Duration::from_millis(20), initial, tx));
+    rt.spawn(watch_files(dir.clone(), Duration::from_millis(20), initial, false, tx));
     let loop_shared = shared.clone();
     let runner = rt.spawn(async move {
         watch::run(engine, rx, loop_shared, async { let _ = stop_rx.await; }).await;

@@ -117,7 +117,8 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings) -> anyhow::Resu
     let w = &args.watch;
     let (state, origin, errors) = match &args.config.from {
         Some(path) => {
-            let (state, errors) = read_path_lenient(path);
+            let (mut state, errors) = read_path_lenient(path);
+            crate::derive::complete_with_notes(&mut state, args.config.derive_endpoints);
             let initial = state.clone();
             (state, Origin::Files { path: path.clone(), initial }, errors.len())
         }
@@ -151,7 +152,7 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings) -> anyhow::Resu
         Origin::Files { path, initial } => {
             tracing::info!(%health, %metrics, from = %path.display(), "watching files");
             let poll = duration("--poll-interval", &w.poll_interval)?;
-            tokio::spawn(watch_files(path, poll, initial, tx));
+            tokio::spawn(watch_files(path, poll, initial, args.config.derive_endpoints, tx));
         }
         Origin::Api(client) => {
             tracing::info!(%health, %metrics, "watching the API server");

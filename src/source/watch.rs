@@ -48,7 +48,9 @@ fn fingerprint(path: &Path) -> Fingerprint {
 
 /// Polls `path` every `interval` until the receiver goes away. `initial` is the state
 /// already loaded (its events were applied by the caller).
-pub async fn watch_files(path: PathBuf, interval: Duration, initial: ClusterState, tx: mpsc::Sender<SourceMsg>) {
+/// `derive`: compute EndpointSlices from Pods and v1/Endpoints on every read, as
+/// `--derive-endpoints` does elsewhere (always for Services with no slices).
+pub async fn watch_files(path: PathBuf, interval: Duration, initial: ClusterState, derive: bool, tx: mpsc::Sender<SourceMsg>) {
     let mut last = fingerprint(&path);
     let mut state = initial;
     if tx.send(SourceMsg::Ready).await.is_err() {
@@ -61,7 +63,8 @@ pub async fn watch_files(path: PathBuf, interval: Duration, initial: ClusterStat
             continue;
         }
         last = now;
-        let (next, errors) = read_path_lenient(&path);
+        let (mut next, errors) = read_path_lenient(&path);
+        crate::derive::complete(&mut next, derive);
         if !errors.is_empty() {
             let list = errors.iter().map(SourceError::to_string).collect();
             if tx.send(SourceMsg::Malformed(list)).await.is_err() {
