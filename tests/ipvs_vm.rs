@@ -58,15 +58,21 @@ fn missing_means() -> Option<String> {
     HOST_FILES.iter().find(|f| !Path::new(f).exists()).map(|f| format!("{f} missing (apt-get install iptables ipset socat)"))
 }
 
+/// The binary for the guest: `SVCPROXY_VM_BIN` (e.g. a release or musl build), else the
+/// one cargo built for this test run (glibc; the rig copies its libraries).
+fn guest_binary() -> PathBuf {
+    std::env::var_os("SVCPROXY_VM_BIN").map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_svcproxy")), PathBuf::from)
+}
+
 /// Copies the binary (stripped: a smaller initramfs boots faster) and the data files
 /// into a directory the guest sees at the same path (not /tmp: the guest mounts over it).
 fn stage() -> std::io::Result<PathBuf> {
     let dir = PathBuf::from(format!("/var/tmp/svcproxy-ipvs-vm-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let bin = dir.join("svcproxy");
-    let status = Command::new("strip").arg("-o").arg(&bin).arg(env!("CARGO_BIN_EXE_svcproxy")).status()?;
+    let status = Command::new("strip").arg("-o").arg(&bin).arg(guest_binary()).status()?;
     if !status.success() {
-        std::fs::copy(env!("CARGO_BIN_EXE_svcproxy"), &bin)?;
+        std::fs::copy(guest_binary(), &bin)?;
     }
     let r = repo();
     std::fs::copy(r.join("fixtures/demo.yaml"), dir.join("demo.yaml"))?;
