@@ -4,6 +4,8 @@
 //! with memory, a run after an earlier run, after a crash or after kube-proxy sends only
 //! what differs, and the end state is always the full render.
 
+use std::time::Instant;
+
 use super::apply::{RestoreError, Restorer};
 use super::delta::{self, Delta, TABLES};
 use super::jumps::jumps;
@@ -20,6 +22,21 @@ pub struct SyncReport {
     pub full_lines: usize,
     /// UDP/SCTP conntrack entries made stale by the change (to flush once applied).
     pub flushes: Vec<super::conntrack::Flush>,
+    /// Where the time went.
+    pub timings: Timings,
+}
+
+/// Wall time of each phase of one sync (for `svcproxy bench` and the logs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Timings {
+    /// Writing the desired restore text and parsing it back (full syncs only).
+    pub render: std::time::Duration,
+    /// `iptables-save` of the tables we write, parsed.
+    pub read: std::time::Duration,
+    /// Computing the delta (and the stale conntrack entries).
+    pub compute: std::time::Duration,
+    /// `iptables-restore` of the delta.
+    pub restore: std::time::Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -55,14 +72,23 @@ pub fn needed_jumps(rs: &Ruleset) -> Vec<super::jumps::Jump> {
 
 /// Brings the kernel to `rs` (or, with `dry_run`, reports what that would take).
 pub fn sync(r: &mut dyn Restorer, rs: &Ruleset, dry_run: bool) -> Result<SyncReport, SyncError> {
+    let mut timings = Timings::default();
+    let t = Instant::now();
     let full = restore::write(rs, Scope::Full, &[]);
     let desired = restore::parse(&full).map_err(|source| SyncError::Parse { table: "(rendered)".into(), source })?;
+    timings.render = t.elapsed();
+    let t = Instant::now();
     let live = read_live(r, rs)?;
+    timings.read = t.elapsed();
+    let t = Instant::now();
     let delta = delta::compute(&desired, &live, rs.ctx.is_v6(), &needed_jumps(rs));
+    let flushes = super::conntrack::stale(&live, &desired);
+    timings.compute = t.elapsed();
     let applied = !dry_run && !delta.is_empty();
     if applied {
+        let t = Instant::now();
         r.restore(rs.ctx.family, &delta.restore_text())?;
+        timings.restore = t.elapsed();
     }
-    let flushes = super::conntrack::stale(&live, &desired);
-    Ok(SyncReport { delta, applied, full_lines: full.lines().count(), flushes })
+    Ok(SyncReport { delta, applied, full_lines: full.lines().count(), flushes, timings })
 }
