@@ -170,7 +170,7 @@ fn change(table: &str, chain: &str, live: Option<Vec<String>>, wanted: Option<&[
 /// Accumulates one table's restore input in a safe order: chain declarations, rules of
 /// rewritten chains, in-place edits, jumps from built-in chains, then deletions.
 #[derive(Default)]
-struct TableWriter {
+pub(super) struct TableWriter {
     declare: Vec<String>,
     rules: Vec<String>,
     edits: Vec<String>,
@@ -178,43 +178,59 @@ struct TableWriter {
     deletes: Vec<String>,
 }
 
+/// The positions (0-based) a diff deletes from the old list and inserts into the new one.
+pub(super) fn diff_positions<T: Eq + std::hash::Hash>(old: &[T], new: &[T]) -> (Vec<usize>, Vec<usize>) {
+    let mut deletes = Vec::new();
+    let mut inserts = Vec::new();
+    for op in capture_diff_slices(Algorithm::Myers, old, new) {
+        match op {
+            DiffOp::Equal { .. } => {}
+            DiffOp::Delete { old_index, old_len, .. } => deletes.extend(old_index..old_index + old_len),
+            DiffOp::Insert { new_index, new_len, .. } => inserts.extend(new_index..new_index + new_len),
+            DiffOp::Replace { old_index, old_len, new_index, new_len } => {
+                deletes.extend(old_index..old_index + old_len);
+                inserts.extend(new_index..new_index + new_len);
+            }
+        }
+    }
+    (deletes, inserts)
+}
+
 impl TableWriter {
     fn rewrite(&mut self, chain: &str, wanted: &[Wanted]) {
+        self.rewrite_lines(chain, wanted.iter().map(|r| r.text.as_str()));
+    }
+
+    /// Declares (flushes) `chain` and writes its rules (`-A` lines).
+    pub(super) fn rewrite_lines<'a>(&mut self, chain: &str, lines: impl Iterator<Item = &'a str>) {
         self.declare.push(format!(":{chain} - [0:0]"));
-        self.rules.extend(wanted.iter().map(|r| r.text.clone()));
+        self.rules.extend(lines.map(str::to_string));
     }
 
     /// Positional edits if they are fewer lines than a rewrite.
     fn edit_or_rewrite(&mut self, chain: &str, current: &[String], wanted: &[Wanted]) {
         let canon: Vec<&str> = wanted.iter().map(|r| r.canon.as_str()).collect();
         let cur: Vec<&str> = current.iter().map(String::as_str).collect();
-        let ops = capture_diff_slices(Algorithm::Myers, &cur, &canon);
-        let mut deletes = Vec::new();
-        let mut inserts = Vec::new();
-        for op in &ops {
-            match *op {
-                DiffOp::Equal { .. } => {}
-                DiffOp::Delete { old_index, old_len, .. } => deletes.extend(old_index..old_index + old_len),
-                DiffOp::Insert { new_index, new_len, .. } => inserts.extend(new_index..new_index + new_len),
-                DiffOp::Replace { old_index, old_len, new_index, new_len } => {
-                    deletes.extend(old_index..old_index + old_len);
-                    inserts.extend(new_index..new_index + new_len);
-                }
-            }
-        }
+        let (deletes, inserts) = diff_positions(&cur, &canon);
         if deletes.len() + inserts.len() >= wanted.len() + 1 {
             return self.rewrite(chain, wanted);
         }
-        // Delete from the bottom up (positions stay valid), then insert top down: after
-        // the deletions the chain is the common subsequence, and inserting each new rule
-        // at its final position rebuilds the wanted list.
+        self.edit(chain, 0, &deletes, &inserts, |i| wanted[i].text.as_str());
+    }
+
+    /// In-place edits of the rules at `offset..` of `chain`: `deletes` (positions in the
+    /// old rules) from the bottom up, so positions stay valid, then `inserts` (positions
+    /// in the new rules) top down: after the deletions the range holds the common
+    /// subsequence, and inserting each new rule at its final position rebuilds the new
+    /// list. `text(i)` is new rule `i` as an `-A` line.
+    pub(super) fn edit<'a>(&mut self, chain: &str, offset: usize, deletes: &[usize], inserts: &[usize], text: impl Fn(usize) -> &'a str) {
         for i in deletes.iter().rev() {
-            self.edits.push(format!("-D {chain} {}", i + 1));
+            self.edits.push(format!("-D {chain} {}", offset + i + 1));
         }
-        for i in inserts {
-            let text = &wanted[i].text;
-            let rest = text.strip_prefix(&format!("-A {chain} ")).unwrap_or("");
-            self.edits.push(format!("-I {chain} {} {rest}", i + 1).trim_end().to_string());
+        let prefix = format!("-A {chain} ");
+        for &i in inserts {
+            let rest = text(i).strip_prefix(&prefix).unwrap_or("");
+            self.edits.push(format!("-I {chain} {} {rest}", offset + i + 1).trim_end().to_string());
         }
     }
 
@@ -223,12 +239,13 @@ impl TableWriter {
         self.jumps.push(format!("-I {chain} 1{}", line.strip_prefix(&format!("-A {chain}")).unwrap_or("")));
     }
 
-    fn delete(&mut self, chain: &str) {
+    /// Flushes and deletes `chain` (after every other line of the table).
+    pub(super) fn delete(&mut self, chain: &str) {
         self.declare.push(format!(":{chain} - [0:0]"));
         self.deletes.push(format!("-X {chain}"));
     }
 
-    fn finish(self, table: &str) -> Option<String> {
+    pub(super) fn finish(self, table: &str) -> Option<String> {
         let lines: Vec<String> =
             [self.declare, self.rules, self.edits, self.jumps, self.deletes].into_iter().flatten().collect();
         if lines.is_empty() {

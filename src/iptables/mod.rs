@@ -8,6 +8,7 @@ pub mod conntrack;
 pub mod cleanup;
 pub mod delta;
 pub mod fake;
+pub mod incremental;
 pub mod jumps;
 pub mod lines;
 pub mod nfacct;

@@ -17,6 +17,7 @@ use std::sync::Arc;
 pub use context::Context;
 
 use crate::iptables::lines::Lines;
+use crate::iptables::names::{KUBE_EXTERNAL_SERVICES, KUBE_FORWARD, KUBE_NODEPORTS, KUBE_PROXY_FIREWALL, KUBE_SERVICES};
 use crate::model::{EndpointsMap, NamespacedName, ServicePortMap, ServicePortName};
 
 /// One service port's lines.
@@ -30,6 +31,44 @@ pub struct ServiceRules {
     pub chains: Vec<String>,
     /// The rules of those chains.
     pub chain_rules: Lines,
+    /// How many of `filter` and `nat_top` go to each top-level chain ([`TOP_CHAINS`]
+    /// order), or `None` if one goes elsewhere: where this service's lines sit in those
+    /// chains is the sum over the services before it (see `iptables::incremental`).
+    pub top_counts: Option<TopCounts>,
+}
+
+/// The top-level chains that hold service rules, as (table, chain). No fixed rule is
+/// written into them before the services' (the fixed heads go to other chains), so a
+/// service's first line in one of them sits right after the services before it.
+pub const TOP_CHAINS: [(&str, &str); 7] = [
+    ("filter", KUBE_SERVICES),
+    ("filter", KUBE_EXTERNAL_SERVICES),
+    ("filter", KUBE_NODEPORTS),
+    ("filter", KUBE_PROXY_FIREWALL),
+    ("filter", KUBE_FORWARD),
+    ("nat", KUBE_SERVICES),
+    ("nat", KUBE_NODEPORTS),
+];
+
+/// Lines per [`TOP_CHAINS`] entry.
+pub type TopCounts = [u32; TOP_CHAINS.len()];
+
+/// The chain a restore line appends to (`-A CHAIN …`).
+pub fn line_chain(line: &str) -> Option<&str> {
+    line.strip_prefix("-A ")?.split(' ').next()
+}
+
+/// Counts one service's top-level lines per chain; `None` if a line goes elsewhere.
+fn count_top(r: &ServiceRules) -> Option<TopCounts> {
+    let mut counts = TopCounts::default();
+    for (table, lines) in [("filter", &r.filter), ("nat", &r.nat_top)] {
+        for line in lines.iter() {
+            let chain = line_chain(line)?;
+            let i = TOP_CHAINS.iter().position(|&(t, c)| t == table && c == chain)?;
+            counts[i] += 1;
+        }
+    }
+    Some(counts)
 }
 
 /// One family's rules.
@@ -54,6 +93,7 @@ pub fn render_service(ctx: &Context, name: &ServicePortName, services: &ServiceP
     let mut out = ServiceRules::default();
     top::write(ctx, &plan, &mut out);
     chains::write(ctx, &plan, large, &mut out);
+    out.top_counts = count_top(&out);
     Some(out)
 }
 

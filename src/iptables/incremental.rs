@@ -1,0 +1,181 @@
+//! Partial syncs proportional to the change. Pure.
+//!
+//! In watch mode, once a sync has brought the kernel to a ruleset (a full sync compares
+//! with `iptables-save`; see [`super::sync`]), the next change needs neither a kernel read
+//! nor a full render: the kernel holds the previous ruleset, so the restore input follows
+//! from the changed service ports alone. Their own chains are rewritten when they differ,
+//! created or deleted; their lines in the top-level chains (`KUBE-SERVICES`,
+//! `KUBE-NODEPORTS`, …) are edited in place with `-D N`/`-I N`. A service port's lines in
+//! a top-level chain sit right after those of the service ports before it (see
+//! [`TOP_CHAINS`]), so a position is a sum of per-service counts kept at render time, and
+//! the kernel ends with exactly the rules and order of a full restore.
+//!
+//! Anything this cannot express (the large-cluster mode flipped, a rule outside the known
+//! top-level chains) returns `None`, and the caller syncs fully instead.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use super::conntrack::{self, Flush};
+use super::delta::{diff_positions, ChainChange, Delta, TableWriter, TABLES};
+use super::render::{line_chain, Ruleset, ServiceRules, TopCounts, TOP_CHAINS};
+use super::restore;
+use crate::model::{NamespacedName, ServicePortName};
+
+/// The rules the kernel holds for the service ports a commit touches, taken from the
+/// ruleset before it is updated.
+#[derive(Debug, Clone)]
+pub struct Before {
+    large_cluster: bool,
+    changed: BTreeSet<NamespacedName>,
+    rules: BTreeMap<ServicePortName, Arc<ServiceRules>>,
+}
+
+impl Before {
+    /// Keeps the rules of `changed` services' ports (cheap: shared pointers).
+    pub fn take(rs: &Ruleset, changed: &BTreeSet<NamespacedName>) -> Before {
+        let rules = changed
+            .iter()
+            .flat_map(|id| ports(&rs.services, id))
+            .map(|(k, r)| (k.clone(), r.clone()))
+            .collect();
+        Before { large_cluster: rs.large_cluster, changed: changed.clone(), rules }
+    }
+}
+
+/// A partial sync's restore input, and the conntrack entries it makes stale.
+#[derive(Debug, Clone, Default)]
+pub struct Partial {
+    pub delta: Delta,
+    pub flushes: Vec<Flush>,
+}
+
+/// The change from `before` (what the kernel holds) to `rs` (updated for the same
+/// changed services), or `None` when only a full sync can express it.
+pub fn delta(before: &Before, rs: &Ruleset) -> Option<Partial> {
+    if before.large_cluster != rs.large_cluster {
+        return None;
+    }
+    let keys: BTreeSet<&ServicePortName> = before
+        .rules
+        .keys()
+        .chain(before.changed.iter().flat_map(|id| ports(&rs.services, id).map(|(k, _)| k)))
+        .collect();
+    let offsets = offsets(rs, &keys)?;
+    let mut writers: BTreeMap<&str, TableWriter> = TABLES.iter().map(|t| (*t, TableWriter::default())).collect();
+    let mut changes = Vec::new();
+    for (key, offset) in keys.iter().zip(&offsets) {
+        let old = before.rules.get(*key).map(Arc::as_ref);
+        let new = rs.services.get(*key).map(Arc::as_ref);
+        if old == new {
+            continue;
+        }
+        own_chains(old, new, writers.get_mut("nat")?, &mut changes);
+        for (i, &(table, chain)) in TOP_CHAINS.iter().enumerate() {
+            let old_lines = top_lines(old, table, chain);
+            let new_lines = top_lines(new, table, chain);
+            if old_lines == new_lines {
+                continue;
+            }
+            let (deletes, inserts) = diff_positions(&old_lines, &new_lines);
+            writers.get_mut(table)?.edit(chain, offset[i] as usize, &deletes, &inserts, |j| new_lines[j]);
+            changes.push(change(table, chain, Some(&old_lines), Some(&new_lines)));
+        }
+    }
+    let mut delta = Delta { changes, ..Delta::default() };
+    for (table, w) in writers {
+        if let Some(text) = w.finish(table) {
+            delta.restore.insert(table.to_string(), text);
+        }
+    }
+    let flushes = conntrack::stale(&dump_of(before.rules.values()), &dump_of(keys.iter().filter_map(|k| rs.services.get(*k))));
+    Some(Partial { delta, flushes })
+}
+
+/// The ports of one service in a map ordered by [`ServicePortName`].
+fn ports<'a, V>(map: &'a BTreeMap<ServicePortName, V>, id: &'a NamespacedName) -> impl Iterator<Item = (&'a ServicePortName, &'a V)> {
+    let start = ServicePortName { service: id.clone(), port: String::new(), protocol: crate::model::Protocol::Tcp };
+    map.range(start..).take_while(move |(k, _)| &k.service == id)
+}
+
+/// For each key (ascending), the number of lines the service ports before it hold in each
+/// top-level chain of `rs`: where the key's own lines start. One pass over the ruleset,
+/// adding counts kept at render time.
+fn offsets(rs: &Ruleset, keys: &BTreeSet<&ServicePortName>) -> Option<Vec<TopCounts>> {
+    let mut out = Vec::with_capacity(keys.len());
+    let mut sum = TopCounts::default();
+    let mut services = rs.services.iter().peekable();
+    for key in keys {
+        while let Some((_, r)) = services.next_if(|(k, _)| k < key) {
+            let counts = r.top_counts?;
+            for (s, c) in sum.iter_mut().zip(counts) {
+                *s += c;
+            }
+        }
+        out.push(sum);
+    }
+    Some(out)
+}
+
+/// One service port's lines in one top-level chain.
+fn top_lines<'a>(r: Option<&'a ServiceRules>, table: &str, chain: &str) -> Vec<&'a str> {
+    let Some(r) = r else { return Vec::new() };
+    let lines = if table == "filter" { &r.filter } else { &r.nat_top };
+    lines.iter().filter(|l| line_chain(l) == Some(chain)).collect()
+}
+
+/// The rules of each of a service port's own chains, in declaration order.
+fn chain_rules(r: Option<&ServiceRules>) -> BTreeMap<&str, Vec<&str>> {
+    let Some(r) = r else { return BTreeMap::new() };
+    let mut out: BTreeMap<&str, Vec<&str>> = r.chains.iter().map(|c| (c.as_str(), Vec::new())).collect();
+    for line in r.chain_rules.iter() {
+        if let Some(rules) = line_chain(line).and_then(|c| out.get_mut(c)) {
+            rules.push(line);
+        }
+    }
+    out
+}
+
+/// Rewrites the service port's chains that are new or differ; deletes those it no longer has.
+fn own_chains(old: Option<&ServiceRules>, new: Option<&ServiceRules>, w: &mut TableWriter, changes: &mut Vec<ChainChange>) {
+    let before = chain_rules(old);
+    let after = chain_rules(new);
+    for c in new.map(|n| n.chains.as_slice()).unwrap_or_default() {
+        let wanted = &after[c.as_str()];
+        let had = before.get(c.as_str());
+        if had != Some(wanted) {
+            w.rewrite_lines(c, wanted.iter().copied());
+            changes.push(change("nat", c, had.map(Vec::as_slice), Some(wanted)));
+        }
+    }
+    for (c, rules) in &before {
+        if !after.contains_key(c) {
+            w.delete(c);
+            changes.push(change("nat", c, Some(rules), None));
+        }
+    }
+}
+
+fn change(table: &str, chain: &str, live: Option<&[&str]>, desired: Option<&[&str]>) -> ChainChange {
+    let own = |l: &[&str]| l.iter().map(|s| s.to_string()).collect();
+    ChainChange { table: table.into(), chain: chain.into(), live: live.map(own), desired: desired.map(own) }
+}
+
+/// A dump holding only these service ports' rules (for the conntrack comparison).
+fn dump_of<'a>(rules: impl Iterator<Item = &'a Arc<ServiceRules>>) -> restore::Dump {
+    let (mut filter, mut nat_chains, mut nat) = (String::new(), String::new(), String::new());
+    for r in rules {
+        filter.push_str(r.filter.as_str());
+        for c in &r.chains {
+            nat_chains.push_str(&format!(":{c} - [0:0]\n"));
+        }
+        nat.push_str(r.nat_top.as_str());
+        nat.push_str(r.chain_rules.as_str());
+    }
+    let text = format!("*filter\n{filter}COMMIT\n*nat\n{nat_chains}{nat}COMMIT\n");
+    // Our own render always parses; an empty dump only means no flushes.
+    restore::parse(&text).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests;
