@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use support::apiserver::ApiServer;
 use svcproxy::config::Settings;
 use svcproxy::iptables::apply::{Backend, RestoreError, Restorer};
+use svcproxy::iptables::conntrack::RecordingConntrack;
 use svcproxy::iptables::fake::FakeIptables;
 use svcproxy::net::IpFamily;
 use svcproxy::runner::{watch, Schedule, Timing};
@@ -89,7 +90,7 @@ fn watch_follows_the_api_server_through_drops_and_410_without_losing_rules() {
     let timing = Timing { min_sync_period: Duration::from_millis(100), sync_period: Duration::from_secs(30), ..Timing::default() };
     let shared = Arc::new(Shared::new(Schedule::new(timing)));
     let kernel = Kernel::default();
-    let engine = watch::Engine::new(loaded.config, loaded.trackers, Box::new(kernel.clone()));
+    let engine = watch::Engine::iptables(loaded.config, loaded.trackers, Box::new(kernel.clone()), Box::new(RecordingConntrack::default()));
     let _guard = rt.enter();
     let client = kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
     let (tx, rx) = tokio::sync::mpsc::channel(64);
@@ -139,7 +140,7 @@ fn this_node_being_deleted_makes_healthz_unhealthy_and_its_labels_are_followed()
     let flags = Settings { hostname_override: Some("n1".into()), ip_family: Some("ipv4".into()), nfacct: Some(false), ..Settings::default() };
     let loaded = svcproxy::pipeline::load(ClusterState::default(), flags, Settings::default()).unwrap();
     let shared = Arc::new(Shared::new(Schedule::new(Timing { min_sync_period: Duration::from_millis(50), ..Timing::default() })));
-    let engine = watch::Engine::new(loaded.config, loaded.trackers, Box::new(Kernel::default()));
+    let engine = watch::Engine::iptables(loaded.config, loaded.trackers, Box::new(Kernel::default()), Box::new(RecordingConntrack::default()));
     let _guard = rt.enter();
     let client = kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
     let (tx, rx) = tokio::sync::mpsc::channel(64);

@@ -87,8 +87,9 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
     let loaded = load_with(&args.config, flags)?;
     let backend = args.iptables_backend.resolve();
     if loaded.config.mode == Mode::Ipvs {
-        let mut restorer = ExecRestorer { backend, lock_wait_secs: args.iptables_lock_wait };
-        let report = crate::ipvs::sync::run_on_node(&loaded.config, &loaded.trackers, &mut restorer, args.dry_run)
+        let restorer = ExecRestorer { backend, lock_wait_secs: args.iptables_lock_wait };
+        let report = crate::ipvs::proxier::Proxier::on_node(Box::new(restorer))
+            .and_then(|mut p| p.sync(&loaded.config, &loaded.trackers, args.dry_run))
             .context("IPVS sync failed")?;
         if args.dry_run {
             super::out(&report.diff_text())?;

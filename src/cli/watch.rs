@@ -13,8 +13,9 @@ use tokio::sync::mpsc;
 
 use super::sync::SyncArgs;
 use super::EXIT_OK;
-use crate::config::{kubeproxy, Settings};
+use crate::config::{kubeproxy, Mode, Settings};
 use crate::iptables::apply::ExecRestorer;
+use crate::iptables::conntrack::ExecConntrack;
 use crate::iptables::nfacct;
 use crate::pipeline;
 use crate::runner::{watch, Schedule, Timing};
@@ -139,8 +140,14 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings) -> anyhow::Resu
     shared.metrics.malformed_objects.inc_by(errors as u64);
     let proxy_name = loaded.config.service_proxy_name.clone();
     let node_name = loaded.config.node_name.clone();
-    let restorer = ExecRestorer { backend: args.iptables_backend.resolve(), lock_wait_secs: args.iptables_lock_wait };
-    let engine = watch::Engine::new(loaded.config, loaded.trackers, Box::new(restorer));
+    let restorer = Box::new(ExecRestorer { backend: args.iptables_backend.resolve(), lock_wait_secs: args.iptables_lock_wait });
+    let engine = match loaded.config.mode {
+        Mode::Iptables => watch::Engine::iptables(loaded.config, loaded.trackers, restorer, Box::new(ExecConntrack)),
+        Mode::Ipvs => {
+            let p = crate::ipvs::proxier::Proxier::on_node(restorer).context("cannot reach IPVS (is the ip_vs module loaded?)")?;
+            watch::Engine::ipvs(loaded.config, loaded.trackers, p)
+        }
+    };
     let health = serve::spawn(w.healthz_bind_address, serve::health_router(shared.clone()))
         .await
         .with_context(|| format!("cannot serve health checks on {}", w.healthz_bind_address))?;

@@ -122,6 +122,35 @@ pub fn stale(live: &Dump, desired: &Dump) -> Vec<Flush> {
     out.into_iter().collect()
 }
 
+/// Deletes conntrack entries (the `conntrack` tool on a node; a recorder in tests).
+pub trait Conntrack: Send {
+    fn flush(&mut self, flushes: &[Flush], ipv6: bool) -> Result<usize, String>;
+}
+
+/// Runs the `conntrack` tool.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ExecConntrack;
+
+impl Conntrack for ExecConntrack {
+    fn flush(&mut self, flushes: &[Flush], ipv6: bool) -> Result<usize, String> {
+        flush(flushes, ipv6)
+    }
+}
+
+/// Records flushes instead of running them (shared, so a test can look after handing it over).
+#[derive(Debug, Clone, Default)]
+pub struct RecordingConntrack {
+    pub flushed: std::sync::Arc<std::sync::Mutex<Vec<Flush>>>,
+}
+
+impl Conntrack for RecordingConntrack {
+    fn flush(&mut self, flushes: &[Flush], _ipv6: bool) -> Result<usize, String> {
+        let mut f = self.flushed.lock().map_err(|_| "recorder poisoned".to_string())?;
+        f.extend_from_slice(flushes);
+        Ok(flushes.len())
+    }
+}
+
 /// Runs `conntrack -D` for each flush. "0 flow entries" is not an error.
 pub fn flush(flushes: &[Flush], ipv6: bool) -> Result<usize, String> {
     let mut done = 0;

@@ -220,3 +220,26 @@ impl Restorer for FakeIptables {
         self.apply(family, text)
     }
 }
+
+/// A fake kernel a test keeps a handle on after handing it to a proxier.
+pub type SharedFake = std::sync::Arc<std::sync::Mutex<FakeIptables>>;
+
+impl Restorer for SharedFake {
+    fn backend(&self) -> Backend {
+        Backend::Nft
+    }
+    fn save(&mut self, family: IpFamily, table: &str) -> Result<String, RestoreError> {
+        lock(self).save(family, table)
+    }
+    fn save_all(&mut self, family: IpFamily) -> Result<String, RestoreError> {
+        lock(self).save_all(family)
+    }
+    fn restore(&mut self, family: IpFamily, text: &str) -> Result<(), RestoreError> {
+        lock(self).restore(family, text)
+    }
+}
+
+fn lock(shared: &SharedFake) -> std::sync::MutexGuard<'_, FakeIptables> {
+    // A test that panicked while holding it has failed already; its state is still readable.
+    shared.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}

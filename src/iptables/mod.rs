@@ -14,6 +14,7 @@ pub mod lines;
 pub mod nfacct;
 pub mod names;
 pub mod partial;
+pub mod proxier;
 pub mod render;
 pub mod restore;
 pub mod sync;

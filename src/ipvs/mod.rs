@@ -3,12 +3,14 @@
 //! (messages as pure types, a synchronous client behind a trait, an in-memory fake).
 
 pub mod cleanup;
+pub mod fake;
 pub mod ipset;
 pub mod kernel_state;
 pub mod link;
 pub mod netlink;
 pub mod observe;
 pub mod plan;
+pub mod proxier;
 pub mod reconcile;
 pub mod sync;
 pub mod text;

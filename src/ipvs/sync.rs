@@ -239,26 +239,5 @@ fn apply(k: &mut Kernel, report: &mut Report, opts: &Options) -> Result<(), Sync
 /// Where the termination memory lives by default.
 pub const GRACE_FILE: &str = "/run/svcproxy/ipvs-terminating";
 
-/// A sync on this node's kernel: netlink for IPVS and links, `ipset`, and the given
-/// iptables restorer.
-pub fn run_on_node(cfg: &Config, trackers: &Trackers, iptables: &mut dyn Restorer, dry_run: bool) -> Result<Report, SyncError> {
-    let mut ipvs = netlink::NetlinkIpvs::connect()?;
-    let mut links = super::link::RtNetlink::connect()?;
-    let mut ipset = ipset::ExecIpset;
-    let mut k = Kernel { ipvs: &mut ipvs, links: &mut links, ipset: &mut ipset, iptables };
-    let now_secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let opts = Options {
-        dry_run,
-        grace_file: std::env::var_os("SVCPROXY_IPVS_GRACE_FILE").map_or_else(|| PathBuf::from(GRACE_FILE), PathBuf::from),
-        grace_period_secs: std::env::var("SVCPROXY_IPVS_GRACE_PERIOD")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(reconcile::DEFAULT_GRACE_PERIOD_SECS),
-        now_secs,
-        proc_sys: PathBuf::from("/proc/sys"),
-    };
-    sync(cfg, trackers, &mut k, &opts)
-}
-
 #[cfg(test)]
 mod tests;

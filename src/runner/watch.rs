@@ -1,106 +1,22 @@
-//! Watch mode: one loop owns the trackers and the rules. Source messages feed the
-//! trackers; the [`Schedule`] says when to sync; a sync commits the trackers, brings the
-//! rulesets up to date (re-rendering only changed services) and syncs each family with
-//! the kernel. SIGTERM/SIGINT stop the loop and leave the rules in place.
+//! Watch mode: one loop owns the [`Engine`] (trackers and proxier). Source messages feed
+//! the trackers; the [`super::Schedule`] says when to sync and whether fully; a sync
+//! commits the trackers and has the proxier bring the kernel up to date (in iptables mode
+//! a partial sync sends only what the changed services need). SIGTERM/SIGINT stop the
+//! loop and leave the rules in place.
 
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::mpsc;
 
+pub use super::engine::Engine;
 use super::schedule::Kind;
-use crate::config::Config;
-use crate::iptables::apply::Restorer;
-use crate::iptables::render::{self, Context, Ruleset};
-use crate::iptables::sync::{self, SyncError};
 use crate::serve::metrics::{ResultLabel, TableLabel};
 use crate::serve::SharedState;
 use crate::source::watch::SourceMsg;
-use crate::track::{Event, Trackers};
-
-/// The trackers, the rendered rules and the kernel they are synced to.
-pub struct Engine {
-    pub config: Config,
-    pub trackers: Trackers,
-    pub rulesets: Vec<Ruleset>,
-    pub restorer: Box<dyn Restorer + Send>,
-}
-
-impl Engine {
-    pub fn new(config: Config, trackers: Trackers, restorer: Box<dyn Restorer + Send>) -> Self {
-        let rulesets = trackers
-            .families
-            .iter()
-            .map(|t| {
-                let (s, e) = t.view();
-                render::render(&Context::new(&config, t.family), s, e)
-            })
-            .collect();
-        Engine { config, trackers, rulesets, restorer }
-    }
-
-    /// New node labels (topology): the rules depend on the zone, so every service is
-    /// re-rendered. Returns whether anything changed.
-    pub fn set_node_labels(&mut self, labels: std::collections::BTreeMap<String, String>) -> bool {
-        if labels == self.config.node_labels {
-            return false;
-        }
-        self.config.node_labels = labels;
-        self.rulesets = self
-            .trackers
-            .families
-            .iter()
-            .map(|t| {
-                let (s, e) = t.view();
-                render::render(&Context::new(&self.config, t.family), s, e)
-            })
-            .collect();
-        true
-    }
-
-    pub fn apply(&mut self, events: &[Event]) {
-        for e in events {
-            self.trackers.apply(e);
-        }
-    }
-
-    /// (service changes, endpoint changes) waiting for a commit.
-    pub fn pending(&self) -> (usize, usize) {
-        self.trackers.families.iter().map(|t| (t.services.pending(), t.endpoints.pending())).fold((0, 0), |a, b| (a.0.max(b.0), a.1.max(b.1)))
-    }
-
-    /// Commits the trackers, updates the rules and syncs every family with the kernel.
-    pub fn sync(&mut self) -> Result<Vec<sync::SyncReport>, SyncError> {
-        let changes = self.trackers.commit();
-        let mut reports = Vec::new();
-        for ((rs, t), ch) in self.rulesets.iter_mut().zip(&self.trackers.families).zip(&changes) {
-            let (s, e) = t.view();
-            rs.update(s, e, &ch.services);
-        }
-        for rs in &self.rulesets {
-            reports.push(sync::sync(self.restorer.as_mut(), rs, false)?);
-        }
-        Ok(reports)
-    }
-}
 
 fn unix_now() -> f64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
-}
-
-impl Engine {
-    /// Local endpoint counts per health-check node port, over all families.
-    pub fn health_check_counts(&self) -> std::collections::BTreeMap<u16, (crate::model::NamespacedName, usize)> {
-        let mut out = std::collections::BTreeMap::new();
-        for t in &self.trackers.families {
-            let (s, e) = t.view();
-            for (port, (svc, n)) in crate::serve::healthcheck::local_counts(s, e) {
-                let entry = out.entry(port).or_insert((svc, 0));
-                entry.1 += n;
-            }
-        }
-        out
-    }
 }
 
 /// Runs until `shutdown` resolves or the sources end.
@@ -198,13 +114,13 @@ fn sync_once(engine: &mut Engine, shared: &SharedState) {
         }
         Err(_) => return,
     };
-    let result = tokio::task::block_in_place(|| engine.sync());
+    let result = tokio::task::block_in_place(|| engine.sync(kind == Kind::Full));
     let finished = Instant::now();
     let secs = finished.duration_since(started).as_secs_f64();
     let m = &shared.metrics;
     m.sync_duration.observe(secs);
     let ok = match &result {
-        Ok(reports) => {
+        Ok(outcome) => {
             if kind == Kind::Full { m.full_sync_duration.observe(secs) } else { m.partial_sync_duration.observe(secs) }
             m.last_sync_timestamp.set(unix_now());
             if let Some(q) = queued {
@@ -212,12 +128,14 @@ fn sync_once(engine: &mut Engine, shared: &SharedState) {
             }
             m.service_changes_pending.set(0);
             m.endpoint_changes_pending.set(0);
-            record_rules(engine, shared);
+            if let Some((filter, nat)) = outcome.rules {
+                m.rules.get_or_create(&TableLabel { table: "filter".into() }).set(filter as i64);
+                m.rules.get_or_create(&TableLabel { table: "nat".into() }).set(nat as i64);
+            }
             if let Ok(mut l) = shared.last_updated.lock() {
                 *l = Some(SystemTime::now());
             }
-            let sent: usize = reports.iter().map(|r| r.delta.restore_lines()).sum();
-            tracing::info!(?kind, seconds = secs, restore_lines = sent, "synced");
+            tracing::info!(?kind, seconds = secs, restore_lines = outcome.restore_lines, ipvs_ops = outcome.ipvs_ops, "synced");
             true
         }
         Err(e) => {
@@ -233,18 +151,6 @@ fn sync_once(engine: &mut Engine, shared: &SharedState) {
     if let Ok(mut s) = shared.schedule.lock() {
         s.done(started, finished, kind, ok);
     }
-}
-
-fn record_rules(engine: &Engine, shared: &SharedState) {
-    let (mut filter, mut nat) = (0usize, 0usize);
-    for rs in &engine.rulesets {
-        for r in rs.services.values() {
-            filter += r.filter.len();
-            nat += r.nat_top.len() + r.chain_rules.len();
-        }
-    }
-    shared.metrics.rules.get_or_create(&TableLabel { table: "filter".into() }).set(filter as i64);
-    shared.metrics.rules.get_or_create(&TableLabel { table: "nat".into() }).set(nat as i64);
 }
 
 /// Waits for SIGTERM or SIGINT.

@@ -1,83 +1,15 @@
 //! The whole sync against fakes (IPVS, links, ipset, iptables): a first sync changes
 //! everything, a dry run after it reports nothing, and the kernel ends as planned.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use super::*;
 use crate::config::Settings;
 use crate::iptables::fake::FakeIptables;
-use crate::ipvs::ipset::{IpsetError, IpsetRunner};
-use crate::ipvs::link::{LinkAddress, LinkError, Links};
+use crate::ipvs::fake::{FakeIpset, FakeLinks};
+use crate::ipvs::link::LinkAddress;
 use crate::ipvs::netlink::FakeIpvs;
-
-#[derive(Default)]
-struct FakeLinks {
-    links: BTreeMap<String, u32>,
-    addrs: BTreeSet<LinkAddress>,
-}
-
-impl Links for FakeLinks {
-    fn link_index(&mut self, name: &str) -> Result<Option<u32>, LinkError> {
-        Ok(self.links.get(name).copied())
-    }
-    fn add_dummy(&mut self, name: &str) -> Result<(), LinkError> {
-        let n = self.links.len() as u32 + 10;
-        self.links.entry(name.to_string()).or_insert(n);
-        Ok(())
-    }
-    fn delete_link(&mut self, index: u32) -> Result<(), LinkError> {
-        self.links.retain(|_, i| *i != index);
-        self.addrs.retain(|a| a.index != index);
-        Ok(())
-    }
-    fn addresses(&mut self) -> Result<Vec<LinkAddress>, LinkError> {
-        Ok(self.addrs.iter().copied().collect())
-    }
-    fn add_address(&mut self, a: LinkAddress) -> Result<(), LinkError> {
-        self.addrs.insert(a);
-        Ok(())
-    }
-    fn del_address(&mut self, a: LinkAddress) -> Result<(), LinkError> {
-        self.addrs.remove(&a);
-        Ok(())
-    }
-}
-
-/// Keeps sets as `ipset save` would print them.
-#[derive(Default)]
-struct FakeIpset {
-    sets: BTreeMap<String, BTreeSet<String>>,
-}
-
-impl IpsetRunner for FakeIpset {
-    fn save(&mut self) -> Result<String, IpsetError> {
-        let mut out = String::new();
-        for (name, entries) in &self.sets {
-            out.push_str(&format!("create {name} hash:ip,port family inet hashsize 1024 maxelem 65536\n"));
-            out.extend(entries.iter().map(|e| format!("add {name} {e}\n")));
-        }
-        Ok(out)
-    }
-    fn restore(&mut self, text: &str) -> Result<(), IpsetError> {
-        for line in text.lines() {
-            let w: Vec<&str> = line.split_whitespace().collect();
-            match w.as_slice() {
-                ["create", name, ..] => {
-                    self.sets.entry(name.to_string()).or_default();
-                }
-                ["add", name, e] => {
-                    self.sets.entry(name.to_string()).or_default().insert(e.to_string());
-                }
-                ["del", name, e] => {
-                    self.sets.entry(name.to_string()).or_default().remove(*e);
-                }
-                _ => return Err(IpsetError::Failed { what: "restore".into(), message: line.into() }),
-            }
-        }
-        Ok(())
-    }
-}
 
 fn demo() -> crate::pipeline::Loaded {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/demo.yaml");

@@ -1,0 +1,108 @@
+//! iptables mode across syncs (watch mode): the rendered rulesets, whether the kernel is
+//! known to hold them, and the two ways of bringing it up to date.
+//!
+//! - A **full** sync (the first, a periodic one, any after a failure) compares the full
+//!   render with what `iptables-save` reads back ([`super::sync`]): whatever the kernel
+//!   held, it ends holding the render.
+//! - A **partial** sync, while the kernel is known to hold the previous ruleset, sends
+//!   only what the changed service ports need ([`super::incremental`]): no kernel read, no
+//!   full render, input proportional to the change.
+//!
+//! Stale UDP/SCTP conntrack entries are cleared after either.
+
+use std::time::Instant;
+
+use super::apply::Restorer;
+use super::conntrack::Conntrack;
+use super::incremental::{self, Before};
+use super::render::{self, Context, Ruleset};
+use super::sync::{self, SyncError, SyncReport, Timings};
+use crate::config::Config;
+use crate::track::{Changes, Trackers};
+
+pub struct Proxier {
+    pub rulesets: Vec<Ruleset>,
+    /// Per family: the kernel holds `rulesets[i]` (set by a successful sync).
+    in_sync: Vec<bool>,
+    restorer: Box<dyn Restorer + Send>,
+    conntrack: Box<dyn Conntrack>,
+}
+
+impl Proxier {
+    pub fn new(config: &Config, trackers: &Trackers, restorer: Box<dyn Restorer + Send>, conntrack: Box<dyn Conntrack>) -> Self {
+        let rulesets = render_all(config, trackers);
+        let in_sync = vec![false; rulesets.len()];
+        Proxier { rulesets, in_sync, restorer, conntrack }
+    }
+
+    /// Renders everything again (the configuration changed, e.g. this node's zone); the
+    /// next sync compares with the kernel.
+    pub fn rerender(&mut self, config: &Config, trackers: &Trackers) {
+        self.rulesets = render_all(config, trackers);
+        self.in_sync.iter_mut().for_each(|s| *s = false);
+    }
+
+    /// Brings the rulesets up to date with a commit (`changes`, per family) and the kernel
+    /// up to date with them: incrementally unless `full` or the kernel's state is unknown.
+    pub fn sync(&mut self, trackers: &Trackers, changes: &[Changes], full: bool) -> Result<Vec<SyncReport>, SyncError> {
+        let mut befores = Vec::with_capacity(self.rulesets.len());
+        for ((rs, t), ch) in self.rulesets.iter_mut().zip(&trackers.families).zip(changes) {
+            befores.push(Before::take(rs, &ch.services));
+            let (s, e) = t.view();
+            rs.update(s, e, &ch.services);
+        }
+        let mut reports = Vec::with_capacity(self.rulesets.len());
+        for (i, before) in befores.iter().enumerate() {
+            let incremental = !full && self.in_sync[i];
+            // Whatever happens, the kernel is known to hold the ruleset only on success.
+            self.in_sync[i] = false;
+            let report = match incremental.then(|| incremental::delta(before, &self.rulesets[i])).flatten() {
+                Some(partial) => self.send(i, partial)?,
+                None => sync::sync(self.restorer.as_mut(), &self.rulesets[i], false)?,
+            };
+            self.in_sync[i] = true;
+            if !report.flushes.is_empty() {
+                let v6 = self.rulesets[i].ctx.is_v6();
+                if let Err(e) = self.conntrack.flush(&report.flushes, v6) {
+                    tracing::warn!(error = %e, "stale UDP/SCTP conntrack entries not cleared");
+                }
+            }
+            reports.push(report);
+        }
+        Ok(reports)
+    }
+
+    fn send(&mut self, i: usize, partial: incremental::Partial) -> Result<SyncReport, SyncError> {
+        let applied = !partial.delta.is_empty();
+        let mut timings = Timings::default();
+        if applied {
+            let t = Instant::now();
+            self.restorer.restore(self.rulesets[i].ctx.family, &partial.delta.restore_text())?;
+            timings.restore = t.elapsed();
+        }
+        Ok(SyncReport { delta: partial.delta, applied, full_lines: 0, flushes: partial.flushes, timings })
+    }
+
+    /// (filter, nat) rules of the rendered rulesets, for the rules metric.
+    pub fn rule_counts(&self) -> (usize, usize) {
+        let (mut filter, mut nat) = (0, 0);
+        for rs in &self.rulesets {
+            for r in rs.services.values() {
+                filter += r.filter.len();
+                nat += r.nat_top.len() + r.chain_rules.len();
+            }
+        }
+        (filter, nat)
+    }
+}
+
+fn render_all(config: &Config, trackers: &Trackers) -> Vec<Ruleset> {
+    trackers
+        .families
+        .iter()
+        .map(|t| {
+            let (s, e) = t.view();
+            render::render(&Context::new(config, t.family), s, e)
+        })
+        .collect()
+}

@@ -1,0 +1,80 @@
+//! IPVS mode across syncs (watch mode): the kernel interfaces, owned, and a sync that
+//! reads the kernel (IPVS, `kube-ipvs0`, ipsets, iptables) and reconciles it each time.
+//! Graceful termination needs no memory here: draining real servers are found in the
+//! kernel on every sync and removed once drained or past the grace period.
+
+use std::path::PathBuf;
+
+use super::ipset::{ExecIpset, IpsetRunner};
+use super::link::{Links, RtNetlink};
+use super::netlink::{Ipvs, NetlinkIpvs};
+use super::reconcile;
+use super::sync::{self, Kernel, Options, Report, SyncError, GRACE_FILE};
+use crate::config::Config;
+use crate::iptables::apply::Restorer;
+use crate::track::Trackers;
+
+/// Where a sync keeps and finds its node-local state.
+#[derive(Debug, Clone)]
+pub struct Paths {
+    /// Terminating real servers' start times.
+    pub grace_file: PathBuf,
+    pub grace_period_secs: u64,
+    /// `/proc/sys` (tests point elsewhere).
+    pub proc_sys: PathBuf,
+}
+
+impl Paths {
+    /// The node's: `/run/svcproxy/…`, `/proc/sys`; `SVCPROXY_IPVS_GRACE_FILE` and
+    /// `SVCPROXY_IPVS_GRACE_PERIOD` (seconds) override the first two.
+    pub fn node() -> Self {
+        Paths {
+            grace_file: std::env::var_os("SVCPROXY_IPVS_GRACE_FILE").map_or_else(|| PathBuf::from(GRACE_FILE), PathBuf::from),
+            grace_period_secs: std::env::var("SVCPROXY_IPVS_GRACE_PERIOD")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(reconcile::DEFAULT_GRACE_PERIOD_SECS),
+            proc_sys: PathBuf::from("/proc/sys"),
+        }
+    }
+}
+
+pub struct Proxier {
+    pub ipvs: Box<dyn Ipvs + Send>,
+    pub links: Box<dyn Links + Send>,
+    pub ipset: Box<dyn IpsetRunner + Send>,
+    pub iptables: Box<dyn Restorer + Send>,
+    pub paths: Paths,
+}
+
+impl Proxier {
+    /// This node's kernel: netlink for IPVS and links, the `ipset` tool, and `iptables`.
+    pub fn on_node(iptables: Box<dyn Restorer + Send>) -> Result<Self, SyncError> {
+        Ok(Proxier {
+            ipvs: Box::new(NetlinkIpvs::connect()?),
+            links: Box::new(RtNetlink::connect()?),
+            ipset: Box::new(ExecIpset),
+            iptables,
+            paths: Paths::node(),
+        })
+    }
+
+    /// Syncs (or, with `dry_run`, compares) every family of `cfg` with the kernel.
+    pub fn sync(&mut self, cfg: &Config, trackers: &Trackers, dry_run: bool) -> Result<Report, SyncError> {
+        let now_secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let opts = Options {
+            dry_run,
+            grace_file: self.paths.grace_file.clone(),
+            grace_period_secs: self.paths.grace_period_secs,
+            now_secs,
+            proc_sys: self.paths.proc_sys.clone(),
+        };
+        let mut k = Kernel {
+            ipvs: self.ipvs.as_mut(),
+            links: self.links.as_mut(),
+            ipset: self.ipset.as_mut(),
+            iptables: self.iptables.as_mut(),
+        };
+        sync::sync(cfg, trackers, &mut k, &opts)
+    }
+}

@@ -1,0 +1,112 @@
+//! The watch loop's state: the trackers and the proxier that keeps the kernel in step
+//! with them (iptables or IPVS mode). Synchronous; the loop in [`super::watch`] owns it.
+
+use crate::config::Config;
+use crate::iptables::apply::Restorer;
+use crate::iptables::conntrack::Conntrack;
+use crate::track::{Event, Trackers};
+
+/// The mode's stateful half: what it keeps between syncs and the kernel it owns.
+pub enum Proxier {
+    Iptables(crate::iptables::proxier::Proxier),
+    Ipvs(Box<crate::ipvs::proxier::Proxier>),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SyncFailure {
+    #[error(transparent)]
+    Iptables(#[from] crate::iptables::sync::SyncError),
+    #[error(transparent)]
+    Ipvs(#[from] crate::ipvs::sync::SyncError),
+}
+
+/// What one sync did, for the logs and metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// iptables-restore lines sent (both modes write iptables).
+    pub restore_lines: usize,
+    /// IPVS operations sent (IPVS mode).
+    pub ipvs_ops: usize,
+    /// (filter, nat) rules rendered (iptables mode).
+    pub rules: Option<(usize, usize)>,
+}
+
+/// The trackers and the proxier that keeps the kernel in step with them.
+pub struct Engine {
+    pub config: Config,
+    pub trackers: Trackers,
+    pub proxier: Proxier,
+}
+
+impl Engine {
+    /// iptables mode, with the kernel reached through `restorer` and `conntrack`.
+    pub fn iptables(config: Config, trackers: Trackers, restorer: Box<dyn Restorer + Send>, conntrack: Box<dyn Conntrack>) -> Self {
+        let p = crate::iptables::proxier::Proxier::new(&config, &trackers, restorer, conntrack);
+        Engine { config, trackers, proxier: Proxier::Iptables(p) }
+    }
+
+    /// IPVS mode.
+    pub fn ipvs(config: Config, trackers: Trackers, proxier: crate::ipvs::proxier::Proxier) -> Self {
+        Engine { config, trackers, proxier: Proxier::Ipvs(Box::new(proxier)) }
+    }
+
+    /// New node labels (topology): the rules depend on the zone, so every service is
+    /// re-rendered. Returns whether anything changed.
+    pub fn set_node_labels(&mut self, labels: std::collections::BTreeMap<String, String>) -> bool {
+        if labels == self.config.node_labels {
+            return false;
+        }
+        self.config.node_labels = labels;
+        if let Proxier::Iptables(p) = &mut self.proxier {
+            p.rerender(&self.config, &self.trackers);
+        }
+        true
+    }
+
+    pub fn apply(&mut self, events: &[Event]) {
+        for e in events {
+            self.trackers.apply(e);
+        }
+    }
+
+    /// (service changes, endpoint changes) waiting for a commit.
+    pub fn pending(&self) -> (usize, usize) {
+        self.trackers.families.iter().map(|t| (t.services.pending(), t.endpoints.pending())).fold((0, 0), |a, b| (a.0.max(b.0), a.1.max(b.1)))
+    }
+
+    /// Commits the trackers and brings the kernel up to date: a `full` sync compares
+    /// everything with the kernel; otherwise only what changed is sent (iptables mode).
+    pub fn sync(&mut self, full: bool) -> Result<Outcome, SyncFailure> {
+        let changes = self.trackers.commit();
+        match &mut self.proxier {
+            Proxier::Iptables(p) => {
+                let reports = p.sync(&self.trackers, &changes, full)?;
+                let restore_lines = reports.iter().map(|r| r.delta.restore_lines()).sum();
+                Ok(Outcome { restore_lines, ipvs_ops: 0, rules: Some(p.rule_counts()) })
+            }
+            Proxier::Ipvs(p) => {
+                let r = p.sync(&self.config, &self.trackers, false)?;
+                let restore_lines = r.iptables.iter().map(|(_, d)| d.restore_lines()).sum();
+                Ok(Outcome { restore_lines, ipvs_ops: r.changes.ops.len(), rules: None })
+            }
+        }
+    }
+}
+
+impl Engine {
+    /// Local endpoint counts per health-check node port, over all families.
+    pub fn health_check_counts(&self) -> std::collections::BTreeMap<u16, (crate::model::NamespacedName, usize)> {
+        let mut out = std::collections::BTreeMap::new();
+        for t in &self.trackers.families {
+            let (s, e) = t.view();
+            for (port, (svc, n)) in crate::serve::healthcheck::local_counts(s, e) {
+                let entry = out.entry(port).or_insert((svc, 0));
+                entry.1 += n;
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests;

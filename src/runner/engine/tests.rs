@@ -1,0 +1,176 @@
+//! The engine against fake kernels: partial syncs send only the change and never read the
+//! kernel; a failure makes the next sync compare with the kernel; stale UDP conntrack
+//! entries are cleared; IPVS mode follows changes too.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use super::*;
+use crate::config::Settings;
+use crate::iptables::conntrack::RecordingConntrack;
+use crate::iptables::fake::{Call, FakeIptables, SharedFake};
+use crate::iptables::sync::sync;
+use crate::ipvs::fake::{FakeIpset, FakeLinks};
+use crate::ipvs::netlink::FakeIpvs;
+use crate::ipvs::proxier::{Paths, Proxier as IpvsProxier};
+use crate::model::EndpointSlice;
+use crate::pipeline;
+use crate::source::{self, ClusterState};
+
+fn demo_state() -> ClusterState {
+    source::read_path(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/demo.yaml")).unwrap()
+}
+
+fn slice(state: &ClusterState, ns: &str, service: &str) -> EndpointSlice {
+    state.slices.iter().find(|s| s.service.namespace == ns && s.service.name == service).unwrap().clone()
+}
+
+fn iptables_engine(state: ClusterState) -> (Engine, SharedFake, RecordingConntrack) {
+    let flags = Settings { nfacct: Some(false), ..Settings::default() };
+    let loaded = pipeline::load(state, flags, Settings::default()).unwrap();
+    let kernel: SharedFake = Arc::new(Mutex::new(FakeIptables::new()));
+    let conntrack = RecordingConntrack::default();
+    let engine = Engine::iptables(loaded.config, loaded.trackers, Box::new(kernel.clone()), Box::new(conntrack.clone()));
+    (engine, kernel, conntrack)
+}
+
+/// Calls since the last look, as ("save"|"restore", lines).
+fn calls(kernel: &SharedFake) -> Vec<(&'static str, usize)> {
+    let mut k = kernel.lock().unwrap();
+    let out = k
+        .calls
+        .iter()
+        .map(|c| match c {
+            Call::Save(..) => ("save", 0),
+            Call::Restore(_, text) => ("restore", text.lines().count()),
+        })
+        .collect();
+    k.calls.clear();
+    out
+}
+
+/// What a full sync would still change in every family (nothing, if all went right).
+fn drift(engine: &Engine, kernel: &SharedFake) -> usize {
+    let Proxier::Iptables(p) = &engine.proxier else { panic!("iptables mode") };
+    let mut k = kernel.lock().unwrap();
+    p.rulesets.iter().map(|rs| sync(&mut *k, rs, true).unwrap().delta.changes.len()).sum()
+}
+
+#[test]
+fn partial_syncs_send_only_the_change_and_never_read_the_kernel() {
+    let state = demo_state();
+    let mut web = slice(&state, "shop", "web");
+    let (mut engine, kernel, _) = iptables_engine(state);
+
+    // The first sync cannot trust memory: it reads the kernel, even when asked for a partial one.
+    engine.sync(false).unwrap();
+    assert!(calls(&kernel).iter().any(|c| c.0 == "save"));
+
+    web.endpoints.remove(0);
+    engine.apply(&[Event::SliceApplied(Arc::new(web.clone()))]);
+    let outcome = engine.sync(false).unwrap();
+    let seen = calls(&kernel);
+    assert!(seen.iter().all(|c| c.0 == "restore"), "{seen:?}");
+    assert!(outcome.restore_lines > 0 && outcome.restore_lines < 12, "{outcome:?}");
+    assert_eq!(drift(&engine, &kernel), 0);
+
+    // Nothing changed: nothing sent.
+    calls(&kernel);
+    assert_eq!(engine.sync(false).unwrap().restore_lines, 0);
+    assert!(calls(&kernel).is_empty());
+
+    // A full sync reads the kernel again.
+    engine.sync(true).unwrap();
+    assert!(calls(&kernel).iter().any(|c| c.0 == "save"));
+}
+
+#[test]
+fn after_a_failed_restore_the_next_sync_compares_with_the_kernel() {
+    let state = demo_state();
+    let mut web = slice(&state, "shop", "web");
+    let (mut engine, kernel, _) = iptables_engine(state);
+    engine.sync(true).unwrap();
+
+    web.endpoints.remove(0);
+    engine.apply(&[Event::SliceApplied(Arc::new(web.clone()))]);
+    kernel.lock().unwrap().fail_next = Some("line 3 failed".into());
+    assert!(engine.sync(false).is_err());
+    assert_ne!(drift(&engine, &kernel), 0, "the kernel kept its rules");
+
+    calls(&kernel);
+    engine.sync(false).unwrap();
+    assert!(calls(&kernel).iter().any(|c| c.0 == "save"), "the kernel's state was unknown: read it");
+    assert_eq!(drift(&engine, &kernel), 0);
+}
+
+#[test]
+fn a_removed_udp_endpoint_has_its_conntrack_entries_cleared() {
+    let state = demo_state();
+    let mut dns = slice(&state, "kube-system", "kube-dns");
+    let (mut engine, _, conntrack) = iptables_engine(state);
+    engine.sync(true).unwrap();
+    assert!(conntrack.flushed.lock().unwrap().is_empty());
+
+    let gone = dns.endpoints.remove(0).ip;
+    engine.apply(&[Event::SliceApplied(Arc::new(dns))]);
+    engine.sync(false).unwrap();
+    let flushed = conntrack.flushed.lock().unwrap();
+    assert!(!flushed.is_empty());
+    assert!(flushed.iter().all(|f| f.reply_src == Some(gone) && f.addr.protocol == "udp"), "{flushed:?}");
+}
+
+#[test]
+fn a_topology_change_re_renders_and_resyncs_fully() {
+    let (mut engine, kernel, _) = iptables_engine(demo_state());
+    engine.sync(true).unwrap();
+    let mut labels = engine.config.node_labels.clone();
+    labels.insert("topology.kubernetes.io/zone".into(), "zone-elsewhere".into());
+    assert!(engine.set_node_labels(labels.clone()));
+    assert!(!engine.set_node_labels(labels));
+    calls(&kernel);
+    engine.sync(false).unwrap();
+    assert!(calls(&kernel).iter().any(|c| c.0 == "save"));
+    assert_eq!(drift(&engine, &kernel), 0);
+}
+
+#[test]
+fn ipvs_mode_follows_endpoint_changes() {
+    let state = demo_state();
+    let mut web = slice(&state, "shop", "web");
+    let flags = Settings { mode: Some("ipvs".into()), nfacct: Some(false), ..Settings::default() };
+    let loaded = pipeline::load(state, flags, Settings::default()).unwrap();
+    let dir = std::env::temp_dir().join(format!("svcproxy-engine-ipvs-{}", std::process::id()));
+    let sys = dir.join("sys");
+    for (path, _) in crate::ipvs::kernel_state::sysctls(false) {
+        let f = sys.join(path);
+        std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+        std::fs::write(&f, "0\n").unwrap();
+    }
+    let proxier = IpvsProxier {
+        ipvs: Box::new(FakeIpvs::new()),
+        links: Box::new(FakeLinks::default()),
+        ipset: Box::new(FakeIpset::default()),
+        iptables: Box::new(FakeIptables::new()),
+        paths: Paths { grace_file: dir.join("grace"), grace_period_secs: 0, proc_sys: sys },
+    };
+    let mut engine = Engine::ipvs(loaded.config, loaded.trackers, proxier);
+    let first = engine.sync(true).unwrap();
+    assert!(first.ipvs_ops > 0 && first.restore_lines > 0);
+
+    let dests = |engine: &mut Engine| -> usize {
+        let Proxier::Ipvs(p) = &mut engine.proxier else { panic!("ipvs mode") };
+        crate::ipvs::observe::services(p.ipvs.as_mut()).unwrap().iter().map(|(_, dests)| dests.len()).sum()
+    };
+    let before = dests(&mut engine);
+    let again = engine.sync(false).unwrap();
+    assert_eq!((again.ipvs_ops, again.restore_lines), (0, 0), "nothing changed");
+
+    // One of web's two endpoints goes: its real server leaves every virtual server of web
+    // (ClusterIP and NodePort ones; with no grace period, at once).
+    web.endpoints.remove(0);
+    engine.apply(&[Event::SliceApplied(Arc::new(web))]);
+    let change = engine.sync(false).unwrap();
+    assert!(change.ipvs_ops > 0);
+    assert!(dests(&mut engine) < before);
+    let _ = std::fs::remove_dir_all(dir);
+}
