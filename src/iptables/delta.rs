@@ -60,8 +60,8 @@ pub struct ChainChange {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Delta {
     pub changes: Vec<ChainChange>,
-    /// Restore input per table (empty when the table needs nothing).
-    pub restore: BTreeMap<String, String>,
+    /// What to send per table (absent when the table needs nothing).
+    pub tables: BTreeMap<String, TablePlan>,
 }
 
 impl Delta {
@@ -71,11 +71,74 @@ impl Delta {
 
     /// The whole restore input (tables in restore order), or "" if nothing changes.
     pub fn restore_text(&self) -> String {
-        TABLES.iter().filter_map(|t| self.restore.get(*t)).cloned().collect()
+        TABLES.iter().filter_map(|t| self.tables.get(*t).map(|p| p.text(t))).collect()
     }
 
     pub fn restore_lines(&self) -> usize {
-        self.restore.values().map(|t| t.lines().count()).sum()
+        self.tables.values().map(TablePlan::lines).sum()
+    }
+
+    /// Service chains (nat) written whole.
+    pub fn service_chain_rewrites(&self) -> usize {
+        self.tables.get("nat").map_or(0, |p| p.decls.iter().filter(|d| matches!(d, Decl::Rewrite(r) if is_service_chain(&r.chain))).count())
+    }
+
+    /// The same input as several restores, applied in order, each writing at most
+    /// `max_chains` service chains: iptables-nft-restore's time grows with the square of
+    /// one input's size (about 11 s for a 1,000-service cluster in one input, 1 s in
+    /// chunks; see BENCHMARKS.md). First the nat chains that do not exist yet are declared
+    /// (empty), so every later jump finds its target; then the service chains, jump
+    /// targets first (SEP, SVC/SVL, EXT, FW), none of them reachable yet from a top-level
+    /// chain; last, in one restore, the filter table and everything else of nat: the
+    /// top-level chains switch to the new rules at once and stale chains go. A failure
+    /// part-way leaves consistent rules: new chains nothing jumps to, or service chains
+    /// rewritten whole.
+    pub fn restore_chunks(&self, max_chains: usize) -> Vec<String> {
+        let Some(nat) = self.tables.get("nat") else { return vec![self.restore_text()] };
+        let mut service: Vec<&Rewrite> =
+            nat.decls.iter().filter_map(|d| match d { Decl::Rewrite(r) if is_service_chain(&r.chain) => Some(r), _ => None }).collect();
+        if service.len() <= max_chains {
+            return vec![self.restore_text()];
+        }
+        service.sort_by_key(|r| service_rank(&r.chain));
+        let mut chunks = Vec::new();
+        let fresh: Vec<&str> = nat.decls.iter().filter_map(|d| match d { Decl::Rewrite(r) if !r.exists && !is_service_chain(&r.chain) => Some(r.chain.as_str()), _ => None }).collect();
+        if !fresh.is_empty() {
+            let mut text = String::from("*nat\n");
+            fresh.iter().for_each(|c| text.push_str(&format!(":{c} - [0:0]\n")));
+            text.push_str("COMMIT\n");
+            chunks.push(text);
+        }
+        for group in service.chunks(max_chains.max(1)) {
+            let plan = TablePlan { decls: group.iter().map(|r| Decl::Rewrite((*r).clone())).collect(), ..TablePlan::default() };
+            chunks.push(plan.text("nat"));
+        }
+        let rest = TablePlan {
+            decls: nat.decls.iter().filter(|d| !matches!(d, Decl::Rewrite(r) if is_service_chain(&r.chain))).cloned().collect(),
+            edits: nat.edits.clone(),
+            jumps: nat.jumps.clone(),
+        };
+        let mut last: String = self.tables.get("filter").map(|p| p.text("filter")).unwrap_or_default();
+        if !rest.is_empty() {
+            last.push_str(&rest.text("nat"));
+        }
+        if !last.is_empty() {
+            chunks.push(last);
+        }
+        chunks
+    }
+}
+
+/// Jump targets before the chains that jump to them: SEP, then SVC/SVL, EXT, FW.
+fn service_rank(chain: &str) -> u8 {
+    if chain.starts_with("KUBE-SEP-") {
+        0
+    } else if chain.starts_with("KUBE-SVC-") || chain.starts_with("KUBE-SVL-") {
+        1
+    } else if chain.starts_with("KUBE-EXT-") {
+        2
+    } else {
+        3
     }
 }
 
@@ -106,13 +169,13 @@ pub fn compute(desired: &Dump, live: &Dump, v6: bool, jumps: &[Jump]) -> Delta {
     for table in TABLES {
         let want = desired.tables.get(table).unwrap_or(&empty);
         let have = live.tables.get(table).unwrap_or(&empty);
-        let mut w = TableWriter::default();
+        let mut w = TablePlan::default();
         let have_chains: BTreeSet<&str> = have.chain_names();
         for decl in &want.chains {
             let chain = decl.name.as_str();
             let wanted = wanted_rules(want, chain, v6);
             if !have_chains.contains(chain) {
-                w.rewrite(chain, &wanted);
+                w.rewrite(chain, &wanted, false);
                 delta.changes.push(change(table, chain, None, Some(&wanted)));
                 continue;
             }
@@ -122,7 +185,7 @@ pub fn compute(desired: &Dump, live: &Dump, v6: bool, jumps: &[Jump]) -> Delta {
             }
             delta.changes.push(change(table, chain, Some(current.clone()), Some(&wanted)));
             if is_service_chain(chain) {
-                w.rewrite(chain, &wanted);
+                w.rewrite(chain, &wanted, true);
             } else {
                 w.edit_or_rewrite(chain, &current, &wanted);
             }
@@ -151,8 +214,8 @@ pub fn compute(desired: &Dump, live: &Dump, v6: bool, jumps: &[Jump]) -> Delta {
                 });
             }
         }
-        if let Some(text) = w.finish(table) {
-            delta.restore.insert(table.to_string(), text);
+        if !w.is_empty() {
+            delta.tables.insert(table.to_string(), w);
         }
     }
     delta
@@ -167,15 +230,30 @@ fn change(table: &str, chain: &str, live: Option<Vec<String>>, wanted: Option<&[
     }
 }
 
-/// Accumulates one table's restore input in a safe order: chain declarations, rules of
-/// rewritten chains, in-place edits, jumps from built-in chains, then deletions.
-#[derive(Default)]
-pub(super) struct TableWriter {
-    declare: Vec<String>,
-    rules: Vec<String>,
+/// One table's part of a sync, written in a safe order: chain declarations (which
+/// flush), rules of rewritten chains, in-place edits, jumps from built-in chains, then
+/// deletions.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TablePlan {
+    decls: Vec<Decl>,
     edits: Vec<String>,
     jumps: Vec<String>,
-    deletes: Vec<String>,
+}
+
+/// A chain declared: to be written whole, or deleted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Decl {
+    Rewrite(Rewrite),
+    Delete(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Rewrite {
+    chain: String,
+    /// `-A` lines.
+    rules: Vec<String>,
+    /// The kernel already has the chain.
+    exists: bool,
 }
 
 /// The positions (0-based) a diff deletes from the old list and inserts into the new one.
@@ -196,15 +274,18 @@ pub(super) fn diff_positions<T: Eq + std::hash::Hash>(old: &[T], new: &[T]) -> (
     (deletes, inserts)
 }
 
-impl TableWriter {
-    fn rewrite(&mut self, chain: &str, wanted: &[Wanted]) {
-        self.rewrite_lines(chain, wanted.iter().map(|r| r.text.as_str()));
+impl TablePlan {
+    pub fn is_empty(&self) -> bool {
+        self.decls.is_empty() && self.edits.is_empty() && self.jumps.is_empty()
+    }
+
+    fn rewrite(&mut self, chain: &str, wanted: &[Wanted], exists: bool) {
+        self.rewrite_lines(chain, wanted.iter().map(|r| r.text.as_str()), exists);
     }
 
     /// Declares (flushes) `chain` and writes its rules (`-A` lines).
-    pub(super) fn rewrite_lines<'a>(&mut self, chain: &str, lines: impl Iterator<Item = &'a str>) {
-        self.declare.push(format!(":{chain} - [0:0]"));
-        self.rules.extend(lines.map(str::to_string));
+    pub(super) fn rewrite_lines<'a>(&mut self, chain: &str, lines: impl Iterator<Item = &'a str>, exists: bool) {
+        self.decls.push(Decl::Rewrite(Rewrite { chain: chain.to_string(), rules: lines.map(str::to_string).collect(), exists }));
     }
 
     /// Positional edits if they are fewer lines than a rewrite.
@@ -212,8 +293,8 @@ impl TableWriter {
         let canon: Vec<&str> = wanted.iter().map(|r| r.canon.as_str()).collect();
         let cur: Vec<&str> = current.iter().map(String::as_str).collect();
         let (deletes, inserts) = diff_positions(&cur, &canon);
-        if deletes.len() + inserts.len() >= wanted.len() + 1 {
-            return self.rewrite(chain, wanted);
+        if deletes.len() + inserts.len() > wanted.len() {
+            return self.rewrite(chain, wanted, true);
         }
         self.edit(chain, 0, &deletes, &inserts, |i| wanted[i].text.as_str());
     }
@@ -241,23 +322,45 @@ impl TableWriter {
 
     /// Flushes and deletes `chain` (after every other line of the table).
     pub(super) fn delete(&mut self, chain: &str) {
-        self.declare.push(format!(":{chain} - [0:0]"));
-        self.deletes.push(format!("-X {chain}"));
+        self.decls.push(Decl::Delete(chain.to_string()));
     }
 
-    pub(super) fn finish(self, table: &str) -> Option<String> {
-        let lines: Vec<String> =
-            [self.declare, self.rules, self.edits, self.jumps, self.deletes].into_iter().flatten().collect();
-        if lines.is_empty() {
-            return None;
+    /// Lines [`TablePlan::text`] writes.
+    pub fn lines(&self) -> usize {
+        if self.is_empty() {
+            return 0;
+        }
+        let body: usize = self.decls.iter().map(|d| 1 + match d { Decl::Rewrite(r) => r.rules.len(), Decl::Delete(_) => 1 }).sum();
+        2 + body + self.edits.len() + self.jumps.len()
+    }
+
+    /// The restore input for `table` ("" if there is nothing to do).
+    pub fn text(&self, table: &str) -> String {
+        if self.is_empty() {
+            return String::new();
         }
         let mut out = format!("*{table}\n");
-        for l in lines {
-            out.push_str(&l);
+        let mut line = |l: &str| {
+            out.push_str(l);
             out.push('\n');
+        };
+        for d in &self.decls {
+            let (Decl::Rewrite(Rewrite { chain, .. }) | Decl::Delete(chain)) = d;
+            line(&format!(":{chain} - [0:0]"));
+        }
+        for d in &self.decls {
+            if let Decl::Rewrite(r) = d {
+                r.rules.iter().for_each(|l| line(l));
+            }
+        }
+        self.edits.iter().chain(&self.jumps).for_each(|l| line(l));
+        for d in &self.decls {
+            if let Decl::Delete(chain) = d {
+                line(&format!("-X {chain}"));
+            }
         }
         out.push_str("COMMIT\n");
-        Some(out)
+        out
     }
 }
 

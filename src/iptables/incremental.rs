@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::conntrack::{self, Flush};
-use super::delta::{diff_positions, ChainChange, Delta, TableWriter, TABLES};
+use super::delta::{diff_positions, ChainChange, Delta, TablePlan, TABLES};
 use super::render::{line_chain, Ruleset, ServiceRules, TopCounts, TOP_CHAINS};
 use super::restore;
 use crate::model::{NamespacedName, ServicePortName};
@@ -62,7 +62,7 @@ pub fn delta(before: &Before, rs: &Ruleset) -> Option<Partial> {
         .chain(before.changed.iter().flat_map(|id| ports(&rs.services, id).map(|(k, _)| k)))
         .collect();
     let offsets = offsets(rs, &keys)?;
-    let mut writers: BTreeMap<&str, TableWriter> = TABLES.iter().map(|t| (*t, TableWriter::default())).collect();
+    let mut writers: BTreeMap<&str, TablePlan> = TABLES.iter().map(|t| (*t, TablePlan::default())).collect();
     let mut changes = Vec::new();
     for (key, offset) in keys.iter().zip(&offsets) {
         let old = before.rules.get(*key).map(Arc::as_ref);
@@ -82,12 +82,8 @@ pub fn delta(before: &Before, rs: &Ruleset) -> Option<Partial> {
             changes.push(change(table, chain, Some(&old_lines), Some(&new_lines)));
         }
     }
-    let mut delta = Delta { changes, ..Delta::default() };
-    for (table, w) in writers {
-        if let Some(text) = w.finish(table) {
-            delta.restore.insert(table.to_string(), text);
-        }
-    }
+    let tables = writers.into_iter().filter(|(_, w)| !w.is_empty()).map(|(t, w)| (t.to_string(), w)).collect();
+    let delta = Delta { changes, tables };
     let flushes = conntrack::stale(&dump_of(before.rules.values()), &dump_of(keys.iter().filter_map(|k| rs.services.get(*k))));
     Some(Partial { delta, flushes })
 }
@@ -137,14 +133,14 @@ fn chain_rules(r: Option<&ServiceRules>) -> BTreeMap<&str, Vec<&str>> {
 }
 
 /// Rewrites the service port's chains that are new or differ; deletes those it no longer has.
-fn own_chains(old: Option<&ServiceRules>, new: Option<&ServiceRules>, w: &mut TableWriter, changes: &mut Vec<ChainChange>) {
+fn own_chains(old: Option<&ServiceRules>, new: Option<&ServiceRules>, w: &mut TablePlan, changes: &mut Vec<ChainChange>) {
     let before = chain_rules(old);
     let after = chain_rules(new);
     for c in new.map(|n| n.chains.as_slice()).unwrap_or_default() {
         let wanted = &after[c.as_str()];
         let had = before.get(c.as_str());
         if had != Some(wanted) {
-            w.rewrite_lines(c, wanted.iter().copied());
+            w.rewrite_lines(c, wanted.iter().copied(), had.is_some());
             changes.push(change("nat", c, had.map(Vec::as_slice), Some(wanted)));
         }
     }

@@ -77,7 +77,7 @@ impl Proxier {
         let mut timings = Timings::default();
         if applied {
             let t = Instant::now();
-            self.restorer.restore(self.rulesets[i].ctx.family, &partial.delta.restore_text())?;
+            sync::send(self.restorer.as_mut(), self.rulesets[i].ctx.family, &partial.delta)?;
             timings.restore = t.elapsed();
         }
         Ok(SyncReport { delta: partial.delta, applied, full_lines: 0, flushes: partial.flushes, timings })

@@ -6,7 +6,7 @@
 
 use std::time::Instant;
 
-use super::apply::{RestoreError, Restorer};
+use super::apply::{Backend, RestoreError, Restorer};
 use super::delta::{self, Delta, TABLES};
 use super::jumps::jumps;
 use super::render::Ruleset;
@@ -71,6 +71,23 @@ pub fn needed_jumps(rs: &Ruleset) -> Vec<super::jumps::Jump> {
     jumps(!rs.ctx.is_v6() && rs.ctx.localhost_node_ports)
 }
 
+/// Service chains per restore on iptables-nft ([`Delta::restore_chunks`]): measured
+/// near the fastest for 1k–10k-service clusters (BENCHMARKS.md).
+pub const NFT_CHUNK_CHAINS: usize = 500;
+
+/// Sends a delta: in one restore, or, on iptables-nft when it writes many service chains,
+/// in chunks (its time grows with the square of one input's size).
+pub fn send(r: &mut dyn Restorer, family: crate::net::IpFamily, delta: &Delta) -> Result<(), RestoreError> {
+    let chunks = match r.backend() {
+        Backend::Nft => delta.restore_chunks(NFT_CHUNK_CHAINS),
+        Backend::Legacy => vec![delta.restore_text()],
+    };
+    for chunk in chunks.iter().filter(|c| !c.is_empty()) {
+        r.restore(family, chunk)?;
+    }
+    Ok(())
+}
+
 /// Brings the kernel to `rs` (or, with `dry_run`, reports what that would take).
 pub fn sync(r: &mut dyn Restorer, rs: &Ruleset, dry_run: bool) -> Result<SyncReport, SyncError> {
     let mut timings = Timings::default();
@@ -88,7 +105,7 @@ pub fn sync(r: &mut dyn Restorer, rs: &Ruleset, dry_run: bool) -> Result<SyncRep
     let applied = !dry_run && !delta.is_empty();
     if applied {
         let t = Instant::now();
-        r.restore(rs.ctx.family, &delta.restore_text())?;
+        send(r, rs.ctx.family, &delta)?;
         timings.restore = t.elapsed();
     }
     Ok(SyncReport { delta, applied, full_lines: full.lines().count(), flushes, timings })

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use crate::config::Settings;
-use crate::iptables::fake::FakeIptables;
+use crate::iptables::fake::{Call, FakeIptables};
 use crate::iptables::render::Ruleset;
 use crate::iptables::sync::{needed_jumps, sync};
 use crate::iptables::{apply::Restorer, restore};
@@ -125,4 +125,78 @@ fn a_failed_restore_leaves_the_kernel_as_it_was() {
     k.fail_next = Some("simulated".into());
     assert!(sync(&mut k, &after, false).is_err());
     assert_eq!(kernel_text(&mut k, &before), snapshot);
+}
+
+fn generated(services: usize, seed: u64, edit: impl Fn(&mut source::ClusterState)) -> Ruleset {
+    let text = crate::gen::yaml(&crate::gen::GenSpec { services, endpoints: 4, seed });
+    let mut state = source::ClusterState::default();
+    source::file::read_str(Path::new("generated.yaml"), &text, &mut state).unwrap();
+    edit(&mut state);
+    let flags = Settings { nfacct: Some(false), ..Settings::default() };
+    let loaded = pipeline::load(state, flags, Settings::default()).unwrap();
+    pipeline::render_iptables(&loaded).remove(0)
+}
+
+fn restores(k: &FakeIptables) -> Vec<String> {
+    k.calls.iter().filter_map(|c| match c { Call::Restore(_, t) => Some(t.clone()), _ => None }).collect()
+}
+
+#[test]
+fn a_big_delta_goes_to_iptables_nft_in_chunks_that_switch_the_top_level_chains_last() {
+    let rs = generated(300, 3, |_| {});
+    let mut k = FakeIptables::new();
+    let report = sync(&mut k, &rs, false).unwrap();
+    assert!(report.delta.service_chain_rewrites() > 2 * crate::iptables::sync::NFT_CHUNK_CHAINS);
+    let sent = restores(&k);
+    assert!(sent.len() >= 4, "{} restore(s)", sent.len());
+    // Every chunk applied (the fake refuses a jump to a chain that does not exist yet).
+    assert_eq!(kernel_text(&mut k, &rs), kernel_text(&mut expected_kernel(&rs), &rs));
+    let (last, earlier) = sent.split_last().unwrap();
+    for chunk in earlier {
+        assert!(!chunk.contains("*filter") && !chunk.contains(" KUBE-SERVICES ") && !chunk.contains(" KUBE-NODEPORTS "), "{chunk}");
+        assert!(!chunk.contains("-X "), "deletions come last");
+    }
+    assert!(last.contains("-A KUBE-SERVICES "));
+    // The chunks hold the same lines as the single input, declarations of new chains aside.
+    let lines = |t: &str| t.lines().filter(|l| l.starts_with('-')).count();
+    assert_eq!(sent.iter().map(|c| lines(c)).sum::<usize>(), lines(&report.delta.restore_text()));
+}
+
+#[test]
+fn chunked_changes_to_a_live_kernel_end_in_the_full_render() {
+    let before = generated(300, 3, |_| {});
+    let after = generated(300, 3, |s| {
+        // Half the services lose an endpoint, a tenth go away.
+        for (i, slice) in s.slices.iter_mut().enumerate() {
+            if i % 2 == 0 {
+                slice.endpoints.pop();
+            }
+        }
+        let mut i = 0;
+        s.services.retain(|_| {
+            i += 1;
+            i % 10 != 0
+        });
+    });
+    let mut k = expected_kernel(&before);
+    let delta = sync(&mut k, &after, true).unwrap().delta;
+    assert!(delta.restore_text().contains("-X KUBE-SVC-"));
+    let chunks = delta.restore_chunks(40);
+    assert!(chunks.len() > 3, "{} chunk(s)", chunks.len());
+    for c in &chunks {
+        k.restore(after.ctx.family, c).unwrap();
+    }
+    assert_eq!(kernel_text(&mut k, &after), kernel_text(&mut expected_kernel(&after), &after));
+}
+
+#[test]
+fn line_counts_match_the_text() {
+    let before = demo(|_| {});
+    let after = demo(|s| s.services.retain(|x| x.id.name != "web"));
+    for (from, to) in [(FakeIptables::new(), &before), (expected_kernel(&before), &after)] {
+        let mut k = from;
+        let report = sync(&mut k, to, true).unwrap();
+        assert_eq!(report.delta.restore_lines(), report.delta.restore_text().lines().count());
+        assert!(report.delta.restore_lines() > 0);
+    }
 }
