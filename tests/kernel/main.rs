@@ -34,6 +34,7 @@ mod apiserver;
 mod dataplane;
 mod faults;
 mod goldens;
+mod incremental;
 mod selftest;
 mod svcproxy;
 mod trace_check;
@@ -56,6 +57,7 @@ fn main() {
     cases.extend(dataplane::cases());
     cases.extend(faults::cases());
     cases.extend(watch_e2e::cases());
+    cases.extend(incremental::cases());
     cases.extend(trace_check::cases());
     let code = harness::run(
         &cases,

@@ -25,7 +25,7 @@ const NODE_IP: &str = "198.19.1.1";
 const API_IP: &str = "198.19.1.2";
 
 /// Runs `f` on a thread whose network namespace is `ns`.
-fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> std::thread::JoinHandle<Result<T, String>> {
+pub(crate) fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> std::thread::JoinHandle<Result<T, String>> {
     let path = format!("/run/netns/{ns}");
     std::thread::spawn(move || {
         let file = File::open(&path).map_err(|e| format!("{path}: {e}"))?;
@@ -38,7 +38,7 @@ fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static)
     })
 }
 
-fn http_get(addr: SocketAddr, path: &str) -> String {
+pub(crate) fn http_get(addr: SocketAddr, path: &str) -> String {
     let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_secs(2)) else { return String::new() };
     let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
     let _ = write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
@@ -59,7 +59,7 @@ fn slice(name: &str, svc: &str, ips: &[String]) -> Value {
            "addressType": "IPv4", "endpoints": eps, "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}]})
 }
 
-struct Daemon(Child);
+pub(crate) struct Daemon(pub(crate) Child);
 
 impl Drop for Daemon {
     fn drop(&mut self) {
@@ -68,7 +68,7 @@ impl Drop for Daemon {
     }
 }
 
-fn until(what: &str, limit: Duration, cond: impl Fn() -> bool) -> Result<Duration, String> {
+pub(crate) fn until(what: &str, limit: Duration, cond: impl Fn() -> bool) -> Result<Duration, String> {
     let start = Instant::now();
     while !cond() {
         if start.elapsed() > limit {
