@@ -101,5 +101,24 @@ if [ "$(echo "$out" | grep -c pod)" = 1 ] && ! echo "$out" | grep -q error; then
 "$S" sync --mode ipvs --iptables-backend legacy --from "$D/dataplane-3.yaml" --dry-run >/tmp/dry.out 2>&1; rc=$?
 if [ $rc = 0 ] && [ ! -s /tmp/dry.out ]; then ok "dry-run after step 3 reports nothing"; else bad "dry-run step 3" "rc=$rc $(cat /tmp/dry.out)"; fi
 
+# ---- watch mode: follows file changes, drains, keeps the rules on SIGTERM ----
+wait_for() { # a shell condition; polls it for up to 30 s
+  k=0
+  while [ $k -lt 150 ]; do if eval "$1"; then return 0; fi; sleep 0.2; k=$((k + 1)); done
+  return 1
+}
+mkdir -p /tmp/watch && cp "$D/dataplane-1.yaml" /tmp/watch/cluster.yaml
+"$S" sync --watch --mode ipvs --iptables-backend legacy --from /tmp/watch --min-sync-period 100ms --sync-period 2s \
+  --healthz-bind-address 127.0.0.1:10256 --metrics-bind-address 127.0.0.1:10249 2>/tmp/watch.log &
+W=$!
+if wait_for '[ "$(weight_of 198.18.2.2:8080)" = 1 ]'; then ok "watch: the first state is programmed"; else bad "watch: first state" "$(ipvsadm -Ln; tail -5 /tmp/watch.log)"; fi
+cp "$D/dataplane-2.yaml" /tmp/watch/.next && mv /tmp/watch/.next /tmp/watch/cluster.yaml
+if wait_for '[ -z "$(weight_of 198.18.2.2:8080)" ]'; then ok "watch: a removed endpoint's real server goes (drained, then deleted by a later sync)"; else bad "watch: removal" "$(ipvsadm -Ln; tail -5 /tmp/watch.log)"; fi
+out=$(conns 8)
+if [ "$(count "$out" pod1)" = 8 ]; then ok "watch: connections follow the change"; else bad "watch: connections" "$out"; fi
+kill -TERM $W; wait $W; rc=$?
+out=$(conns 4)
+if [ $rc = 0 ] && [ "$(count "$out" pod1)" = 4 ]; then ok "watch: SIGTERM stops it and the rules keep serving"; else bad "watch: SIGTERM" "rc=$rc $out $(tail -5 /tmp/watch.log)"; fi
+
 echo "guest: $PASS passed, $FAIL failed"
 [ $FAIL = 0 ]
