@@ -14,13 +14,12 @@
 //! top-level chains) returns `None`, and the caller syncs fully instead.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 
 use super::conntrack::{self, Flush};
 use super::delta::{diff_positions, ChainChange, Delta, TablePlan, TABLES};
-use super::render::{line_chain, Ruleset, ServiceRules, TopCounts, TOP_CHAINS};
+use super::render::{line_chain, Rendered, Ruleset, ServiceRules, TopCounts, TOP_CHAINS};
 use super::restore;
-use crate::model::{NamespacedName, ServicePortName};
+use crate::model::{NamespacedName, Protocol, ServicePortName};
 
 /// The rules the kernel holds for the service ports a commit touches, taken from the
 /// ruleset before it is updated.
@@ -28,7 +27,7 @@ use crate::model::{NamespacedName, ServicePortName};
 pub struct Before {
     large_cluster: bool,
     changed: BTreeSet<NamespacedName>,
-    rules: BTreeMap<ServicePortName, Arc<ServiceRules>>,
+    rules: BTreeMap<ServicePortName, Rendered>,
 }
 
 impl Before {
@@ -65,8 +64,8 @@ pub fn delta(before: &Before, rs: &Ruleset) -> Option<Partial> {
     let mut writers: BTreeMap<&str, TablePlan> = TABLES.iter().map(|t| (*t, TablePlan::default())).collect();
     let mut changes = Vec::new();
     for (key, offset) in keys.iter().zip(&offsets) {
-        let old = before.rules.get(*key).map(Arc::as_ref);
-        let new = rs.services.get(*key).map(Arc::as_ref);
+        let old = before.rules.get(*key).map(|r| r.rules.as_ref());
+        let new = rs.services.get(*key).map(|r| r.rules.as_ref());
         if old == new {
             continue;
         }
@@ -84,13 +83,18 @@ pub fn delta(before: &Before, rs: &Ruleset) -> Option<Partial> {
     }
     let tables = writers.into_iter().filter(|(_, w)| !w.is_empty()).map(|(t, w)| (t.to_string(), w)).collect();
     let delta = Delta { changes, tables };
-    let flushes = conntrack::stale(&dump_of(before.rules.values()), &dump_of(keys.iter().filter_map(|k| rs.services.get(*k))));
+    // Only UDP and SCTP entries go stale (TCP connections end).
+    let flushes = if keys.iter().any(|k| k.protocol != Protocol::Tcp) {
+        conntrack::stale(&dump_of(before.rules.values()), &dump_of(keys.iter().filter_map(|k| rs.services.get(*k))))
+    } else {
+        Vec::new()
+    };
     Some(Partial { delta, flushes })
 }
 
 /// The ports of one service in a map ordered by [`ServicePortName`].
 fn ports<'a, V>(map: &'a BTreeMap<ServicePortName, V>, id: &'a NamespacedName) -> impl Iterator<Item = (&'a ServicePortName, &'a V)> {
-    let start = ServicePortName { service: id.clone(), port: String::new(), protocol: crate::model::Protocol::Tcp };
+    let start = ServicePortName { service: id.clone(), port: String::new(), protocol: Protocol::Tcp };
     map.range(start..).take_while(move |(k, _)| &k.service == id)
 }
 
@@ -100,14 +104,19 @@ fn ports<'a, V>(map: &'a BTreeMap<ServicePortName, V>, id: &'a NamespacedName) -
 fn offsets(rs: &Ruleset, keys: &BTreeSet<&ServicePortName>) -> Option<Vec<TopCounts>> {
     let mut out = Vec::with_capacity(keys.len());
     let mut sum = TopCounts::default();
-    let mut services = rs.services.iter().peekable();
-    for key in keys {
-        while let Some((_, r)) = services.next_if(|(k, _)| k < key) {
-            let counts = r.top_counts?;
-            for (s, c) in sum.iter_mut().zip(counts) {
+    let mut from: Option<&ServicePortName> = None;
+    for &key in keys {
+        // A range walks the tree without comparing every key it passes.
+        let span = match from {
+            None => rs.services.range::<ServicePortName, _>(..key),
+            Some(f) => rs.services.range::<ServicePortName, _>(f..key),
+        };
+        for r in span.map(|(_, r)| r) {
+            for (s, c) in sum.iter_mut().zip(r.top_counts?) {
                 *s += c;
             }
         }
+        from = Some(key);
         out.push(sum);
     }
     Some(out)
@@ -158,7 +167,7 @@ fn change(table: &str, chain: &str, live: Option<&[&str]>, desired: Option<&[&st
 }
 
 /// A dump holding only these service ports' rules (for the conntrack comparison).
-fn dump_of<'a>(rules: impl Iterator<Item = &'a Arc<ServiceRules>>) -> restore::Dump {
+fn dump_of<'a>(rules: impl Iterator<Item = &'a Rendered>) -> restore::Dump {
     let (mut filter, mut nat_chains, mut nat) = (String::new(), String::new(), String::new());
     for r in rules {
         filter.push_str(r.filter.as_str());

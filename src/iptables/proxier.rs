@@ -85,14 +85,7 @@ impl Proxier {
 
     /// (filter, nat) rules of the rendered rulesets, for the rules metric.
     pub fn rule_counts(&self) -> (usize, usize) {
-        let (mut filter, mut nat) = (0, 0);
-        for rs in &self.rulesets {
-            for r in rs.services.values() {
-                filter += r.filter.len();
-                nat += r.nat_top.len() + r.chain_rules.len();
-            }
-        }
-        (filter, nat)
+        self.rulesets.iter().map(|rs| rs.rule_total).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
     }
 }
 

@@ -31,10 +31,27 @@ pub struct ServiceRules {
     pub chains: Vec<String>,
     /// The rules of those chains.
     pub chain_rules: Lines,
+}
+
+/// A service port as a [`Ruleset`] keeps it: its rules (shared, cheap to keep as they
+/// were before a change) and the numbers read for every service on each sync, inline in
+/// the map so that summing them touches no rules.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rendered {
+    pub rules: Arc<ServiceRules>,
     /// How many of `filter` and `nat_top` go to each top-level chain ([`TOP_CHAINS`]
     /// order), or `None` if one goes elsewhere: where this service's lines sit in those
     /// chains is the sum over the services before it (see `iptables::incremental`).
     pub top_counts: Option<TopCounts>,
+    /// The port's endpoints (for the large-cluster test).
+    pub endpoints: usize,
+}
+
+impl std::ops::Deref for Rendered {
+    type Target = ServiceRules;
+    fn deref(&self) -> &ServiceRules {
+        &self.rules
+    }
 }
 
 /// The top-level chains that hold service rules, as (table, chain). No fixed rule is
@@ -77,57 +94,87 @@ pub struct Ruleset {
     pub ctx: Context,
     /// More endpoints than the threshold: per-endpoint comments are dropped.
     pub large_cluster: bool,
-    pub services: BTreeMap<ServicePortName, Arc<ServiceRules>>,
+    pub services: BTreeMap<ServicePortName, Rendered>,
+    /// Endpoints of all service ports (kept up to date by [`Ruleset::update`] from the
+    /// changed ports alone).
+    pub endpoint_total: usize,
+    /// (filter, nat) rules of all service ports, kept the same way (for the metrics).
+    pub rule_total: (usize, usize),
 }
 
-/// kube-proxy's large-cluster test: all endpoints of all service ports.
+/// (filter, nat) rules of one service port.
+fn rule_count(r: &ServiceRules) -> (usize, usize) {
+    (r.filter.len(), r.nat_top.len() + r.chain_rules.len())
+}
+
+/// All endpoints of all service ports (kube-proxy's large-cluster count).
+pub fn total_endpoints(services: &ServicePortMap, endpoints: &EndpointsMap) -> usize {
+    services.keys().map(|k| endpoints.get(k).map_or(0, |e| e.len())).sum()
+}
+
+/// kube-proxy's large-cluster test.
 pub fn is_large_cluster(ctx: &Context, services: &ServicePortMap, endpoints: &EndpointsMap) -> bool {
-    let total: usize = services.keys().map(|k| endpoints.get(k).map_or(0, |e| e.len())).sum();
-    total > ctx.large_cluster_threshold
+    total_endpoints(services, endpoints) > ctx.large_cluster_threshold
 }
 
-pub fn render_service(ctx: &Context, name: &ServicePortName, services: &ServicePortMap, endpoints: &EndpointsMap, large: bool) -> Option<ServiceRules> {
+pub fn render_service(ctx: &Context, name: &ServicePortName, services: &ServicePortMap, endpoints: &EndpointsMap, large: bool) -> Option<Rendered> {
     let svc = services.get(name)?;
     let eps = endpoints.get(name).map(|e| e.as_slice()).unwrap_or_default();
     let plan = plan::Plan::new(svc, eps, ctx.locality());
     let mut out = ServiceRules::default();
     top::write(ctx, &plan, &mut out);
     chains::write(ctx, &plan, large, &mut out);
-    out.top_counts = count_top(&out);
-    Some(out)
+    Some(Rendered { top_counts: count_top(&out), endpoints: eps.len(), rules: Arc::new(out) })
 }
 
 /// Renders every service port.
 pub fn render(ctx: &Context, services: &ServicePortMap, endpoints: &EndpointsMap) -> Ruleset {
-    let large_cluster = is_large_cluster(ctx, services, endpoints);
-    let rendered = services
+    let endpoint_total = total_endpoints(services, endpoints);
+    let large_cluster = endpoint_total > ctx.large_cluster_threshold;
+    let rendered: BTreeMap<ServicePortName, Rendered> = services
         .keys()
-        .filter_map(|k| render_service(ctx, k, services, endpoints, large_cluster).map(|r| (k.clone(), Arc::new(r))))
+        .filter_map(|k| render_service(ctx, k, services, endpoints, large_cluster).map(|r| (k.clone(), r)))
         .collect();
-    Ruleset { ctx: ctx.clone(), large_cluster, services: rendered }
+    let rule_total = rendered.values().map(|r| rule_count(r)).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+    Ruleset { ctx: ctx.clone(), large_cluster, services: rendered, endpoint_total, rule_total }
 }
 
 impl Ruleset {
     /// Brings the ruleset up to date after a commit that changed `changed`, re-rendering
     /// only those services (all of them if the large-cluster mode flipped).
     pub fn update(&mut self, services: &ServicePortMap, endpoints: &EndpointsMap, changed: &BTreeSet<NamespacedName>) {
-        let large = is_large_cluster(&self.ctx, services, endpoints);
+        let was: usize = changed.iter().flat_map(|id| ports_of(&self.services, id)).map(|k| self.services[k].endpoints).sum();
+        let now: usize = changed.iter().flat_map(|id| ports_of(services, id)).map(|k| endpoints.get(k).map_or(0, |e| e.len())).sum();
+        let total = self.endpoint_total - was + now;
+        debug_assert_eq!(total, total_endpoints(services, endpoints), "endpoint count kept from changes alone");
+        let large = total > self.ctx.large_cluster_threshold;
         if large != self.large_cluster {
             *self = render(&self.ctx, services, endpoints);
             return;
         }
+        self.endpoint_total = total;
         for id in changed {
             let stale: Vec<ServicePortName> = ports_of(&self.services, id).cloned().collect();
             for k in stale {
-                self.services.remove(&k);
+                if let Some(r) = self.services.remove(&k) {
+                    let (f, n) = rule_count(&r);
+                    self.rule_total = (self.rule_total.0 - f, self.rule_total.1 - n);
+                }
             }
             let fresh: Vec<ServicePortName> = ports_of(services, id).cloned().collect();
             for k in fresh {
                 if let Some(r) = render_service(&self.ctx, &k, services, endpoints, large) {
-                    self.services.insert(k, Arc::new(r));
+                    let (f, n) = rule_count(&r);
+                    self.rule_total = (self.rule_total.0 + f, self.rule_total.1 + n);
+                    self.services.insert(k, r);
                 }
             }
         }
+        debug_assert_eq!(
+            self.rule_total,
+            self.services.values().map(|r| rule_count(r)).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1)),
+            "rule count kept from changes alone"
+        );
     }
 
     /// Every service chain this ruleset declares (nat table).
