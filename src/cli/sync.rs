@@ -95,13 +95,17 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
             super::out(&report.diff_text())?;
             return Ok(ExitCode::from(if report.is_empty() { EXIT_OK } else { EXIT_CHANGES }));
         }
+        let t = report.timings;
         eprintln!(
-            "svcproxy: ipvs: {} IPVS op(s), {} address(es) bound, {} unbound, {} ipset change(s), {} real server(s) draining",
+            "svcproxy: ipvs: {} IPVS op(s), {} address(es) bound, {} unbound, {} ipset change(s), {} real server(s) draining (read {:.3} s, plan {:.3} s, apply {:.3} s)",
             report.changes.ops.len(),
             report.changes.bind.len(),
             report.changes.unbind.len(),
             report.ipsets.add.len() + report.ipsets.del.len() + report.ipsets.create.len(),
-            report.terminating
+            report.terminating,
+            t.read.as_secs_f64(),
+            t.plan.as_secs_f64(),
+            t.apply.as_secs_f64(),
         );
         return Ok(ExitCode::from(EXIT_OK));
     }
@@ -123,12 +127,17 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
                     eprintln!("svcproxy: warning: stale UDP/SCTP conntrack entries not cleared: {e}");
                 }
             }
+            let t = report.timings;
             eprintln!(
-                "svcproxy: {family} ({}): {} chain(s) changed, {} restore line(s) sent (full ruleset: {} lines)",
+                "svcproxy: {family} ({}): {} chain(s) changed, {} restore line(s) sent (full ruleset: {} lines; render {:.3} s, read {:.3} s, compute {:.3} s, restore {:.3} s)",
                 backend.name(),
                 report.delta.changes.len(),
                 report.delta.restore_lines(),
-                report.full_lines
+                report.full_lines,
+                t.render.as_secs_f64(),
+                t.read.as_secs_f64(),
+                t.compute.as_secs_f64(),
+                t.restore.as_secs_f64(),
             );
         }
     }

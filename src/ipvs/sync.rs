@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::path::PathBuf;
+use std::time::Instant;
 
 use super::ipset::{self, IpsetRunner};
 use super::kernel_state::{self, sysctls};
@@ -73,6 +74,20 @@ pub struct Report {
     pub timeouts: Option<Timeouts>,
     /// Real servers still draining after this sync.
     pub terminating: usize,
+    /// Where the time went.
+    pub timings: Timings,
+}
+
+/// Wall time of each phase of one IPVS-mode sync.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Timings {
+    /// Reading the kernel: links and addresses, IPVS (services and real servers), ipsets,
+    /// iptables, sysctls, timeouts.
+    pub read: std::time::Duration,
+    /// Planning from the trackers and reconciling with what was read.
+    pub plan: std::time::Duration,
+    /// Applying the changes (links, ipsets, IPVS, iptables).
+    pub apply: std::time::Duration,
 }
 
 impl Report {
@@ -122,31 +137,40 @@ impl Report {
 
 /// Syncs (or, with `dry_run`, compares) every family of `cfg`.
 pub fn sync(cfg: &Config, trackers: &Trackers, k: &mut Kernel, opts: &Options) -> Result<Report, SyncError> {
+    let started = Instant::now();
     let addrs = k.links.addresses()?;
     let index = k.links.link_index(DUMMY_LINK)?;
     let on_dummy = |a: &&LinkAddress| Some(a.index) == index;
     let bound: BTreeSet<IpAddr> = addrs.iter().filter(on_dummy).map(|a| a.ip).collect();
+    let observed = Observed { services: super::observe::services(k.ipvs)?, bound };
+    let live_sets = ipset::parse_save(&k.ipset.save()?);
+    let live_iptables = read_iptables(k.iptables, &cfg.families)?;
+    let timeouts_now = wanted_timeouts(cfg).map(|_| k.ipvs.timeouts()).transpose()?;
+    let read = started.elapsed();
+
+    let planned = Instant::now();
     let mut cfg = cfg.clone();
     if cfg.interface_addresses.is_none() {
         cfg.interface_addresses = Some(addrs.iter().filter(|a| !on_dummy(a)).map(|a| a.ip).collect());
     }
     let plans = super::plan_all(&cfg, trackers);
-    let observed = Observed { services: super::observe::services(k.ipvs)?, bound };
     let grace = kernel_state::read_grace(&opts.grace_file);
     let timing = Timing { now_secs: opts.now_secs, grace_period_secs: opts.grace_period_secs };
     let changes = reconcile::diff(&Wanted::from_plans(&plans, scope(&cfg)), &observed, &grace, timing);
-    let live_sets = ipset::parse_save(&k.ipset.save()?);
     let mut report = Report {
         link_missing: index.is_none(),
         ipsets: ipset::delta(&plans, &live_sets),
-        iptables: iptables_deltas(k.iptables, &plans)?,
+        iptables: iptables_deltas(&plans, &live_iptables)?,
         sysctls: kernel_state::sysctl_changes(&opts.proc_sys, &sysctls(cfg.ipvs.strict_arp)),
-        timeouts: timeouts_change(k.ipvs, &cfg)?,
+        timeouts: timeouts_change(&cfg, timeouts_now),
         terminating: changes.terminating.len(),
         changes,
+        timings: Timings { read, plan: planned.elapsed(), ..Timings::default() },
     };
     if !opts.dry_run {
+        let applied = Instant::now();
         apply(k, &mut report, opts)?;
+        report.timings.apply = applied.elapsed();
     }
     Ok(report)
 }
@@ -163,33 +187,47 @@ fn scope(cfg: &Config) -> Scope {
     Scope { node_ips, exclude: cfg.ipvs.exclude_cidrs.clone(), ..Scope::default() }
 }
 
-fn timeouts_change(ipvs: &mut dyn Ipvs, cfg: &Config) -> Result<Option<Timeouts>, SyncError> {
+/// The timeouts configured, if any is set.
+fn wanted_timeouts(cfg: &Config) -> Option<Timeouts> {
     let want = Timeouts { tcp: cfg.ipvs.tcp_timeout, tcp_fin: cfg.ipvs.tcpfin_timeout, udp: cfg.ipvs.udp_timeout };
-    if want == Timeouts::default() {
-        return Ok(None);
-    }
-    let have = ipvs.timeouts()?;
-    let differs = |w: u32, h: u32| w != 0 && w != h;
-    let changed = differs(want.tcp, have.tcp) || differs(want.tcp_fin, have.tcp_fin) || differs(want.udp, have.udp);
-    Ok(changed.then_some(want))
+    (want != Timeouts::default()).then_some(want)
 }
 
-fn iptables_deltas(r: &mut dyn Restorer, plans: &[Plan]) -> Result<Vec<(IpFamily, Delta)>, SyncError> {
-    let parse = |what: &str, text: &str| {
-        restore::parse(text).map_err(|e| SyncError::Parse { what: what.to_string(), reason: e.to_string() })
-    };
+fn timeouts_change(cfg: &Config, have: Option<Timeouts>) -> Option<Timeouts> {
+    let (want, have) = (wanted_timeouts(cfg)?, have?);
+    let differs = |w: u32, h: u32| w != 0 && w != h;
+    let changed = differs(want.tcp, have.tcp) || differs(want.tcp_fin, have.tcp_fin) || differs(want.udp, have.udp);
+    changed.then_some(want)
+}
+
+fn parse(what: &str, text: &str) -> Result<Dump, SyncError> {
+    restore::parse(text).map_err(|e| SyncError::Parse { what: what.to_string(), reason: e.to_string() })
+}
+
+/// `iptables-save` of the tables IPVS mode writes, per family.
+fn read_iptables(r: &mut dyn Restorer, families: &[IpFamily]) -> Result<Vec<(IpFamily, Dump)>, SyncError> {
     let mut out = Vec::new();
-    for plan in plans {
-        let desired = parse("the IPVS-mode rules", &kernel_state::kernel_form(&plan.iptables))?;
+    for family in families {
         let mut live = Dump::default();
         for table in TABLES {
-            let dump = parse(&format!("iptables-save -t {table}"), &r.save(plan.family, table)?)?;
+            let dump = parse(&format!("iptables-save -t {table}"), &r.save(*family, table)?)?;
             if let Some(t) = dump.tables.get(table) {
                 live.order.push(table.to_string());
                 live.tables.insert(table.to_string(), t.clone());
             }
         }
-        out.push((plan.family, delta::compute(&desired, &live, plan.family.is_v6(), &kernel_state::jumps())));
+        out.push((*family, live));
+    }
+    Ok(out)
+}
+
+fn iptables_deltas(plans: &[Plan], live: &[(IpFamily, Dump)]) -> Result<Vec<(IpFamily, Delta)>, SyncError> {
+    let empty = Dump::default();
+    let mut out = Vec::new();
+    for plan in plans {
+        let desired = parse("the IPVS-mode rules", &kernel_state::kernel_form(&plan.iptables))?;
+        let have = live.iter().find(|(f, _)| *f == plan.family).map_or(&empty, |(_, d)| d);
+        out.push((plan.family, delta::compute(&desired, have, plan.family.is_v6(), &kernel_state::jumps())));
     }
     Ok(out)
 }
