@@ -5,45 +5,25 @@
 
 mod support;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use support::apiserver::ApiServer;
 use svcproxy::config::Settings;
-use svcproxy::iptables::apply::{Backend, RestoreError, Restorer};
 use svcproxy::iptables::conntrack::RecordingConntrack;
-use svcproxy::iptables::fake::FakeIptables;
+use svcproxy::iptables::fake::SharedFake;
 use svcproxy::net::IpFamily;
 use svcproxy::runner::{watch, Schedule, Timing};
 use svcproxy::serve::Shared;
 use svcproxy::source::{apiserver, ClusterState};
 
-#[derive(Clone, Default)]
-struct Kernel(Arc<Mutex<FakeIptables>>);
-
-impl Restorer for Kernel {
-    fn backend(&self) -> Backend {
-        Backend::Nft
-    }
-    fn save(&mut self, f: IpFamily, t: &str) -> Result<String, RestoreError> {
-        self.0.lock().unwrap().save(f, t)
-    }
-    fn save_all(&mut self, f: IpFamily) -> Result<String, RestoreError> {
-        self.0.lock().unwrap().save_all(f)
-    }
-    fn restore(&mut self, f: IpFamily, text: &str) -> Result<(), RestoreError> {
-        self.0.lock().unwrap().restore(f, text)
-    }
+fn nat(kernel: &SharedFake) -> String {
+    kernel.lock().unwrap().save_table(IpFamily::V4, "nat")
 }
 
-impl Kernel {
-    fn nat(&self) -> String {
-        self.0.lock().unwrap().save_table(IpFamily::V4, "nat")
-    }
-    fn seps(&self) -> usize {
-        self.nat().lines().filter(|l| l.starts_with(":KUBE-SEP-")).count()
-    }
+fn seps(kernel: &SharedFake) -> usize {
+    nat(kernel).lines().filter(|l| l.starts_with(":KUBE-SEP-")).count()
 }
 
 fn until(what: &str, cond: impl Fn() -> bool) {
@@ -89,7 +69,7 @@ fn watch_follows_the_api_server_through_drops_and_410_without_losing_rules() {
     let loaded = svcproxy::pipeline::load(ClusterState::default(), flags, Settings::default()).unwrap();
     let timing = Timing { min_sync_period: Duration::from_millis(100), sync_period: Duration::from_secs(30), ..Timing::default() };
     let shared = Arc::new(Shared::new(Schedule::new(timing)));
-    let kernel = Kernel::default();
+    let kernel = SharedFake::default();
     let engine = watch::Engine::iptables(loaded.config, loaded.trackers, Box::new(kernel.clone()), Box::new(RecordingConntrack::default()));
     let _guard = rt.enter();
     let client = kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
@@ -99,21 +79,21 @@ fn watch_follows_the_api_server_through_drops_and_410_without_losing_rules() {
     let loop_shared = shared.clone();
     let runner = rt.spawn(async move { watch::run(engine, rx, loop_shared, async { let _ = stop_rx.await; }).await });
 
-    until("the initial lists to be synced", || kernel.seps() == 2);
-    assert!(!kernel.nat().contains("app/other"), "objects labelled for another proxy are not seen");
+    until("the initial lists to be synced", || seps(&kernel) == 2);
+    assert!(!nat(&kernel).contains("app/other"), "objects labelled for another proxy are not seen");
     assert!(server.request_count("!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless") >= 2, "kube-proxy's label selector is sent");
 
     // Watch events: a new endpoint; a new service.
     server.apply(slice("web-1", "web", &["198.18.1.2", "198.18.2.2", "198.18.4.2"], json!({})));
-    until("the added endpoint", || kernel.seps() == 3);
+    until("the added endpoint", || seps(&kernel) == 3);
     server.apply(service("api", "198.19.255.12", json!({})));
     server.apply(slice("api-1", "api", &["198.18.5.2"], json!({})));
-    until("the new service", || kernel.seps() == 4);
+    until("the new service", || seps(&kernel) == 4);
 
     // A dropped watch: the client re-watches; a change made meanwhile arrives.
     server.drop_watches();
     server.apply(slice("api-1", "api", &["198.18.5.2", "198.18.6.2"], json!({})));
-    until("the change across a dropped watch", || kernel.seps() == 5);
+    until("the change across a dropped watch", || seps(&kernel) == 5);
 
     // 410 Gone: history is compacted, the watch is dropped, and a deletion happens that the
     // client can only learn from the relist. No rule may vanish meanwhile except that one.
@@ -122,12 +102,12 @@ fn watch_follows_the_api_server_through_drops_and_410_without_losing_rules() {
         server.requests.lock().unwrap().iter().filter(|r| r.starts_with(&format!("{kind} ")) && !r.contains("\"watch\"")).count()
     };
     until("both kinds to list again after 410", || lists("Service") >= 2 && lists("EndpointSlice") >= 2);
-    until("the relist to apply the deletion", || kernel.seps() == 3 && !kernel.nat().contains("app/api"));
-    assert!(kernel.nat().contains("app/web:http"), "web's rules never vanished");
+    until("the relist to apply the deletion", || seps(&kernel) == 3 && !nat(&kernel).contains("app/api"));
+    assert!(nat(&kernel).contains("app/web:http"), "web's rules never vanished");
 
     let _ = stop_tx.send(());
     rt.block_on(runner).unwrap();
-    assert_eq!(kernel.seps(), 3, "stopping leaves the rules");
+    assert_eq!(seps(&kernel), 3, "stopping leaves the rules");
 }
 
 #[test]
@@ -140,7 +120,7 @@ fn this_node_being_deleted_makes_healthz_unhealthy_and_its_labels_are_followed()
     let flags = Settings { hostname_override: Some("n1".into()), ip_family: Some("ipv4".into()), nfacct: Some(false), ..Settings::default() };
     let loaded = svcproxy::pipeline::load(ClusterState::default(), flags, Settings::default()).unwrap();
     let shared = Arc::new(Shared::new(Schedule::new(Timing { min_sync_period: Duration::from_millis(50), ..Timing::default() })));
-    let engine = watch::Engine::iptables(loaded.config, loaded.trackers, Box::new(Kernel::default()), Box::new(RecordingConntrack::default()));
+    let engine = watch::Engine::iptables(loaded.config, loaded.trackers, Box::new(SharedFake::default()), Box::new(RecordingConntrack::default()));
     let _guard = rt.enter();
     let client = kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
     let (tx, rx) = tokio::sync::mpsc::channel(64);

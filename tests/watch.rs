@@ -4,13 +4,12 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use svcproxy::config::Settings;
-use svcproxy::iptables::apply::{Backend, RestoreError, Restorer};
 use svcproxy::iptables::conntrack::RecordingConntrack;
-use svcproxy::iptables::fake::FakeIptables;
+use svcproxy::iptables::fake::SharedFake;
 use svcproxy::net::IpFamily;
 use svcproxy::pipeline;
 use svcproxy::runner::{watch, Schedule, Timing};
@@ -18,28 +17,12 @@ use svcproxy::serve::{self, Shared};
 use svcproxy::source::file::read_path_lenient;
 use svcproxy::source::watch::{watch_files, SourceMsg};
 
-#[derive(Clone, Default)]
-struct Kernel(Arc<Mutex<FakeIptables>>);
-
-impl Restorer for Kernel {
-    fn backend(&self) -> Backend {
-        Backend::Nft
-    }
-    fn save(&mut self, f: IpFamily, t: &str) -> Result<String, RestoreError> {
-        self.0.lock().unwrap().save(f, t)
-    }
-    fn save_all(&mut self, f: IpFamily) -> Result<String, RestoreError> {
-        self.0.lock().unwrap().save_all(f)
-    }
-    fn restore(&mut self, f: IpFamily, text: &str) -> Result<(), RestoreError> {
-        self.0.lock().unwrap().restore(f, text)
-    }
+fn nat(kernel: &SharedFake) -> String {
+    kernel.lock().unwrap().save_table(IpFamily::V4, "nat")
 }
 
-impl Kernel {
-    fn seps(&self) -> usize {
-        self.0.lock().unwrap().save_table(IpFamily::V4, "nat").lines().filter(|l| l.starts_with(":KUBE-SEP-")).count()
-    }
+fn seps(kernel: &SharedFake) -> usize {
+    nat(kernel).lines().filter(|l| l.starts_with(":KUBE-SEP-")).count()
 }
 
 fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
@@ -89,7 +72,7 @@ fn watch_follows_file_changes_coalesces_bursts_survives_bad_objects_and_reports_
     let loaded = pipeline::load(state, Settings::default(), Settings::default()).unwrap();
     let timing = Timing { min_sync_period: Duration::from_millis(300), sync_period: Duration::from_secs(30), ..Timing::default() };
     let shared = Arc::new(Shared::new(Schedule::new(timing)));
-    let kernel = Kernel::default();
+    let kernel = SharedFake::default();
     let engine = watch::Engine::iptables(loaded.config, loaded.trackers, Box::new(kernel.clone()), Box::new(RecordingConntrack::default()));
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -106,12 +89,12 @@ fn watch_follows_file_changes_coalesces_bursts_survives_bad_objects_and_reports_
     });
 
     // The initial full sync, then healthy.
-    until("the first sync", || kernel.seps() == 2);
+    until("the first sync", || seps(&kernel) == 2);
     until("healthz 200", || http_get(health, "/healthz").0 == 200);
 
     // One change → one more sync.
     std::fs::write(&file, cluster(3, "")).unwrap();
-    until("the new endpoint", || kernel.seps() == 3);
+    until("the new endpoint", || seps(&kernel) == 3);
     let syncs = metric(metrics, "svcproxy_syncs_total{result=\"success\"}");
     assert!(syncs >= 2.0);
 
@@ -120,7 +103,7 @@ fn watch_follows_file_changes_coalesces_bursts_survives_bad_objects_and_reports_
         std::fs::write(&file, cluster(n, "")).unwrap();
         std::thread::sleep(Duration::from_millis(25));
     }
-    until("the burst's final state", || kernel.seps() == 33);
+    until("the burst's final state", || seps(&kernel) == 33);
     std::thread::sleep(Duration::from_millis(400));
     let after_burst = metric(metrics, "svcproxy_syncs_total{result=\"success\"}");
     assert!(after_burst - syncs <= 5.0, "a 30-change burst took {} syncs", after_burst - syncs);
@@ -129,12 +112,12 @@ fn watch_follows_file_changes_coalesces_bursts_survives_bad_objects_and_reports_
     let bad = "---\napiVersion: v1\nkind: Service\nmetadata: {name: bad, namespace: a}\nspec: {clusterIP: 198.19.255.300, ports: [{port: 80}]}\n";
     std::fs::write(&file, cluster(33, bad)).unwrap();
     until("the malformed object to be counted", || metric(metrics, "svcproxy_malformed_objects_total") >= 1.0);
-    assert_eq!(kernel.seps(), 33, "the rules stay");
+    assert_eq!(seps(&kernel), 33, "the rules stay");
     let (code, _) = http_get(health, "/livez");
     assert_eq!(code, 200);
 
     let _ = stop_tx.send(());
     rt.block_on(runner).unwrap();
-    assert_eq!(kernel.seps(), 33, "stopping leaves the rules in place");
+    assert_eq!(seps(&kernel), 33, "stopping leaves the rules in place");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use crate::harness::{Case, CaseResult, Ctx};
 use crate::netns::{Backend, Lab, NODE_IP4};
 use crate::svcproxy::{bin, run};
-use crate::watch_e2e::{http_get, in_netns, until, Daemon};
+use crate::watch_e2e::{metric_at, until, Daemon};
 
 pub fn cases() -> Vec<Case> {
     let mut v = Vec::new();
@@ -40,12 +40,7 @@ fn one_more_endpoint(base: &str, i: usize) -> Result<String, String> {
 }
 
 fn metric(node: &str, name: &'static str) -> f64 {
-    let body = in_netns(node, move || http_get(format!("{NODE_IP4}:10249").parse().unwrap(), "/metrics"))
-        .join()
-        .ok()
-        .and_then(|r| r.ok())
-        .unwrap_or_default();
-    body.lines().find(|l| l.starts_with(name)).and_then(|l| l.rsplit(' ').next()).and_then(|v| v.parse().ok()).unwrap_or(-1.0)
+    metric_at(node, format!("{NODE_IP4}:10249").parse().unwrap(), name).unwrap_or(-1.0)
 }
 
 fn watch_partial_syncs_leave_what_a_full_sync_would(ctx: &mut Ctx, b: Backend) -> CaseResult {
