@@ -8,6 +8,7 @@
 //! `-m statistic` rules and the chain path to each outcome, and can treat ClientIP
 //! affinity as established (`-m recent --rcheck` matching a given endpoint).
 
+pub mod ipset;
 mod matcher;
 
 /// Argument helpers shared with other rule readers.
@@ -21,7 +22,8 @@ use std::net::IpAddr;
 use serde::Serialize;
 
 use crate::iptables::restore::{Dump, Rule};
-pub use matcher::Packet;
+pub use ipset::Sets;
+pub use matcher::{Packet, State};
 
 /// Where the packet enters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -42,6 +44,9 @@ pub struct Outcome {
     pub masquerade: bool,
     /// The rules matched, in order, each as `TABLE -A CHAIN ARGS…`.
     pub path: Vec<String>,
+    /// Rules taken as not matching because the tracer cannot evaluate one of their matches.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -60,13 +65,28 @@ pub struct Env {
     pub affinity: BTreeSet<String>,
 }
 
+/// What the rule walk reads: the rules, the node, the ipsets.
+struct Cx<'a> {
+    dump: &'a Dump,
+    env: &'a Env,
+    sets: &'a Sets,
+}
+
 /// One branch in progress.
 #[derive(Debug, Clone)]
 struct Branch {
     packet: Packet,
+    state: State,
     probability: f64,
     masquerade: bool,
     path: Vec<String>,
+    notes: Vec<String>,
+}
+
+impl Branch {
+    fn new(packet: Packet) -> Self {
+        Branch { packet, state: State::default(), probability: 1.0, masquerade: false, path: Vec::new(), notes: Vec::new() }
+    }
 }
 
 enum Flow {
@@ -76,34 +96,44 @@ enum Flow {
     Done(String),
 }
 
+impl Flow {
+    /// DROP or REJECT: the packet goes no further.
+    fn stopped(&self) -> Option<&str> {
+        match self {
+            Flow::Done(v) if v == "DROP" || v == "REJECT" => Some(v),
+            _ => None,
+        }
+    }
+}
+
 const MAX_DEPTH: usize = 32;
 
 pub fn trace(dump: &Dump, env: &Env, packet: Packet, entry: Entry) -> Trace {
-    let start = Branch { packet: packet.clone(), probability: 1.0, masquerade: false, path: Vec::new() };
+    let sets = Sets::default();
+    let cx = Cx { dump, env, sets: &sets };
+    let start = Branch::new(packet.clone());
     let nat_chain = match entry {
         Entry::Prerouting => "PREROUTING",
         Entry::Output => "OUTPUT",
     };
     let mut outcomes = Vec::new();
-    for (nat_branch, nat_flow) in run_entry(dump, env, "nat", nat_chain, start) {
-        if let Flow::Done(v) = &nat_flow {
-            if v == "DROP" || v == "REJECT" {
-                outcomes.push(finish(nat_branch, v.clone()));
-                continue;
-            }
+    for (nat_branch, nat_flow) in run_entry(&cx, "nat", nat_chain, start) {
+        if let Some(v) = nat_flow.stopped() {
+            outcomes.push(finish(nat_branch, v.to_string()));
+            continue;
         }
         let nat_verdict = match nat_flow {
             Flow::Done(v) => v,
             Flow::Continue => String::new(),
         };
-        outcomes.extend(filter_phase(dump, env, nat_branch, nat_verdict));
+        outcomes.extend(filter_phase(&cx, nat_branch, nat_verdict));
     }
     Trace { packet, entry, outcomes }
 }
 
 /// The filter service chains run on the (possibly DNATed) packet, as kube-proxy's tracer
 /// runs them: KUBE-SERVICES, KUBE-EXTERNAL-SERVICES, KUBE-NODEPORTS, KUBE-PROXY-FIREWALL.
-fn filter_phase(dump: &Dump, env: &Env, branch: Branch, nat_verdict: String) -> Vec<Outcome> {
+fn filter_phase(cx: &Cx, branch: Branch, nat_verdict: String) -> Vec<Outcome> {
     let mut current = vec![(branch, None::<String>)];
     for chain in ["KUBE-SERVICES", "KUBE-EXTERNAL-SERVICES", "KUBE-NODEPORTS", "KUBE-PROXY-FIREWALL"] {
         let mut next = Vec::new();
@@ -112,7 +142,7 @@ fn filter_phase(dump: &Dump, env: &Env, branch: Branch, nat_verdict: String) -> 
                 next.push((b, decided));
                 continue;
             }
-            for (nb, flow) in run_chain(dump, env, "filter", chain, b, 0) {
+            for (nb, flow) in run_chain(cx, "filter", chain, b, 0) {
                 let d = match flow {
                     Flow::Done(v) if v != "RETURN" => Some(v),
                     _ => None,
@@ -138,21 +168,21 @@ fn filter_phase(dump: &Dump, env: &Env, branch: Branch, nat_verdict: String) -> 
 }
 
 fn finish(b: Branch, verdict: String) -> Outcome {
-    Outcome { verdict, probability: b.probability, masquerade: b.masquerade, path: b.path }
+    Outcome { verdict, probability: b.probability, masquerade: b.masquerade, path: b.path, notes: b.notes }
 }
 
 /// Runs a built-in chain. Restore input has no rules in built-in chains (svcproxy and
 /// kube-proxy add their jumps separately), so then the entry is KUBE-SERVICES, which is
 /// where those jumps lead.
-fn run_entry(dump: &Dump, env: &Env, table: &str, chain: &str, b: Branch) -> Vec<(Branch, Flow)> {
-    let has_builtin = dump.tables.get(table).is_some_and(|t| t.rules_of(chain).next().is_some());
+fn run_entry(cx: &Cx, table: &str, chain: &str, b: Branch) -> Vec<(Branch, Flow)> {
+    let has_builtin = cx.dump.tables.get(table).is_some_and(|t| t.rules_of(chain).next().is_some());
     let chain = if has_builtin { chain } else { "KUBE-SERVICES" };
-    run_chain(dump, env, table, chain, b, 0)
+    run_chain(cx, table, chain, b, 0)
 }
 
 /// Runs `chain`, returning every branch that leaves it with how it left.
-fn run_chain(dump: &Dump, env: &Env, table: &str, chain: &str, b: Branch, depth: usize) -> Vec<(Branch, Flow)> {
-    let Some(t) = dump.tables.get(table) else { return vec![(b, Flow::Continue)] };
+fn run_chain(cx: &Cx, table: &str, chain: &str, b: Branch, depth: usize) -> Vec<(Branch, Flow)> {
+    let Some(t) = cx.dump.tables.get(table) else { return vec![(b, Flow::Continue)] };
     if depth > MAX_DEPTH {
         return vec![(b, Flow::Done("LOOP".into()))];
     }
@@ -162,7 +192,7 @@ fn run_chain(dump: &Dump, env: &Env, table: &str, chain: &str, b: Branch, depth:
     for rule in rules {
         let mut still = Vec::new();
         for b in live {
-            for (nb, flow) in apply_rule(dump, env, table, chain, rule, b, depth) {
+            for (nb, flow) in apply_rule(cx, table, chain, rule, b, depth) {
                 match flow {
                     Flow::Continue => still.push(nb),
                     done => out.push((nb, done)),
@@ -178,10 +208,22 @@ fn run_chain(dump: &Dump, env: &Env, table: &str, chain: &str, b: Branch, depth:
     out
 }
 
+fn rule_text(table: &str, chain: &str, rule: &Rule) -> String {
+    let mut text = format!("{table} -A {chain}");
+    for a in &rule.args {
+        text.push(' ');
+        text.push_str(&crate::iptables::restore::quote(a));
+    }
+    text
+}
+
 /// Applies one rule to a branch: not matching, matching (maybe only with some
 /// probability, which splits the branch), and what its target does.
-fn apply_rule(dump: &Dump, env: &Env, table: &str, chain: &str, rule: &Rule, b: Branch, depth: usize) -> Vec<(Branch, Flow)> {
-    let m = matcher::evaluate(rule, &b.packet, env);
+fn apply_rule(cx: &Cx, table: &str, chain: &str, rule: &Rule, mut b: Branch, depth: usize) -> Vec<(Branch, Flow)> {
+    let m = matcher::evaluate(rule, &b.packet, &b.state, cx.env, cx.sets);
+    if let Some(why) = m.unknown {
+        b.notes.push(format!("{why}; taken as not matching: {}", rule_text(table, chain, rule)));
+    }
     if m.probability <= 0.0 {
         return vec![(b, Flow::Continue)];
     }
@@ -193,48 +235,76 @@ fn apply_rule(dump: &Dump, env: &Env, table: &str, chain: &str, rule: &Rule, b: 
         out.push((miss, Flow::Continue));
         hit.probability *= m.probability;
     }
-    let mut text = format!("-A {chain}");
-    for a in &rule.args {
-        text.push(' ');
-        text.push_str(&crate::iptables::restore::quote(a));
-    }
-    hit.path.push(format!("{table} {text}"));
-    out.extend(target(dump, env, table, rule, hit, depth));
+    hit.path.push(rule_text(table, chain, rule));
+    out.extend(target(cx, table, rule, hit, depth));
     out
 }
 
-fn target(dump: &Dump, env: &Env, table: &str, rule: &Rule, mut b: Branch, depth: usize) -> Vec<(Branch, Flow)> {
+/// `-j MARK`: `--set-xmark V/M` (what iptables-save prints), `--set-mark`, `--or-mark`,
+/// `--xor-mark`, `--and-mark`.
+fn mark(args: &[String], mark: u32) -> u32 {
+    let arg = |flag| matcher::arg_after(args, flag);
+    let value_mask = |s: &str| match s.split_once('/') {
+        Some((v, m)) => matcher::parse_u32(v).zip(matcher::parse_u32(m)),
+        None => matcher::parse_u32(s).map(|v| (v, u32::MAX)),
+    };
+    if let Some((v, m)) = arg("--set-xmark").and_then(value_mask) {
+        return (mark & !m) ^ v;
+    }
+    if let Some((v, m)) = arg("--set-mark").and_then(value_mask) {
+        return (mark & !m) | v;
+    }
+    if let Some(v) = arg("--or-mark").and_then(matcher::parse_u32) {
+        return mark | v;
+    }
+    if let Some(v) = arg("--xor-mark").and_then(matcher::parse_u32) {
+        return mark ^ v;
+    }
+    if let Some(v) = arg("--and-mark").and_then(matcher::parse_u32) {
+        return mark & v;
+    }
+    mark
+}
+
+fn target(cx: &Cx, table: &str, rule: &Rule, mut b: Branch, depth: usize) -> Vec<(Branch, Flow)> {
     let target = matcher::arg_after(&rule.args, "-j").unwrap_or("");
     match target {
         "" => vec![(b, Flow::Continue)],
-        "KUBE-MARK-MASQ" => {
-            b.masquerade = true;
-            vec![(b, Flow::Continue)]
-        }
         "MARK" => {
             if matcher::arg_after(&rule.args, "--xor-mark").is_some() {
                 b.masquerade = false;
             }
+            b.state.mark = mark(&rule.args, b.state.mark);
             vec![(b, Flow::Continue)]
         }
         "RETURN" => vec![(b, Flow::Done("RETURN".into()))],
         "ACCEPT" | "DROP" | "REJECT" => vec![(b, Flow::Done(target.into()))],
-        "MASQUERADE" => vec![(b, Flow::Continue)],
+        "MASQUERADE" => {
+            b.masquerade = true;
+            vec![(b, Flow::Done("MASQUERADE".into()))]
+        }
         "DNAT" => {
             let dest = matcher::arg_after(&rule.args, "--to-destination").unwrap_or("").to_string();
             if let Some((ip, port)) = matcher::split_host_port(&dest) {
                 b.packet.dst = ip;
                 b.packet.dport = port;
             }
+            b.state.dnat = true;
             vec![(b, Flow::Done(dest))]
         }
-        chain => run_chain(dump, env, table, chain, b, depth + 1)
-            .into_iter()
-            .map(|(nb, flow)| match flow {
-                Flow::Done(v) if v == "RETURN" => (nb, Flow::Continue),
-                other => (nb, other),
-            })
-            .collect(),
+        chain => {
+            // KUBE-MARK-MASQ marks the packet for masquerading; its rule sets the mark.
+            if chain == "KUBE-MARK-MASQ" {
+                b.masquerade = true;
+            }
+            run_chain(cx, table, chain, b, depth + 1)
+                .into_iter()
+                .map(|(nb, flow)| match flow {
+                    Flow::Done(v) if v == "RETURN" => (nb, Flow::Continue),
+                    other => (nb, other),
+                })
+                .collect()
+        }
     }
 }
 
