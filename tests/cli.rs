@@ -173,9 +173,11 @@ fn upstream_scenarios_through_the_binary_equal_kube_proxy() {
 /// outputs are pinned in golden/ (bless with SVCPROXY_BLESS=1 outside CI).
 #[test]
 fn trace_answers_the_demo_questions() {
-    let cases: [(&str, &[&str]); 2] = [
+    let cases: [(&str, &[&str]); 4] = [
         ("demo.trace-dns.txt", &["--src", "10.244.1.99", "--dst", "10.96.0.10:53", "--proto", "udp"]),
         ("demo.trace-lb-outside-ranges.txt", &["--src", "192.0.2.200", "--dst", "192.0.2.50:443", "--entry", "outside"]),
+        ("demo.trace-ipvs-dns.txt", &["--mode", "ipvs", "--src", "10.244.1.99", "--dst", "10.96.0.10:53", "--proto", "udp"]),
+        ("demo.trace-ipvs-lb-outside-ranges.txt", &["--mode", "ipvs", "--src", "192.0.2.200", "--dst", "192.0.2.50:443", "--entry", "outside"]),
     ];
     for (golden, extra) in cases {
         let mut args = vec!["trace", "--from", "fixtures/demo.yaml"];
@@ -192,4 +194,55 @@ fn trace_answers_the_demo_questions() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let total: f64 = v["outcomes"].as_array().unwrap().iter().map(|o| o["probability"].as_f64().unwrap()).sum();
     assert!((total - 1.0).abs() < 1e-9, "branch probabilities add up to 1: {total}");
+}
+
+/// `--mode ipvs` traces kube-proxy's IPVS mode (it used to trace the iptables-mode rules):
+/// the same question gets the virtual server, its real servers and shares, and a path
+/// through IPVS-mode rules (ipsets, no KUBE-SVC/KUBE-SEP chains, no DNAT).
+#[test]
+fn trace_mode_ipvs_answers_with_the_virtual_server() {
+    let dns = ["trace", "--from", "fixtures/demo.yaml", "--src", "10.244.1.99", "--dst", "10.96.0.10:53", "--proto", "udp", "--output", "json"];
+    let json = |extra: &[&str]| -> serde_json::Value {
+        let o = run(&[&dns[..], extra].concat());
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let iptables = json(&[]);
+    let ipvs = json(&["--mode", "ipvs"]);
+    assert_ne!(iptables, ipvs);
+    assert!(iptables.get("virtual_servers").is_none());
+    assert_eq!(ipvs["mode"], "ipvs");
+    let vs = &ipvs["virtual_servers"][0];
+    assert_eq!((vs["protocol"].as_str(), vs["address"].as_str(), vs["port"].as_u64()), (Some("udp"), Some("10.96.0.10"), Some(53)));
+    assert_eq!((vs["scheduler"].as_str(), vs["service"].as_str()), (Some("rr"), Some("kube-system/kube-dns:dns")));
+    assert!(vs["persistence"].is_null());
+    let reals: Vec<(String, u64, f64)> = vs["real_servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["address"].as_str().unwrap().to_string(), r["weight"].as_u64().unwrap(), r["share"].as_f64().unwrap()))
+        .collect();
+    assert_eq!(reals, vec![("10.244.1.5".to_string(), 1, 0.5), ("10.244.2.7".to_string(), 1, 0.5)]);
+    let outcomes = ipvs["outcomes"].as_array().unwrap();
+    let verdicts: Vec<&str> = outcomes.iter().map(|o| o["verdict"].as_str().unwrap()).collect();
+    assert_eq!(verdicts, ["10.244.1.5:53", "10.244.2.7:53"]);
+    let total: f64 = outcomes.iter().map(|o| o["probability"].as_f64().unwrap()).sum();
+    assert!((total - 1.0).abs() < 1e-9, "{total}");
+    for o in outcomes {
+        assert_eq!(o["virtual_server"], "UDP 10.96.0.10:53");
+        let path: Vec<&str> = o["path"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
+        assert!(path.contains(&"ipvs -A -u 10.96.0.10:53 -s rr"), "{path:?}");
+        assert!(path.iter().any(|s| s.contains("--match-set KUBE-CLUSTER-IP dst,dst")), "{path:?}");
+        assert!(!path.iter().any(|s| s.contains("KUBE-SVC-") || s.contains("KUBE-SEP-") || s.contains("DNAT")), "{path:?}");
+    }
+    // ClientIP affinity is IPVS persistence there: --affinity (KUBE-SEP chains) is refused.
+    let o = run(&["trace", "--mode", "ipvs", "--from", "fixtures/demo.yaml", "--src", "10.244.1.99", "--dst", "10.100.50.5:80", "--affinity", "KUBE-SEP-X"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("persistence"), "{}", stderr(&o));
+    // From the node, an address on kube-ipvs0 is its own source: the LB VIP's source
+    // ranges keep the node out (KUBE-IPVS-OUT-FILTER).
+    let o = run(&["trace", "--mode", "ipvs", "--from", "fixtures/demo.yaml", "--dst", "192.0.2.50:443", "--entry", "node"]);
+    let text = stdout(&o);
+    assert!(text.starts_with("packet: tcp 192.0.2.50 -> 192.0.2.50:443 from Node"), "{text}");
+    assert!(text.contains("100.00%  DROPPED in filter OUTPUT, after IPVS chose the real server"), "{text}");
 }

@@ -1,6 +1,8 @@
 //! `svcproxy trace`: where does a packet go? Walks the rendered rules (or, with `--live`,
 //! the kernel's) and prints every branch: the rules it matches, where it is DNATed with
-//! what probability, whether it is masqueraded, dropped or rejected.
+//! what probability, whether it is masqueraded, dropped or rejected. In IPVS mode
+//! (`--mode ipvs`) also the virtual server it hits, its scheduler, persistence and real
+//! servers with their weights and shares.
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -13,11 +15,15 @@ use serde::Serialize;
 use super::render::load;
 use super::sync::BackendArg;
 use super::{ConfigFlags, EXIT_OK};
+use crate::config::Mode;
 use crate::iptables::apply::{ExecRestorer, Restorer};
 use crate::iptables::restore::{self, Dump, Scope};
+use crate::ipvs::ipset::{ExecIpset, IpsetRunner};
+use crate::ipvs::plan::SetId;
 use crate::net::{parse_ip_sloppy, IpFamily};
 use crate::pipeline;
-use crate::trace::{self, Entry, Env, Packet, Trace};
+use crate::trace::ipvs::{IpvsTrace, Table, Virtual};
+use crate::trace::{self, Entry, Env, Packet, Sets, Trace};
 
 pub const EXAMPLES: &str = "\
 Examples:
@@ -26,7 +32,9 @@ Examples:
   # Why is this LoadBalancer connection from outside dropped?
   svcproxy trace --from fixtures/demo.yaml --src 192.0.2.200 --dst 192.0.2.50:443 --entry outside
   # The same question asked of the rules in the kernel
-  svcproxy trace --from fixtures/demo.yaml --live --src 10.244.1.99 --dst 10.96.0.1:443";
+  svcproxy trace --from fixtures/demo.yaml --live --src 10.244.1.99 --dst 10.96.0.1:443
+  # In IPVS mode: the virtual server, its real servers and weights
+  svcproxy trace --mode ipvs --from fixtures/demo.yaml --src 10.244.1.99 --dst 10.96.0.10:53 --proto udp";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -57,7 +65,8 @@ pub struct TraceArgs {
     #[command(flatten)]
     pub config: ConfigFlags,
 
-    /// Source address (IP or IP:port); default: the node's IP for --entry node
+    /// Source address (IP or IP:port); default for --entry node: the node's IP (in IPVS
+    /// mode, an address on kube-ipvs0 is its own source, as the kernel picks it)
     #[arg(long, value_name = "IP[:PORT]")]
     pub src: Option<String>,
 
@@ -72,7 +81,8 @@ pub struct TraceArgs {
     #[arg(long, value_enum, default_value = "pod")]
     pub entry: From,
 
-    /// Trace the rules in the kernel (iptables-save) instead of the rendered ones
+    /// Trace what the kernel holds instead of the rendered rules: iptables-save (IPVS mode:
+    /// also ipset save and the IPVS virtual servers, read over netlink)
     #[arg(long)]
     pub live: bool,
 
@@ -80,7 +90,8 @@ pub struct TraceArgs {
     #[arg(long, value_enum, default_value = "auto")]
     pub iptables_backend: BackendArg,
 
-    /// ClientIP affinity already pins the source to this endpoint chain (KUBE-SEP-…)
+    /// ClientIP affinity already pins the source to this endpoint chain (KUBE-SEP-…,
+    /// iptables mode; IPVS mode shows the virtual server's persistence instead)
     #[arg(long, value_name = "CHAIN")]
     pub affinity: Vec<String>,
 
@@ -99,23 +110,47 @@ fn parse_addr(s: &str, what: &str) -> anyhow::Result<(IpAddr, Option<u16>)> {
     Ok((ip, Some(port)))
 }
 
-pub fn run(args: &TraceArgs) -> anyhow::Result<ExitCode> {
-    let loaded = load(&args.config)?;
-    let (dst, dport) = parse_addr(&args.dst, "--dst")?;
-    let Some(dport) = dport else { bail!("--dst needs a port (IP:PORT)") };
-    let family = IpFamily::of(&dst);
-    let src = match &args.src {
-        Some(s) => parse_addr(s, "--src")?.0,
-        None if args.entry == From::Node => loaded.config.node_ip(family),
-        None => bail!("--src is needed unless --entry node"),
-    };
-    let dump = rules(args, &loaded, family)?;
+/// What `addrtype LOCAL` sees: the node's addresses and loopback.
+fn local_ips(loaded: &pipeline::Loaded, family: IpFamily) -> BTreeSet<IpAddr> {
     let mut local_ips: BTreeSet<IpAddr> = loaded.config.node_ips.iter().copied().collect();
     local_ips.extend(loaded.config.interface_addresses.iter().flatten().copied());
     local_ips.insert(loaded.config.node_ip(family));
-    let env = Env { local_ips, affinity: args.affinity.iter().cloned().collect() };
+    local_ips.insert(match family {
+        IpFamily::V4 => IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+        IpFamily::V6 => IpAddr::V6(std::net::Ipv6Addr::LOCALHOST),
+    });
+    local_ips
+}
+
+/// The packet to trace: `--src` (or the source the kernel would pick for a packet from
+/// the node: the address itself when it is one of the node's `own` addresses, else the
+/// node's IP), `--dst`, `--proto`.
+fn packet(args: &TraceArgs, loaded: &pipeline::Loaded, own: &BTreeSet<IpAddr>) -> anyhow::Result<Packet> {
+    let (dst, dport) = parse_addr(&args.dst, "--dst")?;
+    let Some(dport) = dport else { bail!("--dst needs a port (IP:PORT)") };
+    let src = match &args.src {
+        Some(s) => parse_addr(s, "--src")?.0,
+        None if args.entry == From::Node && own.contains(&dst) => dst,
+        None if args.entry == From::Node => loaded.config.node_ip(IpFamily::of(&dst)),
+        None => bail!("--src is needed unless --entry node"),
+    };
     let protocol = format!("{:?}", args.proto).to_lowercase();
-    let packet = Packet { src, dst, protocol, dport, in_interface: None };
+    Ok(Packet { src, dst, protocol, dport, in_interface: None })
+}
+
+fn destination_family(args: &TraceArgs) -> anyhow::Result<IpFamily> {
+    Ok(IpFamily::of(&parse_addr(&args.dst, "--dst")?.0))
+}
+
+pub fn run(args: &TraceArgs) -> anyhow::Result<ExitCode> {
+    let loaded = load(&args.config)?;
+    let family = destination_family(args)?;
+    if loaded.config.mode == Mode::Ipvs {
+        return run_ipvs(args, &loaded, family);
+    }
+    let packet = packet(args, &loaded, &BTreeSet::new())?;
+    let dump = rules(args, &loaded, family)?;
+    let env = Env { local_ips: local_ips(&loaded, family), affinity: args.affinity.iter().cloned().collect() };
     let entry = if args.entry == From::Node { Entry::Output } else { Entry::Prerouting };
     let t = trace::trace(&dump, &env, packet, entry);
     match args.output {
@@ -125,14 +160,60 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(EXIT_OK))
 }
 
+fn run_ipvs(args: &TraceArgs, loaded: &pipeline::Loaded, family: IpFamily) -> anyhow::Result<ExitCode> {
+    if !args.affinity.is_empty() {
+        bail!("--affinity names iptables-mode KUBE-SEP chains; in IPVS mode ClientIP affinity is the virtual server's persistence, which the trace shows");
+    }
+    let (dump, sets, table) = if args.live { live_ipvs(args, family)? } else { rendered_ipvs(loaded, family)? };
+    let mut local_ips = local_ips(loaded, family);
+    // kube-ipvs0's addresses are the node's: KUBE-IPVS-IPS lists them.
+    let bound: BTreeSet<IpAddr> = sets.addresses(&SetId::IpvsIps.name(family)).into_iter().collect();
+    local_ips.extend(bound.iter().copied());
+    let packet = packet(args, loaded, &bound)?;
+    let env = Env { local_ips, affinity: BTreeSet::new() };
+    let entry = if args.entry == From::Node { Entry::Output } else { Entry::Prerouting };
+    let t = trace::ipvs::trace(&dump, &env, &sets, &table, packet, entry);
+    match args.output {
+        TraceOutput::Json => super::out(&format!("{}\n", serde_json::to_string_pretty(&t)?))?,
+        TraceOutput::Text => super::out(&ipvs_text(&t, args.entry))?,
+    }
+    Ok(ExitCode::from(EXIT_OK))
+}
+
+/// The rendered IPVS plan of the family: its iptables rules (with the jumps a sync adds),
+/// its ipsets and its virtual servers.
+fn rendered_ipvs(loaded: &pipeline::Loaded, family: IpFamily) -> anyhow::Result<(Dump, Sets, Table)> {
+    let plan = crate::ipvs::plan_all(&loaded.config, &loaded.trackers)
+        .into_iter()
+        .find(|p| p.family == family)
+        .with_context(|| format!("no {family} plan: the cluster state is planned for other families (see --ip-family)"))?;
+    Ok((trace::ipvs::rendered_rules(&plan)?, Sets::from_plan(&plan), Table::from_plan(&plan)))
+}
+
+/// What the kernel holds: iptables-save, ipset save, and the IPVS table over netlink.
+fn live_ipvs(args: &TraceArgs, family: IpFamily) -> anyhow::Result<(Dump, Sets, Table)> {
+    let dump = live_rules(args, family)?;
+    let sets = Sets::parse_save(&ExecIpset.save()?);
+    let mut ipvs = crate::ipvs::netlink::NetlinkIpvs::connect().context("--live --mode ipvs reads the IPVS table over netlink")?;
+    let mut table = Table::default();
+    for (vs, reals) in crate::ipvs::observe::services(&mut ipvs).context("cannot read the IPVS virtual servers")? {
+        table.insert(Virtual { vs: vs.vs, reals: reals.into_iter().map(|r| r.rs).collect(), service: None });
+    }
+    Ok((dump, sets, table))
+}
+
+fn live_rules(args: &TraceArgs, family: IpFamily) -> anyhow::Result<Dump> {
+    let mut r = ExecRestorer::new(args.iptables_backend.resolve());
+    let mut text = String::new();
+    for table in ["filter", "nat"] {
+        text.push_str(&r.save(family, table)?);
+    }
+    Ok(restore::parse(&text)?)
+}
+
 fn rules(args: &TraceArgs, loaded: &pipeline::Loaded, family: IpFamily) -> anyhow::Result<Dump> {
     if args.live {
-        let mut r = ExecRestorer::new(args.iptables_backend.resolve());
-        let mut text = String::new();
-        for table in ["filter", "nat"] {
-            text.push_str(&r.save(family, table)?);
-        }
-        return Ok(restore::parse(&text)?);
+        return live_rules(args, family);
     }
     let rs = pipeline::render_iptables(loaded)
         .into_iter()
@@ -155,9 +236,65 @@ fn text(t: &Trace, entry: From) -> String {
         };
         let masq = if o.masquerade { ", masqueraded" } else { "" };
         out.push_str(&format!("{:6.2}%  {verdict}{masq}\n", o.probability * 100.0));
-        for step in &o.path {
-            out.push_str(&format!("         {step}\n"));
+        steps(&mut out, &o.path, &o.notes);
+    }
+    out
+}
+
+fn steps(out: &mut String, path: &[String], notes: &[String]) {
+    for step in path {
+        out.push_str(&format!("         {step}\n"));
+    }
+    for note in notes {
+        out.push_str(&format!("         ? {note}\n"));
+    }
+}
+
+fn percent(p: Option<f64>) -> String {
+    match p {
+        Some(p) => format!("{:6.2}%", p * 100.0),
+        None => format!("{:>7}", "?"),
+    }
+}
+
+fn ipvs_text(t: &IpvsTrace, entry: From) -> String {
+    let p = &t.packet;
+    let hook = if t.entry == Entry::Output { "nat OUTPUT" } else { "nat PREROUTING" };
+    let mut out = format!("packet: {} {} -> {}:{} from {entry:?} (IPVS mode, {hook})\n", p.protocol, p.src, p.dst, p.dport);
+    for vs in &t.virtual_servers {
+        let service = vs.service.as_ref().map(|s| format!(" ({s})")).unwrap_or_default();
+        let persistence = match &vs.persistence {
+            Some(pe) => {
+                let group = if pe.netmask == if vs.address.is_ipv4() { 32 } else { 128 } {
+                    String::new()
+                } else {
+                    format!(", clients grouped by /{}", pe.netmask)
+                };
+                format!("persistent {0}s (ClientIP affinity{group}: a client's new connections go where its first one went, until {0}s after its last)", pe.timeout_seconds)
+            }
+            None => "not persistent".into(),
+        };
+        let addr = crate::net::join_host_port(&vs.address, vs.port);
+        out.push_str(&format!("virtual server: {} {addr}{service}, scheduler {}, {persistence}\n", vs.protocol.to_uppercase(), vs.scheduler));
+        if vs.real_servers.is_empty() {
+            out.push_str("  no real servers\n");
         }
+        for r in &vs.real_servers {
+            let rs = crate::net::join_host_port(&r.address, r.port);
+            let forward = if r.forward == "masq" { String::new() } else { format!(" ({})", r.forward) };
+            let share = match (r.draining, r.share) {
+                (true, _) => ": draining, never chosen for new connections".to_string(),
+                (false, Some(s)) => format!(": {:.2}% of new connections", s * 100.0),
+                (false, None) => String::new(),
+            };
+            out.push_str(&format!("  real server {rs} weight {}{forward}{share}\n", r.weight));
+        }
+        out.push_str(&format!("  {}\n", vs.selection));
+    }
+    for o in &t.outcomes {
+        let masq = if o.masquerade { ", masqueraded" } else { "" };
+        out.push_str(&format!("{}  {}{masq}\n", percent(o.probability), o.reason));
+        steps(&mut out, &o.path, &o.notes);
     }
     out
 }

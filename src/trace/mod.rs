@@ -7,8 +7,14 @@
 //! will be masqueraded. Unlike kube-proxy's, it keeps the probability of each branch of
 //! `-m statistic` rules and the chain path to each outcome, and can treat ClientIP
 //! affinity as established (`-m recent --rcheck` matching a given endpoint).
+//!
+//! [`ipvs`] traces IPVS mode: the same rule walk (with ipset membership, [`Sets`]) through
+//! the hooks in the kernel's order, and the IPVS virtual server between them.
 
 pub mod ipset;
+pub mod ipvs;
+#[cfg(test)]
+mod ipvs_tests;
 mod matcher;
 
 /// Argument helpers shared with other rule readers.
