@@ -4,6 +4,7 @@
 //! `source` (files, API server) → `track` (change trackers) → `select` (endpoint
 //! selection) → `iptables` / `ipvs` (pure renderers) → `*::apply` (the kernel).
 
+pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod derive;

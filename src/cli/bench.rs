@@ -1,26 +1,23 @@
-//! `svcproxy bench`: measurements over generated clusters, printed as tables. Figures are
-//! medians of several runs measured side by side in one process. The hidden subcommands
-//! feed `scripts/bench-kernel` (kube-proxy's partial restore after a one-endpoint change,
-//! and a full restore split by service for iptables-nft).
+//! `svcproxy bench`: measurements over generated clusters, printed as tables. The hidden
+//! subcommands feed `scripts/bench` and `scripts/bench-kernel`: kube-proxy's partial
+//! restore after a one-endpoint change, a full restore split by service for iptables-nft,
+//! a one-shot sync with its phases timed, and BENCHMARKS.md's results section.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::time::Instant;
 
+use anyhow::Context as _;
 use clap::{Args, Subcommand, ValueEnum};
 
 use super::EXIT_OK;
-use crate::config::Settings;
-use crate::gen::{self, GenSpec};
-use crate::iptables::fake::FakeIptables;
+use crate::bench::{self, report, OneEndpoint};
+use crate::config::Mode;
+use crate::iptables::apply::ExecRestorer;
 use crate::iptables::names::is_service_chain;
-use crate::iptables::restore::{self, Scope};
-use crate::iptables::{partial, sync};
-use crate::model::EndpointSlice;
+use crate::iptables::sync::{self, Timings};
 use crate::pipeline;
-use crate::source::{self, ClusterState};
-use crate::track::Event;
 
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
@@ -34,9 +31,18 @@ pub enum Change {
     OneEndpoint,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// a markdown table
+    Table,
+    /// tab-separated: services, endpoints, full, kube-proxy, svcproxy watch, svcproxy sync
+    Tsv,
+}
+
 #[derive(Debug, Clone, Subcommand)]
 pub enum BenchWhat {
-    /// Restore input for a one-endpoint change: svcproxy's delta vs kube-proxy's partial sync
+    /// Restore input for a one-endpoint change: svcproxy's (watch-mode partial sync, and a
+    /// one-shot sync against a kernel holding the cluster) vs kube-proxy's partial sync
     RestoreSize {
         /// Cluster sizes (services), comma list
         #[arg(long, value_delimiter = ',', default_value = "1000,10000")]
@@ -44,6 +50,9 @@ pub enum BenchWhat {
         /// Endpoints per service
         #[arg(long, default_value_t = 10)]
         endpoints: usize,
+        /// Output format
+        #[arg(long, value_enum, default_value = "table")]
+        format: Format,
     },
     /// Print kube-proxy's partial restore input (whole KUBE-SERVICES rewritten, changed
     /// services' chains) after a change to a generated cluster (for scripts/bench-kernel)
@@ -53,8 +62,6 @@ pub enum BenchWhat {
         services: usize,
         #[arg(long, default_value_t = 10)]
         endpoints: usize,
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
         #[arg(long, value_enum, default_value = "one-endpoint")]
         change: Change,
         /// Also write the cluster before the change (YAML) here
@@ -74,109 +81,98 @@ pub enum BenchWhat {
         #[arg(long, value_name = "DIR")]
         dir: PathBuf,
     },
+    /// Run a one-shot `svcproxy sync` (same flags) in process and print where the time
+    /// went, one `name value` line each: seconds, or lines (for scripts/bench-kernel)
+    #[command(hide = true)]
+    Sync(Box<super::sync::SyncArgs>),
+    /// Print BENCHMARKS.md's results section from the benchmarks' output (for scripts/bench)
+    #[command(hide = true)]
+    Report {
+        /// criterion's output directory
+        #[arg(long, value_name = "DIR", default_value = "target/criterion")]
+        criterion: PathBuf,
+        /// The directory holding rss.tsv, restore-size.tsv, kernel.tsv and machine.txt
+        #[arg(long, value_name = "DIR", default_value = "target/bench-results")]
+        results: PathBuf,
+    },
 }
 
 pub fn run(args: &BenchArgs) -> anyhow::Result<ExitCode> {
     match &args.what {
-        BenchWhat::RestoreSize { services, endpoints } => {
-            super::out("| services | endpoints | full restore (lines) | kube-proxy partial sync (lines) | svcproxy delta (lines) |\n|---:|---:|---:|---:|---:|\n")?;
+        BenchWhat::RestoreSize { services, endpoints, format } => {
+            if *format == Format::Table {
+                super::out("| services | endpoints | full restore (lines) | kube-proxy partial sync (lines) | svcproxy watch-mode sync (lines) | svcproxy one-shot sync (lines) |\n|---:|---:|---:|---:|---:|---:|\n")?;
+            }
             for n in services {
-                let r = restore_size(*n, *endpoints)?;
-                super::out(&format!("| {n} | {endpoints} | {} | {} | {} |\n", r.0, r.1, r.2))?;
+                let r = bench::restore_size(*n, *endpoints).with_context(|| format!("restore sizes at {n} services"))?;
+                let row = [n.to_string(), endpoints.to_string(), r.full.to_string(), r.kube_proxy.to_string(), r.partial.to_string(), r.sync.to_string()];
+                super::out(&match format {
+                    Format::Table => format!("| {} |\n", row.join(" | ")),
+                    Format::Tsv => format!("{}\n", row.join("\t")),
+                })?;
             }
         }
-        BenchWhat::PartialRestore { services, endpoints, seed, change: Change::OneEndpoint, write_base, write_changed } => {
-            let spec = GenSpec { services: *services, endpoints: *endpoints, seed: *seed };
-            let base = gen::yaml(&spec);
-            let changed = with_one_more_endpoint(&base, *services)?;
+        BenchWhat::PartialRestore { services, endpoints, change: Change::OneEndpoint, write_base, write_changed } => {
+            let mut one = OneEndpoint::new(*services, *endpoints)?;
             if let Some(p) = write_base {
-                std::fs::write(p, &base)?;
+                std::fs::write(p, &one.base_text).with_context(|| format!("cannot write {}", p.display()))?;
             }
             if let Some(p) = write_changed {
-                std::fs::write(p, &changed)?;
+                std::fs::write(p, &one.changed_text).with_context(|| format!("cannot write {}", p.display()))?;
             }
-            let mut loaded = load_text(&base)?;
-            let mut rs = pipeline::render_iptables(&loaded).remove(0);
-            let applied = partial::Applied::from_kernel(rs.service_chains().map(str::to_string).collect());
-            loaded.trackers.apply(&Event::SliceApplied(changed_slice(&changed, *services)?));
-            let changes = loaded.trackers.commit().remove(0);
-            let (svcs, eps) = loaded.trackers.families[0].view();
-            rs.update(svcs, eps, &changes.services);
-            let (text, _) = partial::next_restore(&applied, &rs, &changes.services, partial::SyncOptions::default());
-            super::out(&text)?;
+            let add = one.add.clone();
+            let step = one.step(&add);
+            super::out(&one.kube_proxy_partial(&step))?;
         }
         BenchWhat::SplitRestore { services_per_chunk, dir } => {
             let mut text = String::new();
             std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)?;
             let chunks = split_by_service(&text, *services_per_chunk)?;
-            std::fs::create_dir_all(dir)?;
+            std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
             for (i, c) in chunks.iter().enumerate() {
                 std::fs::write(dir.join(format!("{i:04}.restore")), c)?;
             }
             super::out(&format!("{}\n", chunks.len()))?;
         }
+        BenchWhat::Sync(sync_args) => super::out(&timed_sync(sync_args)?)?,
+        BenchWhat::Report { criterion, results } => super::out(&report::render(&report::Inputs::read(criterion, results)?))?,
     }
     Ok(ExitCode::from(EXIT_OK))
 }
 
-/// Loads a generated cluster the way every benchmark does (no nfacct matches).
-pub fn load_text(text: &str) -> anyhow::Result<pipeline::Loaded> {
-    let mut state = ClusterState::default();
-    source::file::read_str(std::path::Path::new("generated.yaml"), text, &mut state)?;
-    load(state)
-}
-
-pub fn load(state: ClusterState) -> anyhow::Result<pipeline::Loaded> {
-    let flags = Settings { nfacct: Some(false), ..Settings::default() };
-    Ok(pipeline::load(state, flags, Settings::default())?)
-}
-
-/// The benchmarks' one-endpoint change: generated cluster `base` (of `services` services)
-/// with one more ready endpoint (10.127.255.254) in the middle service's slice.
-pub fn with_one_more_endpoint(base: &str, services: usize) -> anyhow::Result<String> {
-    let i = services / 2;
-    let head = format!("\n  name: svc-{i}-abcde\n");
-    let start = base.find(&head).ok_or_else(|| anyhow::anyhow!("slice of svc-{i} not found"))?;
-    let ports = start + base[start..].find("\nports:\n").ok_or_else(|| anyhow::anyhow!("slice of svc-{i} has no ports"))? + 1;
-    let mut out = String::with_capacity(base.len() + 200);
-    out.push_str(&base[..ports]);
-    out.push_str("- addresses: [10.127.255.254]\n  conditions: {ready: true, serving: true, terminating: false}\n  nodeName: node-1\n  zone: zone-1\n");
-    out.push_str(&base[ports..]);
+/// A one-shot iptables sync as `svcproxy sync` runs it, timed: `load` (read, parse,
+/// track), `render` (the rules), then the sync's own phases summed over the families
+/// (`text`: the restore text written and parsed back, `read`: iptables-save, `compute`:
+/// the delta, `restore`: iptables-restore), `total`, and the restore input's size.
+fn timed_sync(args: &super::sync::SyncArgs) -> anyhow::Result<String> {
+    anyhow::ensure!(!args.dry_run && !args.watch.watch, "bench sync runs one real sync: no --dry-run, no --watch");
+    let start = Instant::now();
+    let flags = args.config.settings();
+    anyhow::ensure!(flags.nfacct.is_some(), "bench sync needs --nfacct true|false (it does not create nfacct counters)");
+    let loaded = super::render::load_with(&args.config, flags)?;
+    anyhow::ensure!(loaded.config.mode == Mode::Iptables, "bench sync measures iptables mode only");
+    let load = start.elapsed();
+    let t = Instant::now();
+    let rulesets = pipeline::render_iptables(&loaded);
+    let render = t.elapsed();
+    let backend = args.iptables_backend.resolve();
+    let mut restorer = ExecRestorer { backend, lock_wait_secs: args.iptables_lock_wait };
+    let (mut phases, mut lines, mut full_lines) = (Timings::default(), 0, 0);
+    for rs in &rulesets {
+        let family = rs.ctx.family;
+        let r = sync::sync(&mut restorer, rs, false).with_context(|| format!("{family} sync with iptables-{} failed", backend.name()))?;
+        phases.render += r.timings.render;
+        phases.read += r.timings.read;
+        phases.compute += r.timings.compute;
+        phases.restore += r.timings.restore;
+        lines += r.delta.restore_lines();
+        full_lines += r.full_lines;
+    }
+    let total = start.elapsed();
+    let secs = [("load", load), ("render", render), ("text", phases.render), ("read", phases.read), ("compute", phases.compute), ("restore", phases.restore), ("total", total)];
+    let mut out: String = secs.iter().map(|(k, d)| format!("{k} {:.6}\n", d.as_secs_f64())).collect();
+    out.push_str(&format!("lines {lines}\nfull_lines {full_lines}\n"));
     Ok(out)
-}
-
-/// The changed slice of [`with_one_more_endpoint`]'s output, as a tracker event payload.
-pub fn changed_slice(changed: &str, services: usize) -> anyhow::Result<Arc<EndpointSlice>> {
-    let i = services / 2;
-    // Parse only that slice's document.
-    let head = format!("\n  name: svc-{i}-abcde\n");
-    let at = changed.find(&head).ok_or_else(|| anyhow::anyhow!("slice of svc-{i} not found"))?;
-    let start = changed[..at].rfind("---\n").ok_or_else(|| anyhow::anyhow!("no document start"))?;
-    let end = changed[at..].find("\n---\n").map_or(changed.len(), |e| at + e + 1);
-    let mut state = ClusterState::default();
-    source::file::read_str(std::path::Path::new("generated.yaml"), &changed[start..end], &mut state)?;
-    state.slices.into_iter().next().map(Arc::new).ok_or_else(|| anyhow::anyhow!("slice of svc-{i} not parsed"))
-}
-
-/// (full lines, kube-proxy partial lines, svcproxy delta lines) for one endpoint added to
-/// the middle service of an N-service cluster, synced into the fake kernel.
-pub fn restore_size(services: usize, endpoints: usize) -> anyhow::Result<(usize, usize, usize)> {
-    let text = gen::yaml(&GenSpec { services, endpoints, seed: 1 });
-    let mut loaded = load_text(&text)?;
-    let mut rs = pipeline::render_iptables(&loaded).remove(0);
-    let mut kernel = FakeIptables::new();
-    sync::sync(&mut kernel, &rs, false)?;
-    let full = restore::write(&rs, Scope::Full, &[]).lines().count();
-    let applied = partial::Applied::from_kernel(rs.service_chains().map(str::to_string).collect());
-
-    let changed = with_one_more_endpoint(&text, services)?;
-    loaded.trackers.apply(&Event::SliceApplied(changed_slice(&changed, services)?));
-    let changes = loaded.trackers.commit().remove(0);
-    let (svcs, eps) = loaded.trackers.families[0].view();
-    rs.update(svcs, eps, &changes.services);
-    let (kube_proxy_partial, _) = partial::next_restore(&applied, &rs, &changes.services, partial::SyncOptions::default());
-    let ours = sync::sync(&mut kernel, &rs, false)?;
-    Ok((full, kube_proxy_partial.lines().count(), ours.delta.restore_lines()))
 }
 
 /// Splits a full restore input into several, for backends whose restore time grows with
@@ -316,4 +312,32 @@ fn text_of_table(text: &str, name: &str) -> String {
         }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::iptables::apply::Restorer;
+    use crate::iptables::fake::FakeIptables;
+    use crate::iptables::restore::{self, Scope};
+    use crate::net::IpFamily;
+
+    #[test]
+    fn chunks_applied_in_order_leave_the_rules_of_the_single_input() {
+        let one = OneEndpoint::new(60, 3).unwrap();
+        let text = restore::write(&one.ruleset, Scope::Full, &[]);
+        let chunks = split_by_service(&text, 7).unwrap();
+        // filter whole, nat's top-level chains declared, the service ports' chains (at least
+        // one per service) 7 roots to a chunk, nat's top-level chains filled.
+        assert!(chunks.len() >= 3 + 60 / 7, "{}", chunks.len());
+        assert!(chunks[0].starts_with("*filter\n") && chunks.last().unwrap().contains("-A KUBE-SERVICES "));
+        let (mut whole, mut split) = (FakeIptables::new(), FakeIptables::new());
+        whole.restore(IpFamily::V4, &text).unwrap();
+        for c in &chunks {
+            split.restore(IpFamily::V4, c).unwrap();
+        }
+        for table in ["filter", "nat"] {
+            assert_eq!(split.save_table(IpFamily::V4, table), whole.save_table(IpFamily::V4, table), "{table}");
+        }
+    }
 }

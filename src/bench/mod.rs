@@ -1,0 +1,231 @@
+//! What every benchmark shares (`cargo bench`, `svcproxy bench`, `scripts/bench*`):
+//! generated clusters loaded the way the benchmarks load them, and the one-endpoint
+//! change they all make, so every figure in BENCHMARKS.md is measured on the same input.
+//! [`report`] writes BENCHMARKS.md's results from the benchmarks' output files.
+
+pub mod report;
+
+use std::sync::Arc;
+
+use crate::config::Settings;
+use crate::gen::{self, GenSpec};
+use crate::iptables::fake::FakeIptables;
+use crate::iptables::incremental::{self, Before};
+use crate::iptables::partial::{self, Applied};
+use crate::iptables::render::Ruleset;
+use crate::iptables::restore::{self, Scope};
+use crate::iptables::{delta::Delta, sync};
+use crate::model::EndpointSlice;
+use crate::pipeline;
+use crate::source::{self, ClusterState};
+use crate::track::{Changes, Event};
+
+/// The seed of every generated benchmark cluster (`svcproxy generate`'s default).
+pub const SEED: u64 = 1;
+
+/// The generated cluster of `services` × `endpoints` (seed [`SEED`]), as YAML.
+pub fn generated(services: usize, endpoints: usize) -> String {
+    gen::yaml(&GenSpec { services, endpoints, seed: SEED })
+}
+
+/// Loads a generated cluster the way every benchmark does (no nfacct matches: the
+/// counters do not exist in a fresh network namespace).
+pub fn load_text(text: &str) -> anyhow::Result<pipeline::Loaded> {
+    let mut state = ClusterState::default();
+    source::file::read_str(std::path::Path::new("generated.yaml"), text, &mut state)?;
+    load(state)
+}
+
+/// [`load_text`] from parsed objects.
+pub fn load(state: ClusterState) -> anyhow::Result<pipeline::Loaded> {
+    let flags = Settings { nfacct: Some(false), ..Settings::default() };
+    Ok(pipeline::load(state, flags, Settings::default())?)
+}
+
+/// The benchmarks' one-endpoint change: generated cluster `base` (of `services` services)
+/// with one more ready endpoint (10.127.255.254) in the middle service's slice.
+pub fn with_one_more_endpoint(base: &str, services: usize) -> anyhow::Result<String> {
+    let (_, end) = middle_slice_span(base, services)?;
+    let slice = &base[..end];
+    let i = services / 2;
+    let ports = slice.rfind("\nports:\n").ok_or_else(|| anyhow::anyhow!("slice of svc-{i} has no ports"))? + 1;
+    let mut out = String::with_capacity(base.len() + 200);
+    out.push_str(&base[..ports]);
+    out.push_str("- addresses: [10.127.255.254]\n  conditions: {ready: true, serving: true, terminating: false}\n  nodeName: node-1\n  zone: zone-1\n");
+    out.push_str(&base[ports..]);
+    Ok(out)
+}
+
+/// The middle service's slice in a generated cluster (before or after
+/// [`with_one_more_endpoint`]), parsed alone, as a tracker event payload.
+pub fn middle_slice(text: &str, services: usize) -> anyhow::Result<Arc<EndpointSlice>> {
+    let (start, end) = middle_slice_span(text, services)?;
+    let mut state = ClusterState::default();
+    source::file::read_str(std::path::Path::new("generated.yaml"), &text[start..end], &mut state)?;
+    let i = services / 2;
+    state.slices.into_iter().next().map(Arc::new).ok_or_else(|| anyhow::anyhow!("slice of svc-{i} not parsed"))
+}
+
+/// Byte range of the middle service's EndpointSlice document (from its `---`).
+fn middle_slice_span(text: &str, services: usize) -> anyhow::Result<(usize, usize)> {
+    let i = services / 2;
+    let head = format!("\n  name: svc-{i}-abcde\n");
+    let at = text.find(&head).ok_or_else(|| anyhow::anyhow!("slice of svc-{i} not found"))?;
+    let start = text[..at].rfind("---\n").ok_or_else(|| anyhow::anyhow!("slice of svc-{i}: no document start"))?;
+    let end = text[at..].find("\n---\n").map_or(text.len(), |e| at + e + 1);
+    Ok((start, end))
+}
+
+/// A committed generated cluster and its rendered IPv4 rules, ready to take the
+/// one-endpoint change ([`OneEndpoint::add`]) and to take it back ([`OneEndpoint::revert`]).
+pub struct OneEndpoint {
+    pub services: usize,
+    pub loaded: pipeline::Loaded,
+    pub ruleset: Ruleset,
+    /// The service chains of the cluster as generated (what kube-proxy believes the
+    /// kernel holds before the change).
+    pub applied: Applied,
+    /// The middle service's slice with one more endpoint.
+    pub add: Event,
+    /// The middle service's slice as generated.
+    pub revert: Event,
+    /// The cluster's YAML before and after the change.
+    pub base_text: String,
+    pub changed_text: String,
+}
+
+/// One commit: what changed, and the changed services' rules from before it.
+pub struct Step {
+    pub changes: Changes,
+    pub before: Before,
+}
+
+impl OneEndpoint {
+    pub fn new(services: usize, endpoints: usize) -> anyhow::Result<Self> {
+        let base_text = generated(services, endpoints);
+        let changed_text = with_one_more_endpoint(&base_text, services)?;
+        let add = Event::SliceApplied(middle_slice(&changed_text, services)?);
+        let revert = Event::SliceApplied(middle_slice(&base_text, services)?);
+        let loaded = load_text(&base_text)?;
+        let ruleset = pipeline::render_iptables(&loaded)
+            .into_iter()
+            .next()
+            .ok_or_else(|| anyhow::anyhow!("the generated cluster has no IPv4 rules"))?;
+        let applied = Applied::from_kernel(ruleset.service_chains().map(str::to_string).collect());
+        Ok(OneEndpoint { services, loaded, ruleset, applied, add, revert, base_text, changed_text })
+    }
+
+    /// Feeds `event` to the trackers, commits, and brings the ruleset up to date
+    /// (re-rendering the changed services only), as a watch-mode sync does.
+    pub fn step(&mut self, event: &Event) -> Step {
+        self.loaded.trackers.apply(event);
+        let changes = self.loaded.trackers.commit().swap_remove(0);
+        let before = Before::take(&self.ruleset, &changes.services);
+        let (services, endpoints) = self.loaded.trackers.families[0].view();
+        self.ruleset.update(services, endpoints, &changes.services);
+        Step { changes, before }
+    }
+
+    /// svcproxy's partial sync after `step`: the restore input from the changed services
+    /// alone (`None`: only a full sync can express it).
+    pub fn partial(&self, step: &Step) -> Option<Delta> {
+        incremental::delta(&step.before, &self.ruleset).map(|p| p.delta)
+    }
+
+    /// kube-proxy's partial restore after `step` (every top-level chain rewritten, the
+    /// changed services' chains), against the cluster as generated.
+    pub fn kube_proxy_partial(&self, step: &Step) -> String {
+        partial::next_restore(&self.applied, &self.ruleset, &step.changes.services, partial::SyncOptions::default()).0
+    }
+}
+
+/// The "write the same bytes" baseline of the render benchmark: `text` written again,
+/// line by line, into a string sized for it up front: what any writer that emits those
+/// lines must at least do, without working out what they are.
+pub fn write_same_bytes(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+/// Restore input sizes (lines) for the one-endpoint change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RestoreSize {
+    /// A full restore of the cluster.
+    pub full: usize,
+    /// kube-proxy's partial restore.
+    pub kube_proxy: usize,
+    /// svcproxy's watch-mode partial sync (from the changed services alone).
+    pub partial: usize,
+    /// svcproxy's one-shot sync (compared with a kernel holding the cluster as generated).
+    pub sync: usize,
+}
+
+/// [`RestoreSize`] for one endpoint added to the middle service of a generated cluster.
+pub fn restore_size(services: usize, endpoints: usize) -> anyhow::Result<RestoreSize> {
+    let mut one = OneEndpoint::new(services, endpoints)?;
+    let full = restore::write(&one.ruleset, Scope::Full, &[]).lines().count();
+    let mut kernel = FakeIptables::new();
+    sync::sync(&mut kernel, &one.ruleset, false)?;
+    let add = one.add.clone();
+    let step = one.step(&add);
+    let partial = one.partial(&step).ok_or_else(|| anyhow::anyhow!("the change needs a full sync"))?.restore_lines();
+    let kube_proxy = one.kube_proxy_partial(&step).lines().count();
+    let sync = sync::sync(&mut kernel, &one.ruleset, false)?.delta.restore_lines();
+    Ok(RestoreSize { full, kube_proxy, partial, sync })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::iptables::restore::parse;
+
+    #[test]
+    fn the_change_adds_one_endpoint_to_the_middle_service_only() {
+        let base = generated(20, 3);
+        let changed = with_one_more_endpoint(&base, 20).unwrap();
+        let before = middle_slice(&base, 20).unwrap();
+        let after = middle_slice(&changed, 20).unwrap();
+        assert_eq!(before.id, after.id);
+        assert_eq!(before.endpoints.len() + 1, after.endpoints.len());
+        let count = |t: &str| load_text(t).unwrap().trackers.families[0].view().1.values().map(|e| e.len()).sum::<usize>();
+        assert_eq!(count(&changed), count(&base) + after.ports.len());
+    }
+
+    #[test]
+    fn partial_sync_of_the_change_leaves_what_a_full_render_of_the_changed_cluster_would() {
+        let mut one = OneEndpoint::new(40, 4).unwrap();
+        let mut kernel = FakeIptables::new();
+        sync::sync(&mut kernel, &one.ruleset, false).unwrap();
+        let add = one.add.clone();
+        let step = one.step(&add);
+        let partial = one.partial(&step).unwrap();
+        assert!(!partial.is_empty());
+        crate::iptables::apply::Restorer::restore(&mut kernel, crate::net::IpFamily::V4, &partial.restore_text()).unwrap();
+        let want = pipeline::render_iptables(&load_text(&one.changed_text).unwrap()).remove(0);
+        assert!(sync::sync(&mut kernel, &want, true).unwrap().delta.is_empty());
+        // Taking the change back returns to the rules as generated.
+        let revert = one.revert.clone();
+        one.step(&revert);
+        let base = pipeline::render_iptables(&load_text(&one.base_text).unwrap()).remove(0);
+        assert_eq!(restore::write(&one.ruleset, Scope::Full, &[]), restore::write(&base, Scope::Full, &[]));
+    }
+
+    #[test]
+    fn the_write_baseline_writes_the_same_bytes() {
+        let text = restore::write(&OneEndpoint::new(30, 2).unwrap().ruleset, Scope::Full, &[]);
+        assert_eq!(write_same_bytes(&text), text);
+    }
+
+    #[test]
+    fn restore_sizes_of_the_change() {
+        let r = restore_size(200, 5).unwrap();
+        assert_eq!(r.partial, r.sync);
+        assert!(r.partial > 0 && r.partial < r.kube_proxy && r.kube_proxy < r.full, "{r:?}");
+        let full = parse(&restore::write(&OneEndpoint::new(200, 5).unwrap().ruleset, Scope::Full, &[])).unwrap();
+        assert_eq!(full.tables.len(), 2);
+    }
+}
