@@ -1,0 +1,118 @@
+//! `cargo bench`: svcproxy in process on generated clusters (1,000, 5,000, 10,000 and
+//! 50,000 services × 10 endpoints; `SVCPROXY_BENCH_SIZES=1000,10000` picks others):
+//! parse + track, the full iptables render beside writing the same bytes, the full IPVS
+//! plan, and a one-endpoint change (at every size up to 10,000). Ten samples each, their
+//! median in BENCHMARKS.md (`scripts/bench` writes it from criterion's output).
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use criterion::measurement::WallTime;
+use criterion::{criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion, SamplingMode};
+
+use svcproxy::bench::{self, report, OneEndpoint, Step};
+use svcproxy::pipeline;
+
+const ENDPOINTS: usize = 10;
+/// The one-endpoint change is measured at sizes up to this.
+const CHANGE_MAX: usize = report::CHANGE_SIZE;
+
+fn sizes() -> Vec<usize> {
+    match std::env::var("SVCPROXY_BENCH_SIZES") {
+        Ok(list) => list.split(',').map(|s| s.trim().parse().expect("SVCPROXY_BENCH_SIZES: a comma list of numbers")).collect(),
+        Err(_) => report::SIZES.to_vec(),
+    }
+}
+
+/// A group of ten samples, sized so that they take about twelve times `per_iter` in all
+/// (at least a second), one iteration per sample for the slow ones.
+fn group<'a>(c: &'a mut Criterion, name: &str, per_iter: Duration) -> BenchmarkGroup<'a, WallTime> {
+    let mut g = c.benchmark_group(name);
+    g.sample_size(10)
+        .sampling_mode(SamplingMode::Flat)
+        .warm_up_time(per_iter.clamp(Duration::from_millis(200), Duration::from_secs(1)))
+        .measurement_time((per_iter * 12).max(Duration::from_secs(1)));
+    g
+}
+
+/// How long one call of `f` takes (run once: also a warm-up).
+fn once<R>(f: impl FnOnce() -> R) -> Duration {
+    let t = Instant::now();
+    black_box(f());
+    t.elapsed()
+}
+
+fn cluster(c: &mut Criterion, n: usize) {
+    let text = bench::generated(n, ENDPOINTS);
+    let id = |name: &str| BenchmarkId::new(name, n);
+
+    let per = once(|| bench::load_text(&text).expect("the generated cluster loads"));
+    let mut g = group(c, "parse_track", per);
+    g.bench_function(BenchmarkId::from_parameter(n), |b| b.iter(|| bench::load_text(black_box(&text)).unwrap()));
+    g.finish();
+    let loaded = bench::load_text(&text).unwrap();
+    drop(text);
+
+    let rulesets = pipeline::render_iptables(&loaded);
+    let restore = pipeline::iptables_text(&rulesets);
+    let per = once(|| pipeline::iptables_text(&pipeline::render_iptables(&loaded)));
+    let mut g = group(c, "render", per);
+    g.bench_function(id("iptables"), |b| b.iter(|| pipeline::iptables_text(&pipeline::render_iptables(black_box(&loaded)))));
+    g.bench_function(id("ruleset"), |b| b.iter(|| pipeline::render_iptables(black_box(&loaded))));
+    g.bench_function(id("text"), |b| b.iter(|| pipeline::iptables_text(black_box(&rulesets))));
+    g.finish();
+    drop(rulesets);
+
+    let per = once(|| bench::write_same_bytes(&restore));
+    let mut g = group(c, "write_bytes", per);
+    g.bench_function(id("lines"), |b| b.iter(|| bench::write_same_bytes(black_box(&restore))));
+    g.bench_function(id("copy"), |b| b.iter(|| black_box(&restore).clone()));
+    g.finish();
+    drop(restore);
+
+    let per = once(|| svcproxy::ipvs::plan_all(&loaded.config, &loaded.trackers));
+    let mut g = group(c, "ipvs", per);
+    g.bench_function(id("plan"), |b| b.iter(|| svcproxy::ipvs::plan_all(&loaded.config, black_box(&loaded.trackers))));
+    g.finish();
+}
+
+/// Times `iters` one-endpoint changes, each made to the cluster as generated and followed
+/// by `then`; the change is taken back, untimed, after each.
+fn changes<R>(one: &mut OneEndpoint, iters: u64, then: impl Fn(&OneEndpoint, &Step) -> R) -> Duration {
+    let (add, revert) = (one.add.clone(), one.revert.clone());
+    let mut total = Duration::ZERO;
+    for _ in 0..iters {
+        let t = Instant::now();
+        let step = one.step(&add);
+        black_box(then(one, &step));
+        total += t.elapsed();
+        one.step(&revert);
+    }
+    total
+}
+
+fn one_endpoint(c: &mut Criterion, n: usize) {
+    let mut one = OneEndpoint::new(n, ENDPOINTS).expect("the generated cluster loads");
+    let id = |name: &str| BenchmarkId::new(name, n);
+    let commit_update = |_: &OneEndpoint, _: &Step| ();
+    let svcproxy = |one: &OneEndpoint, step: &Step| one.partial(step).expect("a partial sync expresses the change").restore_text();
+    let kube_proxy = |one: &OneEndpoint, step: &Step| one.kube_proxy_partial(step);
+    let per = changes(&mut one, 3, kube_proxy) / 3;
+    let mut g = group(c, "one_endpoint", per);
+    g.bench_function(id("commit_update"), |b| b.iter_custom(|iters| changes(&mut one, iters, commit_update)));
+    g.bench_function(id("svcproxy_partial"), |b| b.iter_custom(|iters| changes(&mut one, iters, svcproxy)));
+    g.bench_function(id("kube_proxy_partial"), |b| b.iter_custom(|iters| changes(&mut one, iters, kube_proxy)));
+    g.finish();
+}
+
+fn all(c: &mut Criterion) {
+    for n in sizes() {
+        cluster(c, n);
+        if n <= CHANGE_MAX {
+            one_endpoint(c, n);
+        }
+    }
+}
+
+criterion_group!(benches, all);
+criterion_main!(benches);
