@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion, SamplingMode};
 
-use svcproxy::bench::{self, report, OneEndpoint, Step};
+use svcproxy::bench::{self, report, Discard, OneEndpoint};
+use svcproxy::track::Event;
 use svcproxy::pipeline;
 
 const ENDPOINTS: usize = 10;
@@ -76,32 +77,40 @@ fn cluster(c: &mut Criterion, n: usize) {
     g.finish();
 }
 
-/// Times `iters` one-endpoint changes, each made to the cluster as generated and followed
-/// by `then`; the change is taken back, untimed, after each.
-fn changes<R>(one: &mut OneEndpoint, iters: u64, then: impl Fn(&OneEndpoint, &Step) -> R) -> Duration {
+/// Times `iters` one-endpoint changes made by `change` to the cluster as generated; the
+/// change is taken back, untimed, after each.
+fn changes<S, R>(one: &mut OneEndpoint, state: &mut S, iters: u64, change: impl Fn(&mut OneEndpoint, &mut S, &Event) -> R) -> Duration {
     let (add, revert) = (one.add.clone(), one.revert.clone());
     let mut total = Duration::ZERO;
     for _ in 0..iters {
         let t = Instant::now();
-        let step = one.step(&add);
-        black_box(then(one, &step));
+        black_box(change(one, state, &add));
         total += t.elapsed();
-        one.step(&revert);
+        change(one, state, &revert);
     }
     total
 }
 
 fn one_endpoint(c: &mut Criterion, n: usize) {
     let mut one = OneEndpoint::new(n, ENDPOINTS).expect("the generated cluster loads");
+    let mut proxier = one.proxier(Box::new(Discard::default())).expect("the first sync");
     let id = |name: &str| BenchmarkId::new(name, n);
-    let commit_update = |_: &OneEndpoint, _: &Step| ();
-    let svcproxy = |one: &OneEndpoint, step: &Step| one.partial(step).expect("a partial sync expresses the change").restore_text();
-    let kube_proxy = |one: &OneEndpoint, step: &Step| one.kube_proxy_partial(step);
-    let per = changes(&mut one, 3, kube_proxy) / 3;
+    // Trackers and ruleset only, then kube-proxy's restore text from them.
+    let commit_update = |one: &mut OneEndpoint, _: &mut (), e: &Event| one.step(e);
+    let kube_proxy = |one: &mut OneEndpoint, _: &mut (), e: &Event| {
+        let changes = one.step(e);
+        one.kube_proxy_partial(&changes)
+    };
+    // svcproxy's watch-mode sync into a kernel that keeps nothing: commit, update,
+    // the restore text from the changed service alone.
+    let watch = |one: &mut OneEndpoint, p: &mut svcproxy::iptables::proxier::Proxier, e: &Event| {
+        one.watch_sync(p, e).expect("a watch-mode sync")
+    };
+    let per = changes(&mut one, &mut (), 3, kube_proxy) / 3;
     let mut g = group(c, "one_endpoint", per);
-    g.bench_function(id("commit_update"), |b| b.iter_custom(|iters| changes(&mut one, iters, commit_update)));
-    g.bench_function(id("svcproxy_partial"), |b| b.iter_custom(|iters| changes(&mut one, iters, svcproxy)));
-    g.bench_function(id("kube_proxy_partial"), |b| b.iter_custom(|iters| changes(&mut one, iters, kube_proxy)));
+    g.bench_function(id("commit_update"), |b| b.iter_custom(|iters| changes(&mut one, &mut (), iters, commit_update)));
+    g.bench_function(id("svcproxy_partial"), |b| b.iter_custom(|iters| changes(&mut one, &mut proxier, iters, watch)));
+    g.bench_function(id("kube_proxy_partial"), |b| b.iter_custom(|iters| changes(&mut one, &mut (), iters, kube_proxy)));
     g.finish();
 }
 

@@ -9,13 +9,16 @@ use std::sync::Arc;
 
 use crate::config::Settings;
 use crate::gen::{self, GenSpec};
+use crate::iptables::apply::{Backend, RestoreError, Restorer};
+use crate::iptables::conntrack::RecordingConntrack;
 use crate::iptables::fake::FakeIptables;
-use crate::iptables::incremental::{self, Before};
 use crate::iptables::partial::{self, Applied};
+use crate::iptables::proxier::Proxier;
 use crate::iptables::render::Ruleset;
 use crate::iptables::restore::{self, Scope};
-use crate::iptables::{delta::Delta, sync};
+use crate::iptables::sync::{self, SyncError, SyncReport};
 use crate::model::EndpointSlice;
+use crate::net::IpFamily;
 use crate::pipeline;
 use crate::source::{self, ClusterState};
 use crate::track::{Changes, Event};
@@ -94,10 +97,32 @@ pub struct OneEndpoint {
     pub changed_text: String,
 }
 
-/// One commit: what changed, and the changed services' rules from before it.
-pub struct Step {
-    pub changes: Changes,
-    pub before: Before,
+/// A kernel that takes every restore and keeps nothing (and holds nothing when read): the
+/// watch-mode path up to the restore text, without applying it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Discard {
+    /// Bytes of restore input sent so far.
+    pub sent: usize,
+}
+
+impl Restorer for Discard {
+    fn backend(&self) -> Backend {
+        // One restore per sync, as iptables-legacy takes it.
+        Backend::Legacy
+    }
+
+    fn save(&mut self, _family: IpFamily, _table: &str) -> Result<String, RestoreError> {
+        Ok(String::new())
+    }
+
+    fn save_all(&mut self, _family: IpFamily) -> Result<String, RestoreError> {
+        Ok(String::new())
+    }
+
+    fn restore(&mut self, _family: IpFamily, text: &str) -> Result<(), RestoreError> {
+        self.sent += text.len();
+        Ok(())
+    }
 }
 
 impl OneEndpoint {
@@ -115,27 +140,37 @@ impl OneEndpoint {
         Ok(OneEndpoint { services, loaded, ruleset, applied, add, revert, base_text, changed_text })
     }
 
-    /// Feeds `event` to the trackers, commits, and brings the ruleset up to date
-    /// (re-rendering the changed services only), as a watch-mode sync does.
-    pub fn step(&mut self, event: &Event) -> Step {
+    /// svcproxy's watch-mode proxier over the cluster as generated, after its first (full)
+    /// sync, into `kernel`.
+    pub fn proxier(&self, kernel: Box<dyn Restorer + Send>) -> Result<Proxier, SyncError> {
+        let mut p = Proxier::new(&self.loaded.config, &self.loaded.trackers, kernel, Box::new(RecordingConntrack::default()));
+        let none = vec![Changes::default(); self.loaded.trackers.families.len()];
+        p.sync(&self.loaded.trackers, &none, true)?;
+        Ok(p)
+    }
+
+    /// Feeds `event` to the trackers, commits, and syncs `proxier` as watch mode does
+    /// (incrementally: only the changed service re-rendered, no kernel read).
+    pub fn watch_sync(&mut self, proxier: &mut Proxier, event: &Event) -> Result<Vec<SyncReport>, SyncError> {
+        self.loaded.trackers.apply(event);
+        let changes = self.loaded.trackers.commit();
+        proxier.sync(&self.loaded.trackers, &changes, false)
+    }
+
+    /// Feeds `event` to the trackers, commits, and brings [`OneEndpoint::ruleset`] up to
+    /// date (re-rendering the changed services only): what changed.
+    pub fn step(&mut self, event: &Event) -> Changes {
         self.loaded.trackers.apply(event);
         let changes = self.loaded.trackers.commit().swap_remove(0);
-        let before = Before::take(&self.ruleset, &changes.services);
         let (services, endpoints) = self.loaded.trackers.families[0].view();
         self.ruleset.update(services, endpoints, &changes.services);
-        Step { changes, before }
+        changes
     }
 
-    /// svcproxy's partial sync after `step`: the restore input from the changed services
-    /// alone (`None`: only a full sync can express it).
-    pub fn partial(&self, step: &Step) -> Option<Delta> {
-        incremental::delta(&step.before, &self.ruleset).map(|p| p.delta)
-    }
-
-    /// kube-proxy's partial restore after `step` (every top-level chain rewritten, the
-    /// changed services' chains), against the cluster as generated.
-    pub fn kube_proxy_partial(&self, step: &Step) -> String {
-        partial::next_restore(&self.applied, &self.ruleset, &step.changes.services, partial::SyncOptions::default()).0
+    /// kube-proxy's partial restore after [`OneEndpoint::step`] (every top-level chain
+    /// rewritten, the changed services' chains), against the cluster as generated.
+    pub fn kube_proxy_partial(&self, changes: &Changes) -> String {
+        partial::next_restore(&self.applied, &self.ruleset, &changes.services, partial::SyncOptions::default()).0
     }
 }
 
@@ -170,10 +205,12 @@ pub fn restore_size(services: usize, endpoints: usize) -> anyhow::Result<Restore
     let full = restore::write(&one.ruleset, Scope::Full, &[]).lines().count();
     let mut kernel = FakeIptables::new();
     sync::sync(&mut kernel, &one.ruleset, false)?;
-    let add = one.add.clone();
-    let step = one.step(&add);
-    let partial = one.partial(&step).ok_or_else(|| anyhow::anyhow!("the change needs a full sync"))?.restore_lines();
-    let kube_proxy = one.kube_proxy_partial(&step).lines().count();
+    let mut proxier = one.proxier(Box::new(Discard::default()))?;
+    let (add, revert) = (one.add.clone(), one.revert.clone());
+    let partial = one.watch_sync(&mut proxier, &add)?.iter().map(|r| r.delta.restore_lines()).sum();
+    one.watch_sync(&mut proxier, &revert)?;
+    let changes = one.step(&add);
+    let kube_proxy = one.kube_proxy_partial(&changes).lines().count();
     let sync = sync::sync(&mut kernel, &one.ruleset, false)?.delta.restore_lines();
     Ok(RestoreSize { full, kube_proxy, partial, sync })
 }
@@ -196,22 +233,24 @@ mod tests {
     }
 
     #[test]
-    fn partial_sync_of_the_change_leaves_what_a_full_render_of_the_changed_cluster_would() {
+    fn the_change_and_its_revert_on_both_paths() {
         let mut one = OneEndpoint::new(40, 4).unwrap();
-        let mut kernel = FakeIptables::new();
-        sync::sync(&mut kernel, &one.ruleset, false).unwrap();
-        let add = one.add.clone();
-        let step = one.step(&add);
-        let partial = one.partial(&step).unwrap();
-        assert!(!partial.is_empty());
-        crate::iptables::apply::Restorer::restore(&mut kernel, crate::net::IpFamily::V4, &partial.restore_text()).unwrap();
-        let want = pipeline::render_iptables(&load_text(&one.changed_text).unwrap()).remove(0);
-        assert!(sync::sync(&mut kernel, &want, true).unwrap().delta.is_empty());
-        // Taking the change back returns to the rules as generated.
-        let revert = one.revert.clone();
+        let mut proxier = one.proxier(Box::new(Discard::default())).unwrap();
+        let (add, revert) = (one.add.clone(), one.revert.clone());
+        for e in [&add, &revert] {
+            let reports = one.watch_sync(&mut proxier, e).unwrap();
+            let lines: usize = reports.iter().map(|r| r.delta.restore_lines()).sum();
+            assert!(lines > 0 && lines < 50, "{lines}");
+            assert_eq!(reports[0].full_lines, 0, "an incremental sync writes no full restore");
+        }
+        // The ruleset path ends where a full render of the changed cluster does, and back.
+        let changes = one.step(&add);
+        assert_eq!(changes.services.len(), 1);
+        let full = |text: &str| restore::write(&pipeline::render_iptables(&load_text(text).unwrap())[0], Scope::Full, &[]);
+        assert_eq!(restore::write(&one.ruleset, Scope::Full, &[]), full(&one.changed_text));
+        assert!(one.kube_proxy_partial(&changes).contains("\n:KUBE-SERVICES - [0:0]\n"));
         one.step(&revert);
-        let base = pipeline::render_iptables(&load_text(&one.base_text).unwrap()).remove(0);
-        assert_eq!(restore::write(&one.ruleset, Scope::Full, &[]), restore::write(&base, Scope::Full, &[]));
+        assert_eq!(restore::write(&one.ruleset, Scope::Full, &[]), full(&one.base_text));
     }
 
     #[test]

@@ -121,8 +121,8 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<ExitCode> {
                 std::fs::write(p, &one.changed_text).with_context(|| format!("cannot write {}", p.display()))?;
             }
             let add = one.add.clone();
-            let step = one.step(&add);
-            super::out(&one.kube_proxy_partial(&step))?;
+            let changes = one.step(&add);
+            super::out(&one.kube_proxy_partial(&changes))?;
         }
         BenchWhat::SplitRestore { services_per_chunk, dir } => {
             let mut text = String::new();
