@@ -1,6 +1,6 @@
 # Shared by scripts/bench and scripts/bench-kernel (sourced, not run).
 
-RESULTS=target/bench-results
+RESULTS=${SVCPROXY_BENCH_RESULTS:-target/bench-results}
 BENCHMARKS=BENCHMARKS.md
 BEGIN_MARK='<!-- results: written by scripts/bench from the benchmark output; edits here are overwritten -->'
 END_MARK='<!-- end of results -->'

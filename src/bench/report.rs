@@ -473,7 +473,7 @@ fn full_sync(out: &mut String, i: &Inputs, b: &str) {
             k("chunks").count(),
         );
     }
-    out.push('\n');
+    out.push_str("\n(— not measured: one input only where it is feasible on iptables-nft, chunks on iptables-legacy only at the smallest size; `scripts/bench-kernel --help`.)\n\n");
 }
 
 fn change(out: &mut String, i: &Inputs, backends: &[String]) {
@@ -521,13 +521,14 @@ fn change(out: &mut String, i: &Inputs, backends: &[String]) {
 
 fn nft_chunking(out: &mut String, i: &Inputs) {
     let order: Vec<usize> = i.kernel_sizes("nft", "bare_reordered");
-    let sweep: Vec<(usize, usize, Summary)> = i
+    let mut sweep: Vec<(usize, usize, Summary)> = i
         .kernel
         .keys()
         .filter(|k| k.0 == "nft")
         .filter_map(|k| Some((k.1, k.2.strip_prefix("chunk_")?.parse::<usize>().ok()?)))
         .map(|(n, c)| (n, c, i.k("nft", n, &format!("chunk_{c}"))))
         .collect();
+    sweep.sort_by_key(|s| (s.0, s.1));
     if order.is_empty() && sweep.is_empty() {
         return;
     }
