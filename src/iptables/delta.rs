@@ -8,7 +8,7 @@
 //! `-D N`/`-I N` when that is shorter than rewriting it, which leaves the same rules in the
 //! same order; unused service chains are deleted last, after the rules that jump to them.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use similar::{capture_diff_slices, Algorithm, DiffOp};
 
@@ -78,29 +78,32 @@ impl Delta {
         self.tables.values().map(TablePlan::lines).sum()
     }
 
-    /// Service chains (nat) written whole.
-    pub fn service_chain_rewrites(&self) -> usize {
-        self.tables.get("nat").map_or(0, |p| p.decls.iter().filter(|d| matches!(d, Decl::Rewrite(r) if is_service_chain(&r.chain))).count())
+    /// Services whose chains (nat) are written whole.
+    pub fn services_rewritten(&self) -> usize {
+        let Some(nat) = self.tables.get("nat") else { return 0 };
+        let service: Vec<&Rewrite> =
+            nat.decls.iter().filter_map(|d| match d { Decl::Rewrite(r) if is_service_chain(&r.chain) => Some(r), _ => None }).collect();
+        by_service(&service).len()
     }
 
-    /// The same input as several restores, applied in order, each writing at most
-    /// `max_chains` service chains: iptables-nft-restore's time grows with the square of
-    /// one input's size (about 11 s for a 1,000-service cluster in one input, 1 s in
-    /// chunks; see BENCHMARKS.md). First the nat chains that do not exist yet are declared
-    /// (empty), so every later jump finds its target; then the service chains, jump
-    /// targets first (SEP, SVC/SVL, EXT, FW), none of them reachable yet from a top-level
-    /// chain; last, in one restore, the filter table and everything else of nat: the
-    /// top-level chains switch to the new rules at once and stale chains go. A failure
-    /// part-way leaves consistent rules: new chains nothing jumps to, or service chains
-    /// rewritten whole.
-    pub fn restore_chunks(&self, max_chains: usize) -> Vec<String> {
+    /// The same input as several restores, applied in order, each writing the chains of
+    /// at most `max_services` services: iptables-nft-restore's time grows with the square
+    /// of one input's size (1,000 services × 10 endpoints: about 11 s in one input, 1.2 s
+    /// in chunks of 50 services; see BENCHMARKS.md). First the nat chains that do not exist
+    /// yet are declared (empty), so every later jump finds its target; then the service
+    /// chains, a service's chains together (cut any other way, the same chunks restore 2–3×
+    /// slower), none of them reachable yet from a top-level chain; last, in one restore,
+    /// the filter table and everything else of nat: the top-level chains switch to the new
+    /// rules at once and stale chains go. A failure part-way leaves consistent rules: new
+    /// chains nothing jumps to, or service chains rewritten whole.
+    pub fn restore_chunks(&self, max_services: usize) -> Vec<String> {
         let Some(nat) = self.tables.get("nat") else { return vec![self.restore_text()] };
-        let mut service: Vec<&Rewrite> =
+        let service: Vec<&Rewrite> =
             nat.decls.iter().filter_map(|d| match d { Decl::Rewrite(r) if is_service_chain(&r.chain) => Some(r), _ => None }).collect();
-        if service.len() <= max_chains {
+        let groups = by_service(&service);
+        if groups.len() <= max_services {
             return vec![self.restore_text()];
         }
-        service.sort_by_key(|r| service_rank(&r.chain));
         let mut chunks = Vec::new();
         let fresh: Vec<&str> = nat.decls.iter().filter_map(|d| match d { Decl::Rewrite(r) if !r.exists && !is_service_chain(&r.chain) => Some(r.chain.as_str()), _ => None }).collect();
         if !fresh.is_empty() {
@@ -109,9 +112,9 @@ impl Delta {
             text.push_str("COMMIT\n");
             chunks.push(text);
         }
-        for group in service.chunks(max_chains.max(1)) {
-            let plan = TablePlan { decls: group.iter().map(|r| Decl::Rewrite((*r).clone())).collect(), ..TablePlan::default() };
-            chunks.push(plan.text("nat"));
+        for part in groups.chunks(max_services.max(1)) {
+            let decls = part.iter().flatten().map(|r| Decl::Rewrite((*r).clone())).collect();
+            chunks.push(TablePlan { decls, ..TablePlan::default() }.text("nat"));
         }
         let rest = TablePlan {
             decls: nat.decls.iter().filter(|d| !matches!(d, Decl::Rewrite(r) if is_service_chain(&r.chain))).cloned().collect(),
@@ -129,17 +132,42 @@ impl Delta {
     }
 }
 
-/// Jump targets before the chains that jump to them: SEP, then SVC/SVL, EXT, FW.
-fn service_rank(chain: &str) -> u8 {
-    if chain.starts_with("KUBE-SEP-") {
-        0
-    } else if chain.starts_with("KUBE-SVC-") || chain.starts_with("KUBE-SVL-") {
-        1
-    } else if chain.starts_with("KUBE-EXT-") {
-        2
-    } else {
-        3
+/// Rewritten service chains grouped by service: a chain joins the group of the rewritten
+/// chain that jumps to it (FW → EXT → SVC/SVL → SEP), so a group's jumps between service
+/// chains stay inside it. Groups in order of first appearance.
+fn by_service<'a>(rewrites: &[&'a Rewrite]) -> Vec<Vec<&'a Rewrite>> {
+    let index: HashMap<&str, usize> = rewrites.iter().enumerate().map(|(i, r)| (r.chain.as_str(), i)).collect();
+    let mut parent: Vec<Option<usize>> = vec![None; rewrites.len()];
+    for (i, r) in rewrites.iter().enumerate() {
+        for rule in &r.rules {
+            let target = rule.split(" -j ").nth(1).and_then(|t| t.split(' ').next());
+            if let Some(&t) = target.and_then(|t| index.get(t)) {
+                if t != i && parent[t].is_none() {
+                    parent[t] = Some(i);
+                }
+            }
+        }
     }
+    let root = |mut i: usize| {
+        // Service chains nest at most four deep; the bound also stops a cycle.
+        for _ in 0..rewrites.len().min(8) {
+            match parent[i] {
+                Some(p) => i = p,
+                None => break,
+            }
+        }
+        i
+    };
+    let mut groups: Vec<Vec<&Rewrite>> = Vec::new();
+    let mut group_of: HashMap<usize, usize> = HashMap::new();
+    for (i, r) in rewrites.iter().enumerate() {
+        let g = *group_of.entry(root(i)).or_insert_with(|| {
+            groups.push(Vec::new());
+            groups.len() - 1
+        });
+        groups[g].push(r);
+    }
+    groups
 }
 
 fn rule_line(chain: &str, args: &[String]) -> String {

@@ -71,15 +71,15 @@ pub fn needed_jumps(rs: &Ruleset) -> Vec<super::jumps::Jump> {
     jumps(!rs.ctx.is_v6() && rs.ctx.localhost_node_ports)
 }
 
-/// Service chains per restore on iptables-nft ([`Delta::restore_chunks`]): measured
-/// near the fastest for 1k–10k-service clusters (BENCHMARKS.md).
-pub const NFT_CHUNK_CHAINS: usize = 500;
+/// Services per restore on iptables-nft ([`Delta::restore_chunks`]): the fastest of 10, 25,
+/// 50, 100, 250 and 1,000 at 5,000 services (BENCHMARKS.md).
+pub const NFT_CHUNK_SERVICES: usize = 50;
 
 /// Sends a delta: in one restore, or, on iptables-nft when it writes many service chains,
 /// in chunks (its time grows with the square of one input's size).
 pub fn send(r: &mut dyn Restorer, family: crate::net::IpFamily, delta: &Delta) -> Result<(), RestoreError> {
     let chunks = match r.backend() {
-        Backend::Nft => delta.restore_chunks(NFT_CHUNK_CHAINS),
+        Backend::Nft => delta.restore_chunks(NFT_CHUNK_SERVICES),
         Backend::Legacy => vec![delta.restore_text()],
     };
     for chunk in chunks.iter().filter(|c| !c.is_empty()) {
