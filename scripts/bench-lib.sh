@@ -29,6 +29,14 @@ machine_set() {
   mv "$file.new" "$file"
 }
 
+# The commit measured (with -dirty when the working tree differs from it).
+commit() {
+  local c
+  c=$(git rev-parse --short HEAD 2> /dev/null || echo unknown)
+  git diff --quiet HEAD -- src benches Cargo.toml Cargo.lock 2> /dev/null || c="$c-dirty"
+  echo "$c"
+}
+
 # The machine, as BENCHMARKS.md reports it.
 machine_describe() {
   local cpu
