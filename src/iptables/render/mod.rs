@@ -131,12 +131,33 @@ pub fn render_service(ctx: &Context, name: &ServicePortName, services: &ServiceP
 pub fn render(ctx: &Context, services: &ServicePortMap, endpoints: &EndpointsMap) -> Ruleset {
     let endpoint_total = total_endpoints(services, endpoints);
     let large_cluster = endpoint_total > ctx.large_cluster_threshold;
-    let rendered: BTreeMap<ServicePortName, Rendered> = services
-        .keys()
-        .filter_map(|k| render_service(ctx, k, services, endpoints, large_cluster).map(|r| (k.clone(), r)))
-        .collect();
+    let rendered = render_all(ctx, services, endpoints, large_cluster);
     let rule_total = rendered.values().map(|r| rule_count(r)).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
     Ruleset { ctx: ctx.clone(), large_cluster, services: rendered, endpoint_total, rule_total }
+}
+
+/// Below this many service ports one thread renders them all.
+const PARALLEL_MIN: usize = 512;
+
+/// Renders every service port, on as many threads as there are cores: each service
+/// port's rules depend on nothing else, so the parts are rendered apart and joined in
+/// order.
+fn render_all(ctx: &Context, services: &ServicePortMap, endpoints: &EndpointsMap, large: bool) -> BTreeMap<ServicePortName, Rendered> {
+    let keys: Vec<&ServicePortName> = services.keys().collect();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(keys.len().div_ceil(PARALLEL_MIN)).max(1);
+    let part = |ks: &[&ServicePortName]| -> Vec<(ServicePortName, Rendered)> {
+        ks.iter().filter_map(|k| render_service(ctx, k, services, endpoints, large).map(|r| ((*k).clone(), r))).collect()
+    };
+    if threads == 1 {
+        return part(&keys).into_iter().collect();
+    }
+    let parts: Vec<Vec<(ServicePortName, Rendered)>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = keys.chunks(keys.len().div_ceil(threads)).map(|ks| scope.spawn(move || part(ks))).collect();
+        // A render thread only panics on a bug; let it surface as the panic it is.
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
+    });
+    // In key order already: the map is built without sorting.
+    parts.into_iter().flatten().collect()
 }
 
 impl Ruleset {
