@@ -116,6 +116,18 @@ fn watch_follows_file_changes_coalesces_bursts_survives_bad_objects_and_reports_
     let (code, _) = http_get(health, "/livez");
     assert_eq!(code, 200);
 
+    // A file that does not parse at all deletes nothing; once it reads again, what it no
+    // longer holds goes (the slice), whatever was read in between.
+    let before = metric(metrics, "svcproxy_malformed_objects_total");
+    std::fs::write(&file, "apiVersion: v1\nkind: Service\nmetadata: [\n").unwrap();
+    until("the unreadable file to be counted", || metric(metrics, "svcproxy_malformed_objects_total") > before);
+    assert_eq!(seps(&kernel), 33, "the rules stay");
+    let service_only = cluster(1, "").split("---\napiVersion: discovery.k8s.io/v1").next().unwrap().to_string();
+    std::fs::write(&file, service_only).unwrap();
+    until("the slice's endpoints to go", || seps(&kernel) == 0);
+    std::fs::write(&file, cluster(33, "")).unwrap();
+    until("the endpoints back", || seps(&kernel) == 33);
+
     let _ = stop_tx.send(());
     rt.block_on(runner).unwrap();
     assert_eq!(seps(&kernel), 33, "stopping leaves the rules in place");

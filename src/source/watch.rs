@@ -71,15 +71,24 @@ pub async fn watch_files(path: PathBuf, interval: Duration, initial: ClusterStat
                 return;
             }
         }
-        let mut events = events_between(&state, &next);
         if !errors.is_empty() {
             // An object that no longer reads keeps its last good version: a read with
-            // errors deletes nothing (the bad object may be one that disappeared).
-            events.retain(|e| !matches!(e, Event::ServiceDeleted(_) | Event::SliceDeleted(_)));
+            // errors deletes nothing (the bad object may be one that disappeared). It is
+            // kept in the state too, so the next clean read deletes it if it is gone.
+            keep_unread(&state, &mut next);
         }
+        let events = events_between(&state, &next);
         state = next;
         if tx.send(SourceMsg::Events(events)).await.is_err() {
             return;
         }
     }
+}
+
+/// Adds to `new` the services and slices of `old` it does not have.
+fn keep_unread(old: &ClusterState, new: &mut ClusterState) {
+    let services: std::collections::BTreeSet<_> = new.services.iter().map(|s| s.id.clone()).collect();
+    new.services.extend(old.services.iter().filter(|s| !services.contains(&s.id)).cloned());
+    let slices: std::collections::BTreeSet<_> = new.slices.iter().map(|s| s.id.clone()).collect();
+    new.slices.extend(old.slices.iter().filter(|s| !slices.contains(&s.id)).cloned());
 }
