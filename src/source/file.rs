@@ -96,17 +96,17 @@ pub fn read_path_lenient(path: &Path) -> (ClusterState, Vec<SourceError>) {
         Err(e) => return (state, vec![e]),
     };
     for file in files {
-        let docs = read_text(&file).and_then(|text| documents(&file, &text));
-        match docs {
-            Ok(docs) => {
-                for (doc, (line, value)) in docs.into_iter().enumerate() {
-                    let at = At { path: &file, line, doc: doc + 1 };
-                    if let Err(e) = read_value(&at, value, &mut state) {
-                        errors.push(e);
-                    }
+        let read = read_text(&file).and_then(|text| {
+            each_document(&file, &text, |doc, line, value| {
+                let at = At { path: &file, line, doc };
+                if let Err(e) = read_value(&at, value, &mut state) {
+                    errors.push(e);
                 }
-            }
-            Err(e) => errors.push(e),
+                Ok(())
+            })
+        });
+        if let Err(e) = read {
+            errors.push(e);
         }
     }
     (state, errors)
@@ -114,21 +114,25 @@ pub fn read_path_lenient(path: &Path) -> (ClusterState, Vec<SourceError>) {
 
 /// Parses one file's text into `state`. `path` is only used in messages.
 pub fn read_str(path: &Path, text: &str, state: &mut ClusterState) -> Result<(), SourceError> {
-    for (doc, (line, value)) in documents(path, text)?.into_iter().enumerate() {
-        let at = At { path, line, doc: doc + 1 };
-        read_value(&at, value, state)?;
-    }
-    Ok(())
+    each_document(path, text, |doc, line, value| read_value(&At { path, line, doc }, value, state))
 }
 
-/// Splits a file into `(start line, document)` pairs. JSON goes through serde_json
-/// (fast for large dumps); everything else through serde-saphyr.
-fn documents(path: &Path, text: &str) -> Result<Vec<(u64, Value)>, SourceError> {
+/// Calls `f(document number, start line, document)` for each document of a file, one at
+/// a time: a document is read, handed over and dropped before the next is parsed, so a
+/// large multi-document dump is never held whole as a tree. JSON goes through serde_json
+/// (fast for large dumps); everything else through serde-saphyr. Stops at the first error
+/// (a syntax error, or one `f` returns).
+fn each_document(
+    path: &Path,
+    text: &str,
+    mut f: impl FnMut(usize, u64, Value) -> Result<(), SourceError>,
+) -> Result<(), SourceError> {
     if text.trim_start().starts_with('{') {
-        return serde_json::from_str::<Value>(text).map(|v| vec![(1, v)]).map_err(|e| SourceError::Syntax {
+        let value = serde_json::from_str::<Value>(text).map_err(|e| SourceError::Syntax {
             path: path.to_path_buf(),
             message: format!("line {}: malformed JSON: {e}", e.line()),
-        });
+        })?;
+        return f(1, 1, value);
     }
     // serde-saphyr's default budget suits config files; a cluster dump has one document
     // per object. Size limits scale with the input; alias and anchor limits (the
@@ -143,11 +147,20 @@ fn documents(path: &Path, text: &str) -> Result<Vec<(u64, Value)>, SourceError> 
             max_total_scalar_bytes: scaled,
         },
     };
-    let docs: Vec<serde_saphyr::Spanned<Value>> = serde_saphyr::from_multiple_with_options(text, options).map_err(|e| {
-        let at = e.location().map(|l| format!("line {}: ", l.line())).unwrap_or_default();
-        SourceError::Syntax { path: path.to_path_buf(), message: format!("{at}malformed YAML: {e}") }
-    })?;
-    Ok(docs.into_iter().filter(|d| !d.value.is_null()).map(|d| (d.referenced.line(), d.value)).collect())
+    let mut reader = text.as_bytes();
+    let mut doc = 0;
+    for item in serde_saphyr::read_with_options::<_, serde_saphyr::Spanned<Value>>(&mut reader, options) {
+        let spanned = item.map_err(|e| {
+            let at = e.location().map(|l| format!("line {}: ", l.line())).unwrap_or_default();
+            SourceError::Syntax { path: path.to_path_buf(), message: format!("{at}malformed YAML: {e}") }
+        })?;
+        if spanned.value.is_null() {
+            continue;
+        }
+        doc += 1;
+        f(doc, spanned.referenced.line(), spanned.value)?;
+    }
+    Ok(())
 }
 
 /// Where a document is, for messages.
