@@ -53,11 +53,16 @@ pub fn render_iptables(loaded: &Loaded) -> Vec<Ruleset> {
 /// when there are both.
 pub fn iptables_text(rulesets: &[Ruleset]) -> String {
     let mut out = String::new();
+    emit_iptables(rulesets, |s| out.push_str(s));
+    out
+}
+
+/// [`iptables_text`], handed to `sink` piece by piece.
+pub fn emit_iptables(rulesets: &[Ruleset], mut sink: impl FnMut(&str)) {
     for rs in rulesets {
         if rulesets.len() > 1 {
-            out.push_str(if rs.ctx.family == IpFamily::V6 { "# ip6tables\n" } else { "# iptables\n" });
+            sink(if rs.ctx.family == IpFamily::V6 { "# ip6tables\n" } else { "# iptables\n" });
         }
-        out.push_str(&restore::write(rs, Scope::Full, &[]));
+        restore::emit(rs, Scope::Full, &[], &mut sink);
     }
-    out
 }

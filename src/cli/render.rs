@@ -65,12 +65,29 @@ pub fn run(args: &RenderArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(EXIT_OK));
     }
     let rulesets = pipeline::render_iptables(&loaded);
-    let text = pipeline::iptables_text(&rulesets);
+    drop(loaded);
     match args.output {
-        Output::Restore => super::out(&text)?,
+        Output::Restore => stream(&rulesets)?,
         Output::Json => super::out(&format!("{}\n", serde_json::to_string_pretty(&json_rules(&rulesets)?)?))?,
     }
     Ok(ExitCode::from(EXIT_OK))
+}
+
+/// Writes the restore text to stdout as it is produced (it is tens of megabytes for a
+/// large cluster; nothing needs it whole).
+fn stream(rulesets: &[crate::iptables::render::Ruleset]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    let mut failed = None;
+    pipeline::emit_iptables(rulesets, |s| {
+        if failed.is_none() {
+            failed = out.write_all(s.as_bytes()).err();
+        }
+    });
+    match failed {
+        Some(e) => Err(e),
+        None => out.flush(),
+    }
 }
 
 fn json_rules(rulesets: &[crate::iptables::render::Ruleset]) -> anyhow::Result<serde_json::Value> {

@@ -31,43 +31,65 @@ impl Scope<'_> {
 /// The restore input for one family, in kube-proxy's order. `stale` chains are declared
 /// (flushed) and deleted with `-X`.
 pub fn write(rs: &Ruleset, scope: Scope, stale: &[String]) -> String {
-    let ctx = &rs.ctx;
-    let mut filter_chains = Lines::new();
-    let mut filter_rules = Lines::new();
-    let mut nat_chains = Lines::new();
-    let mut nat_rules = Lines::new();
-    fixed::filter_chains(ctx, &mut filter_chains);
-    fixed::filter_head(ctx, &mut filter_rules);
-    fixed::nat_chains(&mut nat_chains);
-    fixed::nat_head(ctx, &mut nat_rules);
+    let mut out = String::with_capacity(size_hint(rs, scope));
+    emit(rs, scope, stale, |s| out.push_str(s));
+    out
+}
+
+/// Bytes [`write`] will produce, near enough to size its buffer once.
+fn size_hint(rs: &Ruleset, scope: Scope) -> usize {
+    let mut n = 4096;
     for (name, r) in &rs.services {
-        filter_rules.append(&r.filter);
-        nat_rules.append(&r.nat_top);
+        n += r.filter.as_str().len() + r.nat_top.as_str().len();
         if scope.includes(&name.service) {
-            for c in &r.chains {
-                nat_chains.chain(c);
-            }
-            nat_rules.append(&r.chain_rules);
+            n += r.chain_rules.as_str().len() + r.chains.iter().map(|c| c.len() + 9).sum::<usize>();
         }
     }
-    fixed::filter_tail(ctx, &mut filter_rules);
+    n
+}
+
+/// Hands the restore input to `sink` piece by piece, in order: [`write`] collects it, and
+/// `svcproxy render` streams it to stdout without holding it whole.
+pub fn emit(rs: &Ruleset, scope: Scope, stale: &[String], mut sink: impl FnMut(&str)) {
+    let ctx = &rs.ctx;
+    let fixed_part = |f: &dyn Fn(&mut Lines), sink: &mut dyn FnMut(&str)| {
+        let mut l = Lines::new();
+        f(&mut l);
+        sink(l.as_str());
+    };
+    sink("*filter\n");
+    fixed_part(&|l| fixed::filter_chains(ctx, l), &mut sink);
+    fixed_part(&|l| fixed::filter_head(ctx, l), &mut sink);
+    rs.services.values().for_each(|r| sink(r.filter.as_str()));
+    fixed_part(&|l| fixed::filter_tail(ctx, l), &mut sink);
+    sink("COMMIT\n*nat\n");
+    fixed_part(&|l| fixed::nat_chains(l), &mut sink);
+    let decl = |c: &str, sink: &mut dyn FnMut(&str)| {
+        sink(":");
+        sink(c);
+        sink(" - [0:0]\n");
+    };
+    for (name, r) in &rs.services {
+        if scope.includes(&name.service) {
+            r.chains.iter().for_each(|c| decl(c, &mut sink));
+        }
+    }
+    stale.iter().for_each(|c| decl(c, &mut sink));
+    fixed_part(&|l| fixed::nat_head(ctx, l), &mut sink);
+    for (name, r) in &rs.services {
+        sink(r.nat_top.as_str());
+        if scope.includes(&name.service) {
+            sink(r.chain_rules.as_str());
+        }
+    }
     // kube-proxy writes the stale-chain deletions before the final KUBE-NODEPORTS jump.
     for c in stale {
-        nat_chains.chain(c);
-        nat_rules.line(["-X", c]);
+        sink("-X ");
+        sink(c);
+        sink("\n");
     }
-    fixed::nat_tail(ctx, &mut nat_rules);
-    let mut out = String::with_capacity(
-        filter_chains.as_str().len() + filter_rules.as_str().len() + nat_chains.as_str().len() + nat_rules.as_str().len() + 32,
-    );
-    out.push_str("*filter\n");
-    out.push_str(filter_chains.as_str());
-    out.push_str(filter_rules.as_str());
-    out.push_str("COMMIT\n*nat\n");
-    out.push_str(nat_chains.as_str());
-    out.push_str(nat_rules.as_str());
-    out.push_str("COMMIT\n");
-    out
+    fixed_part(&|l| fixed::nat_tail(ctx, l), &mut sink);
+    sink("COMMIT\n");
 }
 
 /// A parsed restore input or save output.
