@@ -7,6 +7,7 @@
 //! - `.flows`: packet flows traced through the full ruleset (never blessed, so a cosmetic
 //!   re-bless cannot hide a behaviour change);
 //! - `.chains` / `.asserts`: single-chain and line/count assertions from upstream tests.
+//!
 //! Every full ruleset also passes the jump-consistency check and a parse round-trip.
 
 mod support;

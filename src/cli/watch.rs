@@ -110,7 +110,7 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
 
 /// Where the cluster state comes from.
 enum Origin {
-    Files { path: std::path::PathBuf, initial: ClusterState },
+    Files { path: std::path::PathBuf, initial: Box<ClusterState> },
     Api(kube::Client),
 }
 
@@ -121,7 +121,7 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings) -> anyhow::Resu
             let (mut state, errors) = read_path_lenient(path);
             crate::derive::complete_with_notes(&mut state, args.config.derive_endpoints);
             let initial = state.clone();
-            (state, Origin::Files { path: path.clone(), initial }, errors.len())
+            (state, Origin::Files { path: path.clone(), initial: Box::new(initial) }, errors.len())
         }
         None => {
             let client = client(w).await?;
@@ -159,7 +159,7 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings) -> anyhow::Resu
         Origin::Files { path, initial } => {
             tracing::info!(%health, %metrics, from = %path.display(), "watching files");
             let poll = duration("--poll-interval", &w.poll_interval)?;
-            tokio::spawn(watch_files(path, poll, initial, args.config.derive_endpoints, tx));
+            tokio::spawn(watch_files(path, poll, *initial, args.config.derive_endpoints, tx));
         }
         Origin::Api(client) => {
             tracing::info!(%health, %metrics, "watching the API server");

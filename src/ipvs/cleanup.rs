@@ -60,10 +60,7 @@ pub fn iptables_plan(live: &Dump) -> (String, Vec<String>) {
 /// Deletes the virtual servers on kube-ipvs0's addresses and on node addresses in the
 /// NodePort range; returns what was (or would be) deleted.
 pub fn virtual_servers(ipvs: &mut dyn Ipvs, links: &mut dyn Links, dry_run: bool) -> Result<Vec<String>, netlink::Error> {
-    let (bound, local) = match addresses(links) {
-        Ok(x) => x,
-        Err(_) => (BTreeSet::new(), BTreeSet::new()),
-    };
+    let (bound, local) = addresses(links).unwrap_or_default();
     let ops: Vec<Op> = ipvs
         .services()?
         .into_iter()

@@ -167,8 +167,8 @@ pub async fn run_with_node(client: Client, proxy_name: Option<String>, node_name
     }
     let selector = label_selector(proxy_name.as_deref());
     let cfg = watcher::Config::default().labels(&selector);
-    let services = watcher::watcher(Api::<core::Service>::all(client.clone()), cfg.clone()).default_backoff().map_ok(Either::Service);
-    let slices = watcher::watcher(Api::<discovery::EndpointSlice>::all(client), cfg).default_backoff().map_ok(Either::Slice);
+    let services = watcher::watcher(Api::<core::Service>::all(client.clone()), cfg.clone()).default_backoff().map_ok(|e| Either::Service(Box::new(e)));
+    let slices = watcher::watcher(Api::<discovery::EndpointSlice>::all(client), cfg).default_backoff().map_ok(|e| Either::Slice(Box::new(e)));
     let mut stream = std::pin::pin!(futures::stream::select(services, slices));
     let mut svc: Known<Service> = Known::default();
     let mut eps: Known<EndpointSlice> = Known::default();
@@ -176,8 +176,8 @@ pub async fn run_with_node(client: Client, proxy_name: Option<String>, node_name
     while let Some(item) = stream.next().await {
         let (mut out, mut bad) = (Vec::new(), Vec::new());
         match item {
-            Ok(Either::Service(ev)) => svc.step(ev, &mut out, &mut bad),
-            Ok(Either::Slice(ev)) => eps.step(ev, &mut out, &mut bad),
+            Ok(Either::Service(ev)) => svc.step(*ev, &mut out, &mut bad),
+            Ok(Either::Slice(ev)) => eps.step(*ev, &mut out, &mut bad),
             Err(e) => {
                 tracing::warn!(error = %e, "watch failed; retrying");
                 continue;
@@ -226,6 +226,6 @@ async fn watch_node(client: Client, name: String, tx: mpsc::Sender<SourceMsg>) {
 }
 
 enum Either {
-    Service(WEvent<core::Service>),
-    Slice(WEvent<discovery::EndpointSlice>),
+    Service(Box<WEvent<core::Service>>),
+    Slice(Box<WEvent<discovery::EndpointSlice>>),
 }

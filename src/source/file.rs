@@ -5,6 +5,10 @@
 //! Reading is all-or-nothing: the first bad object fails the whole read with an error
 //! naming the file, the line its document starts on, the object and the field.
 
+// A SourceError names the file, line, object and field; it is returned once per run (or
+// per skipped object in watch mode), so its size does not matter on the happy path.
+#![allow(clippy::result_large_err)]
+
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -300,6 +304,31 @@ fn object_name(value: &Value) -> String {
     }
 }
 
+/// The events that turn cluster state `old` into `new` (objects only in `old` are
+/// deleted; objects in `new` are applied, unchanged ones included, as a relist would).
+pub fn events_between(old: &ClusterState, new: &ClusterState) -> Vec<crate::track::Event> {
+    use std::collections::BTreeSet;
+    use std::sync::Arc;
+
+    use crate::track::Event;
+    let mut events = Vec::new();
+    let new_services: BTreeSet<_> = new.services.iter().map(|s| &s.id).collect();
+    for s in &old.services {
+        if !new_services.contains(&s.id) {
+            events.push(Event::ServiceDeleted(s.id.clone()));
+        }
+    }
+    let new_slices: BTreeSet<_> = new.slices.iter().map(|s| &s.id).collect();
+    for s in &old.slices {
+        if !new_slices.contains(&s.id) {
+            events.push(Event::SliceDeleted(Arc::new(s.clone())));
+        }
+    }
+    events.extend(new.services.iter().map(|s| Event::ServiceApplied(Arc::new(s.clone()))));
+    events.extend(new.slices.iter().map(|s| Event::SliceApplied(Arc::new(s.clone()))));
+    events
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -339,29 +368,4 @@ mod tests {
         let err = read("apiVersion: v1\nkind: Service\nmetadata: [\n").unwrap_err().to_string();
         assert!(err.starts_with("t.yaml: line "), "{err}");
     }
-}
-
-/// The events that turn cluster state `old` into `new` (objects only in `old` are
-/// deleted; objects in `new` are applied, unchanged ones included, as a relist would).
-pub fn events_between(old: &ClusterState, new: &ClusterState) -> Vec<crate::track::Event> {
-    use std::collections::BTreeSet;
-    use std::sync::Arc;
-
-    use crate::track::Event;
-    let mut events = Vec::new();
-    let new_services: BTreeSet<_> = new.services.iter().map(|s| &s.id).collect();
-    for s in &old.services {
-        if !new_services.contains(&s.id) {
-            events.push(Event::ServiceDeleted(s.id.clone()));
-        }
-    }
-    let new_slices: BTreeSet<_> = new.slices.iter().map(|s| &s.id).collect();
-    for s in &old.slices {
-        if !new_slices.contains(&s.id) {
-            events.push(Event::SliceDeleted(Arc::new(s.clone())));
-        }
-    }
-    events.extend(new.services.iter().map(|s| Event::ServiceApplied(Arc::new(s.clone()))));
-    events.extend(new.slices.iter().map(|s| Event::SliceApplied(Arc::new(s.clone()))));
-    events
 }

@@ -14,6 +14,10 @@
 //! Only 198.18.0.0/15 and fd00::/8 are used, only inside namespaces the tests create
 //! (no default route anywhere); everything is torn down, also on failure.
 
+// per_backend! pushes cases one by one into a vector made just before; ensure! negates
+// the condition it is given (which may compare floats).
+#![allow(clippy::vec_init_then_push, clippy::neg_cmp_op_on_partial_ord)]
+
 #[macro_use]
 mod harness;
 mod netns;
