@@ -51,12 +51,13 @@ impl Proxier {
             let (s, e) = t.view();
             rs.update(s, e, &ch.services);
         }
+        // Every ruleset has moved on: until its family's sync succeeds, the kernel is not
+        // known to hold it (a failure part-way leaves the later families unsynced too).
+        let trusted: Vec<bool> = self.in_sync.iter().map(|s| !full && *s).collect();
+        self.in_sync.iter_mut().for_each(|s| *s = false);
         let mut reports = Vec::with_capacity(self.rulesets.len());
         for (i, before) in befores.iter().enumerate() {
-            let incremental = !full && self.in_sync[i];
-            // Whatever happens, the kernel is known to hold the ruleset only on success.
-            self.in_sync[i] = false;
-            let report = match incremental.then(|| incremental::delta(before, &self.rulesets[i])).flatten() {
+            let report = match trusted[i].then(|| incremental::delta(before, &self.rulesets[i])).flatten() {
                 Some(partial) => self.send(i, partial)?,
                 None => sync::sync(self.restorer.as_mut(), &self.rulesets[i], false)?,
             };

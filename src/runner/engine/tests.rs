@@ -174,3 +174,22 @@ fn ipvs_mode_follows_endpoint_changes() {
     assert!(dests(&mut engine) < before);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn a_failure_in_one_family_leaves_every_later_family_to_a_full_sync() {
+    let state = demo_state();
+    let mut web = slice(&state, "shop", "web");
+    let (mut engine, kernel, _) = iptables_engine(state);
+    assert_eq!(engine.trackers.families.len(), 2, "the demo node is dual-stack");
+    engine.sync(true).unwrap();
+    web.endpoints.remove(0);
+    engine.apply(&[Event::SliceApplied(Arc::new(web))]);
+    kernel.lock().unwrap().fail_next = Some("line 2 failed".into());
+    assert!(engine.sync(false).is_err());
+    kernel.lock().unwrap().calls.clear();
+    engine.sync(false).unwrap();
+    let saved: Vec<crate::net::IpFamily> =
+        kernel.lock().unwrap().calls.iter().filter_map(|c| match c { Call::Save(f, _) => Some(*f), _ => None }).collect();
+    assert!(saved.contains(&crate::net::IpFamily::V4) && saved.contains(&crate::net::IpFamily::V6), "{saved:?}");
+    assert_eq!(drift(&engine, &kernel), 0);
+}
