@@ -43,6 +43,11 @@ impl Lines {
         self.count += other.count;
     }
 
+    /// Gives back the growth slack (up to half the buffer) of lines that are kept.
+    pub fn shrink_to_fit(&mut self) {
+        self.text.shrink_to_fit();
+    }
+
     pub fn as_str(&self) -> &str {
         &self.text
     }

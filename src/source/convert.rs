@@ -231,7 +231,7 @@ pub fn endpoint_slice(
 }
 
 fn slice_ports(ports: &[discovery::EndpointPort], skips: &mut Vec<Skip>) -> Result<Vec<SlicePort>> {
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(ports.len());
     for (i, p) in ports.iter().enumerate() {
         let f = |name: &str| format!("ports[{i}].{name}");
         let Some(name) = p.name.clone() else {
@@ -256,7 +256,8 @@ fn slice_endpoints(
     family: IpFamily,
     skips: &mut Vec<Skip>,
 ) -> Result<Vec<SliceEndpoint>> {
-    let mut out = Vec::new();
+    // Sized once: the cache keeps every slice, and a grown vector keeps its slack.
+    let mut out = Vec::with_capacity(endpoints.len());
     for (i, ep) in endpoints.iter().enumerate() {
         let Some(first) = ep.addresses.first() else {
             skips.push(Skip { field: format!("endpoints[{i}].addresses"), reason: "empty: endpoint ignored".into() });

