@@ -199,6 +199,7 @@ fn fmt_count(n: usize) -> String {
 }
 
 const NONE: &str = "—";
+const MIB: f64 = 1024.0 * 1024.0;
 
 /// A kernel measurement summarised: its median, or why there is none.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -355,7 +356,9 @@ fn targets(out: &mut String, i: &Inputs) {
         }
     }
     let rss = i.rss.get(&n).and_then(|r| median(&r.iter().map(|x| x.0).collect::<Vec<_>>())).map(|kib| kib / 1024.0);
-    let _ = writeln!(out, "| peak RSS of a one-shot render ≤ 150 MB | {} | {} |\n", rss.map_or(NONE.into(), |m| format!("{m:.0} MiB")), verdict(rss, |v| v <= 150.0));
+    // The target is in MB (10^6 bytes); GNU time reports KiB.
+    let cell = |m: f64| format!("{m:.0} MiB ({:.0} MB)", m * MIB / 1e6);
+    let _ = writeln!(out, "| peak RSS of a one-shot render ≤ 150 MB | {} | {} |\n", rss.map_or(NONE.into(), cell), verdict(rss, |v| v * MIB <= 150e6));
 }
 
 fn in_process(out: &mut String, i: &Inputs) {
@@ -615,7 +618,11 @@ mod tests {
         assert!(line("≤ 1 ms").ends_with("| 2 ms | **missed** |"));
         assert!(line("≤ 50 restore lines").contains("9 (watch), 9 (one-shot sync) | met"));
         assert!(line("(legacy, 10,000)").contains("+4 % | met"));
-        assert!(line("peak RSS").contains("120 MiB | met"));
+        assert!(line("peak RSS").contains("120 MiB (126 MB) | met"));
+        // 145 MiB is 152 MB: over the target, though under 150 in MiB.
+        i.rss.insert(10000, vec![(145.0 * 1024.0, 4.0)]);
+        let text = render(&i);
+        assert!(text.contains("| 145 MiB (152 MB) | **missed** |"), "{text}");
         // Nothing measured through the kernel for nft: no verdict row for it.
         assert!(!text.contains("(nft,"));
     }
