@@ -3,7 +3,8 @@
 //! initramfs, and `tests/rigs/ipvs-guest-sync.sh` runs every check inside: a sync of
 //! `fixtures/demo.yaml` compared with `golden/demo.ipvs` (`ipvsadm -Sn`, kube-ipvs0,
 //! `ipset save`), a clean dry run, cleanup, and real connections between network
-//! namespaces (spread, graceful termination across a restart, affinity).
+//! namespaces (spread, graceful termination across a restart, affinity), a `--live`
+//! trace of the draining state, and watch mode.
 //!
 //! Missing means (not root, no qemu, no tools) are reported as SKIPPED with the reason,
 //! and fail under `CI=true`. The last line is `ipvs_vm: P passed, F failed, S skipped`.
@@ -12,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
-const GUEST_CHECKS: usize = 21;
+const GUEST_CHECKS: usize = 22;
 
 const MODULES: &str = "ip_set ip_set_hash_ip ip_set_hash_ipport ip_set_hash_ipportip ip_set_hash_ipportnet \
     ip_set_bitmap_port xt_set ip_tables iptable_nat iptable_filter ip6_tables ip6table_nat ip6table_filter \

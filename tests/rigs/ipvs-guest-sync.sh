@@ -85,6 +85,13 @@ if [ "$w" = 0 ]; then ok "removed endpoint with connections drains at weight 0";
 if [ $rc = 0 ]; then ok "dry-run while draining reports nothing"; else bad "dry-run while draining" "rc=$rc $(cat /tmp/dry.out)"; fi
 out=$(conns 8)
 if [ "$(count "$out" pod1)" = 8 ]; then ok "new connections avoid the draining pod"; else bad "draining pod" "$out"; fi
+# The live IPVS trace reads the same kernel: pod1 takes every new connection, pod2 drains.
+"$S" trace --mode ipvs --live --iptables-backend legacy --from "$D/dataplane-2.yaml" --src 198.18.3.2 --dst $VIP:80 >/tmp/trace.out 2>&1; rc=$?
+if [ $rc = 0 ] && grep -q "^  real server 198.18.1.2:8080 weight 1: 100.00% of new connections" /tmp/trace.out \
+  && grep -q "^  real server 198.18.2.2:8080 weight 0: draining" /tmp/trace.out \
+  && grep -q "^100.00%  IPVS to 198.18.1.2:8080" /tmp/trace.out; then
+  ok "trace --live --mode ipvs shows the kernel's state (pod1 100%, pod2 draining)"
+else bad "live IPVS trace" "rc=$rc $(head -20 /tmp/trace.out)"; fi
 # Restart: the process memory is gone; the kernel's weight 0 is the state.
 rm -f /run/svcproxy/ipvs-terminating
 sync_ipvs "$D/dataplane-2.yaml" >/dev/null 2>&1
