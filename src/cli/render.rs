@@ -104,7 +104,7 @@ fn json_rules(rulesets: &[crate::iptables::render::Ruleset]) -> anyhow::Result<s
                     .chains
                     .iter()
                     .map(|c| {
-                        let rules: Vec<&Vec<String>> = t.rules_of(&c.name).map(|r| &r.args).collect();
+                        let rules: Vec<Vec<&str>> = t.rules_of(&c.name).map(|r| r.args.words()).collect();
                         serde_json::json!({ "name": c.name, "rules": rules })
                     })
                     .collect();

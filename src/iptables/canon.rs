@@ -12,15 +12,15 @@
 use crate::net::{parse_ip_sloppy, Cidr};
 
 /// One rule, canonical: comparable with `==` against a rule read from `iptables-save`.
-pub fn canonical(args: &[String], v6: bool) -> Vec<String> {
+pub fn canonical<S: AsRef<str>>(args: &[S], v6: bool) -> Vec<String> {
     let mut header: [Vec<String>; 5] = Default::default();
     let mut matches: Vec<Vec<String>> = Vec::new();
     let mut target: Vec<String> = Vec::new();
     let mut negate = false;
     let mut i = 0;
     while i < args.len() {
-        let a = args[i].as_str();
-        let next = args.get(i + 1).cloned().unwrap_or_default();
+        let a = args[i].as_ref();
+        let next = args.get(i + 1).map(|n| n.as_ref().to_string()).unwrap_or_default();
         let slot = match a {
             "-s" | "--source" => Some(0),
             "-d" | "--destination" => Some(1),
@@ -43,7 +43,7 @@ pub fn canonical(args: &[String], v6: bool) -> Vec<String> {
             matches.push(vec!["-m".into(), next]);
             i += 2;
         } else if a == "-j" || a == "--jump" {
-            target = args[i..].to_vec();
+            target = args[i..].iter().map(|t| t.as_ref().to_string()).collect();
             break;
         } else {
             if let Some(m) = matches.last_mut() {

@@ -46,7 +46,7 @@ pub fn check_jumps(dump: &Dump) -> Vec<String> {
 }
 
 fn jump_target(r: &Rule) -> Option<&str> {
-    r.args.iter().position(|a| a == "-j").and_then(|i| r.args.get(i + 1)).map(String::as_str)
+    r.args.after("-j")
 }
 
 /// kube-proxy's test normalisation: tables by name; chains KUBE-NODEPORTS, KUBE-SERVICES,
@@ -96,8 +96,7 @@ fn chain_rank(c: &str) -> (u8, String) {
 }
 
 fn rule_rank(r: &Rule) -> (bool, String) {
-    let comment = r.args.iter().position(|a| a == "--comment").and_then(|i| r.args.get(i + 1));
-    let comment = comment.map(String::as_str).unwrap_or("");
+    let comment = r.args.after("--comment").unwrap_or("");
     let last = comment.contains("must be the last rule");
     let service = comment.split([' ', ':']).next().unwrap_or("").to_string();
     (last, service)

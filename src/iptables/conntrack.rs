@@ -10,7 +10,7 @@ use std::net::IpAddr;
 use std::process::Command;
 
 use super::restore::{Dump, Rule};
-use crate::trace::matcher_util::{arg_after, split_host_port};
+use crate::trace::matcher_util::split_host_port;
 
 /// A service address: protocol, destination IP (`None` for a NodePort on any local
 /// address) and port.
@@ -57,7 +57,7 @@ fn reach(dump: &Dump) -> BTreeMap<ServiceAddr, Reach> {
     if let Some(nat) = dump.tables.get("nat") {
         for chain in ["KUBE-SERVICES", "KUBE-NODEPORTS"] {
             for r in nat.rules_of(chain) {
-                let (Some(addr), Some(target)) = (service_addr(r), arg_after(&r.args, "-j")) else { continue };
+                let (Some(addr), Some(target)) = (service_addr(r), r.args.after("-j")) else { continue };
                 let mut eps = BTreeSet::new();
                 endpoints(dump, target, &mut eps, 0);
                 out.entry(addr).or_default().endpoints.extend(eps);
@@ -66,7 +66,7 @@ fn reach(dump: &Dump) -> BTreeMap<ServiceAddr, Reach> {
     }
     if let Some(filter) = dump.tables.get("filter") {
         for chain in ["KUBE-SERVICES", "KUBE-EXTERNAL-SERVICES"] {
-            for r in filter.rules_of(chain).filter(|r| arg_after(&r.args, "-j") == Some("REJECT")) {
+            for r in filter.rules_of(chain).filter(|r| r.args.after("-j") == Some("REJECT")) {
                 if let Some(addr) = service_addr(r) {
                     out.entry(addr).or_default().refused = true;
                 }
@@ -77,12 +77,12 @@ fn reach(dump: &Dump) -> BTreeMap<ServiceAddr, Reach> {
 }
 
 fn service_addr(r: &Rule) -> Option<ServiceAddr> {
-    let protocol = arg_after(&r.args, "-p")?.to_string();
+    let protocol = r.args.after("-p")?.to_string();
     if protocol != "udp" && protocol != "sctp" {
         return None;
     }
-    let port = arg_after(&r.args, "--dport")?.parse().ok()?;
-    let ip = arg_after(&r.args, "-d").and_then(|d| d.split('/').next()?.parse().ok());
+    let port = r.args.after("--dport")?.parse().ok()?;
+    let ip = r.args.after("-d").and_then(|d| d.split('/').next()?.parse().ok());
     Some(ServiceAddr { protocol, ip, port })
 }
 
@@ -92,9 +92,9 @@ fn endpoints(dump: &Dump, chain: &str, out: &mut BTreeSet<IpAddr>, depth: usize)
         return;
     }
     for r in nat.rules_of(chain) {
-        match arg_after(&r.args, "-j") {
+        match r.args.after("-j") {
             Some("DNAT") => {
-                if let Some((ip, _)) = arg_after(&r.args, "--to-destination").and_then(split_host_port) {
+                if let Some((ip, _)) = r.args.after("--to-destination").and_then(split_host_port) {
                     out.insert(ip);
                 }
             }

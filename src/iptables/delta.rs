@@ -170,23 +170,26 @@ fn by_service<'a>(rewrites: &[&'a Rewrite]) -> Vec<Vec<&'a Rewrite>> {
     groups
 }
 
-fn rule_line(chain: &str, args: &[String]) -> String {
+fn rule_line<S: AsRef<str>>(chain: &str, args: &[S]) -> String {
     let mut s = format!("-A {chain}");
     for a in args {
         s.push(' ');
-        s.push_str(&quote(a));
+        s.push_str(&quote(a.as_ref()));
     }
     s
 }
 
 fn wanted_rules(t: &TableDump, chain: &str, v6: bool) -> Vec<Wanted> {
     t.rules_of(chain)
-        .map(|r| Wanted { text: rule_line(chain, &r.args), canon: rule_line(chain, &canonical(&r.args, v6)) })
+        .map(|r| {
+            let words = r.args.words();
+            Wanted { text: rule_line(chain, &words), canon: rule_line(chain, &canonical(&words, v6)) }
+        })
         .collect()
 }
 
 fn live_rules(t: &TableDump, chain: &str, v6: bool) -> Vec<String> {
-    t.rules_of(chain).map(|r| rule_line(chain, &canonical(&r.args, v6))).collect()
+    t.rules_of(chain).map(|r| rule_line(chain, &canonical(&r.args.words(), v6))).collect()
 }
 
 /// Computes the delta. `desired` is a full render (restore text parsed); `live` is what

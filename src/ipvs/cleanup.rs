@@ -35,14 +35,14 @@ pub fn iptables_plan(live: &Dump) -> (String, Vec<String>) {
         let mut flush: BTreeSet<String> = chains.iter().map(|c| c.to_string()).collect();
         let mut body = String::new();
         for r in &t.rules {
-            let target = r.args.iter().position(|a| a == "-j").and_then(|i| r.args.get(i + 1));
-            if !target.is_some_and(|j| chains.contains(&j.as_str())) || flush.contains(&r.chain) {
+            let target = r.args.after("-j");
+            if !target.is_some_and(|j| chains.contains(&j)) || flush.contains(&r.chain) {
                 continue;
             }
             if r.chain.starts_with("KUBE-") {
                 flush.insert(r.chain.clone());
             } else {
-                let args: Vec<String> = r.args.iter().map(|a| quote(a)).collect();
+                let args: Vec<String> = r.args.iter().map(quote).collect();
                 body.push_str(&format!("-D {} {}\n", r.chain, args.join(" ")));
                 removed.push(format!("{table} {}: {}", r.chain, args.join(" ")));
             }

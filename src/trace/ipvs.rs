@@ -80,7 +80,7 @@ pub fn rendered_rules(plan: &Plan) -> Result<Dump, ParseError> {
     let mut dump = restore::parse(&plan.iptables)?;
     for j in crate::ipvs::kernel_state::jumps().iter().rev() {
         if let Some(t) = dump.tables.get_mut(j.table) {
-            t.push(Rule { op: "-A".into(), chain: j.from.into(), args: j.args.clone(), line: 0 });
+            t.push(Rule { op: "-A".into(), chain: j.from.into(), args: crate::iptables::restore::Args::new(&j.args), line: 0 });
         }
     }
     Ok(dump)

@@ -43,8 +43,8 @@ pub struct Match {
     pub unknown: Option<String>,
 }
 
-pub fn arg_after<'a>(args: &'a [String], flag: &str) -> Option<&'a str> {
-    args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).map(String::as_str)
+pub fn arg_after<'a, S: AsRef<str>>(args: &'a [S], flag: &str) -> Option<&'a str> {
+    args.iter().position(|a| a.as_ref() == flag).and_then(|i| args.get(i + 1)).map(|a| a.as_ref())
 }
 
 pub fn split_host_port(s: &str) -> Option<(IpAddr, u16)> {
@@ -140,13 +140,13 @@ fn decided(r: Option<bool>, what: &str, value: &str) -> Test {
 /// Evaluates every match of a rule (everything before `-j`/`-g`; the target and its
 /// options are the tracer's business).
 pub fn evaluate(rule: &Rule, p: &Packet, st: &State, env: &Env, sets: &Sets) -> Match {
-    let a = &rule.args;
+    let a = &rule.args.words();
     let mut probability = 1.0;
     let mut negate = false;
     let mut unknown: Option<String> = None;
     let mut i = 0;
     while i < a.len() {
-        let arg = a[i].as_str();
+        let arg = a[i];
         if matches!(arg, "-j" | "--jump" | "-g" | "--goto") {
             break;
         }
@@ -155,7 +155,7 @@ pub fn evaluate(rule: &Rule, p: &Packet, st: &State, env: &Env, sets: &Sets) -> 
             i += 1;
             continue;
         }
-        let next = a.get(i + 1).map(String::as_str).unwrap_or("");
+        let next = a.get(i + 1).copied().unwrap_or("");
         let mut consumed = 2;
         let test = match arg {
             "-s" | "--source" => Test::Is(addr_matches(next, &p.src)),
@@ -177,7 +177,7 @@ pub fn evaluate(rule: &Rule, p: &Packet, st: &State, env: &Env, sets: &Sets) -> 
             "--mark" => decided(mark_matches(next, st.mark), arg, next),
             "--match-set" => {
                 consumed = 3;
-                let flags = a.get(i + 2).map(String::as_str).unwrap_or("");
+                let flags = a.get(i + 2).copied().unwrap_or("");
                 match sets.test(next, flags, p) {
                     Ok(b) => Test::Is(b),
                     Err(why) => Test::Unknown(why),
@@ -229,7 +229,7 @@ mod tests {
     use super::*;
 
     fn rule(text: &str) -> Rule {
-        Rule { op: "-A".into(), chain: "C".into(), args: crate::iptables::restore::split_words(text).unwrap(), line: 1 }
+        Rule { op: "-A".into(), chain: "C".into(), args: crate::iptables::restore::Args::new(crate::iptables::restore::split_words(text).unwrap()), line: 1 }
     }
 
     fn packet() -> Packet {

@@ -248,7 +248,7 @@ fn apply_rule(cx: &Cx, table: &str, chain: &str, rule: &Rule, mut b: Branch, dep
 
 /// `-j MARK`: `--set-xmark V/M` (what iptables-save prints), `--set-mark`, `--or-mark`,
 /// `--xor-mark`, `--and-mark`.
-fn mark(args: &[String], mark: u32) -> u32 {
+fn mark(args: &[&str], mark: u32) -> u32 {
     let arg = |flag| matcher::arg_after(args, flag);
     let value_mask = |s: &str| match s.split_once('/') {
         Some((v, m)) => matcher::parse_u32(v).zip(matcher::parse_u32(m)),
@@ -273,14 +273,14 @@ fn mark(args: &[String], mark: u32) -> u32 {
 }
 
 fn target(cx: &Cx, table: &str, rule: &Rule, mut b: Branch, depth: usize) -> Vec<(Branch, Flow)> {
-    let target = matcher::arg_after(&rule.args, "-j").unwrap_or("");
+    let target = rule.args.after("-j").unwrap_or("");
     match target {
         "" => vec![(b, Flow::Continue)],
         "MARK" => {
-            if matcher::arg_after(&rule.args, "--xor-mark").is_some() {
+            if rule.args.after("--xor-mark").is_some() {
                 b.masquerade = false;
             }
-            b.state.mark = mark(&rule.args, b.state.mark);
+            b.state.mark = mark(&rule.args.words(), b.state.mark);
             vec![(b, Flow::Continue)]
         }
         "RETURN" => vec![(b, Flow::Done("RETURN".into()))],
@@ -290,7 +290,7 @@ fn target(cx: &Cx, table: &str, rule: &Rule, mut b: Branch, depth: usize) -> Vec
             vec![(b, Flow::Done("MASQUERADE".into()))]
         }
         "DNAT" => {
-            let dest = matcher::arg_after(&rule.args, "--to-destination").unwrap_or("").to_string();
+            let dest = rule.args.after("--to-destination").unwrap_or("").to_string();
             if let Some((ip, port)) = matcher::split_host_port(&dest) {
                 b.packet.dst = ip;
                 b.packet.dport = port;
