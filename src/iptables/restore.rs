@@ -130,8 +130,8 @@ pub struct Rule {
 
 /// A rule's words after the chain name, kept in one string, each word ended by a NUL
 /// (which no word can hold). A dump of 10,000 services has millions of words: one
-/// allocation per rule instead of one per word took a 10k sync's two dumps from about
-/// 460 MB to a third of that.
+/// allocation per rule instead of one per word cut the peak RSS of a 10k-service sync
+/// against a synced kernel (two dumps held at once) from 716 MB to 444 MB.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct Args(Box<str>);
 
