@@ -9,6 +9,7 @@
 //! - `recent` gains its defaults (`--mask 255.255.255.255 --rsource`) in a fixed order;
 //! - `REJECT` gains `--reject-with icmp-port-unreachable` (`icmp6-…` for IPv6).
 
+use super::restore::word_after;
 use crate::net::{parse_ip_sloppy, Cidr};
 
 /// One rule, canonical: comparable with `==` against a rule read from `iptables-save`.
@@ -89,7 +90,7 @@ fn hex(s: &str) -> String {
 }
 
 fn value_after(m: &[String], flag: &str) -> Option<String> {
-    m.iter().position(|a| a == flag).and_then(|i| m.get(i + 1)).cloned()
+    word_after(m.iter().map(String::as_str), flag).map(str::to_string)
 }
 
 fn canonical_match(m: Vec<String>, v6: bool) -> Vec<String> {

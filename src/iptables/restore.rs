@@ -153,28 +153,14 @@ impl Args {
         self.0.split_terminator('\0')
     }
 
-    pub fn len(&self) -> usize {
-        self.0.bytes().filter(|&b| b == 0).count()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
     /// The words, borrowed, for code that indexes them.
     pub fn words(&self) -> Vec<&str> {
         self.iter().collect()
     }
 
-    pub fn to_vec(&self) -> Vec<String> {
-        self.iter().map(str::to_string).collect()
-    }
-
     /// The word after the first `flag` (`-j`, `--comment`, …).
     pub fn after(&self, flag: &str) -> Option<&str> {
-        let mut it = self.iter();
-        it.by_ref().find(|w| *w == flag)?;
-        it.next()
+        word_after(self.iter(), flag)
     }
 }
 
@@ -272,6 +258,13 @@ pub fn parse(text: &str) -> Result<Dump, ParseError> {
     Ok(dump)
 }
 
+/// The word after the first `flag` in a rule's words (`-j`, `--comment`, …).
+pub fn word_after<'a>(words: impl IntoIterator<Item = &'a str>, flag: &str) -> Option<&'a str> {
+    let mut it = words.into_iter();
+    it.find(|w| *w == flag)?;
+    it.next()
+}
+
 /// Splits a rule into words; a double-quoted word loses its quotes.
 pub fn split_words(line: &str) -> Result<Vec<String>, String> {
     let mut words = Vec::new();
@@ -328,20 +321,16 @@ mod tests {
     #[test]
     fn args_keep_every_word_including_empty_ones() {
         let none = Args::new(Vec::<String>::new());
-        assert!(none.is_empty());
-        assert_eq!(none.len(), 0);
         assert_eq!(none.iter().count(), 0);
         let one_empty = Args::new([""]);
         assert_eq!(one_empty.words(), vec![""]);
-        assert!(!one_empty.is_empty());
         let a = Args::new(["-m", "comment", "--comment", "ns/svc:p cluster IP", "-j", "KUBE-SVC-X", ""]);
-        assert_eq!(a.len(), 7);
         assert_eq!(a.words(), vec!["-m", "comment", "--comment", "ns/svc:p cluster IP", "-j", "KUBE-SVC-X", ""]);
         assert_eq!(a.after("--comment"), Some("ns/svc:p cluster IP"));
         assert_eq!(a.after("-j"), Some("KUBE-SVC-X"));
         assert_eq!(a.after("KUBE-SVC-X"), Some(""));
         assert_eq!(a.after("-p"), None);
-        assert_eq!(format!("{a:?}"), format!("{:?}", a.to_vec()));
+        assert_eq!(format!("{a:?}"), format!("{:?}", a.words()));
     }
 
     #[test]

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use super::ipset::Sets;
 use super::Env;
-use crate::iptables::restore::Rule;
+use crate::iptables::restore::{word_after, Rule};
 use crate::ipvs::netlink::{Protocol, ServiceKey};
 use crate::net::{parse_ip_sloppy, Cidr};
 
@@ -41,10 +41,6 @@ pub struct State {
 pub struct Match {
     pub probability: f64,
     pub unknown: Option<String>,
-}
-
-pub fn arg_after<'a, S: AsRef<str>>(args: &'a [S], flag: &str) -> Option<&'a str> {
-    args.iter().position(|a| a.as_ref() == flag).and_then(|i| args.get(i + 1)).map(|a| a.as_ref())
 }
 
 pub fn split_host_port(s: &str) -> Option<(IpAddr, u16)> {
@@ -171,7 +167,7 @@ pub fn evaluate(rule: &Rule, p: &Packet, st: &State, env: &Env, sets: &Sets) -> 
             }
             "--rcheck" => {
                 consumed = 1;
-                Test::Is(env.affinity.contains(arg_after(a, "--name").unwrap_or("")))
+                Test::Is(env.affinity.contains(word_after(a.iter().copied(), "--name").unwrap_or("")))
             }
             "--ctstate" => decided(ctstate_matches(next, st), arg, next),
             "--mark" => decided(mark_matches(next, st.mark), arg, next),

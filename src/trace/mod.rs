@@ -19,7 +19,7 @@ mod matcher;
 
 /// Argument helpers shared with other rule readers.
 pub mod matcher_util {
-    pub use super::matcher::{arg_after, split_host_port};
+    pub use super::matcher::split_host_port;
 }
 
 use std::collections::BTreeSet;
@@ -27,7 +27,7 @@ use std::net::IpAddr;
 
 use serde::Serialize;
 
-use crate::iptables::restore::{Dump, Rule};
+use crate::iptables::restore::{word_after, Dump, Rule};
 pub use ipset::Sets;
 pub use matcher::{Packet, State};
 
@@ -249,7 +249,7 @@ fn apply_rule(cx: &Cx, table: &str, chain: &str, rule: &Rule, mut b: Branch, dep
 /// `-j MARK`: `--set-xmark V/M` (what iptables-save prints), `--set-mark`, `--or-mark`,
 /// `--xor-mark`, `--and-mark`.
 fn mark(args: &[&str], mark: u32) -> u32 {
-    let arg = |flag| matcher::arg_after(args, flag);
+    let arg = |flag| word_after(args.iter().copied(), flag);
     let value_mask = |s: &str| match s.split_once('/') {
         Some((v, m)) => matcher::parse_u32(v).zip(matcher::parse_u32(m)),
         None => matcher::parse_u32(s).map(|v| (v, u32::MAX)),
