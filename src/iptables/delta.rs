@@ -80,10 +80,7 @@ impl Delta {
 
     /// Services whose chains (nat) are written whole.
     pub fn services_rewritten(&self) -> usize {
-        let Some(nat) = self.tables.get("nat") else { return 0 };
-        let service: Vec<&Rewrite> =
-            nat.decls.iter().filter_map(|d| match d { Decl::Rewrite(r) if is_service_chain(&r.chain) => Some(r), _ => None }).collect();
-        by_service(&service).len()
+        self.tables.get("nat").map_or(0, |nat| by_service(&service_rewrites(nat)).len())
     }
 
     /// The same input as several restores, applied in order, each writing the chains of
@@ -98,9 +95,7 @@ impl Delta {
     /// chains nothing jumps to, or service chains rewritten whole.
     pub fn restore_chunks(&self, max_services: usize) -> Vec<String> {
         let Some(nat) = self.tables.get("nat") else { return vec![self.restore_text()] };
-        let service: Vec<&Rewrite> =
-            nat.decls.iter().filter_map(|d| match d { Decl::Rewrite(r) if is_service_chain(&r.chain) => Some(r), _ => None }).collect();
-        let groups = by_service(&service);
+        let groups = by_service(&service_rewrites(nat));
         if groups.len() <= max_services {
             return vec![self.restore_text()];
         }
@@ -130,6 +125,11 @@ impl Delta {
         }
         chunks
     }
+}
+
+/// The service chains a nat plan writes whole.
+fn service_rewrites(nat: &TablePlan) -> Vec<&Rewrite> {
+    nat.decls.iter().filter_map(|d| match d { Decl::Rewrite(r) if is_service_chain(&r.chain) => Some(r), _ => None }).collect()
 }
 
 /// Rewritten service chains grouped by service: a chain joins the group of the rewritten
@@ -235,14 +235,11 @@ pub fn compute(desired: &Dump, live: &Dump, v6: bool, jumps: &[Jump]) -> Delta {
         }
         for j in jumps.iter().filter(|j| j.table == table) {
             let canon = rule_line(j.from, &canonical(&j.args, v6));
-            if !live_rules(have, j.from, v6).contains(&canon) {
+            let current = live_rules(have, j.from, v6);
+            if !current.contains(&canon) {
                 w.prepend(j.from, &j.args);
-                delta.changes.push(ChainChange {
-                    table: table.into(),
-                    chain: j.from.into(),
-                    live: Some(live_rules(have, j.from, v6)),
-                    desired: Some(std::iter::once(canon).chain(live_rules(have, j.from, v6)).collect()),
-                });
+                let desired = std::iter::once(canon).chain(current.iter().cloned()).collect();
+                delta.changes.push(ChainChange { table: table.into(), chain: j.from.into(), live: Some(current), desired: Some(desired) });
             }
         }
         if !w.is_empty() {
