@@ -30,17 +30,6 @@ fn dims(t: SetType) -> &'static [Kind] {
     }
 }
 
-pub fn set_type(name: &str) -> Option<SetType> {
-    Some(match name {
-        "hash:ip" => SetType::HashIp,
-        "hash:ip,port" => SetType::HashIpPort,
-        "hash:ip,port,ip" => SetType::HashIpPortIp,
-        "hash:ip,port,net" => SetType::HashIpPortNet,
-        "bitmap:port" => SetType::BitmapPort,
-        _ => return None,
-    })
-}
-
 /// One dimension of a member.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Value {
@@ -198,24 +187,16 @@ impl Sets {
     /// `ipset save` output (`create NAME TYPE [family inet6] …`, `add NAME ENTRY …`). Sets
     /// of types the tracer does not know are left out (a match on them is unknown).
     pub fn parse_save(text: &str) -> Sets {
-        let mut kinds: BTreeMap<&str, (SetType, Option<IpFamily>)> = BTreeMap::new();
-        let mut entries: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        // The entries as the IPVS sync reads them; the types and families from `create`.
+        let entries = crate::ipvs::ipset::parse_save(text);
+        let mut sets = Sets::default();
         for line in text.lines() {
             let words: Vec<&str> = line.split_whitespace().collect();
-            match words.as_slice() {
-                ["create", name, ty, rest @ ..] => {
-                    let Some(kind) = set_type(ty) else { continue };
-                    let v6 = rest.windows(2).any(|w| w == ["family", "inet6"]);
-                    kinds.insert(name, (kind, Some(if v6 { IpFamily::V6 } else { IpFamily::V4 })));
-                }
-                ["add", name, entry, ..] => entries.entry(name).or_default().push(entry),
-                _ => {}
-            }
-        }
-        let mut sets = Sets::default();
-        for (name, (kind, family)) in kinds {
-            let set = Set::new(kind, family, entries.get(name).into_iter().flatten().copied());
-            sets.insert(name, set);
+            let ["create", name, ty, rest @ ..] = words.as_slice() else { continue };
+            let Some(kind) = SetType::from_name(ty) else { continue };
+            let v6 = rest.windows(2).any(|w| w == ["family", "inet6"]);
+            let family = if v6 { IpFamily::V6 } else { IpFamily::V4 };
+            sets.insert(*name, Set::new(kind, Some(family), entries.get(*name).into_iter().flatten().map(String::as_str)));
         }
         sets
     }

@@ -46,6 +46,12 @@ impl SetType {
             SetType::BitmapPort => "bitmap:port",
         }
     }
+
+    /// The type `ipset` names `name` (`hash:ip,port`, …), if it is one of these.
+    pub fn from_name(name: &str) -> Option<SetType> {
+        use SetType::*;
+        [HashIp, HashIpPort, HashIpPortIp, HashIpPortNet, BitmapPort].into_iter().find(|t| t.as_str() == name)
+    }
 }
 
 pub const ALL: [SetId; 17] = [
