@@ -16,7 +16,7 @@ use super::render::load;
 use super::sync::BackendArg;
 use super::{ConfigFlags, EXIT_OK};
 use crate::config::Mode;
-use crate::iptables::apply::{ExecRestorer, Restorer};
+use crate::iptables::apply::ExecRestorer;
 use crate::iptables::restore::{self, Dump, Scope};
 use crate::ipvs::ipset::{ExecIpset, IpsetRunner};
 use crate::ipvs::plan::SetId;
@@ -45,6 +45,13 @@ pub enum From {
     Node,
     /// outside the node (nat PREROUTING)
     Outside,
+}
+
+impl From {
+    /// The hook the packet enters the rules at.
+    fn entry(self) -> Entry {
+        if self == From::Node { Entry::Output } else { Entry::Prerouting }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -151,8 +158,7 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<ExitCode> {
     let packet = packet(args, &loaded, &BTreeSet::new())?;
     let dump = rules(args, &loaded, family)?;
     let env = Env { local_ips: local_ips(&loaded, family), affinity: args.affinity.iter().cloned().collect() };
-    let entry = if args.entry == From::Node { Entry::Output } else { Entry::Prerouting };
-    let t = trace::trace(&dump, &env, packet, entry);
+    let t = trace::trace(&dump, &env, packet, args.entry.entry());
     match args.output {
         TraceOutput::Json => super::out(&format!("{}\n", serde_json::to_string_pretty(&t)?))?,
         TraceOutput::Text => super::out(&text(&t, args.entry))?,
@@ -171,8 +177,7 @@ fn run_ipvs(args: &TraceArgs, loaded: &pipeline::Loaded, family: IpFamily) -> an
     local_ips.extend(bound.iter().copied());
     let packet = packet(args, loaded, &bound)?;
     let env = Env { local_ips, affinity: BTreeSet::new() };
-    let entry = if args.entry == From::Node { Entry::Output } else { Entry::Prerouting };
-    let t = trace::ipvs::trace(&dump, &env, &sets, &table, packet, entry);
+    let t = trace::ipvs::trace(&dump, &env, &sets, &table, packet, args.entry.entry());
     match args.output {
         TraceOutput::Json => super::out(&format!("{}\n", serde_json::to_string_pretty(&t)?))?,
         TraceOutput::Text => super::out(&ipvs_text(&t, args.entry))?,
@@ -203,12 +208,7 @@ fn live_ipvs(args: &TraceArgs, family: IpFamily) -> anyhow::Result<(Dump, Sets, 
 }
 
 fn live_rules(args: &TraceArgs, family: IpFamily) -> anyhow::Result<Dump> {
-    let mut r = ExecRestorer::new(args.iptables_backend.resolve());
-    let mut text = String::new();
-    for table in ["filter", "nat"] {
-        text.push_str(&r.save(family, table)?);
-    }
-    Ok(restore::parse(&text)?)
+    Ok(crate::iptables::sync::read_live(&mut ExecRestorer::new(args.iptables_backend.resolve()), family)?)
 }
 
 fn rules(args: &TraceArgs, loaded: &pipeline::Loaded, family: IpFamily) -> anyhow::Result<Dump> {

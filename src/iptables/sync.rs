@@ -53,10 +53,10 @@ pub enum SyncError {
 }
 
 /// Reads the kernel's tables (`filter` and `nat`) into one dump.
-pub fn read_live(r: &mut dyn Restorer, rs: &Ruleset) -> Result<Dump, SyncError> {
+pub fn read_live(r: &mut dyn Restorer, family: crate::net::IpFamily) -> Result<Dump, SyncError> {
     let mut live = Dump::default();
     for table in TABLES {
-        let text = r.save(rs.ctx.family, table)?;
+        let text = r.save(family, table)?;
         let mut dump = restore::parse(&text).map_err(|source| SyncError::Parse { table: table.into(), source })?;
         drop(text);
         if let Some(t) = dump.tables.remove(table) {
@@ -100,7 +100,7 @@ pub fn sync(r: &mut dyn Restorer, rs: &Ruleset, dry_run: bool) -> Result<SyncRep
     drop(full);
     timings.render = t.elapsed();
     let t = Instant::now();
-    let live = read_live(r, rs)?;
+    let live = read_live(r, rs.ctx.family)?;
     timings.read = t.elapsed();
     let t = Instant::now();
     let delta = delta::compute(&desired, &live, rs.ctx.is_v6(), &needed_jumps(rs));
