@@ -3,7 +3,6 @@
 //! restore after a one-endpoint change, a full restore split by service for iptables-nft,
 //! a one-shot sync with its phases timed, and BENCHMARKS.md's results section.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -15,7 +14,7 @@ use super::EXIT_OK;
 use crate::bench::{self, report, OneEndpoint};
 use crate::config::Mode;
 use crate::iptables::apply::ExecRestorer;
-use crate::iptables::names::is_service_chain;
+use crate::iptables::restore;
 use crate::iptables::sync::{self, Timings};
 use crate::pipeline;
 
@@ -175,143 +174,16 @@ fn timed_sync(args: &super::sync::SyncArgs) -> anyhow::Result<String> {
     Ok(out)
 }
 
-/// Splits a full restore input into several, for backends whose restore time grows with
-/// the square of one input's size (iptables-nft 1.8.x, see BENCHMARKS.md). Tables other
-/// than nat stay whole; nat becomes (1) every non-service chain declared (empty), (2) the
-/// service chains in groups of at most `per_chunk` services, each service's chains in
-/// dependency order (SEP, SVC, SVL, EXT, FW), (3) the non-service chains declared again
-/// and filled, with the built-in chains' rules. Applied in order into an empty kernel the
-/// chunks leave the same rules as the single input (a live sync must not flush the
-/// top-level chains first: it would declare only the missing ones).
-pub fn split_by_service<'t>(text: &'t str, per_chunk: usize) -> anyhow::Result<Vec<String>> {
-    #[derive(Default)]
-    struct Table<'a> {
-        decls: Vec<(&'a str, &'a str)>,
-        rules: BTreeMap<&'a str, Vec<&'a str>>,
-        rule_order: Vec<&'a str>,
-        other: Vec<&'a str>,
-    }
-    let mut tables: Vec<(&'t str, Table<'t>)> = Vec::new();
-    for line in text.lines() {
-        if line.is_empty() || line.starts_with('#') || line == "COMMIT" {
-            continue;
-        }
-        if let Some(t) = line.strip_prefix('*') {
-            tables.push((t, Table::default()));
-            continue;
-        }
-        let (_, t) = tables.last_mut().ok_or_else(|| anyhow::anyhow!("line outside a table: {line}"))?;
-        if let Some(d) = line.strip_prefix(':') {
-            t.decls.push((d.split_whitespace().next().unwrap_or(""), line));
-            continue;
-        }
-        let mut w = line.split_whitespace();
-        match (w.next(), w.next()) {
-            (Some("-A" | "-I"), Some(chain)) => {
-                if !t.rules.contains_key(chain) {
-                    t.rule_order.push(chain);
-                }
-                t.rules.entry(chain).or_default().push(line);
-            }
-            _ => t.other.push(line),
-        }
-    }
-    let rank = |c: &str| ["KUBE-SEP-", "KUBE-SVC-", "KUBE-SVL-", "KUBE-EXT-", "KUBE-FW-"].iter().position(|p| c.starts_with(p)).unwrap_or(5);
-    let mut out = Vec::new();
-    for (name, t) in &tables {
-        let whole = |decls: &[&str], chains: &[&str]| {
-            let mut s = format!("*{name}\n");
-            for d in decls {
-                s.push_str(d);
-                s.push('\n');
-            }
-            for c in chains {
-                for r in t.rules.get(c).into_iter().flatten() {
-                    s.push_str(r);
-                    s.push('\n');
-                }
-            }
-            s.push_str("COMMIT\n");
-            s
-        };
-        if *name != "nat" || !t.other.is_empty() {
-            let decls: Vec<&str> = t.decls.iter().map(|d| d.1).collect();
-            let mut s = whole(&decls, &t.rule_order);
-            if !t.other.is_empty() {
-                // -X lines and the like: keep the input whole.
-                s = text_of_table(text, name);
-            }
-            out.push(s);
-            continue;
-        }
-        // Service chains grouped by the service (the root of the jumps between them).
-        let service_chains: BTreeSet<&'t str> = t.decls.iter().map(|d| d.0).filter(|c| is_service_chain(c)).collect();
-        let mut parent: BTreeMap<&'t str, &'t str> = BTreeMap::new();
-        for c in &service_chains {
-            for r in t.rules.get(c).into_iter().flatten() {
-                if let Some(target) = r.split(" -j ").nth(1).and_then(|x| x.split_whitespace().next()) {
-                    if service_chains.contains(target) && target != *c {
-                        parent.entry(target).or_insert(c);
-                    }
-                }
-            }
-        }
-        let mut groups: Vec<Vec<&'t str>> = Vec::new();
-        let mut index: BTreeMap<&'t str, usize> = BTreeMap::new();
-        for (c, _) in &t.decls {
-            if !service_chains.contains(c) {
-                continue;
-            }
-            let r = root(&parent, c);
-            let g = *index.entry(r).or_insert_with(|| {
-                groups.push(Vec::new());
-                groups.len() - 1
-            });
-            groups[g].push(c);
-        }
-        let decl_of: BTreeMap<&str, &str> = t.decls.iter().copied().collect();
-        let top: Vec<&str> = t.decls.iter().filter(|d| !service_chains.contains(d.0)).map(|d| d.1).collect();
-        out.push(whole(&top, &[]));
-        for chunk in groups.chunks(per_chunk.max(1)) {
-            let mut chains: Vec<&str> = chunk.iter().flatten().copied().collect();
-            chains.sort_by_key(|c| rank(c));
-            let decls: Vec<&str> = chains.iter().map(|c| decl_of[c]).collect();
-            out.push(whole(&decls, &chains));
-        }
-        let rest: Vec<&str> = t.rule_order.iter().copied().filter(|c| !service_chains.contains(c)).collect();
-        out.push(whole(&top, &rest));
-    }
-    Ok(out)
-}
-
-/// The service chain at the top of `c`'s jumps (FW → EXT → SVC → SEP).
-fn root<'t>(parent: &BTreeMap<&'t str, &'t str>, mut c: &'t str) -> &'t str {
-    for _ in 0..8 {
-        match parent.get(c) {
-            Some(p) => c = p,
-            None => break,
-        }
-    }
-    c
-}
-
-/// One table's section of a restore input, verbatim.
-fn text_of_table(text: &str, name: &str) -> String {
-    let mut s = String::new();
-    let mut inside = false;
-    for line in text.lines() {
-        if line.strip_prefix('*') == Some(name) {
-            inside = true;
-        }
-        if inside {
-            s.push_str(line);
-            s.push('\n');
-            if line == "COMMIT" {
-                break;
-            }
-        }
-    }
-    s
+/// What a sync sends for a full restore input (`text`) into an empty kernel on
+/// iptables-nft: the delta against nothing, cut by [`Delta::restore_chunks`] into restores
+/// of at most `per_chunk` services each (the benchmark measures the sync's own chunking).
+///
+/// [`Delta::restore_chunks`]: crate::iptables::delta::Delta::restore_chunks
+pub fn split_by_service(text: &str, per_chunk: usize) -> anyhow::Result<Vec<String>> {
+    let desired = restore::parse(text).context("the restore input does not parse")?;
+    // Against an empty kernel the canonical form only labels the changes; v4 or v6 alike.
+    let delta = crate::iptables::delta::compute(&desired, &restore::Dump::default(), false, &[]);
+    Ok(delta.restore_chunks(per_chunk))
 }
 
 #[cfg(test)]
@@ -319,7 +191,7 @@ mod tests {
     use super::*;
     use crate::iptables::apply::Restorer;
     use crate::iptables::fake::FakeIptables;
-    use crate::iptables::restore::{self, Scope};
+    use crate::iptables::restore::Scope;
     use crate::net::IpFamily;
 
     #[test]
@@ -327,10 +199,10 @@ mod tests {
         let one = OneEndpoint::new(60, 3).unwrap();
         let text = restore::write(&one.ruleset, Scope::Full, &[]);
         let chunks = split_by_service(&text, 7).unwrap();
-        // filter whole, nat's top-level chains declared, the service ports' chains (at least
-        // one per service) 7 roots to a chunk, nat's top-level chains filled.
-        assert!(chunks.len() >= 3 + 60 / 7, "{}", chunks.len());
-        assert!(chunks[0].starts_with("*filter\n") && chunks.last().unwrap().contains("-A KUBE-SERVICES "));
+        // nat's new top-level chains declared, the service ports' chains (at least one per
+        // service) 7 services to a chunk, then filter and nat's top-level chains filled.
+        assert!(chunks.len() >= 2 + 60 / 7, "{}", chunks.len());
+        assert!(chunks[0].starts_with("*nat\n") && chunks.last().unwrap().contains("-A KUBE-SERVICES "));
         let (mut whole, mut split) = (FakeIptables::new(), FakeIptables::new());
         whole.restore(IpFamily::V4, &text).unwrap();
         for c in &chunks {
