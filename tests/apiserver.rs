@@ -139,3 +139,76 @@ fn this_node_being_deleted_makes_healthz_unhealthy_and_its_labels_are_followed()
     let _ = stop_tx.send(());
     rt.block_on(runner).unwrap();
 }
+
+/// A kubeadm node: the DaemonSet passes only `--config`, whose `clientConnection.kubeconfig`
+/// names the file holding the control plane's address and credentials. svcproxy must reach
+/// the API server through it, never through an in-cluster config (absent here: this test
+/// process has no service account and no `$KUBECONFIG` is consulted).
+#[test]
+fn the_config_files_kubeconfig_reaches_the_api_server_and_syncs() {
+    use svcproxy::config::client::{ClientConnection, Endpoint};
+    use svcproxy::source::connect;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let server = rt.block_on(ApiServer::start());
+    server.apply(service("web", "198.19.255.10", json!({})));
+    server.apply(slice("web-1", "web", &["198.18.1.2"], json!({})));
+
+    let dir = std::env::temp_dir().join(format!("svcproxy-kubeconfig-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("kubeconfig.conf");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- cluster:\n    server: {}\n  name: default\ncontexts:\n- context:\n    cluster: default\n    namespace: default\n    user: default\n  name: default\ncurrent-context: default\nusers:\n- name: default\n  user:\n    token: node-token-123\n",
+            server.url()
+        ),
+    )
+    .unwrap();
+    let config_file = dir.join("config.conf");
+    std::fs::write(
+        &config_file,
+        format!(
+            "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nclientConnection:\n  kubeconfig: {}\n  qps: 50\n  burst: 100\n  contentType: \"\"\n  acceptContentTypes: \"\"\nmode: iptables\n",
+            kubeconfig.display()
+        ),
+    )
+    .unwrap();
+    let file = svcproxy::config::kubeproxy::read(&config_file).unwrap();
+    let conn = ClientConnection::resolve(&Settings::default(), &file, Some(&config_file), None, None);
+    assert!(matches!(&conn.endpoint, Endpoint::File { path, .. } if *path == kubeconfig), "{:?}", conn.endpoint);
+    assert_eq!((conn.qps, conn.burst), (50.0, 100));
+
+    let flags = Settings { hostname_override: Some("n1".into()), ip_family: Some("ipv4".into()), nfacct: Some(false), ..Settings::default() };
+    let loaded = svcproxy::pipeline::load(ClusterState::default(), flags, file).unwrap();
+    let shared = Arc::new(Shared::new(Schedule::new(Timing { min_sync_period: Duration::from_millis(50), ..Timing::default() })));
+    let kernel = SharedFake::default();
+    let engine = watch::Engine::iptables(loaded.config, loaded.trackers, Box::new(kernel.clone()), Box::new(RecordingConntrack::default()));
+    let _guard = rt.enter();
+    let client = rt.block_on(async { connect::client(&conn, connect::config(&conn).await.unwrap()).unwrap() });
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    rt.spawn(apiserver::run(client, None, tx));
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let s2 = shared.clone();
+    let runner = rt.spawn(async move { watch::run(engine, rx, s2, async { let _ = stop_rx.await; }).await });
+    until("the rules of the listed service", || seps(&kernel) == 1);
+    assert!(nat(&kernel).contains("app/web:http"));
+    assert!(server.request_count("authorization=Bearer node-token-123") >= 2, "the kubeconfig's credentials were sent");
+    assert_eq!(server.request_count("authorization=-"), 0, "no request went without them");
+    let _ = stop_tx.send(());
+    rt.block_on(runner).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A kubeconfig that cannot be read is an error naming the file and the setting that named it.
+#[test]
+fn an_unreadable_kubeconfig_names_the_file_and_the_setting() {
+    use svcproxy::config::client::ClientConnection;
+    let file = Settings { kubeconfig: Some("/nonexistent/kubeconfig.conf".into()), ..Settings::default() };
+    let conn = ClientConnection::resolve(&Settings::default(), &file, Some(std::path::Path::new("/etc/kube-proxy/config.conf")), None, None);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let err = rt.block_on(svcproxy::source::connect::config(&conn)).unwrap_err().to_string();
+    assert!(
+        err.contains("/nonexistent/kubeconfig.conf") && err.contains("clientConnection.kubeconfig in /etc/kube-proxy/config.conf"),
+        "{err}"
+    );
+}

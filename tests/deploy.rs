@@ -77,3 +77,36 @@ fn the_config_map_holds_a_kube_proxy_configuration_svcproxy_reads() {
     assert_eq!(settings.masquerade_bit, Some(14));
     assert_eq!(settings.sync_period_secs, Some(30.0));
 }
+
+/// Like kubeadm's kube-proxy ConfigMap: `clientConnection.kubeconfig` names the ConfigMap's
+/// own `kubeconfig.conf` where the DaemonSet mounts it, and that kubeconfig holds the control
+/// plane's address (not the `kubernetes` ClusterIP) with the service account's token and CA.
+#[test]
+fn the_kubeconfig_comes_from_the_config_map_not_the_in_cluster_environment() {
+    let cm: ConfigMap = typed(&docs("configmap.yaml")[0]);
+    let data = cm.data.unwrap();
+    let dir = std::env::temp_dir().join(format!("svcproxy-deploy-kc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("config.conf");
+    std::fs::write(&path, &data["config.conf"]).unwrap();
+    let settings = svcproxy::config::kubeproxy::read(&path).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let named = PathBuf::from(settings.kubeconfig.expect("clientConnection.kubeconfig is set"));
+
+    let ds: DaemonSet = typed(&docs("daemonset.yaml")[0]);
+    let pod = ds.spec.template.spec.unwrap();
+    let c = &pod.containers[0];
+    let mount = c.volume_mounts.clone().unwrap().into_iter().find(|m| named.starts_with(&m.mount_path)).expect("the kubeconfig's folder is mounted");
+    let volume = pod.volumes.unwrap().into_iter().find(|v| v.name == mount.name).unwrap();
+    assert_eq!(volume.config_map.unwrap().name, cm.metadata.name.unwrap(), "mounted from this ConfigMap");
+    let key = named.strip_prefix(&mount.mount_path).unwrap().to_str().unwrap().to_string();
+    let kc = kube::config::Kubeconfig::from_yaml(data.get(&key).unwrap_or_else(|| panic!("the ConfigMap has {key}"))).unwrap();
+    let cluster = kc.clusters[0].cluster.clone().unwrap();
+    let server = cluster.server.unwrap();
+    assert!(server.starts_with("https://") && !server.contains("kubernetes.default") && !server.contains("10.96.0.1"), "{server}");
+    assert_eq!(cluster.certificate_authority.as_deref(), Some("/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"));
+    let user = kc.auth_infos[0].auth_info.clone().unwrap();
+    assert_eq!(user.token_file.as_deref(), Some("/var/run/secrets/kubernetes.io/serviceaccount/token"));
+    let cmd = c.command.clone().unwrap();
+    assert!(!cmd.iter().any(|a| a.starts_with("--kubeconfig") || a.starts_with("--master")), "the config file alone names it: {cmd:?}");
+}

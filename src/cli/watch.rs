@@ -13,6 +13,7 @@ use tokio::sync::mpsc;
 
 use super::sync::SyncArgs;
 use super::EXIT_OK;
+use crate::config::client::ClientConnection;
 use crate::config::{kubeproxy, Mode, Settings};
 use crate::iptables::apply::ExecRestorer;
 use crate::iptables::conntrack::ExecConntrack;
@@ -22,7 +23,7 @@ use crate::runner::{watch, Schedule, Timing};
 use crate::serve::{self, Shared};
 use crate::source::file::read_path_lenient;
 use crate::source::watch::{watch_files, SourceMsg};
-use crate::source::{apiserver, ClusterState};
+use crate::source::{apiserver, connect, ClusterState};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -57,13 +58,27 @@ pub struct WatchFlags {
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,
 
-    /// kubeconfig file for the API server (default: in-cluster config, else $KUBECONFIG)
-    #[arg(long, value_name = "FILE", env = "KUBECONFIG")]
+    /// kubeconfig file for the API server [default: the --config file's
+    /// clientConnection.kubeconfig, else $KUBECONFIG, else the in-cluster service account]
+    #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<std::path::PathBuf>,
 
     /// The API server's URL (overrides the kubeconfig's)
     #[arg(long, value_name = "URL")]
     pub master: Option<String>,
+
+    /// Requests per second to the API server (client-side rate limit; <= 0: none) [default: 5]
+    #[arg(long, value_name = "QPS", allow_negative_numbers = true)]
+    pub kube_api_qps: Option<f32>,
+
+    /// Requests allowed in a burst above --kube-api-qps [default: 10]
+    #[arg(long, value_name = "N")]
+    pub kube_api_burst: Option<i32>,
+
+    /// Content type of requests to the API server (the client speaks JSON only)
+    /// [default: application/vnd.kubernetes.protobuf]
+    #[arg(long, value_name = "TYPE")]
+    pub kube_api_content_type: Option<String>,
 
     /// How often files are checked for changes (Go duration)
     #[arg(long, value_name = "DURATION", default_value = "200ms", hide = true)]
@@ -124,7 +139,7 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings) -> anyhow::Resu
             (state, Origin::Files { path: path.clone(), initial: Box::new(initial) }, errors.len())
         }
         None => {
-            let client = client(w).await?;
+            let client = client(w, &flags, &file, args.config.config.as_deref()).await?;
             let node_name = crate::config::resolve(flags.clone().over(file.clone()), &[])?.node_name;
             let state = this_node(&client, &node_name).await;
             (state, Origin::Api(client), 0)
@@ -170,22 +185,23 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings) -> anyhow::Resu
     Ok(())
 }
 
-/// In-cluster config, or `--kubeconfig`/`KUBECONFIG`, with `--master` overriding the URL.
-async fn client(w: &WatchFlags) -> anyhow::Result<kube::Client> {
-    let mut config = match &w.kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path).with_context(|| format!("cannot read {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await?
-        }
-        None => match &w.master {
-            Some(url) => kube::Config::new(url.parse().with_context(|| format!("--master: {url:?} is not a URL"))?),
-            None => kube::Config::infer().await.context("no in-cluster config, KUBECONFIG or --kubeconfig")?,
-        },
+/// The API client, reached as kube-proxy reaches it (see [`crate::config::client`]).
+async fn client(w: &WatchFlags, flags: &Settings, file: &Settings, config_path: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
+    let flags = Settings {
+        kubeconfig: w.kubeconfig.as_ref().map(|p| p.display().to_string()),
+        kube_api_qps: w.kube_api_qps,
+        kube_api_burst: w.kube_api_burst,
+        kube_api_content_type: w.kube_api_content_type.clone(),
+        ..flags.clone()
     };
-    if let Some(url) = &w.master {
-        config.cluster_url = url.parse().with_context(|| format!("--master: {url:?} is not a URL"))?;
+    let env = std::env::var("KUBECONFIG").ok();
+    let conn = ClientConnection::resolve(&flags, file, config_path, w.master.as_deref(), env.as_deref());
+    for note in &conn.notes {
+        tracing::info!("{note}");
     }
-    Ok(kube::Client::try_from(config)?)
+    let config = connect::config(&conn).await?;
+    tracing::info!(qps = conn.qps, burst = conn.burst, "API server: {}", connect::describe(&conn, &config));
+    Ok(connect::client(&conn, config)?)
 }
 
 /// This node's `v1/Node` (addresses, pod CIDRs, topology labels), if the API server has it.

@@ -27,6 +27,18 @@ struct KubeProxyConfiguration {
     iptables: Iptables,
     ipvs: Ipvs,
     conntrack: Conntrack,
+    client_connection: ClientConnection,
+}
+
+/// componentbaseconfig's `ClientConnectionConfiguration`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct ClientConnection {
+    kubeconfig: Option<String>,
+    qps: Option<f32>,
+    burst: Option<i32>,
+    content_type: Option<String>,
+    accept_content_types: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -103,6 +115,12 @@ pub fn read(path: &Path) -> Result<Settings, ConfigError> {
         ipvs_tcpfin_timeout: secs("ipvs.tcpFinTimeout", cfg.ipvs.tcp_fin_timeout)?,
         ipvs_udp_timeout: secs("ipvs.udpTimeout", cfg.ipvs.udp_timeout)?,
         conntrack_tcp_be_liberal: cfg.conntrack.tcp_be_liberal,
+        kubeconfig: cfg.client_connection.kubeconfig.filter(|s| !s.is_empty()),
+        // Zero is "unset" in the file (kube-proxy's defaulting replaces it).
+        kube_api_qps: cfg.client_connection.qps.filter(|q| *q != 0.0),
+        kube_api_burst: cfg.client_connection.burst.filter(|b| *b != 0),
+        kube_api_content_type: cfg.client_connection.content_type.filter(|s| !s.is_empty()),
+        kube_api_accept_content_types: cfg.client_connection.accept_content_types.filter(|s| !s.is_empty()),
         ..Settings::default()
     })
 }

@@ -2,6 +2,7 @@
 //! it over a KubeProxyConfiguration file and a fixture's options, and [`resolve`] turns the
 //! stack (plus this node's `v1/Node`, when the input has it) into a [`Config`].
 
+pub mod client;
 pub mod kubeproxy;
 pub mod settings;
 

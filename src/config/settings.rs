@@ -37,6 +37,16 @@ pub struct Settings {
     pub ipvs_udp_timeout: Option<u32>,
     pub sync_period_secs: Option<f64>,
     pub min_sync_period_secs: Option<f64>,
+    /// `clientConnection.kubeconfig` / `--kubeconfig`.
+    pub kubeconfig: Option<String>,
+    /// `clientConnection.qps` / `--kube-api-qps`.
+    pub kube_api_qps: Option<f32>,
+    /// `clientConnection.burst` / `--kube-api-burst`.
+    pub kube_api_burst: Option<i32>,
+    /// `clientConnection.contentType` / `--kube-api-content-type`.
+    pub kube_api_content_type: Option<String>,
+    /// `clientConnection.acceptContentTypes`.
+    pub kube_api_accept_content_types: Option<String>,
 }
 
 macro_rules! over {
@@ -53,7 +63,8 @@ impl Settings {
             masquerade_bit, masquerade_all, masquerade_mark, interface_addresses, node_port_addresses, localhost_node_ports, random_fully,
             nfacct, conntrack_tcp_be_liberal, large_cluster_endpoints_threshold, service_proxy_name,
             ipvs_scheduler, ipvs_strict_arp, ipvs_exclude_cidrs, ipvs_tcp_timeout, ipvs_tcpfin_timeout,
-            ipvs_udp_timeout, sync_period_secs, min_sync_period_secs)
+            ipvs_udp_timeout, sync_period_secs, min_sync_period_secs, kubeconfig, kube_api_qps, kube_api_burst,
+            kube_api_content_type, kube_api_accept_content_types)
     }
 
     pub fn from_fixture(doc: &FixtureDoc) -> Settings {

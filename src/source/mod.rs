@@ -2,12 +2,14 @@
 //! ([`crate::model`]) and nothing else: this is the only place that knows kube types.
 
 pub mod apiserver;
+pub mod connect;
 pub mod convert;
 pub mod convert_extra;
 pub mod error;
 pub mod extra;
 pub mod file;
 pub mod fixture;
+pub mod ratelimit;
 pub mod watch;
 
 pub use error::{FieldError, SourceError};

@@ -1,6 +1,9 @@
 //! Watch mode end to end on the real kernel: the test API server (list/watch protocol)
-//! runs inside the lab's external namespace; `svcproxy sync --watch --master …` runs in
+//! runs inside the lab's external namespace; `svcproxy sync --watch --config …` runs in
 //! the node namespace and follows it over the veth; real connections follow the changes.
+//! The API server is reached as on a kubeadm node: the config file's
+//! `clientConnection.kubeconfig` names a kubeconfig holding its address (no `--master`, no
+//! in-cluster environment).
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -111,14 +114,25 @@ fn e2e(ctx: &mut Ctx, b: Backend) -> CaseResult {
     server.apply(service("web", CIP));
     server.apply(slice("web-1", "web", &["198.18.1.2".into(), "198.18.2.2".into()]));
 
+    let kubeconfig = crate::svcproxy::temp_yaml(&format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- cluster:\n    server: {}\n  name: c\ncontexts:\n- context:\n    cluster: c\n    user: u\n  name: c\ncurrent-context: c\nusers:\n- name: u\n  user: {{}}\n",
+        server.url()
+    ))?;
+    let config = crate::svcproxy::temp_yaml(&format!(
+        "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nclientConnection:\n  kubeconfig: {}\n",
+        kubeconfig.display()
+    ))?;
     let log = crate::svcproxy::temp_yaml("")?;
     let log_file = File::create(&log).map_err(|e| e.to_string())?;
     let node = lab.node().name.clone();
     let child = Command::new("ip")
-        .args(["netns", "exec", &node, bin(), "sync", "--watch", "--master", &server.url(), "--hostname-override", "node-1",
+        .args(["netns", "exec", &node, bin(), "sync", "--watch", "--config", crate::svcproxy::path_str(&config), "--hostname-override", "node-1",
             "--node-ip", NODE_IP, "--cluster-cidr", "198.18.0.0/16", "--ip-family", "ipv4", "--iptables-backend", b.name(),
             "--healthz-bind-address", &format!("{NODE_IP}:10256"), "--metrics-bind-address", &format!("{NODE_IP}:10249"),
             "--min-sync-period", "100ms", "--nfacct=false"])
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("KUBERNETES_SERVICE_PORT")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log_file)

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{Query, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
@@ -171,20 +171,22 @@ fn selected(obj: &Value, selector: Option<&str>) -> bool {
     })
 }
 
-async fn services(State(s): State<ApiServer>, Query(q): Query<BTreeMap<String, String>>) -> Response {
-    serve(s, "Service", "v1", q).await
+async fn services(State(s): State<ApiServer>, headers: HeaderMap, Query(q): Query<BTreeMap<String, String>>) -> Response {
+    serve(s, "Service", "v1", q, &headers).await
 }
 
-async fn nodes(State(s): State<ApiServer>, Query(q): Query<BTreeMap<String, String>>) -> Response {
-    serve(s, "Node", "v1", q).await
+async fn nodes(State(s): State<ApiServer>, headers: HeaderMap, Query(q): Query<BTreeMap<String, String>>) -> Response {
+    serve(s, "Node", "v1", q, &headers).await
 }
 
-async fn slices(State(s): State<ApiServer>, Query(q): Query<BTreeMap<String, String>>) -> Response {
-    serve(s, "EndpointSlice", "discovery.k8s.io/v1", q).await
+async fn slices(State(s): State<ApiServer>, headers: HeaderMap, Query(q): Query<BTreeMap<String, String>>) -> Response {
+    serve(s, "EndpointSlice", "discovery.k8s.io/v1", q, &headers).await
 }
 
-async fn serve(s: ApiServer, kind: &'static str, api_version: &'static str, q: BTreeMap<String, String>) -> Response {
-    s.requests.lock().unwrap().push(format!("{kind} {q:?}"));
+async fn serve(s: ApiServer, kind: &'static str, api_version: &'static str, q: BTreeMap<String, String>, headers: &HeaderMap) -> Response {
+    // Each request as "KIND {query} authorization=VALUE" (the header as sent, or "-").
+    let auth = headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or("-");
+    s.requests.lock().unwrap().push(format!("{kind} {q:?} authorization={auth}"));
     let selector = q.get("labelSelector").cloned();
     let fields = q.get("fieldSelector").cloned();
     if q.get("watch").map(String::as_str) != Some("true") {

@@ -1,0 +1,74 @@
+//! The API client, built from a resolved [`ClientConnection`]: the kubeconfig (or the
+//! in-cluster service account) it names, `--master` over its server, and client-go's
+//! client-side rate limit (qps, burst) as a layer under kube-rs.
+
+use std::path::PathBuf;
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use super::ratelimit::RateLimitLayer;
+use crate::config::client::{ClientConnection, Endpoint};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    // The kube errors are shown, not chained: their Display already holds their causes.
+    #[error("cannot read the kubeconfig {path} (named by {named_by}): {error}")]
+    Kubeconfig { path: PathBuf, named_by: String, error: kube::config::KubeconfigError },
+    #[error("cannot read $KUBECONFIG ({value}): {error}")]
+    Env { value: String, error: kube::config::KubeconfigError },
+    #[error("--master: {url:?} is not a URL: {reason}")]
+    Master { url: String, reason: String },
+    #[error(
+        "no kubeconfig or API server named (set clientConnection.kubeconfig in the --config file, --kubeconfig, --master or $KUBECONFIG), and no in-cluster service account: {0}"
+    )]
+    InCluster(kube::config::InClusterError),
+    #[error("cannot build the API client: {0}")]
+    Client(kube::Error),
+}
+
+fn master_uri(url: &str) -> Result<http::Uri, ConnectError> {
+    url.parse().map_err(|e: http::uri::InvalidUri| ConnectError::Master { url: url.into(), reason: e.to_string() })
+}
+
+/// The kube-rs configuration the connection names (no client yet).
+pub async fn config(conn: &ClientConnection) -> Result<kube::Config, ConnectError> {
+    let opts = KubeConfigOptions::default();
+    let mut config = match &conn.endpoint {
+        Endpoint::File { path, named_by, .. } => {
+            let err = |error| ConnectError::Kubeconfig { path: path.clone(), named_by: named_by.clone(), error };
+            let kc = Kubeconfig::read_from(path).map_err(err)?;
+            kube::Config::from_custom_kubeconfig(kc, &opts).await.map_err(err)?
+        }
+        Endpoint::Env { value, .. } => {
+            let err = |error| ConnectError::Env { value: value.clone(), error };
+            let merged = std::env::split_paths(value)
+                .filter(|p| !p.as_os_str().is_empty())
+                .try_fold(Kubeconfig::default(), |m, p| Kubeconfig::read_from(p).and_then(|c| m.merge(c)))
+                .map_err(err)?;
+            kube::Config::from_custom_kubeconfig(merged, &opts).await.map_err(err)?
+        }
+        Endpoint::Master(url) => kube::Config::new(master_uri(url)?),
+        Endpoint::InCluster => kube::Config::incluster().map_err(ConnectError::InCluster)?,
+    };
+    if let Some(url) = conn.master() {
+        config.cluster_url = master_uri(url)?;
+    }
+    Ok(config)
+}
+
+/// Where `config` points, for the start-up log line.
+pub fn describe(conn: &ClientConnection, config: &kube::Config) -> String {
+    let from = match &conn.endpoint {
+        Endpoint::File { path, named_by, .. } => format!("kubeconfig {} (named by {named_by})", path.display()),
+        Endpoint::Env { value, .. } => format!("$KUBECONFIG {value}"),
+        Endpoint::Master(_) => "--master".into(),
+        Endpoint::InCluster => "the in-cluster service account".into(),
+    };
+    format!("{} from {from}", config.cluster_url)
+}
+
+/// The API client: `config` with the connection's rate limit.
+pub fn client(conn: &ClientConnection, config: kube::Config) -> Result<kube::Client, ConnectError> {
+    let builder = kube::client::ClientBuilder::try_from(config).map_err(ConnectError::Client)?;
+    Ok(builder.with_layer(&RateLimitLayer::new(conn.qps, conn.burst)).build())
+}
