@@ -18,6 +18,7 @@ pub mod pipeline;
 pub mod runner;
 pub mod select;
 pub mod serve;
+pub mod settings;
 pub mod source;
 pub mod trace;
 pub mod track;

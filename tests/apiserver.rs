@@ -173,7 +173,7 @@ fn the_config_files_kubeconfig_reaches_the_api_server_and_syncs() {
         ),
     )
     .unwrap();
-    let file = svcproxy::config::kubeproxy::read(&config_file).unwrap();
+    let file = svcproxy::settings::file::read(&config_file).unwrap().settings;
     let conn = ClientConnection::resolve(&Settings::default(), &file, Some(&config_file), None, None);
     assert!(matches!(&conn.endpoint, Endpoint::File { path, .. } if *path == kubeconfig), "{:?}", conn.endpoint);
     assert_eq!((conn.qps, conn.burst), (50.0, 100));

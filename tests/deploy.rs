@@ -72,10 +72,10 @@ fn the_config_map_holds_a_kube_proxy_configuration_svcproxy_reads() {
     let text = cm.data.unwrap().remove("config.conf").unwrap();
     let path = std::env::temp_dir().join(format!("svcproxy-deploy-{}.conf", std::process::id()));
     std::fs::write(&path, text).unwrap();
-    let settings = svcproxy::config::kubeproxy::read(&path).unwrap();
+    let settings = svcproxy::settings::file::read(&path).unwrap().settings;
     let _ = std::fs::remove_file(&path);
     assert_eq!(settings.masquerade_bit, Some(14));
-    assert_eq!(settings.sync_period_secs, Some(30.0));
+    assert_eq!(settings.iptables_sync_period, Some(std::time::Duration::from_secs(30)));
 }
 
 /// Like kubeadm's kube-proxy ConfigMap: `clientConnection.kubeconfig` names the ConfigMap's
@@ -89,7 +89,7 @@ fn the_kubeconfig_comes_from_the_config_map_not_the_in_cluster_environment() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("config.conf");
     std::fs::write(&path, &data["config.conf"]).unwrap();
-    let settings = svcproxy::config::kubeproxy::read(&path).unwrap();
+    let settings = svcproxy::settings::file::read(&path).unwrap().settings;
     let _ = std::fs::remove_dir_all(&dir);
     let named = PathBuf::from(settings.kubeconfig.expect("clientConnection.kubeconfig is set"));
 

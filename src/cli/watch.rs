@@ -14,7 +14,8 @@ use tokio::sync::mpsc;
 use super::sync::SyncArgs;
 use super::EXIT_OK;
 use crate::config::client::ClientConnection;
-use crate::config::{kubeproxy, Mode, Settings};
+use crate::config::{Mode, Settings};
+use crate::settings;
 use crate::iptables::apply::ExecRestorer;
 use crate::iptables::conntrack::ExecConntrack;
 use crate::iptables::nfacct;
@@ -86,9 +87,7 @@ pub struct WatchFlags {
 }
 
 fn duration(flag: &str, v: &str) -> anyhow::Result<Duration> {
-    kubeproxy::parse_duration(v)
-        .map(Duration::from_secs_f64)
-        .with_context(|| format!("{flag}: {v:?} is not a duration like 1s, 500ms or 1m30s"))
+    settings::value::parse_go_duration(v).map_err(|e| anyhow::anyhow!("{flag}: {e}"))
 }
 
 fn init_logging(format: LogFormat) {
@@ -106,16 +105,22 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
     init_logging(w.log_format);
     let mut flags = args.config.settings();
     if let Some(p) = &w.min_sync_period {
-        flags.min_sync_period_secs = Some(duration("--min-sync-period", p)?.as_secs_f64());
+        flags.min_sync_period = Some(duration("--min-sync-period", p)?);
     }
     if let Some(p) = &w.sync_period {
-        flags.sync_period_secs = Some(duration("--sync-period", p)?.as_secs_f64());
+        flags.sync_period = Some(duration("--sync-period", p)?);
     }
     if flags.nfacct.is_none() {
         flags.nfacct = Some(nfacct::ensure().unwrap_or(false));
     }
     let file = match &args.config.config {
-        Some(p) => kubeproxy::read(p)?,
+        Some(p) => {
+            let f = settings::file::read(p)?;
+            for note in f.notes(p) {
+                tracing::info!("{note}");
+            }
+            f.settings
+        }
         None => Settings::default(),
     };
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
@@ -147,8 +152,8 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings) -> anyhow::Resu
     };
     let loaded = pipeline::load(state, flags, file).context("invalid configuration")?;
     let timing = Timing {
-        min_sync_period: Duration::from_secs_f64(loaded.config.min_sync_period_secs),
-        sync_period: Duration::from_secs_f64(loaded.config.sync_period_secs),
+        min_sync_period: loaded.config.min_sync_period,
+        sync_period: loaded.config.sync_period,
         ..Timing::default()
     };
     let shared = Arc::new(Shared::new(Schedule::new(timing)));

@@ -3,14 +3,13 @@
 //! stack (plus this node's `v1/Node`, when the input has it) into a [`Config`].
 
 pub mod client;
-pub mod kubeproxy;
-pub mod settings;
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
+use std::time::Duration;
 
-pub use settings::Settings;
+pub use crate::settings::Settings;
 
 use crate::model::Node;
 use crate::net::{parse_ip_sloppy, Cidr, IpFamily};
@@ -107,8 +106,8 @@ pub struct Config {
     pub large_cluster_endpoints_threshold: usize,
     pub service_proxy_name: Option<String>,
     pub ipvs: IpvsConfig,
-    pub sync_period_secs: f64,
-    pub min_sync_period_secs: f64,
+    pub sync_period: Duration,
+    pub min_sync_period: Duration,
 }
 
 impl Config {
@@ -195,7 +194,9 @@ pub fn resolve(s: Settings, nodes: &[Node]) -> Result<Config, ConfigError> {
         _ => default_hostname(),
     };
     let node = nodes.iter().rev().find(|n| n.name == node_name);
-    let node_ips = match &s.node_ips {
+    // `--node-ip`, else kube-proxy's bindAddress (unless unspecified), else the Node's.
+    let bind_address = s.bind_address.clone().filter(|a| !matches!(a.trim(), "" | "0.0.0.0" | "::")).map(|a| vec![a]);
+    let node_ips = match s.node_ips.as_ref().or(bind_address.as_ref()) {
         Some(list) => parse_node_ips(list)?,
         None => node.map(|n| host_ips(&n.addresses)).unwrap_or_default(),
     };
@@ -214,8 +215,13 @@ pub fn resolve(s: Settings, nodes: &[Node]) -> Result<Config, ConfigError> {
         return Err(invalid("--masquerade-bit", format!("{masquerade_bit} is not in 0-31")));
     }
     let node_port_addresses = resolve_node_port_addresses(s.node_port_addresses.as_deref(), &node_ips)?;
+    let mode = parse_mode(s.mode.as_deref())?;
+    let mode_name = match mode {
+        Mode::Iptables => "iptables",
+        Mode::Ipvs => "ipvs",
+    };
     let config = Config {
-        mode: parse_mode(s.mode.as_deref())?,
+        mode,
         families: Vec::new(),
         node_name,
         node_labels,
@@ -240,8 +246,8 @@ pub fn resolve(s: Settings, nodes: &[Node]) -> Result<Config, ConfigError> {
         large_cluster_endpoints_threshold: s.large_cluster_endpoints_threshold.unwrap_or(1000),
         service_proxy_name: s.service_proxy_name.clone().filter(|n| !n.is_empty()),
         ipvs: resolve_ipvs(&s)?,
-        sync_period_secs: s.sync_period_secs.unwrap_or(30.0),
-        min_sync_period_secs: s.min_sync_period_secs.unwrap_or(1.0),
+        sync_period: s.sync_period_for(mode_name).unwrap_or(Duration::from_secs(30)),
+        min_sync_period: s.min_sync_period_for(mode_name).unwrap_or(Duration::from_secs(1)),
     };
     check_detector(&config)?;
     Ok(Config { families: parse_families(s.ip_family.as_deref(), &config)?, ..config })
@@ -350,10 +356,15 @@ fn resolve_ipvs(s: &Settings) -> Result<IpvsConfig, ConfigError> {
         scheduler: s.ipvs_scheduler.clone().filter(|x| !x.is_empty()).unwrap_or_else(|| "rr".into()),
         strict_arp: s.ipvs_strict_arp.unwrap_or(false),
         exclude_cidrs: parse_cidrs("--ipvs-exclude-cidrs", s.ipvs_exclude_cidrs.as_deref().unwrap_or_default())?,
-        tcp_timeout: s.ipvs_tcp_timeout.unwrap_or(0),
-        tcpfin_timeout: s.ipvs_tcpfin_timeout.unwrap_or(0),
-        udp_timeout: s.ipvs_udp_timeout.unwrap_or(0),
+        tcp_timeout: whole_secs(s.ipvs_tcp_timeout),
+        tcpfin_timeout: whole_secs(s.ipvs_tcpfin_timeout),
+        udp_timeout: whole_secs(s.ipvs_udp_timeout),
     })
+}
+
+/// IPVS timeouts are whole seconds (0: leave the kernel's).
+fn whole_secs(d: Option<Duration>) -> u32 {
+    d.map_or(0, |d| u32::try_from(d.as_secs_f64().round() as u64).unwrap_or(u32::MAX))
 }
 
 fn parse_families(s: Option<&str>, c: &Config) -> Result<Vec<IpFamily>, ConfigError> {

@@ -1,0 +1,388 @@
+//! Every setting, declared once. The table below gives each setting its type, its path in
+//! kube-proxy's `KubeProxyConfiguration` file, its kube-proxy flag (and svcproxy's aliases),
+//! and what svcproxy does with it; the [`Settings`] layer type, stacking ([`Settings::over`]),
+//! the file reader ([`file`]), the file writer and the start-up notes are derived from it.
+//!
+//! A [`Settings`] value is one layer, every field optional: a fixture document, the
+//! `--config` file and the command line each give one; [`crate::config::resolve`] turns
+//! the stack into the effective [`crate::config::Config`].
+
+pub mod file;
+pub mod fixture;
+pub mod value;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::Value;
+use value::{Raw, SettingValue};
+
+/// What svcproxy does with a setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Effect {
+    /// It acts, as in kube-proxy.
+    Acts,
+    /// Accepted; it has no meaning for svcproxy (why).
+    NoEffect(&'static str),
+    /// It has a meaning svcproxy does not carry out yet (what happens instead).
+    NotYet(&'static str),
+}
+
+/// One row of the table.
+#[derive(Debug, Clone, Copy)]
+pub struct Info {
+    /// The field's name in [`Settings`].
+    pub name: &'static str,
+    /// Its dotted path in a `KubeProxyConfiguration` (`None`: not a file setting).
+    pub file: Option<&'static str>,
+    /// Its flags: kube-proxy's name first (where kube-proxy has one), then svcproxy's aliases.
+    pub flags: &'static [&'static str],
+    pub effect: Effect,
+    pub help: &'static str,
+}
+
+macro_rules! file_path {
+    (none) => {
+        None
+    };
+    ($p:literal) => {
+        Some($p)
+    };
+}
+
+macro_rules! settings {
+    ($( $field:ident : $ty:ty, file $file:tt, flags [$($flag:literal),*], $effect:expr, $help:literal; )*) => {
+        /// One layer of settings (see the module documentation).
+        #[derive(Debug, Clone, Default, PartialEq)]
+        pub struct Settings {
+            $( #[doc = $help] pub $field: Option<$ty>, )*
+        }
+
+        /// The table, in declaration order.
+        pub static TABLE: &[Info] = &[
+            $( Info { name: stringify!($field), file: file_path!($file), flags: &[$($flag),*], effect: $effect, help: $help }, )*
+        ];
+
+        impl Settings {
+            /// `self` wins where it has a value; `under` fills the rest.
+            pub fn over(self, under: Settings) -> Settings {
+                Settings { $( $field: self.$field.or(under.$field), )* }
+            }
+
+            /// Sets the setting at a file path; `None` if no setting has that path.
+            fn set_from_file(&mut self, path: &str, v: &Value) -> Option<Result<(), String>> {
+                $(
+                    if file_path!($file) == Some(path) {
+                        return Some(<$ty as SettingValue>::from_json(v).map(|x| self.$field = x));
+                    }
+                )*
+                None
+            }
+
+            /// Sets the setting a flag names from one occurrence of it (repeated list
+            /// flags accumulate); `None` if no setting has that flag.
+            pub fn set_from_flag(&mut self, flag: &str, text: &str) -> Option<Result<(), String>> {
+                $(
+                    if [$($flag),*].contains(&flag) {
+                        let parsed = <$ty as SettingValue>::parse_flag(text);
+                        return Some(parsed.map(|x| {
+                            self.$field = Some(match self.$field.take() {
+                                Some(earlier) => earlier.append(x),
+                                None => x,
+                            });
+                        }));
+                    }
+                )*
+                None
+            }
+
+            /// Each file setting this layer has, as (path, value).
+            pub fn file_values(&self) -> Vec<(&'static str, Value)> {
+                let mut out = Vec::new();
+                $(
+                    if let (Some(path), Some(v)) = (file_path!($file), &self.$field) {
+                        out.push((path, v.to_json()));
+                    }
+                )*
+                out
+            }
+
+            /// The name of every setting this layer has a non-zero value for.
+            pub fn set_names(&self) -> Vec<&'static str> {
+                let mut out = Vec::new();
+                $(
+                    if self.$field.as_ref().is_some_and(|v| !v.is_zero()) {
+                        out.push(stringify!($field));
+                    }
+                )*
+                out
+            }
+        }
+    };
+}
+
+settings! {
+    // --- kube-proxy's KubeProxyConfiguration (v1alpha1), in its order ---
+    feature_gates: BTreeMap<String, bool>, file "featureGates", flags ["feature-gates"],
+        Effect::NotYet("gates are not evaluated: behaviour is that of the targeted kube-proxy's defaults"),
+        "Feature gates (NAME=true|false,...)";
+    kubeconfig: String, file "clientConnection.kubeconfig", flags ["kubeconfig"], Effect::Acts,
+        "kubeconfig file for the API server";
+    kube_api_accept_content_types: String, file "clientConnection.acceptContentTypes", flags [], Effect::Acts,
+        "Accept header for API requests (the client speaks JSON only)";
+    kube_api_content_type: String, file "clientConnection.contentType", flags ["kube-api-content-type"], Effect::Acts,
+        "Content type of API requests (the client speaks JSON only)";
+    kube_api_qps: f32, file "clientConnection.qps", flags ["kube-api-qps"], Effect::Acts,
+        "Requests per second to the API server (<= 0: no limit)";
+    kube_api_burst: i32, file "clientConnection.burst", flags ["kube-api-burst"], Effect::Acts,
+        "Requests allowed in a burst above the QPS";
+    log_format: String, file "logging.format", flags ["logging-format"], Effect::Acts,
+        "Log format: text or json";
+    log_verbosity: u32, file "logging.verbosity", flags ["v"], Effect::Acts,
+        "Log verbosity (klog's -v: 0-1 info, 2-3 debug, 4+ trace)";
+    log_vmodule: Raw, file "logging.vmodule", flags ["vmodule"],
+        Effect::NoEffect("per-file verbosity is klog's; svcproxy filters with SVCPROXY_LOG"),
+        "klog's per-file verbosity";
+    log_flush_frequency: Raw, file "logging.flushFrequency", flags ["log-flush-frequency"],
+        Effect::NoEffect("svcproxy's logs are written as they happen"),
+        "klog's flush interval";
+    log_options: Raw, file "logging.options", flags [],
+        Effect::NoEffect("klog's output options (split streams, buffers)"),
+        "klog's output options";
+    hostname_override: String, file "hostnameOverride", flags ["hostname-override"], Effect::Acts,
+        "This node's name (as in EndpointSlice nodeName)";
+    bind_address: String, file "bindAddress", flags ["bind-address"], Effect::Acts,
+        "This node's primary IP (0.0.0.0 or :: : from the Node object)";
+    healthz_bind_address: String, file "healthzBindAddress", flags ["healthz-bind-address"], Effect::Acts,
+        "IP or IP:port of /healthz and /livez";
+    metrics_bind_address: String, file "metricsBindAddress", flags ["metrics-bind-address"], Effect::Acts,
+        "IP or IP:port of /metrics";
+    bind_address_hard_fail: bool, file "bindAddressHardFail", flags ["bind-address-hard-fail"],
+        Effect::NotYet("svcproxy always exits when it cannot serve health checks or metrics"),
+        "Exit when a port cannot be bound";
+    enable_profiling: bool, file "enableProfiling", flags ["profiling"],
+        Effect::NoEffect("there is no Go pprof in a Rust binary; profile with perf or heaptrack"),
+        "Go pprof handlers";
+    show_hidden_metrics_for_version: String, file "showHiddenMetricsForVersion", flags ["show-hidden-metrics-for-version"],
+        Effect::NoEffect("svcproxy hides no metrics"),
+        "Show metrics hidden since this version";
+    mode: String, file "mode", flags ["proxy-mode", "mode"], Effect::Acts,
+        "Proxy mode: iptables or ipvs";
+    masquerade_bit: u32, file "iptables.masqueradeBit", flags ["iptables-masquerade-bit", "masquerade-bit"], Effect::Acts,
+        "The fwmark bit marking packets to masquerade";
+    masquerade_all: bool, file "iptables.masqueradeAll", flags ["masquerade-all"], Effect::Acts,
+        "Masquerade all traffic sent to ClusterIPs";
+    localhost_node_ports: bool, file "iptables.localhostNodePorts", flags ["iptables-localhost-nodeports"], Effect::Acts,
+        "Allow NodePorts on 127.0.0.1 (IPv4)";
+    snat_node_internal_ip: bool, file "iptables.snatNodeInternalIP", flags [],
+        Effect::NotYet("SNAT uses the egress interface's address"),
+        "SNAT service traffic to the node's InternalIP";
+    iptables_sync_period: Duration, file "iptables.syncPeriod", flags ["iptables-sync-period"], Effect::Acts,
+        "Sync period in iptables mode";
+    iptables_min_sync_period: Duration, file "iptables.minSyncPeriod", flags ["iptables-min-sync-period"], Effect::Acts,
+        "Minimum time between syncs in iptables mode";
+    ipvs_sync_period: Duration, file "ipvs.syncPeriod", flags ["ipvs-sync-period"], Effect::Acts,
+        "Sync period in IPVS mode";
+    ipvs_min_sync_period: Duration, file "ipvs.minSyncPeriod", flags ["ipvs-min-sync-period"], Effect::Acts,
+        "Minimum time between syncs in IPVS mode";
+    ipvs_scheduler: String, file "ipvs.scheduler", flags ["ipvs-scheduler"], Effect::Acts,
+        "IPVS scheduler";
+    ipvs_exclude_cidrs: Vec<String>, file "ipvs.excludeCIDRs", flags ["ipvs-exclude-cidrs"], Effect::Acts,
+        "CIDRs whose IPVS services are never cleaned up";
+    ipvs_strict_arp: bool, file "ipvs.strictARP", flags ["ipvs-strict-arp"], Effect::Acts,
+        "Set arp_ignore=1 and arp_announce=2";
+    ipvs_tcp_timeout: Duration, file "ipvs.tcpTimeout", flags ["ipvs-tcp-timeout"], Effect::Acts,
+        "IPVS idle TCP timeout (0: as is)";
+    ipvs_tcpfin_timeout: Duration, file "ipvs.tcpFinTimeout", flags ["ipvs-tcpfin-timeout"], Effect::Acts,
+        "IPVS TCP timeout after FIN (0: as is)";
+    ipvs_udp_timeout: Duration, file "ipvs.udpTimeout", flags ["ipvs-udp-timeout"], Effect::Acts,
+        "IPVS UDP timeout (0: as is)";
+    nftables_masquerade_bit: u32, file "nftables.masqueradeBit", flags [],
+        Effect::NotYet("nftables mode is not implemented yet"),
+        "The fwmark bit in nftables mode";
+    nftables_masquerade_all: bool, file "nftables.masqueradeAll", flags [],
+        Effect::NotYet("nftables mode is not implemented yet"),
+        "Masquerade all ClusterIP traffic in nftables mode";
+    nftables_sync_period: Duration, file "nftables.syncPeriod", flags [],
+        Effect::NotYet("nftables mode is not implemented yet"),
+        "Sync period in nftables mode";
+    nftables_min_sync_period: Duration, file "nftables.minSyncPeriod", flags [],
+        Effect::NotYet("nftables mode is not implemented yet"),
+        "Minimum time between syncs in nftables mode";
+    winkernel_network_name: String, file "winkernel.networkName", flags [],
+        Effect::NoEffect("Windows only"), "Windows HNS network";
+    winkernel_source_vip: String, file "winkernel.sourceVip", flags [],
+        Effect::NoEffect("Windows only"), "Windows source VIP";
+    winkernel_enable_dsr: bool, file "winkernel.enableDSR", flags [],
+        Effect::NoEffect("Windows only"), "Windows DSR";
+    winkernel_root_hns_endpoint_name: String, file "winkernel.rootHnsEndpointName", flags [],
+        Effect::NoEffect("Windows only"), "Windows root HNS endpoint";
+    winkernel_forward_health_check_vip: bool, file "winkernel.forwardHealthCheckVip", flags [],
+        Effect::NoEffect("Windows only"), "Windows health-check VIP forwarding";
+    detect_local_mode: String, file "detectLocalMode", flags ["detect-local-mode"], Effect::Acts,
+        "How traffic from local pods is recognised: ClusterCIDR, NodeCIDR, BridgeInterface, InterfaceNamePrefix or None";
+    pod_bridge_interface: String, file "detectLocal.bridgeInterface", flags ["pod-bridge-interface"], Effect::Acts,
+        "The pod bridge, with detect-local-mode BridgeInterface";
+    pod_interface_name_prefix: String, file "detectLocal.interfaceNamePrefix", flags ["pod-interface-name-prefix"], Effect::Acts,
+        "The pod interface prefix, with detect-local-mode InterfaceNamePrefix";
+    cluster_cidr: String, file "clusterCIDR", flags ["cluster-cidr"], Effect::Acts,
+        "Pod network CIDRs (comma list, one per family)";
+    node_port_addresses: Vec<String>, file "nodePortAddresses", flags ["nodeport-addresses"], Effect::Acts,
+        "Addresses NodePorts answer on: CIDRs or primary";
+    oom_score_adj: i32, file "oomScoreAdj", flags ["oom-score-adj"],
+        Effect::NotYet("the process's oom_score_adj is left as it is"),
+        "oom_score_adj of the process [-1000, 1000]";
+    conntrack_max_per_core: i32, file "conntrack.maxPerCore", flags ["conntrack-max-per-core"],
+        Effect::NotYet("nf_conntrack_max is left as it is"),
+        "Conntrack entries per CPU core";
+    conntrack_min: i32, file "conntrack.min", flags ["conntrack-min"],
+        Effect::NotYet("nf_conntrack_max is left as it is"),
+        "Minimum conntrack entries";
+    conntrack_tcp_established_timeout: Duration, file "conntrack.tcpEstablishedTimeout", flags ["conntrack-tcp-timeout-established"],
+        Effect::NotYet("the conntrack sysctl is left as it is"),
+        "Idle timeout of established TCP connections";
+    conntrack_tcp_close_wait_timeout: Duration, file "conntrack.tcpCloseWaitTimeout", flags ["conntrack-tcp-timeout-close-wait"],
+        Effect::NotYet("the conntrack sysctl is left as it is"),
+        "Timeout of TCP connections in CLOSE_WAIT";
+    conntrack_tcp_be_liberal: bool, file "conntrack.tcpBeLiberal", flags ["conntrack-tcp-be-liberal"], Effect::Acts,
+        "Liberal TCP conntrack (no INVALID drop rule)";
+    conntrack_udp_timeout: Duration, file "conntrack.udpTimeout", flags ["conntrack-udp-timeout"],
+        Effect::NotYet("the conntrack sysctl is left as it is"),
+        "Idle timeout of unreplied UDP entries";
+    conntrack_udp_stream_timeout: Duration, file "conntrack.udpStreamTimeout", flags ["conntrack-udp-timeout-stream"],
+        Effect::NotYet("the conntrack sysctl is left as it is"),
+        "Idle timeout of assured UDP entries";
+    config_sync_period: Duration, file "configSyncPeriod", flags ["config-sync-period"],
+        Effect::NoEffect("kube-rs watchers keep no informer cache to resync; they relist after errors"),
+        "Informer resync period";
+    port_range: String, file "portRange", flags [],
+        Effect::NoEffect("unused by kube-proxy too (the userspace proxy is gone)"),
+        "Userspace proxy port range";
+    windows_run_as_service: bool, file "windowsRunAsService", flags [],
+        Effect::NoEffect("Windows only"), "Windows service integration";
+
+    // --- svcproxy's own settings (no file field) ---
+    ip_family: String, file none, flags ["ip-family"], Effect::Acts,
+        "IP families to proxy: ipv4, ipv6, both or auto";
+    node_ips: Vec<String>, file none, flags ["node-ip"], Effect::Acts,
+        "This node's IPs (one per family)";
+    random_fully: bool, file none, flags ["random-fully"], Effect::Acts,
+        "MASQUERADE --random-fully";
+    nfacct: bool, file none, flags ["nfacct"], Effect::Acts,
+        "kube-proxy's nfacct counters";
+    service_proxy_name: String, file none, flags ["service-proxy-name"], Effect::Acts,
+        "Proxy only objects labelled service.kubernetes.io/service-proxy-name=NAME";
+    sync_period: Duration, file none, flags ["sync-period"], Effect::Acts,
+        "Sync period in every mode";
+    min_sync_period: Duration, file none, flags ["min-sync-period"], Effect::Acts,
+        "Minimum time between syncs in every mode";
+
+    // --- fixture documents only (a node's facts, kube-proxy's unit-test knobs) ---
+    node_labels: BTreeMap<String, String>, file none, flags [], Effect::Acts, "This node's labels";
+    node_pod_cidrs: Vec<String>, file none, flags [], Effect::Acts, "This node's pod CIDRs";
+    masquerade_mark: String, file none, flags [], Effect::Acts, "The mark text (kube-proxy's unit-test fake)";
+    interface_addresses: Vec<String>, file none, flags [], Effect::Acts, "This node's interface addresses";
+    large_cluster_endpoints_threshold: usize, file none, flags [], Effect::Acts, "Endpoints above which the large-cluster rules apply";
+}
+
+impl Settings {
+    /// One line for each setting this layer sets that does not act as in kube-proxy.
+    pub fn notes(&self) -> Vec<String> {
+        let set = self.set_names();
+        TABLE
+            .iter()
+            .filter(|i| set.contains(&i.name))
+            .filter_map(|i| {
+                let name = i.file.map(String::from).unwrap_or_else(|| format!("--{}", i.flags.first().unwrap_or(&i.name)));
+                match i.effect {
+                    Effect::Acts => None,
+                    Effect::NoEffect(why) => Some(format!("{name} is accepted without effect: {why}")),
+                    Effect::NotYet(instead) => Some(format!("{name} is not carried out yet: {instead}")),
+                }
+            })
+            .collect()
+    }
+
+    /// The sync period for `mode`: svcproxy's `--sync-period`, else the mode's own.
+    pub fn sync_period_for(&self, mode: &str) -> Option<Duration> {
+        let own = match mode {
+            "ipvs" => self.ipvs_sync_period,
+            "nftables" => self.nftables_sync_period,
+            _ => self.iptables_sync_period,
+        };
+        self.sync_period.or(own.filter(|d| !d.is_zero()))
+    }
+
+    /// The minimum sync period for `mode` (zero is a value: sync on every change).
+    pub fn min_sync_period_for(&self, mode: &str) -> Option<Duration> {
+        let own = match mode {
+            "ipvs" => self.ipvs_min_sync_period,
+            "nftables" => self.nftables_min_sync_period,
+            _ => self.iptables_min_sync_period,
+        };
+        self.min_sync_period.or(own)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_setting_has_one_row_and_paths_and_flags_are_unique() {
+        let mut paths = std::collections::BTreeSet::new();
+        let mut flags = std::collections::BTreeSet::new();
+        for i in TABLE {
+            if let Some(p) = i.file {
+                assert!(paths.insert(p), "file path {p} twice");
+            }
+            for f in i.flags {
+                assert!(flags.insert(*f), "flag --{f} twice");
+            }
+        }
+        assert!(paths.len() >= 55, "every KubeProxyConfiguration field has a row: {}", paths.len());
+    }
+
+    #[test]
+    fn list_flags_accumulate_and_others_keep_the_last() {
+        let mut s = Settings::default();
+        s.set_from_flag("nodeport-addresses", "10.0.0.0/8").unwrap().unwrap();
+        s.set_from_flag("nodeport-addresses", "192.168.0.0/16,fd00::/8").unwrap().unwrap();
+        assert_eq!(s.node_port_addresses.as_ref().map(Vec::len), Some(3));
+        s.set_from_flag("proxy-mode", "ipvs").unwrap().unwrap();
+        s.set_from_flag("mode", "iptables").unwrap().unwrap();
+        assert_eq!(s.mode.as_deref(), Some("iptables"));
+        assert!(s.set_from_flag("iptables-sync-period", "30").unwrap().is_err(), "a Go duration needs its unit");
+        assert!(s.set_from_flag("no-such-flag", "x").is_none());
+    }
+
+    #[test]
+    fn sync_periods_follow_the_mode_and_svcproxys_flag_wins() {
+        let s = Settings {
+            iptables_sync_period: Some(Duration::from_secs(30)),
+            ipvs_sync_period: Some(Duration::from_secs(60)),
+            iptables_min_sync_period: Some(Duration::ZERO),
+            ..Settings::default()
+        };
+        assert_eq!(s.sync_period_for("ipvs"), Some(Duration::from_secs(60)));
+        assert_eq!(s.sync_period_for("iptables"), Some(Duration::from_secs(30)));
+        assert_eq!(s.min_sync_period_for("iptables"), Some(Duration::ZERO));
+        let flag = Settings { sync_period: Some(Duration::from_secs(5)), ..s };
+        assert_eq!(flag.sync_period_for("ipvs"), Some(Duration::from_secs(5)));
+    }
+
+    #[test]
+    fn notes_name_what_is_set_and_does_not_act() {
+        let s = Settings {
+            enable_profiling: Some(true),
+            winkernel_enable_dsr: Some(false),
+            masquerade_all: Some(true),
+            conntrack_max_per_core: Some(32768),
+            ..Settings::default()
+        };
+        let notes = s.notes();
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert!(notes[0].starts_with("enableProfiling is accepted without effect"));
+        assert!(notes[1].starts_with("conntrack.maxPerCore is not carried out yet"));
+    }
+}
