@@ -9,6 +9,7 @@
 
 pub mod file;
 pub mod fixture;
+pub mod flags;
 pub mod value;
 
 use std::collections::BTreeMap;
@@ -28,6 +29,15 @@ pub enum Effect {
     NotYet(&'static str),
 }
 
+/// Which commands take a setting's flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// It changes the rules: every command that builds them (render, sync, trace, lint).
+    Rules,
+    /// It runs the node (API client, servers, sync timing, kernel tuning): `sync` only.
+    Node,
+}
+
 /// One row of the table.
 #[derive(Debug, Clone, Copy)]
 pub struct Info {
@@ -37,6 +47,9 @@ pub struct Info {
     pub file: Option<&'static str>,
     /// Its flags: kube-proxy's name first (where kube-proxy has one), then svcproxy's aliases.
     pub flags: &'static [&'static str],
+    pub scope: Scope,
+    pub shape: value::FlagShape,
+    pub value_name: &'static str,
     pub effect: Effect,
     pub help: &'static str,
 }
@@ -51,7 +64,7 @@ macro_rules! file_path {
 }
 
 macro_rules! settings {
-    ($( $field:ident : $ty:ty, file $file:tt, flags [$($flag:literal),*], $effect:expr, $help:literal; )*) => {
+    ($( $field:ident : $ty:ty, $scope:ident, file $file:tt, flags [$($flag:literal),*], $effect:expr, $help:literal; )*) => {
         /// One layer of settings (see the module documentation).
         #[derive(Debug, Clone, Default, PartialEq)]
         pub struct Settings {
@@ -60,7 +73,16 @@ macro_rules! settings {
 
         /// The table, in declaration order.
         pub static TABLE: &[Info] = &[
-            $( Info { name: stringify!($field), file: file_path!($file), flags: &[$($flag),*], effect: $effect, help: $help }, )*
+            $( Info {
+                name: stringify!($field),
+                file: file_path!($file),
+                flags: &[$($flag),*],
+                scope: Scope::$scope,
+                shape: <$ty as SettingValue>::SHAPE,
+                value_name: <$ty as SettingValue>::VALUE_NAME,
+                effect: $effect,
+                help: $help,
+            }, )*
         ];
 
         impl Settings {
@@ -123,166 +145,174 @@ macro_rules! settings {
 
 settings! {
     // --- kube-proxy's KubeProxyConfiguration (v1alpha1), in its order ---
-    feature_gates: BTreeMap<String, bool>, file "featureGates", flags ["feature-gates"],
+    feature_gates: BTreeMap<String, bool>, Rules, file "featureGates", flags ["feature-gates"],
         Effect::NotYet("gates are not evaluated: behaviour is that of the targeted kube-proxy's defaults"),
         "Feature gates (NAME=true|false,...)";
-    kubeconfig: String, file "clientConnection.kubeconfig", flags ["kubeconfig"], Effect::Acts,
+    kubeconfig: String, Node, file "clientConnection.kubeconfig", flags ["kubeconfig"], Effect::Acts,
         "kubeconfig file for the API server";
-    kube_api_accept_content_types: String, file "clientConnection.acceptContentTypes", flags [], Effect::Acts,
+    kube_api_accept_content_types: String, Node, file "clientConnection.acceptContentTypes", flags [], Effect::Acts,
         "Accept header for API requests (the client speaks JSON only)";
-    kube_api_content_type: String, file "clientConnection.contentType", flags ["kube-api-content-type"], Effect::Acts,
+    kube_api_content_type: String, Node, file "clientConnection.contentType", flags ["kube-api-content-type"], Effect::Acts,
         "Content type of API requests (the client speaks JSON only)";
-    kube_api_qps: f32, file "clientConnection.qps", flags ["kube-api-qps"], Effect::Acts,
+    kube_api_qps: f32, Node, file "clientConnection.qps", flags ["kube-api-qps"], Effect::Acts,
         "Requests per second to the API server (<= 0: no limit)";
-    kube_api_burst: i32, file "clientConnection.burst", flags ["kube-api-burst"], Effect::Acts,
+    kube_api_burst: i32, Node, file "clientConnection.burst", flags ["kube-api-burst"], Effect::Acts,
         "Requests allowed in a burst above the QPS";
-    log_format: String, file "logging.format", flags ["logging-format"], Effect::Acts,
+    log_format: String, Node, file "logging.format", flags ["logging-format", "log-format"], Effect::Acts,
         "Log format: text or json";
-    log_verbosity: u32, file "logging.verbosity", flags ["v"], Effect::Acts,
+    log_verbosity: u32, Node, file "logging.verbosity", flags ["v"], Effect::Acts,
         "Log verbosity (klog's -v: 0-1 info, 2-3 debug, 4+ trace)";
-    log_vmodule: Raw, file "logging.vmodule", flags ["vmodule"],
+    log_vmodule: Raw, Node, file "logging.vmodule", flags ["vmodule"],
         Effect::NoEffect("per-file verbosity is klog's; svcproxy filters with SVCPROXY_LOG"),
         "klog's per-file verbosity";
-    log_flush_frequency: Raw, file "logging.flushFrequency", flags ["log-flush-frequency"],
+    log_flush_frequency: Raw, Node, file "logging.flushFrequency", flags ["log-flush-frequency"],
         Effect::NoEffect("svcproxy's logs are written as they happen"),
         "klog's flush interval";
-    log_options: Raw, file "logging.options", flags [],
+    log_options: Raw, Node, file "logging.options", flags [],
         Effect::NoEffect("klog's output options (split streams, buffers)"),
         "klog's output options";
-    hostname_override: String, file "hostnameOverride", flags ["hostname-override"], Effect::Acts,
+    hostname_override: String, Rules, file "hostnameOverride", flags ["hostname-override"], Effect::Acts,
         "This node's name (as in EndpointSlice nodeName)";
-    bind_address: String, file "bindAddress", flags ["bind-address"], Effect::Acts,
+    bind_address: String, Rules, file "bindAddress", flags ["bind-address"], Effect::Acts,
         "This node's primary IP (0.0.0.0 or :: : from the Node object)";
-    healthz_bind_address: String, file "healthzBindAddress", flags ["healthz-bind-address"], Effect::Acts,
+    healthz_bind_address: String, Node, file "healthzBindAddress", flags ["healthz-bind-address"], Effect::Acts,
         "IP or IP:port of /healthz and /livez";
-    metrics_bind_address: String, file "metricsBindAddress", flags ["metrics-bind-address"], Effect::Acts,
+    metrics_bind_address: String, Node, file "metricsBindAddress", flags ["metrics-bind-address"], Effect::Acts,
         "IP or IP:port of /metrics";
-    bind_address_hard_fail: bool, file "bindAddressHardFail", flags ["bind-address-hard-fail"],
+    bind_address_hard_fail: bool, Node, file "bindAddressHardFail", flags ["bind-address-hard-fail"],
         Effect::NotYet("svcproxy always exits when it cannot serve health checks or metrics"),
         "Exit when a port cannot be bound";
-    enable_profiling: bool, file "enableProfiling", flags ["profiling"],
+    enable_profiling: bool, Node, file "enableProfiling", flags ["profiling"],
         Effect::NoEffect("there is no Go pprof in a Rust binary; profile with perf or heaptrack"),
         "Go pprof handlers";
-    show_hidden_metrics_for_version: String, file "showHiddenMetricsForVersion", flags ["show-hidden-metrics-for-version"],
+    show_hidden_metrics_for_version: String, Node, file "showHiddenMetricsForVersion", flags ["show-hidden-metrics-for-version"],
         Effect::NoEffect("svcproxy hides no metrics"),
         "Show metrics hidden since this version";
-    mode: String, file "mode", flags ["proxy-mode", "mode"], Effect::Acts,
+    mode: String, Rules, file "mode", flags ["proxy-mode", "mode"], Effect::Acts,
         "Proxy mode: iptables or ipvs";
-    masquerade_bit: u32, file "iptables.masqueradeBit", flags ["iptables-masquerade-bit", "masquerade-bit"], Effect::Acts,
+    masquerade_bit: u32, Rules, file "iptables.masqueradeBit", flags ["iptables-masquerade-bit", "masquerade-bit"], Effect::Acts,
         "The fwmark bit marking packets to masquerade";
-    masquerade_all: bool, file "iptables.masqueradeAll", flags ["masquerade-all"], Effect::Acts,
+    masquerade_all: bool, Rules, file "iptables.masqueradeAll", flags ["masquerade-all"], Effect::Acts,
         "Masquerade all traffic sent to ClusterIPs";
-    localhost_node_ports: bool, file "iptables.localhostNodePorts", flags ["iptables-localhost-nodeports"], Effect::Acts,
+    localhost_node_ports: bool, Rules, file "iptables.localhostNodePorts", flags ["iptables-localhost-nodeports"], Effect::Acts,
         "Allow NodePorts on 127.0.0.1 (IPv4)";
-    snat_node_internal_ip: bool, file "iptables.snatNodeInternalIP", flags [],
+    snat_node_internal_ip: bool, Rules, file "iptables.snatNodeInternalIP", flags [],
         Effect::NotYet("SNAT uses the egress interface's address"),
         "SNAT service traffic to the node's InternalIP";
-    iptables_sync_period: Duration, file "iptables.syncPeriod", flags ["iptables-sync-period"], Effect::Acts,
+    iptables_sync_period: Duration, Node, file "iptables.syncPeriod", flags ["iptables-sync-period"], Effect::Acts,
         "Sync period in iptables mode";
-    iptables_min_sync_period: Duration, file "iptables.minSyncPeriod", flags ["iptables-min-sync-period"], Effect::Acts,
+    iptables_min_sync_period: Duration, Node, file "iptables.minSyncPeriod", flags ["iptables-min-sync-period"], Effect::Acts,
         "Minimum time between syncs in iptables mode";
-    ipvs_sync_period: Duration, file "ipvs.syncPeriod", flags ["ipvs-sync-period"], Effect::Acts,
+    ipvs_sync_period: Duration, Node, file "ipvs.syncPeriod", flags ["ipvs-sync-period"], Effect::Acts,
         "Sync period in IPVS mode";
-    ipvs_min_sync_period: Duration, file "ipvs.minSyncPeriod", flags ["ipvs-min-sync-period"], Effect::Acts,
+    ipvs_min_sync_period: Duration, Node, file "ipvs.minSyncPeriod", flags ["ipvs-min-sync-period"], Effect::Acts,
         "Minimum time between syncs in IPVS mode";
-    ipvs_scheduler: String, file "ipvs.scheduler", flags ["ipvs-scheduler"], Effect::Acts,
+    ipvs_scheduler: String, Rules, file "ipvs.scheduler", flags ["ipvs-scheduler"], Effect::Acts,
         "IPVS scheduler";
-    ipvs_exclude_cidrs: Vec<String>, file "ipvs.excludeCIDRs", flags ["ipvs-exclude-cidrs"], Effect::Acts,
+    ipvs_exclude_cidrs: Vec<String>, Rules, file "ipvs.excludeCIDRs", flags ["ipvs-exclude-cidrs"], Effect::Acts,
         "CIDRs whose IPVS services are never cleaned up";
-    ipvs_strict_arp: bool, file "ipvs.strictARP", flags ["ipvs-strict-arp"], Effect::Acts,
+    ipvs_strict_arp: bool, Rules, file "ipvs.strictARP", flags ["ipvs-strict-arp"], Effect::Acts,
         "Set arp_ignore=1 and arp_announce=2";
-    ipvs_tcp_timeout: Duration, file "ipvs.tcpTimeout", flags ["ipvs-tcp-timeout"], Effect::Acts,
+    ipvs_tcp_timeout: Duration, Node, file "ipvs.tcpTimeout", flags ["ipvs-tcp-timeout"], Effect::Acts,
         "IPVS idle TCP timeout (0: as is)";
-    ipvs_tcpfin_timeout: Duration, file "ipvs.tcpFinTimeout", flags ["ipvs-tcpfin-timeout"], Effect::Acts,
+    ipvs_tcpfin_timeout: Duration, Node, file "ipvs.tcpFinTimeout", flags ["ipvs-tcpfin-timeout"], Effect::Acts,
         "IPVS TCP timeout after FIN (0: as is)";
-    ipvs_udp_timeout: Duration, file "ipvs.udpTimeout", flags ["ipvs-udp-timeout"], Effect::Acts,
+    ipvs_udp_timeout: Duration, Node, file "ipvs.udpTimeout", flags ["ipvs-udp-timeout"], Effect::Acts,
         "IPVS UDP timeout (0: as is)";
-    nftables_masquerade_bit: u32, file "nftables.masqueradeBit", flags [],
+    nftables_masquerade_bit: u32, Rules, file "nftables.masqueradeBit", flags [],
         Effect::NotYet("nftables mode is not implemented yet"),
         "The fwmark bit in nftables mode";
-    nftables_masquerade_all: bool, file "nftables.masqueradeAll", flags [],
+    nftables_masquerade_all: bool, Rules, file "nftables.masqueradeAll", flags [],
         Effect::NotYet("nftables mode is not implemented yet"),
         "Masquerade all ClusterIP traffic in nftables mode";
-    nftables_sync_period: Duration, file "nftables.syncPeriod", flags [],
+    nftables_sync_period: Duration, Node, file "nftables.syncPeriod", flags [],
         Effect::NotYet("nftables mode is not implemented yet"),
         "Sync period in nftables mode";
-    nftables_min_sync_period: Duration, file "nftables.minSyncPeriod", flags [],
+    nftables_min_sync_period: Duration, Node, file "nftables.minSyncPeriod", flags [],
         Effect::NotYet("nftables mode is not implemented yet"),
         "Minimum time between syncs in nftables mode";
-    winkernel_network_name: String, file "winkernel.networkName", flags [],
+    winkernel_network_name: String, Node, file "winkernel.networkName", flags [],
         Effect::NoEffect("Windows only"), "Windows HNS network";
-    winkernel_source_vip: String, file "winkernel.sourceVip", flags [],
+    winkernel_source_vip: String, Node, file "winkernel.sourceVip", flags [],
         Effect::NoEffect("Windows only"), "Windows source VIP";
-    winkernel_enable_dsr: bool, file "winkernel.enableDSR", flags [],
+    winkernel_enable_dsr: bool, Node, file "winkernel.enableDSR", flags [],
         Effect::NoEffect("Windows only"), "Windows DSR";
-    winkernel_root_hns_endpoint_name: String, file "winkernel.rootHnsEndpointName", flags [],
+    winkernel_root_hns_endpoint_name: String, Node, file "winkernel.rootHnsEndpointName", flags [],
         Effect::NoEffect("Windows only"), "Windows root HNS endpoint";
-    winkernel_forward_health_check_vip: bool, file "winkernel.forwardHealthCheckVip", flags [],
+    winkernel_forward_health_check_vip: bool, Node, file "winkernel.forwardHealthCheckVip", flags [],
         Effect::NoEffect("Windows only"), "Windows health-check VIP forwarding";
-    detect_local_mode: String, file "detectLocalMode", flags ["detect-local-mode"], Effect::Acts,
+    detect_local_mode: String, Rules, file "detectLocalMode", flags ["detect-local-mode"], Effect::Acts,
         "How traffic from local pods is recognised: ClusterCIDR, NodeCIDR, BridgeInterface, InterfaceNamePrefix or None";
-    pod_bridge_interface: String, file "detectLocal.bridgeInterface", flags ["pod-bridge-interface"], Effect::Acts,
+    pod_bridge_interface: String, Rules, file "detectLocal.bridgeInterface", flags ["pod-bridge-interface"], Effect::Acts,
         "The pod bridge, with detect-local-mode BridgeInterface";
-    pod_interface_name_prefix: String, file "detectLocal.interfaceNamePrefix", flags ["pod-interface-name-prefix"], Effect::Acts,
+    pod_interface_name_prefix: String, Rules, file "detectLocal.interfaceNamePrefix", flags ["pod-interface-name-prefix"], Effect::Acts,
         "The pod interface prefix, with detect-local-mode InterfaceNamePrefix";
-    cluster_cidr: String, file "clusterCIDR", flags ["cluster-cidr"], Effect::Acts,
+    cluster_cidr: String, Rules, file "clusterCIDR", flags ["cluster-cidr"], Effect::Acts,
         "Pod network CIDRs (comma list, one per family)";
-    node_port_addresses: Vec<String>, file "nodePortAddresses", flags ["nodeport-addresses"], Effect::Acts,
+    node_port_addresses: Vec<String>, Rules, file "nodePortAddresses", flags ["nodeport-addresses"], Effect::Acts,
         "Addresses NodePorts answer on: CIDRs or primary";
-    oom_score_adj: i32, file "oomScoreAdj", flags ["oom-score-adj"],
+    oom_score_adj: i32, Node, file "oomScoreAdj", flags ["oom-score-adj"],
         Effect::NotYet("the process's oom_score_adj is left as it is"),
         "oom_score_adj of the process [-1000, 1000]";
-    conntrack_max_per_core: i32, file "conntrack.maxPerCore", flags ["conntrack-max-per-core"],
+    conntrack_max_per_core: i32, Node, file "conntrack.maxPerCore", flags ["conntrack-max-per-core"],
         Effect::NotYet("nf_conntrack_max is left as it is"),
         "Conntrack entries per CPU core";
-    conntrack_min: i32, file "conntrack.min", flags ["conntrack-min"],
+    conntrack_min: i32, Node, file "conntrack.min", flags ["conntrack-min"],
         Effect::NotYet("nf_conntrack_max is left as it is"),
         "Minimum conntrack entries";
-    conntrack_tcp_established_timeout: Duration, file "conntrack.tcpEstablishedTimeout", flags ["conntrack-tcp-timeout-established"],
+    conntrack_tcp_established_timeout: Duration, Node, file "conntrack.tcpEstablishedTimeout", flags ["conntrack-tcp-timeout-established"],
         Effect::NotYet("the conntrack sysctl is left as it is"),
         "Idle timeout of established TCP connections";
-    conntrack_tcp_close_wait_timeout: Duration, file "conntrack.tcpCloseWaitTimeout", flags ["conntrack-tcp-timeout-close-wait"],
+    conntrack_tcp_close_wait_timeout: Duration, Node, file "conntrack.tcpCloseWaitTimeout", flags ["conntrack-tcp-timeout-close-wait"],
         Effect::NotYet("the conntrack sysctl is left as it is"),
         "Timeout of TCP connections in CLOSE_WAIT";
-    conntrack_tcp_be_liberal: bool, file "conntrack.tcpBeLiberal", flags ["conntrack-tcp-be-liberal"], Effect::Acts,
+    conntrack_tcp_be_liberal: bool, Rules, file "conntrack.tcpBeLiberal", flags ["conntrack-tcp-be-liberal"], Effect::Acts,
         "Liberal TCP conntrack (no INVALID drop rule)";
-    conntrack_udp_timeout: Duration, file "conntrack.udpTimeout", flags ["conntrack-udp-timeout"],
+    conntrack_udp_timeout: Duration, Node, file "conntrack.udpTimeout", flags ["conntrack-udp-timeout"],
         Effect::NotYet("the conntrack sysctl is left as it is"),
         "Idle timeout of unreplied UDP entries";
-    conntrack_udp_stream_timeout: Duration, file "conntrack.udpStreamTimeout", flags ["conntrack-udp-timeout-stream"],
+    conntrack_udp_stream_timeout: Duration, Node, file "conntrack.udpStreamTimeout", flags ["conntrack-udp-timeout-stream"],
         Effect::NotYet("the conntrack sysctl is left as it is"),
         "Idle timeout of assured UDP entries";
-    config_sync_period: Duration, file "configSyncPeriod", flags ["config-sync-period"],
+    config_sync_period: Duration, Node, file "configSyncPeriod", flags ["config-sync-period"],
         Effect::NoEffect("kube-rs watchers keep no informer cache to resync; they relist after errors"),
         "Informer resync period";
-    port_range: String, file "portRange", flags [],
+    port_range: String, Node, file "portRange", flags [],
         Effect::NoEffect("unused by kube-proxy too (the userspace proxy is gone)"),
         "Userspace proxy port range";
-    windows_run_as_service: bool, file "windowsRunAsService", flags [],
+    windows_run_as_service: bool, Node, file "windowsRunAsService", flags [],
         Effect::NoEffect("Windows only"), "Windows service integration";
 
+    // --- kube-proxy's flags without a file field ---
+    master: String, Node, file none, flags ["master"], Effect::Acts,
+        "The API server's URL (overrides the kubeconfig's)";
+    healthz_port: i32, Node, file none, flags ["healthz-port"], Effect::Acts,
+        "Deprecated: the port of --healthz-bind-address (0: no health server)";
+    metrics_port: i32, Node, file none, flags ["metrics-port"], Effect::Acts,
+        "Deprecated: the port of --metrics-bind-address (0: no metrics server)";
+
     // --- svcproxy's own settings (no file field) ---
-    ip_family: String, file none, flags ["ip-family"], Effect::Acts,
+    ip_family: String, Rules, file none, flags ["ip-family"], Effect::Acts,
         "IP families to proxy: ipv4, ipv6, both or auto";
-    node_ips: Vec<String>, file none, flags ["node-ip"], Effect::Acts,
+    node_ips: Vec<String>, Rules, file none, flags ["node-ip"], Effect::Acts,
         "This node's IPs (one per family)";
-    random_fully: bool, file none, flags ["random-fully"], Effect::Acts,
+    random_fully: bool, Rules, file none, flags ["random-fully"], Effect::Acts,
         "MASQUERADE --random-fully";
-    nfacct: bool, file none, flags ["nfacct"], Effect::Acts,
+    nfacct: bool, Rules, file none, flags ["nfacct"], Effect::Acts,
         "kube-proxy's nfacct counters";
-    service_proxy_name: String, file none, flags ["service-proxy-name"], Effect::Acts,
+    service_proxy_name: String, Rules, file none, flags ["service-proxy-name"], Effect::Acts,
         "Proxy only objects labelled service.kubernetes.io/service-proxy-name=NAME";
-    sync_period: Duration, file none, flags ["sync-period"], Effect::Acts,
+    sync_period: Duration, Node, file none, flags ["sync-period"], Effect::Acts,
         "Sync period in every mode";
-    min_sync_period: Duration, file none, flags ["min-sync-period"], Effect::Acts,
+    min_sync_period: Duration, Node, file none, flags ["min-sync-period"], Effect::Acts,
         "Minimum time between syncs in every mode";
 
     // --- fixture documents only (a node's facts, kube-proxy's unit-test knobs) ---
-    node_labels: BTreeMap<String, String>, file none, flags [], Effect::Acts, "This node's labels";
-    node_pod_cidrs: Vec<String>, file none, flags [], Effect::Acts, "This node's pod CIDRs";
-    masquerade_mark: String, file none, flags [], Effect::Acts, "The mark text (kube-proxy's unit-test fake)";
-    interface_addresses: Vec<String>, file none, flags [], Effect::Acts, "This node's interface addresses";
-    large_cluster_endpoints_threshold: usize, file none, flags [], Effect::Acts, "Endpoints above which the large-cluster rules apply";
+    node_labels: BTreeMap<String, String>, Rules, file none, flags [], Effect::Acts, "This node's labels";
+    node_pod_cidrs: Vec<String>, Rules, file none, flags [], Effect::Acts, "This node's pod CIDRs";
+    masquerade_mark: String, Rules, file none, flags [], Effect::Acts, "The mark text (kube-proxy's unit-test fake)";
+    interface_addresses: Vec<String>, Rules, file none, flags [], Effect::Acts, "This node's interface addresses";
+    large_cluster_endpoints_threshold: usize, Rules, file none, flags [], Effect::Acts, "Endpoints above which the large-cluster rules apply";
 }
 
 impl Settings {

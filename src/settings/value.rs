@@ -20,6 +20,8 @@ pub enum FlagShape {
 /// A setting's value type.
 pub trait SettingValue: Sized + Clone + PartialEq + std::fmt::Debug {
     const SHAPE: FlagShape = FlagShape::One;
+    /// The placeholder in `--help`.
+    const VALUE_NAME: &'static str = "VALUE";
     /// From the file; `Ok(None)` for what the file format treats as unset (`""`, null).
     fn from_json(v: &Value) -> Result<Option<Self>, String>;
     fn to_json(&self) -> Value;
@@ -39,6 +41,7 @@ fn expected(what: &str, v: &Value) -> String {
 
 impl SettingValue for bool {
     const SHAPE: FlagShape = FlagShape::Bool;
+    const VALUE_NAME: &'static str = "BOOL";
     fn from_json(v: &Value) -> Result<Option<Self>, String> {
         match v {
             Value::Null => Ok(None),
@@ -65,6 +68,7 @@ impl SettingValue for bool {
 macro_rules! integer {
     ($($t:ty),*) => {$(
         impl SettingValue for $t {
+    const VALUE_NAME: &'static str = "N";
             fn from_json(v: &Value) -> Result<Option<Self>, String> {
                 match v {
                     Value::Null => Ok(None),
@@ -88,6 +92,7 @@ macro_rules! integer {
 integer!(i32, u32, usize);
 
 impl SettingValue for f32 {
+    const VALUE_NAME: &'static str = "NUMBER";
     fn from_json(v: &Value) -> Result<Option<Self>, String> {
         match v {
             Value::Null => Ok(None),
@@ -129,6 +134,7 @@ impl SettingValue for String {
 
 impl SettingValue for Vec<String> {
     const SHAPE: FlagShape = FlagShape::List;
+    const VALUE_NAME: &'static str = "LIST";
     fn from_json(v: &Value) -> Result<Option<Self>, String> {
         match v {
             Value::Null => Ok(None),
@@ -156,6 +162,7 @@ impl SettingValue for Vec<String> {
 }
 
 impl SettingValue for Duration {
+    const VALUE_NAME: &'static str = "DURATION";
     fn from_json(v: &Value) -> Result<Option<Self>, String> {
         match v {
             Value::Null => Ok(None),
@@ -178,6 +185,7 @@ impl SettingValue for Duration {
 
 /// `A=true,B=false` on the command line (component-base's MapStringBool), a map in the file.
 impl SettingValue for BTreeMap<String, bool> {
+    const VALUE_NAME: &'static str = "NAME=BOOL,...";
     fn from_json(v: &Value) -> Result<Option<Self>, String> {
         match v {
             Value::Null => Ok(None),
@@ -211,6 +219,7 @@ impl SettingValue for BTreeMap<String, bool> {
 
 /// Labels and other string maps (fixture documents only).
 impl SettingValue for BTreeMap<String, String> {
+    const VALUE_NAME: &'static str = "KEY=VALUE,...";
     fn from_json(v: &Value) -> Result<Option<Self>, String> {
         match v {
             Value::Null => Ok(None),

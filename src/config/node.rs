@@ -1,0 +1,116 @@
+//! The settings that run the node rather than shape the rules: where health and metrics
+//! are served, and how logs are written. Pure; the CLI binds and initialises.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use super::{invalid, ConfigError, Settings};
+
+pub const HEALTHZ_PORT: u16 = 10256;
+pub const METRICS_PORT: u16 = 10249;
+
+/// Where the servers listen (`None`: that server is off).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Servers {
+    pub healthz: Option<SocketAddr>,
+    pub metrics: Option<SocketAddr>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// How logs are written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Logging {
+    pub format: LogFormat,
+    /// A tracing filter directive (`info`, `debug`, `trace`).
+    pub level: &'static str,
+}
+
+/// kube-proxy's defaults follow `bindAddress`'s family: `0.0.0.0:10256` and
+/// `127.0.0.1:10249`, or `[::]:10256` and `[::1]:10249` for an IPv6 bindAddress.
+pub fn servers(s: &Settings) -> Result<Servers, ConfigError> {
+    let v6 = s.bind_address.as_deref().and_then(|a| a.trim().parse::<IpAddr>().ok()).is_some_and(|ip| ip.is_ipv6());
+    let (any, local): (IpAddr, IpAddr) =
+        if v6 { (Ipv6Addr::UNSPECIFIED.into(), Ipv6Addr::LOCALHOST.into()) } else { (Ipv4Addr::UNSPECIFIED.into(), Ipv4Addr::LOCALHOST.into()) };
+    Ok(Servers {
+        healthz: address("healthzBindAddress", s.healthz_bind_address.as_deref(), s.healthz_port, SocketAddr::new(any, HEALTHZ_PORT))?,
+        metrics: address("metricsBindAddress", s.metrics_bind_address.as_deref(), s.metrics_port, SocketAddr::new(local, METRICS_PORT))?,
+    })
+}
+
+/// `IP:port`, `IP` (the default port) or `:port` (all addresses); the deprecated port flag
+/// replaces the port, and 0 turns the server off.
+fn address(setting: &'static str, value: Option<&str>, port: Option<i32>, default: SocketAddr) -> Result<Option<SocketAddr>, ConfigError> {
+    let bad = |v: &str| invalid(setting, format!("{v:?} is not IP, IP:port or :port"));
+    let mut addr = match value.map(str::trim).filter(|v| !v.is_empty()) {
+        None => default,
+        Some(v) => {
+            if let Ok(a) = v.parse::<SocketAddr>() {
+                a
+            } else if let Ok(ip) = v.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>() {
+                SocketAddr::new(ip, default.port())
+            } else if let Some(p) = v.strip_prefix(':') {
+                SocketAddr::new(default.ip(), p.parse().map_err(|_| bad(v))?)
+            } else {
+                return Err(bad(v));
+            }
+        }
+    };
+    match port {
+        Some(0) => return Ok(None),
+        Some(p) => addr.set_port(u16::try_from(p).map_err(|_| invalid(setting, format!("port {p} is not in 0-65535")))?),
+        None => {}
+    }
+    Ok(Some(addr))
+}
+
+/// `logging.format` / `--logging-format`, and klog's verbosity mapped onto levels:
+/// 0–1 info, 2–3 debug, 4 and above trace.
+pub fn logging(s: &Settings) -> Result<Logging, ConfigError> {
+    let format = match s.log_format.as_deref().unwrap_or("text") {
+        "text" => LogFormat::Text,
+        "json" => LogFormat::Json,
+        f => return Err(invalid("--logging-format", format!("{f:?} is not text or json"))),
+    };
+    let level = match s.log_verbosity.unwrap_or(0) {
+        0..=1 => "info",
+        2..=3 => "debug",
+        _ => "trace",
+    };
+    Ok(Logging { format, level })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(healthz: Option<&str>, port: Option<i32>) -> Settings {
+        Settings { healthz_bind_address: healthz.map(String::from), healthz_port: port, ..Settings::default() }
+    }
+
+    #[test]
+    fn kube_proxys_address_forms() {
+        let h = |v, p| servers(&s(v, p)).unwrap().healthz;
+        assert_eq!(h(None, None), Some("0.0.0.0:10256".parse().unwrap()));
+        assert_eq!(h(Some("127.0.0.1"), None), Some("127.0.0.1:10256".parse().unwrap()), "an IP alone keeps the port");
+        assert_eq!(h(Some("10.0.0.1:9000"), None), Some("10.0.0.1:9000".parse().unwrap()));
+        assert_eq!(h(Some(":9000"), None), Some("0.0.0.0:9000".parse().unwrap()));
+        assert_eq!(h(Some("[::1]"), None), Some("[::1]:10256".parse().unwrap()));
+        assert_eq!(h(None, Some(0)), None, "--healthz-port=0 turns it off");
+        assert_eq!(h(Some("127.0.0.1"), Some(8080)), Some("127.0.0.1:8080".parse().unwrap()));
+        assert!(servers(&s(Some("localhost:1"), None)).is_err());
+        let v6 = Settings { bind_address: Some("fd00::1".into()), ..Settings::default() };
+        let got = servers(&v6).unwrap();
+        assert_eq!((got.healthz, got.metrics), (Some("[::]:10256".parse().unwrap()), Some("[::1]:10249".parse().unwrap())));
+    }
+
+    #[test]
+    fn klog_verbosity_and_format() {
+        let l = |v: u32| logging(&Settings { log_verbosity: Some(v), ..Settings::default() }).unwrap().level;
+        assert_eq!((l(0), l(2), l(4), l(9)), ("info", "debug", "trace", "trace"));
+        assert!(logging(&Settings { log_format: Some("xml".into()), ..Settings::default() }).is_err());
+    }
+}
