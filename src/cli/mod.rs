@@ -37,16 +37,16 @@ pub struct Cli {
 pub enum Command {
     /// Print the rules kube-proxy would program for a cluster state (no kernel access)
     #[command(after_help = render::EXAMPLES)]
-    Render(render::RenderArgs),
+    Render(Box<render::RenderArgs>),
     /// Program this node's rules from a cluster state (once); --dry-run shows the diff
     #[command(after_help = sync::EXAMPLES)]
-    Sync(sync::SyncArgs),
+    Sync(Box<sync::SyncArgs>),
     /// Show where a packet goes: chains, endpoints with probabilities, masquerade, drops
     #[command(after_help = trace::EXAMPLES)]
-    Trace(trace::TraceArgs),
+    Trace(Box<trace::TraceArgs>),
     /// Check a cluster dump as the API server's repair and endpoint controllers would
     #[command(after_help = lint::AFTER_HELP)]
-    Lint(lint::LintArgs),
+    Lint(Box<lint::LintArgs>),
     /// Remove every rule and chain kube-proxy and svcproxy own (both families and backends)
     Cleanup(cleanup::CleanupArgs),
     /// Write a deterministic synthetic cluster (YAML) for benchmarks and scale tests
