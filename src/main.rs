@@ -3,12 +3,16 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use svcproxy::cli::{self, Cli};
+use svcproxy::cli::{self, kube_proxy, Cli};
 
 fn main() -> ExitCode {
     limit_malloc_arenas();
-    let cli = Cli::parse();
-    match cli::run(cli) {
+    let result = if kube_proxy::invoked_as_kube_proxy(std::env::args_os().next().as_deref()) {
+        kube_proxy::run(kube_proxy::KubeProxyCli::parse())
+    } else {
+        cli::run(Cli::parse())
+    };
+    match result {
         Ok(code) => code,
         Err(err) => {
             if is_broken_pipe(&err) {

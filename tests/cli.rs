@@ -246,3 +246,73 @@ fn trace_mode_ipvs_answers_with_the_virtual_server() {
     assert!(text.starts_with("packet: tcp 192.0.2.50 -> 192.0.2.50:443 from Node"), "{text}");
     assert!(text.contains("100.00%  DROPPED in filter OUTPUT, after IPVS chose the real server"), "{text}");
 }
+
+/// A leaf of `expected` that `got` lacks or holds differently, as "path: expected X, got Y".
+fn mismatches(path: &str, expected: &serde_json::Value, got: &serde_json::Value, out: &mut Vec<String>) {
+    use serde_json::Value;
+    match (expected, got) {
+        (Value::Object(e), Value::Object(g)) => {
+            for (k, v) in e {
+                let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+                mismatches(&p, v, g.get(k).unwrap_or(&Value::Null), out);
+            }
+        }
+        (Value::Number(e), Value::Number(g)) if e.as_f64() == g.as_f64() => {}
+        (e, g) if e == g => {}
+        (e, g) => out.push(format!("{path}: expected {e}, got {g}")),
+    }
+}
+
+/// The kube-proxy command lines and config files of real installers (fixtures/installers:
+/// each folder's SOURCE.md names what it was written from), run as `kube-proxy ARGS
+/// --write-config-to OUT` from the fixture's folder: every one starts, and its effective
+/// configuration holds what its arguments mean (`expect.yaml`, a subset); an invocation the
+/// targeted kube-proxy refuses is refused naming the flag (`expect-error`).
+#[test]
+fn installer_invocations_start_as_kube_proxy_with_the_configuration_they_mean() {
+    let dir = std::env::temp_dir().join(format!("svcproxy-installers-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kube_proxy = dir.join("kube-proxy");
+    let _ = std::fs::remove_file(&kube_proxy);
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_svcproxy"), &kube_proxy).unwrap();
+    let mut checked = Vec::new();
+    let mut failures = Vec::new();
+    let mut fixtures: Vec<PathBuf> = std::fs::read_dir(repo().join("fixtures/installers")).unwrap().map(|e| e.unwrap().path()).filter(|p| p.join("args").exists()).collect();
+    fixtures.sort();
+    for fixture in &fixtures {
+        let name = fixture.file_name().unwrap().to_string_lossy().into_owned();
+        let args: Vec<String> = std::fs::read_to_string(fixture.join("args"))
+            .unwrap()
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| l.replace("$(NODE_NAME)", "node-1"))
+            .collect();
+        let out = dir.join(format!("{name}.yaml"));
+        let o = Command::new(&kube_proxy).args(&args).arg("--write-config-to").arg(&out).current_dir(fixture).output().unwrap();
+        if let Ok(needle) = std::fs::read_to_string(fixture.join("expect-error")) {
+            if o.status.code() != Some(2) || !stderr(&o).contains(needle.trim()) {
+                failures.push(format!("{name}: expected exit 2 naming {}, got {:?}: {}", needle.trim(), o.status.code(), stderr(&o)));
+            }
+            checked.push(name);
+            continue;
+        }
+        if o.status.code() != Some(0) {
+            failures.push(format!("{name}: exit {:?}: {}", o.status.code(), stderr(&o)));
+            continue;
+        }
+        let got: serde_json::Value = serde_saphyr::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+        let expected: serde_json::Value = serde_saphyr::from_str(&std::fs::read_to_string(fixture.join("expect.yaml")).unwrap()).unwrap();
+        let mut wrong = Vec::new();
+        mismatches("", &expected, &got, &mut wrong);
+        if !wrong.is_empty() {
+            failures.push(format!("{name}:\n  {}", wrong.join("\n  ")));
+        }
+        // What was written reads back as a KubeProxyConfiguration with nothing unknown.
+        let back = svcproxy::settings::file::read(&out).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(back.unknown.is_empty(), "{name}: {:?}", back.unknown);
+        checked.push(name);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(checked.len() >= 8, "at least eight installers: {checked:?}");
+}

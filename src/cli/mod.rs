@@ -5,6 +5,7 @@ pub mod bench;
 pub mod cleanup;
 pub mod flags;
 pub mod generate;
+pub mod kube_proxy;
 pub mod lint;
 pub mod render;
 pub mod sync;

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
+use super::defaults::ZERO_MEANS_DEFAULT;
 use super::{Settings, TABLE};
 
 pub const API_VERSION: &str = "kubeproxy.config.k8s.io/v1alpha1";
@@ -71,6 +72,11 @@ pub fn parse(text: &str) -> Result<FileSettings, String> {
     }
     let mut out = FileSettings::default();
     walk("", &obj, &mut out)?;
+    // Where kube-proxy's defaulting replaces a zero, the zero is "not set".
+    let zeros: Vec<&str> = out.settings.file_values(false).into_iter().filter(|(p, v)| is_zero_json(v) && ZERO_MEANS_DEFAULT.contains(p)).map(|(p, _)| p).collect();
+    for path in zeros {
+        out.settings.set_from_file(path, &Value::Null);
+    }
     Ok(out)
 }
 
@@ -93,17 +99,26 @@ fn walk(prefix: &str, obj: &Map<String, Value>, out: &mut FileSettings) -> Resul
     Ok(())
 }
 
+fn is_zero_json(v: &Value) -> bool {
+    match v {
+        Value::String(s) => s == "0s",
+        Value::Number(n) => n.as_f64() == Some(0.0),
+        _ => false,
+    }
+}
+
 /// Whether some setting lives under `path.`.
 fn is_section(path: &str) -> bool {
     TABLE.iter().filter_map(|i| i.file).any(|p| p.len() > path.len() && p.starts_with(path) && p.as_bytes()[path.len()] == b'.')
 }
 
-/// A layer's file settings as a `KubeProxyConfiguration` document (`--write-config-to`).
-pub fn to_document(settings: &Settings) -> Value {
+/// A layer's file settings as a `KubeProxyConfiguration` document; with `all`, every
+/// field, as kube-proxy's `--write-config-to` writes them.
+pub fn to_document(settings: &Settings, all: bool) -> Value {
     let mut root = Map::new();
     root.insert("apiVersion".into(), Value::from(API_VERSION));
     root.insert("kind".into(), Value::from(KIND));
-    for (path, value) in settings.file_values() {
+    for (path, value) in settings.file_values(all) {
         let mut node = &mut root;
         let mut parts = path.split('.').peekable();
         while let Some(part) = parts.next() {
@@ -204,8 +219,10 @@ winkernel:
         assert_eq!(f.settings.kubeconfig.as_deref(), Some("/var/lib/kube-proxy/kubeconfig.conf"));
         assert_eq!(f.settings.cluster_cidr.as_deref(), Some("10.244.0.0/16"));
         assert_eq!(f.settings.mode, None, "\"\" is unset");
-        assert_eq!(f.settings.iptables_sync_period, Some(Duration::ZERO));
-        assert_eq!(f.settings.sync_period_for("iptables"), None, "0s is kube-proxy's 'use the default'");
+        assert_eq!(f.settings.iptables_sync_period, None, "0s is kube-proxy's 'use the default'");
+        assert_eq!(f.settings.iptables_min_sync_period, None);
+        assert_eq!(f.settings.ipvs_min_sync_period, Some(Duration::ZERO), "IPVS has no default: 0s stays");
+        assert_eq!(f.settings.conntrack_udp_timeout, Some(Duration::ZERO), "0s: leave the sysctl as is");
         assert!(f.notes(Path::new("c")).is_empty(), "zero values say nothing: {:?}", f.notes(Path::new("c")));
     }
 
@@ -235,7 +252,7 @@ winkernel:
     #[test]
     fn written_documents_read_back_the_same() {
         let f = parse(KUBEADM).unwrap();
-        let doc = to_document(&f.settings);
+        let doc = to_document(&f.settings, false);
         let again = parse(&serde_json::to_string(&doc).unwrap()).unwrap();
         assert_eq!(again.settings, f.settings);
         assert_eq!(doc["clientConnection"]["kubeconfig"], "/var/lib/kube-proxy/kubeconfig.conf");

@@ -7,6 +7,7 @@
 //! `--config` file and the command line each give one; [`crate::config::resolve`] turns
 //! the stack into the effective [`crate::config::Config`].
 
+pub mod defaults;
 pub mod file;
 pub mod fixture;
 pub mod flags;
@@ -118,12 +119,17 @@ macro_rules! settings {
                 None
             }
 
-            /// Each file setting this layer has, as (path, value).
-            pub fn file_values(&self) -> Vec<(&'static str, Value)> {
+            /// Each file setting this layer has, as (path, value); with `all`, every file
+            /// setting, the unset ones as Go writes its zero values.
+            pub fn file_values(&self, all: bool) -> Vec<(&'static str, Value)> {
                 let mut out = Vec::new();
                 $(
-                    if let (Some(path), Some(v)) = (file_path!($file), &self.$field) {
-                        out.push((path, v.to_json()));
+                    if let Some(path) = file_path!($file) {
+                        match &self.$field {
+                            Some(v) => out.push((path, v.to_json())),
+                            None if all => out.push((path, <$ty as SettingValue>::zero_json())),
+                            None => {}
+                        }
                     }
                 )*
                 out

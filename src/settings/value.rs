@@ -33,6 +33,10 @@ pub trait SettingValue: Sized + Clone + PartialEq + std::fmt::Debug {
     }
     /// The type's zero (Go's), which a file writes for "not set".
     fn is_zero(&self) -> bool;
+    /// How Go writes an unset field of this type (`""`, `false`, `0`, `0s`, `null`).
+    fn zero_json() -> Value {
+        Value::Null
+    }
 }
 
 fn expected(what: &str, v: &Value) -> String {
@@ -60,6 +64,9 @@ impl SettingValue for bool {
             _ => Err(format!("{s:?} is not a boolean (true or false)")),
         }
     }
+    fn zero_json() -> Value {
+        Value::Bool(false)
+    }
     fn is_zero(&self) -> bool {
         !*self
     }
@@ -83,7 +90,10 @@ macro_rules! integer {
             fn parse_flag(s: &str) -> Result<Self, String> {
                 s.trim().parse().map_err(|_| format!("{s:?} is not a {} integer", stringify!($t)))
             }
-            fn is_zero(&self) -> bool {
+            fn zero_json() -> Value {
+        Value::from(0)
+    }
+    fn is_zero(&self) -> bool {
                 *self == 0
             }
         }
@@ -101,11 +111,18 @@ impl SettingValue for f32 {
         }
     }
     fn to_json(&self) -> Value {
-        // Through the shortest decimal text, so 0.1 is written 0.1, not 0.10000000149.
+        // Whole numbers as integers (Go writes `qps: 5`); others through the shortest
+        // decimal text, so 0.1 is written 0.1, not 0.10000000149.
+        if self.fract() == 0.0 && self.abs() < 1e15 {
+            return Value::from(*self as i64);
+        }
         self.to_string().parse::<f64>().map(Value::from).unwrap_or(Value::Null)
     }
     fn parse_flag(s: &str) -> Result<Self, String> {
         s.trim().parse().map_err(|_| format!("{s:?} is not a number"))
+    }
+    fn zero_json() -> Value {
+        Value::from(0)
     }
     fn is_zero(&self) -> bool {
         *self == 0.0
@@ -126,6 +143,9 @@ impl SettingValue for String {
     }
     fn parse_flag(s: &str) -> Result<Self, String> {
         Ok(s.to_string())
+    }
+    fn zero_json() -> Value {
+        Value::from("")
     }
     fn is_zero(&self) -> bool {
         self.is_empty()
@@ -177,6 +197,9 @@ impl SettingValue for Duration {
     }
     fn parse_flag(s: &str) -> Result<Self, String> {
         parse_go_duration(s)
+    }
+    fn zero_json() -> Value {
+        Value::from("0s")
     }
     fn is_zero(&self) -> bool {
         self.is_zero()
@@ -369,6 +392,7 @@ mod tests {
         assert_eq!(i32::from_json(&Value::from(0)), Ok(Some(0)), "a pointer field's zero is a value");
         assert!(i32::from_json(&Value::from("5")).is_err());
         assert_eq!(Duration::from_json(&Value::from("1m0s")), Ok(Some(Duration::from_secs(60))));
-        assert_eq!(f32::from_json(&Value::from(5)).unwrap().unwrap().to_json(), Value::from(5.0));
+        assert_eq!(f32::from_json(&Value::from(5)).unwrap().unwrap().to_json(), Value::from(5), "Go writes qps: 5");
+        assert_eq!(0.5f32.to_json(), Value::from(0.5));
     }
 }

@@ -1,0 +1,37 @@
+//! What kube-proxy does to its own process and the node before proxying: today the
+//! process's `oom_score_adj`. (Conntrack sysctls belong here too; see COMPATIBILITY.md.)
+
+use std::path::Path;
+
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error("oomScoreAdj {0} is not in [-1000, 1000]")]
+    OomRange(i32),
+    #[error("cannot write {path}: {error}")]
+    Write { path: String, error: std::io::Error },
+}
+
+/// Sets the process's `oom_score_adj` through `proc` (`/proc` on a node), as kube-proxy's
+/// `oom.ApplyOOMScoreAdj(0, value)` does.
+pub fn apply_oom_score_adj(proc: &Path, value: i32) -> Result<(), NodeError> {
+    if !(-1000..=1000).contains(&value) {
+        return Err(NodeError::OomRange(value));
+    }
+    let path = proc.join("self/oom_score_adj");
+    std::fs::write(&path, value.to_string()).map_err(|error| NodeError::Write { path: path.display().to_string(), error })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_the_value_and_refuses_out_of_range() {
+        let dir = std::env::temp_dir().join(format!("svcproxy-oom-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("self")).unwrap();
+        apply_oom_score_adj(&dir, -999).unwrap();
+        assert_eq!(std::fs::read_to_string(dir.join("self/oom_score_adj")).unwrap(), "-999");
+        assert!(matches!(apply_oom_score_adj(&dir, -1001), Err(NodeError::OomRange(-1001))));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
