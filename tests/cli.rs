@@ -316,3 +316,15 @@ fn installer_invocations_start_as_kube_proxy_with_the_configuration_they_mean() 
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     assert!(checked.len() >= 8, "at least eight installers: {checked:?}");
 }
+
+#[test]
+fn the_settings_reference_is_generated_from_the_table_and_up_to_date() {
+    let o = run(&["settings"]);
+    assert_eq!(o.status.code(), Some(0));
+    let committed = std::fs::read(repo().join("docs/settings.md")).unwrap_or_default();
+    assert!(o.stdout == committed, "docs/settings.md is stale: regenerate it with `cargo run -q -- settings > docs/settings.md`");
+    let text = stdout(&o);
+    for field in ["clientConnection.kubeconfig", "conntrack.maxPerCore", "winkernel.enableDSR", "logging.verbosity"] {
+        assert!(text.contains(&format!("`{field}`")), "{field} is in the reference");
+    }
+}

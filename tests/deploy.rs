@@ -53,7 +53,9 @@ fn the_daemonset_runs_watch_mode_on_every_node_with_probes_and_mounts() {
     assert!(pod.tolerations.unwrap().iter().any(|t| t.operator.as_deref() == Some("Exists") && t.key.is_none()), "tolerates every taint");
     let c = &pod.containers[0];
     let cmd = c.command.clone().unwrap().join(" ");
-    assert!(cmd.contains("sync --watch") && cmd.contains("--hostname-override=$(NODE_NAME)"), "{cmd}");
+    assert!(cmd.starts_with("/usr/local/bin/kube-proxy ") && cmd.contains("--hostname-override=$(NODE_NAME)"), "kube-proxy's command line: {cmd}");
+    let containerfile = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("deploy/Containerfile")).unwrap();
+    assert!(containerfile.contains("ln -s svcproxy /usr/local/bin/kube-proxy"), "the image has the kube-proxy name");
     let env = c.env.clone().unwrap();
     let node = env.iter().find(|e| e.name == "NODE_NAME").unwrap();
     assert_eq!(node.value_from.as_ref().unwrap().field_ref.as_ref().unwrap().field_path, "spec.nodeName");

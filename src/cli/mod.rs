@@ -65,6 +65,8 @@ pub enum Command {
     /// Print the man page (roff)
     #[command(hide = true)]
     Man,
+    /// Print every setting (flags, config-file fields) and what svcproxy does with it (Markdown)
+    Settings,
 }
 
 /// Writes to stdout; a closed pipe (`| head`) surfaces as an error `main` treats as success.
@@ -85,6 +87,10 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench(args) => bench::run(&args),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "svcproxy", &mut std::io::stdout());
+            Ok(ExitCode::from(EXIT_OK))
+        }
+        Command::Settings => {
+            out(&crate::settings::reference())?;
             Ok(ExitCode::from(EXIT_OK))
         }
         Command::Man => {

@@ -72,6 +72,10 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
     for note in notes.iter().chain(&flags.notes()) {
         tracing::info!("{note}");
     }
+    if let Some(adj) = effective.oom_score_adj {
+        crate::node::apply_oom_score_adj(std::path::Path::new("/proc"), adj).context("oomScoreAdj")?;
+        tracing::info!(oom_score_adj = adj, "set the process's oom_score_adj");
+    }
     if flags.nfacct.is_none() {
         flags.nfacct = Some(nfacct::ensure().unwrap_or(false));
     }

@@ -257,9 +257,8 @@ settings! {
         "Pod network CIDRs (comma list, one per family)";
     node_port_addresses: Vec<String>, Rules, file "nodePortAddresses", flags ["nodeport-addresses"], Effect::Acts,
         "Addresses NodePorts answer on: CIDRs or primary";
-    oom_score_adj: i32, Node, file "oomScoreAdj", flags ["oom-score-adj"],
-        Effect::NotYet("the process's oom_score_adj is left as it is"),
-        "oom_score_adj of the process [-1000, 1000]";
+    oom_score_adj: i32, Node, file "oomScoreAdj", flags ["oom-score-adj"], Effect::Acts,
+        "oom_score_adj of the process [-1000, 1000] (as kube-proxy: -999)";
     conntrack_max_per_core: i32, Node, file "conntrack.maxPerCore", flags ["conntrack-max-per-core"],
         Effect::NotYet("nf_conntrack_max is left as it is"),
         "Conntrack entries per CPU core";
@@ -319,6 +318,32 @@ settings! {
     masquerade_mark: String, Rules, file none, flags [], Effect::Acts, "The mark text (kube-proxy's unit-test fake)";
     interface_addresses: Vec<String>, Rules, file none, flags [], Effect::Acts, "This node's interface addresses";
     large_cluster_endpoints_threshold: usize, Rules, file none, flags [], Effect::Acts, "Endpoints above which the large-cluster rules apply";
+}
+
+/// The table as a Markdown reference (docs/settings.md is this, checked by a test).
+pub fn reference() -> String {
+    let mut out = String::from(
+        "# Settings\n\nEvery setting svcproxy knows, generated from `src/settings/mod.rs` (`svcproxy settings`).\n\
+         *File*: its path in a `KubeProxyConfiguration` (kubeproxy.config.k8s.io/v1alpha1). *Flags*: kube-proxy's name\n\
+         first, then svcproxy's aliases. *Commands*: `rules` settings are taken by render, sync, trace and lint; `node`\n\
+         settings by sync (and the kube-proxy command) only.\n\n\
+         | setting | file | flags | commands | what svcproxy does |\n|---|---|---|---|---|\n",
+    );
+    for i in TABLE {
+        let file = i.file.map_or_else(|| "—".to_string(), |f| format!("`{f}`"));
+        let flags = if i.flags.is_empty() { "—".to_string() } else { i.flags.iter().map(|f| format!("`--{f}`")).collect::<Vec<_>>().join(", ") };
+        let scope = match i.scope {
+            Scope::Rules => "rules",
+            Scope::Node => "node",
+        };
+        let does = match i.effect {
+            Effect::Acts => format!("acts: {}", i.help),
+            Effect::NoEffect(why) => format!("accepted without effect: {why}"),
+            Effect::NotYet(instead) => format!("not carried out yet: {instead} (said at start when set)"),
+        };
+        out.push_str(&format!("| `{}` | {file} | {flags} | {scope} | {does} |\n", i.name));
+    }
+    out
 }
 
 impl Settings {
