@@ -21,7 +21,7 @@ pub struct Loaded {
 /// Stacks the settings (`flags` over `file` over the fixture's options), resolves them,
 /// and feeds every object to fresh trackers, then commits.
 pub fn load(state: ClusterState, flags: Settings, file: Settings) -> Result<Loaded, ConfigError> {
-    let fixture = state.fixture.as_ref().map(Settings::from_fixture).unwrap_or_default();
+    let fixture = state.fixture.as_ref().map(Settings::from_fixture).transpose()?.unwrap_or_default();
     let config = config::resolve(flags.over(file).over(fixture), &state.nodes)?;
     let mut trackers = Trackers::new(&config.families, &config.node_name, config.service_proxy_name.clone());
     for events in [

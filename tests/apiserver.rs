@@ -62,7 +62,7 @@ fn watch_follows_the_api_server_through_drops_and_410_without_losing_rules() {
     let flags = Settings {
         hostname_override: Some("n1".into()),
         node_ips: Some(vec!["198.19.1.1".into()]),
-        ip_family: Some("ipv4".into()),
+        ip_family: Some(svcproxy::settings::kinds::Families::Ipv4),
         nfacct: Some(false),
         ..Settings::default()
     };
@@ -117,7 +117,7 @@ fn this_node_being_deleted_makes_healthz_unhealthy_and_its_labels_are_followed()
     let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "labels": {"topology.kubernetes.io/zone": "z1"}}});
     server.apply(node.clone());
     server.apply(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n2"}}));
-    let flags = Settings { hostname_override: Some("n1".into()), ip_family: Some("ipv4".into()), nfacct: Some(false), ..Settings::default() };
+    let flags = Settings { hostname_override: Some("n1".into()), ip_family: Some(svcproxy::settings::kinds::Families::Ipv4), nfacct: Some(false), ..Settings::default() };
     let loaded = svcproxy::pipeline::load(ClusterState::default(), flags, Settings::default()).unwrap();
     let shared = Arc::new(Shared::new(Schedule::new(Timing { min_sync_period: Duration::from_millis(50), ..Timing::default() })));
     let engine = watch::Engine::iptables(loaded.config, loaded.trackers, Box::new(SharedFake::default()), Box::new(RecordingConntrack::default()));
@@ -178,7 +178,7 @@ fn the_config_files_kubeconfig_reaches_the_api_server_and_syncs() {
     assert!(matches!(&conn.endpoint, Endpoint::File { path, .. } if *path == kubeconfig), "{:?}", conn.endpoint);
     assert_eq!((conn.qps, conn.burst), (50.0, 100));
 
-    let flags = Settings { hostname_override: Some("n1".into()), ip_family: Some("ipv4".into()), nfacct: Some(false), ..Settings::default() };
+    let flags = Settings { hostname_override: Some("n1".into()), ip_family: Some(svcproxy::settings::kinds::Families::Ipv4), nfacct: Some(false), ..Settings::default() };
     let loaded = svcproxy::pipeline::load(ClusterState::default(), flags, file).unwrap();
     let shared = Arc::new(Shared::new(Schedule::new(Timing { min_sync_period: Duration::from_millis(50), ..Timing::default() })));
     let kernel = SharedFake::default();

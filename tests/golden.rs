@@ -339,7 +339,7 @@ fn ipvs_goldens_match_byte_for_byte() {
     let mut f = Failures::default();
     let mut n = 0;
     for path in yaml_files(&fixtures()) {
-        let flags = Settings { mode: Some("ipvs".into()), ..Settings::default() };
+        let flags = Settings { mode: Some(svcproxy::settings::kinds::ProxyMode::Ipvs), ..Settings::default() };
         let loaded = load(&path, flags);
         let plans = svcproxy::ipvs::plan_all(&loaded.config, &loaded.trackers);
         n += 1;

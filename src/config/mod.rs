@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use crate::settings::Settings;
+use crate::settings::kinds::{Families, ProxyMode};
 
 use crate::model::Node;
 use crate::net::{parse_ip_sloppy, Cidr, IpFamily};
@@ -34,14 +35,8 @@ pub enum Mode {
     Ipvs,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LocalDetectMode {
-    ClusterCidr,
-    NodeCidr,
-    BridgeInterface,
-    InterfaceNamePrefix,
-    None,
-}
+/// How traffic from local pods is recognised (`detectLocalMode`).
+pub use crate::settings::kinds::LocalMode as LocalDetectMode;
 
 /// How traffic from local pods is told apart (kube-proxy's `LocalTrafficDetector`):
 /// the match arguments for "is from a local pod" and "is not".
@@ -210,16 +205,17 @@ pub fn resolve(s: Settings, nodes: &[Node]) -> Result<Config, ConfigError> {
         Some(list) => parse_cidrs("--cluster-cidr", &split_list(list))?,
         None => Vec::new(),
     };
-    let detect_local_mode = parse_detect_local(s.detect_local_mode.as_deref())?;
+    let detect_local_mode = s.detect_local_mode.unwrap_or(LocalDetectMode::ClusterCidr);
     let masquerade_bit = s.masquerade_bit.unwrap_or(14);
     if masquerade_bit > 31 {
         return Err(invalid("--masquerade-bit", format!("{masquerade_bit} is not in 0-31")));
     }
     let node_port_addresses = resolve_node_port_addresses(s.node_port_addresses.as_deref(), &node_ips)?;
-    let mode = parse_mode(s.mode.as_deref())?;
-    let mode_name = match mode {
-        Mode::Iptables => "iptables",
-        Mode::Ipvs => "ipvs",
+    let proxy_mode = s.mode.unwrap_or(ProxyMode::Iptables);
+    let mode = match proxy_mode {
+        ProxyMode::Iptables => Mode::Iptables,
+        ProxyMode::Ipvs => Mode::Ipvs,
+        ProxyMode::Nftables => return Err(invalid("mode", "nftables mode is not implemented yet (iptables or ipvs)")),
     };
     let config = Config {
         mode,
@@ -247,11 +243,11 @@ pub fn resolve(s: Settings, nodes: &[Node]) -> Result<Config, ConfigError> {
         large_cluster_endpoints_threshold: s.large_cluster_endpoints_threshold.unwrap_or(1000),
         service_proxy_name: s.service_proxy_name.clone().filter(|n| !n.is_empty()),
         ipvs: resolve_ipvs(&s)?,
-        sync_period: s.sync_period_for(mode_name).unwrap_or(Duration::from_secs(30)),
-        min_sync_period: s.min_sync_period_for(mode_name).unwrap_or(Duration::from_secs(1)),
+        sync_period: s.sync_period_for(proxy_mode).unwrap_or(Duration::from_secs(30)),
+        min_sync_period: s.min_sync_period_for(proxy_mode).unwrap_or(Duration::from_secs(1)),
     };
     check_detector(&config)?;
-    Ok(Config { families: parse_families(s.ip_family.as_deref(), &config)?, ..config })
+    Ok(Config { families: parse_families(s.ip_family.unwrap_or(Families::Auto), &config), ..config })
 }
 
 /// kube-proxy's `GetNodeHostIPs`: the first address, and the first of the other family.
@@ -295,30 +291,6 @@ fn parse_cidrs(setting: &'static str, list: &[String]) -> Result<Vec<Cidr>, Conf
     list.iter()
         .map(|s| Cidr::parse_sloppy(s.trim()).ok_or_else(|| invalid(setting, format!("invalid CIDR {s:?}"))))
         .collect()
-}
-
-fn parse_mode(s: Option<&str>) -> Result<Mode, ConfigError> {
-    match s.unwrap_or("iptables") {
-        "" | "iptables" => Ok(Mode::Iptables),
-        "ipvs" => Ok(Mode::Ipvs),
-        m => Err(invalid("--mode", format!("{m:?} is not iptables or ipvs"))),
-    }
-}
-
-fn parse_detect_local(s: Option<&str>) -> Result<LocalDetectMode, ConfigError> {
-    Ok(match s.unwrap_or("ClusterCIDR") {
-        "" | "ClusterCIDR" => LocalDetectMode::ClusterCidr,
-        "NodeCIDR" => LocalDetectMode::NodeCidr,
-        "BridgeInterface" => LocalDetectMode::BridgeInterface,
-        "InterfaceNamePrefix" => LocalDetectMode::InterfaceNamePrefix,
-        "None" => LocalDetectMode::None,
-        m => {
-            return Err(invalid(
-                "--detect-local-mode",
-                format!("{m:?} is not ClusterCIDR, NodeCIDR, BridgeInterface, InterfaceNamePrefix or None"),
-            ))
-        }
-    })
 }
 
 fn check_detector(c: &Config) -> Result<(), ConfigError> {
@@ -368,20 +340,19 @@ fn whole_secs(d: Option<Duration>) -> u32 {
     d.map_or(0, |d| u32::try_from(d.as_secs_f64().round() as u64).unwrap_or(u32::MAX))
 }
 
-fn parse_families(s: Option<&str>, c: &Config) -> Result<Vec<IpFamily>, ConfigError> {
-    match s.unwrap_or("auto") {
-        "ipv4" => Ok(vec![IpFamily::V4]),
-        "ipv6" => Ok(vec![IpFamily::V6]),
-        "both" => Ok(vec![IpFamily::V4, IpFamily::V6]),
+fn parse_families(f: Families, c: &Config) -> Vec<IpFamily> {
+    match f {
+        Families::Ipv4 => vec![IpFamily::V4],
+        Families::Ipv6 => vec![IpFamily::V6],
+        Families::Both => vec![IpFamily::V4, IpFamily::V6],
         // The families this node has addresses in (or its cluster CIDRs), else IPv4.
-        "auto" | "" => {
+        Families::Auto => {
             let has = |f: IpFamily| {
                 c.node_ips.iter().any(|ip| IpFamily::of(ip) == f) || c.cluster_cidrs.iter().any(|x| x.family() == f)
             };
             let fams: Vec<IpFamily> = [IpFamily::V4, IpFamily::V6].into_iter().filter(|f| has(*f)).collect();
-            Ok(if fams.is_empty() { vec![IpFamily::V4] } else { fams })
+            if fams.is_empty() { vec![IpFamily::V4] } else { fams }
         }
-        f => Err(invalid("--ip-family", format!("{f:?} is not ipv4, ipv6, both or auto"))),
     }
 }
 
@@ -416,7 +387,7 @@ mod tests {
             pod_cidrs: vec![Cidr::parse_sloppy("10.244.1.0/24").unwrap()],
         };
         let c = resolve(
-            Settings { hostname_override: Some("N".into()), detect_local_mode: Some("NodeCIDR".into()), ..Default::default() },
+            Settings { hostname_override: Some("N".into()), detect_local_mode: Some(LocalDetectMode::NodeCidr), ..Default::default() },
             &[node],
         )
         .unwrap();

@@ -15,11 +15,7 @@ pub struct Servers {
     pub metrics: Option<SocketAddr>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogFormat {
-    Text,
-    Json,
-}
+pub use crate::settings::kinds::LogFormat;
 
 /// How logs are written.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,11 +66,7 @@ fn address(setting: &'static str, value: Option<&str>, port: Option<i32>, defaul
 /// `logging.format` / `--logging-format`, and klog's verbosity mapped onto levels:
 /// 0–1 info, 2–3 debug, 4 and above trace.
 pub fn logging(s: &Settings) -> Result<Logging, ConfigError> {
-    let format = match s.log_format.as_deref().unwrap_or("text") {
-        "text" => LogFormat::Text,
-        "json" => LogFormat::Json,
-        f => return Err(invalid("--logging-format", format!("{f:?} is not text or json"))),
-    };
+    let format = s.log_format.unwrap_or(LogFormat::Text);
     let level = match s.log_verbosity.unwrap_or(0) {
         0..=1 => "info",
         2..=3 => "debug",
@@ -111,6 +103,6 @@ mod tests {
     fn klog_verbosity_and_format() {
         let l = |v: u32| logging(&Settings { log_verbosity: Some(v), ..Settings::default() }).unwrap().level;
         assert_eq!((l(0), l(2), l(4), l(9)), ("info", "debug", "trace", "trace"));
-        assert!(logging(&Settings { log_format: Some("xml".into()), ..Settings::default() }).is_err());
+        assert_eq!(logging(&Settings { log_format: Some(LogFormat::Json), ..Settings::default() }).unwrap().format, LogFormat::Json);
     }
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
+use super::kinds::{LocalMode, LogFormat, ProxyMode};
 use super::value::{Raw, SettingValue};
 use super::Settings;
 
@@ -80,13 +81,13 @@ pub fn defaulted(s: Settings) -> Settings {
         kube_api_burst: Some(crate::config::client::DEFAULT_BURST),
         feature_gates: Some(BTreeMap::new()),
         // component-base's SetRecommendedLoggingConfiguration.
-        log_format: Some("text".into()),
+        log_format: Some(LogFormat::Text),
         log_flush_frequency: Some(Raw(json!("5s"))),
         log_verbosity: Some(0),
         log_options: Some(Raw(json!({"json": {"infoBufferSize": "0"}, "text": {"infoBufferSize": "0"}}))),
         // Linux's platformApplyDefaults.
-        mode: Some("iptables".into()),
-        detect_local_mode: Some("ClusterCIDR".into()),
+        mode: Some(ProxyMode::Iptables),
+        detect_local_mode: Some(LocalMode::ClusterCidr),
         ..Settings::default()
     };
     let s = Settings {
@@ -114,7 +115,7 @@ mod tests {
         assert_eq!(d.conntrack_max_per_core, Some(0), "a pointer field's zero stays");
         assert_eq!(d.healthz_bind_address.as_deref(), Some("0.0.0.0:10256"));
         assert_eq!(d.oom_score_adj, Some(-999));
-        assert_eq!(d.mode.as_deref(), Some("iptables"));
+        assert_eq!(d.mode, Some(ProxyMode::Iptables));
     }
 
     #[test]

@@ -229,7 +229,7 @@ winkernel:
     #[test]
     fn an_unknown_field_is_named_and_the_rest_is_read() {
         let f = parse("kind: KubeProxyConfiguration\nmode: ipvs\nfoo: 1\niptables:\n  masqueradeBitt: 3\n").unwrap();
-        assert_eq!(f.settings.mode.as_deref(), Some("ipvs"));
+        assert_eq!(f.settings.mode, Some(super::super::kinds::ProxyMode::Ipvs));
         assert_eq!(f.unknown, vec!["foo".to_string(), "iptables.masqueradeBitt".to_string()]);
         let notes = f.notes(Path::new("/etc/kp.conf"));
         assert!(notes[0].contains("lenient decoding") && notes[0].contains("\"iptables.masqueradeBitt\""), "{notes:?}");

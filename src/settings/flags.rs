@@ -92,6 +92,7 @@ mod tests {
 
     use clap::Parser;
 
+    use super::super::kinds::{LogFormat, ProxyMode};
     use super::*;
 
     #[derive(Debug, Parser)]
@@ -126,7 +127,7 @@ mod tests {
         ])
         .unwrap();
         let (r, n) = (c.rules.0, c.node.0);
-        assert_eq!(r.mode.as_deref(), Some("ipvs"));
+        assert_eq!(r.mode, Some(ProxyMode::Ipvs));
         assert_eq!((r.masquerade_all, r.nfacct), (Some(true), Some(false)));
         assert_eq!(r.node_port_addresses.map(|v| v.len()), Some(2));
         assert_eq!(r.feature_gates.map(|g| g.len()), Some(2));
@@ -140,8 +141,8 @@ mod tests {
     #[test]
     fn svcproxys_aliases_and_klogs_short_v() {
         let c = parse(&["--mode", "iptables", "--masquerade-bit=15", "-v", "2", "--log-format=json"]).unwrap();
-        assert_eq!((c.rules.0.mode.as_deref(), c.rules.0.masquerade_bit), (Some("iptables"), Some(15)));
-        assert_eq!((c.node.0.log_verbosity, c.node.0.log_format.as_deref()), (Some(2), Some("json")));
+        assert_eq!((c.rules.0.mode, c.rules.0.masquerade_bit), (Some(ProxyMode::Iptables), Some(15)));
+        assert_eq!((c.node.0.log_verbosity, c.node.0.log_format), (Some(2), Some(LogFormat::Json)));
     }
 
     #[test]

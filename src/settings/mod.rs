@@ -11,12 +11,14 @@ pub mod defaults;
 pub mod file;
 pub mod fixture;
 pub mod flags;
+pub mod kinds;
 pub mod value;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde_json::Value;
+use kinds::{Families, LocalMode, LogFormat, ProxyMode};
 use value::{Raw, SettingValue};
 
 /// What svcproxy does with a setting.
@@ -164,7 +166,7 @@ settings! {
         "Requests per second to the API server (<= 0: no limit)";
     kube_api_burst: i32, Node, file "clientConnection.burst", flags ["kube-api-burst"], Effect::Acts,
         "Requests allowed in a burst above the QPS";
-    log_format: String, Node, file "logging.format", flags ["logging-format", "log-format"], Effect::Acts,
+    log_format: LogFormat, Node, file "logging.format", flags ["logging-format", "log-format"], Effect::Acts,
         "Log format: text or json";
     log_verbosity: u32, Node, file "logging.verbosity", flags ["v"], Effect::Acts,
         "Log verbosity (klog's -v: 0-1 info, 2-3 debug, 4+ trace)";
@@ -194,7 +196,7 @@ settings! {
     show_hidden_metrics_for_version: String, Node, file "showHiddenMetricsForVersion", flags ["show-hidden-metrics-for-version"],
         Effect::NoEffect("svcproxy hides no metrics"),
         "Show metrics hidden since this version";
-    mode: String, Rules, file "mode", flags ["proxy-mode", "mode"], Effect::Acts,
+    mode: ProxyMode, Rules, file "mode", flags ["proxy-mode", "mode"], Effect::Acts,
         "Proxy mode: iptables or ipvs";
     masquerade_bit: u32, Rules, file "iptables.masqueradeBit", flags ["iptables-masquerade-bit", "masquerade-bit"], Effect::Acts,
         "The fwmark bit marking packets to masquerade";
@@ -247,7 +249,7 @@ settings! {
         Effect::NoEffect("Windows only"), "Windows root HNS endpoint";
     winkernel_forward_health_check_vip: bool, Node, file "winkernel.forwardHealthCheckVip", flags [],
         Effect::NoEffect("Windows only"), "Windows health-check VIP forwarding";
-    detect_local_mode: String, Rules, file "detectLocalMode", flags ["detect-local-mode"], Effect::Acts,
+    detect_local_mode: LocalMode, Rules, file "detectLocalMode", flags ["detect-local-mode"], Effect::Acts,
         "How traffic from local pods is recognised: ClusterCIDR, NodeCIDR, BridgeInterface, InterfaceNamePrefix or None";
     pod_bridge_interface: String, Rules, file "detectLocal.bridgeInterface", flags ["pod-bridge-interface"], Effect::Acts,
         "The pod bridge, with detect-local-mode BridgeInterface";
@@ -297,7 +299,7 @@ settings! {
         "Deprecated: the port of --metrics-bind-address (0: no metrics server)";
 
     // --- svcproxy's own settings (no file field) ---
-    ip_family: String, Rules, file none, flags ["ip-family"], Effect::Acts,
+    ip_family: Families, Rules, file none, flags ["ip-family"], Effect::Acts,
         "IP families to proxy: ipv4, ipv6, both or auto";
     node_ips: Vec<String>, Rules, file none, flags ["node-ip"], Effect::Acts,
         "This node's IPs (one per family)";
@@ -365,21 +367,21 @@ impl Settings {
     }
 
     /// The sync period for `mode`: svcproxy's `--sync-period`, else the mode's own.
-    pub fn sync_period_for(&self, mode: &str) -> Option<Duration> {
+    pub fn sync_period_for(&self, mode: ProxyMode) -> Option<Duration> {
         let own = match mode {
-            "ipvs" => self.ipvs_sync_period,
-            "nftables" => self.nftables_sync_period,
-            _ => self.iptables_sync_period,
+            ProxyMode::Ipvs => self.ipvs_sync_period,
+            ProxyMode::Nftables => self.nftables_sync_period,
+            ProxyMode::Iptables => self.iptables_sync_period,
         };
         self.sync_period.or(own.filter(|d| !d.is_zero()))
     }
 
     /// The minimum sync period for `mode` (zero is a value: sync on every change).
-    pub fn min_sync_period_for(&self, mode: &str) -> Option<Duration> {
+    pub fn min_sync_period_for(&self, mode: ProxyMode) -> Option<Duration> {
         let own = match mode {
-            "ipvs" => self.ipvs_min_sync_period,
-            "nftables" => self.nftables_min_sync_period,
-            _ => self.iptables_min_sync_period,
+            ProxyMode::Ipvs => self.ipvs_min_sync_period,
+            ProxyMode::Nftables => self.nftables_min_sync_period,
+            ProxyMode::Iptables => self.iptables_min_sync_period,
         };
         self.min_sync_period.or(own)
     }
@@ -412,7 +414,8 @@ mod tests {
         assert_eq!(s.node_port_addresses.as_ref().map(Vec::len), Some(3));
         s.set_from_flag("proxy-mode", "ipvs").unwrap().unwrap();
         s.set_from_flag("mode", "iptables").unwrap().unwrap();
-        assert_eq!(s.mode.as_deref(), Some("iptables"));
+        assert_eq!(s.mode, Some(ProxyMode::Iptables));
+        assert!(s.set_from_flag("proxy-mode", "userspace").unwrap().is_err());
         assert!(s.set_from_flag("iptables-sync-period", "30").unwrap().is_err(), "a Go duration needs its unit");
         assert!(s.set_from_flag("no-such-flag", "x").is_none());
     }
@@ -425,11 +428,11 @@ mod tests {
             iptables_min_sync_period: Some(Duration::ZERO),
             ..Settings::default()
         };
-        assert_eq!(s.sync_period_for("ipvs"), Some(Duration::from_secs(60)));
-        assert_eq!(s.sync_period_for("iptables"), Some(Duration::from_secs(30)));
-        assert_eq!(s.min_sync_period_for("iptables"), Some(Duration::ZERO));
+        assert_eq!(s.sync_period_for(ProxyMode::Ipvs), Some(Duration::from_secs(60)));
+        assert_eq!(s.sync_period_for(ProxyMode::Iptables), Some(Duration::from_secs(30)));
+        assert_eq!(s.min_sync_period_for(ProxyMode::Iptables), Some(Duration::ZERO));
         let flag = Settings { sync_period: Some(Duration::from_secs(5)), ..s };
-        assert_eq!(flag.sync_period_for("ipvs"), Some(Duration::from_secs(5)));
+        assert_eq!(flag.sync_period_for(ProxyMode::Ipvs), Some(Duration::from_secs(5)));
     }
 
     #[test]

@@ -22,7 +22,7 @@ struct Node {
 fn node(fixture: &str, settings: Settings) -> Node {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(fixture);
     let state = crate::source::read_path(&path).unwrap();
-    let flags = Settings { mode: Some("ipvs".into()), ..settings };
+    let flags = Settings { mode: Some(crate::settings::kinds::ProxyMode::Ipvs), ..settings };
     let loaded = crate::pipeline::load(state, flags, Settings::default()).unwrap();
     let plan = crate::ipvs::plan_all(&loaded.config, &loaded.trackers).into_iter().find(|p| p.family == IpFamily::V4).unwrap();
     let mut local_ips: BTreeSet<IpAddr> = loaded.config.node_ips.iter().copied().collect();

@@ -16,7 +16,7 @@ fn demo(edit: impl Fn(&mut source::ClusterState)) -> Ruleset {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/demo.yaml");
     let mut state = source::read_path(&path).unwrap();
     edit(&mut state);
-    let flags = Settings { ip_family: Some("ipv4".into()), nfacct: Some(false), ..Settings::default() };
+    let flags = Settings { ip_family: Some(crate::settings::kinds::Families::Ipv4), nfacct: Some(false), ..Settings::default() };
     let loaded = pipeline::load(state, flags, Settings::default()).unwrap();
     pipeline::render_iptables(&loaded).remove(0)
 }

@@ -26,7 +26,7 @@ struct Node {
 
 impl Node {
     fn new(state: ClusterState) -> Node {
-        let flags = Settings { ip_family: Some("ipv4".into()), nfacct: Some(false), ..Settings::default() };
+        let flags = Settings { ip_family: Some(crate::settings::kinds::Families::Ipv4), nfacct: Some(false), ..Settings::default() };
         let loaded = pipeline::load(state, flags, Settings::default()).unwrap();
         let rs = pipeline::render_iptables(&loaded).remove(0);
         let mut kernel = FakeIptables::new();

@@ -10,7 +10,7 @@ fn cfg(scheduler: &str) -> crate::config::Config {
         hostname_override: Some("node-1".into()),
         node_ips: Some(vec!["192.168.0.2".into()]),
         ipvs_scheduler: Some(scheduler.into()),
-        mode: Some("ipvs".into()),
+        mode: Some(crate::settings::kinds::ProxyMode::Ipvs),
         ..Default::default()
     };
     config::resolve(s, &[]).unwrap()

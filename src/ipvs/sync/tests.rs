@@ -14,7 +14,7 @@ use crate::ipvs::netlink::FakeIpvs;
 fn demo() -> crate::pipeline::Loaded {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/demo.yaml");
     let state = crate::source::read_path(&path).unwrap();
-    let flags = Settings { mode: Some("ipvs".into()), ..Settings::default() };
+    let flags = Settings { mode: Some(crate::settings::kinds::ProxyMode::Ipvs), ..Settings::default() };
     crate::pipeline::load(state, flags, Settings::default()).unwrap()
 }
 

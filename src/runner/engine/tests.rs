@@ -137,7 +137,7 @@ fn a_topology_change_re_renders_and_resyncs_fully() {
 fn ipvs_mode_follows_endpoint_changes() {
     let state = demo_state();
     let mut web = slice(&state, "shop", "web");
-    let flags = Settings { mode: Some("ipvs".into()), nfacct: Some(false), ..Settings::default() };
+    let flags = Settings { mode: Some(crate::settings::kinds::ProxyMode::Ipvs), nfacct: Some(false), ..Settings::default() };
     let loaded = pipeline::load(state, flags, Settings::default()).unwrap();
     let dir = std::env::temp_dir().join(format!("svcproxy-engine-ipvs-{}", std::process::id()));
     let sys = dir.join("sys");
