@@ -328,3 +328,15 @@ fn the_settings_reference_is_generated_from_the_table_and_up_to_date() {
         assert!(text.contains(&format!("`{field}`")), "{field} is in the reference");
     }
 }
+
+#[test]
+fn feature_gates_are_checked_as_kube_proxy_checks_them() {
+    let o = run(&["render", "--from", "fixtures/demo.yaml", "--feature-gates=PreferSameTrafficDistribution=false"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("cannot set feature gate PreferSameTrafficDistribution to false, feature is locked to true"), "{}", stderr(&o));
+    let o = run(&["render", "--from", "fixtures/demo.yaml", "--feature-gates=Bogus=true"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("unrecognized feature gate: Bogus"), "{}", stderr(&o));
+    let o = run(&["render", "--from", "fixtures/demo.yaml", "--feature-gates=AllAlpha=false,PreferSameTrafficDistribution=true"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}

@@ -66,6 +66,9 @@ pub fn effective(cli: &KubeProxyCli) -> anyhow::Result<Settings> {
         None => Settings::default(),
     };
     let mut merged = flags.over(file);
+    if let Some(gates) = &merged.feature_gates {
+        crate::settings::gates::check(gates).map_err(|e| anyhow::anyhow!("featureGates: {e}"))?;
+    }
     // kube-proxy trims and lower-cases the node name (processHostnameOverrideFlag).
     merged.hostname_override = merged.hostname_override.map(|h| h.trim().to_lowercase()).filter(|h| !h.is_empty());
     Ok(defaults::defaulted(merged))

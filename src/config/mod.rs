@@ -211,6 +211,9 @@ pub fn resolve(s: Settings, nodes: &[Node]) -> Result<Config, ConfigError> {
         return Err(invalid("--masquerade-bit", format!("{masquerade_bit} is not in 0-31")));
     }
     let node_port_addresses = resolve_node_port_addresses(s.node_port_addresses.as_deref(), &node_ips)?;
+    if let Some(gates) = &s.feature_gates {
+        crate::settings::gates::check(gates).map_err(|e| invalid("featureGates", e))?;
+    }
     let proxy_mode = s.mode.unwrap_or(ProxyMode::Iptables);
     let mode = match proxy_mode {
         ProxyMode::Iptables => Mode::Iptables,

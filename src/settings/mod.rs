@@ -11,6 +11,7 @@ pub mod defaults;
 pub mod file;
 pub mod fixture;
 pub mod flags;
+pub mod gates;
 pub mod kinds;
 pub mod value;
 
@@ -153,9 +154,8 @@ macro_rules! settings {
 
 settings! {
     // --- kube-proxy's KubeProxyConfiguration (v1alpha1), in its order ---
-    feature_gates: BTreeMap<String, bool>, Rules, file "featureGates", flags ["feature-gates"],
-        Effect::NotYet("gates are not evaluated: behaviour is that of the targeted kube-proxy's defaults"),
-        "Feature gates (NAME=true|false,...)";
+    feature_gates: BTreeMap<String, bool>, Rules, file "featureGates", flags ["feature-gates"], Effect::Acts,
+        "Feature gates (NAME=true|false,...), checked as kube-proxy v1.35 does: an unknown gate, or a locked one set against its value, stops it; every gate that changes the proxy is locked on";
     kubeconfig: String, Node, file "clientConnection.kubeconfig", flags ["kubeconfig"], Effect::Acts,
         "kubeconfig file for the API server";
     kube_api_accept_content_types: String, Node, file "clientConnection.acceptContentTypes", flags [], Effect::Acts,
