@@ -125,18 +125,8 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Server
             watch::Engine::ipvs(loaded.config, loaded.trackers, p)
         }
     };
-    let health = match servers.healthz {
-        Some(addr) => Some(
-            serve::spawn(addr, serve::health_router(shared.clone())).await.with_context(|| format!("cannot serve health checks on {addr}"))?,
-        ),
-        None => None,
-    };
-    let metrics = match servers.metrics {
-        Some(addr) => {
-            Some(serve::spawn(addr, serve::metrics_router(shared.clone())).await.with_context(|| format!("cannot serve metrics on {addr}"))?)
-        }
-        None => None,
-    };
+    let health = serve_on("health checks", servers.healthz, servers.hard_fail, serve::health_router(shared.clone())).await?;
+    let metrics = serve_on("metrics", servers.metrics, servers.hard_fail, serve::metrics_router(shared.clone())).await?;
     let (health, metrics) = (shown(health), shown(metrics));
     let (tx, rx) = mpsc::channel::<SourceMsg>(64);
     match origin {
@@ -166,6 +156,20 @@ async fn client(flags: &Settings, file: &Settings, config_path: Option<&std::pat
     Ok(connect::client(&conn, config)?)
 }
 
+/// Serves `router` on `addr`. A port that cannot be bound stops svcproxy with
+/// `bindAddressHardFail`; otherwise, as kube-proxy does, it is logged and the proxy goes on.
+async fn serve_on(what: &str, addr: Option<SocketAddr>, hard_fail: bool, router: axum::Router) -> anyhow::Result<Option<SocketAddr>> {
+    let Some(addr) = addr else { return Ok(None) };
+    match serve::spawn(addr, router).await {
+        Ok(bound) => Ok(Some(bound)),
+        Err(e) if hard_fail => Err(anyhow::Error::new(e).context(format!("cannot serve {what} on {addr} (bindAddressHardFail)"))),
+        Err(e) => {
+            tracing::error!(error = %e, %addr, "cannot serve {what}; going on without (bindAddressHardFail is false)");
+            Ok(None)
+        }
+    }
+}
+
 /// A server's address for the start-up log line (`off` when not served).
 fn shown(addr: Option<SocketAddr>) -> String {
     addr.map_or_else(|| "off".to_string(), |a| a.to_string())
@@ -184,4 +188,24 @@ async fn this_node(client: &kube::Client, name: &str) -> ClusterState {
         Err(e) => tracing::warn!(node = name, error = %e, "cannot get this Node (the API server may be unreachable)"),
     }
     state
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_port_taken_stops_only_with_bind_address_hard_fail() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let taken = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = taken.local_addr().unwrap();
+            let soft = serve_on("metrics", Some(addr), false, axum::Router::new()).await.unwrap();
+            assert_eq!(soft, None, "logged, and the proxy goes on without that server");
+            let hard = serve_on("metrics", Some(addr), true, axum::Router::new()).await.unwrap_err();
+            assert!(format!("{hard:#}").contains("bindAddressHardFail"), "{hard:#}");
+            let free = serve_on("metrics", Some("127.0.0.1:0".parse().unwrap()), true, axum::Router::new()).await.unwrap();
+            assert!(free.is_some());
+        });
+    }
 }

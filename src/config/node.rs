@@ -13,6 +13,8 @@ pub const METRICS_PORT: u16 = 10249;
 pub struct Servers {
     pub healthz: Option<SocketAddr>,
     pub metrics: Option<SocketAddr>,
+    /// A port that cannot be bound stops the proxy (`bindAddressHardFail`); else it is logged.
+    pub hard_fail: bool,
 }
 
 pub use crate::settings::kinds::LogFormat;
@@ -34,6 +36,7 @@ pub fn servers(s: &Settings) -> Result<Servers, ConfigError> {
     Ok(Servers {
         healthz: address("healthzBindAddress", s.healthz_bind_address.as_deref(), s.healthz_port, SocketAddr::new(any, HEALTHZ_PORT))?,
         metrics: address("metricsBindAddress", s.metrics_bind_address.as_deref(), s.metrics_port, SocketAddr::new(local, METRICS_PORT))?,
+        hard_fail: s.bind_address_hard_fail.unwrap_or(false),
     })
 }
 

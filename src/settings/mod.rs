@@ -187,9 +187,8 @@ settings! {
         "IP or IP:port of /healthz and /livez";
     metrics_bind_address: String, Node, file "metricsBindAddress", flags ["metrics-bind-address"], Effect::Acts,
         "IP or IP:port of /metrics";
-    bind_address_hard_fail: bool, Node, file "bindAddressHardFail", flags ["bind-address-hard-fail"],
-        Effect::NotYet("svcproxy always exits when it cannot serve health checks or metrics"),
-        "Exit when a port cannot be bound";
+    bind_address_hard_fail: bool, Node, file "bindAddressHardFail", flags ["bind-address-hard-fail"], Effect::Acts,
+        "Exit when the health or metrics port cannot be bound (else log it and go on)";
     enable_profiling: bool, Node, file "enableProfiling", flags ["profiling"],
         Effect::NoEffect("there is no Go pprof in a Rust binary; profile with perf or heaptrack"),
         "Go pprof handlers";
@@ -297,6 +296,15 @@ settings! {
         "Deprecated: the port of --healthz-bind-address (0: no health server)";
     metrics_port: i32, Node, file none, flags ["metrics-port"], Effect::Acts,
         "Deprecated: the port of --metrics-bind-address (0: no metrics server)";
+
+    log_json_info_buffer_size: String, Node, file none, flags ["log-json-info-buffer-size"],
+        Effect::NoEffect("klog's JSON buffering (logging.options.json in the file)"), "klog's JSON info buffer";
+    log_json_split_stream: bool, Node, file none, flags ["log-json-split-stream"],
+        Effect::NoEffect("klog's stream split (logging.options.json in the file); svcproxy logs to stderr"), "klog's JSON stream split";
+    log_text_info_buffer_size: String, Node, file none, flags ["log-text-info-buffer-size"],
+        Effect::NoEffect("klog's text buffering (logging.options.text in the file)"), "klog's text info buffer";
+    log_text_split_stream: bool, Node, file none, flags ["log-text-split-stream"],
+        Effect::NoEffect("klog's stream split (logging.options.text in the file); svcproxy logs to stderr"), "klog's text stream split";
 
     // --- svcproxy's own settings (no file field) ---
     ip_family: Families, Rules, file none, flags ["ip-family"], Effect::Acts,
