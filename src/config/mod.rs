@@ -73,6 +73,51 @@ pub struct IpvsConfig {
     pub udp_timeout: u32,
 }
 
+/// kube-proxy's `conntrack:` settings with its defaults applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConntrackConfig {
+    /// 0 (or less): leave `nf_conntrack_max` as it is.
+    pub max_per_core: i32,
+    pub min: i32,
+    /// `None` or zero: leave the sysctl as it is.
+    pub tcp_established_timeout: Option<Duration>,
+    pub tcp_close_wait_timeout: Option<Duration>,
+    pub tcp_be_liberal: bool,
+    /// Zero: leave it.
+    pub udp_timeout: Duration,
+    pub udp_stream_timeout: Duration,
+}
+
+impl Default for ConntrackConfig {
+    /// kube-proxy's v1alpha1 defaults.
+    fn default() -> Self {
+        ConntrackConfig {
+            max_per_core: 32 * 1024,
+            min: 128 * 1024,
+            tcp_established_timeout: Some(Duration::from_secs(24 * 3600)),
+            tcp_close_wait_timeout: Some(Duration::from_secs(3600)),
+            tcp_be_liberal: false,
+            udp_timeout: Duration::ZERO,
+            udp_stream_timeout: Duration::ZERO,
+        }
+    }
+}
+
+impl ConntrackConfig {
+    fn resolve(s: &Settings) -> Self {
+        let d = ConntrackConfig::default();
+        ConntrackConfig {
+            max_per_core: s.conntrack_max_per_core.unwrap_or(d.max_per_core),
+            min: s.conntrack_min.unwrap_or(d.min),
+            tcp_established_timeout: s.conntrack_tcp_established_timeout.or(d.tcp_established_timeout),
+            tcp_close_wait_timeout: s.conntrack_tcp_close_wait_timeout.or(d.tcp_close_wait_timeout),
+            tcp_be_liberal: s.conntrack_tcp_be_liberal.unwrap_or(false),
+            udp_timeout: s.conntrack_udp_timeout.unwrap_or_default(),
+            udp_stream_timeout: s.conntrack_udp_stream_timeout.unwrap_or_default(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     pub mode: Mode,
@@ -99,6 +144,8 @@ pub struct Config {
     pub random_fully: bool,
     pub nfacct: bool,
     pub conntrack_tcp_be_liberal: bool,
+    /// Conntrack tuning (the daemon applies it at start; see [`crate::node::conntrack`]).
+    pub conntrack: ConntrackConfig,
     pub large_cluster_endpoints_threshold: usize,
     pub service_proxy_name: Option<String>,
     pub ipvs: IpvsConfig,
@@ -243,6 +290,7 @@ pub fn resolve(s: Settings, nodes: &[Node]) -> Result<Config, ConfigError> {
         random_fully: s.random_fully.unwrap_or(true),
         nfacct: s.nfacct.unwrap_or(true),
         conntrack_tcp_be_liberal: s.conntrack_tcp_be_liberal.unwrap_or(false),
+        conntrack: ConntrackConfig::resolve(&s),
         large_cluster_endpoints_threshold: s.large_cluster_endpoints_threshold.unwrap_or(1000),
         service_proxy_name: s.service_proxy_name.clone().filter(|n| !n.is_empty()),
         ipvs: resolve_ipvs(&s)?,

@@ -9,31 +9,11 @@ use std::path::Path;
 use super::netlink::{Protocol, ServiceKey};
 use super::reconcile::Grace;
 use crate::iptables::jumps::Jump;
+use crate::node::sysctl::{self, Sysctl};
 
-/// The sysctls kube-proxy's IPVS proxier sets (path under /proc/sys, value).
-pub fn sysctls(strict_arp: bool) -> Vec<(&'static str, &'static str)> {
-    let mut v = vec![
-        ("net/ipv4/vs/conntrack", "1"),
-        ("net/ipv4/vs/expire_nodest_conn", "1"),
-        ("net/ipv4/vs/expire_quiescent_template", "1"),
-        ("net/ipv4/ip_forward", "1"),
-    ];
-    if strict_arp {
-        v.push(("net/ipv4/conf/all/arp_ignore", "1"));
-        v.push(("net/ipv4/conf/all/arp_announce", "2"));
-    }
-    v
-}
-
-/// The sysctls whose value differs: (path, current, wanted).
-pub fn sysctl_changes(root: &Path, wanted: &[(&'static str, &'static str)]) -> Vec<(String, String, String)> {
-    wanted
-        .iter()
-        .filter_map(|(path, value)| {
-            let current = std::fs::read_to_string(root.join(path)).unwrap_or_default().trim().to_string();
-            (current != *value).then(|| (path.to_string(), current, value.to_string()))
-        })
-        .collect()
+/// The sysctls kube-proxy's IPVS proxier sets on this kernel (see [`crate::node::sysctl::ipvs`]).
+pub fn sysctls(strict_arp: bool) -> Vec<Sysctl> {
+    sysctl::ipvs(strict_arp, sysctl::kernel_version(Path::new("/proc/sys")))
 }
 
 /// kube-proxy's IPVS jumps, as the iptables delta wants them.

@@ -35,12 +35,8 @@ pub enum SyncError {
     Iptables(#[from] RestoreError),
     #[error("cannot parse {what}: {reason}")]
     Parse { what: String, reason: String },
-    #[error("cannot write /proc/sys/{path}: {source}")]
-    Sysctl {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Sysctl(#[from] crate::node::sysctl::SysctlError),
 }
 
 /// How to sync.
@@ -70,7 +66,7 @@ pub struct Report {
     pub changes: Changes,
     pub ipsets: ipset::Delta,
     pub iptables: Vec<(IpFamily, Delta)>,
-    pub sysctls: Vec<(String, String, String)>,
+    pub sysctls: Vec<crate::node::sysctl::Change>,
     pub timeouts: Option<Timeouts>,
     /// Real servers still draining after this sync.
     pub terminating: usize,
@@ -105,8 +101,8 @@ impl Report {
         let mut out = String::new();
         if !self.sysctls.is_empty() {
             out.push_str("# sysctl\n");
-            for (p, cur, want) in &self.sysctls {
-                let _ = writeln!(out, "{p}: {cur:?} -> {want}");
+            for c in &self.sysctls {
+                let _ = writeln!(out, "{}: {:?} -> {}", c.path, c.current, c.wanted);
             }
         }
         if self.link_missing || !self.changes.bind.is_empty() || !self.changes.unbind.is_empty() {
@@ -161,7 +157,7 @@ pub fn sync(cfg: &Config, trackers: &Trackers, k: &mut Kernel, opts: &Options) -
         link_missing: index.is_none(),
         ipsets: ipset::delta(&plans, &live_sets),
         iptables: iptables_deltas(&plans, &live_iptables)?,
-        sysctls: kernel_state::sysctl_changes(&opts.proc_sys, &sysctls(cfg.ipvs.strict_arp)),
+        sysctls: crate::node::sysctl::changes(&opts.proc_sys, &sysctls(cfg.ipvs.strict_arp)),
         timeouts: timeouts_change(&cfg, timeouts_now),
         terminating: changes.terminating.len(),
         changes,
@@ -235,9 +231,7 @@ fn iptables_deltas(plans: &[Plan], live: &[(IpFamily, Dump)]) -> Result<Vec<(IpF
 /// Applies a report: sysctls, link, addresses, set additions, IPVS, timeouts, iptables,
 /// set deletions, address removals, then the termination memory.
 fn apply(k: &mut Kernel, report: &mut Report, opts: &Options) -> Result<(), SyncError> {
-    for (path, _, value) in &report.sysctls {
-        std::fs::write(opts.proc_sys.join(path), value).map_err(|source| SyncError::Sysctl { path: path.clone(), source })?;
-    }
+    crate::node::sysctl::apply(&opts.proc_sys, &report.sysctls)?;
     if report.link_missing {
         k.links.add_dummy(DUMMY_LINK)?;
     }

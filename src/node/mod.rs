@@ -1,5 +1,9 @@
-//! What kube-proxy does to its own process and the node before proxying: today the
-//! process's `oom_score_adj`. (Conntrack sysctls belong here too; see COMPATIBILITY.md.)
+//! What kube-proxy does to its own process and the node around its rules: the process's
+//! `oom_score_adj`, the sysctls each mode needs ([`sysctl`]) and conntrack tuning
+//! ([`conntrack`]).
+
+pub mod conntrack;
+pub mod sysctl;
 
 use std::path::Path;
 

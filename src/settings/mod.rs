@@ -261,24 +261,24 @@ settings! {
     oom_score_adj: i32, Node, file "oomScoreAdj", flags ["oom-score-adj"], Effect::Acts,
         "oom_score_adj of the process [-1000, 1000] (as kube-proxy: -999)";
     conntrack_max_per_core: i32, Node, file "conntrack.maxPerCore", flags ["conntrack-max-per-core"],
-        Effect::NotYet("nf_conntrack_max is left as it is"),
+        Effect::Acts,
         "Conntrack entries per CPU core";
     conntrack_min: i32, Node, file "conntrack.min", flags ["conntrack-min"],
-        Effect::NotYet("nf_conntrack_max is left as it is"),
+        Effect::Acts,
         "Minimum conntrack entries";
     conntrack_tcp_established_timeout: Duration, Node, file "conntrack.tcpEstablishedTimeout", flags ["conntrack-tcp-timeout-established"],
-        Effect::NotYet("the conntrack sysctl is left as it is"),
+        Effect::Acts,
         "Idle timeout of established TCP connections";
     conntrack_tcp_close_wait_timeout: Duration, Node, file "conntrack.tcpCloseWaitTimeout", flags ["conntrack-tcp-timeout-close-wait"],
-        Effect::NotYet("the conntrack sysctl is left as it is"),
+        Effect::Acts,
         "Timeout of TCP connections in CLOSE_WAIT";
     conntrack_tcp_be_liberal: bool, Rules, file "conntrack.tcpBeLiberal", flags ["conntrack-tcp-be-liberal"], Effect::Acts,
         "Liberal TCP conntrack (no INVALID drop rule)";
     conntrack_udp_timeout: Duration, Node, file "conntrack.udpTimeout", flags ["conntrack-udp-timeout"],
-        Effect::NotYet("the conntrack sysctl is left as it is"),
+        Effect::Acts,
         "Idle timeout of unreplied UDP entries";
     conntrack_udp_stream_timeout: Duration, Node, file "conntrack.udpStreamTimeout", flags ["conntrack-udp-timeout-stream"],
-        Effect::NotYet("the conntrack sysctl is left as it is"),
+        Effect::Acts,
         "Idle timeout of assured UDP entries";
     config_sync_period: Duration, Node, file "configSyncPeriod", flags ["config-sync-period"],
         Effect::NoEffect("kube-rs watchers keep no informer cache to resync; they relist after errors"),
@@ -449,12 +449,12 @@ mod tests {
             enable_profiling: Some(true),
             winkernel_enable_dsr: Some(false),
             masquerade_all: Some(true),
-            conntrack_max_per_core: Some(32768),
+            snat_node_internal_ip: Some(true),
             ..Settings::default()
         };
         let notes = s.notes();
         assert_eq!(notes.len(), 2, "{notes:?}");
         assert!(notes[0].starts_with("enableProfiling is accepted without effect"));
-        assert!(notes[1].starts_with("conntrack.maxPerCore is not carried out yet"));
+        assert!(notes[1].starts_with("iptables.snatNodeInternalIP is not carried out yet"), "{notes:?}");
     }
 }

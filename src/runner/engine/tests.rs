@@ -141,8 +141,8 @@ fn ipvs_mode_follows_endpoint_changes() {
     let loaded = pipeline::load(state, flags, Settings::default()).unwrap();
     let dir = std::env::temp_dir().join(format!("svcproxy-engine-ipvs-{}", std::process::id()));
     let sys = dir.join("sys");
-    for (path, _) in crate::ipvs::kernel_state::sysctls(false) {
-        let f = sys.join(path);
+    for s in crate::ipvs::kernel_state::sysctls(false) {
+        let f = sys.join(s.path);
         std::fs::create_dir_all(f.parent().unwrap()).unwrap();
         std::fs::write(&f, "0\n").unwrap();
     }
