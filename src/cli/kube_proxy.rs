@@ -92,6 +92,15 @@ pub fn run(cli: KubeProxyCli) -> anyhow::Result<ExitCode> {
         }
     }
     if cli.init_only == Some(true) {
+        // kube-proxy's privileged set-up, then exit: resolved without a cluster state (the
+        // node's facts come from the flags and the file).
+        let flags = cli.rules.0.clone().over(cli.node.0.clone());
+        let file = match &cli.config {
+            Some(p) => file::read(p)?.settings,
+            None => Settings::default(),
+        };
+        let loaded = crate::pipeline::load(crate::source::ClusterState::default(), flags, file).context("invalid configuration")?;
+        super::watch::node_setup(&loaded.config)?;
         return Ok(ExitCode::from(EXIT_OK));
     }
     let args = SyncArgs {

@@ -110,7 +110,22 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(EXIT_OK));
     }
     let mut restorer = ExecRestorer { backend, lock_wait_secs: args.iptables_lock_wait };
-    let mut pending = false;
+    // The sysctls the rules need (route_localnet for NodePorts on 127.0.0.1), as kube-proxy
+    // sets them; a dry run lists them with the rules.
+    let proc_sys = std::path::Path::new("/proc/sys");
+    let sysctls = crate::node::sysctl::changes(proc_sys, &crate::node::sysctl::iptables(&loaded.config));
+    let mut pending = !sysctls.is_empty();
+    if args.dry_run {
+        if args.output == DryRunOutput::Diff && !sysctls.is_empty() {
+            let mut text = String::from("# sysctl\n");
+            for c in &sysctls {
+                text.push_str(&format!("{}: {:?} -> {} ({})\n", c.path, c.current, c.wanted, c.why));
+            }
+            super::out(&text)?;
+        }
+    } else {
+        crate::node::sysctl::apply(proc_sys, &sysctls)?;
+    }
     for rs in pipeline::render_iptables(&loaded) {
         let family = rs.ctx.family;
         let report = sync::sync(&mut restorer, &rs, args.dry_run)

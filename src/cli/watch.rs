@@ -15,7 +15,8 @@ use super::sync::SyncArgs;
 use super::EXIT_OK;
 use crate::config::client::ClientConnection;
 use crate::config::node::{self, LogFormat, Logging, Servers};
-use crate::config::{Mode, Settings};
+use crate::config::{Config, Mode, Settings};
+use crate::node::conntrack as node_paths;
 use crate::settings::{self, flags::NodeFlags};
 use crate::iptables::apply::ExecRestorer;
 use crate::iptables::conntrack::ExecConntrack;
@@ -108,6 +109,7 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Server
         }
     };
     let loaded = pipeline::load(state, flags, file).context("invalid configuration")?;
+    node_setup(&loaded.config)?;
     let timing = Timing {
         min_sync_period: loaded.config.min_sync_period,
         sync_period: loaded.config.sync_period,
@@ -154,6 +156,22 @@ async fn client(flags: &Settings, file: &Settings, config_path: Option<&std::pat
     let config = connect::config(&conn).await?;
     tracing::info!(qps = conn.qps, burst = conn.burst, "API server: {}", connect::describe(&conn, &config));
     Ok(connect::client(&conn, config)?)
+}
+
+/// kube-proxy's start-up set-up of the node (also `kube-proxy --init-only`): conntrack
+/// tuning and the mode's sysctls (IPVS mode sets its own on every sync). A value that cannot
+/// be set stops svcproxy, as it stops kube-proxy.
+pub(crate) fn node_setup(config: &Config) -> anyhow::Result<()> {
+    let proc_sys = std::path::Path::new("/proc/sys");
+    let paths = node_paths::Paths { proc_sys, hashsize: std::path::Path::new("/sys/module/nf_conntrack/parameters/hashsize") };
+    node_paths::apply(&config.conntrack, node_paths::node_cpus(), &paths).context("could not set conntrack parameters from kube-proxy configuration")?;
+    if config.mode == Mode::Iptables {
+        crate::node::sysctl::ensure(proc_sys, &crate::node::sysctl::iptables(config))?;
+    }
+    if let Some(warning) = crate::node::sysctl::bridge_warning(proc_sys) {
+        tracing::warn!("{warning}");
+    }
+    Ok(())
 }
 
 /// Serves `router` on `addr`. A port that cannot be bound stops svcproxy with

@@ -88,7 +88,7 @@ pub fn iptables(cfg: &Config) -> Vec<Sysctl> {
 /// lack it, newer ones fixed the reuse bug, as kube-proxy decides).
 pub fn ipvs(strict_arp: bool, kernel: Option<(u32, u32)>) -> Vec<Sysctl> {
     let mut v = vec![Sysctl::new("net/ipv4/vs/conntrack", 1, "IPVS connections tracked for SNAT")];
-    if kernel.is_some_and(|k| k >= (4, 1) && k < (5, 9)) {
+    if kernel.is_some_and(|k| ((4, 1)..(5, 9)).contains(&k)) {
         v.push(Sysctl::new("net/ipv4/vs/conn_reuse_mode", 0, "no IPVS connection reuse (kernels 4.1-5.8)"));
     }
     v.extend([
