@@ -5,7 +5,13 @@
 //!   must never be applied).
 //! - A change schedules a sync no earlier than `min_sync_period` after the last one;
 //!   changes arriving before it runs are coalesced into it.
-//! - Every `sync_period` a full sync runs, changes or not.
+//! - Every `sync_period` a sync runs, changes or not; it is **partial** (only what changed
+//!   is sent, the kernel is not read). Before it, the loop checks the canaries
+//!   ([`Schedule::canary_due`]); a lost canary asks for a full sync ([`Schedule::force_full`]).
+//! - A **full** sync (everything compared with the kernel) runs first, after any failure,
+//!   when asked for ([`Schedule::force_full`]: a lost canary), and once `full_sync_period`
+//!   (1 hour, kube-proxy's `FullSyncPeriod`) has passed since the last one. A re-render
+//!   (new node labels) makes the proxier itself compare with the kernel on the next sync.
 //! - A failed sync is retried with exponential backoff (1 s, 2 s, 4 s … up to
 //!   `sync_period`), and the retry is a full sync.
 
@@ -16,11 +22,21 @@ pub struct Timing {
     pub min_sync_period: Duration,
     pub sync_period: Duration,
     pub retry_base: Duration,
+    /// The longest time between full syncs (kube-proxy's `FullSyncPeriod`, 1 hour).
+    pub full_sync_period: Duration,
 }
+
+/// kube-proxy's `FullSyncPeriod` (pkg/proxy/util): a constant there.
+pub const FULL_SYNC_PERIOD: Duration = Duration::from_secs(3600);
 
 impl Default for Timing {
     fn default() -> Self {
-        Timing { min_sync_period: Duration::from_secs(1), sync_period: Duration::from_secs(30), retry_base: Duration::from_secs(1) }
+        Timing {
+            min_sync_period: Duration::from_secs(1),
+            sync_period: Duration::from_secs(30),
+            retry_base: Duration::from_secs(1),
+            full_sync_period: FULL_SYNC_PERIOD,
+        }
     }
 }
 
@@ -29,7 +45,8 @@ impl Default for Timing {
 pub enum Kind {
     /// Only what changed.
     Partial,
-    /// Everything, compared with the kernel (periodic, first, or after a failure).
+    /// Everything, compared with the kernel (the first, after a failure, when forced, or
+    /// once `full_sync_period` has passed).
     Full,
 }
 
@@ -45,6 +62,10 @@ pub struct Schedule {
     retry_at: Option<Instant>,
     /// The oldest change the running sync covers (taken from `pending_since` at begin).
     in_flight: Option<Instant>,
+    /// A full sync was asked for (a canary was lost) and has not succeeded yet.
+    forced: bool,
+    /// When the canaries were last checked.
+    last_check: Option<Instant>,
 }
 
 impl Schedule {
@@ -58,6 +79,8 @@ impl Schedule {
             failures: 0,
             retry_at: None,
             in_flight: None,
+            forced: false,
+            last_check: None,
         }
     }
 
@@ -99,10 +122,12 @@ impl Schedule {
         if let Some(retry) = self.retry_at {
             return Some(retry);
         }
-        let periodic = match self.last_full {
-            Some(t) => t + self.timing.sync_period,
-            None => return Some(self.pending_since.unwrap_or_else(Instant::now)),
+        let (Some(last_sync), Some(last_full)) = (self.last_sync, self.last_full) else {
+            return Some(self.pending_since.unwrap_or_else(Instant::now));
         };
+        let periodic = (last_sync + self.timing.sync_period)
+            .min(self.check_base(last_full) + self.timing.sync_period)
+            .min(last_full + self.timing.full_sync_period);
         let for_change = self.pending_since.map(|since| match self.last_sync {
             Some(last) => since.max(last + self.timing.min_sync_period),
             None => since,
@@ -112,8 +137,32 @@ impl Schedule {
 
     /// What kind of sync a run at `now` should be.
     pub fn kind(&self, now: Instant) -> Kind {
-        let full_due = self.last_full.is_none_or(|t| now >= t + self.timing.sync_period);
-        if full_due || self.failures > 0 { Kind::Full } else { Kind::Partial }
+        let full_due = self.last_full.is_none_or(|t| now >= t + self.timing.full_sync_period);
+        if full_due || self.forced || self.failures > 0 { Kind::Full } else { Kind::Partial }
+    }
+
+    /// The next sync must be a full one (the kernel lost rules behind our back); it runs
+    /// as soon as a change would (no earlier than `min_sync_period` after the last sync).
+    pub fn force_full(&mut self, now: Instant) {
+        self.forced = true;
+        self.pending_since.get_or_insert(now);
+    }
+
+    /// Whether the canaries should be checked before a sync at `now`: once per
+    /// `sync_period` (counted from the last check or full sync, which recreates them).
+    pub fn canary_due(&self, now: Instant) -> bool {
+        let Some(last_full) = self.last_full else { return false };
+        now >= self.check_base(last_full) + self.timing.sync_period
+    }
+
+    /// The canaries were last known present: at the last check, or the last full sync.
+    fn check_base(&self, last_full: Instant) -> Instant {
+        self.last_check.map_or(last_full, |c| c.max(last_full))
+    }
+
+    /// The canaries were checked at `now`.
+    pub fn canary_checked(&mut self, now: Instant) {
+        self.last_check = Some(now);
     }
 
     /// A sync starts now: it covers every change so far; later ones stay pending.
@@ -131,6 +180,7 @@ impl Schedule {
             self.retry_at = None;
             if kind == Kind::Full {
                 self.last_full = Some(started);
+                self.forced = false;
             }
         } else {
             // What it covered is still to do.
@@ -187,8 +237,8 @@ mod tests {
         assert_eq!(s.begin(t(base, 1000)), Kind::Partial);
         s.done(t(base, 1000), t(base, 1010), Kind::Partial, true);
         assert_eq!(s.pending_since(), None, "the whole burst went into one sync");
-        assert_eq!(s.next(), Some(t(base, 30_000)), "then the periodic full sync");
-        assert_eq!(s.kind(t(base, 30_000)), Kind::Full);
+        assert_eq!(s.next(), Some(t(base, 30_000)), "then the periodic sync");
+        assert_eq!(s.kind(t(base, 30_000)), Kind::Partial);
     }
 
     #[test]
@@ -225,5 +275,104 @@ mod tests {
         s.begin(t(base, 21_000));
         s.done(t(base, 21_000), t(base, 21_100), Kind::Full, true);
         assert!(s.healthy(t(base, 21_200)));
+    }
+
+    /// A successful first sync at `base` (full).
+    fn started(timing: Timing, base: Instant) -> Schedule {
+        let mut s = Schedule::new(timing);
+        s.set_ready(base);
+        assert_eq!(s.begin(base), Kind::Full);
+        s.done(base, t(base, 10), Kind::Full, true);
+        s
+    }
+
+    /// Does what the loop does at the next wake-up (the canary check when due, then the
+    /// sync); returns when the sync ran and its kind.
+    fn run_next(s: &mut Schedule) -> (Instant, Kind) {
+        let at = s.next().expect("ready");
+        if s.canary_due(at) {
+            s.canary_checked(at);
+        }
+        let kind = s.begin(at);
+        s.done(at, at, kind, true);
+        (at, kind)
+    }
+
+    #[test]
+    fn periodic_syncs_are_partial_and_a_full_one_runs_every_full_sync_period() {
+        let base = Instant::now();
+        let timing = Timing { sync_period: Duration::from_secs(30), full_sync_period: Duration::from_secs(3600), ..Timing::default() };
+        let mut s = started(timing, base);
+        let mut kinds = Vec::new();
+        for _ in 0..250 {
+            kinds.push(run_next(&mut s));
+        }
+        assert_eq!(kinds[0], (t(base, 30_000), Kind::Partial), "a sync period after the first");
+        assert!(kinds.windows(2).all(|w| w[1].0 - w[0].0 <= Duration::from_secs(30)), "one every sync period");
+        let full: Vec<Instant> = kinds.iter().filter(|k| k.1 == Kind::Full).map(|k| k.0).collect();
+        assert_eq!(full, [t(base, 3_600_000), t(base, 7_200_000)], "full only once an hour has passed");
+    }
+
+    #[test]
+    fn a_change_inside_the_full_sync_period_is_partial() {
+        let base = Instant::now();
+        let mut s = started(Timing::default(), base);
+        s.changed(t(base, 40_000));
+        assert_eq!(s.next(), Some(t(base, 30_000)), "the periodic sync comes first");
+        run_next(&mut s);
+        s.changed(t(base, 40_000));
+        assert_eq!(run_next(&mut s), (t(base, 40_000), Kind::Partial));
+        s.changed(t(base, 3_600_000));
+        assert_eq!(s.kind(t(base, 3_600_000)), Kind::Full, "an hour after the last full sync");
+    }
+
+    #[test]
+    fn force_full_makes_the_next_sync_full_once_and_soon() {
+        let base = Instant::now();
+        let mut s = started(Timing::default(), base);
+        assert_eq!(s.kind(t(base, 5_000)), Kind::Partial);
+        s.force_full(t(base, 5_000));
+        assert_eq!(s.next(), Some(t(base, 5_000)), "not waiting for the periodic sync");
+        assert_eq!(run_next(&mut s), (t(base, 5_000), Kind::Full));
+        assert_eq!(run_next(&mut s).1, Kind::Partial, "once");
+
+        // Right after a sync it waits min_sync_period; a failed forced sync is retried full.
+        let mut s = started(Timing::default(), base);
+        s.force_full(t(base, 100));
+        assert_eq!(s.next(), Some(t(base, 1_000)));
+        assert_eq!(s.begin(t(base, 1_000)), Kind::Full);
+        s.done(t(base, 1_000), t(base, 1_100), Kind::Full, false);
+        assert_eq!(run_next(&mut s), (t(base, 2_100), Kind::Full));
+        assert_eq!(run_next(&mut s).1, Kind::Partial);
+    }
+
+    #[test]
+    fn canaries_are_due_once_per_sync_period_even_under_constant_change() {
+        let base = Instant::now();
+        let mut s = started(Timing::default(), base);
+        assert!(!s.canary_due(t(base, 29_999)), "the full sync just recreated them");
+        assert!(s.canary_due(t(base, 30_000)));
+        s.canary_checked(t(base, 30_000));
+        assert!(!s.canary_due(t(base, 30_001)));
+        // A change every 5 s keeps syncing; the check still comes every sync period.
+        let mut checks = Vec::new();
+        for i in 1..=30u64 {
+            s.changed(t(base, 30_000 + i * 5_000));
+            let at = s.next().unwrap();
+            if s.canary_due(at) {
+                s.canary_checked(at);
+                checks.push(at);
+            }
+            let kind = s.begin(at);
+            s.done(at, at, kind, true);
+        }
+        assert_eq!(checks, [t(base, 60_000), t(base, 90_000), t(base, 120_000), t(base, 150_000), t(base, 180_000)]);
+        // Idle: the next wake-up is the check, a sync period after the last one.
+        let mut s = started(Timing::default(), base);
+        s.canary_checked(t(base, 10_000));
+        s.done(t(base, 20_000), t(base, 20_000), Kind::Partial, true);
+        assert_eq!(s.next(), Some(t(base, 40_000)));
+        assert!(!s.canary_due(t(base, 39_999)) && s.canary_due(t(base, 40_000)));
+        assert!(!Schedule::new(Timing::default()).canary_due(base), "no check before the first full sync");
     }
 }
