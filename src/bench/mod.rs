@@ -123,6 +123,11 @@ impl Restorer for Discard {
         self.sent += text.len();
         Ok(())
     }
+
+    fn check(&mut self, _family: IpFamily, _table: &str, _chain: &str, _rule: &[&str]) -> Result<bool, RestoreError> {
+        // Every rule counts as there: what is measured is the sync, not the canaries.
+        Ok(true)
+    }
 }
 
 impl OneEndpoint {

@@ -57,6 +57,10 @@ pub trait Restorer {
     fn save_all(&mut self, family: IpFamily) -> Result<String, RestoreError>;
     /// Applies restore input atomically (`--noflush --counters`, waiting for the xtables lock).
     fn restore(&mut self, family: IpFamily, text: &str) -> Result<(), RestoreError>;
+    /// `iptables -w -t TABLE -C CHAIN RULE…`: whether the rule is there (false also when
+    /// its chain or table is not). The cheapest query that reads one rule: on iptables-nft
+    /// it fetches that one chain (BENCHMARKS.md: the canary check).
+    fn check(&mut self, family: IpFamily, table: &str, chain: &str, rule: &[&str]) -> Result<bool, RestoreError>;
 }
 
 /// Runs the real binaries.
@@ -123,6 +127,22 @@ impl Restorer for ExecRestorer {
             return Ok(());
         }
         Err(rejected(text, &String::from_utf8_lossy(&out.stderr), &binary))
+    }
+
+    fn check(&mut self, family: IpFamily, table: &str, chain: &str, rule: &[&str]) -> Result<bool, RestoreError> {
+        let binary = self.backend.binary(family, "");
+        let wait = self.lock_wait_secs.to_string();
+        let out = Command::new(&binary)
+            .args(["-w", &wait, "-t", table, "-C", chain])
+            .args(rule)
+            .output()
+            .map_err(|source| RestoreError::Spawn { binary: binary.clone(), source })?;
+        // 1: no such rule, chain or table (both backends); anything else is a failure to ask.
+        match out.status.code() {
+            Some(0) => Ok(true),
+            Some(1) => Ok(false),
+            _ => Err(RestoreError::Failed { binary, message: String::from_utf8_lossy(&out.stderr).trim().to_string() }),
+        }
     }
 }
 

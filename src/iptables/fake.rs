@@ -39,6 +39,8 @@ impl FakeTable {
 pub enum Call {
     Save(IpFamily, String),
     Restore(IpFamily, String),
+    /// `iptables -C` (family, table, chain).
+    Check(IpFamily, String, String),
 }
 
 #[derive(Debug, Clone, Default)]
@@ -81,6 +83,13 @@ impl FakeIptables {
         }
         out.push_str("COMMIT\n");
         out
+    }
+
+    /// `iptables -t TABLE -F` by someone else: every chain's rules go, the chains stay.
+    pub fn flush_table(&mut self, family: IpFamily, name: &str) {
+        if let Some(t) = self.tables.get_mut(&(family, name.to_string())) {
+            t.chains.values_mut().for_each(Vec::clear);
+        }
     }
 
     fn apply(&mut self, family: IpFamily, text: &str) -> Result<(), RestoreError> {
@@ -219,6 +228,14 @@ impl Restorer for FakeIptables {
         }
         self.apply(family, text)
     }
+
+    fn check(&mut self, family: IpFamily, table: &str, chain: &str, rule: &[&str]) -> Result<bool, RestoreError> {
+        self.calls.push(Call::Check(family, table.to_string(), chain.to_string()));
+        let args: Vec<String> = rule.iter().map(|a| a.to_string()).collect();
+        let wanted = canonical(&args, family.is_v6());
+        let rules = self.tables.get(&(family, table.to_string())).and_then(|t| t.chains.get(chain));
+        Ok(rules.is_some_and(|rs| rs.contains(&wanted)))
+    }
 }
 
 /// A fake kernel a test keeps a handle on after handing it to a proxier.
@@ -236,6 +253,9 @@ impl Restorer for SharedFake {
     }
     fn restore(&mut self, family: IpFamily, text: &str) -> Result<(), RestoreError> {
         lock(self).restore(family, text)
+    }
+    fn check(&mut self, family: IpFamily, table: &str, chain: &str, rule: &[&str]) -> Result<bool, RestoreError> {
+        lock(self).check(family, table, chain, rule)
     }
 }
 

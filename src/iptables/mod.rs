@@ -2,6 +2,7 @@
 //! partial-sync planner. Nothing here spawns a process.
 
 pub mod apply;
+pub mod canary;
 pub mod canon;
 pub mod check;
 pub mod conntrack;

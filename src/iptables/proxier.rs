@@ -8,11 +8,14 @@
 //!   only what the changed service ports need ([`super::incremental`]): no kernel read, no
 //!   full render, input proportional to the change.
 //!
-//! Stale UDP/SCTP conntrack entries are cleared after either.
+//! Stale UDP/SCTP conntrack entries are cleared after either. A full sync also ensures
+//! the canaries ([`super::canary`]), which the loop checks between syncs to learn, cheaply,
+//! that the kernel lost rules and the next sync must be full.
 
 use std::time::Instant;
 
-use super::apply::Restorer;
+use super::apply::{RestoreError, Restorer};
+use super::canary;
 use super::conntrack::Conntrack;
 use super::incremental::{self, Before};
 use super::render::{self, Context, Ruleset};
@@ -59,7 +62,14 @@ impl Proxier {
         for (i, before) in befores.iter().enumerate() {
             let report = match trusted[i].then(|| incremental::delta(before, &self.rulesets[i])).flatten() {
                 Some(partial) => self.send(i, partial)?,
-                None => sync::sync(self.restorer.as_mut(), &self.rulesets[i], false)?,
+                None => {
+                    let report = sync::sync(self.restorer.as_mut(), &self.rulesets[i], false)?;
+                    let created = canary::ensure(self.restorer.as_mut(), self.rulesets[i].ctx.family)?;
+                    if !created.is_empty() {
+                        tracing::debug!(family = ?self.rulesets[i].ctx.family, tables = ?created, "canaries created");
+                    }
+                    report
+                }
             };
             self.in_sync[i] = true;
             if !report.flushes.is_empty() {
@@ -82,6 +92,21 @@ impl Proxier {
             timings.restore = t.elapsed();
         }
         Ok(SyncReport { delta: partial.delta, applied, full_lines: 0, flushes: partial.flushes, timings })
+    }
+
+    /// The first canary found gone, as (family, table); `None` when every family's are
+    /// there. Checks only families the kernel is known to hold (the others get a full
+    /// sync anyway).
+    pub fn canary_lost(&mut self) -> Result<Option<(crate::net::IpFamily, &'static str)>, RestoreError> {
+        for (rs, in_sync) in self.rulesets.iter().zip(&self.in_sync) {
+            if !in_sync {
+                continue;
+            }
+            if let Some(table) = canary::missing(self.restorer.as_mut(), rs.ctx.family)? {
+                return Ok(Some((rs.ctx.family, table)));
+            }
+        }
+        Ok(None)
     }
 
     /// (filter, nat) rules of the rendered rulesets, for the rules metric.

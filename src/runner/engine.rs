@@ -93,7 +93,23 @@ impl Engine {
     }
 }
 
+/// Where a canary was found gone (iptables mode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CanaryLost {
+    pub family: crate::net::IpFamily,
+    pub table: &'static str,
+}
+
 impl Engine {
+    /// Checks the canaries (iptables mode; IPVS mode keeps its own sync behaviour and
+    /// checks none): `Some` when one is gone and the next sync must be full.
+    pub fn canary_lost(&mut self) -> Result<Option<CanaryLost>, crate::iptables::apply::RestoreError> {
+        match &mut self.proxier {
+            Proxier::Iptables(p) => Ok(p.canary_lost()?.map(|(family, table)| CanaryLost { family, table })),
+            Proxier::Ipvs(_) => Ok(None),
+        }
+    }
+
     /// Local endpoint counts per health-check node port, over all families.
     pub fn health_check_counts(&self) -> std::collections::BTreeMap<u16, (crate::model::NamespacedName, usize)> {
         let mut out = std::collections::BTreeMap::new();

@@ -1,8 +1,9 @@
 //! Watch mode: one loop owns the [`Engine`] (trackers and proxier). Source messages feed
 //! the trackers; the [`super::Schedule`] says when to sync and whether fully; a sync
 //! commits the trackers and has the proxier bring the kernel up to date (in iptables mode
-//! a partial sync sends only what the changed services need). SIGTERM/SIGINT stop the
-//! loop and leave the rules in place.
+//! a partial sync sends only what the changed services need). Once per sync period,
+//! before the sync, the canaries are checked; one gone forces a full sync. SIGTERM/SIGINT
+//! stop the loop and leave the rules in place.
 
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -53,7 +54,7 @@ pub async fn run_with(
                 None => return,
             },
             _ = sleep => {
-                sync_once(&mut engine, &shared);
+                wake(&mut engine, &shared, Instant::now());
                 if serve_health {
                     health.update(engine.health_check_counts()).await;
                 }
@@ -105,8 +106,43 @@ fn on_message(engine: &mut Engine, shared: &SharedState, msg: SourceMsg) {
     }
 }
 
-fn sync_once(engine: &mut Engine, shared: &SharedState) {
-    let started = Instant::now();
+/// What the loop does when the schedule's time comes (`now`; tests pass their own
+/// instants): check the canaries if due, then sync.
+pub fn wake(engine: &mut Engine, shared: &SharedState, now: Instant) {
+    check_canaries(engine, shared, now);
+    sync_once(engine, shared, now);
+}
+
+/// When due (once per sync period), checks the canaries; if one is gone (or the check
+/// cannot tell), the sync about to run is a full one.
+fn check_canaries(engine: &mut Engine, shared: &SharedState, now: Instant) {
+    match shared.schedule.lock() {
+        Ok(mut s) if s.canary_due(now) => s.canary_checked(now),
+        _ => return,
+    }
+    let lost = tokio::task::block_in_place(|| engine.canary_lost());
+    shared.metrics.canary_checks.inc();
+    let lost = match lost {
+        Ok(None) => return,
+        Ok(Some(l)) => {
+            tracing::warn!(family = ?l.family, table = l.table, "KUBE-PROXY-CANARY gone: rules were flushed by someone else; full sync");
+            true
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot check KUBE-PROXY-CANARY; full sync");
+            false
+        }
+    };
+    if lost {
+        shared.metrics.canary_lost.inc();
+    }
+    if let Ok(mut s) = shared.schedule.lock() {
+        s.force_full(now);
+    }
+}
+
+fn sync_once(engine: &mut Engine, shared: &SharedState, started: Instant) {
+    let clock = Instant::now();
     let (kind, queued) = match shared.schedule.lock() {
         Ok(mut s) => {
             let queued = s.pending_since();
@@ -115,7 +151,7 @@ fn sync_once(engine: &mut Engine, shared: &SharedState) {
         Err(_) => return,
     };
     let result = tokio::task::block_in_place(|| engine.sync(kind == Kind::Full));
-    let finished = Instant::now();
+    let finished = started + clock.elapsed();
     let secs = finished.duration_since(started).as_secs_f64();
     let m = &shared.metrics;
     m.sync_duration.observe(secs);

@@ -39,6 +39,8 @@ pub struct Metrics {
     pub rules: Family<TableLabel, Gauge>,
     pub syncs: Family<ResultLabel, Counter>,
     pub malformed_objects: Counter,
+    pub canary_checks: Counter,
+    pub canary_lost: Counter,
 }
 
 fn seconds() -> Histogram {
@@ -70,6 +72,8 @@ impl Metrics {
             rules: Family::default(),
             syncs: Family::default(),
             malformed_objects: Counter::default(),
+            canary_checks: Counter::default(),
+            canary_lost: Counter::default(),
         };
         m.register()
     }
@@ -91,6 +95,8 @@ impl Metrics {
         r.register("kubeproxy_sync_proxy_rules_iptables", "Total number of iptables rules owned by kube-proxy", self.rules.clone());
         r.register("svcproxy_syncs", "Syncs run, by result", self.syncs.clone());
         r.register("svcproxy_malformed_objects", "Objects skipped because they could not be read", self.malformed_objects.clone());
+        r.register("svcproxy_canary_checks", "Checks of the KUBE-PROXY-CANARY rules (iptables mode, once per sync period)", self.canary_checks.clone());
+        r.register("svcproxy_canary_lost", "Checks that found a KUBE-PROXY-CANARY rule gone (each forces a full sync)", self.canary_lost.clone());
         self
     }
 

@@ -43,6 +43,7 @@ fn calls(kernel: &SharedFake) -> Vec<(&'static str, usize)> {
         .map(|c| match c {
             Call::Save(..) => ("save", 0),
             Call::Restore(_, text) => ("restore", text.lines().count()),
+            Call::Check(..) => ("check", 0),
         })
         .collect();
     k.calls.clear();
@@ -192,4 +193,95 @@ fn a_failure_in_one_family_leaves_every_later_family_to_a_full_sync() {
         kernel.lock().unwrap().calls.iter().filter_map(|c| match c { Call::Save(f, _) => Some(*f), _ => None }).collect();
     assert!(saved.contains(&crate::net::IpFamily::V4) && saved.contains(&crate::net::IpFamily::V6), "{saved:?}");
     assert_eq!(drift(&engine, &kernel), 0);
+}
+
+/// The watch loop's wake-ups over a fake kernel, at instants the test chooses.
+struct Loop {
+    engine: Engine,
+    kernel: SharedFake,
+    shared: crate::serve::SharedState,
+}
+
+impl Loop {
+    fn new() -> Self {
+        let (engine, kernel, _) = iptables_engine(demo_state());
+        let schedule = crate::runner::Schedule::new(crate::runner::Timing::default());
+        let shared = Arc::new(crate::serve::Shared::new(schedule));
+        Loop { engine, kernel, shared }
+    }
+
+    /// Runs the loop's next wake-up; returns when it was.
+    fn wake(&mut self) -> std::time::Instant {
+        let at = self.shared.schedule.lock().unwrap().next().expect("ready");
+        crate::runner::watch::wake(&mut self.engine, &self.shared, at);
+        at
+    }
+
+    /// A counter or histogram count from /metrics.
+    fn metric(&self, name: &str) -> u64 {
+        let text = self.shared.metrics.encode();
+        let line = text.lines().find(|l| l.split_whitespace().next() == Some(name)).unwrap_or_else(|| panic!("{name} in {text}"));
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+}
+
+#[test]
+fn periodic_syncs_are_partial_and_check_the_canaries_instead_of_reading_the_kernel() {
+    let mut l = Loop::new();
+    let base = std::time::Instant::now();
+    l.shared.schedule.lock().unwrap().set_ready(base);
+    assert_eq!(l.wake(), base);
+    assert!(calls(&l.kernel).iter().any(|c| c.0 == "save"), "the first sync is full");
+    let mut last = base;
+    for _ in 0..5 {
+        let at = l.wake();
+        assert_eq!(at, last + std::time::Duration::from_secs(30), "one per sync period");
+        last = at;
+        let seen = calls(&l.kernel);
+        assert!(seen.iter().all(|c| c.0 == "check"), "a periodic sync reads nothing and sends nothing: {seen:?}");
+        assert_eq!(seen.len(), 6, "3 canaries in each of 2 families: {seen:?}");
+    }
+    assert_eq!(l.metric("kubeproxy_sync_full_proxy_rules_duration_seconds_count"), 1);
+    assert_eq!(l.metric("kubeproxy_sync_partial_proxy_rules_duration_seconds_count"), 5);
+    assert_eq!((l.metric("svcproxy_canary_checks_total"), l.metric("svcproxy_canary_lost_total")), (5, 0));
+
+    // A change between periodic syncs is partial too.
+    let mut web = slice(&demo_state(), "shop", "web");
+    web.endpoints.remove(0);
+    l.engine.apply(&[Event::SliceApplied(Arc::new(web))]);
+    l.shared.schedule.lock().unwrap().changed(last + std::time::Duration::from_secs(1));
+    l.wake();
+    let seen = calls(&l.kernel);
+    assert!(seen.iter().any(|c| c.0 == "restore") && seen.iter().all(|c| c.0 != "save"), "{seen:?}");
+    assert_eq!(drift(&l.engine, &l.kernel), 0);
+}
+
+#[test]
+fn a_flushed_nat_table_is_seen_at_the_next_check_and_a_full_sync_restores_it() {
+    let mut l = Loop::new();
+    let base = std::time::Instant::now();
+    l.shared.schedule.lock().unwrap().set_ready(base);
+    l.wake();
+    l.wake();
+    assert_eq!(l.metric("svcproxy_canary_lost_total"), 0);
+    // `iptables -t nat -F` by someone else: every rule goes, every chain stays.
+    l.kernel.lock().unwrap().flush_table(crate::net::IpFamily::V4, "nat");
+    assert_ne!(drift(&l.engine, &l.kernel), 0);
+    calls(&l.kernel);
+
+    let at = l.wake();
+    assert_eq!(at, base + std::time::Duration::from_secs(60), "within one sync period");
+    assert_eq!(l.metric("svcproxy_canary_lost_total"), 1);
+    assert!(calls(&l.kernel).iter().any(|c| c.0 == "save"), "a full sync");
+    assert_eq!(l.metric("kubeproxy_sync_full_proxy_rules_duration_seconds_count"), 2);
+    assert_eq!(drift(&l.engine, &l.kernel), 0, "the rules are back");
+    {
+        let Proxier::Iptables(p) = &mut l.engine.proxier else { panic!("iptables mode") };
+        assert_eq!(p.canary_lost().unwrap(), None, "and the canary with them");
+    }
+    calls(&l.kernel);
+    l.wake();
+    let seen = calls(&l.kernel);
+    assert!(seen.iter().all(|c| c.0 == "check"), "then partial again: {seen:?}");
+    assert_eq!(l.metric("svcproxy_canary_lost_total"), 1);
 }
