@@ -35,6 +35,7 @@ macro_rules! per_backend {
 
 #[path = "../support/apiserver.rs"]
 mod apiserver;
+mod canary;
 mod dataplane;
 mod faults;
 mod goldens;
@@ -63,6 +64,7 @@ fn main() {
     cases.extend(watch_e2e::cases());
     cases.extend(incremental::cases());
     cases.extend(trace_check::cases());
+    cases.extend(canary::cases());
     let code = harness::run(
         &cases,
         Options {
