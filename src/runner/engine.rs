@@ -101,8 +101,13 @@ pub struct CanaryLost {
 }
 
 impl Engine {
-    /// Checks the canaries (iptables mode; IPVS mode keeps its own sync behaviour and
-    /// checks none): `Some` when one is gone and the next sync must be full.
+    /// Whether this mode keeps canaries (iptables mode; IPVS mode keeps its own sync
+    /// behaviour and checks none).
+    pub fn has_canaries(&self) -> bool {
+        matches!(self.proxier, Proxier::Iptables(_))
+    }
+
+    /// Checks the canaries: `Some` when one is gone and the next sync must be full.
     pub fn canary_lost(&mut self) -> Result<Option<CanaryLost>, crate::iptables::apply::RestoreError> {
         match &mut self.proxier {
             Proxier::Iptables(p) => Ok(p.canary_lost()?.map(|(family, table)| CanaryLost { family, table })),

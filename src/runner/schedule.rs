@@ -9,9 +9,10 @@
 //!   is sent, the kernel is not read). Before it, the loop checks the canaries
 //!   ([`Schedule::canary_due`]); a lost canary asks for a full sync ([`Schedule::force_full`]).
 //! - A **full** sync (everything compared with the kernel) runs first, after any failure,
-//!   when asked for ([`Schedule::force_full`]: a lost canary), and once `full_sync_period`
-//!   (1 hour, kube-proxy's `FullSyncPeriod`) has passed since the last one. A re-render
-//!   (new node labels) makes the proxier itself compare with the kernel on the next sync.
+//!   when asked for ([`Schedule::force_full`]: a lost canary, or new node labels, which
+//!   re-render every service; the proxier compares with the kernel after a re-render in
+//!   any case), and once `full_sync_period` (1 hour, kube-proxy's `FullSyncPeriod`) has
+//!   passed since the last one.
 //! - A failed sync is retried with exponential backoff (1 s, 2 s, 4 s … up to
 //!   `sync_period`), and the retry is a full sync.
 

@@ -63,7 +63,7 @@ pub async fn run_with(
     }
 }
 
-fn on_message(engine: &mut Engine, shared: &SharedState, msg: SourceMsg) {
+pub(crate) fn on_message(engine: &mut Engine, shared: &SharedState, msg: SourceMsg) {
     let now = Instant::now();
     match msg {
         SourceMsg::Ready => {
@@ -83,7 +83,7 @@ fn on_message(engine: &mut Engine, shared: &SharedState, msg: SourceMsg) {
                 if engine.set_node_labels(node.labels) {
                     tracing::info!("this node's labels changed: full re-render");
                     if let Ok(mut s) = shared.schedule.lock() {
-                        s.changed(now);
+                        s.force_full(now);
                     }
                 }
             }
@@ -116,6 +116,9 @@ pub fn wake(engine: &mut Engine, shared: &SharedState, now: Instant) {
 /// When due (once per sync period), checks the canaries; if one is gone (or the check
 /// cannot tell), the sync about to run is a full one.
 fn check_canaries(engine: &mut Engine, shared: &SharedState, now: Instant) {
+    if !engine.has_canaries() {
+        return;
+    }
     match shared.schedule.lock() {
         Ok(mut s) if s.canary_due(now) => s.canary_checked(now),
         _ => return,

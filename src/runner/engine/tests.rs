@@ -285,3 +285,22 @@ fn a_flushed_nat_table_is_seen_at_the_next_check_and_a_full_sync_restores_it() {
     assert!(seen.iter().all(|c| c.0 == "check"), "then partial again: {seen:?}");
     assert_eq!(l.metric("svcproxy_canary_lost_total"), 1);
 }
+
+#[test]
+fn new_node_labels_make_the_next_wake_up_a_full_sync() {
+    let mut l = Loop::new();
+    let base = std::time::Instant::now();
+    l.shared.schedule.lock().unwrap().set_ready(base);
+    l.wake();
+    l.wake();
+    assert_eq!(l.metric("kubeproxy_sync_full_proxy_rules_duration_seconds_count"), 1);
+    let mut labels = l.engine.config.node_labels.clone();
+    labels.insert("topology.kubernetes.io/zone".into(), "zone-elsewhere".into());
+    let node = crate::model::Node { labels, ..Default::default() };
+    crate::runner::watch::on_message(&mut l.engine, &l.shared, crate::source::watch::SourceMsg::Node { node: Some(node), deleting: false });
+    calls(&l.kernel);
+    l.wake();
+    assert!(calls(&l.kernel).iter().any(|c| c.0 == "save"), "compared with the kernel");
+    assert_eq!(l.metric("kubeproxy_sync_full_proxy_rules_duration_seconds_count"), 2, "and counted as full");
+    assert_eq!(drift(&l.engine, &l.kernel), 0);
+}
