@@ -340,3 +340,11 @@ fn feature_gates_are_checked_as_kube_proxy_checks_them() {
     let o = run(&["render", "--from", "fixtures/demo.yaml", "--feature-gates=AllAlpha=false,PreferSameTrafficDistribution=true"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
 }
+
+#[test]
+fn a_bad_full_sync_period_exits_2_naming_the_flag_before_anything_is_synced() {
+    let o = run(&["sync", "--watch", "--from", "fixtures/demo.yaml", "--nfacct=false", "--full-sync-period", "nope",
+        "--metrics-bind-address", "127.0.0.1:0", "--healthz-bind-address", "127.0.0.1:0"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--full-sync-period: \"nope\" is not a duration"), "{}", stderr(&o));
+}

@@ -113,6 +113,7 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Server
     let timing = Timing {
         min_sync_period: loaded.config.min_sync_period,
         sync_period: loaded.config.sync_period,
+        full_sync_period: loaded.config.full_sync_period,
         ..Timing::default()
     };
     let shared = Arc::new(Shared::new(Schedule::new(timing)));

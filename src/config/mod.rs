@@ -151,6 +151,9 @@ pub struct Config {
     pub ipvs: IpvsConfig,
     pub sync_period: Duration,
     pub min_sync_period: Duration,
+    /// How often watch mode's sync compares everything with the kernel (kube-proxy's
+    /// `FullSyncPeriod`, 1 h).
+    pub full_sync_period: Duration,
 }
 
 impl Config {
@@ -296,6 +299,7 @@ pub fn resolve(s: Settings, nodes: &[Node]) -> Result<Config, ConfigError> {
         ipvs: resolve_ipvs(&s)?,
         sync_period: s.sync_period_for(proxy_mode).unwrap_or(Duration::from_secs(30)),
         min_sync_period: s.min_sync_period_for(proxy_mode).unwrap_or(Duration::from_secs(1)),
+        full_sync_period: s.full_sync_period.unwrap_or(Duration::from_secs(3600)),
     };
     check_detector(&config)?;
     Ok(Config { families: parse_families(s.ip_family.unwrap_or(Families::Auto), &config), ..config })

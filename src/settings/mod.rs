@@ -318,9 +318,11 @@ settings! {
     service_proxy_name: String, Rules, file none, flags ["service-proxy-name"], Effect::Acts,
         "Proxy only objects labelled service.kubernetes.io/service-proxy-name=NAME";
     sync_period: Duration, Node, file none, flags ["sync-period"], Effect::Acts,
-        "Sync period in every mode";
+        "Sync period in every mode: a partial sync and a check of the KUBE-PROXY-CANARY rules at least this often";
     min_sync_period: Duration, Node, file none, flags ["min-sync-period"], Effect::Acts,
         "Minimum time between syncs in every mode";
+    full_sync_period: Duration, Node, file none, flags ["full-sync-period"], Effect::Acts,
+        "How often a full sync (compared with the kernel) runs; kube-proxy's is a constant 1h; 0s: every sync period";
 
     // --- fixture documents only (a node's facts, kube-proxy's unit-test knobs) ---
     node_labels: BTreeMap<String, String>, Rules, file none, flags [], Effect::Acts, "This node's labels";

@@ -3,7 +3,8 @@
 //! first) and each period checks the KUBE-PROXY-CANARY rules. Then someone else wipes the
 //! nat table three ways (`iptables -t nat -F`, which keeps every chain; `-F` then `-X`;
 //! an `iptables-restore` of an empty nat table): each time the next check notices, one
-//! full sync puts the rules back, and a ClusterIP answers again.
+//! full sync puts the rules back, and a ClusterIP answers again. With a short
+//! `--full-sync-period`, full syncs come back on their own.
 
 use std::fs::File;
 use std::process::{Command, Stdio};
@@ -16,7 +17,7 @@ use crate::watch_e2e::{metric_at, until, Daemon};
 
 pub fn cases() -> Vec<Case> {
     let mut v = Vec::new();
-    per_backend!(v, watch_repairs_a_wiped_nat_table_within_a_few_sync_periods);
+    per_backend!(v, watch_repairs_a_wiped_nat_table_within_a_few_sync_periods, watch_runs_a_full_sync_every_full_sync_period);
     v
 }
 
@@ -117,5 +118,35 @@ fn watch_repairs_a_wiped_nat_table_within_a_few_sync_periods(ctx: &mut Ctx, b: B
         ensure!(canary, "{what}: the nat canary was not recreated");
     }
     ensure!(count("svcproxy_syncs_total{result=\"error\"}") <= 0.0, "failed syncs\n{}", logs());
+    Ok(())
+}
+
+fn watch_runs_a_full_sync_every_full_sync_period(ctx: &mut Ctx, b: Backend) -> CaseResult {
+    ctx.require(&["ip", &b.binary(false, "restore"), &b.binary(false, "")])?;
+    let lab = Lab::new(&format!("{}fsp", b.name()))?;
+    let file = crate::svcproxy::temp_yaml(CLUSTER)?;
+    let log = crate::svcproxy::temp_yaml("")?;
+    let node = lab.node().name.clone();
+    let child = Command::new("ip")
+        .args(["netns", "exec", &node, bin(), "sync", "--watch", "--from", &file.display().to_string(), "--iptables-backend", b.name()])
+        .args(["--hostname-override", "node-1", "--node-ip", NODE_IP4, "--ip-family", "ipv4", "--nfacct=false"])
+        .args(["--min-sync-period", "0s", "--sync-period", "500ms", "--full-sync-period", "2s"])
+        .args(["--metrics-bind-address", &format!("{NODE_IP4}:10249")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(File::create(&log).map_err(|e| e.to_string())?)
+        .spawn()
+        .map_err(|e| format!("spawn svcproxy: {e}"))?;
+    let _daemon = Daemon(child);
+    let logs = || std::fs::read_to_string(&log).unwrap_or_default();
+    let count = |name| metric(&node, name);
+    let full = "kubeproxy_sync_full_proxy_rules_duration_seconds_count";
+    let partial = "kubeproxy_sync_partial_proxy_rules_duration_seconds_count";
+    until("3 full syncs", Duration::from_secs(30), || count(full) >= 3.0).map_err(|e| format!("{e}\n{}", logs()))?;
+    let (f, p) = (count(full), count(partial));
+    ctx.log(format!("{f} full, {p} partial syncs"));
+    // Between two full syncs 2 s apart, the 500 ms periodic syncs are partial.
+    ensure!(p >= f, "{f} full and only {p} partial syncs\n{}", logs());
+    ensure!(count("svcproxy_canary_lost_total") == 0.0, "no canary was lost\n{}", logs());
     Ok(())
 }
