@@ -110,6 +110,7 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Server
     };
     let loaded = pipeline::load(state, flags, file).context("invalid configuration")?;
     node_setup(&loaded.config)?;
+    let health_binds = serve::healthcheck::bind_addresses(&loaded.config);
     let timing = Timing {
         min_sync_period: loaded.config.min_sync_period,
         sync_period: loaded.config.sync_period,
@@ -143,7 +144,7 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Server
             tokio::spawn(apiserver::run_with_node(client, proxy_name, Some(node_name), tx));
         }
     }
-    watch::run_with(engine, rx, shared, watch::signals(), servers.healthz.map(|a| a.ip())).await;
+    watch::run_with(engine, rx, shared, watch::signals(), health_binds).await;
     Ok(())
 }
 

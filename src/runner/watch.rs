@@ -22,19 +22,19 @@ fn unix_now() -> f64 {
 
 /// Runs until `shutdown` resolves or the sources end.
 pub async fn run(engine: Engine, rx: mpsc::Receiver<SourceMsg>, shared: SharedState, shutdown: impl std::future::Future<Output = ()>) {
-    run_with(engine, rx, shared, shutdown, None).await
+    run_with(engine, rx, shared, shutdown, Vec::new()).await
 }
 
-/// [`run`], also serving the health-check node ports (bound to `health_bind`).
+/// [`run`], also serving the health-check node ports on `health_binds` (none: not served).
 pub async fn run_with(
     mut engine: Engine,
     mut rx: mpsc::Receiver<SourceMsg>,
     shared: SharedState,
     shutdown: impl std::future::Future<Output = ()>,
-    health_bind: Option<std::net::IpAddr>,
+    health_binds: Vec<std::net::IpAddr>,
 ) {
-    let mut health = crate::serve::healthcheck::HealthServers::new(health_bind);
-    let serve_health = health_bind.is_some();
+    let serve_health = !health_binds.is_empty();
+    let mut health = crate::serve::healthcheck::HealthServers::new(health_binds);
     tokio::pin!(shutdown);
     loop {
         let next = shared.schedule.lock().ok().and_then(|s| s.next());

@@ -5,7 +5,7 @@
 //! that can serve it.
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
 use axum::http::StatusCode;
@@ -13,7 +13,22 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
 
+use crate::config::Config;
 use crate::model::{EndpointsMap, NamespacedName, ServicePortMap};
+use crate::net::IpFamily;
+
+/// Where kube-proxy's service health servers listen: every node address when
+/// `nodePortAddresses` matches all (`[::]`, which Linux makes dual-stack, or `0.0.0.0` on
+/// an IPv4-only node), else each node IP inside `nodePortAddresses` — never the healthz
+/// address, so a load balancer probing the node IP reaches them.
+pub fn bind_addresses(config: &Config) -> Vec<IpAddr> {
+    let matches_all = config.families.iter().all(|f| config.node_port_cidrs(*f).is_empty());
+    if matches_all {
+        let any = if config.families.contains(&IpFamily::V6) { IpAddr::V6(Ipv6Addr::UNSPECIFIED) } else { IpAddr::V4(Ipv4Addr::UNSPECIFIED) };
+        return vec![any];
+    }
+    config.families.iter().flat_map(|f| config.node_port_ips(*f)).collect()
+}
 
 /// Local endpoint counts per health-check port (computed from the committed maps).
 pub fn local_counts(services: &ServicePortMap, endpoints: &EndpointsMap) -> BTreeMap<u16, (NamespacedName, usize)> {
@@ -31,11 +46,11 @@ pub fn local_counts(services: &ServicePortMap, endpoints: &EndpointsMap) -> BTre
 
 type Count = Arc<Mutex<(NamespacedName, usize)>>;
 
-/// The running servers, one per port.
+/// The running servers: per port, its count and one listener per address.
 #[derive(Default)]
 pub struct HealthServers {
-    servers: BTreeMap<u16, (Count, tokio::task::JoinHandle<()>)>,
-    pub bind: Option<IpAddr>,
+    servers: BTreeMap<u16, (Count, Vec<tokio::task::JoinHandle<()>>)>,
+    pub binds: Vec<IpAddr>,
 }
 
 async fn answer(count: Count) -> impl IntoResponse {
@@ -49,17 +64,17 @@ async fn answer(count: Count) -> impl IntoResponse {
 }
 
 impl HealthServers {
-    /// No servers yet; they will bind to `bind` (all addresses when `None`).
-    pub fn new(bind: Option<IpAddr>) -> Self {
-        HealthServers { servers: BTreeMap::new(), bind }
+    /// No servers yet; each will listen on every address of `binds` ([`bind_addresses`]).
+    pub fn new(binds: Vec<IpAddr>) -> Self {
+        HealthServers { servers: BTreeMap::new(), binds }
     }
 
     /// Starts, updates and stops servers to match `counts`. Needs a tokio runtime.
     pub async fn update(&mut self, counts: BTreeMap<u16, (NamespacedName, usize)>) {
         let stale: Vec<u16> = self.servers.keys().filter(|p| !counts.contains_key(p)).copied().collect();
         for port in stale {
-            if let Some((_, task)) = self.servers.remove(&port) {
-                task.abort();
+            if let Some((_, tasks)) = self.servers.remove(&port) {
+                tasks.iter().for_each(|t| t.abort());
             }
         }
         for (port, value) in counts {
@@ -70,17 +85,20 @@ impl HealthServers {
                 continue;
             }
             let count: Count = Arc::new(Mutex::new(value));
-            let addr = SocketAddr::new(self.bind.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)), port);
-            let c = count.clone();
-            let router = Router::new().fallback(get(move || answer(c.clone())));
-            match tokio::net::TcpListener::bind(addr).await {
-                Ok(listener) => {
-                    let task = tokio::spawn(async move {
+            let mut tasks = Vec::new();
+            for ip in &self.binds {
+                let addr = SocketAddr::new(*ip, port);
+                let c = count.clone();
+                let router = Router::new().fallback(get(move || answer(c.clone())));
+                match tokio::net::TcpListener::bind(addr).await {
+                    Ok(listener) => tasks.push(tokio::spawn(async move {
                         let _ = axum::serve(listener, router).await;
-                    });
-                    self.servers.insert(port, (count, task));
+                    })),
+                    Err(e) => tracing::error!(%addr, error = %e, "cannot serve a health-check node port"),
                 }
-                Err(e) => tracing::error!(%addr, error = %e, "cannot serve a health-check node port"),
+            }
+            if !tasks.is_empty() {
+                self.servers.insert(port, (count, tasks));
             }
         }
     }
@@ -108,10 +126,29 @@ mod tests {
         std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
     }
 
+    fn config(s: crate::config::Settings) -> Config {
+        crate::pipeline::load(crate::source::ClusterState::default(), s, crate::config::Settings::default()).unwrap().config
+    }
+
+    #[test]
+    fn health_ports_listen_on_node_port_addresses_never_on_the_healthz_address() {
+        let base = crate::config::Settings {
+            hostname_override: Some("n1".into()),
+            node_ips: Some(vec!["198.19.1.1".into()]),
+            healthz_bind_address: Some("127.0.0.1:10256".into()),
+            ..Default::default()
+        };
+        assert_eq!(bind_addresses(&config(base.clone())), vec!["0.0.0.0".parse::<IpAddr>().unwrap()], "all addresses by default");
+        let primary = crate::config::Settings { node_port_addresses: Some(vec!["primary".into()]), ..base.clone() };
+        assert_eq!(bind_addresses(&config(primary)), vec!["198.19.1.1".parse::<IpAddr>().unwrap()]);
+        let dual = crate::config::Settings { node_ips: Some(vec!["198.19.1.1".into(), "fd00::1".into()]), ..base };
+        assert_eq!(bind_addresses(&config(dual)), vec!["::".parse::<IpAddr>().unwrap()], "one dual-stack socket");
+    }
+
     #[test]
     fn answers_with_the_local_endpoint_count_and_follows_updates() {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
-        let mut hs = HealthServers::new(Some("127.0.0.1".parse().unwrap()));
+        let mut hs = HealthServers::new(vec!["127.0.0.1".parse().unwrap()]);
         let port = free_port();
         let svc = NamespacedName::new("shop", "checkout");
         rt.block_on(hs.update([(port, (svc.clone(), 2))].into()));

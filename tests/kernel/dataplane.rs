@@ -471,6 +471,23 @@ fn dp_nodeport(ctx: &mut Ctx, b: Backend) -> CaseResult {
     Ok(())
 }
 
+/// NodePorts answer on 127.0.0.1 from the node (iptables.localhostNodePorts, on by
+/// default) only with `route_localnet=1`, which kube-proxy sets and so must svcproxy: the
+/// sync sets it in the node's namespace, and the connection reaches the pods.
+fn dp_nodeport_localhost(ctx: &mut Ctx, b: Backend) -> CaseResult {
+    let lab = lab(ctx, b, &[1, 2], false)?;
+    let route_localnet = || lab.node().run(&["sysctl", "-n", "net.ipv4.conf.all.route_localnet"]).map(|s| s.trim().to_string());
+    ensure!(route_localnet()? == "0", "a fresh namespace starts with route_localnet=0");
+    let mut s = svc("np", "198.19.255.31", vec![tcp("http", 80)], vec![ep4(1), ep4(2)]);
+    s.ty = "NodePort";
+    s.ports[0].node_port = Some(30090);
+    sync(ctx, &lab, b, "np (NodePort 30090)", &[s])?;
+    ensure!(route_localnet()? == "1", "sync set route_localnet for localhost NodePorts");
+    let t = connect(ctx, &lab, Where::Node, "127.0.0.1", 30090, Proto::Tcp, 20)?;
+    spread(&t, &["pod1", "pod2"], "node -> 127.0.0.1:NodePort")?;
+    Ok(())
+}
+
 // ---------------------------------------------------------------------------
 // 4. ExternalIP from outside
 
@@ -953,6 +970,7 @@ pub fn cases() -> Vec<Case> {
         dp_clusterip,
         dp_session_affinity,
         dp_nodeport,
+        dp_nodeport_localhost,
         dp_external_ip,
         dp_lb_source_ranges,
         dp_etp_local,

@@ -40,6 +40,7 @@ mod dataplane;
 mod faults;
 mod goldens;
 mod incremental;
+mod node_setup;
 mod selftest;
 mod svcproxy;
 mod trace_check;
@@ -65,6 +66,7 @@ fn main() {
     cases.extend(incremental::cases());
     cases.extend(trace_check::cases());
     cases.extend(canary::cases());
+    cases.extend(node_setup::cases());
     let code = harness::run(
         &cases,
         Options {
