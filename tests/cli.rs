@@ -348,3 +348,10 @@ fn a_bad_full_sync_period_exits_2_naming_the_flag_before_anything_is_synced() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("--full-sync-period: \"nope\" is not a duration"), "{}", stderr(&o));
 }
+
+#[test]
+fn an_os_error_is_said_once() {
+    let o = run(&["render", "--from", "/nonexistent/cluster.yaml"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(stderr(&o).matches("No such file or directory").count(), 1, "{}", stderr(&o));
+}

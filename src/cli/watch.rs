@@ -51,7 +51,9 @@ fn duration(flag: &str, v: &str) -> anyhow::Result<Duration> {
 fn init_logging(logging: &Logging) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("SVCPROXY_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(logging.level));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // Colour only on a terminal (container logs are files and pipes), and never with NO_COLOR.
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr()) && std::env::var_os("NO_COLOR").is_none();
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(colour);
     let _ = match logging.format {
         LogFormat::Json => builder.json().try_init(),
         LogFormat::Text => builder.try_init(),

@@ -36,11 +36,10 @@ impl Backend {
 
 #[derive(Debug, thiserror::Error)]
 pub enum RestoreError {
-    #[error("cannot run {binary}: {source}")]
+    #[error("cannot run {binary}: {error}")]
     Spawn {
         binary: String,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("iptables-restore rejected table {table}, line {line} ({text:?}): {message}")]
     Rejected { table: String, line: usize, text: String, message: String },
@@ -87,7 +86,7 @@ impl Restorer for ExecRestorer {
         let out = Command::new(&binary)
             .args(["-t", table])
             .output()
-            .map_err(|source| RestoreError::Spawn { binary: binary.clone(), source })?;
+            .map_err(|error| RestoreError::Spawn { binary: binary.clone(), error })?;
         if !out.status.success() {
             let message = String::from_utf8_lossy(&out.stderr).trim().to_string();
             // A table that was never created: nothing to read.
@@ -101,7 +100,7 @@ impl Restorer for ExecRestorer {
 
     fn save_all(&mut self, family: IpFamily) -> Result<String, RestoreError> {
         let binary = self.backend.binary(family, "save");
-        let out = Command::new(&binary).output().map_err(|source| RestoreError::Spawn { binary: binary.clone(), source })?;
+        let out = Command::new(&binary).output().map_err(|error| RestoreError::Spawn { binary: binary.clone(), error })?;
         if !out.status.success() {
             return Err(RestoreError::Failed { binary, message: String::from_utf8_lossy(&out.stderr).trim().to_string() });
         }
@@ -117,12 +116,12 @@ impl Restorer for ExecRestorer {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|source| RestoreError::Spawn { binary: binary.clone(), source })?;
+            .map_err(|error| RestoreError::Spawn { binary: binary.clone(), error })?;
         if let Some(mut stdin) = child.stdin.take() {
             // A write error means the process died early; its exit status says why.
             let _ = stdin.write_all(text.as_bytes());
         }
-        let out = child.wait_with_output().map_err(|source| RestoreError::Spawn { binary: binary.clone(), source })?;
+        let out = child.wait_with_output().map_err(|error| RestoreError::Spawn { binary: binary.clone(), error })?;
         if out.status.success() {
             return Ok(());
         }
@@ -136,7 +135,7 @@ impl Restorer for ExecRestorer {
             .args(["-w", &wait, "-t", table, "-C", chain])
             .args(rule)
             .output()
-            .map_err(|source| RestoreError::Spawn { binary: binary.clone(), source })?;
+            .map_err(|error| RestoreError::Spawn { binary: binary.clone(), error })?;
         // 1: no such rule, chain or table (both backends); anything else is a failure to ask.
         match out.status.code() {
             Some(0) => Ok(true),

@@ -44,11 +44,10 @@ pub struct Timings {
 pub enum SyncError {
     #[error(transparent)]
     Restore(#[from] RestoreError),
-    #[error("cannot parse iptables-save output of table {table}: {source}")]
+    #[error("cannot parse iptables-save output of table {table}: {error}")]
     Parse {
         table: String,
-        #[source]
-        source: restore::ParseError,
+        error: restore::ParseError,
     },
 }
 
@@ -57,7 +56,7 @@ pub fn read_live(r: &mut dyn Restorer, family: crate::net::IpFamily) -> Result<D
     let mut live = Dump::default();
     for table in TABLES {
         let text = r.save(family, table)?;
-        let mut dump = restore::parse(&text).map_err(|source| SyncError::Parse { table: table.into(), source })?;
+        let mut dump = restore::parse(&text).map_err(|error| SyncError::Parse { table: table.into(), error })?;
         drop(text);
         if let Some(t) = dump.tables.remove(table) {
             live.order.push(table.to_string());
@@ -94,7 +93,7 @@ pub fn sync(r: &mut dyn Restorer, rs: &Ruleset, dry_run: bool) -> Result<SyncRep
     let mut timings = Timings::default();
     let t = Instant::now();
     let full = restore::write(rs, Scope::Full, &[]);
-    let desired = restore::parse(&full).map_err(|source| SyncError::Parse { table: "(rendered)".into(), source })?;
+    let desired = restore::parse(&full).map_err(|error| SyncError::Parse { table: "(rendered)".into(), error })?;
     let full_lines = full.lines().count();
     // Tens of megabytes at 10k services: not held through the rest of the sync.
     drop(full);

@@ -11,7 +11,7 @@ use crate::net::IpFamily;
 #[derive(Debug, thiserror::Error)]
 pub enum IpsetError {
     #[error("cannot run ipset: {0}")]
-    Spawn(#[source] std::io::Error),
+    Spawn(std::io::Error),
     #[error("ipset {what} failed: {message}")]
     Failed { what: String, message: String },
 }

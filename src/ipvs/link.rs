@@ -16,12 +16,11 @@ use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 #[derive(Debug, thiserror::Error)]
 pub enum LinkError {
     #[error("rtnetlink socket: {0}")]
-    Socket(#[source] io::Error),
-    #[error("rtnetlink {what}: {source}")]
+    Socket(io::Error),
+    #[error("rtnetlink {what}: {error}")]
     Kernel {
         what: String,
-        #[source]
-        source: io::Error,
+        error: io::Error,
     },
     #[error("rtnetlink {what}: cannot decode a reply: {reason}")]
     Decode { what: String, reason: String },
@@ -92,7 +91,7 @@ impl RtNetlink {
                     NetlinkPayload::InnerMessage(m) => replies.push(m),
                     NetlinkPayload::Error(e) if e.code.is_none() => return Ok(replies),
                     NetlinkPayload::Error(e) => {
-                        return Err(LinkError::Kernel { what: what.into(), source: e.to_io() });
+                        return Err(LinkError::Kernel { what: what.into(), error: e.to_io() });
                     }
                     NetlinkPayload::Done(_) => return Ok(replies),
                     _ => {}
@@ -113,7 +112,7 @@ fn address_message(a: &LinkAddress) -> AddressMessage {
 }
 
 fn is_errno(e: &LinkError, errno: i32) -> bool {
-    matches!(e, LinkError::Kernel { source, .. } if source.raw_os_error() == Some(errno))
+    matches!(e, LinkError::Kernel { error, .. } if error.raw_os_error() == Some(errno))
 }
 
 impl Links for RtNetlink {

@@ -66,7 +66,7 @@ fn input_files(path: &Path) -> Result<Vec<PathBuf>, SourceError> {
     if path == Path::new("-") || !path.is_dir() {
         return Ok(vec![path.to_path_buf()]);
     }
-    let io = |source| SourceError::Io { path: path.to_path_buf(), source };
+    let io = |error| SourceError::Io { path: path.to_path_buf(), error };
     let mut files = Vec::new();
     for entry in std::fs::read_dir(path).map_err(io)? {
         let p = entry.map_err(io)?.path();
@@ -80,7 +80,7 @@ fn input_files(path: &Path) -> Result<Vec<PathBuf>, SourceError> {
 }
 
 fn read_text(path: &Path) -> Result<String, SourceError> {
-    let io = |source| SourceError::Io { path: path.to_path_buf(), source };
+    let io = |error| SourceError::Io { path: path.to_path_buf(), error };
     if path == Path::new("-") {
         let mut s = String::new();
         std::io::stdin().read_to_string(&mut s).map_err(io)?;
