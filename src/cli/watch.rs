@@ -124,13 +124,14 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Server
     let proxy_name = loaded.config.service_proxy_name.clone();
     let node_name = loaded.config.node_name.clone();
     let restorer = Box::new(ExecRestorer { backend: args.iptables_backend.resolve(), lock_wait_secs: args.iptables_lock_wait });
-    let engine = match loaded.config.mode {
+    let mut engine = match loaded.config.mode {
         Mode::Iptables => watch::Engine::iptables(loaded.config, loaded.trackers, restorer, Box::new(ExecConntrack)),
         Mode::Ipvs => {
             let p = crate::ipvs::proxier::Proxier::on_node(restorer).context("cannot reach IPVS (is the ip_vs module loaded?)")?;
             watch::Engine::ipvs(loaded.config, loaded.trackers, p)
         }
     };
+    engine.sysctl_root = Some(std::path::PathBuf::from("/proc/sys"));
     let health = serve_on("health checks", servers.healthz, servers.hard_fail, serve::health_router(shared.clone())).await?;
     let metrics = serve_on("metrics", servers.metrics, servers.hard_fail, serve::metrics_router(shared.clone())).await?;
     let (health, metrics) = (shown(health), shown(metrics));

@@ -18,6 +18,8 @@ pub enum SyncFailure {
     Iptables(#[from] crate::iptables::sync::SyncError),
     #[error(transparent)]
     Ipvs(#[from] crate::ipvs::sync::SyncError),
+    #[error(transparent)]
+    Sysctl(#[from] crate::node::sysctl::SysctlError),
 }
 
 /// What one sync did, for the logs and metrics.
@@ -36,18 +38,21 @@ pub struct Engine {
     pub config: Config,
     pub trackers: Trackers,
     pub proxier: Proxier,
+    /// Where the mode's sysctls are re-checked on every full sync (`/proc/sys` on a node;
+    /// `None`: not checked, as in tests with a fake kernel).
+    pub sysctl_root: Option<std::path::PathBuf>,
 }
 
 impl Engine {
     /// iptables mode, with the kernel reached through `restorer` and `conntrack`.
     pub fn iptables(config: Config, trackers: Trackers, restorer: Box<dyn Restorer + Send>, conntrack: Box<dyn Conntrack>) -> Self {
         let p = crate::iptables::proxier::Proxier::new(&config, &trackers, restorer, conntrack);
-        Engine { config, trackers, proxier: Proxier::Iptables(p) }
+        Engine { config, trackers, proxier: Proxier::Iptables(p), sysctl_root: None }
     }
 
     /// IPVS mode.
     pub fn ipvs(config: Config, trackers: Trackers, proxier: crate::ipvs::proxier::Proxier) -> Self {
-        Engine { config, trackers, proxier: Proxier::Ipvs(Box::new(proxier)) }
+        Engine { config, trackers, proxier: Proxier::Ipvs(Box::new(proxier)), sysctl_root: None }
     }
 
     /// New node labels (topology): the rules depend on the zone, so every service is
@@ -80,6 +85,11 @@ impl Engine {
         let changes = self.trackers.commit();
         match &mut self.proxier {
             Proxier::Iptables(p) => {
+                // A full sync re-asserts the sysctls the rules need (someone may have reset
+                // them), as it re-asserts the rules; IPVS mode checks its own every sync.
+                if let (true, Some(root)) = (full, &self.sysctl_root) {
+                    crate::node::sysctl::ensure(root, &crate::node::sysctl::iptables(&self.config))?;
+                }
                 let reports = p.sync(&self.trackers, &changes, full)?;
                 let restore_lines = reports.iter().map(|r| r.delta.restore_lines()).sum();
                 Ok(Outcome { restore_lines, ipvs_ops: 0, rules: Some(p.rule_counts()) })

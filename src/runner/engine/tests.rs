@@ -304,3 +304,21 @@ fn new_node_labels_make_the_next_wake_up_a_full_sync() {
     assert_eq!(l.metric("kubeproxy_sync_full_proxy_rules_duration_seconds_count"), 2, "and counted as full");
     assert_eq!(drift(&l.engine, &l.kernel), 0);
 }
+
+#[test]
+fn full_syncs_re_assert_route_localnet_and_partial_ones_leave_sysctls_alone() {
+    let (mut engine, _kernel, _ct) = iptables_engine(demo_state());
+    let root = std::env::temp_dir().join(format!("svcproxy-engine-sysctl-{}", std::process::id()));
+    let f = root.join("net/ipv4/conf/all/route_localnet");
+    std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+    std::fs::write(&f, "0\n").unwrap();
+    engine.sysctl_root = Some(root.clone());
+    engine.sync(true).unwrap();
+    assert_eq!(std::fs::read_to_string(&f).unwrap(), "1", "a full sync sets it");
+    std::fs::write(&f, "0\n").unwrap();
+    engine.sync(false).unwrap();
+    assert_eq!(std::fs::read_to_string(&f).unwrap(), "0\n", "a partial sync reads nothing of the kernel");
+    engine.sync(true).unwrap();
+    assert_eq!(std::fs::read_to_string(&f).unwrap(), "1", "the next full sync repairs it");
+    let _ = std::fs::remove_dir_all(&root);
+}
