@@ -96,6 +96,7 @@ enum Origin {
 
 async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Servers) -> anyhow::Result<()> {
     let w = &args.watch;
+    let configz = settings::file::to_document(&settings::defaults::defaulted(flags.clone().over(file.clone())), true);
     let (state, origin, errors) = match &args.config.from {
         Some(path) => {
             let (mut state, errors) = read_path_lenient(path);
@@ -120,6 +121,11 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Server
         ..Timing::default()
     };
     let shared = Arc::new(Shared::new(Schedule::new(timing)));
+    let _ = shared.proxy_mode.set(match loaded.config.mode {
+        Mode::Iptables => "iptables".into(),
+        Mode::Ipvs => "ipvs".into(),
+    });
+    let _ = shared.configz.set(configz);
     shared.metrics.malformed_objects.inc_by(errors as u64);
     let proxy_name = loaded.config.service_proxy_name.clone();
     let node_name = loaded.config.node_name.clone();

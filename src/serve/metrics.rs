@@ -101,10 +101,65 @@ impl Metrics {
     }
 
     /// The OpenMetrics text.
+    /// OpenMetrics text (what prometheus-client writes).
     pub fn encode(&self) -> String {
         let mut out = String::new();
         // Encoding into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+
+    /// Prometheus' classic text format (0.0.4), what client libraries serve unless the
+    /// scraper asks for OpenMetrics.
+    pub fn encode_classic(&self) -> String {
+        to_classic_text(&self.encode())
+    }
+}
+
+/// OpenMetrics text as the classic format (0.0.4): a counter family `x` is named by its
+/// sample `x_total` in HELP and TYPE, `# UNIT`, `# EOF` and `_created` samples go.
+pub fn to_classic_text(open: &str) -> String {
+    let mut counters = std::collections::HashSet::new();
+    for line in open.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            if let Some(name) = rest.strip_suffix(" counter") {
+                counters.insert(name.to_string());
+            }
+        }
+    }
+    let mut out = String::with_capacity(open.len());
+    for line in open.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let meta = line.strip_prefix("# HELP ").map(|r| ("# HELP ", r)).or_else(|| line.strip_prefix("# TYPE ").map(|r| ("# TYPE ", r)));
+        if let Some((kind, rest)) = meta {
+            let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+            let name = if counters.contains(name) { format!("{name}_total") } else { name.to_string() };
+            out.push_str(&format!("{kind}{name} {tail}\n"));
+            continue;
+        }
+        let sample_name = line.split(['{', ' ']).next().unwrap_or("");
+        if sample_name.strip_suffix("_created").is_some_and(|base| counters.contains(base)) {
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod classic_tests {
+    use super::*;
+
+    #[test]
+    fn counters_are_named_by_their_sample_and_openmetrics_markers_go() {
+        let open = "# HELP foo A thing.\n# TYPE foo counter\nfoo_total 3\nfoo_created 1.7e9\n# HELP g A gauge.\n# TYPE g gauge\n# UNIT g seconds\ng 2\n# EOF\n";
+        assert_eq!(to_classic_text(open), "# HELP foo_total A thing.\n# TYPE foo_total counter\nfoo_total 3\n# HELP g A gauge.\n# TYPE g gauge\ng 2\n");
+        let m = Metrics::new();
+        m.syncs.get_or_create(&ResultLabel { result: "success".into() }).inc();
+        let text = m.encode_classic();
+        assert!(text.contains("# TYPE svcproxy_syncs_total counter") && !text.contains("# EOF"), "{text}");
     }
 }

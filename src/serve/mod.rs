@@ -1,6 +1,7 @@
 //! The HTTP endpoints of watch mode: `/healthz` and `/livez` on the health address, with
 //! kube-proxy's semantics (unhealthy once a queued change has waited more than twice the
-//! sync period; 503 before the first sync), and `/metrics` on the metrics address.
+//! sync period; 503 before the first sync), and on the metrics address `/metrics`,
+//! `/proxyMode`, `/configz` and a `/healthz` ping, as kube-proxy's metrics port serves them.
 
 pub mod healthcheck;
 pub mod metrics;
@@ -27,6 +28,10 @@ pub struct Shared {
     pub last_updated: Mutex<Option<SystemTime>>,
     /// This node is being deleted: `/healthz` says so (load balancers drain it).
     pub node_deleting: std::sync::atomic::AtomicBool,
+    /// The proxy mode, for `/proxyMode`.
+    pub proxy_mode: std::sync::OnceLock<String>,
+    /// The effective configuration, for `/configz`.
+    pub configz: std::sync::OnceLock<serde_json::Value>,
 }
 
 impl Shared {
@@ -36,6 +41,8 @@ impl Shared {
             metrics: Metrics::new(),
             last_updated: Mutex::new(None),
             node_deleting: std::sync::atomic::AtomicBool::new(false),
+            proxy_mode: std::sync::OnceLock::new(),
+            configz: std::sync::OnceLock::new(),
         }
     }
 }
@@ -59,8 +66,32 @@ async fn healthz(State(s): State<SharedState>) -> impl IntoResponse {
     (code, [("content-type", "application/json")], body)
 }
 
-async fn metrics(State(s): State<SharedState>) -> impl IntoResponse {
-    (StatusCode::OK, [("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")], s.metrics.encode())
+/// `/metrics`, negotiated as the Prometheus client libraries do: OpenMetrics when the
+/// scraper accepts it, the classic text format otherwise.
+async fn metrics(State(s): State<SharedState>, headers: axum::http::HeaderMap) -> impl IntoResponse {
+    let accept = headers.get(axum::http::header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if accept.contains("application/openmetrics-text") {
+        (StatusCode::OK, [("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")], s.metrics.encode())
+    } else {
+        (StatusCode::OK, [("content-type", "text/plain; version=0.0.4; charset=utf-8")], s.metrics.encode_classic())
+    }
+}
+
+/// kube-proxy's `/proxyMode`: the mode as plain text.
+async fn proxy_mode(State(s): State<SharedState>) -> impl IntoResponse {
+    (StatusCode::OK, [("content-type", "text/plain; charset=utf-8")], s.proxy_mode.get().cloned().unwrap_or_default())
+}
+
+/// kube-proxy's `/configz`: the effective configuration under its group's name.
+async fn configz(State(s): State<SharedState>) -> impl IntoResponse {
+    let body = serde_json::json!({ "kubeproxy.config.k8s.io": s.configz.get().cloned().unwrap_or_default() });
+    (StatusCode::OK, [("content-type", "application/json")], body.to_string())
+}
+
+/// The metrics port's `/healthz`: a liveness ping (kube-proxy installs the plain healthz
+/// handler there), not the proxy's sync health.
+async fn ping() -> impl IntoResponse {
+    (StatusCode::OK, [("content-type", "text/plain; charset=utf-8")], "ok")
 }
 
 pub fn health_router(state: SharedState) -> Router {
@@ -68,7 +99,12 @@ pub fn health_router(state: SharedState) -> Router {
 }
 
 pub fn metrics_router(state: SharedState) -> Router {
-    Router::new().route("/metrics", get(metrics)).with_state(state)
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/proxyMode", get(proxy_mode))
+        .route("/configz", get(configz))
+        .route("/healthz", get(ping))
+        .with_state(state)
 }
 
 /// Binds and serves `router` until the process ends; returns the bound address.
@@ -81,4 +117,36 @@ pub async fn spawn(addr: SocketAddr, router: Router) -> std::io::Result<SocketAd
         }
     });
     Ok(bound)
+}
+
+#[cfg(test)]
+mod endpoint_tests {
+    use std::io::{Read, Write};
+
+    use super::*;
+    use crate::runner::Timing;
+
+    fn get(addr: SocketAddr, path: &str, accept: &str) -> String {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nAccept: {accept}\r\nConnection: close\r\n\r\n").unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn the_metrics_port_serves_what_kube_proxys_does() {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let shared = Arc::new(Shared::new(Schedule::new(Timing::default())));
+        let _ = shared.proxy_mode.set("ipvs".into());
+        let _ = shared.configz.set(serde_json::json!({"mode": "ipvs"}));
+        let addr = rt.block_on(spawn("127.0.0.1:0".parse().unwrap(), metrics_router(shared.clone()))).unwrap();
+        let classic = get(addr, "/metrics", "text/plain;version=0.0.4");
+        assert!(classic.contains("content-type: text/plain; version=0.0.4") && !classic.contains("# EOF"), "{classic}");
+        let open = get(addr, "/metrics", "application/openmetrics-text;version=1.0.0,text/plain;q=0.5");
+        assert!(open.contains("application/openmetrics-text") && open.contains("# EOF"), "{open}");
+        assert!(get(addr, "/proxyMode", "*/*").ends_with("\r\n\r\nipvs"));
+        assert!(get(addr, "/configz", "*/*").contains("{\"kubeproxy.config.k8s.io\":{\"mode\":\"ipvs\"}}"));
+        assert!(get(addr, "/healthz", "*/*").starts_with("HTTP/1.1 200"));
+    }
 }
