@@ -145,33 +145,49 @@ impl Restorer for ExecRestorer {
     }
 }
 
-/// Maps iptables-restore's complaint (`line N failed`, `line N: …`) to the input line.
+/// At most this many lines of the tool's complaint are kept.
+const MESSAGE_LINES: usize = 20;
+/// Lines of input shown before and after the failing one.
+const CONTEXT: usize = 3;
+
+/// Maps iptables-restore's complaint (`line N failed`, `line N: …`) to the input line, in
+/// an error a person reads in one screen: the failing line with a few lines around it, or,
+/// when the kernel refused a whole table at COMMIT (iptables-legacy checks a table only
+/// as it commits it), the table's size and what to try — never the whole table.
 pub fn rejected(input: &str, stderr: &str, binary: &str) -> RestoreError {
-    let message = stderr.trim().to_string();
-    let line = failing_line(&message);
-    match line {
-        Some(n) if n >= 1 => {
-            let lines: Vec<&str> = input.lines().collect();
-            let text = lines.get(n - 1).copied().unwrap_or("").to_string();
-            let table = lines[..n.min(lines.len())]
-                .iter()
-                .rev()
-                .find_map(|l| l.strip_prefix('*'))
-                .unwrap_or("")
-                .to_string();
-            // iptables-legacy checks entries when it commits the table, so it names the
-            // COMMIT line: then the table's rules are the candidates, listed for the operator.
-            let message = if text == "COMMIT" {
-                let start = lines[..n - 1].iter().rposition(|l| l.starts_with('*')).map_or(0, |i| i + 1);
-                let rules: Vec<&str> = lines[start..n - 1].iter().filter(|l| l.starts_with('-')).copied().collect();
-                format!("{message}\nthe kernel rejected one of the rules of table {table}:\n  {}", rules.join("\n  "))
-            } else {
-                message
-            };
-            RestoreError::Rejected { table, line: n, text, message }
-        }
-        _ => RestoreError::Failed { binary: binary.to_string(), message },
+    let message = capped(stderr.trim());
+    let Some(n) = failing_line(&message).filter(|n| *n >= 1) else {
+        return RestoreError::Failed { binary: binary.to_string(), message };
+    };
+    let lines: Vec<&str> = input.lines().collect();
+    let text = lines.get(n - 1).copied().unwrap_or("").to_string();
+    let start = lines[..(n - 1).min(lines.len())].iter().rposition(|l| l.starts_with('*'));
+    let table = start.and_then(|i| lines[i].strip_prefix('*')).unwrap_or("").to_string();
+    let message = if text == "COMMIT" {
+        let body = &lines[start.map_or(0, |i| i + 1)..(n - 1).min(lines.len())];
+        let rules = body.iter().filter(|l| l.starts_with('-')).count();
+        let chains = body.iter().filter(|l| l.starts_with(':')).count();
+        format!(
+            "{message}\nthe kernel refused table {table} as a whole when it was committed ({rules} rules in {chains} chains): {binary} checks a table only at COMMIT, so it cannot name the rule. \
+             Usual causes: a match or target module this kernel lacks, a jump to a chain the input does not declare, or a table too large for the legacy backend (try --iptables-backend nft)."
+        )
+    } else {
+        let from = n.saturating_sub(CONTEXT + 1);
+        let to = (n + CONTEXT).min(lines.len());
+        let context: Vec<String> = (from..to).map(|i| format!("{} {:>6} | {}", if i + 1 == n { ">" } else { " " }, i + 1, lines[i])).collect();
+        format!("{message}\n{}", context.join("\n"))
+    };
+    RestoreError::Rejected { table, line: n, text, message }
+}
+
+/// The first lines of a tool's complaint, with a count of the rest.
+fn capped(message: &str) -> String {
+    let total = message.lines().count();
+    if total <= MESSAGE_LINES {
+        return message.to_string();
     }
+    let head: Vec<&str> = message.lines().take(MESSAGE_LINES).collect();
+    format!("{}\n… ({} more lines)", head.join("\n"), total - MESSAGE_LINES)
 }
 
 fn failing_line(message: &str) -> Option<usize> {
@@ -214,6 +230,31 @@ pub fn detect_backend() -> Backend {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refusal_at_commit_gives_the_tables_size_and_what_to_try_never_its_rules() {
+        let mut input = String::from("*nat\n:KUBE-SERVICES - [0:0]\n:KUBE-NODEPORTS - [0:0]\n");
+        for i in 0..5000 {
+            input.push_str(&format!("-A KUBE-SERVICES -d 10.0.{}.{}/32 -j KUBE-NODEPORTS\n", i / 250, i % 250));
+        }
+        input.push_str("COMMIT\n");
+        let commit = input.lines().count();
+        let e = rejected(&input, &format!("iptables-restore: line {commit} failed\n"), "iptables-legacy-restore").to_string();
+        assert!(e.contains("refused table nat as a whole") && e.contains("(5000 rules in 2 chains)") && e.contains("--iptables-backend nft"), "{e}");
+        assert!(e.lines().count() < 10 && !e.contains("-A KUBE-SERVICES"), "one screen, no rules: {e}");
+    }
+
+    #[test]
+    fn a_rejected_line_is_shown_with_its_neighbours_and_a_long_complaint_is_cut() {
+        let input: String = (1..=20).map(|i| format!("-A X -j R{i}\n")).collect::<String>();
+        let input = format!("*filter\n:X - [0:0]\n{input}COMMIT\n");
+        let e = rejected(&input, "line 12: bad\n", "iptables-nft-restore").to_string();
+        assert!(e.contains(">     12 | -A X -j R10") && e.contains("       9 | -A X -j R7") && e.contains("      15 | -A X -j R13"), "{e}");
+        assert!(!e.contains("R14") && !e.contains("R6\n"), "three lines each side: {e}");
+        let noisy: String = (0..500).map(|i| format!("warning {i}\n")).collect();
+        let e = rejected("*nat\nCOMMIT\n", &noisy, "iptables-nft-restore").to_string();
+        assert!(e.lines().count() <= 22 && e.contains("(480 more lines)"), "{e}");
+    }
 
     #[test]
     fn restore_errors_name_the_table_and_line() {
