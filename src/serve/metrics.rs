@@ -97,10 +97,10 @@ impl Metrics {
         r.register("svcproxy_malformed_objects", "Objects skipped because they could not be read", self.malformed_objects.clone());
         r.register("svcproxy_canary_checks", "Checks of the KUBE-PROXY-CANARY rules (iptables mode, once per sync period)", self.canary_checks.clone());
         r.register("svcproxy_canary_lost", "Checks that found a KUBE-PROXY-CANARY rule gone (each forces a full sync)", self.canary_lost.clone());
+        r.register_collector(Box::new(super::process::ProcessCollector));
         self
     }
 
-    /// The OpenMetrics text.
     /// OpenMetrics text (what prometheus-client writes).
     pub fn encode(&self) -> String {
         let mut out = String::new();

@@ -5,6 +5,7 @@
 
 pub mod healthcheck;
 pub mod metrics;
+pub mod process;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
