@@ -193,6 +193,10 @@ pub struct EndpointSlice {
     pub ports: Vec<SlicePort>,
     pub endpoints: Vec<SliceEndpoint>,
     pub proxy_labels: ProxyLabels,
+    /// `endpoints.kubernetes.io/last-change-trigger-time`: when the change this slice
+    /// carries was triggered (the network-programming SLI is measured from it).
+    #[serde(skip)]
+    pub trigger_time: Option<std::time::SystemTime>,
 }
 
 /// This node, as far as the proxier cares.

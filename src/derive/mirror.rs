@@ -113,6 +113,7 @@ fn empty(ep: &LegacyEndpoints, svc: &Service, family: IpFamily, ports: Vec<Slice
             ports,
             endpoints: Vec::new(),
             proxy_labels: ep.proxy_labels.clone(),
+            trigger_time: None,
         },
         info: Vec::new(),
     }

@@ -146,6 +146,7 @@ fn empty_slice(svc: &Service, family: IpFamily, ports: Vec<SlicePort>, labels: &
             ports,
             endpoints: Vec::new(),
             proxy_labels: labels.clone(),
+            trigger_time: None,
         },
         info: Vec::new(),
     }

@@ -23,7 +23,7 @@ pub enum SyncFailure {
 }
 
 /// What one sync did, for the logs and metrics.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Outcome {
     /// iptables-restore lines sent (both modes write iptables).
     pub restore_lines: usize,
@@ -31,6 +31,8 @@ pub struct Outcome {
     pub ipvs_ops: usize,
     /// (filter, nat) rules rendered (iptables mode).
     pub rules: Option<(usize, usize)>,
+    /// Trigger times of the endpoint changes this sync programmed.
+    pub trigger_times: Vec<std::time::SystemTime>,
 }
 
 /// The trackers and the proxier that keeps the kernel in step with them.
@@ -83,6 +85,12 @@ impl Engine {
     /// everything with the kernel; otherwise only what changed is sent (iptables mode).
     pub fn sync(&mut self, full: bool) -> Result<Outcome, SyncFailure> {
         let changes = self.trackers.commit();
+        let trigger_times: Vec<std::time::SystemTime> = changes.iter().flat_map(|c| c.trigger_times.iter().copied()).collect();
+        let outcome = self.sync_changes(&changes, full)?;
+        Ok(Outcome { trigger_times, ..outcome })
+    }
+
+    fn sync_changes(&mut self, changes: &[crate::track::Changes], full: bool) -> Result<Outcome, SyncFailure> {
         match &mut self.proxier {
             Proxier::Iptables(p) => {
                 // A full sync re-asserts the sysctls the rules need (someone may have reset
@@ -90,14 +98,14 @@ impl Engine {
                 if let (true, Some(root)) = (full, &self.sysctl_root) {
                     crate::node::sysctl::ensure(root, &crate::node::sysctl::iptables(&self.config))?;
                 }
-                let reports = p.sync(&self.trackers, &changes, full)?;
+                let reports = p.sync(&self.trackers, changes, full)?;
                 let restore_lines = reports.iter().map(|r| r.delta.restore_lines()).sum();
-                Ok(Outcome { restore_lines, ipvs_ops: 0, rules: Some(p.rule_counts()) })
+                Ok(Outcome { restore_lines, ipvs_ops: 0, rules: Some(p.rule_counts()), trigger_times: Vec::new() })
             }
             Proxier::Ipvs(p) => {
                 let r = p.sync(&self.config, &self.trackers, false)?;
                 let restore_lines = r.iptables.iter().map(|(_, d)| d.restore_lines()).sum();
-                Ok(Outcome { restore_lines, ipvs_ops: r.changes.ops.len(), rules: None })
+                Ok(Outcome { restore_lines, ipvs_ops: r.changes.ops.len(), rules: None, trigger_times: Vec::new() })
             }
         }
     }

@@ -162,8 +162,16 @@ fn sync_once(engine: &mut Engine, shared: &SharedState, started: Instant) {
         Ok(outcome) => {
             if kind == Kind::Full { m.full_sync_duration.observe(secs) } else { m.partial_sync_duration.observe(secs) }
             m.last_sync_timestamp.set(unix_now());
+            // kube-proxy's SLI: from each programmed slice change's trigger time (set by
+            // the EndpointSlice controller) to now; svcproxy's own figure from its queue.
+            let now = SystemTime::now();
+            for t in &outcome.trigger_times {
+                if let Ok(d) = now.duration_since(*t) {
+                    m.network_programming_duration.observe(d.as_secs_f64());
+                }
+            }
             if let Some(q) = queued {
-                m.network_programming_duration.observe(finished.duration_since(q).as_secs_f64());
+                m.change_to_sync_duration.observe(finished.duration_since(q).as_secs_f64());
             }
             m.service_changes_pending.set(0);
             m.endpoint_changes_pending.set(0);

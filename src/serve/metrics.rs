@@ -28,6 +28,7 @@ pub struct Metrics {
     pub full_sync_duration: Histogram,
     pub partial_sync_duration: Histogram,
     pub network_programming_duration: Histogram,
+    pub change_to_sync_duration: Histogram,
     pub last_sync_timestamp: FGauge,
     pub last_queued_timestamp: FGauge,
     pub service_changes_pending: Gauge,
@@ -43,8 +44,19 @@ pub struct Metrics {
     pub canary_lost: Counter,
 }
 
+/// kube-proxy's sync-duration buckets: `ExponentialBuckets(0.001, 2, 15)` (1 ms to 16.384 s).
 fn seconds() -> Histogram {
-    Histogram::new(exponential_buckets(0.001, 2.0, 16))
+    Histogram::new(exponential_buckets(0.001, 2.0, 15))
+}
+
+/// kube-proxy's network-programming buckets: 0, 0.25 s, 0.5 s, every second to 59 s, every
+/// 5 s to 115 s, every 30 s to 5 min (so a p99 up to 300 s shows).
+pub fn network_programming_buckets() -> Vec<f64> {
+    let mut b = vec![0.0, 0.25, 0.5];
+    b.extend((1..=59).map(f64::from));
+    b.extend((0..12).map(|i| 60.0 + 5.0 * f64::from(i)));
+    b.extend((0..7).map(|i| 120.0 + 30.0 * f64::from(i)));
+    b
 }
 
 impl Default for Metrics {
@@ -60,7 +72,8 @@ impl Metrics {
             sync_duration: seconds(),
             full_sync_duration: seconds(),
             partial_sync_duration: seconds(),
-            network_programming_duration: seconds(),
+            network_programming_duration: Histogram::new(network_programming_buckets()),
+            change_to_sync_duration: seconds(),
             last_sync_timestamp: FGauge::default(),
             last_queued_timestamp: FGauge::default(),
             service_changes_pending: Gauge::default(),
@@ -83,7 +96,12 @@ impl Metrics {
         r.register("kubeproxy_sync_proxy_rules_duration_seconds", "SyncProxyRules latency in seconds", self.sync_duration.clone());
         r.register("kubeproxy_sync_full_proxy_rules_duration_seconds", "SyncProxyRules latency of full syncs in seconds", self.full_sync_duration.clone());
         r.register("kubeproxy_sync_partial_proxy_rules_duration_seconds", "SyncProxyRules latency of partial syncs in seconds", self.partial_sync_duration.clone());
-        r.register("kubeproxy_network_programming_duration_seconds", "In-cluster network programming latency in seconds", self.network_programming_duration.clone());
+        r.register("kubeproxy_network_programming_duration_seconds", "In Cluster Network Programming Latency in seconds", self.network_programming_duration.clone());
+        r.register(
+            "svcproxy_change_to_sync_duration_seconds",
+            "From the oldest change svcproxy queued to the end of the sync that programmed it, in seconds",
+            self.change_to_sync_duration.clone(),
+        );
         r.register("kubeproxy_sync_proxy_rules_last_timestamp_seconds", "The last time proxy rules were successfully synced", self.last_sync_timestamp.clone());
         r.register("kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds", "The last time a sync of proxy rules was queued", self.last_queued_timestamp.clone());
         r.register("kubeproxy_sync_proxy_rules_service_changes_pending", "Pending proxy rules Service changes", self.service_changes_pending.clone());
@@ -152,6 +170,18 @@ pub fn to_classic_text(open: &str) -> String {
 #[cfg(test)]
 mod classic_tests {
     use super::*;
+
+    #[test]
+    fn buckets_are_kube_proxys() {
+        let b = network_programming_buckets();
+        assert_eq!((b.len(), b[0], b[3], b[61], b[62], b[73], *b.last().unwrap()), (81, 0.0, 1.0, 59.0, 60.0, 115.0, 300.0));
+        let m = Metrics::new();
+        m.sync_duration.observe(0.01);
+        let text = m.encode();
+        let bounds = text.lines().filter(|l| l.starts_with("kubeproxy_sync_proxy_rules_duration_seconds_bucket")).count();
+        assert_eq!(bounds, 16, "15 bounds and +Inf");
+        assert!(text.contains("le=\"16.384\"") && !text.contains("le=\"32.768\""));
+    }
 
     #[test]
     fn counters_are_named_by_their_sample_and_openmetrics_markers_go() {

@@ -225,9 +225,16 @@ pub fn endpoint_slice(
         ports: slice_ports(slice.ports.as_deref().unwrap_or_default(), skips)?,
         endpoints: slice_endpoints(slice.endpoints.as_deref().unwrap_or_default(), family, skips)?,
         proxy_labels: proxy_labels(&slice.metadata),
+        trigger_time: trigger_time(&slice.metadata),
         family,
         id,
     }))
+}
+
+/// The EndpointSlice controller's trigger-time annotation (RFC 3339); unreadable: none.
+fn trigger_time(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<std::time::SystemTime> {
+    let text = meta.annotations.as_ref()?.get("endpoints.kubernetes.io/last-change-trigger-time")?;
+    text.parse::<jiff::Timestamp>().ok().map(std::time::SystemTime::from)
 }
 
 fn slice_ports(ports: &[discovery::EndpointPort], skips: &mut Vec<Skip>) -> Result<Vec<SlicePort>> {

@@ -1,6 +1,6 @@
 //! `--watch --from PATH`: follow files. The path (a file or a directory) is polled; when
-//! any file's size or modification time changes it is re-read, and the difference from
-//! the previous state becomes events, as a relist would. An object that cannot be read is
+//! any file's size or modification time changes, and then holds still for one poll, it is
+//! re-read, and the difference from the previous state becomes events, as a relist would. An object that cannot be read is
 //! skipped and reported; the rest of the file is used.
 
 use std::path::{Path, PathBuf};
@@ -50,8 +50,13 @@ fn fingerprint(path: &Path) -> Fingerprint {
 /// already loaded (its events were applied by the caller).
 /// `derive`: compute EndpointSlices from Pods and v1/Endpoints on every read, as
 /// `--derive-endpoints` does elsewhere (always for Services with no slices).
+///
+/// A changed file is read once it has stayed the same for one interval, and the read is
+/// kept only if the file did not change while it was read: a file being written in place
+/// (`kubectl get … > dump.yaml` truncates it first) is never taken for an empty cluster.
 pub async fn watch_files(path: PathBuf, interval: Duration, initial: ClusterState, derive: bool, tx: mpsc::Sender<SourceMsg>) {
-    let mut last = fingerprint(&path);
+    let mut read_at = fingerprint(&path);
+    let mut previous_poll = read_at.clone();
     let mut state = initial;
     if tx.send(SourceMsg::Ready).await.is_err() {
         return;
@@ -59,11 +64,16 @@ pub async fn watch_files(path: PathBuf, interval: Duration, initial: ClusterStat
     loop {
         tokio::time::sleep(interval).await;
         let now = fingerprint(&path);
-        if now == last {
+        let settled = now == previous_poll;
+        previous_poll = now.clone();
+        if now == read_at || !settled {
             continue;
         }
-        last = now;
         let (mut next, errors) = read_path_lenient(&path);
+        if fingerprint(&path) != now {
+            continue;
+        }
+        read_at = now;
         crate::derive::complete(&mut next, derive);
         if !errors.is_empty() {
             let list = errors.iter().map(SourceError::to_string).collect();

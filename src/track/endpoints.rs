@@ -9,6 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use crate::model::{Endpoint, EndpointSlice, EndpointsMap, NamespacedName, ServicePortName};
 use crate::net::IpFamily;
@@ -25,6 +26,10 @@ pub struct EndpointsChangeTracker {
     /// Per service, per slice name: the new slice, or `None` for a deletion.
     pending: BTreeMap<NamespacedName, BTreeMap<String, Option<Arc<EndpointSlice>>>>,
     map: EndpointsMap,
+    /// When this tracker started: older trigger times are not this proxy's to measure.
+    started: SystemTime,
+    /// Per service with pending changes, the trigger times of the slice updates behind them.
+    trigger_times: BTreeMap<NamespacedName, Vec<SystemTime>>,
 }
 
 /// What a commit changed.
@@ -33,6 +38,9 @@ pub struct EndpointsCommit {
     pub updated: BTreeSet<NamespacedName>,
     /// Endpoints (`ip:port`) of UDP/SCTP service ports that went away, per service port.
     pub deleted_udp_endpoints: BTreeMap<ServicePortName, Vec<Endpoint>>,
+    /// The trigger times of the slice updates behind `updated` (kube-proxy's
+    /// `LastChangeTriggerTimes`), for the network-programming SLI.
+    pub trigger_times: Vec<SystemTime>,
 }
 
 impl EndpointsChangeTracker {
@@ -44,6 +52,8 @@ impl EndpointsChangeTracker {
             applied: BTreeMap::new(),
             pending: BTreeMap::new(),
             map: EndpointsMap::new(),
+            started: SystemTime::now(),
+            trigger_times: BTreeMap::new(),
         }
     }
 
@@ -56,7 +66,13 @@ impl EndpointsChangeTracker {
         if !slice.proxy_labels.selected_by(self.service_proxy_name.as_deref()) {
             return self.delete(slice);
         }
-        self.set_pending(slice, Some(slice.clone()));
+        if self.set_pending(slice, Some(slice.clone())) {
+            // kube-proxy records a slice's trigger time only when the update changed
+            // something, and only if it is newer than the tracker itself.
+            if let Some(t) = slice.trigger_time.filter(|t| *t > self.started) {
+                self.trigger_times.entry(slice.service.clone()).or_default().push(t);
+            }
+        }
     }
 
     pub fn delete(&mut self, slice: &EndpointSlice) {
@@ -65,20 +81,28 @@ impl EndpointsChangeTracker {
         }
     }
 
-    fn set_pending(&mut self, slice: &EndpointSlice, new: Option<Arc<EndpointSlice>>) {
+    /// Whether the pending state changed.
+    fn set_pending(&mut self, slice: &EndpointSlice, new: Option<Arc<EndpointSlice>>) -> bool {
         let name = &slice.id.name;
         let current = match self.pending.get(&slice.service).and_then(|p| p.get(name)) {
             Some(p) => p.clone(),
             None => self.applied.get(&slice.service).and_then(|a| a.get(name)).cloned(),
         };
         if current.as_deref() == new.as_deref() {
-            return;
+            return false;
         }
         self.pending.entry(slice.service.clone()).or_default().insert(name.clone(), new);
+        true
     }
 
     pub fn pending(&self) -> usize {
         self.pending.len()
+    }
+
+    /// Moves the tracker's start back (tests stamp changes in the past).
+    #[cfg(test)]
+    pub fn set_started_for_test(&mut self, at: SystemTime) {
+        self.started = at;
     }
 
     pub fn map(&self) -> &EndpointsMap {
@@ -87,6 +111,7 @@ impl EndpointsChangeTracker {
 
     pub fn commit(&mut self) -> EndpointsCommit {
         let mut out = EndpointsCommit::default();
+        let mut trigger_times = std::mem::take(&mut self.trigger_times);
         for (service, changes) in std::mem::take(&mut self.pending) {
             let previous = self.endpoints_of(&service);
             let slices = self.applied.entry(service.clone()).or_default();
@@ -108,6 +133,7 @@ impl EndpointsChangeTracker {
                 self.map.remove(name);
             }
             self.map.extend(current);
+            out.trigger_times.extend(trigger_times.remove(&service).unwrap_or_default());
             out.updated.insert(service);
         }
         out

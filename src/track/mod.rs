@@ -39,6 +39,8 @@ pub struct Changes {
     pub services: BTreeSet<NamespacedName>,
     pub deleted_udp_cluster_ips: BTreeSet<IpAddr>,
     pub deleted_udp_endpoints: BTreeMap<ServicePortName, Vec<Endpoint>>,
+    /// Trigger times of the endpoint changes committed (network-programming SLI).
+    pub trigger_times: Vec<std::time::SystemTime>,
 }
 
 impl Changes {
@@ -72,6 +74,7 @@ impl FamilyTracker {
             services: s.updated.union(&e.updated).cloned().collect(),
             deleted_udp_cluster_ips: s.deleted_udp_cluster_ips,
             deleted_udp_endpoints: e.deleted_udp_endpoints,
+            trigger_times: e.trigger_times,
         }
     }
 

@@ -45,6 +45,7 @@ fn slice(name: &str, svc: &str, eps: Vec<SliceEndpoint>) -> Arc<EndpointSlice> {
         ports: vec![SlicePort { name: "http".into(), port: 8080, protocol: Protocol::Tcp }],
         endpoints: eps,
         proxy_labels: ProxyLabels::default(),
+        trigger_time: None,
     })
 }
 

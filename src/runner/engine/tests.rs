@@ -322,3 +322,38 @@ fn full_syncs_re_assert_route_localnet_and_partial_ones_leave_sysctls_alone() {
     assert_eq!(std::fs::read_to_string(&f).unwrap(), "1", "the next full sync repairs it");
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// kube-proxy's network-programming SLI: a slice change stamped 40 s ago by the
+/// EndpointSlice controller is observed at 40 s or more once programmed; one stamped before
+/// the proxy started is not this proxy's to measure.
+#[test]
+fn network_programming_latency_is_measured_from_the_slices_trigger_time() {
+    let mut l = Loop::new();
+    let base = std::time::Instant::now();
+    l.shared.schedule.lock().unwrap().set_ready(base);
+    l.wake();
+    let count = |l: &Loop| l.metric("kubeproxy_network_programming_duration_seconds_count");
+    assert_eq!(count(&l), 0, "the initial lists carry no stamps");
+    let forty_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(40);
+    // The tracker started before the stamp (it is 40 s old only for this test's clock).
+    let mut web = slice(&demo_state(), "shop", "web");
+    web.endpoints.remove(0);
+    web.trigger_time = Some(forty_ago);
+    let before_start = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1);
+    let mut db = slice(&demo_state(), "shop", "web");
+    db.id.name = "web-other".into();
+    db.endpoints.clear();
+    db.trigger_time = Some(before_start);
+    for t in &mut l.engine.trackers.families {
+        t.endpoints.set_started_for_test(forty_ago - std::time::Duration::from_secs(1));
+    }
+    l.engine.apply(&[Event::SliceApplied(Arc::new(web)), Event::SliceApplied(Arc::new(db))]);
+    l.shared.schedule.lock().unwrap().changed(base + std::time::Duration::from_secs(1));
+    l.wake();
+    assert_eq!(count(&l), 1, "one stamped change, the one older than the proxy skipped");
+    let text = l.shared.metrics.encode();
+    let under_40 = text.lines().find(|s| s.starts_with("kubeproxy_network_programming_duration_seconds_bucket{le=\"39.0\"}")).unwrap();
+    let at_45 = text.lines().find(|s| s.starts_with("kubeproxy_network_programming_duration_seconds_bucket{le=\"45.0\"}")).unwrap();
+    assert!(under_40.ends_with(" 0") && at_45.ends_with(" 1"), "observed at 40 s or more: {under_40} / {at_45}");
+    assert_eq!(l.metric("svcproxy_change_to_sync_duration_seconds_count"), 2, "svcproxy's own figure, per sync");
+}
