@@ -51,9 +51,10 @@ fn fingerprint(path: &Path) -> Fingerprint {
 /// `derive`: compute EndpointSlices from Pods and v1/Endpoints on every read, as
 /// `--derive-endpoints` does elsewhere (always for Services with no slices).
 ///
-/// A changed file is read once it has stayed the same for one interval, and the read is
-/// kept only if the file did not change while it was read: a file being written in place
-/// (`kubectl get … > dump.yaml` truncates it first) is never taken for an empty cluster.
+/// A changed file is read once it has stayed the same for one interval and is not empty,
+/// and the read is kept only if the file did not change while it was read: a file being
+/// written in place (`kubectl get … > dump.yaml` truncates it first) is never taken for an
+/// empty cluster.
 pub async fn watch_files(path: PathBuf, interval: Duration, initial: ClusterState, derive: bool, tx: mpsc::Sender<SourceMsg>) {
     let mut read_at = fingerprint(&path);
     let mut previous_poll = read_at.clone();
@@ -64,7 +65,10 @@ pub async fn watch_files(path: PathBuf, interval: Duration, initial: ClusterStat
     loop {
         tokio::time::sleep(interval).await;
         let now = fingerprint(&path);
-        let settled = now == previous_poll;
+        // An empty file is one being rewritten (truncated, not yet written), however long
+        // the writer takes: it is never read as a cluster with nothing in it. (To empty a
+        // cluster on purpose, write a comment or `---`.)
+        let settled = now == previous_poll && now.iter().all(|(_, len, _)| *len > 0);
         previous_poll = now.clone();
         if now == read_at || !settled {
             continue;
