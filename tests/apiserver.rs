@@ -194,6 +194,11 @@ fn the_config_files_kubeconfig_reaches_the_api_server_and_syncs() {
     assert!(nat(&kernel).contains("app/web:http"));
     assert!(server.request_count("authorization=Bearer node-token-123") >= 2, "the kubeconfig's credentials were sent");
     assert_eq!(server.request_count("authorization=-"), 0, "no request went without them");
+    // kube-proxy's shape: `kube-proxy/<version> (<os>/<arch>) kubernetes/<commit>`.
+    let agent = connect::user_agent();
+    assert!(agent.starts_with(&format!("svcproxy/{} (linux/", env!("CARGO_PKG_VERSION"))) && agent.contains(") "), "{agent}");
+    let total = server.requests.lock().unwrap().len();
+    assert_eq!(server.request_count(&format!("user-agent={agent}")), total, "every request says who calls");
     let _ = stop_tx.send(());
     rt.block_on(runner).unwrap();
     let _ = std::fs::remove_dir_all(&dir);

@@ -67,8 +67,28 @@ pub fn describe(conn: &ClientConnection, config: &kube::Config) -> String {
     format!("{} from {from}", config.cluster_url)
 }
 
-/// The API client: `config` with the connection's rate limit.
-pub fn client(conn: &ClientConnection, config: kube::Config) -> Result<kube::Client, ConnectError> {
+/// The User-Agent sent with every request, shaped like kube-proxy's
+/// (`kube-proxy/<version> (<os>/<arch>) kubernetes/<commit>`): `svcproxy/<version>
+/// (<os>/<arch>) <commit>`, the architecture in Go's names, the commit from
+/// `SVCPROXY_GIT_COMMIT` at build time or `unknown`.
+pub fn user_agent() -> String {
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "386",
+        "powerpc64" => "ppc64le",
+        other => other,
+    };
+    let commit = option_env!("SVCPROXY_GIT_COMMIT").filter(|c| !c.is_empty()).unwrap_or("unknown");
+    format!("svcproxy/{} ({}/{arch}) {commit}", env!("CARGO_PKG_VERSION"), std::env::consts::OS)
+}
+
+/// The API client: `config` with the connection's rate limit and [`user_agent`].
+pub fn client(conn: &ClientConnection, mut config: kube::Config) -> Result<kube::Client, ConnectError> {
+    if let Ok(value) = http::HeaderValue::from_str(&user_agent()) {
+        config.headers.retain(|(name, _)| name != http::header::USER_AGENT);
+        config.headers.push((http::header::USER_AGENT, value));
+    }
     let builder = kube::client::ClientBuilder::try_from(config).map_err(ConnectError::Client)?;
     Ok(builder.with_layer(&RateLimitLayer::new(conn.qps, conn.burst)).build())
 }

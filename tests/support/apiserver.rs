@@ -3,6 +3,7 @@
 //! newline-delimited `{"type": ADDED|MODIFIED|DELETED|BOOKMARK|ERROR, "object": …}`
 //! events; a resourceVersion older than the compaction point gets a `410 Gone` ERROR;
 //! watches can be dropped mid-stream. Label selectors `key`, `!key`, `key=value` work.
+//! Objects are served as given, so a field can have the wrong type ([`ApiServer::apply_with`]).
 
 #![allow(dead_code)]
 
@@ -104,6 +105,14 @@ impl ApiServer {
         self.change(kind, if exists { "MODIFIED" } else { "ADDED" }, object);
     }
 
+    /// [`apply`](Self::apply) with the field at JSON pointer `pointer` (e.g.
+    /// `/spec/ports/0/port`) set to `value` — served as is, like an object whose field has
+    /// the wrong type.
+    pub fn apply_with(&self, mut object: Value, pointer: &str, value: Value) {
+        *object.pointer_mut(pointer).unwrap_or_else(|| panic!("{pointer} is not in the object")) = value;
+        self.apply(object);
+    }
+
     pub fn delete(&self, object: Value) {
         let kind = kind_of(&object);
         self.change(kind, "DELETED", object);
@@ -184,9 +193,11 @@ async fn slices(State(s): State<ApiServer>, headers: HeaderMap, Query(q): Query<
 }
 
 async fn serve(s: ApiServer, kind: &'static str, api_version: &'static str, q: BTreeMap<String, String>, headers: &HeaderMap) -> Response {
-    // Each request as "KIND {query} authorization=VALUE" (the header as sent, or "-").
-    let auth = headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or("-");
-    s.requests.lock().unwrap().push(format!("{kind} {q:?} authorization={auth}"));
+    // Each request as "KIND {query} authorization=VALUE user-agent=VALUE" (the headers as
+    // sent, or "-").
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("-").to_string();
+    let (auth, agent) = (header("authorization"), header("user-agent"));
+    s.requests.lock().unwrap().push(format!("{kind} {q:?} authorization={auth} user-agent={agent}"));
     let selector = q.get("labelSelector").cloned();
     let fields = q.get("fieldSelector").cloned();
     if q.get("watch").map(String::as_str) != Some("true") {
