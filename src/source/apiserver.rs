@@ -3,23 +3,30 @@
 //! a `service.kubernetes.io/service-proxy-name` other than ours, are never seen), turned
 //! into the same events as the file source.
 //!
+//! Objects are read as raw JSON ([`DynamicObject`]) and decoded one by one, so an object
+//! that does not decode (a wrong-typed field) is skipped and reported — once per object
+//! version (namespace/name/resourceVersion) — while every other object keeps flowing,
+//! on watches and relists alike. A skipped update keeps the object's last good version.
+//!
 //! A (re)list — at start, after a dropped watch or a `410 Gone` — is applied as a
 //! difference: objects the new list lacks are deleted, the others re-applied (the trackers
-//! drop what did not change), so no rule vanishes during a relist. A malformed object is
-//! skipped and reported, never fatal. Ready is sent once both kinds have listed.
+//! drop what did not change), so no rule vanishes during a relist. Ready is sent once both
+//! kinds have listed. Errors are retried with client-go's reflector backoff ([`Backoff`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::discovery::v1 as discovery;
+use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::watcher::{self, Event as WEvent};
-use kube::runtime::WatchStreamExt;
 use kube::{Api, Client};
 use tokio::sync::mpsc;
 
 use super::convert;
+use super::error::FieldError;
 use super::watch::SourceMsg;
 use super::{LABEL_HEADLESS, LABEL_SERVICE_PROXY_NAME};
 use crate::model::{EndpointSlice, NamespacedName, Service};
@@ -50,23 +57,31 @@ pub fn label_selector(proxy_name: Option<&str>) -> String {
 struct Known<T> {
     current: BTreeMap<NamespacedName, Arc<T>>,
     relist: Option<BTreeMap<NamespacedName, Arc<T>>>,
+    /// Objects whose latest version did not decode: the resourceVersion reported.
+    bad: BTreeMap<NamespacedName, String>,
+    /// Undecodable objects seen in the relist under way.
+    relist_bad: BTreeSet<NamespacedName>,
     listed: bool,
 }
 
 /// How one kind's objects become events.
 trait Kind: Sized {
-    type Kube: Clone + std::fmt::Debug + kube::Resource;
-    fn convert(obj: &Self::Kube) -> Result<Option<Self>, String>;
+    type Kube: serde::de::DeserializeOwned + kube::Resource<DynamicType = ()>;
+    const KIND: &'static str;
+    fn convert(obj: &Self::Kube) -> Result<Option<Self>, FieldError>;
     fn id(&self) -> NamespacedName;
     fn applied(obj: Arc<Self>) -> Event;
     fn deleted(obj: Arc<Self>) -> Event;
+    fn api_resource() -> ApiResource {
+        ApiResource::erase::<Self::Kube>(&())
+    }
 }
 
 impl Kind for Service {
     type Kube = core::Service;
-    fn convert(obj: &core::Service) -> Result<Option<Self>, String> {
-        let id = convert::object_id(&obj.metadata);
-        convert::service(obj).map(Some).map_err(|e| format!("Service {id}: field {}: {}", e.field, e.reason))
+    const KIND: &'static str = "Service";
+    fn convert(obj: &core::Service) -> Result<Option<Self>, FieldError> {
+        convert::service(obj).map(Some)
     }
     fn id(&self) -> NamespacedName {
         self.id.clone()
@@ -81,10 +96,10 @@ impl Kind for Service {
 
 impl Kind for EndpointSlice {
     type Kube = discovery::EndpointSlice;
-    fn convert(obj: &discovery::EndpointSlice) -> Result<Option<Self>, String> {
-        let id = convert::object_id(&obj.metadata);
+    const KIND: &'static str = "EndpointSlice";
+    fn convert(obj: &discovery::EndpointSlice) -> Result<Option<Self>, FieldError> {
         let mut skips = Vec::new();
-        convert::endpoint_slice(obj, &mut skips).map_err(|e| format!("EndpointSlice {id}: field {}: {}", e.field, e.reason))
+        convert::endpoint_slice(obj, &mut skips)
     }
     fn id(&self) -> NamespacedName {
         self.id.clone()
@@ -99,20 +114,69 @@ impl Kind for EndpointSlice {
 
 impl<T> Default for Known<T> {
     fn default() -> Self {
-        Known { current: BTreeMap::new(), relist: None, listed: false }
+        Known { current: BTreeMap::new(), relist: None, bad: BTreeMap::new(), relist_bad: BTreeSet::new(), listed: false }
     }
 }
 
+/// Why one raw object cannot be used: "KIND NAMESPACE/NAME (resourceVersion RV): field PATH: REASON".
+fn decode<T: Kind>(raw: &DynamicObject) -> Result<Option<T>, String> {
+    let id = convert::object_id(&raw.metadata);
+    let rv = raw.metadata.resource_version.as_deref().unwrap_or("");
+    let what = |field: &str, reason: &dyn std::fmt::Display| format!("{} {id} (resourceVersion {rv}): field {field}: {reason}", T::KIND);
+    let mut value = serde_json::to_value(raw).map_err(|e| what("", &e))?;
+    // List items carry no apiVersion/kind; the typed decoder accepts them either way.
+    if let Some(map) = value.as_object_mut() {
+        let ar = T::api_resource();
+        map.entry("apiVersion").or_insert_with(|| ar.api_version.clone().into());
+        map.entry("kind").or_insert_with(|| ar.kind.clone().into());
+    }
+    let typed: T::Kube = serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        what(&path, e.inner())
+    })?;
+    T::convert(&typed).map_err(|e| what(&e.field, &e.reason))
+}
+
 impl<T: Kind> Known<T> {
+    /// Decodes one raw object; an undecodable one is reported unless this version was.
+    fn decode(&mut self, raw: &DynamicObject, bad: &mut Vec<String>) -> Result<Option<Arc<T>>, NamespacedName> {
+        let id = convert::object_id(&raw.metadata);
+        match decode::<T>(raw) {
+            Ok(v) => {
+                self.bad.remove(&id);
+                Ok(v.map(Arc::new))
+            }
+            Err(e) => {
+                let rv = raw.metadata.resource_version.clone().unwrap_or_default();
+                if self.bad.get(&id) != Some(&rv) {
+                    bad.push(e);
+                    self.bad.insert(id.clone(), rv);
+                }
+                Err(id)
+            }
+        }
+    }
+
     /// Maps one watcher event to tracker events (and problems to report).
-    fn step(&mut self, ev: WEvent<T::Kube>, out: &mut Vec<Event>, bad: &mut Vec<String>) {
+    fn step(&mut self, ev: WEvent<DynamicObject>, out: &mut Vec<Event>, bad: &mut Vec<String>) {
         match ev {
-            WEvent::Init => self.relist = Some(BTreeMap::new()),
-            WEvent::InitApply(o) => {
-                if let Some(obj) = convert_or_report::<T>(&o, bad) {
+            WEvent::Init => {
+                self.relist = Some(BTreeMap::new());
+                self.relist_bad.clear();
+            }
+            WEvent::InitApply(o) => match self.decode(&o, bad) {
+                Ok(Some(obj)) => {
                     self.relist.get_or_insert_with(BTreeMap::new).insert(obj.id(), obj);
                 }
-            }
+                Ok(None) => {}
+                Err(id) => {
+                    // Kept at its last good version, as a skipped watch update is.
+                    if let Some(old) = self.current.get(&id) {
+                        self.relist.get_or_insert_with(BTreeMap::new).insert(id.clone(), old.clone());
+                    }
+                    self.relist_bad.insert(id);
+                }
+            },
             WEvent::InitDone => {
                 let fresh = self.relist.take().unwrap_or_default();
                 for (id, old) in &self.current {
@@ -122,16 +186,19 @@ impl<T: Kind> Known<T> {
                 }
                 out.extend(fresh.values().cloned().map(T::applied));
                 self.current = fresh;
+                let seen = std::mem::take(&mut self.relist_bad);
+                self.bad.retain(|id, _| seen.contains(id));
                 self.listed = true;
             }
             WEvent::Apply(o) => {
-                if let Some(obj) = convert_or_report::<T>(&o, bad) {
+                if let Ok(Some(obj)) = self.decode(&o, bad) {
                     self.current.insert(obj.id(), obj.clone());
                     out.push(T::applied(obj));
                 }
             }
             WEvent::Delete(o) => {
-                let id = convert::object_id(match_meta(&o));
+                let id = convert::object_id(&o.metadata);
+                self.bad.remove(&id);
                 if let Some(old) = self.current.remove(&id) {
                     out.push(T::deleted(old));
                 }
@@ -140,22 +207,75 @@ impl<T: Kind> Known<T> {
     }
 }
 
-fn match_meta<K: kube::Resource>(o: &K) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-    o.meta()
+/// client-go's reflector backoff (tools/cache/reflector.go: `NewExponentialBackoffManager(
+/// 800ms, 30s, 2min, 2.0, 1.0)`, used by `wait.BackoffUntil` around `ListAndWatch`): the
+/// wait before retrying after any error — a failed list or watch, and a `410 Gone` before
+/// its relist — starts at 0.8 s and doubles up to 30 s, each wait jittered up to twice its
+/// base; it starts over only after 2 minutes without a wait. Listing successfully does not
+/// reset it (kube-rs's default backoff does, so a failing list was retried every second).
+/// A watch the server or network closes is re-established at once, without waiting.
+#[derive(Debug, Default)]
+pub struct Backoff {
+    next: Duration,
+    last: Option<Instant>,
 }
 
-fn convert_or_report<T: Kind>(o: &T::Kube, bad: &mut Vec<String>) -> Option<Arc<T>> {
-    match T::convert(o) {
-        Ok(v) => v.map(Arc::new),
-        Err(e) => {
-            bad.push(e);
-            None
+impl Backoff {
+    pub const INITIAL: Duration = Duration::from_millis(800);
+    pub const CAP: Duration = Duration::from_secs(30);
+    pub const RESET: Duration = Duration::from_secs(120);
+
+    /// The wait for an error at `now`; `jitter` in [0, 1) stretches it by up to its base.
+    pub fn wait(&mut self, now: Instant, jitter: f64) -> Duration {
+        if self.last.is_none_or(|last| now.saturating_duration_since(last) > Self::RESET) {
+            self.next = Self::INITIAL;
         }
+        self.last = Some(now);
+        let base = self.next;
+        self.next = (base * 2).min(Self::CAP);
+        base.mul_f64(1.0 + jitter.clamp(0.0, 1.0))
     }
 }
 
+/// A number in [0, 1) from the standard library's random hash keys.
+fn jitter() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let bits = std::collections::hash_map::RandomState::new().build_hasher().finish();
+    (bits >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// An error for the log: its first line, at most 300 characters (a decode error can quote a
+/// whole response body).
+fn short(e: &dyn std::fmt::Display) -> String {
+    let text = e.to_string();
+    let first = text.lines().next().unwrap_or("");
+    match first.char_indices().nth(300) {
+        Some((at, _)) => format!("{}…", &first[..at]),
+        None => first.to_string(),
+    }
+}
+
+/// `stream`'s events, errors logged and retried after [`Backoff`]'s wait.
+fn backed_off<T: Send + 'static>(
+    stream: impl futures::Stream<Item = Result<T, watcher::Error>> + Send + 'static,
+    what: &'static str,
+) -> impl futures::Stream<Item = T> + Send {
+    futures::stream::unfold((Box::pin(stream), Backoff::default()), move |(mut stream, mut backoff)| async move {
+        loop {
+            match stream.next().await? {
+                Ok(ev) => return Some((ev, (stream, backoff))),
+                Err(e) => {
+                    let wait = backoff.wait(Instant::now(), jitter());
+                    tracing::warn!(kind = what, error = %short(&e), retry_in = ?wait, "watch failed; retrying");
+                    tokio::time::sleep(wait).await;
+                }
+            }
+        }
+    })
+}
+
 /// Follows the API server until the receiver goes away. Watch errors (the server
-/// unreachable, a dropped connection, 410 Gone) are retried with kube-rs's backoff.
+/// unreachable, a dropped connection, 410 Gone) are retried after [`Backoff`]'s wait.
 pub async fn run(client: Client, proxy_name: Option<String>, tx: mpsc::Sender<SourceMsg>) {
     run_with_node(client, proxy_name, None, tx).await
 }
@@ -167,8 +287,9 @@ pub async fn run_with_node(client: Client, proxy_name: Option<String>, node_name
     }
     let selector = label_selector(proxy_name.as_deref());
     let cfg = watcher::Config::default().labels(&selector);
-    let services = watcher::watcher(Api::<core::Service>::all(client.clone()), cfg.clone()).default_backoff().map_ok(|e| Either::Service(Box::new(e)));
-    let slices = watcher::watcher(Api::<discovery::EndpointSlice>::all(client), cfg).default_backoff().map_ok(|e| Either::Slice(Box::new(e)));
+    let raw = |ar: ApiResource| Api::<DynamicObject>::all_with(client.clone(), &ar);
+    let services = backed_off(watcher::watcher(raw(Service::api_resource()), cfg.clone()), "Service").map(|e| Either::Service(Box::new(e)));
+    let slices = backed_off(watcher::watcher(raw(EndpointSlice::api_resource()), cfg), "EndpointSlice").map(|e| Either::Slice(Box::new(e)));
     let mut stream = std::pin::pin!(futures::stream::select(services, slices));
     let mut svc: Known<Service> = Known::default();
     let mut eps: Known<EndpointSlice> = Known::default();
@@ -176,12 +297,8 @@ pub async fn run_with_node(client: Client, proxy_name: Option<String>, node_name
     while let Some(item) = stream.next().await {
         let (mut out, mut bad) = (Vec::new(), Vec::new());
         match item {
-            Ok(Either::Service(ev)) => svc.step(*ev, &mut out, &mut bad),
-            Ok(Either::Slice(ev)) => eps.step(*ev, &mut out, &mut bad),
-            Err(e) => {
-                tracing::warn!(error = %e, "watch failed; retrying");
-                continue;
-            }
+            Either::Service(ev) => svc.step(*ev, &mut out, &mut bad),
+            Either::Slice(ev) => eps.step(*ev, &mut out, &mut bad),
         }
         if !bad.is_empty() && tx.send(SourceMsg::Malformed(bad)).await.is_err() {
             return;
@@ -201,23 +318,19 @@ pub async fn run_with_node(client: Client, proxy_name: Option<String>, node_name
 /// Follows this node: label (topology) and address changes, and its deletion.
 async fn watch_node(client: Client, name: String, tx: mpsc::Sender<SourceMsg>) {
     let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let stream = watcher::watcher(Api::<core::Node>::all(client), cfg).default_backoff();
+    let stream = backed_off(watcher::watcher(Api::<core::Node>::all(client), cfg), "Node");
     let mut stream = std::pin::pin!(stream);
     while let Some(item) = stream.next().await {
         let msg = match item {
-            Ok(WEvent::Apply(n)) | Ok(WEvent::InitApply(n)) => {
+            WEvent::Apply(n) | WEvent::InitApply(n) => {
                 let deleting = n.metadata.deletion_timestamp.is_some();
                 match convert::node(&n) {
                     Ok(node) => SourceMsg::Node { node: Some(node), deleting },
                     Err(e) => SourceMsg::Malformed(vec![format!("Node {name}: field {}: {}", e.field, e.reason)]),
                 }
             }
-            Ok(WEvent::Delete(_)) => SourceMsg::Node { node: None, deleting: true },
-            Ok(_) => continue,
-            Err(e) => {
-                tracing::warn!(error = %e, "node watch failed; retrying");
-                continue;
-            }
+            WEvent::Delete(_) => SourceMsg::Node { node: None, deleting: true },
+            _ => continue,
         };
         if tx.send(msg).await.is_err() {
             return;
@@ -226,6 +339,57 @@ async fn watch_node(client: Client, name: String, tx: mpsc::Sender<SourceMsg>) {
 }
 
 enum Either {
-    Service(Box<WEvent<core::Service>>),
-    Slice(Box<WEvent<discovery::EndpointSlice>>),
+    Service(Box<WEvent<DynamicObject>>),
+    Slice(Box<WEvent<DynamicObject>>),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_to_its_cap_and_starts_over_after_two_quiet_minutes() {
+        let mut b = Backoff::default();
+        let t0 = Instant::now();
+        let ms: Vec<u128> = (0..8).map(|i| b.wait(t0 + Duration::from_secs(i), 0.0).as_millis()).collect();
+        assert_eq!(ms, [800, 1600, 3200, 6400, 12800, 25600, 30000, 30000]);
+        assert_eq!(b.wait(t0 + Duration::from_secs(60), 0.999).as_millis(), 59970, "jitter stretches up to twice the base");
+        assert_eq!(b.wait(t0 + Duration::from_secs(181), 0.0), Backoff::INITIAL, "two minutes without a wait reset it");
+        assert!((0..100).map(|_| jitter()).all(|j| (0.0..1.0).contains(&j)));
+    }
+
+    fn raw(v: serde_json::Value) -> DynamicObject {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn svc(name: &str, rv: &str, port: serde_json::Value) -> DynamicObject {
+        raw(serde_json::json!({"metadata": {"name": name, "namespace": "app", "resourceVersion": rv},
+            "spec": {"type": "ClusterIP", "clusterIP": "10.0.0.1", "ports": [{"name": "http", "port": port, "protocol": "TCP"}]}}))
+    }
+
+    #[test]
+    fn an_undecodable_object_is_reported_once_per_version_and_keeps_its_last_good_version() {
+        let mut k: Known<Service> = Known::default();
+        let (mut out, mut bad) = (Vec::new(), Vec::new());
+        for ev in [WEvent::Init, WEvent::InitApply(svc("a", "1", 80.into())), WEvent::InitApply(svc("b", "2", "abc".into())), WEvent::InitDone] {
+            k.step(ev, &mut out, &mut bad);
+        }
+        assert_eq!(out.len(), 1);
+        assert_eq!(bad.len(), 1);
+        assert!(bad[0].contains("Service app/b (resourceVersion 2): field spec.ports[0].port: invalid type: string \"abc\", expected i32"), "{}", bad[0]);
+        // `a` turns bad: skipped, reported; its good version stays, through a relist too.
+        k.step(WEvent::Apply(svc("a", "3", "x".into())), &mut out, &mut bad);
+        assert_eq!((out.len(), bad.len()), (1, 2));
+        out.clear();
+        for ev in [WEvent::Init, WEvent::InitApply(svc("a", "3", "x".into())), WEvent::InitApply(svc("b", "2", "abc".into())), WEvent::InitDone] {
+            k.step(ev, &mut out, &mut bad);
+        }
+        assert_eq!(bad.len(), 2, "the same versions are not reported again");
+        assert!(out.iter().all(|e| matches!(e, Event::ServiceApplied(s) if s.id.name == "a")), "{out:?}");
+        // A new bad version is reported; a fixed one flows.
+        k.step(WEvent::Apply(svc("b", "4", "y".into())), &mut out, &mut bad);
+        k.step(WEvent::Apply(svc("b", "5", 81.into())), &mut out, &mut bad);
+        assert_eq!(bad.len(), 3);
+        assert!(matches!(out.last(), Some(Event::ServiceApplied(s)) if s.id.name == "b"));
+    }
 }
