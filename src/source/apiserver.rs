@@ -3,8 +3,8 @@
 //! a `service.kubernetes.io/service-proxy-name` other than ours, are never seen), turned
 //! into the same events as the file source.
 //!
-//! Objects are read as raw JSON ([`DynamicObject`]) and decoded one by one, so an object
-//! that does not decode (a wrong-typed field) is skipped and reported — once per object
+//! Objects are read as raw JSON ([`Raw`]) and decoded one by one, so an object that does
+//! not decode (a wrong-typed field, even in its metadata) is skipped and reported — once per object
 //! version (namespace/name/resourceVersion) — while every other object keeps flowing,
 //! on watches and relists alike. A skipped update keeps the object's last good version.
 //!
@@ -20,7 +20,8 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::discovery::v1 as discovery;
-use kube::api::{ApiResource, DynamicObject};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::ApiResource;
 use kube::runtime::watcher::{self, Event as WEvent};
 use kube::{Api, Client};
 use tokio::sync::mpsc;
@@ -31,6 +32,7 @@ use super::watch::SourceMsg;
 use super::{LABEL_HEADLESS, LABEL_SERVICE_PROXY_NAME};
 use crate::model::{EndpointSlice, NamespacedName, Service};
 use crate::track::Event;
+use serde_json::Value;
 
 /// Every API call svcproxy makes, as RBAC sees it: (API group, resource, verb). The
 /// ClusterRole in deploy/ must grant exactly these (tests/deploy.rs checks it).
@@ -50,6 +52,53 @@ pub fn label_selector(proxy_name: Option<&str>) -> String {
     match proxy_name {
         Some(name) => format!("{LABEL_SERVICE_PROXY_NAME}={name},!{LABEL_HEADLESS}"),
         None => format!("!{LABEL_SERVICE_PROXY_NAME},!{LABEL_HEADLESS}"),
+    }
+}
+
+/// One object as the server sent it: its JSON, and its metadata — or, when that does not
+/// decode either, the name, namespace and resourceVersion that do — so that no object can
+/// fail a whole list or watch.
+#[derive(Clone, Debug)]
+pub struct Raw {
+    metadata: ObjectMeta,
+    value: Value,
+}
+
+impl<'de> serde::Deserialize<'de> for Raw {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let value = Value::deserialize(d)?;
+        let m = &value["metadata"];
+        let metadata = ObjectMeta::deserialize(m).unwrap_or_else(|_| {
+            let text = |key: &str| m.get(key).and_then(Value::as_str).map(str::to_string);
+            ObjectMeta { name: text("name"), namespace: text("namespace"), resource_version: text("resourceVersion"), ..ObjectMeta::default() }
+        });
+        Ok(Raw { metadata, value })
+    }
+}
+
+impl kube::Resource for Raw {
+    type DynamicType = ApiResource;
+    type Scope = kube::core::DynamicResourceScope;
+    fn group(dt: &ApiResource) -> std::borrow::Cow<'_, str> {
+        dt.group.as_str().into()
+    }
+    fn version(dt: &ApiResource) -> std::borrow::Cow<'_, str> {
+        dt.version.as_str().into()
+    }
+    fn kind(dt: &ApiResource) -> std::borrow::Cow<'_, str> {
+        dt.kind.as_str().into()
+    }
+    fn api_version(dt: &ApiResource) -> std::borrow::Cow<'_, str> {
+        dt.api_version.as_str().into()
+    }
+    fn plural(dt: &ApiResource) -> std::borrow::Cow<'_, str> {
+        dt.plural.as_str().into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
     }
 }
 
@@ -119,11 +168,11 @@ impl<T> Default for Known<T> {
 }
 
 /// Why one raw object cannot be used: "KIND NAMESPACE/NAME (resourceVersion RV): field PATH: REASON".
-fn decode<T: Kind>(raw: &DynamicObject) -> Result<Option<T>, String> {
+fn decode<T: Kind>(raw: &Raw) -> Result<Option<T>, String> {
     let id = convert::object_id(&raw.metadata);
     let rv = raw.metadata.resource_version.as_deref().unwrap_or("");
     let what = |field: &str, reason: &dyn std::fmt::Display| format!("{} {id} (resourceVersion {rv}): field {field}: {reason}", T::KIND);
-    let mut value = serde_json::to_value(raw).map_err(|e| what("", &e))?;
+    let mut value = raw.value.clone();
     // List items carry no apiVersion/kind; the typed decoder accepts them either way.
     if let Some(map) = value.as_object_mut() {
         let ar = T::api_resource();
@@ -139,7 +188,7 @@ fn decode<T: Kind>(raw: &DynamicObject) -> Result<Option<T>, String> {
 
 impl<T: Kind> Known<T> {
     /// Decodes one raw object; an undecodable one is reported unless this version was.
-    fn decode(&mut self, raw: &DynamicObject, bad: &mut Vec<String>) -> Result<Option<Arc<T>>, NamespacedName> {
+    fn decode(&mut self, raw: &Raw, bad: &mut Vec<String>) -> Result<Option<Arc<T>>, NamespacedName> {
         let id = convert::object_id(&raw.metadata);
         match decode::<T>(raw) {
             Ok(v) => {
@@ -158,7 +207,7 @@ impl<T: Kind> Known<T> {
     }
 
     /// Maps one watcher event to tracker events (and problems to report).
-    fn step(&mut self, ev: WEvent<DynamicObject>, out: &mut Vec<Event>, bad: &mut Vec<String>) {
+    fn step(&mut self, ev: WEvent<Raw>, out: &mut Vec<Event>, bad: &mut Vec<String>) {
         match ev {
             WEvent::Init => {
                 self.relist = Some(BTreeMap::new());
@@ -287,7 +336,7 @@ pub async fn run_with_node(client: Client, proxy_name: Option<String>, node_name
     }
     let selector = label_selector(proxy_name.as_deref());
     let cfg = watcher::Config::default().labels(&selector);
-    let raw = |ar: ApiResource| Api::<DynamicObject>::all_with(client.clone(), &ar);
+    let raw = |ar: ApiResource| Api::<Raw>::all_with(client.clone(), &ar);
     let services = backed_off(watcher::watcher(raw(Service::api_resource()), cfg.clone()), "Service").map(|e| Either::Service(Box::new(e)));
     let slices = backed_off(watcher::watcher(raw(EndpointSlice::api_resource()), cfg), "EndpointSlice").map(|e| Either::Slice(Box::new(e)));
     let mut stream = std::pin::pin!(futures::stream::select(services, slices));
@@ -339,8 +388,8 @@ async fn watch_node(client: Client, name: String, tx: mpsc::Sender<SourceMsg>) {
 }
 
 enum Either {
-    Service(Box<WEvent<DynamicObject>>),
-    Slice(Box<WEvent<DynamicObject>>),
+    Service(Box<WEvent<Raw>>),
+    Slice(Box<WEvent<Raw>>),
 }
 
 #[cfg(test)]
@@ -358,11 +407,11 @@ mod tests {
         assert!((0..100).map(|_| jitter()).all(|j| (0.0..1.0).contains(&j)));
     }
 
-    fn raw(v: serde_json::Value) -> DynamicObject {
+    fn raw(v: Value) -> Raw {
         serde_json::from_value(v).unwrap()
     }
 
-    fn svc(name: &str, rv: &str, port: serde_json::Value) -> DynamicObject {
+    fn svc(name: &str, rv: &str, port: serde_json::Value) -> Raw {
         raw(serde_json::json!({"metadata": {"name": name, "namespace": "app", "resourceVersion": rv},
             "spec": {"type": "ClusterIP", "clusterIP": "10.0.0.1", "ports": [{"name": "http", "port": port, "protocol": "TCP"}]}}))
     }
@@ -391,5 +440,9 @@ mod tests {
         k.step(WEvent::Apply(svc("b", "5", 81.into())), &mut out, &mut bad);
         assert_eq!(bad.len(), 3);
         assert!(matches!(out.last(), Some(Event::ServiceApplied(s)) if s.id.name == "b"));
+        // Wrong-typed metadata: still named, skipped alone.
+        let labels = raw(serde_json::json!({"metadata": {"name": "c", "namespace": "app", "resourceVersion": "6", "labels": 5}}));
+        k.step(WEvent::Apply(labels), &mut out, &mut bad);
+        assert!(bad[3].starts_with("Service app/c (resourceVersion 6): field metadata.labels: invalid type"), "{}", bad[3]);
     }
 }
