@@ -328,9 +328,9 @@ fn wrong_typed_objects_on_watches_and_relists_are_skipped_and_counted_once_while
 
 /// Change → rules latency, printed (not asserted): a plain watch event, and a change made
 /// during a `410 Gone` gap (history compacted, watches dropped), which only a relist brings.
-/// `cargo test --test apiserver -- --ignored --nocapture latency`
+/// Every change arrives (bounded waits); the latencies are printed, never asserted:
+/// `cargo test --test apiserver -- --nocapture latency`
 #[test]
-#[ignore]
 fn latency_of_a_plain_change_and_of_a_change_in_a_410_gap() {
     let rt = runtime();
     let server = rt.block_on(ApiServer::start());
@@ -362,8 +362,8 @@ fn latency_of_a_plain_change_and_of_a_change_in_a_410_gap() {
     };
     // Plain changes first; then 410 gaps back to back (client-go's backoff grows across
     // them, starting over after 2 quiet minutes).
-    let plain: Vec<Duration> = (0..6).map(|round| measure(2 + round, false)).collect();
-    let gap: Vec<Duration> = (0..4).map(|round| measure(8 + round, true)).collect();
+    let plain: Vec<Duration> = (0..4).map(|round| measure(2 + round, false)).collect();
+    let gap: Vec<Duration> = (0..2).map(|round| measure(6 + round, true)).collect();
     let ms = |v: &[Duration]| v.iter().map(|d| format!("{:.0}", d.as_secs_f64() * 1000.0)).collect::<Vec<_>>().join(" ");
     eprintln!("plain change → rules (ms): {}", ms(&plain));
     eprintln!("change in a 410 gap → rules (ms): {}", ms(&gap));
