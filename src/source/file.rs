@@ -1,9 +1,15 @@
-//! Cluster state from files: a file, a directory of files (`*.yaml`, `*.yml`, `*.json`,
-//! read in name order), or `-` for stdin. YAML may hold several documents; a document may
-//! be a plain object or a `kind: List` (what `kubectl get … -o yaml` prints).
+//! Cluster state from files: a file, a directory tree of files (`*.yaml`, `*.yml`,
+//! `*.json`, read recursively in path order, as a support bundle or `kubectl cluster-info
+//! dump --output-directory` lays them out), or `-` for stdin. A file holds YAML documents
+//! (`---`-separated; JSON documents among them are YAML too) or a stream of JSON values
+//! (what `jq '.items[]'` and `kubectl cluster-info dump` write). A document may be a plain
+//! object, a `kind: List` (what `kubectl get … -o yaml` prints) or a typed list
+//! (`ServiceList`, …: what the API server returns), whose items may omit apiVersion and
+//! kind.
 //!
 //! Reading is all-or-nothing: the first bad object fails the whole read with an error
-//! naming the file, the line its document starts on, the object and the field.
+//! naming the file, the line its object starts on (its document's, where the parser
+//! cannot tell), the list item, the object and the field.
 
 // A SourceError names the file, line, object and field; it is returned once per run (or
 // per skipped object in watch mode), so its size does not matter on the happy path.
@@ -48,46 +54,116 @@ pub struct Note {
 
 impl std::fmt::Display for Note {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}: {}", self.path.display(), self.line, self.text)
+        match self.line {
+            // About a file or directory as a whole.
+            0 => write!(f, "{}: {}", self.path.display(), self.text),
+            line => write!(f, "{}:{line}: {}", self.path.display(), self.text),
+        }
     }
 }
 
 /// Reads `path` (file, directory or `-`).
 pub fn read_path(path: &Path) -> Result<ClusterState, SourceError> {
     let mut state = ClusterState::default();
-    for file in input_files(path)? {
+    let (files, note) = input_files(path)?;
+    state.notes.extend(note);
+    for file in files {
         let text = read_text(&file)?;
         read_str(&file, &text, &mut state)?;
     }
     Ok(state)
 }
 
-fn input_files(path: &Path) -> Result<Vec<PathBuf>, SourceError> {
+/// The files `path` names: itself, or every `*.yaml`, `*.yml` and `*.json` file in the
+/// directory tree under it (depth first, each directory's entries in name order), with a
+/// note saying how many were read and which were skipped and why.
+fn input_files(path: &Path) -> Result<(Vec<PathBuf>, Option<Note>), SourceError> {
     if path == Path::new("-") || !path.is_dir() {
-        return Ok(vec![path.to_path_buf()]);
+        return Ok((vec![path.to_path_buf()], None));
     }
-    let io = |error| SourceError::Io { path: path.to_path_buf(), error };
     let mut files = Vec::new();
-    for entry in std::fs::read_dir(path).map_err(io)? {
-        let p = entry.map_err(io)?.path();
+    let mut skipped = Vec::new();
+    walk(path, &mut files, &mut skipped)?;
+    let mut text = format!(
+        "read {} file(s) (*.yaml, *.yml, *.json in this directory and every subdirectory, in path order)",
+        files.len()
+    );
+    if !skipped.is_empty() {
+        const SHOWN: usize = 10;
+        let list: Vec<String> = skipped
+            .iter()
+            .take(SHOWN)
+            .map(|(p, why): &(PathBuf, &str)| format!("{} ({why})", p.strip_prefix(path).unwrap_or(p).display()))
+            .collect();
+        let more = if skipped.len() > SHOWN { format!(" and {} more", skipped.len() - SHOWN) } else { String::new() };
+        text.push_str(&format!("; skipped {}: {}{more}", skipped.len(), list.join(", ")));
+    }
+    Ok((files, Some(Note { path: path.to_path_buf(), line: 0, text })))
+}
+
+fn walk(dir: &Path, files: &mut Vec<PathBuf>, skipped: &mut Vec<(PathBuf, &'static str)>) -> Result<(), SourceError> {
+    let io = |error| SourceError::Io { path: dir.to_path_buf(), error };
+    let mut entries = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(io)? {
+        let entry = entry.map_err(io)?;
+        entries.push((entry.path(), entry.file_type().map_err(io)?));
+    }
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    for (p, ty) in entries {
+        let hidden = p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.'));
         let ext = p.extension().and_then(|e| e.to_str()).unwrap_or("");
-        if p.is_file() && matches!(ext, "yaml" | "yml" | "json") {
+        if ty.is_dir() {
+            if hidden {
+                skipped.push((p, "hidden directory"));
+            } else {
+                walk(&p, files, skipped)?;
+            }
+        } else if ty.is_symlink() && p.is_dir() {
+            skipped.push((p, "link to a directory, not followed"));
+        } else if !p.is_file() {
+            skipped.push((p, "not a regular file"));
+        } else if matches!(ext, "yaml" | "yml" | "json") {
             files.push(p);
+        } else {
+            skipped.push((p, "not .yaml, .yml or .json"));
         }
     }
-    files.sort();
-    Ok(files)
+    Ok(())
 }
 
 fn read_text(path: &Path) -> Result<String, SourceError> {
     let io = |error| SourceError::Io { path: path.to_path_buf(), error };
-    if path == Path::new("-") {
-        let mut s = String::new();
-        std::io::stdin().read_to_string(&mut s).map_err(io)?;
-        Ok(s)
+    let bytes = if path == Path::new("-") {
+        let mut b = Vec::new();
+        std::io::stdin().read_to_end(&mut b).map_err(io)?;
+        b
     } else {
-        std::fs::read_to_string(path).map_err(io)
+        std::fs::read(path).map_err(io)?
+    };
+    decode(path, bytes)
+}
+
+/// UTF-8 text (a UTF-8 byte-order mark is dropped); UTF-16 (what Windows PowerShell's `>`
+/// writes) is named as such rather than reported as invalid UTF-8.
+fn decode(path: &Path, mut bytes: Vec<u8>) -> Result<String, SourceError> {
+    let syntax = |message: String| SourceError::Syntax { path: path.to_path_buf(), message };
+    let bom16 = bytes.starts_with(&[0xFF, 0xFE]) || bytes.starts_with(&[0xFE, 0xFF]);
+    // Without a byte-order mark: ASCII text in UTF-16 has a zero in every other byte.
+    let nul16 = bytes.len() >= 2 && (bytes[0] == 0) != (bytes[1] == 0);
+    if bom16 || nul16 {
+        let what = if path == Path::new("-") { "the input" } else { "the file" };
+        return Err(syntax(format!(
+            "{what} is UTF-16; save it as UTF-8 (Windows PowerShell's `>` writes UTF-16: pipe to `Out-File -Encoding utf8 FILE` instead)"
+        )));
     }
+    if bytes.starts_with(&[0xEF, 0xBB, 0xBF]) {
+        bytes.drain(..3);
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        let at = e.utf8_error().valid_up_to();
+        let line = 1 + e.as_bytes()[..at].iter().filter(|&&b| b == b'\n').count();
+        syntax(format!("line {line}: not UTF-8 text (byte {at} is not valid UTF-8); save the file as UTF-8"))
+    })
 }
 
 /// Watch mode's reading: every object that can be read, and one error per file, document
@@ -96,13 +172,16 @@ pub fn read_path_lenient(path: &Path) -> (ClusterState, Vec<SourceError>) {
     let mut state = ClusterState::default();
     let mut errors = Vec::new();
     let files = match input_files(path) {
-        Ok(f) => f,
+        Ok((f, note)) => {
+            state.notes.extend(note);
+            f
+        }
         Err(e) => return (state, vec![e]),
     };
     for file in files {
         let read = read_text(&file).and_then(|text| {
-            each_document(&file, &text, |doc, line, value| {
-                let at = At { path: &file, line, doc };
+            each_document(&file, &text, |doc, line, value, item_lines| {
+                let at = At { path: &file, line, doc, item: None, item_lines: &item_lines, doc_line: line };
                 if let Err(e) = read_value(&at, value, &mut state) {
                     errors.push(e);
                 }
@@ -118,25 +197,26 @@ pub fn read_path_lenient(path: &Path) -> (ClusterState, Vec<SourceError>) {
 
 /// Parses one file's text into `state`. `path` is only used in messages.
 pub fn read_str(path: &Path, text: &str, state: &mut ClusterState) -> Result<(), SourceError> {
-    each_document(path, text, |doc, line, value| read_value(&At { path, line, doc }, value, state))
+    each_document(path, text, |doc, line, value, item_lines| {
+        read_value(&At { path, line, doc, item: None, item_lines: &item_lines, doc_line: line }, value, state)
+    })
 }
 
-/// Calls `f(document number, start line, document)` for each document of a file, one at
-/// a time: a document is read, handed over and dropped before the next is parsed, so a
-/// large multi-document dump is never held whole as a tree. JSON goes through serde_json
-/// (fast for large dumps); everything else through serde-saphyr. Stops at the first error
-/// (a syntax error, or one `f` returns).
+/// Calls `f(document number, start line, document, start line of each of its items)`
+/// for each document of a file, one at a time: a document is read, handed over and
+/// dropped before the next is parsed, so a large multi-document dump is never held whole
+/// as a tree. A file of JSON values (one, or a stream of them) goes through serde_json
+/// (fast for large dumps; item lines unknown); everything else, JSON documents between
+/// `---` lines included, through serde-saphyr. Stops at the first error (a syntax error,
+/// or one `f` returns).
 fn each_document(
     path: &Path,
     text: &str,
-    mut f: impl FnMut(usize, u64, Value) -> Result<(), SourceError>,
+    mut f: impl FnMut(usize, u64, Value, Vec<u64>) -> Result<(), SourceError>,
 ) -> Result<(), SourceError> {
-    if text.trim_start().starts_with('{') {
-        let value = serde_json::from_str::<Value>(text).map_err(|e| SourceError::Syntax {
-            path: path.to_path_buf(),
-            message: format!("line {}: malformed JSON: {e}", e.line()),
-        })?;
-        return f(1, 1, value);
+    // A line `---` cannot occur in JSON text: such a file is YAML documents.
+    if text.trim_start().starts_with('{') && !text.lines().any(|l| l.trim_end() == "---") {
+        return each_json_value(path, text, f);
     }
     // serde-saphyr's default budget suits config files; a cluster dump has one document
     // per object. Size limits scale with the input; alias and anchor limits (the
@@ -153,25 +233,202 @@ fn each_document(
     };
     let mut reader = text.as_bytes();
     let mut doc = 0;
-    for item in serde_saphyr::read_with_options::<_, serde_saphyr::Spanned<Value>>(&mut reader, options) {
+    for item in serde_saphyr::read_with_options::<_, serde_saphyr::Spanned<YamlDoc>>(&mut reader, options) {
         let spanned = item.map_err(|e| {
             let at = e.location().map(|l| format!("line {}: ", l.line())).unwrap_or_default();
             SourceError::Syntax { path: path.to_path_buf(), message: format!("{at}malformed YAML: {e}") }
         })?;
-        if spanned.value.is_null() {
+        if spanned.value.value.is_null() {
             continue;
         }
         doc += 1;
-        f(doc, spanned.referenced.line(), spanned.value)?;
+        f(doc, spanned.referenced.line(), spanned.value.value, spanned.value.item_lines)?;
     }
     Ok(())
 }
 
-/// Where a document is, for messages.
+/// [`each_document`] for a file of concatenated JSON values.
+fn each_json_value(
+    path: &Path,
+    text: &str,
+    mut f: impl FnMut(usize, u64, Value, Vec<u64>) -> Result<(), SourceError>,
+) -> Result<(), SourceError> {
+    let mut stream = serde_json::Deserializer::from_str(text).into_iter::<Value>();
+    let (mut counted, mut line) = (0, 1);
+    let mut doc = 0;
+    loop {
+        let rest = &text[stream.byte_offset()..];
+        let start = text.len() - rest.trim_start().len();
+        line += text.as_bytes()[counted..start].iter().filter(|&&b| b == b'\n').count() as u64;
+        counted = start;
+        match stream.next() {
+            None => return Ok(()),
+            Some(Err(e)) => {
+                return Err(SourceError::Syntax {
+                    path: path.to_path_buf(),
+                    message: format!("line {}: malformed JSON: {e}", e.line()),
+                })
+            }
+            Some(Ok(value)) => {
+                doc += 1;
+                f(doc, line, value, Vec::new())?;
+            }
+        }
+    }
+}
+
+/// A YAML document as a JSON value, with the start line of each element of its top-level
+/// `items` (a list's objects), which serde-saphyr can tell.
+struct YamlDoc {
+    value: Value,
+    item_lines: Vec<u64>,
+}
+
+impl<'de> serde::Deserialize<'de> for YamlDoc {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(YamlDocVisitor)
+    }
+}
+
+struct YamlDocVisitor;
+
+impl YamlDocVisitor {
+    fn plain(value: Value) -> YamlDoc {
+        YamlDoc { value, item_lines: Vec::new() }
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for YamlDocVisitor {
+    type Value = YamlDoc;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a YAML document")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<YamlDoc, A::Error> {
+        let mut out = serde_json::Map::new();
+        let mut item_lines = Vec::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let value = if key == "items" {
+                match map.next_value::<Items>()? {
+                    Items::Spanned(items) => {
+                        item_lines = items.iter().map(|i| i.referenced.line()).collect();
+                        Value::Array(items.into_iter().map(|i| i.value).collect())
+                    }
+                    Items::Other(v) => v,
+                }
+            } else {
+                map.next_value::<Value>()?
+            };
+            out.insert(key, value);
+        }
+        Ok(YamlDoc { value: Value::Object(out), item_lines })
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<YamlDoc, A::Error> {
+        use serde::Deserialize;
+        Value::deserialize(serde::de::value::SeqAccessDeserializer::new(seq)).map(Self::plain)
+    }
+
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<YamlDoc, D::Error> {
+        d.deserialize_any(self)
+    }
+
+    fn visit_none<E>(self) -> Result<YamlDoc, E> {
+        Ok(Self::plain(Value::Null))
+    }
+
+    fn visit_unit<E>(self) -> Result<YamlDoc, E> {
+        Ok(Self::plain(Value::Null))
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<YamlDoc, E> {
+        Ok(Self::plain(v.into()))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<YamlDoc, E> {
+        Ok(Self::plain(v.into()))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<YamlDoc, E> {
+        Ok(Self::plain(v.into()))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<YamlDoc, E> {
+        Ok(Self::plain(v.into()))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<YamlDoc, E> {
+        Ok(Self::plain(v.into()))
+    }
+}
+
+/// A document's `items`: a sequence keeps each element's place.
+enum Items {
+    Spanned(Vec<serde_saphyr::Spanned<Value>>),
+    Other(Value),
+}
+
+impl<'de> serde::Deserialize<'de> for Items {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Items;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a list")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Items, A::Error> {
+                let mut out = Vec::new();
+                while let Some(item) = seq.next_element()? {
+                    out.push(item);
+                }
+                Ok(Items::Spanned(out))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Items, A::Error> {
+                use serde::Deserialize;
+                Value::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(Items::Other)
+            }
+            fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Items, D::Error> {
+                d.deserialize_any(self)
+            }
+            fn visit_none<E>(self) -> Result<Items, E> {
+                Ok(Items::Other(Value::Null))
+            }
+            fn visit_unit<E>(self) -> Result<Items, E> {
+                Ok(Items::Other(Value::Null))
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<Items, E> {
+                Ok(Items::Other(v.into()))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Items, E> {
+                Ok(Items::Other(v.into()))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Items, E> {
+                Ok(Items::Other(v.into()))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<Items, E> {
+                Ok(Items::Other(v.into()))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Items, E> {
+                Ok(Items::Other(v.into()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Where a document (or an item of a list) is, for messages.
 struct At<'a> {
     path: &'a Path,
     line: u64,
     doc: usize,
+    /// The index of the list item being read.
+    item: Option<usize>,
+    /// The start line of each item of the document's list, where the parser knows them.
+    item_lines: &'a [u64],
+    /// The document's start line: where lint says an object was read (`line` is the
+    /// item's own, for messages).
+    doc_line: u64,
 }
 
 impl At<'_> {
@@ -179,7 +436,19 @@ impl At<'_> {
         SourceError::Document { path: self.path.to_path_buf(), line: self.line, doc: self.doc, message: message.into() }
     }
 
+    /// An error about the list item `object` (not yet known to be an object of a kind).
+    fn item_error(&self, object: &str, message: &str) -> SourceError {
+        match self.item {
+            Some(i) => self.doc_error(format!("items[{i}] ({object}): {message}")),
+            None => self.doc_error(message),
+        }
+    }
+
     fn field_error(&self, kind: &str, object: String, e: FieldError) -> SourceError {
+        let object = match self.item {
+            Some(i) => format!("{object} (items[{i}])"),
+            None => object,
+        };
         SourceError::Field {
             path: self.path.to_path_buf(),
             line: self.line,
@@ -195,24 +464,41 @@ impl At<'_> {
     }
 }
 
+/// The lists read: `kind: List` (items carry their own kind) and the typed lists, whose
+/// items' kind follows from the list's.
+const LIST_KINDS: &[&str] = &["List", "ServiceList", "EndpointSliceList", "NodeList", "PodList", "EndpointsList"];
+
 fn read_value(at: &At, value: Value, state: &mut ClusterState) -> Result<(), SourceError> {
-    let Value::Object(map) = &value else {
-        return Err(at.doc_error("expected a Kubernetes object (a mapping with apiVersion and kind)"));
+    let object = object_name(&value);
+    let Value::Object(mut map) = value else {
+        return Err(at.item_error(&object, "expected a Kubernetes object (a mapping with apiVersion and kind)"));
     };
     let kind = map.get("kind").and_then(Value::as_str).unwrap_or("").to_string();
     let api_version = map.get("apiVersion").and_then(Value::as_str).unwrap_or("").to_string();
-    let object = object_name(&value);
-    match (api_version.as_str(), kind.as_str()) {
-        (_, "List") | (_, "ServiceList") | (_, "EndpointSliceList") | (_, "NodeList") | (_, "PodList")
-        | (_, "EndpointsList") => {
-            let Some(items) = map.get("items").and_then(Value::as_array) else {
-                return Err(at.field_error(&kind, object, FieldError::new("items", "missing or not a list")));
-            };
-            for item in items.clone() {
-                read_value(at, item, state)?;
+    if LIST_KINDS.contains(&kind.as_str()) {
+        let Some(Value::Array(items)) = map.remove("items") else {
+            return Err(at.field_error(&kind, object, FieldError::new("items", "missing or not a list")));
+        };
+        // What the API server returns (and `kubectl get --raw`, `kubectl cluster-info dump`
+        // print): items without apiVersion and kind, which are the list's.
+        let item_kind = kind.strip_suffix("List").filter(|k| !k.is_empty());
+        for (i, mut item) in items.into_iter().enumerate() {
+            if let (Some(item_kind), Value::Object(m)) = (item_kind, &mut item) {
+                let missing = |m: &serde_json::Map<String, Value>, k: &str| m.get(k).and_then(Value::as_str).is_none_or(str::is_empty);
+                if missing(m, "kind") {
+                    m.insert("kind".into(), item_kind.into());
+                }
+                if missing(m, "apiVersion") && !api_version.is_empty() {
+                    m.insert("apiVersion".into(), api_version.as_str().into());
+                }
             }
-            Ok(())
+            let line = at.item_lines.get(i).copied().unwrap_or(at.line);
+            read_value(&At { line, item: Some(i), item_lines: &[], ..*at }, item, state)?;
         }
+        return Ok(());
+    }
+    let value = Value::Object(map);
+    match (api_version.as_str(), kind.as_str()) {
         (_, FIXTURE_KIND) => read_fixture(at, value, state),
         ("v1", "Service") => {
             let svc: core::Service = typed(at, &kind, &object, value)?;
@@ -259,7 +545,7 @@ fn read_value(at: &At, value: Value, state: &mut ClusterState) -> Result<(), Sou
             state.nodes.push(convert::node(&node).map_err(|e| at.field_error(&kind, object.clone(), e))?);
             Ok(())
         }
-        ("", _) | (_, "") => Err(at.doc_error("missing apiVersion or kind")),
+        ("", _) | (_, "") => Err(at.item_error(&object, "missing apiVersion or kind")),
         _ => {
             state.notes.push(at.note(format!("skipped {api_version}/{kind} {object}: not a kind svcproxy reads")));
             Ok(())
@@ -276,7 +562,7 @@ fn read_fixture(at: &At, value: Value, state: &mut ClusterState) -> Result<(), S
 }
 
 fn record_origin(at: &At, kind: &str, id: &crate::model::NamespacedName, state: &mut ClusterState) {
-    state.extra.origins.insert((kind.to_string(), id.clone()), (at.path.to_path_buf(), at.line));
+    state.extra.origins.insert((kind.to_string(), id.clone()), (at.path.to_path_buf(), at.doc_line));
 }
 
 fn note_skips(at: &At, kind: &str, object: &str, skips: Vec<Skip>, state: &mut ClusterState) {
@@ -367,5 +653,79 @@ mod tests {
     fn malformed_yaml_names_the_line() {
         let err = read("apiVersion: v1\nkind: Service\nmetadata: [\n").unwrap_err().to_string();
         assert!(err.starts_with("t.yaml: line "), "{err}");
+    }
+
+    #[test]
+    fn typed_list_items_take_the_lists_kind_and_errors_name_the_item_and_its_line() {
+        let list = "apiVersion: v1\nkind: ServiceList\nmetadata: {resourceVersion: \"7\"}\nitems:\n- metadata: {name: a, namespace: ns}\n  spec: {clusterIP: 10.0.0.1, ports: [{port: 80}]}\n";
+        let st = read(list).unwrap();
+        assert_eq!(st.services.len(), 1);
+        assert!(st.notes.is_empty(), "{:?}", st.notes);
+        let bad = format!("{list}- metadata: {{name: b, namespace: ns}}\n  spec:\n    ports: [{{port: eighty}}]\n");
+        let err = read(&bad).unwrap_err().to_string();
+        assert!(err.starts_with("t.yaml:7: Service ns/b (items[1]): field spec.ports[0].port:"), "{err}");
+        let slices = "apiVersion: discovery.k8s.io/v1\nkind: EndpointSliceList\nitems:\n- metadata: {name: a-1, namespace: ns, labels: {kubernetes.io/service-name: a}}\n  addressType: IPv4\n  endpoints: [{addresses: [10.1.0.1]}]\n  ports: [{name: \"\", port: 8080}]\n";
+        assert_eq!(read(slices).unwrap().slices.len(), 1);
+    }
+
+    #[test]
+    fn an_untyped_list_item_without_kind_is_named_by_index_and_object() {
+        let err = read("apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: x}\n- metadata: {name: cfg, namespace: ns}\n").unwrap_err().to_string();
+        assert_eq!(err, "t.yaml:7: document 1: items[1] (ns/cfg): missing apiVersion or kind");
+        let mut st = ClusterState::default();
+        let err = read_str(Path::new("t.json"), r#"{"apiVersion":"v1","kind":"List","items":[{"metadata":{"name":"q"}}]}"#, &mut st).unwrap_err();
+        assert_eq!(err.to_string(), "t.json:1: document 1: items[0] (q): missing apiVersion or kind");
+    }
+
+    #[test]
+    fn json_streams_and_json_documents_between_dashes_are_read() {
+        let obj = |n: u8| format!(r#"{{"apiVersion": "v1", "kind": "Service", "metadata": {{"name": "s{n}", "namespace": "ns"}}, "spec": {{"clusterIP": "10.0.0.{n}", "ports": [{{"port": 80}}]}}}}"#);
+        let mut st = ClusterState::default();
+        read_str(Path::new("t.json"), &format!("{}\n{}{}\n", obj(1), obj(2), obj(3)), &mut st).unwrap();
+        assert_eq!(st.services.len(), 3);
+        let mut st = ClusterState::default();
+        read_str(Path::new("t.yaml"), &format!("{}\n---\n{}\n", obj(1), obj(2)), &mut st).unwrap();
+        assert_eq!(st.services.len(), 2);
+        // A bad object in a stream is found at its own line.
+        let mut st = ClusterState::default();
+        let text = format!("{}\n\n{}\n", obj(1), obj(2).replace("10.0.0.2", "10.0.0.300"));
+        let err = read_str(Path::new("t.json"), &text, &mut st).unwrap_err().to_string();
+        assert!(err.starts_with("t.json:3: Service ns/s2: field spec.clusterIP"), "{err}");
+    }
+
+    #[test]
+    fn utf16_is_named_and_a_utf8_bom_is_dropped() {
+        let utf16: Vec<u8> = "\u{feff}apiVersion: v1\n".encode_utf16().flat_map(u16::to_le_bytes).collect();
+        let err = decode(Path::new("w.yaml"), utf16).unwrap_err().to_string();
+        assert!(err.starts_with("w.yaml: the file is UTF-16; save it as UTF-8"), "{err}");
+        let no_bom: Vec<u8> = "{}".encode_utf16().flat_map(u16::to_be_bytes).collect();
+        assert!(decode(Path::new("-"), no_bom).unwrap_err().to_string().contains("the input is UTF-16"));
+        assert_eq!(decode(Path::new("b.json"), b"\xEF\xBB\xBF{}".to_vec()).unwrap(), "{}");
+        let err = decode(Path::new("l.yaml"), b"a: 1\nb: \xFF\n".to_vec()).unwrap_err().to_string();
+        assert_eq!(err, "l.yaml: line 2: not UTF-8 text (byte 8 is not valid UTF-8); save the file as UTF-8");
+    }
+
+    #[test]
+    fn directories_are_read_recursively_in_path_order_with_a_note() {
+        let dir = std::env::temp_dir().join(format!("svcproxy-file-tree-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        for (p, text) in [
+            ("b/services.json", SVC.replace("web", "b")),
+            ("a/deep/svc.yaml", SVC.replace("web", "a")),
+            ("a/pods/p/logs.txt", "log".to_string()),
+            ("c.yml", SVC.replace("web", "c")),
+            (".git/x.yaml", SVC.to_string()),
+        ] {
+            std::fs::create_dir_all(dir.join(p).parent().unwrap()).unwrap();
+            std::fs::write(dir.join(p), text).unwrap();
+        }
+        let st = read_path(&dir).unwrap();
+        let names: Vec<_> = st.services.iter().map(|s| s.id.name.as_str()).collect();
+        assert_eq!(names, ["a", "b", "c"]);
+        assert_eq!(st.notes.len(), 1, "{:?}", st.notes);
+        let note = st.notes[0].to_string();
+        assert!(note.starts_with(&format!("{}: read 3 file(s)", dir.display())), "{note}");
+        assert!(note.ends_with("; skipped 2: .git (hidden directory), a/pods/p/logs.txt (not .yaml, .yml or .json)"), "{note}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
