@@ -355,3 +355,98 @@ fn an_os_error_is_said_once() {
     assert_eq!(o.status.code(), Some(2));
     assert_eq!(stderr(&o).matches("No such file or directory").count(), 1, "{}", stderr(&o));
 }
+
+/// Every input form of fixtures/inputs renders its pinned ruleset (golden/inputs; bless
+/// with SVCPROXY_BLESS=1 outside CI): typed lists whose items omit apiVersion and kind, a
+/// stream of JSON objects, JSON documents between `---` lines, a `kubectl cluster-info
+/// dump --output-directory` tree (lists in nested folders, endpoints derived from its
+/// Pods), and the JSON stream again on stdin.
+#[test]
+fn every_input_form_renders_its_golden() {
+    let dump_flags = ["--hostname-override", "node-a", "--ip-family", "ipv4", "--cluster-cidr", "10.244.0.0/16"];
+    let cases: [(&str, &str, &[&str]); 4] = [
+        ("typed-lists.yaml", "typed-lists.iptables", &[]),
+        ("json-stream.json", "json-stream.iptables", &[]),
+        ("json-documents.yaml", "json-documents.iptables", &[]),
+        ("cluster-info-dump", "cluster-info-dump.iptables", &dump_flags),
+    ];
+    for (input, golden, extra) in cases {
+        let from = format!("fixtures/inputs/{input}");
+        let o = run(&[&["render", "--from", &from][..], extra].concat());
+        assert_eq!(o.status.code(), Some(0), "{input}: {}", stderr(&o));
+        let path = repo().join("golden/inputs").join(golden);
+        if std::env::var("SVCPROXY_BLESS").is_ok_and(|v| v == "1") && std::env::var("CI").is_err() {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, &o.stdout).unwrap();
+        }
+        assert_eq!(stdout(&o), std::fs::read_to_string(&path).unwrap_or_default(), "{input}");
+        assert!(stdout(&o).contains(" -> 10.244."), "{input}: the services have endpoints");
+    }
+    let mut child = bin()
+        .args(["render", "--from", "-"])
+        .current_dir(repo())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let text = std::fs::read(repo().join("fixtures/inputs/json-stream.json")).unwrap();
+    child.stdin.take().unwrap().write_all(&text).unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(stdout(&o), std::fs::read_to_string(repo().join("golden/inputs/json-stream.iptables")).unwrap());
+}
+
+#[test]
+fn a_directory_is_read_recursively_and_says_what_it_read_and_skipped() {
+    let o = run(&["render", "--from", "fixtures/inputs/cluster-info-dump", "--hostname-override", "node-a", "--ip-family", "ipv4"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("note: fixtures/inputs/cluster-info-dump: read 4 file(s) (*.yaml, *.yml, *.json in this directory and every subdirectory, in path order); skipped 2: shop/pods/inventory-0/logs.txt (not .yaml, .yml or .json), shop/pods/inventory-1/logs.txt (not .yaml, .yml or .json)"),
+        "{e}"
+    );
+    assert!(e.contains("cluster-info-dump/shop/events.json:1: skipped v1/EventList"), "{e}");
+}
+
+#[test]
+fn a_bad_list_item_is_named_by_its_index_object_and_line() {
+    let p = temp_file(
+        "items.yaml",
+        "apiVersion: v1\nkind: ServiceList\nitems:\n- metadata: {name: ok, namespace: ns}\n  spec: {clusterIP: 10.0.0.1, ports: [{port: 80}]}\n- metadata: {name: web, namespace: shop}\n  spec: {clusterIP: 10.0.0.300, ports: [{port: 80}]}\n",
+    );
+    let o = run(&["render", "--from", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(e.contains("items.yaml:6: Service shop/web (items[1]): field spec.clusterIP: invalid IP address \"10.0.0.300\""), "{e}");
+    // JSON gives no line per item: the list's line, the index and the object.
+    let p = temp_file("items.json", r#"{"apiVersion": "v1", "kind": "List", "items": [{"metadata": {"name": "web", "namespace": "shop"}}]}"#);
+    let e = stderr(&run(&["render", "--from", p.to_str().unwrap()]));
+    assert!(e.contains("items.json:1: document 1: items[0] (shop/web): missing apiVersion or kind"), "{e}");
+}
+
+#[test]
+fn a_bad_object_in_a_json_stream_is_found_at_its_line() {
+    let good = r#"{"apiVersion": "v1", "kind": "Service", "metadata": {"name": "a", "namespace": "ns"}, "spec": {"clusterIP": "10.0.0.1", "ports": [{"port": 80}]}}"#;
+    let p = temp_file("stream.json", &format!("{good}\n{}\n", good.replace("\"a\"", "\"b\"").replace("10.0.0.1", "10.0.0.256")));
+    let o = run(&["render", "--from", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("stream.json:2: Service ns/b: field spec.clusterIP: invalid IP address"), "{}", stderr(&o));
+    let p = temp_file("stream-broken.json", &format!("{good}\n{{\"kind\": \n"));
+    let o = run(&["render", "--from", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("stream-broken.json: line 3: malformed JSON"), "{}", stderr(&o));
+}
+
+#[test]
+fn a_utf16_file_is_named_as_utf16_once() {
+    let text = "apiVersion: v1\nkind: Service\n";
+    let bytes: Vec<u8> = [0xFF, 0xFE].into_iter().chain(text.encode_utf16().flat_map(u16::to_le_bytes)).collect();
+    let p = temp_file("powershell.yaml", "");
+    std::fs::write(&p, bytes).unwrap();
+    let o = run(&["render", "--from", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(e.contains("powershell.yaml: the file is UTF-16; save it as UTF-8"), "{e}");
+    assert!(!e.contains("valid UTF-8"), "{e}");
+}

@@ -102,8 +102,9 @@ fn scenarios(dir: &Path, golden_dir: &Path) -> Vec<(PathBuf, Vec<PathBuf>)> {
     }
     for d in step_dirs(dir) {
         // gen: generator scripts; lint, derive: fixtures of tests/lint.rs; installers: kube-proxy
-        // invocations of tests/cli.rs. None is a golden scenario.
-        if d.ends_with("gen") || d.ends_with("lint") || d.ends_with("derive") || d.ends_with("installers") {
+        // invocations of tests/cli.rs; inputs: the input forms of tests/cli.rs (each file or
+        // folder one cluster state, not steps). None is a golden scenario.
+        if d.ends_with("gen") || d.ends_with("lint") || d.ends_with("derive") || d.ends_with("installers") || d.ends_with("inputs") {
             continue;
         }
         let bases = (1..=yaml_files(&d).len()).map(|i| golden_dir.join(stem(&d)).join(format!("{i:02}"))).collect();
