@@ -450,3 +450,27 @@ fn a_utf16_file_is_named_as_utf16_once() {
     assert!(e.contains("powershell.yaml: the file is UTF-16; save it as UTF-8"), "{e}");
     assert!(!e.contains("valid UTF-8"), "{e}");
 }
+
+/// The same object twice in one input: render says so (both places) and uses the later
+/// copy (its port is the one rendered, golden/inputs/duplicate-object.iptables); lint
+/// reports it once, about the object.
+#[test]
+fn an_object_read_twice_is_a_warning_in_render_and_a_lint_finding() {
+    let o = run(&["render", "--from", "fixtures/inputs/duplicate-object.yaml"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let path = repo().join("golden/inputs/duplicate-object.iptables");
+    if std::env::var("SVCPROXY_BLESS").is_ok_and(|v| v == "1") && std::env::var("CI").is_err() {
+        std::fs::write(&path, &o.stdout).unwrap();
+    }
+    assert_eq!(stdout(&o), std::fs::read_to_string(&path).unwrap_or_default());
+    assert!(stdout(&o).contains("\"pay/billing:http cluster IP\" -m tcp -p tcp -d 10.96.44.7 --dport 80 "), "the later copy's port");
+    let e = stderr(&o);
+    let warning = "note: fixtures/inputs/duplicate-object.yaml:44: warning: Service pay/billing is read twice: first at fixtures/inputs/duplicate-object.yaml:12, again at fixtures/inputs/duplicate-object.yaml:44; the later copy is used, the first is ignored";
+    assert!(e.contains(warning), "{e}");
+    let o = run(&["lint", "--from", "fixtures/inputs/duplicate-object.yaml", "--output", "json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", stdout(&o)));
+    let text = v.to_string();
+    assert_eq!(text.matches("is read twice").count(), 1, "said once: {text}");
+    assert!(text.contains("\"code\":\"SP090\""), "{text}");
+    assert!(text.contains("\"name\":\"billing\""), "the finding is about the object: {text}");
+}

@@ -13,8 +13,14 @@ use crate::net::IpFamily;
 /// SP060, SP061, SP090, SP091 and SP092.
 pub fn check(input: &Input) -> Vec<Finding> {
     let mut out = Vec::new();
-    for note in &input.state.notes {
+    // An object read twice is said once, naming the object (so the finding also carries
+    // where it was read) and both places.
+    let duplicates: Vec<_> = input.state.duplicates.iter().map(|d| (d, d.note())).collect();
+    for note in input.state.notes.iter().filter(|n| !duplicates.iter().any(|(_, dn)| dn == *n)) {
         out.push(Finding::new("SP090", Vec::new(), note.to_string()));
+    }
+    for (d, _) in &duplicates {
+        out.push(Finding::new("SP090", vec![ObjectId::new(d.kind, &d.id)], d.describe()));
     }
     for d in &input.derived.derived {
         let n: usize = d.slices.iter().map(|s| s.slice.endpoints.len()).sum();

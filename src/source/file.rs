@@ -15,6 +15,7 @@
 // per skipped object in watch mode), so its size does not matter on the happy path.
 #![allow(clippy::result_large_err)]
 
+use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -28,7 +29,7 @@ use super::convert_extra;
 use super::error::{FieldError, SourceError};
 use super::extra::Extra;
 use super::fixture::{FixtureDoc, FIXTURE_KIND};
-use crate::model::{EndpointSlice, Node, Service};
+use crate::model::{EndpointSlice, NamespacedName, Node, Service};
 
 /// Everything read from the inputs, in input order (a later object with the same
 /// identity replaces an earlier one when fed to the trackers).
@@ -42,6 +43,45 @@ pub struct ClusterState {
     pub notes: Vec<Note>,
     /// Pods, legacy Endpoints and what the endpoint controllers read of each Service.
     pub extra: Extra,
+    /// Objects read more than once (same kind, namespace and name); the later copy is used.
+    pub duplicates: Vec<Duplicate>,
+    /// Where each object was first read, to find duplicates.
+    seen: BTreeMap<(&'static str, NamespacedName), (PathBuf, u64)>,
+}
+
+/// The same object (kind, namespace and name) read twice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Duplicate {
+    pub kind: &'static str,
+    pub id: NamespacedName,
+    /// Where it was read before (`file`, line).
+    pub first: (PathBuf, u64),
+    /// Where it was read again: this copy is used.
+    pub again: (PathBuf, u64),
+}
+
+impl Duplicate {
+    /// `namespace/name`, or `name` for a cluster-scoped object.
+    pub fn object(&self) -> String {
+        if self.id.namespace.is_empty() { self.id.name.clone() } else { self.id.to_string() }
+    }
+
+    /// What happened, naming both places.
+    pub fn describe(&self) -> String {
+        let at = |(p, l): &(PathBuf, u64)| format!("{}:{l}", p.display());
+        format!(
+            "{} {} is read twice: first at {}, again at {}; the later copy is used, the first is ignored",
+            self.kind,
+            self.object(),
+            at(&self.first),
+            at(&self.again)
+        )
+    }
+
+    /// The warning render and sync print, at the later copy.
+    pub fn note(&self) -> Note {
+        Note { path: self.again.0.clone(), line: self.again.1, text: format!("warning: {}", self.describe()) }
+    }
 }
 
 /// Something read but not used, with where it came from.
@@ -503,6 +543,10 @@ fn read_value(at: &At, value: Value, state: &mut ClusterState) -> Result<(), Sou
         ("v1", "Service") => {
             let svc: core::Service = typed(at, &kind, &object, value)?;
             let model = convert::service(&svc).map_err(|e| at.field_error(&kind, object.clone(), e))?;
+            if once(at, "Service", &model.id, state) {
+                state.services.retain(|s| s.id != model.id);
+                state.extra.backends.retain(|b| b.id != model.id);
+            }
             record_origin(at, &kind, &model.id, state);
             match convert_extra::service_backend(&svc) {
                 Ok(b) => state.extra.backends.push(b),
@@ -517,6 +561,9 @@ fn read_value(at: &At, value: Value, state: &mut ClusterState) -> Result<(), Sou
         ("v1", "Pod") => {
             let pod: core::Pod = typed(at, &kind, &object, value)?;
             let pod = convert_extra::pod(&pod).map_err(|e| at.field_error(&kind, object.clone(), e))?;
+            if once(at, "Pod", &pod.id, state) {
+                state.extra.pods.retain(|p| p.id != pod.id);
+            }
             record_origin(at, &kind, &pod.id, state);
             state.extra.pods.push(pod);
             Ok(())
@@ -524,6 +571,9 @@ fn read_value(at: &At, value: Value, state: &mut ClusterState) -> Result<(), Sou
         ("v1", "Endpoints") => {
             let ep: core::Endpoints = typed(at, &kind, &object, value)?;
             let ep = convert_extra::endpoints(&ep).map_err(|e| at.field_error(&kind, object.clone(), e))?;
+            if once(at, "Endpoints", &ep.id, state) {
+                state.extra.endpoints.retain(|e| e.id != ep.id);
+            }
             record_origin(at, &kind, &ep.id, state);
             state.extra.endpoints.push(ep);
             Ok(())
@@ -531,6 +581,10 @@ fn read_value(at: &At, value: Value, state: &mut ClusterState) -> Result<(), Sou
         ("discovery.k8s.io/v1", "EndpointSlice") => {
             let slice: discovery::EndpointSlice = typed(at, &kind, &object, value)?;
             let refs = convert_extra::slice_refs(&slice);
+            if once(at, "EndpointSlice", &refs.slice, state) {
+                state.extra.slice_refs.retain(|r| r.slice != refs.slice);
+                state.slices.retain(|s| s.id != refs.slice);
+            }
             record_origin(at, &kind, &refs.slice, state);
             state.extra.slice_refs.push(refs);
             let mut skips = Vec::new();
@@ -542,7 +596,11 @@ fn read_value(at: &At, value: Value, state: &mut ClusterState) -> Result<(), Sou
         }
         ("v1", "Node") => {
             let node: core::Node = typed(at, &kind, &object, value)?;
-            state.nodes.push(convert::node(&node).map_err(|e| at.field_error(&kind, object.clone(), e))?);
+            let node = convert::node(&node).map_err(|e| at.field_error(&kind, object.clone(), e))?;
+            if once(at, "Node", &NamespacedName::new(String::new(), node.name.clone()), state) {
+                state.nodes.retain(|n| n.name != node.name);
+            }
+            state.nodes.push(node);
             Ok(())
         }
         ("", _) | (_, "") => Err(at.item_error(&object, "missing apiVersion or kind")),
@@ -559,6 +617,19 @@ fn read_fixture(at: &At, value: Value, state: &mut ClusterState) -> Result<(), S
     }
     state.fixture = Some(typed(at, FIXTURE_KIND, "", value)?);
     Ok(())
+}
+
+/// Records where an object is read; when it was read before, records the duplicate (with
+/// its warning) and returns true: the caller drops the earlier copy.
+fn once(at: &At, kind: &'static str, id: &NamespacedName, state: &mut ClusterState) -> bool {
+    let here = (at.path.to_path_buf(), at.line);
+    let Some(first) = state.seen.insert((kind, id.clone()), here.clone()) else {
+        return false;
+    };
+    let dup = Duplicate { kind, id: id.clone(), first, again: here };
+    state.notes.push(dup.note());
+    state.duplicates.push(dup);
+    true
 }
 
 fn record_origin(at: &At, kind: &str, id: &crate::model::NamespacedName, state: &mut ClusterState) {
@@ -727,5 +798,26 @@ mod tests {
         assert!(note.starts_with(&format!("{}: read 3 file(s)", dir.display())), "{note}");
         assert!(note.ends_with("; skipped 2: .git (hidden directory), a/pods/p/logs.txt (not .yaml, .yml or .json)"), "{note}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn an_object_read_twice_is_a_warning_naming_both_places_and_the_later_copy_is_used() {
+        let pod = |ip: &str| format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p, namespace: ns}}\nstatus: {{podIPs: [{{ip: {ip}}}]}}\n");
+        let node = "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\n";
+        let text = format!("{SVC}---\n{}---\n{}---\n{node}---\n{}---\n{node}", SVC.replace("10.0.0.1", "10.0.0.2"), pod("10.1.0.1"), pod("10.1.0.2"));
+        let st = read(&text).unwrap();
+        assert_eq!(st.services.len(), 1);
+        assert_eq!(st.services[0].cluster_ips, ["10.0.0.2".parse::<std::net::IpAddr>().unwrap()]);
+        assert_eq!(st.extra.backends.len(), 1);
+        assert_eq!(st.extra.pods.len(), 1);
+        assert_eq!(st.extra.pods[0].ips, ["10.1.0.2".parse::<std::net::IpAddr>().unwrap()]);
+        assert_eq!(st.nodes.len(), 1);
+        let notes: Vec<String> = st.notes.iter().map(ToString::to_string).collect();
+        assert_eq!(notes, [
+            "t.yaml:11: warning: Service ns/web is read twice: first at t.yaml:1, again at t.yaml:11; the later copy is used, the first is ignored",
+            "t.yaml:30: warning: Pod ns/p is read twice: first at t.yaml:21, again at t.yaml:30; the later copy is used, the first is ignored",
+            "t.yaml:35: warning: Node n1 is read twice: first at t.yaml:26, again at t.yaml:35; the later copy is used, the first is ignored",
+        ]);
+        assert_eq!(st.duplicates.len(), 3);
     }
 }
