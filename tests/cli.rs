@@ -474,3 +474,21 @@ fn an_object_read_twice_is_a_warning_in_render_and_a_lint_finding() {
     assert!(text.contains("\"code\":\"SP090\""), "{text}");
     assert!(text.contains("\"name\":\"billing\""), "the finding is about the object: {text}");
 }
+
+/// `kubectl cluster-info dump` written to stdout: JSON lists one after another, with each
+/// container's log between `==== START logs …` and `==== END logs …` lines (one of them
+/// holding a `---` line and a JSON object): the lists are read, the logs skipped with a
+/// note, and the endpoints derived from the Pods render (golden/inputs).
+#[test]
+fn cluster_info_dump_to_stdout_is_read_and_its_logs_skipped() {
+    let o = run(&["render", "--from", "fixtures/inputs/cluster-info-dump-stdout.json", "--hostname-override", "node-a", "--ip-family", "ipv4", "--cluster-cidr", "10.244.0.0/16"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let path = repo().join("golden/inputs/cluster-info-dump-stdout.iptables");
+    if std::env::var("SVCPROXY_BLESS").is_ok_and(|v| v == "1") && std::env::var("CI").is_err() {
+        std::fs::write(&path, &o.stdout).unwrap();
+    }
+    assert_eq!(stdout(&o), std::fs::read_to_string(&path).unwrap_or_default());
+    assert!(stdout(&o).contains("\"quotes/ticker:ws -> 10.244.1.80:8443\""), "{}", stdout(&o));
+    let e = stderr(&o);
+    assert!(e.contains("cluster-info-dump-stdout.json:47: skipped 1 container log(s)"), "{e}");
+}

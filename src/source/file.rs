@@ -228,8 +228,9 @@ pub fn read_path_lenient(path: &Path) -> (ClusterState, Vec<SourceError>) {
                 Ok(())
             })
         });
-        if let Err(e) = read {
-            errors.push(e);
+        match read {
+            Ok(note) => state.notes.extend(note),
+            Err(e) => errors.push(e),
         }
     }
     (state, errors)
@@ -237,15 +238,17 @@ pub fn read_path_lenient(path: &Path) -> (ClusterState, Vec<SourceError>) {
 
 /// Parses one file's text into `state`. `path` is only used in messages.
 pub fn read_str(path: &Path, text: &str, state: &mut ClusterState) -> Result<(), SourceError> {
-    each_document(path, text, |doc, line, value, item_lines| {
+    let skipped = each_document(path, text, |doc, line, value, item_lines| {
         read_value(&At { path, line, doc, item: None, item_lines: &item_lines, doc_line: line }, value, state)
-    })
+    })?;
+    state.notes.extend(skipped);
+    Ok(())
 }
 
 /// Calls `f(document number, start line, document, start line of each of its items)`
-/// for each document of a file, one at a time: a document is read, handed over and
-/// dropped before the next is parsed, so a large multi-document dump is never held whole
-/// as a tree. A file of JSON values (one, or a stream of them) goes through serde_json
+/// for each document of a file (returning a note of what was skipped between them), one
+/// at a time: a document is read, handed over and dropped before the next is parsed, so
+/// a large multi-document dump is never held whole as a tree. A file of JSON values (one, or a stream of them) goes through serde_json
 /// (fast for large dumps; item lines unknown); everything else, JSON documents between
 /// `---` lines included, through serde-saphyr. Stops at the first error (a syntax error,
 /// or one `f` returns).
@@ -253,9 +256,11 @@ fn each_document(
     path: &Path,
     text: &str,
     mut f: impl FnMut(usize, u64, Value, Vec<u64>) -> Result<(), SourceError>,
-) -> Result<(), SourceError> {
-    // A line `---` cannot occur in JSON text: such a file is YAML documents.
-    if text.trim_start().starts_with('{') && !text.lines().any(|l| l.trim_end() == "---") {
+) -> Result<Option<Note>, SourceError> {
+    // A line `---` cannot occur in JSON text: such a file is YAML documents (a container
+    // log in a `kubectl cluster-info dump` may hold one: only what comes before is looked at).
+    let before_logs = text.find("\n==== START logs for container ").map_or(text, |i| &text[..i]);
+    if text.trim_start().starts_with('{') && !before_logs.lines().any(|l| l.trim_end() == "---") {
         return each_json_value(path, text, f);
     }
     // serde-saphyr's default budget suits config files; a cluster dump has one document
@@ -284,37 +289,65 @@ fn each_document(
         doc += 1;
         f(doc, spanned.referenced.line(), spanned.value.value, spanned.value.item_lines)?;
     }
-    Ok(())
+    Ok(None)
 }
 
-/// [`each_document`] for a file of concatenated JSON values.
+/// [`each_document`] for a file of concatenated JSON values. Container logs between them
+/// (`kubectl cluster-info dump` to stdout writes each between `==== START logs for
+/// container …` and `==== END logs for container …` lines) are skipped; what was skipped
+/// comes back as a note.
 fn each_json_value(
     path: &Path,
     text: &str,
     mut f: impl FnMut(usize, u64, Value, Vec<u64>) -> Result<(), SourceError>,
-) -> Result<(), SourceError> {
-    let mut stream = serde_json::Deserializer::from_str(text).into_iter::<Value>();
-    let (mut counted, mut line) = (0, 1);
+) -> Result<Option<Note>, SourceError> {
+    const START: &str = "==== START logs for container ";
+    let (mut base, mut counted, mut line) = (0, 0, 1);
     let mut doc = 0;
-    loop {
-        let rest = &text[stream.byte_offset()..];
-        let start = text.len() - rest.trim_start().len();
-        line += text.as_bytes()[counted..start].iter().filter(|&&b| b == b'\n').count() as u64;
-        counted = start;
-        match stream.next() {
-            None => return Ok(()),
-            Some(Err(e)) => {
-                return Err(SourceError::Syntax {
-                    path: path.to_path_buf(),
-                    message: format!("line {}: malformed JSON: {e}", e.line()),
-                })
+    let mut logs: Option<(u64, usize)> = None;
+    'restart: loop {
+        let mut stream = serde_json::Deserializer::from_str(&text[base..]).into_iter::<Value>();
+        loop {
+            let rest = &text[base + stream.byte_offset()..];
+            let start = text.len() - rest.trim_start().len();
+            line += text.as_bytes()[counted..start].iter().filter(|&&b| b == b'\n').count() as u64;
+            counted = start;
+            if let Some(header) = text[start..].lines().next().filter(|l| l.starts_with(START)) {
+                // Through the matching END line (or the end of the text).
+                let end = header.replacen("==== START", "==== END", 1);
+                let after = text[start..].find(&format!("\n{end}")).map_or(text.len(), |i| {
+                    let from = start + i + 1;
+                    text[from..].find('\n').map_or(text.len(), |j| from + j + 1)
+                });
+                logs.get_or_insert((line, 0)).1 += 1;
+                base = after;
+                continue 'restart;
             }
-            Some(Ok(value)) => {
-                doc += 1;
-                f(doc, line, value, Vec::new())?;
+            match stream.next() {
+                None => break 'restart,
+                Some(Err(e)) => {
+                    return Err(SourceError::Syntax {
+                        path: path.to_path_buf(),
+                        message: format!("line {}: malformed JSON: {e}", line_in(text, base, e.line())),
+                    });
+                }
+                Some(Ok(value)) => {
+                    doc += 1;
+                    f(doc, line, value, Vec::new())?;
+                }
             }
         }
     }
+    Ok(logs.map(|(first, n)| Note {
+        path: path.to_path_buf(),
+        line: first,
+        text: format!("skipped {n} container log(s) (`==== START logs for container …` to `==== END logs …`, as `kubectl cluster-info dump` writes them)"),
+    }))
+}
+
+/// The file line of line `rel` (1-based) of the text from byte `base` on.
+fn line_in(text: &str, base: usize, rel: usize) -> u64 {
+    (text.as_bytes()[..base].iter().filter(|&&b| b == b'\n').count() + rel.max(1)) as u64
 }
 
 /// A YAML document as a JSON value, with the start line of each element of its top-level
@@ -819,5 +852,25 @@ mod tests {
             "t.yaml:35: warning: Node n1 is read twice: first at t.yaml:26, again at t.yaml:35; the later copy is used, the first is ignored",
         ]);
         assert_eq!(st.duplicates.len(), 3);
+    }
+
+    #[test]
+    fn container_logs_between_json_values_are_skipped_with_a_note() {
+        let svc = |n: u8| format!(r#"{{"apiVersion": "v1", "kind": "Service", "metadata": {{"name": "s{n}", "namespace": "ns"}}, "spec": {{"clusterIP": "10.0.0.{n}", "ports": [{{"port": 80}}]}}}}"#);
+        let log = |c: &str| format!("==== START logs for container {c} of pod ns/p ====\n{{\"msg\": \"not an object of the dump\"}}\n---\n==== END logs for container {c} of pod ns/p ====\n");
+        let text = format!("{}\n{}{}\n{}{}\n", svc(1), log("a"), svc(2), log("b"), svc(3).replace("10.0.0.3", "10.0.0.999"));
+        let mut st = ClusterState::default();
+        let err = read_str(Path::new("d.json"), &text, &mut st).unwrap_err().to_string();
+        assert!(err.starts_with("d.json:11: Service ns/s3: field spec.clusterIP"), "lines count the skipped logs: {err}");
+        let mut st = ClusterState::default();
+        read_str(Path::new("d.json"), &text.replace("10.0.0.999", "10.0.0.3"), &mut st).unwrap();
+        assert_eq!(st.services.len(), 3);
+        let notes: Vec<String> = st.notes.iter().map(ToString::to_string).collect();
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(notes[0].starts_with("d.json:2: skipped 2 container log(s)"), "{notes:?}");
+        // An unterminated log runs to the end.
+        let mut st = ClusterState::default();
+        read_str(Path::new("d.json"), &format!("{}\n==== START logs for container a of pod ns/p ====\n{{", svc(1)), &mut st).unwrap();
+        assert_eq!((st.services.len(), st.notes.len()), (1, 1));
     }
 }
