@@ -419,7 +419,7 @@ fn a_bad_list_item_is_named_by_its_index_object_and_line() {
     assert_eq!(o.status.code(), Some(2));
     let e = stderr(&o);
     assert!(e.contains("items.yaml:6: Service shop/web (items[1]): field spec.clusterIP: invalid IP address \"10.0.0.300\""), "{e}");
-    // JSON gives no line per item: the list's line, the index and the object.
+    // In JSON too: the item's line (here the list's, all on one line), the index and the object.
     let p = temp_file("items.json", r#"{"apiVersion": "v1", "kind": "List", "items": [{"metadata": {"name": "web", "namespace": "shop"}}]}"#);
     let e = stderr(&run(&["render", "--from", p.to_str().unwrap()]));
     assert!(e.contains("items.json:1: document 1: items[0] (shop/web): missing apiVersion or kind"), "{e}");
@@ -491,4 +491,18 @@ fn cluster_info_dump_to_stdout_is_read_and_its_logs_skipped() {
     assert!(stdout(&o).contains("\"quotes/ticker:ws -> 10.244.1.80:8443\""), "{}", stdout(&o));
     let e = stderr(&o);
     assert!(e.contains("cluster-info-dump-stdout.json:47: skipped 1 container log(s)"), "{e}");
+}
+
+/// `kubectl get … -o json` prints a `kind: List` JSON object: a bad item is found at its
+/// own line, not the list's line 1.
+#[test]
+fn a_bad_item_of_a_json_list_is_found_at_its_line() {
+    let p = temp_file(
+        "get.json",
+        "{\n    \"apiVersion\": \"v1\",\n    \"items\": [\n        {\n            \"apiVersion\": \"v1\",\n            \"kind\": \"Service\",\n            \"metadata\": {\"name\": \"ok\", \"namespace\": \"ns\"},\n            \"spec\": {\"clusterIP\": \"10.0.0.1\", \"ports\": [{\"port\": 80}]}\n        },\n        {\n            \"apiVersion\": \"v1\",\n            \"kind\": \"Service\",\n            \"metadata\": {\"name\": \"web\", \"namespace\": \"shop\"},\n            \"spec\": {\"clusterIP\": \"10.0.0.1\", \"externalIPs\": [\"203.0.113.300\"], \"ports\": [{\"port\": 80}]}\n        }\n    ],\n    \"kind\": \"List\",\n    \"metadata\": {\"resourceVersion\": \"\"}\n}\n",
+    );
+    let o = run(&["render", "--from", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(e.contains("get.json:10: Service shop/web (items[1]): field spec.externalIPs[0]: invalid IP address \"203.0.113.300\""), "{e}");
 }

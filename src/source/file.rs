@@ -248,10 +248,11 @@ pub fn read_str(path: &Path, text: &str, state: &mut ClusterState) -> Result<(),
 /// Calls `f(document number, start line, document, start line of each of its items)`
 /// for each document of a file (returning a note of what was skipped between them), one
 /// at a time: a document is read, handed over and dropped before the next is parsed, so
-/// a large multi-document dump is never held whole as a tree. A file of JSON values (one, or a stream of them) goes through serde_json
-/// (fast for large dumps; item lines unknown); everything else, JSON documents between
-/// `---` lines included, through serde-saphyr. Stops at the first error (a syntax error,
-/// or one `f` returns).
+/// a large multi-document dump is never held whole as a tree. A file of JSON values (one,
+/// or a stream of them) goes through serde_json (fast for large dumps; item lines found
+/// by a scan of the value's text); everything else, JSON documents between `---` lines
+/// included, through serde-saphyr. Stops at the first error (a syntax error, or one `f`
+/// returns).
 fn each_document(
     path: &Path,
     text: &str,
@@ -333,7 +334,13 @@ fn each_json_value(
                 }
                 Some(Ok(value)) => {
                     doc += 1;
-                    f(doc, line, value, Vec::new())?;
+                    let n_items = value.get("items").and_then(Value::as_array).map_or(0, Vec::len);
+                    let item_lines = if n_items == 0 {
+                        Vec::new()
+                    } else {
+                        json_item_lines(&text[start..base + stream.byte_offset()], line, n_items)
+                    };
+                    f(doc, line, value, item_lines)?;
                 }
             }
         }
@@ -343,6 +350,65 @@ fn each_json_value(
         line: first,
         text: format!("skipped {n} container log(s) (`==== START logs for container …` to `==== END logs …`, as `kubectl cluster-info dump` writes them)"),
     }))
+}
+
+/// The start line of each element of the top-level `items` array of the JSON object
+/// `json` (which starts on line `line`); empty unless exactly `n` are found.
+fn json_item_lines(json: &str, line: u64, n: usize) -> Vec<u64> {
+    let b = json.as_bytes();
+    let (mut depth, mut i) = (0usize, 0);
+    let (mut last_string, mut in_items, mut expect_item) = ("", false, false);
+    let mut starts = Vec::with_capacity(n);
+    while i < b.len() {
+        let c = b[i];
+        if expect_item && !c.is_ascii_whitespace() {
+            if c != b']' {
+                starts.push(i);
+            }
+            expect_item = false;
+        }
+        match c {
+            b'"' => {
+                let from = i + 1;
+                i += 1;
+                while i < b.len() && b[i] != b'"' {
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+                if depth == 1 {
+                    last_string = json.get(from..i).unwrap_or("");
+                }
+            }
+            b'{' | b'[' => {
+                depth += 1;
+                // The array opened in the top-level object right after its key "items".
+                if depth == 2 && c == b'[' && last_string == "items" {
+                    in_items = true;
+                    expect_item = true;
+                }
+            }
+            b'}' | b']' => {
+                if depth == 2 && in_items {
+                    break;
+                }
+                depth = depth.saturating_sub(1);
+            }
+            b',' if depth == 2 && in_items => expect_item = true,
+            _ => {}
+        }
+        i += 1;
+    }
+    if starts.len() != n {
+        return Vec::new();
+    }
+    let (mut counted, mut at) = (0, line);
+    starts
+        .into_iter()
+        .map(|s| {
+            at += b[counted..s].iter().filter(|&&c| c == b'\n').count() as u64;
+            counted = s;
+            at
+        })
+        .collect()
 }
 
 /// The file line of line `rel` (1-based) of the text from byte `base` on.
@@ -872,5 +938,15 @@ mod tests {
         let mut st = ClusterState::default();
         read_str(Path::new("d.json"), &format!("{}\n==== START logs for container a of pod ns/p ====\n{{", svc(1)), &mut st).unwrap();
         assert_eq!((st.services.len(), st.notes.len()), (1, 1));
+    }
+
+    #[test]
+    fn items_of_a_json_list_are_found_at_their_lines() {
+        let text = "{\n  \"apiVersion\": \"v1\",\n  \"kind\": \"List\",\n  \"metadata\": {\"note\": \"items [\\\"x\\\", {\"},\n  \"items\": [\n    {\"apiVersion\": \"v1\", \"kind\": \"Service\", \"metadata\": {\"name\": \"a\", \"namespace\": \"ns\"},\n     \"spec\": {\"clusterIP\": \"10.0.0.1\", \"ports\": [{\"port\": 80}]}},\n    {\"apiVersion\": \"v1\", \"kind\": \"Service\", \"metadata\": {\"name\": \"b\", \"namespace\": \"ns\"},\n     \"spec\": {\"clusterIP\": \"10.0.0.2\", \"ports\": [{\"port\": \"eighty\"}]}}\n  ]\n}\n";
+        let mut st = ClusterState::default();
+        let err = read_str(Path::new("l.json"), text, &mut st).unwrap_err().to_string();
+        assert!(err.starts_with("l.json:8: Service ns/b (items[1]): field spec.ports[0].port"), "{err}");
+        assert_eq!(json_item_lines("{\"items\": [1, [2, 3], \"]\", {\"items\": [4]}]}", 5, 4), [5, 5, 5, 5]);
+        assert!(json_item_lines("{\"items\": [1, 2]}", 1, 3).is_empty(), "a count that does not match gives no lines");
     }
 }
