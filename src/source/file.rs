@@ -704,7 +704,12 @@ fn read_value(at: &At, value: Value, state: &mut ClusterState) -> Result<(), Sou
         }
         ("", _) | (_, "") => Err(at.item_error(&object, "missing apiVersion or kind")),
         _ => {
-            state.notes.push(at.note(format!("skipped {api_version}/{kind} {object}: not a kind svcproxy reads")));
+            // A list of another kind (`EventList` in a cluster-info dump) has no name.
+            let what = match value.get("items").and_then(Value::as_array) {
+                Some(items) if kind.ends_with("List") => format!("with {} item(s)", items.len()),
+                _ => object,
+            };
+            state.notes.push(at.note(format!("skipped {api_version}/{kind} {what}: not a kind svcproxy reads")));
             Ok(())
         }
     }
@@ -799,10 +804,11 @@ mod tests {
     #[test]
     fn reads_multi_document_yaml_and_lists() {
         let text = format!("{SVC}---\napiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata: {{name: x}}\n");
-        let st = read(&text).unwrap();
+        let st = read(&format!("{text}---\napiVersion: v1\nkind: EventList\nitems: []\n")).unwrap();
         assert_eq!(st.services.len(), 1);
-        assert_eq!(st.notes.len(), 1);
+        assert_eq!(st.notes.len(), 2);
         assert!(st.notes[0].text.contains("skipped v1/ConfigMap x"), "{:?}", st.notes);
+        assert_eq!(st.notes[1].text, "skipped v1/EventList with 0 item(s): not a kind svcproxy reads");
     }
 
     #[test]
