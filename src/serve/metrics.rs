@@ -16,6 +16,11 @@ pub struct TableLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CodeLabel {
+    pub code: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabel {
     pub result: String,
 }
@@ -40,6 +45,8 @@ pub struct Metrics {
     pub rules: Family<TableLabel, Gauge>,
     pub syncs: Family<ResultLabel, Counter>,
     pub malformed_objects: Counter,
+    pub healthz: Family<CodeLabel, Counter>,
+    pub livez: Family<CodeLabel, Counter>,
     pub canary_checks: Counter,
     pub canary_lost: Counter,
 }
@@ -85,6 +92,8 @@ impl Metrics {
             rules: Family::default(),
             syncs: Family::default(),
             malformed_objects: Counter::default(),
+            healthz: Family::default(),
+            livez: Family::default(),
             canary_checks: Counter::default(),
             canary_lost: Counter::default(),
         };
@@ -111,6 +120,8 @@ impl Metrics {
         r.register("kubeproxy_sync_proxy_rules_iptables_restore_failures", "Cumulative proxy iptables restore failures", self.restore_failures.clone());
         r.register("kubeproxy_sync_proxy_rules_iptables_partial_restore_failures", "Cumulative proxy iptables partial restore failures", self.partial_restore_failures.clone());
         r.register("kubeproxy_sync_proxy_rules_iptables", "Total number of iptables rules owned by kube-proxy", self.rules.clone());
+        r.register("kubeproxy_proxy_healthz", "Cumulative proxy healthz HTTP status", self.healthz.clone());
+        r.register("kubeproxy_proxy_livez", "Cumulative proxy livez HTTP status", self.livez.clone());
         r.register("svcproxy_syncs", "Syncs run, by result", self.syncs.clone());
         r.register("svcproxy_malformed_objects", "Objects skipped because they could not be read", self.malformed_objects.clone());
         r.register("svcproxy_canary_checks", "Checks of the KUBE-PROXY-CANARY rules (iptables mode, once per sync period)", self.canary_checks.clone());

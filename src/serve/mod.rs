@@ -54,8 +54,16 @@ fn unix(t: Option<SystemTime>) -> f64 {
     t.and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map_or(0.0, |d| d.as_secs_f64())
 }
 
+fn synced(s: &Shared) -> bool {
+    s.schedule.lock().map(|sch| sch.is_ready() && sch.last_sync().is_some() && sch.healthy(Instant::now())).unwrap_or(false)
+}
+
+fn code_label(code: StatusCode) -> metrics::CodeLabel {
+    metrics::CodeLabel { code: code.as_u16().to_string() }
+}
+
+/// `/healthz`: synced, and this node not being deleted (load balancers drain it).
 async fn healthz(State(s): State<SharedState>) -> impl IntoResponse {
-    let synced = s.schedule.lock().map(|sch| sch.is_ready() && sch.last_sync().is_some() && sch.healthy(Instant::now())).unwrap_or(false);
     let eligible = !s.node_deleting.load(std::sync::atomic::Ordering::SeqCst);
     let last = *s.last_updated.lock().unwrap_or_else(|e| e.into_inner());
     let body = format!(
@@ -63,8 +71,19 @@ async fn healthz(State(s): State<SharedState>) -> impl IntoResponse {
         unix(last),
         unix(Some(SystemTime::now()))
     );
-    let code = if synced && eligible { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
-    (code, [("content-type", "application/json")], body)
+    let code = if synced(&s) && eligible { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    s.metrics.healthz.get_or_create(&code_label(code)).inc();
+    (code, [("content-type", "application/json"), ("x-content-type-options", "nosniff")], body)
+}
+
+/// `/livez`: synced only. A node being deleted keeps the proxy alive (kube-proxy's livez
+/// ignores node eligibility, so the kubelet does not restart it while it drains).
+async fn livez(State(s): State<SharedState>) -> impl IntoResponse {
+    let last = *s.last_updated.lock().unwrap_or_else(|e| e.into_inner());
+    let body = format!("{{\"lastUpdated\": \"{}\", \"currentTime\": \"{}\"}}\n", unix(last), unix(Some(SystemTime::now())));
+    let code = if synced(&s) { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    s.metrics.livez.get_or_create(&code_label(code)).inc();
+    (code, [("content-type", "application/json"), ("x-content-type-options", "nosniff")], body)
 }
 
 /// `/metrics`, negotiated as the Prometheus client libraries do: OpenMetrics when the
@@ -96,7 +115,7 @@ async fn ping() -> impl IntoResponse {
 }
 
 pub fn health_router(state: SharedState) -> Router {
-    Router::new().route("/healthz", get(healthz)).route("/livez", get(healthz)).with_state(state)
+    Router::new().route("/healthz", get(healthz)).route("/livez", get(livez)).with_state(state)
 }
 
 pub fn metrics_router(state: SharedState) -> Router {
@@ -149,5 +168,27 @@ mod endpoint_tests {
         assert!(get(addr, "/proxyMode", "*/*").ends_with("\r\n\r\nipvs"));
         assert!(get(addr, "/configz", "*/*").contains("{\"kubeproxy.config.k8s.io\":{\"mode\":\"ipvs\"}}"));
         assert!(get(addr, "/healthz", "*/*").starts_with("HTTP/1.1 200"));
+    }
+
+    #[test]
+    fn a_node_being_deleted_fails_healthz_but_not_livez() {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let shared = Arc::new(Shared::new(Schedule::new(Timing::default())));
+        {
+            let mut s = shared.schedule.lock().unwrap();
+            let now = Instant::now();
+            s.set_ready(now);
+            let kind = s.begin(now);
+            s.done(now, now, kind, true);
+        }
+        let addr = rt.block_on(spawn("127.0.0.1:0".parse().unwrap(), health_router(shared.clone()))).unwrap();
+        assert!(get(addr, "/healthz", "*/*").starts_with("HTTP/1.1 200"));
+        shared.node_deleting.store(true, std::sync::atomic::Ordering::SeqCst);
+        let healthz = get(addr, "/healthz", "*/*");
+        assert!(healthz.starts_with("HTTP/1.1 503") && healthz.contains("\"nodeEligible\": false"), "{healthz}");
+        let livez = get(addr, "/livez", "*/*");
+        assert!(livez.starts_with("HTTP/1.1 200") && !livez.contains("nodeEligible"), "{livez}");
+        let text = shared.metrics.encode();
+        assert!(text.contains("kubeproxy_proxy_healthz_total{code=\"503\"} 1") && text.contains("kubeproxy_proxy_livez_total{code=\"200\"} 1"), "{text}");
     }
 }
