@@ -241,10 +241,9 @@ fn slice_ports(ports: &[discovery::EndpointPort], skips: &mut Vec<Skip>) -> Resu
     let mut out = Vec::with_capacity(ports.len());
     for (i, p) in ports.iter().enumerate() {
         let f = |name: &str| format!("ports[{i}].{name}");
-        let Some(name) = p.name.clone() else {
-            skips.push(Skip { field: f("name"), reason: "port without a name is ignored".into() });
-            continue;
-        };
+        // The API server defaults a missing name to "" (and the protocol to TCP), so that is
+        // what kube-proxy sees for a slice applied without one.
+        let name = p.name.clone().unwrap_or_default();
         let number = match p.port {
             None | Some(0) => {
                 skips.push(Skip { field: f("port"), reason: "port without a number is ignored".into() });
