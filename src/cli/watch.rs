@@ -97,6 +97,7 @@ enum Origin {
 async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Servers) -> anyhow::Result<()> {
     let w = &args.watch;
     let configz = settings::file::to_document(&settings::defaults::defaulted(flags.clone().over(file.clone())), true);
+    let client_metrics = Arc::new(crate::source::client_metrics::ClientMetrics::default());
     let (state, origin, errors) = match &args.config.from {
         Some(path) => {
             let (mut state, errors) = read_path_lenient(path);
@@ -105,7 +106,7 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Server
             (state, Origin::Files { path: path.clone(), initial: Box::new(initial) }, errors.len())
         }
         None => {
-            let client = client(&flags, &file, args.config.config.as_deref()).await?;
+            let client = client(&flags, &file, args.config.config.as_deref(), client_metrics.clone()).await?;
             let node_name = crate::config::resolve(flags.clone().over(file.clone()), &[])?.node_name;
             let state = this_node(&client, &node_name).await;
             (state, Origin::Api(client), 0)
@@ -120,7 +121,9 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Server
         full_sync_period: loaded.config.full_sync_period,
         ..Timing::default()
     };
-    let shared = Arc::new(Shared::new(Schedule::new(timing)));
+    let mut shared = Shared::new(Schedule::new(timing));
+    client_metrics.register(&mut shared.metrics.registry);
+    let shared = Arc::new(shared);
     let _ = shared.proxy_mode.set(match loaded.config.mode {
         Mode::Iptables => "iptables".into(),
         Mode::Ipvs => "ipvs".into(),
@@ -158,7 +161,12 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Server
 }
 
 /// The API client, reached as kube-proxy reaches it (see [`crate::config::client`]).
-async fn client(flags: &Settings, file: &Settings, config_path: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
+async fn client(
+    flags: &Settings,
+    file: &Settings,
+    config_path: Option<&std::path::Path>,
+    metrics: Arc<crate::source::client_metrics::ClientMetrics>,
+) -> anyhow::Result<kube::Client> {
     let env = std::env::var("KUBECONFIG").ok();
     let conn = ClientConnection::resolve(flags, file, config_path, flags.master.as_deref(), env.as_deref());
     for note in &conn.notes {
@@ -166,7 +174,7 @@ async fn client(flags: &Settings, file: &Settings, config_path: Option<&std::pat
     }
     let config = connect::config(&conn).await?;
     tracing::info!(qps = conn.qps, burst = conn.burst, "API server: {}", connect::describe(&conn, &config));
-    Ok(connect::client(&conn, config)?)
+    Ok(connect::client_with_metrics(&conn, config, Some(metrics))?)
 }
 
 /// kube-proxy's start-up set-up of the node (also `kube-proxy --init-only`): conntrack

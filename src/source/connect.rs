@@ -84,11 +84,26 @@ pub fn user_agent() -> String {
 }
 
 /// The API client: `config` with the connection's rate limit and [`user_agent`].
-pub fn client(conn: &ClientConnection, mut config: kube::Config) -> Result<kube::Client, ConnectError> {
+pub fn client(conn: &ClientConnection, config: kube::Config) -> Result<kube::Client, ConnectError> {
+    client_with_metrics(conn, config, None)
+}
+
+/// [`client`], its requests counted in client-go's REST client metrics.
+pub fn client_with_metrics(
+    conn: &ClientConnection,
+    mut config: kube::Config,
+    metrics: Option<std::sync::Arc<super::client_metrics::ClientMetrics>>,
+) -> Result<kube::Client, ConnectError> {
+    let host = config.cluster_url.authority().map(|a| a.to_string()).unwrap_or_default();
     if let Ok(value) = http::HeaderValue::from_str(&user_agent()) {
         config.headers.retain(|(name, _)| name != http::header::USER_AGENT);
         config.headers.push((http::header::USER_AGENT, value));
     }
     let builder = kube::client::ClientBuilder::try_from(config).map_err(ConnectError::Client)?;
-    Ok(builder.with_layer(&RateLimitLayer::new(conn.qps, conn.burst)).build())
+    // Counted inside the rate limit: latency is the request's, not the wait for a token.
+    let limit = RateLimitLayer::new(conn.qps, conn.burst);
+    Ok(match metrics {
+        Some(m) => builder.with_layer(&super::client_metrics::MetricsLayer::new(m, host)).with_layer(&limit).build(),
+        None => builder.with_layer(&limit).build(),
+    })
 }

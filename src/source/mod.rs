@@ -2,6 +2,7 @@
 //! ([`crate::model`]) and nothing else: this is the only place that knows kube types.
 
 pub mod apiserver;
+pub mod client_metrics;
 pub mod connect;
 pub mod convert;
 pub mod convert_extra;

@@ -148,6 +148,9 @@ fn e2e(ctx: &mut Ctx, b: Backend) -> CaseResult {
     let t = conn(20)?;
     ensure!(t.count("pod1") > 0 && t.count("pod2") > 0 && t.count("pod3") == 0, "spread over pod1/pod2: {t:?}");
 
+    // client-go's REST client metrics count the lists and watches (kube-proxy's dashboard).
+    ensure!(metric(&ext, "rest_client_requests_total") >= 1.0, "rest_client_requests_total counts the API requests");
+
     // A change: pod3 joins.
     server.apply(slice("web-1", "web", &["198.18.1.2".into(), "198.18.2.2".into(), "198.18.3.2".into()]));
     until("pod3 to answer", Duration::from_secs(10), || conn(10).map(|t| t.count("pod3") > 0).unwrap_or(false))?;
