@@ -72,6 +72,27 @@ pub fn categorize<'a>(endpoints: &'a [Endpoint], svc: &ServicePort, here: Locali
     out
 }
 
+/// kube-proxy's `sync_proxy_rules_no_local_endpoints_total`: service ports whose internal
+/// (ITP Local) or external (ETP Local, externally accessible) policy finds no local
+/// endpoint to use, as (internal, external).
+pub fn no_local_endpoints(services: &crate::model::ServicePortMap, endpoints: &crate::model::EndpointsMap) -> (usize, usize) {
+    let mut counts = (0, 0);
+    for (name, svc) in services {
+        let eps = endpoints.get(name).map_or(&[][..], |e| e.as_slice());
+        let usable_local = eps.iter().any(|e| e.is_local && (e.ready || (e.serving && e.terminating)));
+        if usable_local {
+            continue;
+        }
+        if svc.internal_policy_local {
+            counts.0 += 1;
+        }
+        if svc.external_policy_local && svc.externally_accessible() {
+            counts.1 += 1;
+        }
+    }
+    counts
+}
+
 /// Use node hints when every ready endpoint has some and one names this node; else zone
 /// hints when every ready endpoint has some and one names this zone; else ignore hints.
 fn topology_mode(endpoints: &[Endpoint], here: Locality) -> TopologyMode {
@@ -177,5 +198,27 @@ mod tests {
         let c = categorize(&eps, &svc(true, false, 0), HERE);
         assert!(c.cluster.is_empty() && c.local.is_empty() && c.all_reachable.is_empty());
         assert!(c.has_any);
+    }
+}
+
+#[cfg(test)]
+mod no_local_tests {
+    use super::no_local_endpoints;
+
+    fn counts(fixture: &str) -> (usize, usize) {
+        let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(fixture);
+        let state = crate::source::read_path(&path).unwrap();
+        let loaded = crate::pipeline::load(state, crate::config::Settings::default(), crate::config::Settings::default()).unwrap();
+        loaded.trackers.families.iter().map(|t| {
+            let (s, e) = t.view();
+            no_local_endpoints(s, e)
+        }).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+    }
+
+    #[test]
+    fn local_policies_without_local_endpoints_are_counted_by_policy() {
+        assert_eq!(counts("etp-local-no-local-endpoints.yaml").1, 1, "external");
+        assert_eq!(counts("itp-local-no-local-endpoints.yaml").0, 2, "internal: node-cache and node-metrics");
+        assert_eq!(counts("etp-local-with-local-endpoints.yaml"), (0, 0));
     }
 }

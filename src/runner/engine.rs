@@ -111,6 +111,17 @@ impl Engine {
     }
 }
 
+impl Engine {
+    /// Service ports whose Local policy has no local endpoint, over all families, as
+    /// (internal, external): kube-proxy's `sync_proxy_rules_no_local_endpoints_total`.
+    pub fn no_local_endpoints(&self) -> (usize, usize) {
+        self.trackers.families.iter().map(|t| {
+            let (s, e) = t.view();
+            crate::select::no_local_endpoints(s, e)
+        }).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+    }
+}
+
 /// Where a canary was found gone (iptables mode).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CanaryLost {

@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 
 pub use super::engine::Engine;
 use super::schedule::Kind;
-use crate::serve::metrics::{ResultLabel, TableLabel};
+use crate::serve::metrics::{PolicyLabel, ResultLabel, TableLabel};
 use crate::serve::SharedState;
 use crate::source::watch::SourceMsg;
 
@@ -173,6 +173,9 @@ fn sync_once(engine: &mut Engine, shared: &SharedState, started: Instant) {
             if let Some(q) = queued {
                 m.change_to_sync_duration.observe(finished.duration_since(q).as_secs_f64());
             }
+            let (internal, external) = engine.no_local_endpoints();
+            m.no_local_endpoints.get_or_create(&PolicyLabel { traffic_policy: "internal".into() }).set(internal as i64);
+            m.no_local_endpoints.get_or_create(&PolicyLabel { traffic_policy: "external".into() }).set(external as i64);
             m.service_changes_pending.set(0);
             m.endpoint_changes_pending.set(0);
             if let Some((filter, nat)) = outcome.rules {

@@ -16,6 +16,11 @@ pub struct TableLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PolicyLabel {
+    pub traffic_policy: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CodeLabel {
     pub code: String,
 }
@@ -45,6 +50,7 @@ pub struct Metrics {
     pub rules: Family<TableLabel, Gauge>,
     pub syncs: Family<ResultLabel, Counter>,
     pub malformed_objects: Counter,
+    pub no_local_endpoints: Family<PolicyLabel, Gauge>,
     pub healthz: Family<CodeLabel, Counter>,
     pub livez: Family<CodeLabel, Counter>,
     pub canary_checks: Counter,
@@ -92,6 +98,7 @@ impl Metrics {
             rules: Family::default(),
             syncs: Family::default(),
             malformed_objects: Counter::default(),
+            no_local_endpoints: Family::default(),
             healthz: Family::default(),
             livez: Family::default(),
             canary_checks: Counter::default(),
@@ -119,7 +126,12 @@ impl Metrics {
         r.register("kubeproxy_sync_proxy_rules_endpoint_changes", "Cumulative proxy rules Endpoint changes", self.endpoint_changes_total.clone());
         r.register("kubeproxy_sync_proxy_rules_iptables_restore_failures", "Cumulative proxy iptables restore failures", self.restore_failures.clone());
         r.register("kubeproxy_sync_proxy_rules_iptables_partial_restore_failures", "Cumulative proxy iptables partial restore failures", self.partial_restore_failures.clone());
-        r.register("kubeproxy_sync_proxy_rules_iptables", "Total number of iptables rules owned by kube-proxy", self.rules.clone());
+        r.register("kubeproxy_sync_proxy_rules_iptables_total", "Total number of iptables rules owned by kube-proxy", self.rules.clone());
+        r.register(
+            "kubeproxy_sync_proxy_rules_no_local_endpoints_total",
+            "Number of services with a Local traffic policy and no endpoints",
+            self.no_local_endpoints.clone(),
+        );
         r.register("kubeproxy_proxy_healthz", "Cumulative proxy healthz HTTP status", self.healthz.clone());
         r.register("kubeproxy_proxy_livez", "Cumulative proxy livez HTTP status", self.livez.clone());
         r.register("svcproxy_syncs", "Syncs run, by result", self.syncs.clone());
