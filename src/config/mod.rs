@@ -361,22 +361,27 @@ fn check_detector(c: &Config) -> Result<(), ConfigError> {
     }
 }
 
-/// `primary` means this node's primary IP of each family (kube-proxy ≥ 1.29).
+/// `nodePortAddresses`: CIDRs and keywords in any combination (the newest kube-proxy's
+/// reading): `primary` (this node's primary IP of each family), `localhost` (127.0.0.0/8 and
+/// ::1/128) and `all` (0.0.0.0/0 and ::/0).
 fn resolve_node_port_addresses(list: Option<&[String]>, node_ips: &[IpAddr]) -> Result<Vec<Cidr>, ConfigError> {
     let items: Vec<String> = list.unwrap_or_default().iter().flat_map(|s| split_list(s)).collect();
-    if items.iter().any(|i| i == "primary") {
-        if items.len() > 1 {
-            return Err(invalid("--nodeport-addresses", "\"primary\" cannot be combined with CIDRs"));
-        }
-        let mut cidrs = Vec::new();
-        for fam in [IpFamily::V4, IpFamily::V6] {
-            if let Some(ip) = node_ips.iter().find(|ip| IpFamily::of(ip) == fam) {
-                cidrs.extend(Cidr::new(*ip, if fam.is_v6() { 128 } else { 32 }));
+    let mut cidrs = Vec::new();
+    for item in &items {
+        match item.as_str() {
+            "primary" => {
+                for fam in [IpFamily::V4, IpFamily::V6] {
+                    if let Some(ip) = node_ips.iter().find(|ip| IpFamily::of(ip) == fam && !ip.is_loopback()) {
+                        cidrs.extend(Cidr::new(*ip, if fam.is_v6() { 128 } else { 32 }));
+                    }
+                }
             }
+            "localhost" => cidrs.extend(parse_cidrs("--nodeport-addresses", &["127.0.0.0/8".into(), "::1/128".into()])?),
+            "all" => cidrs.extend(parse_cidrs("--nodeport-addresses", &["0.0.0.0/0".into(), "::/0".into()])?),
+            _ => cidrs.extend(parse_cidrs("--nodeport-addresses", std::slice::from_ref(item))?),
         }
-        return Ok(cidrs);
     }
-    parse_cidrs("--nodeport-addresses", &items)
+    Ok(cidrs)
 }
 
 fn resolve_ipvs(s: &Settings) -> Result<IpvsConfig, ConfigError> {
@@ -417,6 +422,19 @@ mod tests {
 
     fn cfg(s: Settings) -> Config {
         resolve(Settings { hostname_override: Some("n".into()), ..s }, &[]).unwrap()
+    }
+
+    #[test]
+    fn node_port_address_keywords_combine_with_cidrs() {
+        let c = |list: &[&str]| {
+            let s = Settings { node_ips: Some(vec!["10.1.0.5".into(), "fd00::5".into()]), node_port_addresses: Some(list.iter().map(|s| s.to_string()).collect()), ..Default::default() };
+            cfg(s).node_port_addresses.iter().map(|c| c.to_string()).collect::<Vec<_>>()
+        };
+        assert_eq!(c(&["primary"]), ["10.1.0.5/32", "fd00::5/128"]);
+        assert_eq!(c(&["localhost", "192.168.0.0/16"]), ["127.0.0.0/8", "::1/128", "192.168.0.0/16"]);
+        assert_eq!(c(&["primary,localhost"]).len(), 4);
+        assert_eq!(c(&["all"]), ["0.0.0.0/0", "::/0"]);
+        assert!(resolve(Settings { node_port_addresses: Some(vec!["somewhere".into()]), ..Default::default() }, &[]).is_err());
     }
 
     #[test]

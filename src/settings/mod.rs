@@ -257,7 +257,7 @@ settings! {
     cluster_cidr: String, Rules, file "clusterCIDR", flags ["cluster-cidr"], Effect::Acts,
         "Pod network CIDRs (comma list, one per family)";
     node_port_addresses: Vec<String>, Rules, file "nodePortAddresses", flags ["nodeport-addresses"], Effect::Acts,
-        "Addresses NodePorts answer on: CIDRs or primary";
+        "Addresses NodePorts answer on: CIDRs and the keywords primary, localhost, all, in any combination";
     oom_score_adj: i32, Node, file "oomScoreAdj", flags ["oom-score-adj"], Effect::Acts,
         "oom_score_adj of the process [-1000, 1000] (as kube-proxy: -999)";
     conntrack_max_per_core: i32, Node, file "conntrack.maxPerCore", flags ["conntrack-max-per-core"],
