@@ -506,3 +506,16 @@ fn a_bad_item_of_a_json_list_is_found_at_its_line() {
     let e = stderr(&o);
     assert!(e.contains("get.json:10: Service shop/web (items[1]): field spec.externalIPs[0]: invalid IP address \"203.0.113.300\""), "{e}");
 }
+
+#[test]
+fn a_service_without_a_cluster_ip_is_noted_and_a_headless_one_is_not() {
+    let p = temp_file(
+        "no-cluster-ip.yaml",
+        "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: a}\nspec:\n  ports: [{port: 80}]\n---\napiVersion: v1\nkind: Service\nmetadata: {name: hl, namespace: a}\nspec:\n  clusterIP: None\n  ports: [{port: 80}]\n",
+    );
+    let o = run(&["render", "--from", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("Service a/web: no spec.clusterIP") && err.contains("not proxied"), "{err}");
+    assert!(!err.contains("a/hl"), "a headless Service is not proxied by design: {err}");
+}

@@ -647,6 +647,9 @@ fn read_value(at: &At, value: Value, state: &mut ClusterState) -> Result<(), Sou
                 state.extra.backends.retain(|b| b.id != model.id);
             }
             record_origin(at, &kind, &model.id, state);
+            if let Some(why) = unproxied_without_cluster_ip(&svc, &model) {
+                state.notes.push(at.note(format!("{kind} {object}: {why}")));
+            }
             match convert_extra::service_backend(&svc) {
                 Ok(b) => state.extra.backends.push(b),
                 Err(e) => state.notes.push(at.note(format!(
@@ -738,6 +741,18 @@ fn once(at: &At, kind: &'static str, id: &NamespacedName, state: &mut ClusterSta
 
 fn record_origin(at: &At, kind: &str, id: &crate::model::NamespacedName, state: &mut ClusterState) {
     state.extra.origins.insert((kind.to_string(), id.clone()), (at.path.to_path_buf(), at.doc_line));
+}
+
+/// Why a Service read from a file gets no rules for want of a cluster IP (a manifest as
+/// written, before the API server allocated one), or `None` (it has one, is headless —
+/// `clusterIP: None` — or is an ExternalName, which never get rules).
+fn unproxied_without_cluster_ip(svc: &core::Service, model: &crate::model::Service) -> Option<String> {
+    if !model.cluster_ips.is_empty() || model.service_type == crate::model::ServiceType::ExternalName {
+        return None;
+    }
+    let spec = svc.spec.as_ref()?;
+    let headless = spec.cluster_ip.as_deref() == Some("None") || spec.cluster_ips.as_ref().is_some_and(|l| l.iter().any(|ip| ip == "None"));
+    (!headless).then(|| "no spec.clusterIP (the API server allocates one when the Service is created): not proxied".to_string())
 }
 
 fn note_skips(at: &At, kind: &str, object: &str, skips: Vec<Skip>, state: &mut ClusterState) {
