@@ -22,7 +22,13 @@ pub struct Loaded {
 /// and feeds every object to fresh trackers, then commits.
 pub fn load(state: ClusterState, flags: Settings, file: Settings) -> Result<Loaded, ConfigError> {
     let fixture = state.fixture.as_ref().map(Settings::from_fixture).transpose()?.unwrap_or_default();
-    let config = config::resolve(flags.over(file).over(fixture), &state.nodes)?;
+    let settings = flags.over(file).over(fixture);
+    let chosen = settings.ip_family.is_some_and(|f| f != crate::settings::kinds::Families::Auto);
+    let config = config::resolve(settings, &state.nodes)?;
+    let mut notes = state.notes;
+    if !chosen {
+        notes.extend(family_left_out(&config.families, &state.services));
+    }
     let mut trackers = Trackers::new(&config.families, &config.node_name, config.service_proxy_name.clone());
     for events in [
         state.services.into_iter().map(|s| Event::ServiceApplied(Arc::new(s))).collect::<Vec<_>>(),
@@ -33,7 +39,26 @@ pub fn load(state: ClusterState, flags: Settings, file: Settings) -> Result<Load
         }
     }
     trackers.commit();
-    Ok(Loaded { config, trackers, notes: state.notes })
+    Ok(Loaded { config, trackers, notes })
+}
+
+/// A note when the families chosen automatically (from the node's IPs and cluster CIDRs)
+/// leave out Services' cluster IPs of another family, which would otherwise vanish silently.
+fn family_left_out(families: &[IpFamily], services: &[crate::model::Service]) -> Option<crate::source::Note> {
+    let left: Vec<&crate::model::Service> =
+        services.iter().filter(|s| s.cluster_ips.iter().any(|ip| !families.contains(&IpFamily::of(ip)))).collect();
+    let first = left.first()?;
+    let other = first.cluster_ips.iter().map(IpFamily::of).find(|f| !families.contains(f))?;
+    Some(crate::source::Note {
+        path: std::path::PathBuf::new(),
+        line: 0,
+        text: format!(
+            "{} Service(s) (first {}) have {other} cluster IPs, but the families chosen for this node are {}: their {other} rules are not rendered (no Node object or {other} --node-ip/--cluster-cidr says this node has {other}); use --ip-family both to render them",
+            left.len(),
+            first.id,
+            families.iter().map(|f| f.to_string()).collect::<Vec<_>>().join(", ")
+        ),
+    })
 }
 
 /// Renders every family's iptables ruleset.

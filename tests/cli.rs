@@ -519,3 +519,12 @@ fn a_service_without_a_cluster_ip_is_noted_and_a_headless_one_is_not() {
     assert!(err.contains("Service a/web: no spec.clusterIP") && err.contains("not proxied"), "{err}");
     assert!(!err.contains("a/hl"), "a headless Service is not proxied by design: {err}");
 }
+
+#[test]
+fn families_chosen_automatically_say_which_cluster_ips_they_leave_out() {
+    let p = temp_file("ds.yaml", "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: a}\nspec:\n  clusterIPs: [10.96.0.5, \"fd00::5\"]\n  clusterIP: 10.96.0.5\n  ports: [{port: 80}]\n");
+    let o = run(&["render", "--from", p.to_str().unwrap()]);
+    assert!(stderr(&o).contains("have ipv6 cluster IPs, but the families chosen for this node are ipv4"), "{}", stderr(&o));
+    let o = run(&["render", "--from", p.to_str().unwrap(), "--ip-family", "ipv4"]);
+    assert!(!stderr(&o).contains("cluster IPs, but"), "a family chosen on purpose is not second-guessed: {}", stderr(&o));
+}

@@ -95,6 +95,8 @@ pub struct Note {
 impl std::fmt::Display for Note {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.line {
+            // About the input as a whole.
+            0 if self.path.as_os_str().is_empty() => f.write_str(&self.text),
             // About a file or directory as a whole.
             0 => write!(f, "{}: {}", self.path.display(), self.text),
             line => write!(f, "{}:{line}: {}", self.path.display(), self.text),
