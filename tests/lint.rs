@@ -208,7 +208,7 @@ fn render_cli_derives_and_notes_it() {
     let (pods, notes) = run("fixtures/derive/conditions/pods.yaml", &[]);
     let (slices, _) = run("fixtures/derive/conditions/slices.yaml", &[]);
     assert_eq!(pods, slices);
-    assert!(notes.contains("Service apps/web: 1 EndpointSlice(s) with 3 endpoint(s) derived from Pods"), "{notes}");
+    assert!(notes.contains("Service apps/web: 1 EndpointSlice(s) with 3 endpoint(s) (1 ready) derived from Pods"), "{notes}");
     // --derive-endpoints on hand-written slices and no Pods: the selector selects nothing.
     let (forced, _) = run("fixtures/derive/conditions/slices.yaml", &["--derive-endpoints"]);
     assert!(forced.contains("apps/web:http has no endpoints"), "{forced}");

@@ -97,6 +97,7 @@ pub fn complete_with_notes(state: &mut ClusterState, force: bool) -> Report {
             .cloned()
             .unwrap_or_default();
         let n: usize = d.slices.iter().map(|s| s.slice.endpoints.len()).sum();
+        let ready: usize = d.slices.iter().map(|s| s.slice.endpoints.iter().filter(|e| e.ready).count()).sum();
         let what = match d.from {
             DerivedFrom::Pods => "from Pods (EndpointSlice controller)",
             DerivedFrom::Endpoints => "from v1/Endpoints (mirroring controller)",
@@ -105,7 +106,7 @@ pub fn complete_with_notes(state: &mut ClusterState, force: bool) -> Report {
         state.notes.push(Note {
             path,
             line,
-            text: format!("{kind} {}: {} EndpointSlice(s) with {n} endpoint(s) derived {what}{replaced}", d.service, d.slices.len()),
+            text: format!("{kind} {}: {} EndpointSlice(s) with {n} endpoint(s) ({ready} ready) derived {what}{replaced}", d.service, d.slices.len()),
         });
     }
     report
