@@ -130,7 +130,10 @@ pub fn run(input: &Input) -> Vec<Finding> {
     out.extend(external::check(input));
     out.extend(reading::check(input));
     for f in &mut out {
-        f.locations = locations(input, &f.objects);
+        // A finding about the input itself (a reader's note) carries its own place.
+        if f.locations.is_empty() {
+            f.locations = locations(input, &f.objects);
+        }
     }
     out.sort();
     out.dedup();

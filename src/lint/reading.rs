@@ -17,7 +17,15 @@ pub fn check(input: &Input) -> Vec<Finding> {
     // where it was read) and both places.
     let duplicates: Vec<_> = input.state.duplicates.iter().map(|d| (d, d.note())).collect();
     for note in input.state.notes.iter().filter(|n| !duplicates.iter().any(|(_, dn)| dn == *n)) {
-        out.push(Finding::new("SP090", Vec::new(), note.to_string()));
+        // The place goes in `locations` (as for every other finding), the text in the message.
+        let mut f = Finding::new("SP090", Vec::new(), note.text.clone());
+        if !note.path.as_os_str().is_empty() {
+            f.locations = vec![match note.line {
+                0 => note.path.display().to_string(),
+                line => format!("{}:{line}", note.path.display()),
+            }];
+        }
+        out.push(f);
     }
     for (d, _) in &duplicates {
         out.push(Finding::new("SP090", vec![ObjectId::new(d.kind, &d.id)], d.describe()));
