@@ -111,3 +111,25 @@ fn the_kubeconfig_comes_from_the_config_map_not_the_in_cluster_environment() {
     let cmd = c.command.clone().unwrap();
     assert!(!cmd.iter().any(|a| a.starts_with("--kubeconfig") || a.starts_with("--master")), "the config file alone names it: {cmd:?}");
 }
+
+/// The PodMonitor selects the DaemonSet's pods and scrapes its named metrics port, which the
+/// ConfigMap binds where Prometheus can reach it; the dashboard's `job="kube-proxy"` is kept.
+#[test]
+fn the_pod_monitor_scrapes_the_daemonsets_metrics_port() {
+    let pm = &docs("podmonitor.yaml")[0];
+    assert_eq!(pm["kind"], "PodMonitor");
+    let ds: DaemonSet = typed(&docs("daemonset.yaml")[0]);
+    let pod_labels = ds.spec.template.metadata.unwrap().labels.unwrap();
+    for (k, v) in pm["spec"]["selector"]["matchLabels"].as_object().unwrap() {
+        assert_eq!(pod_labels.get(k).map(String::as_str), v.as_str(), "selects the DaemonSet's pods");
+    }
+    let endpoint = &pm["spec"]["podMetricsEndpoints"][0];
+    let container = &ds.spec.template.spec.unwrap().containers[0];
+    let port = container.ports.clone().unwrap().into_iter().find(|p| p.name.as_deref() == endpoint["port"].as_str()).expect("the named port exists");
+    assert_eq!((port.container_port, endpoint["path"].as_str()), (10249, Some("/metrics")));
+    assert_eq!(endpoint["relabelings"][0]["replacement"], "kube-proxy");
+    let cm: ConfigMap = typed(&docs("configmap.yaml")[0]);
+    let text = cm.data.unwrap().remove("config.conf").unwrap();
+    let settings = svcproxy::settings::file::parse(&text).unwrap().settings;
+    assert_eq!(settings.metrics_bind_address.as_deref(), Some("0.0.0.0:10249"), "reachable from Prometheus");
+}
