@@ -75,6 +75,13 @@ pub struct ServicePortName {
     pub protocol: Protocol,
 }
 
+/// The keys of one service's ports in a map ordered by `ServicePortName` (a range scan:
+/// the smallest key of a service has the empty port name and the first protocol).
+pub fn ports_of<'a, V>(map: &'a BTreeMap<ServicePortName, V>, id: &'a NamespacedName) -> impl Iterator<Item = &'a ServicePortName> {
+    let start = ServicePortName { service: id.clone(), port: String::new(), protocol: Protocol::Tcp };
+    map.range(start..).map(|(k, _)| k).take_while(move |k| &k.service == id)
+}
+
 impl fmt::Display for ServicePortName {
     /// `ns/name:port`, or `ns/name` for an unnamed port (no protocol).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::model::{Endpoint, ServicePort};
+use crate::model::{ports_of, Endpoint, EndpointsMap, NamespacedName, ServicePort, ServicePortMap};
 
 /// The result of [`categorize`]. Lists keep the input order (sorted by `ip:port`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -75,22 +75,25 @@ pub fn categorize<'a>(endpoints: &'a [Endpoint], svc: &ServicePort, here: Locali
 /// kube-proxy's `sync_proxy_rules_no_local_endpoints_total`: service ports whose internal
 /// (ITP Local) or external (ETP Local, externally accessible) policy finds no local
 /// endpoint to use, as (internal, external).
-pub fn no_local_endpoints(services: &crate::model::ServicePortMap, endpoints: &crate::model::EndpointsMap) -> (usize, usize) {
-    let mut counts = (0, 0);
-    for (name, svc) in services {
-        let eps = endpoints.get(name).map_or(&[][..], |e| e.as_slice());
-        let usable_local = eps.iter().any(|e| e.is_local && (e.ready || (e.serving && e.terminating)));
-        if usable_local {
-            continue;
-        }
-        if svc.internal_policy_local {
-            counts.0 += 1;
-        }
-        if svc.external_policy_local && svc.externally_accessible() {
-            counts.1 += 1;
-        }
+pub fn no_local_endpoints(services: &ServicePortMap, endpoints: &EndpointsMap) -> (usize, usize) {
+    services.iter().map(|(name, svc)| no_local_endpoint(svc, endpoints.get(name))).fold((0, 0), add)
+}
+
+/// [`no_local_endpoints`] of one service's ports (what a commit that changed it changes).
+pub fn no_local_endpoints_of(services: &ServicePortMap, endpoints: &EndpointsMap, id: &NamespacedName) -> (usize, usize) {
+    ports_of(services, id).map(|name| no_local_endpoint(&services[name], endpoints.get(name))).fold((0, 0), add)
+}
+
+fn add(a: (usize, usize), b: (usize, usize)) -> (usize, usize) {
+    (a.0 + b.0, a.1 + b.1)
+}
+
+fn no_local_endpoint(svc: &ServicePort, eps: Option<&std::sync::Arc<Vec<Endpoint>>>) -> (usize, usize) {
+    let usable_local = eps.is_some_and(|eps| eps.iter().any(|e| e.is_local && (e.ready || (e.serving && e.terminating))));
+    if usable_local {
+        return (0, 0);
     }
-    counts
+    (usize::from(svc.internal_policy_local), usize::from(svc.external_policy_local && svc.externally_accessible()))
 }
 
 /// Use node hints when every ready endpoint has some and one names this node; else zone

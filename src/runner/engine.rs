@@ -43,18 +43,30 @@ pub struct Engine {
     /// Where the mode's sysctls are re-checked on every full sync (`/proc/sys` on a node;
     /// `None`: not checked, as in tests with a fake kernel).
     pub sysctl_root: Option<std::path::PathBuf>,
+    /// Per service with any, the ports whose Local policy finds no local endpoint, as
+    /// (internal, external) over all families; kept up to date from each commit's changed
+    /// services, never by a walk of every service.
+    no_local: std::collections::BTreeMap<crate::model::NamespacedName, (usize, usize)>,
 }
 
 impl Engine {
     /// iptables mode, with the kernel reached through `restorer` and `conntrack`.
     pub fn iptables(config: Config, trackers: Trackers, restorer: Box<dyn Restorer + Send>, conntrack: Box<dyn Conntrack>) -> Self {
         let p = crate::iptables::proxier::Proxier::new(&config, &trackers, restorer, conntrack);
-        Engine { config, trackers, proxier: Proxier::Iptables(p), sysctl_root: None }
+        Engine::new(config, trackers, Proxier::Iptables(p))
     }
 
     /// IPVS mode.
     pub fn ipvs(config: Config, trackers: Trackers, proxier: crate::ipvs::proxier::Proxier) -> Self {
-        Engine { config, trackers, proxier: Proxier::Ipvs(Box::new(proxier)), sysctl_root: None }
+        Engine::new(config, trackers, Proxier::Ipvs(Box::new(proxier)))
+    }
+
+    fn new(config: Config, trackers: Trackers, proxier: Proxier) -> Self {
+        let mut engine = Engine { config, trackers, proxier, sysctl_root: None, no_local: Default::default() };
+        let all: std::collections::BTreeSet<_> =
+            engine.trackers.families.iter().flat_map(|t| t.view().0.keys().map(|k| k.service.clone())).collect();
+        engine.update_no_local(&all);
+        engine
     }
 
     /// New node labels (topology): the rules depend on the zone, so every service is
@@ -85,6 +97,7 @@ impl Engine {
     /// everything with the kernel; otherwise only what changed is sent (iptables mode).
     pub fn sync(&mut self, full: bool) -> Result<Outcome, SyncFailure> {
         let changes = self.trackers.commit();
+        self.update_no_local(&changes.iter().flat_map(|c| c.services.iter().cloned()).collect());
         let trigger_times: Vec<std::time::SystemTime> = changes.iter().flat_map(|c| c.trigger_times.iter().copied()).collect();
         let outcome = self.sync_changes(&changes, full)?;
         Ok(Outcome { trigger_times, ..outcome })
@@ -115,10 +128,23 @@ impl Engine {
     /// Service ports whose Local policy has no local endpoint, over all families, as
     /// (internal, external): kube-proxy's `sync_proxy_rules_no_local_endpoints_total`.
     pub fn no_local_endpoints(&self) -> (usize, usize) {
-        self.trackers.families.iter().map(|t| {
-            let (s, e) = t.view();
-            crate::select::no_local_endpoints(s, e)
-        }).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+        self.no_local.values().fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+    }
+
+    /// Recounts the given services' ports (as committed) in every family.
+    fn update_no_local(&mut self, services: &std::collections::BTreeSet<crate::model::NamespacedName>) {
+        for id in services {
+            let count = self.trackers.families.iter().fold((0, 0), |a, t| {
+                let (s, e) = t.view();
+                let c = crate::select::no_local_endpoints_of(s, e, id);
+                (a.0 + c.0, a.1 + c.1)
+            });
+            if count == (0, 0) {
+                self.no_local.remove(id);
+            } else {
+                self.no_local.insert(id.clone(), count);
+            }
+        }
     }
 }
 

@@ -209,8 +209,4 @@ impl Ruleset {
     }
 }
 
-/// The keys of one service's ports in a map ordered by `ServicePortName`.
-fn ports_of<'a, V>(map: &'a BTreeMap<ServicePortName, V>, id: &'a NamespacedName) -> impl Iterator<Item = &'a ServicePortName> {
-    let start = ServicePortName { service: id.clone(), port: String::new(), protocol: crate::model::Protocol::Tcp };
-    map.range(start..).map(|(k, _)| k).take_while(move |k| &k.service == id)
-}
+use crate::model::ports_of;

@@ -357,3 +357,28 @@ fn network_programming_latency_is_measured_from_the_slices_trigger_time() {
     assert!(under_40.ends_with(" 0") && at_45.ends_with(" 1"), "observed at 40 s or more: {under_40} / {at_45}");
     assert_eq!(l.metric("svcproxy_change_to_sync_duration_seconds_count"), 2, "svcproxy's own figure, per sync");
 }
+
+/// The no-local-endpoint gauge is kept from each commit's changed services; it always
+/// equals a recount of every service.
+#[test]
+fn no_local_endpoint_counts_follow_changes_without_walking_every_service() {
+    let state = demo_state();
+    let (mut engine, _kernel, _ct) = iptables_engine(state.clone());
+    let recount = |e: &Engine| {
+        e.trackers.families.iter().map(|t| {
+            let (s, eps) = t.view();
+            crate::select::no_local_endpoints(s, eps)
+        }).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+    };
+    assert_eq!(engine.no_local_endpoints(), recount(&engine));
+    let mut counts = vec![engine.no_local_endpoints()];
+    for s in &state.slices {
+        let mut emptied = s.clone();
+        emptied.endpoints.clear();
+        engine.apply(&[Event::SliceApplied(Arc::new(emptied))]);
+        engine.sync(false).unwrap();
+        assert_eq!(engine.no_local_endpoints(), recount(&engine), "after emptying {}", s.id);
+        counts.push(engine.no_local_endpoints());
+    }
+    assert!(counts.windows(2).any(|w| w[0] != w[1]), "the count moved at least once: {counts:?}");
+}
