@@ -48,13 +48,12 @@ pub fn invoked_as_kube_proxy(argv0: Option<&std::ffi::OsStr>) -> bool {
     argv0.and_then(|a| Path::new(a).file_name()).is_some_and(|n| n == "kube-proxy")
 }
 
-/// The effective configuration: the command line over the file over kube-proxy's defaults.
-pub fn effective(cli: &KubeProxyCli) -> anyhow::Result<Settings> {
+/// The command line's layer and the file's (kube-proxy's lenient-decoding line said first).
+fn layers(cli: &KubeProxyCli) -> anyhow::Result<(Settings, Settings)> {
     let flags = cli.rules.0.clone().over(cli.node.0.clone());
     let file = match &cli.config {
         Some(p) => {
             let f = file::read(p)?;
-            // kube-proxy's lenient-decoding line, before anything else is said.
             if !f.unknown.is_empty() {
                 let unknown = file::FileSettings { settings: Settings::default(), unknown: f.unknown.clone() };
                 for note in unknown.notes(p) {
@@ -65,6 +64,16 @@ pub fn effective(cli: &KubeProxyCli) -> anyhow::Result<Settings> {
         }
         None => Settings::default(),
     };
+    Ok((flags, file))
+}
+
+/// The effective configuration: the command line over the file over kube-proxy's defaults.
+pub fn effective(cli: &KubeProxyCli) -> anyhow::Result<Settings> {
+    let (flags, file) = layers(cli)?;
+    effective_of(flags, file)
+}
+
+fn effective_of(flags: Settings, file: Settings) -> anyhow::Result<Settings> {
     let mut merged = flags.over(file);
     if let Some(gates) = &merged.feature_gates {
         crate::settings::gates::check(gates).map_err(|e| anyhow::anyhow!("featureGates: {e}"))?;
@@ -85,31 +94,30 @@ pub fn run(cli: KubeProxyCli) -> anyhow::Result<ExitCode> {
     if cli.cleanup == Some(true) {
         return super::cleanup::run(&super::cleanup::CleanupArgs { dry_run: false });
     }
-    let effective = effective(&cli)?;
-    if let Some(adj) = effective.oom_score_adj {
-        if let Err(e) = crate::node::apply_oom_score_adj(Path::new("/proc"), adj) {
-            eprintln!("kube-proxy: warning: {e}");
-        }
-    }
+    let (flags, file) = layers(&cli)?;
+    // kube-proxy's oomScoreAdj default (-999) applies when nothing sets one: it is handed to
+    // the layer the proxy applies, so it is applied once.
+    let oom_score_adj = effective_of(flags.clone(), file.clone())?.oom_score_adj;
     if cli.init_only == Some(true) {
         // kube-proxy's privileged set-up, then exit: resolved without a cluster state (the
         // node's facts come from the flags and the file).
-        let flags = cli.rules.0.clone().over(cli.node.0.clone());
-        let file = match &cli.config {
-            Some(p) => file::read(p)?.settings,
-            None => Settings::default(),
-        };
+        if let Some(adj) = oom_score_adj {
+            if let Err(e) = crate::node::apply_oom_score_adj(Path::new("/proc"), adj) {
+                eprintln!("kube-proxy: warning: {e}");
+            }
+        }
         let loaded = crate::pipeline::load(crate::source::ClusterState::default(), flags, file).context("invalid configuration")?;
         super::watch::node_setup(&loaded.config)?;
         return Ok(ExitCode::from(EXIT_OK));
     }
+    let node = NodeFlags(Settings { oom_score_adj, ..cli.node.0 });
     let args = SyncArgs {
         config: ConfigFlags { from: None, config: cli.config, derive_endpoints: false, rules: cli.rules },
         dry_run: false,
         output: DryRunOutput::Diff,
         iptables_backend: BackendArg::Auto,
         iptables_lock_wait: 5,
-        watch: WatchFlags { watch: true, poll_interval: "200ms".into(), node: cli.node },
+        watch: WatchFlags { watch: true, poll_interval: "200ms".into(), node },
     };
     super::sync::run(&args)
 }

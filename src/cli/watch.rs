@@ -76,15 +76,19 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
         tracing::info!("{note}");
     }
     if let Some(adj) = effective.oom_score_adj {
-        crate::node::apply_oom_score_adj(std::path::Path::new("/proc"), adj).context("oomScoreAdj")?;
-        tracing::info!(oom_score_adj = adj, "set the process's oom_score_adj");
+        // As kube-proxy: a failure is logged and the proxy goes on.
+        match crate::node::apply_oom_score_adj(std::path::Path::new("/proc"), adj) {
+            Ok(()) => tracing::info!(oom_score_adj = adj, "set the process's oom_score_adj"),
+            Err(e) => tracing::warn!("{e}"),
+        }
     }
     if flags.nfacct.is_none() {
         flags.nfacct = Some(nfacct::ensure().unwrap_or(false));
     }
     let servers = node::servers(&effective).context("invalid configuration")?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    rt.block_on(watch(args, flags, file, servers))?;
+    let configz = settings::file::to_document(&settings::defaults::defaulted(effective), true);
+    rt.block_on(watch(args, flags, file, servers, configz))?;
     Ok(ExitCode::from(EXIT_OK))
 }
 
@@ -94,9 +98,8 @@ enum Origin {
     Api(kube::Client),
 }
 
-async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Servers) -> anyhow::Result<()> {
+async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Servers, configz: serde_json::Value) -> anyhow::Result<()> {
     let w = &args.watch;
-    let configz = settings::file::to_document(&settings::defaults::defaulted(flags.clone().over(file.clone())), true);
     let client_metrics = Arc::new(crate::source::client_metrics::ClientMetrics::default());
     let (state, origin, errors) = match &args.config.from {
         Some(path) => {

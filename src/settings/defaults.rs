@@ -4,7 +4,6 @@
 //! the file as unset ([`ZERO_MEANS_DEFAULT`]).
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 use std::time::Duration;
 
 use serde_json::json;
@@ -29,36 +28,21 @@ const fn secs(s: u64) -> Option<Duration> {
     Some(Duration::from_secs(s))
 }
 
-/// `addr` with `port` appended when it has none (kube-proxy's `AppendPortIfNeeded`).
-fn with_port(addr: &str, port: u16) -> String {
-    if addr.parse::<std::net::SocketAddr>().is_ok() {
-        return addr.to_string();
-    }
-    match addr.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>() {
-        Ok(IpAddr::V6(ip)) => format!("[{ip}]:{port}"),
-        Ok(ip) => format!("{ip}:{port}"),
-        Err(_) => addr.to_string(),
-    }
-}
-
 /// The layer with every unset file setting given kube-proxy's default.
 pub fn defaulted(s: Settings) -> Settings {
     let bind = s.bind_address.clone().unwrap_or_else(|| "0.0.0.0".into());
-    let v4 = bind.parse::<IpAddr>().map_or(true, |ip| ip.is_ipv4());
-    let (any, local) = if v4 { ("0.0.0.0", "127.0.0.1") } else { ("[::]", "[::1]") };
-    let healthz = match &s.healthz_bind_address {
-        Some(a) => with_port(a, super::super::config::node::HEALTHZ_PORT),
-        None => format!("{any}:10256"),
-    };
-    let metrics = match &s.metrics_bind_address {
-        Some(a) => with_port(a, super::super::config::node::METRICS_PORT),
-        None => format!("{local}:10249"),
-    };
+    // The server addresses as watch mode binds them (kube-proxy's defaults by bindAddress's
+    // family, a missing port appended); the deprecated port flags are not part of the file.
+    let servers = crate::config::node::servers(&Settings { healthz_port: None, metrics_port: None, ..s.clone() }).ok();
+    let shown = |a: Option<std::net::SocketAddr>, raw: &Option<String>| a.map(|a| a.to_string()).or_else(|| raw.clone());
+    let healthz = shown(servers.and_then(|v| v.healthz), &s.healthz_bind_address);
+    let metrics = shown(servers.and_then(|v| v.metrics), &s.metrics_bind_address);
+    let conntrack = crate::config::ConntrackConfig::default();
     let nonzero = |d: Option<Duration>| d.filter(|d| !d.is_zero());
     let defaults = Settings {
         bind_address: Some(bind),
-        healthz_bind_address: Some(healthz),
-        metrics_bind_address: Some(metrics),
+        healthz_bind_address: healthz,
+        metrics_bind_address: metrics,
         oom_score_adj: Some(-999),
         iptables_sync_period: secs(30),
         iptables_min_sync_period: secs(1),
@@ -67,12 +51,12 @@ pub fn defaulted(s: Settings) -> Settings {
         ipvs_min_sync_period: Some(Duration::ZERO),
         nftables_sync_period: secs(30),
         nftables_min_sync_period: secs(1),
-        conntrack_max_per_core: Some(32 * 1024),
-        conntrack_min: Some(128 * 1024),
+        conntrack_max_per_core: Some(conntrack.max_per_core),
+        conntrack_min: Some(conntrack.min),
         masquerade_bit: Some(14),
         nftables_masquerade_bit: Some(14),
-        conntrack_tcp_established_timeout: secs(24 * 3600),
-        conntrack_tcp_close_wait_timeout: secs(3600),
+        conntrack_tcp_established_timeout: conntrack.tcp_established_timeout,
+        conntrack_tcp_close_wait_timeout: conntrack.tcp_close_wait_timeout,
         conntrack_udp_timeout: Some(Duration::ZERO),
         conntrack_udp_stream_timeout: Some(Duration::ZERO),
         config_sync_period: secs(15 * 60),
