@@ -86,15 +86,11 @@ pub fn plan(c: &ConntrackConfig, cpus: usize, paths: &Paths) -> Vec<Change> {
     out
 }
 
-/// Tunes conntrack: the changes made.
+/// Tunes conntrack: the changes made. (The hashsize change carries an absolute path, which
+/// `root.join` keeps as it is, so the one sysctl writer serves both kinds of knob.)
 pub fn apply(c: &ConntrackConfig, cpus: usize, paths: &Paths) -> Result<Vec<Change>, SysctlError> {
     let changes = plan(c, cpus, paths);
-    for ch in &changes {
-        // The hashsize path is absolute; the others are under /proc/sys.
-        let path = if Path::new(&ch.path).is_absolute() { Path::new(&ch.path).to_path_buf() } else { paths.proc_sys.join(&ch.path) };
-        std::fs::write(&path, &ch.wanted).map_err(|error| SysctlError { path: ch.path.clone(), value: ch.wanted.clone(), error })?;
-        tracing::info!(sysctl = %ch.path, from = %ch.current, to = %ch.wanted, why = ch.why, "set conntrack parameter");
-    }
+    sysctl::apply(paths.proc_sys, &changes)?;
     Ok(changes)
 }
 
