@@ -14,6 +14,7 @@ pub mod ipvs;
 pub mod lint;
 pub mod model;
 pub mod net;
+pub mod netfilter;
 pub mod node;
 pub mod pipeline;
 pub mod runner;

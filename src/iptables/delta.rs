@@ -308,12 +308,12 @@ impl TablePlan {
     }
 
     fn rewrite(&mut self, chain: &str, wanted: &[Wanted], exists: bool) {
-        self.rewrite_lines(chain, wanted.iter().map(|r| r.text.as_str()), exists);
+        self.rewrite_lines(chain, wanted.iter().map(|r| r.text.clone()), exists);
     }
 
     /// Declares (flushes) `chain` and writes its rules (`-A` lines).
-    pub(super) fn rewrite_lines<'a>(&mut self, chain: &str, lines: impl Iterator<Item = &'a str>, exists: bool) {
-        self.decls.push(Decl::Rewrite(Rewrite { chain: chain.to_string(), rules: lines.map(str::to_string).collect(), exists }));
+    pub(super) fn rewrite_lines(&mut self, chain: &str, lines: impl Iterator<Item = String>, exists: bool) {
+        self.decls.push(Decl::Rewrite(Rewrite { chain: chain.to_string(), rules: lines.collect(), exists }));
     }
 
     /// Positional edits if they are fewer lines than a rewrite.
@@ -324,7 +324,7 @@ impl TablePlan {
         if deletes.len() + inserts.len() > wanted.len() {
             return self.rewrite(chain, wanted, true);
         }
-        self.edit(chain, 0, &deletes, &inserts, |i| wanted[i].text.as_str());
+        self.edit(chain, 0, &deletes, &inserts, |i| wanted[i].text.clone());
     }
 
     /// In-place edits of the rules at `offset..` of `chain`: `deletes` (positions in the
@@ -332,13 +332,14 @@ impl TablePlan {
     /// in the new rules) top down: after the deletions the range holds the common
     /// subsequence, and inserting each new rule at its final position rebuilds the new
     /// list. `text(i)` is new rule `i` as an `-A` line.
-    pub(super) fn edit<'a>(&mut self, chain: &str, offset: usize, deletes: &[usize], inserts: &[usize], text: impl Fn(usize) -> &'a str) {
+    pub(super) fn edit(&mut self, chain: &str, offset: usize, deletes: &[usize], inserts: &[usize], text: impl Fn(usize) -> String) {
         for i in deletes.iter().rev() {
             self.edits.push(format!("-D {chain} {}", offset + i + 1));
         }
         let prefix = format!("-A {chain} ");
         for &i in inserts {
-            let rest = text(i).strip_prefix(&prefix).unwrap_or("");
+            let line = text(i);
+            let rest = line.strip_prefix(&prefix).unwrap_or("");
             self.edits.push(format!("-I {chain} {} {rest}", offset + i + 1).trim_end().to_string());
         }
     }

@@ -17,9 +17,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::conntrack::{self, Flush};
 use super::delta::{diff_positions, ChainChange, Delta, TablePlan, TABLES};
-use super::render::{line_chain, Rendered, Ruleset, ServiceRules, TopCounts, TOP_CHAINS};
+use super::render::{Rendered, Ruleset, ServiceRules, TopCounts, TOP_CHAINS};
 use super::restore;
 use crate::model::{NamespacedName, Protocol, ServicePortName};
+use crate::netfilter::Rule;
 
 /// The rules the kernel holds for the service ports a commit touches, taken from the
 /// ruleset before it is updated.
@@ -77,7 +78,7 @@ pub fn delta(before: &Before, rs: &Ruleset) -> Option<Partial> {
                 continue;
             }
             let (deletes, inserts) = diff_positions(&old_lines, &new_lines);
-            writers.get_mut(table)?.edit(chain, offset[i] as usize, &deletes, &inserts, |j| new_lines[j]);
+            writers.get_mut(table)?.edit(chain, offset[i] as usize, &deletes, &inserts, |j| new_lines[j].to_line());
             changes.push(change(table, chain, Some(&old_lines), Some(&new_lines)));
         }
     }
@@ -122,20 +123,20 @@ fn offsets(rs: &Ruleset, keys: &BTreeSet<&ServicePortName>) -> Option<Vec<TopCou
     Some(out)
 }
 
-/// One service port's lines in one top-level chain.
-fn top_lines<'a>(r: Option<&'a ServiceRules>, table: &str, chain: &str) -> Vec<&'a str> {
+/// One service port's rules in one top-level chain.
+fn top_lines<'a>(r: Option<&'a ServiceRules>, table: &str, chain: &str) -> Vec<&'a Rule> {
     let Some(r) = r else { return Vec::new() };
-    let lines = if table == "filter" { &r.filter } else { &r.nat_top };
-    lines.iter().filter(|l| line_chain(l) == Some(chain)).collect()
+    let rules = if table == "filter" { &r.filter } else { &r.nat_top };
+    rules.iter().filter(|l| l.chain == chain).collect()
 }
 
 /// The rules of each of a service port's own chains, in declaration order.
-fn chain_rules(r: Option<&ServiceRules>) -> BTreeMap<&str, Vec<&str>> {
+fn chain_rules(r: Option<&ServiceRules>) -> BTreeMap<&str, Vec<&Rule>> {
     let Some(r) = r else { return BTreeMap::new() };
-    let mut out: BTreeMap<&str, Vec<&str>> = r.chains.iter().map(|c| (c.as_str(), Vec::new())).collect();
-    for line in r.chain_rules.iter() {
-        if let Some(rules) = line_chain(line).and_then(|c| out.get_mut(c)) {
-            rules.push(line);
+    let mut out: BTreeMap<&str, Vec<&Rule>> = r.chains.iter().map(|c| (c.as_str(), Vec::new())).collect();
+    for rule in &r.chain_rules {
+        if let Some(rules) = out.get_mut(rule.chain.as_str()) {
+            rules.push(rule);
         }
     }
     out
@@ -149,7 +150,7 @@ fn own_chains(old: Option<&ServiceRules>, new: Option<&ServiceRules>, w: &mut Ta
         let wanted = &after[c.as_str()];
         let had = before.get(c.as_str());
         if had != Some(wanted) {
-            w.rewrite_lines(c, wanted.iter().copied(), had.is_some());
+            w.rewrite_lines(c, wanted.iter().map(|r| r.to_line()), had.is_some());
             changes.push(change("nat", c, had.map(Vec::as_slice), Some(wanted)));
         }
     }
@@ -161,25 +162,24 @@ fn own_chains(old: Option<&ServiceRules>, new: Option<&ServiceRules>, w: &mut Ta
     }
 }
 
-fn change(table: &str, chain: &str, live: Option<&[&str]>, desired: Option<&[&str]>) -> ChainChange {
-    let own = |l: &[&str]| l.iter().map(|s| s.to_string()).collect();
+fn change(table: &str, chain: &str, live: Option<&[&Rule]>, desired: Option<&[&Rule]>) -> ChainChange {
+    let own = |l: &[&Rule]| l.iter().map(|r| r.to_line()).collect();
     ChainChange { table: table.into(), chain: chain.into(), live: live.map(own), desired: desired.map(own) }
 }
 
 /// A dump holding only these service ports' rules (for the conntrack comparison).
 fn dump_of<'a>(rules: impl Iterator<Item = &'a Rendered>) -> restore::Dump {
-    let (mut filter, mut nat_chains, mut nat) = (String::new(), String::new(), String::new());
+    let mut dump = restore::Dump::default();
+    dump.table("filter");
+    dump.table("nat");
     for r in rules {
-        filter.push_str(r.filter.as_str());
-        for c in &r.chains {
-            nat_chains.push_str(&format!(":{c} - [0:0]\n"));
-        }
-        nat.push_str(r.nat_top.as_str());
-        nat.push_str(r.chain_rules.as_str());
+        let nat = dump.table("nat");
+        r.chains.iter().for_each(|c| nat.declare(c));
+        r.nat_top.iter().chain(&r.chain_rules).for_each(|rule| nat.append(rule));
+        let filter = dump.table("filter");
+        r.filter.iter().for_each(|rule| filter.append(rule));
     }
-    let text = format!("*filter\n{filter}COMMIT\n*nat\n{nat_chains}{nat}COMMIT\n");
-    // Our own render always parses; an empty dump only means no flushes.
-    restore::parse(&text).unwrap_or_default()
+    dump
 }
 
 #[cfg(test)]

@@ -5,6 +5,8 @@
 use data_encoding::BASE32;
 use sha2::{Digest, Sha256};
 
+use crate::netfilter::Chain;
+
 pub const KUBE_SERVICES: &str = "KUBE-SERVICES";
 pub const KUBE_EXTERNAL_SERVICES: &str = "KUBE-EXTERNAL-SERVICES";
 pub const KUBE_NODEPORTS: &str = "KUBE-NODEPORTS";
@@ -32,13 +34,14 @@ fn hash16(parts: &[&str]) -> String {
     s
 }
 
-/// The four per-service-port chains (they differ only in prefix).
+/// The four per-service-port chains (they differ only in prefix), each name shared by
+/// the rules that name it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServiceChains {
-    pub svc: String,
-    pub svl: String,
-    pub ext: String,
-    pub fw: String,
+    pub svc: Chain,
+    pub svl: Chain,
+    pub ext: Chain,
+    pub fw: Chain,
 }
 
 impl ServiceChains {
@@ -46,10 +49,10 @@ impl ServiceChains {
     pub fn new(spn: &str, proto: &str) -> Self {
         let h = hash16(&[spn, proto]);
         ServiceChains {
-            svc: format!("KUBE-SVC-{h}"),
-            svl: format!("KUBE-SVL-{h}"),
-            ext: format!("KUBE-EXT-{h}"),
-            fw: format!("KUBE-FW-{h}"),
+            svc: format!("KUBE-SVC-{h}").into(),
+            svl: format!("KUBE-SVL-{h}").into(),
+            ext: format!("KUBE-EXT-{h}").into(),
+            fw: format!("KUBE-FW-{h}").into(),
         }
     }
 }

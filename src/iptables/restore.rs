@@ -1,14 +1,15 @@
 //! `iptables-restore` text, both ways: [`write`] turns a [`Ruleset`] into restore input
-//! (full, or partial: only the named services' own chains), and [`parse`] reads restore
-//! input or `iptables-save` output back into a [`Dump`] (for stale-chain detection, the
-//! packet tracer, diffs and round-trip checks).
+//! (full, or partial: only the named services' own chains) and [`dump`] gives the same
+//! rules as values, from one walk in kube-proxy's order; [`parse`] reads the kernel's
+//! `iptables-save` output (or a restore input) into a [`Dump`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
-use super::lines::Lines;
 use super::render::{fixed, Ruleset};
 use crate::model::NamespacedName;
+pub use crate::netfilter::rule::{quote, word_after, Args};
+use crate::netfilter::Rule as Value;
 
 /// Which services' own chains a restore includes.
 #[derive(Debug, Clone, Copy)]
@@ -39,10 +40,11 @@ pub fn write(rs: &Ruleset, scope: Scope, stale: &[String]) -> String {
 /// Bytes [`write`] will produce, near enough to size its buffer once.
 fn size_hint(rs: &Ruleset, scope: Scope) -> usize {
     let mut n = 4096;
+    let bytes = |rules: &[Value]| rules.iter().map(|r| r.chain.len() + r.args.as_bytes_len() + 8).sum::<usize>();
     for (name, r) in &rs.services {
-        n += r.filter.as_str().len() + r.nat_top.as_str().len();
+        n += bytes(&r.filter) + bytes(&r.nat_top);
         if scope.includes(&name.service) {
-            n += r.chain_rules.as_str().len() + r.chains.iter().map(|c| c.len() + 9).sum::<usize>();
+            n += bytes(&r.chain_rules) + r.chains.iter().map(|c| c.len() + 9).sum::<usize>();
         }
     }
     n
@@ -50,46 +52,130 @@ fn size_hint(rs: &Ruleset, scope: Scope) -> usize {
 
 /// Hands the restore input to `sink` piece by piece, in order: [`write`] collects it, and
 /// `svcproxy render` streams it to stdout without holding it whole.
-pub fn emit(rs: &Ruleset, scope: Scope, stale: &[String], mut sink: impl FnMut(&str)) {
+pub fn emit(rs: &Ruleset, scope: Scope, stale: &[String], sink: impl FnMut(&str)) {
+    walk(rs, scope, stale, &mut Text { sink, buf: String::new() });
+}
+
+/// The rules of a ruleset as a [`Dump`], built from the values (no text written or
+/// parsed): what a full sync compares with the kernel, and what the tracer walks.
+pub fn dump(rs: &Ruleset, scope: Scope, stale: &[String]) -> Dump {
+    let mut b = DumpBuilder { dump: Dump::default(), table: String::new(), line: 0 };
+    walk(rs, scope, stale, &mut b);
+    b.dump
+}
+
+/// What [`walk`] produces, in order: tables, chain declarations, rules, deletions.
+trait Out {
+    fn table(&mut self, name: &str);
+    fn chain(&mut self, name: &str);
+    fn rules(&mut self, rules: &[Value]);
+    fn delete(&mut self, chain: &str);
+    fn commit(&mut self);
+}
+
+/// kube-proxy's order of a restore input, known once: [`emit`] writes it as text and
+/// [`dump`] keeps it as values.
+fn walk(rs: &Ruleset, scope: Scope, stale: &[String], out: &mut impl Out) {
     let ctx = &rs.ctx;
-    let fixed_part = |f: &dyn Fn(&mut Lines), sink: &mut dyn FnMut(&str)| {
-        let mut l = Lines::new();
-        f(&mut l);
-        sink(l.as_str());
-    };
-    sink("*filter\n");
-    fixed_part(&|l| fixed::filter_chains(ctx, l), &mut sink);
-    fixed_part(&|l| fixed::filter_head(ctx, l), &mut sink);
-    rs.services.values().for_each(|r| sink(r.filter.as_str()));
-    fixed_part(&|l| fixed::filter_tail(ctx, l), &mut sink);
-    sink("COMMIT\n*nat\n");
-    fixed_part(&|l| fixed::nat_chains(l), &mut sink);
-    let decl = |c: &str, sink: &mut dyn FnMut(&str)| {
-        sink(":");
-        sink(c);
-        sink(" - [0:0]\n");
-    };
+    out.table("filter");
+    fixed::filter_chains(ctx).into_iter().for_each(|c| out.chain(c));
+    out.rules(&fixed::filter_head(ctx));
+    rs.services.values().for_each(|r| out.rules(&r.filter));
+    out.rules(&fixed::filter_tail(ctx));
+    out.commit();
+    out.table("nat");
+    fixed::NAT_CHAINS.into_iter().for_each(|c| out.chain(c));
     for (name, r) in &rs.services {
         if scope.includes(&name.service) {
-            r.chains.iter().for_each(|c| decl(c, &mut sink));
+            r.chains.iter().for_each(|c| out.chain(c));
         }
     }
-    stale.iter().for_each(|c| decl(c, &mut sink));
-    fixed_part(&|l| fixed::nat_head(ctx, l), &mut sink);
+    stale.iter().for_each(|c| out.chain(c));
+    out.rules(&fixed::nat_head(ctx));
     for (name, r) in &rs.services {
-        sink(r.nat_top.as_str());
+        out.rules(&r.nat_top);
         if scope.includes(&name.service) {
-            sink(r.chain_rules.as_str());
+            out.rules(&r.chain_rules);
         }
     }
     // kube-proxy writes the stale-chain deletions before the final KUBE-NODEPORTS jump.
-    for c in stale {
-        sink("-X ");
-        sink(c);
-        sink("\n");
+    stale.iter().for_each(|c| out.delete(c));
+    out.rules(&fixed::nat_tail(ctx));
+    out.commit();
+}
+
+/// Restore text to a sink; each run of rules is written into one reused buffer.
+struct Text<F: FnMut(&str)> {
+    sink: F,
+    buf: String,
+}
+
+impl<F: FnMut(&str)> Out for Text<F> {
+    fn table(&mut self, name: &str) {
+        (self.sink)("*");
+        (self.sink)(name);
+        (self.sink)("\n");
     }
-    fixed_part(&|l| fixed::nat_tail(ctx, l), &mut sink);
-    sink("COMMIT\n");
+    fn chain(&mut self, name: &str) {
+        (self.sink)(":");
+        (self.sink)(name);
+        (self.sink)(" - [0:0]\n");
+    }
+    fn rules(&mut self, rules: &[Value]) {
+        self.buf.clear();
+        rules.iter().for_each(|r| r.write(&mut self.buf));
+        (self.sink)(&self.buf);
+    }
+    fn delete(&mut self, chain: &str) {
+        (self.sink)("-X ");
+        (self.sink)(chain);
+        (self.sink)("\n");
+    }
+    fn commit(&mut self) {
+        (self.sink)("COMMIT\n");
+    }
+}
+
+/// A [`Dump`] with the line numbers the text would have.
+struct DumpBuilder {
+    dump: Dump,
+    table: String,
+    line: usize,
+}
+
+impl DumpBuilder {
+    fn current(&mut self) -> &mut TableDump {
+        let table = std::mem::take(&mut self.table);
+        self.table = table.clone();
+        self.dump.table(&table)
+    }
+}
+
+impl Out for DumpBuilder {
+    fn table(&mut self, name: &str) {
+        self.line += 1;
+        self.table = name.to_string();
+        self.dump.table(name);
+    }
+    fn chain(&mut self, name: &str) {
+        self.line += 1;
+        self.current().declare(name);
+    }
+    fn rules(&mut self, rules: &[Value]) {
+        let first = self.line + 1;
+        self.line += rules.len();
+        let t = self.current();
+        for (i, r) in rules.iter().enumerate() {
+            t.push(Rule { op: "-A".into(), chain: r.chain.to_string(), args: r.args.clone(), line: first + i });
+        }
+    }
+    fn delete(&mut self, chain: &str) {
+        self.line += 1;
+        self.current().deleted.push(chain.to_string());
+    }
+    fn commit(&mut self) {
+        self.line += 1;
+    }
 }
 
 /// A parsed restore input or save output.
@@ -128,57 +214,27 @@ pub struct Rule {
     pub line: usize,
 }
 
-/// A rule's words after the chain name, kept in one string, each word ended by a NUL
-/// (which no word can hold). A dump of 10,000 services has millions of words: one
-/// allocation per rule instead of one per word cut the peak RSS of a 10k-service sync
-/// against a synced kernel (two dumps held at once) from 716 MB to 444 MB.
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct Args(Box<str>);
-
-impl Args {
-    pub fn new<I, S>(words: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        let mut s = String::new();
-        for w in words {
-            s.push_str(w.as_ref());
-            s.push('\0');
+impl Dump {
+    /// The table `name`, added (last in order) if it is not there yet.
+    pub fn table(&mut self, name: &str) -> &mut TableDump {
+        if !self.tables.contains_key(name) {
+            self.order.push(name.to_string());
         }
-        Args(s.into_boxed_str())
-    }
-
-    pub fn iter(&self) -> std::str::SplitTerminator<'_, char> {
-        self.0.split_terminator('\0')
-    }
-
-    /// The words, borrowed, for code that indexes them.
-    pub fn words(&self) -> Vec<&str> {
-        self.iter().collect()
-    }
-
-    /// The word after the first `flag` (`-j`, `--comment`, …).
-    pub fn after(&self, flag: &str) -> Option<&str> {
-        word_after(self.iter(), flag)
-    }
-}
-
-impl std::fmt::Debug for Args {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries(self.iter()).finish()
-    }
-}
-
-impl<'a> IntoIterator for &'a Args {
-    type Item = &'a str;
-    type IntoIter = std::str::SplitTerminator<'a, char>;
-    fn into_iter(self) -> Self::IntoIter {
-        self.iter()
+        self.tables.entry(name.to_string()).or_default()
     }
 }
 
 impl TableDump {
+    /// Declares a user chain (`:NAME - [0:0]`).
+    pub fn declare(&mut self, name: &str) {
+        self.chains.push(ChainDecl { name: name.to_string(), policy: "-".into(), counters: "[0:0]".into() });
+    }
+
+    /// Appends a rule value (`-A`).
+    pub fn append(&mut self, rule: &Value) {
+        self.push(Rule { op: "-A".into(), chain: rule.chain.to_string(), args: rule.args.clone(), line: 0 });
+    }
+
     pub fn chain_names(&self) -> BTreeSet<&str> {
         self.chains.iter().map(|c| c.name.as_str()).collect()
     }
@@ -258,13 +314,6 @@ pub fn parse(text: &str) -> Result<Dump, ParseError> {
     Ok(dump)
 }
 
-/// The word after the first `flag` in a rule's words (`-j`, `--comment`, …).
-pub fn word_after<'a>(words: impl IntoIterator<Item = &'a str>, flag: &str) -> Option<&'a str> {
-    let mut it = words.into_iter();
-    it.find(|w| *w == flag)?;
-    it.next()
-}
-
 /// Splits a rule into words; a double-quoted word loses its quotes.
 pub fn split_words(line: &str) -> Result<Vec<String>, String> {
     let mut words = Vec::new();
@@ -281,11 +330,6 @@ pub fn split_words(line: &str) -> Result<Vec<String>, String> {
         }
     }
     Ok(words)
-}
-
-/// Quotes a word the way kube-proxy writes it (only when it has a space).
-pub fn quote(word: &str) -> String {
-    if word.contains(' ') || word.is_empty() { format!("\"{word}\"") } else { word.to_string() }
 }
 
 impl Dump {
@@ -317,21 +361,6 @@ impl Dump {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn args_keep_every_word_including_empty_ones() {
-        let none = Args::new(Vec::<String>::new());
-        assert_eq!(none.iter().count(), 0);
-        let one_empty = Args::new([""]);
-        assert_eq!(one_empty.words(), vec![""]);
-        let a = Args::new(["-m", "comment", "--comment", "ns/svc:p cluster IP", "-j", "KUBE-SVC-X", ""]);
-        assert_eq!(a.words(), vec!["-m", "comment", "--comment", "ns/svc:p cluster IP", "-j", "KUBE-SVC-X", ""]);
-        assert_eq!(a.after("--comment"), Some("ns/svc:p cluster IP"));
-        assert_eq!(a.after("-j"), Some("KUBE-SVC-X"));
-        assert_eq!(a.after("KUBE-SVC-X"), Some(""));
-        assert_eq!(a.after("-p"), None);
-        assert_eq!(format!("{a:?}"), format!("{:?}", a.words()));
-    }
 
     #[test]
     fn parse_and_to_text_round_trip_quoted_and_empty_words() {

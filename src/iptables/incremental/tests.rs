@@ -229,13 +229,10 @@ fn a_removed_udp_endpoint_is_flushed() {
 #[test]
 fn fixed_heads_write_into_no_top_level_chain() {
     let node = Node::new(demo());
-    let mut head = crate::iptables::lines::Lines::new();
-    fixed::filter_head(&node.rs.ctx, &mut head);
-    fixed::nat_head(&node.rs.ctx, &mut head);
+    let head: Vec<_> = fixed::filter_head(&node.rs.ctx).into_iter().chain(fixed::nat_head(&node.rs.ctx)).collect();
     assert!(!head.is_empty());
-    for line in head.iter() {
-        let chain = line_chain(line).unwrap();
-        assert!(TOP_CHAINS.iter().all(|(_, c)| *c != chain), "{line}");
+    for rule in &head {
+        assert!(TOP_CHAINS.iter().all(|(_, c)| rule.chain != *c), "{rule:?}");
     }
     assert!(node.rs.services.values().all(|r| r.top_counts.is_some()));
 }

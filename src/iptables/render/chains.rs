@@ -6,9 +6,9 @@
 use super::context::Context;
 use super::plan::Plan;
 use super::ServiceRules;
-use crate::iptables::lines::Lines;
 use crate::iptables::names::{endpoint_chain, KUBE_MARK_MASQ};
 use crate::model::Endpoint;
+use crate::netfilter::{Chain, Rule};
 
 pub fn write(ctx: &Context, p: &Plan, large_cluster: bool, out: &mut ServiceRules) {
     internal_masquerade(ctx, p, &mut out.chain_rules);
@@ -35,12 +35,12 @@ pub fn write(ctx: &Context, p: &Plan, large_cluster: bool, out: &mut ServiceRule
     }
 }
 
-fn sep_name(p: &Plan, ep: &Endpoint) -> String {
-    endpoint_chain(&p.spn, p.proto, &ep.addr_string())
+fn sep_name(p: &Plan, ep: &Endpoint) -> Chain {
+    endpoint_chain(&p.spn, p.proto, &ep.addr_string()).into()
 }
 
 /// Off-cluster (or, with masqueradeAll, all) traffic to the ClusterIP is masqueraded.
-fn internal_masquerade(ctx: &Context, p: &Plan, out: &mut Lines) {
+fn internal_masquerade(ctx: &Context, p: &Plan, out: &mut Vec<Rule>) {
     if p.internal_refusal.is_some() {
         return;
     }
@@ -49,71 +49,74 @@ fn internal_masquerade(ctx: &Context, p: &Plan, out: &mut Lines) {
         (Some(d), false) => &d.if_not_local,
         (None, false) => return,
     };
-    let comment = format!("\"{} cluster IP\"", p.spn);
+    let comment = format!("{} cluster IP", p.spn);
     let (ip, port) = (p.svc.cluster_ip.to_string(), p.svc.port.to_string());
-    let head = ["-A", &p.internal_chain, "-m", "comment", "--comment", &comment, "-m", p.proto, "-p", p.proto,
-        "-d", &ip, "--dport", &port];
-    out.line(head.iter().copied().chain(extra.iter().map(String::as_str)).chain(["-j", KUBE_MARK_MASQ]));
+    let head = ["-m", "comment", "--comment", &comment, "-m", p.proto, "-p", p.proto, "-d", &ip, "--dport", &port];
+    out.push(Rule::new(&p.internal_chain, head.iter().copied().chain(extra.iter().map(String::as_str)).chain(["-j", KUBE_MARK_MASQ])));
 }
 
-fn external_chain(ctx: &Context, p: &Plan, out: &mut Lines) {
-    let ext = p.chains.ext.as_str();
+fn external_chain(ctx: &Context, p: &Plan, out: &mut Vec<Rule>) {
+    let ext = &p.chains.ext;
+    let svc: &str = &p.chains.svc;
     if !p.svc.external_policy_local {
-        let c = format!("\"masquerade traffic for {} external destinations\"", p.spn);
-        out.line(["-A", ext, "-m", "comment", "--comment", &c, "-j", KUBE_MARK_MASQ]);
+        let c = format!("masquerade traffic for {} external destinations", p.spn);
+        out.push(Rule::new(ext, ["-m", "comment", "--comment", &c, "-j", KUBE_MARK_MASQ]));
     } else {
         if let Some(d) = &ctx.detector {
-            let c = format!("\"pod traffic for {} external destinations\"", p.spn);
-            let head = ["-A", ext, "-m", "comment", "--comment", &c];
-            out.line(head.iter().copied().chain(d.if_local.iter().map(String::as_str)).chain(["-j", &p.chains.svc]));
+            let c = format!("pod traffic for {} external destinations", p.spn);
+            let head = ["-m", "comment", "--comment", &c];
+            out.push(Rule::new(ext, head.iter().copied().chain(d.if_local.iter().map(String::as_str)).chain(["-j", svc])));
         }
-        let c = format!("\"masquerade LOCAL traffic for {} external destinations\"", p.spn);
-        out.line(["-A", ext, "-m", "comment", "--comment", &c, "-m", "addrtype", "--src-type", "LOCAL", "-j", KUBE_MARK_MASQ]);
-        let c = format!("\"route LOCAL traffic for {} external destinations\"", p.spn);
-        out.line(["-A", ext, "-m", "comment", "--comment", &c, "-m", "addrtype", "--src-type", "LOCAL", "-j", &p.chains.svc]);
+        let c = format!("masquerade LOCAL traffic for {} external destinations", p.spn);
+        out.push(Rule::new(ext, ["-m", "comment", "--comment", &c, "-m", "addrtype", "--src-type", "LOCAL", "-j", KUBE_MARK_MASQ]));
+        let c = format!("route LOCAL traffic for {} external destinations", p.spn);
+        out.push(Rule::new(ext, ["-m", "comment", "--comment", &c, "-m", "addrtype", "--src-type", "LOCAL", "-j", svc]));
     }
     if p.external_refusal.is_none() {
-        out.line(["-A", ext, "-j", &p.external_policy_chain]);
+        let policy: &str = &p.external_policy_chain;
+        out.push(Rule::new(ext, ["-j", policy]));
     }
 }
 
-fn firewall_chain(ctx: &Context, p: &Plan, out: &mut Lines) {
-    let (fw, ext) = (p.chains.fw.as_str(), p.chains.ext.as_str());
-    let c = format!("\"{} loadbalancer IP\"", p.spn);
+fn firewall_chain(ctx: &Context, p: &Plan, out: &mut Vec<Rule>) {
+    let (fw, ext): (&Chain, &str) = (&p.chains.fw, &p.chains.ext);
+    let c = format!("{} loadbalancer IP", p.spn);
     let mut allow_from_node = false;
     for cidr in &p.svc.load_balancer_source_ranges {
-        out.line(["-A", fw, "-m", "comment", "--comment", &c, "-s", &cidr.to_string(), "-j", ext]);
+        out.push(Rule::new(fw, ["-m", "comment", "--comment", &c, "-s", &cidr.to_string(), "-j", ext]));
         allow_from_node |= cidr.contains(&ctx.node_ip);
     }
     if allow_from_node {
         for vip in &p.svc.load_balancer_vips {
-            out.line(["-A", fw, "-m", "comment", "--comment", &c, "-s", &vip.to_string(), "-j", ext]);
+            out.push(Rule::new(fw, ["-m", "comment", "--comment", &c, "-s", &vip.to_string(), "-j", ext]));
         }
     }
-    let c = format!("\"other traffic to {} will be dropped by KUBE-PROXY-FIREWALL\"", p.spn);
-    out.line(["-A", fw, "-m", "comment", "--comment", &c]);
+    let c = format!("other traffic to {} will be dropped by KUBE-PROXY-FIREWALL", p.spn);
+    out.push(Rule::new(fw, ["-m", "comment", "--comment", &c]));
 }
 
 /// kube-proxy's `writeServiceToEndpointRules`: affinity checks, then one rule per endpoint
 /// with probability 1/(remaining), the last one unconditional.
-fn dispatch(p: &Plan, chain: &str, eps: &[&Endpoint], large_cluster: bool, out: &mut Lines) {
-    let seps: Vec<String> = eps.iter().map(|e| sep_name(p, e)).collect();
-    let comments: Vec<String> = eps.iter().map(|e| format!("\"{} -> {}\"", p.spn, e.addr_string())).collect();
+fn dispatch(p: &Plan, chain: &Chain, eps: &[&Endpoint], large_cluster: bool, out: &mut Vec<Rule>) {
+    let seps: Vec<Chain> = eps.iter().map(|e| sep_name(p, e)).collect();
+    let comments: Vec<String> = eps.iter().map(|e| format!("{} -> {}", p.spn, e.addr_string())).collect();
     let comment = |i: usize| -> Vec<&str> {
         if large_cluster { vec![] } else { vec!["-m", "comment", "--comment", comments[i].as_str()] }
     };
     if let Some(timeout) = p.svc.session_affinity {
         let t = timeout.to_string();
         for (i, sep) in seps.iter().enumerate() {
+            let sep: &str = sep;
             let tail = ["-m", "recent", "--name", sep, "--rcheck", "--seconds", &t, "--reap", "-j", sep];
-            out.line(["-A", chain].into_iter().chain(comment(i)).chain(tail));
+            out.push(Rule::new(chain, comment(i).into_iter().chain(tail)));
         }
     }
     let n = eps.len();
     for (i, sep) in seps.iter().enumerate() {
+        let sep: &str = sep;
         let prob = probability(n - i);
         let stat: &[&str] = if i + 1 < n { &["-m", "statistic", "--mode", "random", "--probability", &prob] } else { &[] };
-        out.line(["-A", chain].into_iter().chain(comment(i)).chain(stat.iter().copied()).chain(["-j", sep]));
+        out.push(Rule::new(chain, comment(i).into_iter().chain(stat.iter().copied()).chain(["-j", sep])));
     }
 }
 
@@ -122,14 +125,15 @@ pub fn probability(n: usize) -> String {
     format!("{:.10}", 1.0 / n as f64)
 }
 
-fn endpoint(p: &Plan, ep: &Endpoint, chain: &str, large_cluster: bool, out: &mut Lines) {
+fn endpoint(p: &Plan, ep: &Endpoint, chain: &Chain, large_cluster: bool, out: &mut Vec<Rule>) {
     let comment: &[&str] = if large_cluster { &[] } else { &["-m", "comment", "--comment", &p.spn] };
     let ip = ep.ip.to_string();
-    out.line(["-A", chain].into_iter().chain(comment.iter().copied()).chain(["-s", &ip, "-j", KUBE_MARK_MASQ]));
-    let affinity: &[&str] = if p.svc.session_affinity.is_some() { &["-m", "recent", "--name", chain, "--set"] } else { &[] };
+    out.push(Rule::new(chain, comment.iter().copied().chain(["-s", &ip, "-j", KUBE_MARK_MASQ])));
+    let name: &str = chain;
+    let affinity: &[&str] = if p.svc.session_affinity.is_some() { &["-m", "recent", "--name", name, "--set"] } else { &[] };
     let dest = ep.addr_string();
-    out.line(["-A", chain].into_iter().chain(comment.iter().copied()).chain(affinity.iter().copied())
-        .chain(["-m", p.proto, "-p", p.proto, "-j", "DNAT", "--to-destination", &dest]));
+    out.push(Rule::new(chain, comment.iter().copied().chain(affinity.iter().copied())
+        .chain(["-m", p.proto, "-p", p.proto, "-j", "DNAT", "--to-destination", &dest])));
 }
 
 #[cfg(test)]

@@ -3,8 +3,8 @@
 //! (`KUBE-FORWARD`) and the final jump to `KUBE-NODEPORTS`.
 
 use super::context::{Context, NFACCT_INVALID_DROPPED};
-use crate::iptables::lines::Lines;
 use crate::iptables::names::*;
+use crate::netfilter::Rule;
 
 pub const FILTER_CHAINS: [&str; 5] =
     [KUBE_SERVICES, KUBE_EXTERNAL_SERVICES, KUBE_FORWARD, KUBE_NODEPORTS, KUBE_PROXY_FIREWALL];
@@ -15,74 +15,69 @@ fn has_localnet_firewall(ctx: &Context) -> bool {
     !ctx.is_v6() && ctx.localhost_node_ports
 }
 
-pub fn filter_chains(ctx: &Context, out: &mut Lines) {
-    for c in FILTER_CHAINS {
-        out.chain(c);
-    }
+/// The filter chains declared, in order.
+pub fn filter_chains(ctx: &Context) -> Vec<&'static str> {
+    let mut out = FILTER_CHAINS.to_vec();
     if has_localnet_firewall(ctx) {
-        out.chain(KUBE_FIREWALL);
+        out.push(KUBE_FIREWALL);
     }
+    out
 }
 
 /// Filter rules written before any service's.
-pub fn filter_head(ctx: &Context, out: &mut Lines) {
-    if has_localnet_firewall(ctx) {
-        out.line(["-A", KUBE_FIREWALL, "-m", "comment", "--comment", "\"block incoming localnet connections\"",
-            "-d", "127.0.0.0/8", "!", "-s", "127.0.0.0/8", "-m", "conntrack", "!", "--ctstate",
-            "RELATED,ESTABLISHED,DNAT", "-j", "DROP"]);
+pub fn filter_head(ctx: &Context) -> Vec<Rule> {
+    if !has_localnet_firewall(ctx) {
+        return Vec::new();
     }
+    vec![Rule::new(KUBE_FIREWALL, ["-m", "comment", "--comment", "block incoming localnet connections",
+        "-d", "127.0.0.0/8", "!", "-s", "127.0.0.0/8", "-m", "conntrack", "!", "--ctstate",
+        "RELATED,ESTABLISHED,DNAT", "-j", "DROP"])]
 }
 
 /// Filter rules written after every service's.
-pub fn filter_tail(ctx: &Context, out: &mut Lines) {
+pub fn filter_tail(ctx: &Context) -> Vec<Rule> {
+    let mut out = Vec::new();
     if !ctx.conntrack_tcp_be_liberal {
         let acct: &[&str] = if ctx.nfacct { &["-m", "nfacct", "--nfacct-name", NFACCT_INVALID_DROPPED] } else { &[] };
-        out.line(["-A", KUBE_FORWARD, "-m", "conntrack", "--ctstate", "INVALID"].into_iter()
-            .chain(acct.iter().copied()).chain(["-j", "DROP"]));
+        out.push(Rule::new(KUBE_FORWARD, ["-m", "conntrack", "--ctstate", "INVALID"].into_iter()
+            .chain(acct.iter().copied()).chain(["-j", "DROP"])));
     }
     let mark = format!("{0}/{0}", ctx.mark);
-    out.line(["-A", KUBE_FORWARD, "-m", "comment", "--comment", "\"kubernetes forwarding rules\"", "-m", "mark",
-        "--mark", &mark, "-j", "ACCEPT"]);
-    out.line(["-A", KUBE_FORWARD, "-m", "comment", "--comment", "\"kubernetes forwarding conntrack rule\"",
-        "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT"]);
-}
-
-pub fn nat_chains(out: &mut Lines) {
-    for c in NAT_CHAINS {
-        out.chain(c);
-    }
+    out.push(Rule::new(KUBE_FORWARD, ["-m", "comment", "--comment", "kubernetes forwarding rules", "-m", "mark",
+        "--mark", &mark, "-j", "ACCEPT"]));
+    out.push(Rule::new(KUBE_FORWARD, ["-m", "comment", "--comment", "kubernetes forwarding conntrack rule",
+        "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT"]));
+    out
 }
 
 /// Nat rules written before any service's.
-pub fn nat_head(ctx: &Context, out: &mut Lines) {
+pub fn nat_head(ctx: &Context) -> Vec<Rule> {
     let mark = format!("{0}/{0}", ctx.mark);
-    out.line(["-A", KUBE_POSTROUTING, "-m", "mark", "!", "--mark", &mark, "-j", "RETURN"]);
-    out.line(["-A", KUBE_POSTROUTING, "-j", "MARK", "--xor-mark", &ctx.mark]);
     let random: &[&str] = if ctx.random_fully { &["--random-fully"] } else { &[] };
-    out.line(["-A", KUBE_POSTROUTING, "-m", "comment", "--comment", "\"kubernetes service traffic requiring SNAT\"",
-        "-j", "MASQUERADE"].into_iter().chain(random.iter().copied()));
-    out.line(["-A", KUBE_MARK_MASQ, "-j", "MARK", "--or-mark", &ctx.mark]);
+    vec![
+        Rule::new(KUBE_POSTROUTING, ["-m", "mark", "!", "--mark", &mark, "-j", "RETURN"]),
+        Rule::new(KUBE_POSTROUTING, ["-j", "MARK", "--xor-mark", &ctx.mark]),
+        Rule::new(KUBE_POSTROUTING, ["-m", "comment", "--comment", "kubernetes service traffic requiring SNAT",
+            "-j", "MASQUERADE"].into_iter().chain(random.iter().copied())),
+        Rule::new(KUBE_MARK_MASQ, ["-j", "MARK", "--or-mark", &ctx.mark]),
+    ]
 }
 
-const NODEPORTS_COMMENT: &str = "\"kubernetes service nodeports; NOTE: this must be the last rule in this chain\"";
+const NODEPORTS_COMMENT: &str = "kubernetes service nodeports; NOTE: this must be the last rule in this chain";
 
 /// The jump(s) to `KUBE-NODEPORTS`, which must stay last in nat `KUBE-SERVICES`.
-pub fn nat_tail(ctx: &Context, out: &mut Lines) {
+pub fn nat_tail(ctx: &Context) -> Vec<Rule> {
     let Some(ips) = &ctx.node_port_ips else {
         let guard: &[&str] = match (ctx.is_v6(), ctx.localhost_node_ports) {
             (true, _) => &["!", "-d", "::1/128"],
             (false, false) => &["!", "-d", "127.0.0.0/8"],
             (false, true) => &[],
         };
-        out.line(["-A", KUBE_SERVICES, "-m", "comment", "--comment", NODEPORTS_COMMENT, "-m", "addrtype",
-            "--dst-type", "LOCAL"].into_iter().chain(guard.iter().copied()).chain(["-j", KUBE_NODEPORTS]));
-        return;
+        return vec![Rule::new(KUBE_SERVICES, ["-m", "comment", "--comment", NODEPORTS_COMMENT, "-m", "addrtype",
+            "--dst-type", "LOCAL"].into_iter().chain(guard.iter().copied()).chain(["-j", KUBE_NODEPORTS]))];
     };
-    for ip in ips {
-        if ip.is_loopback() && (ctx.is_v6() || !ctx.localhost_node_ports) {
-            continue;
-        }
-        out.line(["-A", KUBE_SERVICES, "-m", "comment", "--comment", NODEPORTS_COMMENT, "-d", &ip.to_string(),
-            "-j", KUBE_NODEPORTS]);
-    }
+    ips.iter()
+        .filter(|ip| !(ip.is_loopback() && (ctx.is_v6() || !ctx.localhost_node_ports)))
+        .map(|ip| Rule::new(KUBE_SERVICES, ["-m", "comment", "--comment", NODEPORTS_COMMENT, "-d", &ip.to_string(), "-j", KUBE_NODEPORTS]))
+        .collect()
 }

@@ -16,21 +16,21 @@ use std::sync::Arc;
 
 pub use context::Context;
 
-use crate::iptables::lines::Lines;
 use crate::iptables::names::{KUBE_EXTERNAL_SERVICES, KUBE_FORWARD, KUBE_NODEPORTS, KUBE_PROXY_FIREWALL, KUBE_SERVICES};
 use crate::model::{EndpointsMap, NamespacedName, ServicePortMap, ServicePortName};
+use crate::netfilter::{Chain, Rule};
 
-/// One service port's lines.
+/// One service port's rules, as values.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ServiceRules {
     /// Filter rules (top-level chains): refusals, firewall drops, health-check accepts.
-    pub filter: Lines,
+    pub filter: Vec<Rule>,
     /// Nat rules in `KUBE-SERVICES`/`KUBE-NODEPORTS`.
-    pub nat_top: Lines,
+    pub nat_top: Vec<Rule>,
     /// The service's own nat chains, in declaration order.
-    pub chains: Vec<String>,
+    pub chains: Vec<Chain>,
     /// The rules of those chains.
-    pub chain_rules: Lines,
+    pub chain_rules: Vec<Rule>,
 }
 
 /// A service port as a [`Ruleset`] keeps it: its rules (shared, cheap to keep as they
@@ -70,18 +70,12 @@ pub const TOP_CHAINS: [(&str, &str); 7] = [
 /// Lines per [`TOP_CHAINS`] entry.
 pub type TopCounts = [u32; TOP_CHAINS.len()];
 
-/// The chain a restore line appends to (`-A CHAIN …`).
-pub fn line_chain(line: &str) -> Option<&str> {
-    line.strip_prefix("-A ")?.split(' ').next()
-}
-
 /// Counts one service's top-level lines per chain; `None` if a line goes elsewhere.
 fn count_top(r: &ServiceRules) -> Option<TopCounts> {
     let mut counts = TopCounts::default();
     for (table, lines) in [("filter", &r.filter), ("nat", &r.nat_top)] {
-        for line in lines.iter() {
-            let chain = line_chain(line)?;
-            let i = TOP_CHAINS.iter().position(|&(t, c)| t == table && c == chain)?;
+        for rule in lines {
+            let i = TOP_CHAINS.iter().position(|&(t, c)| t == table && rule.chain == c)?;
             counts[i] += 1;
         }
     }
@@ -124,9 +118,9 @@ pub fn render_service(ctx: &Context, name: &ServicePortName, services: &ServiceP
     let mut out = ServiceRules::default();
     top::write(ctx, &plan, &mut out);
     chains::write(ctx, &plan, large, &mut out);
-    // A ruleset keeps every service's lines: without their slack, a tenth less memory.
-    for lines in [&mut out.filter, &mut out.nat_top, &mut out.chain_rules] {
-        lines.shrink_to_fit();
+    // A ruleset keeps every service's rules: without their slack.
+    for rules in [&mut out.filter, &mut out.nat_top, &mut out.chain_rules] {
+        rules.shrink_to_fit();
     }
     out.chains.shrink_to_fit();
     Some(Rendered { top_counts: count_top(&out), endpoints: eps.len(), rules: Arc::new(out) })
@@ -205,7 +199,7 @@ impl Ruleset {
 
     /// Every service chain this ruleset declares (nat table).
     pub fn service_chains(&self) -> impl Iterator<Item = &str> {
-        self.services.values().flat_map(|r| r.chains.iter().map(String::as_str))
+        self.services.values().flat_map(|r| r.chains.iter().map(Chain::as_str))
     }
 }
 

@@ -3,6 +3,7 @@
 //! traffic that has no endpoint to go to.
 
 use crate::iptables::names::ServiceChains;
+use crate::netfilter::Chain;
 use crate::model::{Endpoint, ServicePort};
 use crate::select::{categorize, Categorized, Locality};
 
@@ -23,11 +24,11 @@ pub struct Plan<'a> {
     pub endpoints: Categorized<'a>,
     pub has_endpoints: bool,
     /// SVC, or SVL when internalTrafficPolicy is Local.
-    pub internal_chain: String,
+    pub internal_chain: Chain,
     /// SVC, or SVL when externalTrafficPolicy is Local.
-    pub external_policy_chain: String,
+    pub external_policy_chain: Chain,
     /// FW when source ranges apply, else EXT.
-    pub load_balancer_chain: String,
+    pub load_balancer_chain: Chain,
     pub uses_cluster_chain: bool,
     pub uses_local_chain: bool,
     pub uses_ext_chain: bool,
@@ -60,7 +61,7 @@ impl<'a> Plan<'a> {
         let uses_fw_chain = has_endpoints
             && !svc.load_balancer_vips.is_empty()
             && !svc.load_balancer_source_ranges.is_empty();
-        let refusal = |target, what: &str| Some(Refusal { target, comment: format!("\"{spn} has no {what}\"") });
+        let refusal = |target, what: &str| Some(Refusal { target, comment: format!("{spn} has no {what}") });
         let (internal_refusal, external_refusal) = if !has_endpoints {
             (refusal("REJECT", "endpoints"), refusal("REJECT", "endpoints"))
         } else {

@@ -6,8 +6,8 @@
 use super::context::{Context, NFACCT_LOCALHOST_NODEPORTS};
 use super::plan::{Plan, Refusal};
 use super::ServiceRules;
-use crate::iptables::lines::Lines;
 use crate::iptables::names::{KUBE_EXTERNAL_SERVICES, KUBE_NODEPORTS, KUBE_PROXY_FIREWALL, KUBE_SERVICES};
+use crate::netfilter::Rule;
 
 pub fn write(ctx: &Context, p: &Plan, out: &mut ServiceRules) {
     cluster_ip(p, out);
@@ -18,12 +18,12 @@ pub fn write(ctx: &Context, p: &Plan, out: &mut ServiceRules) {
 }
 
 /// `-A CHAIN -m comment --comment C -m proto -p proto -d IP --dport PORT -j TARGET`
-fn capture(out: &mut Lines, chain: &str, comment: &str, p: &Plan, ip: &str, port: u16, target: &str) {
+fn capture(out: &mut Vec<Rule>, chain: &'static str, comment: &str, p: &Plan, ip: &str, port: u16, target: &str) {
     let port = port.to_string();
-    out.line(["-A", chain, "-m", "comment", "--comment", comment, "-m", p.proto, "-p", p.proto, "-d", ip, "--dport", &port, "-j", target]);
+    out.push(Rule::new(chain, ["-m", "comment", "--comment", comment, "-m", p.proto, "-p", p.proto, "-d", ip, "--dport", &port, "-j", target]));
 }
 
-fn refuse(out: &mut Lines, chain: &str, r: &Refusal, p: &Plan, ip: &str, port: u16) {
+fn refuse(out: &mut Vec<Rule>, chain: &'static str, r: &Refusal, p: &Plan, ip: &str, port: u16) {
     capture(out, chain, &r.comment, p, ip, port, r.target);
 }
 
@@ -31,7 +31,7 @@ fn cluster_ip(p: &Plan, out: &mut ServiceRules) {
     let ip = p.svc.cluster_ip.to_string();
     match &p.internal_refusal {
         None => {
-            let comment = format!("\"{} cluster IP\"", p.spn);
+            let comment = format!("{} cluster IP", p.spn);
             capture(&mut out.nat_top, KUBE_SERVICES, &comment, p, &ip, p.svc.port, &p.internal_chain);
         }
         Some(r) => refuse(&mut out.filter, KUBE_SERVICES, r, p, &ip, p.svc.port),
@@ -39,7 +39,7 @@ fn cluster_ip(p: &Plan, out: &mut ServiceRules) {
 }
 
 fn external_ips(p: &Plan, out: &mut ServiceRules) {
-    let comment = format!("\"{} external IP\"", p.spn);
+    let comment = format!("{} external IP", p.spn);
     for eip in &p.svc.external_ips {
         let ip = eip.to_string();
         if p.has_endpoints {
@@ -52,8 +52,8 @@ fn external_ips(p: &Plan, out: &mut ServiceRules) {
 }
 
 fn load_balancer_ips(p: &Plan, out: &mut ServiceRules) {
-    let comment = format!("\"{} loadbalancer IP\"", p.spn);
-    let fw_comment = format!("\"{} traffic not accepted by {}\"", p.spn, p.chains.fw);
+    let comment = format!("{} loadbalancer IP", p.spn);
+    let fw_comment = format!("{} traffic not accepted by {}", p.spn, p.chains.fw);
     for vip in &p.svc.load_balancer_vips {
         let ip = vip.to_string();
         if p.has_endpoints {
@@ -76,27 +76,27 @@ fn node_port(ctx: &Context, p: &Plan, out: &mut ServiceRules) {
     }
     let np = p.svc.node_port.to_string();
     if p.has_endpoints {
-        let (spn, proto, ext) = (p.spn.as_str(), p.proto, p.chains.ext.as_str());
+        let (spn, proto, ext): (&str, &str, &str) = (&p.spn, p.proto, &p.chains.ext);
         if !ctx.is_v6() && ctx.localhost_node_ports && ctx.nfacct {
-            out.nat_top.line(["-A", KUBE_NODEPORTS, "-m", "comment", "--comment", spn, "-m", proto, "-p", proto,
+            out.nat_top.push(Rule::new(KUBE_NODEPORTS, ["-m", "comment", "--comment", spn, "-m", proto, "-p", proto,
                 "-d", "127.0.0.0/8", "--dport", &np, "-m", "nfacct", "--nfacct-name", NFACCT_LOCALHOST_NODEPORTS,
-                "-j", ext]);
+                "-j", ext]));
         }
-        out.nat_top.line(["-A", KUBE_NODEPORTS, "-m", "comment", "--comment", spn, "-m", proto, "-p", proto,
-            "--dport", &np, "-j", ext]);
+        out.nat_top.push(Rule::new(KUBE_NODEPORTS, ["-m", "comment", "--comment", spn, "-m", proto, "-p", proto,
+            "--dport", &np, "-j", ext]));
     }
     if let Some(r) = &p.external_refusal {
-        out.filter.line(["-A", KUBE_EXTERNAL_SERVICES, "-m", "comment", "--comment", &r.comment, "-m", "addrtype",
-            "--dst-type", "LOCAL", "-m", p.proto, "-p", p.proto, "--dport", &np, "-j", r.target]);
+        out.filter.push(Rule::new(KUBE_EXTERNAL_SERVICES, ["-m", "comment", "--comment", &r.comment, "-m", "addrtype",
+            "--dst-type", "LOCAL", "-m", p.proto, "-p", p.proto, "--dport", &np, "-j", r.target]));
     }
 }
 
-fn health_check_node_port(p: &Plan, filter: &mut Lines) {
+fn health_check_node_port(p: &Plan, filter: &mut Vec<Rule>) {
     if p.svc.health_check_node_port == 0 {
         return;
     }
-    let comment = format!("\"{} health check node port\"", p.spn);
+    let comment = format!("{} health check node port", p.spn);
     let port = p.svc.health_check_node_port.to_string();
-    filter.line(["-A", KUBE_NODEPORTS, "-m", "comment", "--comment", &comment, "-m", "tcp", "-p", "tcp",
-        "--dport", &port, "-j", "ACCEPT"]);
+    filter.push(Rule::new(KUBE_NODEPORTS, ["-m", "comment", "--comment", &comment, "-m", "tcp", "-p", "tcp",
+        "--dport", &port, "-j", "ACCEPT"]));
 }

@@ -1,0 +1,7 @@
+//! The netfilter layer below the modes: what iptables mode, IPVS mode, the tracer and
+//! cleanup all stand on. Rules are values here ([`rule`]): a chain and its words, written
+//! to restore text by one writer and read back from the kernel's text by one parser.
+
+pub mod rule;
+
+pub use rule::{quote, Args, Chain, Rule};
