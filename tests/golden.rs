@@ -162,6 +162,11 @@ fn every_ruleset_is_consistent_and_round_trips() {
                 if dump.to_text() != text {
                     f.push(format!("{}: parse round-trip differs:\n{}", path.display(), diff(&text, &dump.to_text())));
                 }
+                // The values a sync compares are the rules the text holds, line numbers included.
+                let values = restore::dump(rs, restore::Scope::Full, &[]);
+                if values != dump {
+                    f.push(format!("{}: the rules as values differ from the text:\n{}", path.display(), diff(&text, &values.to_text())));
+                }
                 for p in check::check_jumps(&dump) {
                     f.push(format!("{} ({}): {p}", path.display(), rs.ctx.family));
                 }

@@ -105,7 +105,7 @@ fn json_rules(rulesets: &[crate::iptables::render::Ruleset]) -> anyhow::Result<s
     use crate::iptables::restore::{self, Scope};
     let mut families = Vec::new();
     for rs in rulesets {
-        let dump = restore::parse(&restore::write(rs, Scope::Full, &[]))?;
+        let dump = restore::dump(rs, Scope::Full, &[]);
         let tables: Vec<serde_json::Value> = dump
             .order
             .iter()

@@ -219,7 +219,7 @@ fn rules(args: &TraceArgs, loaded: &pipeline::Loaded, family: IpFamily) -> anyho
         .into_iter()
         .find(|rs| rs.ctx.family == family)
         .with_context(|| format!("no {family} rules: the cluster state is rendered for other families (see --ip-family)"))?;
-    Ok(restore::parse(&restore::write(&rs, Scope::Full, &[]))?)
+    Ok(restore::dump(&rs, Scope::Full, &[]))
 }
 
 fn text(t: &Trace, entry: From) -> String {

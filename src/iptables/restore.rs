@@ -215,6 +215,12 @@ pub struct Rule {
 }
 
 impl Dump {
+    /// Lines of the restore text this dump stands for (`*table`, chains, rules,
+    /// deletions, `COMMIT`).
+    pub fn lines(&self) -> usize {
+        self.tables.values().map(|t| 2 + t.chains.len() + t.rules.len() + t.deleted.len()).sum()
+    }
+
     /// The table `name`, added (last in order) if it is not there yet.
     pub fn table(&mut self, name: &str) -> &mut TableDump {
         if !self.tables.contains_key(name) {

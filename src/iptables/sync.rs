@@ -30,7 +30,7 @@ pub struct SyncReport {
 /// Wall time of each phase of one sync (for `svcproxy bench` and the logs).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Timings {
-    /// Writing the desired restore text and parsing it back (full syncs only).
+    /// Gathering the desired rules for the comparison (full syncs only).
     pub render: std::time::Duration,
     /// `iptables-save` of the tables we write, parsed.
     pub read: std::time::Duration,
@@ -92,11 +92,9 @@ pub fn send(r: &mut dyn Restorer, family: crate::net::IpFamily, delta: &Delta) -
 pub fn sync(r: &mut dyn Restorer, rs: &Ruleset, dry_run: bool) -> Result<SyncReport, SyncError> {
     let mut timings = Timings::default();
     let t = Instant::now();
-    let full = restore::write(rs, Scope::Full, &[]);
-    let desired = restore::parse(&full).map_err(|error| SyncError::Parse { table: "(rendered)".into(), error })?;
-    let full_lines = full.lines().count();
-    // Tens of megabytes at 10k services: not held through the rest of the sync.
-    drop(full);
+    // The rules as values: no restore text is written or parsed for the comparison.
+    let desired = restore::dump(rs, Scope::Full, &[]);
+    let full_lines = desired.lines();
     timings.render = t.elapsed();
     let t = Instant::now();
     let live = read_live(r, rs.ctx.family)?;
