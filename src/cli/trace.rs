@@ -192,7 +192,7 @@ fn rendered_ipvs(loaded: &pipeline::Loaded, family: IpFamily) -> anyhow::Result<
         .into_iter()
         .find(|p| p.family == family)
         .with_context(|| format!("no {family} plan: the cluster state is planned for other families (see --ip-family)"))?;
-    Ok((trace::ipvs::rendered_rules(&plan)?, Sets::from_plan(&plan), Table::from_plan(&plan)))
+    Ok((trace::ipvs::rendered_rules(&plan), Sets::from_plan(&plan), Table::from_plan(&plan)))
 }
 
 /// What the kernel holds: iptables-save, ipset save, and the IPVS table over netlink.

@@ -11,7 +11,6 @@ pub mod delta;
 pub mod fake;
 pub mod incremental;
 pub mod jumps;
-pub mod lines;
 pub mod nfacct;
 pub mod names;
 pub mod partial;

@@ -1,6 +1,6 @@
 //! Small kernel-side pieces of IPVS mode: the sysctls kube-proxy sets, the
-//! graceful-termination memory kept between one-shot runs, and the iptables text in the
-//! form `iptables-save` prints it.
+//! graceful-termination memory kept between one-shot runs, and the iptables rules in the
+//! form `iptables-save` prints them.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -9,6 +9,7 @@ use std::path::Path;
 use super::netlink::{Protocol, ServiceKey};
 use super::reconcile::Grace;
 use crate::iptables::jumps::Jump;
+use crate::netfilter::{Dump, Rule, Table};
 use crate::node::sysctl::{self, Sysctl};
 
 /// The sysctls kube-proxy's IPVS proxier sets on this kernel (see [`crate::node::sysctl::ipvs`]).
@@ -29,19 +30,20 @@ pub fn jumps() -> Vec<Jump> {
         .collect()
 }
 
-/// Rewrites the `ipvs` match as `iptables-save` prints it (libxt_ipvs: `--vproto` as a
-/// number, then `--vaddr`, then `--vport`), so a synced node compares equal.
-pub fn kernel_form(restore: &str) -> String {
-    let mut out = String::with_capacity(restore.len());
-    for line in restore.lines() {
-        out.push_str(&ipvs_match_line(line).unwrap_or_else(|| line.to_string()));
-        out.push('\n');
+/// The rules as the kernel holds them: the `ipvs` match as `iptables-save` prints it
+/// (libxt_ipvs: `--vproto` as a number, then `--vaddr`, then `--vport`), so a synced node
+/// compares equal.
+pub fn kernel_form(tables: &[Table]) -> Dump {
+    let mut dump = Dump::default();
+    for t in tables {
+        let kernel = Table { rules: t.rules.iter().map(|r| ipvs_match(r).unwrap_or_else(|| r.clone())).collect(), ..t.clone() };
+        kernel.add_to(&mut dump);
     }
-    out
+    dump
 }
 
-fn ipvs_match_line(line: &str) -> Option<String> {
-    let words: Vec<&str> = line.split(' ').collect();
+fn ipvs_match(rule: &Rule) -> Option<Rule> {
+    let words = rule.args.words();
     let at = |flag: &str| words.iter().position(|w| *w == flag);
     let (a, p, v) = (at("--vaddr")?, at("--vproto")?, at("--vport")?);
     if !(a + 2 == p && p + 2 == v) {
@@ -56,7 +58,7 @@ fn ipvs_match_line(line: &str) -> Option<String> {
     let mut fixed: Vec<&str> = words[..a].to_vec();
     fixed.extend(["--vproto", proto, "--vaddr", words.get(a + 1)?, "--vport", words.get(v + 1)?]);
     fixed.extend(words.get(v + 2..)?.iter().copied());
-    Some(fixed.join(" "))
+    Some(Rule::new(&rule.chain, fixed))
 }
 
 /// Reads the terminating-since memory (`PROTO VADDR VPORT RADDR RPORT SINCE` lines);
@@ -96,8 +98,14 @@ mod tests {
 
     #[test]
     fn ipvs_match_in_kernel_form() {
-        let t = "-A KUBE-IPVS-OUT-FILTER -s 1.2.3.4 -m ipvs --vaddr 1.2.3.4 --vproto tcp --vport 80 -j DROP\n-A X -j Y\n";
-        assert_eq!(kernel_form(t), "-A KUBE-IPVS-OUT-FILTER -s 1.2.3.4 -m ipvs --vproto 6 --vaddr 1.2.3.4 --vport 80 -j DROP\n-A X -j Y\n");
+        let mut filter = Table::new("filter");
+        filter.chains.push("KUBE-IPVS-OUT-FILTER".into());
+        filter.rules.push(Rule::new("KUBE-IPVS-OUT-FILTER", "-s 1.2.3.4 -m ipvs --vaddr 1.2.3.4 --vproto tcp --vport 80 -j DROP".split(' ')));
+        filter.rules.push(Rule::new("X", ["-j", "Y"]));
+        assert_eq!(
+            kernel_form(&[filter]).to_text(),
+            "*filter\n:KUBE-IPVS-OUT-FILTER - [0:0]\n-A KUBE-IPVS-OUT-FILTER -s 1.2.3.4 -m ipvs --vproto 6 --vaddr 1.2.3.4 --vport 80 -j DROP\n-A X -j Y\nCOMMIT\n"
+        );
     }
 
     #[test]

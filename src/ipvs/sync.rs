@@ -221,7 +221,7 @@ fn iptables_deltas(plans: &[Plan], live: &[(IpFamily, Dump)]) -> Result<Vec<(IpF
     let empty = Dump::default();
     let mut out = Vec::new();
     for plan in plans {
-        let desired = parse("the IPVS-mode rules", &kernel_state::kernel_form(&plan.iptables))?;
+        let desired = kernel_state::kernel_form(&plan.iptables);
         let have = live.iter().find(|(f, _)| *f == plan.family).map_or(&empty, |(_, d)| d);
         out.push((plan.family, delta::compute(&desired, have, plan.family.is_v6(), &kernel_state::jumps())));
     }

@@ -2,6 +2,10 @@
 //! cleanup all stand on. Rules are values here ([`rule`]): a chain and its words, written
 //! to restore text by one writer and read back from the kernel's text by one parser.
 
+pub mod dump;
 pub mod rule;
+pub mod table;
 
+pub use dump::{Dump, TableDump};
 pub use rule::{quote, Args, Chain, Rule};
+pub use table::Table;

@@ -22,7 +22,7 @@ use std::net::IpAddr;
 use serde::Serialize;
 
 use super::{run_chain, Branch, Cx, Entry, Env, Flow, Packet, Sets};
-use crate::iptables::restore::{self, Dump, ParseError, Rule};
+use crate::netfilter::Dump;
 use crate::ipvs::netlink::{Forward, Protocol, RealServer, ServiceKey, VirtualServer};
 use crate::ipvs::plan::Plan;
 use crate::ipvs::text::{dest_line, service_line};
@@ -73,17 +73,17 @@ impl Table {
     }
 }
 
-/// The iptables rules of a plan as the kernel holds them after a sync: the restore text
+/// The iptables rules of a plan as the kernel holds them after a sync: the plan's rules
 /// and the jumps from the built-in chains, which kube-proxy (and svcproxy) prepend one by
 /// one in kube-proxy's order, so the last one comes first.
-pub fn rendered_rules(plan: &Plan) -> Result<Dump, ParseError> {
-    let mut dump = restore::parse(&plan.iptables)?;
+pub fn rendered_rules(plan: &Plan) -> Dump {
+    let mut dump = crate::netfilter::table::dump_all(&plan.iptables);
     for j in crate::ipvs::kernel_state::jumps().iter().rev() {
         if let Some(t) = dump.tables.get_mut(j.table) {
-            t.push(Rule { op: "-A".into(), chain: j.from.into(), args: crate::iptables::restore::Args::new(&j.args), line: 0 });
+            t.append(&crate::netfilter::Rule::new(j.from, &j.args));
         }
     }
-    Ok(dump)
+    dump
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -28,7 +28,7 @@ fn node(fixture: &str, settings: Settings) -> Node {
     let mut local_ips: BTreeSet<IpAddr> = loaded.config.node_ips.iter().copied().collect();
     local_ips.extend(plan.bound.iter().copied());
     Node {
-        dump: ipvs::rendered_rules(&plan).unwrap(),
+        dump: ipvs::rendered_rules(&plan),
         sets: Sets::from_plan(&plan),
         table: Table::from_plan(&plan),
         env: Env { local_ips, ..Env::default() },

@@ -115,11 +115,6 @@ impl SetId {
     pub fn name(self, family: IpFamily) -> String {
         set_name(self.base_name(), family)
     }
-
-    /// The iptables comment (`getComment`): the set comment in double quotes.
-    pub fn quoted_comment(self) -> String {
-        format!("\"{}\"", self.comment())
-    }
 }
 
 /// kube-proxy's `NewIPSet` renaming.

@@ -47,8 +47,8 @@ pub struct Plan {
     /// Every kube-proxy set of the family (empty ones too), in `ipsetInfo` order.
     pub sets: BTreeMap<SetId, BTreeSet<String>>,
     pub no_node_access: BTreeSet<NoNodeAccess>,
-    /// The iptables-restore input (nat, then filter).
-    pub iptables: String,
+    /// The iptables rules (nat, then filter).
+    pub iptables: Vec<crate::netfilter::Table>,
 }
 
 impl Plan {
@@ -59,7 +59,7 @@ impl Plan {
             bound: BTreeSet::new(),
             sets: ipsets::ALL.iter().map(|id| (*id, BTreeSet::new())).collect(),
             no_node_access: BTreeSet::new(),
-            iptables: String::new(),
+            iptables: Vec::new(),
         }
     }
 

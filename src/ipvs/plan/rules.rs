@@ -1,10 +1,10 @@
-//! The iptables rules IPVS mode needs (kube-proxy's IPVS `writeIptablesRules`): the
-//! restore text is nat first, then filter, with kube-proxy's chains, texts and order.
+//! The iptables rules IPVS mode needs (kube-proxy's IPVS `writeIptablesRules`), as rule
+//! values: nat first, then filter, with kube-proxy's chains, texts and order.
 
 use super::ipsets::SetId;
 use super::{Context, Plan};
-use crate::iptables::lines::Lines;
 use crate::iptables::names::{KUBE_FORWARD, KUBE_MARK_MASQ, KUBE_POSTROUTING, KUBE_PROXY_FIREWALL, KUBE_SERVICES};
+use crate::netfilter::{Rule, Table};
 
 pub const KUBE_NODE_PORT: &str = "KUBE-NODE-PORT";
 pub const KUBE_LOAD_BALANCER: &str = "KUBE-LOAD-BALANCER";
@@ -49,34 +49,37 @@ const SET_RULES: [(SetId, bool, &str, &str, &str, &str); 12] = [
 ];
 
 struct Out {
-    nat: Lines,
-    filter: Lines,
+    nat: Vec<Rule>,
+    filter: Vec<Rule>,
 }
 
-/// The whole restore text: `*nat`, chains, rules, `COMMIT`, `*filter`, chains, rules, `COMMIT`.
-pub fn write(ctx: &Context, plan: &Plan) -> String {
-    let mut out = Out { nat: Lines::new(), filter: Lines::new() };
+/// The two tables: nat (its chains, its rules), then filter.
+pub fn write(ctx: &Context, plan: &Plan) -> Vec<Table> {
+    let mut out = Out { nat: Vec::new(), filter: Vec::new() };
     let lo = if ctx.family().is_v6() { "::1/128" } else { "127.0.0.0/8" };
-    out.nat.line(["-A", KUBE_SERVICES, "-s", lo, "-j", "RETURN"]);
+    out.nat.push(Rule::new(KUBE_SERVICES, ["-s", lo, "-j", "RETURN"]));
     set_rules(ctx, plan, &mut out);
     cluster_ip_rule(ctx, plan, &mut out);
     external_ip_rules(ctx, plan, &mut out);
-    out.nat.line(["-A", KUBE_SERVICES, "-m", "addrtype", "--dst-type", "LOCAL", "-j", KUBE_NODE_PORT]);
-    out.nat.line(["-A", KUBE_LOAD_BALANCER, "-j", KUBE_MARK_MASQ]);
-    out.filter.line(["-A", KUBE_SOURCE_RANGES_FIREWALL, "-j", "DROP"]);
+    out.nat.push(Rule::new(KUBE_SERVICES, ["-m", "addrtype", "--dst-type", "LOCAL", "-j", KUBE_NODE_PORT]));
+    out.nat.push(Rule::new(KUBE_LOAD_BALANCER, ["-j", KUBE_MARK_MASQ]));
+    out.filter.push(Rule::new(KUBE_SOURCE_RANGES_FIREWALL, ["-j", "DROP"]));
     for e in &plan.no_node_access {
         let (ip, port) = (e.ip.to_string(), e.port.to_string());
-        out.filter.line(["-A", KUBE_IPVS_OUT_FILTER, "-s", &ip, "-m", "ipvs", "--vaddr", &ip, "--vproto", e.proto,
-            "--vport", &port, "-j", "DROP"]);
+        out.filter.push(Rule::new(KUBE_IPVS_OUT_FILTER, ["-s", &ip, "-m", "ipvs", "--vaddr", &ip, "--vproto", e.proto,
+            "--vport", &port, "-j", "DROP"]));
     }
     for id in [SetId::ClusterIp, SetId::LoadBalancer] {
         if !plan.set(id).is_empty() {
-            out.nat.line(["-A", KUBE_SERVICES, "-m", "set", "--match-set", &id.name(ctx.family()), "dst,dst", "-j", "ACCEPT"]);
+            out.nat.push(Rule::new(KUBE_SERVICES, ["-m", "set", "--match-set", &id.name(ctx.family()), "dst,dst", "-j", "ACCEPT"]));
         }
     }
     forward_and_filter_rules(ctx, &mut out);
     masquerade_rules(ctx, &mut out);
-    assemble(out)
+    vec![
+        Table { name: "nat", chains: NAT_CHAINS.map(Into::into).to_vec(), rules: out.nat },
+        Table { name: "filter", chains: FILTER_CHAINS.map(Into::into).to_vec(), rules: out.filter },
+    ]
 }
 
 fn set_rules(ctx: &Context, plan: &Plan, out: &mut Out) {
@@ -84,22 +87,21 @@ fn set_rules(ctx: &Context, plan: &Plan, out: &mut Out) {
         if plan.set(id).is_empty() {
             continue;
         }
-        let mut words: Vec<String> = vec!["-A".into(), from.into()];
+        let mut words: Vec<String> = Vec::new();
         if !proto.is_empty() {
             words.extend(["-p".into(), proto.into()]);
         }
-        words.extend(["-m", "comment", "--comment"].map(String::from));
-        words.push(id.quoted_comment());
+        words.extend(["-m", "comment", "--comment", id.comment()].map(String::from));
         words.extend(["-m".into(), "set".into(), "--match-set".into(), id.name(ctx.family()), matching.into()]);
         words.extend(["-j".into(), to.into()]);
-        if nat { out.nat.line(&words) } else { out.filter.line(&words) }
+        let rule = Rule::new(from, &words);
+        if nat { out.nat.push(rule) } else { out.filter.push(rule) }
     }
 }
 
-/// `-A KUBE-SERVICES -m comment --comment C -m set --match-set SET` for a set.
+/// `-m comment --comment C -m set --match-set SET` for a set.
 fn set_head(ctx: &Context, id: SetId) -> Vec<String> {
-    let mut w: Vec<String> = ["-A", KUBE_SERVICES, "-m", "comment", "--comment"].map(String::from).to_vec();
-    w.push(id.quoted_comment());
+    let mut w: Vec<String> = ["-m", "comment", "--comment", id.comment()].map(String::from).to_vec();
     w.extend(["-m".into(), "set".into(), "--match-set".into(), id.name(ctx.family())]);
     w
 }
@@ -118,7 +120,7 @@ fn cluster_ip_rule(ctx: &Context, plan: &Plan, out: &mut Out) {
         w.push("src,dst".into());
     }
     w.extend(["-j".into(), KUBE_MARK_MASQ.into()]);
-    out.nat.line(&w);
+    out.nat.push(Rule::new(KUBE_SERVICES, &w));
 }
 
 fn external_ip_rules(ctx: &Context, plan: &Plan, out: &mut Out) {
@@ -128,59 +130,40 @@ fn external_ip_rules(ctx: &Context, plan: &Plan, out: &mut Out) {
         }
         let mut head = set_head(ctx, id);
         head.push("dst,dst".into());
+        let rule = |tail: &[&str]| Rule::new(KUBE_SERVICES, head.iter().map(String::as_str).chain(tail.iter().copied()));
         if masquerade {
-            out.nat.line(head.iter().map(String::as_str).chain(["-j", KUBE_MARK_MASQ]));
+            out.nat.push(rule(&["-j", KUBE_MARK_MASQ]));
         }
-        out.nat.line(head.iter().map(String::as_str).chain(["-m", "physdev", "!", "--physdev-is-in", "-m", "addrtype",
-            "!", "--src-type", "LOCAL", "-j", "ACCEPT"]));
-        out.nat.line(head.iter().map(String::as_str).chain(["-m", "addrtype", "--dst-type", "LOCAL", "-j", "ACCEPT"]));
+        out.nat.push(rule(&["-m", "physdev", "!", "--physdev-is-in", "-m", "addrtype", "!", "--src-type", "LOCAL", "-j", "ACCEPT"]));
+        out.nat.push(rule(&["-m", "addrtype", "--dst-type", "LOCAL", "-j", "ACCEPT"]));
     }
 }
 
 fn forward_and_filter_rules(ctx: &Context, out: &mut Out) {
     let fam = ctx.family();
     let mark = format!("{0}/{0}", ctx.ipt.mark);
-    out.filter.line(["-A", KUBE_FORWARD, "-m", "comment", "--comment", "\"kubernetes forwarding rules\"", "-m", "mark",
-        "--mark", &mark, "-j", "ACCEPT"]);
-    out.filter.line(["-A", KUBE_FORWARD, "-m", "comment", "--comment", "\"kubernetes forwarding conntrack rule\"",
-        "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT"]);
+    out.filter.push(Rule::new(KUBE_FORWARD, ["-m", "comment", "--comment", "kubernetes forwarding rules", "-m", "mark",
+        "--mark", &mark, "-j", "ACCEPT"]));
+    out.filter.push(Rule::new(KUBE_FORWARD, ["-m", "comment", "--comment", "kubernetes forwarding conntrack rule",
+        "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT"]));
     let hc = SetId::HealthCheckNodePort;
-    out.filter.line(["-A", KUBE_NODE_PORT, "-m", "comment", "--comment", &hc.quoted_comment(), "-m", "set",
-        "--match-set", &hc.name(fam), "dst", "-j", "ACCEPT"]);
+    out.filter.push(Rule::new(KUBE_NODE_PORT, ["-m", "comment", "--comment", hc.comment(), "-m", "set",
+        "--match-set", &hc.name(fam), "dst", "-j", "ACCEPT"]));
     for id in [SetId::LoadBalancer, SetId::ClusterIp, SetId::ExternalIp, SetId::ExternalIpLocal] {
-        out.filter.line(["-A", KUBE_IPVS_FILTER, "-m", "set", "--match-set", &id.name(fam), "dst,dst", "-j", "RETURN"]);
+        out.filter.push(Rule::new(KUBE_IPVS_FILTER, ["-m", "set", "--match-set", &id.name(fam), "dst,dst", "-j", "RETURN"]));
     }
-    out.filter.line(["-A", KUBE_IPVS_FILTER, "-m", "set", "--match-set", &hc.name(fam), "dst", "-j", "RETURN"]);
-    out.filter.line(["-A", KUBE_IPVS_FILTER, "-m", "conntrack", "--ctstate", "NEW", "-m", "set", "--match-set",
-        &SetId::IpvsIps.name(fam), "dst", "-j", "REJECT"]);
+    out.filter.push(Rule::new(KUBE_IPVS_FILTER, ["-m", "set", "--match-set", &hc.name(fam), "dst", "-j", "RETURN"]));
+    out.filter.push(Rule::new(KUBE_IPVS_FILTER, ["-m", "conntrack", "--ctstate", "NEW", "-m", "set", "--match-set",
+        &SetId::IpvsIps.name(fam), "dst", "-j", "REJECT"]));
 }
 
 fn masquerade_rules(ctx: &Context, out: &mut Out) {
     let mark = &ctx.ipt.mark;
     let both = format!("{mark}/{mark}");
-    out.nat.line(["-A", KUBE_POSTROUTING, "-m", "mark", "!", "--mark", &both, "-j", "RETURN"]);
-    out.nat.line(["-A", KUBE_POSTROUTING, "-j", "MARK", "--xor-mark", mark]);
+    out.nat.push(Rule::new(KUBE_POSTROUTING, ["-m", "mark", "!", "--mark", &both, "-j", "RETURN"]));
+    out.nat.push(Rule::new(KUBE_POSTROUTING, ["-j", "MARK", "--xor-mark", mark]));
     let random: &[&str] = if ctx.ipt.random_fully { &["--random-fully"] } else { &[] };
-    out.nat.line(["-A", KUBE_POSTROUTING, "-m", "comment", "--comment", "\"kubernetes service traffic requiring SNAT\"",
-        "-j", "MASQUERADE"].into_iter().chain(random.iter().copied()));
-    out.nat.line(["-A", KUBE_MARK_MASQ, "-j", "MARK", "--or-mark", mark]);
-}
-
-fn assemble(out: Out) -> String {
-    let mut text = String::from("*nat\n");
-    let mut chains = Lines::new();
-    for c in NAT_CHAINS {
-        chains.chain(c);
-    }
-    text.push_str(chains.as_str());
-    text.push_str(out.nat.as_str());
-    text.push_str("COMMIT\n*filter\n");
-    let mut chains = Lines::new();
-    for c in FILTER_CHAINS {
-        chains.chain(c);
-    }
-    text.push_str(chains.as_str());
-    text.push_str(out.filter.as_str());
-    text.push_str("COMMIT\n");
-    text
+    out.nat.push(Rule::new(KUBE_POSTROUTING, ["-m", "comment", "--comment", "kubernetes service traffic requiring SNAT",
+        "-j", "MASQUERADE"].into_iter().chain(random.iter().copied())));
+    out.nat.push(Rule::new(KUBE_MARK_MASQ, ["-j", "MARK", "--or-mark", mark]));
 }

@@ -1,0 +1,209 @@
+//! The rules a table holds, as read from restore text or `iptables-save` output
+//! ([`parse`]) or gathered from rule values: declared chains, rules per chain (indexed),
+//! deletions; and back to text ([`Dump::to_text`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+
+use super::rule::{quote, Args, Rule as Value};
+
+/// A parsed restore input or save output.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Dump {
+    pub tables: BTreeMap<String, TableDump>,
+    /// Table names in the order they appeared.
+    pub order: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TableDump {
+    /// Declared chains in order, with their policy (`-` for user chains) and counters text.
+    pub chains: Vec<ChainDecl>,
+    pub rules: Vec<Rule>,
+    /// Chains deleted with `-X`, in order.
+    pub deleted: Vec<String>,
+    /// Positions in `rules` per chain (kept by [`TableDump::push`]).
+    index: std::collections::HashMap<String, Vec<usize>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChainDecl {
+    pub name: String,
+    pub policy: String,
+    pub counters: String,
+}
+
+/// One `-A`/`-I` rule: its chain and its arguments after the chain name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule {
+    pub op: String,
+    pub chain: String,
+    pub args: Args,
+    /// 1-based line in the parsed text.
+    pub line: usize,
+}
+
+impl Dump {
+    /// Lines of the restore text this dump stands for (`*table`, chains, rules,
+    /// deletions, `COMMIT`).
+    pub fn lines(&self) -> usize {
+        self.tables.values().map(|t| 2 + t.chains.len() + t.rules.len() + t.deleted.len()).sum()
+    }
+
+    /// The table `name`, added (last in order) if it is not there yet.
+    pub fn table(&mut self, name: &str) -> &mut TableDump {
+        if !self.tables.contains_key(name) {
+            self.order.push(name.to_string());
+        }
+        self.tables.entry(name.to_string()).or_default()
+    }
+}
+
+impl TableDump {
+    /// Declares a user chain (`:NAME - [0:0]`).
+    pub fn declare(&mut self, name: &str) {
+        self.chains.push(ChainDecl { name: name.to_string(), policy: "-".into(), counters: "[0:0]".into() });
+    }
+
+    /// Appends a rule value (`-A`).
+    pub fn append(&mut self, rule: &Value) {
+        self.push(Rule { op: "-A".into(), chain: rule.chain.to_string(), args: rule.args.clone(), line: 0 });
+    }
+
+    pub fn chain_names(&self) -> BTreeSet<&str> {
+        self.chains.iter().map(|c| c.name.as_str()).collect()
+    }
+
+    pub fn rules_of<'a>(&'a self, chain: &'a str) -> impl Iterator<Item = &'a Rule> {
+        self.index.get(chain).into_iter().flatten().map(move |i| &self.rules[*i])
+    }
+
+    pub fn push(&mut self, rule: Rule) {
+        self.index.entry(rule.chain.clone()).or_default().push(self.rules.len());
+        self.rules.push(rule);
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}: {reason}: {text}")]
+pub struct ParseError {
+    pub line: usize,
+    pub reason: String,
+    pub text: String,
+}
+
+/// Parses restore input / save output. Comments (`#`) and blank lines are skipped.
+pub fn parse(text: &str) -> Result<Dump, ParseError> {
+    let mut dump = Dump::default();
+    let mut table: Option<String> = None;
+    for (i, raw) in text.lines().enumerate() {
+        let line = raw.trim_end();
+        let err = |reason: &str| ParseError { line: i + 1, reason: reason.to_string(), text: line.to_string() };
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        if let Some(name) = line.strip_prefix('*') {
+            if table.is_some() {
+                return Err(err("table started before COMMIT"));
+            }
+            table = Some(name.to_string());
+            if !dump.tables.contains_key(name) {
+                dump.order.push(name.to_string());
+            }
+            dump.tables.entry(name.to_string()).or_default();
+            continue;
+        }
+        let Some(t) = table.as_ref() else { return Err(err("line outside a table")) };
+        if line == "COMMIT" {
+            table = None;
+            continue;
+        }
+        let td = dump.tables.get_mut(t).ok_or_else(|| err("unknown table"))?;
+        if let Some(decl) = line.strip_prefix(':') {
+            let mut parts = decl.split_whitespace();
+            let name = parts.next().ok_or_else(|| err("chain line without a name"))?;
+            td.chains.push(ChainDecl {
+                name: name.to_string(),
+                policy: parts.next().unwrap_or("-").to_string(),
+                counters: parts.next().unwrap_or("[0:0]").to_string(),
+            });
+            continue;
+        }
+        let words = split_words(line).map_err(|r| err(&r))?;
+        match words.first().map(String::as_str) {
+            Some("-X") if words.len() == 2 => td.deleted.push(words[1].clone()),
+            Some(op @ ("-A" | "-I" | "-D" | "-R" | "-N")) if words.len() >= 2 => {
+                td.push(Rule { op: op.to_string(), chain: words[1].clone(), args: Args::new(&words[2..]), line: i + 1 })
+            }
+            _ => return Err(err("not a rule")),
+        }
+    }
+    if table.is_some() {
+        return Err(ParseError { line: text.lines().count(), reason: "missing COMMIT".into(), text: String::new() });
+    }
+    // A dump is kept while the sync works: without the vectors' growth slack.
+    for t in dump.tables.values_mut() {
+        t.rules.shrink_to_fit();
+        t.chains.shrink_to_fit();
+    }
+    Ok(dump)
+}
+
+/// Splits a rule into words; a double-quoted word loses its quotes.
+pub fn split_words(line: &str) -> Result<Vec<String>, String> {
+    let mut words = Vec::new();
+    let mut rest = line.trim();
+    while !rest.is_empty() {
+        if let Some(q) = rest.strip_prefix('"') {
+            let end = q.find('"').ok_or("unterminated quote")?;
+            words.push(q[..end].to_string());
+            rest = q[end + 1..].trim_start();
+        } else {
+            let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+            words.push(rest[..end].to_string());
+            rest = rest[end..].trim_start();
+        }
+    }
+    Ok(words)
+}
+
+impl Dump {
+    /// Writes the dump back as restore text, in the order it was read.
+    pub fn to_text(&self) -> String {
+        let mut out = String::new();
+        for name in &self.order {
+            let t = &self.tables[name];
+            let _ = writeln!(out, "*{name}");
+            for c in &t.chains {
+                let _ = writeln!(out, ":{} {} {}", c.name, c.policy, c.counters);
+            }
+            for r in &t.rules {
+                let _ = write!(out, "{} {}", r.op, r.chain);
+                for a in &r.args {
+                    let _ = write!(out, " {}", quote(a));
+                }
+                out.push('\n');
+            }
+            for c in &t.deleted {
+                let _ = writeln!(out, "-X {c}");
+            }
+            out.push_str("COMMIT\n");
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_and_to_text_round_trip_quoted_and_empty_words() {
+        let text = "*nat\n:KUBE-SERVICES - [0:0]\n-A KUBE-SERVICES -m comment --comment \"a b\" -j RETURN\n-A KUBE-SERVICES -m comment --comment \"\" -j ACCEPT\nCOMMIT\n";
+        let dump = parse(text).unwrap();
+        let rules = &dump.tables["nat"].rules;
+        assert_eq!(rules[0].args.words(), vec!["-m", "comment", "--comment", "a b", "-j", "RETURN"]);
+        assert_eq!(rules[1].args.after("--comment"), Some(""));
+        assert_eq!(dump.to_text(), text);
+    }
+}
