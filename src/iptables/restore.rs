@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 
 use super::render::{fixed, Ruleset};
 use crate::model::NamespacedName;
-pub use crate::netfilter::dump::{parse, split_words, ChainDecl, Dump, ParseError, Rule, TableDump};
+pub use crate::netfilter::dump::{parse, split_words, ChainDecl, Dump, Op, ParseError, Rule, TableDump};
 pub use crate::netfilter::rule::{quote, word_after, Args};
 use crate::netfilter::Rule as Value;
 
@@ -166,7 +166,7 @@ impl Out for DumpBuilder {
         self.line += rules.len();
         let t = self.current();
         for (i, r) in rules.iter().enumerate() {
-            t.push(Rule { op: "-A".into(), chain: r.chain.to_string(), args: r.args.clone(), line: first + i });
+            t.push(Rule { op: Op::Append, chain: r.chain.clone(), args: r.args.clone(), line: first + i });
         }
     }
     fn delete(&mut self, chain: &str) {

@@ -36,11 +36,11 @@ pub fn iptables_plan(live: &Dump) -> (String, Vec<String>) {
         let mut body = String::new();
         for r in &t.rules {
             let target = r.args.after("-j");
-            if !target.is_some_and(|j| chains.contains(&j)) || flush.contains(&r.chain) {
+            if !target.is_some_and(|j| chains.contains(&j)) || flush.contains(r.chain.as_str()) {
                 continue;
             }
             if r.chain.starts_with("KUBE-") {
-                flush.insert(r.chain.clone());
+                flush.insert(r.chain.to_string());
             } else {
                 let args: Vec<String> = r.args.iter().map(quote).collect();
                 body.push_str(&format!("-D {} {}\n", r.chain, args.join(" ")));

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
-use super::rule::{quote, Args, Rule as Value};
+use super::rule::{quote, Args, Chain, Rule as Value};
 
 /// A parsed restore input or save output.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -22,8 +22,9 @@ pub struct TableDump {
     pub rules: Vec<Rule>,
     /// Chains deleted with `-X`, in order.
     pub deleted: Vec<String>,
-    /// Positions in `rules` per chain (kept by [`TableDump::push`]).
-    index: std::collections::HashMap<String, Vec<usize>>,
+    /// Positions in `rules` per chain (kept by [`TableDump::push`]); its keys are the
+    /// chain names every rule of the chain shares.
+    index: std::collections::HashMap<Chain, Vec<usize>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,11 +37,50 @@ pub struct ChainDecl {
 /// One `-A`/`-I` rule: its chain and its arguments after the chain name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rule {
-    pub op: String,
-    pub chain: String,
+    pub op: Op,
+    pub chain: Chain,
     pub args: Args,
     /// 1-based line in the parsed text.
     pub line: usize,
+}
+
+/// What a rule line does to its chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Op {
+    Append,
+    Insert,
+    Delete,
+    Replace,
+    New,
+}
+
+impl Op {
+    pub fn parse(s: &str) -> Option<Op> {
+        Some(match s {
+            "-A" => Op::Append,
+            "-I" => Op::Insert,
+            "-D" => Op::Delete,
+            "-R" => Op::Replace,
+            "-N" => Op::New,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Op::Append => "-A",
+            Op::Insert => "-I",
+            Op::Delete => "-D",
+            Op::Replace => "-R",
+            Op::New => "-N",
+        }
+    }
+}
+
+impl std::fmt::Display for Op {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 impl Dump {
@@ -67,7 +107,7 @@ impl TableDump {
 
     /// Appends a rule value (`-A`).
     pub fn append(&mut self, rule: &Value) {
-        self.push(Rule { op: "-A".into(), chain: rule.chain.to_string(), args: rule.args.clone(), line: 0 });
+        self.push(Rule { op: Op::Append, chain: rule.chain.clone(), args: rule.args.clone(), line: 0 });
     }
 
     pub fn chain_names(&self) -> BTreeSet<&str> {
@@ -81,6 +121,14 @@ impl TableDump {
     pub fn push(&mut self, rule: Rule) {
         self.index.entry(rule.chain.clone()).or_default().push(self.rules.len());
         self.rules.push(rule);
+    }
+
+    /// The name of `chain` as the rules already read share it (one allocation per chain).
+    fn chain_name(&self, chain: &str) -> Chain {
+        match self.index.get_key_value(chain) {
+            Some((c, _)) => c.clone(),
+            None => chain.to_string().into(),
+        }
     }
 }
 
@@ -129,11 +177,15 @@ pub fn parse(text: &str) -> Result<Dump, ParseError> {
             });
             continue;
         }
-        let words = split_words(line).map_err(|r| err(&r))?;
-        match words.first().map(String::as_str) {
-            Some("-X") if words.len() == 2 => td.deleted.push(words[1].clone()),
-            Some(op @ ("-A" | "-I" | "-D" | "-R" | "-N")) if words.len() >= 2 => {
-                td.push(Rule { op: op.to_string(), chain: words[1].clone(), args: Args::new(&words[2..]), line: i + 1 })
+        let mut words = Words(line.trim());
+        let first = words.next().transpose().map_err(&err)?;
+        let second = words.next().transpose().map_err(&err)?;
+        match (first.and_then(Op::parse), first, second) {
+            (_, Some("-X"), Some(chain)) if words.0.is_empty() => td.deleted.push(chain.to_string()),
+            (Some(op), _, Some(chain)) => {
+                let args: Vec<&str> = words.collect::<Result<_, _>>().map_err(&err)?;
+                let chain = td.chain_name(chain);
+                td.push(Rule { op, chain, args: Args::new(args), line: i + 1 })
             }
             _ => return Err(err("not a rule")),
         }
@@ -151,20 +203,32 @@ pub fn parse(text: &str) -> Result<Dump, ParseError> {
 
 /// Splits a rule into words; a double-quoted word loses its quotes.
 pub fn split_words(line: &str) -> Result<Vec<String>, String> {
-    let mut words = Vec::new();
-    let mut rest = line.trim();
-    while !rest.is_empty() {
-        if let Some(q) = rest.strip_prefix('"') {
-            let end = q.find('"').ok_or("unterminated quote")?;
-            words.push(q[..end].to_string());
-            rest = q[end + 1..].trim_start();
-        } else {
-            let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
-            words.push(rest[..end].to_string());
-            rest = rest[end..].trim_start();
+    Words(line.trim()).map(|w| w.map(str::to_string).map_err(str::to_string)).collect()
+}
+
+/// The words of a line, borrowed (a double-quoted word without its quotes).
+struct Words<'a>(&'a str);
+
+impl<'a> Iterator for Words<'a> {
+    type Item = Result<&'a str, &'static str>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let rest = self.0;
+        if rest.is_empty() {
+            return None;
         }
+        if let Some(q) = rest.strip_prefix('"') {
+            let Some(end) = q.find('"') else {
+                self.0 = "";
+                return Some(Err("unterminated quote"));
+            };
+            self.0 = q[end + 1..].trim_start();
+            return Some(Ok(&q[..end]));
+        }
+        let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+        self.0 = rest[end..].trim_start();
+        Some(Ok(&rest[..end]))
     }
-    Ok(words)
 }
 
 impl Dump {

@@ -6,6 +6,6 @@ pub mod dump;
 pub mod rule;
 pub mod table;
 
-pub use dump::{Dump, TableDump};
+pub use dump::{Dump, Op, TableDump};
 pub use rule::{quote, Args, Chain, Rule};
 pub use table::Table;

@@ -30,6 +30,13 @@ impl Deref for Chain {
     }
 }
 
+/// Hashed and ordered as its name, so maps keyed by chains are looked up by `&str`.
+impl std::borrow::Borrow<str> for Chain {
+    fn borrow(&self) -> &str {
+        self.as_str()
+    }
+}
+
 impl AsRef<str> for Chain {
     fn as_ref(&self) -> &str {
         self.as_str()

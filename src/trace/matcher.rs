@@ -225,7 +225,7 @@ mod tests {
     use super::*;
 
     fn rule(text: &str) -> Rule {
-        Rule { op: "-A".into(), chain: "C".into(), args: crate::iptables::restore::Args::new(crate::iptables::restore::split_words(text).unwrap()), line: 1 }
+        Rule { op: crate::netfilter::Op::Append, chain: "C".into(), args: crate::iptables::restore::Args::new(crate::iptables::restore::split_words(text).unwrap()), line: 1 }
     }
 
     fn packet() -> Packet {

@@ -27,7 +27,7 @@ use std::net::IpAddr;
 
 use serde::Serialize;
 
-use crate::iptables::restore::{word_after, Dump, Rule};
+use crate::iptables::restore::{word_after, Dump, Op, Rule};
 pub use ipset::Sets;
 pub use matcher::{Packet, State};
 
@@ -192,7 +192,7 @@ fn run_chain(cx: &Cx, table: &str, chain: &str, b: Branch, depth: usize) -> Vec<
     if depth > MAX_DEPTH {
         return vec![(b, Flow::Done("LOOP".into()))];
     }
-    let rules: Vec<&Rule> = t.rules_of(chain).filter(|r| r.op == "-A" || r.op == "-I").collect();
+    let rules: Vec<&Rule> = t.rules_of(chain).filter(|r| matches!(r.op, Op::Append | Op::Insert)).collect();
     let mut live = vec![b];
     let mut out = Vec::new();
     for rule in rules {
