@@ -21,7 +21,7 @@ pub struct Loaded {
 /// Stacks the settings (`flags` over `file` over the fixture's options), resolves them,
 /// and feeds every object to fresh trackers, then commits.
 pub fn load(state: ClusterState, flags: Settings, file: Settings) -> Result<Loaded, ConfigError> {
-    let fixture = state.fixture.as_ref().map(Settings::from_fixture).transpose()?.unwrap_or_default();
+    let fixture = state.fixture.as_ref().map(Settings::from_fixture).unwrap_or_default();
     let settings = flags.over(file).over(fixture);
     let chosen = settings.ip_family.is_some_and(|f| f != crate::settings::kinds::Families::Auto);
     let config = config::resolve(settings, &state.nodes)?;

@@ -82,6 +82,28 @@ fn wrong_type_and_missing_field_are_named() {
 }
 
 #[test]
+fn fixture_options_are_settings_by_name_or_path_and_a_bad_one_is_named() {
+    let svc = "---\napiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: ns}\nspec: {clusterIP: 10.0.0.1, ports: [{port: 80}]}\n";
+    let fixture = |options: &str| format!("apiVersion: svcproxy.dev/v1alpha1\nkind: SvcproxyFixture\nnode: {{name: node-a}}\noptions: {{{options}}}\n{svc}");
+    let p = temp_file("options.yaml", &fixture("ipFamily: ipv4, iptables.masqueradeBit: 12, randomFully: false"));
+    let o = run(&["render", "--from", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let rules = stdout(&o);
+    assert!(rules.contains("-j MARK --or-mark 0x00001000\n"), "iptables.masqueradeBit acts: {rules}");
+    assert!(rules.contains("requiring SNAT\" -j MASQUERADE\n") && !rules.contains("--random-fully"), "randomFully acts: {rules}");
+    for (options, error) in [
+        ("mode: userspace", "bad-options.yaml:1: SvcproxyFixture : field options.mode: \"userspace\" is not iptables, ipvs, nftables"),
+        ("masqueradeBit: fourteen", "bad-options.yaml:1: SvcproxyFixture : field options.masqueradeBit: expected an integer, found \"fourteen\""),
+        ("randomFuly: true", "bad-options.yaml:1: SvcproxyFixture : field options.randomFuly: unknown option `randomFuly`"),
+    ] {
+        let p = temp_file("bad-options.yaml", &fixture(options));
+        let o = run(&["render", "--from", p.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(2), "{options}");
+        assert!(stderr(&o).contains(error), "{options}: {}", stderr(&o));
+    }
+}
+
+#[test]
 fn malformed_yaml_and_missing_file_exit_2() {
     let p = temp_file("broken.yaml", "apiVersion: v1\nkind: Service\nmetadata: {name: [\n");
     let o = run(&["render", "--from", p.to_str().unwrap()]);

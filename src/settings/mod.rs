@@ -105,6 +105,21 @@ macro_rules! settings {
                 None
             }
 
+            /// Sets the setting a fixture option names: its file path, or its name compared
+            /// without case and underscores (`randomFully`, `conntrackTCPBeLiberal`); `None`
+            /// if no setting has that path or name.
+            pub fn set_from_option(&mut self, key: &str, v: &Value) -> Option<Result<(), String>> {
+                if let Some(set) = self.set_from_file(key, v) {
+                    return Some(set);
+                }
+                $(
+                    if same_name(stringify!($field), key) {
+                        return Some(<$ty as SettingValue>::from_json(v).map(|x| self.$field = x));
+                    }
+                )*
+                None
+            }
+
             /// Sets the setting a flag names from one occurrence of it (repeated list
             /// flags accumulate); `None` if no setting has that flag.
             pub fn set_from_flag(&mut self, flag: &str, text: &str) -> Option<Result<(), String>> {
@@ -332,6 +347,12 @@ settings! {
     large_cluster_endpoints_threshold: usize, Rules, file none, flags [], Effect::Acts, "Endpoints above which the large-cluster rules apply";
 }
 
+/// Whether `key` spells the setting `name` (`random_fully`: `randomFully`, `RANDOM_FULLY`).
+fn same_name(name: &str, key: &str) -> bool {
+    let mut k = key.chars().filter(|c| *c != '_');
+    name.chars().filter(|c| *c != '_').all(|c| k.next().is_some_and(|x| x.eq_ignore_ascii_case(&c))) && k.next().is_none()
+}
+
 /// The table as a Markdown reference (docs/settings.md is this, checked by a test).
 pub fn reference() -> String {
     let mut out = String::from(
@@ -414,6 +435,25 @@ mod tests {
             }
         }
         assert!(paths.len() >= 55, "every KubeProxyConfiguration field has a row: {}", paths.len());
+    }
+
+    #[test]
+    fn a_fixture_option_names_one_setting_by_name_or_path() {
+        for i in TABLE {
+            let by_name: Vec<&str> = TABLE.iter().filter(|j| same_name(j.name, i.name)).map(|j| j.name).collect();
+            assert_eq!(by_name, [i.name], "{} is spelled like another setting", i.name);
+            if let Some(p) = i.file {
+                let other = TABLE.iter().find(|j| j.name != i.name && same_name(j.name, p));
+                assert!(other.is_none(), "path {p} is also the name of {other:?}");
+            }
+        }
+        let mut s = Settings::default();
+        s.set_from_option("conntrackTCPBeLiberal", &Value::Bool(true)).unwrap().unwrap();
+        s.set_from_option("iptables.masqueradeAll", &Value::Bool(true)).unwrap().unwrap();
+        s.set_from_option("nftables_masquerade_all", &Value::Bool(false)).unwrap().unwrap();
+        assert_eq!((s.conntrack_tcp_be_liberal, s.masquerade_all, s.nftables_masquerade_all), (Some(true), Some(true), Some(false)));
+        assert!(s.set_from_option("masqueradeAl", &Value::Bool(true)).is_none());
+        assert!(s.set_from_option("randomFullyy", &Value::Bool(true)).is_none());
     }
 
     #[test]
