@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use crate::settings::Settings;
+use crate::settings::defaults;
 use crate::settings::kinds::{Families, ProxyMode};
 
 use crate::model::Node;
@@ -89,33 +90,31 @@ pub struct ConntrackConfig {
 }
 
 impl Default for ConntrackConfig {
-    /// kube-proxy's v1alpha1 defaults.
+    /// kube-proxy's v1alpha1 defaults (from [`defaults::defaulted`]).
     fn default() -> Self {
-        ConntrackConfig {
-            max_per_core: 32 * 1024,
-            min: 128 * 1024,
-            tcp_established_timeout: Some(Duration::from_secs(24 * 3600)),
-            tcp_close_wait_timeout: Some(Duration::from_secs(3600)),
-            tcp_be_liberal: false,
-            udp_timeout: Duration::ZERO,
-            udp_stream_timeout: Duration::ZERO,
-        }
+        ConntrackConfig::resolve(&defaults::defaulted(Settings::default())).expect("settings::defaults gives every conntrack default")
     }
 }
 
 impl ConntrackConfig {
-    fn resolve(s: &Settings) -> Self {
-        let d = ConntrackConfig::default();
-        ConntrackConfig {
-            max_per_core: s.conntrack_max_per_core.unwrap_or(d.max_per_core),
-            min: s.conntrack_min.unwrap_or(d.min),
-            tcp_established_timeout: s.conntrack_tcp_established_timeout.or(d.tcp_established_timeout),
-            tcp_close_wait_timeout: s.conntrack_tcp_close_wait_timeout.or(d.tcp_close_wait_timeout),
-            tcp_be_liberal: s.conntrack_tcp_be_liberal.unwrap_or(false),
+    /// From the defaulted layer.
+    fn resolve(s: &Settings) -> Result<Self, ConfigError> {
+        Ok(ConntrackConfig {
+            max_per_core: given(s.conntrack_max_per_core, "conntrack.maxPerCore")?,
+            min: given(s.conntrack_min, "conntrack.min")?,
+            tcp_established_timeout: s.conntrack_tcp_established_timeout,
+            tcp_close_wait_timeout: s.conntrack_tcp_close_wait_timeout,
+            tcp_be_liberal: s.conntrack_tcp_be_liberal.unwrap_or_default(),
             udp_timeout: s.conntrack_udp_timeout.unwrap_or_default(),
             udp_stream_timeout: s.conntrack_udp_stream_timeout.unwrap_or_default(),
-        }
+        })
     }
+}
+
+/// A setting the defaulted layer always has; `None` means `settings::defaults` lacks its
+/// default, which is reported rather than replaced by a second default here.
+fn given<T>(v: Option<T>, setting: &'static str) -> Result<T, ConfigError> {
+    v.ok_or_else(|| invalid(setting, "has no value and no default (settings::defaults misses it)"))
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -232,9 +231,11 @@ impl Config {
     }
 }
 
-/// Resolves a settings stack. `nodes` are the `v1/Node` objects of the input: the one
-/// named like this node contributes addresses, pod CIDRs and labels not set otherwise.
+/// Resolves a settings stack over its defaults ([`defaults::defaulted`]: kube-proxy's and
+/// svcproxy's, each known there only). `nodes` are the `v1/Node` objects of the input: the
+/// one named like this node contributes addresses, pod CIDRs and labels not set otherwise.
 pub fn resolve(s: Settings, nodes: &[Node]) -> Result<Config, ConfigError> {
+    let s = defaults::defaulted(s);
     let node_name = match s.hostname_override.clone() {
         Some(n) if !n.trim().is_empty() => n.trim().to_lowercase(),
         _ => default_hostname(),
@@ -255,8 +256,7 @@ pub fn resolve(s: Settings, nodes: &[Node]) -> Result<Config, ConfigError> {
         Some(list) => parse_cidrs("--cluster-cidr", &split_list(list))?,
         None => Vec::new(),
     };
-    let detect_local_mode = s.detect_local_mode.unwrap_or(LocalDetectMode::ClusterCidr);
-    let masquerade_bit = s.masquerade_bit.unwrap_or(14);
+    let masquerade_bit = given(s.masquerade_bit, "iptables.masqueradeBit")?;
     if masquerade_bit > 31 {
         return Err(invalid("--masquerade-bit", format!("{masquerade_bit} is not in 0-31")));
     }
@@ -264,7 +264,7 @@ pub fn resolve(s: Settings, nodes: &[Node]) -> Result<Config, ConfigError> {
     if let Some(gates) = &s.feature_gates {
         crate::settings::gates::check(gates).map_err(|e| invalid("featureGates", e))?;
     }
-    let proxy_mode = s.mode.unwrap_or(ProxyMode::Iptables);
+    let proxy_mode = given(s.mode, "mode")?;
     let mode = match proxy_mode {
         ProxyMode::Iptables => Mode::Iptables,
         ProxyMode::Ipvs => Mode::Ipvs,
@@ -278,31 +278,32 @@ pub fn resolve(s: Settings, nodes: &[Node]) -> Result<Config, ConfigError> {
         node_ips,
         node_pod_cidrs,
         cluster_cidrs,
-        detect_local_mode,
+        detect_local_mode: given(s.detect_local_mode, "detectLocalMode")?,
         pod_bridge_interface: s.pod_bridge_interface.clone().unwrap_or_default(),
         pod_interface_name_prefix: s.pod_interface_name_prefix.clone().unwrap_or_default(),
         masquerade_bit,
-        masquerade_all: s.masquerade_all.unwrap_or(false),
+        masquerade_all: s.masquerade_all.unwrap_or_default(),
         masquerade_mark_text: s.masquerade_mark.clone(),
         interface_addresses: match &s.interface_addresses {
             Some(list) => Some(parse_interface_addresses(list)?),
             None => None,
         },
         node_port_addresses,
-        localhost_node_ports: s.localhost_node_ports.unwrap_or(true),
-        random_fully: s.random_fully.unwrap_or(true),
-        nfacct: s.nfacct.unwrap_or(true),
-        conntrack_tcp_be_liberal: s.conntrack_tcp_be_liberal.unwrap_or(false),
-        conntrack: ConntrackConfig::resolve(&s),
-        large_cluster_endpoints_threshold: s.large_cluster_endpoints_threshold.unwrap_or(1000),
+        localhost_node_ports: given(s.localhost_node_ports, "iptables.localhostNodePorts")?,
+        random_fully: given(s.random_fully, "--random-fully")?,
+        nfacct: given(s.nfacct, "--nfacct")?,
+        conntrack_tcp_be_liberal: s.conntrack_tcp_be_liberal.unwrap_or_default(),
+        conntrack: ConntrackConfig::resolve(&s)?,
+        large_cluster_endpoints_threshold: given(s.large_cluster_endpoints_threshold, "largeClusterEndpointsThreshold")?,
         service_proxy_name: s.service_proxy_name.clone().filter(|n| !n.is_empty()),
         ipvs: resolve_ipvs(&s)?,
-        sync_period: s.sync_period_for(proxy_mode).unwrap_or(Duration::from_secs(30)),
-        min_sync_period: s.min_sync_period_for(proxy_mode).unwrap_or(Duration::from_secs(1)),
-        full_sync_period: s.full_sync_period.unwrap_or(Duration::from_secs(3600)),
+        sync_period: given(s.sync_period_for(proxy_mode), "syncPeriod")?,
+        min_sync_period: given(s.min_sync_period_for(proxy_mode), "minSyncPeriod")?,
+        full_sync_period: given(s.full_sync_period, "--full-sync-period")?,
     };
     check_detector(&config)?;
-    Ok(Config { families: parse_families(s.ip_family.unwrap_or(Families::Auto), &config), ..config })
+    let families = parse_families(given(s.ip_family, "--ip-family")?, &config);
+    Ok(Config { families, ..config })
 }
 
 /// kube-proxy's `GetNodeHostIPs`: the first address, and the first of the other family.
@@ -386,8 +387,9 @@ fn resolve_node_port_addresses(list: Option<&[String]>, node_ips: &[IpAddr]) -> 
 
 fn resolve_ipvs(s: &Settings) -> Result<IpvsConfig, ConfigError> {
     Ok(IpvsConfig {
+        // kube-proxy's defaulting leaves it empty; its IPVS proxier takes rr then.
         scheduler: s.ipvs_scheduler.clone().filter(|x| !x.is_empty()).unwrap_or_else(|| "rr".into()),
-        strict_arp: s.ipvs_strict_arp.unwrap_or(false),
+        strict_arp: s.ipvs_strict_arp.unwrap_or_default(),
         exclude_cidrs: parse_cidrs("--ipvs-exclude-cidrs", s.ipvs_exclude_cidrs.as_deref().unwrap_or_default())?,
         tcp_timeout: whole_secs(s.ipvs_tcp_timeout),
         tcpfin_timeout: whole_secs(s.ipvs_tcpfin_timeout),
@@ -435,6 +437,23 @@ mod tests {
         assert_eq!(c(&["primary,localhost"]).len(), 4);
         assert_eq!(c(&["all"]), ["0.0.0.0/0", "::/0"]);
         assert!(resolve(Settings { node_port_addresses: Some(vec!["somewhere".into()]), ..Default::default() }, &[]).is_err());
+    }
+
+    #[test]
+    fn nothing_set_resolves_to_the_defaults_and_ipvs_syncs_on_every_change() {
+        let c = cfg(Settings::default());
+        assert_eq!((c.mode, c.masquerade_bit, c.detect_local_mode), (Mode::Iptables, 14, LocalDetectMode::ClusterCidr));
+        assert!(c.localhost_node_ports && c.random_fully && c.nfacct && !c.masquerade_all);
+        assert_eq!((c.large_cluster_endpoints_threshold, c.families.as_slice()), (1000, &[IpFamily::V4][..]));
+        assert_eq!((c.sync_period, c.min_sync_period, c.full_sync_period), (Duration::from_secs(30), Duration::from_secs(1), Duration::from_secs(3600)));
+        assert_eq!(c.conntrack, ConntrackConfig::default());
+        assert_eq!((c.conntrack.max_per_core, c.conntrack.tcp_close_wait_timeout), (32 * 1024, Some(Duration::from_secs(3600))));
+        assert_eq!(c.ipvs.scheduler, "rr");
+        // kube-proxy gives ipvs.minSyncPeriod no default: 0s.
+        let ipvs = cfg(Settings { mode: Some(ProxyMode::Ipvs), ..Default::default() });
+        assert_eq!((ipvs.sync_period, ipvs.min_sync_period), (Duration::from_secs(30), Duration::ZERO));
+        let flag = cfg(Settings { mode: Some(ProxyMode::Ipvs), min_sync_period: Some(Duration::from_secs(2)), ..Default::default() });
+        assert_eq!(flag.min_sync_period, Duration::from_secs(2), "--min-sync-period wins");
     }
 
     #[test]

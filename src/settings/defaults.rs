@@ -1,14 +1,19 @@
-//! kube-proxy's defaulting (`SetDefaults_KubeProxyConfiguration` of v1alpha1, and the Linux
-//! `platformApplyDefaults`): the effective value of every file setting, for
-//! `--write-config-to`. A field whose zero kube-proxy replaces with a default is read from
-//! the file as unset ([`ZERO_MEANS_DEFAULT`]).
+//! Every default, once: kube-proxy's defaulting (`SetDefaults_KubeProxyConfiguration` of
+//! v1alpha1, and the Linux `platformApplyDefaults`) for the file settings, and svcproxy's own
+//! settings' defaults. [`crate::config::resolve`] resolves over this layer, and
+//! `--write-config-to` and `/configz` write its file settings. A field whose zero kube-proxy
+//! replaces with a default is read from the file as unset ([`ZERO_MEANS_DEFAULT`]).
+//!
+//! Defaults that are not kube-proxy's defaulting stay where kube-proxy has them: the node
+//! name (the host's), the IPVS scheduler (`rr`, the IPVS proxier's when `ipvs.scheduler` is
+//! empty) and the QPS/burst/content type constants (`config::client`, used here).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde_json::json;
 
-use super::kinds::{LocalMode, LogFormat, ProxyMode};
+use super::kinds::{Families, LocalMode, LogFormat, ProxyMode};
 use super::value::{Raw, SettingValue};
 use super::Settings;
 
@@ -37,7 +42,6 @@ pub fn defaulted(s: Settings) -> Settings {
     let shown = |a: Option<std::net::SocketAddr>, raw: &Option<String>| a.map(|a| a.to_string()).or_else(|| raw.clone());
     let healthz = shown(servers.and_then(|v| v.healthz), &s.healthz_bind_address);
     let metrics = shown(servers.and_then(|v| v.metrics), &s.metrics_bind_address);
-    let conntrack = crate::config::ConntrackConfig::default();
     let nonzero = |d: Option<Duration>| d.filter(|d| !d.is_zero());
     let defaults = Settings {
         bind_address: Some(bind),
@@ -48,15 +52,16 @@ pub fn defaulted(s: Settings) -> Settings {
         iptables_min_sync_period: secs(1),
         localhost_node_ports: Some(true),
         ipvs_sync_period: secs(30),
+        // Not defaulted by kube-proxy (pkg/proxy/apis/config/v1alpha1/defaults.go): Go's zero, 0s.
         ipvs_min_sync_period: Some(Duration::ZERO),
         nftables_sync_period: secs(30),
         nftables_min_sync_period: secs(1),
-        conntrack_max_per_core: Some(conntrack.max_per_core),
-        conntrack_min: Some(conntrack.min),
+        conntrack_max_per_core: Some(32 * 1024),
+        conntrack_min: Some(128 * 1024),
         masquerade_bit: Some(14),
         nftables_masquerade_bit: Some(14),
-        conntrack_tcp_established_timeout: conntrack.tcp_established_timeout,
-        conntrack_tcp_close_wait_timeout: conntrack.tcp_close_wait_timeout,
+        conntrack_tcp_established_timeout: secs(24 * 3600),
+        conntrack_tcp_close_wait_timeout: secs(3600),
         conntrack_udp_timeout: Some(Duration::ZERO),
         conntrack_udp_stream_timeout: Some(Duration::ZERO),
         config_sync_period: secs(15 * 60),
@@ -72,6 +77,14 @@ pub fn defaulted(s: Settings) -> Settings {
         // Linux's platformApplyDefaults.
         mode: Some(ProxyMode::Iptables),
         detect_local_mode: Some(LocalMode::ClusterCidr),
+        // svcproxy's own settings (not in the file).
+        ip_family: Some(Families::Auto),
+        random_fully: Some(true),
+        nfacct: Some(true),
+        // kube-proxy's FullSyncPeriod, a constant there.
+        full_sync_period: secs(3600),
+        // kube-proxy's largeClusterEndpointsThreshold, a constant there.
+        large_cluster_endpoints_threshold: Some(1000),
         ..Settings::default()
     };
     let s = Settings {
@@ -100,6 +113,17 @@ mod tests {
         assert_eq!(d.healthz_bind_address.as_deref(), Some("0.0.0.0:10256"));
         assert_eq!(d.oom_score_adj, Some(-999));
         assert_eq!(d.mode, Some(ProxyMode::Iptables));
+        assert_eq!(d.ipvs_min_sync_period, Some(Duration::ZERO), "kube-proxy defaults ipvs.minSyncPeriod to nothing: 0s");
+        assert_eq!(d.iptables_min_sync_period, secs(1));
+    }
+
+    #[test]
+    fn svcproxys_own_defaults_are_not_written_to_the_file() {
+        let d = defaulted(Settings::default());
+        assert_eq!((d.random_fully, d.nfacct, d.ip_family), (Some(true), Some(true), Some(Families::Auto)));
+        let written = super::super::file::to_document(&d, true);
+        assert!(written.get("randomFully").is_none() && written.get("fullSyncPeriod").is_none(), "{written}");
+        assert_eq!(written["ipvs"]["scheduler"], "", "rr is the IPVS proxier's, as in kube-proxy");
     }
 
     #[test]
