@@ -133,3 +133,59 @@ fn watch_follows_file_changes_coalesces_bursts_survives_bad_objects_and_reports_
     assert_eq!(seps(&kernel), 33, "stopping leaves the rules in place");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Watch mode from files passes on the reader's notes (what was read or skipped,
+/// duplicates, …) at start and once per change of them, never on a poll or a re-read
+/// that leaves them as they were.
+#[test]
+fn watch_from_files_reports_the_readers_notes_once_per_change() {
+    let dir: PathBuf = std::env::temp_dir().join(format!("svcproxy-watch-notes-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("cluster.yaml");
+    let config_map = |name: &str| format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: a}}\n---\n");
+    std::fs::write(&file, format!("{}{}", config_map("first"), cluster(2, ""))).unwrap();
+    let (initial, errors) = read_path_lenient(&dir);
+    assert!(errors.is_empty());
+
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<SourceMsg>(64);
+    rt.spawn(watch_files(dir.clone(), Duration::from_millis(20), initial, false, tx));
+    // The messages up to and including the next `Events` (or `Ready`), as text.
+    let mut next_batch = || -> Vec<String> {
+        rt.block_on(async {
+            let mut out = Vec::new();
+            loop {
+                let msg = tokio::time::timeout(Duration::from_secs(10), rx.recv()).await.expect("a message within 10s").expect("the source runs");
+                match msg {
+                    SourceMsg::Notes(list) => out.push(format!("notes: {}", list.join(" | "))),
+                    SourceMsg::Ready => return [out, vec!["ready".into()]].concat(),
+                    SourceMsg::Events(_) => return [out, vec!["events".into()]].concat(),
+                    other => out.push(format!("{other:?}")),
+                }
+            }
+        })
+    };
+
+    let start = next_batch();
+    assert_eq!(start.len(), 2, "{start:?}");
+    assert!(start[0].starts_with("notes: ") && start[0].contains("cluster.yaml:1: skipped v1/ConfigMap a/first: not a kind svcproxy reads"), "{start:?}");
+    assert_eq!(start[1], "ready");
+
+    // A re-read whose notes are the same says nothing again.
+    std::fs::write(&file, format!("{}{}", config_map("first"), cluster(3, ""))).unwrap();
+    assert_eq!(next_batch(), ["events"]);
+
+    // New notes (a second skipped object) are passed on once.
+    let changed = format!("{}{}---\n{}", config_map("first"), cluster(3, ""), config_map("first").trim_end_matches("---\n"));
+    std::fs::write(&file, &changed).unwrap();
+    let batch = next_batch();
+    assert_eq!(batch.len(), 2, "{batch:?}");
+    assert!(batch[0].contains("skipped v1/ConfigMap a/first") && batch[0].matches(" | ").count() >= 2, "{batch:?}");
+    assert_eq!(batch[1], "events");
+    // Rewritten as it was: same notes, nothing said.
+    std::fs::write(&file, format!("{changed}\n")).unwrap();
+    assert_eq!(next_batch(), ["events"]);
+
+    drop(rx);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -77,6 +77,11 @@ pub(crate) fn on_message(engine: &mut Engine, shared: &SharedState, msg: SourceM
             }
             shared.metrics.malformed_objects.inc_by(list.len() as u64);
         }
+        SourceMsg::Notes(list) => {
+            for note in &list {
+                tracing::info!(%note, "note on the input");
+            }
+        }
         SourceMsg::Node { node, deleting } => {
             shared.node_deleting.store(deleting, std::sync::atomic::Ordering::SeqCst);
             if let Some(node) = node {

@@ -1,7 +1,8 @@
 //! `--watch --from PATH`: follow files. The path (a file or a directory) is polled; when
 //! any file's size or modification time changes, and then holds still for one poll, it is
 //! re-read, and the difference from the previous state becomes events, as a relist would. An object that cannot be read is
-//! skipped and reported; the rest of the file is used.
+//! skipped and reported; the rest of the file is used. The reader's notes are passed on
+//! when they change.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -20,6 +21,10 @@ pub enum SourceMsg {
     Ready,
     /// Objects that were skipped, with why.
     Malformed(Vec<String>),
+    /// What the file reader says about the input (what was read or skipped, duplicates,
+    /// derived slices, …), as one-shot commands print it: sent at start and whenever it
+    /// differs from what was sent last, never on a poll that changes nothing.
+    Notes(Vec<String>),
     /// This node changed (labels, addresses) or is being deleted.
     Node { node: Option<crate::model::Node>, deleting: bool },
 }
@@ -58,6 +63,12 @@ fn fingerprint(path: &Path) -> Fingerprint {
 pub async fn watch_files(path: PathBuf, interval: Duration, initial: ClusterState, derive: bool, tx: mpsc::Sender<SourceMsg>) {
     let mut read_at = fingerprint(&path);
     let mut previous_poll = read_at.clone();
+    let mut notes = Vec::new();
+    if let Some(new) = changed_notes(&mut notes, &initial) {
+        if tx.send(SourceMsg::Notes(new)).await.is_err() {
+            return;
+        }
+    }
     let mut state = initial;
     if tx.send(SourceMsg::Ready).await.is_err() {
         return;
@@ -78,7 +89,12 @@ pub async fn watch_files(path: PathBuf, interval: Duration, initial: ClusterStat
             continue;
         }
         read_at = now;
-        crate::derive::complete(&mut next, derive);
+        crate::derive::complete_with_notes(&mut next, derive);
+        if let Some(new) = changed_notes(&mut notes, &next) {
+            if tx.send(SourceMsg::Notes(new)).await.is_err() {
+                return;
+            }
+        }
         if !errors.is_empty() {
             let list = errors.iter().map(SourceError::to_string).collect();
             if tx.send(SourceMsg::Malformed(list)).await.is_err() {
@@ -99,10 +115,46 @@ pub async fn watch_files(path: PathBuf, interval: Duration, initial: ClusterStat
     }
 }
 
+/// `state`'s notes as text when they differ from `last` (which becomes them) and are not
+/// empty; `None` when there is nothing new to say.
+fn changed_notes(last: &mut Vec<String>, state: &ClusterState) -> Option<Vec<String>> {
+    let now: Vec<String> = state.notes.iter().map(ToString::to_string).collect();
+    if now == *last {
+        return None;
+    }
+    *last = now;
+    (!last.is_empty()).then(|| last.clone())
+}
+
 /// Adds to `new` the services and slices of `old` it does not have.
 fn keep_unread(old: &ClusterState, new: &mut ClusterState) {
     let services: std::collections::BTreeSet<_> = new.services.iter().map(|s| s.id.clone()).collect();
     new.services.extend(old.services.iter().filter(|s| !services.contains(&s.id)).cloned());
     let slices: std::collections::BTreeSet<_> = new.slices.iter().map(|s| s.id.clone()).collect();
     new.slices.extend(old.slices.iter().filter(|s| !slices.contains(&s.id)).cloned());
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::source::Note;
+
+    fn with_notes(texts: &[&str]) -> ClusterState {
+        let mut state = ClusterState::default();
+        state.notes = texts.iter().map(|t| Note { path: PathBuf::from("c.yaml"), line: 3, text: t.to_string() }).collect();
+        state
+    }
+
+    #[test]
+    fn notes_are_passed_on_when_they_change_and_not_when_they_go() {
+        let mut last = Vec::new();
+        assert_eq!(changed_notes(&mut last, &with_notes(&[])), None, "nothing to say");
+        assert_eq!(changed_notes(&mut last, &with_notes(&["a"])), Some(vec!["c.yaml:3: a".to_string()]));
+        assert_eq!(changed_notes(&mut last, &with_notes(&["a"])), None, "the same notes again");
+        assert_eq!(changed_notes(&mut last, &with_notes(&["a", "b"])).map(|n| n.len()), Some(2));
+        assert_eq!(changed_notes(&mut last, &with_notes(&[])), None, "gone: nothing to log");
+        assert_eq!(changed_notes(&mut last, &with_notes(&["a"])).map(|n| n.len()), Some(1), "back: said again");
+    }
 }
