@@ -259,7 +259,9 @@ fn pod_and_endpoints_lists_are_read_with_their_origins() {
     assert_eq!(st.extra.pods[0].ips.len(), 2);
     assert_eq!(st.extra.endpoints.len(), 1);
     assert!(st.notes.is_empty(), "{:?}", st.notes);
-    assert_eq!(st.extra.origin("Endpoints", &NamespacedName::new("ns", "e")).as_deref(), Some("t.yaml:10"));
+    // Each item is found at its own line, not at its list's start (lines 1 and 10).
+    assert_eq!(st.extra.origin("Pod", &NamespacedName::new("ns", "p")).as_deref(), Some("t.yaml:4"));
+    assert_eq!(st.extra.origin("Endpoints", &NamespacedName::new("ns", "e")).as_deref(), Some("t.yaml:13"));
 }
 
 #[test]
@@ -293,5 +295,25 @@ fn endpoints_of_a_selector_service_without_slices_or_pods_are_explained() {
     let out = Command::new(env!("CARGO_BIN_EXE_svcproxy")).args(["lint", "--from"]).arg(&file).output().expect("run");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("info[SP061] Endpoints ns/s: not mirrored: its Service has a selector"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_object_inside_a_list_is_located_at_its_item_not_the_lists_start() {
+    let dir = std::env::temp_dir().join(format!("svcproxy-lint-list-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp");
+    let svc = |name: &str, port: u16| format!("- apiVersion: v1\n  kind: Service\n  metadata: {{name: {name}, namespace: ns}}\n  spec: {{clusterIP: 10.96.0.5, ports: [{{port: {port}}}]}}\n");
+    let yaml = dir.join("list.yaml");
+    std::fs::write(&yaml, format!("apiVersion: v1\nkind: List\nitems:\n{}{}", svc("a", 80), svc("b", 81))).expect("write");
+    let json = dir.join("list.json");
+    let item = |name: &str| format!("    {{\"apiVersion\": \"v1\", \"kind\": \"Service\", \"metadata\": {{\"name\": \"{name}\", \"namespace\": \"ns\"}},\n     \"spec\": {{\"clusterIP\": \"10.96.0.5\", \"ports\": [{{\"port\": 80}}]}}}}");
+    std::fs::write(&json, format!("{{\n  \"apiVersion\": \"v1\",\n  \"kind\": \"List\",\n  \"items\": [\n{},\n{}\n  ]\n}}\n", item("a"), item("b"))).expect("write");
+    for (file, lines) in [(&yaml, [4, 8]), (&json, [5, 7])] {
+        let out = Command::new(env!("CARGO_BIN_EXE_svcproxy")).args(["lint", "--output", "json", "--from"]).arg(file).output().expect("run");
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        let sp001 = report["findings"].as_array().expect("findings").iter().find(|f| f["code"] == "SP001").expect("SP001");
+        let want: Vec<String> = lines.iter().map(|l| format!("{}:{l}", file.display())).collect();
+        assert_eq!(sp001["locations"], serde_json::json!(want), "{}", file.display());
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

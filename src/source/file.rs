@@ -223,7 +223,7 @@ pub fn read_path_lenient(path: &Path) -> (ClusterState, Vec<SourceError>) {
     for file in files {
         let read = read_text(&file).and_then(|text| {
             each_document(&file, &text, |doc, line, value, item_lines| {
-                let at = At { path: &file, line, doc, item: None, item_lines: &item_lines, doc_line: line };
+                let at = At { path: &file, line, doc, item: None, item_lines: &item_lines };
                 if let Err(e) = read_value(&at, value, &mut state) {
                     errors.push(e);
                 }
@@ -241,7 +241,7 @@ pub fn read_path_lenient(path: &Path) -> (ClusterState, Vec<SourceError>) {
 /// Parses one file's text into `state`. `path` is only used in messages.
 pub fn read_str(path: &Path, text: &str, state: &mut ClusterState) -> Result<(), SourceError> {
     let skipped = each_document(path, text, |doc, line, value, item_lines| {
-        read_value(&At { path, line, doc, item: None, item_lines: &item_lines, doc_line: line }, value, state)
+        read_value(&At { path, line, doc, item: None, item_lines: &item_lines }, value, state)
     })?;
     state.notes.extend(skipped);
     Ok(())
@@ -561,15 +561,13 @@ impl<'de> serde::Deserialize<'de> for Items {
 /// Where a document (or an item of a list) is, for messages.
 struct At<'a> {
     path: &'a Path,
+    /// The line the object starts on: its document's, or its own inside a list.
     line: u64,
     doc: usize,
     /// The index of the list item being read.
     item: Option<usize>,
     /// The start line of each item of the document's list, where the parser knows them.
     item_lines: &'a [u64],
-    /// The document's start line: where lint says an object was read (`line` is the
-    /// item's own, for messages).
-    doc_line: u64,
 }
 
 impl At<'_> {
@@ -742,7 +740,7 @@ fn once(at: &At, kind: &'static str, id: &NamespacedName, state: &mut ClusterSta
 }
 
 fn record_origin(at: &At, kind: &str, id: &crate::model::NamespacedName, state: &mut ClusterState) {
-    state.extra.origins.insert((kind.to_string(), id.clone()), (at.path.to_path_buf(), at.doc_line));
+    state.extra.origins.insert((kind.to_string(), id.clone()), (at.path.to_path_buf(), at.line));
 }
 
 /// Why a Service read from a file gets no rules for want of a cluster IP (a manifest as
