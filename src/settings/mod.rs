@@ -359,7 +359,8 @@ pub fn reference() -> String {
         "# Settings\n\nEvery setting svcproxy knows, generated from `src/settings/mod.rs` (`svcproxy settings`).\n\
          *File*: its path in a `KubeProxyConfiguration` (kubeproxy.config.k8s.io/v1alpha1). *Flags*: kube-proxy's name\n\
          first, then svcproxy's aliases. *Commands*: `rules` settings are taken by render, sync, trace and lint; `node`\n\
-         settings by sync (and the kube-proxy command) only.\n\n\
+         settings by sync (and the kube-proxy command) only. A fixture's `options:` takes any setting by its name (case and\n\
+         underscores aside: `randomFully`) or its file path (`iptables.masqueradeBit`).\n\n\
          | setting | file | flags | commands | what svcproxy does |\n|---|---|---|---|---|\n",
     );
     for i in TABLE {
