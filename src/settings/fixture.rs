@@ -1,7 +1,8 @@
-//! A fixture document's first object (`node:` and `options:`) as a [`Settings`] layer.
+//! A fixture's first document (`kind: SvcproxyFixture`: `node:` and `options:`) as a [`Settings`] layer.
 //! `options:` is read through the table: each key is a setting's name or file path and its
 //! value is read by that setting's own type, so no setting is spelled here.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::de::{self, DeserializeSeed, MapAccess, Visitor};
@@ -10,7 +11,39 @@ use serde_json::Value;
 
 use super::value::SettingValue;
 use super::Settings;
-use crate::source::fixture::FixtureDoc;
+
+pub const FIXTURE_KIND: &str = "SvcproxyFixture";
+
+/// The document: this node's facts and the options (see `fixtures/README.md`).
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct FixtureDoc {
+    #[serde(default)]
+    pub api_version: Option<String>,
+    #[serde(default)]
+    pub kind: Option<String>,
+    #[serde(default)]
+    pub node: FixtureNode,
+    #[serde(default)]
+    pub options: FixtureOptions,
+}
+
+/// `node:`: what the CLI would otherwise learn from flags or the Node object.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct FixtureNode {
+    pub name: Option<String>,
+    #[serde(default)]
+    pub ips: Vec<String>,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub pod_cidrs: Vec<String>,
+    /// The node's interface addresses (`ip/prefix`) by interface name, for resolving
+    /// `nodePortAddresses` as kube-proxy does from the host's interfaces.
+    #[serde(default)]
+    pub interface_addresses: BTreeMap<String, Vec<String>>,
+}
 
 /// A fixture's `options:`: a settings layer, plus the two knobs of incremental fixtures,
 /// which are not settings (they say what one step of a test does).
