@@ -31,32 +31,32 @@ use crate::svcproxy;
 // ---------------------------------------------------------------------------
 // addresses and names
 
-const NODE: &str = "node-1";
-const OTHER_NODE: &str = "node-2";
+pub(crate) const NODE: &str = "node-1";
+pub(crate) const OTHER_NODE: &str = "node-2";
 const NS: &str = "dp";
 const CLUSTER_CIDRS: &str = "198.18.0.0/16,fd00:18::/32";
 const SVC_CIDR4: &str = "198.19.255.0/24";
-const SVC_CIDR6: &str = "fd00:19:ff::/112";
-const EXT_CIDR4: &str = "198.19.2.0/24";
-const CLIENT: &str = "client";
-const CLIENT_IP4: &str = "198.18.9.2";
-const CLIENT_IP6: &str = "fd00:18:9::2";
-const EP_PORT: u16 = 8080;
+pub(crate) const SVC_CIDR6: &str = "fd00:19:ff::/112";
+pub(crate) const EXT_CIDR4: &str = "198.19.2.0/24";
+pub(crate) const CLIENT: &str = "client";
+pub(crate) const CLIENT_IP4: &str = "198.18.9.2";
+pub(crate) const CLIENT_IP6: &str = "fd00:18:9::2";
+pub(crate) const EP_PORT: u16 = 8080;
 const UDP_EP_PORT: u16 = 5353;
 /// Connections per spreading check.
-const N: u32 = 40;
+pub(crate) const N: u32 = 40;
 /// Per-connection timeout where no answer is expected (a reply takes a few ms).
 const DROP_WAIT: Duration = Duration::from_millis(500);
 /// Per-connection timeout otherwise (the lab's default; generous for a loaded host).
 const ANSWER_WAIT: Duration = Duration::from_secs(2);
 
-fn pod_ip4(k: u8) -> String {
+pub(crate) fn pod_ip4(k: u8) -> String {
     format!("198.18.{k}.2")
 }
-fn pod_ip6(k: u8) -> String {
+pub(crate) fn pod_ip6(k: u8) -> String {
     format!("fd00:18:{k}::2")
 }
-fn pod_name(k: u8) -> String {
+pub(crate) fn pod_name(k: u8) -> String {
     format!("pod{k}")
 }
 
@@ -64,39 +64,39 @@ fn pod_name(k: u8) -> String {
 // cluster files, built in code
 
 #[derive(Clone, Debug)]
-struct Port {
-    name: &'static str,
-    proto: Proto,
-    port: u16,
-    target: u16,
-    node_port: Option<u16>,
+pub(crate) struct Port {
+    pub(crate) name: &'static str,
+    pub(crate) proto: Proto,
+    pub(crate) port: u16,
+    pub(crate) target: u16,
+    pub(crate) node_port: Option<u16>,
 }
 
-fn tcp(name: &'static str, port: u16) -> Port {
+pub(crate) fn tcp(name: &'static str, port: u16) -> Port {
     Port { name, proto: Proto::Tcp, port, target: EP_PORT, node_port: None }
 }
-fn udp(name: &'static str, port: u16) -> Port {
+pub(crate) fn udp(name: &'static str, port: u16) -> Port {
     Port { name, proto: Proto::Udp, port, target: UDP_EP_PORT, node_port: None }
 }
 
 #[derive(Clone, Debug)]
-struct Ep {
-    ip: String,
-    node: &'static str,
-    ready: bool,
-    serving: bool,
-    terminating: bool,
+pub(crate) struct Ep {
+    pub(crate) ip: String,
+    pub(crate) node: &'static str,
+    pub(crate) ready: bool,
+    pub(crate) serving: bool,
+    pub(crate) terminating: bool,
 }
 
 /// A ready endpoint on this node.
-fn ep4(k: u8) -> Ep {
+pub(crate) fn ep4(k: u8) -> Ep {
     Ep { ip: pod_ip4(k), node: NODE, ready: true, serving: true, terminating: false }
 }
-fn ep6(k: u8) -> Ep {
+pub(crate) fn ep6(k: u8) -> Ep {
     Ep { ip: pod_ip6(k), ..ep4(k) }
 }
 impl Ep {
-    fn on(mut self, node: &'static str) -> Ep {
+    pub(crate) fn on(mut self, node: &'static str) -> Ep {
         self.node = node;
         self
     }
@@ -117,22 +117,22 @@ impl Ep {
 }
 
 #[derive(Clone, Debug)]
-struct Svc {
-    name: &'static str,
+pub(crate) struct Svc {
+    pub(crate) name: &'static str,
     /// ClusterIP, NodePort, LoadBalancer
-    ty: &'static str,
-    cluster_ips: Vec<String>,
-    ports: Vec<Port>,
-    external_ips: Vec<String>,
-    lb_ips: Vec<String>,
-    source_ranges: Vec<String>,
-    etp_local: bool,
-    affinity: bool,
-    eps4: Vec<Ep>,
-    eps6: Vec<Ep>,
+    pub(crate) ty: &'static str,
+    pub(crate) cluster_ips: Vec<String>,
+    pub(crate) ports: Vec<Port>,
+    pub(crate) external_ips: Vec<String>,
+    pub(crate) lb_ips: Vec<String>,
+    pub(crate) source_ranges: Vec<String>,
+    pub(crate) etp_local: bool,
+    pub(crate) affinity: bool,
+    pub(crate) eps4: Vec<Ep>,
+    pub(crate) eps6: Vec<Ep>,
 }
 
-fn svc(name: &'static str, cluster_ip: &str, ports: Vec<Port>, eps4: Vec<Ep>) -> Svc {
+pub(crate) fn svc(name: &'static str, cluster_ip: &str, ports: Vec<Port>, eps4: Vec<Ep>) -> Svc {
     Svc {
         name,
         ty: "ClusterIP",
@@ -276,7 +276,7 @@ fn sync_args(path: &str, dry_run: bool) -> Vec<&str> {
 
 /// `svcproxy sync` of `svcs` in the node netns (exit 0), then `sync --dry-run` (exit 0:
 /// nothing left to change).
-fn sync(ctx: &Ctx, lab: &Lab, b: Backend, what: &str, svcs: &[Svc]) -> CaseResult {
+pub(crate) fn sync(ctx: &Ctx, lab: &Lab, b: Backend, what: &str, svcs: &[Svc]) -> CaseResult {
     let text = cluster_yaml(svcs);
     let path = svcproxy::temp_yaml(&text)?;
     let p = svcproxy::path_str(&path).to_string();
@@ -311,7 +311,7 @@ fn require(ctx: &Ctx, b: Backend) -> CaseResult {
 
 /// A lab with endpoint pods `pod<k>` for each k in `pods` (TCP :8080, and UDP :5353 if
 /// `udp`; IPv4 and IPv6), a non-endpoint `client` pod, and the service ranges routed.
-fn lab(ctx: &Ctx, b: Backend, pods: &[u8], udp: bool) -> Result<Lab, CaseError> {
+pub(crate) fn lab(ctx: &Ctx, b: Backend, pods: &[u8], udp: bool) -> Result<Lab, CaseError> {
     require(ctx, b)?;
     let mut lab = Lab::new(b.name())?;
     ctx.log(format!("lab {} (node {})", lab.prefix, lab.node().name));
@@ -331,14 +331,14 @@ fn lab(ctx: &Ctx, b: Backend, pods: &[u8], udp: bool) -> Result<Lab, CaseError> 
     Ok(lab)
 }
 
-fn connect(ctx: &Ctx, lab: &Lab, from: Where, dst: &str, port: u16, proto: Proto, n: u32) -> Result<Tally, CaseError> {
+pub(crate) fn connect(ctx: &Ctx, lab: &Lab, from: Where, dst: &str, port: u16, proto: Proto, n: u32) -> Result<Tally, CaseError> {
     let t = lab.connect(from, dst, port, proto, n)?;
     ctx.log(format!("{} {from:?} -> {dst}:{port} x{n}: {t}", proto.name()));
     Ok(t)
 }
 
 /// Like [`connect`] with the short [`DROP_WAIT`] per attempt, for where no answer is expected.
-fn connect_quiet(ctx: &Ctx, lab: &mut Lab, from: Where, dst: &str, port: u16, proto: Proto, n: u32) -> Result<Tally, CaseError> {
+pub(crate) fn connect_quiet(ctx: &Ctx, lab: &mut Lab, from: Where, dst: &str, port: u16, proto: Proto, n: u32) -> Result<Tally, CaseError> {
     lab.set_connect_timeout(DROP_WAIT);
     let t = connect(ctx, lab, from, dst, port, proto, n);
     lab.set_connect_timeout(ANSWER_WAIT);
@@ -346,7 +346,7 @@ fn connect_quiet(ctx: &Ctx, lab: &mut Lab, from: Where, dst: &str, port: u16, pr
 }
 
 /// Every attempt answered, by exactly the pods in `pods`, each at least once.
-fn spread(t: &Tally, pods: &[&str], what: &str) -> CaseResult {
+pub(crate) fn spread(t: &Tally, pods: &[&str], what: &str) -> CaseResult {
     ensure!(
         t.errors.is_empty() && t.refused == 0 && t.timed_out == 0 && t.eperm == 0,
         "{what}: failed connections: {t}"
@@ -363,7 +363,7 @@ fn spread(t: &Tally, pods: &[&str], what: &str) -> CaseResult {
 }
 
 /// Nothing answered, and every attempt timed out (DROP; not refused).
-fn dropped(t: &Tally, what: &str) -> CaseResult {
+pub(crate) fn dropped(t: &Tally, what: &str) -> CaseResult {
     ensure!(
         t.answered() == 0 && t.refused == 0 && t.errors.is_empty() && t.timed_out == t.attempts,
         "{what}: expected every attempt to time out (dropped): {t}"
@@ -372,14 +372,14 @@ fn dropped(t: &Tally, what: &str) -> CaseResult {
 }
 
 /// Every attempt refused, quickly (REJECT).
-fn refused(t: &Tally, what: &str) -> CaseResult {
+pub(crate) fn refused(t: &Tally, what: &str) -> CaseResult {
     ensure!(t.refused == t.attempts, "{what}: expected every attempt refused: {t}");
     ensure!(t.max_refused_ms < 500, "{what}: refusal not immediate: {t}");
     Ok(())
 }
 
 /// The only sources the pods saw.
-fn sources_are(t: &Tally, srcs: &[&str], what: &str) -> CaseResult {
+pub(crate) fn sources_are(t: &Tally, srcs: &[&str], what: &str) -> CaseResult {
     ensure!(
         t.sources_seen.keys().all(|s| srcs.contains(&s.as_str())),
         "{what}: pods saw sources other than {srcs:?}: {t}"
@@ -388,10 +388,10 @@ fn sources_are(t: &Tally, srcs: &[&str], what: &str) -> CaseResult {
 }
 
 /// What masquerade from the node looks like to pod k: its link's node end.
-fn masq4(lab: &Lab, pod: &str) -> String {
+pub(crate) fn masq4(lab: &Lab, pod: &str) -> String {
     lab.pod(pod).map(|p| p.node_side_ip4().to_string()).unwrap_or_default()
 }
-fn masq6(lab: &Lab, pod: &str) -> String {
+pub(crate) fn masq6(lab: &Lab, pod: &str) -> String {
     lab.pod(pod).map(|p| p.node_side_ip6().to_string()).unwrap_or_default()
 }
 

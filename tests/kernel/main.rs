@@ -41,6 +41,7 @@ mod faults;
 mod goldens;
 mod incremental;
 mod node_setup;
+mod outside;
 mod selftest;
 mod svcproxy;
 mod trace_check;
@@ -67,6 +68,7 @@ fn main() {
     cases.extend(trace_check::cases());
     cases.extend(canary::cases());
     cases.extend(node_setup::cases());
+    cases.extend(outside::cases());
     let code = harness::run(
         &cases,
         Options {

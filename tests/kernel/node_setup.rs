@@ -6,14 +6,13 @@
 //! makes it read-only) — before anything global (the module's hashsize) is touched.
 
 use crate::harness::{Case, CaseResult, Ctx};
-use crate::netns::Lab;
+use crate::netns::{Backend, Lab};
 use crate::svcproxy::bin;
 
 pub fn cases() -> Vec<Case> {
-    vec![
-        Case::new("init_only_tunes_conntrack_and_sets_sysctls_in_the_namespace", init_only),
-        Case::new("health_check_node_port_answers_on_the_node_ip", health_check_node_port_answers_on_the_node_ip),
-    ]
+    let mut cases = vec![Case::new("init_only_tunes_conntrack_and_sets_sysctls_in_the_namespace", init_only)];
+    per_backend!(cases, hc_node_port_on_the_node_ip);
+    cases
 }
 
 fn init_only(ctx: &mut Ctx) -> CaseResult {
@@ -85,28 +84,37 @@ endpoints:
 - addresses: [\"198.18.1.2\"]
   conditions: {ready: true}
   nodeName: NODE
+- addresses: [\"198.18.3.2\"]
+  conditions: {ready: true}
+  nodeName: NODE
+- addresses: [\"198.18.2.2\"]
+  conditions: {ready: true}
+  nodeName: node-2
 ports:
 - {name: http, port: 8080, protocol: TCP}
 ";
 
 /// The health-check node port of an `externalTrafficPolicy: Local` LoadBalancer answers on
 /// the node IP — where a cloud load balancer probes it — even with `/healthz` on
-/// 127.0.0.1: 200 with the local endpoint count, 503 once none is local.
-fn health_check_node_port_answers_on_the_node_ip(ctx: &mut Ctx) -> CaseResult {
+/// 127.0.0.1, probed from the namespace outside the node: 200 with the local endpoint
+/// count (two of three endpoints are on this node), 503 with a count of 0 once none is.
+fn hc_node_port_on_the_node_ip(ctx: &mut Ctx, b: Backend) -> CaseResult {
     use std::process::{Command, Stdio};
     use std::time::Duration;
 
     use crate::netns::NODE_IP4;
     use crate::watch_e2e::{http_get, in_netns, until, Daemon};
 
-    ctx.require(&["ip", "iptables-nft-restore"])?;
-    let lab = Lab::new("hcnp")?;
+    let mut tools = vec!["ip".to_string()];
+    tools.extend(b.tools());
+    ctx.require(&tools.iter().map(String::as_str).collect::<Vec<_>>())?;
+    let lab = Lab::new(&format!("hcnp{}", b.name()))?;
     let file = crate::svcproxy::temp_yaml(&LB.replace("NODE", "node-1"))?;
     let log = crate::svcproxy::temp_yaml("")?;
     let node = lab.node().name.clone();
     let ext = lab.external().name.clone();
     let child = Command::new("ip")
-        .args(["netns", "exec", &node, bin(), "sync", "--watch", "--from", &file.display().to_string(), "--iptables-backend", "nft"])
+        .args(["netns", "exec", &node, bin(), "sync", "--watch", "--from", &file.display().to_string(), "--iptables-backend", b.name()])
         .args(["--hostname-override", "node-1", "--node-ip", NODE_IP4, "--ip-family", "ipv4", "--nfacct=false", "--conntrack-max-per-core=0"])
         .args(["--min-sync-period", "0s", "--healthz-bind-address", "127.0.0.1:10256", "--metrics-bind-address", "127.0.0.1:10249"])
         .stdin(Stdio::null())
@@ -123,9 +131,11 @@ fn health_check_node_port_answers_on_the_node_ip(ctx: &mut Ctx) -> CaseResult {
     until("200 from the health-check node port on the node IP", Duration::from_secs(20), || probe().starts_with("HTTP/1.1 200"))
         .map_err(|e| format!("{e}: last answer {:?}\nsvcproxy log:\n{}", probe(), logs()))?;
     let body = probe();
-    ensure!(body.contains("\"localEndpoints\":1"), "the local count: {body}");
+    ensure!(body.contains("\"localEndpoints\":2"), "the local count: {body}");
     std::fs::write(&file, LB.replace("NODE", "node-2")).map_err(|e| e.to_string())?;
     until("503 once no endpoint is local", Duration::from_secs(20), || probe().starts_with("HTTP/1.1 503"))
         .map_err(|e| format!("{e}: last answer {:?}\nsvcproxy log:\n{}", probe(), logs()))?;
+    let body = probe();
+    ensure!(body.contains("\"localEndpoints\":0"), "the local count with none local: {body}");
     Ok(())
 }
