@@ -4,7 +4,10 @@
 //! `fixtures/demo.yaml` compared with `golden/demo.ipvs` (`ipvsadm -Sn`, kube-ipvs0,
 //! `ipset save`), a clean dry run, cleanup, and real connections between network
 //! namespaces (spread, graceful termination across a restart, affinity), a `--live`
-//! trace of the draining state, and watch mode.
+//! trace of the draining state, watch mode, and the checks from outside the node
+//! (`dataplane-4.yaml`: an "outside" namespace beside the node: NodePort ETP Cluster and
+//! Local, external IP, LoadBalancer IPs in and out of their source ranges, hairpin, the
+//! health-check node port).
 //!
 //! Missing means (not root, no qemu, no tools) are reported as SKIPPED with the reason,
 //! and fail under `CI=true`. The last line is `ipvs_vm: P passed, F failed, S skipped`.
@@ -13,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
-const GUEST_CHECKS: usize = 22;
+const GUEST_CHECKS: usize = 36;
 
 const MODULES: &str = "ip_set ip_set_hash_ip ip_set_hash_ipport ip_set_hash_ipportip ip_set_hash_ipportnet \
     ip_set_bitmap_port xt_set ip_tables iptable_nat iptable_filter ip6_tables ip6table_nat ip6table_filter \
@@ -78,7 +81,7 @@ fn stage() -> std::io::Result<PathBuf> {
     let r = repo();
     std::fs::copy(r.join("fixtures/demo.yaml"), dir.join("demo.yaml"))?;
     std::fs::copy(r.join("golden/demo.ipvs"), dir.join("demo.ipvs"))?;
-    for i in 1..=3 {
+    for i in 1..=4 {
         let name = format!("dataplane-{i}.yaml");
         std::fs::copy(r.join("tests/rigs/ipvs-fixtures").join(&name), dir.join(&name))?;
     }
@@ -114,6 +117,9 @@ fn run_vm(dir: &Path, t: &mut Tally) {
         .env("EXTRA_MODULES", MODULES)
         .env("EXTRA_FILES", extra_files(dir))
         .env("VM_MEM", "1024")
+        // One boot runs every check: about 5 min under TCG, over 13 min on a host loaded
+        // to 5x its cores; the rig's default hard limit is 300 s. An explicit VM_TIMEOUT wins.
+        .env("VM_TIMEOUT", std::env::var("VM_TIMEOUT").unwrap_or_else(|_| "1200".into()))
         .env("SKIP_MISSING", "1")
         .output();
     let out = match out {

@@ -1,7 +1,7 @@
 #!/bin/dash
 # Guest side of the ipvs_vm test (run by ipvs-vm.sh as root, inside the VM).
 #   ipvs-guest-sync.sh SVCPROXY DATA_DIR
-# DATA_DIR holds demo.yaml, demo.ipvs (its golden) and dataplane-{1,2,3}.yaml.
+# DATA_DIR holds demo.yaml, demo.ipvs (its golden) and dataplane-{1,2,3,4}.yaml.
 # Prints "ok NAME" / "FAIL NAME: why" per check and "guest: P passed, F failed" last.
 set -u
 S=$1; D=$2
@@ -126,6 +126,76 @@ if [ "$(count "$out" pod1)" = 8 ]; then ok "watch: connections follow the change
 kill -TERM $W; wait $W; rc=$?
 out=$(conns 4)
 if [ $rc = 0 ] && [ "$(count "$out" pod1)" = 4 ]; then ok "watch: SIGTERM stops it and the rules keep serving"; else bad "watch: SIGTERM" "rc=$rc $out $(tail -5 /tmp/watch.log)"; fi
+
+# ---- from outside the node: an "outside" namespace beside it -----------------
+# outside 198.19.1.2/24 -- node 198.19.1.1/24 (n-outside); servers on :8081 answer
+# "<pod> <peer address>". The pods route the outside subnet via their node end (their
+# 198.19.0.0/16 link route would ARP for it, and nothing answers that).
+ip netns add outside
+ip link add n-outside type veth peer name eth0 netns outside
+ip addr add 198.19.1.1/24 dev n-outside
+ip link set n-outside up
+ip -n outside link set lo up
+ip -n outside addr add 198.19.1.2/24 dev eth0
+ip -n outside link set eth0 up
+ip -n outside route add 198.18.0.0/15 via 198.19.1.1
+for p in 1 2; do
+  ip -n pod$p route add 198.19.1.0/24 via 198.19.0.$p dev eth0 onlink
+  ip netns exec pod$p socat -T5 TCP-LISTEN:8081,bind=198.18.$p.2,fork,reuseaddr \
+    SYSTEM:'echo pod'$p' $SOCAT_PEERADDR' </dev/null >/dev/null 2>&1 &
+done
+sleep 0.5
+peers() { # NS DST PORT N: "COUNT pod peer" lines ("COUNT error" for a failed attempt)
+  for k in $(seq 1 "$4"); do ip netns exec "$1" timeout 3 socat -T2 - TCP:$2:$3 </dev/null 2>/dev/null || echo error; done | sort | uniq -c
+}
+only() { # NAME OUT "pod peer"...: every attempt answered, by exactly these (pod, peer) pairs
+  name=$1; out=$2; shift 2
+  got=$(echo "$out" | awk '{$1=""; sub(/^ /, ""); print}' | sort | tr '\n' ';')
+  want=$(for w in "$@"; do echo "$w"; done | sort | tr '\n' ';')
+  if [ "$got" = "$want" ]; then ok "$name: $(echo $out)"; else bad "$name" "want $want got $(echo $out)"; fi
+}
+none() { # NAME OUT: no attempt answered
+  if [ "$(echo "$2" | grep -c pod)" = 0 ]; then ok "$1: $(echo $2)"; else bad "$1" "answered: $(echo $2)"; fi
+}
+if sync_ipvs "$D/dataplane-4.yaml" >/tmp/sync.out 2>&1; then ok "outside: sync"; else bad "outside: sync" "$(cat /tmp/sync.out)"; fi
+"$S" sync --mode ipvs --iptables-backend legacy --from "$D/dataplane-4.yaml" --dry-run >/tmp/dry.out 2>&1; rc=$?
+if [ $rc = 0 ] && [ ! -s /tmp/dry.out ]; then ok "outside: dry-run after sync reports nothing"; else bad "outside: dry-run" "rc=$rc $(head -30 /tmp/dry.out)"; fi
+only "outside: hairpin, pod1 to its own service, answered by itself, masqueraded" \
+  "$(peers pod1 198.19.255.40 80 6)" "pod1 198.19.0.1"
+only "outside: NodePort (ETP Cluster) from outside, every pod, masqueraded" \
+  "$(peers outside 198.19.1.1 30400 10)" "pod1 198.19.0.1" "pod2 198.19.0.2"
+only "outside: external IP from outside, every pod, masqueraded" \
+  "$(peers outside 198.19.2.30 80 10)" "pod1 198.19.0.1" "pod2 198.19.0.2"
+only "outside: NodePort (ETP Local) from outside, the local pod, client IP kept" \
+  "$(peers outside 198.19.1.1 30401 6)" "pod1 198.19.1.2"
+only "outside: LoadBalancer IP (ETP Local) from outside, the local pod, client IP kept" \
+  "$(peers outside 198.19.2.22 80 6)" "pod1 198.19.1.2"
+only "outside: LoadBalancer IP from outside, inside its source ranges" \
+  "$(peers outside 198.19.2.20 80 10)" "pod1 198.19.0.1" "pod2 198.19.0.2"
+only "outside: LoadBalancer IP from a pod inside its source ranges" \
+  "$(peers client 198.19.2.20 80 10)" "pod1 198.19.0.1" "pod2 198.19.0.2"
+# From the node, a local VIP is reached from the VIP itself: allowed because the node IP
+# is inside the source ranges (kube-proxy's KUBE-LOAD-BALANCER-SOURCE-IP entry).
+node_peers() { for k in $(seq 1 "$1"); do timeout 3 socat -T2 - TCP:198.19.2.20:80 </dev/null 2>/dev/null || echo error; done | sort | uniq -c; }
+only "outside: LoadBalancer IP from the node, its IP inside the source ranges" \
+  "$(node_peers 10)" "pod1 198.19.0.1" "pod2 198.19.0.2"
+none "outside: LoadBalancer IP from outside, not in its source ranges: dropped" "$(peers outside 198.19.2.21 80 2)"
+none "outside: LoadBalancer IP from a pod not in its source ranges: dropped" "$(peers client 198.19.2.21 80 2)"
+
+# The health-check node port on the node IP, probed from outside (watch mode serves it).
+mkdir -p /tmp/hc && cp "$D/dataplane-4.yaml" /tmp/hc/cluster.yaml
+"$S" sync --watch --mode ipvs --iptables-backend legacy --from /tmp/hc --min-sync-period 100ms --sync-period 2s \
+  --healthz-bind-address 127.0.0.1:10256 --metrics-bind-address 127.0.0.1:10249 2>/tmp/hc.log &
+W=$!
+probe() { printf 'GET / HTTP/1.0\r\n\r\n' | ip netns exec outside timeout 3 socat -T2 - TCP:198.19.1.1:32000 2>/dev/null | tr -d '\r'; }
+if wait_for 'probe | grep -q "^HTTP/1\.[01] 200 "' && probe | grep -q '"localEndpoints":1'; then
+  ok "outside: health-check node port on the node IP answers 200 with localEndpoints 1"
+else bad "outside: health-check 200" "$(probe | head -5) $(tail -5 /tmp/hc.log)"; fi
+sed 's/nodeName: vm-node$/nodeName: vm-node-3/' "$D/dataplane-4.yaml" >/tmp/hc/.next && mv /tmp/hc/.next /tmp/hc/cluster.yaml
+if wait_for 'probe | grep -q "^HTTP/1\.[01] 503 "' && probe | grep -q '"localEndpoints":0'; then
+  ok "outside: health-check node port answers 503 with localEndpoints 0 once none is local"
+else bad "outside: health-check 503" "$(probe | head -5) $(tail -5 /tmp/hc.log)"; fi
+kill -TERM $W; wait $W
 
 echo "guest: $PASS passed, $FAIL failed"
 [ $FAIL = 0 ]
