@@ -69,7 +69,9 @@ conns() { # N: one connection each from the client pod; prints "COUNT podX" line
 count() { echo "$1" | awk -v p="$2" '$2==p{print $1}'; }
 weight_of() { ipvsadm -Sn | awk -v r="$1" '$1=="-a" && $5==r {print $8}'; }
 
-export SVCPROXY_IPVS_GRACE_PERIOD=3
+# Long enough that a sync and a dry run under TCG on a loaded host (6-7 s each were seen)
+# finish inside it; the waits below go past it.
+export SVCPROXY_IPVS_GRACE_PERIOD=10
 if sync_ipvs "$D/dataplane-1.yaml" >/tmp/sync.out 2>&1; then ok "dataplane step 1 sync"; else bad "dataplane step 1 sync" "$(cat /tmp/sync.out)"; fi
 out=$(conns 20)
 if [ -n "$(count "$out" pod1)" ] && [ -n "$(count "$out" pod2)" ]; then ok "ClusterIP connections spread: $(echo $out)"; else bad "spread" "$out"; fi
@@ -97,7 +99,7 @@ rm -f /run/svcproxy/ipvs-terminating
 sync_ipvs "$D/dataplane-2.yaml" >/dev/null 2>&1
 w=$(weight_of 198.18.2.2:8080)
 if [ "$w" = 0 ]; then ok "after a restart the draining server is still known"; else bad "restart" "pod2 weight '$w'"; fi
-sleep 4
+sleep 11
 sync_ipvs "$D/dataplane-2.yaml" >/dev/null 2>&1
 w=$(weight_of 198.18.2.2:8080)
 if [ -z "$w" ]; then ok "draining server deleted after the bounded time (no weight-0 leftovers)"; else bad "bounded time" "pod2 weight '$w'"; fi
