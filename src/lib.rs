@@ -15,6 +15,7 @@ pub mod lint;
 pub mod model;
 pub mod net;
 pub mod netfilter;
+pub mod nftables;
 pub mod node;
 pub mod pipeline;
 pub mod runner;

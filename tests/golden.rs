@@ -103,8 +103,11 @@ fn scenarios(dir: &Path, golden_dir: &Path) -> Vec<(PathBuf, Vec<PathBuf>)> {
     for d in step_dirs(dir) {
         // gen: generator scripts; lint, derive: fixtures of tests/lint.rs; installers: kube-proxy
         // invocations of tests/cli.rs; inputs: the input forms of tests/cli.rs (each file or
-        // folder one cluster state, not steps). None is a golden scenario.
-        if d.ends_with("gen") || d.ends_with("lint") || d.ends_with("derive") || d.ends_with("installers") || d.ends_with("inputs") {
+        // folder one cluster state, not steps); upstream-nftables: nftables mode's own
+        // scenarios (below). None is an iptables golden scenario.
+        if d.ends_with("gen") || d.ends_with("lint") || d.ends_with("derive") || d.ends_with("installers") || d.ends_with("inputs")
+            || d.ends_with("upstream-nftables")
+        {
             continue;
         }
         let bases = (1..=yaml_files(&d).len()).map(|i| golden_dir.join(stem(&d)).join(format!("{i:02}"))).collect();
@@ -352,4 +355,44 @@ fn ipvs_goldens_match_byte_for_byte() {
         f.add(check_golden(&golden().join(format!("{}.ipvs", stem(&path))), &svcproxy::ipvs::text::render(&plans)));
     }
     f.finish("ipvs goldens", n);
+}
+
+/// nftables mode: every `fixtures/*.yaml` rendered as `svcproxy render --mode nftables`
+/// prints it (`nft -f` input), against `golden/NAME.nft`.
+#[test]
+fn nftables_goldens_match_byte_for_byte() {
+    use svcproxy::nftables::{self, model::Form};
+    let mut f = Failures::default();
+    let mut n = 0;
+    for path in yaml_files(&fixtures()) {
+        let flags = Settings { mode: Some(svcproxy::settings::kinds::ProxyMode::Nftables), ..Settings::default() };
+        let loaded = load(&path, flags);
+        let rulesets = nftables::render_all(&loaded.config, &loaded.trackers);
+        n += 1;
+        f.add(check_golden(&golden().join(format!("{}.nft", stem(&path))), &nftables::text(&rulesets, Form::Transaction)));
+    }
+    f.finish("nftables goldens", n);
+}
+
+/// nftables mode against kube-proxy's own expectations (`fixtures/upstream-nftables/`,
+/// pkg/proxy/nftables/proxier_test.go): the table as knftables' fake `Dump()` lists it
+/// equals `golden/upstream-nftables/NAME.kube-proxy` after kube-proxy's test normalisation
+/// (`sortNFTablesTransaction`), as `assertNFTablesTransactionEqual` compares them.
+#[test]
+fn upstream_nftables_scenarios_equal_kube_proxy_expected_rules() {
+    use svcproxy::nftables::{self, check::sort_like_kube_proxy_tests, model::Form};
+    let mut f = Failures::default();
+    let mut n = 0;
+    for path in yaml_files(&fixtures().join("upstream-nftables")) {
+        let loaded = load(&path, Settings::default());
+        let rulesets = nftables::render_all(&loaded.config, &loaded.trackers);
+        let expected_path = golden().join("upstream-nftables").join(format!("{}.kube-proxy", stem(&path)));
+        let expected = std::fs::read_to_string(&expected_path).unwrap_or_else(|e| panic!("{}: {e}", expected_path.display()));
+        n += 1;
+        let (want, got) = (sort_like_kube_proxy_tests(&expected), sort_like_kube_proxy_tests(&nftables::text(&rulesets, Form::Dump)));
+        if want != got {
+            f.push(format!("{}: differs from kube-proxy's expected rules:\n{}", path.display(), diff(&want, &got)));
+        }
+    }
+    f.finish("kube-proxy nftables rulesets", n);
 }

@@ -19,9 +19,9 @@ Examples:
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Output {
-    /// iptables-restore input, exactly what would be applied
+    /// iptables-restore input (nftables mode: `nft -f` input), exactly what would be applied
     Restore,
-    /// the same rules as JSON (tables, chains, rules)
+    /// the same rules as JSON (tables, chains, rules; nftables mode: sets and elements too)
     Json,
 }
 
@@ -73,6 +73,17 @@ pub fn run(args: &RenderArgs) -> anyhow::Result<ExitCode> {
         }
         let plans = crate::ipvs::plan_all(&loaded.config, &loaded.trackers);
         super::out(&crate::ipvs::text::render(&plans))?;
+        return Ok(ExitCode::from(EXIT_OK));
+    }
+    if loaded.config.mode == Mode::Nftables {
+        let rulesets = crate::nftables::render_all(&loaded.config, &loaded.trackers);
+        match args.output {
+            Output::Restore => super::out(&crate::nftables::text(&rulesets, crate::nftables::model::Form::Transaction))?,
+            Output::Json => {
+                let tables: Vec<_> = rulesets.iter().map(|r| r.table()).collect();
+                super::out(&format!("{}\n", serde_json::to_string_pretty(&tables)?))?
+            }
+        }
         return Ok(ExitCode::from(EXIT_OK));
     }
     let rulesets = pipeline::render_iptables(&loaded);

@@ -79,12 +79,17 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
         return super::watch::run(args);
     }
     let mut flags = args.config.settings();
+    if flags.mode == Some(crate::settings::kinds::ProxyMode::Nftables) {
+        // Refused before the nfacct counters below are created.
+        refuse_unsynced_mode(Mode::Nftables)?;
+    }
     if flags.nfacct.is_none() {
         // The nfacct matches load only where the counters exist: create them (or, for a
         // dry run, look), as kube-proxy does on a full sync.
         flags.nfacct = Some(if args.dry_run { nfacct::exists() } else { nfacct::ensure().unwrap_or(false) });
     }
     let loaded = load_with(&args.config, flags)?;
+    refuse_unsynced_mode(loaded.config.mode)?;
     let backend = args.iptables_backend.resolve();
     if loaded.config.mode == Mode::Ipvs {
         let restorer = ExecRestorer { backend, lock_wait_secs: args.iptables_lock_wait };
@@ -160,4 +165,26 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(EXIT_CHANGES));
     }
     Ok(ExitCode::from(EXIT_OK))
+}
+
+/// nftables mode is rendered (`svcproxy render --mode nftables`) but not synced yet: a sync
+/// or watch in that mode is an error (exit 2), never a silent no-op.
+pub fn refuse_unsynced_mode(mode: Mode) -> anyhow::Result<()> {
+    if mode == Mode::Nftables {
+        anyhow::bail!("nftables mode is not implemented yet for sync (svcproxy render --mode nftables prints its rules; use --mode iptables or ipvs)");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod mode_tests {
+    use super::*;
+
+    #[test]
+    fn nftables_mode_is_refused_by_sync_and_other_modes_pass() {
+        let e = refuse_unsynced_mode(Mode::Nftables).unwrap_err().to_string();
+        assert!(e.contains("nftables mode is not implemented yet"), "{e}");
+        assert!(refuse_unsynced_mode(Mode::Iptables).is_ok());
+        assert!(refuse_unsynced_mode(Mode::Ipvs).is_ok());
+    }
 }

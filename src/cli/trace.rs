@@ -152,6 +152,7 @@ fn destination_family(args: &TraceArgs) -> anyhow::Result<IpFamily> {
 pub fn run(args: &TraceArgs) -> anyhow::Result<ExitCode> {
     let loaded = load(&args.config)?;
     let family = destination_family(args)?;
+    anyhow::ensure!(loaded.config.mode != Mode::Nftables, "trace: nftables mode is not implemented yet (iptables or ipvs)");
     if loaded.config.mode == Mode::Ipvs {
         return run_ipvs(args, &loaded, family);
     }

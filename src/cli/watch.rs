@@ -116,6 +116,7 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Server
         }
     };
     let loaded = pipeline::load(state, flags, file).context("invalid configuration")?;
+    super::sync::refuse_unsynced_mode(loaded.config.mode)?;
     node_setup(&loaded.config)?;
     let health_binds = serve::healthcheck::bind_addresses(&loaded.config);
     let timing = Timing {
@@ -130,6 +131,7 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Server
     let _ = shared.proxy_mode.set(match loaded.config.mode {
         Mode::Iptables => "iptables".into(),
         Mode::Ipvs => "ipvs".into(),
+        Mode::Nftables => "nftables".into(),
     });
     let _ = shared.configz.set(configz);
     shared.metrics.malformed_objects.inc_by(errors as u64);
@@ -142,6 +144,7 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Server
             let p = crate::ipvs::proxier::Proxier::on_node(restorer).context("cannot reach IPVS (is the ip_vs module loaded?)")?;
             watch::Engine::ipvs(loaded.config, loaded.trackers, p)
         }
+        Mode::Nftables => unreachable!("refused by refuse_unsynced_mode above"),
     };
     engine.sysctl_root = Some(std::path::PathBuf::from("/proc/sys"));
     let health = serve_on("health checks", servers.healthz, servers.hard_fail, serve::health_router(shared.clone())).await?;

@@ -34,6 +34,8 @@ fn invalid(setting: &'static str, reason: impl Into<String>) -> ConfigError {
 pub enum Mode {
     Iptables,
     Ipvs,
+    /// Rendered only (`render --mode nftables`); no command syncs it yet.
+    Nftables,
 }
 
 /// How traffic from local pods is recognised (`detectLocalMode`).
@@ -133,6 +135,8 @@ pub struct Config {
     pub pod_interface_name_prefix: String,
     pub masquerade_bit: u32,
     pub masquerade_all: bool,
+    /// ServiceCIDRs (nftables mode drops traffic to their unallocated addresses).
+    pub service_cidrs: Vec<Cidr>,
     /// Overrides the formatted mark (kube-proxy's unit-test fake); normally `None`.
     pub masquerade_mark_text: Option<String>,
     /// The node's interface addresses, when known (else the node IPs and loopback).
@@ -256,7 +260,13 @@ pub fn resolve(s: Settings, nodes: &[Node]) -> Result<Config, ConfigError> {
         Some(list) => parse_cidrs("--cluster-cidr", &split_list(list))?,
         None => Vec::new(),
     };
-    let masquerade_bit = given(s.masquerade_bit, "iptables.masqueradeBit")?;
+    let proxy_mode = given(s.mode, "mode")?;
+    // nftables mode reads its own `nftables.*` fields, else the common ones.
+    let (masquerade_bit, masquerade_all) = match proxy_mode {
+        ProxyMode::Nftables => (s.nftables_masquerade_bit.or(s.masquerade_bit), s.nftables_masquerade_all.or(s.masquerade_all)),
+        _ => (s.masquerade_bit, s.masquerade_all),
+    };
+    let masquerade_bit = given(masquerade_bit, "iptables.masqueradeBit")?;
     if masquerade_bit > 31 {
         return Err(invalid("--masquerade-bit", format!("{masquerade_bit} is not in 0-31")));
     }
@@ -264,11 +274,14 @@ pub fn resolve(s: Settings, nodes: &[Node]) -> Result<Config, ConfigError> {
     if let Some(gates) = &s.feature_gates {
         crate::settings::gates::check(gates).map_err(|e| invalid("featureGates", e))?;
     }
-    let proxy_mode = given(s.mode, "mode")?;
     let mode = match proxy_mode {
         ProxyMode::Iptables => Mode::Iptables,
         ProxyMode::Ipvs => Mode::Ipvs,
-        ProxyMode::Nftables => return Err(invalid("mode", "nftables mode is not implemented yet (iptables or ipvs)")),
+        ProxyMode::Nftables => Mode::Nftables,
+    };
+    let service_cidrs = match &s.service_cidrs {
+        Some(list) => parse_cidrs("serviceCIDRs", list)?,
+        None => Vec::new(),
     };
     let config = Config {
         mode,
@@ -282,7 +295,8 @@ pub fn resolve(s: Settings, nodes: &[Node]) -> Result<Config, ConfigError> {
         pod_bridge_interface: s.pod_bridge_interface.clone().unwrap_or_default(),
         pod_interface_name_prefix: s.pod_interface_name_prefix.clone().unwrap_or_default(),
         masquerade_bit,
-        masquerade_all: s.masquerade_all.unwrap_or_default(),
+        masquerade_all: masquerade_all.unwrap_or_default(),
+        service_cidrs,
         masquerade_mark_text: s.masquerade_mark.clone(),
         interface_addresses: match &s.interface_addresses {
             Some(list) => Some(parse_interface_addresses(list)?),

@@ -24,12 +24,18 @@ pub fn is_service_chain(name: &str) -> bool {
     SERVICE_CHAIN_PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
-fn hash16(parts: &[&str]) -> String {
+/// The base32 (RFC 4648, upper case, padded) SHA-256 of the parts joined: kube-proxy's
+/// name hash in both modes (iptables keeps 16 characters of it, nftables 8).
+pub fn base32_sha256(parts: &[&str]) -> String {
     let mut h = Sha256::new();
     for p in parts {
         h.update(p.as_bytes());
     }
-    let mut s = BASE32.encode(&h.finalize());
+    BASE32.encode(&h.finalize())
+}
+
+fn hash16(parts: &[&str]) -> String {
+    let mut s = base32_sha256(parts);
     s.truncate(16);
     s
 }

@@ -242,11 +242,11 @@ settings! {
     ipvs_udp_timeout: Duration, Node, file "ipvs.udpTimeout", flags ["ipvs-udp-timeout"], Effect::Acts,
         "IPVS UDP timeout (0: as is)";
     nftables_masquerade_bit: u32, Rules, file "nftables.masqueradeBit", flags [],
-        Effect::NotYet("nftables mode is not implemented yet"),
-        "The fwmark bit in nftables mode";
+        Effect::Acts,
+        "The fwmark bit in nftables mode (rendered; nftables sync is not implemented yet)";
     nftables_masquerade_all: bool, Rules, file "nftables.masqueradeAll", flags [],
-        Effect::NotYet("nftables mode is not implemented yet"),
-        "Masquerade all ClusterIP traffic in nftables mode";
+        Effect::Acts,
+        "Masquerade all ClusterIP traffic in nftables mode (rendered; nftables sync is not implemented yet)";
     nftables_sync_period: Duration, Node, file "nftables.syncPeriod", flags [],
         Effect::NotYet("nftables mode is not implemented yet"),
         "Sync period in nftables mode";
@@ -343,6 +343,7 @@ settings! {
     node_labels: BTreeMap<String, String>, Rules, file none, flags [], Effect::Acts, "This node's labels";
     node_pod_cidrs: Vec<String>, Rules, file none, flags [], Effect::Acts, "This node's pod CIDRs";
     masquerade_mark: String, Rules, file none, flags [], Effect::Acts, "The mark text (kube-proxy's unit-test fake)";
+    service_cidrs: Vec<String>, Rules, file none, flags [], Effect::Acts, "ServiceCIDRs of the cluster (nftables mode drops traffic to their unallocated addresses)";
     interface_addresses: Vec<String>, Rules, file none, flags [], Effect::Acts, "This node's interface addresses";
     large_cluster_endpoints_threshold: usize, Rules, file none, flags [], Effect::Acts, "Endpoints above which the large-cluster rules apply";
 }

@@ -1,0 +1,99 @@
+//! Everything about this node and the options that shapes one family's nftables rules,
+//! resolved once from the [`Config`].
+
+use std::net::IpAddr;
+
+use crate::config::{Config, LocalDetector};
+use crate::model::LABEL_ZONE;
+use crate::net::IpFamily;
+use crate::nftables::model::Family;
+use crate::select::Locality;
+
+/// kube-proxy's `IfLocalNFT` / `IfNotLocalNFT` rule fragments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NftDetector {
+    pub if_local: String,
+    pub if_not_local: String,
+}
+
+impl NftDetector {
+    /// The nft form of the detector iptables mode uses: a source CIDR (`ip saddr C`), or
+    /// an interface (`iifname NAME`, a `+` wildcard written `*`), as pkg/proxy/util's
+    /// detectors build both.
+    fn from_iptables(d: &LocalDetector, nft_family: &str) -> Option<Self> {
+        match d.if_local.as_slice() {
+            [flag, cidr] if flag == "-s" => Some(NftDetector {
+                if_local: format!("{nft_family} saddr {cidr}"),
+                if_not_local: format!("{nft_family} saddr != {cidr}"),
+            }),
+            [flag, iface] if flag == "-i" => {
+                let name = iface.strip_suffix('+').map_or_else(|| iface.clone(), |p| format!("{p}*"));
+                Some(NftDetector { if_local: format!("iifname {name}"), if_not_local: format!("iifname != {name}") })
+            }
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Context {
+    pub ip_family: IpFamily,
+    pub family: Family,
+    pub node_name: String,
+    pub zone: Option<String>,
+    /// The node's primary IP of this family (for the load-balancer source-range check).
+    pub node_ip: IpAddr,
+    /// The masquerade mark, formatted (`0x00004000`).
+    pub mark: String,
+    pub masquerade_all: bool,
+    pub detector: Option<NftDetector>,
+    /// `None`: NodePorts on every local address; else the node addresses they are on.
+    pub node_port_ips: Option<Vec<IpAddr>>,
+    /// ServiceCIDRs of this family.
+    pub service_cidrs: Vec<String>,
+}
+
+impl Context {
+    pub fn new(cfg: &Config, ip_family: IpFamily) -> Self {
+        let family = if ip_family.is_v6() { Family::Ip6 } else { Family::Ip };
+        let cidrs = cfg.node_port_cidrs(ip_family);
+        Context {
+            ip_family,
+            family,
+            node_name: cfg.node_name.clone(),
+            zone: cfg.node_labels.get(LABEL_ZONE).cloned(),
+            node_ip: cfg.node_ip(ip_family),
+            mark: cfg.masquerade_mark(),
+            masquerade_all: cfg.masquerade_all,
+            detector: cfg.local_detector(ip_family).and_then(|d| NftDetector::from_iptables(&d, family.as_str())),
+            node_port_ips: (!cidrs.is_empty()).then(|| cfg.node_port_ips(ip_family)),
+            service_cidrs: cfg.service_cidrs.iter().filter(|c| c.family() == ip_family).map(|c| c.to_string()).collect(),
+        }
+    }
+
+    pub fn locality(&self) -> Locality<'_> {
+        Locality { node_name: &self.node_name, zone: self.zone.as_deref() }
+    }
+
+    /// `ip` or `ip6`, as rules match addresses.
+    pub fn ip(&self) -> &'static str {
+        self.family.as_str()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn detectors_translate_to_kube_proxys_nft_fragments() {
+        let cidr = LocalDetector { if_local: vec!["-s".into(), "fd00:10::/64".into()], if_not_local: vec![] };
+        let d = NftDetector::from_iptables(&cidr, "ip6").unwrap();
+        assert_eq!((d.if_local.as_str(), d.if_not_local.as_str()), ("ip6 saddr fd00:10::/64", "ip6 saddr != fd00:10::/64"));
+        let prefix = LocalDetector { if_local: vec!["-i".into(), "veth+".into()], if_not_local: vec![] };
+        let d = NftDetector::from_iptables(&prefix, "ip").unwrap();
+        assert_eq!((d.if_local.as_str(), d.if_not_local.as_str()), ("iifname veth*", "iifname != veth*"));
+        let bridge = LocalDetector { if_local: vec!["-i".into(), "cbr0".into()], if_not_local: vec![] };
+        assert_eq!(NftDetector::from_iptables(&bridge, "ip").unwrap().if_not_local, "iifname != cbr0");
+    }
+}

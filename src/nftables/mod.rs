@@ -1,0 +1,32 @@
+//! nftables mode (kube-proxy's `pkg/proxy/nftables`), rendered only: cluster state →
+//! one `kube-proxy` table per family (`ip`, `ip6`) as values ([`model`]) → `nft -f` text.
+//! No kernel sync yet.
+
+pub mod check;
+pub mod context;
+pub mod model;
+pub mod names;
+pub mod render;
+
+pub use context::Context;
+pub use render::Ruleset;
+
+use crate::config::Config;
+use crate::track::Trackers;
+
+/// Every family's ruleset.
+pub fn render_all(config: &Config, trackers: &Trackers) -> Vec<Ruleset> {
+    trackers
+        .families
+        .iter()
+        .map(|t| {
+            let (services, endpoints) = t.view();
+            render::render(&Context::new(config, t.family), services, endpoints)
+        })
+        .collect()
+}
+
+/// The `nft -f` input of every family, one table after the other (IPv4 first).
+pub fn text(rulesets: &[Ruleset], form: model::Form) -> String {
+    rulesets.iter().map(|rs| model::write(&rs.table(), form)).collect()
+}

@@ -1,0 +1,284 @@
+//! nftables objects as knftables models them, as values: a table's chains, sets, maps,
+//! rules (chain + rule text + optional comment) and elements (set or map + key + value +
+//! comment). [`write`] is the one place that frames them as `nft -f` input.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+/// The nftables address family of a table (`ip` or `ip6`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Family {
+    Ip,
+    Ip6,
+}
+
+impl Family {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Family::Ip => "ip",
+            Family::Ip6 => "ip6",
+        }
+    }
+
+    /// The set/map key type of one address (`ipv4_addr`/`ipv6_addr`).
+    pub fn addr_type(self) -> &'static str {
+        match self {
+            Family::Ip => "ipv4_addr",
+            Family::Ip6 => "ipv6_addr",
+        }
+    }
+}
+
+/// A base chain's hook: what kind, where, and at which priority (as a number, the form
+/// `nft list` shows: `dstnat` is -100, `srcnat` 100, `filter` 0).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Hook {
+    pub kind: &'static str,
+    pub hook: &'static str,
+    pub priority: i32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Chain {
+    pub name: String,
+    pub hook: Option<Hook>,
+    pub comment: Option<String>,
+}
+
+impl Chain {
+    pub fn regular(name: impl Into<String>) -> Self {
+        Chain { name: name.into(), hook: None, comment: None }
+    }
+}
+
+/// A set, or (with `verdict_map`) a map whose `kind` already names the value type.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Set {
+    pub name: String,
+    pub is_map: bool,
+    /// `ipv4_addr`, `ipv4_addr . inet_proto . inet_service : verdict`, …
+    pub kind: String,
+    pub flags: Vec<&'static str>,
+    /// Element timeout in seconds.
+    pub timeout: Option<u32>,
+    pub comment: Option<String>,
+}
+
+impl Set {
+    pub fn plain(name: impl Into<String>, kind: impl Into<String>, comment: Option<&str>) -> Self {
+        Set { name: name.into(), is_map: false, kind: kind.into(), flags: Vec::new(), timeout: None, comment: comment.map(str::to_owned) }
+    }
+
+    pub fn map(name: impl Into<String>, kind: impl Into<String>, comment: Option<&str>) -> Self {
+        Set { is_map: true, ..Set::plain(name, kind, comment) }
+    }
+
+    /// A set the kernel adds to at run time (session affinity): a sync must not flush it.
+    pub fn is_dynamic(&self) -> bool {
+        self.flags.contains(&"dynamic")
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Rule {
+    pub chain: String,
+    pub rule: String,
+    pub comment: Option<String>,
+}
+
+impl Rule {
+    pub fn new(chain: impl Into<String>, rule: impl Into<String>) -> Self {
+        Rule { chain: chain.into(), rule: rule.into(), comment: None }
+    }
+
+    pub fn commented(chain: impl Into<String>, rule: impl Into<String>, comment: &str) -> Self {
+        Rule { comment: Some(comment.to_owned()), ..Rule::new(chain, rule) }
+    }
+}
+
+/// An element of a set (`value` empty) or of a map.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Element {
+    pub set: String,
+    pub key: Vec<String>,
+    pub value: Vec<String>,
+    pub comment: Option<String>,
+}
+
+/// Everything of one family's `kube-proxy` table, in the order it was declared.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct Objects {
+    pub chains: Vec<Chain>,
+    pub sets: Vec<Set>,
+    pub rules: Vec<Rule>,
+    pub elements: Vec<Element>,
+}
+
+impl Objects {
+    pub fn chain(&mut self, c: Chain) {
+        self.chains.push(c);
+    }
+
+    pub fn rule(&mut self, r: Rule) {
+        self.rules.push(r);
+    }
+
+    pub fn element(&mut self, set: &str, key: Vec<String>, value: Vec<String>, comment: Option<&str>) {
+        self.elements.push(Element { set: set.to_owned(), key, value, comment: comment.map(str::to_owned) });
+    }
+
+    pub fn extend(&mut self, other: &Objects) {
+        self.chains.extend(other.chains.iter().cloned());
+        self.sets.extend(other.sets.iter().cloned());
+        self.rules.extend(other.rules.iter().cloned());
+        self.elements.extend(other.elements.iter().cloned());
+    }
+}
+
+/// A table: its family, name and comment, and its objects.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Table {
+    pub family: Family,
+    pub name: &'static str,
+    pub comment: &'static str,
+    pub objects: Objects,
+}
+
+/// How [`write`] frames a table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Form {
+    /// `nft -f` input that makes the table hold exactly these objects' rules and elements:
+    /// every chain and non-dynamic set/map is added, then flushed, then filled.
+    Transaction,
+    /// The objects alone, as knftables' fake `Dump()` lists a table (kube-proxy's tests
+    /// compare that form).
+    Dump,
+}
+
+/// Writes `table` as `nft` commands: the table, chains, sets and maps, (flushes), rules,
+/// elements.
+pub fn write(table: &Table, form: Form) -> String {
+    let mut out = String::new();
+    let head = format!("{} {}", table.family.as_str(), table.name);
+    let _ = writeln!(out, "add table {head} {{ comment {} ; }}", quote(table.comment));
+    let o = &table.objects;
+    for c in &o.chains {
+        let _ = writeln!(out, "add chain {head} {}{}", c.name, chain_spec(c));
+    }
+    for s in &o.sets {
+        let _ = writeln!(out, "add {} {head} {} {}", kind_word(s), s.name, set_spec(s));
+    }
+    if form == Form::Transaction {
+        for c in &o.chains {
+            let _ = writeln!(out, "flush chain {head} {}", c.name);
+        }
+        for s in o.sets.iter().filter(|s| !s.is_dynamic()) {
+            let _ = writeln!(out, "flush {} {head} {}", kind_word(s), s.name);
+        }
+    }
+    for r in &o.rules {
+        let _ = write!(out, "add rule {head} {} {}", r.chain, r.rule);
+        if let Some(c) = &r.comment {
+            let _ = write!(out, " comment {}", quote(c));
+        }
+        out.push('\n');
+    }
+    for e in &o.elements {
+        let _ = writeln!(out, "add element {head} {} {{ {} }}", e.set, element_body(e));
+    }
+    out
+}
+
+fn kind_word(s: &Set) -> &'static str {
+    if s.is_map { "map" } else { "set" }
+}
+
+fn chain_spec(c: &Chain) -> String {
+    let mut parts = Vec::new();
+    if let Some(h) = &c.hook {
+        parts.push(format!("type {} hook {} priority {}", h.kind, h.hook, h.priority));
+    }
+    if let Some(comment) = &c.comment {
+        parts.push(format!("comment {}", quote(comment)));
+    }
+    if parts.is_empty() { String::new() } else { format!(" {{ {} ; }}", parts.join(" ; ")) }
+}
+
+fn set_spec(s: &Set) -> String {
+    let mut parts = vec![format!("type {}", s.kind)];
+    if !s.flags.is_empty() {
+        parts.push(format!("flags {}", s.flags.join(",")));
+    }
+    if let Some(t) = s.timeout {
+        parts.push(format!("timeout {t}s"));
+    }
+    if let Some(c) = &s.comment {
+        parts.push(format!("comment {}", quote(c)));
+    }
+    format!("{{ {} ; }}", parts.join(" ; "))
+}
+
+fn element_body(e: &Element) -> String {
+    let mut s = e.key.join(" . ");
+    if let Some(c) = &e.comment {
+        let _ = write!(s, " comment {}", quote(c));
+    }
+    if !e.value.is_empty() {
+        let _ = write!(s, " : {}", e.value.join(" . "));
+    }
+    s
+}
+
+/// A comment as nft reads it: in double quotes (kube-proxy's comments hold none).
+fn quote(s: &str) -> String {
+    format!("\"{s}\"")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table() -> Table {
+        let mut o = Objects::default();
+        o.chain(Chain { name: "nat-output".into(), hook: Some(Hook { kind: "nat", hook: "output", priority: -100 }), comment: None });
+        o.chain(Chain { name: "reject-chain".into(), hook: None, comment: Some("helper".into()) });
+        o.sets.push(Set::plain("cluster-ips", "ipv4_addr", Some("Active ClusterIPs")));
+        o.sets.push(Set { flags: vec!["dynamic", "timeout"], timeout: Some(10800), ..Set::plain("affinity-X", "ipv4_addr", None) });
+        o.sets.push(Set::map("service-ips", "ipv4_addr . inet_proto . inet_service : verdict", None));
+        o.rule(Rule::new("nat-output", "jump services"));
+        o.rule(Rule::commented("reject-chain", "reject", "why"));
+        o.element("cluster-ips", vec!["10.0.0.1".into()], vec![], None);
+        o.element("service-ips", vec!["10.0.0.1".into(), "tcp".into(), "80".into()], vec!["goto x".into()], Some("ns/a:p"));
+        Table { family: Family::Ip, name: "kube-proxy", comment: "rules for kube-proxy", objects: o }
+    }
+
+    #[test]
+    fn dump_form_lists_objects_as_knftables_does() {
+        let want = "\
+add table ip kube-proxy { comment \"rules for kube-proxy\" ; }
+add chain ip kube-proxy nat-output { type nat hook output priority -100 ; }
+add chain ip kube-proxy reject-chain { comment \"helper\" ; }
+add set ip kube-proxy cluster-ips { type ipv4_addr ; comment \"Active ClusterIPs\" ; }
+add set ip kube-proxy affinity-X { type ipv4_addr ; flags dynamic,timeout ; timeout 10800s ; }
+add map ip kube-proxy service-ips { type ipv4_addr . inet_proto . inet_service : verdict ; }
+add rule ip kube-proxy nat-output jump services
+add rule ip kube-proxy reject-chain reject comment \"why\"
+add element ip kube-proxy cluster-ips { 10.0.0.1 }
+add element ip kube-proxy service-ips { 10.0.0.1 . tcp . 80 comment \"ns/a:p\" : goto x }
+";
+        assert_eq!(write(&table(), Form::Dump), want);
+    }
+
+    #[test]
+    fn transaction_flushes_chains_and_static_sets_but_not_affinity_sets() {
+        let text = write(&table(), Form::Transaction);
+        assert!(text.contains("flush chain ip kube-proxy nat-output\n"));
+        assert!(text.contains("flush set ip kube-proxy cluster-ips\n"));
+        assert!(text.contains("flush map ip kube-proxy service-ips\n"));
+        assert!(!text.contains("flush set ip kube-proxy affinity-X"), "{text}");
+        let flush = text.find("flush chain").unwrap();
+        assert!(text.find("add rule").unwrap() > flush, "rules come after the flushes");
+    }
+}

@@ -1,0 +1,120 @@
+//! A service port's own chains and affinity sets: the masquerade rule of its internal
+//! chain, `external-`, `firewall-`, the `service-`/`local-` endpoint dispatch (with
+//! session affinity) and one `endpoint-` chain per endpoint.
+
+use super::plan::Plan;
+use crate::model::Endpoint;
+use crate::nftables::context::Context;
+use crate::nftables::model::{Chain, Objects, Rule, Set};
+use crate::nftables::names::{endpoint_names, MARK_MASQ};
+
+pub fn write(ctx: &Context, p: &Plan, out: &mut Objects) {
+    for ep in &p.endpoints.all_reachable {
+        out.chain(Chain::regular(names(p, ep).0));
+    }
+    for (used, chain) in [
+        (p.uses_cluster_chain, &p.chains.cluster),
+        (p.uses_local_chain, &p.chains.local),
+        (p.uses_external_chain, &p.chains.external),
+        (p.uses_firewall_chain, &p.chains.firewall),
+    ] {
+        if used {
+            out.chain(Chain::regular(chain.clone()));
+        }
+    }
+    internal_masquerade(ctx, p, out);
+    if p.uses_external_chain {
+        external_chain(ctx, p, out);
+    }
+    if p.uses_firewall_chain {
+        firewall_chain(ctx, p, out);
+    }
+    affinity_sets(ctx, p, out);
+    if p.uses_cluster_chain {
+        dispatch(ctx, p, &p.chains.cluster, &p.endpoints.cluster, out);
+    }
+    if p.uses_local_chain {
+        dispatch(ctx, p, &p.chains.local, &p.endpoints.local, out);
+    }
+    for ep in &p.endpoints.all_reachable {
+        endpoint_chain(ctx, p, ep, out);
+    }
+}
+
+/// (endpoint chain, affinity set).
+fn names(p: &Plan, ep: &Endpoint) -> (String, String) {
+    endpoint_names(&p.svc.name, p.proto, &ep.ip, ep.port)
+}
+
+/// Off-cluster (or, with masqueradeAll, all) traffic to the ClusterIP is masqueraded.
+fn internal_masquerade(ctx: &Context, p: &Plan, out: &mut Objects) {
+    if p.internal_verdict.is_some() {
+        return;
+    }
+    let dest = format!("{} daddr {}", ctx.ip(), p.svc.cluster_ip);
+    let rule = match (&ctx.detector, ctx.masquerade_all) {
+        (_, true) => format!("{dest} jump {MARK_MASQ}"),
+        (Some(d), false) => format!("{dest} {} jump {MARK_MASQ}", d.if_not_local),
+        (None, false) => return,
+    };
+    out.rule(Rule::new(p.internal_chain.clone(), rule));
+}
+
+fn external_chain(ctx: &Context, p: &Plan, out: &mut Objects) {
+    let ext = p.chains.external.as_str();
+    let cluster = &p.chains.cluster;
+    if !p.svc.external_policy_local {
+        out.rule(Rule::new(ext, format!("jump {MARK_MASQ}")));
+    } else {
+        if let Some(d) = &ctx.detector {
+            out.rule(Rule::commented(ext, format!("{} goto {cluster}", d.if_local), "short-circuit pod traffic"));
+        }
+        out.rule(Rule::commented(ext, format!("fib saddr type local jump {MARK_MASQ}"), "masquerade local traffic"));
+        out.rule(Rule::commented(ext, format!("fib saddr type local goto {cluster}"), "short-circuit local traffic"));
+    }
+    if p.external_verdict.is_none() {
+        out.rule(Rule::new(ext, format!("goto {}", p.external_policy_chain)));
+    }
+}
+
+/// Drops load-balancer traffic from outside the source ranges (and, when a range holds
+/// the node, lets the VIPs themselves through: a VIP bound locally loops back from it).
+fn firewall_chain(ctx: &Context, p: &Plan, out: &mut Objects) {
+    let ranges = &p.svc.load_balancer_source_ranges;
+    let mut sources: Vec<String> = ranges.iter().map(|c| c.to_string()).collect();
+    if ranges.iter().any(|c| c.contains(&ctx.node_ip)) {
+        sources.extend(p.svc.load_balancer_vips.iter().map(|ip| ip.to_string()));
+    }
+    let rule = format!("{} saddr != {{ {} }} drop", ctx.ip(), sources.join(" , "));
+    out.rule(Rule::new(p.chains.firewall.clone(), rule));
+}
+
+fn affinity_sets(ctx: &Context, p: &Plan, out: &mut Objects) {
+    let Some(timeout) = p.svc.session_affinity else { return };
+    for ep in &p.endpoints.all_reachable {
+        let set = Set { flags: vec!["dynamic", "timeout"], timeout: Some(timeout), ..Set::plain(names(p, ep).1, ctx.family.addr_type(), None) };
+        out.sets.push(set);
+    }
+}
+
+/// kube-proxy's `writeServiceToEndpointRules`: affinity checks, then one random verdict
+/// map over the endpoints.
+fn dispatch(ctx: &Context, p: &Plan, chain: &str, eps: &[&Endpoint], out: &mut Objects) {
+    let names: Vec<(String, String)> = eps.iter().map(|e| names(p, e)).collect();
+    if p.svc.session_affinity.is_some() {
+        for (ep_chain, affinity) in &names {
+            out.rule(Rule::new(chain, format!("{} saddr @{affinity} goto {ep_chain}", ctx.ip())));
+        }
+    }
+    let arms: Vec<String> = names.iter().enumerate().map(|(i, (c, _))| format!("{i} : goto {c}")).collect();
+    out.rule(Rule::new(chain, format!("numgen random mod {} vmap {{ {} }}", eps.len(), arms.join(" , "))));
+}
+
+fn endpoint_chain(ctx: &Context, p: &Plan, ep: &Endpoint, out: &mut Objects) {
+    let (chain, affinity) = names(p, ep);
+    out.rule(Rule::new(chain.clone(), format!("{} saddr {} jump {MARK_MASQ}", ctx.ip(), ep.ip)));
+    if p.svc.session_affinity.is_some() {
+        out.rule(Rule::new(chain.clone(), format!("update @{affinity} {{ {} saddr }}", ctx.ip())));
+    }
+    out.rule(Rule::new(chain, format!("meta l4proto {} dnat to {}", p.proto, ep.addr_string())));
+}
