@@ -77,10 +77,10 @@ impl ServiceChains {
     }
 }
 
-/// An endpoint's chain and affinity set (`endpoint-…`, `affinity-…`); `endpoint` is
-/// `ip:port` or `[ip]:port`, and an IPv6 address's colons become dots.
-pub fn endpoint_names(spn: &ServicePortName, proto: &str, ip: &std::net::IpAddr, port: u16) -> (String, String) {
-    let ip = ip.to_string().replace(':', ".");
+/// An endpoint's chain and affinity set (`endpoint-…`, `affinity-…`) from its address as
+/// text (an IPv6 address's colons become dots) and port.
+pub fn endpoint_names(spn: &ServicePortName, proto: &str, ip: &str, port: u16) -> (String, String) {
+    let ip = ip.replace(':', ".");
     let base = hash_and_truncate(&format!("{}/{}/{proto}/{}__{ip}/{port}", spn.service.namespace, spn.service.name, spn.port));
     (format!("endpoint-{base}"), format!("affinity-{base}"))
 }
@@ -99,9 +99,43 @@ mod tests {
     fn matches_kube_proxy_names() {
         assert_eq!(ServiceChains::new(&spn("ns1", "svc1", "p80"), "tcp").cluster, "service-ULMVA6XW-ns1/svc1/tcp/p80");
         assert_eq!(ServiceChains::new(&spn("ns2", "svc2", "p80"), "tcp").external, "external-42NFTM6N-ns2/svc2/tcp/p80");
-        let (chain, affinity) = endpoint_names(&spn("ns5", "svc5", "p80"), "tcp", &"10.180.0.3".parse().unwrap(), 80);
+        let (chain, affinity) = endpoint_names(&spn("ns5", "svc5", "p80"), "tcp", "10.180.0.3", 80);
         assert_eq!(chain, "endpoint-GTK6MW7G-ns5/svc5/tcp/p80__10.180.0.3/80");
         assert_eq!(affinity, "affinity-GTK6MW7G-ns5/svc5/tcp/p80__10.180.0.3/80");
+    }
+
+    const LONG_NS: &str = "very-long-namespace-name-abcdefghijklmnopqrstuvwxyz0123456789xx";
+    const LONG_NAME: &str = "very-long-service-name-why-would-you-even-do-this-i-mean-really";
+    const LONG_PORT: &str = "port-443-providing-the-hypertext-transmission-protocol-with-tls";
+
+    fn long_spn() -> ServicePortName {
+        ServicePortName { protocol: Protocol::Sctp, ..spn(LONG_NS, LONG_NAME, LONG_PORT) }
+    }
+
+    /// kube-proxy's Test_servicePortChainNameBase.
+    #[test]
+    fn service_chain_bases_match_kube_proxy() {
+        assert_eq!(service_base(&spn("testing", "service", "http"), "tcp"), "P4ZYZVCF-testing/service/tcp/http");
+        assert_eq!(service_base(&spn("testing", "service", "https"), "tcp"), "LZBRENCP-testing/service/tcp/https");
+        assert_eq!(service_base(&long_spn(), "sctp"), format!("KR6NACJP-{LONG_NS}/{LONG_NAME}/sctp/{LONG_PORT}"));
+    }
+
+    /// kube-proxy's Test_servicePortEndpointChainNameBase (IPv6 colons become dots; a name
+    /// over 240 characters is cut to 237 and `...`).
+    #[test]
+    fn endpoint_chain_bases_match_kube_proxy() {
+        let base = |s: &ServicePortName, proto: &str, ip: &str, port: u16| {
+            endpoint_names(s, proto, ip, port).0.strip_prefix("endpoint-").unwrap().to_owned()
+        };
+        let t = spn("testing", "service", "http");
+        assert_eq!(base(&t, "tcp", "10.180.0.1", 80), "JO2XBXZR-testing/service/tcp/http__10.180.0.1/80");
+        assert_eq!(base(&t, "tcp", "10.180.0.2", 80), "5S6H3H22-testing/service/tcp/http__10.180.0.2/80");
+        assert_eq!(base(&t, "tcp", "fd80:abcd:12::a1b2:c3d4:e5f6:9999", 80), "U7E2ET36-testing/service/tcp/http__fd80.abcd.12..a1b2.c3d4.e5f6.9999/80");
+        let long = long_spn();
+        let head = format!("{LONG_NS}/{LONG_NAME}/sctp/{LONG_PORT}");
+        assert_eq!(base(&long, "sctp", "1234:5678:9abc:def0::abc:1234", 443), format!("5YS7AFEA-{head}__1234.5678.9abc.def0..abc.1234/443"));
+        assert_eq!(base(&long, "sctp", "1234:5678:9abc:def0::abcd:1234:5678", 443), format!("CI6C53Q3-{head}__1234.5678.9abc.def0..abcd.1234..."));
+        assert_eq!(base(&long, "sctp", "1234:5678:9abc:def0::abcd:1234:8765", 443), format!("2FLXFK6X-{head}__1234.5678.9abc.def0..abcd.1234..."));
     }
 
     #[test]

@@ -43,7 +43,7 @@ pub fn write(ctx: &Context, p: &Plan, out: &mut Objects) {
 
 /// (endpoint chain, affinity set).
 fn names(p: &Plan, ep: &Endpoint) -> (String, String) {
-    endpoint_names(&p.svc.name, p.proto, &ep.ip, ep.port)
+    endpoint_names(&p.svc.name, p.proto, &ep.ip.to_string(), ep.port)
 }
 
 /// Off-cluster (or, with masqueradeAll, all) traffic to the ClusterIP is masqueraded.
