@@ -381,7 +381,7 @@ fn nftables_goldens_match_byte_for_byte() {
 /// `assertNFTablesTransactionEqual` compares them. A step whose expectation is
 /// `NN.kube-proxy-stale` holds service chains kube-proxy has flushed but keeps until a
 /// later sync (sync state a render has not): it must equal once those empty chains are
-/// set aside, and must have some.
+/// set aside, and must have some. `NAME.elements`: element presence assertions.
 #[test]
 fn upstream_nftables_scenarios_equal_kube_proxy_expected_rules() {
     let dir = fixtures().join("upstream-nftables");
@@ -406,7 +406,11 @@ fn upstream_nftables_scenarios_equal_kube_proxy_expected_rules() {
 fn check_nftables_step(path: &Path, base: &Path) -> Result<(), String> {
     use svcproxy::nftables::{self, check::sort_like_kube_proxy_tests, model::Form};
     let loaded = load(path, Settings::default());
-    let got = sort_like_kube_proxy_tests(&nftables::text(&nftables::render_all(&loaded.config, &loaded.trackers), Form::Dump));
+    let rulesets = nftables::render_all(&loaded.config, &loaded.trackers);
+    if let Ok(text) = std::fs::read_to_string(with_ext(base, "elements")) {
+        return check_nftables_elements(&rulesets, &text);
+    }
+    let got = sort_like_kube_proxy_tests(&nftables::text(&rulesets, Form::Dump));
     let (expected, stale) = match std::fs::read_to_string(with_ext(base, "kube-proxy")) {
         Ok(t) => (t, false),
         Err(_) => (std::fs::read_to_string(with_ext(base, "kube-proxy-stale")).map_err(|e| format!("{}.kube-proxy(-stale): {e}", base.display()))?, true),
@@ -425,6 +429,24 @@ fn check_nftables_step(path: &Path, base: &Path) -> Result<(), String> {
         return Err(format!("differs from kube-proxy's expected rules:\n{}", diff(&want, &got)));
     }
     Ok(())
+}
+
+/// `.elements`: lines `present|absent SET KEY` (key parts joined by ` . `), as upstream's
+/// `FindElement` checks.
+fn check_nftables_elements(rulesets: &[svcproxy::nftables::Ruleset], text: &str) -> Result<(), String> {
+    let tables: Vec<_> = rulesets.iter().map(|r| r.table()).collect();
+    let mut checked = 0;
+    for line in text.lines().filter(|l| !l.trim().is_empty() && !l.starts_with('#')) {
+        let mut words = line.splitn(3, ' ');
+        let (want, set, key) = (words.next().unwrap_or(""), words.next().unwrap_or(""), words.next().unwrap_or(""));
+        let found = tables.iter().flat_map(|t| &t.objects.elements).any(|e| e.set == set && e.key.join(" . ") == key);
+        match (want, found) {
+            ("present", true) | ("absent", false) => checked += 1,
+            ("present", false) | ("absent", true) => return Err(format!("{line}: does not hold")),
+            _ => return Err(format!("{line}: not `present|absent SET KEY`")),
+        }
+    }
+    if checked == 0 { Err("no element assertion".into()) } else { Ok(()) }
 }
 
 /// The expectation without the service chains (names with a `/`) it declares with no rule,
