@@ -462,3 +462,24 @@ fn without_flushed_service_chains(text: &str) -> (String, usize) {
     let set_aside = text.lines().filter(|l| flushed(l)).count();
     (kept.join("\n"), set_aside)
 }
+
+/// kube-proxy's `Test_sortNFTablesTransaction` vector(s), `golden/upstream-nftables/sort-nftables-transaction/*.input|.output`.
+#[test]
+fn nftables_normaliser_matches_kube_proxy_vectors() {
+    let dir = golden().join("upstream-nftables/sort-nftables-transaction");
+    let mut f = Failures::default();
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let p = entry.unwrap().path();
+        if p.extension().is_some_and(|e| e == "input") {
+            n += 1;
+            let input = std::fs::read_to_string(&p).unwrap();
+            let expected = std::fs::read_to_string(p.with_extension("output")).unwrap();
+            let got = svcproxy::nftables::check::sort_like_kube_proxy_tests(&input);
+            if got != expected {
+                f.push(format!("{}:\n{}", p.display(), diff(&expected, &got)));
+            }
+        }
+    }
+    f.finish("nftables normaliser vectors", n);
+}
