@@ -404,31 +404,71 @@ fn upstream_nftables_scenarios_equal_kube_proxy_expected_rules() {
 }
 
 fn check_nftables_step(path: &Path, base: &Path) -> Result<(), String> {
-    use svcproxy::nftables::{self, check::sort_like_kube_proxy_tests, model::Form};
     let loaded = load(path, Settings::default());
-    let rulesets = nftables::render_all(&loaded.config, &loaded.trackers);
+    let rulesets = svcproxy::nftables::render_all(&loaded.config, &loaded.trackers);
+    let mut checks = 0;
     if let Ok(text) = std::fs::read_to_string(with_ext(base, "elements")) {
-        return check_nftables_elements(&rulesets, &text);
+        checks += 1;
+        check_nftables_elements(&rulesets, &text)?;
     }
-    let got = sort_like_kube_proxy_tests(&nftables::text(&rulesets, Form::Dump));
-    let (expected, stale) = match std::fs::read_to_string(with_ext(base, "kube-proxy")) {
-        Ok(t) => (t, false),
-        Err(_) => (std::fs::read_to_string(with_ext(base, "kube-proxy-stale")).map_err(|e| format!("{}.kube-proxy(-stale): {e}", base.display()))?, true),
-    };
+    if let Ok(text) = std::fs::read_to_string(with_ext(base, "flows")) {
+        checks += 1;
+        check_nftables_flows(&rulesets, &local_ips(&loaded), &text)?;
+    }
+    for (ext, stale) in [("kube-proxy", false), ("kube-proxy-stale", true)] {
+        if let Ok(text) = std::fs::read_to_string(with_ext(base, ext)) {
+            checks += 1;
+            check_nftables_table(&rulesets, &text, stale)?;
+        }
+    }
+    if checks == 0 { Err(format!("{}: no expectation (.kube-proxy, .kube-proxy-stale, .elements, .flows)", base.display())) } else { Ok(()) }
+}
+
+fn check_nftables_table(rulesets: &[svcproxy::nftables::Ruleset], expected: &str, stale: bool) -> Result<(), String> {
+    use svcproxy::nftables::{self, check::sort_like_kube_proxy_tests, model::Form};
+    let got = sort_like_kube_proxy_tests(&nftables::text(rulesets, Form::Dump));
     let expected = if stale {
-        let (kept, set_aside) = without_flushed_service_chains(&expected);
+        let (kept, set_aside) = without_flushed_service_chains(expected);
         if set_aside == 0 {
             return Err("a -stale expectation without flushed service chains (rename it .kube-proxy)".into());
         }
         kept
     } else {
-        expected
+        expected.to_owned()
     };
     let want = sort_like_kube_proxy_tests(&expected);
     if want != got {
         return Err(format!("differs from kube-proxy's expected rules:\n{}", diff(&want, &got)));
     }
     Ok(())
+}
+
+/// `.flows` (as for iptables): each case traced through the rendered table of the
+/// destination's family by `svcproxy::nftables::trace`.
+fn check_nftables_flows(rulesets: &[svcproxy::nftables::Ruleset], local: &BTreeSet<IpAddr>, text: &str) -> Result<(), String> {
+    use svcproxy::nftables::trace::{self, Packet};
+    let mut errors = Vec::new();
+    let mut n = 0;
+    for line in text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+        n += 1;
+        let c: Vec<&str> = line.split('|').map(str::trim).collect();
+        let parsed = (c.len() == 7).then(|| (c[1].parse::<IpAddr>(), c[3].parse::<IpAddr>(), c[4].parse::<u16>()));
+        let Some((Ok(src), Ok(dst), Ok(dport))) = parsed else { return Err(format!("bad flow line: {line}")) };
+        let (expected, masq) = (if c[5] == "-" { "" } else { c[5] }, c[6] == "true");
+        let Some(rs) = rulesets.iter().find(|r| r.ctx.ip_family == svcproxy::net::IpFamily::of(&dst)) else {
+            return Err(format!("{}: no ruleset for {dst}", c[0]));
+        };
+        let packet = Packet { src, dst, protocol: c[2].to_lowercase(), dport };
+        match trace::trace(&rs.table(), local, &packet) {
+            Ok(o) if o.summary() == expected && o.masquerade == masq => {}
+            Ok(o) => errors.push(format!("flow {:?}: expected {expected:?} masq={masq}, traced {:?} masq={}", c[0], o.summary(), o.masquerade)),
+            Err(e) => errors.push(format!("flow {:?}: {e}", c[0])),
+        }
+    }
+    if n == 0 {
+        errors.push("no flow".into());
+    }
+    if errors.is_empty() { Ok(()) } else { Err(errors.join("\n")) }
 }
 
 /// `.elements`: lines `present|absent SET KEY` (key parts joined by ` . `), as upstream's

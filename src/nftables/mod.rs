@@ -7,6 +7,7 @@ pub mod context;
 pub mod model;
 pub mod names;
 pub mod render;
+pub mod trace;
 
 pub use context::Context;
 pub use render::Ruleset;
