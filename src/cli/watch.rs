@@ -115,6 +115,7 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Server
             (state, Origin::Api(client), 0)
         }
     };
+    let profiling = flags.enable_profiling.or(file.enable_profiling).unwrap_or(false);
     let loaded = pipeline::load(state, flags, file).context("invalid configuration")?;
     super::sync::refuse_unsynced_mode(loaded.config.mode)?;
     node_setup(&loaded.config)?;
@@ -127,6 +128,9 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Server
     };
     let mut shared = Shared::new(Schedule::new(timing));
     client_metrics.register(&mut shared.metrics.registry);
+    if loaded.config.mode == Mode::Iptables {
+        shared.metrics.register_nfacct(serve::nfacct::NfacctCollector::kernel());
+    }
     let shared = Arc::new(shared);
     let _ = shared.proxy_mode.set(match loaded.config.mode {
         Mode::Iptables => "iptables".into(),
@@ -148,7 +152,7 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Server
     };
     engine.sysctl_root = Some(std::path::PathBuf::from("/proc/sys"));
     let health = serve_on("health checks", servers.healthz, servers.hard_fail, serve::health_router(shared.clone())).await?;
-    let metrics = serve_on("metrics", servers.metrics, servers.hard_fail, serve::metrics_router(shared.clone())).await?;
+    let metrics = serve_on("metrics", servers.metrics, servers.hard_fail, serve::metrics_router_with(shared.clone(), profiling)).await?;
     let (health, metrics) = (shown(health), shown(metrics));
     let (tx, rx) = mpsc::channel::<SourceMsg>(64);
     match origin {

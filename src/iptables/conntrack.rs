@@ -124,6 +124,8 @@ pub fn stale(live: &Dump, desired: &Dump) -> Vec<Flush> {
 
 /// Deletes conntrack entries (the `conntrack` tool on a node; a recorder in tests).
 pub trait Conntrack: Send {
+    /// Returns how many flow entries were deleted (kube-proxy's
+    /// `conntrack_reconciler_deleted_entries_total` counts them).
     fn flush(&mut self, flushes: &[Flush], ipv6: bool) -> Result<usize, String>;
 }
 
@@ -151,9 +153,21 @@ impl Conntrack for RecordingConntrack {
     }
 }
 
-/// Runs `conntrack -D` for each flush. "0 flow entries" is not an error.
+/// The N of the tool's closing line "N flow entries have been deleted." (0 when absent).
+pub fn deleted_entries(stderr: &str) -> usize {
+    stderr
+        .lines()
+        .find_map(|l| {
+            let head = l.strip_suffix(" flow entries have been deleted.").or_else(|| l.strip_suffix(" flow entries have been deleted"))?;
+            head.rsplit(' ').next()?.parse().ok()
+        })
+        .unwrap_or(0)
+}
+
+/// Runs `conntrack -D` for each flush and returns the flow entries deleted. "0 flow
+/// entries" is not an error.
 pub fn flush(flushes: &[Flush], ipv6: bool) -> Result<usize, String> {
-    let mut done = 0;
+    let mut deleted = 0;
     for f in flushes {
         let mut args = f.args();
         if ipv6 {
@@ -164,9 +178,9 @@ pub fn flush(flushes: &[Flush], ipv6: bool) -> Result<usize, String> {
         if !out.status.success() && !stderr.contains("0 flow entries") {
             return Err(format!("conntrack {}: {}", args.join(" "), stderr.trim()));
         }
-        done += 1;
+        deleted += deleted_entries(&stderr);
     }
-    Ok(done)
+    Ok(deleted)
 }
 
 #[cfg(test)]
@@ -193,5 +207,12 @@ mod tests {
         let tcp = LIVE.replace("udp", "tcp");
         let empty = "*nat\n:KUBE-SERVICES - [0:0]\nCOMMIT\n";
         assert!(stale(&parse(&tcp).unwrap(), &parse(empty).unwrap()).is_empty());
+    }
+
+    #[test]
+    fn the_tools_closing_line_gives_the_entries_deleted() {
+        assert_eq!(deleted_entries("conntrack v1.4.7 (conntrack-tools): 3 flow entries have been deleted.\n"), 3);
+        assert_eq!(deleted_entries("conntrack v1.4.7 (conntrack-tools): 0 flow entries have been deleted.\n"), 0);
+        assert_eq!(deleted_entries("tcp 6 431999 ESTABLISHED src=1.2.3.4\n"), 0);
     }
 }

@@ -1,8 +1,9 @@
 //! kube-proxy's nfacct counters (`localhost_nps_accepted_pkts`,
 //! `ct_state_invalid_dropped_pkts`): the rules that match them only load when the
 //! counters exist, so a full sync creates them first over netfilter netlink, as
-//! kube-proxy does, and renders the matches only if that worked. Messages are built by
-//! pure functions; [`ensure`] and [`exists`] do the I/O.
+//! kube-proxy does, and renders the matches only if that worked. Its metrics read the
+//! counters' packet counts at each scrape ([`packets`]). Messages are built and replies
+//! parsed by pure functions; [`ensure`], [`exists`] and [`packets`] do the I/O.
 
 use netlink_sys::{protocols::NETLINK_NETFILTER, Socket, SocketAddr};
 
@@ -10,6 +11,7 @@ const NFNL_SUBSYS_ACCT: u16 = 7;
 const NFNL_MSG_ACCT_NEW: u16 = 0;
 const NFNL_MSG_ACCT_GET: u16 = 1;
 const NFACCT_NAME: u16 = 1;
+const NFACCT_PKTS: u16 = 2;
 const NLM_F_REQUEST: u16 = 0x1;
 const NLM_F_ACK: u16 = 0x4;
 const NLM_F_EXCL: u16 = 0x200;
@@ -93,6 +95,62 @@ pub fn exists() -> bool {
     })
 }
 
+/// The packet count in a reply to a GET of one counter: `Ok(Some(n))` from its
+/// `NFACCT_PKTS` attribute (a big-endian u64), `Ok(None)` when the kernel says it does not
+/// exist, `Err(errno)` for another error; `Err(0)` when the reply holds neither.
+pub fn reply_packets(buf: &[u8]) -> Result<Option<u64>, i32> {
+    let mut off = 0;
+    while off + 16 <= buf.len() {
+        let len = u32::from_ne_bytes(buf[off..off + 4].try_into().map_err(|_| 0)?) as usize;
+        let kind = u16::from_ne_bytes(buf[off + 4..off + 6].try_into().map_err(|_| 0)?);
+        if len < 16 || off + len > buf.len() {
+            return Err(0);
+        }
+        if kind == NLMSG_ERROR && len >= 20 {
+            return match -i32::from_ne_bytes(buf[off + 16..off + 20].try_into().map_err(|_| 0)?) {
+                ENOENT => Ok(None),
+                errno => Err(errno),
+            };
+        }
+        if kind >> 8 == NFNL_SUBSYS_ACCT {
+            return attr_u64(&buf[off + 20..off + len], NFACCT_PKTS).map(Some).ok_or(0);
+        }
+        off += (len + 3) & !3;
+    }
+    Err(0)
+}
+
+/// A big-endian u64 attribute of type `want` among netlink attributes.
+fn attr_u64(mut attrs: &[u8], want: u16) -> Option<u64> {
+    while attrs.len() >= 4 {
+        let len = u16::from_ne_bytes([attrs[0], attrs[1]]) as usize;
+        let kind = u16::from_ne_bytes([attrs[2], attrs[3]]) & 0x3fff;
+        if len < 4 || len > attrs.len() {
+            return None;
+        }
+        if kind == want && len == 12 {
+            return Some(u64::from_be_bytes(attrs[4..12].try_into().ok()?));
+        }
+        attrs = &attrs[((len + 3) & !3).min(attrs.len())..];
+    }
+    None
+}
+
+/// The packets counted so far by the nfacct counter `name`: `Ok(None)` when it does not
+/// exist (no full sync has created it, or the kernel has no nfacct).
+pub fn packets(name: &str) -> std::io::Result<Option<u64>> {
+    let mut sock = Socket::new(NETLINK_NETFILTER)?;
+    sock.bind_auto()?;
+    sock.connect(&SocketAddr::new(0, 0))?;
+    sock.send(&request(NFNL_MSG_ACCT_GET, 0, 1, name), 0)?;
+    let (buf, _) = sock.recv_from_full()?;
+    match reply_packets(&buf) {
+        Ok(n) => Ok(n),
+        Err(0) => Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("no packet count in the kernel's reply for nfacct counter {name}"))),
+        Err(errno) => Err(std::io::Error::from_raw_os_error(errno)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,5 +169,40 @@ mod tests {
         ack[4..6].copy_from_slice(&NLMSG_ERROR.to_ne_bytes());
         ack[16..20].copy_from_slice(&(-17i32).to_ne_bytes());
         assert_eq!(reply_errno(&ack), Some(EEXIST));
+    }
+
+    /// A kernel reply to GET: header (type ACCT_NEW), nfgenmsg, NFACCT_NAME, NFACCT_PKTS
+    /// and NFACCT_BYTES (both big-endian).
+    fn counter_reply(packets: u64) -> Vec<u8> {
+        let mut attrs = Vec::new();
+        attrs.extend_from_slice(&8u16.to_ne_bytes());
+        attrs.extend_from_slice(&NFACCT_NAME.to_ne_bytes());
+        attrs.extend_from_slice(b"abc\0");
+        for (kind, value) in [(NFACCT_PKTS, packets), (3, packets * 100)] {
+            attrs.extend_from_slice(&12u16.to_ne_bytes());
+            attrs.extend_from_slice(&kind.to_ne_bytes());
+            attrs.extend_from_slice(&value.to_be_bytes());
+        }
+        let len = 20 + attrs.len();
+        let mut m = Vec::new();
+        m.extend_from_slice(&(len as u32).to_ne_bytes());
+        m.extend_from_slice(&(NFNL_SUBSYS_ACCT << 8).to_ne_bytes());
+        m.extend_from_slice(&[0; 14]); // flags, seq, pid, nfgenmsg
+        m.extend_from_slice(&attrs);
+        m
+    }
+
+    #[test]
+    fn a_counters_packets_are_read_from_its_reply() {
+        assert_eq!(reply_packets(&counter_reply(42)), Ok(Some(42)));
+        assert_eq!(reply_packets(&counter_reply(1 << 40)), Ok(Some(1 << 40)));
+        let mut missing = vec![0u8; 36];
+        missing[0..4].copy_from_slice(&36u32.to_ne_bytes());
+        missing[4..6].copy_from_slice(&NLMSG_ERROR.to_ne_bytes());
+        missing[16..20].copy_from_slice(&(-ENOENT).to_ne_bytes());
+        assert_eq!(reply_packets(&missing), Ok(None));
+        missing[16..20].copy_from_slice(&(-95i32).to_ne_bytes());
+        assert_eq!(reply_packets(&missing), Err(95));
+        assert_eq!(reply_packets(&counter_reply(7)[..30]), Err(0), "a truncated reply is no count");
     }
 }

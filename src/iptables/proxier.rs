@@ -23,8 +23,19 @@ use super::sync::{self, SyncError, SyncReport, Timings};
 use crate::config::Config;
 use crate::track::{Changes, Trackers};
 
+/// One family's stale-flow cleanup in a sync (kube-proxy's conntrack reconciler).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Reconciled {
+    pub family: crate::net::IpFamily,
+    pub seconds: f64,
+    /// Flow entries deleted (`None`: the cleanup failed).
+    pub deleted: Option<usize>,
+}
+
 pub struct Proxier {
     pub rulesets: Vec<Ruleset>,
+    /// The stale-flow cleanups of the last sync, for the metrics.
+    pub reconciled: Vec<Reconciled>,
     /// Per family: the kernel holds `rulesets[i]` (set by a successful sync).
     in_sync: Vec<bool>,
     restorer: Box<dyn Restorer + Send>,
@@ -35,7 +46,7 @@ impl Proxier {
     pub fn new(config: &Config, trackers: &Trackers, restorer: Box<dyn Restorer + Send>, conntrack: Box<dyn Conntrack>) -> Self {
         let rulesets = render_all(config, trackers);
         let in_sync = vec![false; rulesets.len()];
-        Proxier { rulesets, in_sync, restorer, conntrack }
+        Proxier { rulesets, reconciled: Vec::new(), in_sync, restorer, conntrack }
     }
 
     /// Renders everything again (the configuration changed, e.g. this node's zone); the
@@ -59,6 +70,7 @@ impl Proxier {
         let trusted: Vec<bool> = self.in_sync.iter().map(|s| !full && *s).collect();
         self.in_sync.iter_mut().for_each(|s| *s = false);
         let mut reports = Vec::with_capacity(self.rulesets.len());
+        self.reconciled.clear();
         for (i, before) in befores.iter().enumerate() {
             let report = match trusted[i].then(|| incremental::delta(before, &self.rulesets[i])).flatten() {
                 Some(partial) => self.send(i, partial)?,
@@ -74,9 +86,13 @@ impl Proxier {
             self.in_sync[i] = true;
             if !report.flushes.is_empty() {
                 let v6 = self.rulesets[i].ctx.is_v6();
-                if let Err(e) = self.conntrack.flush(&report.flushes, v6) {
+                let started = Instant::now();
+                let result = self.conntrack.flush(&report.flushes, v6);
+                let seconds = started.elapsed().as_secs_f64();
+                if let Err(e) = &result {
                     tracing::warn!(error = %e, "stale UDP/SCTP conntrack entries not cleared");
                 }
+                self.reconciled.push(Reconciled { family: self.rulesets[i].ctx.family, seconds, deleted: result.ok() });
             }
             reports.push(report);
         }
@@ -109,9 +125,16 @@ impl Proxier {
         Ok(None)
     }
 
-    /// (filter, nat) rules of the rendered rulesets, for the rules metric.
+    /// (filter, nat) rules of the rendered rulesets, services' and fixed ones, as kube-proxy
+    /// counts them for the rules metrics (every `-A` line of a full restore input).
     pub fn rule_counts(&self) -> (usize, usize) {
-        self.rulesets.iter().map(|rs| rs.rule_total).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+        self.rulesets
+            .iter()
+            .map(|rs| {
+                let fixed = render::fixed::rule_counts(&rs.ctx);
+                (rs.rule_total.0 + fixed.0, rs.rule_total.1 + fixed.1)
+            })
+            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
     }
 }
 

@@ -23,7 +23,7 @@ pub enum SyncFailure {
 }
 
 /// What one sync did, for the logs and metrics.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Outcome {
     /// iptables-restore lines sent (both modes write iptables).
     pub restore_lines: usize,
@@ -33,6 +33,8 @@ pub struct Outcome {
     pub rules: Option<(usize, usize)>,
     /// Trigger times of the endpoint changes this sync programmed.
     pub trigger_times: Vec<std::time::SystemTime>,
+    /// Stale conntrack flows cleared, per family (iptables mode).
+    pub reconciled: Vec<crate::iptables::proxier::Reconciled>,
 }
 
 /// The trackers and the proxier that keeps the kernel in step with them.
@@ -113,12 +115,12 @@ impl Engine {
                 }
                 let reports = p.sync(&self.trackers, changes, full)?;
                 let restore_lines = reports.iter().map(|r| r.delta.restore_lines()).sum();
-                Ok(Outcome { restore_lines, ipvs_ops: 0, rules: Some(p.rule_counts()), trigger_times: Vec::new() })
+                Ok(Outcome { restore_lines, ipvs_ops: 0, rules: Some(p.rule_counts()), trigger_times: Vec::new(), reconciled: p.reconciled.clone() })
             }
             Proxier::Ipvs(p) => {
                 let r = p.sync(&self.config, &self.trackers, false)?;
                 let restore_lines = r.iptables.iter().map(|(_, d)| d.restore_lines()).sum();
-                Ok(Outcome { restore_lines, ipvs_ops: r.changes.ops.len(), rules: None, trigger_times: Vec::new() })
+                Ok(Outcome { restore_lines, ipvs_ops: r.changes.ops.len(), rules: None, ..Outcome::default() })
             }
         }
     }

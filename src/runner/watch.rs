@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 
 pub use super::engine::Engine;
 use super::schedule::Kind;
-use crate::serve::metrics::{PolicyLabel, ResultLabel, TableLabel};
+use crate::serve::metrics::{FamilyLabel, PolicyLabel, ResultLabel, TableLabel};
 use crate::serve::SharedState;
 use crate::source::watch::SourceMsg;
 
@@ -186,6 +186,16 @@ fn sync_once(engine: &mut Engine, shared: &SharedState, started: Instant) {
             if let Some((filter, nat)) = outcome.rules {
                 m.rules.get_or_create(&TableLabel { table: "filter".into() }).set(filter as i64);
                 m.rules.get_or_create(&TableLabel { table: "nat".into() }).set(nat as i64);
+                // What a full sync writes: every rule of both tables.
+                if kind == Kind::Full {
+                    m.rules_last.get_or_create(&TableLabel { table: "filter".into() }).set(filter as i64);
+                    m.rules_last.get_or_create(&TableLabel { table: "nat".into() }).set(nat as i64);
+                }
+            }
+            for r in &outcome.reconciled {
+                let family = FamilyLabel::of(r.family);
+                m.conntrack_reconcile_duration.get_or_create(&family).observe(r.seconds);
+                m.conntrack_deleted.get_or_create(&family).inc_by(r.deleted.unwrap_or(0) as u64);
             }
             if let Ok(mut l) = shared.last_updated.lock() {
                 *l = Some(SystemTime::now());

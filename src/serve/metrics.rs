@@ -25,6 +25,18 @@ pub struct CodeLabel {
     pub code: String,
 }
 
+/// kube-proxy's `ip_family` label: `IPv4` or `IPv6`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FamilyLabel {
+    pub ip_family: String,
+}
+
+impl FamilyLabel {
+    pub fn of(family: crate::net::IpFamily) -> Self {
+        FamilyLabel { ip_family: family.api_name().to_string() }
+    }
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabel {
     pub result: String,
@@ -48,6 +60,9 @@ pub struct Metrics {
     pub restore_failures: Counter,
     pub partial_restore_failures: Counter,
     pub rules: Family<TableLabel, Gauge>,
+    pub rules_last: Family<TableLabel, Gauge>,
+    pub conntrack_reconcile_duration: Family<FamilyLabel, Histogram>,
+    pub conntrack_deleted: Family<FamilyLabel, Counter>,
     pub syncs: Family<ResultLabel, Counter>,
     pub malformed_objects: Counter,
     pub no_local_endpoints: Family<PolicyLabel, Gauge>,
@@ -96,6 +111,9 @@ impl Metrics {
             restore_failures: Counter::default(),
             partial_restore_failures: Counter::default(),
             rules: Family::default(),
+            rules_last: Family::default(),
+            conntrack_reconcile_duration: Family::new_with_constructor(seconds),
+            conntrack_deleted: Family::default(),
             syncs: Family::default(),
             malformed_objects: Counter::default(),
             no_local_endpoints: Family::default(),
@@ -127,6 +145,13 @@ impl Metrics {
         r.register("kubeproxy_sync_proxy_rules_iptables_restore_failures", "Cumulative proxy iptables restore failures", self.restore_failures.clone());
         r.register("kubeproxy_sync_proxy_rules_iptables_partial_restore_failures", "Cumulative proxy iptables partial restore failures", self.partial_restore_failures.clone());
         r.register("kubeproxy_sync_proxy_rules_iptables_total", "Total number of iptables rules owned by kube-proxy", self.rules.clone());
+        r.register("kubeproxy_sync_proxy_rules_iptables_last", "Number of iptables rules written by kube-proxy in last sync", self.rules_last.clone());
+        r.register(
+            "kubeproxy_conntrack_reconciler_sync_duration_seconds",
+            "ReconcileConntrackFlowsLatency latency in seconds",
+            self.conntrack_reconcile_duration.clone(),
+        );
+        r.register("kubeproxy_conntrack_reconciler_deleted_entries", "Cumulative conntrack flows deleted by conntrack reconciler", self.conntrack_deleted.clone());
         r.register(
             "kubeproxy_sync_proxy_rules_no_local_endpoints_total",
             "Number of services with a Local traffic policy and no endpoints",
@@ -140,6 +165,12 @@ impl Metrics {
         r.register("svcproxy_canary_lost", "Checks that found a KUBE-PROXY-CANARY rule gone (each forces a full sync)", self.canary_lost.clone());
         r.register_collector(Box::new(super::process::ProcessCollector));
         self
+    }
+
+    /// iptables mode's nfacct-backed families, read from the kernel at each scrape (kube-proxy
+    /// registers them in iptables mode only).
+    pub fn register_nfacct(&mut self, collector: super::nfacct::NfacctCollector) {
+        self.registry.register_collector(Box::new(collector));
     }
 
     /// OpenMetrics text (what prometheus-client writes).

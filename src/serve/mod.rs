@@ -1,11 +1,15 @@
 //! The HTTP endpoints of watch mode: `/healthz` and `/livez` on the health address, with
 //! kube-proxy's semantics (unhealthy once a queued change has waited more than twice the
 //! sync period; 503 before the first sync), and on the metrics address `/metrics`,
-//! `/proxyMode`, `/configz` and a `/healthz` ping, as kube-proxy's metrics port serves them.
+//! `/metrics/slis`, `/proxyMode`, `/configz`, a `/healthz` ping and, with `--profiling`,
+//! `/debug/pprof/`, as kube-proxy's metrics port serves them.
 
 pub mod healthcheck;
 pub mod metrics;
+pub mod nfacct;
 pub mod process;
+pub mod profiling;
+pub mod slis;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -33,6 +37,8 @@ pub struct Shared {
     pub proxy_mode: std::sync::OnceLock<String>,
     /// The effective configuration, for `/configz`.
     pub configz: std::sync::OnceLock<serde_json::Value>,
+    /// component-base's SLI registry (`/metrics/slis`).
+    pub slis: slis::Slis,
 }
 
 impl Shared {
@@ -44,6 +50,7 @@ impl Shared {
             node_deleting: std::sync::atomic::AtomicBool::new(false),
             proxy_mode: std::sync::OnceLock::new(),
             configz: std::sync::OnceLock::new(),
+            slis: slis::Slis::new(),
         }
     }
 }
@@ -86,15 +93,31 @@ async fn livez(State(s): State<SharedState>) -> impl IntoResponse {
     (code, [("content-type", "application/json"), ("x-content-type-options", "nosniff")], body)
 }
 
-/// `/metrics`, negotiated as the Prometheus client libraries do: OpenMetrics when the
-/// scraper accepts it, the classic text format otherwise.
-async fn metrics(State(s): State<SharedState>, headers: axum::http::HeaderMap) -> impl IntoResponse {
+/// OpenMetrics when the scraper accepts it, the classic text format otherwise, as the
+/// Prometheus client libraries negotiate.
+fn negotiated(headers: &axum::http::HeaderMap, open: String) -> impl IntoResponse {
     let accept = headers.get(axum::http::header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
     if accept.contains("application/openmetrics-text") {
-        (StatusCode::OK, [("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")], s.metrics.encode())
+        (StatusCode::OK, [("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")], open)
     } else {
-        (StatusCode::OK, [("content-type", "text/plain; version=0.0.4; charset=utf-8")], s.metrics.encode_classic())
+        (StatusCode::OK, [("content-type", "text/plain; version=0.0.4; charset=utf-8")], metrics::to_classic_text(&open))
     }
+}
+
+/// `/metrics`.
+async fn metrics(State(s): State<SharedState>, headers: axum::http::HeaderMap) -> impl IntoResponse {
+    negotiated(&headers, s.metrics.encode())
+}
+
+/// `/metrics/slis`: component-base's SLI registry.
+async fn slis_get(State(s): State<SharedState>, headers: axum::http::HeaderMap) -> impl IntoResponse {
+    negotiated(&headers, s.slis.encode())
+}
+
+/// A DELETE of `/metrics/slis` resets it, as component-base's handler does.
+async fn slis_reset(State(s): State<SharedState>) -> impl IntoResponse {
+    s.slis.reset();
+    (StatusCode::OK, [("content-type", "text/plain; charset=utf-8")], "metrics reset\n")
 }
 
 /// kube-proxy's `/proxyMode`: the mode as plain text.
@@ -108,23 +131,68 @@ async fn configz(State(s): State<SharedState>) -> impl IntoResponse {
     (StatusCode::OK, [("content-type", "application/json")], body.to_string())
 }
 
-/// The metrics port's `/healthz`: a liveness ping (kube-proxy installs the plain healthz
-/// handler there), not the proxy's sync health.
-async fn ping() -> impl IntoResponse {
-    (StatusCode::OK, [("content-type", "text/plain; charset=utf-8")], "ok")
+const TEXT: [(&str, &str); 2] = [("content-type", "text/plain; charset=utf-8"), ("x-content-type-options", "nosniff")];
+
+/// The metrics port's `/healthz`: apiserver's healthz handler with its one check, `ping`
+/// (not the proxy's sync health, which is on the health port). Each run is an SLI
+/// observation; `?verbose` lists the checks.
+async fn ping(State(s): State<SharedState>, axum::extract::RawQuery(query): axum::extract::RawQuery) -> impl IntoResponse {
+    s.slis.observe("ping", "healthz", true);
+    let verbose = query.unwrap_or_default().split('&').any(|kv| kv == "verbose" || kv.starts_with("verbose="));
+    (StatusCode::OK, TEXT, if verbose { "[+]ping ok\nhealthz check passed\n" } else { "ok" })
+}
+
+/// `/healthz/ping`: the check alone.
+async fn ping_check() -> impl IntoResponse {
+    (StatusCode::OK, TEXT, "ok")
+}
+
+/// `/debug/pprof/profile?seconds=N`: a CPU profile in pprof's protobuf format.
+async fn pprof_profile(axum::extract::RawQuery(query): axum::extract::RawQuery) -> axum::response::Response {
+    let seconds = profiling::seconds(query.as_deref());
+    match profiling::sample(seconds).await {
+        Ok(p) => (StatusCode::OK, [("content-type", "application/octet-stream"), ("content-disposition", "attachment; filename=\"profile\"")], profiling::encode(&p))
+            .into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, TEXT, format!("cannot profile: {e}\n")).into_response(),
+    }
+}
+
+/// `/debug/pprof/cmdline`: the arguments, NUL-separated, as Go's.
+async fn pprof_cmdline() -> impl IntoResponse {
+    (StatusCode::OK, TEXT, std::env::args().collect::<Vec<_>>().join("\0"))
+}
+
+async fn pprof_index() -> impl IntoResponse {
+    (StatusCode::OK, TEXT, profiling::INDEX)
 }
 
 pub fn health_router(state: SharedState) -> Router {
     Router::new().route("/healthz", get(healthz)).route("/livez", get(livez)).with_state(state)
 }
 
+/// The metrics port without profiling.
 pub fn metrics_router(state: SharedState) -> Router {
-    Router::new()
+    metrics_router_with(state, false)
+}
+
+/// The metrics port; `profiling` (`--profiling`) adds `/debug/pprof/`.
+pub fn metrics_router_with(state: SharedState, profiling: bool) -> Router {
+    let router = Router::new()
         .route("/metrics", get(metrics))
+        .route("/metrics/slis", get(slis_get).delete(slis_reset))
         .route("/proxyMode", get(proxy_mode))
         .route("/configz", get(configz))
         .route("/healthz", get(ping))
-        .with_state(state)
+        .route("/healthz/ping", get(ping_check));
+    let router = if profiling {
+        router
+            .route("/debug/pprof/", get(pprof_index))
+            .route("/debug/pprof/profile", get(pprof_profile))
+            .route("/debug/pprof/cmdline", get(pprof_cmdline))
+    } else {
+        router
+    };
+    router.with_state(state)
 }
 
 /// Binds and serves `router` until the process ends; returns the bound address.
@@ -168,6 +236,36 @@ mod endpoint_tests {
         assert!(get(addr, "/proxyMode", "*/*").ends_with("\r\n\r\nipvs"));
         assert!(get(addr, "/configz", "*/*").contains("{\"kubeproxy.config.k8s.io\":{\"mode\":\"ipvs\"}}"));
         assert!(get(addr, "/healthz", "*/*").starts_with("HTTP/1.1 200"));
+        assert!(get(addr, "/healthz?verbose", "*/*").ends_with("\r\n\r\n[+]ping ok\nhealthz check passed\n"));
+        assert!(get(addr, "/healthz/ping", "*/*").ends_with("\r\n\r\nok"));
+        let slis = get(addr, "/metrics/slis", "text/plain");
+        assert!(slis.contains("kubernetes_healthcheck{name=\"ping\",type=\"healthz\"} 1"), "{slis}");
+        assert!(slis.contains("kubernetes_healthchecks_total{name=\"ping\",type=\"healthz\",status=\"success\"} 2"), "{slis}");
+        assert!(slis.contains("# TYPE kubernetes_healthchecks_total counter"), "classic text: {slis}");
+        assert!(get(addr, "/debug/pprof/", "*/*").starts_with("HTTP/1.1 404"), "no profiling without --profiling");
+    }
+
+    fn request(addr: SocketAddr, method: &str, path: &str) -> String {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        write!(s, "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+        let mut out = Vec::new();
+        s.read_to_end(&mut out).unwrap();
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    #[test]
+    fn a_delete_resets_the_slis_and_profiling_serves_a_cpu_profile() {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let shared = Arc::new(Shared::new(Schedule::new(Timing::default())));
+        let addr = rt.block_on(spawn("127.0.0.1:0".parse().unwrap(), metrics_router_with(shared.clone(), true))).unwrap();
+        request(addr, "GET", "/healthz");
+        assert!(request(addr, "DELETE", "/metrics/slis").ends_with("metrics reset\n"));
+        assert!(!request(addr, "GET", "/metrics/slis").contains("name=\"ping\""));
+        assert!(request(addr, "GET", "/debug/pprof/").contains("/debug/pprof/profile"));
+        assert!(request(addr, "GET", "/debug/pprof/cmdline").starts_with("HTTP/1.1 200"));
+        let profile = request(addr, "GET", "/debug/pprof/profile?seconds=1");
+        assert!(profile.starts_with("HTTP/1.1 200") && profile.contains("application/octet-stream"), "{}", &profile[..profile.len().min(300)]);
+        assert!(profile.contains("samples") && profile.contains("nanoseconds"), "the string table is in the body");
     }
 
     #[test]

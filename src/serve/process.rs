@@ -66,6 +66,18 @@ impl Collector for ProcessCollector {
     }
 }
 
+/// `process_start_time_seconds` alone, as component-base adds it to the SLI registry.
+#[derive(Debug, Default)]
+pub struct StartTimeCollector;
+
+impl Collector for StartTimeCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Some(r) = read() else { return Ok(()) };
+        let g = ConstGauge::new(r.start_time_seconds);
+        g.encode(encoder.encode_descriptor("process_start_time_seconds", "Start time of the process since unix epoch in seconds.", None, g.metric_type())?)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -205,8 +205,8 @@ settings! {
     bind_address_hard_fail: bool, Node, file "bindAddressHardFail", flags ["bind-address-hard-fail"], Effect::Acts,
         "Exit when the health or metrics port cannot be bound (else log it and go on)";
     enable_profiling: bool, Node, file "enableProfiling", flags ["profiling"],
-        Effect::NoEffect("there is no Go pprof in a Rust binary; profile with perf or heaptrack"),
-        "Go pprof handlers";
+        Effect::Acts,
+        "Profiling on the metrics port: /debug/pprof/profile?seconds=N (a CPU profile in pprof's format), /debug/pprof/cmdline";
     show_hidden_metrics_for_version: String, Node, file "showHiddenMetricsForVersion", flags ["show-hidden-metrics-for-version"],
         Effect::NoEffect("svcproxy hides no metrics"),
         "Show metrics hidden since this version";
@@ -491,6 +491,7 @@ mod tests {
     fn notes_name_what_is_set_and_does_not_act() {
         let s = Settings {
             enable_profiling: Some(true),
+            show_hidden_metrics_for_version: Some("1.33".into()),
             winkernel_enable_dsr: Some(false),
             masquerade_all: Some(true),
             snat_node_internal_ip: Some(true),
@@ -498,7 +499,7 @@ mod tests {
         };
         let notes = s.notes();
         assert_eq!(notes.len(), 2, "{notes:?}");
-        assert!(notes[0].starts_with("enableProfiling is accepted without effect"));
+        assert!(notes[0].starts_with("showHiddenMetricsForVersion is accepted without effect"), "{notes:?}");
         assert!(notes[1].starts_with("iptables.snatNodeInternalIP is not carried out yet"), "{notes:?}");
     }
 }

@@ -50,6 +50,12 @@ pub fn filter_tail(ctx: &Context) -> Vec<Rule> {
     out
 }
 
+/// (filter, nat) rules written whatever the services: kube-proxy counts them in
+/// `sync_proxy_rules_iptables_total` and `_last` with the services' rules.
+pub fn rule_counts(ctx: &Context) -> (usize, usize) {
+    (filter_head(ctx).len() + filter_tail(ctx).len(), nat_head(ctx).len() + nat_tail(ctx).len())
+}
+
 /// Nat rules written before any service's.
 pub fn nat_head(ctx: &Context) -> Vec<Rule> {
     let mark = format!("{0}/{0}", ctx.mark);

@@ -382,3 +382,34 @@ fn no_local_endpoint_counts_follow_changes_without_walking_every_service() {
     }
     assert!(counts.windows(2).any(|w| w[0] != w[1]), "the count moved at least once: {counts:?}");
 }
+
+/// kube-proxy's rule counts of the last sync (full syncs write every rule) and its conntrack
+/// reconciler's families (per IP family, from the stale flows a sync clears).
+#[test]
+fn a_full_sync_sets_the_last_rule_counts_and_a_cleared_flow_feeds_the_reconciler_families() {
+    let mut l = Loop::new();
+    let base = std::time::Instant::now();
+    l.shared.schedule.lock().unwrap().set_ready(base);
+    l.wake();
+    let gauge = |l: &Loop, name: &str| l.shared.metrics.encode().lines().find_map(|s| s.strip_prefix(name).map(|v| v.trim().to_string()));
+    let Proxier::Iptables(p) = &l.engine.proxier else { panic!("iptables mode") };
+    let (filter, nat) = p.rule_counts();
+    // kube-proxy's count: every `-A` line of the full restore input, per table.
+    let text: String = p.rulesets.iter().map(|rs| crate::iptables::restore::write(rs, crate::iptables::restore::Scope::Full, &[])).collect();
+    let appends = |table: &str| text.split("COMMIT\n").filter(|t| t.starts_with(&format!("*{table}\n"))).map(|t| t.lines().filter(|l| l.starts_with("-A ")).count()).sum::<usize>();
+    assert_eq!((filter, nat), (appends("filter"), appends("nat")));
+    assert!(nat > 0);
+    assert_eq!(gauge(&l, "kubeproxy_sync_proxy_rules_iptables_last{table=\"nat\"}"), Some(nat.to_string()));
+    assert_eq!(gauge(&l, "kubeproxy_sync_proxy_rules_iptables_last{table=\"filter\"}"), Some(filter.to_string()));
+    assert_eq!(gauge(&l, "kubeproxy_conntrack_reconciler_sync_duration_seconds_count{ip_family=\"IPv4\"}"), None, "nothing stale yet");
+
+    let mut dns = slice(&demo_state(), "kube-system", "kube-dns");
+    dns.endpoints.remove(0);
+    l.engine.apply(&[Event::SliceApplied(Arc::new(dns))]);
+    l.shared.schedule.lock().unwrap().changed(base + std::time::Duration::from_secs(1));
+    l.wake();
+    assert_eq!(gauge(&l, "kubeproxy_conntrack_reconciler_sync_duration_seconds_count{ip_family=\"IPv4\"}"), Some("1".into()));
+    let deleted: u64 = gauge(&l, "kubeproxy_conntrack_reconciler_deleted_entries_total{ip_family=\"IPv4\"}").unwrap().parse().unwrap();
+    assert!(deleted > 0, "the recorder reports each flush as deleted");
+    assert_eq!(gauge(&l, "kubeproxy_sync_proxy_rules_iptables_last{table=\"nat\"}"), Some(nat.to_string()), "a partial sync leaves the full sync's count");
+}
