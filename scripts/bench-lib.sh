@@ -8,16 +8,25 @@ END_MARK='<!-- end of results -->'
 log() { printf '%s %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 2; }
 
-# The release binary (built unless SVCPROXY_BIN names one).
+# The release binaries: BIN, the node binary as shipped (built unless SVCPROXY_BIN names
+# one), and BENCH_BIN, the benchmark tooling (`generate`, `bench …`; built with the
+# `bench` feature unless SVCPROXY_BENCH_BIN names one).
 release_binary() {
+  export PATH="$HOME/.cargo/bin:$PATH"
   if [ -n "${SVCPROXY_BIN:-}" ]; then
     BIN=$SVCPROXY_BIN
   else
-    export PATH="$HOME/.cargo/bin:$PATH"
-    cargo build --release --quiet
+    cargo build --release --quiet --bin svcproxy
     BIN=target/release/svcproxy
   fi
+  if [ -n "${SVCPROXY_BENCH_BIN:-}" ]; then
+    BENCH_BIN=$SVCPROXY_BENCH_BIN
+  else
+    cargo build --release --quiet --features bench --bin svcproxy-bench
+    BENCH_BIN=target/release/svcproxy-bench
+  fi
   [ -x "$BIN" ] || die "no svcproxy binary at $BIN"
+  [ -x "$BENCH_BIN" ] || die "no svcproxy-bench binary at $BENCH_BIN"
 }
 
 # Sets or replaces `key: value` in $RESULTS/machine.txt.
@@ -51,7 +60,7 @@ machine_describe() {
 write_report() {
   local section
   section=$(mktemp)
-  "$BIN" bench report --criterion target/criterion --results "$RESULTS" > "$section"
+  "$BENCH_BIN" report --criterion target/criterion --results "$RESULTS" > "$section"
   [ -f "$BENCHMARKS" ] || die "$BENCHMARKS is missing"
   grep -q -F "$BEGIN_MARK" "$BENCHMARKS" || die "$BENCHMARKS has no results markers"
   awk -v begin="$BEGIN_MARK" -v end="$END_MARK" -v section="$section" '

@@ -2,12 +2,21 @@
 //!
 //! Data flows one way, and the modules follow it:
 //! `source` (files, API server) → `track` (change trackers) → `select` (endpoint
-//! selection) → `iptables` / `ipvs` (pure renderers) → `*::apply` (the kernel).
+//! selection) → `iptables::render` / `ipvs::plan` (pure) → `iptables::sync` /
+//! `ipvs::sync` (the kernel, behind traits). `runner` decides when (watch mode); `cli` is
+//! the edge. docs/architecture.md has a line per module.
+//!
+//! Two features hold what the node binary does not need: `testing` (the fake kernels) and
+//! `bench` (generated clusters and the benchmarks' shared code, `bench` and `gen`, used by
+//! the svcproxy-bench binary). Every test target gets both through the crate's own
+//! dev-dependency.
 
+#[cfg(any(test, feature = "bench"))]
 pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod derive;
+#[cfg(any(test, feature = "bench"))]
 pub mod gen;
 pub mod iptables;
 pub mod ipvs;

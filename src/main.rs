@@ -26,8 +26,8 @@ fn main() -> ExitCode {
 
 /// glibc gives threads that allocate their own malloc arenas (up to eight per core), and
 /// memory freed in one arena is never reused by another: the render threads would build
-/// the ruleset beside the garbage the parse left in the main arena. Two arenas cut the
-/// peak RSS of a 10k-service render from 148 MiB to 140 MiB (BENCHMARKS.md). A
+/// the ruleset beside the garbage the parse left in the main arena. With two arenas a
+/// 10k-service render peaks at 140 MiB rather than 148 MiB (BENCHMARKS.md). A
 /// `MALLOC_ARENA_MAX` in the environment still wins.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn limit_malloc_arenas() {

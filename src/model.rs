@@ -75,12 +75,16 @@ pub struct ServicePortName {
     pub protocol: Protocol,
 }
 
-/// The keys of one service's ports in a map ordered by `ServicePortName` (a range scan:
-/// the smallest key of a service has the empty port name and the first protocol).
+/// The keys of one service's ports in a map ordered by `ServicePortName` (a range scan
+/// from the smallest key a service can have: the empty port name and [`LEAST_PROTOCOL`]).
 pub fn ports_of<'a, V>(map: &'a BTreeMap<ServicePortName, V>, id: &'a NamespacedName) -> impl Iterator<Item = &'a ServicePortName> {
-    let start = ServicePortName { service: id.clone(), port: String::new(), protocol: Protocol::Tcp };
+    let start = ServicePortName { service: id.clone(), port: String::new(), protocol: LEAST_PROTOCOL };
     map.range(start..).map(|(k, _)| k).take_while(move |k| &k.service == id)
 }
+
+/// The smallest [`Protocol`] in its derived order (the first variant declared), where
+/// [`ports_of`] starts; a test checks it against every variant.
+const LEAST_PROTOCOL: Protocol = Protocol::Tcp;
 
 impl fmt::Display for ServicePortName {
     /// `ns/name:port`, or `ns/name` for an unnamed port (no protocol).
@@ -287,5 +291,27 @@ mod tests {
         assert_eq!(spn.to_string(), "ns1/svc1:p80");
         spn.port.clear();
         assert_eq!(spn.to_string(), "ns1/svc1");
+    }
+
+    #[test]
+    fn ports_of_starts_at_the_least_protocol_and_finds_every_port_of_the_service() {
+        // No wildcard: a new protocol does not compile until it is listed in `all`.
+        let listed = |p: Protocol| match p {
+            Protocol::Tcp | Protocol::Udp | Protocol::Sctp => p,
+        };
+        let all = [Protocol::Sctp, Protocol::Udp, Protocol::Tcp].map(listed);
+        assert!(all.iter().all(|p| LEAST_PROTOCOL <= *p), "{LEAST_PROTOCOL:?} is not the least of {all:?}");
+        let key = |svc: &str, port: &str, protocol| ServicePortName { service: NamespacedName::new("ns", svc), port: port.into(), protocol };
+        let mut map = BTreeMap::new();
+        for svc in ["a", "b", "c"] {
+            for p in all {
+                map.insert(key(svc, "", p), ());
+                map.insert(key(svc, "dns", p), ());
+            }
+        }
+        let b = NamespacedName::new("ns", "b");
+        let found: Vec<&ServicePortName> = ports_of(&map, &b).collect();
+        assert_eq!(found.len(), 2 * all.len());
+        assert!(found.iter().all(|k| k.service == b));
     }
 }

@@ -1,6 +1,8 @@
 //! The binary end to end: exit codes, error messages that name file, line, object and
 //! field, stdin input, JSON output, the man page and completions.
 
+mod support;
+
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
@@ -207,10 +209,7 @@ fn trace_answers_the_demo_questions() {
         let o = run(&args);
         assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
         let path = repo().join("golden").join(golden);
-        if std::env::var("SVCPROXY_BLESS").is_ok_and(|v| v == "1") && std::env::var("CI").is_err() {
-            std::fs::write(&path, &o.stdout).unwrap();
-        }
-        assert_eq!(stdout(&o), std::fs::read_to_string(&path).unwrap_or_default(), "{golden}");
+        support::check_golden(&path, &stdout(&o)).unwrap_or_else(|e| panic!("{golden}: {e}"));
     }
     let o = run(&["trace", "--from", "fixtures/demo.yaml", "--src", "10.244.1.99", "--dst", "10.96.0.10:53", "--proto", "udp", "--output", "json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -218,7 +217,7 @@ fn trace_answers_the_demo_questions() {
     assert!((total - 1.0).abs() < 1e-9, "branch probabilities add up to 1: {total}");
 }
 
-/// `--mode ipvs` traces kube-proxy's IPVS mode (it used to trace the iptables-mode rules):
+/// `--mode ipvs` traces kube-proxy's IPVS mode, not the iptables-mode rules:
 /// the same question gets the virtual server, its real servers and shares, and a path
 /// through IPVS-mode rules (ipsets, no KUBE-SVC/KUBE-SEP chains, no DNAT).
 #[test]
@@ -397,11 +396,7 @@ fn every_input_form_renders_its_golden() {
         let o = run(&[&["render", "--from", &from][..], extra].concat());
         assert_eq!(o.status.code(), Some(0), "{input}: {}", stderr(&o));
         let path = repo().join("golden/inputs").join(golden);
-        if std::env::var("SVCPROXY_BLESS").is_ok_and(|v| v == "1") && std::env::var("CI").is_err() {
-            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-            std::fs::write(&path, &o.stdout).unwrap();
-        }
-        assert_eq!(stdout(&o), std::fs::read_to_string(&path).unwrap_or_default(), "{input}");
+        support::check_golden(&path, &stdout(&o)).unwrap_or_else(|e| panic!("{input}: {e}"));
         assert!(stdout(&o).contains(" -> 10.244."), "{input}: the services have endpoints");
     }
     let mut child = bin()
@@ -481,10 +476,7 @@ fn an_object_read_twice_is_a_warning_in_render_and_a_lint_finding() {
     let o = run(&["render", "--from", "fixtures/inputs/duplicate-object.yaml"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let path = repo().join("golden/inputs/duplicate-object.iptables");
-    if std::env::var("SVCPROXY_BLESS").is_ok_and(|v| v == "1") && std::env::var("CI").is_err() {
-        std::fs::write(&path, &o.stdout).unwrap();
-    }
-    assert_eq!(stdout(&o), std::fs::read_to_string(&path).unwrap_or_default());
+    support::check_golden(&path, &stdout(&o)).unwrap_or_else(|e| panic!("{e}"));
     assert!(stdout(&o).contains("\"pay/billing:http cluster IP\" -m tcp -p tcp -d 10.96.44.7 --dport 80 "), "the later copy's port");
     let e = stderr(&o);
     let warning = "note: fixtures/inputs/duplicate-object.yaml:44: warning: Service pay/billing is read twice: first at fixtures/inputs/duplicate-object.yaml:12, again at fixtures/inputs/duplicate-object.yaml:44; the later copy is used, the first is ignored";
@@ -506,10 +498,7 @@ fn cluster_info_dump_to_stdout_is_read_and_its_logs_skipped() {
     let o = run(&["render", "--from", "fixtures/inputs/cluster-info-dump-stdout.json", "--hostname-override", "node-a", "--ip-family", "ipv4", "--cluster-cidr", "10.244.0.0/16"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let path = repo().join("golden/inputs/cluster-info-dump-stdout.iptables");
-    if std::env::var("SVCPROXY_BLESS").is_ok_and(|v| v == "1") && std::env::var("CI").is_err() {
-        std::fs::write(&path, &o.stdout).unwrap();
-    }
-    assert_eq!(stdout(&o), std::fs::read_to_string(&path).unwrap_or_default());
+    support::check_golden(&path, &stdout(&o)).unwrap_or_else(|e| panic!("{e}"));
     assert!(stdout(&o).contains("\"quotes/ticker:ws -> 10.244.1.80:8443\""), "{}", stdout(&o));
     let e = stderr(&o);
     assert!(e.contains("cluster-info-dump-stdout.json:47: skipped 1 container log(s)"), "{e}");
@@ -549,4 +538,31 @@ fn families_chosen_automatically_say_which_cluster_ips_they_leave_out() {
     assert!(stderr(&o).contains("have ipv6 cluster IPs, but the families chosen for this node are ipv4"), "{}", stderr(&o));
     let o = run(&["render", "--from", p.to_str().unwrap(), "--ip-family", "ipv4"]);
     assert!(!stderr(&o).contains("cluster IPs, but"), "a family chosen on purpose is not second-guessed: {}", stderr(&o));
+}
+
+/// `CI` means the same to scripts/test (tests/support/ci.sh) as to every test tier
+/// (tests/support/ci.rs): anything but unset, empty, `0` or `false` means CI.
+#[test]
+fn ci_means_the_same_to_scripts_test_and_to_the_test_tiers() {
+    let cases = [
+        (None, false),
+        (Some(""), false),
+        (Some(" "), false),
+        (Some("0"), false),
+        (Some("false"), false),
+        (Some("FALSE"), false),
+        (Some("true"), true),
+        (Some("1"), true),
+        (Some("yes"), true),
+        (Some("no"), true),
+    ];
+    for (value, expected) in cases {
+        assert_eq!(support::ci::means_ci(value), expected, "CI={value:?} in tests/support/ci.rs");
+        let mut sh = Command::new("bash");
+        sh.args(["-c", ". tests/support/ci.sh && under_ci"]).current_dir(repo()).env_remove("CI");
+        if let Some(v) = value {
+            sh.env("CI", v);
+        }
+        assert_eq!(sh.status().expect("bash runs").success(), expected, "CI={value:?} in tests/support/ci.sh");
+    }
 }

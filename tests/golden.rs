@@ -95,12 +95,12 @@ fn run_scenario(path: &Path) -> Vec<Step> {
 
 /// Every scenario under `dir`: `*.yaml` files and step folders, paired with the golden
 /// base path of each step.
-fn scenarios(dir: &Path, golden_dir: &Path) -> Vec<(PathBuf, Vec<PathBuf>)> {
+fn scenarios(dir: &Path, golden_dir: &Path, filter: &str) -> Vec<(PathBuf, Vec<PathBuf>)> {
     let mut out = Vec::new();
-    for f in yaml_files(dir) {
+    for f in yaml_files_matching(dir, filter) {
         out.push((f.clone(), vec![golden_dir.join(stem(&f))]));
     }
-    for d in step_dirs(dir) {
+    for d in step_dirs_matching(dir, filter) {
         // gen: generator scripts; lint, derive: fixtures of tests/lint.rs; installers: kube-proxy
         // invocations of tests/cli.rs; inputs: the input forms of tests/cli.rs (each file or
         // folder one cluster state, not steps); upstream-nftables: nftables mode's own
@@ -116,10 +116,15 @@ fn scenarios(dir: &Path, golden_dir: &Path) -> Vec<(PathBuf, Vec<PathBuf>)> {
     out
 }
 
+/// Every scenario `SVCPROXY_GOLDEN_FILTER` selects.
 fn all_scenarios() -> Vec<(PathBuf, Vec<PathBuf>, bool)> {
+    all_scenarios_matching(&golden_filter())
+}
+
+fn all_scenarios_matching(filter: &str) -> Vec<(PathBuf, Vec<PathBuf>, bool)> {
     let mut v: Vec<(PathBuf, Vec<PathBuf>, bool)> =
-        scenarios(&fixtures(), &golden()).into_iter().map(|(p, g)| (p, g, false)).collect();
-    v.extend(scenarios(&fixtures().join("upstream"), &golden().join("upstream")).into_iter().map(|(p, g)| (p, g, true)));
+        scenarios(&fixtures(), &golden(), filter).into_iter().map(|(p, g)| (p, g, false)).collect();
+    v.extend(scenarios(&fixtures().join("upstream"), &golden().join("upstream"), filter).into_iter().map(|(p, g)| (p, g, true)));
     v
 }
 
@@ -384,23 +389,29 @@ fn nftables_goldens_match_byte_for_byte() {
 /// set aside, and must have some. `NAME.elements`: element presence assertions.
 #[test]
 fn upstream_nftables_scenarios_equal_kube_proxy_expected_rules() {
-    let dir = fixtures().join("upstream-nftables");
-    let gold = golden().join("upstream-nftables");
     let mut f = Failures::default();
     let mut n = 0;
-    let mut steps: Vec<(PathBuf, PathBuf)> = yaml_files(&dir).into_iter().map(|p| (p.clone(), gold.join(stem(&p)))).collect();
-    for d in step_dirs(&dir) {
-        for (i, p) in yaml_files(&d).into_iter().enumerate() {
-            steps.push((p, gold.join(stem(&d)).join(format!("{:02}", i + 1))));
-        }
-    }
-    for (path, base) in steps {
+    for (path, base) in nftables_steps() {
         n += 1;
         if let Err(e) = check_nftables_step(&path, &base) {
             f.push(format!("{}: {e}", path.display()));
         }
     }
     f.finish("kube-proxy nftables rulesets", n);
+}
+
+/// Each upstream nftables scenario step (`fixtures/upstream-nftables/`) and the golden
+/// base path of its expectations.
+fn nftables_steps() -> Vec<(PathBuf, PathBuf)> {
+    let dir = fixtures().join("upstream-nftables");
+    let gold = golden().join("upstream-nftables");
+    let mut steps: Vec<(PathBuf, PathBuf)> = yaml_files(&dir).into_iter().map(|p| (p.clone(), gold.join(stem(&p)))).collect();
+    for d in step_dirs(&dir) {
+        for (i, p) in yaml_files(&d).into_iter().enumerate() {
+            steps.push((p, gold.join(stem(&d)).join(format!("{:02}", i + 1))));
+        }
+    }
+    steps
 }
 
 fn check_nftables_step(path: &Path, base: &Path) -> Result<(), String> {
@@ -522,4 +533,52 @@ fn nftables_normaliser_matches_kube_proxy_vectors() {
         }
     }
     f.finish("nftables normaliser vectors", n);
+
+/// The expectations any scenario step may have beside it in golden/ (see the module
+/// doc); only our own scenarios also pin `.iptables`.
+const EXPECTATIONS: [&str; 4] = ["kube-proxy", "flows", "chains", "asserts"];
+
+/// The expectations an upstream nftables step may have (see
+/// `upstream_nftables_scenarios_equal_kube_proxy_expected_rules`).
+const NFT_EXPECTATIONS: [&str; 4] = ["kube-proxy", "kube-proxy-stale", "elements", "flows"];
+
+/// Every file in golden/ is read by some test: the scenarios' expectations and the IPVS
+/// plans here, kube-proxy's normaliser vectors, tests/lint.rs's lint and derive goldens
+/// (one per fixture), and the goldens tests/cli.rs names. A golden nothing reads (its
+/// fixture renamed or gone) is listed, whatever `SVCPROXY_GOLDEN_FILTER` says.
+#[test]
+fn every_golden_is_read_by_a_test() {
+    let mut claimed: BTreeSet<PathBuf> = BTreeSet::new();
+    for (_, bases, upstream) in all_scenarios_matching("") {
+        claimed.extend(bases.iter().flat_map(|b| EXPECTATIONS.map(|ext| with_ext(b, ext))));
+        if !upstream {
+            claimed.extend(bases.iter().map(|b| with_ext(b, "iptables")));
+        }
+    }
+    claimed.extend(yaml_files_matching(&fixtures(), "").iter().map(|p| golden().join(format!("{}.ipvs", stem(p)))));
+    claimed.extend(yaml_files_matching(&fixtures(), "").iter().map(|p| golden().join(format!("{}.nft", stem(p)))));
+    for base in nftables_steps().into_iter().map(|(_, base)| base) {
+        claimed.extend(NFT_EXPECTATIONS.map(|ext| with_ext(&base, ext)));
+    }
+    let vectors = golden().join("upstream/sort-iptables-rules");
+    for p in files_under(&vectors).into_iter().filter(|p| p.extension().is_some_and(|e| e == "input")) {
+        claimed.insert(p.with_extension("output"));
+        claimed.insert(p);
+    }
+    for p in yaml_files_matching(&fixtures().join("lint"), "") {
+        claimed.extend(["txt", "json"].map(|ext| golden().join(format!("lint/{}.{ext}", stem(&p)))));
+    }
+    for d in step_dirs_matching(&fixtures().join("derive"), "") {
+        claimed.extend(["iptables", "json"].map(|ext| golden().join(format!("derive/{}.{ext}", stem(&d)))));
+    }
+    let cli = std::fs::read_to_string(repo().join("tests/cli.rs")).unwrap();
+    let all = files_under(&golden());
+    let named_by_cli = |p: &PathBuf| {
+        let name = p.file_name().unwrap().to_string_lossy();
+        cli.contains(&format!("\"{name}\"")) || cli.contains(&format!("/{name}\""))
+    };
+    claimed.extend(all.iter().filter(|p| named_by_cli(p)).cloned());
+    let orphans: Vec<String> = all.iter().filter(|p| !claimed.contains(*p)).map(|p| p.strip_prefix(repo()).unwrap_or(p).display().to_string()).collect();
+    assert!(all.len() > 100, "golden/ holds only {} files", all.len());
+    assert!(orphans.is_empty(), "{} golden file(s) no test reads (rename or remove them with their fixture):\n{}", orphans.len(), orphans.join("\n"));
 }

@@ -10,7 +10,10 @@
 //! health-check node port).
 //!
 //! Missing means (not root, no qemu, no tools) are reported as SKIPPED with the reason,
-//! and fail under `CI=true`. The last line is `ipvs_vm: P passed, F failed, S skipped`.
+//! and fail under CI (tests/support/ci.rs). The last line is `ipvs_vm: P passed, F failed, S skipped`.
+
+#[path = "support/ci.rs"]
+mod ci;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -149,7 +152,7 @@ fn run_vm(dir: &Path, t: &mut Tally) {
 }
 
 fn main() -> ExitCode {
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+    let ci = ci::under_ci();
     let mut t = Tally { passed: 0, failed: 0, skipped: 0 };
     match missing_means() {
         Some(reason) => {
@@ -168,7 +171,7 @@ fn main() -> ExitCode {
         },
     }
     if ci && t.skipped > 0 {
-        println!("FAIL ipvs_vm: skips are failures under CI=true");
+        println!("FAIL ipvs_vm: skips are failures under CI");
         t.failed += 1;
     }
     println!("ipvs_vm: {} passed, {} failed, {} skipped", t.passed, t.failed, t.skipped);

@@ -1,7 +1,8 @@
-//! What every benchmark shares (`cargo bench`, `svcproxy bench`, `scripts/bench*`):
+//! What every benchmark shares (`cargo bench`, `svcproxy-bench`, `scripts/bench*`):
 //! generated clusters loaded the way the benchmarks load them, and the one-endpoint
 //! change they all make, so every figure in BENCHMARKS.md is measured on the same input.
-//! [`report`] writes BENCHMARKS.md's results from the benchmarks' output files.
+//! [`report`] writes BENCHMARKS.md's results from the benchmarks' output files. Built
+//! with the `bench` feature only: none of it is in the node binary.
 
 pub mod report;
 
@@ -15,6 +16,7 @@ use crate::iptables::fake::FakeIptables;
 use crate::iptables::partial::{self, Applied};
 use crate::iptables::proxier::Proxier;
 use crate::iptables::render::Ruleset;
+use crate::iptables::delta;
 use crate::iptables::restore::{self, Scope};
 use crate::iptables::sync::{self, SyncError, SyncReport};
 use crate::model::EndpointSlice;
@@ -23,7 +25,7 @@ use crate::pipeline;
 use crate::source::{self, ClusterState};
 use crate::track::{Changes, Event};
 
-/// The seed of every generated benchmark cluster (`svcproxy generate`'s default).
+/// The seed of every generated benchmark cluster (`svcproxy-bench generate`'s default).
 pub const SEED: u64 = 1;
 
 /// The generated cluster of `services` × `endpoints` (seed [`SEED`]), as YAML.
@@ -220,10 +222,41 @@ pub fn restore_size(services: usize, endpoints: usize) -> anyhow::Result<Restore
     Ok(RestoreSize { full, kube_proxy, partial, sync })
 }
 
+/// What a sync sends for a full restore input (`text`) into an empty kernel on
+/// iptables-nft: the delta against nothing, cut by [`Delta::restore_chunks`] into restores
+/// of at most `per_chunk` services each (the benchmark measures the sync's own chunking).
+///
+/// [`Delta::restore_chunks`]: crate::iptables::delta::Delta::restore_chunks
+pub fn split_by_service(text: &str, per_chunk: usize) -> Result<Vec<String>, restore::ParseError> {
+    let desired = restore::parse(text)?;
+    // Against an empty kernel the canonical form only labels the changes; v4 or v6 alike.
+    let delta = delta::compute(&desired, &restore::Dump::default(), false, &[]);
+    Ok(delta.restore_chunks(per_chunk))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::iptables::restore::parse;
+
+    #[test]
+    fn chunks_applied_in_order_leave_the_rules_of_the_single_input() {
+        let one = OneEndpoint::new(60, 3).unwrap();
+        let text = restore::write(&one.ruleset, Scope::Full, &[]);
+        let chunks = split_by_service(&text, 7).unwrap();
+        // nat's new top-level chains declared, the service ports' chains (at least one per
+        // service) 7 services to a chunk, then filter and nat's top-level chains filled.
+        assert!(chunks.len() >= 2 + 60 / 7, "{}", chunks.len());
+        assert!(chunks[0].starts_with("*nat\n") && chunks.last().unwrap().contains("-A KUBE-SERVICES "));
+        let (mut whole, mut split) = (FakeIptables::new(), FakeIptables::new());
+        whole.restore(IpFamily::V4, &text).unwrap();
+        for c in &chunks {
+            split.restore(IpFamily::V4, c).unwrap();
+        }
+        for table in ["filter", "nat"] {
+            assert_eq!(split.save_table(IpFamily::V4, table), whole.save_table(IpFamily::V4, table), "{table}");
+        }
+    }
 
     #[test]
     fn the_change_adds_one_endpoint_to_the_middle_service_only() {

@@ -1,10 +1,8 @@
 //! The command line: clap definitions and one `run` per command. Commands print, and
 //! return an exit code; errors go up with context to `main`, which prints them once.
 
-pub mod bench;
 pub mod cleanup;
 pub mod flags;
-pub mod generate;
 pub mod kube_proxy;
 pub mod lint;
 pub mod render;
@@ -50,12 +48,6 @@ pub enum Command {
     Lint(Box<lint::LintArgs>),
     /// Remove every rule and chain kube-proxy and svcproxy own (both families and backends)
     Cleanup(cleanup::CleanupArgs),
-    /// Write a deterministic synthetic cluster (YAML) for benchmarks and scale tests
-    #[command(after_help = "Example:\n  svcproxy generate --services 10000 --endpoints 10 > big.yaml")]
-    Generate(generate::GenerateArgs),
-    /// Measure svcproxy on generated clusters
-    #[command(after_help = "Example:\n  svcproxy bench restore-size --services 1000,10000")]
-    Bench(bench::BenchArgs),
     /// Print shell completions
     #[command(after_help = "Example:\n  svcproxy completions bash > /etc/bash_completion.d/svcproxy")]
     Completions {
@@ -83,8 +75,6 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Trace(args) => trace::run(&args),
         Command::Lint(args) => lint::run(&args),
         Command::Cleanup(args) => cleanup::run(&args),
-        Command::Generate(args) => generate::run(&args),
-        Command::Bench(args) => bench::run(&args),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "svcproxy", &mut std::io::stdout());
             Ok(ExitCode::from(EXIT_OK))

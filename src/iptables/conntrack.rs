@@ -140,11 +140,13 @@ impl Conntrack for ExecConntrack {
 }
 
 /// Records flushes instead of running them (shared, so a test can look after handing it over).
+#[cfg(any(test, feature = "testing"))]
 #[derive(Debug, Clone, Default)]
 pub struct RecordingConntrack {
     pub flushed: std::sync::Arc<std::sync::Mutex<Vec<Flush>>>,
 }
 
+#[cfg(any(test, feature = "testing"))]
 impl Conntrack for RecordingConntrack {
     fn flush(&mut self, flushes: &[Flush], _ipv6: bool) -> Result<usize, String> {
         let mut f = self.flushed.lock().map_err(|_| "recorder poisoned".to_string())?;

@@ -1,5 +1,8 @@
-//! iptables mode: chain names, the pure renderer, restore text (both ways), and the
-//! partial-sync planner. Nothing here spawns a process.
+//! iptables mode, and the netfilter plumbing IPVS mode, trace and cleanup share: chain
+//! names, the renderer, restore text (both ways), the canonical form, the delta and the
+//! sync planners are pure. Three modules reach the kernel, each behind a trait with a
+//! recording fake for tests: `apply` runs `iptables-save`/`iptables-restore`, `nfacct`
+//! talks netlink, and `conntrack` runs the conntrack tool.
 
 pub mod apply;
 pub mod canary;
@@ -8,6 +11,7 @@ pub mod check;
 pub mod conntrack;
 pub mod cleanup;
 pub mod delta;
+#[cfg(any(test, feature = "testing"))]
 pub mod fake;
 pub mod incremental;
 pub mod jumps;

@@ -27,7 +27,7 @@ pub struct SyncReport {
     pub timings: Timings,
 }
 
-/// Wall time of each phase of one sync (for `svcproxy bench` and the logs).
+/// Wall time of each phase of one sync (for `svcproxy-bench sync` and the logs).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Timings {
     /// Gathering the desired rules for the comparison (full syncs only).

@@ -3,6 +3,7 @@
 //! (messages as pure types, a synchronous client behind a trait, an in-memory fake).
 
 pub mod cleanup;
+#[cfg(any(test, feature = "testing"))]
 pub mod fake;
 pub mod ipset;
 pub mod kernel_state;

@@ -1,5 +1,5 @@
 //! When to sync: kube-proxy's bounded-frequency runner as a pure state machine. Time is
-//! passed in, so tests drive it without a clock.
+//! passed in and never read here, so tests drive it without a clock.
 //!
 //! - Nothing runs before the sources have listed everything once (an empty or half state
 //!   must never be applied).
@@ -115,7 +115,9 @@ impl Schedule {
         self.last_sync
     }
 
-    /// When the next sync should run; `None` before the sources are ready.
+    /// When the next sync should run (an instant already past means now); `None` before
+    /// the sources are ready. Until the first sync has finished it is due from when the
+    /// sources became ready (the change [`Schedule::set_ready`] records).
     pub fn next(&self) -> Option<Instant> {
         if !self.ready {
             return None;
@@ -124,7 +126,7 @@ impl Schedule {
             return Some(retry);
         }
         let (Some(last_sync), Some(last_full)) = (self.last_sync, self.last_full) else {
-            return Some(self.pending_since.unwrap_or_else(Instant::now));
+            return self.pending_since.or(self.in_flight);
         };
         let periodic = (last_sync + self.timing.sync_period)
             .min(self.check_base(last_full) + self.timing.sync_period)
@@ -222,6 +224,18 @@ mod tests {
         s.set_ready(t(base, 10));
         assert_eq!(s.next(), Some(base));
         assert_eq!(s.kind(t(base, 10)), Kind::Full);
+    }
+
+    #[test]
+    fn the_first_sync_is_due_from_when_the_sources_were_ready_even_while_it_runs() {
+        let base = Instant::now();
+        let mut s = Schedule::new(Timing::default());
+        s.set_ready(t(base, 5));
+        assert_eq!(s.next(), Some(t(base, 5)));
+        s.begin(t(base, 9));
+        assert_eq!(s.next(), Some(t(base, 5)), "the running first sync is still the one due");
+        s.done(t(base, 9), t(base, 20), Kind::Full, true);
+        assert_eq!(s.next(), Some(t(base, 9) + Timing::default().sync_period));
     }
 
     #[test]

@@ -8,6 +8,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use svcproxy::config::Settings;
+
 use crate::harness::{Case, CaseResult, Ctx};
 use crate::netns::{Backend, Lab};
 use crate::svcproxy::{owned_rules, path_str, repo, run_expect};
@@ -32,11 +34,14 @@ fn fixtures() -> Vec<PathBuf> {
     out
 }
 
-/// The fixture's own nfacct setting: goldens rendered without nfacct must be synced so.
-fn sync_flags(fixture: &Path) -> Vec<String> {
-    let text = std::fs::read_to_string(fixture).unwrap_or_default();
-    let nfacct_off = text.lines().any(|l| l.trim() == "nfacct: false");
-    if nfacct_off { vec!["--nfacct=false".into()] } else { Vec::new() }
+/// The fixture's own nfacct setting, read as render reads it (the fixture document's
+/// settings layer): goldens rendered without nfacct must be synced so, because a sync
+/// without the flag probes the kernel and its answer outranks the fixture's. Otherwise
+/// the sync creates the counters, as the golden assumes.
+fn sync_flags(fixture: &Path) -> Result<Vec<String>, String> {
+    let state = svcproxy::source::read_path(fixture).map_err(|e| e.to_string())?;
+    let settings = state.fixture.as_ref().map(Settings::from_fixture).transpose().map_err(|e| e.to_string())?.unwrap_or_default();
+    Ok(if settings.nfacct == Some(false) { vec!["--nfacct=false".into()] } else { Vec::new() })
 }
 
 /// The golden's restore text per family (`# ip6tables` splits dual-stack goldens).
@@ -70,7 +75,7 @@ fn every_golden(ctx: &mut Ctx, b: Backend) -> CaseResult {
 fn check_one(ctx: &Ctx, b: Backend, fixture: &Path) -> Result<(), String> {
     let lab = Lab::new(b.name())?;
     let node = lab.node();
-    let flags = sync_flags(fixture);
+    let flags = sync_flags(fixture)?;
     let mut sync: Vec<&str> = vec!["sync", "--from", path_str(fixture)];
     sync.extend(flags.iter().map(String::as_str));
     run_expect(node, b, &sync, 0)?;

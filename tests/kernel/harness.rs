@@ -7,7 +7,8 @@
 //!   `--list` prints the cases like libtest does.
 //! * A case returns `Err(CaseError::Skip(reason))` (usually via
 //!   [`Ctx::require`]) when it cannot run here: not root, a tool is missing.
-//!   Under `CI=true` a skip counts as a failure.
+//!   Under CI (`CI` set to anything but empty, `0` or `false`: tests/support/ci.rs)
+//!   a skip counts as a failure.
 //! * Each case runs in its own thread with a hard time limit (default 120 s,
 //!   `SVCPROXY_KERNEL_CASE_TIMEOUT=<secs>` overrides). On expiry the case is
 //!   reported as failed and the `on_timeout` hook tears down what the case
@@ -16,11 +17,14 @@
 //!   failure details, and a last line `kernel: N passed, N failed, N skipped`.
 //!   Exit status 1 when anything failed.
 //!
-//! Env: `CI=true`, `SVCPROXY_KERNEL_FORCE_SKIP=1` (makes `require` skip, to
+//! Env: `CI`, `SVCPROXY_KERNEL_FORCE_SKIP=1` (makes `require` skip, to
 //! exercise the skip path without dropping root), `SVCPROXY_KERNEL_VERBOSE=1`
 //! (print every case's log, also enabled by `--nocapture`).
 
 #![allow(dead_code)] // a helper library: not every helper is used by every test
+
+#[path = "../support/ci.rs"]
+mod ci;
 
 use std::fmt;
 use std::io::Write;
@@ -328,7 +332,7 @@ pub fn run(cases: &[Case], opts: Options) -> i32 {
         return 0;
     }
     let selected = if args.ignored_only { vec![] } else { selected };
-    let ci = env_true("CI");
+    let ci = ci::under_ci();
     let verbose = args.nocapture || env_true("SVCPROXY_KERNEL_VERBOSE");
     let default_timeout = std::env::var("SVCPROXY_KERNEL_CASE_TIMEOUT")
         .ok()
@@ -341,7 +345,7 @@ pub fn run(cases: &[Case], opts: Options) -> i32 {
         "running {} kernel test case(s){}",
         selected.len(),
         if ci {
-            " (CI=true: a skipped case counts as a FAILURE)"
+            " (CI: a skipped case counts as a FAILURE)"
         } else {
             ""
         }
@@ -373,11 +377,11 @@ pub fn run(cases: &[Case], opts: Options) -> i32 {
             }
             Verdict::Skip(reason) if ci => {
                 failed += 1;
-                say!("FAILED (SKIPPED under CI=true: {reason})");
+                say!("FAILED (SKIPPED under CI: {reason})");
                 ci_skips.push(case.name.to_string());
                 failures.push((
                     case.name.to_string(),
-                    format!("skipped under CI=true, which forbids skips: {reason}"),
+                    format!("skipped under CI, which forbids skips: {reason}"),
                     vec![],
                 ));
             }
@@ -419,7 +423,7 @@ pub fn run(cases: &[Case], opts: Options) -> i32 {
     if !ci_skips.is_empty() {
         say!();
         say!(
-            "!!!!!! CI=true: {} case(s) were SKIPPED and are counted as FAILED: {}",
+            "!!!!!! CI: {} case(s) were SKIPPED and are counted as FAILED: {}",
             ci_skips.len(),
             ci_skips.join(", ")
         );

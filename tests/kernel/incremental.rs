@@ -20,15 +20,9 @@ pub fn cases() -> Vec<Case> {
     v
 }
 
-fn generate(services: usize, seed: u64) -> Result<String, String> {
-    let out = Command::new(bin())
-        .args(["generate", "--services", &services.to_string(), "--endpoints", "4", "--seed", &seed.to_string()])
-        .output()
-        .map_err(|e| format!("svcproxy generate: {e}"))?;
-    if !out.status.success() {
-        return Err(format!("svcproxy generate failed: {}", String::from_utf8_lossy(&out.stderr)));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+/// The generated cluster `svcproxy-bench generate --services N --endpoints 4 --seed S` writes.
+fn generate(services: usize, seed: u64) -> String {
+    svcproxy::gen::yaml(&svcproxy::gen::GenSpec { services, endpoints: 4, seed })
 }
 
 /// `base` with one more ready endpoint for service `svc-I`.
@@ -54,12 +48,12 @@ fn watch_partial_syncs_leave_what_a_full_sync_would(ctx: &mut Ctx, b: Backend) -
         let tmp = dir.join(".next");
         std::fs::write(&tmp, text).and_then(|_| std::fs::rename(&tmp, &file)).map_err(|e| e.to_string())
     };
-    let base = generate(200, 1)?;
+    let base = generate(200, 1);
     let steps = [
         ("one more endpoint", one_more_endpoint(&base, 100)?),
-        ("50 services removed", generate(150, 1)?),
-        ("the 50 services back", generate(200, 1)?),
-        ("every service changed at once", generate(200, 2)?),
+        ("50 services removed", generate(150, 1)),
+        ("the 50 services back", generate(200, 1)),
+        ("every service changed at once", generate(200, 2)),
         ("back to the start", base.clone()),
     ];
     write(&base)?;

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # run-vmcheck.sh — build examples/vmcheck for the guest and run it in the IPVS VM.
 #
-# Usage:  rig/run-vmcheck.sh [vmcheck flags: --vs 10000 --rs 10 --window 128]
+# Usage:  tests/rigs/run-vmcheck.sh [vmcheck flags: --vs 10000 --rs 10 --window 128]
 # Builds a static musl binary when the target is installed
 # (rustup target add x86_64-unknown-linux-musl), else a glibc one (the rig copies
 # its libraries). Exit status: vmcheck's (0 pass, 1 checks failed, 2 could not
-# run), or the rig's (77 skipped, 90-92 rig failure; see rig/ipvs-vm.sh).
+# run), or the rig's (77 skipped, 90-92 rig failure; see tests/rigs/ipvs-vm.sh).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export VM_MEM=${VM_MEM:-1024} VM_TIMEOUT=${VM_TIMEOUT:-900}
 musl=x86_64-unknown-linux-musl
 if rustup target list --installed 2>/dev/null | grep -qx "$musl"; then
@@ -18,4 +18,4 @@ else
   cargo build --release --example vmcheck
   bin=${CARGO_TARGET_DIR:-target}/release/examples/vmcheck
 fi
-exec rig/ipvs-vm.sh "$bin" "$@"
+exec tests/rigs/ipvs-vm.sh "$bin" "$@"

@@ -1,9 +1,13 @@
 //! Shared helpers for the golden tests: paths, the render path the CLI uses, diffs, and
-//! blessing (`SVCPROXY_BLESS=1`, refused under `CI`).
+//! the one bless path (`SVCPROXY_BLESS=1`, refused under `CI`; see [`ci`]). A missing
+//! golden is an error, never an empty expectation.
 
 #![allow(dead_code)]
 
 pub mod apiserver;
+pub mod ci;
+
+pub use ci::blessing;
 
 use std::path::{Path, PathBuf};
 
@@ -16,24 +20,55 @@ pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// `*.yaml` files directly in `dir`, sorted, filtered by `SVCPROXY_GOLDEN_FILTER` (a substring).
+/// `SVCPROXY_GOLDEN_FILTER`: a substring of the fixture paths to check (empty: all).
+pub fn golden_filter() -> String {
+    std::env::var("SVCPROXY_GOLDEN_FILTER").unwrap_or_default()
+}
+
+/// `*.yaml` files directly in `dir`, sorted, filtered by [`golden_filter`].
 pub fn yaml_files(dir: &Path) -> Vec<PathBuf> {
-    let filter = std::env::var("SVCPROXY_GOLDEN_FILTER").unwrap_or_default();
+    yaml_files_matching(dir, &golden_filter())
+}
+
+/// `*.yaml` files directly in `dir` whose path contains `filter`, sorted.
+pub fn yaml_files_matching(dir: &Path, filter: &str) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
         .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
         .unwrap_or_default();
-    out.retain(|p| p.extension().is_some_and(|e| e == "yaml") && p.to_string_lossy().contains(&filter));
+    out.retain(|p| p.extension().is_some_and(|e| e == "yaml") && p.to_string_lossy().contains(filter));
     out.sort();
     out
 }
 
-/// Sub-directories of `dir` (incremental fixtures), sorted.
+/// Sub-directories of `dir` (incremental fixtures), sorted, filtered by [`golden_filter`].
 pub fn step_dirs(dir: &Path) -> Vec<PathBuf> {
-    let filter = std::env::var("SVCPROXY_GOLDEN_FILTER").unwrap_or_default();
+    step_dirs_matching(dir, &golden_filter())
+}
+
+/// Sub-directories of `dir` but `upstream` whose path contains `filter`, sorted.
+pub fn step_dirs_matching(dir: &Path, filter: &str) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
         .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.is_dir()).collect())
         .unwrap_or_default();
-    out.retain(|p| p.to_string_lossy().contains(&filter) && !p.ends_with("upstream"));
+    out.retain(|p| p.to_string_lossy().contains(filter) && !p.ends_with("upstream"));
+    out.sort();
+    out
+}
+
+/// Every file under `dir`, at any depth, sorted.
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        let entries = std::fs::read_dir(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display()));
+        for p in entries.map(|e| e.unwrap_or_else(|e| panic!("{}: {e}", d.display())).path()) {
+            if p.is_dir() {
+                todo.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
     out.sort();
     out
 }
@@ -55,13 +90,9 @@ pub fn render(path: &Path, flags: Settings) -> (Loaded, Vec<Ruleset>, String) {
     (loaded, rulesets, text)
 }
 
-pub fn blessing() -> bool {
-    let bless = std::env::var("SVCPROXY_BLESS").is_ok_and(|v| v == "1")
-        || std::env::var("SNAPSHOTS").is_ok_and(|v| v == "overwrite");
-    if bless && std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false") {
-        panic!("SVCPROXY_BLESS is refused when CI is set: goldens are blessed by people, not by CI");
-    }
-    bless
+/// A golden's text; a missing or unreadable one is an error that says how to create it.
+pub fn read_golden(golden: &Path) -> Result<String, String> {
+    std::fs::read_to_string(golden).map_err(|e| format!("{}: {e} (run with SVCPROXY_BLESS=1 outside CI to create it)", golden.display()))
 }
 
 /// Compares `actual` with the golden file, or writes it when blessing. Returns a
@@ -72,8 +103,7 @@ pub fn check_golden(golden: &Path, actual: &str) -> Result<(), String> {
         std::fs::write(golden, actual).unwrap();
         return Ok(());
     }
-    let expected = std::fs::read_to_string(golden)
-        .map_err(|_| format!("{}: missing (run with SVCPROXY_BLESS=1 to create it)", golden.display()))?;
+    let expected = read_golden(golden)?;
     if expected == actual {
         return Ok(());
     }

@@ -10,6 +10,7 @@
 mod client;
 pub mod convert;
 mod error;
+#[cfg(any(test, feature = "testing"))]
 mod fake;
 mod kernel;
 pub mod msg;
@@ -24,6 +25,7 @@ mod msg_tests;
 
 pub use client::{BatchReport, Failure, Ipvs};
 pub use error::{Errno, Error};
+#[cfg(any(test, feature = "testing"))]
 pub use fake::FakeIpvs;
 pub use kernel::{Direction, NetlinkIpvs, DEFAULT_WINDOW};
 pub use types::{

@@ -1,25 +1,29 @@
-//! `svcproxy bench`: measurements over generated clusters, printed as tables. The hidden
-//! subcommands feed `scripts/bench` and `scripts/bench-kernel`: kube-proxy's partial
-//! restore after a one-endpoint change, a full restore split by service for iptables-nft,
-//! a one-shot sync with its phases timed, and BENCHMARKS.md's results section.
+//! svcproxy-bench's commands: measurements over generated clusters, printed as tables, and
+//! the generated clusters themselves. The hidden commands feed `scripts/bench` and
+//! `scripts/bench-kernel`: kube-proxy's partial restore after a one-endpoint change, a
+//! full restore split by service for iptables-nft, a one-shot sync with its phases timed,
+//! and BENCHMARKS.md's results section.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::Context as _;
-use clap::{Args, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand, ValueEnum};
 
-use super::EXIT_OK;
-use crate::bench::{self, report, OneEndpoint};
-use crate::config::Mode;
-use crate::iptables::apply::ExecRestorer;
-use crate::iptables::restore;
-use crate::iptables::sync::{self, Timings};
-use crate::pipeline;
+use svcproxy::bench::{self, report, OneEndpoint};
+use svcproxy::cli::{out, render, sync::SyncArgs, EXIT_OK};
+use svcproxy::config::Mode;
+use svcproxy::gen::{self, GenSpec};
+use svcproxy::iptables::apply::ExecRestorer;
+use svcproxy::iptables::sync::{self, Timings};
+use svcproxy::pipeline;
 
-#[derive(Debug, Clone, Args)]
-pub struct BenchArgs {
+const ABOUT: &str = "svcproxy's benchmark tooling: generated clusters, and measurements over them (BENCHMARKS.md)";
+
+#[derive(Debug, Parser)]
+#[command(name = "svcproxy-bench", version, about = ABOUT, long_about = None)]
+pub struct Cli {
     #[command(subcommand)]
     pub what: BenchWhat,
 }
@@ -40,6 +44,19 @@ pub enum Format {
 
 #[derive(Debug, Clone, Subcommand)]
 pub enum BenchWhat {
+    /// Write a deterministic synthetic cluster (YAML) for benchmarks and scale tests
+    #[command(after_help = "Example:\n  svcproxy-bench generate --services 10000 --endpoints 10 > big.yaml")]
+    Generate {
+        /// Number of services
+        #[arg(long, default_value_t = 1000)]
+        services: usize,
+        /// Endpoints per service
+        #[arg(long, default_value_t = 10)]
+        endpoints: usize,
+        /// Random seed (the same seed gives the same cluster)
+        #[arg(long, default_value_t = bench::SEED)]
+        seed: u64,
+    },
     /// Restore input for a one-endpoint change: svcproxy's (watch-mode partial sync, and a
     /// one-shot sync against a kernel holding the cluster) vs kube-proxy's partial sync
     RestoreSize {
@@ -83,7 +100,7 @@ pub enum BenchWhat {
     /// Run a one-shot `svcproxy sync` (same flags) in process and print where the time
     /// went, one `name value` line each: seconds, or lines (for scripts/bench-kernel)
     #[command(hide = true)]
-    Sync(Box<super::sync::SyncArgs>),
+    Sync(Box<SyncArgs>),
     /// Print BENCHMARKS.md's results section from the benchmarks' output (for scripts/bench)
     #[command(hide = true)]
     Report {
@@ -96,16 +113,19 @@ pub enum BenchWhat {
     },
 }
 
-pub fn run(args: &BenchArgs) -> anyhow::Result<ExitCode> {
-    match &args.what {
+pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match &cli.what {
+        BenchWhat::Generate { services, endpoints, seed } => {
+            out(&gen::yaml(&GenSpec { services: *services, endpoints: *endpoints, seed: *seed }))?;
+        }
         BenchWhat::RestoreSize { services, endpoints, format } => {
             if *format == Format::Table {
-                super::out("| services | endpoints | full restore (lines) | kube-proxy partial sync (lines) | svcproxy watch-mode sync (lines) | svcproxy one-shot sync (lines) |\n|---:|---:|---:|---:|---:|---:|\n")?;
+                out("| services | endpoints | full restore (lines) | kube-proxy partial sync (lines) | svcproxy watch-mode sync (lines) | svcproxy one-shot sync (lines) |\n|---:|---:|---:|---:|---:|---:|\n")?;
             }
             for n in services {
                 let r = bench::restore_size(*n, *endpoints).with_context(|| format!("restore sizes at {n} services"))?;
                 let row = [n.to_string(), endpoints.to_string(), r.full.to_string(), r.kube_proxy.to_string(), r.partial.to_string(), r.sync.to_string()];
-                super::out(&match format {
+                out(&match format {
                     Format::Table => format!("| {} |\n", row.join(" | ")),
                     Format::Tsv => format!("{}\n", row.join("\t")),
                 })?;
@@ -121,20 +141,20 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<ExitCode> {
             }
             let add = one.add.clone();
             let changes = one.step(&add);
-            super::out(&one.kube_proxy_partial(&changes))?;
+            out(&one.kube_proxy_partial(&changes))?;
         }
         BenchWhat::SplitRestore { services_per_chunk, dir } => {
             let mut text = String::new();
             std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)?;
-            let chunks = split_by_service(&text, *services_per_chunk)?;
+            let chunks = bench::split_by_service(&text, *services_per_chunk).context("the restore input does not parse")?;
             std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
             for (i, c) in chunks.iter().enumerate() {
                 std::fs::write(dir.join(format!("{i:04}.restore")), c)?;
             }
-            super::out(&format!("{}\n", chunks.len()))?;
+            out(&format!("{}\n", chunks.len()))?;
         }
-        BenchWhat::Sync(sync_args) => super::out(&timed_sync(sync_args)?)?,
-        BenchWhat::Report { criterion, results } => super::out(&report::render(&report::Inputs::read(criterion, results)?))?,
+        BenchWhat::Sync(sync_args) => out(&timed_sync(sync_args)?)?,
+        BenchWhat::Report { criterion, results } => out(&report::render(&report::Inputs::read(criterion, results)?))?,
     }
     Ok(ExitCode::from(EXIT_OK))
 }
@@ -143,12 +163,12 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<ExitCode> {
 /// track), `render` (the rules), then the sync's own phases summed over the families
 /// (`text`: the restore text written and parsed back, `read`: iptables-save, `compute`:
 /// the delta, `restore`: iptables-restore), `total`, and the restore input's size.
-fn timed_sync(args: &super::sync::SyncArgs) -> anyhow::Result<String> {
+fn timed_sync(args: &SyncArgs) -> anyhow::Result<String> {
     anyhow::ensure!(!args.dry_run && !args.watch.watch, "bench sync runs one real sync: no --dry-run, no --watch");
     let start = Instant::now();
     let flags = args.config.settings();
     anyhow::ensure!(flags.nfacct.is_some(), "bench sync needs --nfacct true|false (it does not create nfacct counters)");
-    let loaded = super::render::load_with(&args.config, flags)?;
+    let loaded = render::load_with(&args.config, flags)?;
     anyhow::ensure!(loaded.config.mode == Mode::Iptables, "bench sync measures iptables mode only");
     let load = start.elapsed();
     let t = Instant::now();
@@ -172,44 +192,4 @@ fn timed_sync(args: &super::sync::SyncArgs) -> anyhow::Result<String> {
     let mut out: String = secs.iter().map(|(k, d)| format!("{k} {:.6}\n", d.as_secs_f64())).collect();
     out.push_str(&format!("lines {lines}\nfull_lines {full_lines}\n"));
     Ok(out)
-}
-
-/// What a sync sends for a full restore input (`text`) into an empty kernel on
-/// iptables-nft: the delta against nothing, cut by [`Delta::restore_chunks`] into restores
-/// of at most `per_chunk` services each (the benchmark measures the sync's own chunking).
-///
-/// [`Delta::restore_chunks`]: crate::iptables::delta::Delta::restore_chunks
-pub fn split_by_service(text: &str, per_chunk: usize) -> anyhow::Result<Vec<String>> {
-    let desired = restore::parse(text).context("the restore input does not parse")?;
-    // Against an empty kernel the canonical form only labels the changes; v4 or v6 alike.
-    let delta = crate::iptables::delta::compute(&desired, &restore::Dump::default(), false, &[]);
-    Ok(delta.restore_chunks(per_chunk))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::iptables::apply::Restorer;
-    use crate::iptables::fake::FakeIptables;
-    use crate::iptables::restore::Scope;
-    use crate::net::IpFamily;
-
-    #[test]
-    fn chunks_applied_in_order_leave_the_rules_of_the_single_input() {
-        let one = OneEndpoint::new(60, 3).unwrap();
-        let text = restore::write(&one.ruleset, Scope::Full, &[]);
-        let chunks = split_by_service(&text, 7).unwrap();
-        // nat's new top-level chains declared, the service ports' chains (at least one per
-        // service) 7 services to a chunk, then filter and nat's top-level chains filled.
-        assert!(chunks.len() >= 2 + 60 / 7, "{}", chunks.len());
-        assert!(chunks[0].starts_with("*nat\n") && chunks.last().unwrap().contains("-A KUBE-SERVICES "));
-        let (mut whole, mut split) = (FakeIptables::new(), FakeIptables::new());
-        whole.restore(IpFamily::V4, &text).unwrap();
-        for c in &chunks {
-            split.restore(IpFamily::V4, c).unwrap();
-        }
-        for table in ["filter", "nat"] {
-            assert_eq!(split.save_table(IpFamily::V4, table), whole.save_table(IpFamily::V4, table), "{table}");
-        }
-    }
 }

@@ -1,0 +1,26 @@
+//! `svcproxy-bench`: the benchmark tooling, kept out of the node binary. It writes the
+//! generated clusters every benchmark runs on and measures svcproxy on them; scripts/bench,
+//! scripts/bench-kernel and scripts/bench-canary drive it (BENCHMARKS.md). Built with the
+//! `bench` feature: `cargo build --release --features bench --bin svcproxy-bench`.
+
+mod commands;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use svcproxy::cli::{EXIT_ERROR, EXIT_OK};
+
+fn main() -> ExitCode {
+    match commands::run(commands::Cli::parse()) {
+        Ok(code) => code,
+        Err(err) if is_broken_pipe(&err) => ExitCode::from(EXIT_OK),
+        Err(err) => {
+            eprintln!("svcproxy-bench: error: {err:#}");
+            ExitCode::from(EXIT_ERROR)
+        }
+    }
+}
+
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|e| e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
+}
