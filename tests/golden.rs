@@ -533,6 +533,7 @@ fn nftables_normaliser_matches_kube_proxy_vectors() {
         }
     }
     f.finish("nftables normaliser vectors", n);
+}
 
 /// The expectations any scenario step may have beside it in golden/ (see the module
 /// doc); only our own scenarios also pin `.iptables`.
@@ -560,10 +561,11 @@ fn every_golden_is_read_by_a_test() {
     for base in nftables_steps().into_iter().map(|(_, base)| base) {
         claimed.extend(NFT_EXPECTATIONS.map(|ext| with_ext(&base, ext)));
     }
-    let vectors = golden().join("upstream/sort-iptables-rules");
-    for p in files_under(&vectors).into_iter().filter(|p| p.extension().is_some_and(|e| e == "input")) {
-        claimed.insert(p.with_extension("output"));
-        claimed.insert(p);
+    for vectors in [golden().join("upstream/sort-iptables-rules"), golden().join("upstream-nftables/sort-nftables-transaction")] {
+        for p in files_under(&vectors).into_iter().filter(|p| p.extension().is_some_and(|e| e == "input")) {
+            claimed.insert(p.with_extension("output"));
+            claimed.insert(p);
+        }
     }
     for p in yaml_files_matching(&fixtures().join("lint"), "") {
         claimed.extend(["txt", "json"].map(|ext| golden().join(format!("lint/{}.{ext}", stem(&p)))));

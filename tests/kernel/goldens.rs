@@ -40,7 +40,7 @@ fn fixtures() -> Vec<PathBuf> {
 /// the sync creates the counters, as the golden assumes.
 fn sync_flags(fixture: &Path) -> Result<Vec<String>, String> {
     let state = svcproxy::source::read_path(fixture).map_err(|e| e.to_string())?;
-    let settings = state.fixture.as_ref().map(Settings::from_fixture).transpose().map_err(|e| e.to_string())?.unwrap_or_default();
+    let settings = state.fixture.as_ref().map(Settings::from_fixture).unwrap_or_default();
     Ok(if settings.nfacct == Some(false) { vec!["--nfacct=false".into()] } else { Vec::new() })
 }
 
