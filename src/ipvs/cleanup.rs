@@ -57,10 +57,20 @@ pub fn iptables_plan(live: &Dump) -> (String, Vec<String>) {
     (text, removed)
 }
 
+/// Why the virtual servers could not be cleaned up.
+#[derive(Debug, thiserror::Error)]
+pub enum CleanupError {
+    #[error("cannot read the node's addresses: {0}")]
+    Links(#[from] LinkError),
+    #[error(transparent)]
+    Ipvs(#[from] netlink::Error),
+}
+
 /// Deletes the virtual servers on kube-ipvs0's addresses and on node addresses in the
 /// NodePort range; returns what was (or would be) deleted.
-pub fn virtual_servers(ipvs: &mut dyn Ipvs, links: &mut dyn Links, dry_run: bool) -> Result<Vec<String>, netlink::Error> {
-    let (bound, local) = addresses(links).unwrap_or_default();
+pub fn virtual_servers(ipvs: &mut dyn Ipvs, links: &mut dyn Links, dry_run: bool) -> Result<Vec<String>, CleanupError> {
+    // Without the addresses nothing can be told ours: an error, not an empty cleanup.
+    let (bound, local) = addresses(links)?;
     let ops: Vec<Op> = ipvs
         .services()?
         .into_iter()

@@ -35,6 +35,10 @@ pub enum SyncError {
     Iptables(#[from] RestoreError),
     #[error("cannot parse {what}: {reason}")]
     Parse { what: String, reason: String },
+    #[error("{0} is missing right after it was created")]
+    LinkMissing(&'static str),
+    #[error("cannot write the termination memory {path}: {error}")]
+    GraceFile { path: PathBuf, error: std::io::Error },
     #[error(transparent)]
     Sysctl(#[from] crate::node::sysctl::SysctlError),
 }
@@ -235,10 +239,7 @@ fn apply(k: &mut Kernel, report: &mut Report, opts: &Options) -> Result<(), Sync
     if report.link_missing {
         k.links.add_dummy(DUMMY_LINK)?;
     }
-    let index = k.links.link_index(DUMMY_LINK)?.ok_or_else(|| SyncError::Parse {
-        what: "the link list".into(),
-        reason: format!("{DUMMY_LINK} missing after creation"),
-    })?;
+    let index = k.links.link_index(DUMMY_LINK)?.ok_or(SyncError::LinkMissing(DUMMY_LINK))?;
     let at = |ip: &IpAddr| LinkAddress { index, ip: *ip, prefix: if ip.is_ipv6() { 128 } else { 32 } };
     for ip in &report.changes.bind {
         k.links.add_address(at(ip))?;
@@ -265,7 +266,7 @@ fn apply(k: &mut Kernel, report: &mut Report, opts: &Options) -> Result<(), Sync
         k.links.del_address(at(ip))?;
     }
     kernel_state::write_grace(&opts.grace_file, &report.changes.terminating)
-        .map_err(|e| SyncError::Parse { what: opts.grace_file.display().to_string(), reason: e.to_string() })
+        .map_err(|error| SyncError::GraceFile { path: opts.grace_file.clone(), error })
 }
 
 /// Where the termination memory lives by default.

@@ -37,7 +37,7 @@ pub async fn run_with(
     let mut health = crate::serve::healthcheck::HealthServers::new(health_binds);
     tokio::pin!(shutdown);
     loop {
-        let next = shared.schedule.lock().ok().and_then(|s| s.next());
+        let next = lock_schedule(&shared).next();
         let sleep = async {
             match next {
                 Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
@@ -67,9 +67,7 @@ pub(crate) fn on_message(engine: &mut Engine, shared: &SharedState, msg: SourceM
     let now = Instant::now();
     match msg {
         SourceMsg::Ready => {
-            if let Ok(mut s) = shared.schedule.lock() {
-                s.set_ready(now);
-            }
+            lock_schedule(shared).set_ready(now);
         }
         SourceMsg::Malformed(list) => {
             for e in &list {
@@ -87,9 +85,7 @@ pub(crate) fn on_message(engine: &mut Engine, shared: &SharedState, msg: SourceM
             if let Some(node) = node {
                 if engine.set_node_labels(node.labels) {
                     tracing::info!("this node's labels changed: full re-render");
-                    if let Ok(mut s) = shared.schedule.lock() {
-                        s.force_full(now);
-                    }
+                    lock_schedule(shared).force_full(now);
                 }
             }
         }
@@ -103,9 +99,7 @@ pub(crate) fn on_message(engine: &mut Engine, shared: &SharedState, msg: SourceM
                 shared.metrics.service_changes_pending.set(after.0 as i64);
                 shared.metrics.endpoint_changes_pending.set(after.1 as i64);
                 shared.metrics.last_queued_timestamp.set(unix_now());
-                if let Ok(mut s) = shared.schedule.lock() {
-                    s.changed(now);
-                }
+                lock_schedule(shared).changed(now);
             }
         }
     }
@@ -124,9 +118,12 @@ fn check_canaries(engine: &mut Engine, shared: &SharedState, now: Instant) {
     if !engine.has_canaries() {
         return;
     }
-    match shared.schedule.lock() {
-        Ok(mut s) if s.canary_due(now) => s.canary_checked(now),
-        _ => return,
+    {
+        let mut s = lock_schedule(shared);
+        if !s.canary_due(now) {
+            return;
+        }
+        s.canary_checked(now);
     }
     let lost = tokio::task::block_in_place(|| engine.canary_lost());
     shared.metrics.canary_checks.inc();
@@ -144,19 +141,26 @@ fn check_canaries(engine: &mut Engine, shared: &SharedState, now: Instant) {
     if lost {
         shared.metrics.canary_lost.inc();
     }
-    if let Ok(mut s) = shared.schedule.lock() {
-        s.force_full(now);
-    }
+    lock_schedule(shared).force_full(now);
+}
+
+/// The schedule, even after a thread panicked while holding its lock: its state is a few
+/// instants and flags, and syncing on from it beats stopping without a word (said once;
+/// the poison is cleared).
+fn lock_schedule(shared: &SharedState) -> std::sync::MutexGuard<'_, super::Schedule> {
+    shared.schedule.lock().unwrap_or_else(|poisoned| {
+        tracing::error!("a panic poisoned the sync schedule's lock; syncing on from its last state");
+        shared.schedule.clear_poison();
+        poisoned.into_inner()
+    })
 }
 
 fn sync_once(engine: &mut Engine, shared: &SharedState, started: Instant) {
     let clock = Instant::now();
-    let (kind, queued) = match shared.schedule.lock() {
-        Ok(mut s) => {
-            let queued = s.pending_since();
-            (s.begin(started), queued)
-        }
-        Err(_) => return,
+    let (kind, queued) = {
+        let mut s = lock_schedule(shared);
+        let queued = s.pending_since();
+        (s.begin(started), queued)
     };
     let result = tokio::task::block_in_place(|| engine.sync(kind == Kind::Full));
     let finished = started + clock.elapsed();
@@ -213,9 +217,7 @@ fn sync_once(engine: &mut Engine, shared: &SharedState, started: Instant) {
         }
     };
     m.syncs.get_or_create(&ResultLabel { result: if ok { "success" } else { "error" }.into() }).inc();
-    if let Ok(mut s) = shared.schedule.lock() {
-        s.done(started, finished, kind, ok);
-    }
+    lock_schedule(shared).done(started, finished, kind, ok);
 }
 
 /// Waits for SIGTERM or SIGINT.
@@ -233,3 +235,28 @@ pub async fn signals() {
 }
 
 pub type Shared = Arc<crate::serve::Shared>;
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    use super::lock_schedule;
+    use crate::runner::{Schedule, Timing};
+    use crate::serve::Shared;
+
+    #[test]
+    fn a_poisoned_schedule_lock_is_recovered_and_cleared() {
+        let shared = Arc::new(Shared::new(Schedule::new(Timing::default())));
+        let s2 = shared.clone();
+        let _ = std::thread::spawn(move || {
+            let _guard = s2.schedule.lock().unwrap();
+            panic!("a bug while holding the schedule");
+        })
+        .join();
+        assert!(shared.schedule.is_poisoned());
+        lock_schedule(&shared).set_ready(Instant::now());
+        assert!(!shared.schedule.is_poisoned(), "the poison is cleared once recovered");
+        assert!(lock_schedule(&shared).is_ready(), "the state written after recovery is kept");
+    }
+}
