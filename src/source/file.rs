@@ -119,7 +119,7 @@ pub fn read_path(path: &Path) -> Result<ClusterState, SourceError> {
 /// The files `path` names: itself, or every `*.yaml`, `*.yml` and `*.json` file in the
 /// directory tree under it (depth first, each directory's entries in name order), with a
 /// note saying how many were read and which were skipped and why.
-fn input_files(path: &Path) -> Result<(Vec<PathBuf>, Option<Note>), SourceError> {
+pub(crate) fn input_files(path: &Path) -> Result<(Vec<PathBuf>, Option<Note>), SourceError> {
     if path == Path::new("-") || !path.is_dir() {
         return Ok((vec![path.to_path_buf()], None));
     }

@@ -31,14 +31,11 @@ pub enum SourceMsg {
 
 type Fingerprint = Vec<(PathBuf, u64, Option<SystemTime>)>;
 
+/// Size and modification time of every file a read of `path` takes (a directory: the
+/// same tree the reader walks, subdirectories included), so a change anywhere in it is
+/// seen. A tree that cannot be listed fingerprints as empty; the read then says why.
 fn fingerprint(path: &Path) -> Fingerprint {
-    let mut files: Vec<PathBuf> = if path.is_dir() {
-        std::fs::read_dir(path)
-            .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
-            .unwrap_or_default()
-    } else {
-        vec![path.to_path_buf()]
-    };
+    let mut files: Vec<PathBuf> = super::file::input_files(path).map(|(files, _)| files).unwrap_or_default();
     files.sort();
     files
         .into_iter()
@@ -136,6 +133,22 @@ fn keep_unread(old: &ClusterState, new: &mut ClusterState) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_change_in_a_subdirectory_changes_the_fingerprint() {
+        let dir = std::env::temp_dir().join(format!("svcproxy-fp-{}", std::process::id()));
+        let sub = dir.join("ns1");
+        std::fs::create_dir_all(&sub).unwrap();
+        std::fs::write(dir.join("top.yaml"), "---\n").unwrap();
+        let before = super::fingerprint(&dir);
+        assert_eq!(before.len(), 1);
+        std::fs::write(sub.join("services.json"), "{}").unwrap();
+        let after = super::fingerprint(&dir);
+        assert_eq!(after.len(), 2, "a new file in a subdirectory is part of the tree: {after:?}");
+        std::fs::write(sub.join("services.json"), "{\"kind\": \"List\"}").unwrap();
+        assert_ne!(super::fingerprint(&dir), after, "an edit in a subdirectory is seen");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     use std::path::PathBuf;
 
     use super::*;
