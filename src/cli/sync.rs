@@ -1,6 +1,7 @@
 //! `svcproxy sync`: program this node's iptables from a cluster state, once; with
 //! `--dry-run`, show what would change and exit 1 if anything would.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
@@ -10,8 +11,13 @@ use super::render::load_with;
 use super::{ConfigFlags, EXIT_CHANGES, EXIT_OK};
 use crate::config::Mode;
 use crate::iptables::apply::{detect_backend, Backend, ExecRestorer};
-use crate::iptables::{conntrack, delta, nfacct, sync};
-use crate::pipeline;
+use crate::iptables::conntrack::ExecConntrack;
+use crate::iptables::proxier::Reconciled;
+use crate::iptables::sync::SyncReport;
+use crate::iptables::{delta, nfacct};
+use crate::net::IpFamily;
+use crate::node::sysctl::Change;
+use crate::runner::engine::{Engine, Pass, Proxier, SyncFailure};
 
 pub const EXAMPLES: &str = "\
 Examples:
@@ -91,80 +97,111 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
     let loaded = load_with(&args.config, flags)?;
     refuse_unsynced_mode(loaded.config.mode)?;
     let backend = args.iptables_backend.resolve();
-    if loaded.config.mode == Mode::Ipvs {
-        let restorer = ExecRestorer { backend, lock_wait_secs: args.iptables_lock_wait };
-        let report = crate::ipvs::proxier::Proxier::on_node(Box::new(restorer))
-            .and_then(|mut p| p.sync(&loaded.config, &loaded.trackers, args.dry_run))
-            .context("IPVS sync failed")?;
-        if args.dry_run {
-            super::out(&report.diff_text())?;
-            return Ok(ExitCode::from(if report.is_empty() { EXIT_OK } else { EXIT_CHANGES }));
-        }
-        let t = report.timings;
-        eprintln!(
-            "svcproxy: ipvs: {} IPVS op(s), {} address(es) bound, {} unbound, {} ipset change(s), {} real server(s) draining (read {:.3} s, plan {:.3} s, apply {:.3} s)",
-            report.changes.ops.len(),
-            report.changes.bind.len(),
-            report.changes.unbind.len(),
-            report.ipsets.add.len() + report.ipsets.del.len() + report.ipsets.create.len(),
-            report.terminating,
-            t.read.as_secs_f64(),
-            t.plan.as_secs_f64(),
-            t.apply.as_secs_f64(),
-        );
-        return Ok(ExitCode::from(EXIT_OK));
+    match loaded.config.mode {
+        Mode::Ipvs => sync_ipvs(args, loaded, backend),
+        _ => sync_iptables(args, loaded, backend),
     }
-    let mut restorer = ExecRestorer { backend, lock_wait_secs: args.iptables_lock_wait };
-    // The sysctls the rules need (route_localnet for NodePorts on 127.0.0.1), as kube-proxy
-    // sets them; a dry run lists them with the rules.
-    let proc_sys = std::path::Path::new("/proc/sys");
-    let sysctls = crate::node::sysctl::changes(proc_sys, &crate::node::sysctl::iptables(&loaded.config));
-    let mut pending = !sysctls.is_empty();
+}
+
+/// IPVS mode, once.
+fn sync_ipvs(args: &SyncArgs, loaded: crate::pipeline::Loaded, backend: Backend) -> anyhow::Result<ExitCode> {
+    let restorer = ExecRestorer { backend, lock_wait_secs: args.iptables_lock_wait };
+    let report = crate::ipvs::proxier::Proxier::on_node(Box::new(restorer))
+        .and_then(|mut p| p.sync(&loaded.config, &loaded.trackers, args.dry_run))
+        .context("IPVS sync failed")?;
     if args.dry_run {
-        if args.output == DryRunOutput::Diff && !sysctls.is_empty() {
-            let mut text = String::from("# sysctl\n");
-            for c in &sysctls {
-                text.push_str(&format!("{}: {:?} -> {} ({})\n", c.path, c.current, c.wanted, c.why));
-            }
-            super::out(&text)?;
-        }
-    } else {
-        crate::node::sysctl::apply(proc_sys, &sysctls)?;
+        super::out(&report.diff_text())?;
+        return Ok(ExitCode::from(if report.is_empty() { EXIT_OK } else { EXIT_CHANGES }));
     }
-    for rs in pipeline::render_iptables(&loaded) {
-        let family = rs.ctx.family;
-        let report = sync::sync(&mut restorer, &rs, args.dry_run)
-            .with_context(|| format!("{family} sync with iptables-{} failed; the rules in place were left as they were", backend.name()))?;
-        pending |= !report.delta.is_empty();
+    let t = report.timings;
+    eprintln!(
+        "svcproxy: ipvs: {} IPVS op(s), {} address(es) bound, {} unbound, {} ipset change(s), {} real server(s) draining (read {:.3} s, plan {:.3} s, apply {:.3} s)",
+        report.changes.ops.len(),
+        report.changes.bind.len(),
+        report.changes.unbind.len(),
+        report.ipsets.add.len() + report.ipsets.del.len() + report.ipsets.create.len(),
+        report.terminating,
+        t.read.as_secs_f64(),
+        t.plan.as_secs_f64(),
+        t.apply.as_secs_f64(),
+    );
+    Ok(ExitCode::from(EXIT_OK))
+}
+
+/// iptables mode, once: the engine's first (full) sync, or a dry run of it.
+fn sync_iptables(args: &SyncArgs, loaded: crate::pipeline::Loaded, backend: Backend) -> anyhow::Result<ExitCode> {
+    let restorer = Box::new(ExecRestorer { backend, lock_wait_secs: args.iptables_lock_wait });
+    // Built as watch mode builds it; the engine also sets (or, for a dry run, lists) the
+    // sysctls the rules need (route_localnet for NodePorts on 127.0.0.1), as kube-proxy does.
+    let mut engine = Engine::iptables(loaded.config, loaded.trackers, restorer, Box::new(ExecConntrack)).without_canaries();
+    engine.sysctl_root = Some(PathBuf::from("/proc/sys"));
+    let pass = if args.dry_run { Pass::DryRun } else { Pass::Apply };
+    let outcome = match engine.sync_as(true, pass) {
+        Ok(outcome) => outcome,
+        Err(SyncFailure::Iptables(mut failure)) => {
+            // What the families before the failed one did is shown, then the error.
+            let done = std::mem::take(&mut failure.failed.done);
+            print_iptables(args, backend, &failure.sysctls, &done, &reconciled(&engine))?;
+            let family = failure.failed.family;
+            return Err(anyhow::Error::new(*failure).context(format!(
+                "{family} sync with iptables-{} failed; the rules in place were left as they were",
+                backend.name()
+            )));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let pending = print_iptables(args, backend, &outcome.sysctls, &outcome.iptables, &outcome.reconciled)?;
+    if args.dry_run && pending {
+        return Ok(ExitCode::from(EXIT_CHANGES));
+    }
+    Ok(ExitCode::from(EXIT_OK))
+}
+
+/// The stale-flow cleanups of the engine's last sync.
+fn reconciled(engine: &Engine) -> Vec<Reconciled> {
+    match &engine.proxier {
+        Proxier::Iptables(p) => p.reconciled.clone(),
+        Proxier::Ipvs(_) => Vec::new(),
+    }
+}
+
+/// Prints an iptables-mode sync: for a dry run the sysctls and each family's delta (as
+/// `--output` asks), else per family a cleanup warning if any and a summary line. Returns
+/// whether anything differed.
+fn print_iptables(args: &SyncArgs, backend: Backend, sysctls: &[Change], reports: &[(IpFamily, SyncReport)], reconciled: &[Reconciled]) -> anyhow::Result<bool> {
+    if args.dry_run && args.output == DryRunOutput::Diff && !sysctls.is_empty() {
+        let mut text = String::from("# sysctl\n");
+        for c in sysctls {
+            text.push_str(&format!("{}: {:?} -> {} ({})\n", c.path, c.current, c.wanted, c.why));
+        }
+        super::out(&text)?;
+    }
+    for (family, report) in reports {
+        let family = *family;
         if args.dry_run {
             match args.output {
                 DryRunOutput::Diff => super::out(&delta::dry_run_diff(&report.delta, &family.to_string()))?,
                 DryRunOutput::Restore => super::out(&report.delta.restore_text())?,
             }
-        } else {
-            if !report.flushes.is_empty() {
-                if let Err(e) = conntrack::flush(&report.flushes, family.is_v6()) {
-                    eprintln!("svcproxy: warning: stale UDP/SCTP conntrack entries not cleared: {e}");
-                }
-            }
-            let t = report.timings;
-            eprintln!(
-                "svcproxy: {family} ({}): {} chain(s) changed, {} restore line(s) sent (full ruleset: {} lines; render {:.3} s, read {:.3} s, compute {:.3} s, restore {:.3} s)",
-                backend.name(),
-                report.delta.changes.len(),
-                report.delta.restore_lines(),
-                report.full_lines,
-                t.render.as_secs_f64(),
-                t.read.as_secs_f64(),
-                t.compute.as_secs_f64(),
-                t.restore.as_secs_f64(),
-            );
+            continue;
         }
+        if let Some(e) = reconciled.iter().find(|r| r.family == family).and_then(|r| r.error.as_ref()) {
+            eprintln!("svcproxy: warning: stale UDP/SCTP conntrack entries not cleared: {e}");
+        }
+        let t = report.timings;
+        eprintln!(
+            "svcproxy: {family} ({}): {} chain(s) changed, {} restore line(s) sent (full ruleset: {} lines; render {:.3} s, read {:.3} s, compute {:.3} s, restore {:.3} s)",
+            backend.name(),
+            report.delta.changes.len(),
+            report.delta.restore_lines(),
+            report.full_lines,
+            t.render.as_secs_f64(),
+            t.read.as_secs_f64(),
+            t.compute.as_secs_f64(),
+            t.restore.as_secs_f64(),
+        );
     }
-    if args.dry_run && pending {
-        return Ok(ExitCode::from(EXIT_CHANGES));
-    }
-    Ok(ExitCode::from(EXIT_OK))
+    Ok(!sysctls.is_empty() || reports.iter().any(|(_, r)| !r.delta.is_empty()))
 }
 
 /// nftables mode is rendered (`svcproxy render --mode nftables`) but not synced yet: a sync

@@ -11,6 +11,10 @@
 //! Stale UDP/SCTP conntrack entries are cleared after either. A full sync also ensures
 //! the canaries ([`super::canary`]), which the loop checks between syncs to learn, cheaply,
 //! that the kernel lost rules and the next sync must be full.
+//!
+//! A one-shot `svcproxy sync` is this proxier's first (full) sync: [`Pass::DryRun`] computes
+//! the same delta and sends nothing, and a proxier built [`Proxier::without_canaries`]
+//! leaves no canary behind (no loop will check it).
 
 use std::time::Instant;
 
@@ -24,12 +28,46 @@ use crate::config::Config;
 use crate::track::{Changes, Trackers};
 
 /// One family's stale-flow cleanup in a sync (kube-proxy's conntrack reconciler).
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Reconciled {
     pub family: crate::net::IpFamily,
     pub seconds: f64,
     /// Flow entries deleted (`None`: the cleanup failed).
     pub deleted: Option<usize>,
+    /// Why the cleanup failed (the `conntrack` tool's message).
+    pub error: Option<String>,
+}
+
+/// Whether a sync sends what it computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pass {
+    /// Bring the kernel up to date (and clear stale flows).
+    Apply,
+    /// Compare everything with the kernel and change nothing: no restore, no canary, no
+    /// conntrack flush; the kernel is not trusted to hold the rulesets afterwards.
+    DryRun,
+}
+
+/// A family's sync failed; `done` holds the reports of the families synced before it.
+#[derive(Debug)]
+pub struct Failed {
+    pub family: crate::net::IpFamily,
+    pub error: SyncError,
+    pub done: Vec<(crate::net::IpFamily, SyncReport)>,
+}
+
+// Shown as the error itself (as `#[error(transparent)]` would), so a message reads the same
+// whether or not the family is attached.
+impl std::fmt::Display for Failed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl std::error::Error for Failed {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        std::error::Error::source(&self.error)
+    }
 }
 
 pub struct Proxier {
@@ -38,6 +76,9 @@ pub struct Proxier {
     pub reconciled: Vec<Reconciled>,
     /// Per family: the kernel holds `rulesets[i]` (set by a successful sync).
     in_sync: Vec<bool>,
+    /// Whether full syncs ensure the canaries (watch mode; a one-shot sync has no loop to
+    /// check them).
+    canaries: bool,
     restorer: Box<dyn Restorer + Send>,
     conntrack: Box<dyn Conntrack>,
 }
@@ -46,7 +87,12 @@ impl Proxier {
     pub fn new(config: &Config, trackers: &Trackers, restorer: Box<dyn Restorer + Send>, conntrack: Box<dyn Conntrack>) -> Self {
         let rulesets = render_all(config, trackers);
         let in_sync = vec![false; rulesets.len()];
-        Proxier { rulesets, reconciled: Vec::new(), in_sync, restorer, conntrack }
+        Proxier { rulesets, reconciled: Vec::new(), in_sync, canaries: true, restorer, conntrack }
+    }
+
+    /// The same proxier, leaving the canaries alone (a one-shot sync).
+    pub fn without_canaries(self) -> Self {
+        Proxier { canaries: false, ..self }
     }
 
     /// Renders everything again (the configuration changed, e.g. this node's zone); the
@@ -59,6 +105,15 @@ impl Proxier {
     /// Brings the rulesets up to date with a commit (`changes`, per family) and the kernel
     /// up to date with them: incrementally unless `full` or the kernel's state is unknown.
     pub fn sync(&mut self, trackers: &Trackers, changes: &[Changes], full: bool) -> Result<Vec<SyncReport>, SyncError> {
+        match self.sync_as(trackers, changes, full, Pass::Apply) {
+            Ok(reports) => Ok(reports.into_iter().map(|(_, r)| r).collect()),
+            Err(failed) => Err(failed.error),
+        }
+    }
+
+    /// [`Proxier::sync`], each report with its family; a [`Pass::DryRun`] compares every
+    /// family with the kernel and sends nothing. A failure keeps the earlier families' reports.
+    pub fn sync_as(&mut self, trackers: &Trackers, changes: &[Changes], full: bool, pass: Pass) -> Result<Vec<(crate::net::IpFamily, SyncReport)>, Failed> {
         let mut befores = Vec::with_capacity(self.rulesets.len());
         for ((rs, t), ch) in self.rulesets.iter_mut().zip(&trackers.families).zip(changes) {
             befores.push(Before::take(rs, &ch.services));
@@ -67,36 +122,53 @@ impl Proxier {
         }
         // Every ruleset has moved on: until its family's sync succeeds, the kernel is not
         // known to hold it (a failure part-way leaves the later families unsynced too).
-        let trusted: Vec<bool> = self.in_sync.iter().map(|s| !full && *s).collect();
+        let trusted: Vec<bool> = self.in_sync.iter().map(|s| !full && pass == Pass::Apply && *s).collect();
         self.in_sync.iter_mut().for_each(|s| *s = false);
         let mut reports = Vec::with_capacity(self.rulesets.len());
         self.reconciled.clear();
         for (i, before) in befores.iter().enumerate() {
-            let report = match trusted[i].then(|| incremental::delta(before, &self.rulesets[i])).flatten() {
-                Some(partial) => self.send(i, partial)?,
-                None => {
-                    let report = sync::sync(self.restorer.as_mut(), &self.rulesets[i], false)?;
-                    let created = canary::ensure(self.restorer.as_mut(), self.rulesets[i].ctx.family)?;
-                    if !created.is_empty() {
-                        tracing::debug!(family = ?self.rulesets[i].ctx.family, tables = ?created, "canaries created");
-                    }
-                    report
-                }
+            let family = self.rulesets[i].ctx.family;
+            let report = match self.sync_family(i, before, trusted[i], pass) {
+                Ok(report) => report,
+                Err(error) => return Err(Failed { family, error, done: reports }),
             };
-            self.in_sync[i] = true;
-            if !report.flushes.is_empty() {
-                let v6 = self.rulesets[i].ctx.is_v6();
-                let started = Instant::now();
-                let result = self.conntrack.flush(&report.flushes, v6);
-                let seconds = started.elapsed().as_secs_f64();
-                if let Err(e) = &result {
-                    tracing::warn!(error = %e, "stale UDP/SCTP conntrack entries not cleared");
+            if pass == Pass::Apply {
+                self.in_sync[i] = true;
+                if !report.flushes.is_empty() {
+                    self.clear_stale(i, &report.flushes);
                 }
-                self.reconciled.push(Reconciled { family: self.rulesets[i].ctx.family, seconds, deleted: result.ok() });
             }
-            reports.push(report);
+            reports.push((family, report));
         }
         Ok(reports)
+    }
+
+    /// One family: the incremental delta when the kernel is trusted, else the full comparison.
+    fn sync_family(&mut self, i: usize, before: &Before, trusted: bool, pass: Pass) -> Result<SyncReport, SyncError> {
+        if let Some(partial) = trusted.then(|| incremental::delta(before, &self.rulesets[i])).flatten() {
+            return self.send(i, partial);
+        }
+        let report = sync::sync(self.restorer.as_mut(), &self.rulesets[i], pass == Pass::DryRun)?;
+        if pass == Pass::Apply && self.canaries {
+            let created = canary::ensure(self.restorer.as_mut(), self.rulesets[i].ctx.family)?;
+            if !created.is_empty() {
+                tracing::debug!(family = ?self.rulesets[i].ctx.family, tables = ?created, "canaries created");
+            }
+        }
+        Ok(report)
+    }
+
+    /// Clears one family's stale UDP/SCTP flows and records how that went.
+    fn clear_stale(&mut self, i: usize, flushes: &[super::conntrack::Flush]) {
+        let v6 = self.rulesets[i].ctx.is_v6();
+        let started = Instant::now();
+        let result = self.conntrack.flush(flushes, v6);
+        let seconds = started.elapsed().as_secs_f64();
+        if let Err(e) = &result {
+            tracing::warn!(error = %e, "stale UDP/SCTP conntrack entries not cleared");
+        }
+        let family = self.rulesets[i].ctx.family;
+        self.reconciled.push(Reconciled { family, seconds, deleted: result.as_ref().ok().copied(), error: result.err() });
     }
 
     fn send(&mut self, i: usize, partial: incremental::Partial) -> Result<SyncReport, SyncError> {

@@ -1,9 +1,11 @@
-//! The watch loop's state: the trackers and the proxier that keeps the kernel in step
-//! with them (iptables or IPVS mode). Synchronous; the loop in [`super::watch`] owns it.
+//! The trackers and the proxier that keeps the kernel in step with them (iptables or IPVS
+//! mode). Synchronous. The loop in [`super::watch`] owns one; a one-shot `svcproxy sync`
+//! builds one the same way and runs its first (full) sync, or a [`Pass::DryRun`] of it.
 
 use crate::config::Config;
 use crate::iptables::apply::Restorer;
 use crate::iptables::conntrack::Conntrack;
+pub use crate::iptables::proxier::Pass;
 use crate::track::{Event, Trackers};
 
 /// The mode's stateful half: what it keeps between syncs and the kernel it owns.
@@ -15,15 +17,36 @@ pub enum Proxier {
 #[derive(Debug, thiserror::Error)]
 pub enum SyncFailure {
     #[error(transparent)]
-    Iptables(#[from] crate::iptables::sync::SyncError),
+    Iptables(Box<IptablesFailure>),
     #[error(transparent)]
     Ipvs(#[from] crate::ipvs::sync::SyncError),
     #[error(transparent)]
     Sysctl(#[from] crate::node::sysctl::SysctlError),
 }
 
+/// An iptables-mode sync failed in one family; what was done before, for the one-shot report.
+#[derive(Debug)]
+pub struct IptablesFailure {
+    pub failed: crate::iptables::proxier::Failed,
+    /// The sysctls found differing before the rules were synced (set, or for a dry run not).
+    pub sysctls: Vec<crate::node::sysctl::Change>,
+}
+
+// Shown as the failed family's error itself, as `#[error(transparent)]` would show it.
+impl std::fmt::Display for IptablesFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.failed.fmt(f)
+    }
+}
+
+impl std::error::Error for IptablesFailure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        std::error::Error::source(&self.failed)
+    }
+}
+
 /// What one sync did, for the logs and metrics.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default)]
 pub struct Outcome {
     /// iptables-restore lines sent (both modes write iptables).
     pub restore_lines: usize,
@@ -35,6 +58,12 @@ pub struct Outcome {
     pub trigger_times: Vec<std::time::SystemTime>,
     /// Stale conntrack flows cleared, per family (iptables mode).
     pub reconciled: Vec<crate::iptables::proxier::Reconciled>,
+    /// The sysctls a full sync found differing (set them, or, for a dry run, would).
+    pub sysctls: Vec<crate::node::sysctl::Change>,
+    /// Per family, what the iptables sync found and did (iptables mode).
+    pub iptables: Vec<(crate::net::IpFamily, crate::iptables::sync::SyncReport)>,
+    /// What the IPVS sync found and did (IPVS mode).
+    pub ipvs: Option<Box<crate::ipvs::sync::Report>>,
 }
 
 /// The trackers and the proxier that keeps the kernel in step with them.
@@ -61,6 +90,15 @@ impl Engine {
     /// IPVS mode.
     pub fn ipvs(config: Config, trackers: Trackers, proxier: crate::ipvs::proxier::Proxier) -> Self {
         Engine::new(config, trackers, Proxier::Ipvs(Box::new(proxier)))
+    }
+
+    /// The same engine, leaving the canaries alone (a one-shot sync: no loop will check them).
+    pub fn without_canaries(self) -> Self {
+        let proxier = match self.proxier {
+            Proxier::Iptables(p) => Proxier::Iptables(p.without_canaries()),
+            other => other,
+        };
+        Engine { proxier, ..self }
     }
 
     fn new(config: Config, trackers: Trackers, proxier: Proxier) -> Self {
@@ -98,32 +136,53 @@ impl Engine {
     /// Commits the trackers and brings the kernel up to date: a `full` sync compares
     /// everything with the kernel; otherwise only what changed is sent (iptables mode).
     pub fn sync(&mut self, full: bool) -> Result<Outcome, SyncFailure> {
+        self.sync_as(full, Pass::Apply)
+    }
+
+    /// [`Engine::sync`], or with [`Pass::DryRun`] a full comparison that changes nothing
+    /// (the proxier decides what is sent; a one-shot `--dry-run` only prints the outcome).
+    pub fn sync_as(&mut self, full: bool, pass: Pass) -> Result<Outcome, SyncFailure> {
         let changes = self.trackers.commit();
         self.update_no_local(&changes.iter().flat_map(|c| c.services.iter().cloned()).collect());
         let trigger_times: Vec<std::time::SystemTime> = changes.iter().flat_map(|c| c.trigger_times.iter().copied()).collect();
-        let outcome = self.sync_changes(&changes, full)?;
+        let full = full || pass == Pass::DryRun;
+        let outcome = self.sync_changes(&changes, full, pass)?;
         Ok(Outcome { trigger_times, ..outcome })
     }
 
-    fn sync_changes(&mut self, changes: &[crate::track::Changes], full: bool) -> Result<Outcome, SyncFailure> {
+    fn sync_changes(&mut self, changes: &[crate::track::Changes], full: bool, pass: Pass) -> Result<Outcome, SyncFailure> {
         match &mut self.proxier {
             Proxier::Iptables(p) => {
                 // A full sync re-asserts the sysctls the rules need (someone may have reset
                 // them), as it re-asserts the rules; IPVS mode checks its own every sync.
-                if let (true, Some(root)) = (full, &self.sysctl_root) {
-                    crate::node::sysctl::ensure(root, &crate::node::sysctl::iptables(&self.config))?;
-                }
-                let reports = p.sync(&self.trackers, changes, full)?;
-                let restore_lines = reports.iter().map(|r| r.delta.restore_lines()).sum();
-                Ok(Outcome { restore_lines, ipvs_ops: 0, rules: Some(p.rule_counts()), trigger_times: Vec::new(), reconciled: p.reconciled.clone() })
+                let sysctls = match (full, &self.sysctl_root) {
+                    (true, Some(root)) => iptables_sysctls(root, &self.config, pass)?,
+                    _ => Vec::new(),
+                };
+                let reports = p
+                    .sync_as(&self.trackers, changes, full, pass)
+                    .map_err(|failed| SyncFailure::Iptables(Box::new(IptablesFailure { failed, sysctls: sysctls.clone() })))?;
+                let restore_lines = reports.iter().map(|(_, r)| r.delta.restore_lines()).sum();
+                let rules = Some(p.rule_counts());
+                Ok(Outcome { restore_lines, rules, reconciled: p.reconciled.clone(), sysctls, iptables: reports, ..Outcome::default() })
             }
             Proxier::Ipvs(p) => {
-                let r = p.sync(&self.config, &self.trackers, false)?;
+                let r = p.sync(&self.config, &self.trackers, pass == Pass::DryRun)?;
                 let restore_lines = r.iptables.iter().map(|(_, d)| d.restore_lines()).sum();
-                Ok(Outcome { restore_lines, ipvs_ops: r.changes.ops.len(), rules: None, ..Outcome::default() })
+                Ok(Outcome { restore_lines, ipvs_ops: r.changes.ops.len(), ipvs: Some(Box::new(r)), ..Outcome::default() })
             }
         }
     }
+}
+
+/// iptables mode's sysctls that differ under `root`: set (and returned), or for a dry run
+/// only returned.
+fn iptables_sysctls(root: &std::path::Path, config: &Config, pass: Pass) -> Result<Vec<crate::node::sysctl::Change>, SyncFailure> {
+    let wanted = crate::node::sysctl::iptables(config);
+    Ok(match pass {
+        Pass::Apply => crate::node::sysctl::ensure(root, &wanted)?,
+        Pass::DryRun => crate::node::sysctl::changes(root, &wanted),
+    })
 }
 
 impl Engine {

@@ -1,6 +1,6 @@
 //! The runner: when to sync (a pure schedule), the engine (the trackers and the mode's
-//! proxier) and the watch loop that owns it. A one-shot sync is `svcproxy sync`
-//! (`cli::sync`), which does not use the runner.
+//! proxier) and the watch loop that owns it. A one-shot `svcproxy sync` (`cli::sync`) is
+//! the engine's first (full) sync, without the loop.
 
 pub mod engine;
 pub mod schedule;

@@ -413,3 +413,81 @@ fn a_full_sync_sets_the_last_rule_counts_and_a_cleared_flow_feeds_the_reconciler
     assert!(deleted > 0, "the recorder reports each flush as deleted");
     assert_eq!(gauge(&l, "kubeproxy_sync_proxy_rules_iptables_last{table=\"nat\"}"), Some(nat.to_string()), "a partial sync leaves the full sync's count");
 }
+
+/// What a fake kernel holds in a table, as `iptables-save` prints it.
+fn saved(kernel: &SharedFake, family: crate::net::IpFamily, table: &str) -> String {
+    kernel.lock().unwrap().save_table(family, table)
+}
+
+#[test]
+fn a_dry_run_compares_every_family_with_the_kernel_and_sends_nothing() {
+    let (mut engine, kernel, conntrack) = iptables_engine(demo_state());
+    // Asked for a partial sync, a dry run still compares everything with the kernel.
+    let outcome = engine.sync_as(false, Pass::DryRun).unwrap();
+    let families: Vec<_> = outcome.iptables.iter().map(|(f, _)| *f).collect();
+    assert_eq!(families, [crate::net::IpFamily::V4, crate::net::IpFamily::V6]);
+    assert!(outcome.iptables.iter().all(|(_, r)| !r.delta.is_empty() && !r.applied), "an empty kernel differs in every family");
+    let seen = calls(&kernel);
+    assert!(seen.iter().any(|c| c.0 == "save") && seen.iter().all(|c| c.0 == "save"), "read only: {seen:?}");
+    assert!(!saved(&kernel, crate::net::IpFamily::V4, "nat").contains("KUBE-SERVICES"), "no rule reached the kernel");
+    assert!(conntrack.flushed.lock().unwrap().is_empty());
+
+    // Nothing was sent, so the kernel is not trusted: the next sync reads it and applies.
+    let applied = engine.sync(false).unwrap();
+    assert!(calls(&kernel).iter().any(|c| c.0 == "save"));
+    assert_eq!(applied.iptables.iter().map(|(_, r)| r.delta.restore_lines()).collect::<Vec<_>>(),
+        outcome.iptables.iter().map(|(_, r)| r.delta.restore_lines()).collect::<Vec<_>>(), "the dry run showed what the sync sent");
+    assert_eq!(drift(&engine, &kernel), 0);
+    assert!(engine.sync_as(true, Pass::DryRun).unwrap().iptables.iter().all(|(_, r)| r.delta.is_empty()));
+}
+
+#[test]
+fn a_dry_run_finds_stale_flows_but_clears_none() {
+    let state = demo_state();
+    let mut dns = slice(&state, "kube-system", "kube-dns");
+    let (mut engine, _, conntrack) = iptables_engine(state);
+    engine.sync(true).unwrap();
+    dns.endpoints.remove(0);
+    engine.apply(&[Event::SliceApplied(Arc::new(dns))]);
+    let outcome = engine.sync_as(false, Pass::DryRun).unwrap();
+    assert!(outcome.iptables.iter().any(|(_, r)| !r.flushes.is_empty()), "{outcome:?}");
+    assert!(conntrack.flushed.lock().unwrap().is_empty());
+    assert!(outcome.reconciled.is_empty());
+}
+
+#[test]
+fn a_one_shot_engine_leaves_no_canary_behind_and_a_watch_engine_does() {
+    let (engine, kernel, _) = iptables_engine(demo_state());
+    let mut one_shot = engine.without_canaries();
+    one_shot.sync(true).unwrap();
+    assert!(!saved(&kernel, crate::net::IpFamily::V4, "nat").contains("KUBE-PROXY-CANARY"));
+    assert!(saved(&kernel, crate::net::IpFamily::V4, "nat").contains("KUBE-SERVICES"));
+
+    let (mut watch, kernel, _) = iptables_engine(demo_state());
+    watch.sync(true).unwrap();
+    assert!(saved(&kernel, crate::net::IpFamily::V4, "nat").contains("KUBE-PROXY-CANARY"));
+}
+
+#[test]
+fn a_failure_in_a_later_family_keeps_the_earlier_families_reports_and_sysctls() {
+    let (mut engine, kernel, _) = iptables_engine(demo_state());
+    engine.sync(true).unwrap();
+    let root = std::env::temp_dir().join(format!("svcproxy-engine-failure-{}", std::process::id()));
+    let f = root.join("net/ipv4/conf/all/route_localnet");
+    std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+    std::fs::write(&f, "0\n").unwrap();
+    engine.sysctl_root = Some(root.clone());
+    {
+        let mut k = kernel.lock().unwrap();
+        k.flush_table(crate::net::IpFamily::V6, "nat");
+        k.fail_next = Some("line 2 failed".into());
+    }
+    let Err(SyncFailure::Iptables(failure)) = engine.sync(true) else { panic!("the IPv6 restore fails") };
+    let _ = std::fs::remove_dir_all(&root);
+    assert_eq!(failure.failed.family, crate::net::IpFamily::V6);
+    assert_eq!(failure.failed.done.len(), 1);
+    assert_eq!(failure.failed.done[0].0, crate::net::IpFamily::V4);
+    assert!(failure.failed.done[0].1.delta.is_empty(), "IPv4 was in sync");
+    assert_eq!(failure.sysctls.iter().map(|c| c.path.as_str()).collect::<Vec<_>>(), ["net/ipv4/conf/all/route_localnet"]);
+    assert_eq!(failure.to_string(), failure.failed.error.to_string(), "shown as the family's error itself");
+}
