@@ -17,7 +17,7 @@ use crate::iptables::sync::SyncReport;
 use crate::iptables::{delta, nfacct};
 use crate::net::IpFamily;
 use crate::node::sysctl::Change;
-use crate::runner::engine::{Engine, Pass, Proxier, SyncFailure};
+use crate::runner::engine::{Detail, Engine, Pass, Proxier, SyncFailure};
 
 pub const EXAMPLES: &str = "\
 Examples:
@@ -97,21 +97,45 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
     let loaded = load_with(&args.config, flags)?;
     refuse_unsynced_mode(loaded.config.mode)?;
     let backend = args.iptables_backend.resolve();
-    match loaded.config.mode {
-        Mode::Ipvs => sync_ipvs(args, loaded, backend),
-        _ => sync_iptables(args, loaded, backend),
-    }
+    // The engine watch mode runs, built the same way; the one-shot sync is its first (full)
+    // sync, or a dry run of it. The engine also sets (or lists) the sysctls the rules need.
+    let restorer = Box::new(ExecRestorer { backend, lock_wait_secs: args.iptables_lock_wait });
+    let mut engine = match loaded.config.mode {
+        Mode::Ipvs => {
+            let proxier = crate::ipvs::proxier::Proxier::on_node(restorer).context("IPVS sync failed")?;
+            Engine::ipvs(loaded.config, loaded.trackers, proxier)
+        }
+        _ => Engine::iptables(loaded.config, loaded.trackers, restorer, Box::new(ExecConntrack)).without_canaries(),
+    };
+    engine.sysctl_root = Some(PathBuf::from("/proc/sys"));
+    let pass = if args.dry_run { Pass::DryRun } else { Pass::Apply };
+    let pending = match engine.sync_as(true, pass) {
+        Ok(outcome) => match &outcome.detail {
+            Detail::Iptables(reports) => print_iptables(args, backend, &outcome.sysctls, reports, &outcome.reconciled)?,
+            Detail::Ipvs(report) => print_ipvs(args, report)?,
+        },
+        Err(SyncFailure::Iptables(mut failure)) => {
+            // What the families before the failed one did is shown, then the error.
+            let done = std::mem::take(&mut failure.failed.done);
+            print_iptables(args, backend, &failure.sysctls, &done, &reconciled(&engine))?;
+            let family = failure.failed.family;
+            return Err(anyhow::Error::new(*failure).context(format!(
+                "{family} sync with iptables-{} failed; the rules in place were left as they were",
+                backend.name()
+            )));
+        }
+        Err(e @ SyncFailure::Ipvs(_)) => return Err(anyhow::Error::new(e).context("IPVS sync failed")),
+        Err(e) => return Err(e.into()),
+    };
+    Ok(ExitCode::from(if args.dry_run && pending { EXIT_CHANGES } else { EXIT_OK }))
 }
 
-/// IPVS mode, once.
-fn sync_ipvs(args: &SyncArgs, loaded: crate::pipeline::Loaded, backend: Backend) -> anyhow::Result<ExitCode> {
-    let restorer = ExecRestorer { backend, lock_wait_secs: args.iptables_lock_wait };
-    let report = crate::ipvs::proxier::Proxier::on_node(Box::new(restorer))
-        .and_then(|mut p| p.sync(&loaded.config, &loaded.trackers, args.dry_run))
-        .context("IPVS sync failed")?;
+/// Prints an IPVS-mode sync: for a dry run what would change, else a summary line. Returns
+/// whether anything differed.
+fn print_ipvs(args: &SyncArgs, report: &crate::ipvs::sync::Report) -> anyhow::Result<bool> {
     if args.dry_run {
         super::out(&report.diff_text())?;
-        return Ok(ExitCode::from(if report.is_empty() { EXIT_OK } else { EXIT_CHANGES }));
+        return Ok(!report.is_empty());
     }
     let t = report.timings;
     eprintln!(
@@ -125,36 +149,7 @@ fn sync_ipvs(args: &SyncArgs, loaded: crate::pipeline::Loaded, backend: Backend)
         t.plan.as_secs_f64(),
         t.apply.as_secs_f64(),
     );
-    Ok(ExitCode::from(EXIT_OK))
-}
-
-/// iptables mode, once: the engine's first (full) sync, or a dry run of it.
-fn sync_iptables(args: &SyncArgs, loaded: crate::pipeline::Loaded, backend: Backend) -> anyhow::Result<ExitCode> {
-    let restorer = Box::new(ExecRestorer { backend, lock_wait_secs: args.iptables_lock_wait });
-    // Built as watch mode builds it; the engine also sets (or, for a dry run, lists) the
-    // sysctls the rules need (route_localnet for NodePorts on 127.0.0.1), as kube-proxy does.
-    let mut engine = Engine::iptables(loaded.config, loaded.trackers, restorer, Box::new(ExecConntrack)).without_canaries();
-    engine.sysctl_root = Some(PathBuf::from("/proc/sys"));
-    let pass = if args.dry_run { Pass::DryRun } else { Pass::Apply };
-    let outcome = match engine.sync_as(true, pass) {
-        Ok(outcome) => outcome,
-        Err(SyncFailure::Iptables(mut failure)) => {
-            // What the families before the failed one did is shown, then the error.
-            let done = std::mem::take(&mut failure.failed.done);
-            print_iptables(args, backend, &failure.sysctls, &done, &reconciled(&engine))?;
-            let family = failure.failed.family;
-            return Err(anyhow::Error::new(*failure).context(format!(
-                "{family} sync with iptables-{} failed; the rules in place were left as they were",
-                backend.name()
-            )));
-        }
-        Err(e) => return Err(e.into()),
-    };
-    let pending = print_iptables(args, backend, &outcome.sysctls, &outcome.iptables, &outcome.reconciled)?;
-    if args.dry_run && pending {
-        return Ok(ExitCode::from(EXIT_CHANGES));
-    }
-    Ok(ExitCode::from(EXIT_OK))
+    Ok(!report.is_empty())
 }
 
 /// The stale-flow cleanups of the engine's last sync.

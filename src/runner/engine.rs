@@ -60,10 +60,22 @@ pub struct Outcome {
     pub reconciled: Vec<crate::iptables::proxier::Reconciled>,
     /// The sysctls a full sync found differing (set them, or, for a dry run, would).
     pub sysctls: Vec<crate::node::sysctl::Change>,
-    /// Per family, what the iptables sync found and did (iptables mode).
-    pub iptables: Vec<(crate::net::IpFamily, crate::iptables::sync::SyncReport)>,
-    /// What the IPVS sync found and did (IPVS mode).
-    pub ipvs: Option<Box<crate::ipvs::sync::Report>>,
+    /// What the mode's sync found and did.
+    pub detail: Detail,
+}
+
+/// What one sync found and did, in the mode's own terms (a one-shot sync prints it).
+#[derive(Debug, Clone)]
+pub enum Detail {
+    /// Per family, the iptables sync's report.
+    Iptables(Vec<(crate::net::IpFamily, crate::iptables::sync::SyncReport)>),
+    Ipvs(Box<crate::ipvs::sync::Report>),
+}
+
+impl Default for Detail {
+    fn default() -> Self {
+        Detail::Iptables(Vec::new())
+    }
 }
 
 /// The trackers and the proxier that keeps the kernel in step with them.
@@ -164,12 +176,12 @@ impl Engine {
                     .map_err(|failed| SyncFailure::Iptables(Box::new(IptablesFailure { failed, sysctls: sysctls.clone() })))?;
                 let restore_lines = reports.iter().map(|(_, r)| r.delta.restore_lines()).sum();
                 let rules = Some(p.rule_counts());
-                Ok(Outcome { restore_lines, rules, reconciled: p.reconciled.clone(), sysctls, iptables: reports, ..Outcome::default() })
+                Ok(Outcome { restore_lines, rules, reconciled: p.reconciled.clone(), sysctls, detail: Detail::Iptables(reports), ..Outcome::default() })
             }
             Proxier::Ipvs(p) => {
                 let r = p.sync(&self.config, &self.trackers, pass == Pass::DryRun)?;
                 let restore_lines = r.iptables.iter().map(|(_, d)| d.restore_lines()).sum();
-                Ok(Outcome { restore_lines, ipvs_ops: r.changes.ops.len(), ipvs: Some(Box::new(r)), ..Outcome::default() })
+                Ok(Outcome { restore_lines, ipvs_ops: r.changes.ops.len(), detail: Detail::Ipvs(Box::new(r)), ..Outcome::default() })
             }
         }
     }

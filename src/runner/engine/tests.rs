@@ -134,13 +134,10 @@ fn a_topology_change_re_renders_and_resyncs_fully() {
     assert_eq!(drift(&engine, &kernel), 0);
 }
 
-#[test]
-fn ipvs_mode_follows_endpoint_changes() {
-    let state = demo_state();
-    let mut web = slice(&state, "shop", "web");
+/// An IPVS-mode engine over fake kernels, its node-local files under `dir`.
+fn ipvs_engine(state: ClusterState, dir: &std::path::Path) -> Engine {
     let flags = Settings { mode: Some(crate::settings::kinds::ProxyMode::Ipvs), nfacct: Some(false), ..Settings::default() };
     let loaded = pipeline::load(state, flags, Settings::default()).unwrap();
-    let dir = std::env::temp_dir().join(format!("svcproxy-engine-ipvs-{}", std::process::id()));
     let sys = dir.join("sys");
     for s in crate::ipvs::kernel_state::sysctls(false) {
         let f = sys.join(s.path);
@@ -154,15 +151,25 @@ fn ipvs_mode_follows_endpoint_changes() {
         iptables: Box::new(FakeIptables::new()),
         paths: Paths { grace_file: dir.join("grace"), grace_period_secs: 0, proc_sys: sys },
     };
-    let mut engine = Engine::ipvs(loaded.config, loaded.trackers, proxier);
+    Engine::ipvs(loaded.config, loaded.trackers, proxier)
+}
+
+/// Real servers in the fake IPVS kernel, over every virtual server.
+fn ipvs_dests(engine: &mut Engine) -> usize {
+    let Proxier::Ipvs(p) = &mut engine.proxier else { panic!("ipvs mode") };
+    crate::ipvs::observe::services(p.ipvs.as_mut()).unwrap().iter().map(|(_, dests)| dests.len()).sum()
+}
+
+#[test]
+fn ipvs_mode_follows_endpoint_changes() {
+    let state = demo_state();
+    let mut web = slice(&state, "shop", "web");
+    let dir = std::env::temp_dir().join(format!("svcproxy-engine-ipvs-{}", std::process::id()));
+    let mut engine = ipvs_engine(state, &dir);
     let first = engine.sync(true).unwrap();
     assert!(first.ipvs_ops > 0 && first.restore_lines > 0);
 
-    let dests = |engine: &mut Engine| -> usize {
-        let Proxier::Ipvs(p) = &mut engine.proxier else { panic!("ipvs mode") };
-        crate::ipvs::observe::services(p.ipvs.as_mut()).unwrap().iter().map(|(_, dests)| dests.len()).sum()
-    };
-    let before = dests(&mut engine);
+    let before = ipvs_dests(&mut engine);
     let again = engine.sync(false).unwrap();
     assert_eq!((again.ipvs_ops, again.restore_lines), (0, 0), "nothing changed");
 
@@ -172,7 +179,7 @@ fn ipvs_mode_follows_endpoint_changes() {
     engine.apply(&[Event::SliceApplied(Arc::new(web))]);
     let change = engine.sync(false).unwrap();
     assert!(change.ipvs_ops > 0);
-    assert!(dests(&mut engine) < before);
+    assert!(ipvs_dests(&mut engine) < before);
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -414,6 +421,14 @@ fn a_full_sync_sets_the_last_rule_counts_and_a_cleared_flow_feeds_the_reconciler
     assert_eq!(gauge(&l, "kubeproxy_sync_proxy_rules_iptables_last{table=\"nat\"}"), Some(nat.to_string()), "a partial sync leaves the full sync's count");
 }
 
+/// The per-family iptables reports of an outcome.
+fn reports(outcome: &Outcome) -> &[(crate::net::IpFamily, crate::iptables::sync::SyncReport)] {
+    match &outcome.detail {
+        Detail::Iptables(r) => r,
+        Detail::Ipvs(_) => panic!("iptables mode"),
+    }
+}
+
 /// What a fake kernel holds in a table, as `iptables-save` prints it.
 fn saved(kernel: &SharedFake, family: crate::net::IpFamily, table: &str) -> String {
     kernel.lock().unwrap().save_table(family, table)
@@ -424,9 +439,9 @@ fn a_dry_run_compares_every_family_with_the_kernel_and_sends_nothing() {
     let (mut engine, kernel, conntrack) = iptables_engine(demo_state());
     // Asked for a partial sync, a dry run still compares everything with the kernel.
     let outcome = engine.sync_as(false, Pass::DryRun).unwrap();
-    let families: Vec<_> = outcome.iptables.iter().map(|(f, _)| *f).collect();
+    let families: Vec<_> = reports(&outcome).iter().map(|(f, _)| *f).collect();
     assert_eq!(families, [crate::net::IpFamily::V4, crate::net::IpFamily::V6]);
-    assert!(outcome.iptables.iter().all(|(_, r)| !r.delta.is_empty() && !r.applied), "an empty kernel differs in every family");
+    assert!(reports(&outcome).iter().all(|(_, r)| !r.delta.is_empty() && !r.applied), "an empty kernel differs in every family");
     let seen = calls(&kernel);
     assert!(seen.iter().any(|c| c.0 == "save") && seen.iter().all(|c| c.0 == "save"), "read only: {seen:?}");
     assert!(!saved(&kernel, crate::net::IpFamily::V4, "nat").contains("KUBE-SERVICES"), "no rule reached the kernel");
@@ -435,10 +450,10 @@ fn a_dry_run_compares_every_family_with_the_kernel_and_sends_nothing() {
     // Nothing was sent, so the kernel is not trusted: the next sync reads it and applies.
     let applied = engine.sync(false).unwrap();
     assert!(calls(&kernel).iter().any(|c| c.0 == "save"));
-    assert_eq!(applied.iptables.iter().map(|(_, r)| r.delta.restore_lines()).collect::<Vec<_>>(),
-        outcome.iptables.iter().map(|(_, r)| r.delta.restore_lines()).collect::<Vec<_>>(), "the dry run showed what the sync sent");
+    assert_eq!(reports(&applied).iter().map(|(_, r)| r.delta.restore_lines()).collect::<Vec<_>>(),
+        reports(&outcome).iter().map(|(_, r)| r.delta.restore_lines()).collect::<Vec<_>>(), "the dry run showed what the sync sent");
     assert_eq!(drift(&engine, &kernel), 0);
-    assert!(engine.sync_as(true, Pass::DryRun).unwrap().iptables.iter().all(|(_, r)| r.delta.is_empty()));
+    assert!(reports(&engine.sync_as(true, Pass::DryRun).unwrap()).iter().all(|(_, r)| r.delta.is_empty()));
 }
 
 #[test]
@@ -450,7 +465,7 @@ fn a_dry_run_finds_stale_flows_but_clears_none() {
     dns.endpoints.remove(0);
     engine.apply(&[Event::SliceApplied(Arc::new(dns))]);
     let outcome = engine.sync_as(false, Pass::DryRun).unwrap();
-    assert!(outcome.iptables.iter().any(|(_, r)| !r.flushes.is_empty()), "{outcome:?}");
+    assert!(reports(&outcome).iter().any(|(_, r)| !r.flushes.is_empty()), "{outcome:?}");
     assert!(conntrack.flushed.lock().unwrap().is_empty());
     assert!(outcome.reconciled.is_empty());
 }
@@ -490,4 +505,22 @@ fn a_failure_in_a_later_family_keeps_the_earlier_families_reports_and_sysctls() 
     assert!(failure.failed.done[0].1.delta.is_empty(), "IPv4 was in sync");
     assert_eq!(failure.sysctls.iter().map(|c| c.path.as_str()).collect::<Vec<_>>(), ["net/ipv4/conf/all/route_localnet"]);
     assert_eq!(failure.to_string(), failure.failed.error.to_string(), "shown as the family's error itself");
+}
+
+#[test]
+fn an_ipvs_dry_run_reports_what_the_sync_then_does_and_changes_nothing() {
+    let dir = std::env::temp_dir().join(format!("svcproxy-engine-ipvs-dry-{}", std::process::id()));
+    let mut engine = ipvs_engine(demo_state(), &dir);
+    let dry = engine.sync_as(false, Pass::DryRun).unwrap();
+    let Detail::Ipvs(report) = &dry.detail else { panic!("ipvs mode") };
+    assert!(!report.is_empty() && dry.ipvs_ops > 0, "an empty kernel differs");
+    assert_eq!(ipvs_dests(&mut engine), 0, "nothing reached IPVS");
+
+    let applied = engine.sync(true).unwrap();
+    assert_eq!(applied.ipvs_ops, dry.ipvs_ops, "the dry run showed what the sync did");
+    assert!(ipvs_dests(&mut engine) > 0);
+    let again = engine.sync_as(true, Pass::DryRun).unwrap();
+    let Detail::Ipvs(report) = &again.detail else { panic!("ipvs mode") };
+    assert!(report.is_empty(), "{}", report.diff_text());
+    let _ = std::fs::remove_dir_all(dir);
 }
