@@ -92,7 +92,14 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
     if flags.nfacct.is_none() {
         // The nfacct matches load only where the counters exist: create them (or, for a
         // dry run, look), as kube-proxy does on a full sync.
-        flags.nfacct = Some(if args.dry_run { nfacct::exists() } else { nfacct::ensure().unwrap_or(false) });
+        flags.nfacct = Some(if args.dry_run {
+            nfacct::exists()
+        } else {
+            nfacct::ensure().unwrap_or_else(|e| {
+                eprintln!("svcproxy: warning: cannot create kube-proxy's nfacct counters ({e}); the rules are written without them");
+                false
+            })
+        });
     }
     let loaded = load_with(&args.config, flags)?;
     refuse_unsynced_mode(loaded.config.mode)?;

@@ -83,7 +83,10 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
         }
     }
     if flags.nfacct.is_none() {
-        flags.nfacct = Some(nfacct::ensure().unwrap_or(false));
+        flags.nfacct = Some(nfacct::ensure().unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "cannot create kube-proxy's nfacct counters; the rules are written without them");
+            false
+        }));
     }
     let servers = node::servers(&effective).context("invalid configuration")?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
