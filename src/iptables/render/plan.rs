@@ -5,7 +5,7 @@
 use crate::iptables::names::ServiceChains;
 use crate::netfilter::Chain;
 use crate::model::{Endpoint, ServicePort};
-use crate::select::{categorize, Categorized, Locality};
+use crate::select::{categorize, Categorized, Locality, Reach};
 
 /// A filter-table verdict for traffic with nowhere to go, and its comment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,19 +45,10 @@ impl<'a> Plan<'a> {
         let proto = svc.protocol.lower();
         let chains = ServiceChains::new(&spn, proto);
         let cat = categorize(endpoints, svc, here);
-        let has_endpoints = cat.has_any;
-        let mut has_internal = has_endpoints;
-        let mut internal_chain = chains.svc.clone();
-        if svc.internal_policy_local {
-            internal_chain = chains.svl.clone();
-            has_internal &= !cat.local.is_empty();
-        }
-        let mut has_external = has_endpoints;
-        let mut external_policy_chain = chains.svc.clone();
-        if svc.external_policy_local {
-            external_policy_chain = chains.svl.clone();
-            has_external &= !cat.local.is_empty();
-        }
+        let reach = Reach::of(svc, &cat);
+        let has_endpoints = reach.has_endpoints;
+        let internal_chain = if svc.internal_policy_local { chains.svl.clone() } else { chains.svc.clone() };
+        let external_policy_chain = if svc.external_policy_local { chains.svl.clone() } else { chains.svc.clone() };
         let uses_fw_chain = has_endpoints
             && !svc.load_balancer_vips.is_empty()
             && !svc.load_balancer_source_ranges.is_empty();
@@ -66,14 +57,14 @@ impl<'a> Plan<'a> {
             (refusal("REJECT", "endpoints"), refusal("REJECT", "endpoints"))
         } else {
             (
-                if has_internal { None } else { refusal("DROP", "local endpoints") },
-                if has_external { None } else { refusal("DROP", "local endpoints") },
+                if reach.has_internal { None } else { refusal("DROP", "local endpoints") },
+                if reach.has_external { None } else { refusal("DROP", "local endpoints") },
             )
         };
         Plan {
-            uses_cluster_chain: !cat.cluster.is_empty() && svc.uses_cluster_endpoints(),
-            uses_local_chain: !cat.local.is_empty() && svc.uses_local_endpoints(),
-            uses_ext_chain: has_endpoints && svc.externally_accessible(),
+            uses_cluster_chain: reach.uses_cluster_chain,
+            uses_local_chain: reach.uses_local_chain,
+            uses_ext_chain: reach.uses_external_chain,
             load_balancer_chain: if uses_fw_chain { chains.fw.clone() } else { chains.ext.clone() },
             uses_fw_chain,
             internal_chain,

@@ -4,7 +4,7 @@
 
 use crate::model::{Endpoint, ServicePort};
 use crate::nftables::names::{ServiceChains, REJECT_CHAIN};
-use crate::select::{categorize, Categorized, Locality};
+use crate::select::{categorize, Categorized, Locality, Reach};
 
 #[derive(Debug, Clone)]
 pub struct Plan<'a> {
@@ -35,12 +35,10 @@ impl<'a> Plan<'a> {
         let proto = svc.protocol.lower();
         let chains = ServiceChains::new(&svc.name, proto);
         let cat = categorize(endpoints, svc, here);
-        let has_endpoints = cat.has_any;
-        let local_empty = cat.local.is_empty();
-        let (internal_chain, has_internal) =
-            if svc.internal_policy_local { (chains.local.clone(), has_endpoints && !local_empty) } else { (chains.cluster.clone(), has_endpoints) };
-        let (external_policy_chain, has_external) =
-            if svc.external_policy_local { (chains.local.clone(), has_endpoints && !local_empty) } else { (chains.cluster.clone(), has_endpoints) };
+        let reach = Reach::of(svc, &cat);
+        let has_endpoints = reach.has_endpoints;
+        let internal_chain = if svc.internal_policy_local { chains.local.clone() } else { chains.cluster.clone() };
+        let external_policy_chain = if svc.external_policy_local { chains.local.clone() } else { chains.cluster.clone() };
         let verdict = |has: bool| match (has_endpoints, has) {
             (false, _) => Some(format!("goto {REJECT_CHAIN}")),
             (true, false) => Some("drop".to_owned()),
@@ -49,12 +47,12 @@ impl<'a> Plan<'a> {
         Plan {
             spn: svc.name.to_string(),
             proto,
-            uses_cluster_chain: !cat.cluster.is_empty() && svc.uses_cluster_endpoints(),
-            uses_local_chain: !local_empty && svc.uses_local_endpoints(),
-            uses_external_chain: has_endpoints && svc.externally_accessible(),
+            uses_cluster_chain: reach.uses_cluster_chain,
+            uses_local_chain: reach.uses_local_chain,
+            uses_external_chain: reach.uses_external_chain,
             uses_firewall_chain: !svc.load_balancer_vips.is_empty() && !svc.load_balancer_source_ranges.is_empty(),
-            internal_verdict: verdict(has_internal),
-            external_verdict: verdict(has_external),
+            internal_verdict: verdict(reach.has_internal),
+            external_verdict: verdict(reach.has_external),
             internal_chain,
             external_policy_chain,
             has_endpoints,
