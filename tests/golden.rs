@@ -201,24 +201,31 @@ fn upstream_scenarios_equal_kube_proxy_expected_rules() {
     f.finish("kube-proxy rulesets", n);
 }
 
-#[test]
-fn normaliser_matches_kube_proxy_vectors() {
-    let dir = golden().join("upstream/sort-iptables-rules");
+/// Each `NAME.input` in `dir` normalised by `normalise` equals `NAME.output` (kube-proxy's
+/// own test vectors for its normalisers).
+fn check_vectors(dir: &Path, what: &str, normalise: impl Fn(&str) -> String) {
     let mut f = Failures::default();
     let mut n = 0;
-    for entry in std::fs::read_dir(&dir).unwrap() {
+    for entry in std::fs::read_dir(dir).unwrap() {
         let p = entry.unwrap().path();
         if p.extension().is_some_and(|e| e == "input") {
             n += 1;
             let input = std::fs::read_to_string(&p).unwrap();
             let expected = std::fs::read_to_string(p.with_extension("output")).unwrap();
-            let got = check::sort_like_kube_proxy_tests(&restore::parse(&input).unwrap());
+            let got = normalise(&input);
             if got != expected {
                 f.push(format!("{}:\n{}", p.display(), diff(&expected, &got)));
             }
         }
     }
-    f.finish("normaliser vectors", n);
+    f.finish(what, n);
+}
+
+#[test]
+fn normaliser_matches_kube_proxy_vectors() {
+    check_vectors(&golden().join("upstream/sort-iptables-rules"), "normaliser vectors", |input| {
+        check::sort_like_kube_proxy_tests(&restore::parse(input).unwrap())
+    });
 }
 
 fn local_ips(loaded: &Loaded) -> BTreeSet<IpAddr> {
@@ -517,22 +524,9 @@ fn without_flushed_service_chains(text: &str) -> (String, usize) {
 /// kube-proxy's `Test_sortNFTablesTransaction` vector(s), `golden/upstream-nftables/sort-nftables-transaction/*.input|.output`.
 #[test]
 fn nftables_normaliser_matches_kube_proxy_vectors() {
-    let dir = golden().join("upstream-nftables/sort-nftables-transaction");
-    let mut f = Failures::default();
-    let mut n = 0;
-    for entry in std::fs::read_dir(&dir).unwrap() {
-        let p = entry.unwrap().path();
-        if p.extension().is_some_and(|e| e == "input") {
-            n += 1;
-            let input = std::fs::read_to_string(&p).unwrap();
-            let expected = std::fs::read_to_string(p.with_extension("output")).unwrap();
-            let got = svcproxy::nftables::check::sort_like_kube_proxy_tests(&input);
-            if got != expected {
-                f.push(format!("{}:\n{}", p.display(), diff(&expected, &got)));
-            }
-        }
-    }
-    f.finish("nftables normaliser vectors", n);
+    check_vectors(&golden().join("upstream-nftables/sort-nftables-transaction"), "nftables normaliser vectors", |input| {
+        svcproxy::nftables::check::sort_like_kube_proxy_tests(input)
+    });
 }
 
 /// The expectations any scenario step may have beside it in golden/ (see the module
