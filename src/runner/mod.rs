@@ -3,6 +3,7 @@
 //! the engine's first (full) sync, without the loop.
 
 pub mod engine;
+pub mod memory;
 pub mod schedule;
 pub mod watch;
 

@@ -218,6 +218,11 @@ fn sync_once(engine: &mut Engine, shared: &SharedState, started: Instant) {
     };
     m.syncs.get_or_create(&ResultLabel { result: if ok { "success" } else { "error" }.into() }).inc();
     lock_schedule(shared).done(started, finished, kind, ok);
+    // A full sync's peak (the kernel's dump, the delta) is garbage now; without this glibc
+    // keeps it resident between the live state's blocks until the next full sync.
+    if kind == Kind::Full {
+        super::memory::release_free();
+    }
 }
 
 /// Waits for SIGTERM or SIGINT.
