@@ -464,7 +464,8 @@ fn check_nftables_table(rulesets: &[svcproxy::nftables::Ruleset], expected: &str
 /// `.flows` (as for iptables): each case traced through the rendered table of the
 /// destination's family by `svcproxy::nftables::trace`.
 fn check_nftables_flows(rulesets: &[svcproxy::nftables::Ruleset], local: &BTreeSet<IpAddr>, text: &str) -> Result<(), String> {
-    use svcproxy::nftables::trace::{self, Packet};
+    use svcproxy::nftables::trace;
+    let env = Env { local_ips: local.clone(), affinity: BTreeSet::new() };
     let mut errors = Vec::new();
     let mut n = 0;
     for line in text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
@@ -476,10 +477,10 @@ fn check_nftables_flows(rulesets: &[svcproxy::nftables::Ruleset], local: &BTreeS
         let Some(rs) = rulesets.iter().find(|r| r.ctx.ip_family == svcproxy::net::IpFamily::of(&dst)) else {
             return Err(format!("{}: no ruleset for {dst}", c[0]));
         };
-        let packet = Packet { src, dst, protocol: c[2].to_lowercase(), dport };
-        match trace::trace(&rs.table(), local, &packet) {
-            Ok(o) if o.summary() == expected && o.masquerade == masq => {}
-            Ok(o) => errors.push(format!("flow {:?}: expected {expected:?} masq={masq}, traced {:?} masq={}", c[0], o.summary(), o.masquerade)),
+        let packet = Packet { src, dst, protocol: c[2].to_lowercase(), dport, in_interface: None };
+        match trace::trace(&rs.table(), &env, packet, Entry::Prerouting).map(|t| t.summary()) {
+            Ok((got, got_masq)) if got == expected && got_masq == masq => {}
+            Ok((got, got_masq)) => errors.push(format!("flow {:?}: expected {expected:?} masq={masq}, traced {got:?} masq={got_masq}", c[0])),
             Err(e) => errors.push(format!("flow {:?}: {e}", c[0])),
         }
     }
