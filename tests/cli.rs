@@ -197,11 +197,13 @@ fn upstream_scenarios_through_the_binary_equal_kube_proxy() {
 /// outputs are pinned in golden/ (bless with SVCPROXY_BLESS=1 outside CI).
 #[test]
 fn trace_answers_the_demo_questions() {
-    let cases: [(&str, &[&str]); 4] = [
+    let cases: [(&str, &[&str]); 6] = [
         ("demo.trace-dns.txt", &["--src", "10.244.1.99", "--dst", "10.96.0.10:53", "--proto", "udp"]),
         ("demo.trace-lb-outside-ranges.txt", &["--src", "192.0.2.200", "--dst", "192.0.2.50:443", "--entry", "outside"]),
         ("demo.trace-ipvs-dns.txt", &["--mode", "ipvs", "--src", "10.244.1.99", "--dst", "10.96.0.10:53", "--proto", "udp"]),
         ("demo.trace-ipvs-lb-outside-ranges.txt", &["--mode", "ipvs", "--src", "192.0.2.200", "--dst", "192.0.2.50:443", "--entry", "outside"]),
+        ("demo.trace-nft-dns.txt", &["--mode", "nftables", "--src", "10.244.1.99", "--dst", "10.96.0.10:53", "--proto", "udp"]),
+        ("demo.trace-nft-lb-outside-ranges.txt", &["--mode", "nftables", "--src", "192.0.2.200", "--dst", "192.0.2.50:443", "--entry", "outside"]),
     ];
     for (golden, extra) in cases {
         let mut args = vec!["trace", "--from", "fixtures/demo.yaml"];
@@ -266,6 +268,57 @@ fn trace_mode_ipvs_answers_with_the_virtual_server() {
     let text = stdout(&o);
     assert!(text.starts_with("packet: tcp 192.0.2.50 -> 192.0.2.50:443 from Node"), "{text}");
     assert!(text.contains("100.00%  DROPPED in filter OUTPUT, after IPVS chose the real server"), "{text}");
+}
+
+/// `--mode nftables` walks the kube-proxy table (base chains, verdict maps, numgen
+/// arms), not iptables rules; what it cannot do yet or is asked wrongly is refused with
+/// exit 2 and a reason.
+#[test]
+fn trace_mode_nftables_walks_the_kube_proxy_table() {
+    let base = ["trace", "--mode", "nftables", "--from", "fixtures/demo.yaml"];
+    let json = |extra: &[&str]| -> serde_json::Value {
+        let o = run(&[&base[..], extra, &["--output", "json"]].concat());
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let t = json(&["--src", "10.244.1.99", "--dst", "10.100.50.5:80"]);
+    assert_eq!(t["mode"], "nftables");
+    let outcomes = t["outcomes"].as_array().unwrap();
+    let verdicts: Vec<(&str, f64)> = outcomes.iter().map(|o| (o["verdict"].as_str().unwrap(), o["probability"].as_f64().unwrap())).collect();
+    assert_eq!(verdicts, [("10.244.1.30:9000", 0.5), ("10.244.2.31:9000", 0.5)]);
+    for o in outcomes {
+        let path: Vec<&str> = o["path"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
+        assert!(path.contains(&"ip kube-proxy services ip daddr . meta l4proto . th dport vmap @service-ips"), "{path:?}");
+        assert!(path.iter().all(|s| s.starts_with("ip kube-proxy ") && !s.contains("KUBE-")), "{path:?}");
+    }
+    // ClientIP affinity the source already holds: its endpoint only.
+    let (chain, set) = ("endpoint-RGNJLQ2D-shop/cart/tcp/http__10.244.2.31/9000", "affinity-RGNJLQ2D-shop/cart/tcp/http__10.244.2.31/9000");
+    for pinned in [chain, set] {
+        let t = json(&["--src", "10.244.1.99", "--dst", "10.100.50.5:80", "--affinity", pinned]);
+        assert_eq!(t["outcomes"].as_array().unwrap().len(), 1, "{t}");
+        assert_eq!((t["outcomes"][0]["verdict"].as_str(), t["outcomes"][0]["probability"].as_f64()), (Some("10.244.2.31:9000"), Some(1.0)));
+    }
+    // An unknown port of a ClusterIP is rejected in nftables mode (cluster-ips-check).
+    let t = json(&["--src", "10.244.1.99", "--dst", "10.96.0.10:54"]);
+    assert_eq!((t["outcomes"][0]["verdict"].as_str(), t["outcomes"][0]["reason"].as_str()), (Some("REJECT"), Some("Reject traffic to invalid ports of ClusterIPs")));
+    // From the node: the output hook's chains.
+    let o = run(&[&base[..], &["--dst", "192.168.10.11:30080", "--entry", "node"]].concat());
+    let text = stdout(&o);
+    assert!(text.starts_with("packet: tcp 192.168.10.11 -> 192.168.10.11:30080 from Node (nftables mode, hook output)"), "{text}");
+    assert!(text.contains("ip kube-proxy nat-output jump services") && text.contains("DNAT to 10.244.1.10:8080, masqueraded"), "{text}");
+    for (extra, needle) in [
+        (&["--src", "10.244.1.99", "--dst", "10.100.50.5:80", "--affinity", "KUBE-SEP-X"][..], "endpoint chain (endpoint-…) or its affinity set"),
+        (&["--src", "10.244.1.99", "--dst", "10.100.50.5:80", "--live"][..], "--live is not implemented yet in nftables mode"),
+        (&["--src", "10.244.1.99", "--dst", "10.100.50.5"][..], "--dst needs a port"),
+        (&["--dst", "10.100.50.5:80"][..], "--src is needed unless --entry node"),
+    ] {
+        let o = run(&[&base[..], extra].concat());
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {}", stdout(&o));
+        assert!(stderr(&o).contains(needle), "{extra:?}: {}", stderr(&o));
+    }
+    let o = run(&["trace", "--mode", "nftables", "--from", "fixtures/clusterip-basic.yaml", "--src", "fd00::1", "--dst", "[fd00::2]:80"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("no ipv6 table"), "{}", stderr(&o));
 }
 
 /// A leaf of `expected` that `got` lacks or holds differently, as "path: expected X, got Y".

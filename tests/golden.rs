@@ -5,7 +5,9 @@
 //! - `.iptables`: our exact restore input (byte for byte; blessable);
 //! - `.kube-proxy`: kube-proxy's expected ruleset, after kube-proxy's test normalisation;
 //! - `.flows`: packet flows traced through the full ruleset (never blessed, so a cosmetic
-//!   re-bless cannot hide a behaviour change);
+//!   re-bless cannot hide a behaviour change), and through kube-proxy's nftables table for
+//!   the same state; `.nft-flows`: the flows kube-proxy's nftables mode answers otherwise,
+//!   each with why;
 //! - `.chains` / `.asserts`: single-chain and line/count assertions from upstream tests.
 //!
 //! Every full ruleset also passes the jump-consistency check and a parse round-trip.
@@ -279,6 +281,45 @@ fn packet_flows_reach_the_expected_endpoints() {
     f.finish("packet flows", n);
 }
 
+/// `.flows` in nftables mode: every flow traced through kube-proxy's nftables table for the
+/// same cluster state by `svcproxy::nftables::trace`. Where kube-proxy's nftables mode
+/// answers differently from its iptables mode, `NAME.nft-flows` holds that flow's line
+/// (same columns, same name) with a comment saying why; every line there must name a flow
+/// of `.flows` and differ from it.
+fn nftables_flows(flows: &str, overrides: Option<&str>) -> Result<String, String> {
+    let name = |l: &str| l.split('|').next().unwrap_or("").trim().to_owned();
+    let data = |t: &str| t.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(str::to_owned).collect::<Vec<_>>();
+    let mut lines = data(flows);
+    for o in overrides.map(data).unwrap_or_default() {
+        let Some(l) = lines.iter_mut().find(|l| name(l) == name(&o)) else { return Err(format!("nft-flows: no flow {:?} in .flows", name(&o))) };
+        let columns = |l: &str| l.split('|').map(str::trim).map(str::to_owned).collect::<Vec<_>>();
+        if columns(l) == columns(&o) {
+            return Err(format!("nft-flows: flow {:?} is the same as in .flows", name(&o)));
+        }
+        *l = o;
+    }
+    Ok(lines.join("\n"))
+}
+
+#[test]
+fn packet_flows_agree_in_nftables_mode() {
+    let mut f = Failures::default();
+    let mut n = 0;
+    for (path, bases, _) in all_scenarios() {
+        for (step, base) in run_scenario(&path).iter().zip(&bases) {
+            let Ok(flows) = std::fs::read_to_string(with_ext(base, "flows")) else { continue };
+            let overrides = std::fs::read_to_string(with_ext(base, "nft-flows")).ok();
+            let rulesets = svcproxy::nftables::render_all(&step.loaded.config, &step.loaded.trackers);
+            let checked = nftables_flows(&flows, overrides.as_deref()).and_then(|text| check_nftables_flows(&rulesets, &local_ips(&step.loaded), &text));
+            match checked {
+                Ok(flows) => n += flows,
+                Err(e) => f.push(format!("{}: {e}", base.display())),
+            }
+        }
+    }
+    f.finish("packet flows in nftables mode", n);
+}
+
 /// `.chains`: blocks headed `*TABLE CHAIN`, each the exact rules of that chain in the
 /// restore input sent (an empty block: no rules).
 #[test]
@@ -463,8 +504,9 @@ fn check_nftables_table(rulesets: &[svcproxy::nftables::Ruleset], expected: &str
 
 /// `.flows` (as for iptables): each case traced through the rendered table of the
 /// destination's family by `svcproxy::nftables::trace`.
-fn check_nftables_flows(rulesets: &[svcproxy::nftables::Ruleset], local: &BTreeSet<IpAddr>, text: &str) -> Result<(), String> {
-    use svcproxy::nftables::trace::{self, Packet};
+fn check_nftables_flows(rulesets: &[svcproxy::nftables::Ruleset], local: &BTreeSet<IpAddr>, text: &str) -> Result<usize, String> {
+    use svcproxy::nftables::trace;
+    let env = Env { local_ips: local.clone(), affinity: BTreeSet::new() };
     let mut errors = Vec::new();
     let mut n = 0;
     for line in text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
@@ -476,17 +518,17 @@ fn check_nftables_flows(rulesets: &[svcproxy::nftables::Ruleset], local: &BTreeS
         let Some(rs) = rulesets.iter().find(|r| r.ctx.ip_family == svcproxy::net::IpFamily::of(&dst)) else {
             return Err(format!("{}: no ruleset for {dst}", c[0]));
         };
-        let packet = Packet { src, dst, protocol: c[2].to_lowercase(), dport };
-        match trace::trace(&rs.table(), local, &packet) {
-            Ok(o) if o.summary() == expected && o.masquerade == masq => {}
-            Ok(o) => errors.push(format!("flow {:?}: expected {expected:?} masq={masq}, traced {:?} masq={}", c[0], o.summary(), o.masquerade)),
+        let packet = Packet { src, dst, protocol: c[2].to_lowercase(), dport, in_interface: None };
+        match trace::trace(&rs.table(), &env, packet, Entry::Prerouting).map(|t| t.summary()) {
+            Ok((got, got_masq)) if got == expected && got_masq == masq => {}
+            Ok((got, got_masq)) => errors.push(format!("flow {:?}: expected {expected:?} masq={masq}, traced {got:?} masq={got_masq}", c[0])),
             Err(e) => errors.push(format!("flow {:?}: {e}", c[0])),
         }
     }
     if n == 0 {
         errors.push("no flow".into());
     }
-    if errors.is_empty() { Ok(()) } else { Err(errors.join("\n")) }
+    if errors.is_empty() { Ok(n) } else { Err(errors.join("\n")) }
 }
 
 /// `.elements`: lines `present|absent SET KEY` (key parts joined by ` . `), as upstream's
@@ -531,7 +573,7 @@ fn nftables_normaliser_matches_kube_proxy_vectors() {
 
 /// The expectations any scenario step may have beside it in golden/ (see the module
 /// doc); only our own scenarios also pin `.iptables`.
-const EXPECTATIONS: [&str; 4] = ["kube-proxy", "flows", "chains", "asserts"];
+const EXPECTATIONS: [&str; 5] = ["kube-proxy", "flows", "nft-flows", "chains", "asserts"];
 
 /// The expectations an upstream nftables step may have (see
 /// `upstream_nftables_scenarios_equal_kube_proxy_expected_rules`).

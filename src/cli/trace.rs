@@ -2,7 +2,9 @@
 //! the kernel's) and prints every branch: the rules it matches, where it is DNATed with
 //! what probability, whether it is masqueraded, dropped or rejected. In IPVS mode
 //! (`--mode ipvs`) also the virtual server it hits, its scheduler, persistence and real
-//! servers with their weights and shares.
+//! servers with their weights and shares. In nftables mode (`--mode nftables`) the base
+//! chains, verdict map elements and chains of the `kube-proxy` table, each endpoint of a
+//! `numgen` dispatch with its share.
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -34,7 +36,9 @@ Examples:
   # The same question asked of the rules in the kernel
   svcproxy trace --from fixtures/demo.yaml --live --src 10.244.1.99 --dst 10.96.0.1:443
   # In IPVS mode: the virtual server, its real servers and weights
-  svcproxy trace --mode ipvs --from fixtures/demo.yaml --src 10.244.1.99 --dst 10.96.0.10:53 --proto udp";
+  svcproxy trace --mode ipvs --from fixtures/demo.yaml --src 10.244.1.99 --dst 10.96.0.10:53 --proto udp
+  # In nftables mode: the verdict maps and chains of the kube-proxy table
+  svcproxy trace --mode nftables --from fixtures/demo.yaml --src 10.244.1.99 --dst 10.96.0.10:53 --proto udp";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -89,7 +93,8 @@ pub struct TraceArgs {
     pub entry: From,
 
     /// Trace what the kernel holds instead of the rendered rules: iptables-save (IPVS mode:
-    /// also ipset save and the IPVS virtual servers, read over netlink)
+    /// also ipset save and the IPVS virtual servers, read over netlink; nftables mode: not
+    /// yet)
     #[arg(long)]
     pub live: bool,
 
@@ -98,7 +103,8 @@ pub struct TraceArgs {
     pub iptables_backend: BackendArg,
 
     /// ClientIP affinity already pins the source to this endpoint chain (KUBE-SEP-…,
-    /// iptables mode; IPVS mode shows the virtual server's persistence instead)
+    /// iptables mode; endpoint-… or its affinity-… set, nftables mode; IPVS mode shows the
+    /// virtual server's persistence instead)
     #[arg(long, value_name = "CHAIN")]
     pub affinity: Vec<String>,
 
@@ -152,9 +158,10 @@ fn destination_family(args: &TraceArgs) -> anyhow::Result<IpFamily> {
 pub fn run(args: &TraceArgs) -> anyhow::Result<ExitCode> {
     let loaded = load(&args.config)?;
     let family = destination_family(args)?;
-    anyhow::ensure!(loaded.config.mode != Mode::Nftables, "trace: nftables mode is not implemented yet (iptables or ipvs)");
-    if loaded.config.mode == Mode::Ipvs {
-        return run_ipvs(args, &loaded, family);
+    match loaded.config.mode {
+        Mode::Ipvs => return run_ipvs(args, &loaded, family),
+        Mode::Nftables => return run_nftables(args, &loaded, family),
+        Mode::Iptables => {}
     }
     let packet = packet(args, &loaded, &BTreeSet::new())?;
     let dump = rules(args, &loaded, family)?;
@@ -182,6 +189,29 @@ fn run_ipvs(args: &TraceArgs, loaded: &pipeline::Loaded, family: IpFamily) -> an
     match args.output {
         TraceOutput::Json => super::out(&format!("{}\n", serde_json::to_string_pretty(&t)?))?,
         TraceOutput::Text => super::out(&ipvs_text(&t, args.entry))?,
+    }
+    Ok(ExitCode::from(EXIT_OK))
+}
+
+fn run_nftables(args: &TraceArgs, loaded: &pipeline::Loaded, family: IpFamily) -> anyhow::Result<ExitCode> {
+    if args.live {
+        bail!("--live is not implemented yet in nftables mode (it needs a reader of the kernel's kube-proxy table); without --live the rendered table is traced");
+    }
+    if let Some(a) = args.affinity.iter().find(|a| !a.starts_with("endpoint-") && !a.starts_with("affinity-")) {
+        bail!("--affinity {a}: in nftables mode, name an endpoint chain (endpoint-…) or its affinity set (affinity-…)");
+    }
+    let table = crate::nftables::render_all(&loaded.config, &loaded.trackers)
+        .into_iter()
+        .find(|rs| rs.ctx.ip_family == family)
+        .with_context(|| format!("no {family} table: the cluster state is rendered for other families (see --ip-family)"))?
+        .table();
+    let packet = packet(args, loaded, &BTreeSet::new())?;
+    let env = Env { local_ips: local_ips(loaded, family), affinity: args.affinity.iter().cloned().collect() };
+    let t = crate::nftables::trace::trace(&table, &env, packet, args.entry.entry())
+        .with_context(|| format!("cannot trace the {} {} table", table.family.as_str(), table.name))?;
+    match args.output {
+        TraceOutput::Json => super::out(&format!("{}\n", serde_json::to_string_pretty(&t)?))?,
+        TraceOutput::Text => super::out(&nftables_text(&t, args.entry))?,
     }
     Ok(ExitCode::from(EXIT_OK))
 }
@@ -238,6 +268,25 @@ fn text(t: &Trace, entry: From) -> String {
         let masq = if o.masquerade { ", masqueraded" } else { "" };
         out.push_str(&format!("{:6.2}%  {verdict}{masq}\n", o.probability * 100.0));
         steps(&mut out, &o.path, &o.notes);
+    }
+    out
+}
+
+fn nftables_text(t: &crate::nftables::trace::Trace, entry: From) -> String {
+    let p = &t.packet;
+    let hook = if t.entry == Entry::Output { "hook output" } else { "hook prerouting" };
+    let mut out = format!("packet: {} {} -> {}:{} from {entry:?} (nftables mode, {hook})\n", p.protocol, p.src, p.dst, p.dport);
+    for o in &t.outcomes {
+        let why = o.reason.as_ref().map(|r| format!(" ({r})")).unwrap_or_default();
+        let verdict = match o.verdict.as_str() {
+            "" => "no service rule matched: not a service address (delivered as addressed)".to_string(),
+            "DROP" => format!("DROPPED{why}"),
+            "REJECT" => format!("REJECTED{why}"),
+            v => format!("DNAT to {v}"),
+        };
+        let masq = if o.masquerade { ", masqueraded" } else { "" };
+        out.push_str(&format!("{:6.2}%  {verdict}{masq}\n", o.probability * 100.0));
+        steps(&mut out, &o.path, &[]);
     }
     out
 }

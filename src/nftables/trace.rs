@@ -1,74 +1,169 @@
-//! A packet through one family's rendered table, as kube-proxy's nftables unit tests trace
-//! one (`tracePacket` in pkg/proxy/nftables/helpers_test.go): the pre-DNAT filter chain,
-//! then `nat-prerouting` (a DNAT changes the destination later chains see), then the filter
-//! chains of a packet to a local address (`filter-input`) or a forwarded one
-//! (`filter-forward`). Only the rule forms the renderer writes are understood; anything else
-//! is an error. Every endpoint of a `numgen` dispatch is followed; masquerading is the
-//! `jump mark-for-masquerade` having been taken. Pure.
+//! A packet through one family's `kube-proxy` table, in the hook order the kernel runs its
+//! base chains, as kube-proxy's nftables unit tests trace one (`tracePacket` in
+//! pkg/proxy/nftables/helpers_test.go), but keeping every branch apart:
+//!
+//! * from a pod or from outside: `filter-prerouting-pre-dnat` (priority -110), then
+//!   `nat-prerouting` (-100); a DNAT changes the destination later chains see; then
+//!   `filter-input` for a node address, else `filter-forward`;
+//! * from the node: `filter-output-pre-dnat`, `nat-output`, `filter-output`, and for a
+//!   node address also `filter-input` (the packet comes back in over loopback).
+//!
+//! Every endpoint of a `numgen random mod N` dispatch is its own branch with 1/N of its
+//! parent's probability. Each branch keeps the rules and map elements it matched (its
+//! path), its verdict (the DNAT target, `DROP`, `REJECT`, or empty when no rule decided),
+//! why it was dropped or rejected, and whether it is masqueraded (the `jump
+//! mark-for-masquerade` taken). Only the rule forms the renderer writes are understood;
+//! anything else is an error. Pure.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 
+use serde::Serialize;
+
 use crate::net::Cidr;
-use crate::nftables::model::{Element, Table};
+use crate::nftables::model::{Element, Rule, Table};
 use crate::nftables::names::*;
+use crate::trace::{Entry, Env, Packet};
 
-/// A new connection's first packet.
-#[derive(Debug, Clone)]
-pub struct Packet {
-    pub src: IpAddr,
-    /// `tcp`, `udp` or `sctp`.
-    pub protocol: String,
-    pub dst: IpAddr,
-    pub dport: u16,
+const MAX_DEPTH: usize = 64;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TraceError {
+    #[error("the table has no chain {0}")]
+    UnknownChain(String),
+    #[error("chains nest deeper than {MAX_DEPTH} at {0}")]
+    TooDeep(String),
+    #[error("{why} in rule {rule:?} of chain {chain}")]
+    Unreadable { chain: String, rule: String, why: String },
 }
 
-/// Where it went: endpoints (`ip:port`), `DROP` or `REJECT` (joined with `, `; empty when
-/// no rule took it), and whether it is masqueraded.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What finally happens on one branch.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Outcome {
-    pub outputs: Vec<String>,
+    /// `ip:port` after DNAT, `DROP`, `REJECT`, or empty when no rule decided.
+    pub verdict: String,
+    pub probability: f64,
     pub masquerade: bool,
+    /// Why it was dropped or rejected, when the rules say.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The rules matched (`FAMILY kube-proxy CHAIN RULE`, as `nft add rule` takes them) and
+    /// the map elements looked up (`FAMILY kube-proxy MAP { KEY : VERDICT }`), in order.
+    pub path: Vec<String>,
 }
 
-impl Outcome {
-    pub fn summary(&self) -> String {
-        self.outputs.join(", ")
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Trace {
+    pub mode: &'static str,
+    pub packet: Packet,
+    pub entry: Entry,
+    pub outcomes: Vec<Outcome>,
+}
+
+impl Trace {
+    /// kube-proxy's tracer summary: the distinct verdicts joined by `, ` (first seen
+    /// first) and whether any branch is masqueraded.
+    pub fn summary(&self) -> (String, bool) {
+        let mut seen: Vec<&str> = Vec::new();
+        for o in &self.outcomes {
+            if !o.verdict.is_empty() && !seen.contains(&o.verdict.as_str()) {
+                seen.push(&o.verdict);
+            }
+        }
+        (seen.join(", "), self.outcomes.iter().any(|o| o.masquerade))
     }
 }
 
-struct Tracer<'a> {
-    chains: BTreeMap<&'a str, Vec<&'a str>>,
-    elements: &'a [Element],
-    local_ips: &'a BTreeSet<IpAddr>,
-    out: Outcome,
-    depth: usize,
+/// One branch in progress.
+#[derive(Debug, Clone)]
+struct Branch {
+    packet: Packet,
+    probability: f64,
+    masquerade: bool,
+    verdict: String,
+    reason: Option<String>,
+    path: Vec<String>,
 }
 
-/// Traces `p` through `table`; `local_ips` are this node's addresses (`fib … type local`).
-pub fn trace(table: &Table, local_ips: &BTreeSet<IpAddr>, p: &Packet) -> Result<Outcome, String> {
-    let mut chains: BTreeMap<&str, Vec<&str>> = table.objects.chains.iter().map(|c| (c.name.as_str(), Vec::new())).collect();
-    for r in &table.objects.rules {
-        chains.entry(r.chain.as_str()).or_default().push(r.rule.as_str());
+impl Branch {
+    fn finish(self) -> Outcome {
+        Outcome { verdict: self.verdict, probability: self.probability, masquerade: self.masquerade, reason: self.reason, path: self.path }
     }
-    let mut t = Tracer { chains, elements: &table.objects.elements, local_ips, out: Outcome { outputs: Vec::new(), masquerade: false }, depth: 0 };
-    if t.run(FILTER_PREROUTING_PRE_DNAT, p)? {
-        return Ok(t.out);
+
+    fn stopped(&self) -> bool {
+        self.verdict == "DROP" || self.verdict == "REJECT"
     }
-    t.run(NAT_PREROUTING, p)?;
-    let mut after = p.clone();
-    if let Some(first) = t.out.outputs.first() {
-        after.dst = host_of(first).ok_or_else(|| format!("bad DNAT target {first}"))?;
-    }
-    let filter = if local_ips.contains(&after.dst) { FILTER_INPUT } else { FILTER_FORWARD };
-    t.run(filter, &after)?;
-    Ok(t.out)
 }
 
-/// The address of `ip:port` or `[ip]:port`.
-fn host_of(endpoint: &str) -> Option<IpAddr> {
-    let (host, _) = endpoint.rsplit_once(':')?;
-    host.trim_start_matches('[').trim_end_matches(']').parse().ok()
+/// How a branch leaves a rule or a chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    /// On to the next rule (a rule that did not match, or a `jump` that came back).
+    Next,
+    /// The chain is done without a verdict (`return`, its end, a `goto` that came back):
+    /// the calling chain goes on.
+    Return,
+    /// DNAT, drop or reject: the hook is done.
+    Settled,
+}
+
+/// What a rule does once all its matches hold.
+enum Action<'t> {
+    Jump(String),
+    Goto(String),
+    Drop,
+    Reject,
+    Return,
+    Dnat(String),
+    /// `numgen random mod N vmap { … }`: every arm's chain.
+    Numgen(Vec<String>),
+    /// A verdict map's element matched: the map and the element (its value is the verdict).
+    Element(&'t str, &'t Element),
+}
+
+/// One statement of a rule read.
+enum Step<'r, 't> {
+    /// The match held; go on with the rest of the rule.
+    Next(&'r str),
+    /// The match failed: the next rule.
+    NoMatch,
+    Act(Action<'t>),
+}
+
+type Flows = Vec<(Branch, End)>;
+
+/// Traces `packet` through `table` from `entry`; `env` holds the node's addresses (`fib …
+/// type local`) and the affinity sets (or their endpoint chains) the source is already in.
+pub fn trace(table: &Table, env: &Env, packet: Packet, entry: Entry) -> Result<Trace, TraceError> {
+    let w = Walker::new(table, env);
+    let (pre_dnat, nat, filter) = match entry {
+        Entry::Prerouting => (FILTER_PREROUTING_PRE_DNAT, NAT_PREROUTING, None),
+        Entry::Output => (FILTER_OUTPUT_PRE_DNAT, NAT_OUTPUT, Some(FILTER_OUTPUT)),
+    };
+    let start = Branch { packet: packet.clone(), probability: 1.0, masquerade: false, verdict: String::new(), reason: None, path: Vec::new() };
+    let mut outcomes = Vec::new();
+    for b in w.hook(&[pre_dnat], start)? {
+        if b.stopped() {
+            outcomes.push(b.finish());
+            continue;
+        }
+        for b in w.hook(&[nat], b)? {
+            let mut chains: Vec<&str> = filter.into_iter().collect();
+            if env.local_ips.contains(&b.packet.dst) {
+                chains.push(FILTER_INPUT);
+            } else if filter.is_none() {
+                chains.push(FILTER_FORWARD);
+            }
+            outcomes.extend(w.hook(&chains, b)?.into_iter().map(Branch::finish));
+        }
+    }
+    Ok(Trace { mode: "nftables", packet, entry, outcomes })
+}
+
+/// The address of `ip:port` or `[ip]:port`, and the port.
+fn host_port(endpoint: &str) -> Option<(IpAddr, u16)> {
+    let (host, port) = endpoint.rsplit_once(':')?;
+    Some((host.trim_start_matches('[').trim_end_matches(']').parse().ok()?, port.parse().ok()?))
 }
 
 /// Whether `ip` is, or is inside, `text` (an address or CIDR).
@@ -96,80 +191,225 @@ fn first_word(s: &str) -> (&str, &str) {
     s.split_once(' ').map_or((s, ""), |(a, b)| (a, b.trim_start()))
 }
 
-enum Step<'r> {
-    /// The match held; go on with the rest of the rule.
-    Next(&'r str),
-    /// The match failed: the next rule.
-    NoMatch,
-    /// A verdict ended this chain: `true` if the packet's fate is settled.
-    Done(bool),
+/// `iifname` against an interface name pattern (`veth*`: a prefix).
+fn interface_matches(name: &str, pattern: &str) -> bool {
+    match pattern.trim_matches('"').strip_suffix('*') {
+        Some(prefix) => name.starts_with(prefix),
+        None => name == pattern.trim_matches('"'),
+    }
 }
 
-impl<'a> Tracer<'a> {
-    fn lookup(&self, set: &str, key: &[String]) -> Option<&'a Element> {
-        self.elements.iter().find(|e| e.set == set && e.key == key)
+/// A verdict as a rule or a verdict map element states it.
+fn verdict(text: &str) -> Option<Action<'static>> {
+    let (word, target) = first_word(text.trim());
+    match (word, target) {
+        ("jump", t) if !t.is_empty() => Some(Action::Jump(t.to_owned())),
+        ("goto", t) if !t.is_empty() => Some(Action::Goto(t.to_owned())),
+        ("drop", "") => Some(Action::Drop),
+        ("reject", "") => Some(Action::Reject),
+        ("return", "") => Some(Action::Return),
+        _ => None,
     }
+}
 
-    fn has_member(&self, set: &str, ip: &IpAddr) -> bool {
-        self.elements.iter().any(|e| e.set == set && e.key.len() == 1 && e.key[0] == ip.to_string())
+/// Why a rule drops or rejects, when nothing before it said: its comment, or what its
+/// chain is for.
+fn reason_of(chain: &str, rule: &Rule) -> Option<String> {
+    if let Some(c) = &rule.comment {
+        return Some(c.clone());
     }
+    chain.starts_with("firewall-").then(|| "the source is outside the service's loadBalancerSourceRanges".to_owned())
+}
 
-    /// Runs `chain`; `true` if a verdict settled the packet.
-    fn run(&mut self, chain: &str, p: &Packet) -> Result<bool, String> {
-        self.depth += 1;
-        if self.depth > 64 {
-            return Err(format!("chain depth over 64 at {chain}"));
+struct Walker<'t> {
+    /// `ip kube-proxy`: what every path line starts with.
+    head: String,
+    chains: BTreeMap<&'t str, Vec<&'t Rule>>,
+    elements: &'t [Element],
+    env: &'t Env,
+}
+
+impl<'t> Walker<'t> {
+    fn new(table: &'t Table, env: &'t Env) -> Self {
+        let mut chains: BTreeMap<&str, Vec<&Rule>> = table.objects.chains.iter().map(|c| (c.name.as_str(), Vec::new())).collect();
+        for r in &table.objects.rules {
+            chains.entry(r.chain.as_str()).or_default().push(r);
         }
-        let rules = self.chains.get(chain).cloned().ok_or_else(|| format!("unknown chain {chain}"))?;
-        let mut settled = None;
+        Walker { head: format!("{} {}", table.family.as_str(), table.name), chains, elements: &table.objects.elements, env }
+    }
+
+    /// Runs the base chains of one hook, in priority order, on `b`: the branches that
+    /// leave it. A branch dropped or rejected skips the chains after.
+    fn hook(&self, chains: &[&str], b: Branch) -> Result<Vec<Branch>, TraceError> {
+        let mut live = vec![b];
+        for chain in chains {
+            let mut next = Vec::new();
+            for b in live {
+                if b.stopped() || !self.chains.contains_key(chain) {
+                    next.push(b);
+                    continue;
+                }
+                next.extend(self.run(chain, b, 0)?.into_iter().map(|(b, _)| b));
+            }
+            live = next;
+        }
+        Ok(live)
+    }
+
+    /// Runs `chain`: every branch that leaves it, and how.
+    fn run(&self, chain: &str, b: Branch, depth: usize) -> Result<Flows, TraceError> {
+        if depth > MAX_DEPTH {
+            return Err(TraceError::TooDeep(chain.to_owned()));
+        }
+        let rules = self.chains.get(chain).ok_or_else(|| TraceError::UnknownChain(chain.to_owned()))?;
+        let mut live = vec![b];
+        let mut out = Vec::new();
         for rule in rules {
-            if let Some(done) = self.rule(rule, p)? {
-                settled = Some(done);
+            let mut still = Vec::new();
+            for b in live {
+                for (nb, end) in self.rule(chain, rule, b, depth)? {
+                    match end {
+                        End::Next => still.push(nb),
+                        _ => out.push((nb, end)),
+                    }
+                }
+            }
+            live = still;
+            if live.is_empty() {
                 break;
             }
         }
-        self.depth -= 1;
-        Ok(settled.unwrap_or(false))
+        out.extend(live.into_iter().map(|b| (b, End::Return)));
+        Ok(out)
     }
 
-    /// One rule: `None` to go on with the chain, `Some(settled)` when it ended the chain.
-    fn rule(&mut self, rule: &str, p: &Packet) -> Result<Option<bool>, String> {
-        let mut rest = rule.strip_prefix("ct state new").unwrap_or(rule).trim_start();
-        while !rest.is_empty() {
-            match self.step(rest, p).map_err(|e| format!("{e} in rule {rule:?}"))? {
+    fn rule(&self, chain: &str, rule: &Rule, mut b: Branch, depth: usize) -> Result<Flows, TraceError> {
+        let unreadable = |why: String| TraceError::Unreadable { chain: chain.to_owned(), rule: rule.rule.clone(), why };
+        let mut rest = rule.rule.strip_prefix("ct state new").unwrap_or(&rule.rule).trim_start();
+        loop {
+            if rest.is_empty() {
+                // Matched, and only statements that change no verdict (`update @set`).
+                b.path.push(self.rule_line(chain, rule));
+                return Ok(vec![(b, End::Next)]);
+            }
+            match self.step(rest, &b.packet).map_err(unreadable)? {
                 Step::Next(r) => rest = r,
-                Step::NoMatch => return Ok(None),
-                Step::Done(settled) => return Ok(Some(settled)),
+                Step::NoMatch => return Ok(vec![(b, End::Next)]),
+                Step::Act(action) => {
+                    b.path.push(self.rule_line(chain, rule));
+                    return self.act(chain, rule, action, b, depth);
+                }
             }
         }
-        Ok(None)
     }
 
-    fn step<'r>(&mut self, rest: &'r str, p: &Packet) -> Result<Step<'r>, String> {
+    fn rule_line(&self, chain: &str, rule: &Rule) -> String {
+        let comment = rule.comment.as_ref().map(|c| format!(" comment \"{c}\"")).unwrap_or_default();
+        format!("{} {chain} {}{comment}", self.head, rule.rule)
+    }
+
+    fn element_line(&self, set: &str, e: &Element) -> String {
+        let comment = e.comment.as_ref().map(|c| format!(" comment \"{c}\"")).unwrap_or_default();
+        let value = if e.value.is_empty() { String::new() } else { format!(" : {}", e.value.join(" . ")) };
+        format!("{} {set} {{ {}{comment}{value} }}", self.head, e.key.join(" . "))
+    }
+
+    /// Does what a matched rule says.
+    fn act(&self, chain: &str, rule: &Rule, action: Action<'t>, mut b: Branch, depth: usize) -> Result<Flows, TraceError> {
+        let from_target = |flows: Flows, back: End| flows.into_iter().map(|(b, e)| (b, if e == End::Settled { e } else { back })).collect();
+        Ok(match action {
+            Action::Jump(target) if target == MARK_MASQ => {
+                b.masquerade = true;
+                vec![(b, End::Next)]
+            }
+            Action::Jump(target) => from_target(self.run(&target, b, depth + 1)?, End::Next),
+            Action::Goto(target) => from_target(self.run(&target, b, depth + 1)?, End::Return),
+            Action::Drop | Action::Reject => {
+                b.verdict = if matches!(action, Action::Drop) { "DROP" } else { "REJECT" }.to_owned();
+                if b.reason.is_none() {
+                    b.reason = reason_of(chain, rule);
+                }
+                vec![(b, End::Settled)]
+            }
+            Action::Return => vec![(b, End::Return)],
+            Action::Dnat(target) => {
+                let (ip, port) = host_port(&target).ok_or_else(|| TraceError::Unreadable {
+                    chain: chain.to_owned(),
+                    rule: rule.rule.clone(),
+                    why: format!("bad DNAT target {target}"),
+                })?;
+                (b.packet.dst, b.packet.dport) = (ip, port);
+                b.verdict = target;
+                vec![(b, End::Settled)]
+            }
+            Action::Numgen(arms) => {
+                let share = 1.0 / arms.len() as f64;
+                let mut out = Vec::new();
+                for arm in arms {
+                    let mut nb = b.clone();
+                    nb.probability *= share;
+                    out.extend(self.act(chain, rule, Action::Goto(arm), nb, depth)?);
+                }
+                out
+            }
+            Action::Element(map, e) => {
+                b.path.push(self.element_line(map, e));
+                if map == NO_ENDPOINT_SERVICES || map == NO_ENDPOINT_NODEPORTS {
+                    let service = e.comment.as_ref().map(|c| format!(" {c}")).unwrap_or_default();
+                    b.reason = Some(format!("the service{service} has no endpoints"));
+                }
+                let text = e.value.join(" . ");
+                let action = verdict(&text).ok_or_else(|| TraceError::Unreadable {
+                    chain: chain.to_owned(),
+                    rule: rule.rule.clone(),
+                    why: format!("verdict map {map} holds {text:?}"),
+                })?;
+                self.act(chain, rule, action, b, depth)?
+            }
+        })
+    }
+
+    fn lookup(&self, set: &str, key: &[String]) -> Option<&'t Element> {
+        self.elements.iter().find(|e| e.set == set && e.key == key)
+    }
+
+    /// Whether `ip` is in `set`: an element, or an affinity set `--affinity` names (by its
+    /// name or its endpoint chain's).
+    fn has_member(&self, set: &str, ip: &IpAddr) -> bool {
+        let pinned = set.strip_prefix("affinity-").is_some_and(|base| {
+            self.env.affinity.contains(set) || self.env.affinity.contains(&format!("endpoint-{base}"))
+        });
+        pinned || self.elements.iter().any(|e| e.set == set && e.key.len() == 1 && e.key[0] == ip.to_string())
+    }
+
+    fn step<'r>(&self, rest: &'r str, p: &Packet) -> Result<Step<'r, 't>, String> {
         let ip = if p.dst.is_ipv6() { "ip6" } else { "ip" };
         let dest_key = || vec![p.dst.to_string(), p.protocol.clone(), p.dport.to_string()];
         let port_key = || vec![p.protocol.clone(), p.dport.to_string()];
         if let Some(map) = rest.strip_prefix(&format!("{ip} daddr . meta l4proto . th dport vmap @")) {
-            return self.vmap(self.lookup(map, &dest_key()), p);
+            let map = map.trim();
+            return Ok(self.lookup(map, &dest_key()).map_or(Step::NoMatch, |e| Step::Act(Action::Element(&e.set, e))));
         }
         if let Some(map) = rest.strip_prefix("meta l4proto . th dport vmap @") {
-            return self.vmap(self.lookup(map, &port_key()), p);
+            let map = map.trim();
+            return Ok(self.lookup(map, &port_key()).map_or(Step::NoMatch, |e| Step::Act(Action::Element(&e.set, e))));
         }
         for (field, addr) in [("daddr", p.dst), ("saddr", p.src)] {
             if let Some(r) = rest.strip_prefix(&format!("{ip} {field} ")) {
                 return self.address(r, &addr);
             }
             if let Some(r) = rest.strip_prefix(&format!("fib {field} type local")) {
-                return Ok(if self.local_ips.contains(&addr) { Step::Next(r.trim_start()) } else { Step::NoMatch });
+                return Ok(if self.env.local_ips.contains(&addr) { Step::Next(r.trim_start()) } else { Step::NoMatch });
             }
         }
-        if rest.starts_with("iifname ") {
-            // Traced packets arrive on no interface a detector names.
-            let (_, r) = first_word(rest);
-            let (op, r2) = first_word(r);
-            let negated = op == "!=";
-            let after = if negated { first_word(r2).1 } else { r2 };
-            return Ok(if negated { Step::Next(after) } else { Step::NoMatch });
+        if let Some(r) = rest.strip_prefix("iifname ") {
+            let (negated, r) = match r.strip_prefix("!= ") {
+                Some(r) => (true, r),
+                None => (false, r),
+            };
+            let (pattern, after) = first_word(r);
+            let hit = p.in_interface.as_deref().is_some_and(|i| interface_matches(i, pattern));
+            return Ok(if hit != negated { Step::Next(after) } else { Step::NoMatch });
         }
         if let Some(r) = rest.strip_prefix("update @") {
             return Ok(Step::Next(braces(first_word(r).1)?.1));
@@ -177,23 +417,22 @@ impl<'a> Tracer<'a> {
         if let Some(r) = rest.strip_prefix("numgen random mod ") {
             let (_, r) = first_word(r);
             let body = braces(r.strip_prefix("vmap ").ok_or("expected vmap")?)?.0;
-            for arm in body.split(',') {
-                let target = arm.split(" : goto ").nth(1).ok_or("bad numgen arm")?.trim();
-                self.run(target, p)?;
-            }
-            return Ok(Step::Done(true));
+            let arms = body
+                .split(',')
+                .map(|arm| arm.split(" : goto ").nth(1).map(|t| t.trim().to_owned()).ok_or("bad numgen arm"))
+                .collect::<Result<Vec<_>, _>>()?;
+            return Ok(Step::Act(Action::Numgen(arms)));
         }
         if let Some(r) = rest.strip_prefix("meta l4proto ") {
-            let (_, r) = first_word(r);
+            let (proto, r) = first_word(r);
             let target = r.strip_prefix("dnat to ").ok_or("expected dnat to")?;
-            self.out.outputs.push(target.trim().to_owned());
-            return Ok(Step::Done(true));
+            return Ok(if proto == p.protocol { Step::Act(Action::Dnat(target.trim().to_owned())) } else { Step::NoMatch });
         }
-        self.verdict(rest, p)
+        verdict(rest).map(Step::Act).ok_or_else(|| format!("unknown statement {rest:?}"))
     }
 
     /// After `ip daddr ` / `ip saddr `: `@set`, `!= X`, `{ … }`, `!= { … }` or `X`.
-    fn address<'r>(&self, r: &'r str, addr: &IpAddr) -> Result<Step<'r>, String> {
+    fn address<'r>(&self, r: &'r str, addr: &IpAddr) -> Result<Step<'r, 't>, String> {
         if let Some(set) = r.strip_prefix('@') {
             let (name, after) = first_word(set);
             return Ok(if self.has_member(name, addr) { Step::Next(after) } else { Step::NoMatch });
@@ -215,85 +454,100 @@ impl<'a> Tracer<'a> {
         };
         Ok(if hit != negated { Step::Next(after) } else { Step::NoMatch })
     }
-
-    fn vmap<'r>(&mut self, hit: Option<&'a Element>, p: &Packet) -> Result<Step<'r>, String> {
-        let Some(e) = hit else { return Ok(Step::NoMatch) };
-        let verdict = e.value.join(" . ");
-        match self.verdict(&verdict, p)? {
-            Step::Done(s) => Ok(Step::Done(s)),
-            _ => Err(format!("verdict map value {verdict:?}")),
-        }
-    }
-
-    /// `jump X`, `goto X`, `drop`, `reject`, `return`.
-    fn verdict<'r>(&mut self, rest: &str, p: &Packet) -> Result<Step<'r>, String> {
-        let (word, target) = first_word(rest.trim());
-        match word {
-            "jump" if target == MARK_MASQ => {
-                self.out.masquerade = true;
-                Ok(Step::Next(""))
-            }
-            "jump" | "goto" => {
-                let settled = self.run(target, p)?;
-                Ok(if settled || word == "goto" { Step::Done(settled) } else { Step::Next("") })
-            }
-            "drop" | "reject" => {
-                self.out.outputs.push(word.to_uppercase());
-                Ok(Step::Done(true))
-            }
-            "return" => Ok(Step::Done(false)),
-            _ => Err(format!("unknown statement {rest:?}")),
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
+
     use super::*;
-    use crate::nftables::model::{Chain, Family, Objects, Rule};
+    use crate::nftables::model::{Chain, Family, Objects};
 
     fn table(extra_rule: Option<&str>) -> Table {
         let mut o = Objects::default();
-        for c in [FILTER_PREROUTING_PRE_DNAT, NAT_PREROUTING, FILTER_FORWARD, FILTER_INPUT, SERVICES, MARK_MASQ, "svc", "ep"] {
+        for c in [FILTER_PREROUTING_PRE_DNAT, NAT_PREROUTING, FILTER_FORWARD, FILTER_INPUT, SERVICES, MARK_MASQ, "svc", "ep1", "ep2", "firewall-svc"] {
             o.chain(Chain::regular(c));
         }
+        o.rule(Rule::new(FILTER_PREROUTING_PRE_DNAT, "ct state new ip daddr . meta l4proto . th dport vmap @firewall-ips"));
+        o.rule(Rule::new("firewall-svc", "ip saddr != { 203.0.113.0/24 } drop"));
         o.rule(Rule::new(NAT_PREROUTING, "jump services"));
         o.rule(Rule::new(SERVICES, "ip daddr . meta l4proto . th dport vmap @service-ips"));
         o.rule(Rule::new("svc", "ip daddr 172.30.0.1 ip saddr != 10.0.0.0/8 jump mark-for-masquerade"));
-        o.rule(Rule::new("svc", "numgen random mod 1 vmap { 0 : goto ep }"));
-        o.rule(Rule::new("ep", "meta l4proto tcp dnat to 10.0.0.5:8080"));
-        o.rule(Rule::new(FILTER_FORWARD, "ip daddr { 172.30.0.0/16 } drop"));
+        o.rule(Rule::new("svc", "ip saddr @affinity-ep2 goto ep2"));
+        o.rule(Rule::new("svc", "numgen random mod 2 vmap { 0 : goto ep1 , 1 : goto ep2 }"));
+        o.rule(Rule::new("ep1", "meta l4proto tcp dnat to 10.0.0.5:8080"));
+        o.rule(Rule::new("ep2", "update @affinity-ep2 { ip saddr }"));
+        o.rule(Rule::new("ep2", "meta l4proto tcp dnat to 10.0.0.6:8080"));
+        o.rule(Rule::commented(FILTER_FORWARD, "ip daddr { 172.30.0.0/16 } reject", "Reject traffic to invalid ports of ClusterIPs"));
+        o.rule(Rule::new(FILTER_INPUT, "ip daddr . meta l4proto . th dport vmap @no-endpoint-services"));
         if let Some(r) = extra_rule {
-            o.rule(Rule::new(FILTER_PREROUTING_PRE_DNAT, r));
+            o.rule(Rule::new(SERVICES, r));
         }
         o.element(SERVICE_IPS, vec!["172.30.0.1".into(), "tcp".into(), "80".into()], vec!["goto svc".into()], None);
+        o.element(FIREWALL_IPS, vec!["172.30.0.9".into(), "tcp".into(), "80".into()], vec!["goto firewall-svc".into()], None);
+        o.element(NO_ENDPOINT_SERVICES, vec!["192.168.0.2".into(), "tcp".into(), "80".into()], vec!["drop".into()], Some("ns/gone:http"));
         Table { family: Family::Ip, name: TABLE, comment: TABLE_COMMENT, objects: o }
     }
 
     fn packet(src: &str, dst: &str, dport: u16) -> Packet {
-        Packet { src: src.parse().unwrap(), protocol: "tcp".into(), dst: dst.parse().unwrap(), dport }
+        Packet { src: src.parse().unwrap(), protocol: "tcp".into(), dst: dst.parse().unwrap(), dport, in_interface: None }
+    }
+
+    fn env(local: &[&str], affinity: &[&str]) -> Env {
+        Env { local_ips: local.iter().map(|s| s.parse().unwrap()).collect(), affinity: affinity.iter().map(|s| s.to_string()).collect() }
+    }
+
+    fn run(p: Packet, env: &Env) -> Trace {
+        trace(&table(None), env, p, Entry::Prerouting).unwrap()
     }
 
     #[test]
-    fn follows_the_verdict_map_to_the_endpoint_and_marks_off_cluster_sources() {
-        let local = BTreeSet::new();
-        let o = trace(&table(None), &local, &packet("192.0.2.9", "172.30.0.1", 80)).unwrap();
-        assert_eq!((o.summary().as_str(), o.masquerade), ("10.0.0.5:8080", true));
-        let o = trace(&table(None), &local, &packet("10.0.0.9", "172.30.0.1", 80)).unwrap();
-        assert_eq!((o.summary().as_str(), o.masquerade), ("10.0.0.5:8080", false));
+    fn every_endpoint_is_a_branch_with_its_share_and_its_path() {
+        let t = run(packet("192.0.2.9", "172.30.0.1", 80), &env(&[], &[]));
+        assert_eq!(t.summary(), ("10.0.0.5:8080, 10.0.0.6:8080".to_owned(), true));
+        let shares: Vec<(&str, f64)> = t.outcomes.iter().map(|o| (o.verdict.as_str(), o.probability)).collect();
+        assert_eq!(shares, [("10.0.0.5:8080", 0.5), ("10.0.0.6:8080", 0.5)]);
+        assert_eq!(
+            t.outcomes[1].path,
+            [
+                "ip kube-proxy nat-prerouting jump services",
+                "ip kube-proxy services ip daddr . meta l4proto . th dport vmap @service-ips",
+                "ip kube-proxy service-ips { 172.30.0.1 . tcp . 80 : goto svc }",
+                "ip kube-proxy svc ip daddr 172.30.0.1 ip saddr != 10.0.0.0/8 jump mark-for-masquerade",
+                "ip kube-proxy svc numgen random mod 2 vmap { 0 : goto ep1 , 1 : goto ep2 }",
+                "ip kube-proxy ep2 update @affinity-ep2 { ip saddr }",
+                "ip kube-proxy ep2 meta l4proto tcp dnat to 10.0.0.6:8080",
+            ]
+        );
+        let t = run(packet("10.0.0.9", "172.30.0.1", 80), &env(&[], &[]));
+        assert_eq!(t.summary(), ("10.0.0.5:8080, 10.0.0.6:8080".to_owned(), false));
     }
 
     #[test]
-    fn a_destination_no_map_has_falls_to_the_filter_chains() {
-        let o = trace(&table(None), &BTreeSet::new(), &packet("10.0.0.9", "172.30.0.2", 80)).unwrap();
-        assert_eq!(o.summary(), "DROP");
-        let o = trace(&table(None), &BTreeSet::new(), &packet("10.0.0.9", "192.0.2.1", 80)).unwrap();
-        assert_eq!(o.summary(), "", "nothing took it");
+    fn an_affinity_the_source_holds_takes_its_endpoint_only() {
+        for pinned in ["affinity-ep2", "endpoint-ep2"] {
+            let t = run(packet("10.0.0.9", "172.30.0.1", 80), &env(&[], &[pinned]));
+            assert_eq!(t.summary().0, "10.0.0.6:8080", "{pinned}");
+            assert_eq!(t.outcomes[0].probability, 1.0);
+        }
+    }
+
+    #[test]
+    fn drops_and_rejects_say_why() {
+        let t = run(packet("192.0.2.1", "172.30.0.9", 80), &env(&[], &[]));
+        assert_eq!((t.summary().0.as_str(), t.outcomes[0].reason.as_deref()), ("DROP", Some("the source is outside the service's loadBalancerSourceRanges")));
+        let t = run(packet("203.0.113.1", "172.30.0.9", 80), &env(&[], &[]));
+        assert_eq!(t.summary().0, "REJECT", "an allowed source passes the firewall and meets filter-forward: {t:?}");
+        let t = run(packet("10.0.0.9", "172.30.0.2", 80), &env(&[], &[]));
+        assert_eq!((t.summary().0.as_str(), t.outcomes[0].reason.as_deref()), ("REJECT", Some("Reject traffic to invalid ports of ClusterIPs")));
+        let t = run(packet("10.0.0.9", "192.168.0.2", 80), &env(&["192.168.0.2"], &[]));
+        assert_eq!((t.summary().0.as_str(), t.outcomes[0].reason.as_deref()), ("DROP", Some("the service ns/gone:http has no endpoints")));
+        let t = run(packet("10.0.0.9", "192.0.2.1", 80), &env(&[], &[]));
+        assert_eq!((t.summary().0.as_str(), t.outcomes.len()), ("", 1), "nothing took it");
     }
 
     #[test]
     fn a_statement_it_does_not_know_is_an_error() {
-        let e = trace(&table(Some("counter accept")), &BTreeSet::new(), &packet("10.0.0.9", "172.30.0.1", 80)).unwrap_err();
-        assert!(e.contains("unknown statement"), "{e}");
+        let e = trace(&table(Some("counter accept")), &env(&[], &[]), packet("10.0.0.9", "172.30.0.2", 80), Entry::Prerouting).unwrap_err();
+        assert!(matches!(&e, TraceError::Unreadable { why, .. } if why.contains("unknown statement")), "{e}");
     }
 }

@@ -40,6 +40,7 @@ mod dataplane;
 mod faults;
 mod goldens;
 mod incremental;
+mod nft_goldens;
 mod node_setup;
 mod outside;
 mod selftest;
@@ -61,6 +62,7 @@ fn main() {
     }
     let mut cases = selftest::cases();
     cases.extend(goldens::cases());
+    cases.extend(nft_goldens::cases());
     cases.extend(dataplane::cases());
     cases.extend(faults::cases());
     cases.extend(watch_e2e::cases());

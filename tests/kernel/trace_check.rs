@@ -1,7 +1,8 @@
 //! `svcproxy trace` against real packets: for each question, the tracer's answer (from the
 //! rendered rules, no kernel) must match what real connections through the synced kernel
 //! do — which endpoints answer, whether the source is masqueraded, DROP (timeout) or
-//! REJECT (refused).
+//! REJECT (refused). In nftables mode (no sync yet) the rendered `kube-proxy` table is
+//! loaded with `nft -f` and `trace --mode nftables` is asked the same questions.
 
 use std::collections::BTreeSet;
 
@@ -14,6 +15,7 @@ use crate::svcproxy::{bin, path_str, run_expect, temp_yaml};
 pub fn cases() -> Vec<Case> {
     let mut v = Vec::new();
     per_backend!(v, trace_matches_real_packets);
+    v.push(Case::new("nftables_trace_matches_real_packets", nftables_trace_matches_real_packets));
     v
 }
 
@@ -60,7 +62,11 @@ const FLAGS: [&str; 10] = ["--hostname-override", "node-1", "--node-ip", "198.19
 /// The tracer's answer: verdicts (DNAT targets or DROP/REJECT) and whether any branch
 /// is masqueraded.
 fn trace(file: &str, entry: &str, src: &str, dst: &str) -> Result<(BTreeSet<String>, bool), String> {
-    let mut args = vec!["trace", "--from", file, "--entry", entry, "--src", src, "--dst", dst, "--output", "json"];
+    trace_mode("iptables", file, entry, src, dst)
+}
+
+fn trace_mode(mode: &str, file: &str, entry: &str, src: &str, dst: &str) -> Result<(BTreeSet<String>, bool), String> {
+    let mut args = vec!["trace", "--mode", mode, "--from", file, "--entry", entry, "--src", src, "--dst", dst, "--output", "json"];
     args.extend_from_slice(&FLAGS);
     let out = std::process::Command::new(bin()).args(&args).output().map_err(|e| e.to_string())?;
     let v: Value = serde_json::from_slice(&out.stdout).map_err(|e| format!("trace output: {e}: {}", String::from_utf8_lossy(&out.stderr)))?;
@@ -109,6 +115,59 @@ fn trace_matches_real_packets(ctx: &mut Ctx, b: Backend) -> CaseResult {
     ensure!(verdicts == BTreeSet::from(["REJECT".to_string()]), "trace said {verdicts:?}");
     let t = lab.connect(Where::Node, "198.19.255.30", 80, Proto::Tcp, 3)?;
     ensure!(t.refused == 3, "REJECT means refused: {t:?}");
+    let _ = std::fs::remove_file(&file);
+    Ok(())
+}
+
+/// The same questions in nftables mode, on the rendered table loaded with `nft -f`; and
+/// one nftables mode answers otherwise: a ClusterIP's port that is no service port is
+/// rejected (cluster-ips-check).
+fn nftables_trace_matches_real_packets(ctx: &mut Ctx) -> CaseResult {
+    ctx.require(&["ip", "nft"])?;
+    let mut lab = Lab::new("nfttrace")?;
+    for (i, name) in ["pod1", "pod2"].iter().enumerate() {
+        lab.add_pod(name, &format!("198.18.{}.2", i + 1), None)?.serve_tcp(8080)?;
+    }
+    lab.route_service_cidr("198.19.255.0/24")?;
+    lab.route_service_cidr("198.19.3.0/24")?;
+    let file = temp_yaml(CLUSTER)?;
+    let f = path_str(&file);
+    let mut render = vec!["render", "--mode", "nftables", "--from", f];
+    render.extend_from_slice(&FLAGS);
+    let out = std::process::Command::new(bin()).args(&render).output().map_err(|e| e.to_string())?;
+    ensure!(out.status.success(), "render: {}", String::from_utf8_lossy(&out.stderr));
+    lab.node().run_stdin(&["nft", "-f", "-"], Some(&String::from_utf8_lossy(&out.stdout)))?;
+    let trace = |entry, src, dst| trace_mode("nftables", f, entry, src, dst);
+    let set = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<BTreeSet<String>>();
+
+    // 1. From the node to the ClusterIP: both pods, masqueraded.
+    let (verdicts, masq) = trace("node", "198.19.1.1", "198.19.255.10:80")?;
+    ensure!(verdicts == set(&["198.18.1.2:8080", "198.18.2.2:8080"]) && masq, "trace said {verdicts:?} masq={masq}");
+    let t = lab.connect(Where::Node, "198.19.255.10", 80, Proto::Tcp, 20)?;
+    ensure!(t.count("pod1") > 0 && t.count("pod2") > 0, "real packets: {t:?}");
+    ensure!(!t.sources_seen.contains_key("198.19.1.1"), "trace says masqueraded; the pods saw the node IP: {t:?}");
+
+    // 2. From outside the source ranges to the LoadBalancer IP: dropped.
+    let (verdicts, _) = trace("outside", "198.19.1.2", "198.19.3.10:443")?;
+    ensure!(verdicts == set(&["DROP"]), "trace said {verdicts:?}");
+    let t = lab.connect(Where::External, "198.19.3.10", 443, Proto::Tcp, 3)?;
+    ensure!(t.timed_out == 3 && t.answered() == 0, "DROP means timeouts: {t:?}");
+
+    // 3. The same client to the NodePort (not subject to source ranges): answered.
+    let (verdicts, masq) = trace("outside", "198.19.1.2", "198.19.1.1:30443")?;
+    ensure!(verdicts == set(&["198.18.1.2:8080"]) && masq, "trace said {verdicts:?} masq={masq}");
+    let t = lab.connect(Where::External, "198.19.1.1", 30443, Proto::Tcp, 5)?;
+    ensure!(t.count("pod1") == 5, "real packets: {t:?}");
+
+    // 4. A service without endpoints, and 5. a port of a ClusterIP that is no service
+    // port: rejected at once.
+    for dst in ["198.19.255.30:80", "198.19.255.10:81"] {
+        let (verdicts, _) = trace("node", "198.19.1.1", dst)?;
+        ensure!(verdicts == set(&["REJECT"]), "{dst}: trace said {verdicts:?}");
+        let (ip, port) = dst.split_once(':').unwrap_or_default();
+        let t = lab.connect(Where::Node, ip, port.parse().unwrap_or_default(), Proto::Tcp, 3)?;
+        ensure!(t.refused == 3, "{dst}: REJECT means refused: {t:?}");
+    }
     let _ = std::fs::remove_file(&file);
     Ok(())
 }
