@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use crate::config::Settings;
 use crate::gen::{self, GenSpec};
-use crate::iptables::apply::{Backend, RestoreError, Restorer};
+use crate::netfilter::apply::{Backend, RestoreError, Restorer};
 use crate::iptables::conntrack::RecordingConntrack;
 use crate::iptables::fake::FakeIptables;
 use crate::iptables::partial::{self, Applied};

@@ -10,7 +10,7 @@ use clap::{Args, ValueEnum};
 use super::render::load_with;
 use super::{ConfigFlags, EXIT_CHANGES, EXIT_OK};
 use crate::config::Mode;
-use crate::iptables::apply::{detect_backend, Backend, ExecRestorer};
+use crate::netfilter::apply::{detect_backend, Backend, ExecRestorer};
 use crate::iptables::conntrack::ExecConntrack;
 use crate::iptables::proxier::Reconciled;
 use crate::iptables::sync::SyncReport;

@@ -1,10 +1,12 @@
 //! iptables mode, and the netfilter plumbing IPVS mode, trace and cleanup share: chain
 //! names, the renderer, restore text (both ways), the canonical form, the delta and the
-//! sync planners are pure. Three modules reach the kernel, each behind a trait with a
-//! recording fake for tests: `apply` runs `iptables-save`/`iptables-restore`, `nfacct`
-//! talks netlink, and `conntrack` runs the conntrack tool.
+//! sync planners are pure. The kernel is reached behind traits with recording fakes for
+//! tests: `iptables-save`/`iptables-restore` through [`crate::netfilter::apply`], `nfacct`
+//! over netlink, and `conntrack` through the conntrack tool.
 
-pub mod apply;
+// Moved to the netfilter layer; kept here for src/cli/trace.rs (another branch's) until
+// that file imports `crate::netfilter::apply` itself.
+pub use crate::netfilter::apply;
 pub mod canary;
 pub mod canon;
 pub mod conntrack;

@@ -6,7 +6,7 @@
 
 use std::time::Instant;
 
-use super::apply::{Backend, RestoreError, Restorer};
+use crate::netfilter::apply::{Backend, RestoreError, Restorer};
 use super::delta::{self, Delta, TABLES};
 use super::jumps::jumps;
 use super::render::Ruleset;

@@ -15,7 +15,7 @@ use super::netlink::{self, Ipvs, Timeouts};
 use super::plan::{Context, Plan, DUMMY_LINK};
 use super::reconcile::{self, Changes, Observed, Scope, Timing, Wanted};
 use crate::config::Config;
-use crate::iptables::apply::{RestoreError, Restorer};
+use crate::netfilter::apply::{RestoreError, Restorer};
 use crate::iptables::delta::{self, Delta, TABLES};
 use crate::iptables::restore::{self, Dump};
 use crate::net::IpFamily;

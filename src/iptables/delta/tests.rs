@@ -8,7 +8,8 @@ use crate::config::Settings;
 use crate::iptables::fake::{Call, FakeIptables};
 use crate::iptables::render::Ruleset;
 use crate::iptables::sync::{needed_jumps, sync};
-use crate::iptables::{apply::Restorer, restore};
+use crate::iptables::restore;
+use crate::netfilter::apply::Restorer;
 use crate::pipeline;
 use crate::source;
 
