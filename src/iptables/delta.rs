@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use similar::{capture_diff_slices, Algorithm, DiffOp};
 
-use super::canon::canonical;
+use crate::netfilter::canon::canonical;
 use super::jumps::Jump;
 use super::names::*;
 use super::restore::{quote, Dump, TableDump};

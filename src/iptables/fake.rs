@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use crate::netfilter::apply::{Backend, RestoreError, Restorer};
-use super::canon::canonical;
+use crate::netfilter::canon::canonical;
 use super::restore::{quote, split_words};
 use crate::net::IpFamily;
 

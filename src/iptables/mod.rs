@@ -1,5 +1,5 @@
 //! iptables mode, and the netfilter plumbing IPVS mode, trace and cleanup share: chain
-//! names, the renderer, restore text (both ways), the canonical form, the delta and the
+//! names, the renderer, restore text in kube-proxy's order, the delta and the
 //! sync planners are pure. The kernel is reached behind traits with recording fakes for
 //! tests: `iptables-save`/`iptables-restore` through [`crate::netfilter::apply`], `nfacct`
 //! over netlink, and `conntrack` through the conntrack tool.
@@ -8,7 +8,6 @@
 // that file imports `crate::netfilter::apply` itself.
 pub use crate::netfilter::apply;
 pub mod canary;
-pub mod canon;
 pub mod conntrack;
 pub mod cleanup;
 pub mod delta;
