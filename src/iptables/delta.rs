@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use similar::{capture_diff_slices, Algorithm, DiffOp};
 
 use crate::netfilter::canon::canonical;
-use super::jumps::Jump;
+use crate::netfilter::jumps::Jump;
 use super::names::*;
 use super::restore::{quote, Dump, TableDump};
 

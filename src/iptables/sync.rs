@@ -67,7 +67,7 @@ pub fn read_live(r: &mut dyn Restorer, family: crate::net::IpFamily) -> Result<D
 }
 
 /// The jumps this ruleset needs from built-in chains.
-pub fn needed_jumps(rs: &Ruleset) -> Vec<super::jumps::Jump> {
+pub fn needed_jumps(rs: &Ruleset) -> Vec<crate::netfilter::jumps::Jump> {
     jumps(!rs.ctx.is_v6() && rs.ctx.localhost_node_ports)
 }
 

@@ -7,6 +7,7 @@
 pub mod apply;
 pub mod canon;
 pub mod dump;
+pub mod jumps;
 pub mod rule;
 pub mod table;
 
