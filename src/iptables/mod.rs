@@ -10,7 +10,6 @@ pub use crate::netfilter::apply;
 pub mod canary;
 pub mod conntrack;
 pub mod cleanup;
-pub mod delta;
 #[cfg(any(test, feature = "testing"))]
 pub mod fake;
 pub mod incremental;

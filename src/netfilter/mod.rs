@@ -6,6 +6,7 @@
 
 pub mod apply;
 pub mod canon;
+pub mod delta;
 pub mod dump;
 pub mod jumps;
 pub mod rule;

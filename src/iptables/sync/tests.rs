@@ -1,6 +1,6 @@
-//! The delta engine against the fake kernel: whatever the kernel held before, applying
-//! the delta leaves exactly the full render (in canonical form), and a second sync finds
-//! nothing to do.
+//! A full iptables sync (the delta engine) against the fake kernel: whatever the kernel
+//! held before, applying the delta leaves exactly the full render (in canonical form), and
+//! a second sync finds nothing to do.
 
 use std::path::Path;
 
