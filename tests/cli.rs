@@ -178,7 +178,8 @@ fn flags_override_the_kube_proxy_config_file() {
 /// equals kube-proxy's expected ruleset after kube-proxy's test normalisation.
 #[test]
 fn upstream_scenarios_through_the_binary_equal_kube_proxy() {
-    use svcproxy::iptables::{check, restore};
+    use support::iptables_check as check;
+    use svcproxy::iptables::restore;
     for name in ["overall-iptables-rules", "bad-ips"] {
         let fixture = format!("fixtures/upstream/{name}.yaml");
         let o = run(&[

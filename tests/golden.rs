@@ -1,8 +1,11 @@
 //! Golden tests. Every scenario — a fixture file, or a folder of steps (each a whole cluster
 //! state) — goes through the CLI's code path: source → trackers → renderer → restore
-//! text (a full restore for the first step, partial ones after). Each step is checked
-//! against whichever expectations exist beside it in `golden/`:
-//! - `.iptables`: our exact restore input (byte for byte; blessable);
+//! text. Each step is synced twice: by svcproxy's watch-mode proxier, over a fake kernel,
+//! and by kube-proxy's partial-restore bookkeeping (a full restore for the first step,
+//! partial ones after). Each step is checked against whichever expectations exist beside
+//! it in `golden/`:
+//! - `.iptables`: our exact restore input (byte for byte; blessable): the full restore for
+//!   the first step, then what watch mode sends (its incremental partial syncs);
 //! - `.kube-proxy`: kube-proxy's expected ruleset, after kube-proxy's test normalisation;
 //! - `.flows`: packet flows traced through the full ruleset (never blessed, so a cosmetic
 //!   re-bless cannot hide a behaviour change), and through kube-proxy's nftables table for
@@ -17,13 +20,18 @@ mod support;
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use support::*;
 use svcproxy::config::Settings;
+use svcproxy::iptables::conntrack::RecordingConntrack;
+use svcproxy::iptables::fake::{Call, FakeIptables, SharedFake};
 use svcproxy::iptables::partial::{self, Applied, SyncOptions};
+use svcproxy::iptables::proxier::Proxier;
 use svcproxy::iptables::render::Ruleset;
-use svcproxy::iptables::{check, restore};
-use svcproxy::pipeline::{self, Loaded};
+use support::iptables_check as check;
+use svcproxy::iptables::restore;
+use svcproxy::pipeline::Loaded;
 use svcproxy::source::{self, ClusterState};
 use svcproxy::trace::{self, Entry, Env, Packet};
 
@@ -35,11 +43,16 @@ fn golden() -> PathBuf {
     repo().join("golden")
 }
 
-/// One step of a scenario: the config, the full rulesets, and the restore text sent.
+/// One step of a scenario: the config, the full rulesets, kube-proxy's restore text and
+/// what svcproxy's watch mode sent (per family).
 struct Step {
     loaded: Loaded,
     rulesets: Vec<Ruleset>,
+    /// kube-proxy's restore input (full, then partial): what upstream's tests assert on.
     sent: Vec<String>,
+    /// svcproxy's watch mode: every restore its proxier sent in this step's sync.
+    watch: Vec<String>,
+    first: bool,
 }
 
 fn family_header(rs: &Ruleset, n: usize) -> &'static str {
@@ -51,45 +64,68 @@ fn family_header(rs: &Ruleset, n: usize) -> &'static str {
 }
 
 impl Step {
-    fn sent_text(&self) -> String {
-        let n = self.sent.len();
-        self.rulesets.iter().zip(&self.sent).map(|(rs, t)| format!("{}{t}", family_header(rs, n))).collect()
+    /// The `.iptables` golden: the full restore of the first step (what `svcproxy render`
+    /// prints), then the restore input watch mode sends for each later step.
+    fn golden_text(&self) -> String {
+        let texts = if self.first { &self.sent } else { &self.watch };
+        let n = texts.len();
+        self.rulesets.iter().zip(texts).map(|(rs, t)| format!("{}{t}", family_header(rs, n))).collect()
     }
 }
 
-/// Runs a scenario: a single file (one full sync) or a folder of steps.
+/// The restores sent to `kernel` since the last look, joined per family (in `rulesets`' order).
+fn restores_sent(kernel: &SharedFake, rulesets: &[Ruleset]) -> Vec<String> {
+    let mut k = kernel.lock().unwrap();
+    let sent = rulesets
+        .iter()
+        .map(|rs| {
+            k.calls
+                .iter()
+                .filter_map(|c| match c {
+                    Call::Restore(f, text) if *f == rs.ctx.family => Some(text.as_str()),
+                    _ => None,
+                })
+                .collect()
+        })
+        .collect();
+    k.calls.clear();
+    sent
+}
+
+/// Runs a scenario: a single file (one full sync) or a folder of steps, through svcproxy's
+/// watch-mode proxier over a fake kernel and through kube-proxy's partial restores.
 fn run_scenario(path: &Path) -> Vec<Step> {
     let files = if path.is_dir() { yaml_files(path) } else { vec![path.to_path_buf()] };
-    let first = load(&files[0], Settings::default());
-    let mut loaded = first.clone();
-    let mut rulesets = pipeline::render_iptables(&first);
-    let mut applied = vec![Applied::unknown(); rulesets.len()];
+    let mut loaded = load(&files[0], Settings::default());
+    let kernel: SharedFake = Arc::new(Mutex::new(FakeIptables::new()));
+    let mut proxier = Proxier::new(&loaded.config, &loaded.trackers, Box::new(kernel.clone()), Box::new(RecordingConntrack::default()));
+    let mut applied = vec![Applied::unknown(); proxier.rulesets.len()];
     let mut prev: Option<ClusterState> = None;
     let mut steps = Vec::new();
     for file in &files {
         let state = source::read_path(file).unwrap_or_else(|e| panic!("{e}"));
         let opts = state.fixture.as_ref().map(|f| f.options.clone()).unwrap_or_default();
-        let mut changes = vec![Default::default(); rulesets.len()];
+        let mut changes = vec![Default::default(); proxier.rulesets.len()];
         if let Some(p) = &prev {
             for e in source::events_between(p, &state) {
                 loaded.trackers.apply(&e);
             }
             changes = loaded.trackers.commit();
         }
-        let sync = SyncOptions {
-            full: opts.force_full_sync.unwrap_or(false),
-            delete_stale: opts.stale_chain_cleanup_due.unwrap_or(true),
-        };
+        let force_full = opts.force_full_sync.unwrap_or(false);
+        proxier
+            .sync(&loaded.trackers, &changes, prev.is_none() || force_full)
+            .unwrap_or_else(|e| panic!("{}: watch-mode sync: {e}", file.display()));
+        let watch = restores_sent(&kernel, &proxier.rulesets);
+        let sync = SyncOptions { full: force_full, delete_stale: opts.stale_chain_cleanup_due.unwrap_or(true) };
         let mut sent = Vec::new();
-        for ((rs, t), (ap, ch)) in rulesets.iter_mut().zip(&loaded.trackers.families).zip(applied.iter_mut().zip(&changes)) {
+        for ((rs, ap), ch) in proxier.rulesets.iter().zip(applied.iter_mut()).zip(&changes) {
             let ch: &svcproxy::track::Changes = ch;
-            let (svcs, eps) = t.view();
-            rs.update(svcs, eps, &ch.services);
             let (text, after) = partial::next_restore(ap, rs, &ch.services, sync);
             sent.push(text);
             *ap = after;
         }
-        steps.push(Step { loaded: loaded.clone(), rulesets: rulesets.clone(), sent });
+        steps.push(Step { loaded: loaded.clone(), rulesets: proxier.rulesets.clone(), sent, watch, first: prev.is_none() });
         prev = Some(state);
     }
     steps
@@ -147,7 +183,7 @@ fn goldens_match_byte_for_byte() {
         }
         for (step, base) in run_scenario(&path).iter().zip(&bases) {
             n += 1;
-            f.add(check_golden(&with_ext(base, "iptables"), &step.sent_text()));
+            f.add(check_golden(&with_ext(base, "iptables"), &step.golden_text()));
         }
     }
     f.finish("goldens", n);

@@ -10,13 +10,14 @@ use std::sync::Arc;
 
 use crate::config::Settings;
 use crate::gen::{self, GenSpec};
-use crate::iptables::apply::{Backend, RestoreError, Restorer};
+use crate::netfilter::apply::{Backend, RestoreError, Restorer};
 use crate::iptables::conntrack::RecordingConntrack;
 use crate::iptables::fake::FakeIptables;
 use crate::iptables::partial::{self, Applied};
 use crate::iptables::proxier::Proxier;
 use crate::iptables::render::Ruleset;
-use crate::iptables::delta;
+use crate::iptables::names::is_service_chain;
+use crate::netfilter::delta;
 use crate::iptables::restore::{self, Scope};
 use crate::iptables::sync::{self, SyncError, SyncReport};
 use crate::model::EndpointSlice;
@@ -226,11 +227,11 @@ pub fn restore_size(services: usize, endpoints: usize) -> anyhow::Result<Restore
 /// iptables-nft: the delta against nothing, cut by [`Delta::restore_chunks`] into restores
 /// of at most `per_chunk` services each (the benchmark measures the sync's own chunking).
 ///
-/// [`Delta::restore_chunks`]: crate::iptables::delta::Delta::restore_chunks
+/// [`Delta::restore_chunks`]: crate::netfilter::delta::Delta::restore_chunks
 pub fn split_by_service(text: &str, per_chunk: usize) -> Result<Vec<String>, restore::ParseError> {
     let desired = restore::parse(text)?;
     // Against an empty kernel the canonical form only labels the changes; v4 or v6 alike.
-    let delta = delta::compute(&desired, &restore::Dump::default(), false, &[]);
+    let delta = delta::compute(&desired, &restore::Dump::default(), false, &[], is_service_chain);
     Ok(delta.restore_chunks(per_chunk))
 }
 

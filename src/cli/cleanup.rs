@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::{EXIT_CHANGES, EXIT_OK};
-use crate::iptables::apply::{Backend, ExecRestorer, Restorer};
+use crate::netfilter::apply::{Backend, ExecRestorer, Restorer};
 use crate::iptables::{cleanup, restore};
 use crate::net::IpFamily;
 
@@ -43,7 +43,7 @@ pub fn run(args: &CleanupArgs) -> anyhow::Result<ExitCode> {
                     found |= !removed.is_empty();
                 }
                 // A backend or family this host does not have is not an error.
-                Err(e) if matches!(e.downcast_ref::<crate::iptables::apply::RestoreError>(), Some(crate::iptables::apply::RestoreError::Spawn { .. })) => {}
+                Err(e) if matches!(e.downcast_ref::<crate::netfilter::apply::RestoreError>(), Some(crate::netfilter::apply::RestoreError::Spawn { .. })) => {}
                 Err(e) => errors.push(format!("{} {family}: {e:#}", backend.name())),
             }
         }
@@ -71,7 +71,7 @@ fn clean(r: &mut dyn Restorer, family: IpFamily, dry_run: bool) -> anyhow::Resul
 }
 
 fn is_spawn(e: &anyhow::Error) -> bool {
-    matches!(e.downcast_ref::<crate::iptables::apply::RestoreError>(), Some(crate::iptables::apply::RestoreError::Spawn { .. }))
+    matches!(e.downcast_ref::<crate::netfilter::apply::RestoreError>(), Some(crate::netfilter::apply::RestoreError::Spawn { .. }))
 }
 
 /// IPVS mode's chains in one backend and family (kube-proxy's IPVS cleanup).

@@ -18,7 +18,7 @@ use crate::config::node::{self, LogFormat, Logging, Servers};
 use crate::config::{Config, Mode, Settings};
 use crate::node::conntrack as node_paths;
 use crate::settings::{self, flags::NodeFlags};
-use crate::iptables::apply::ExecRestorer;
+use crate::netfilter::apply::ExecRestorer;
 use crate::iptables::conntrack::ExecConntrack;
 use crate::iptables::nfacct;
 use crate::pipeline;

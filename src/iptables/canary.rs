@@ -13,7 +13,7 @@
 //! in the middle of someone's reload; resyncing early is safe: whatever is flushed after
 //! it takes the canary with it and is seen at the next check).
 
-use super::apply::{RestoreError, Restorer};
+use crate::netfilter::apply::{RestoreError, Restorer};
 use super::names::KUBE_PROXY_CANARY;
 use crate::net::IpFamily;
 

@@ -16,7 +16,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::conntrack::{self, Flush};
-use super::delta::{diff_positions, ChainChange, Delta, TablePlan, TABLES};
+use crate::netfilter::delta::{diff_positions, ChainChange, Delta, TablePlan, TABLES};
 use super::render::{Rendered, Ruleset, ServiceRules, TopCounts, TOP_CHAINS};
 use super::restore;
 use crate::model::{NamespacedName, Protocol, ServicePortName};
@@ -150,7 +150,7 @@ fn own_chains(old: Option<&ServiceRules>, new: Option<&ServiceRules>, w: &mut Ta
         let wanted = &after[c.as_str()];
         let had = before.get(c.as_str());
         if had != Some(wanted) {
-            w.rewrite_lines(c, wanted.iter().map(|r| r.to_line()), had.is_some());
+            w.rewrite_lines(c, wanted.iter().map(|r| r.to_line()), had.is_some(), true);
             changes.push(change("nat", c, had.map(Vec::as_slice), Some(wanted)));
         }
     }

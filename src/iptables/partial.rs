@@ -1,6 +1,11 @@
-//! Which restore to send next, as a pure function of what was applied before: a full
-//! restore (first sync, after a failure, periodically) or a partial one holding only the
-//! changed services' chains, with chains that are no longer used flushed and deleted.
+//! kube-proxy's restore input, as a pure function of what was applied before: a full
+//! restore (first sync, after a failure, periodically) or kube-proxy's partial one, holding
+//! every top-level chain and only the changed services' chains, with chains that are no
+//! longer used flushed and deleted.
+//!
+//! svcproxy never sends this (watch mode sends [`super::incremental`]'s input): it is the
+//! reference upstream's tests assert on (tests/golden.rs) and the benchmarks' kube-proxy
+//! baseline, so it is built only for tests and tooling (feature `testing`).
 
 use std::collections::BTreeSet;
 

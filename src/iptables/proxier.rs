@@ -18,7 +18,7 @@
 
 use std::time::Instant;
 
-use super::apply::{RestoreError, Restorer};
+use crate::netfilter::apply::{RestoreError, Restorer};
 use super::canary;
 use super::conntrack::Conntrack;
 use super::incremental::{self, Before};

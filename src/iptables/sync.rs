@@ -6,8 +6,9 @@
 
 use std::time::Instant;
 
-use super::apply::{Backend, RestoreError, Restorer};
-use super::delta::{self, Delta, TABLES};
+use crate::netfilter::apply::{Backend, RestoreError, Restorer};
+use super::names::is_service_chain;
+use crate::netfilter::delta::{self, Delta, TABLES};
 use super::jumps::jumps;
 use super::render::Ruleset;
 use super::restore::{self, Dump, Scope};
@@ -67,7 +68,7 @@ pub fn read_live(r: &mut dyn Restorer, family: crate::net::IpFamily) -> Result<D
 }
 
 /// The jumps this ruleset needs from built-in chains.
-pub fn needed_jumps(rs: &Ruleset) -> Vec<super::jumps::Jump> {
+pub fn needed_jumps(rs: &Ruleset) -> Vec<crate::netfilter::jumps::Jump> {
     jumps(!rs.ctx.is_v6() && rs.ctx.localhost_node_ports)
 }
 
@@ -100,7 +101,7 @@ pub fn sync(r: &mut dyn Restorer, rs: &Ruleset, dry_run: bool) -> Result<SyncRep
     let live = read_live(r, rs.ctx.family)?;
     timings.read = t.elapsed();
     let t = Instant::now();
-    let delta = delta::compute(&desired, &live, rs.ctx.is_v6(), &needed_jumps(rs));
+    let delta = delta::compute(&desired, &live, rs.ctx.is_v6(), &needed_jumps(rs), is_service_chain);
     let flushes = super::conntrack::stale(&live, &desired);
     timings.compute = t.elapsed();
     let applied = !dry_run && !delta.is_empty();
@@ -111,3 +112,6 @@ pub fn sync(r: &mut dyn Restorer, rs: &Ruleset, dry_run: bool) -> Result<SyncRep
     }
     Ok(SyncReport { delta, applied, full_lines, flushes, timings })
 }
+
+#[cfg(test)]
+mod tests;

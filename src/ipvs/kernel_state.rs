@@ -8,7 +8,7 @@ use std::path::Path;
 
 use super::netlink::{Protocol, ServiceKey};
 use super::reconcile::Grace;
-use crate::iptables::jumps::Jump;
+use crate::netfilter::jumps::Jump;
 use crate::netfilter::{Dump, Rule, Table};
 use crate::node::sysctl::{self, Sysctl};
 
@@ -21,12 +21,7 @@ pub fn sysctls(strict_arp: bool) -> Vec<Sysctl> {
 pub fn jumps() -> Vec<Jump> {
     super::plan::rules::JUMPS
         .iter()
-        .map(|(table, from, to, comment)| Jump {
-            table,
-            from,
-            to,
-            args: ["-m", "comment", "--comment", comment, "-j", to].map(String::from).to_vec(),
-        })
+        .map(|(table, from, to, comment)| Jump::new(table, from, to, false, comment))
         .collect()
 }
 

@@ -11,7 +11,7 @@ use super::netlink::{Ipvs, NetlinkIpvs};
 use super::reconcile;
 use super::sync::{self, Kernel, Options, Report, SyncError, GRACE_FILE};
 use crate::config::Config;
-use crate::iptables::apply::Restorer;
+use crate::netfilter::apply::Restorer;
 use crate::track::Trackers;
 
 /// Where a sync keeps and finds its node-local state.

@@ -15,8 +15,8 @@ use super::netlink::{self, Ipvs, Timeouts};
 use super::plan::{Context, Plan, DUMMY_LINK};
 use super::reconcile::{self, Changes, Observed, Scope, Timing, Wanted};
 use crate::config::Config;
-use crate::iptables::apply::{RestoreError, Restorer};
-use crate::iptables::delta::{self, Delta, TABLES};
+use crate::netfilter::apply::{RestoreError, Restorer};
+use crate::netfilter::delta::{self, Delta, TABLES};
 use crate::iptables::restore::{self, Dump};
 use crate::net::IpFamily;
 use crate::track::Trackers;
@@ -227,7 +227,7 @@ fn iptables_deltas(plans: &[Plan], live: &[(IpFamily, Dump)]) -> Result<Vec<(IpF
     for plan in plans {
         let desired = kernel_state::kernel_form(&plan.iptables);
         let have = live.iter().find(|(f, _)| *f == plan.family).map_or(&empty, |(_, d)| d);
-        out.push((plan.family, delta::compute(&desired, have, plan.family.is_v6(), &kernel_state::jumps())));
+        out.push((plan.family, delta::compute(&desired, have, plan.family.is_v6(), &kernel_state::jumps(), crate::iptables::names::is_service_chain)));
     }
     Ok(out)
 }

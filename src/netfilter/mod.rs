@@ -1,8 +1,14 @@
 //! The netfilter layer below the modes: what iptables mode, IPVS mode, the tracer and
 //! cleanup all stand on. Rules are values here ([`rule`]): a chain and its words, written
-//! to restore text by one writer and read back from the kernel's text by one parser.
+//! to restore text by one writer and read back from the kernel's text by one parser;
+//! [`canon`] is `iptables-save`'s canonical form, which desired rules are compared in;
+//! [`apply`] runs `iptables-save`/`iptables-restore` behind the `Restorer` trait.
 
+pub mod apply;
+pub mod canon;
+pub mod delta;
 pub mod dump;
+pub mod jumps;
 pub mod rule;
 pub mod table;
 

@@ -3,7 +3,7 @@
 //! builds one the same way and runs its first (full) sync, or a [`Pass::DryRun`] of it.
 
 use crate::config::Config;
-use crate::iptables::apply::Restorer;
+use crate::netfilter::apply::Restorer;
 use crate::iptables::conntrack::Conntrack;
 pub use crate::iptables::proxier::Pass;
 use crate::track::{Event, Trackers};
@@ -236,7 +236,7 @@ impl Engine {
     }
 
     /// Checks the canaries: `Some` when one is gone and the next sync must be full.
-    pub fn canary_lost(&mut self) -> Result<Option<CanaryLost>, crate::iptables::apply::RestoreError> {
+    pub fn canary_lost(&mut self) -> Result<Option<CanaryLost>, crate::netfilter::apply::RestoreError> {
         match &mut self.proxier {
             Proxier::Iptables(p) => Ok(p.canary_lost()?.map(|(family, table)| CanaryLost { family, table })),
             Proxier::Ipvs(_) => Ok(None),

@@ -6,6 +6,7 @@
 
 pub mod apiserver;
 pub mod ci;
+pub mod iptables_check;
 
 pub use ci::blessing;
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::*;
 use crate::config::Settings;
 use crate::gen::{self, GenSpec};
-use crate::iptables::apply::Restorer;
+use crate::netfilter::apply::Restorer;
 use crate::iptables::fake::FakeIptables;
 use crate::iptables::render::fixed;
 use crate::iptables::sync::sync;

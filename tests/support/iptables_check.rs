@@ -1,12 +1,12 @@
 //! Checks over restore text, ported from kube-proxy's tests: jump consistency
 //! (`checkIPTablesRuleJumps`) and the canonical ordering its tests compare through
 //! (`sortIPTablesRules`), which svcproxy uses to compare its output with kube-proxy's
-//! expected rulesets.
+//! expected rulesets. Test support only: the node binary never runs them.
 
 use std::collections::BTreeSet;
 
-use super::names::*;
-use super::restore::{quote, Dump, Rule};
+use svcproxy::iptables::names::*;
+use svcproxy::iptables::restore::{quote, Dump, Rule};
 
 /// Chains that built-in chains jump to (the jumps are not in the restore text).
 const TOP_LEVEL: [&str; 7] =

@@ -9,7 +9,7 @@
 //! - `recent` gains its defaults (`--mask 255.255.255.255 --rsource`) in a fixed order;
 //! - `REJECT` gains `--reject-with icmp-port-unreachable` (`icmp6-…` for IPv6).
 
-use super::restore::word_after;
+use super::rule::word_after;
 use crate::net::{parse_ip_sloppy, Cidr};
 
 /// One rule, canonical: comparable with `==` against a rule read from `iptables-save`.
@@ -160,7 +160,7 @@ fn canonical_target(t: Vec<String>, v6: bool) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::iptables::restore::split_words;
+    use crate::netfilter::dump::split_words;
 
     fn canon(s: &str, v6: bool) -> String {
         canonical(&split_words(s).unwrap(), v6).join(" ")

@@ -1,6 +1,6 @@
-//! The delta engine against the fake kernel: whatever the kernel held before, applying
-//! the delta leaves exactly the full render (in canonical form), and a second sync finds
-//! nothing to do.
+//! A full iptables sync (the delta engine) against the fake kernel: whatever the kernel
+//! held before, applying the delta leaves exactly the full render (in canonical form), and
+//! a second sync finds nothing to do.
 
 use std::path::Path;
 
@@ -8,7 +8,8 @@ use crate::config::Settings;
 use crate::iptables::fake::{Call, FakeIptables};
 use crate::iptables::render::Ruleset;
 use crate::iptables::sync::{needed_jumps, sync};
-use crate::iptables::{apply::Restorer, restore};
+use crate::iptables::restore;
+use crate::netfilter::apply::Restorer;
 use crate::pipeline;
 use crate::source;
 

@@ -1,42 +1,25 @@
 //! The difference between the rules the kernel holds and the rules wanted, as a dry-run
 //! diff and as the smallest restore input that turns one into the other. Pure.
 //!
-//! Only chains svcproxy (and kube-proxy) own are compared or touched: the fixed KUBE-
-//! chains and the per-service chains (KUBE-SVC/SVL/EXT/FW/SEP-*), plus the jumps into them
-//! from built-in chains. A per-service chain that differs is rewritten whole (it is
-//! small); a top-level chain (KUBE-SERVICES, KUBE-NODEPORTS, …) is edited in place with
+//! Only the chains the wanted rules declare are compared or touched, plus the mode's
+//! per-service chains the kernel still holds (deleted when no longer wanted) and the jumps
+//! into them from built-in chains. A per-service chain that differs is rewritten whole (it
+//! is small); any other chain (KUBE-SERVICES, KUBE-NODEPORTS, …) is edited in place with
 //! `-D N`/`-I N` when that is shorter than rewriting it, which leaves the same rules in the
 //! same order; unused service chains are deleted last, after the rules that jump to them.
+//! Which chains are per-service is the mode's to say (`per_service`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use similar::{capture_diff_slices, Algorithm, DiffOp};
 
 use super::canon::canonical;
+use super::dump::{Dump, TableDump};
 use super::jumps::Jump;
-use super::names::*;
-use super::restore::{quote, Dump, TableDump};
+use super::rule::quote;
 
 /// Tables in restore order.
 pub const TABLES: [&str; 2] = ["filter", "nat"];
-
-const FIXED: [(&str, &str); 10] = [
-    ("filter", KUBE_SERVICES),
-    ("filter", KUBE_EXTERNAL_SERVICES),
-    ("filter", KUBE_FORWARD),
-    ("filter", KUBE_NODEPORTS),
-    ("filter", KUBE_PROXY_FIREWALL),
-    ("filter", KUBE_FIREWALL),
-    ("nat", KUBE_SERVICES),
-    ("nat", KUBE_NODEPORTS),
-    ("nat", KUBE_POSTROUTING),
-    ("nat", KUBE_MARK_MASQ),
-];
-
-/// Whether svcproxy owns `chain` in `table` (may flush, rewrite or delete it).
-pub fn owned(table: &str, chain: &str) -> bool {
-    FIXED.contains(&(table, chain)) || (table == "nat" && is_service_chain(chain))
-}
 
 /// A rule as wanted: its restore text (for writing) and its canonical form (for comparing).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,7 +83,7 @@ impl Delta {
             return vec![self.restore_text()];
         }
         let mut chunks = Vec::new();
-        let fresh: Vec<&str> = nat.decls.iter().filter_map(|d| match d { Decl::Rewrite(r) if !r.exists && !is_service_chain(&r.chain) => Some(r.chain.as_str()), _ => None }).collect();
+        let fresh: Vec<&str> = nat.decls.iter().filter_map(|d| match d { Decl::Rewrite(r) if !r.exists && !r.per_service => Some(r.chain.as_str()), _ => None }).collect();
         if !fresh.is_empty() {
             let mut text = String::from("*nat\n");
             fresh.iter().for_each(|c| text.push_str(&format!(":{c} - [0:0]\n")));
@@ -112,7 +95,7 @@ impl Delta {
             chunks.push(TablePlan { decls, ..TablePlan::default() }.text("nat"));
         }
         let rest = TablePlan {
-            decls: nat.decls.iter().filter(|d| !matches!(d, Decl::Rewrite(r) if is_service_chain(&r.chain))).cloned().collect(),
+            decls: nat.decls.iter().filter(|d| !matches!(d, Decl::Rewrite(r) if r.per_service)).cloned().collect(),
             edits: nat.edits.clone(),
             jumps: nat.jumps.clone(),
         };
@@ -129,7 +112,7 @@ impl Delta {
 
 /// The service chains a nat plan writes whole.
 fn service_rewrites(nat: &TablePlan) -> Vec<&Rewrite> {
-    nat.decls.iter().filter_map(|d| match d { Decl::Rewrite(r) if is_service_chain(&r.chain) => Some(r), _ => None }).collect()
+    nat.decls.iter().filter_map(|d| match d { Decl::Rewrite(r) if r.per_service => Some(r), _ => None }).collect()
 }
 
 /// Rewritten service chains grouped by service: a chain joins the group of the rewritten
@@ -192,9 +175,11 @@ fn live_rules(t: &TableDump, chain: &str, v6: bool) -> Vec<String> {
     t.rules_of(chain).map(|r| rule_line(chain, &canonical(&r.args.words(), v6))).collect()
 }
 
-/// Computes the delta. `desired` is a full render (restore text parsed); `live` is what
-/// `iptables-save` printed for the same tables (empty tables if none).
-pub fn compute(desired: &Dump, live: &Dump, v6: bool, jumps: &[Jump]) -> Delta {
+/// Computes the delta. `desired` is a full render (as values); `live` is what
+/// `iptables-save` printed for the same tables (empty tables if none). `per_service` says
+/// which nat chains belong to one service: rewritten whole, and deleted when the kernel
+/// holds one that is not wanted.
+pub fn compute(desired: &Dump, live: &Dump, v6: bool, jumps: &[Jump], per_service: impl Fn(&str) -> bool) -> Delta {
     let mut delta = Delta::default();
     let empty = TableDump::default();
     for table in TABLES {
@@ -205,8 +190,9 @@ pub fn compute(desired: &Dump, live: &Dump, v6: bool, jumps: &[Jump]) -> Delta {
         for decl in &want.chains {
             let chain = decl.name.as_str();
             let wanted = wanted_rules(want, chain, v6);
+            let own = per_service(chain);
             if !have_chains.contains(chain) {
-                w.rewrite(chain, &wanted, false);
+                w.rewrite(chain, &wanted, false, own);
                 delta.changes.push(change(table, chain, None, Some(&wanted)));
                 continue;
             }
@@ -215,15 +201,15 @@ pub fn compute(desired: &Dump, live: &Dump, v6: bool, jumps: &[Jump]) -> Delta {
                 continue;
             }
             delta.changes.push(change(table, chain, Some(current.clone()), Some(&wanted)));
-            if is_service_chain(chain) {
-                w.rewrite(chain, &wanted, true);
+            if own {
+                w.rewrite(chain, &wanted, true, true);
             } else {
                 w.edit_or_rewrite(chain, &current, &wanted);
             }
         }
         let want_chains = want.chain_names();
         for c in &have.chains {
-            if is_service_chain(&c.name) && table == "nat" && !want_chains.contains(c.name.as_str()) {
+            if table == "nat" && per_service(&c.name) && !want_chains.contains(c.name.as_str()) {
                 w.delete(&c.name);
                 delta.changes.push(ChainChange {
                     table: table.into(),
@@ -282,10 +268,12 @@ struct Rewrite {
     rules: Vec<String>,
     /// The kernel already has the chain.
     exists: bool,
+    /// One service's own chain (nat), which [`Delta::restore_chunks`] groups by service.
+    per_service: bool,
 }
 
 /// The positions (0-based) a diff deletes from the old list and inserts into the new one.
-pub(super) fn diff_positions<T: Eq + std::hash::Hash>(old: &[T], new: &[T]) -> (Vec<usize>, Vec<usize>) {
+pub fn diff_positions<T: Eq + std::hash::Hash>(old: &[T], new: &[T]) -> (Vec<usize>, Vec<usize>) {
     let mut deletes = Vec::new();
     let mut inserts = Vec::new();
     for op in capture_diff_slices(Algorithm::Myers, old, new) {
@@ -307,13 +295,14 @@ impl TablePlan {
         self.decls.is_empty() && self.edits.is_empty() && self.jumps.is_empty()
     }
 
-    fn rewrite(&mut self, chain: &str, wanted: &[Wanted], exists: bool) {
-        self.rewrite_lines(chain, wanted.iter().map(|r| r.text.clone()), exists);
+    fn rewrite(&mut self, chain: &str, wanted: &[Wanted], exists: bool, per_service: bool) {
+        self.rewrite_lines(chain, wanted.iter().map(|r| r.text.clone()), exists, per_service);
     }
 
-    /// Declares (flushes) `chain` and writes its rules (`-A` lines).
-    pub(super) fn rewrite_lines(&mut self, chain: &str, lines: impl Iterator<Item = String>, exists: bool) {
-        self.decls.push(Decl::Rewrite(Rewrite { chain: chain.to_string(), rules: lines.collect(), exists }));
+    /// Declares (flushes) `chain` and writes its rules (`-A` lines); `per_service`: it is
+    /// one service's own chain.
+    pub fn rewrite_lines(&mut self, chain: &str, lines: impl Iterator<Item = String>, exists: bool, per_service: bool) {
+        self.decls.push(Decl::Rewrite(Rewrite { chain: chain.to_string(), rules: lines.collect(), exists, per_service }));
     }
 
     /// Positional edits if they are fewer lines than a rewrite.
@@ -322,7 +311,7 @@ impl TablePlan {
         let cur: Vec<&str> = current.iter().map(String::as_str).collect();
         let (deletes, inserts) = diff_positions(&cur, &canon);
         if deletes.len() + inserts.len() > wanted.len() {
-            return self.rewrite(chain, wanted, true);
+            return self.rewrite(chain, wanted, true, false);
         }
         self.edit(chain, 0, &deletes, &inserts, |i| wanted[i].text.clone());
     }
@@ -332,7 +321,7 @@ impl TablePlan {
     /// in the new rules) top down: after the deletions the range holds the common
     /// subsequence, and inserting each new rule at its final position rebuilds the new
     /// list. `text(i)` is new rule `i` as an `-A` line.
-    pub(super) fn edit(&mut self, chain: &str, offset: usize, deletes: &[usize], inserts: &[usize], text: impl Fn(usize) -> String) {
+    pub fn edit(&mut self, chain: &str, offset: usize, deletes: &[usize], inserts: &[usize], text: impl Fn(usize) -> String) {
         for i in deletes.iter().rev() {
             self.edits.push(format!("-D {chain} {}", offset + i + 1));
         }
@@ -350,7 +339,7 @@ impl TablePlan {
     }
 
     /// Flushes and deletes `chain` (after every other line of the table).
-    pub(super) fn delete(&mut self, chain: &str) {
+    pub fn delete(&mut self, chain: &str) {
         self.decls.push(Decl::Delete(chain.to_string()));
     }
 
@@ -415,5 +404,3 @@ pub fn dry_run_diff(delta: &Delta, family_label: &str) -> String {
     out
 }
 
-#[cfg(test)]
-mod tests;
