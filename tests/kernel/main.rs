@@ -40,6 +40,7 @@ mod dataplane;
 mod faults;
 mod goldens;
 mod incremental;
+mod nft_mode;
 mod node_setup;
 mod outside;
 mod selftest;
@@ -69,6 +70,7 @@ fn main() {
     cases.extend(canary::cases());
     cases.extend(node_setup::cases());
     cases.extend(outside::cases());
+    cases.extend(nft_mode::cases());
     let code = harness::run(
         &cases,
         Options {
