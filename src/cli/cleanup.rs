@@ -1,5 +1,6 @@
 //! `svcproxy cleanup`: remove everything kube-proxy (and svcproxy) own, in both families
-//! and both iptables backends, like `kube-proxy --cleanup`.
+//! and both iptables backends, and nftables mode's `kube-proxy` tables, like
+//! `kube-proxy --cleanup`.
 
 use std::process::ExitCode;
 
@@ -55,6 +56,11 @@ pub fn run(args: &CleanupArgs) -> anyhow::Result<ExitCode> {
         other => report(&mut found, &mut errors, args.dry_run, other.map_err(Into::into), "ipset")?,
     }
     report(&mut found, &mut errors, args.dry_run, ipvs_link(args.dry_run), "ipvs")?;
+    // nftables mode's tables; nothing to do where there is no nft.
+    match crate::nftables::cleanup::tables(&mut crate::nftables::apply::ExecNft::default(), args.dry_run) {
+        Err(crate::nftables::apply::NftError::Spawn { .. }) => {}
+        other => report(&mut found, &mut errors, args.dry_run, other.map_err(Into::into), "nftables")?,
+    }
     if !errors.is_empty() {
         anyhow::bail!("cleanup failed:\n{}", errors.join("\n"));
     }

@@ -1,4 +1,4 @@
-//! `svcproxy sync`: program this node's iptables from a cluster state, once; with
+//! `svcproxy sync`: program this node's iptables, IPVS or nftables from a cluster state, once; with
 //! `--dry-run`, show what would change and exit 1 if anything would.
 
 use std::path::PathBuf;
@@ -17,6 +17,7 @@ use crate::iptables::sync::SyncReport;
 use crate::iptables::nfacct;
 use crate::netfilter::delta;
 use crate::net::IpFamily;
+use crate::nftables::apply::ExecNft;
 use crate::node::sysctl::Change;
 use crate::runner::engine::{Detail, Engine, Pass, Proxier, SyncFailure};
 
@@ -87,8 +88,8 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
     }
     let mut flags = args.config.settings();
     if flags.mode == Some(crate::settings::kinds::ProxyMode::Nftables) {
-        // Refused before the nfacct counters below are created.
-        refuse_unsynced_mode(Mode::Nftables)?;
+        // nftables mode has no nfacct matches: no counters to create.
+        flags.nfacct.get_or_insert(false);
     }
     if flags.nfacct.is_none() {
         // The nfacct matches load only where the counters exist: create them (or, for a
@@ -103,7 +104,6 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
         });
     }
     let loaded = load_with(&args.config, flags)?;
-    refuse_unsynced_mode(loaded.config.mode)?;
     let backend = args.iptables_backend.resolve();
     // The engine watch mode runs, built the same way; the one-shot sync is its first (full)
     // sync, or a dry run of it. The engine also sets (or lists) the sysctls the rules need.
@@ -113,14 +113,18 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
             let proxier = crate::ipvs::proxier::Proxier::on_node(restorer).context("IPVS sync failed")?;
             Engine::ipvs(loaded.config, loaded.trackers, proxier)
         }
-        _ => Engine::iptables(loaded.config, loaded.trackers, restorer, Box::new(ExecConntrack)).without_canaries(),
+        Mode::Nftables => Engine::nftables(loaded.config, loaded.trackers, Box::new(ExecNft::default()), Box::new(ExecConntrack)),
+        Mode::Iptables => Engine::iptables(loaded.config, loaded.trackers, restorer, Box::new(ExecConntrack)).without_canaries(),
     };
-    engine.sysctl_root = Some(PathBuf::from("/proc/sys"));
+    if engine.config.mode != Mode::Nftables {
+        engine.sysctl_root = Some(PathBuf::from("/proc/sys"));
+    }
     let pass = if args.dry_run { Pass::DryRun } else { Pass::Apply };
     let pending = match engine.sync_as(true, pass) {
         Ok(outcome) => match &outcome.detail {
             Detail::Iptables(reports) => print_iptables(args, backend, &outcome.sysctls, reports, &outcome.reconciled)?,
             Detail::Ipvs(report) => print_ipvs(args, report)?,
+            Detail::Nftables(reports) => print_nftables(args, reports)?,
         },
         Err(SyncFailure::Iptables(mut failure)) => {
             // What the families before the failed one did is shown, then the error.
@@ -131,6 +135,11 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
                 "{family} sync with iptables-{} failed; the rules in place were left as they were",
                 backend.name()
             )));
+        }
+        Err(SyncFailure::Nftables(mut failure)) => {
+            let done = std::mem::take(&mut failure.done);
+            print_nftables(args, &done)?;
+            return Err(anyhow::Error::new(*failure).context("the rules in place were left as they were (the transaction is all-or-nothing)"));
         }
         Err(e @ SyncFailure::Ipvs(_)) => return Err(anyhow::Error::new(e).context("IPVS sync failed")),
         Err(e) => return Err(e.into()),
@@ -164,8 +173,40 @@ fn print_ipvs(args: &SyncArgs, report: &crate::ipvs::sync::Report) -> anyhow::Re
 fn reconciled(engine: &Engine) -> Vec<Reconciled> {
     match &engine.proxier {
         Proxier::Iptables(p) => p.reconciled.clone(),
+        Proxier::Nftables(p) => p.reconciled.clone(),
         Proxier::Ipvs(_) => Vec::new(),
     }
+}
+
+/// Prints an nftables-mode sync: for a dry run each family's difference from the live
+/// table, else a summary line per family. Returns whether anything differed.
+fn print_nftables(args: &SyncArgs, reports: &[crate::nftables::sync::Report]) -> anyhow::Result<bool> {
+    let mut pending = false;
+    for r in reports {
+        let family = r.family.as_str();
+        if args.dry_run {
+            let Some(diff) = &r.diff else { continue };
+            match args.output {
+                DryRunOutput::Diff => super::out(&diff.text(&format!("{family} {}", crate::nftables::names::TABLE)))?,
+                DryRunOutput::Restore => anyhow::bail!("--output restore is iptables-restore input; nftables mode prints the diff (or see svcproxy render --mode nftables)"),
+            }
+            pending |= !diff.is_empty();
+            continue;
+        }
+        if let Some(e) = &r.stale_error {
+            eprintln!("svcproxy: warning: {family}: stale chains not deleted (the next sync tries again): {e}");
+        }
+        let t = r.timings;
+        eprintln!(
+            "svcproxy: {family} (nftables): one transaction of {} line(s) sent, {} stale chain(s)/set(s) removed (render {:.3} s, read {:.3} s, nft {:.3} s)",
+            r.lines,
+            r.stale.len(),
+            t.render.as_secs_f64(),
+            t.read.as_secs_f64(),
+            t.apply.as_secs_f64(),
+        );
+    }
+    Ok(pending)
 }
 
 /// Prints an iptables-mode sync: for a dry run the sysctls and each family's delta (as
@@ -207,11 +248,11 @@ fn print_iptables(args: &SyncArgs, backend: Backend, sysctls: &[Change], reports
     Ok(!sysctls.is_empty() || reports.iter().any(|(_, r)| !r.delta.is_empty()))
 }
 
-/// nftables mode is rendered (`svcproxy render --mode nftables`) but not synced yet: a sync
-/// or watch in that mode is an error (exit 2), never a silent no-op.
+/// nftables mode is synced once (`svcproxy sync --mode nftables`) but not watched yet: a
+/// watch in that mode is an error (exit 2), never a silent no-op.
 pub fn refuse_unsynced_mode(mode: Mode) -> anyhow::Result<()> {
     if mode == Mode::Nftables {
-        anyhow::bail!("nftables mode is not implemented yet for sync (svcproxy render --mode nftables prints its rules; use --mode iptables or ipvs)");
+        anyhow::bail!("nftables mode is not implemented yet for --watch (svcproxy sync --mode nftables syncs once; use --mode iptables or ipvs to watch)");
     }
     Ok(())
 }
@@ -221,9 +262,9 @@ mod mode_tests {
     use super::*;
 
     #[test]
-    fn nftables_mode_is_refused_by_sync_and_other_modes_pass() {
+    fn nftables_mode_is_refused_by_watch_and_other_modes_pass() {
         let e = refuse_unsynced_mode(Mode::Nftables).unwrap_err().to_string();
-        assert!(e.contains("nftables mode is not implemented yet"), "{e}");
+        assert!(e.contains("nftables mode is not implemented yet for --watch"), "{e}");
         assert!(refuse_unsynced_mode(Mode::Iptables).is_ok());
         assert!(refuse_unsynced_mode(Mode::Ipvs).is_ok());
     }

@@ -1,12 +1,19 @@
-//! nftables mode (kube-proxy's `pkg/proxy/nftables`), rendered only: cluster state →
-//! one `kube-proxy` table per family (`ip`, `ip6`) as values ([`model`]) → `nft -f` text.
-//! No kernel sync yet.
+//! nftables mode (kube-proxy's `pkg/proxy/nftables`): cluster state → one `kube-proxy`
+//! table per family (`ip`, `ip6`) as values ([`model`]) → `nft -f` text, applied as one
+//! transaction per family ([`sync`], [`proxier`]) through the `nft` binary ([`apply`]).
 
+pub mod apply;
 pub mod check;
+pub mod cleanup;
 pub mod context;
+#[cfg(any(test, feature = "testing"))]
+pub mod fake;
+pub mod listing;
 pub mod model;
 pub mod names;
+pub mod proxier;
 pub mod render;
+pub mod sync;
 pub mod trace;
 
 pub use context::Context;

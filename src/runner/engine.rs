@@ -12,6 +12,7 @@ use crate::track::{Event, Trackers};
 pub enum Proxier {
     Iptables(crate::iptables::proxier::Proxier),
     Ipvs(Box<crate::ipvs::proxier::Proxier>),
+    Nftables(crate::nftables::proxier::Proxier),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -20,6 +21,8 @@ pub enum SyncFailure {
     Iptables(Box<IptablesFailure>),
     #[error(transparent)]
     Ipvs(#[from] crate::ipvs::sync::SyncError),
+    #[error(transparent)]
+    Nftables(Box<crate::nftables::proxier::Failed>),
     #[error(transparent)]
     Sysctl(#[from] crate::node::sysctl::SysctlError),
 }
@@ -48,7 +51,8 @@ impl std::error::Error for IptablesFailure {
 /// What one sync did, for the logs and metrics.
 #[derive(Debug, Clone, Default)]
 pub struct Outcome {
-    /// iptables-restore lines sent (both modes write iptables).
+    /// iptables-restore lines sent (both modes write iptables), or in nftables mode the
+    /// lines of the nft transactions.
     pub restore_lines: usize,
     /// IPVS operations sent (IPVS mode).
     pub ipvs_ops: usize,
@@ -70,6 +74,8 @@ pub enum Detail {
     /// Per family, the iptables sync's report.
     Iptables(Vec<(crate::net::IpFamily, crate::iptables::sync::SyncReport)>),
     Ipvs(Box<crate::ipvs::sync::Report>),
+    /// Per family, the nftables sync's report.
+    Nftables(Vec<crate::nftables::sync::Report>),
 }
 
 impl Default for Detail {
@@ -104,6 +110,12 @@ impl Engine {
         Engine::new(config, trackers, Proxier::Ipvs(Box::new(proxier)))
     }
 
+    /// nftables mode, with the kernel reached through `nft` and `conntrack`.
+    pub fn nftables(config: Config, trackers: Trackers, nft: Box<dyn crate::nftables::apply::Nft>, conntrack: Box<dyn Conntrack>) -> Self {
+        let p = crate::nftables::proxier::Proxier::new(&config, &trackers, nft, conntrack);
+        Engine::new(config, trackers, Proxier::Nftables(p))
+    }
+
     /// The same engine, leaving the canaries alone (a one-shot sync: no loop will check them).
     pub fn without_canaries(self) -> Self {
         let proxier = match self.proxier {
@@ -128,8 +140,10 @@ impl Engine {
             return false;
         }
         self.config.node_labels = labels;
-        if let Proxier::Iptables(p) = &mut self.proxier {
-            p.rerender(&self.config, &self.trackers);
+        match &mut self.proxier {
+            Proxier::Iptables(p) => p.rerender(&self.config, &self.trackers),
+            Proxier::Nftables(p) => p.rerender(&self.config, &self.trackers),
+            Proxier::Ipvs(_) => {}
         }
         true
     }
@@ -182,6 +196,11 @@ impl Engine {
                 let r = p.sync(&self.config, &self.trackers, pass == Pass::DryRun)?;
                 let restore_lines = r.iptables.iter().map(|(_, d)| d.restore_lines()).sum();
                 Ok(Outcome { restore_lines, ipvs_ops: r.changes.ops.len(), detail: Detail::Ipvs(Box::new(r)), ..Outcome::default() })
+            }
+            Proxier::Nftables(p) => {
+                let reports = p.sync_as(&self.trackers, changes, pass).map_err(|f| SyncFailure::Nftables(Box::new(f)))?;
+                let restore_lines = reports.iter().map(|r| r.lines).sum();
+                Ok(Outcome { restore_lines, reconciled: p.reconciled.clone(), detail: Detail::Nftables(reports), ..Outcome::default() })
             }
         }
     }
@@ -239,7 +258,7 @@ impl Engine {
     pub fn canary_lost(&mut self) -> Result<Option<CanaryLost>, crate::netfilter::apply::RestoreError> {
         match &mut self.proxier {
             Proxier::Iptables(p) => Ok(p.canary_lost()?.map(|(family, table)| CanaryLost { family, table })),
-            Proxier::Ipvs(_) => Ok(None),
+            Proxier::Ipvs(_) | Proxier::Nftables(_) => Ok(None),
         }
     }
 

@@ -243,15 +243,15 @@ settings! {
         "IPVS UDP timeout (0: as is)";
     nftables_masquerade_bit: u32, Rules, file "nftables.masqueradeBit", flags [],
         Effect::Acts,
-        "The fwmark bit in nftables mode (rendered; nftables sync is not implemented yet)";
+        "The fwmark bit in nftables mode";
     nftables_masquerade_all: bool, Rules, file "nftables.masqueradeAll", flags [],
         Effect::Acts,
-        "Masquerade all ClusterIP traffic in nftables mode (rendered; nftables sync is not implemented yet)";
+        "Masquerade all ClusterIP traffic in nftables mode";
     nftables_sync_period: Duration, Node, file "nftables.syncPeriod", flags [],
-        Effect::NotYet("nftables mode is not implemented yet"),
+        Effect::NotYet("nftables mode syncs once (svcproxy sync); --watch is not implemented yet"),
         "Sync period in nftables mode";
     nftables_min_sync_period: Duration, Node, file "nftables.minSyncPeriod", flags [],
-        Effect::NotYet("nftables mode is not implemented yet"),
+        Effect::NotYet("nftables mode syncs once (svcproxy sync); --watch is not implemented yet"),
         "Minimum time between syncs in nftables mode";
     winkernel_network_name: String, Node, file "winkernel.networkName", flags [],
         Effect::NoEffect("Windows only"), "Windows HNS network";

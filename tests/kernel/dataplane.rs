@@ -242,7 +242,7 @@ impl Svc {
     }
 }
 
-fn cluster_yaml(svcs: &[Svc]) -> String {
+pub(crate) fn cluster_yaml(svcs: &[Svc]) -> String {
     let docs: Vec<String> = svcs.iter().map(Svc::yaml).collect();
     if docs.is_empty() {
         // An empty cluster: no services at all.

@@ -41,6 +41,7 @@ mod faults;
 mod goldens;
 mod incremental;
 mod nft_goldens;
+mod nft_mode;
 mod node_setup;
 mod outside;
 mod selftest;
@@ -71,6 +72,7 @@ fn main() {
     cases.extend(canary::cases());
     cases.extend(node_setup::cases());
     cases.extend(outside::cases());
+    cases.extend(nft_mode::cases());
     let code = harness::run(
         &cases,
         Options {

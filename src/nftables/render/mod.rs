@@ -7,9 +7,9 @@ pub mod elements;
 pub mod fixed;
 pub mod plan;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use crate::model::{EndpointsMap, ServicePortMap, ServicePortName};
+use crate::model::{ports_of, EndpointsMap, NamespacedName, ServicePortMap, ServicePortName};
 use crate::nftables::context::Context;
 use crate::nftables::model::{Objects, Table};
 use crate::nftables::names::{TABLE, TABLE_COMMENT};
@@ -30,6 +30,23 @@ impl Ruleset {
             objects.extend(o);
         }
         Table { family: self.ctx.family, name: TABLE, comment: TABLE_COMMENT, objects }
+    }
+
+    /// Brings the ruleset up to date after a commit that changed `changed`, re-rendering
+    /// only those services' ports.
+    pub fn update(&mut self, services: &ServicePortMap, endpoints: &EndpointsMap, changed: &BTreeSet<NamespacedName>) {
+        for id in changed {
+            let stale: Vec<ServicePortName> = ports_of(&self.services, id).cloned().collect();
+            for k in stale {
+                self.services.remove(&k);
+            }
+            let fresh: Vec<ServicePortName> = ports_of(services, id).cloned().collect();
+            for k in fresh {
+                if let Some(o) = render_service(&self.ctx, &k, services, endpoints) {
+                    self.services.insert(k, o);
+                }
+            }
+        }
     }
 }
 

@@ -425,7 +425,7 @@ fn a_full_sync_sets_the_last_rule_counts_and_a_cleared_flow_feeds_the_reconciler
 fn reports(outcome: &Outcome) -> &[(crate::net::IpFamily, crate::iptables::sync::SyncReport)] {
     match &outcome.detail {
         Detail::Iptables(r) => r,
-        Detail::Ipvs(_) => panic!("iptables mode"),
+        _ => panic!("iptables mode"),
     }
 }
 
@@ -523,4 +523,75 @@ fn an_ipvs_dry_run_reports_what_the_sync_then_does_and_changes_nothing() {
     let Detail::Ipvs(report) = &again.detail else { panic!("ipvs mode") };
     assert!(report.is_empty(), "{}", report.diff_text());
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// An nftables-mode engine over the fake nftables.
+fn nftables_engine(state: ClusterState) -> (Engine, crate::nftables::fake::SharedNft) {
+    let flags = Settings { mode: Some(crate::settings::kinds::ProxyMode::Nftables), ..Settings::default() };
+    let loaded = pipeline::load(state, flags, Settings::default()).unwrap();
+    let nft = crate::nftables::fake::FakeNft::shared();
+    let engine = Engine::nftables(loaded.config, loaded.trackers, Box::new(nft.clone()), Box::new(RecordingConntrack::default()));
+    (engine, nft)
+}
+
+fn nft_reports(outcome: &Outcome) -> &[crate::nftables::sync::Report] {
+    match &outcome.detail {
+        Detail::Nftables(r) => r,
+        _ => panic!("nftables mode"),
+    }
+}
+
+#[test]
+fn an_nftables_sync_is_one_transaction_per_family_and_a_dry_run_after_it_finds_nothing() {
+    use crate::nftables::apply::Nft as _;
+    use crate::nftables::fake::Call;
+    use crate::nftables::model::Family;
+    let state = demo_state();
+    let mut web = slice(&state, "shop", "web");
+    let (mut engine, nft) = nftables_engine(state);
+    let dry = engine.sync_as(true, Pass::DryRun).unwrap();
+    assert!(nft_reports(&dry).iter().all(|r| r.diff.as_ref().is_some_and(|d| !d.is_empty()) && !r.applied));
+    assert!(nft.lock().unwrap().calls.iter().all(|c| !matches!(c, Call::Run(_))), "a dry run sends nothing");
+
+    let outcome = engine.sync(true).unwrap();
+    let runs: Vec<String> = nft.lock().unwrap().calls.iter().filter_map(|c| if let Call::Run(t) = c { Some(t.clone()) } else { None }).collect();
+    assert_eq!(runs.len(), 2, "one transaction per family");
+    assert!(runs[0].starts_with("add table ip kube-proxy") && runs[1].starts_with("add table ip6 kube-proxy"));
+    assert_eq!(outcome.restore_lines, runs.iter().map(|t| t.lines().count()).sum::<usize>());
+    // The kernel holds what render prints.
+    let Proxier::Nftables(p) = &engine.proxier else { panic!("nftables mode") };
+    let want = nft.lock().unwrap().canonical(Family::Ip, &crate::nftables::model::write(&p.rulesets[0].table(), crate::nftables::model::Form::Dump)).unwrap();
+    assert_eq!(nft.lock().unwrap().listing(Family::Ip).unwrap(), want);
+    let clean = engine.sync_as(true, Pass::DryRun).unwrap();
+    assert!(nft_reports(&clean).iter().all(|r| r.diff.as_ref().is_some_and(|d| d.is_empty())));
+
+    // An endpoint goes: the dry run names it, the sync removes it.
+    let gone = web.endpoints.remove(0).ip;
+    engine.apply(&[Event::SliceApplied(Arc::new(web))]);
+    let dry = engine.sync_as(true, Pass::DryRun).unwrap();
+    let text = nft_reports(&dry)[0].diff.as_ref().unwrap().text("ip kube-proxy");
+    assert!(text.contains(&format!("__{gone}/")) && text.contains("- (removed)"), "{text}");
+    let synced = engine.sync(true).unwrap();
+    assert_eq!(nft_reports(&synced)[0].stale.iter().filter(|s| s.contains(&format!("__{gone}/"))).count(), 1, "its endpoint chain is stale and deleted");
+    assert!(!nft.lock().unwrap().listing(Family::Ip).unwrap().contains(&format!("__{gone}/")));
+    assert!(nft_reports(&engine.sync_as(true, Pass::DryRun).unwrap()).iter().all(|r| r.diff.as_ref().is_some_and(|d| d.is_empty())));
+}
+
+#[test]
+fn a_refused_nftables_transaction_keeps_the_previous_rules_and_says_which_family() {
+    use crate::nftables::model::Family;
+    let state = demo_state();
+    let mut web = slice(&state, "shop", "web");
+    let (mut engine, nft) = nftables_engine(state);
+    engine.sync(true).unwrap();
+    let before = nft.lock().unwrap().listing(Family::Ip);
+    web.endpoints.remove(0);
+    engine.apply(&[Event::SliceApplied(Arc::new(web))]);
+    nft.lock().unwrap().fail_next = Some("Error: Could not process rule".into());
+    let Err(SyncFailure::Nftables(failure)) = engine.sync(true) else { panic!("the IPv4 transaction fails") };
+    assert_eq!((failure.family, failure.done.len()), (crate::net::IpFamily::V4, 0));
+    assert!(failure.error.to_string().contains("Could not process rule"), "{failure}");
+    assert_eq!(nft.lock().unwrap().listing(Family::Ip), before, "the previous rules still serve");
+    engine.sync(true).unwrap();
+    assert_ne!(nft.lock().unwrap().listing(Family::Ip), before, "the next sync applies the change");
 }

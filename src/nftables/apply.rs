@@ -1,0 +1,228 @@
+//! The only code that runs `nft`: one transaction per call (`nft -f -`, atomic: the
+//! kernel takes all of it or none), the live `kube-proxy` table as `nft list` prints it,
+//! the names of its chains and sets, and how the kernel would list a ruleset (applied in
+//! a scratch network namespace, so nothing of the node's changes) — behind the [`Nft`]
+//! trait, with [`super::fake::FakeNft`] for tests. The binary, as kube-proxy's knftables
+//! runs it: BENCHMARKS.md says why not netlink.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use super::model::Family;
+use super::names::TABLE;
+
+#[derive(Debug, thiserror::Error)]
+pub enum NftError {
+    #[error("cannot run {binary}: {error}")]
+    Spawn { binary: String, error: std::io::Error },
+    #[error("nft refused the transaction at line {line} ({text:?}); nothing of it was applied: {message}")]
+    Rejected { line: usize, text: String, message: String },
+    #[error("{command} failed: {message}")]
+    Failed { command: String, message: String },
+}
+
+/// The chains and sets (not maps) a table holds, by name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Names {
+    pub chains: Vec<String>,
+    pub sets: Vec<String>,
+}
+
+/// Reads and writes one node's nftables.
+pub trait Nft: Send {
+    /// Runs `text` as one `nft -f -` transaction.
+    fn run(&mut self, text: &str) -> Result<(), NftError>;
+    /// `nft list table FAMILY kube-proxy`; `None` when there is no such table.
+    fn list(&mut self, family: Family) -> Result<Option<String>, NftError>;
+    /// The `kube-proxy` table's chains and sets; `None` when there is no such table.
+    fn names(&mut self, family: Family) -> Result<Option<Names>, NftError>;
+    /// How the kernel lists the `kube-proxy` table that `text` creates from nothing
+    /// (applied in a scratch network namespace: the node's rules are not touched).
+    fn canonical(&mut self, family: Family, text: &str) -> Result<String, NftError>;
+}
+
+/// Runs the real `nft`.
+#[derive(Debug, Clone)]
+pub struct ExecNft {
+    pub binary: String,
+}
+
+impl Default for ExecNft {
+    fn default() -> Self {
+        ExecNft { binary: "nft".into() }
+    }
+}
+
+impl ExecNft {
+    fn output(&self, args: &[&str], stdin: Option<&str>) -> Result<std::process::Output, NftError> {
+        let spawn = |error| NftError::Spawn { binary: self.binary.clone(), error };
+        let mut child = Command::new(&self.binary)
+            .args(args)
+            .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(spawn)?;
+        if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
+            // A write error means nft died early; its exit status says why.
+            let _ = pipe.write_all(text.as_bytes());
+        }
+        child.wait_with_output().map_err(spawn)
+    }
+
+    /// `nft list …` output, or `None` when nft says the table is not there.
+    fn list_cmd(&self, args: &[&str]) -> Result<Option<String>, NftError> {
+        let out = self.output(args, None)?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if !out.status.success() {
+            if stderr.contains("No such file or directory") {
+                return Ok(None);
+            }
+            return Err(NftError::Failed { command: format!("{} {}", self.binary, args.join(" ")), message: capped(stderr.trim()) });
+        }
+        Ok(Some(String::from_utf8_lossy(&out.stdout).into_owned()))
+    }
+}
+
+impl Nft for ExecNft {
+    fn run(&mut self, text: &str) -> Result<(), NftError> {
+        let out = self.output(&["-f", "-"], Some(text))?;
+        if out.status.success() {
+            return Ok(());
+        }
+        Err(rejected(text, &String::from_utf8_lossy(&out.stderr)))
+    }
+
+    fn list(&mut self, family: Family) -> Result<Option<String>, NftError> {
+        self.list_cmd(&["list", "table", family.as_str(), TABLE])
+    }
+
+    fn names(&mut self, family: Family) -> Result<Option<Names>, NftError> {
+        let f = family.as_str();
+        let Some(chains) = self.list_cmd(&["list", "chains", f])? else { return Ok(None) };
+        // Terse: the sets without their elements.
+        let sets = self.list_cmd(&["-t", "list", "sets", f])?.unwrap_or_default();
+        Ok(table_names(&chains, "chain").map(|chains| Names { chains, sets: table_names(&sets, "set").unwrap_or_default() }))
+    }
+
+    fn canonical(&mut self, family: Family, text: &str) -> Result<String, NftError> {
+        // One shell in one new network namespace: apply, then list what the kernel made.
+        let script = "\"$0\" -f - && \"$0\" list table \"$1\" \"$2\"";
+        let out = Command::new("unshare")
+            .args(["--net", "sh", "-c", script, &self.binary, family.as_str(), TABLE])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .and_then(|mut child| {
+                if let Some(mut pipe) = child.stdin.take() {
+                    let _ = pipe.write_all(text.as_bytes());
+                }
+                child.wait_with_output()
+            })
+            .map_err(|error| NftError::Spawn { binary: "unshare".into(), error })?;
+        if !out.status.success() {
+            return Err(match rejected(text, &String::from_utf8_lossy(&out.stderr)) {
+                NftError::Failed { message, .. } => NftError::Failed { command: "unshare --net nft -f - (the desired ruleset, in a scratch namespace)".into(), message },
+                other => other,
+            });
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+}
+
+/// The names of one kind of object (`chain`, `set`) of the `kube-proxy` table in an
+/// `nft list chains|sets FAMILY` listing; `None` when the table is not in it.
+pub fn table_names(listing: &str, kind: &str) -> Option<Vec<String>> {
+    let mut in_table = false;
+    let mut found = false;
+    let mut out = Vec::new();
+    for line in listing.lines() {
+        if let Some(head) = line.strip_prefix("table ") {
+            in_table = head.split_whitespace().nth(1) == Some(TABLE);
+            found |= in_table;
+            continue;
+        }
+        if !in_table || !line.starts_with('\t') || line.starts_with("\t\t") {
+            continue;
+        }
+        let mut words = line.split_whitespace();
+        if words.next() == Some(kind) {
+            if let Some(name) = words.next() {
+                out.push(name.to_string());
+            }
+        }
+    }
+    found.then_some(out)
+}
+
+/// At most this many lines of nft's complaint are kept.
+const MESSAGE_LINES: usize = 20;
+/// Lines of input shown before and after the refused one.
+const CONTEXT: usize = 3;
+
+/// nft's complaint (`/dev/stdin:LINE:COL-COL: Error: …`, then the line and carets) as an
+/// error a person reads in one screen: the refused line with a few lines around it.
+pub fn rejected(input: &str, stderr: &str) -> NftError {
+    let message = capped(stderr.trim());
+    let Some(n) = failing_line(&message).filter(|n| *n >= 1) else {
+        return NftError::Failed { command: "nft -f -".into(), message };
+    };
+    let lines: Vec<&str> = input.lines().collect();
+    let text = lines.get(n - 1).copied().unwrap_or("").to_string();
+    // nft repeats the line with carets under it; keep only its `Error:` lines.
+    let said: Vec<&str> = message.lines().filter(|l| l.contains("Error:")).collect();
+    let from = n.saturating_sub(CONTEXT + 1);
+    let to = (n + CONTEXT).min(lines.len());
+    let context: Vec<String> = (from..to).map(|i| format!("{} {:>6} | {}", if i + 1 == n { ">" } else { " " }, i + 1, lines[i])).collect();
+    NftError::Rejected { line: n, text, message: format!("{}\n{}", said.join("\n"), context.join("\n")) }
+}
+
+/// The line number in `/dev/stdin:12:5-9: Error: …` (or `stdin:12:…`).
+fn failing_line(message: &str) -> Option<usize> {
+    message.lines().find_map(|l| {
+        let rest = l.split("stdin:").nth(1)?;
+        rest.split(':').next()?.parse().ok()
+    })
+}
+
+/// The first lines of nft's complaint, with a count of the rest.
+fn capped(message: &str) -> String {
+    let total = message.lines().count();
+    if total <= MESSAGE_LINES {
+        return message.to_string();
+    }
+    let head: Vec<&str> = message.lines().take(MESSAGE_LINES).collect();
+    format!("{}\n… ({} more lines)", head.join("\n"), total - MESSAGE_LINES)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_line_is_shown_with_its_neighbours() {
+        let input: String = (1..=20).map(|i| format!("add rule ip kube-proxy c ip daddr 10.0.0.{i} accept\n")).collect();
+        let stderr = "/dev/stdin:12:38-46: Error: Could not resolve hostname: Name or service not known\nadd rule ip kube-proxy c ip daddr 10.0.0.12 accept\n                                     ^^^^^^^^^\n";
+        let e = rejected(&input, stderr);
+        let NftError::Rejected { line, text, message } = &e else { panic!("{e:?}") };
+        assert_eq!((*line, text.as_str()), (12, "add rule ip kube-proxy c ip daddr 10.0.0.12 accept"));
+        assert!(message.contains(">     12 | add rule") && message.contains("       9 | ") && message.contains("      15 | "), "{message}");
+        assert!(!message.contains("10.0.0.16") && !message.contains("^^^"), "three lines each side, no carets: {message}");
+        assert!(e.to_string().contains("nothing of it was applied"), "{e}");
+    }
+
+    #[test]
+    fn a_complaint_without_a_line_is_kept_whole_but_short() {
+        let noisy: String = (0..500).map(|i| format!("Error: {i}\n")).collect();
+        let e = rejected("add table ip kube-proxy\n", &noisy).to_string();
+        assert!(e.lines().count() <= 22 && e.contains("(480 more lines)"), "{e}");
+    }
+
+    #[test]
+    fn names_come_from_the_kube_proxy_table_only() {
+        let listing = "table ip filter {\n\tchain INPUT {\n\t\ttype filter hook input priority filter; policy accept;\n\t}\n}\ntable ip kube-proxy {\n\tchain services {\n\t}\n\tchain service-X-ns/a/tcp/p {\n\t}\n}\n";
+        assert_eq!(table_names(listing, "chain"), Some(vec!["services".to_string(), "service-X-ns/a/tcp/p".to_string()]));
+        assert_eq!(table_names("table ip filter {\n}\n", "chain"), None);
+    }
+}

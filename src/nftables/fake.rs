@@ -1,0 +1,326 @@
+//! An in-memory nftables behind [`Nft`] for tests that need no root: it runs the commands
+//! svcproxy writes (`add`/`flush`/`delete` of tables, chains, sets, maps, rules and
+//! elements), all-or-nothing per transaction like the kernel, refuses what the kernel
+//! refuses (a rule in a missing chain, a flush of a missing set, a map key added twice
+//! with another value), records every call, and lists a table in `nft list`'s layout.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use super::apply::{Names, Nft, NftError};
+use super::listing;
+use super::model::Family;
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Chain {
+    spec: String,
+    rules: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Set {
+    is_map: bool,
+    spec: String,
+    /// By key, the element as written (key, comment, value).
+    elements: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Table {
+    spec: String,
+    /// In order of creation, as nft lists them.
+    chains: Vec<(String, Chain)>,
+    sets: Vec<(String, Set)>,
+}
+
+impl Table {
+    fn chain(&mut self, name: &str) -> Option<&mut Chain> {
+        self.chains.iter_mut().find(|(n, _)| n == name).map(|(_, c)| c)
+    }
+
+    fn set(&mut self, name: &str) -> Option<&mut Set> {
+        self.sets.iter_mut().find(|(n, _)| n == name).map(|(_, s)| s)
+    }
+}
+
+/// A call, for tests to inspect.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Call {
+    Run(String),
+    List(Family),
+    Names(Family),
+    Canonical(Family),
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct FakeNft {
+    /// By family (`ip`, `ip6`): the `kube-proxy` table, if created (other tables are not kept).
+    tables: BTreeMap<&'static str, Table>,
+    pub calls: Vec<Call>,
+    /// The next `run` fails with this message, changing nothing.
+    pub fail_next: Option<String>,
+}
+
+/// A fake shared with the test that handed it over.
+pub type SharedNft = Arc<Mutex<FakeNft>>;
+
+impl FakeNft {
+    pub fn new() -> Self {
+        FakeNft::default()
+    }
+
+    pub fn shared() -> SharedNft {
+        Arc::new(Mutex::new(FakeNft::new()))
+    }
+
+    /// The table as `nft list table` prints it (`None`: no table).
+    pub fn listing(&self, family: Family) -> Option<String> {
+        self.tables.get(family.as_str()).map(|t| list(family, t))
+    }
+
+    /// Applies `text` all-or-nothing.
+    fn apply(&mut self, text: &str) -> Result<(), NftError> {
+        if let Some(message) = self.fail_next.take() {
+            return Err(NftError::Failed { command: "nft -f -".into(), message });
+        }
+        let mut next = self.tables.clone();
+        for (i, line) in text.lines().enumerate() {
+            command(&mut next, line.trim()).map_err(|message| NftError::Rejected { line: i + 1, text: line.to_string(), message })?;
+        }
+        self.tables = next;
+        Ok(())
+    }
+}
+
+impl Nft for FakeNft {
+    fn run(&mut self, text: &str) -> Result<(), NftError> {
+        self.calls.push(Call::Run(text.to_string()));
+        self.apply(text)
+    }
+
+    fn list(&mut self, family: Family) -> Result<Option<String>, NftError> {
+        self.calls.push(Call::List(family));
+        Ok(self.listing(family))
+    }
+
+    fn names(&mut self, family: Family) -> Result<Option<Names>, NftError> {
+        self.calls.push(Call::Names(family));
+        Ok(self.tables.get(family.as_str()).map(|t| Names {
+            chains: t.chains.iter().map(|(n, _)| n.clone()).collect(),
+            sets: t.sets.iter().filter(|(_, s)| !s.is_map).map(|(n, _)| n.clone()).collect(),
+        }))
+    }
+
+    fn canonical(&mut self, family: Family, text: &str) -> Result<String, NftError> {
+        self.calls.push(Call::Canonical(family));
+        let mut scratch = FakeNft::new();
+        scratch.apply(text)?;
+        Ok(scratch.listing(family).unwrap_or_default())
+    }
+}
+
+impl Nft for SharedNft {
+    fn run(&mut self, text: &str) -> Result<(), NftError> {
+        lock(self).run(text)
+    }
+    fn list(&mut self, family: Family) -> Result<Option<String>, NftError> {
+        lock(self).list(family)
+    }
+    fn names(&mut self, family: Family) -> Result<Option<Names>, NftError> {
+        lock(self).names(family)
+    }
+    fn canonical(&mut self, family: Family, text: &str) -> Result<String, NftError> {
+        lock(self).canonical(family, text)
+    }
+}
+
+fn lock(s: &SharedNft) -> std::sync::MutexGuard<'_, FakeNft> {
+    s.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn family_key(word: &str) -> Result<&'static str, String> {
+    match word {
+        "ip" => Ok("ip"),
+        "ip6" => Ok("ip6"),
+        other => Err(format!("family {other} is not faked")),
+    }
+}
+
+/// `WORD WORD NAME rest`: (family, object name, rest) of a command's arguments.
+fn target(args: &str) -> Result<(&'static str, &str, &str), String> {
+    let mut parts = args.splitn(4, ' ');
+    let family = family_key(parts.next().unwrap_or(""))?;
+    let _table = parts.next().ok_or("no table")?;
+    let name = parts.next().unwrap_or("");
+    Ok((family, name, parts.next().unwrap_or("").trim()))
+}
+
+const MISSING: &str = "Error: No such file or directory";
+
+fn command(tables: &mut BTreeMap<&'static str, Table>, line: &str) -> Result<(), String> {
+    if line.is_empty() || line.starts_with('#') {
+        return Ok(());
+    }
+    let (verb, rest) = line.split_once(' ').ok_or("not a command")?;
+    let (kind, args) = rest.split_once(' ').ok_or("not a command")?;
+    if kind == "table" {
+        let mut parts = args.splitn(3, ' ');
+        let family = family_key(parts.next().unwrap_or(""))?;
+        let _name = parts.next();
+        return match verb {
+            "add" => {
+                let t = tables.entry(family).or_default();
+                t.spec = inner(parts.next().unwrap_or(""));
+                Ok(())
+            }
+            "delete" => tables.remove(family).map(|_| ()).ok_or_else(|| MISSING.to_string()),
+            "flush" => {
+                let t = tables.get_mut(family).ok_or(MISSING)?;
+                t.chains.iter_mut().for_each(|(_, c)| c.rules.clear());
+                t.sets.iter_mut().for_each(|(_, s)| s.elements.clear());
+                Ok(())
+            }
+            _ => Err(format!("{verb} table is not faked")),
+        };
+    }
+    let (family, name, rest) = target(args)?;
+    let t = tables.get_mut(family).ok_or(MISSING)?;
+    match (verb, kind) {
+        ("add", "chain") => {
+            if t.chain(name).is_none() {
+                t.chains.push((name.to_string(), Chain { spec: inner(rest), rules: Vec::new() }));
+            }
+        }
+        ("add", "set" | "map") => {
+            if t.set(name).is_none() {
+                t.sets.push((name.to_string(), Set { is_map: kind == "map", spec: inner(rest), elements: BTreeMap::new() }));
+            }
+        }
+        ("flush", "chain") => t.chain(name).ok_or(MISSING)?.rules.clear(),
+        ("flush", "set" | "map") => t.set(name).ok_or(MISSING)?.elements.clear(),
+        ("delete", "chain") => {
+            let i = t.chains.iter().position(|(n, _)| n == name).ok_or(MISSING)?;
+            if !t.chains[i].1.rules.is_empty() || referenced(t, name) {
+                return Err("Error: Device or resource busy".into());
+            }
+            t.chains.remove(i);
+        }
+        ("delete", "set" | "map") => {
+            let i = t.sets.iter().position(|(n, _)| n == name).ok_or(MISSING)?;
+            t.sets.remove(i);
+        }
+        ("add", "rule") => {
+            for target in rest.split_whitespace().skip_while(|w| !matches!(*w, "jump" | "goto")).skip(1).take(1) {
+                if t.chain(target).is_none() {
+                    return Err(MISSING.into());
+                }
+            }
+            t.chain(name).ok_or(MISSING)?.rules.push(rest.to_string());
+        }
+        ("add", "element") => {
+            let set = t.set(name).ok_or(MISSING)?;
+            for e in listing::split_elements(&inner_braces(rest)) {
+                let key = element_key(&e);
+                match set.elements.get(&key) {
+                    Some(old) if set.is_map && element_value(old) != element_value(&e) => return Err("Error: File exists".into()),
+                    Some(_) => {}
+                    None => {
+                        set.elements.insert(key, e);
+                    }
+                }
+            }
+        }
+        ("delete", "element") => {
+            let set = t.set(name).ok_or(MISSING)?;
+            for e in listing::split_elements(&inner_braces(rest)) {
+                set.elements.remove(&element_key(&e)).ok_or(MISSING)?;
+            }
+        }
+        _ => return Err(format!("{verb} {kind} is not faked")),
+    }
+    Ok(())
+}
+
+/// Whether a rule or a map element of the table names the chain.
+fn referenced(t: &Table, chain: &str) -> bool {
+    let names = |s: &str| s.split_whitespace().any(|w| w == chain);
+    t.chains.iter().any(|(_, c)| c.rules.iter().any(|r| names(r))) || t.sets.iter().any(|(_, s)| s.elements.values().any(|e| names(e)))
+}
+
+/// `{ a ; b ; }` → `a ; b` (nothing when there are no braces).
+fn inner(spec: &str) -> String {
+    spec.trim().trim_start_matches('{').trim_end_matches('}').trim().trim_end_matches(';').trim().to_string()
+}
+
+fn inner_braces(body: &str) -> String {
+    body.trim().trim_start_matches('{').trim_end_matches('}').trim().to_string()
+}
+
+/// An element's key: what comes before its comment or its value.
+fn element_key(e: &str) -> String {
+    let end = [e.find(" comment "), e.find(" : ")].into_iter().flatten().min().unwrap_or(e.len());
+    e[..end].trim().to_string()
+}
+
+fn element_value(e: &str) -> &str {
+    e.rsplit_once(" : ").map_or("", |(_, v)| v.trim())
+}
+
+/// The table in `nft list table`'s layout: sets and maps, then chains.
+fn list(family: Family, t: &Table) -> String {
+    let mut out = format!("table {} kube-proxy {{\n", family.as_str());
+    for part in t.spec.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+        out.push_str(&format!("\t{part}\n"));
+    }
+    for (name, s) in &t.sets {
+        out.push_str(&format!("\t{} {name} {{\n", if s.is_map { "map" } else { "set" }));
+        for part in s.spec.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+            out.push_str(&format!("\t\t{part}\n"));
+        }
+        if !s.elements.is_empty() {
+            let all: Vec<&str> = s.elements.values().map(String::as_str).collect();
+            out.push_str(&format!("\t\telements = {{ {} }}\n", all.join(",\n\t\t\t     ")));
+        }
+        out.push_str("\t}\n");
+    }
+    for (name, c) in &t.chains {
+        out.push_str(&format!("\tchain {name} {{\n"));
+        for part in c.spec.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+            out.push_str(&format!("\t\t{part}\n"));
+        }
+        for r in &c.rules {
+            out.push_str(&format!("\t\t{r}\n"));
+        }
+        out.push_str("\t}\n");
+    }
+    out.push_str("}\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_transaction_is_all_or_nothing_and_names_the_refused_line() {
+        let mut nft = FakeNft::new();
+        nft.run("add table ip kube-proxy { comment \"x\" ; }\nadd chain ip kube-proxy a\nadd rule ip kube-proxy a accept\n").unwrap();
+        let before = nft.listing(Family::Ip).unwrap();
+        let e = nft.run("flush chain ip kube-proxy a\nadd rule ip kube-proxy a jump nowhere\n").unwrap_err();
+        assert!(matches!(e, NftError::Rejected { line: 2, .. }), "{e:?}");
+        assert_eq!(nft.listing(Family::Ip).unwrap(), before, "nothing of the refused transaction stays");
+        assert!(before.contains("\tchain a {\n\t\taccept\n\t}\n"), "{before}");
+        assert_eq!(nft.names(Family::Ip6).unwrap(), None);
+    }
+
+    #[test]
+    fn map_elements_are_keyed_and_a_chain_in_use_cannot_go() {
+        let mut nft = FakeNft::new();
+        let setup = "add table ip kube-proxy\nadd chain ip kube-proxy c\nadd map ip kube-proxy m { type ipv4_addr : verdict ; }\nadd element ip kube-proxy m { 10.0.0.1 comment \"a\" : goto c }\n";
+        nft.run(setup).unwrap();
+        assert!(nft.run("add element ip kube-proxy m { 10.0.0.1 : drop }\n").is_err(), "same key, other value");
+        assert!(nft.run("delete chain ip kube-proxy c\n").is_err(), "still in a map element");
+        nft.run("delete element ip kube-proxy m { 10.0.0.1 }\ndelete chain ip kube-proxy c\n").unwrap();
+        assert_eq!(nft.names(Family::Ip).unwrap().unwrap(), Names::default());
+    }
+}

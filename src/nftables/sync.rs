@@ -1,0 +1,167 @@
+//! One family's full nftables sync, as kube-proxy's full sync does it: ONE transaction
+//! (`nft -f -`, atomic) that creates the table if missing, adds every chain, set and map,
+//! flushes every chain and every set and map but the session-affinity ones, and adds all
+//! rules and elements. Chains and sets of the table that the ruleset no longer has
+//! (a deleted service's) are flushed in that transaction and deleted in a second one
+//! right after (kube-proxy deletes stale chains after the transaction that removes what
+//! refers to them). A refused transaction changes nothing: the previous rules keep
+//! serving. A dry run reads the live table and the desired one as the kernel lists it
+//! ([`Nft::canonical`]) and compares them ([`super::listing`]); it sends nothing.
+
+use std::time::{Duration, Instant};
+
+use super::apply::{Nft, NftError};
+use super::listing::{self, Diff, Listing};
+use super::model::{self, Family, Form, Table};
+
+/// What one family's sync found and did.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub family: Family,
+    /// A dry run's comparison of the live table with the desired one.
+    pub diff: Option<Diff>,
+    /// Whether a transaction was sent.
+    pub applied: bool,
+    /// Lines of the transaction sent (0 when none was).
+    pub lines: usize,
+    /// Chains and sets of the live table the ruleset no longer has (`chain NAME`, `set NAME`).
+    pub stale: Vec<String>,
+    /// Why deleting them failed (the next full sync finds and deletes them again).
+    pub stale_error: Option<String>,
+    /// UDP/SCTP conntrack entries made stale by the change (to flush once applied).
+    pub flushes: Vec<crate::iptables::conntrack::Flush>,
+    pub timings: Timings,
+}
+
+impl Report {
+    fn new(family: Family) -> Self {
+        Report { family, diff: None, applied: false, lines: 0, stale: Vec::new(), stale_error: None, flushes: Vec::new(), timings: Timings::default() }
+    }
+}
+
+/// Wall time of each phase of one sync.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Timings {
+    /// Writing the transaction (or, for a dry run, the desired table).
+    pub render: Duration,
+    /// Reading the live table (its names, or for a dry run all of it and the desired
+    /// table as the kernel lists it).
+    pub read: Duration,
+    /// `nft -f -`.
+    pub apply: Duration,
+}
+
+/// Brings one family's `kube-proxy` table to `table` (or, with `dry_run`, says what differs).
+pub fn full(nft: &mut dyn Nft, table: &Table, dry_run: bool) -> Result<Report, NftError> {
+    if dry_run {
+        return compare(nft, table);
+    }
+    let family = table.family;
+    let mut report = Report::new(family);
+    let t = Instant::now();
+    let names = nft.names(family)?.unwrap_or_default();
+    report.timings.read = t.elapsed();
+    let t = Instant::now();
+    let o = &table.objects;
+    let stale_chains: Vec<&String> = names.chains.iter().filter(|c| !o.chains.iter().any(|d| &d.name == *c)).collect();
+    let stale_sets: Vec<&String> = names.sets.iter().filter(|s| !o.sets.iter().any(|d| &d.name == *s)).collect();
+    let mut text = model::write(table, Form::Transaction);
+    let head = format!("{} {}", family.as_str(), table.name);
+    for c in &stale_chains {
+        text.push_str(&format!("flush chain {head} {c}\n"));
+    }
+    report.lines = text.lines().count();
+    report.timings.render = t.elapsed();
+    let t = Instant::now();
+    nft.run(&text)?;
+    report.applied = true;
+    let delete: String = stale_chains
+        .iter()
+        .map(|c| format!("delete chain {head} {c}\n"))
+        .chain(stale_sets.iter().map(|s| format!("delete set {head} {s}\n")))
+        .collect();
+    report.stale = stale_chains.iter().map(|c| format!("chain {c}")).chain(stale_sets.iter().map(|s| format!("set {s}"))).collect();
+    if !delete.is_empty() {
+        if let Err(e) = nft.run(&delete) {
+            tracing::warn!(family = family.as_str(), error = %e, "stale nftables chains not deleted; the next full sync tries again");
+            report.stale_error = Some(e.to_string());
+        }
+    }
+    report.timings.apply = t.elapsed();
+    Ok(report)
+}
+
+/// A dry run: the live table against the desired one, both as the kernel lists them.
+fn compare(nft: &mut dyn Nft, table: &Table) -> Result<Report, NftError> {
+    let mut report = Report::new(table.family);
+    let t = Instant::now();
+    let text = model::write(table, Form::Dump);
+    report.timings.render = t.elapsed();
+    let t = Instant::now();
+    let live = Listing::parse(&nft.list(table.family)?.unwrap_or_default());
+    let desired = Listing::parse(&nft.canonical(table.family, &text)?);
+    report.timings.read = t.elapsed();
+    report.diff = Some(listing::diff(&live, &desired));
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nftables::fake::{Call, FakeNft};
+    use crate::nftables::model::{Chain, Objects, Rule};
+
+    fn table(services: &[&str]) -> Table {
+        let mut o = Objects::default();
+        o.chain(Chain::regular("services"));
+        for s in services {
+            o.chain(Chain::regular(format!("service-{s}")));
+            o.rule(Rule::new("services", format!("jump service-{s}")));
+            o.rule(Rule::new(format!("service-{s}"), "accept"));
+        }
+        Table { family: Family::Ip, name: "kube-proxy", comment: "rules for kube-proxy", objects: o }
+    }
+
+    #[test]
+    fn a_full_sync_is_one_transaction_and_stale_chains_go_in_a_second() {
+        let mut nft = FakeNft::new();
+        let r = full(&mut nft, &table(&["a", "b"]), false).unwrap();
+        assert!(r.applied && r.stale.is_empty());
+        assert_eq!(nft.calls.iter().filter(|c| matches!(c, Call::Run(_))).count(), 1);
+        nft.calls.clear();
+
+        let r = full(&mut nft, &table(&["a"]), false).unwrap();
+        assert_eq!(r.stale, ["chain service-b"]);
+        let runs: Vec<&String> = nft.calls.iter().filter_map(|c| if let Call::Run(t) = c { Some(t) } else { None }).collect();
+        assert_eq!(runs.len(), 2, "{runs:?}");
+        assert!(runs[0].contains("flush chain ip kube-proxy service-b\n") && !runs[0].contains("delete"));
+        assert_eq!(runs[1], "delete chain ip kube-proxy service-b\n");
+        let listed = nft.listing(Family::Ip).unwrap();
+        assert!(!listed.contains("service-b") && listed.contains("service-a"), "{listed}");
+    }
+
+    #[test]
+    fn a_dry_run_sends_nothing_and_after_a_sync_finds_nothing() {
+        let mut nft = FakeNft::new();
+        let dry = full(&mut nft, &table(&["a"]), true).unwrap();
+        assert!(!dry.applied && dry.diff.as_ref().is_some_and(|d| !d.is_empty()));
+        assert!(nft.calls.iter().all(|c| !matches!(c, Call::Run(_))), "{:?}", nft.calls);
+        assert_eq!(nft.listing(Family::Ip), None);
+        full(&mut nft, &table(&["a"]), false).unwrap();
+        assert!(full(&mut nft, &table(&["a"]), true).unwrap().diff.unwrap().is_empty());
+        let d = full(&mut nft, &table(&["a", "b"]), true).unwrap().diff.unwrap();
+        assert!(d.text("ip kube-proxy").contains("chain service-b\n  + (added)\n  + accept\n"), "{}", d.text("ip kube-proxy"));
+    }
+
+    #[test]
+    fn a_refused_transaction_leaves_the_table_as_it_was() {
+        let mut nft = FakeNft::new();
+        full(&mut nft, &table(&["a"]), false).unwrap();
+        let before = nft.listing(Family::Ip);
+        let mut broken = table(&["a", "b"]);
+        broken.objects.rule(Rule::new("service-b", "jump nowhere"));
+        let e = full(&mut nft, &broken, false).unwrap_err();
+        assert!(matches!(e, NftError::Rejected { .. }), "{e:?}");
+        assert_eq!(nft.listing(Family::Ip), before);
+    }
+}

@@ -1,0 +1,148 @@
+//! nftables mode on the real kernel (`nftables_*` cases): the real `svcproxy sync --mode
+//! nftables` applies the `kube-proxy` tables with the real `nft` in the lab's node
+//! namespace; what the kernel then lists holds the rules; a dry run right after finds
+//! nothing to change; real connections to a ClusterIP (from the node and from a pod) and
+//! to a NodePort (from outside the node) reach the pods; a transaction the kernel refuses
+//! changes nothing (the previous rules keep serving) and the error names the line; and
+//! `svcproxy cleanup` removes both families' tables.
+
+use crate::dataplane::{self, cluster_yaml, ep4, ep6, pod_ip4, svc, tcp, Port, Svc, CLIENT, CLIENT_IP4, EP_PORT, N, NODE};
+use crate::harness::{Case, CaseError, CaseResult, Ctx};
+use crate::netns::{self, Backend, Lab, Proto, Where};
+use crate::svcproxy::{path_str, run, run_expect, temp_yaml};
+
+pub fn cases() -> Vec<Case> {
+    vec![
+        Case::new("nftables_sync_reads_back_and_serves_clusterip_and_nodeport", sync_serves),
+        Case::new("nftables_refused_transaction_keeps_the_previous_rules", refused_keeps_rules),
+        Case::new("nftables_cleanup_removes_both_tables", cleanup_removes_tables),
+    ]
+}
+
+const CLUSTER_CIDRS: &str = "198.18.0.0/16,fd00:18::/32";
+const CIP4: &str = "198.19.255.10";
+const CIP6: &str = "fd00:19:ff::10";
+const NODE_PORT: u16 = 30080;
+
+/// The lab of the dataplane cases (pods 1 and 2, a client pod), for nftables mode.
+fn lab(ctx: &Ctx) -> Result<Lab, CaseError> {
+    ctx.require(&["ip", "conntrack", "sysctl", "kill", "nft", "unshare"])?;
+    let lab = dataplane::lab(ctx, Backend::Nft, &[1, 2], false)?;
+    Ok(lab)
+}
+
+fn web(eps: &[u8]) -> Svc {
+    let mut s = svc("web", CIP4, vec![Port { node_port: Some(NODE_PORT), ..tcp("http", 80) }], eps.iter().map(|k| ep4(*k)).collect());
+    s.ty = "NodePort";
+    s.cluster_ips.push(CIP6.to_string());
+    s.eps6 = eps.iter().map(|k| ep6(*k)).collect();
+    s
+}
+
+fn args<'a>(path: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut a = vec![
+        "sync", "--mode", "nftables", "--from", path, "--hostname-override", NODE, "--node-ip", netns::NODE_IP4, "--node-ip", netns::NODE_IP6, "--cluster-cidr", CLUSTER_CIDRS,
+    ];
+    a.extend_from_slice(extra);
+    a
+}
+
+/// `svcproxy sync --mode nftables` of `svcs` (exit 0), then its dry run (exit 0, nothing printed).
+fn sync(ctx: &Ctx, lab: &Lab, svcs: &[Svc]) -> CaseResult {
+    let path = temp_yaml(&cluster_yaml(svcs))?;
+    let p = path_str(&path).to_string();
+    let t = std::time::Instant::now();
+    let out = run(lab.node(), Backend::Nft, &args(&p, &[]))?;
+    ctx.log(format!("sync: {} ms, exit {:?}: {}", t.elapsed().as_millis(), out.status.code(), String::from_utf8_lossy(&out.stderr).trim()));
+    ensure!(out.status.code() == Some(0), "sync failed: {}", String::from_utf8_lossy(&out.stderr));
+    let diff = run_expect(lab.node(), Backend::Nft, &args(&p, &["--dry-run"]), 0).map_err(|e| format!("a dry run right after the sync wants changes: {e}"))?;
+    ensure!(diff.trim().is_empty(), "a clean dry run prints nothing, got:\n{diff}");
+    let _ = std::fs::remove_file(&path);
+    Ok(())
+}
+
+fn listed(lab: &Lab, family: &str) -> Result<String, String> {
+    lab.node().run(&["nft", "list", "table", family, "kube-proxy"])
+}
+
+fn sync_serves(ctx: &mut Ctx) -> CaseResult {
+    let lab = lab(ctx)?;
+    sync(ctx, &lab, &[web(&[1, 2])])?;
+    let v4 = listed(&lab, "ip")?;
+    let v6 = listed(&lab, "ip6")?;
+    ensure!(v4.contains(&format!("dnat to {}:{EP_PORT}", pod_ip4(1))) && v4.contains(&format!("{CIP4} . tcp . 80")), "the ip table lacks the service:\n{v4}");
+    ensure!(v6.contains("dnat to [fd00:18:1::2]:8080"), "the ip6 table lacks the endpoint:\n{v6}");
+    ensure!(!lab.node().run(&["iptables-nft-save", "-t", "nat"]).unwrap_or_default().contains("KUBE-SERVICES"), "no iptables rules were written");
+
+    let t = dataplane::connect(ctx, &lab, Where::Node, CIP4, 80, Proto::Tcp, N)?;
+    dataplane::spread(&t, &["pod1", "pod2"], "node -> ClusterIP")?;
+    let t = dataplane::connect(ctx, &lab, Where::Pod(CLIENT), CIP4, 80, Proto::Tcp, N)?;
+    dataplane::spread(&t, &["pod1", "pod2"], "pod -> ClusterIP")?;
+    dataplane::sources_are(&t, &[CLIENT_IP4], "pod -> ClusterIP (inside the cluster CIDR: no masquerade)")?;
+    let t = dataplane::connect(ctx, &lab, Where::Pod(CLIENT), CIP6, 80, Proto::Tcp, N)?;
+    dataplane::spread(&t, &["pod1", "pod2"], "pod -> IPv6 ClusterIP")?;
+    let t = dataplane::connect(ctx, &lab, Where::External, netns::NODE_IP4, NODE_PORT, Proto::Tcp, N)?;
+    dataplane::spread(&t, &["pod1", "pod2"], "outside -> NodePort")?;
+
+    // One endpoint goes: a second sync removes its chain, and only pod2 answers.
+    sync(ctx, &lab, &[web(&[2])])?;
+    let v4 = listed(&lab, "ip")?;
+    ensure!(!v4.contains(&pod_ip4(1)), "pod1's endpoint chain is gone:\n{v4}");
+    let t = dataplane::connect(ctx, &lab, Where::External, netns::NODE_IP4, NODE_PORT, Proto::Tcp, N)?;
+    dataplane::spread(&t, &["pod2"], "outside -> NodePort after pod1 left")?;
+    Ok(())
+}
+
+/// A chain the next ruleset needs is planted as a base chain (a chain the kernel will not
+/// let a map element `goto`): the kernel refuses the whole transaction.
+fn refused_keeps_rules(ctx: &mut Ctx) -> CaseResult {
+    let lab = lab(ctx)?;
+    sync(ctx, &lab, &[web(&[1, 2])])?;
+    let before = listed(&lab, "ip")?;
+    let more = [web(&[1, 2]), svc("new", "198.19.255.20", vec![tcp("http", 80)], vec![ep4(2)])];
+    let path = temp_yaml(&cluster_yaml(&more))?;
+    let p = path_str(&path).to_string();
+    let rendered = run_expect(lab.node(), Backend::Nft, &["render", "--mode", "nftables", "--from", &p, "--hostname-override", NODE, "--node-ip", netns::NODE_IP4, "--cluster-cidr", CLUSTER_CIDRS], 0)?;
+    let chain = rendered
+        .lines()
+        .find_map(|l| l.strip_prefix("add chain ip kube-proxy service-").filter(|c| c.contains("-dp/new/tcp/")))
+        .map(|c| format!("service-{c}"))
+        .ok_or("render names no service chain for dp/new")?;
+    lab.node().run(&["nft", &format!("add chain ip kube-proxy {chain} {{ type filter hook input priority 0 ; }}")])?;
+    let planted = listed(&lab, "ip")?;
+
+    let out = run(lab.node(), Backend::Nft, &args(&p, &[]))?;
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    ctx.log(&err);
+    ensure!(out.status.code() == Some(2), "exit {:?}, want 2: {err}", out.status.code());
+    ensure!(err.contains("nft refused the transaction at line") && err.contains(&chain) && err.contains(">  "), "the error names the refused line: {err}");
+    ensure!(listed(&lab, "ip")? == planted, "the refused transaction changed the table");
+    ensure!(planted.len() > before.len() && planted.contains(&chain), "the plant is all that differs");
+    let t = dataplane::connect(ctx, &lab, Where::Pod(CLIENT), CIP4, 80, Proto::Tcp, N)?;
+    dataplane::spread(&t, &["pod1", "pod2"], "the previous rules still serve")?;
+
+    // With the plant gone, the same sync goes through.
+    lab.node().run(&["nft", &format!("delete chain ip kube-proxy {chain}")])?;
+    sync(ctx, &lab, &more)?;
+    let t = dataplane::connect(ctx, &lab, Where::Pod(CLIENT), "198.19.255.20", 80, Proto::Tcp, N)?;
+    dataplane::spread(&t, &["pod2"], "the new service")?;
+    let _ = std::fs::remove_file(&path);
+    Ok(())
+}
+
+fn cleanup_removes_tables(ctx: &mut Ctx) -> CaseResult {
+    let lab = lab(ctx)?;
+    sync(ctx, &lab, &[web(&[1])])?;
+    let would = run_expect(lab.node(), Backend::Nft, &["cleanup", "--dry-run"], 1)?;
+    ctx.log(&would);
+    ensure!(would.contains("nftables: would remove table ip kube-proxy") && would.contains("nftables: would remove table ip6 kube-proxy"), "{would}");
+    ensure!(listed(&lab, "ip").is_ok(), "a dry run removes nothing");
+    run_expect(lab.node(), Backend::Nft, &["cleanup"], 0)?;
+    let tables = lab.node().run(&["nft", "list", "tables"])?;
+    ensure!(!tables.contains("kube-proxy"), "tables left: {tables}");
+    let again = run_expect(lab.node(), Backend::Nft, &["cleanup", "--dry-run"], 0)?;
+    ensure!(!again.contains("nftables"), "nothing left to remove: {again}");
+    let t = dataplane::connect(ctx, &lab, Where::Pod(CLIENT), CIP4, 80, Proto::Tcp, 5);
+    ensure!(t.map(|t| t.answered()).unwrap_or(0) == 0, "the ClusterIP no longer answers");
+    Ok(())
+}
