@@ -10,14 +10,30 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+/// kube-proxy's labels of the rule-count gauges, in its order: `table`, `ip_family`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TableLabel {
     pub table: String,
+    pub ip_family: String,
 }
 
+impl TableLabel {
+    pub fn of(table: &str, family: crate::net::IpFamily) -> Self {
+        TableLabel { table: table.to_string(), ip_family: family.api_name().to_string() }
+    }
+}
+
+/// kube-proxy's labels of the no-local-endpoints gauge, in its order: `traffic_policy`, `ip_family`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PolicyLabel {
     pub traffic_policy: String,
+    pub ip_family: String,
+}
+
+impl PolicyLabel {
+    pub fn of(traffic_policy: &str, family: crate::net::IpFamily) -> Self {
+        PolicyLabel { traffic_policy: traffic_policy.to_string(), ip_family: family.api_name().to_string() }
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -43,25 +59,31 @@ pub struct ResultLabel {
 }
 
 type FGauge = Gauge<f64, AtomicU64>;
+/// A histogram per `ip_family`, each with the buckets its constructor gives.
+type PerFamily = Family<FamilyLabel, Histogram, fn() -> Histogram>;
 
+/// kube-proxy's families carry `ip_family` wherever its one-proxier-per-family design
+/// observes them per family (sync durations, timestamps, failures, rule counts,
+/// no-local endpoints, network programming, the conntrack reconciler); the change
+/// counters and the health counters are its process-wide ones.
 pub struct Metrics {
     pub registry: Registry,
-    pub sync_duration: Histogram,
-    pub full_sync_duration: Histogram,
-    pub partial_sync_duration: Histogram,
-    pub network_programming_duration: Histogram,
+    pub sync_duration: PerFamily,
+    pub full_sync_duration: PerFamily,
+    pub partial_sync_duration: PerFamily,
+    pub network_programming_duration: PerFamily,
     pub change_to_sync_duration: Histogram,
-    pub last_sync_timestamp: FGauge,
-    pub last_queued_timestamp: FGauge,
+    pub last_sync_timestamp: Family<FamilyLabel, FGauge>,
+    pub last_queued_timestamp: Family<FamilyLabel, FGauge>,
     pub service_changes_pending: Gauge,
     pub service_changes_total: Counter,
     pub endpoint_changes_pending: Gauge,
     pub endpoint_changes_total: Counter,
-    pub restore_failures: Counter,
-    pub partial_restore_failures: Counter,
+    pub restore_failures: Family<FamilyLabel, Counter>,
+    pub partial_restore_failures: Family<FamilyLabel, Counter>,
     pub rules: Family<TableLabel, Gauge>,
     pub rules_last: Family<TableLabel, Gauge>,
-    pub conntrack_reconcile_duration: Family<FamilyLabel, Histogram>,
+    pub conntrack_reconcile_duration: PerFamily,
     pub conntrack_deleted: Family<FamilyLabel, Counter>,
     pub syncs: Family<ResultLabel, Counter>,
     pub malformed_objects: Counter,
@@ -87,6 +109,10 @@ pub fn network_programming_buckets() -> Vec<f64> {
     b
 }
 
+fn network_programming() -> Histogram {
+    Histogram::new(network_programming_buckets())
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         Metrics::new()
@@ -97,19 +123,19 @@ impl Metrics {
     pub fn new() -> Self {
         let m = Metrics {
             registry: Registry::default(),
-            sync_duration: seconds(),
-            full_sync_duration: seconds(),
-            partial_sync_duration: seconds(),
-            network_programming_duration: Histogram::new(network_programming_buckets()),
+            sync_duration: Family::new_with_constructor(seconds),
+            full_sync_duration: Family::new_with_constructor(seconds),
+            partial_sync_duration: Family::new_with_constructor(seconds),
+            network_programming_duration: Family::new_with_constructor(network_programming),
             change_to_sync_duration: seconds(),
-            last_sync_timestamp: FGauge::default(),
-            last_queued_timestamp: FGauge::default(),
+            last_sync_timestamp: Family::default(),
+            last_queued_timestamp: Family::default(),
             service_changes_pending: Gauge::default(),
             service_changes_total: Counter::default(),
             endpoint_changes_pending: Gauge::default(),
             endpoint_changes_total: Counter::default(),
-            restore_failures: Counter::default(),
-            partial_restore_failures: Counter::default(),
+            restore_failures: Family::default(),
+            partial_restore_failures: Family::default(),
             rules: Family::default(),
             rules_last: Family::default(),
             conntrack_reconcile_duration: Family::new_with_constructor(seconds),
@@ -230,11 +256,46 @@ mod classic_tests {
         let b = network_programming_buckets();
         assert_eq!((b.len(), b[0], b[3], b[61], b[62], b[73], *b.last().unwrap()), (81, 0.0, 1.0, 59.0, 60.0, 115.0, 300.0));
         let m = Metrics::new();
-        m.sync_duration.observe(0.01);
+        let v4 = FamilyLabel::of(crate::net::IpFamily::V4);
+        m.sync_duration.get_or_create(&v4).observe(0.01);
+        m.conntrack_reconcile_duration.get_or_create(&v4).observe(0.01);
         let text = m.encode();
-        let bounds = text.lines().filter(|l| l.starts_with("kubeproxy_sync_proxy_rules_duration_seconds_bucket")).count();
-        assert_eq!(bounds, 16, "15 bounds and +Inf");
-        assert!(text.contains("le=\"16.384\"") && !text.contains("le=\"32.768\""));
+        for family in ["kubeproxy_sync_proxy_rules_duration_seconds_bucket", "kubeproxy_conntrack_reconciler_sync_duration_seconds_bucket"] {
+            let bounds: Vec<&str> = text.lines().filter(|l| l.starts_with(family)).collect();
+            assert_eq!(bounds.len(), 16, "15 bounds and +Inf: {bounds:?}");
+            assert!(bounds.iter().any(|l| l.contains("le=\"16.384\"")) && !bounds.iter().any(|l| l.contains("le=\"32.768\"")), "{bounds:?}");
+        }
+    }
+
+    /// Each family kube-proxy observes per IP family is one series per family, with
+    /// kube-proxy's label names in its order.
+    #[test]
+    fn per_family_series_carry_kube_proxys_labels() {
+        use crate::net::IpFamily::{V4, V6};
+        let m = Metrics::new();
+        for (family, secs) in [(V4, 0.002), (V6, 0.5)] {
+            m.sync_duration.get_or_create(&FamilyLabel::of(family)).observe(secs);
+            m.network_programming_duration.get_or_create(&FamilyLabel::of(family)).observe(secs);
+            m.last_sync_timestamp.get_or_create(&FamilyLabel::of(family)).set(1.7e9);
+            m.rules.get_or_create(&TableLabel::of("nat", family)).set(7);
+            m.no_local_endpoints.get_or_create(&PolicyLabel::of("internal", family)).set(1);
+        }
+        m.restore_failures.get_or_create(&FamilyLabel::of(V6)).inc();
+        let text = m.encode_classic();
+        for line in [
+            "kubeproxy_sync_proxy_rules_duration_seconds_count{ip_family=\"IPv4\"} 1",
+            "kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"0.002\",ip_family=\"IPv4\"} 1",
+            "kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"0.256\",ip_family=\"IPv6\"} 0",
+            "kubeproxy_network_programming_duration_seconds_bucket{le=\"0.5\",ip_family=\"IPv6\"} 1",
+            "kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family=\"IPv6\"} 1700000000.0",
+            "kubeproxy_sync_proxy_rules_iptables_total{table=\"nat\",ip_family=\"IPv4\"} 7",
+            "kubeproxy_sync_proxy_rules_no_local_endpoints_total{traffic_policy=\"internal\",ip_family=\"IPv6\"} 1",
+            "kubeproxy_sync_proxy_rules_iptables_restore_failures_total{ip_family=\"IPv6\"} 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        }
+        let unlabelled = |name: &str| text.lines().any(|l| l.starts_with(&format!("{name} ")));
+        assert!(!unlabelled("kubeproxy_sync_proxy_rules_last_timestamp_seconds") && !unlabelled("kubeproxy_sync_proxy_rules_duration_seconds_count"));
     }
 
     #[test]
