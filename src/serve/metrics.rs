@@ -154,8 +154,8 @@ impl Metrics {
     fn register(mut self) -> Self {
         let r = &mut self.registry;
         r.register("kubeproxy_sync_proxy_rules_duration_seconds", "SyncProxyRules latency in seconds", self.sync_duration.clone());
-        r.register("kubeproxy_sync_full_proxy_rules_duration_seconds", "SyncProxyRules latency of full syncs in seconds", self.full_sync_duration.clone());
-        r.register("kubeproxy_sync_partial_proxy_rules_duration_seconds", "SyncProxyRules latency of partial syncs in seconds", self.partial_sync_duration.clone());
+        r.register("kubeproxy_sync_full_proxy_rules_duration_seconds", "SyncProxyRules latency in seconds for full resyncs", self.full_sync_duration.clone());
+        r.register("kubeproxy_sync_partial_proxy_rules_duration_seconds", "SyncProxyRules latency in seconds for partial resyncs", self.partial_sync_duration.clone());
         r.register("kubeproxy_network_programming_duration_seconds", "In Cluster Network Programming Latency in seconds", self.network_programming_duration.clone());
         r.register(
             "svcproxy_change_to_sync_duration_seconds",
@@ -306,5 +306,64 @@ mod classic_tests {
         m.syncs.get_or_create(&ResultLabel { result: "success".into() }).inc();
         let text = m.encode_classic();
         assert!(text.contains("# TYPE svcproxy_syncs_total counter") && !text.contains("# EOF"), "{text}");
+    }
+}
+
+#[cfg(test)]
+mod upstream_tests {
+    use super::*;
+
+    /// kube-proxy v1.34's families svcproxy registers (pkg/proxy/metrics/metrics.go): name
+    /// as the classic text names it, type, help (prometheus-client adds a final period).
+    const KUBE_PROXY: [(&str, &str, &str); 19] = [
+        ("kubeproxy_sync_proxy_rules_duration_seconds", "histogram", "SyncProxyRules latency in seconds"),
+        ("kubeproxy_sync_full_proxy_rules_duration_seconds", "histogram", "SyncProxyRules latency in seconds for full resyncs"),
+        ("kubeproxy_sync_partial_proxy_rules_duration_seconds", "histogram", "SyncProxyRules latency in seconds for partial resyncs"),
+        ("kubeproxy_network_programming_duration_seconds", "histogram", "In Cluster Network Programming Latency in seconds"),
+        ("kubeproxy_sync_proxy_rules_last_timestamp_seconds", "gauge", "The last time proxy rules were successfully synced"),
+        ("kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds", "gauge", "The last time a sync of proxy rules was queued"),
+        ("kubeproxy_sync_proxy_rules_endpoint_changes_pending", "gauge", "Pending proxy rules Endpoint changes"),
+        ("kubeproxy_sync_proxy_rules_endpoint_changes_total", "counter", "Cumulative proxy rules Endpoint changes"),
+        ("kubeproxy_sync_proxy_rules_service_changes_pending", "gauge", "Pending proxy rules Service changes"),
+        ("kubeproxy_sync_proxy_rules_service_changes_total", "counter", "Cumulative proxy rules Service changes"),
+        ("kubeproxy_sync_proxy_rules_iptables_restore_failures_total", "counter", "Cumulative proxy iptables restore failures"),
+        ("kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total", "counter", "Cumulative proxy iptables partial restore failures"),
+        ("kubeproxy_sync_proxy_rules_iptables_total", "gauge", "Total number of iptables rules owned by kube-proxy"),
+        ("kubeproxy_sync_proxy_rules_iptables_last", "gauge", "Number of iptables rules written by kube-proxy in last sync"),
+        ("kubeproxy_sync_proxy_rules_no_local_endpoints_total", "gauge", "Number of services with a Local traffic policy and no endpoints"),
+        ("kubeproxy_proxy_healthz_total", "counter", "Cumulative proxy healthz HTTP status"),
+        ("kubeproxy_proxy_livez_total", "counter", "Cumulative proxy livez HTTP status"),
+        ("kubeproxy_conntrack_reconciler_sync_duration_seconds", "histogram", "ReconcileConntrackFlowsLatency latency in seconds"),
+        ("kubeproxy_conntrack_reconciler_deleted_entries_total", "counter", "Cumulative conntrack flows deleted by conntrack reconciler"),
+    ];
+
+    /// Every labelled family with a series (an empty family is not written at all, as
+    /// client_golang writes none for a vector without children).
+    fn filled() -> Metrics {
+        let m = Metrics::new();
+        let v4 = FamilyLabel::of(crate::net::IpFamily::V4);
+        for h in [&m.sync_duration, &m.full_sync_duration, &m.partial_sync_duration, &m.network_programming_duration, &m.conntrack_reconcile_duration] {
+            h.get_or_create(&v4).observe(0.1);
+        }
+        m.last_sync_timestamp.get_or_create(&v4).set(1.0);
+        m.last_queued_timestamp.get_or_create(&v4).set(1.0);
+        for c in [&m.restore_failures, &m.partial_restore_failures, &m.conntrack_deleted] {
+            c.get_or_create(&v4).inc();
+        }
+        m.rules.get_or_create(&TableLabel::of("nat", crate::net::IpFamily::V4)).set(1);
+        m.rules_last.get_or_create(&TableLabel::of("nat", crate::net::IpFamily::V4)).set(1);
+        m.no_local_endpoints.get_or_create(&PolicyLabel::of("internal", crate::net::IpFamily::V4)).set(1);
+        m.healthz.get_or_create(&CodeLabel { code: "200".into() }).inc();
+        m.livez.get_or_create(&CodeLabel { code: "200".into() }).inc();
+        m
+    }
+
+    #[test]
+    fn every_family_has_kube_proxys_name_type_and_help() {
+        let text = filled().encode_classic();
+        for (name, kind, help) in KUBE_PROXY {
+            assert!(text.lines().any(|l| l == format!("# TYPE {name} {kind}")), "# TYPE {name} {kind} in\n{text}");
+            assert!(text.lines().any(|l| l == format!("# HELP {name} {help}.")), "# HELP {name} {help} in\n{text}");
+        }
     }
 }
