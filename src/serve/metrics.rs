@@ -154,8 +154,6 @@ impl Metrics {
     fn register(mut self) -> Self {
         let r = &mut self.registry;
         r.register("kubeproxy_sync_proxy_rules_duration_seconds", "SyncProxyRules latency in seconds", self.sync_duration.clone());
-        r.register("kubeproxy_sync_full_proxy_rules_duration_seconds", "SyncProxyRules latency in seconds for full resyncs", self.full_sync_duration.clone());
-        r.register("kubeproxy_sync_partial_proxy_rules_duration_seconds", "SyncProxyRules latency in seconds for partial resyncs", self.partial_sync_duration.clone());
         r.register("kubeproxy_network_programming_duration_seconds", "In Cluster Network Programming Latency in seconds", self.network_programming_duration.clone());
         r.register(
             "svcproxy_change_to_sync_duration_seconds",
@@ -168,16 +166,6 @@ impl Metrics {
         r.register("kubeproxy_sync_proxy_rules_service_changes", "Cumulative proxy rules Service changes", self.service_changes_total.clone());
         r.register("kubeproxy_sync_proxy_rules_endpoint_changes_pending", "Pending proxy rules Endpoint changes", self.endpoint_changes_pending.clone());
         r.register("kubeproxy_sync_proxy_rules_endpoint_changes", "Cumulative proxy rules Endpoint changes", self.endpoint_changes_total.clone());
-        r.register("kubeproxy_sync_proxy_rules_iptables_restore_failures", "Cumulative proxy iptables restore failures", self.restore_failures.clone());
-        r.register("kubeproxy_sync_proxy_rules_iptables_partial_restore_failures", "Cumulative proxy iptables partial restore failures", self.partial_restore_failures.clone());
-        r.register("kubeproxy_sync_proxy_rules_iptables_total", "Total number of iptables rules owned by kube-proxy", self.rules.clone());
-        r.register("kubeproxy_sync_proxy_rules_iptables_last", "Number of iptables rules written by kube-proxy in last sync", self.rules_last.clone());
-        r.register(
-            "kubeproxy_conntrack_reconciler_sync_duration_seconds",
-            "ReconcileConntrackFlowsLatency latency in seconds",
-            self.conntrack_reconcile_duration.clone(),
-        );
-        r.register("kubeproxy_conntrack_reconciler_deleted_entries", "Cumulative conntrack flows deleted by conntrack reconciler", self.conntrack_deleted.clone());
         r.register(
             "kubeproxy_sync_proxy_rules_no_local_endpoints_total",
             "Number of services with a Local traffic policy and no endpoints",
@@ -191,6 +179,29 @@ impl Metrics {
         r.register("svcproxy_canary_lost", "Checks that found a KUBE-PROXY-CANARY rule gone (each forces a full sync)", self.canary_lost.clone());
         r.register_collector(Box::new(super::process::ProcessCollector));
         self
+    }
+
+    /// The families kube-proxy registers only in some modes (`RegisterMetrics(mode)`): the
+    /// full and partial sync durations (iptables, nftables), the restore failures (iptables,
+    /// IPVS), the partial-restore failures and rule counts (iptables), the conntrack
+    /// reconciler's (every mode). Call once, for the mode that runs.
+    pub fn register_mode(&mut self, mode: crate::config::Mode) {
+        use crate::config::Mode::{Iptables, Ipvs, Nftables};
+        let r = &mut self.registry;
+        if matches!(mode, Iptables | Nftables) {
+            r.register("kubeproxy_sync_full_proxy_rules_duration_seconds", "SyncProxyRules latency in seconds for full resyncs", self.full_sync_duration.clone());
+            r.register("kubeproxy_sync_partial_proxy_rules_duration_seconds", "SyncProxyRules latency in seconds for partial resyncs", self.partial_sync_duration.clone());
+        }
+        if matches!(mode, Iptables | Ipvs) {
+            r.register("kubeproxy_sync_proxy_rules_iptables_restore_failures", "Cumulative proxy iptables restore failures", self.restore_failures.clone());
+        }
+        if mode == Iptables {
+            r.register("kubeproxy_sync_proxy_rules_iptables_partial_restore_failures", "Cumulative proxy iptables partial restore failures", self.partial_restore_failures.clone());
+            r.register("kubeproxy_sync_proxy_rules_iptables_total", "Total number of iptables rules owned by kube-proxy", self.rules.clone());
+            r.register("kubeproxy_sync_proxy_rules_iptables_last", "Number of iptables rules written by kube-proxy in last sync", self.rules_last.clone());
+        }
+        r.register("kubeproxy_conntrack_reconciler_sync_duration_seconds", "ReconcileConntrackFlowsLatency latency in seconds", self.conntrack_reconcile_duration.clone());
+        r.register("kubeproxy_conntrack_reconciler_deleted_entries", "Cumulative conntrack flows deleted by conntrack reconciler", self.conntrack_deleted.clone());
     }
 
     /// iptables mode's nfacct-backed families, read from the kernel at each scrape (kube-proxy
@@ -255,7 +266,8 @@ mod classic_tests {
     fn buckets_are_kube_proxys() {
         let b = network_programming_buckets();
         assert_eq!((b.len(), b[0], b[3], b[61], b[62], b[73], *b.last().unwrap()), (81, 0.0, 1.0, 59.0, 60.0, 115.0, 300.0));
-        let m = Metrics::new();
+        let mut m = Metrics::new();
+        m.register_mode(crate::config::Mode::Iptables);
         let v4 = FamilyLabel::of(crate::net::IpFamily::V4);
         m.sync_duration.get_or_create(&v4).observe(0.01);
         m.conntrack_reconcile_duration.get_or_create(&v4).observe(0.01);
@@ -272,7 +284,8 @@ mod classic_tests {
     #[test]
     fn per_family_series_carry_kube_proxys_labels() {
         use crate::net::IpFamily::{V4, V6};
-        let m = Metrics::new();
+        let mut m = Metrics::new();
+        m.register_mode(crate::config::Mode::Iptables);
         for (family, secs) in [(V4, 0.002), (V6, 0.5)] {
             m.sync_duration.get_or_create(&FamilyLabel::of(family)).observe(secs);
             m.network_programming_duration.get_or_create(&FamilyLabel::of(family)).observe(secs);
@@ -340,7 +353,8 @@ mod upstream_tests {
     /// Every labelled family with a series (an empty family is not written at all, as
     /// client_golang writes none for a vector without children).
     fn filled() -> Metrics {
-        let m = Metrics::new();
+        let mut m = Metrics::new();
+        m.register_mode(crate::config::Mode::Iptables);
         let v4 = FamilyLabel::of(crate::net::IpFamily::V4);
         for h in [&m.sync_duration, &m.full_sync_duration, &m.partial_sync_duration, &m.network_programming_duration, &m.conntrack_reconcile_duration] {
             h.get_or_create(&v4).observe(0.1);
@@ -365,5 +379,49 @@ mod upstream_tests {
             assert!(text.lines().any(|l| l == format!("# TYPE {name} {kind}")), "# TYPE {name} {kind} in\n{text}");
             assert!(text.lines().any(|l| l == format!("# HELP {name} {help}.")), "# HELP {name} {help} in\n{text}");
         }
+    }
+}
+
+#[cfg(test)]
+mod mode_tests {
+    use super::*;
+    use crate::config::Mode;
+
+    /// The families written in each mode, once every one of them has a series.
+    fn written(mode: Mode) -> Vec<String> {
+        let mut m = Metrics::new();
+        m.register_mode(mode);
+        let v4 = FamilyLabel::of(crate::net::IpFamily::V4);
+        for h in [&m.full_sync_duration, &m.partial_sync_duration, &m.conntrack_reconcile_duration] {
+            h.get_or_create(&v4).observe(0.1);
+        }
+        for c in [&m.restore_failures, &m.partial_restore_failures, &m.conntrack_deleted] {
+            c.get_or_create(&v4).inc();
+        }
+        m.rules.get_or_create(&TableLabel::of("nat", crate::net::IpFamily::V4)).set(1);
+        m.rules_last.get_or_create(&TableLabel::of("nat", crate::net::IpFamily::V4)).set(1);
+        m.encode_classic().lines().filter_map(|l| l.strip_prefix("# TYPE ")).filter_map(|l| l.split(' ').next()).map(str::to_string).collect()
+    }
+
+    /// kube-proxy's `RegisterMetrics(mode)`: what only some modes register.
+    #[test]
+    fn each_mode_registers_kube_proxys_families_for_it() {
+        let moded = [
+            "kubeproxy_sync_full_proxy_rules_duration_seconds",
+            "kubeproxy_sync_partial_proxy_rules_duration_seconds",
+            "kubeproxy_sync_proxy_rules_iptables_restore_failures_total",
+            "kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total",
+            "kubeproxy_sync_proxy_rules_iptables_total",
+            "kubeproxy_sync_proxy_rules_iptables_last",
+            "kubeproxy_conntrack_reconciler_sync_duration_seconds",
+            "kubeproxy_conntrack_reconciler_deleted_entries_total",
+        ];
+        let has = |mode| -> Vec<bool> {
+            let w = written(mode);
+            moded.iter().map(|f| w.iter().any(|x| x == f)).collect()
+        };
+        assert_eq!(has(Mode::Iptables), [true; 8]);
+        assert_eq!(has(Mode::Ipvs), [false, false, true, false, false, false, true, true]);
+        assert_eq!(has(Mode::Nftables), [true, true, false, false, false, false, true, true]);
     }
 }

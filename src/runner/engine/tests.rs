@@ -213,8 +213,9 @@ impl Loop {
     fn new() -> Self {
         let (engine, kernel, _) = iptables_engine(demo_state());
         let schedule = crate::runner::Schedule::new(crate::runner::Timing::default());
-        let shared = Arc::new(crate::serve::Shared::new(schedule));
-        Loop { engine, kernel, shared }
+        let mut shared = crate::serve::Shared::new(schedule);
+        shared.metrics.register_mode(crate::config::Mode::Iptables);
+        Loop { engine, kernel, shared: Arc::new(shared) }
     }
 
     /// Runs the loop's next wake-up; returns when it was.
@@ -590,14 +591,17 @@ fn an_ipvs_dry_run_reports_what_the_sync_then_does_and_changes_nothing() {
 fn an_ipvs_pass_is_observed_once_per_family() {
     let dir = std::env::temp_dir().join(format!("svcproxy-engine-ipvs-metrics-{}", std::process::id()));
     let (_, kernel, _) = iptables_engine(demo_state());
-    let schedule = crate::runner::Schedule::new(crate::runner::Timing::default());
-    let mut l = Loop { engine: ipvs_engine(demo_state(), &dir), kernel, shared: Arc::new(crate::serve::Shared::new(schedule)) };
+    let mut shared = crate::serve::Shared::new(crate::runner::Schedule::new(crate::runner::Timing::default()));
+    shared.metrics.register_mode(crate::config::Mode::Ipvs);
+    let mut l = Loop { engine: ipvs_engine(demo_state(), &dir), kernel, shared: Arc::new(shared) };
     l.shared.schedule.lock().unwrap().set_ready(std::time::Instant::now());
     l.wake();
     let _ = std::fs::remove_dir_all(&dir);
     let sum = |family| l.sample(&of("kubeproxy_sync_proxy_rules_duration_seconds_sum", family)).unwrap();
-    assert_eq!((l.metric(&of(FULL, "IPv4")), l.metric(&of(FULL, "IPv6"))), (1, 1));
+    let count = |family| l.metric(&of("kubeproxy_sync_proxy_rules_duration_seconds_count", family));
+    assert_eq!((count("IPv4"), count("IPv6")), (1, 1));
     assert_eq!(sum("IPv4"), sum("IPv6"), "one pass, one time for each family");
     assert!(l.sample(&of("kubeproxy_sync_proxy_rules_last_timestamp_seconds", "IPv6")).is_some());
-    assert!(!l.shared.metrics.encode().contains("kubeproxy_sync_proxy_rules_iptables_total{"), "IPVS mode counts no iptables-mode rules");
+    let text = l.shared.metrics.encode();
+    assert!(!text.contains("kubeproxy_sync_proxy_rules_iptables_total") && !text.contains("kubeproxy_sync_full_proxy_rules"), "not IPVS mode's families: {text}");
 }

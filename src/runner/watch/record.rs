@@ -21,7 +21,8 @@ fn families(engine: &Engine) -> impl Iterator<Item = IpFamily> + '_ {
     engine.trackers.families.iter().map(|t| t.family)
 }
 
-/// The sync-duration histograms of one family: every sync, and the full or partial one.
+/// The sync-duration histograms of one family: every sync, and the full or partial one
+/// (written only in the modes that register them, as every mode-specific family here).
 fn durations(m: &Metrics, kind: Kind, family: &FamilyLabel, took: Duration) {
     let secs = took.as_secs_f64();
     m.sync_duration.get_or_create(family).observe(secs);
