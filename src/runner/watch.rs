@@ -96,10 +96,9 @@ pub(crate) fn on_message(engine: &mut Engine, shared: &SharedState, msg: SourceM
         SourceMsg::Events(events) => {
             let (before, by_family) = (engine.pending(), record::pending(engine));
             engine.apply(&events);
+            record::events_seen(&shared.metrics, engine, &events);
             let after = engine.pending();
             if after != before {
-                shared.metrics.service_changes_total.inc_by(after.0.saturating_sub(before.0) as u64);
-                shared.metrics.endpoint_changes_total.inc_by(after.1.saturating_sub(before.1) as u64);
                 shared.metrics.service_changes_pending.set(after.0 as i64);
                 shared.metrics.endpoint_changes_pending.set(after.1 as i64);
                 record::queued(&shared.metrics, &by_family, &record::pending(engine));

@@ -605,3 +605,20 @@ fn an_ipvs_pass_is_observed_once_per_family() {
     let text = l.shared.metrics.encode();
     assert!(!text.contains("kubeproxy_sync_proxy_rules_iptables_total") && !text.contains("kubeproxy_sync_full_proxy_rules"), "not IPVS mode's families: {text}");
 }
+
+/// kube-proxy's change counters count every event its trackers receive, changed or not: a
+/// Service event once per family proxier, an EndpointSlice event once, in its family's.
+#[test]
+fn change_counters_count_events_as_kube_proxys_trackers_receive_them() {
+    let mut l = Loop::new();
+    let state = demo_state();
+    let svc = Arc::new(state.services.iter().find(|s| s.id.name == "web").unwrap().clone());
+    let mut web = slice(&state, "shop", "web");
+    web.endpoints.remove(0);
+    let web = Arc::new(web);
+    let events = vec![Event::ServiceApplied(svc), Event::SliceApplied(web.clone()), Event::SliceApplied(web)];
+    crate::runner::watch::on_message(&mut l.engine, &l.shared, crate::source::watch::SourceMsg::Events(events));
+    assert_eq!(l.metric("kubeproxy_sync_proxy_rules_service_changes_total"), 2, "an unchanged Service, seen by both family proxiers");
+    assert_eq!(l.metric("kubeproxy_sync_proxy_rules_endpoint_changes_total"), 2, "two events of an IPv4 slice, the second a no-op");
+    assert_eq!(l.metric("kubeproxy_sync_proxy_rules_endpoint_changes_pending"), 1);
+}

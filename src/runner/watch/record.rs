@@ -10,6 +10,7 @@ use super::super::engine::{Engine, Outcome, SyncFailure};
 use super::super::schedule::Kind;
 use crate::net::IpFamily;
 use crate::serve::metrics::{FamilyLabel, Metrics, PolicyLabel, TableLabel};
+use crate::track::Event;
 
 /// Seconds since the Unix epoch (the timestamp gauges' unit).
 pub(super) fn unix_secs(t: SystemTime) -> f64 {
@@ -113,4 +114,21 @@ pub(super) fn queued(m: &Metrics, before: &[(IpFamily, (usize, usize))], after: 
             m.last_queued_timestamp.get_or_create(&FamilyLabel::of(*family)).set(now);
         }
     }
+}
+
+/// kube-proxy's change counters count events as its trackers receive them, changed or not:
+/// every Service event reaches each family proxier's tracker (so each counts once per
+/// family), every EndpointSlice event reaches its address family's proxier only (a family
+/// not proxied counts none).
+pub(super) fn events_seen(m: &Metrics, engine: &Engine, events: &[Event]) {
+    let families: Vec<IpFamily> = families(engine).collect();
+    let (mut services, mut slices) = (0u64, 0u64);
+    for e in events {
+        match e {
+            Event::ServiceApplied(_) | Event::ServiceDeleted(_) => services += families.len() as u64,
+            Event::SliceApplied(s) | Event::SliceDeleted(s) => slices += u64::from(families.contains(&s.family)),
+        }
+    }
+    m.service_changes_total.inc_by(services);
+    m.endpoint_changes_total.inc_by(slices);
 }
