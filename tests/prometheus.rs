@@ -244,6 +244,40 @@ fn check_metrics() -> Result<(), String> {
             return Err(format!("{family} not in the scrape"));
         }
     }
+    per_family_series(&scrape)
+}
+
+/// kube-proxy's families that carry `ip_family` (one proxier per family observes them) and
+/// that this run fills; the restore-failure counters and the conntrack reconciler's carry it
+/// too but stay empty here (no failure, no UDP).
+const PER_FAMILY: [&str; 8] = [
+    "kubeproxy_sync_proxy_rules_duration_seconds",
+    "kubeproxy_sync_full_proxy_rules_duration_seconds",
+    "kubeproxy_sync_partial_proxy_rules_duration_seconds",
+    "kubeproxy_network_programming_duration_seconds",
+    "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
+    "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
+    "kubeproxy_sync_proxy_rules_iptables_total",
+    "kubeproxy_sync_proxy_rules_no_local_endpoints_total",
+];
+
+/// Every sample of those families names this single-stack run's family, `IPv4`.
+fn per_family_series(scrape: &str) -> Result<(), String> {
+    for family in PER_FAMILY {
+        let samples: Vec<&str> = scrape
+            .lines()
+            .filter(|l| {
+                let name = l.split(['{', ' ']).next().unwrap_or("");
+                ["", "_bucket", "_count", "_sum"].iter().any(|suffix| name.strip_prefix(family) == Some(suffix))
+            })
+            .collect();
+        if samples.is_empty() {
+            return Err(format!("{family}: no sample in the scrape"));
+        }
+        if let Some(bare) = samples.iter().find(|l| !l.contains("ip_family=\"IPv4\"")) {
+            return Err(format!("{family}: a sample without ip_family=\"IPv4\": {bare}"));
+        }
+    }
     Ok(())
 }
 

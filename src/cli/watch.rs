@@ -131,6 +131,7 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Server
     };
     let mut shared = Shared::new(Schedule::new(timing));
     client_metrics.register(&mut shared.metrics.registry);
+    shared.metrics.register_mode(loaded.config.mode);
     if loaded.config.mode == Mode::Iptables {
         shared.metrics.register_nfacct(serve::nfacct::NfacctCollector::kernel());
     }

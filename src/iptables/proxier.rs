@@ -115,10 +115,13 @@ impl Proxier {
     /// family with the kernel and sends nothing. A failure keeps the earlier families' reports.
     pub fn sync_as(&mut self, trackers: &Trackers, changes: &[Changes], full: bool, pass: Pass) -> Result<Vec<(crate::net::IpFamily, SyncReport)>, Failed> {
         let mut befores = Vec::with_capacity(self.rulesets.len());
+        let mut updating = Vec::with_capacity(self.rulesets.len());
         for ((rs, t), ch) in self.rulesets.iter_mut().zip(&trackers.families).zip(changes) {
+            let started = Instant::now();
             befores.push(Before::take(rs, &ch.services));
             let (s, e) = t.view();
             rs.update(s, e, &ch.services);
+            updating.push(started.elapsed());
         }
         // Every ruleset has moved on: until its family's sync succeeds, the kernel is not
         // known to hold it (a failure part-way leaves the later families unsynced too).
@@ -128,7 +131,8 @@ impl Proxier {
         self.reconciled.clear();
         for (i, before) in befores.iter().enumerate() {
             let family = self.rulesets[i].ctx.family;
-            let report = match self.sync_family(i, before, trusted[i], pass) {
+            let started = Instant::now();
+            let mut report = match self.sync_family(i, before, trusted[i], pass) {
                 Ok(report) => report,
                 Err(error) => return Err(Failed { family, error, done: reports }),
             };
@@ -138,6 +142,7 @@ impl Proxier {
                     self.clear_stale(i, &report.flushes);
                 }
             }
+            report.timings.total = updating[i] + started.elapsed();
             reports.push((family, report));
         }
         Ok(reports)
@@ -197,16 +202,16 @@ impl Proxier {
         Ok(None)
     }
 
-    /// (filter, nat) rules of the rendered rulesets, services' and fixed ones, as kube-proxy
-    /// counts them for the rules metrics (every `-A` line of a full restore input).
-    pub fn rule_counts(&self) -> (usize, usize) {
+    /// Per family, (filter, nat) rules of the rendered ruleset, services' and fixed ones, as
+    /// kube-proxy counts them for the rules metrics (every `-A` line of a full restore input).
+    pub fn rule_counts(&self) -> Vec<(crate::net::IpFamily, (usize, usize))> {
         self.rulesets
             .iter()
             .map(|rs| {
                 let fixed = render::fixed::rule_counts(&rs.ctx);
-                (rs.rule_total.0 + fixed.0, rs.rule_total.1 + fixed.1)
+                (rs.ctx.family, (rs.rule_total.0 + fixed.0, rs.rule_total.1 + fixed.1))
             })
-            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+            .collect()
     }
 }
 

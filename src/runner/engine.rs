@@ -56,10 +56,13 @@ pub struct Outcome {
     pub restore_lines: usize,
     /// IPVS operations sent (IPVS mode).
     pub ipvs_ops: usize,
-    /// (filter, nat) rules rendered (iptables mode).
-    pub rules: Option<(usize, usize)>,
-    /// Trigger times of the endpoint changes this sync programmed.
-    pub trigger_times: Vec<std::time::SystemTime>,
+    /// Per family, (filter, nat) rules rendered (iptables mode).
+    pub rules: Vec<(crate::net::IpFamily, (usize, usize))>,
+    /// Per family, the trigger times of the endpoint changes this sync programmed.
+    pub trigger_times: Vec<(crate::net::IpFamily, Vec<std::time::SystemTime>)>,
+    /// Per family, how long its sync took (kube-proxy times each family's proxier); IPVS
+    /// mode syncs its families together, so each has the whole sync's time.
+    pub elapsed: Vec<(crate::net::IpFamily, std::time::Duration)>,
     /// Stale conntrack flows cleared, per family (iptables mode).
     pub reconciled: Vec<crate::iptables::proxier::Reconciled>,
     /// The sysctls a full sync found differing (set them, or, for a dry run, would).
@@ -92,10 +95,10 @@ pub struct Engine {
     /// Where the mode's sysctls are re-checked on every full sync (`/proc/sys` on a node;
     /// `None`: not checked, as in tests with a fake kernel).
     pub sysctl_root: Option<std::path::PathBuf>,
-    /// Per service with any, the ports whose Local policy finds no local endpoint, as
-    /// (internal, external) over all families; kept up to date from each commit's changed
+    /// Per family and service with any, the ports whose Local policy finds no local
+    /// endpoint, as (internal, external); kept up to date from each commit's changed
     /// services, never by a walk of every service.
-    no_local: std::collections::BTreeMap<crate::model::NamespacedName, (usize, usize)>,
+    no_local: std::collections::BTreeMap<(crate::net::IpFamily, crate::model::NamespacedName), (usize, usize)>,
 }
 
 impl Engine {
@@ -170,7 +173,7 @@ impl Engine {
     pub fn sync_as(&mut self, full: bool, pass: Pass) -> Result<Outcome, SyncFailure> {
         let changes = self.trackers.commit();
         self.update_no_local(&changes.iter().flat_map(|c| c.services.iter().cloned()).collect());
-        let trigger_times: Vec<std::time::SystemTime> = changes.iter().flat_map(|c| c.trigger_times.iter().copied()).collect();
+        let trigger_times = self.trackers.families.iter().zip(&changes).map(|(t, c)| (t.family, c.trigger_times.clone())).collect();
         let full = full || pass == Pass::DryRun;
         let outcome = self.sync_changes(&changes, full, pass)?;
         Ok(Outcome { trigger_times, ..outcome })
@@ -189,13 +192,16 @@ impl Engine {
                     .sync_as(&self.trackers, changes, full, pass)
                     .map_err(|failed| SyncFailure::Iptables(Box::new(IptablesFailure { failed, sysctls: sysctls.clone() })))?;
                 let restore_lines = reports.iter().map(|(_, r)| r.delta.restore_lines()).sum();
-                let rules = Some(p.rule_counts());
-                Ok(Outcome { restore_lines, rules, reconciled: p.reconciled.clone(), sysctls, detail: Detail::Iptables(reports), ..Outcome::default() })
+                let elapsed = reports.iter().map(|(f, r)| (*f, r.timings.total)).collect();
+                let (rules, reconciled) = (p.rule_counts(), p.reconciled.clone());
+                Ok(Outcome { restore_lines, rules, elapsed, reconciled, sysctls, detail: Detail::Iptables(reports), ..Outcome::default() })
             }
             Proxier::Ipvs(p) => {
                 let r = p.sync(&self.config, &self.trackers, pass == Pass::DryRun)?;
                 let restore_lines = r.iptables.iter().map(|(_, d)| d.restore_lines()).sum();
-                Ok(Outcome { restore_lines, ipvs_ops: r.changes.ops.len(), detail: Detail::Ipvs(Box::new(r)), ..Outcome::default() })
+                let whole = r.timings.read + r.timings.plan + r.timings.apply;
+                let elapsed = self.trackers.families.iter().map(|t| (t.family, whole)).collect();
+                Ok(Outcome { restore_lines, ipvs_ops: r.changes.ops.len(), elapsed, detail: Detail::Ipvs(Box::new(r)), ..Outcome::default() })
             }
             Proxier::Nftables(p) => {
                 let reports = p.sync_as(&self.trackers, changes, pass).map_err(|f| SyncFailure::Nftables(Box::new(f)))?;
@@ -217,24 +223,30 @@ fn iptables_sysctls(root: &std::path::Path, config: &Config, pass: Pass) -> Resu
 }
 
 impl Engine {
-    /// Service ports whose Local policy has no local endpoint, over all families, as
-    /// (internal, external): kube-proxy's `sync_proxy_rules_no_local_endpoints_total`.
-    pub fn no_local_endpoints(&self) -> (usize, usize) {
-        self.no_local.values().fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+    /// Per family, service ports whose Local policy has no local endpoint, as (internal,
+    /// external): kube-proxy's `sync_proxy_rules_no_local_endpoints_total{ip_family}`.
+    pub fn no_local_endpoints(&self) -> Vec<(crate::net::IpFamily, (usize, usize))> {
+        let mut out: Vec<_> = self.trackers.families.iter().map(|t| (t.family, (0, 0))).collect();
+        for ((family, _), count) in &self.no_local {
+            if let Some((_, sum)) = out.iter_mut().find(|(f, _)| f == family) {
+                *sum = (sum.0 + count.0, sum.1 + count.1);
+            }
+        }
+        out
     }
 
     /// Recounts the given services' ports (as committed) in every family.
     fn update_no_local(&mut self, services: &std::collections::BTreeSet<crate::model::NamespacedName>) {
         for id in services {
-            let count = self.trackers.families.iter().fold((0, 0), |a, t| {
+            for t in &self.trackers.families {
                 let (s, e) = t.view();
-                let c = crate::select::no_local_endpoints_of(s, e, id);
-                (a.0 + c.0, a.1 + c.1)
-            });
-            if count == (0, 0) {
-                self.no_local.remove(id);
-            } else {
-                self.no_local.insert(id.clone(), count);
+                let count = crate::select::no_local_endpoints_of(s, e, id);
+                let key = (t.family, id.clone());
+                if count == (0, 0) {
+                    self.no_local.remove(&key);
+                } else {
+                    self.no_local.insert(key, count);
+                }
             }
         }
     }

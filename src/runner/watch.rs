@@ -5,20 +5,18 @@
 //! before the sync, the canaries are checked; one gone forces a full sync. SIGTERM/SIGINT
 //! stop the loop and leave the rules in place.
 
+mod record;
+
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime};
 
 use tokio::sync::mpsc;
 
 pub use super::engine::Engine;
 use super::schedule::Kind;
-use crate::serve::metrics::{FamilyLabel, PolicyLabel, ResultLabel, TableLabel};
+use crate::serve::metrics::{FamilyLabel, ResultLabel};
 use crate::serve::SharedState;
 use crate::source::watch::SourceMsg;
-
-fn unix_now() -> f64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
-}
 
 /// Runs until `shutdown` resolves or the sources end.
 pub async fn run(engine: Engine, rx: mpsc::Receiver<SourceMsg>, shared: SharedState, shutdown: impl std::future::Future<Output = ()>) {
@@ -67,6 +65,12 @@ pub(crate) fn on_message(engine: &mut Engine, shared: &SharedState, msg: SourceM
     let now = Instant::now();
     match msg {
         SourceMsg::Ready => {
+            // The first sync is queued for every family (kube-proxy sets each family's
+            // queued time as its proxier's loop starts).
+            let at = record::unix_secs(SystemTime::now());
+            for t in &engine.trackers.families {
+                shared.metrics.last_queued_timestamp.get_or_create(&FamilyLabel::of(t.family)).set(at);
+            }
             lock_schedule(shared).set_ready(now);
         }
         SourceMsg::Malformed(list) => {
@@ -90,15 +94,14 @@ pub(crate) fn on_message(engine: &mut Engine, shared: &SharedState, msg: SourceM
             }
         }
         SourceMsg::Events(events) => {
-            let before = engine.pending();
+            let (before, by_family) = (engine.pending(), record::pending(engine));
             engine.apply(&events);
+            record::events_seen(&shared.metrics, engine, &events);
             let after = engine.pending();
             if after != before {
-                shared.metrics.service_changes_total.inc_by(after.0.saturating_sub(before.0) as u64);
-                shared.metrics.endpoint_changes_total.inc_by(after.1.saturating_sub(before.1) as u64);
                 shared.metrics.service_changes_pending.set(after.0 as i64);
                 shared.metrics.endpoint_changes_pending.set(after.1 as i64);
-                shared.metrics.last_queued_timestamp.set(unix_now());
+                record::queued(&shared.metrics, &by_family, &record::pending(engine));
                 lock_schedule(shared).changed(now);
             }
         }
@@ -163,55 +166,26 @@ fn sync_once(engine: &mut Engine, shared: &SharedState, started: Instant) {
         (s.begin(started), queued)
     };
     let result = tokio::task::block_in_place(|| engine.sync(kind == Kind::Full));
-    let finished = started + clock.elapsed();
-    let secs = finished.duration_since(started).as_secs_f64();
+    let wall = clock.elapsed();
+    let finished = started + wall;
     let m = &shared.metrics;
-    m.sync_duration.observe(secs);
     let ok = match &result {
         Ok(outcome) => {
-            if kind == Kind::Full { m.full_sync_duration.observe(secs) } else { m.partial_sync_duration.observe(secs) }
-            m.last_sync_timestamp.set(unix_now());
-            // kube-proxy's SLI: from each programmed slice change's trigger time (set by
-            // the EndpointSlice controller) to now; svcproxy's own figure from its queue.
-            let now = SystemTime::now();
-            for t in &outcome.trigger_times {
-                if let Ok(d) = now.duration_since(*t) {
-                    m.network_programming_duration.observe(d.as_secs_f64());
-                }
-            }
+            record::synced(m, engine, kind, outcome, wall);
+            // svcproxy's own figure: from the oldest change it queued.
             if let Some(q) = queued {
                 m.change_to_sync_duration.observe(finished.duration_since(q).as_secs_f64());
             }
-            let (internal, external) = engine.no_local_endpoints();
-            m.no_local_endpoints.get_or_create(&PolicyLabel { traffic_policy: "internal".into() }).set(internal as i64);
-            m.no_local_endpoints.get_or_create(&PolicyLabel { traffic_policy: "external".into() }).set(external as i64);
             m.service_changes_pending.set(0);
             m.endpoint_changes_pending.set(0);
-            if let Some((filter, nat)) = outcome.rules {
-                m.rules.get_or_create(&TableLabel { table: "filter".into() }).set(filter as i64);
-                m.rules.get_or_create(&TableLabel { table: "nat".into() }).set(nat as i64);
-                // What a full sync writes: every rule of both tables.
-                if kind == Kind::Full {
-                    m.rules_last.get_or_create(&TableLabel { table: "filter".into() }).set(filter as i64);
-                    m.rules_last.get_or_create(&TableLabel { table: "nat".into() }).set(nat as i64);
-                }
-            }
-            for r in &outcome.reconciled {
-                let family = FamilyLabel::of(r.family);
-                m.conntrack_reconcile_duration.get_or_create(&family).observe(r.seconds);
-                m.conntrack_deleted.get_or_create(&family).inc_by(r.deleted.unwrap_or(0) as u64);
-            }
             if let Ok(mut l) = shared.last_updated.lock() {
                 *l = Some(SystemTime::now());
             }
-            tracing::info!(?kind, seconds = secs, restore_lines = outcome.restore_lines, ipvs_ops = outcome.ipvs_ops, "synced");
+            tracing::info!(?kind, seconds = wall.as_secs_f64(), restore_lines = outcome.restore_lines, ipvs_ops = outcome.ipvs_ops, "synced");
             true
         }
         Err(e) => {
-            m.restore_failures.inc();
-            if kind == Kind::Partial {
-                m.partial_restore_failures.inc();
-            }
+            record::failed(m, engine, kind, e, wall);
             tracing::error!(error = %e, "sync failed; the rules in place were kept; retrying");
             false
         }

@@ -85,7 +85,7 @@ fn watch_repairs_a_wiped_nat_table_within_a_few_sync_periods(ctx: &mut Ctx, b: B
     dry_run.splice(0..0, ["sync", "--dry-run", "--from", from.as_str()]);
     let in_sync = || run(lab.node(), b, &dry_run).map(|o| o.status.code() == Some(0)).unwrap_or(false);
     let count = |name| metric(&node, name);
-    let full = "kubeproxy_sync_full_proxy_rules_duration_seconds_count";
+    let full = "kubeproxy_sync_full_proxy_rules_duration_seconds_count{ip_family=\"IPv4\"}";
     let lost = "svcproxy_canary_lost_total";
     let checks = "svcproxy_canary_checks_total";
 
@@ -93,7 +93,7 @@ fn watch_repairs_a_wiped_nat_table_within_a_few_sync_periods(ctx: &mut Ctx, b: B
     // Nothing changes for a few sync periods: checks, and partial syncs only.
     until("3 canary checks", Duration::from_secs(20), || count(checks) >= 3.0).map_err(with_log)?;
     let (f, l) = (count(full), count(lost));
-    let partial = count("kubeproxy_sync_partial_proxy_rules_duration_seconds_count");
+    let partial = count("kubeproxy_sync_partial_proxy_rules_duration_seconds_count{ip_family=\"IPv4\"}");
     ctx.log(format!("idle: {f} full, {partial} partial syncs, {} checks, {l} lost", count(checks)));
     ensure!(f == 1.0 && l == 0.0 && partial >= 2.0, "idle: {f} full syncs (want 1), {partial} partial, {l} canaries lost\n{}", logs());
 
@@ -140,8 +140,8 @@ fn watch_runs_a_full_sync_every_full_sync_period(ctx: &mut Ctx, b: Backend) -> C
     let _daemon = Daemon(child);
     let logs = || std::fs::read_to_string(&log).unwrap_or_default();
     let count = |name| metric(&node, name);
-    let full = "kubeproxy_sync_full_proxy_rules_duration_seconds_count";
-    let partial = "kubeproxy_sync_partial_proxy_rules_duration_seconds_count";
+    let full = "kubeproxy_sync_full_proxy_rules_duration_seconds_count{ip_family=\"IPv4\"}";
+    let partial = "kubeproxy_sync_partial_proxy_rules_duration_seconds_count{ip_family=\"IPv4\"}";
     until("3 full syncs", Duration::from_secs(30), || count(full) >= 3.0).map_err(|e| format!("{e}\n{}", logs()))?;
     let (f, p) = (count(full), count(partial));
     ctx.log(format!("{f} full, {p} partial syncs"));

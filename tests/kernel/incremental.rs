@@ -84,8 +84,8 @@ fn watch_partial_syncs_leave_what_a_full_sync_would(ctx: &mut Ctx, b: Backend) -
         let took = clean(what)?;
         ctx.log(format!("{what}: in the kernel after {} ms", took.as_millis()));
     }
-    let full = metric(&node, "kubeproxy_sync_full_proxy_rules_duration_seconds_count");
-    let partial = metric(&node, "kubeproxy_sync_partial_proxy_rules_duration_seconds_count");
+    let full = metric(&node, "kubeproxy_sync_full_proxy_rules_duration_seconds_count{ip_family=\"IPv4\"}");
+    let partial = metric(&node, "kubeproxy_sync_partial_proxy_rules_duration_seconds_count{ip_family=\"IPv4\"}");
     let failed = metric(&node, "svcproxy_syncs_total{result=\"error\"}");
     ctx.log(format!("syncs: {full} full, {partial} partial, {failed} failed"));
     ensure!(full == 1.0, "only the first sync was full: {full} full syncs\n{}", logs());

@@ -175,8 +175,8 @@ fn e2e(ctx: &mut Ctx, b: Backend) -> CaseResult {
     ctx.log(format!("change-to-kernel latency over 100 changes (min-sync-period 100ms): p50 {:.0} ms, p99 {:.0} ms", p50.as_secs_f64() * 1e3, p99.as_secs_f64() * 1e3));
     say!("  watch latency: p50 {:.0} ms, p99 {:.0} ms over 100 changes", p50.as_secs_f64() * 1e3, p99.as_secs_f64() * 1e3);
     // How much of it is the sync itself (the rest: the min-sync-period wait, the watch).
-    let sum = metric(&ext, "kubeproxy_sync_partial_proxy_rules_duration_seconds_sum");
-    let count = metric(&ext, "kubeproxy_sync_partial_proxy_rules_duration_seconds_count");
+    let sum = metric(&ext, "kubeproxy_sync_partial_proxy_rules_duration_seconds_sum{ip_family=\"IPv4\"}");
+    let count = metric(&ext, "kubeproxy_sync_partial_proxy_rules_duration_seconds_count{ip_family=\"IPv4\"}");
     if count > 0.0 {
         say!("  partial syncs so far: {count}, {:.1} ms each on average (change to restore, iptables-restore included)", sum / count * 1e3);
     }

@@ -213,8 +213,9 @@ impl Loop {
     fn new() -> Self {
         let (engine, kernel, _) = iptables_engine(demo_state());
         let schedule = crate::runner::Schedule::new(crate::runner::Timing::default());
-        let shared = Arc::new(crate::serve::Shared::new(schedule));
-        Loop { engine, kernel, shared }
+        let mut shared = crate::serve::Shared::new(schedule);
+        shared.metrics.register_mode(crate::config::Mode::Iptables);
+        Loop { engine, kernel, shared: Arc::new(shared) }
     }
 
     /// Runs the loop's next wake-up; returns when it was.
@@ -224,12 +225,61 @@ impl Loop {
         at
     }
 
-    /// A counter or histogram count from /metrics.
+    /// A counter or histogram count from /metrics (`name` with its labels, if any).
     fn metric(&self, name: &str) -> u64 {
-        let text = self.shared.metrics.encode();
-        let line = text.lines().find(|l| l.split_whitespace().next() == Some(name)).unwrap_or_else(|| panic!("{name} in {text}"));
-        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+        self.sample(name).unwrap_or_else(|| panic!("{name} in {}", self.shared.metrics.encode())).parse().unwrap()
     }
+
+    /// A sample's value, if the series exists.
+    fn sample(&self, name: &str) -> Option<String> {
+        let text = self.shared.metrics.encode();
+        let line = text.lines().find(|l| l.split_whitespace().next() == Some(name))?;
+        line.split_whitespace().nth(1).map(str::to_string)
+    }
+}
+
+/// `name` with kube-proxy's `ip_family` label.
+fn of(name: &str, family: &str) -> String {
+    format!("{name}{{ip_family=\"{family}\"}}")
+}
+
+const FULL: &str = "kubeproxy_sync_full_proxy_rules_duration_seconds_count";
+const PARTIAL: &str = "kubeproxy_sync_partial_proxy_rules_duration_seconds_count";
+
+/// Each family of a pass is observed on its own, as kube-proxy's per-family proxiers are;
+/// a failed restore counts against its family, whose (failed) sync is timed too.
+#[test]
+fn each_family_is_observed_on_its_own_and_a_failure_counts_against_its_family() {
+    let mut l = Loop::new();
+    let base = std::time::Instant::now();
+    l.shared.schedule.lock().unwrap().set_ready(base);
+    l.wake();
+    for family in ["IPv4", "IPv6"] {
+        assert_eq!(l.metric(&of("kubeproxy_sync_proxy_rules_duration_seconds_count", family)), 1);
+        assert_eq!(l.metric(&of(FULL, family)), 1);
+        assert!(l.sample(&of("kubeproxy_sync_proxy_rules_last_timestamp_seconds", family)).is_some());
+        assert_eq!(l.sample(&of("kubeproxy_sync_proxy_rules_iptables_restore_failures_total", family)), None);
+    }
+    assert_eq!(l.sample("kubeproxy_sync_proxy_rules_duration_seconds_count"), None, "no series without the label");
+
+    // An IPv4-only change whose restore the kernel refuses.
+    let mut web = slice(&demo_state(), "shop", "web");
+    web.endpoints.remove(0);
+    crate::runner::watch::on_message(&mut l.engine, &l.shared, crate::source::watch::SourceMsg::Events(vec![Event::SliceApplied(Arc::new(web))]));
+    assert!(l.sample(&of("kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds", "IPv4")).is_some());
+    assert_eq!(l.sample(&of("kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds", "IPv6")), None, "queued for the changed family only");
+    l.kernel.lock().unwrap().fail_next = Some("line 2 failed".into());
+    l.wake();
+    assert_eq!(l.metric(&of("kubeproxy_sync_proxy_rules_iptables_restore_failures_total", "IPv4")), 1);
+    assert_eq!(l.metric(&of("kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total", "IPv4")), 1);
+    assert_eq!(l.sample(&of("kubeproxy_sync_proxy_rules_iptables_restore_failures_total", "IPv6")), None);
+    assert_eq!(l.metric(&of(PARTIAL, "IPv4")), 1, "the failed sync is timed, as kube-proxy times it");
+    assert_eq!(l.sample(&of(PARTIAL, "IPv6")), None, "IPv6 was not tried after IPv4 failed");
+
+    // The retry is full, in both families.
+    l.wake();
+    assert_eq!((l.metric(&of(FULL, "IPv4")), l.metric(&of(FULL, "IPv6"))), (2, 2));
+    assert_eq!(drift(&l.engine, &l.kernel), 0);
 }
 
 #[test]
@@ -248,8 +298,9 @@ fn periodic_syncs_are_partial_and_check_the_canaries_instead_of_reading_the_kern
         assert!(seen.iter().all(|c| c.0 == "check"), "a periodic sync reads nothing and sends nothing: {seen:?}");
         assert_eq!(seen.len(), 6, "3 canaries in each of 2 families: {seen:?}");
     }
-    assert_eq!(l.metric("kubeproxy_sync_full_proxy_rules_duration_seconds_count"), 1);
-    assert_eq!(l.metric("kubeproxy_sync_partial_proxy_rules_duration_seconds_count"), 5);
+    for family in ["IPv4", "IPv6"] {
+        assert_eq!((l.metric(&of(FULL, family)), l.metric(&of(PARTIAL, family))), (1, 5), "{family}");
+    }
     assert_eq!((l.metric("svcproxy_canary_checks_total"), l.metric("svcproxy_canary_lost_total")), (5, 0));
 
     // A change between periodic syncs is partial too.
@@ -280,7 +331,7 @@ fn a_flushed_nat_table_is_seen_at_the_next_check_and_a_full_sync_restores_it() {
     assert_eq!(at, base + std::time::Duration::from_secs(60), "within one sync period");
     assert_eq!(l.metric("svcproxy_canary_lost_total"), 1);
     assert!(calls(&l.kernel).iter().any(|c| c.0 == "save"), "a full sync");
-    assert_eq!(l.metric("kubeproxy_sync_full_proxy_rules_duration_seconds_count"), 2);
+    assert_eq!(l.metric(&of(FULL, "IPv4")), 2);
     assert_eq!(drift(&l.engine, &l.kernel), 0, "the rules are back");
     {
         let Proxier::Iptables(p) = &mut l.engine.proxier else { panic!("iptables mode") };
@@ -300,7 +351,7 @@ fn new_node_labels_make_the_next_wake_up_a_full_sync() {
     l.shared.schedule.lock().unwrap().set_ready(base);
     l.wake();
     l.wake();
-    assert_eq!(l.metric("kubeproxy_sync_full_proxy_rules_duration_seconds_count"), 1);
+    assert_eq!(l.metric(&of(FULL, "IPv4")), 1);
     let mut labels = l.engine.config.node_labels.clone();
     labels.insert("topology.kubernetes.io/zone".into(), "zone-elsewhere".into());
     let node = crate::model::Node { labels, ..Default::default() };
@@ -308,7 +359,7 @@ fn new_node_labels_make_the_next_wake_up_a_full_sync() {
     calls(&l.kernel);
     l.wake();
     assert!(calls(&l.kernel).iter().any(|c| c.0 == "save"), "compared with the kernel");
-    assert_eq!(l.metric("kubeproxy_sync_full_proxy_rules_duration_seconds_count"), 2, "and counted as full");
+    assert_eq!(l.metric(&of(FULL, "IPv4")), 2, "and counted as full");
     assert_eq!(drift(&l.engine, &l.kernel), 0);
 }
 
@@ -339,8 +390,8 @@ fn network_programming_latency_is_measured_from_the_slices_trigger_time() {
     let base = std::time::Instant::now();
     l.shared.schedule.lock().unwrap().set_ready(base);
     l.wake();
-    let count = |l: &Loop| l.metric("kubeproxy_network_programming_duration_seconds_count");
-    assert_eq!(count(&l), 0, "the initial lists carry no stamps");
+    let count = |l: &Loop| l.sample(&of("kubeproxy_network_programming_duration_seconds_count", "IPv4"));
+    assert_eq!(count(&l), None, "the initial lists carry no stamps");
     let forty_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(40);
     // The tracker started before the stamp (it is 40 s old only for this test's clock).
     let mut web = slice(&demo_state(), "shop", "web");
@@ -357,10 +408,11 @@ fn network_programming_latency_is_measured_from_the_slices_trigger_time() {
     l.engine.apply(&[Event::SliceApplied(Arc::new(web)), Event::SliceApplied(Arc::new(db))]);
     l.shared.schedule.lock().unwrap().changed(base + std::time::Duration::from_secs(1));
     l.wake();
-    assert_eq!(count(&l), 1, "one stamped change, the one older than the proxy skipped");
+    assert_eq!(count(&l), Some("1".into()), "one stamped change, the one older than the proxy skipped");
+    assert_eq!(l.sample(&of("kubeproxy_network_programming_duration_seconds_count", "IPv6")), None, "an IPv4 slice: IPv4's series");
     let text = l.shared.metrics.encode();
-    let under_40 = text.lines().find(|s| s.starts_with("kubeproxy_network_programming_duration_seconds_bucket{le=\"39.0\"}")).unwrap();
-    let at_45 = text.lines().find(|s| s.starts_with("kubeproxy_network_programming_duration_seconds_bucket{le=\"45.0\"}")).unwrap();
+    let under_40 = text.lines().find(|s| s.starts_with("kubeproxy_network_programming_duration_seconds_bucket{le=\"39.0\",ip_family=\"IPv4\"}")).unwrap();
+    let at_45 = text.lines().find(|s| s.starts_with("kubeproxy_network_programming_duration_seconds_bucket{le=\"45.0\",ip_family=\"IPv4\"}")).unwrap();
     assert!(under_40.ends_with(" 0") && at_45.ends_with(" 1"), "observed at 40 s or more: {under_40} / {at_45}");
     assert_eq!(l.metric("svcproxy_change_to_sync_duration_seconds_count"), 2, "svcproxy's own figure, per sync");
 }
@@ -374,8 +426,8 @@ fn no_local_endpoint_counts_follow_changes_without_walking_every_service() {
     let recount = |e: &Engine| {
         e.trackers.families.iter().map(|t| {
             let (s, eps) = t.view();
-            crate::select::no_local_endpoints(s, eps)
-        }).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+            (t.family, crate::select::no_local_endpoints(s, eps))
+        }).collect::<Vec<_>>()
     };
     assert_eq!(engine.no_local_endpoints(), recount(&engine));
     let mut counts = vec![engine.no_local_endpoints()];
@@ -400,14 +452,23 @@ fn a_full_sync_sets_the_last_rule_counts_and_a_cleared_flow_feeds_the_reconciler
     l.wake();
     let gauge = |l: &Loop, name: &str| l.shared.metrics.encode().lines().find_map(|s| s.strip_prefix(name).map(|v| v.trim().to_string()));
     let Proxier::Iptables(p) = &l.engine.proxier else { panic!("iptables mode") };
-    let (filter, nat) = p.rule_counts();
-    // kube-proxy's count: every `-A` line of the full restore input, per table.
-    let text: String = p.rulesets.iter().map(|rs| crate::iptables::restore::write(rs, crate::iptables::restore::Scope::Full, &[])).collect();
-    let appends = |table: &str| text.split("COMMIT\n").filter(|t| t.starts_with(&format!("*{table}\n"))).map(|t| t.lines().filter(|l| l.starts_with("-A ")).count()).sum::<usize>();
-    assert_eq!((filter, nat), (appends("filter"), appends("nat")));
-    assert!(nat > 0);
-    assert_eq!(gauge(&l, "kubeproxy_sync_proxy_rules_iptables_last{table=\"nat\"}"), Some(nat.to_string()));
-    assert_eq!(gauge(&l, "kubeproxy_sync_proxy_rules_iptables_last{table=\"filter\"}"), Some(filter.to_string()));
+    let counts = p.rule_counts();
+    assert_eq!(counts.len(), 2, "both families");
+    let mut v4_nat = 0;
+    for (rs, (family, (filter, nat))) in p.rulesets.iter().zip(counts) {
+        // kube-proxy's count: every `-A` line of the family's full restore input, per table.
+        let text = crate::iptables::restore::write(rs, crate::iptables::restore::Scope::Full, &[]);
+        let appends = |table: &str| text.split("COMMIT\n").filter(|t| t.starts_with(&format!("*{table}\n"))).map(|t| t.lines().filter(|l| l.starts_with("-A ")).count()).sum::<usize>();
+        assert_eq!((filter, nat), (appends("filter"), appends("nat")), "{family:?}");
+        assert!(nat > 0);
+        let f = family.api_name();
+        assert_eq!(gauge(&l, &format!("kubeproxy_sync_proxy_rules_iptables_last{{table=\"nat\",ip_family=\"{f}\"}}")), Some(nat.to_string()));
+        assert_eq!(gauge(&l, &format!("kubeproxy_sync_proxy_rules_iptables_last{{table=\"filter\",ip_family=\"{f}\"}}")), Some(filter.to_string()));
+        assert_eq!(gauge(&l, &format!("kubeproxy_sync_proxy_rules_iptables_total{{table=\"nat\",ip_family=\"{f}\"}}")), Some(nat.to_string()));
+        if family == crate::net::IpFamily::V4 {
+            v4_nat = nat;
+        }
+    }
     assert_eq!(gauge(&l, "kubeproxy_conntrack_reconciler_sync_duration_seconds_count{ip_family=\"IPv4\"}"), None, "nothing stale yet");
 
     let mut dns = slice(&demo_state(), "kube-system", "kube-dns");
@@ -418,7 +479,7 @@ fn a_full_sync_sets_the_last_rule_counts_and_a_cleared_flow_feeds_the_reconciler
     assert_eq!(gauge(&l, "kubeproxy_conntrack_reconciler_sync_duration_seconds_count{ip_family=\"IPv4\"}"), Some("1".into()));
     let deleted: u64 = gauge(&l, "kubeproxy_conntrack_reconciler_deleted_entries_total{ip_family=\"IPv4\"}").unwrap().parse().unwrap();
     assert!(deleted > 0, "the recorder reports each flush as deleted");
-    assert_eq!(gauge(&l, "kubeproxy_sync_proxy_rules_iptables_last{table=\"nat\"}"), Some(nat.to_string()), "a partial sync leaves the full sync's count");
+    assert_eq!(gauge(&l, "kubeproxy_sync_proxy_rules_iptables_last{table=\"nat\",ip_family=\"IPv4\"}"), Some(v4_nat.to_string()), "a partial sync leaves the full sync's count");
 }
 
 /// The per-family iptables reports of an outcome.
@@ -594,4 +655,41 @@ fn a_refused_nftables_transaction_keeps_the_previous_rules_and_says_which_family
     assert_eq!(nft.lock().unwrap().listing(Family::Ip), before, "the previous rules still serve");
     engine.sync(true).unwrap();
     assert_ne!(nft.lock().unwrap().listing(Family::Ip), before, "the next sync applies the change");
+}
+
+/// IPVS mode syncs its families in one pass: each family is observed, with the pass's time.
+#[test]
+fn an_ipvs_pass_is_observed_once_per_family() {
+    let dir = std::env::temp_dir().join(format!("svcproxy-engine-ipvs-metrics-{}", std::process::id()));
+    let (_, kernel, _) = iptables_engine(demo_state());
+    let mut shared = crate::serve::Shared::new(crate::runner::Schedule::new(crate::runner::Timing::default()));
+    shared.metrics.register_mode(crate::config::Mode::Ipvs);
+    let mut l = Loop { engine: ipvs_engine(demo_state(), &dir), kernel, shared: Arc::new(shared) };
+    l.shared.schedule.lock().unwrap().set_ready(std::time::Instant::now());
+    l.wake();
+    let _ = std::fs::remove_dir_all(&dir);
+    let sum = |family| l.sample(&of("kubeproxy_sync_proxy_rules_duration_seconds_sum", family)).unwrap();
+    let count = |family| l.metric(&of("kubeproxy_sync_proxy_rules_duration_seconds_count", family));
+    assert_eq!((count("IPv4"), count("IPv6")), (1, 1));
+    assert_eq!(sum("IPv4"), sum("IPv6"), "one pass, one time for each family");
+    assert!(l.sample(&of("kubeproxy_sync_proxy_rules_last_timestamp_seconds", "IPv6")).is_some());
+    let text = l.shared.metrics.encode();
+    assert!(!text.contains("kubeproxy_sync_proxy_rules_iptables_total") && !text.contains("kubeproxy_sync_full_proxy_rules"), "not IPVS mode's families: {text}");
+}
+
+/// kube-proxy's change counters count every event its trackers receive, changed or not: a
+/// Service event once per family proxier, an EndpointSlice event once, in its family's.
+#[test]
+fn change_counters_count_events_as_kube_proxys_trackers_receive_them() {
+    let mut l = Loop::new();
+    let state = demo_state();
+    let svc = Arc::new(state.services.iter().find(|s| s.id.name == "web").unwrap().clone());
+    let mut web = slice(&state, "shop", "web");
+    web.endpoints.remove(0);
+    let web = Arc::new(web);
+    let events = vec![Event::ServiceApplied(svc), Event::SliceApplied(web.clone()), Event::SliceApplied(web)];
+    crate::runner::watch::on_message(&mut l.engine, &l.shared, crate::source::watch::SourceMsg::Events(events));
+    assert_eq!(l.metric("kubeproxy_sync_proxy_rules_service_changes_total"), 2, "an unchanged Service, seen by both family proxiers");
+    assert_eq!(l.metric("kubeproxy_sync_proxy_rules_endpoint_changes_total"), 2, "two events of an IPv4 slice, the second a no-op");
+    assert_eq!(l.metric("kubeproxy_sync_proxy_rules_endpoint_changes_pending"), 1);
 }

@@ -1,0 +1,134 @@
+//! What the loop saw and did, as kube-proxy's metrics: the changes it received and each
+//! sync. kube-proxy runs one proxier per IP family and each observes its own sync with
+//! `ip_family`; svcproxy syncs every family in one pass, so each family of the pass is
+//! observed with its own time (IPVS mode: the whole pass's), its own rules, trigger times
+//! and no-local counts, and a failure counts against the family that failed.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::super::engine::{Engine, Outcome, SyncFailure};
+use super::super::schedule::Kind;
+use crate::net::IpFamily;
+use crate::serve::metrics::{FamilyLabel, Metrics, PolicyLabel, TableLabel};
+use crate::track::Event;
+
+/// Seconds since the Unix epoch (the timestamp gauges' unit).
+pub(super) fn unix_secs(t: SystemTime) -> f64 {
+    t.duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// The families this engine syncs, in its order.
+fn families(engine: &Engine) -> impl Iterator<Item = IpFamily> + '_ {
+    engine.trackers.families.iter().map(|t| t.family)
+}
+
+/// The sync-duration histograms of one family: every sync, and the full or partial one
+/// (written only in the modes that register them, as every mode-specific family here).
+fn durations(m: &Metrics, kind: Kind, family: &FamilyLabel, took: Duration) {
+    let secs = took.as_secs_f64();
+    m.sync_duration.get_or_create(family).observe(secs);
+    let by_kind = if kind == Kind::Full { &m.full_sync_duration } else { &m.partial_sync_duration };
+    by_kind.get_or_create(family).observe(secs);
+}
+
+/// A successful sync of every family; `wall` is the whole pass, for a family the mode did
+/// not time on its own.
+pub(super) fn synced(m: &Metrics, engine: &Engine, kind: Kind, outcome: &Outcome, wall: Duration) {
+    let now = SystemTime::now();
+    for family in families(engine) {
+        let label = FamilyLabel::of(family);
+        let took = outcome.elapsed.iter().find(|(f, _)| *f == family).map_or(wall, |(_, d)| *d);
+        durations(m, kind, &label, took);
+        m.last_sync_timestamp.get_or_create(&label).set(unix_secs(now));
+    }
+    // kube-proxy's SLI: from each programmed slice change's trigger time (set by the
+    // EndpointSlice controller) to now.
+    for (family, times) in outcome.trigger_times.iter().filter(|(_, times)| !times.is_empty()) {
+        let latency = m.network_programming_duration.get_or_create(&FamilyLabel::of(*family));
+        times.iter().filter_map(|t| now.duration_since(*t).ok()).for_each(|d| latency.observe(d.as_secs_f64()));
+    }
+    for (family, (internal, external)) in engine.no_local_endpoints() {
+        m.no_local_endpoints.get_or_create(&PolicyLabel::of("internal", family)).set(internal as i64);
+        m.no_local_endpoints.get_or_create(&PolicyLabel::of("external", family)).set(external as i64);
+    }
+    for (family, (filter, nat)) in &outcome.rules {
+        for (table, n) in [("filter", *filter), ("nat", *nat)] {
+            m.rules.get_or_create(&TableLabel::of(table, *family)).set(n as i64);
+            // What a full sync writes: every rule of the table.
+            if kind == Kind::Full {
+                m.rules_last.get_or_create(&TableLabel::of(table, *family)).set(n as i64);
+            }
+        }
+    }
+    for r in &outcome.reconciled {
+        let family = FamilyLabel::of(r.family);
+        m.conntrack_reconcile_duration.get_or_create(&family).observe(r.seconds);
+        m.conntrack_deleted.get_or_create(&family).inc_by(r.deleted.unwrap_or(0) as u64);
+    }
+}
+
+/// Families with the time their sync took.
+type Timed = Vec<(IpFamily, Duration)>;
+
+/// A failed sync. In iptables mode the families synced before the failing one are in the
+/// kernel (observed as synced) and the failing one, timed with the rest of the pass, counts
+/// the failure; the families after it were not tried. Any other failure stops the pass for
+/// every family.
+pub(super) fn failed(m: &Metrics, engine: &Engine, kind: Kind, failure: &SyncFailure, wall: Duration) {
+    let (done, failing): (Timed, Timed) = match failure {
+        SyncFailure::Iptables(f) => {
+            let done: Timed = f.failed.done.iter().map(|(family, r)| (*family, r.timings.total)).collect();
+            let rest = wall.saturating_sub(done.iter().map(|(_, d)| *d).sum());
+            (done, vec![(f.failed.family, rest)])
+        }
+        _ => (Vec::new(), families(engine).map(|f| (f, wall)).collect()),
+    };
+    let now = unix_secs(SystemTime::now());
+    for (family, took) in done {
+        let label = FamilyLabel::of(family);
+        durations(m, kind, &label, took);
+        m.last_sync_timestamp.get_or_create(&label).set(now);
+    }
+    for (family, took) in failing {
+        let label = FamilyLabel::of(family);
+        // kube-proxy times a failed sync too.
+        durations(m, kind, &label, took);
+        m.restore_failures.get_or_create(&label).inc();
+        if kind == Kind::Partial {
+            m.partial_restore_failures.get_or_create(&label).inc();
+        }
+    }
+}
+
+/// Pending changes per family, (services, endpoints).
+pub(super) fn pending(engine: &Engine) -> Vec<(IpFamily, (usize, usize))> {
+    engine.trackers.families.iter().map(|t| (t.family, (t.services.pending(), t.endpoints.pending()))).collect()
+}
+
+/// kube-proxy's "a sync was queued" gauge, for each family whose pending changes moved
+/// between `before` and `after` (a family proxier queues a sync only for its own changes).
+pub(super) fn queued(m: &Metrics, before: &[(IpFamily, (usize, usize))], after: &[(IpFamily, (usize, usize))]) {
+    let now = unix_secs(SystemTime::now());
+    for ((family, a), (_, b)) in after.iter().zip(before) {
+        if a != b {
+            m.last_queued_timestamp.get_or_create(&FamilyLabel::of(*family)).set(now);
+        }
+    }
+}
+
+/// kube-proxy's change counters count events as its trackers receive them, changed or not:
+/// every Service event reaches each family proxier's tracker (so each counts once per
+/// family), every EndpointSlice event reaches its address family's proxier only (a family
+/// not proxied counts none).
+pub(super) fn events_seen(m: &Metrics, engine: &Engine, events: &[Event]) {
+    let families: Vec<IpFamily> = families(engine).collect();
+    let (mut services, mut slices) = (0u64, 0u64);
+    for e in events {
+        match e {
+            Event::ServiceApplied(_) | Event::ServiceDeleted(_) => services += families.len() as u64,
+            Event::SliceApplied(s) | Event::SliceDeleted(s) => slices += u64::from(families.contains(&s.family)),
+        }
+    }
+    m.service_changes_total.inc_by(services);
+    m.endpoint_changes_total.inc_by(slices);
+}
