@@ -309,7 +309,6 @@ fn trace_mode_nftables_walks_the_kube_proxy_table() {
     assert!(text.contains("ip kube-proxy nat-output jump services") && text.contains("DNAT to 10.244.1.10:8080, masqueraded"), "{text}");
     for (extra, needle) in [
         (&["--src", "10.244.1.99", "--dst", "10.100.50.5:80", "--affinity", "KUBE-SEP-X"][..], "endpoint chain (endpoint-…) or its affinity set"),
-        (&["--src", "10.244.1.99", "--dst", "10.100.50.5:80", "--live"][..], "--live is not implemented yet in nftables mode"),
         (&["--src", "10.244.1.99", "--dst", "10.100.50.5"][..], "--dst needs a port"),
         (&["--dst", "10.100.50.5:80"][..], "--src is needed unless --entry node"),
     ] {

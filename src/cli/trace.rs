@@ -93,8 +93,8 @@ pub struct TraceArgs {
     pub entry: From,
 
     /// Trace what the kernel holds instead of the rendered rules: iptables-save (IPVS mode:
-    /// also ipset save and the IPVS virtual servers, read over netlink; nftables mode: not
-    /// yet)
+    /// also ipset save and the IPVS virtual servers, read over netlink; nftables mode: the
+    /// kube-proxy table as nft list table prints it)
     #[arg(long)]
     pub live: bool,
 
@@ -194,17 +194,10 @@ fn run_ipvs(args: &TraceArgs, loaded: &pipeline::Loaded, family: IpFamily) -> an
 }
 
 fn run_nftables(args: &TraceArgs, loaded: &pipeline::Loaded, family: IpFamily) -> anyhow::Result<ExitCode> {
-    if args.live {
-        bail!("--live is not implemented yet in nftables mode (it needs a reader of the kernel's kube-proxy table); without --live the rendered table is traced");
-    }
     if let Some(a) = args.affinity.iter().find(|a| !a.starts_with("endpoint-") && !a.starts_with("affinity-")) {
         bail!("--affinity {a}: in nftables mode, name an endpoint chain (endpoint-…) or its affinity set (affinity-…)");
     }
-    let table = crate::nftables::render_all(&loaded.config, &loaded.trackers)
-        .into_iter()
-        .find(|rs| rs.ctx.ip_family == family)
-        .with_context(|| format!("no {family} table: the cluster state is rendered for other families (see --ip-family)"))?
-        .table();
+    let table = if args.live { live_nftables(family)? } else { rendered_nftables(loaded, family)? };
     let packet = packet(args, loaded, &BTreeSet::new())?;
     let env = Env { local_ips: local_ips(loaded, family), affinity: args.affinity.iter().cloned().collect() };
     let t = crate::nftables::trace::trace(&table, &env, packet, args.entry.entry())
@@ -214,6 +207,28 @@ fn run_nftables(args: &TraceArgs, loaded: &pipeline::Loaded, family: IpFamily) -
         TraceOutput::Text => super::out(&nftables_text(&t, args.entry))?,
     }
     Ok(ExitCode::from(EXIT_OK))
+}
+
+/// The family's `kube-proxy` table as svcproxy renders it from the cluster state.
+fn rendered_nftables(loaded: &pipeline::Loaded, family: IpFamily) -> anyhow::Result<crate::nftables::model::Table> {
+    Ok(crate::nftables::render_all(&loaded.config, &loaded.trackers)
+        .into_iter()
+        .find(|rs| rs.ctx.ip_family == family)
+        .with_context(|| format!("no {family} table: the cluster state is rendered for other families (see --ip-family)"))?
+        .table())
+}
+
+/// The family's `kube-proxy` table as the kernel holds it (`nft list table`).
+fn live_nftables(family: IpFamily) -> anyhow::Result<crate::nftables::model::Table> {
+    use crate::nftables::apply::Nft as _;
+    let nft_family = match family {
+        IpFamily::V4 => crate::nftables::model::Family::Ip,
+        IpFamily::V6 => crate::nftables::model::Family::Ip6,
+    };
+    let head = format!("{} {}", nft_family.as_str(), crate::nftables::names::TABLE);
+    let text = crate::nftables::apply::ExecNft::default().list(nft_family).with_context(|| format!("--live reads table {head} with nft"))?;
+    let text = text.with_context(|| format!("this node has no table {head} (svcproxy sync --mode nftables makes it)"))?;
+    crate::nftables::live::read(&text, nft_family).with_context(|| format!("cannot read the kernel's table {head}"))
 }
 
 /// The rendered IPVS plan of the family: its iptables rules (with the jumps a sync adds),

@@ -9,6 +9,7 @@ pub mod context;
 #[cfg(any(test, feature = "testing"))]
 pub mod fake;
 pub mod listing;
+pub mod live;
 pub mod model;
 pub mod names;
 pub mod proxier;

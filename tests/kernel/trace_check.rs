@@ -1,15 +1,16 @@
 //! `svcproxy trace` against real packets: for each question, the tracer's answer (from the
 //! rendered rules, no kernel) must match what real connections through the synced kernel
 //! do — which endpoints answer, whether the source is masqueraded, DROP (timeout) or
-//! REJECT (refused). In nftables mode (no sync yet) the rendered `kube-proxy` table is
-//! loaded with `nft -f` and `trace --mode nftables` is asked the same questions.
+//! REJECT (refused). In nftables mode the rendered `kube-proxy` table is loaded with
+//! `nft -f` and `trace --mode nftables` is asked the same questions, from the rendered
+//! table and, with `--live`, from the table the kernel lists: both answer alike.
 
 use std::collections::BTreeSet;
 
 use serde_json::Value;
 
 use crate::harness::{Case, CaseResult, Ctx};
-use crate::netns::{Backend, Lab, Proto, Where};
+use crate::netns::{Backend, Lab, Ns, Proto, Where};
 use crate::svcproxy::{bin, path_str, run_expect, temp_yaml};
 
 pub fn cases() -> Vec<Case> {
@@ -76,6 +77,24 @@ fn trace_mode(mode: &str, file: &str, entry: &str, src: &str, dst: &str) -> Resu
     Ok((verdicts, masq))
 }
 
+/// Each branch of an nftables trace, from the rendered table or (`live`, run in `ns`)
+/// from the kernel's: verdict, share, masquerade, why, and how many rules and elements
+/// its path went through (the kernel words a few statements its own way).
+fn nft_outcomes(ns: &Ns, live: bool, file: &str, entry: &str, src: &str, dst: &str) -> Result<Vec<String>, String> {
+    let mut args = vec![bin(), "trace", "--mode", "nftables", "--from", file, "--entry", entry, "--src", src, "--dst", dst, "--output", "json"];
+    if live {
+        args.push("--live");
+    }
+    args.extend_from_slice(&FLAGS);
+    let out = ns.exec(&args)?;
+    let v: Value = serde_json::from_slice(&out.stdout).map_err(|e| format!("trace output: {e}: {}", String::from_utf8_lossy(&out.stderr)))?;
+    let outcomes = v["outcomes"].as_array().ok_or_else(|| format!("no outcomes: {v}"))?;
+    Ok(outcomes
+        .iter()
+        .map(|o| format!("{} {} {} {} {}", o["verdict"], o["probability"], o["masquerade"], o["reason"], o["path"].as_array().map_or(0, Vec::len)))
+        .collect())
+}
+
 fn trace_matches_real_packets(ctx: &mut Ctx, b: Backend) -> CaseResult {
     ctx.require(&["ip", &b.binary(false, "restore")])?;
     let mut lab = Lab::new(b.name())?;
@@ -138,6 +157,20 @@ fn nftables_trace_matches_real_packets(ctx: &mut Ctx) -> CaseResult {
     ensure!(out.status.success(), "render: {}", String::from_utf8_lossy(&out.stderr));
     lab.node().run_stdin(&["nft", "-f", "-"], Some(&String::from_utf8_lossy(&out.stdout)))?;
     let trace = |entry, src, dst| trace_mode("nftables", f, entry, src, dst);
+    // --live reads the table the kernel lists and answers as the rendered table does.
+    let questions = [
+        ("node", "198.19.1.1", "198.19.255.10:80"),
+        ("outside", "198.19.1.2", "198.19.3.10:443"),
+        ("outside", "198.19.9.7", "198.19.3.10:443"),
+        ("outside", "198.19.1.2", "198.19.1.1:30443"),
+        ("node", "198.19.1.1", "198.19.255.30:80"),
+        ("node", "198.19.1.1", "198.19.255.10:81"),
+    ];
+    for (entry, src, dst) in questions {
+        let rendered = nft_outcomes(lab.node(), false, f, entry, src, dst)?;
+        let live = nft_outcomes(lab.node(), true, f, entry, src, dst)?;
+        ensure!(!rendered.is_empty() && live == rendered, "{entry} {src} -> {dst}: --live said {live:?}, the rendered table {rendered:?}");
+    }
     let set = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<BTreeSet<String>>();
 
     // 1. From the node to the ClusterIP: both pods, masqueraded.

@@ -1,0 +1,172 @@
+//! The kernel's `kube-proxy` table, as `nft list table` prints it, read into the values
+//! the renderer makes ([`Table`]), so `trace --live` walks what the node really holds
+//! with the same tracer as the rendered table. Built on [`Listing`] (objects, their lines
+//! and elements); what the kernel prints differently from svcproxy's input (`meta mark`
+//! arithmetic, numeric priorities) is left as the kernel wrote it: the tracer reads the
+//! statements that decide where a packet goes, and those the kernel prints as written.
+
+use super::listing::{split_elements, Listing};
+use super::model::{Chain, Element, Family, Objects, Rule, Set, Table};
+use super::names::{TABLE, TABLE_COMMENT};
+
+/// Why a listed table cannot be read into values.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum LiveError {
+    #[error("{object}: element {element:?} has no key")]
+    Element { object: String, element: String },
+}
+
+/// `nft list table FAMILY kube-proxy` output → the table's chains, sets, maps, rules and
+/// elements, in the kernel's order. Counters and dynamic sets' run-time members are left
+/// out (as [`Listing`] leaves them out).
+pub fn read(text: &str, family: Family) -> Result<Table, LiveError> {
+    let listing = Listing::parse(text);
+    let mut objects = Objects::default();
+    for (key, obj) in &listing.objects {
+        let Some((kind, name)) = key.split_once(' ') else { continue };
+        match kind {
+            "chain" => {
+                let mut chain = Chain::regular(name);
+                for line in &obj.lines {
+                    if line.starts_with("type ") {
+                        continue; // a base chain's hook: the tracer knows the base chains by name
+                    }
+                    if let Some(c) = line.strip_prefix("comment ") {
+                        chain.comment = Some(unquote(c).to_owned());
+                        continue;
+                    }
+                    objects.rule(rule(name, line));
+                }
+                objects.chain(chain);
+            }
+            "set" | "map" => {
+                let mut set = if kind == "map" { Set::map(name, "", None) } else { Set::plain(name, "", None) };
+                for line in &obj.lines {
+                    if let Some(t) = line.strip_prefix("type ") {
+                        set.kind = t.to_owned();
+                    } else if let Some(c) = line.strip_prefix("comment ") {
+                        set.comment = Some(unquote(c).to_owned());
+                    }
+                }
+                for e in &obj.elements {
+                    objects.elements.push(element(name, e).ok_or_else(|| LiveError::Element { object: key.clone(), element: e.clone() })?);
+                }
+                objects.sets.push(set);
+            }
+            _ => {}
+        }
+    }
+    Ok(Table { family, name: TABLE, comment: TABLE_COMMENT, objects })
+}
+
+/// A listed rule: its statements, and its trailing `comment "…"` apart.
+fn rule(chain: &str, line: &str) -> Rule {
+    match line.rfind(" comment \"") {
+        Some(at) if line.ends_with('"') => Rule::commented(chain, &line[..at], unquote(&line[at + " comment ".len()..])),
+        _ => Rule::new(chain, line),
+    }
+}
+
+/// `10.96.0.10 . tcp . 53 comment "ns/svc:port" : goto service-…` → key, value, comment.
+fn element(set: &str, text: &str) -> Option<Element> {
+    let text = text.trim();
+    if text.starts_with(':') {
+        return None;
+    }
+    let (key, value) = match split_outside_quotes(text, " : ") {
+        Some((k, v)) => (k, split_elements(v).into_iter().next().unwrap_or_default()),
+        None => (text, String::new()),
+    };
+    let (key, comment) = match key.find(" comment \"") {
+        Some(at) => (&key[..at], Some(unquote(&key[at + " comment ".len()..]).to_owned())),
+        None => (key, None),
+    };
+    let key: Vec<String> = key.split(" . ").map(|w| w.trim().to_owned()).filter(|w| !w.is_empty()).collect();
+    if key.is_empty() {
+        return None;
+    }
+    let value = if value.is_empty() { Vec::new() } else { vec![value] };
+    Some(Element { set: set.to_owned(), key, value, comment })
+}
+
+/// The first `sep` in `s` outside double quotes.
+fn split_outside_quotes<'a>(s: &'a str, sep: &str) -> Option<(&'a str, &'a str)> {
+    let mut quoted = false;
+    for (i, c) in s.char_indices() {
+        if c == '"' {
+            quoted = !quoted;
+        } else if !quoted && s[i..].starts_with(sep) {
+            return Some((&s[..i], &s[i + sep.len()..]));
+        }
+    }
+    None
+}
+
+fn unquote(s: &str) -> &str {
+    s.trim().trim_start_matches('"').trim_end_matches('"')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LISTED: &str = r#"table ip kube-proxy {
+	comment "rules for kube-proxy"
+	set cluster-ips {
+		type ipv4_addr
+		comment "Active ClusterIPs"
+		elements = { 10.96.0.1, 10.96.0.10 }
+	}
+
+	map no-endpoint-services {
+		type ipv4_addr . inet_proto . inet_service : verdict
+		elements = { 10.96.0.20 . tcp . 80 comment "ns/gone:http" : goto reject-chain }
+	}
+
+	map service-ips {
+		type ipv4_addr . inet_proto . inet_service : verdict
+		elements = { 10.96.0.10 . udp . 53 : goto service-FY5PMXPG-kube-system/kube-dns/udp/dns }
+	}
+
+	chain nat-prerouting {
+		type nat hook prerouting priority dstnat; policy accept;
+		jump services
+	}
+
+	chain cluster-ips-check {
+		ip daddr @cluster-ips counter packets 3 bytes 180 reject comment "Reject traffic to invalid ports of ClusterIPs"
+	}
+
+	chain reject-chain {
+		comment "helper for @no-endpoint-services / @no-endpoint-nodeports"
+		reject
+	}
+}
+"#;
+
+    #[test]
+    fn a_listed_table_reads_into_the_renderers_values() {
+        let t = read(LISTED, Family::Ip).unwrap();
+        let o = &t.objects;
+        let chains: Vec<&str> = o.chains.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(chains, ["cluster-ips-check", "nat-prerouting", "reject-chain"]);
+        assert_eq!(o.chains[2].comment.as_deref(), Some("helper for @no-endpoint-services / @no-endpoint-nodeports"));
+        assert!(o.rules.contains(&Rule::new("nat-prerouting", "jump services")));
+        assert!(o.rules.contains(&Rule::commented("cluster-ips-check", "ip daddr @cluster-ips counter reject", "Reject traffic to invalid ports of ClusterIPs")));
+        assert!(o.rules.contains(&Rule::new("reject-chain", "reject")));
+        let gone = o.elements.iter().find(|e| e.set == "no-endpoint-services").unwrap();
+        assert_eq!((gone.key.join(" . "), gone.value.clone(), gone.comment.as_deref()), ("10.96.0.20 . tcp . 80".into(), vec!["goto reject-chain".into()], Some("ns/gone:http")));
+        let dns = o.elements.iter().find(|e| e.set == "service-ips").unwrap();
+        assert_eq!(dns.value, ["goto service-FY5PMXPG-kube-system/kube-dns/udp/dns"]);
+        let ips: Vec<String> = o.elements.iter().filter(|e| e.set == "cluster-ips").map(|e| e.key.join(".")).collect();
+        assert_eq!(ips, ["10.96.0.1", "10.96.0.10"]);
+        assert!(o.sets.iter().any(|s| s.name == "service-ips" && s.is_map && s.kind.ends_with(": verdict")));
+    }
+
+    #[test]
+    fn an_element_without_a_key_is_an_error_naming_its_object() {
+        let text = "table ip kube-proxy {\n map service-ips {\n type ipv4_addr : verdict\n elements = { : drop }\n }\n}\n";
+        let e = read(text, Family::Ip).unwrap_err();
+        assert!(e.to_string().starts_with("map service-ips: element"), "{e}");
+    }
+}
