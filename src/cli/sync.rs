@@ -246,25 +246,3 @@ fn print_iptables(args: &SyncArgs, backend: Backend, sysctls: &[Change], reports
     }
     Ok(!sysctls.is_empty() || reports.iter().any(|(_, r)| !r.delta.is_empty()))
 }
-
-/// nftables mode is synced once (`svcproxy sync --mode nftables`) but not watched yet: a
-/// watch in that mode is an error (exit 2), never a silent no-op.
-pub fn refuse_unsynced_mode(mode: Mode) -> anyhow::Result<()> {
-    if mode == Mode::Nftables {
-        anyhow::bail!("nftables mode is not implemented yet for --watch (svcproxy sync --mode nftables syncs once; use --mode iptables or ipvs to watch)");
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod mode_tests {
-    use super::*;
-
-    #[test]
-    fn nftables_mode_is_refused_by_watch_and_other_modes_pass() {
-        let e = refuse_unsynced_mode(Mode::Nftables).unwrap_err().to_string();
-        assert!(e.contains("nftables mode is not implemented yet for --watch"), "{e}");
-        assert!(refuse_unsynced_mode(Mode::Iptables).is_ok());
-        assert!(refuse_unsynced_mode(Mode::Ipvs).is_ok());
-    }
-}
