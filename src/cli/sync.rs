@@ -25,6 +25,7 @@ Examples:
   svcproxy sync --from fixtures/demo.yaml --dry-run          # what would change (exit 1 if anything)
   svcproxy sync --from fixtures/demo.yaml --dry-run --output restore
   svcproxy sync --from cluster.yaml --hostname-override node-1
+  svcproxy sync --mode nftables --from cluster.yaml --dry-run   # nftables mode: what differs from the live table
   svcproxy sync --watch --from cluster-dir/ --hostname-override node-1   # follow file changes
 Exit codes: 0 = in sync (or applied), 1 = changes pending (--dry-run), 2 = error.";
 
