@@ -104,7 +104,8 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
         });
     }
     let loaded = load_with(&args.config, flags)?;
-    let backend = args.iptables_backend.resolve();
+    // nftables mode writes no iptables: no backend to detect (detection runs both backends' save).
+    let backend = if loaded.config.mode == Mode::Nftables { Backend::Nft } else { args.iptables_backend.resolve() };
     // The engine watch mode runs, built the same way; the one-shot sync is its first (full)
     // sync, or a dry run of it. The engine also sets (or lists) the sysctls the rules need.
     let restorer = Box::new(ExecRestorer { backend, lock_wait_secs: args.iptables_lock_wait });

@@ -147,7 +147,9 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Server
     shared.metrics.malformed_objects.inc_by(errors as u64);
     let proxy_name = loaded.config.service_proxy_name.clone();
     let node_name = loaded.config.node_name.clone();
-    let restorer = Box::new(ExecRestorer { backend: args.iptables_backend.resolve(), lock_wait_secs: args.iptables_lock_wait });
+    // nftables mode writes no iptables: no backend to detect.
+    let backend = if loaded.config.mode == Mode::Nftables { crate::iptables::apply::Backend::Nft } else { args.iptables_backend.resolve() };
+    let restorer = Box::new(ExecRestorer { backend, lock_wait_secs: args.iptables_lock_wait });
     let mut engine = match loaded.config.mode {
         Mode::Iptables => watch::Engine::iptables(loaded.config, loaded.trackers, restorer, Box::new(ExecConntrack)),
         Mode::Ipvs => {
