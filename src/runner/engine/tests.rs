@@ -631,3 +631,24 @@ fn a_refused_nftables_transaction_keeps_the_previous_rules_and_says_which_family
     engine.sync(true).unwrap();
     assert_ne!(nft.lock().unwrap().listing(Family::Ip), before, "the next sync applies the change");
 }
+
+/// A mode without canaries (nftables here; IPVS alike) syncs once per sync period, not
+/// back to back once a period has passed since the last full sync.
+#[test]
+fn without_canaries_periodic_syncs_still_come_one_per_sync_period() {
+    let (engine, _nft) = nftables_engine(demo_state());
+    let schedule = crate::runner::Schedule::new(crate::runner::Timing::default());
+    let shared = Arc::new(crate::serve::Shared::new(schedule));
+    let mut engine = engine;
+    let base = std::time::Instant::now();
+    shared.schedule.lock().unwrap().set_ready(base);
+    let mut last = None;
+    for i in 0..5u32 {
+        let at = shared.schedule.lock().unwrap().next().expect("ready");
+        if let Some(prev) = last {
+            assert_eq!(at, prev + std::time::Duration::from_secs(30), "wake-up {i}: one per sync period");
+        }
+        crate::runner::watch::wake(&mut engine, &shared, at);
+        last = Some(at);
+    }
+}
