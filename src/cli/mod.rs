@@ -46,7 +46,7 @@ pub enum Command {
     /// Check a cluster dump as the API server's repair and endpoint controllers would
     #[command(after_help = lint::AFTER_HELP)]
     Lint(Box<lint::LintArgs>),
-    /// Remove every rule and chain kube-proxy and svcproxy own (both families and backends)
+    /// Remove every rule and chain kube-proxy and svcproxy own (both families and backends, nftables tables too)
     Cleanup(cleanup::CleanupArgs),
     /// Print shell completions
     #[command(after_help = "Example:\n  svcproxy completions bash > /etc/bash_completion.d/svcproxy")]

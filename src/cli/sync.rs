@@ -26,6 +26,7 @@ Examples:
   svcproxy sync --from fixtures/demo.yaml --dry-run          # what would change (exit 1 if anything)
   svcproxy sync --from fixtures/demo.yaml --dry-run --output restore
   svcproxy sync --from cluster.yaml --hostname-override node-1
+  svcproxy sync --mode nftables --from cluster.yaml --dry-run   # nftables mode: what differs from the live table
   svcproxy sync --watch --from cluster-dir/ --hostname-override node-1   # follow file changes
 Exit codes: 0 = in sync (or applied), 1 = changes pending (--dry-run), 2 = error.";
 
@@ -104,7 +105,8 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
         });
     }
     let loaded = load_with(&args.config, flags)?;
-    let backend = args.iptables_backend.resolve();
+    // nftables mode writes no iptables: no backend to detect (detection runs both backends' save).
+    let backend = if loaded.config.mode == Mode::Nftables { Backend::Nft } else { args.iptables_backend.resolve() };
     // The engine watch mode runs, built the same way; the one-shot sync is its first (full)
     // sync, or a dry run of it. The engine also sets (or lists) the sysctls the rules need.
     let restorer = Box::new(ExecRestorer { backend, lock_wait_secs: args.iptables_lock_wait });
@@ -246,26 +248,4 @@ fn print_iptables(args: &SyncArgs, backend: Backend, sysctls: &[Change], reports
         );
     }
     Ok(!sysctls.is_empty() || reports.iter().any(|(_, r)| !r.delta.is_empty()))
-}
-
-/// nftables mode is synced once (`svcproxy sync --mode nftables`) but not watched yet: a
-/// watch in that mode is an error (exit 2), never a silent no-op.
-pub fn refuse_unsynced_mode(mode: Mode) -> anyhow::Result<()> {
-    if mode == Mode::Nftables {
-        anyhow::bail!("nftables mode is not implemented yet for --watch (svcproxy sync --mode nftables syncs once; use --mode iptables or ipvs to watch)");
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod mode_tests {
-    use super::*;
-
-    #[test]
-    fn nftables_mode_is_refused_by_watch_and_other_modes_pass() {
-        let e = refuse_unsynced_mode(Mode::Nftables).unwrap_err().to_string();
-        assert!(e.contains("nftables mode is not implemented yet for --watch"), "{e}");
-        assert!(refuse_unsynced_mode(Mode::Iptables).is_ok());
-        assert!(refuse_unsynced_mode(Mode::Ipvs).is_ok());
-    }
 }

@@ -82,6 +82,10 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
             Err(e) => tracing::warn!("{e}"),
         }
     }
+    if effective.mode == Some(crate::settings::kinds::ProxyMode::Nftables) {
+        // nftables mode has no nfacct matches: no counters to create.
+        flags.nfacct.get_or_insert(false);
+    }
     if flags.nfacct.is_none() {
         flags.nfacct = Some(nfacct::ensure().unwrap_or_else(|e| {
             tracing::warn!(error = %e, "cannot create kube-proxy's nfacct counters; the rules are written without them");
@@ -120,7 +124,6 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Server
     };
     let profiling = flags.enable_profiling.or(file.enable_profiling).unwrap_or(false);
     let loaded = pipeline::load(state, flags, file).context("invalid configuration")?;
-    super::sync::refuse_unsynced_mode(loaded.config.mode)?;
     node_setup(&loaded.config)?;
     let health_binds = serve::healthcheck::bind_addresses(&loaded.config);
     let timing = Timing {
@@ -145,14 +148,16 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Server
     shared.metrics.malformed_objects.inc_by(errors as u64);
     let proxy_name = loaded.config.service_proxy_name.clone();
     let node_name = loaded.config.node_name.clone();
-    let restorer = Box::new(ExecRestorer { backend: args.iptables_backend.resolve(), lock_wait_secs: args.iptables_lock_wait });
+    // nftables mode writes no iptables: no backend to detect.
+    let backend = if loaded.config.mode == Mode::Nftables { crate::iptables::apply::Backend::Nft } else { args.iptables_backend.resolve() };
+    let restorer = Box::new(ExecRestorer { backend, lock_wait_secs: args.iptables_lock_wait });
     let mut engine = match loaded.config.mode {
         Mode::Iptables => watch::Engine::iptables(loaded.config, loaded.trackers, restorer, Box::new(ExecConntrack)),
         Mode::Ipvs => {
             let p = crate::ipvs::proxier::Proxier::on_node(restorer).context("cannot reach IPVS (is the ip_vs module loaded?)")?;
             watch::Engine::ipvs(loaded.config, loaded.trackers, p)
         }
-        Mode::Nftables => unreachable!("refused by refuse_unsynced_mode above"),
+        Mode::Nftables => watch::Engine::nftables(loaded.config, loaded.trackers, Box::new(crate::nftables::apply::ExecNft::default()), Box::new(ExecConntrack)),
     };
     engine.sysctl_root = Some(std::path::PathBuf::from("/proc/sys"));
     let health = serve_on("health checks", servers.healthz, servers.hard_fail, serve::health_router(shared.clone())).await?;

@@ -34,7 +34,7 @@ fn invalid(setting: &'static str, reason: impl Into<String>) -> ConfigError {
 pub enum Mode {
     Iptables,
     Ipvs,
-    /// Rendered only (`render --mode nftables`); no command syncs it yet.
+    /// kube-proxy's nftables mode (`nftables::proxier`).
     Nftables,
 }
 

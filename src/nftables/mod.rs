@@ -1,10 +1,13 @@
 //! nftables mode (kube-proxy's `pkg/proxy/nftables`): cluster state → one `kube-proxy`
 //! table per family (`ip`, `ip6`) as values ([`model`]) → `nft -f` text, applied as one
-//! transaction per family ([`sync`], [`proxier`]) through the `nft` binary ([`apply`]).
+//! transaction per family through the `nft` binary ([`apply`]): full syncs ([`sync`]) and,
+//! between them, partial ones from the changed services alone ([`partial`]), driven by
+//! [`proxier`].
 
 pub mod apply;
 pub mod check;
 pub mod cleanup;
+pub mod conntrack;
 pub mod context;
 #[cfg(any(test, feature = "testing"))]
 pub mod fake;
@@ -12,6 +15,7 @@ pub mod listing;
 pub mod live;
 pub mod model;
 pub mod names;
+pub mod partial;
 pub mod proxier;
 pub mod render;
 pub mod sync;

@@ -220,7 +220,7 @@ fn set_spec(s: &Set) -> String {
     format!("{{ {} ; }}", parts.join(" ; "))
 }
 
-fn element_body(e: &Element) -> String {
+pub(crate) fn element_body(e: &Element) -> String {
     let mut s = e.key.join(" . ");
     if let Some(c) = &e.comment {
         let _ = write!(s, " comment {}", quote(c));

@@ -1,14 +1,28 @@
-//! nftables mode across syncs: the rendered rulesets (one per family) and the kernel
-//! reached through [`Nft`]. Every sync is a full one ([`super::sync::full`]): one
-//! transaction per family. A one-shot `svcproxy sync` is this proxier's first sync;
-//! [`Pass::DryRun`] compares every family with the kernel and sends nothing.
+//! nftables mode across syncs: the rendered rulesets (one per family), whether the kernel
+//! is known to hold them, and the kernel reached through [`Nft`].
+//!
+//! - A **full** sync (the first, a periodic one, any after a failure or a re-render) is
+//!   kube-proxy's full sync ([`super::sync::full`]): one transaction per family that
+//!   flushes and refills the whole table.
+//! - A **partial** sync, while the kernel is known to hold the previous ruleset, sends one
+//!   transaction per family built from the changed services alone ([`super::partial`]):
+//!   their elements that changed and their chains; nothing is read from the kernel.
+//!
+//! Stale UDP/SCTP conntrack entries (from the changed services' objects before and after,
+//! [`super::conntrack::stale`]) are cleared after either. A one-shot `svcproxy sync` is
+//! this proxier's first sync; [`Pass::DryRun`] compares every family with the kernel and
+//! sends nothing.
+
+use std::time::Instant;
 
 use super::apply::{Nft, NftError};
+use super::model::Objects;
 use super::render::Ruleset;
 use super::sync::{self, Report};
 use crate::config::Config;
-use crate::iptables::conntrack::Conntrack;
+use crate::iptables::conntrack::{Conntrack, Flush};
 pub use crate::iptables::proxier::{Pass, Reconciled};
+use crate::model::{ports_of, ServicePortName};
 use crate::track::{Changes, Trackers};
 
 /// A family's sync failed; `done` holds the reports of the families synced before it.
@@ -25,37 +39,108 @@ pub struct Proxier {
     pub rulesets: Vec<Ruleset>,
     /// The stale-flow cleanups of the last sync, for the metrics.
     pub reconciled: Vec<Reconciled>,
+    /// Per family: the kernel holds `rulesets[i]` (set by a successful sync).
+    in_sync: Vec<bool>,
     nft: Box<dyn Nft>,
-    #[allow(dead_code)] // used once partial syncs clear stale UDP/SCTP flows
     conntrack: Box<dyn Conntrack>,
 }
 
+/// The changed services' objects before a commit, per family.
+type Before = Vec<(ServicePortName, Objects)>;
+
 impl Proxier {
     pub fn new(config: &Config, trackers: &Trackers, nft: Box<dyn Nft>, conntrack: Box<dyn Conntrack>) -> Self {
-        Proxier { rulesets: super::render_all(config, trackers), reconciled: Vec::new(), nft, conntrack }
+        let rulesets = super::render_all(config, trackers);
+        let in_sync = vec![false; rulesets.len()];
+        Proxier { rulesets, reconciled: Vec::new(), in_sync, nft, conntrack }
     }
 
-    /// Renders everything again (the configuration changed, e.g. this node's zone).
+    /// Renders everything again (the configuration changed, e.g. this node's zone); the
+    /// next sync is full.
     pub fn rerender(&mut self, config: &Config, trackers: &Trackers) {
         self.rulesets = super::render_all(config, trackers);
+        self.in_sync.iter_mut().for_each(|s| *s = false);
     }
 
     /// Brings the rulesets up to date with a commit (`changes`, per family) and the kernel
-    /// up to date with them (a [`Pass::DryRun`] only compares). A failure keeps the earlier
-    /// families' reports.
-    pub fn sync_as(&mut self, trackers: &Trackers, changes: &[Changes], pass: Pass) -> Result<Vec<Report>, Failed> {
+    /// up to date with them: from the changed services alone unless `full` or the kernel's
+    /// state is unknown (a [`Pass::DryRun`] compares everything and sends nothing). A
+    /// failure keeps the earlier families' reports.
+    pub fn sync_as(&mut self, trackers: &Trackers, changes: &[Changes], full: bool, pass: Pass) -> Result<Vec<Report>, Failed> {
+        let mut befores: Vec<Before> = Vec::with_capacity(self.rulesets.len());
         for ((rs, t), ch) in self.rulesets.iter_mut().zip(&trackers.families).zip(changes) {
+            befores.push(ch.services.iter().flat_map(|id| ports_of(&rs.services, id)).map(|k| (k.clone(), rs.services[k].clone())).collect());
             let (s, e) = t.view();
             rs.update(s, e, &ch.services);
         }
+        let trusted: Vec<bool> = self.in_sync.iter().map(|s| !full && pass == Pass::Apply && *s).collect();
+        self.in_sync.iter_mut().for_each(|s| *s = false);
         self.reconciled.clear();
         let mut reports = Vec::with_capacity(self.rulesets.len());
-        for rs in &self.rulesets {
-            match sync::full(self.nft.as_mut(), &rs.table(), pass == Pass::DryRun) {
-                Ok(r) => reports.push(r),
-                Err(error) => return Err(Failed { family: rs.ctx.ip_family, error, done: reports }),
+        for (i, before) in befores.iter().enumerate() {
+            let family = self.rulesets[i].ctx.ip_family;
+            let after: Vec<&Objects> = changes
+                .get(i)
+                .into_iter()
+                .flat_map(|ch| ch.services.iter().flat_map(|id| ports_of(&self.rulesets[i].services, id)))
+                .map(|k| &self.rulesets[i].services[k])
+                .collect();
+            let before: Vec<&Objects> = before.iter().map(|(_, o)| o).collect();
+            let result = if trusted[i] {
+                send_partial(self.nft.as_mut(), self.rulesets[i].ctx.family, &before, &after)
+            } else {
+                sync::full(self.nft.as_mut(), &self.rulesets[i].table(), pass == Pass::DryRun)
+            };
+            let mut report = match result {
+                Ok(r) => r,
+                Err(error) => return Err(Failed { family, error, done: reports }),
+            };
+            report.flushes = super::conntrack::stale(&before, &after);
+            if pass == Pass::Apply {
+                self.in_sync[i] = true;
+                if !report.flushes.is_empty() {
+                    self.clear_stale(i, &report.flushes);
+                }
             }
+            reports.push(report);
         }
         Ok(reports)
     }
+
+    /// Clears one family's stale UDP/SCTP flows and records how that went.
+    fn clear_stale(&mut self, i: usize, flushes: &[Flush]) {
+        let v6 = self.rulesets[i].ctx.ip_family.is_v6();
+        let started = Instant::now();
+        let result = self.conntrack.flush(flushes, v6);
+        let seconds = started.elapsed().as_secs_f64();
+        if let Err(e) = &result {
+            tracing::warn!(error = %e, "stale UDP/SCTP conntrack entries not cleared");
+        }
+        let family = self.rulesets[i].ctx.ip_family;
+        self.reconciled.push(Reconciled { family, seconds, deleted: result.as_ref().ok().copied(), error: result.err() });
+    }
+}
+
+/// One family's partial sync: one transaction, then the stale chains' deletion.
+fn send_partial(nft: &mut dyn Nft, family: super::model::Family, before: &[&Objects], after: &[&Objects]) -> Result<Report, NftError> {
+    let t = Instant::now();
+    let p = super::partial::partial(family, super::names::TABLE, before, after);
+    let mut report = Report::new(family);
+    report.timings.render = t.elapsed();
+    if p.text.is_empty() {
+        return Ok(report);
+    }
+    let t = Instant::now();
+    nft.run(&p.text)?;
+    report.applied = true;
+    report.lines = p.text.lines().count();
+    report.stale = p.stale;
+    if !p.delete.is_empty() {
+        if let Err(e) = nft.run(&p.delete) {
+            tracing::warn!(family = family.as_str(), error = %e, "stale nftables chains not deleted; the next full sync deletes them");
+            report.stale_error = Some(e.to_string());
+        }
+    }
+    report.timings.apply = t.elapsed();
+    Ok(report)
 }

@@ -34,7 +34,7 @@ pub struct Report {
 }
 
 impl Report {
-    fn new(family: Family) -> Self {
+    pub(crate) fn new(family: Family) -> Self {
         Report { family, diff: None, applied: false, lines: 0, stale: Vec::new(), stale_error: None, flushes: Vec::new(), timings: Timings::default() }
     }
 }

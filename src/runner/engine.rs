@@ -204,7 +204,7 @@ impl Engine {
                 Ok(Outcome { restore_lines, ipvs_ops: r.changes.ops.len(), elapsed, detail: Detail::Ipvs(Box::new(r)), ..Outcome::default() })
             }
             Proxier::Nftables(p) => {
-                let reports = p.sync_as(&self.trackers, changes, pass).map_err(|f| SyncFailure::Nftables(Box::new(f)))?;
+                let reports = p.sync_as(&self.trackers, changes, full, pass).map_err(|f| SyncFailure::Nftables(Box::new(f)))?;
                 let restore_lines = reports.iter().map(|r| r.lines).sum();
                 Ok(Outcome { restore_lines, reconciled: p.reconciled.clone(), detail: Detail::Nftables(reports), ..Outcome::default() })
             }

@@ -248,10 +248,10 @@ settings! {
         Effect::Acts,
         "Masquerade all ClusterIP traffic in nftables mode";
     nftables_sync_period: Duration, Node, file "nftables.syncPeriod", flags [],
-        Effect::NotYet("nftables mode syncs once (svcproxy sync); --watch is not implemented yet"),
+        Effect::Acts,
         "Sync period in nftables mode";
     nftables_min_sync_period: Duration, Node, file "nftables.minSyncPeriod", flags [],
-        Effect::NotYet("nftables mode syncs once (svcproxy sync); --watch is not implemented yet"),
+        Effect::Acts,
         "Minimum time between syncs in nftables mode";
     winkernel_network_name: String, Node, file "winkernel.networkName", flags [],
         Effect::NoEffect("Windows only"), "Windows HNS network";

@@ -805,7 +805,7 @@ fn udp_fixed_client_main(args: &[String]) -> ! {
 }
 
 /// Source port -> the pod that answered (or `!<error>`), from fixed source ports in `from`.
-fn udp_fixed(lab: &Lab, from: &str, dst: &str, port: u16, srcs: &[u16]) -> Result<BTreeMap<u16, String>, String> {
+pub(crate) fn udp_fixed(lab: &Lab, from: &str, dst: &str, port: u16, srcs: &[u16]) -> Result<BTreeMap<u16, String>, String> {
     let ns = &lab.pod(from).ok_or_else(|| format!("no pod {from}"))?.ns;
     let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
     let exe = exe.to_string_lossy().into_owned();
@@ -837,7 +837,7 @@ fn udp_fixed(lab: &Lab, from: &str, dst: &str, port: u16, srcs: &[u16]) -> Resul
 }
 
 /// Conntrack entries (node netns) for UDP to `dst`, and those whose reply comes from `ep`.
-fn udp_conntrack(lab: &Lab, dst: &str, ep: &str) -> Result<(Vec<String>, Vec<String>), String> {
+pub(crate) fn udp_conntrack(lab: &Lab, dst: &str, ep: &str) -> Result<(Vec<String>, Vec<String>), String> {
     let out = lab.node().exec(&["conntrack", "-L", "-p", "udp", "--orig-dst", dst])?;
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let all: Vec<String> = text.lines().filter(|l| !l.trim().is_empty()).map(String::from).collect();

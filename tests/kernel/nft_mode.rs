@@ -3,19 +3,23 @@
 //! namespace; what the kernel then lists holds the rules; a dry run right after finds
 //! nothing to change; real connections to a ClusterIP (from the node and from a pod) and
 //! to a NodePort (from outside the node) reach the pods; a transaction the kernel refuses
-//! changes nothing (the previous rules keep serving) and the error names the line; and
-//! `svcproxy cleanup` removes both families' tables.
+//! changes nothing (the previous rules keep serving) and the error names the line;
+//! `svcproxy cleanup` removes both families' tables; and `sync --watch --mode nftables`
+//! follows an endpoint change with a partial sync, clearing the UDP conntrack entries of
+//! the endpoint that went.
 
 use crate::dataplane::{self, cluster_yaml, ep4, ep6, pod_ip4, svc, tcp, Port, Svc, CLIENT, CLIENT_IP4, EP_PORT, N, NODE};
 use crate::harness::{Case, CaseError, CaseResult, Ctx};
 use crate::netns::{self, Backend, Lab, Proto, Where};
-use crate::svcproxy::{path_str, run, run_expect, temp_yaml};
+use crate::svcproxy::{self, path_str, run, run_expect, temp_yaml};
 
 pub fn cases() -> Vec<Case> {
     vec![
         Case::new("nftables_sync_reads_back_and_serves_clusterip_and_nodeport", sync_serves),
         Case::new("nftables_refused_transaction_keeps_the_previous_rules", refused_keeps_rules),
         Case::new("nftables_cleanup_removes_both_tables", cleanup_removes_tables),
+        Case::new("nftables_watch_partial_sync_follows_an_endpoint_change", watch_partial).with_timeout(std::time::Duration::from_secs(180)),
+        Case::new("nftables_watch_clears_stale_udp_conntrack_entries", watch_udp_conntrack).with_timeout(std::time::Duration::from_secs(180)),
     ]
 }
 
@@ -144,5 +148,101 @@ fn cleanup_removes_tables(ctx: &mut Ctx) -> CaseResult {
     ensure!(!again.contains("nftables"), "nothing left to remove: {again}");
     let t = dataplane::connect(ctx, &lab, Where::Pod(CLIENT), CIP4, 80, Proto::Tcp, 5);
     ensure!(t.map(|t| t.answered()).unwrap_or(0) == 0, "the ClusterIP no longer answers");
+    Ok(())
+}
+
+/// `svcproxy sync --watch --mode nftables` of the cluster file at `path`, its log at `log`.
+fn watch_daemon(lab: &Lab, path: &str, log: &std::path::Path) -> Result<crate::watch_e2e::Daemon, String> {
+    let mut argv = args(path, &["--watch", "--poll-interval", "100ms", "--healthz-bind-address", "127.0.0.1:10256"]);
+    argv.insert(0, svcproxy::bin());
+    let child = std::process::Command::new("ip")
+        .args(["netns", "exec", &lab.node().name])
+        .args(&argv)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(log).map_err(|e| e.to_string())?)
+        .spawn()
+        .map_err(|e| format!("spawn svcproxy --watch: {e}"))?;
+    Ok(crate::watch_e2e::Daemon(child))
+}
+
+/// A sync metric of the watch daemon in the lab's node namespace (0 when not served yet).
+fn sync_count(lab: &Lab, name: &'static str) -> f64 {
+    let metrics: std::net::SocketAddr = ([127, 0, 0, 1], 10249).into();
+    crate::watch_e2e::metric_at(&lab.node().name, metrics, name).unwrap_or(0.0)
+}
+
+const FULL: &str = "kubeproxy_sync_full_proxy_rules_duration_seconds_count";
+const PARTIAL: &str = "kubeproxy_sync_partial_proxy_rules_duration_seconds_count";
+
+/// `svcproxy sync --watch --mode nftables` from a file: the first sync is full, the change
+/// of an endpoint then goes in a partial sync (its metric counts it), the table ends as a
+/// one-shot sync would leave it (a dry run finds nothing), and connections follow.
+fn watch_partial(ctx: &mut Ctx) -> CaseResult {
+    use crate::watch_e2e::until;
+    use std::time::Duration;
+    let lab = lab(ctx)?;
+    let path = temp_yaml(&cluster_yaml(&[web(&[1, 2])]))?;
+    let p = path_str(&path).to_string();
+    let log = path.with_extension("log");
+    let _daemon = watch_daemon(&lab, &p, &log)?;
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    until("the first (full) sync", Duration::from_secs(60), || sync_count(&lab, FULL) >= 1.0).map_err(|e| format!("{e}\n{}", log_text()))?;
+    let t = dataplane::connect(ctx, &lab, Where::Pod(CLIENT), CIP4, 80, Proto::Tcp, N)?;
+    dataplane::spread(&t, &["pod1", "pod2"], "watch: pod -> ClusterIP")?;
+
+    let partial_before = sync_count(&lab, PARTIAL);
+    std::fs::write(&path, cluster_yaml(&[web(&[2])])).map_err(|e| e.to_string())?;
+    let took = until("pod1 gone from the table", Duration::from_secs(60), || listed(&lab, "ip").is_ok_and(|l| !l.contains(&pod_ip4(1))))
+        .map_err(|e| format!("{e}\n{}", log_text()))?;
+    ctx.log(format!("endpoint change programmed {} ms after the file changed", took.as_millis()));
+    until("the partial sync counted", Duration::from_secs(10), || sync_count(&lab, PARTIAL) > partial_before).map_err(|e| format!("{e}\n{}", log_text()))?;
+    ensure!(sync_count(&lab, FULL) == 1.0, "the change went in a partial sync, not a full one:\n{}", log_text());
+    let t = dataplane::connect(ctx, &lab, Where::Pod(CLIENT), CIP4, 80, Proto::Tcp, N)?;
+    dataplane::spread(&t, &["pod2"], "watch: after pod1 left")?;
+    let diff = run_expect(lab.node(), Backend::Nft, &args(&p, &["--dry-run"]), 0).map_err(|e| format!("after the partial sync a dry run wants changes: {e}"))?;
+    ensure!(diff.trim().is_empty(), "{diff}");
+    ctx.log(log_text());
+    let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_file(&log);
+    Ok(())
+}
+
+/// Watch mode clears the UDP conntrack entries DNATed to an endpoint that went, as the
+/// other modes do: the same client source ports then reach the endpoint that stays.
+fn watch_udp_conntrack(ctx: &mut Ctx) -> CaseResult {
+    use crate::watch_e2e::until;
+    use std::time::Duration;
+    ctx.require(&["ip", "conntrack", "sysctl", "kill", "nft", "unshare"])?;
+    let lab = dataplane::lab(ctx, Backend::Nft, &[1, 2], true)?;
+    let cip = "198.19.255.110";
+    let dns = |eps: &[u8]| svc("dns", cip, vec![dataplane::udp("dns", 53)], eps.iter().map(|k| ep4(*k)).collect());
+    let path = temp_yaml(&cluster_yaml(&[dns(&[1, 2])]))?;
+    let p = path_str(&path).to_string();
+    let log = path.with_extension("log");
+    let _daemon = watch_daemon(&lab, &p, &log)?;
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    until("the first (full) sync", Duration::from_secs(60), || sync_count(&lab, FULL) >= 1.0).map_err(|e| format!("{e}\n{}", log_text()))?;
+
+    let ports: Vec<u16> = (41001..41017).collect();
+    let before = dataplane::udp_fixed(&lab, CLIENT, cip, 53, &ports)?;
+    ctx.log(format!("fixed source ports before: {before:?}"));
+    ensure!(before.values().all(|p| p == "pod1" || p == "pod2"), "not answered by the endpoints: {before:?}");
+    let victim = before[&ports[0]].clone();
+    let (victim_k, keep_k) = if victim == "pod1" { (1, 2) } else { (2, 1) };
+    let (victim_ip, keep) = (pod_ip4(victim_k), format!("pod{keep_k}"));
+    let (_, stale) = dataplane::udp_conntrack(&lab, cip, &victim_ip)?;
+    ensure!(!stale.is_empty(), "no conntrack entry to {victim_ip} before the change");
+
+    let partial_before = sync_count(&lab, PARTIAL);
+    std::fs::write(&path, cluster_yaml(&[dns(&[keep_k])])).map_err(|e| e.to_string())?;
+    until("the partial sync", Duration::from_secs(60), || sync_count(&lab, PARTIAL) > partial_before).map_err(|e| format!("{e}\n{}", log_text()))?;
+    let (all, stale) = dataplane::udp_conntrack(&lab, cip, &victim_ip)?;
+    ctx.log(format!("conntrack after: {} entries, {} to {victim_ip}", all.len(), stale.len()));
+    ensure!(stale.is_empty(), "entries DNATed to the removed endpoint survived the partial sync:\n{}\n{}", stale.join("\n"), log_text());
+    let after = dataplane::udp_fixed(&lab, CLIENT, cip, 53, &ports)?;
+    ensure!(after.values().all(|p| *p == keep), "the same source ports must now reach {keep}: {after:?}");
+    let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_file(&log);
     Ok(())
 }

@@ -588,11 +588,47 @@ fn an_ipvs_dry_run_reports_what_the_sync_then_does_and_changes_nothing() {
 
 /// An nftables-mode engine over the fake nftables.
 fn nftables_engine(state: ClusterState) -> (Engine, crate::nftables::fake::SharedNft) {
+    let (engine, nft, _) = nftables_engine_ct(state);
+    (engine, nft)
+}
+
+fn nftables_engine_ct(state: ClusterState) -> (Engine, crate::nftables::fake::SharedNft, RecordingConntrack) {
     let flags = Settings { mode: Some(crate::settings::kinds::ProxyMode::Nftables), ..Settings::default() };
     let loaded = pipeline::load(state, flags, Settings::default()).unwrap();
     let nft = crate::nftables::fake::FakeNft::shared();
-    let engine = Engine::nftables(loaded.config, loaded.trackers, Box::new(nft.clone()), Box::new(RecordingConntrack::default()));
-    (engine, nft)
+    let ct = RecordingConntrack::default();
+    let engine = Engine::nftables(loaded.config, loaded.trackers, Box::new(nft.clone()), Box::new(ct.clone()));
+    (engine, nft, ct)
+}
+
+#[test]
+fn nftables_partial_syncs_send_only_the_change_never_read_the_kernel_and_clear_stale_udp_flows() {
+    use crate::nftables::fake::Call;
+    let state = demo_state();
+    let mut dns = slice(&state, "kube-system", "kube-dns");
+    let (mut engine, nft, ct) = nftables_engine_ct(state);
+    // The first sync cannot trust memory: full, even when asked for a partial one.
+    let first = engine.sync(false).unwrap();
+    assert!(nft_reports(&first)[0].lines > 100);
+    nft.lock().unwrap().calls.clear();
+
+    let gone = dns.endpoints.remove(0).ip;
+    engine.apply(&[Event::SliceApplied(Arc::new(dns))]);
+    let outcome = engine.sync(false).unwrap();
+    let calls = std::mem::take(&mut nft.lock().unwrap().calls);
+    assert!(calls.iter().all(|c| matches!(c, Call::Run(_))), "nothing read: {calls:?}");
+    let Call::Run(text) = &calls[0] else { unreachable!() };
+    assert!(!text.contains("add table") && !text.contains("shop/"), "only kube-dns: {text}");
+    assert!(outcome.restore_lines > 0 && outcome.restore_lines < 40, "{outcome:?}");
+    assert!(nft_reports(&outcome).iter().any(|r| r.stale.iter().any(|s| s.contains(&format!("__{gone}/")))));
+    let flushed = ct.flushed.lock().unwrap().clone();
+    assert!(!flushed.is_empty() && flushed.iter().all(|f| f.reply_src == Some(gone) && f.addr.protocol == "udp"), "{flushed:?}");
+
+    // Nothing changed: nothing sent.
+    engine.sync(false).unwrap();
+    assert!(nft.lock().unwrap().calls.iter().all(|c| !matches!(c, Call::Run(_))));
+    // The kernel ends where a full sync would have taken it.
+    assert!(nft_reports(&engine.sync_as(true, Pass::DryRun).unwrap()).iter().all(|r| r.diff.as_ref().is_some_and(|d| d.is_empty())));
 }
 
 fn nft_reports(outcome: &Outcome) -> &[crate::nftables::sync::Report] {
@@ -692,4 +728,25 @@ fn change_counters_count_events_as_kube_proxys_trackers_receive_them() {
     assert_eq!(l.metric("kubeproxy_sync_proxy_rules_service_changes_total"), 2, "an unchanged Service, seen by both family proxiers");
     assert_eq!(l.metric("kubeproxy_sync_proxy_rules_endpoint_changes_total"), 2, "two events of an IPv4 slice, the second a no-op");
     assert_eq!(l.metric("kubeproxy_sync_proxy_rules_endpoint_changes_pending"), 1);
+}
+
+/// A mode without canaries (nftables here; IPVS alike) syncs once per sync period, not
+/// back to back once a period has passed since the last full sync.
+#[test]
+fn without_canaries_periodic_syncs_still_come_one_per_sync_period() {
+    let (engine, _nft) = nftables_engine(demo_state());
+    let schedule = crate::runner::Schedule::new(crate::runner::Timing::default());
+    let shared = Arc::new(crate::serve::Shared::new(schedule));
+    let mut engine = engine;
+    let base = std::time::Instant::now();
+    shared.schedule.lock().unwrap().set_ready(base);
+    let mut last = None;
+    for i in 0..5u32 {
+        let at = shared.schedule.lock().unwrap().next().expect("ready");
+        if let Some(prev) = last {
+            assert_eq!(at, prev + std::time::Duration::from_secs(30), "wake-up {i}: one per sync period");
+        }
+        crate::runner::watch::wake(&mut engine, &shared, at);
+        last = Some(at);
+    }
 }
