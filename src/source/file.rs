@@ -690,28 +690,33 @@ fn object_name(value: &Value) -> String {
     }
 }
 
-/// The events that turn cluster state `old` into `new` (objects only in `old` are
-/// deleted; objects in `new` are applied, unchanged ones included, as a relist would).
+/// The events that turn cluster state `old` into `new`: objects only in `old` are
+/// deleted; objects new or changed in `new` are applied. An object equal in both gives no
+/// event, so one changed object in a large file costs the trackers one event.
 pub fn events_between(old: &ClusterState, new: &ClusterState) -> Vec<crate::track::Event> {
-    use std::collections::BTreeSet;
+    use std::collections::BTreeMap;
     use std::sync::Arc;
 
     use crate::track::Event;
     let mut events = Vec::new();
-    let new_services: BTreeSet<_> = new.services.iter().map(|s| &s.id).collect();
+    let new_services: BTreeMap<_, _> = new.services.iter().map(|s| (&s.id, s)).collect();
+    let old_services: BTreeMap<_, _> = old.services.iter().map(|s| (&s.id, s)).collect();
     for s in &old.services {
-        if !new_services.contains(&s.id) {
+        if !new_services.contains_key(&s.id) {
             events.push(Event::ServiceDeleted(s.id.clone()));
         }
     }
-    let new_slices: BTreeSet<_> = new.slices.iter().map(|s| &s.id).collect();
+    let new_slices: BTreeMap<_, _> = new.slices.iter().map(|s| (&s.id, s)).collect();
+    let old_slices: BTreeMap<_, _> = old.slices.iter().map(|s| (&s.id, s)).collect();
     for s in &old.slices {
-        if !new_slices.contains(&s.id) {
+        if !new_slices.contains_key(&s.id) {
             events.push(Event::SliceDeleted(Arc::new(s.clone())));
         }
     }
-    events.extend(new.services.iter().map(|s| Event::ServiceApplied(Arc::new(s.clone()))));
-    events.extend(new.slices.iter().map(|s| Event::SliceApplied(Arc::new(s.clone()))));
+    let changed_service = |s: &&Service| old_services.get(&s.id) != Some(s);
+    events.extend(new.services.iter().filter(changed_service).map(|s| Event::ServiceApplied(Arc::new(s.clone()))));
+    let changed_slice = |s: &&EndpointSlice| old_slices.get(&s.id) != Some(s);
+    events.extend(new.slices.iter().filter(changed_slice).map(|s| Event::SliceApplied(Arc::new(s.clone()))));
     events
 }
 
@@ -849,6 +854,24 @@ mod tests {
             "t.yaml:35: warning: Node n1 is read twice: first at t.yaml:26, again at t.yaml:35; the later copy is used, the first is ignored",
         ]);
         assert_eq!(st.duplicates.len(), 3);
+    }
+
+    #[test]
+    fn events_between_two_reads_are_the_changes_only() {
+        use crate::track::Event;
+        let svc = |n: u8, ip: &str| SVC.replace("web", &format!("s{n}")).replace("10.0.0.1", ip);
+        let before = read(&format!("{}---\n{}---\n{}", svc(1, "10.0.0.1"), svc(2, "10.0.0.2"), svc(3, "10.0.0.3"))).unwrap();
+        let after = read(&format!("{}---\n{}---\n{}", svc(1, "10.0.0.1"), svc(2, "10.0.0.9"), svc(4, "10.0.0.4"))).unwrap();
+        let events: Vec<String> = events_between(&before, &after)
+            .iter()
+            .map(|e| match e {
+                Event::ServiceApplied(s) => format!("apply {}", s.id),
+                Event::ServiceDeleted(id) => format!("delete {id}"),
+                other => format!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(events, ["delete ns/s3", "apply ns/s2", "apply ns/s4"]);
+        assert!(events_between(&after, &after).is_empty(), "nothing changed: no event");
     }
 
     #[test]

@@ -80,6 +80,19 @@ pub enum BenchWhat {
         #[arg(long, default_value_t = 5)]
         runs: usize,
     },
+    /// What watch mode does when a file changed: read it again, the events from the old
+    /// state to the new, fed to trackers holding the old and committed, timed (beside the
+    /// same with every object as an event)
+    #[command(after_help = "Example:\n  svcproxy-bench partial-restore --write-base a.yaml --write-changed b.yaml > /dev/null\n  svcproxy-bench reread a.yaml b.yaml --runs 5")]
+    Reread {
+        /// The cluster as loaded
+        base: PathBuf,
+        /// The same cluster after a change
+        changed: PathBuf,
+        /// Runs
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+    },
     /// Restore input for a one-endpoint change: svcproxy's (watch-mode partial sync, and a
     /// one-shot sync against a kernel holding the cluster) vs kube-proxy's partial sync
     RestoreSize {
@@ -146,6 +159,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
         }
         BenchWhat::Load { files, runs } => out(&crate::load::run(files, *runs)?)?,
+        BenchWhat::Reread { base, changed, runs } => out(&crate::load::reread(base, changed, *runs)?)?,
         BenchWhat::RestoreSize { services, endpoints, format } => {
             if *format == Format::Table {
                 out("| services | endpoints | full restore (lines) | kube-proxy partial sync (lines) | svcproxy watch-mode sync (lines) | svcproxy one-shot sync (lines) |\n|---:|---:|---:|---:|---:|---:|\n")?;

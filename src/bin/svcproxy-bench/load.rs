@@ -73,3 +73,49 @@ fn best(d: &[Duration]) -> Duration {
 fn secs(d: Duration) -> String {
     format!("{:.3} s", d.as_secs_f64())
 }
+
+/// What watch mode does when one file changed: `changed` read again, the events from the
+/// state read from `base` to it, fed to trackers loaded with `base` and committed; beside
+/// it the same with every object of `changed` as an event (what a re-read sent before only
+/// changes were). The trackers are taken back to `base`, untimed, after each run.
+pub fn reread(base: &Path, changed: &Path, runs: usize) -> anyhow::Result<String> {
+    use svcproxy::track::Event;
+    use std::sync::Arc;
+    anyhow::ensure!(runs > 0, "reread needs one run at least");
+    let before = source::read_path(base).with_context(|| format!("cannot read {}", base.display()))?;
+    let mut loaded = bench::load(before.clone())?;
+    let (mut read, mut changes, mut every) = (vec![], vec![], vec![]);
+    let (mut n_changes, mut n_every) = (0, 0);
+    for _ in 0..runs {
+        let t = Instant::now();
+        let after = source::read_path(changed).with_context(|| format!("cannot read {}", changed.display()))?;
+        read.push(t.elapsed());
+        let t = Instant::now();
+        let events = source::events_between(&before, &after);
+        n_changes = events.len();
+        events.iter().for_each(|e| loaded.trackers.apply(e));
+        loaded.trackers.commit();
+        changes.push(t.elapsed());
+        source::events_between(&after, &before).iter().for_each(|e| loaded.trackers.apply(e));
+        loaded.trackers.commit();
+        let t = Instant::now();
+        let mut all: Vec<Event> = after.services.iter().map(|s| Event::ServiceApplied(Arc::new(s.clone()))).collect();
+        all.extend(after.slices.iter().map(|s| Event::SliceApplied(Arc::new(s.clone()))));
+        n_every = all.len();
+        all.iter().for_each(|e| loaded.trackers.apply(e));
+        loaded.trackers.commit();
+        every.push(t.elapsed());
+        source::events_between(&after, &before).iter().for_each(|e| loaded.trackers.apply(e));
+        loaded.trackers.commit();
+    }
+    Ok(format!(
+        "| step | median | best |\n|---|---:|---:|\n| read + parse {} | {} | {} |\n| events + track, changes only ({n_changes} events) | {} | {} |\n| events + track, every object ({n_every} events) | {} | {} |\n",
+        changed.display(),
+        secs(median(&read)),
+        secs(best(&read)),
+        secs(median(&changes)),
+        secs(best(&changes)),
+        secs(median(&every)),
+        secs(best(&every)),
+    ))
+}
