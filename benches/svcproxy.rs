@@ -1,6 +1,6 @@
 //! `cargo bench`: svcproxy in process on generated clusters (1,000, 5,000, 10,000 and
 //! 50,000 services × 10 endpoints; `SVCPROXY_BENCH_SIZES=1000,10000` picks others):
-//! parse + track, the full iptables render beside writing the same bytes, the full IPVS
+//! parse + track (YAML, and JSON `kind: List` up to 10,000), the full iptables render beside writing the same bytes, the full IPVS
 //! plan, and a one-endpoint change (at every size up to 10,000). Ten samples each, their
 //! median in BENCHMARKS.md (`scripts/bench` writes it from criterion's output).
 
@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion, SamplingMode};
 
-use svcproxy::bench::{self, report, Discard, OneEndpoint};
+use svcproxy::bench::{self, report, Discard, InputFormat, OneEndpoint};
 use svcproxy::track::Event;
 use svcproxy::pipeline;
 
@@ -54,6 +54,14 @@ fn cluster(c: &mut Criterion, n: usize) {
     g.finish();
     let loaded = bench::load_text(&text).unwrap();
     drop(text);
+    if n <= CHANGE_MAX {
+        // The same cluster as one JSON `kind: List` (what `kubectl get -o json` prints).
+        let json = bench::generated_as(n, ENDPOINTS, InputFormat::JsonList).expect("the generated cluster as JSON");
+        let per = once(|| bench::load_text(&json).expect("the generated JSON list loads"));
+        let mut g = group(c, "parse_track_json", per);
+        g.bench_function(BenchmarkId::from_parameter(n), |b| b.iter(|| bench::load_text(black_box(&json)).unwrap()));
+        g.finish();
+    }
 
     let rulesets = pipeline::render_iptables(&loaded);
     let restore = pipeline::iptables_text(&rulesets);

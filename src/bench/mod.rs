@@ -34,6 +34,44 @@ pub fn generated(services: usize, endpoints: usize) -> String {
     gen::yaml(&GenSpec { services, endpoints, seed: SEED })
 }
 
+/// How a generated cluster is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum InputFormat {
+    /// `---`-separated YAML documents (what the generator writes).
+    #[default]
+    Yaml,
+    /// One JSON `kind: List` holding every object, indented as `kubectl get -o json` prints it.
+    JsonList,
+}
+
+/// The generated cluster of `services` × `endpoints` (seed [`SEED`]) in `format`.
+pub fn generated_as(services: usize, endpoints: usize, format: InputFormat) -> anyhow::Result<String> {
+    let yaml = generated(services, endpoints);
+    match format {
+        InputFormat::Yaml => Ok(yaml),
+        InputFormat::JsonList => json_list(&yaml),
+    }
+}
+
+/// A generated cluster's YAML documents as one JSON `kind: List` (keys in kubectl's
+/// order, which is alphabetical, four-space indents as `kubectl get -o json` writes).
+pub fn json_list(yaml: &str) -> anyhow::Result<String> {
+    use serde::Serialize as _;
+    let mut items = Vec::new();
+    for doc in yaml.split("\n---\n") {
+        let value: serde_json::Value = serde_saphyr::from_str(doc)?;
+        if !value.is_null() {
+            items.push(value);
+        }
+    }
+    let list = serde_json::json!({"apiVersion": "v1", "items": items, "kind": "List", "metadata": {"resourceVersion": ""}});
+    let mut out = Vec::with_capacity(yaml.len() * 3);
+    let mut ser = serde_json::Serializer::with_formatter(&mut out, serde_json::ser::PrettyFormatter::with_indent(b"    "));
+    list.serialize(&mut ser)?;
+    out.push(b'\n');
+    Ok(String::from_utf8(out)?)
+}
+
 /// Loads a generated cluster the way every benchmark does (no nfacct matches: the
 /// counters do not exist in a fresh network namespace).
 pub fn load_text(text: &str) -> anyhow::Result<pipeline::Loaded> {
@@ -290,6 +328,17 @@ mod tests {
         assert!(one.kube_proxy_partial(&changes).contains("\n:KUBE-SERVICES - [0:0]\n"));
         one.step(&revert);
         assert_eq!(restore::write(&one.ruleset, Scope::Full, &[]), full(&one.base_text));
+    }
+
+    #[test]
+    fn the_json_list_holds_the_same_cluster() {
+        let yaml = generated(30, 3);
+        let json = generated_as(30, 3, InputFormat::JsonList).unwrap();
+        assert!(json.starts_with("{\n    \"apiVersion\": \"v1\",\n    \"items\": [\n"), "{}", &json[..60]);
+        let mut state = ClusterState::default();
+        source::file::read_str(std::path::Path::new("generated.json"), &json, &mut state).unwrap();
+        let rules = |l: pipeline::Loaded| restore::write(&pipeline::render_iptables(&l)[0], Scope::Full, &[]);
+        assert_eq!(rules(load(state).unwrap()), rules(load_text(&yaml).unwrap()));
     }
 
     #[test]

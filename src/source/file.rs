@@ -28,6 +28,7 @@ use super::convert::{self, Skip};
 use super::convert_extra;
 use super::error::{FieldError, SourceError};
 use super::extra::Extra;
+use super::json::{self, Doc};
 use super::fixture::{FixtureDoc, FIXTURE_KIND};
 use crate::model::{EndpointSlice, NamespacedName, Node, Service};
 
@@ -222,9 +223,8 @@ pub fn read_path_lenient(path: &Path) -> (ClusterState, Vec<SourceError>) {
     };
     for file in files {
         let read = read_text(&file).and_then(|text| {
-            each_document(&file, &text, |doc, line, value, item_lines| {
-                let at = At { path: &file, line, doc, item: None, item_lines: &item_lines };
-                if let Err(e) = read_value(&at, value, &mut state) {
+            each_document(&file, &text, |doc, line, value| {
+                if let Err(e) = read_doc(&file, doc, line, value, &mut state) {
                     errors.push(e);
                 }
                 Ok(())
@@ -240,31 +240,28 @@ pub fn read_path_lenient(path: &Path) -> (ClusterState, Vec<SourceError>) {
 
 /// Parses one file's text into `state`. `path` is only used in messages.
 pub fn read_str(path: &Path, text: &str, state: &mut ClusterState) -> Result<(), SourceError> {
-    let skipped = each_document(path, text, |doc, line, value, item_lines| {
-        read_value(&At { path, line, doc, item: None, item_lines: &item_lines }, value, state)
-    })?;
+    let skipped = each_document(path, text, |doc, line, value| read_doc(path, doc, line, value, state))?;
     state.notes.extend(skipped);
     Ok(())
 }
 
-/// Calls `f(document number, start line, document, start line of each of its items)`
-/// for each document of a file (returning a note of what was skipped between them), one
-/// at a time: a document is read, handed over and dropped before the next is parsed, so
-/// a large multi-document dump is never held whole as a tree. A file of JSON values (one,
-/// or a stream of them) goes through serde_json (fast for large dumps; item lines found
-/// by a scan of the value's text); everything else, JSON documents between `---` lines
-/// included, through serde-saphyr. Stops at the first error (a syntax error, or one `f`
-/// returns).
-fn each_document(
+/// Calls `f(document number, start line, document)` for each document of a file
+/// (returning a note of what was skipped between them), one at a time: a document is
+/// read, handed over and dropped before the next is parsed, so a large multi-document
+/// dump is never held whole as a tree. A file of JSON values (one, or a stream of them)
+/// goes through serde_json ([`json::each_value`]: fast, and a list's items are read one
+/// at a time); everything else, JSON documents between `---` lines included, through
+/// serde-saphyr. Stops at the first error (a syntax error, or one `f` returns).
+fn each_document<'t>(
     path: &Path,
-    text: &str,
-    mut f: impl FnMut(usize, u64, Value, Vec<u64>) -> Result<(), SourceError>,
+    text: &'t str,
+    mut f: impl FnMut(usize, u64, Doc<'t>) -> Result<(), SourceError>,
 ) -> Result<Option<Note>, SourceError> {
     // A line `---` cannot occur in JSON text: such a file is YAML documents (a container
     // log in a `kubectl cluster-info dump` may hold one: only what comes before is looked at).
     let before_logs = text.find("\n==== START logs for container ").map_or(text, |i| &text[..i]);
     if text.trim_start().starts_with('{') && !before_logs.lines().any(|l| l.trim_end() == "---") {
-        return each_json_value(path, text, f);
+        return json::each_value(path, text, f);
     }
     // serde-saphyr's default budget suits config files; a cluster dump has one document
     // per object. Size limits scale with the input; alias and anchor limits (the
@@ -290,132 +287,10 @@ fn each_document(
             continue;
         }
         doc += 1;
-        f(doc, spanned.referenced.line(), spanned.value.value, spanned.value.item_lines)?;
+        let YamlDoc { value, item_lines } = spanned.value;
+        f(doc, spanned.referenced.line(), Doc::Tree { value, item_lines })?;
     }
     Ok(None)
-}
-
-/// [`each_document`] for a file of concatenated JSON values. Container logs between them
-/// (`kubectl cluster-info dump` to stdout writes each between `==== START logs for
-/// container …` and `==== END logs for container …` lines) are skipped; what was skipped
-/// comes back as a note.
-fn each_json_value(
-    path: &Path,
-    text: &str,
-    mut f: impl FnMut(usize, u64, Value, Vec<u64>) -> Result<(), SourceError>,
-) -> Result<Option<Note>, SourceError> {
-    const START: &str = "==== START logs for container ";
-    let (mut base, mut counted, mut line) = (0, 0, 1);
-    let mut doc = 0;
-    let mut logs: Option<(u64, usize)> = None;
-    'restart: loop {
-        let mut stream = serde_json::Deserializer::from_str(&text[base..]).into_iter::<Value>();
-        loop {
-            let rest = &text[base + stream.byte_offset()..];
-            let start = text.len() - rest.trim_start().len();
-            line += text.as_bytes()[counted..start].iter().filter(|&&b| b == b'\n').count() as u64;
-            counted = start;
-            if let Some(header) = text[start..].lines().next().filter(|l| l.starts_with(START)) {
-                // Through the matching END line (or the end of the text).
-                let end = header.replacen("==== START", "==== END", 1);
-                let after = text[start..].find(&format!("\n{end}")).map_or(text.len(), |i| {
-                    let from = start + i + 1;
-                    text[from..].find('\n').map_or(text.len(), |j| from + j + 1)
-                });
-                logs.get_or_insert((line, 0)).1 += 1;
-                base = after;
-                continue 'restart;
-            }
-            match stream.next() {
-                None => break 'restart,
-                Some(Err(e)) => {
-                    return Err(SourceError::Syntax {
-                        path: path.to_path_buf(),
-                        message: format!("line {}: malformed JSON: {e}", line_in(text, base, e.line())),
-                    });
-                }
-                Some(Ok(value)) => {
-                    doc += 1;
-                    let n_items = value.get("items").and_then(Value::as_array).map_or(0, Vec::len);
-                    let item_lines = if n_items == 0 {
-                        Vec::new()
-                    } else {
-                        json_item_lines(&text[start..base + stream.byte_offset()], line, n_items)
-                    };
-                    f(doc, line, value, item_lines)?;
-                }
-            }
-        }
-    }
-    Ok(logs.map(|(first, n)| Note {
-        path: path.to_path_buf(),
-        line: first,
-        text: format!("skipped {n} container log(s) (`==== START logs for container …` to `==== END logs …`, as `kubectl cluster-info dump` writes them)"),
-    }))
-}
-
-/// The start line of each element of the top-level `items` array of the JSON object
-/// `json` (which starts on line `line`); empty unless exactly `n` are found.
-fn json_item_lines(json: &str, line: u64, n: usize) -> Vec<u64> {
-    let b = json.as_bytes();
-    let (mut depth, mut i) = (0usize, 0);
-    let (mut last_string, mut in_items, mut expect_item) = ("", false, false);
-    let mut starts = Vec::with_capacity(n);
-    while i < b.len() {
-        let c = b[i];
-        if expect_item && !c.is_ascii_whitespace() {
-            if c != b']' {
-                starts.push(i);
-            }
-            expect_item = false;
-        }
-        match c {
-            b'"' => {
-                let from = i + 1;
-                i += 1;
-                while i < b.len() && b[i] != b'"' {
-                    i += if b[i] == b'\\' { 2 } else { 1 };
-                }
-                if depth == 1 {
-                    last_string = json.get(from..i).unwrap_or("");
-                }
-            }
-            b'{' | b'[' => {
-                depth += 1;
-                // The array opened in the top-level object right after its key "items".
-                if depth == 2 && c == b'[' && last_string == "items" {
-                    in_items = true;
-                    expect_item = true;
-                }
-            }
-            b'}' | b']' => {
-                if depth == 2 && in_items {
-                    break;
-                }
-                depth = depth.saturating_sub(1);
-            }
-            b',' if depth == 2 && in_items => expect_item = true,
-            _ => {}
-        }
-        i += 1;
-    }
-    if starts.len() != n {
-        return Vec::new();
-    }
-    let (mut counted, mut at) = (0, line);
-    starts
-        .into_iter()
-        .map(|s| {
-            at += b[counted..s].iter().filter(|&&c| c == b'\n').count() as u64;
-            counted = s;
-            at
-        })
-        .collect()
-}
-
-/// The file line of line `rel` (1-based) of the text from byte `base` on.
-fn line_in(text: &str, base: usize, rel: usize) -> u64 {
-    (text.as_bytes()[..base].iter().filter(|&&b| b == b'\n').count() + rel.max(1)) as u64
 }
 
 /// A YAML document as a JSON value, with the start line of each element of its top-level
@@ -607,6 +482,55 @@ impl At<'_> {
 /// items' kind follows from the list's.
 const LIST_KINDS: &[&str] = &["List", "ServiceList", "EndpointSliceList", "NodeList", "PodList", "EndpointsList"];
 
+/// Reads document number `doc` of `path`, which starts on line `line`.
+fn read_doc(path: &Path, doc: usize, line: u64, value: Doc, state: &mut ClusterState) -> Result<(), SourceError> {
+    let at = |item_lines| At { path, line, doc, item: None, item_lines };
+    match value {
+        Doc::Tree { value, item_lines } => read_value(&at(&item_lines), value, state),
+        Doc::List { head, items } => {
+            let kind = head.get("kind").and_then(Value::as_str).unwrap_or("").to_string();
+            if !LIST_KINDS.contains(&kind.as_str()) {
+                // Not a list svcproxy reads: the whole value, as any other document.
+                let mut head = head;
+                let items = items.into_iter().map(|(l, raw)| json::parse_item(path, l, raw)).collect::<Result<_, _>>()?;
+                head.insert("items".to_string(), Value::Array(items));
+                return read_value(&at(&[]), Value::Object(head), state);
+            }
+            let api_version = head.get("apiVersion").and_then(Value::as_str).unwrap_or("").to_string();
+            let items = items.into_iter().map(|(l, raw)| json::parse_item(path, l, raw).map(|v| (l, v)));
+            read_items(&at(&[]), &kind, &api_version, items, state)
+        }
+    }
+}
+
+/// Reads the items of a list of kind `kind` (one of [`LIST_KINDS`]), each with its start
+/// line, one at a time.
+fn read_items(
+    at: &At,
+    kind: &str,
+    api_version: &str,
+    items: impl Iterator<Item = Result<(u64, Value), SourceError>>,
+    state: &mut ClusterState,
+) -> Result<(), SourceError> {
+    // What the API server returns (and `kubectl get --raw`, `kubectl cluster-info dump`
+    // print): items without apiVersion and kind, which are the list's.
+    let item_kind = kind.strip_suffix("List").filter(|k| !k.is_empty());
+    for (i, item) in items.enumerate() {
+        let (line, mut item) = item?;
+        if let (Some(item_kind), Value::Object(m)) = (item_kind, &mut item) {
+            let missing = |m: &serde_json::Map<String, Value>, k: &str| m.get(k).and_then(Value::as_str).is_none_or(str::is_empty);
+            if missing(m, "kind") {
+                m.insert("kind".into(), item_kind.into());
+            }
+            if missing(m, "apiVersion") && !api_version.is_empty() {
+                m.insert("apiVersion".into(), api_version.into());
+            }
+        }
+        read_value(&At { line, item: Some(i), item_lines: &[], ..*at }, item, state)?;
+    }
+    Ok(())
+}
+
 fn read_value(at: &At, value: Value, state: &mut ClusterState) -> Result<(), SourceError> {
     let object = object_name(&value);
     let Value::Object(mut map) = value else {
@@ -618,23 +542,9 @@ fn read_value(at: &At, value: Value, state: &mut ClusterState) -> Result<(), Sou
         let Some(Value::Array(items)) = map.remove("items") else {
             return Err(at.field_error(&kind, object, FieldError::new("items", "missing or not a list")));
         };
-        // What the API server returns (and `kubectl get --raw`, `kubectl cluster-info dump`
-        // print): items without apiVersion and kind, which are the list's.
-        let item_kind = kind.strip_suffix("List").filter(|k| !k.is_empty());
-        for (i, mut item) in items.into_iter().enumerate() {
-            if let (Some(item_kind), Value::Object(m)) = (item_kind, &mut item) {
-                let missing = |m: &serde_json::Map<String, Value>, k: &str| m.get(k).and_then(Value::as_str).is_none_or(str::is_empty);
-                if missing(m, "kind") {
-                    m.insert("kind".into(), item_kind.into());
-                }
-                if missing(m, "apiVersion") && !api_version.is_empty() {
-                    m.insert("apiVersion".into(), api_version.as_str().into());
-                }
-            }
-            let line = at.item_lines.get(i).copied().unwrap_or(at.line);
-            read_value(&At { line, item: Some(i), item_lines: &[], ..*at }, item, state)?;
-        }
-        return Ok(());
+        let lines = at.item_lines;
+        let items = items.into_iter().enumerate().map(|(i, item)| Ok((lines.get(i).copied().unwrap_or(at.line), item)));
+        return read_items(at, &kind, &api_version, items, state);
     }
     let value = Value::Object(map);
     match (api_version.as_str(), kind.as_str()) {
@@ -780,28 +690,33 @@ fn object_name(value: &Value) -> String {
     }
 }
 
-/// The events that turn cluster state `old` into `new` (objects only in `old` are
-/// deleted; objects in `new` are applied, unchanged ones included, as a relist would).
+/// The events that turn cluster state `old` into `new`: objects only in `old` are
+/// deleted; objects new or changed in `new` are applied. An object equal in both gives no
+/// event, so one changed object in a large file costs the trackers one event.
 pub fn events_between(old: &ClusterState, new: &ClusterState) -> Vec<crate::track::Event> {
-    use std::collections::BTreeSet;
+    use std::collections::BTreeMap;
     use std::sync::Arc;
 
     use crate::track::Event;
     let mut events = Vec::new();
-    let new_services: BTreeSet<_> = new.services.iter().map(|s| &s.id).collect();
+    let new_services: BTreeMap<_, _> = new.services.iter().map(|s| (&s.id, s)).collect();
+    let old_services: BTreeMap<_, _> = old.services.iter().map(|s| (&s.id, s)).collect();
     for s in &old.services {
-        if !new_services.contains(&s.id) {
+        if !new_services.contains_key(&s.id) {
             events.push(Event::ServiceDeleted(s.id.clone()));
         }
     }
-    let new_slices: BTreeSet<_> = new.slices.iter().map(|s| &s.id).collect();
+    let new_slices: BTreeMap<_, _> = new.slices.iter().map(|s| (&s.id, s)).collect();
+    let old_slices: BTreeMap<_, _> = old.slices.iter().map(|s| (&s.id, s)).collect();
     for s in &old.slices {
-        if !new_slices.contains(&s.id) {
+        if !new_slices.contains_key(&s.id) {
             events.push(Event::SliceDeleted(Arc::new(s.clone())));
         }
     }
-    events.extend(new.services.iter().map(|s| Event::ServiceApplied(Arc::new(s.clone()))));
-    events.extend(new.slices.iter().map(|s| Event::SliceApplied(Arc::new(s.clone()))));
+    let changed_service = |s: &&Service| old_services.get(&s.id) != Some(s);
+    events.extend(new.services.iter().filter(changed_service).map(|s| Event::ServiceApplied(Arc::new(s.clone()))));
+    let changed_slice = |s: &&EndpointSlice| old_slices.get(&s.id) != Some(s);
+    events.extend(new.slices.iter().filter(changed_slice).map(|s| Event::SliceApplied(Arc::new(s.clone()))));
     events
 }
 
@@ -942,6 +857,24 @@ mod tests {
     }
 
     #[test]
+    fn events_between_two_reads_are_the_changes_only() {
+        use crate::track::Event;
+        let svc = |n: u8, ip: &str| SVC.replace("web", &format!("s{n}")).replace("10.0.0.1", ip);
+        let before = read(&format!("{}---\n{}---\n{}", svc(1, "10.0.0.1"), svc(2, "10.0.0.2"), svc(3, "10.0.0.3"))).unwrap();
+        let after = read(&format!("{}---\n{}---\n{}", svc(1, "10.0.0.1"), svc(2, "10.0.0.9"), svc(4, "10.0.0.4"))).unwrap();
+        let events: Vec<String> = events_between(&before, &after)
+            .iter()
+            .map(|e| match e {
+                Event::ServiceApplied(s) => format!("apply {}", s.id),
+                Event::ServiceDeleted(id) => format!("delete {id}"),
+                other => format!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(events, ["delete ns/s3", "apply ns/s2", "apply ns/s4"]);
+        assert!(events_between(&after, &after).is_empty(), "nothing changed: no event");
+    }
+
+    #[test]
     fn container_logs_between_json_values_are_skipped_with_a_note() {
         let svc = |n: u8| format!(r#"{{"apiVersion": "v1", "kind": "Service", "metadata": {{"name": "s{n}", "namespace": "ns"}}, "spec": {{"clusterIP": "10.0.0.{n}", "ports": [{{"port": 80}}]}}}}"#);
         let log = |c: &str| format!("==== START logs for container {c} of pod ns/p ====\n{{\"msg\": \"not an object of the dump\"}}\n---\n==== END logs for container {c} of pod ns/p ====\n");
@@ -967,7 +900,5 @@ mod tests {
         let mut st = ClusterState::default();
         let err = read_str(Path::new("l.json"), text, &mut st).unwrap_err().to_string();
         assert!(err.starts_with("l.json:8: Service ns/b (items[1]): field spec.ports[0].port"), "{err}");
-        assert_eq!(json_item_lines("{\"items\": [1, [2, 3], \"]\", {\"items\": [4]}]}", 5, 4), [5, 5, 5, 5]);
-        assert!(json_item_lines("{\"items\": [1, 2]}", 1, 3).is_empty(), "a count that does not match gives no lines");
     }
 }

@@ -10,6 +10,7 @@ pub mod error;
 pub mod extra;
 pub mod file;
 pub mod fixture;
+mod json;
 pub mod ratelimit;
 pub mod watch;
 

@@ -1,7 +1,8 @@
 //! `--watch --from PATH`: follow files. The path (a file or a directory) is polled; when
 //! any file's size or modification time changes, and then holds still for one poll, it is
-//! re-read, and the difference from the previous state becomes events, as a relist would. An object that cannot be read is
-//! skipped and reported; the rest of the file is used. The reader's notes are passed on
+//! re-read, and the difference from the previous state becomes events: objects gone are
+//! deleted, objects new or changed are applied, unchanged ones give no event. An object
+//! that cannot be read is skipped and reported; the rest of the file is used. The reader's notes are passed on
 //! when they change.
 
 use std::path::{Path, PathBuf};
@@ -29,9 +30,9 @@ pub enum SourceMsg {
     Node { node: Option<crate::model::Node>, deleting: bool },
 }
 
-type Fingerprint = Vec<(PathBuf, u64, Option<SystemTime>)>;
+type Fingerprint = Vec<(PathBuf, u64, Option<SystemTime>, u64)>;
 
-/// Size and modification time of every file a read of `path` takes (a directory: the
+/// Size, modification time and inode (a file replaced by a rename) of every file a read of `path` takes (a directory: the
 /// same tree the reader walks, subdirectories included), so a change anywhere in it is
 /// seen. A tree that cannot be listed fingerprints as empty; the read then says why.
 fn fingerprint(path: &Path) -> Fingerprint {
@@ -42,8 +43,9 @@ fn fingerprint(path: &Path) -> Fingerprint {
         .map(|f| {
             let meta = std::fs::metadata(&f).ok();
             let len = meta.as_ref().map_or(0, |m| m.len());
+            let inode = meta.as_ref().map_or(0, std::os::unix::fs::MetadataExt::ino);
             let modified = meta.and_then(|m| m.modified().ok());
-            (f, len, modified)
+            (f, len, modified, inode)
         })
         .collect()
 }
@@ -76,7 +78,7 @@ pub async fn watch_files(path: PathBuf, interval: Duration, initial: ClusterStat
         // An empty file is one being rewritten (truncated, not yet written), however long
         // the writer takes: it is never read as a cluster with nothing in it. (To empty a
         // cluster on purpose, write a comment or `---`.)
-        let settled = now == previous_poll && now.iter().all(|(_, len, _)| *len > 0);
+        let settled = now == previous_poll && now.iter().all(|(_, len, _, _)| *len > 0);
         previous_poll = now.clone();
         if now == read_at || !settled {
             continue;

@@ -35,6 +35,14 @@ pub enum Change {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum GenFormat {
+    /// `---`-separated YAML documents
+    Yaml,
+    /// one JSON `kind: List`, indented as `kubectl get -o json` prints it
+    JsonList,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Format {
     /// a markdown table
     Table,
@@ -44,8 +52,9 @@ pub enum Format {
 
 #[derive(Debug, Clone, Subcommand)]
 pub enum BenchWhat {
-    /// Write a deterministic synthetic cluster (YAML) for benchmarks and scale tests
-    #[command(after_help = "Example:\n  svcproxy-bench generate --services 10000 --endpoints 10 > big.yaml")]
+    /// Write a deterministic synthetic cluster (YAML, or one JSON `kind: List`) for
+    /// benchmarks and scale tests
+    #[command(after_help = "Examples:\n  svcproxy-bench generate --services 10000 --endpoints 10 > big.yaml\n  svcproxy-bench generate --services 10000 --endpoints 10 --format json-list > big.json")]
     Generate {
         /// Number of services
         #[arg(long, default_value_t = 1000)]
@@ -56,6 +65,33 @@ pub enum BenchWhat {
         /// Random seed (the same seed gives the same cluster)
         #[arg(long, default_value_t = bench::SEED)]
         seed: u64,
+        /// Output format
+        #[arg(long, value_enum, default_value = "yaml")]
+        format: GenFormat,
+    },
+    /// Read cluster files in process (read, parse, convert) and feed them to fresh
+    /// trackers, timed: each file in turn, run after run; prints the medians
+    #[command(after_help = "Example:\n  svcproxy-bench load big.yaml big.json --runs 5")]
+    Load {
+        /// Cluster files (YAML or JSON)
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Runs per file
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+    },
+    /// What watch mode does when a file changed: read it again, the events from the old
+    /// state to the new, fed to trackers holding the old and committed, timed (beside the
+    /// same with every object as an event)
+    #[command(after_help = "Example:\n  svcproxy-bench partial-restore --write-base a.yaml --write-changed b.yaml > /dev/null\n  svcproxy-bench reread a.yaml b.yaml --runs 5")]
+    Reread {
+        /// The cluster as loaded
+        base: PathBuf,
+        /// The same cluster after a change
+        changed: PathBuf,
+        /// Runs
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
     },
     /// Restore input for a one-endpoint change: svcproxy's (watch-mode partial sync, and a
     /// one-shot sync against a kernel holding the cluster) vs kube-proxy's partial sync
@@ -115,9 +151,15 @@ pub enum BenchWhat {
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match &cli.what {
-        BenchWhat::Generate { services, endpoints, seed } => {
-            out(&gen::yaml(&GenSpec { services: *services, endpoints: *endpoints, seed: *seed }))?;
+        BenchWhat::Generate { services, endpoints, seed, format } => {
+            let yaml = gen::yaml(&GenSpec { services: *services, endpoints: *endpoints, seed: *seed });
+            match format {
+                GenFormat::Yaml => out(&yaml)?,
+                GenFormat::JsonList => out(&bench::json_list(&yaml)?)?,
+            }
         }
+        BenchWhat::Load { files, runs } => out(&crate::load::run(files, *runs)?)?,
+        BenchWhat::Reread { base, changed, runs } => out(&crate::load::reread(base, changed, *runs)?)?,
         BenchWhat::RestoreSize { services, endpoints, format } => {
             if *format == Format::Table {
                 out("| services | endpoints | full restore (lines) | kube-proxy partial sync (lines) | svcproxy watch-mode sync (lines) | svcproxy one-shot sync (lines) |\n|---:|---:|---:|---:|---:|---:|\n")?;

@@ -4,6 +4,7 @@
 //! `bench` feature: `cargo build --release --features bench --bin svcproxy-bench`.
 
 mod commands;
+mod load;
 
 use std::process::ExitCode;
 
