@@ -747,6 +747,32 @@ fn an_ipvs_pass_is_observed_once_per_family() {
     assert!(!text.contains("kubeproxy_sync_proxy_rules_iptables_total") && !text.contains("kubeproxy_sync_full_proxy_rules"), "not IPVS mode's families: {text}");
 }
 
+/// IPVS mode feeds kube-proxy's conntrack reconciler families from the flows it clears,
+/// in the family they were cleared in.
+#[test]
+fn an_ipvs_sync_clearing_flows_feeds_the_reconciler_families() {
+    let dir = std::env::temp_dir().join(format!("svcproxy-engine-ipvs-reconciler-{}", std::process::id()));
+    let (_, kernel, _) = iptables_engine(demo_state());
+    let mut shared = crate::serve::Shared::new(crate::runner::Schedule::new(crate::runner::Timing::default()));
+    shared.metrics.register_mode(crate::config::Mode::Ipvs);
+    let mut l = Loop { engine: ipvs_engine(demo_state(), &dir), kernel, shared: Arc::new(shared) };
+    let base = std::time::Instant::now();
+    l.shared.schedule.lock().unwrap().set_ready(base);
+    l.wake();
+    let reconciles = |l: &Loop, family| l.sample(&of("kubeproxy_conntrack_reconciler_sync_duration_seconds_count", family));
+    assert_eq!(reconciles(&l, "IPv4"), None, "nothing stale yet");
+
+    let (event, gone) = without_first_endpoint(&demo_state(), "kube-system", "kube-dns");
+    l.engine.apply(&[event]);
+    l.shared.schedule.lock().unwrap().changed(base + std::time::Duration::from_secs(1));
+    l.wake();
+    let _ = std::fs::remove_dir_all(&dir);
+    let (cleared, other) = if gone.is_ipv4() { ("IPv4", "IPv6") } else { ("IPv6", "IPv4") };
+    assert_eq!(reconciles(&l, cleared).as_deref(), Some("1"));
+    assert_eq!(reconciles(&l, other), None, "a family with nothing stale does no conntrack work");
+    assert!(l.metric(&of("kubeproxy_conntrack_reconciler_deleted_entries_total", cleared)) > 0, "the recorder reports each flush as deleted");
+}
+
 /// kube-proxy's change counters count every event its trackers receive, changed or not: a
 /// Service event once per family proxier, an EndpointSlice event once, in its family's.
 #[test]
