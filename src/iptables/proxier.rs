@@ -27,16 +27,7 @@ use super::sync::{self, SyncError, SyncReport, Timings};
 use crate::config::Config;
 use crate::track::{Changes, Trackers};
 
-/// One family's stale-flow cleanup in a sync (kube-proxy's conntrack reconciler).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Reconciled {
-    pub family: crate::net::IpFamily,
-    pub seconds: f64,
-    /// Flow entries deleted (`None`: the cleanup failed).
-    pub deleted: Option<usize>,
-    /// Why the cleanup failed (the `conntrack` tool's message).
-    pub error: Option<String>,
-}
+pub use crate::netfilter::conntrack::Reconciled;
 
 /// Whether a sync sends what it computes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -165,15 +156,8 @@ impl Proxier {
 
     /// Clears one family's stale UDP/SCTP flows and records how that went.
     fn clear_stale(&mut self, i: usize, flushes: &[super::conntrack::Flush]) {
-        let v6 = self.rulesets[i].ctx.is_v6();
-        let started = Instant::now();
-        let result = self.conntrack.flush(flushes, v6);
-        let seconds = started.elapsed().as_secs_f64();
-        if let Err(e) = &result {
-            tracing::warn!(error = %e, "stale UDP/SCTP conntrack entries not cleared");
-        }
         let family = self.rulesets[i].ctx.family;
-        self.reconciled.push(Reconciled { family, seconds, deleted: result.as_ref().ok().copied(), error: result.err() });
+        self.reconciled.push(crate::netfilter::conntrack::clear(self.conntrack.as_mut(), family, flushes));
     }
 
     fn send(&mut self, i: usize, partial: incremental::Partial) -> Result<SyncReport, SyncError> {

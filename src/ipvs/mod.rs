@@ -13,6 +13,7 @@ pub mod observe;
 pub mod plan;
 pub mod proxier;
 pub mod reconcile;
+pub mod stale;
 pub mod sync;
 pub mod text;
 

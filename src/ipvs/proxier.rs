@@ -1,7 +1,9 @@
 //! IPVS mode across syncs (watch mode): the kernel interfaces, owned, and a sync that
 //! reads the kernel (IPVS, `kube-ipvs0`, ipsets, iptables) and reconciles it each time.
 //! Graceful termination needs no memory here: draining real servers are found in the
-//! kernel on every sync and removed once drained or past the grace period.
+//! kernel on every sync and removed once drained or past the grace period. After a sync
+//! that applied, the UDP/SCTP conntrack entries its changes made stale are cleared, per
+//! family (kube-proxy's IPVS proxier runs its conntrack reconciler at the same point).
 
 use std::path::PathBuf;
 
@@ -11,7 +13,9 @@ use super::netlink::{Ipvs, NetlinkIpvs};
 use super::reconcile;
 use super::sync::{self, Kernel, Options, Report, SyncError, GRACE_FILE};
 use crate::config::Config;
+use crate::net::IpFamily;
 use crate::netfilter::apply::Restorer;
+use crate::netfilter::conntrack::{self, Conntrack, ExecConntrack, Reconciled};
 use crate::track::Trackers;
 
 /// Where a sync keeps and finds its node-local state.
@@ -44,23 +48,49 @@ pub struct Proxier {
     pub links: Box<dyn Links + Send>,
     pub ipset: Box<dyn IpsetRunner + Send>,
     pub iptables: Box<dyn Restorer + Send>,
+    pub conntrack: Box<dyn Conntrack>,
     pub paths: Paths,
+    /// The stale-flow cleanups of the last sync, for the metrics.
+    pub reconciled: Vec<Reconciled>,
 }
 
 impl Proxier {
-    /// This node's kernel: netlink for IPVS and links, the `ipset` tool, and `iptables`.
+    /// This node's kernel: netlink for IPVS and links, the `ipset`, `iptables` and
+    /// `conntrack` tools.
     pub fn on_node(iptables: Box<dyn Restorer + Send>) -> Result<Self, SyncError> {
         Ok(Proxier {
             ipvs: Box::new(NetlinkIpvs::connect()?),
             links: Box::new(RtNetlink::connect()?),
             ipset: Box::new(ExecIpset),
             iptables,
+            conntrack: Box::new(ExecConntrack),
             paths: Paths::node(),
+            reconciled: Vec::new(),
         })
     }
 
-    /// Syncs (or, with `dry_run`, compares) every family of `cfg` with the kernel.
+    /// Syncs (or, with `dry_run`, compares) every family of `cfg` with the kernel, then
+    /// (unless a dry run) clears the flows the sync made stale.
     pub fn sync(&mut self, cfg: &Config, trackers: &Trackers, dry_run: bool) -> Result<Report, SyncError> {
+        self.reconciled.clear();
+        let report = self.sync_kernel(cfg, trackers, dry_run)?;
+        if !dry_run {
+            self.clear_stale(&cfg.families, &report.flushes);
+        }
+        Ok(report)
+    }
+
+    /// Each family's stale flows, cleared and recorded (a family with none does no work).
+    fn clear_stale(&mut self, families: &[IpFamily], flushes: &[conntrack::Flush]) {
+        for family in families {
+            let mine: Vec<_> = flushes.iter().filter(|f| f.addr.ip.is_some_and(|ip| IpFamily::of(&ip) == *family)).cloned().collect();
+            if !mine.is_empty() {
+                self.reconciled.push(conntrack::clear(self.conntrack.as_mut(), *family, &mine));
+            }
+        }
+    }
+
+    fn sync_kernel(&mut self, cfg: &Config, trackers: &Trackers, dry_run: bool) -> Result<Report, SyncError> {
         let now_secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let opts = Options {
             dry_run,

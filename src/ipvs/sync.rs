@@ -74,6 +74,8 @@ pub struct Report {
     pub timeouts: Option<Timeouts>,
     /// Real servers still draining after this sync.
     pub terminating: usize,
+    /// UDP/SCTP conntrack entries the changes make stale (cleared once applied).
+    pub flushes: Vec<crate::netfilter::conntrack::Flush>,
     /// Where the time went.
     pub timings: Timings,
 }
@@ -156,7 +158,8 @@ pub fn sync(cfg: &Config, trackers: &Trackers, k: &mut Kernel, opts: &Options) -
     let plans = super::plan_all(&cfg, trackers);
     let grace = kernel_state::read_grace(&opts.grace_file);
     let timing = Timing { now_secs: opts.now_secs, grace_period_secs: opts.grace_period_secs };
-    let changes = reconcile::diff(&Wanted::from_plans(&plans, scope(&cfg)), &observed, &grace, timing);
+    let wanted = Wanted::from_plans(&plans, scope(&cfg));
+    let changes = reconcile::diff(&wanted, &observed, &grace, timing);
     let mut report = Report {
         link_missing: index.is_none(),
         ipsets: ipset::delta(&plans, &live_sets),
@@ -164,6 +167,7 @@ pub fn sync(cfg: &Config, trackers: &Trackers, k: &mut Kernel, opts: &Options) -
         sysctls: crate::node::sysctl::changes(&opts.proc_sys, &sysctls(cfg.ipvs.strict_arp)),
         timeouts: timeouts_change(&cfg, timeouts_now),
         terminating: changes.terminating.len(),
+        flushes: super::stale::flows(&observed, &wanted, &changes),
         changes,
         timings: Timings { read, plan: planned.elapsed(), ..Timings::default() },
     };

@@ -2,10 +2,12 @@
 //! cleanup all stand on. Rules are values here ([`rule`]): a chain and its words, written
 //! to restore text by one writer and read back from the kernel's text by one parser;
 //! [`canon`] is `iptables-save`'s canonical form, which desired rules are compared in;
-//! [`apply`] runs `iptables-save`/`iptables-restore` behind the `Restorer` trait.
+//! [`apply`] runs `iptables-save`/`iptables-restore` behind the `Restorer` trait;
+//! [`conntrack`] clears the UDP/SCTP flows a sync made stale, in every mode.
 
 pub mod apply;
 pub mod canon;
+pub mod conntrack;
 pub mod delta;
 pub mod dump;
 pub mod jumps;

@@ -201,7 +201,8 @@ impl Engine {
                 let restore_lines = r.iptables.iter().map(|(_, d)| d.restore_lines()).sum();
                 let whole = r.timings.read + r.timings.plan + r.timings.apply;
                 let elapsed = self.trackers.families.iter().map(|t| (t.family, whole)).collect();
-                Ok(Outcome { restore_lines, ipvs_ops: r.changes.ops.len(), elapsed, detail: Detail::Ipvs(Box::new(r)), ..Outcome::default() })
+                let reconciled = p.reconciled.clone();
+                Ok(Outcome { restore_lines, ipvs_ops: r.changes.ops.len(), elapsed, reconciled, detail: Detail::Ipvs(Box::new(r)), ..Outcome::default() })
             }
             Proxier::Nftables(p) => {
                 let reports = p.sync_as(&self.trackers, changes, full, pass).map_err(|f| SyncFailure::Nftables(Box::new(f)))?;

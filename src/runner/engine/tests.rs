@@ -136,6 +136,11 @@ fn a_topology_change_re_renders_and_resyncs_fully() {
 
 /// An IPVS-mode engine over fake kernels, its node-local files under `dir`.
 fn ipvs_engine(state: ClusterState, dir: &std::path::Path) -> Engine {
+    ipvs_engine_recording(state, dir).0
+}
+
+/// [`ipvs_engine`], with the recorder its stale flows are cleared through.
+fn ipvs_engine_recording(state: ClusterState, dir: &std::path::Path) -> (Engine, RecordingConntrack) {
     let flags = Settings { mode: Some(crate::settings::kinds::ProxyMode::Ipvs), nfacct: Some(false), ..Settings::default() };
     let loaded = pipeline::load(state, flags, Settings::default()).unwrap();
     let sys = dir.join("sys");
@@ -144,14 +149,17 @@ fn ipvs_engine(state: ClusterState, dir: &std::path::Path) -> Engine {
         std::fs::create_dir_all(f.parent().unwrap()).unwrap();
         std::fs::write(&f, "0\n").unwrap();
     }
+    let conntrack = RecordingConntrack::default();
     let proxier = IpvsProxier {
         ipvs: Box::new(FakeIpvs::new()),
         links: Box::new(FakeLinks::default()),
         ipset: Box::new(FakeIpset::default()),
         iptables: Box::new(FakeIptables::new()),
+        conntrack: Box::new(conntrack.clone()),
         paths: Paths { grace_file: dir.join("grace"), grace_period_secs: 0, proc_sys: sys },
+        reconciled: Vec::new(),
     };
-    Engine::ipvs(loaded.config, loaded.trackers, proxier)
+    (Engine::ipvs(loaded.config, loaded.trackers, proxier), conntrack)
 }
 
 /// Real servers in the fake IPVS kernel, over every virtual server.
@@ -180,6 +188,68 @@ fn ipvs_mode_follows_endpoint_changes() {
     let change = engine.sync(false).unwrap();
     assert!(change.ipvs_ops > 0);
     assert!(ipvs_dests(&mut engine) < before);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A slice of `service` without its first endpoint; returns the endpoint's address too.
+fn without_first_endpoint(state: &ClusterState, ns: &str, service: &str) -> (Event, std::net::IpAddr) {
+    let mut s = slice(state, ns, service);
+    let gone = s.endpoints.remove(0).ip;
+    (Event::SliceApplied(Arc::new(s)), gone)
+}
+
+#[test]
+fn ipvs_mode_clears_a_removed_udp_endpoints_flows_after_the_sync() {
+    let state = demo_state();
+    let (event, gone) = without_first_endpoint(&state, "kube-system", "kube-dns");
+    let dir = std::env::temp_dir().join(format!("svcproxy-engine-ipvs-ct-{}", std::process::id()));
+    let (mut engine, conntrack) = ipvs_engine_recording(state, &dir);
+    assert!(engine.sync(true).unwrap().reconciled.is_empty(), "a first sync has no flows to make stale");
+
+    engine.apply(&[event]);
+    let outcome = engine.sync(false).unwrap();
+    let Proxier::Ipvs(p) = &mut engine.proxier else { panic!("ipvs mode") };
+    let still = crate::ipvs::observe::services(p.ipvs.as_mut()).unwrap();
+    assert!(still.iter().all(|(_, dests)| dests.iter().all(|d| d.rs.addr != gone)), "flows are cleared after IPVS lost the endpoint");
+    let flushed = conntrack.flushed.lock().unwrap().clone();
+    assert!(!flushed.is_empty());
+    // kube-dns serves DNS on UDP and TCP: only its UDP virtual servers' flows go.
+    assert!(flushed.iter().all(|f| f.reply_src == Some(gone) && f.addr.protocol == "udp" && f.addr.port == 53), "{flushed:?}");
+    let family = crate::net::IpFamily::of(&gone);
+    assert_eq!(outcome.reconciled.iter().map(|r| (r.family, r.deleted)).collect::<Vec<_>>(), [(family, Some(flushed.len()))]);
+    assert!(engine.sync(false).unwrap().reconciled.is_empty(), "nothing more is stale");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn ipvs_mode_clears_no_flows_for_a_removed_tcp_endpoint() {
+    let state = demo_state();
+    let (event, _) = without_first_endpoint(&state, "shop", "web");
+    let dir = std::env::temp_dir().join(format!("svcproxy-engine-ipvs-ct-tcp-{}", std::process::id()));
+    let (mut engine, conntrack) = ipvs_engine_recording(state, &dir);
+    engine.sync(true).unwrap();
+    engine.apply(&[event]);
+    let outcome = engine.sync(false).unwrap();
+    assert!(outcome.ipvs_ops > 0, "the endpoint left IPVS");
+    assert!(outcome.reconciled.is_empty() && conntrack.flushed.lock().unwrap().is_empty());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn an_ipvs_dry_run_finds_stale_flows_but_clears_none() {
+    let state = demo_state();
+    let (event, gone) = without_first_endpoint(&state, "kube-system", "kube-dns");
+    let dir = std::env::temp_dir().join(format!("svcproxy-engine-ipvs-ct-dry-{}", std::process::id()));
+    let (mut engine, conntrack) = ipvs_engine_recording(state, &dir);
+    engine.sync(true).unwrap();
+    engine.apply(&[event]);
+    let dry = engine.sync_as(false, Pass::DryRun).unwrap();
+    let Detail::Ipvs(report) = &dry.detail else { panic!("ipvs mode") };
+    assert!(!report.flushes.is_empty() && report.flushes.iter().all(|f| f.reply_src == Some(gone)), "{:?}", report.flushes);
+    assert!(dry.reconciled.is_empty() && conntrack.flushed.lock().unwrap().is_empty());
+    // The sync that follows does what the dry run showed.
+    engine.sync(false).unwrap();
+    assert_eq!(*conntrack.flushed.lock().unwrap(), report.flushes);
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -711,6 +781,32 @@ fn an_ipvs_pass_is_observed_once_per_family() {
     assert!(l.sample(&of("kubeproxy_sync_proxy_rules_last_timestamp_seconds", "IPv6")).is_some());
     let text = l.shared.metrics.encode();
     assert!(!text.contains("kubeproxy_sync_proxy_rules_iptables_total") && !text.contains("kubeproxy_sync_full_proxy_rules"), "not IPVS mode's families: {text}");
+}
+
+/// IPVS mode feeds kube-proxy's conntrack reconciler families from the flows it clears,
+/// in the family they were cleared in.
+#[test]
+fn an_ipvs_sync_clearing_flows_feeds_the_reconciler_families() {
+    let dir = std::env::temp_dir().join(format!("svcproxy-engine-ipvs-reconciler-{}", std::process::id()));
+    let (_, kernel, _) = iptables_engine(demo_state());
+    let mut shared = crate::serve::Shared::new(crate::runner::Schedule::new(crate::runner::Timing::default()));
+    shared.metrics.register_mode(crate::config::Mode::Ipvs);
+    let mut l = Loop { engine: ipvs_engine(demo_state(), &dir), kernel, shared: Arc::new(shared) };
+    let base = std::time::Instant::now();
+    l.shared.schedule.lock().unwrap().set_ready(base);
+    l.wake();
+    let reconciles = |l: &Loop, family| l.sample(&of("kubeproxy_conntrack_reconciler_sync_duration_seconds_count", family));
+    assert_eq!(reconciles(&l, "IPv4"), None, "nothing stale yet");
+
+    let (event, gone) = without_first_endpoint(&demo_state(), "kube-system", "kube-dns");
+    l.engine.apply(&[event]);
+    l.shared.schedule.lock().unwrap().changed(base + std::time::Duration::from_secs(1));
+    l.wake();
+    let _ = std::fs::remove_dir_all(&dir);
+    let (cleared, other) = if gone.is_ipv4() { ("IPv4", "IPv6") } else { ("IPv6", "IPv4") };
+    assert_eq!(reconciles(&l, cleared).as_deref(), Some("1"));
+    assert_eq!(reconciles(&l, other), None, "a family with nothing stale does no conntrack work");
+    assert!(l.metric(&of("kubeproxy_conntrack_reconciler_deleted_entries_total", cleared)) > 0, "the recorder reports each flush as deleted");
 }
 
 /// kube-proxy's change counters count every event its trackers receive, changed or not: a
