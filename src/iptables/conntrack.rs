@@ -10,7 +10,7 @@ use std::net::IpAddr;
 use std::process::Command;
 
 use super::restore::{Dump, Rule};
-use crate::trace::matcher_util::split_host_port;
+use crate::net::split_host_port;
 
 /// A service address: protocol, destination IP (`None` for a NodePort on any local
 /// address) and port.

@@ -43,12 +43,6 @@ pub struct Match {
     pub unknown: Option<String>,
 }
 
-pub fn split_host_port(s: &str) -> Option<(IpAddr, u16)> {
-    let (host, port) = s.rsplit_once(':')?;
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    Some((parse_ip_sloppy(host)?, port.parse().ok()?))
-}
-
 fn addr_matches(spec: &str, ip: &IpAddr) -> bool {
     if let Some(c) = Cidr::parse_sloppy(spec) {
         return c.contains(ip);
