@@ -2,6 +2,7 @@
 //! proxier) and the watch loop that owns it. A one-shot `svcproxy sync` (`cli::sync`) is
 //! the engine's first (full) sync, without the loop.
 
+pub mod cleanup;
 pub mod engine;
 pub mod schedule;
 pub mod watch;
