@@ -4,6 +4,7 @@
 
 pub mod cleanup;
 pub mod engine;
+pub mod node;
 pub mod schedule;
 pub mod watch;
 
