@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use support::*;
 use svcproxy::config::Settings;
 use svcproxy::iptables::conntrack::RecordingConntrack;
-use svcproxy::iptables::fake::{Call, FakeIptables, SharedFake};
+use svcproxy::netfilter::fake::{Call, FakeIptables, SharedFake};
 use svcproxy::iptables::partial::{self, Applied, SyncOptions};
 use svcproxy::iptables::proxier::Proxier;
 use svcproxy::iptables::render::Ruleset;

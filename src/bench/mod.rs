@@ -12,7 +12,7 @@ use crate::config::Settings;
 use crate::gen::{self, GenSpec};
 use crate::netfilter::apply::{Backend, RestoreError, Restorer};
 use crate::iptables::conntrack::RecordingConntrack;
-use crate::iptables::fake::FakeIptables;
+use crate::netfilter::fake::FakeIptables;
 use crate::iptables::partial::{self, Applied};
 use crate::iptables::proxier::Proxier;
 use crate::iptables::render::Ruleset;

@@ -10,8 +10,6 @@ pub use crate::netfilter::apply;
 pub mod canary;
 pub mod conntrack;
 pub mod cleanup;
-#[cfg(any(test, feature = "testing"))]
-pub mod fake;
 pub mod incremental;
 pub mod jumps;
 pub mod nfacct;

@@ -8,6 +8,8 @@ pub mod apply;
 pub mod canon;
 pub mod delta;
 pub mod dump;
+#[cfg(any(test, feature = "testing"))]
+pub mod fake;
 pub mod jumps;
 pub mod rule;
 pub mod table;
