@@ -15,6 +15,7 @@ pub mod proxier;
 pub mod reconcile;
 pub mod sync;
 pub mod text;
+pub mod values;
 
 use crate::config::Config;
 use crate::model::{EndpointsMap, ServicePortMap};
