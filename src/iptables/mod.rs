@@ -17,7 +17,7 @@ pub mod names;
 // kube-proxy's partial-restore text: what upstream's tests assert on and the benchmarks'
 // baseline; svcproxy's watch mode sends `incremental`'s instead.
 #[cfg(any(test, feature = "testing"))]
-pub mod partial;
+pub mod kube_proxy_restore;
 pub mod proxier;
 pub mod render;
 pub mod restore;
