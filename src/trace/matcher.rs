@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::ipset::Sets;
 use super::Env;
 use crate::iptables::restore::{word_after, Rule};
-use crate::ipvs::netlink::{Protocol, ServiceKey};
+use crate::ipvs::values::{Protocol, ServiceKey};
 use crate::net::{parse_ip_sloppy, Cidr};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -2,9 +2,9 @@
 //!
 //! - [`msg`]: the family's messages as values (bytes ⇄ [`msg::IpvsMessage`]); pure.
 //! - [`crate::ipvs::values`] (above this module, so the planner need not import the wire
-//!   code): what svcproxy wants ([`VirtualServer`], [`RealServer`]) and what the kernel
-//!   reports besides ([`ObservedVirtualServer`], [`ObservedRealServer`]).
-//! - [`convert`]: which message each [`Op`] becomes and how replies read; pure.
+//!   code): what svcproxy wants (`VirtualServer`, `RealServer`) and what the kernel
+//!   reports besides (`ObservedVirtualServer`, `ObservedRealServer`).
+//! - [`convert`]: which message each `Op` becomes and how replies read; pure.
 //! - [`Ipvs`]: the client trait; [`NetlinkIpvs`] talks to the kernel (and pipelines
 //!   batches with [`Ipvs::apply`]), [`FakeIpvs`] is an in-memory kernel that logs calls.
 
@@ -28,8 +28,3 @@ pub use error::{Errno, Error};
 #[cfg(any(test, feature = "testing"))]
 pub use fake::FakeIpvs;
 pub use kernel::{Direction, NetlinkIpvs, DEFAULT_WINDOW};
-// The values the wire code reads and writes live above it, in `crate::ipvs::values`.
-pub use crate::ipvs::values::{
-    Call, Forward, Info, ObservedRealServer, ObservedVirtualServer, Op, Protocol, RealServer,
-    ServiceKey, Stats, Timeouts, Version, VirtualServer,
-};
