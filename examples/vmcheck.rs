@@ -26,10 +26,8 @@ use std::process::{Command, ExitCode, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use svcproxy::ipvs::netlink::{
-    Errno, Error, FakeIpvs, Forward, Ipvs, NetlinkIpvs, Op, Protocol, RealServer, Timeouts,
-    VirtualServer, DEFAULT_WINDOW,
-};
+use svcproxy::ipvs::netlink::{Errno, Error, FakeIpvs, Ipvs, NetlinkIpvs, DEFAULT_WINDOW};
+use svcproxy::ipvs::values::{Forward, Op, Protocol, RealServer, Timeouts, VirtualServer};
 
 struct Args {
     vs: usize,

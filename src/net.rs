@@ -159,6 +159,14 @@ impl Serialize for Cidr {
     }
 }
 
+/// `ip:port` or `[ip]:port` read back (the inverse of [`join_host_port`]; the address
+/// parsed as Go's `ParseIP` does, leading zeros allowed).
+pub fn split_host_port(s: &str) -> Option<(IpAddr, u16)> {
+    let (host, port) = s.rsplit_once(':')?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    Some((parse_ip_sloppy(host)?, port.parse().ok()?))
+}
+
 /// `ip:port`, or `[ip]:port` for IPv6 (Go's `net.JoinHostPort`).
 pub fn join_host_port(ip: &IpAddr, port: u16) -> String {
     match ip {
@@ -170,6 +178,16 @@ pub fn join_host_port(ip: &IpAddr, port: u16) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn host_port_splits_what_join_host_port_joins() {
+        for (ip, port) in [("10.0.0.1", 80u16), ("fd00::1", 53)] {
+            let ip: IpAddr = ip.parse().unwrap();
+            assert_eq!(split_host_port(&join_host_port(&ip, port)), Some((ip, port)));
+        }
+        assert_eq!(split_host_port("10.0.0.1"), None);
+        assert_eq!(split_host_port("10.0.0.1:http"), None);
+    }
 
     #[test]
     fn leading_zeros_are_decimal_like_go_parse_ip_sloppy() {

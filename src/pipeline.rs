@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use crate::config::{self, Config, ConfigError, Settings};
-use crate::iptables::render::{self, Context, Ruleset};
+use crate::iptables::render::{self, Ruleset};
 use crate::iptables::restore::{self, Scope};
 use crate::net::IpFamily;
 use crate::source::{ClusterState, Note};
@@ -63,15 +63,7 @@ fn family_left_out(families: &[IpFamily], services: &[crate::model::Service]) ->
 
 /// Renders every family's iptables ruleset.
 pub fn render_iptables(loaded: &Loaded) -> Vec<Ruleset> {
-    loaded
-        .trackers
-        .families
-        .iter()
-        .map(|t| {
-            let (services, endpoints) = t.view();
-            render::render(&Context::new(&loaded.config, t.family), services, endpoints)
-        })
-        .collect()
+    render::render_families(&loaded.config, &loaded.trackers)
 }
 
 /// The full restore text of every family: IPv4 first, IPv6 under a `# ip6tables` header

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use support::apiserver::ApiServer;
 use svcproxy::config::Settings;
 use svcproxy::iptables::conntrack::RecordingConntrack;
-use svcproxy::iptables::fake::SharedFake;
+use svcproxy::netfilter::fake::SharedFake;
 use svcproxy::net::IpFamily;
 use svcproxy::runner::{watch, Schedule, Timing};
 use svcproxy::serve::Shared;

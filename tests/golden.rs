@@ -25,8 +25,8 @@ use std::sync::{Arc, Mutex};
 use support::*;
 use svcproxy::config::Settings;
 use svcproxy::iptables::conntrack::RecordingConntrack;
-use svcproxy::iptables::fake::{Call, FakeIptables, SharedFake};
-use svcproxy::iptables::partial::{self, Applied, SyncOptions};
+use svcproxy::netfilter::fake::{Call, FakeIptables, SharedFake};
+use svcproxy::iptables::kube_proxy_restore::{self, Applied, SyncOptions};
 use svcproxy::iptables::proxier::Proxier;
 use svcproxy::iptables::render::Ruleset;
 use support::iptables_check as check;
@@ -121,7 +121,7 @@ fn run_scenario(path: &Path) -> Vec<Step> {
         let mut sent = Vec::new();
         for ((rs, ap), ch) in proxier.rulesets.iter().zip(applied.iter_mut()).zip(&changes) {
             let ch: &svcproxy::track::Changes = ch;
-            let (text, after) = partial::next_restore(ap, rs, &ch.services, sync);
+            let (text, after) = kube_proxy_restore::next_restore(ap, rs, &ch.services, sync);
             sent.push(text);
             *ap = after;
         }

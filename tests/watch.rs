@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use svcproxy::config::Settings;
 use svcproxy::iptables::conntrack::RecordingConntrack;
-use svcproxy::iptables::fake::SharedFake;
+use svcproxy::netfilter::fake::SharedFake;
 use svcproxy::net::IpFamily;
 use svcproxy::pipeline;
 use svcproxy::runner::{watch, Schedule, Timing};

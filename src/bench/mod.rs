@@ -12,8 +12,8 @@ use crate::config::Settings;
 use crate::gen::{self, GenSpec};
 use crate::netfilter::apply::{Backend, RestoreError, Restorer};
 use crate::iptables::conntrack::RecordingConntrack;
-use crate::iptables::fake::FakeIptables;
-use crate::iptables::partial::{self, Applied};
+use crate::netfilter::fake::FakeIptables;
+use crate::iptables::kube_proxy_restore::{self, Applied};
 use crate::iptables::proxier::Proxier;
 use crate::iptables::render::Ruleset;
 use crate::iptables::names::is_service_chain;
@@ -216,7 +216,7 @@ impl OneEndpoint {
     /// kube-proxy's partial restore after [`OneEndpoint::step`] (every top-level chain
     /// rewritten, the changed services' chains), against the cluster as generated.
     pub fn kube_proxy_partial(&self, changes: &Changes) -> String {
-        partial::next_restore(&self.applied, &self.ruleset, &changes.services, partial::SyncOptions::default()).0
+        kube_proxy_restore::next_restore(&self.applied, &self.ruleset, &changes.services, kube_proxy_restore::SyncOptions::default()).0
     }
 }
 

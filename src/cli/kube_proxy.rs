@@ -107,7 +107,7 @@ pub fn run(cli: KubeProxyCli) -> anyhow::Result<ExitCode> {
             }
         }
         let loaded = crate::pipeline::load(crate::source::ClusterState::default(), flags, file).context("invalid configuration")?;
-        super::watch::node_setup(&loaded.config)?;
+        crate::node::setup(&loaded.config)?;
         return Ok(ExitCode::from(EXIT_OK));
     }
     let node = NodeFlags(Settings { oom_score_adj, ..cli.node.0 });

@@ -1,7 +1,6 @@
 //! `svcproxy sync`: program this node's iptables, IPVS or nftables from a cluster state, once; with
 //! `--dry-run`, show what would change and exit 1 if anything would.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
@@ -10,14 +9,12 @@ use clap::{Args, ValueEnum};
 use super::render::load_with;
 use super::{ConfigFlags, EXIT_CHANGES, EXIT_OK};
 use crate::config::Mode;
-use crate::netfilter::apply::{detect_backend, Backend, ExecRestorer};
-use crate::iptables::conntrack::ExecConntrack;
+use crate::netfilter::apply::{detect_backend, Backend};
 use crate::iptables::proxier::Reconciled;
 use crate::iptables::sync::SyncReport;
 use crate::iptables::nfacct;
 use crate::netfilter::delta;
 use crate::net::IpFamily;
-use crate::nftables::apply::ExecNft;
 use crate::node::sysctl::Change;
 use crate::runner::engine::{Detail, Engine, Pass, Proxier, SyncFailure};
 
@@ -109,18 +106,8 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
     let backend = if loaded.config.mode == Mode::Nftables { Backend::Nft } else { args.iptables_backend.resolve() };
     // The engine watch mode runs, built the same way; the one-shot sync is its first (full)
     // sync, or a dry run of it. The engine also sets (or lists) the sysctls the rules need.
-    let restorer = Box::new(ExecRestorer { backend, lock_wait_secs: args.iptables_lock_wait });
-    let mut engine = match loaded.config.mode {
-        Mode::Ipvs => {
-            let proxier = crate::ipvs::proxier::Proxier::on_node(restorer).context("IPVS sync failed")?;
-            Engine::ipvs(loaded.config, loaded.trackers, proxier)
-        }
-        Mode::Nftables => Engine::nftables(loaded.config, loaded.trackers, Box::new(ExecNft::default()), Box::new(ExecConntrack)),
-        Mode::Iptables => Engine::iptables(loaded.config, loaded.trackers, restorer, Box::new(ExecConntrack)).without_canaries(),
-    };
-    if engine.config.mode != Mode::Nftables {
-        engine.sysctl_root = Some(PathBuf::from("/proc/sys"));
-    }
+    let iptables = crate::runner::node::Iptables { backend, lock_wait_secs: args.iptables_lock_wait };
+    let mut engine = crate::runner::node::engine(loaded.config, loaded.trackers, iptables, true).context("IPVS sync failed")?;
     let pass = if args.dry_run { Pass::DryRun } else { Pass::Apply };
     let pending = match engine.sync_as(true, pass) {
         Ok(outcome) => match &outcome.detail {

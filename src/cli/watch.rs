@@ -15,11 +15,8 @@ use super::sync::SyncArgs;
 use super::EXIT_OK;
 use crate::config::client::ClientConnection;
 use crate::config::node::{self, LogFormat, Logging, Servers};
-use crate::config::{Config, Mode, Settings};
-use crate::node::conntrack as node_paths;
+use crate::config::{Mode, Settings};
 use crate::settings::{self, flags::NodeFlags};
-use crate::netfilter::apply::ExecRestorer;
-use crate::iptables::conntrack::ExecConntrack;
 use crate::iptables::nfacct;
 use crate::pipeline;
 use crate::runner::{watch, Schedule, Timing};
@@ -124,7 +121,7 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Server
     };
     let profiling = flags.enable_profiling.or(file.enable_profiling).unwrap_or(false);
     let loaded = pipeline::load(state, flags, file).context("invalid configuration")?;
-    node_setup(&loaded.config)?;
+    crate::node::setup(&loaded.config)?;
     let health_binds = serve::healthcheck::bind_addresses(&loaded.config);
     let timing = Timing {
         min_sync_period: loaded.config.min_sync_period,
@@ -148,18 +145,11 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Server
     shared.metrics.malformed_objects.inc_by(errors as u64);
     let proxy_name = loaded.config.service_proxy_name.clone();
     let node_name = loaded.config.node_name.clone();
-    // nftables mode writes no iptables: no backend to detect.
-    let backend = if loaded.config.mode == Mode::Nftables { crate::iptables::apply::Backend::Nft } else { args.iptables_backend.resolve() };
-    let restorer = Box::new(ExecRestorer { backend, lock_wait_secs: args.iptables_lock_wait });
-    let mut engine = match loaded.config.mode {
-        Mode::Iptables => watch::Engine::iptables(loaded.config, loaded.trackers, restorer, Box::new(ExecConntrack)),
-        Mode::Ipvs => {
-            let p = crate::ipvs::proxier::Proxier::on_node(restorer).context("cannot reach IPVS (is the ip_vs module loaded?)")?;
-            watch::Engine::ipvs(loaded.config, loaded.trackers, p)
-        }
-        Mode::Nftables => watch::Engine::nftables(loaded.config, loaded.trackers, Box::new(crate::nftables::apply::ExecNft::default()), Box::new(ExecConntrack)),
-    };
-    engine.sysctl_root = Some(std::path::PathBuf::from("/proc/sys"));
+    // nftables mode writes no iptables: no backend to detect (detection runs both backends' save).
+    let backend = if loaded.config.mode == Mode::Nftables { crate::netfilter::apply::Backend::Nft } else { args.iptables_backend.resolve() };
+    let iptables = crate::runner::node::Iptables { backend, lock_wait_secs: args.iptables_lock_wait };
+    let engine = crate::runner::node::engine(loaded.config, loaded.trackers, iptables, false)
+        .context("cannot reach IPVS (is the ip_vs module loaded?)")?;
     let health = serve_on("health checks", servers.healthz, servers.hard_fail, serve::health_router(shared.clone())).await?;
     let metrics = serve_on("metrics", servers.metrics, servers.hard_fail, serve::metrics_router_with(shared.clone(), profiling)).await?;
     let (health, metrics) = (shown(health), shown(metrics));
@@ -194,22 +184,6 @@ async fn client(
     let config = connect::config(&conn).await?;
     tracing::info!(qps = conn.qps, burst = conn.burst, "API server: {}", connect::describe(&conn, &config));
     Ok(connect::client_with_metrics(&conn, config, Some(metrics))?)
-}
-
-/// kube-proxy's start-up set-up of the node (also `kube-proxy --init-only`): conntrack
-/// tuning and the mode's sysctls (IPVS mode sets its own on every sync). A value that cannot
-/// be set stops svcproxy, as it stops kube-proxy.
-pub(crate) fn node_setup(config: &Config) -> anyhow::Result<()> {
-    let proc_sys = std::path::Path::new("/proc/sys");
-    let paths = node_paths::Paths { proc_sys, hashsize: std::path::Path::new("/sys/module/nf_conntrack/parameters/hashsize") };
-    node_paths::apply(&config.conntrack, node_paths::node_cpus(), &paths).context("could not set conntrack parameters from kube-proxy configuration")?;
-    if config.mode == Mode::Iptables {
-        crate::node::sysctl::ensure(proc_sys, &crate::node::sysctl::iptables(config))?;
-    }
-    if let Some(warning) = crate::node::sysctl::bridge_warning(proc_sys) {
-        tracing::warn!("{warning}");
-    }
-    Ok(())
 }
 
 /// Serves `router` on `addr`. A port that cannot be bound stops svcproxy with

@@ -61,7 +61,7 @@ pub fn restore_text(tables: &[&str]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::iptables::fake::{Call, FakeIptables};
+    use crate::netfilter::fake::{Call, FakeIptables};
 
     #[test]
     fn ensure_creates_what_is_missing_and_then_sends_nothing() {

@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use super::restore::{Dump, Rule};
+use crate::net::split_host_port;
 use crate::netfilter::conntrack::{stale_flows, Reach};
-use crate::trace::matcher_util::split_host_port;
 
 // Where the modes found these before they were shared (the nftables mode still does).
 pub use crate::netfilter::conntrack::{Conntrack, ExecConntrack, Flush, ServiceAddr};

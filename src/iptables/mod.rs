@@ -10,8 +10,6 @@ pub use crate::netfilter::apply;
 pub mod canary;
 pub mod conntrack;
 pub mod cleanup;
-#[cfg(any(test, feature = "testing"))]
-pub mod fake;
 pub mod incremental;
 pub mod jumps;
 pub mod nfacct;
@@ -19,7 +17,7 @@ pub mod names;
 // kube-proxy's partial-restore text: what upstream's tests assert on and the benchmarks'
 // baseline; svcproxy's watch mode sends `incremental`'s instead.
 #[cfg(any(test, feature = "testing"))]
-pub mod partial;
+pub mod kube_proxy_restore;
 pub mod proxier;
 pub mod render;
 pub mod restore;

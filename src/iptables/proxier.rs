@@ -22,7 +22,7 @@ use crate::netfilter::apply::{RestoreError, Restorer};
 use super::canary;
 use super::conntrack::Conntrack;
 use super::incremental::{self, Before};
-use super::render::{self, Context, Ruleset};
+use super::render::{self, Ruleset};
 use super::sync::{self, SyncError, SyncReport, Timings};
 use crate::config::Config;
 use crate::track::{Changes, Trackers};
@@ -76,7 +76,7 @@ pub struct Proxier {
 
 impl Proxier {
     pub fn new(config: &Config, trackers: &Trackers, restorer: Box<dyn Restorer + Send>, conntrack: Box<dyn Conntrack>) -> Self {
-        let rulesets = render_all(config, trackers);
+        let rulesets = render::render_families(config, trackers);
         let in_sync = vec![false; rulesets.len()];
         Proxier { rulesets, reconciled: Vec::new(), in_sync, canaries: true, restorer, conntrack }
     }
@@ -89,7 +89,7 @@ impl Proxier {
     /// Renders everything again (the configuration changed, e.g. this node's zone); the
     /// next sync compares with the kernel.
     pub fn rerender(&mut self, config: &Config, trackers: &Trackers) {
-        self.rulesets = render_all(config, trackers);
+        self.rulesets = render::render_families(config, trackers);
         self.in_sync.iter_mut().for_each(|s| *s = false);
     }
 
@@ -197,15 +197,4 @@ impl Proxier {
             })
             .collect()
     }
-}
-
-fn render_all(config: &Config, trackers: &Trackers) -> Vec<Ruleset> {
-    trackers
-        .families
-        .iter()
-        .map(|t| {
-            let (s, e) = t.view();
-            render::render(&Context::new(config, t.family), s, e)
-        })
-        .collect()
 }

@@ -8,7 +8,8 @@ use std::net::IpAddr;
 
 use super::ipset;
 use super::link::{LinkError, Links};
-use super::netlink::{self, Ipvs, Op};
+use super::netlink::{self, Ipvs};
+use super::values::Op;
 use super::plan::rules::{KUBE_IPVS_FILTER, KUBE_IPVS_OUT_FILTER, KUBE_LOAD_BALANCER, KUBE_NODE_PORT, KUBE_SOURCE_RANGES_FIREWALL};
 use super::plan::DUMMY_LINK;
 use super::reconcile::DEFAULT_NODE_PORT_RANGE;

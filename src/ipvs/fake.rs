@@ -1,5 +1,5 @@
 //! In-memory links and ipsets for IPVS-mode tests that need no root (the IPVS fake is
-//! [`super::netlink::FakeIpvs`]; iptables' is [`crate::iptables::fake::FakeIptables`]).
+//! [`super::netlink::FakeIpvs`]; iptables' is [`crate::netfilter::fake::FakeIptables`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 

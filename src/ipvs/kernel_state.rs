@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::Path;
 
-use super::netlink::{Protocol, ServiceKey};
+use super::values::{Protocol, ServiceKey};
 use super::reconcile::Grace;
 use crate::netfilter::jumps::Jump;
 use crate::netfilter::{Dump, Rule, Table};

@@ -16,6 +16,7 @@ pub mod reconcile;
 pub mod stale;
 pub mod sync;
 pub mod text;
+pub mod values;
 
 use crate::config::Config;
 use crate::model::{EndpointsMap, ServicePortMap};

@@ -1,6 +1,7 @@
 //! Reads the kernel's IPVS state through an [`Ipvs`] client.
 
-use super::netlink::{Error, Ipvs, ObservedRealServer, ObservedVirtualServer};
+use super::netlink::{Error, Ipvs};
+use super::values::{ObservedRealServer, ObservedVirtualServer};
 
 /// Every virtual server with its real servers, in the client's order.
 pub fn services(ipvs: &mut dyn Ipvs) -> Result<Vec<(ObservedVirtualServer, Vec<ObservedRealServer>)>, Error> {

@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::ops::RangeInclusive;
 
-use super::netlink::{ObservedRealServer, ObservedVirtualServer, Op, Protocol, RealServer, ServiceKey, VirtualServer};
+use super::values::{ObservedRealServer, ObservedVirtualServer, Op, Protocol, RealServer, ServiceKey, VirtualServer};
 use super::plan::{Desired, Plan};
 use crate::net::Cidr;
 

@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::netlink::{Op, Protocol, RealServer, ServiceKey};
+use super::values::{Op, Protocol, RealServer, ServiceKey};
 use super::reconcile::{Changes, Observed, Wanted};
 use crate::netfilter::conntrack::{stale_flows, Flush, Reach, ServiceAddr};
 
@@ -49,7 +49,7 @@ fn reach<'a>(reals: impl Iterator<Item = &'a RealServer>) -> Reach {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ipvs::netlink::{ObservedRealServer, ObservedVirtualServer, VirtualServer};
+    use crate::ipvs::values::{ObservedRealServer, ObservedVirtualServer, VirtualServer};
     use crate::ipvs::plan::Desired;
 
     fn vs(ip: &str, protocol: Protocol) -> VirtualServer {

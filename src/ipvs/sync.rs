@@ -11,7 +11,8 @@ use std::time::Instant;
 use super::ipset::{self, IpsetRunner};
 use super::kernel_state::{self, sysctls};
 use super::link::{LinkAddress, LinkError, Links};
-use super::netlink::{self, Ipvs, Timeouts};
+use super::netlink::{self, Ipvs};
+use super::values::{Op, Timeouts};
 use super::plan::{Context, Plan, DUMMY_LINK};
 use super::reconcile::{self, Changes, Observed, Scope, Timing, Wanted};
 use crate::config::Config;
@@ -123,7 +124,7 @@ impl Report {
             out.push_str("# ipvs\n");
             self.changes.ops.iter().for_each(|op| { let _ = writeln!(out, "{op}"); });
             if let Some(t) = self.timeouts {
-                let _ = writeln!(out, "{}", netlink::Op::SetTimeouts(t));
+                let _ = writeln!(out, "{}", Op::SetTimeouts(t));
             }
         }
         if !self.ipsets.is_empty() {

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 use std::net::IpAddr;
 
-use super::netlink::{Forward, Protocol, RealServer, VirtualServer};
+use super::values::{Forward, Protocol, RealServer, VirtualServer};
 use super::plan::{ipsets, Plan};
 use crate::net::{join_host_port, IpFamily};
 

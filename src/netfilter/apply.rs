@@ -1,6 +1,6 @@
 //! The only code that runs iptables: `iptables-save` to read what the kernel holds and
 //! `iptables-restore --noflush --counters` to change it, for one backend (nft or legacy)
-//! and both families, behind the [`Restorer`] trait (with [`crate::iptables::fake::FakeIptables`]
+//! and both families, behind the [`Restorer`] trait (with [`super::fake::FakeIptables`]
 //! for tests).
 
 use std::io::Write;

@@ -10,6 +10,8 @@ pub mod canon;
 pub mod conntrack;
 pub mod delta;
 pub mod dump;
+#[cfg(any(test, feature = "testing"))]
+pub mod fake;
 pub mod jumps;
 pub mod rule;
 pub mod table;

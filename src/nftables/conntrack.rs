@@ -75,7 +75,7 @@ fn endpoints(rules: &BTreeMap<&str, Vec<&str>>, chain: &str, out: &mut BTreeSet<
     }
     for rule in rules.get(chain).into_iter().flatten() {
         if let Some(to) = rule.split("dnat to ").nth(1).and_then(|s| s.split_whitespace().next()) {
-            if let Some((ip, _)) = crate::trace::matcher_util::split_host_port(to) {
+            if let Some((ip, _)) = crate::net::split_host_port(to) {
                 out.insert(ip);
             }
         }

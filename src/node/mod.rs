@@ -7,6 +7,33 @@ pub mod sysctl;
 
 use std::path::Path;
 
+use crate::config::{Config, Mode};
+
+/// A start-up set-up value that could not be set.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("could not set conntrack parameters from kube-proxy configuration")]
+    Conntrack(#[source] sysctl::SysctlError),
+    #[error(transparent)]
+    Sysctl(#[from] sysctl::SysctlError),
+}
+
+/// kube-proxy's start-up set-up of the node (also `kube-proxy --init-only`): conntrack
+/// tuning and the mode's sysctls (IPVS mode sets its own on every sync); a missing
+/// br_netfilter is logged. A value that cannot be set stops svcproxy, as it stops kube-proxy.
+pub fn setup(config: &Config) -> Result<(), SetupError> {
+    let proc_sys = Path::new("/proc/sys");
+    let paths = conntrack::Paths { proc_sys, hashsize: Path::new("/sys/module/nf_conntrack/parameters/hashsize") };
+    conntrack::apply(&config.conntrack, conntrack::node_cpus(), &paths).map_err(SetupError::Conntrack)?;
+    if config.mode == Mode::Iptables {
+        sysctl::ensure(proc_sys, &sysctl::iptables(config))?;
+    }
+    if let Some(warning) = sysctl::bridge_warning(proc_sys) {
+        tracing::warn!("{warning}");
+    }
+    Ok(())
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
     #[error("oomScoreAdj {0} is not in [-1000, 1000]")]

@@ -2,8 +2,10 @@
 //! proxier) and the watch loop that owns it. A one-shot `svcproxy sync` (`cli::sync`) is
 //! the engine's first (full) sync, without the loop.
 
+pub mod cleanup;
 pub mod engine;
 pub mod memory;
+pub mod node;
 pub mod schedule;
 pub mod watch;
 

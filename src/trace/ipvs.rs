@@ -23,7 +23,7 @@ use serde::Serialize;
 
 use super::{run_chain, Branch, Cx, Entry, Env, Flow, Packet, Sets};
 use crate::netfilter::Dump;
-use crate::ipvs::netlink::{Forward, Protocol, RealServer, ServiceKey, VirtualServer};
+use crate::ipvs::values::{Forward, Protocol, RealServer, ServiceKey, VirtualServer};
 use crate::ipvs::plan::Plan;
 use crate::ipvs::text::{dest_line, service_line};
 use crate::net::join_host_port;

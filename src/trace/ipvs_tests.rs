@@ -9,7 +9,7 @@ use super::ipvs::{self, IpvsTrace, Table, Virtual};
 use super::{Entry, Env, Packet, Sets};
 use crate::config::Settings;
 use crate::iptables::restore::Dump;
-use crate::ipvs::netlink::{Protocol, RealServer, ServiceKey, VirtualServer};
+use crate::ipvs::values::{Protocol, RealServer, ServiceKey, VirtualServer};
 use crate::net::IpFamily;
 
 struct Node {

@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::ipset::Sets;
 use super::Env;
 use crate::iptables::restore::{word_after, Rule};
-use crate::ipvs::netlink::{Protocol, ServiceKey};
+use crate::ipvs::values::{Protocol, ServiceKey};
 use crate::net::{parse_ip_sloppy, Cidr};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -41,12 +41,6 @@ pub struct State {
 pub struct Match {
     pub probability: f64,
     pub unknown: Option<String>,
-}
-
-pub fn split_host_port(s: &str) -> Option<(IpAddr, u16)> {
-    let (host, port) = s.rsplit_once(':')?;
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    Some((parse_ip_sloppy(host)?, port.parse().ok()?))
 }
 
 fn addr_matches(spec: &str, ip: &IpAddr) -> bool {

@@ -17,11 +17,6 @@ pub mod ipvs;
 mod ipvs_tests;
 mod matcher;
 
-/// Argument helpers shared with other rule readers.
-pub mod matcher_util {
-    pub use super::matcher::split_host_port;
-}
-
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
@@ -291,7 +286,7 @@ fn target(cx: &Cx, table: &str, rule: &Rule, mut b: Branch, depth: usize) -> Vec
         }
         "DNAT" => {
             let dest = rule.args.after("--to-destination").unwrap_or("").to_string();
-            if let Some((ip, port)) = matcher::split_host_port(&dest) {
+            if let Some((ip, port)) = crate::net::split_host_port(&dest) {
                 b.packet.dst = ip;
                 b.packet.dport = port;
             }

@@ -9,7 +9,7 @@ use super::*;
 use crate::config::Settings;
 use crate::gen::{self, GenSpec};
 use crate::netfilter::apply::Restorer;
-use crate::iptables::fake::FakeIptables;
+use crate::netfilter::fake::FakeIptables;
 use crate::iptables::render::fixed;
 use crate::iptables::sync::sync;
 use crate::model::{EndpointSlice, Service, ServiceType, SliceEndpoint, TrafficPolicy};

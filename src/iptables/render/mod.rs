@@ -135,6 +135,19 @@ pub fn render(ctx: &Context, services: &ServicePortMap, endpoints: &EndpointsMap
     Ruleset { ctx: ctx.clone(), large_cluster, services: rendered, endpoint_total, rule_total }
 }
 
+/// Every family's ruleset, from the trackers' committed state (what the proxier starts
+/// from and `svcproxy render` prints).
+pub fn render_families(config: &crate::config::Config, trackers: &crate::track::Trackers) -> Vec<Ruleset> {
+    trackers
+        .families
+        .iter()
+        .map(|t| {
+            let (services, endpoints) = t.view();
+            render(&Context::new(config, t.family), services, endpoints)
+        })
+        .collect()
+}
+
 /// Below this many service ports one thread renders them all.
 const PARALLEL_MIN: usize = 512;
 

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use crate::config::Settings;
-use crate::iptables::fake::{Call, FakeIptables};
+use crate::netfilter::fake::{Call, FakeIptables};
 use crate::iptables::render::Ruleset;
 use crate::iptables::sync::{needed_jumps, sync};
 use crate::iptables::restore;

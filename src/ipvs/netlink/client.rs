@@ -2,7 +2,7 @@
 //! [`super::FakeIpvs`] keeps an in-memory kernel and records every call.
 
 use super::error::Error;
-use super::types::{
+use crate::ipvs::values::{
     Info, ObservedRealServer, ObservedVirtualServer, Op, RealServer, Timeouts, VirtualServer,
 };
 

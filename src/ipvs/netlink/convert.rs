@@ -9,7 +9,7 @@ use super::msg::{
     DestAttr, Flags, InetAddr, IpvsAttr, IpvsCmd, IpvsMessage, ServiceAttr, AF_INET, AF_INET6,
     IP_VS_SVC_F_HASHED, IP_VS_SVC_F_PERSISTENT,
 };
-use super::types::{
+use crate::ipvs::values::{
     Forward, Info, ObservedRealServer, ObservedVirtualServer, Op, Protocol, RealServer, ServiceKey,
     Stats, Timeouts, VirtualServer,
 };
@@ -251,7 +251,7 @@ pub fn observed_service(
         Some(m) => {
             netmask_prefix(af, m).ok_or_else(|| format!("netmask {m:#x} is not a prefix"))?
         }
-        None => super::types::full_prefix(addr),
+        None => crate::ipvs::values::full_prefix(addr),
     };
     let persistent = (raw.flags & IP_VS_SVC_F_PERSISTENT != 0).then_some(raw.timeout);
     let vs = VirtualServer {

@@ -6,7 +6,7 @@ use netlink_packet_core::DefaultNla;
 
 use super::convert::{netmask_prefix, netmask_raw, observed_dest, observed_service, op_request};
 use super::msg::{DestAttr as D, Flags, InetAddr, IpvsAttr as A, IpvsCmd, ServiceAttr as S};
-use super::types::{Forward, Op, Protocol, RealServer, Timeouts, VirtualServer};
+use crate::ipvs::values::{Forward, Op, Protocol, RealServer, Timeouts, VirtualServer};
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()

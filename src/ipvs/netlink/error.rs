@@ -6,7 +6,7 @@ use std::io;
 
 use netlink_packet_core::DecodeError;
 
-use super::types::Call;
+use crate::ipvs::values::Call;
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

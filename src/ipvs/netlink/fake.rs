@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use super::client::Ipvs;
 use super::error::{Errno, Error};
-use super::types::{
+use crate::ipvs::values::{
     Call, Forward, Info, ObservedRealServer, ObservedVirtualServer, Op, RealServer, ServiceKey,
     Stats, Timeouts, Version, VirtualServer,
 };

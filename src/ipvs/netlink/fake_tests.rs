@@ -2,7 +2,7 @@
 
 use std::net::IpAddr;
 
-use super::types::{Call, Forward, Op, Protocol, RealServer, Timeouts, VirtualServer};
+use crate::ipvs::values::{Call, Forward, Op, Protocol, RealServer, Timeouts, VirtualServer};
 use super::{Errno, FakeIpvs, Ipvs};
 
 fn ip(s: &str) -> IpAddr {

@@ -23,7 +23,7 @@ use super::client::{BatchReport, Failure, Ipvs};
 use super::convert::{self, op_request};
 use super::error::Error;
 use super::msg::{IpvsMessage, AF_INET, AF_INET6, IPVS_GENL_NAME};
-use super::types::{
+use crate::ipvs::values::{
     Call, Info, ObservedRealServer, ObservedVirtualServer, Op, RealServer, Timeouts, VirtualServer,
 };
 

@@ -22,7 +22,7 @@ use super::convert::op_request;
 use super::msg::{
     DestAttr as D, Flags, InetAddr, IpvsAttr as A, IpvsCmd, IpvsMessage, ServiceAttr as S,
 };
-use super::types::{Op, Protocol, RealServer, VirtualServer};
+use crate::ipvs::values::{Op, Protocol, RealServer, VirtualServer};
 
 type Msg = NetlinkMessage<GenlMessage<IpvsMessage>>;
 

@@ -13,7 +13,7 @@ use std::net::IpAddr;
 pub use context::Context;
 pub use ipsets::SetId;
 
-use crate::ipvs::netlink::{RealServer, ServiceKey, VirtualServer};
+use crate::ipvs::values::{RealServer, ServiceKey, VirtualServer};
 use crate::model::{EndpointsMap, ServicePortMap, ServicePortName};
 use crate::net::IpFamily;
 

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use super::ipsets::{ip_port, ip_port_ip, ip_port_net, SetId};
 use super::{Context, Desired, NoNodeAccess, Plan};
-use crate::ipvs::netlink::{self, RealServer, VirtualServer};
+use crate::ipvs::values::{self, RealServer, VirtualServer};
 use crate::model::{Endpoint, Protocol, ServicePort, ServicePortName};
 use crate::select::{categorize, Categorized};
 
@@ -14,11 +14,11 @@ use crate::select::{categorize, Categorized};
 /// for the `mh` scheduler.
 pub const FLAG_SOURCE_HASH: u32 = 0x10;
 
-fn proto(p: Protocol) -> netlink::Protocol {
+fn proto(p: Protocol) -> values::Protocol {
     match p {
-        Protocol::Tcp => netlink::Protocol::Tcp,
-        Protocol::Udp => netlink::Protocol::Udp,
-        Protocol::Sctp => netlink::Protocol::Sctp,
+        Protocol::Tcp => values::Protocol::Tcp,
+        Protocol::Udp => values::Protocol::Udp,
+        Protocol::Sctp => values::Protocol::Sctp,
     }
 }
 

@@ -88,11 +88,11 @@ fn etp_local_nodeport_falls_back_to_cluster_endpoints_without_local_ones() {
     svc.node_port = 30080;
     svc.external_policy_local = true;
     let p = run(&cfg("rr"), svc.clone(), vec![ep("10.244.1.1", false)]);
-    let np = &p.services[&ServiceKey { addr: "192.168.0.2".parse().unwrap(), port: 30080, protocol: crate::ipvs::netlink::Protocol::Tcp }];
+    let np = &p.services[&ServiceKey { addr: "192.168.0.2".parse().unwrap(), port: 30080, protocol: crate::ipvs::values::Protocol::Tcp }];
     assert_eq!(np.reals.len(), 1);
     assert!(p.set(SetId::NodePortLocalTcp).contains("30080"));
     let p = run(&cfg("rr"), svc, vec![ep("10.244.1.1", false), ep("10.244.0.5", true)]);
-    let np = &p.services[&ServiceKey { addr: "192.168.0.2".parse().unwrap(), port: 30080, protocol: crate::ipvs::netlink::Protocol::Tcp }];
+    let np = &p.services[&ServiceKey { addr: "192.168.0.2".parse().unwrap(), port: 30080, protocol: crate::ipvs::values::Protocol::Tcp }];
     assert_eq!(np.reals.iter().map(|r| r.addr.to_string()).collect::<Vec<_>>(), ["10.244.0.5"]);
     assert!(!p.bound.contains(&"192.168.0.2".parse().unwrap()));
 }

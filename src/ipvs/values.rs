@@ -290,8 +290,8 @@ pub struct Timeouts {
     pub udp: u32,
 }
 
-/// One change to IPVS. Ops are what [`super::Ipvs::apply`] sends and what
-/// [`super::FakeIpvs`] records.
+/// One change to IPVS. Ops are what [`super::netlink::Ipvs::apply`] sends and what
+/// [`super::netlink::FakeIpvs`] records.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Op {
     AddService(VirtualServer),
@@ -335,7 +335,7 @@ pub enum Call {
     Dests(ServiceKey),
     Timeouts,
     Op(Op),
-    /// A batch of this many ops (only in transport errors of [`super::Ipvs::apply`]).
+    /// A batch of this many ops (only in transport errors of [`super::netlink::Ipvs::apply`]).
     Batch(usize),
 }
 

@@ -1,14 +1,15 @@
 //! An in-memory iptables that applies restore input with `--noflush --counters`
 //! semantics and prints `iptables-save`-style canonical text: the fake kernel behind
-//! [`crate::netfilter::apply::Restorer`] for tests that need no root. Like the real one, a restore
+//! [`super::apply::Restorer`] for tests that need no root. Like the real one, a restore
 //! is all-or-nothing, a jump to a missing chain or a `-X` of a chain still referenced
 //! fails with the line number, and every call is recorded.
 
 use std::collections::BTreeMap;
 
-use crate::netfilter::apply::{Backend, RestoreError, Restorer};
-use crate::netfilter::canon::canonical;
-use super::restore::{quote, split_words};
+use super::apply::{Backend, RestoreError, Restorer};
+use super::canon::canonical;
+use super::dump::split_words;
+use super::rule::quote;
 use crate::net::IpFamily;
 
 const BUILTIN: [(&str, &[&str]); 3] = [
