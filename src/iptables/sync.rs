@@ -103,6 +103,10 @@ pub fn sync(r: &mut dyn Restorer, rs: &Ruleset, dry_run: bool) -> Result<SyncRep
     let delta = delta::compute(&desired, &live, rs.ctx.is_v6(), &needed_jumps(rs));
     let flushes = super::conntrack::stale(&live, &desired);
     timings.compute = t.elapsed();
+    // Both dumps are done with: free them before the restore input is written, so a full
+    // sync never holds the dumps, the delta and the restore text at once.
+    drop(live);
+    drop(desired);
     let applied = !dry_run && !delta.is_empty();
     if applied {
         let t = Instant::now();
