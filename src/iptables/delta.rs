@@ -45,7 +45,9 @@ struct Wanted {
     canon: String,
 }
 
-/// One chain whose rules change, for the dry-run diff (canonical `-A` lines).
+/// One chain whose rules change, for the dry-run diff (canonical `-A` lines). The lines
+/// are kept only when the delta was computed with [`Lines::Keep`] (a dry run); otherwise
+/// `live` and `desired` say only whether the chain exists and is wanted (`Some` of no lines).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChainChange {
     pub table: String,
@@ -54,6 +56,25 @@ pub struct ChainChange {
     pub live: Option<Vec<String>>,
     /// `None`: the chain is to be deleted.
     pub desired: Option<Vec<String>>,
+}
+
+/// Whether a delta keeps each changed chain's lines ([`ChainChange`]). Only the dry-run
+/// diff reads them; a sync into an empty kernel changes every chain, and at 10,000
+/// services their canonical lines are ~50 MB held beside the restore input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lines {
+    Keep,
+    /// Only which chains change.
+    Names,
+}
+
+impl Lines {
+    fn keep(self, lines: impl FnOnce() -> Vec<String>) -> Vec<String> {
+        match self {
+            Lines::Keep => lines(),
+            Lines::Names => Vec::new(),
+        }
+    }
 }
 
 /// What one sync must change.
@@ -202,6 +223,12 @@ fn live_rules(t: &TableDump, chain: &str, v6: bool) -> Vec<String> {
 /// Computes the delta. `desired` is a full render (restore text parsed); `live` is what
 /// `iptables-save` printed for the same tables (empty tables if none).
 pub fn compute(desired: &Dump, live: &Dump, v6: bool, jumps: &[Jump]) -> Delta {
+    compute_with(desired, live, v6, jumps, Lines::Keep)
+}
+
+/// [`compute`], keeping the changed chains' lines or not (`lines`): the restore input is
+/// the same either way.
+pub fn compute_with(desired: &Dump, live: &Dump, v6: bool, jumps: &[Jump], lines: Lines) -> Delta {
     let mut delta = Delta::default();
     let empty = TableDump::default();
     for table in TABLES {
@@ -214,14 +241,14 @@ pub fn compute(desired: &Dump, live: &Dump, v6: bool, jumps: &[Jump]) -> Delta {
             let wanted = wanted_rules(want, chain, v6);
             if !have_chains.contains(chain) {
                 w.rewrite(chain, &wanted, false);
-                delta.changes.push(change(table, chain, None, Some(&wanted)));
+                delta.changes.push(change(table, chain, None, Some(&wanted), lines));
                 continue;
             }
             let current = live_rules(have, chain, v6);
             if current.iter().eq(wanted.iter().map(|r| &r.canon)) {
                 continue;
             }
-            delta.changes.push(change(table, chain, Some(current.clone()), Some(&wanted)));
+            delta.changes.push(change(table, chain, Some(lines.keep(|| current.clone())), Some(&wanted), lines));
             if is_service_chain(chain) {
                 w.rewrite(chain, &wanted, true);
             } else {
@@ -235,7 +262,7 @@ pub fn compute(desired: &Dump, live: &Dump, v6: bool, jumps: &[Jump]) -> Delta {
                 delta.changes.push(ChainChange {
                     table: table.into(),
                     chain: c.name.to_string(),
-                    live: Some(live_rules(have, &c.name, v6)),
+                    live: Some(lines.keep(|| live_rules(have, &c.name, v6))),
                     desired: None,
                 });
             }
@@ -245,8 +272,9 @@ pub fn compute(desired: &Dump, live: &Dump, v6: bool, jumps: &[Jump]) -> Delta {
             let current = live_rules(have, j.from, v6);
             if !current.contains(&canon) {
                 w.prepend(j.from, &j.args);
-                let desired = std::iter::once(canon).chain(current.iter().cloned()).collect();
-                delta.changes.push(ChainChange { table: table.into(), chain: j.from.into(), live: Some(current), desired: Some(desired) });
+                let desired: Vec<String> = std::iter::once(canon).chain(current.iter().cloned()).collect();
+                let (live, desired) = (lines.keep(|| current), lines.keep(|| desired));
+                delta.changes.push(ChainChange { table: table.into(), chain: j.from.into(), live: Some(live), desired: Some(desired) });
             }
         }
         if !w.is_empty() {
@@ -256,12 +284,12 @@ pub fn compute(desired: &Dump, live: &Dump, v6: bool, jumps: &[Jump]) -> Delta {
     delta
 }
 
-fn change(table: &str, chain: &str, live: Option<Vec<String>>, wanted: Option<&[Wanted]>) -> ChainChange {
+fn change(table: &str, chain: &str, live: Option<Vec<String>>, wanted: Option<&[Wanted]>, lines: Lines) -> ChainChange {
     ChainChange {
         table: table.into(),
         chain: chain.into(),
         live,
-        desired: wanted.map(|w| w.iter().map(|r| r.canon.clone()).collect()),
+        desired: wanted.map(|w| lines.keep(|| w.iter().map(|r| r.canon.clone()).collect())),
     }
 }
 
