@@ -167,7 +167,7 @@ fn by_service<'a>(rewrites: &[&'a Rewrite]) -> Vec<Vec<&'a Rewrite>> {
     let index: HashMap<&str, usize> = rewrites.iter().enumerate().map(|(i, r)| (r.chain.as_str(), i)).collect();
     let mut parent: Vec<Option<usize>> = vec![None; rewrites.len()];
     for (i, r) in rewrites.iter().enumerate() {
-        for rule in &r.rules {
+        for rule in r.rules.lines() {
             let target = rule.split(" -j ").nth(1).and_then(|t| t.split(' ').next());
             if let Some(&t) = target.and_then(|t| index.get(t)) {
                 if t != i && parent[t].is_none() {
@@ -313,8 +313,11 @@ enum Decl {
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Rewrite {
     chain: String,
-    /// `-A` lines.
-    rules: Vec<String>,
+    /// `-A` lines, each ended by a newline: one allocation per chain, not per line (a
+    /// first sync writes ~400,000 lines at 10,000 services).
+    rules: String,
+    /// Lines in `rules`.
+    count: usize,
     /// The kernel already has the chain.
     exists: bool,
 }
@@ -343,12 +346,20 @@ impl TablePlan {
     }
 
     fn rewrite(&mut self, chain: &str, wanted: &[Wanted], exists: bool) {
-        self.rewrite_lines(chain, wanted.iter().map(|r| r.text.clone()), exists);
+        let mut rules = String::with_capacity(wanted.iter().map(|r| r.text.len() + 1).sum());
+        wanted.iter().for_each(|r| push_line(&mut rules, &[&r.text]));
+        self.decls.push(Decl::Rewrite(Rewrite { chain: chain.to_string(), rules, count: wanted.len(), exists }));
     }
 
     /// Declares (flushes) `chain` and writes its rules (`-A` lines).
     pub(super) fn rewrite_lines(&mut self, chain: &str, lines: impl Iterator<Item = String>, exists: bool) {
-        self.decls.push(Decl::Rewrite(Rewrite { chain: chain.to_string(), rules: lines.collect(), exists }));
+        let (mut rules, mut count) = (String::new(), 0);
+        for l in lines {
+            push_line(&mut rules, &[&l]);
+            count += 1;
+        }
+        rules.shrink_to_fit();
+        self.decls.push(Decl::Rewrite(Rewrite { chain: chain.to_string(), rules, count, exists }));
     }
 
     /// Positional edits if they are fewer lines than a rewrite.
@@ -394,7 +405,7 @@ impl TablePlan {
         if self.is_empty() {
             return 0;
         }
-        let body: usize = self.decls.iter().map(|d| 1 + match d { Decl::Rewrite(r) => r.rules.len(), Decl::Delete(_) => 1 }).sum();
+        let body: usize = self.decls.iter().map(|d| 1 + match d { Decl::Rewrite(r) => r.count, Decl::Delete(_) => 1 }).sum();
         2 + body + self.edits.len() + self.jumps.len()
     }
 
@@ -417,7 +428,7 @@ impl TablePlan {
             .decls
             .iter()
             .map(|d| match d {
-                Decl::Rewrite(r) => ":".len() + r.chain.len() + " - [0:0]\n".len() + r.rules.iter().map(line).sum::<usize>(),
+                Decl::Rewrite(r) => ":".len() + r.chain.len() + " - [0:0]\n".len() + r.rules.len(),
                 Decl::Delete(chain) => ":".len() + chain.len() + " - [0:0]\n".len() + "-X ".len() + chain.len() + 1,
             })
             .sum();
@@ -429,28 +440,30 @@ impl TablePlan {
         if self.is_empty() {
             return;
         }
-        let mut line = |parts: &[&str]| {
-            parts.iter().for_each(|p| out.push_str(p));
-            out.push('\n');
-        };
-        line(&["*", table]);
+        push_line(out, &["*", table]);
         for d in &self.decls {
             let (Decl::Rewrite(Rewrite { chain, .. }) | Decl::Delete(chain)) = d;
-            line(&[":", chain, " - [0:0]"]);
+            push_line(out, &[":", chain, " - [0:0]"]);
         }
         for d in &self.decls {
             if let Decl::Rewrite(r) = d {
-                r.rules.iter().for_each(|l| line(&[l]));
+                out.push_str(&r.rules);
             }
         }
-        self.edits.iter().chain(&self.jumps).for_each(|l| line(&[l]));
+        self.edits.iter().chain(&self.jumps).for_each(|l| push_line(out, &[l]));
         for d in &self.decls {
             if let Decl::Delete(chain) = d {
-                line(&["-X ", chain]);
+                push_line(out, &["-X ", chain]);
             }
         }
         out.push_str("COMMIT\n");
     }
+}
+
+/// Appends one line (its parts, then a newline).
+fn push_line(out: &mut String, parts: &[&str]) {
+    parts.iter().for_each(|p| out.push_str(p));
+    out.push('\n');
 }
 
 /// A unified diff per changed chain, for `--dry-run`.
