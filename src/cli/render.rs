@@ -127,7 +127,7 @@ fn json_rules(rulesets: &[crate::iptables::render::Ruleset]) -> anyhow::Result<s
                     .iter()
                     .map(|c| {
                         let rules: Vec<Vec<&str>> = t.rules_of(&c.name).map(|r| r.args.words()).collect();
-                        serde_json::json!({ "name": c.name, "rules": rules })
+                        serde_json::json!({ "name": c.name.as_str(), "rules": rules })
                     })
                     .collect();
                 serde_json::json!({ "table": name, "chains": chains })

@@ -105,9 +105,15 @@ pub fn sync(r: &mut dyn Restorer, rs: &Ruleset, dry_run: bool) -> Result<SyncRep
     let live = read_live(r, rs.ctx.family)?;
     timings.read = t.elapsed();
     let t = Instant::now();
-    let delta = delta::compute(&desired, &live, rs.ctx.is_v6(), &needed_jumps(rs), is_service_chain);
+    // Only a dry run prints the changed chains' lines.
+    let lines = if dry_run { delta::Lines::Keep } else { delta::Lines::Names };
+    let delta = delta::compute_with(&desired, &live, rs.ctx.is_v6(), &needed_jumps(rs), is_service_chain, lines);
     let flushes = super::conntrack::stale(&live, &desired);
     timings.compute = t.elapsed();
+    // Both dumps are done with: free them before the restore input is written, so a full
+    // sync never holds the dumps, the delta and the restore text at once.
+    drop(live);
+    drop(desired);
     let applied = !dry_run && !delta.is_empty();
     if applied {
         let t = Instant::now();

@@ -1,8 +1,9 @@
 //! What svcproxy asks of the C allocator (glibc): few arenas, and freed memory handed
 //! back to the kernel after a full sync. A full sync's peak (the kernel's dump, the
 //! delta, the restore input) is freed when it ends, but glibc keeps freed pages that are
-//! not at the top of a heap; without a trim a 10k-service watch mode stays at its peak
-//! (431 MiB resident against 147 MiB live, BENCHMARKS.md). Other libcs: nothing to do.
+//! not at the top of a heap; without a trim a 10k-service watch mode stayed near its peak
+//! (431 MiB resident against a 147 MB live heap, measured with heaptrack on 258d938).
+//! Other libcs: nothing to do.
 
 /// glibc gives threads that allocate their own malloc arenas (up to eight per core), and
 /// memory freed in one arena is never reused by another: the render threads would build

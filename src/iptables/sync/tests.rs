@@ -211,3 +211,24 @@ fn line_counts_match_the_text() {
         assert!(report.delta.restore_lines() > 0);
     }
 }
+
+/// A sync that applies keeps only which chains change, not their lines; its restore input
+/// is the dry run's, byte for byte, from an empty kernel and from a stale one alike.
+#[test]
+fn an_applying_sync_sends_what_the_dry_run_shows_without_keeping_the_lines() {
+    let rs = demo(|_| {});
+    let stale = demo(|s| s.services.truncate(s.services.len() / 2));
+    for mut k in [FakeIptables::new(), expected_kernel(&stale)] {
+        let dry = sync(&mut k, &rs, true).unwrap();
+        let applied = sync(&mut k, &rs, false).unwrap();
+        assert!(applied.applied && !dry.delta.is_empty());
+        assert_eq!(applied.delta.restore_text(), dry.delta.restore_text());
+        assert_eq!(applied.delta.restore_lines(), dry.delta.restore_lines());
+        let names = |d: &super::Delta| d.changes.iter().map(|c| (c.table.clone(), c.chain.clone(), c.live.is_some(), c.desired.is_some())).collect::<Vec<_>>();
+        assert_eq!(names(&applied.delta), names(&dry.delta));
+        assert!(dry.delta.changes.iter().any(|c| c.desired.as_ref().is_some_and(|l| !l.is_empty())), "the dry run has the lines");
+        let lines = applied.delta.changes.iter().flat_map(|c| c.live.iter().chain(&c.desired)).map(Vec::len).sum::<usize>();
+        assert_eq!(lines, 0, "the applying sync kept no lines");
+        assert_eq!(kernel_text(&mut k, &rs), kernel_text(&mut expected_kernel(&rs), &rs));
+    }
+}
