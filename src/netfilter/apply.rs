@@ -172,16 +172,22 @@ pub fn rejected(input: &str, stderr: &str, binary: &str) -> RestoreError {
              Usual causes: a match or target module this kernel lacks, a jump to a chain the input does not declare, or a table too large for the legacy backend (try --iptables-backend nft)."
         )
     } else {
-        let from = n.saturating_sub(CONTEXT + 1);
-        let to = (n + CONTEXT).min(lines.len());
-        let context: Vec<String> = (from..to).map(|i| format!("{} {:>6} | {}", if i + 1 == n { ">" } else { " " }, i + 1, lines[i])).collect();
-        format!("{message}\n{}", context.join("\n"))
+        format!("{message}\n{}", around(&lines, n))
     };
     RestoreError::Rejected { table, line: n, text, message }
 }
 
+/// Input line `n` (1-based) of `lines` marked `>`, with [`CONTEXT`] numbered lines each
+/// side: what every refused-input error (iptables-restore, nft) shows.
+pub(crate) fn around(lines: &[&str], n: usize) -> String {
+    let from = n.saturating_sub(CONTEXT + 1);
+    let to = (n + CONTEXT).min(lines.len());
+    let context: Vec<String> = (from..to).map(|i| format!("{} {:>6} | {}", if i + 1 == n { ">" } else { " " }, i + 1, lines[i])).collect();
+    context.join("\n")
+}
+
 /// The first lines of a tool's complaint, with a count of the rest.
-fn capped(message: &str) -> String {
+pub(crate) fn capped(message: &str) -> String {
     let total = message.lines().count();
     if total <= MESSAGE_LINES {
         return message.to_string();

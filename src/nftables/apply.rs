@@ -10,6 +10,7 @@ use std::process::{Command, Stdio};
 
 use super::model::Family;
 use super::names::TABLE;
+use crate::netfilter::apply::{around, capped};
 
 #[derive(Debug, thiserror::Error)]
 pub enum NftError {
@@ -156,11 +157,6 @@ pub fn table_names(listing: &str, kind: &str) -> Option<Vec<String>> {
     found.then_some(out)
 }
 
-/// At most this many lines of nft's complaint are kept.
-const MESSAGE_LINES: usize = 20;
-/// Lines of input shown before and after the refused one.
-const CONTEXT: usize = 3;
-
 /// nft's complaint (`/dev/stdin:LINE:COL-COL: Error: …`, then the line and carets) as an
 /// error a person reads in one screen: the refused line with a few lines around it.
 pub fn rejected(input: &str, stderr: &str) -> NftError {
@@ -172,10 +168,7 @@ pub fn rejected(input: &str, stderr: &str) -> NftError {
     let text = lines.get(n - 1).copied().unwrap_or("").to_string();
     // nft repeats the line with carets under it; keep only its `Error:` lines.
     let said: Vec<&str> = message.lines().filter(|l| l.contains("Error:")).collect();
-    let from = n.saturating_sub(CONTEXT + 1);
-    let to = (n + CONTEXT).min(lines.len());
-    let context: Vec<String> = (from..to).map(|i| format!("{} {:>6} | {}", if i + 1 == n { ">" } else { " " }, i + 1, lines[i])).collect();
-    NftError::Rejected { line: n, text, message: format!("{}\n{}", said.join("\n"), context.join("\n")) }
+    NftError::Rejected { line: n, text, message: format!("{}\n{}", said.join("\n"), around(&lines, n)) }
 }
 
 /// The line number in `/dev/stdin:12:5-9: Error: …` (or `stdin:12:…`).
@@ -184,16 +177,6 @@ fn failing_line(message: &str) -> Option<usize> {
         let rest = l.split("stdin:").nth(1)?;
         rest.split(':').next()?.parse().ok()
     })
-}
-
-/// The first lines of nft's complaint, with a count of the rest.
-fn capped(message: &str) -> String {
-    let total = message.lines().count();
-    if total <= MESSAGE_LINES {
-        return message.to_string();
-    }
-    let head: Vec<&str> = message.lines().take(MESSAGE_LINES).collect();
-    format!("{}\n… ({} more lines)", head.join("\n"), total - MESSAGE_LINES)
 }
 
 #[cfg(test)]

@@ -2,21 +2,15 @@
 //! ([`crate::iptables::conntrack`]): from which endpoints each service address reaches
 //! before and after a change (the `service-ips` / `service-nodeports` elements, followed
 //! through the services' chains to `dnat to`), and which addresses were refused (a
-//! `no-endpoint-*` element going to `reject-chain`). Pure; the flush itself is the
-//! shared [`crate::iptables::conntrack::Conntrack`].
+//! `no-endpoint-*` element going to `reject-chain`). Pure; the comparison and the flush
+//! are the shared [`crate::netfilter::conntrack`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use super::model::Objects;
 use super::names::{NO_ENDPOINT_NODEPORTS, NO_ENDPOINT_SERVICES, REJECT_CHAIN, SERVICE_IPS, SERVICE_NODEPORTS};
-use crate::iptables::conntrack::{Flush, ServiceAddr};
-
-#[derive(Debug, Default, PartialEq, Eq)]
-struct Reach {
-    endpoints: BTreeSet<IpAddr>,
-    refused: bool,
-}
+use crate::netfilter::conntrack::{stale_flows, Flush, Reach, ServiceAddr};
 
 /// A `service-ips` key (`ip . proto . port`) or a NodePort one (`proto . port`), UDP/SCTP only.
 fn service_addr(key: &[String]) -> Option<ServiceAddr> {
@@ -87,19 +81,7 @@ fn endpoints(rules: &BTreeMap<&str, Vec<&str>>, chain: &str, out: &mut BTreeSet<
 
 /// The flushes a change from the `before` objects to the `after` ones calls for.
 pub fn stale(before: &[&Objects], after: &[&Objects]) -> Vec<Flush> {
-    let (was, now) = (reach(before), reach(after));
-    let mut out = BTreeSet::new();
-    for (addr, w) in &was {
-        let n = now.get(addr);
-        let still: BTreeSet<IpAddr> = n.map(|n| n.endpoints.clone()).unwrap_or_default();
-        for ep in w.endpoints.difference(&still) {
-            out.insert(Flush { addr: addr.clone(), reply_src: Some(*ep) });
-        }
-        if w.refused && n.is_some_and(|n| !n.endpoints.is_empty()) {
-            out.insert(Flush { addr: addr.clone(), reply_src: None });
-        }
-    }
-    out.into_iter().collect()
+    stale_flows(&reach(before), &reach(after))
 }
 
 #[cfg(test)]

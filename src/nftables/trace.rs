@@ -64,13 +64,7 @@ impl Trace {
     /// kube-proxy's tracer summary: the distinct verdicts joined by `, ` (first seen
     /// first) and whether any branch is masqueraded.
     pub fn summary(&self) -> (String, bool) {
-        let mut seen: Vec<&str> = Vec::new();
-        for o in &self.outcomes {
-            if !o.verdict.is_empty() && !seen.contains(&o.verdict.as_str()) {
-                seen.push(&o.verdict);
-            }
-        }
-        (seen.join(", "), self.outcomes.iter().any(|o| o.masquerade))
+        crate::trace::summary(self.outcomes.iter().map(|o| (o.verdict.as_str(), o.masquerade)))
     }
 }
 

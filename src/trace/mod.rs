@@ -313,12 +313,21 @@ impl Trace {
     /// kube-proxy's tracer summary: the distinct verdicts joined by `, ` (DNAT targets in
     /// first-seen order) and whether any branch is masqueraded.
     pub fn summary(&self) -> (String, bool) {
-        let mut seen: Vec<&str> = Vec::new();
-        for o in &self.outcomes {
-            if !o.verdict.is_empty() && !seen.contains(&o.verdict.as_str()) {
-                seen.push(&o.verdict);
-            }
-        }
-        (seen.join(", "), self.outcomes.iter().any(|o| o.masquerade))
+        summary(self.outcomes.iter().map(|o| (o.verdict.as_str(), o.masquerade)))
     }
+}
+
+/// kube-proxy's tracer summary of branches given as (verdict, masqueraded): the distinct
+/// non-empty verdicts joined by `, ` in first-seen order, and whether any is masqueraded.
+/// Every mode's tracer summarises with it.
+pub fn summary<'a>(branches: impl IntoIterator<Item = (&'a str, bool)>) -> (String, bool) {
+    let mut seen: Vec<&str> = Vec::new();
+    let mut masquerade = false;
+    for (verdict, masq) in branches {
+        masquerade |= masq;
+        if !verdict.is_empty() && !seen.contains(&verdict) {
+            seen.push(verdict);
+        }
+    }
+    (seen.join(", "), masquerade)
 }
