@@ -31,6 +31,7 @@ use svcproxy::iptables::proxier::Proxier;
 use svcproxy::iptables::render::Ruleset;
 use support::iptables_check as check;
 use svcproxy::iptables::restore;
+use svcproxy::netfilter::dump;
 use svcproxy::pipeline::Loaded;
 use svcproxy::source::{self, ClusterState};
 use svcproxy::trace::{self, Entry, Env, Packet};
@@ -198,7 +199,7 @@ fn every_ruleset_is_consistent_and_round_trips() {
             for rs in &step.rulesets {
                 n += 1;
                 let text = restore::write(rs, restore::Scope::Full, &[]);
-                let dump = match restore::parse(&text) {
+                let dump = match dump::parse(&text) {
                     Ok(d) => d,
                     Err(e) => {
                         f.push(format!("{}: does not parse: {e}", path.display()));
@@ -230,7 +231,7 @@ fn upstream_scenarios_equal_kube_proxy_expected_rules() {
         for (step, base) in run_scenario(&path).iter().zip(&bases) {
             let Ok(expected) = std::fs::read_to_string(with_ext(base, "kube-proxy")) else { continue };
             n += 1;
-            let normalised = check::sort_like_kube_proxy_tests(&restore::parse(&step.sent[0]).unwrap());
+            let normalised = check::sort_like_kube_proxy_tests(&dump::parse(&step.sent[0]).unwrap());
             if normalised != expected.trim_start() {
                 f.push(format!("{}: differs from kube-proxy's expected rules:\n{}", base.display(), diff(&expected, &normalised)));
             }
@@ -262,7 +263,7 @@ fn check_vectors(dir: &Path, what: &str, normalise: impl Fn(&str) -> String) {
 #[test]
 fn normaliser_matches_kube_proxy_vectors() {
     check_vectors(&golden().join("upstream/sort-iptables-rules"), "normaliser vectors", |input| {
-        check::sort_like_kube_proxy_tests(&restore::parse(input).unwrap())
+        check::sort_like_kube_proxy_tests(&dump::parse(input).unwrap())
     });
 }
 
@@ -292,7 +293,7 @@ fn check_flows(step: &Step, flows_path: &Path, f: &mut Failures) -> usize {
             f.push(format!("{}: {}: no ruleset for {dst}", flows_path.display(), c[0]));
             continue;
         };
-        let dump = restore::parse(&restore::write(rs, restore::Scope::Full, &[])).unwrap();
+        let dump = dump::parse(&restore::write(rs, restore::Scope::Full, &[])).unwrap();
         let packet = Packet { src, dst, protocol: c[2].to_lowercase(), dport, in_interface: None };
         let (got, got_masq) = trace::trace(&dump, &env, packet, Entry::Prerouting).summary();
         if got != expected || got_masq != masq {
@@ -365,7 +366,7 @@ fn upstream_chain_assertions_hold() {
     for (path, bases, _) in all_scenarios() {
         for (step, base) in run_scenario(&path).iter().zip(&bases) {
             let Ok(text) = std::fs::read_to_string(with_ext(base, "chains")) else { continue };
-            let dump = restore::parse(&step.sent[0]).unwrap();
+            let dump = dump::parse(&step.sent[0]).unwrap();
             for block in text.split('*').skip(1) {
                 n += 1;
                 let mut lines = block.lines();
@@ -376,7 +377,7 @@ fn upstream_chain_assertions_hold() {
                         let mut s = format!("{} {}", r.op, r.chain);
                         for a in &r.args {
                             s.push(' ');
-                            s.push_str(&restore::quote(a));
+                            s.push_str(&svcproxy::netfilter::quote(a));
                         }
                         s
                     }).collect()

@@ -17,7 +17,7 @@ use crate::iptables::kube_proxy_restore::{self, Applied};
 use crate::iptables::proxier::Proxier;
 use crate::iptables::render::Ruleset;
 use crate::iptables::names::is_service_chain;
-use crate::netfilter::delta;
+use crate::netfilter::{delta, dump};
 use crate::iptables::restore::{self, Scope};
 use crate::iptables::sync::{self, SyncError, SyncReport};
 use crate::model::EndpointSlice;
@@ -266,17 +266,17 @@ pub fn restore_size(services: usize, endpoints: usize) -> anyhow::Result<Restore
 /// of at most `per_chunk` services each (the benchmark measures the sync's own chunking).
 ///
 /// [`Delta::restore_chunks`]: crate::netfilter::delta::Delta::restore_chunks
-pub fn split_by_service(text: &str, per_chunk: usize) -> Result<Vec<String>, restore::ParseError> {
-    let desired = restore::parse(text)?;
+pub fn split_by_service(text: &str, per_chunk: usize) -> Result<Vec<String>, dump::ParseError> {
+    let desired = dump::parse(text)?;
     // Against an empty kernel the canonical form only labels the changes; v4 or v6 alike.
-    let delta = delta::compute(&desired, &restore::Dump::default(), false, &[], is_service_chain);
+    let delta = delta::compute(&desired, &crate::netfilter::Dump::default(), false, &[], is_service_chain);
     Ok(delta.restore_chunks(per_chunk))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::iptables::restore::parse;
+    use crate::netfilter::dump::parse;
 
     #[test]
     fn chunks_applied_in_order_leave_the_rules_of_the_single_input() {

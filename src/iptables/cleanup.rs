@@ -4,7 +4,7 @@
 //! kube-proxy leaves it.
 
 use super::names::*;
-use super::restore::{quote, Dump};
+use crate::netfilter::{quote, Dump};
 
 const NAT: [&str; 5] = [KUBE_SERVICES, KUBE_NODEPORTS, KUBE_POSTROUTING, KUBE_MARK_MASQ, KUBE_PROXY_CANARY];
 const FILTER: [&str; 6] =
@@ -56,7 +56,7 @@ pub fn plan(live: &Dump) -> (String, Vec<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::iptables::restore::parse;
+    use crate::netfilter::dump::parse;
 
     #[test]
     fn removes_jumps_and_our_chains_but_not_kube_firewall_or_others() {

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
-use super::restore::{Dump, Rule};
+use crate::netfilter::dump::{Dump, Rule};
 use crate::net::split_host_port;
 use crate::netfilter::conntrack::{stale_flows, Reach};
 
@@ -77,7 +77,7 @@ pub fn stale(live: &Dump, desired: &Dump) -> Vec<Flush> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::iptables::restore::parse;
+    use crate::netfilter::dump::parse;
 
     const LIVE: &str = "*filter\n:KUBE-SERVICES - [0:0]\n-A KUBE-SERVICES -m comment --comment \"ns/empty:dns has no endpoints\" -m udp -p udp -d 10.96.0.20 --dport 53 -j REJECT\nCOMMIT\n*nat\n:KUBE-SERVICES - [0:0]\n:KUBE-SVC-A - [0:0]\n:KUBE-SEP-1 - [0:0]\n:KUBE-SEP-2 - [0:0]\n-A KUBE-SERVICES -m udp -p udp -d 10.96.0.10 --dport 53 -j KUBE-SVC-A\n-A KUBE-SVC-A -m statistic --mode random --probability 0.5 -j KUBE-SEP-1\n-A KUBE-SVC-A -j KUBE-SEP-2\n-A KUBE-SEP-1 -m udp -p udp -j DNAT --to-destination 10.244.1.5:53\n-A KUBE-SEP-2 -m udp -p udp -j DNAT --to-destination 10.244.2.7:53\nCOMMIT\n";
 

@@ -18,9 +18,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::conntrack::{self, Flush};
 use crate::netfilter::delta::{diff_positions, ChainChange, Delta, TablePlan, TABLES};
 use super::render::{Rendered, Ruleset, ServiceRules, TopCounts, TOP_CHAINS};
-use super::restore;
 use crate::model::{NamespacedName, Protocol, ServicePortName};
-use crate::netfilter::Rule;
+use crate::netfilter::{Dump, Rule};
 
 /// The rules the kernel holds for the service ports a commit touches, taken from the
 /// ruleset before it is updated.
@@ -168,8 +167,8 @@ fn change(table: &str, chain: &str, live: Option<&[&Rule]>, desired: Option<&[&R
 }
 
 /// A dump holding only these service ports' rules (for the conntrack comparison).
-fn dump_of<'a>(rules: impl Iterator<Item = &'a Rendered>) -> restore::Dump {
-    let mut dump = restore::Dump::default();
+fn dump_of<'a>(rules: impl Iterator<Item = &'a Rendered>) -> Dump {
+    let mut dump = Dump::default();
     dump.table("filter");
     dump.table("nat");
     for r in rules {

@@ -7,8 +7,7 @@ use std::collections::BTreeSet;
 
 use super::render::{fixed, Ruleset};
 use crate::model::NamespacedName;
-pub use crate::netfilter::dump::{parse, split_words, ChainDecl, Dump, Op, ParseError, Rule, TableDump};
-pub use crate::netfilter::rule::{quote, word_after, Args};
+use crate::netfilter::dump::{Dump, Op, Rule, TableDump};
 use crate::netfilter::Rule as Value;
 
 /// Which services' own chains a restore includes.

@@ -11,7 +11,8 @@ use super::names::is_service_chain;
 use crate::netfilter::delta::{self, Delta, TABLES};
 use super::jumps::jumps;
 use super::render::Ruleset;
-use super::restore::{self, Dump, Scope};
+use super::restore::{self, Scope};
+use crate::netfilter::dump::{self, Dump};
 
 /// What a sync found and did.
 #[derive(Debug, Clone)]
@@ -52,7 +53,7 @@ pub enum SyncError {
     #[error("cannot parse iptables-save output of table {table}: {error}")]
     Parse {
         table: String,
-        error: restore::ParseError,
+        error: dump::ParseError,
     },
 }
 
@@ -61,7 +62,7 @@ pub fn read_live(r: &mut dyn Restorer, family: crate::net::IpFamily) -> Result<D
     let mut live = Dump::default();
     for table in TABLES {
         let text = r.save(family, table)?;
-        let mut dump = restore::parse(&text).map_err(|error| SyncError::Parse { table: table.into(), error })?;
+        let mut dump = dump::parse(&text).map_err(|error| SyncError::Parse { table: table.into(), error })?;
         drop(text);
         if let Some(t) = dump.tables.remove(table) {
             live.order.push(table.to_string());

@@ -13,7 +13,7 @@ use super::values::Op;
 use super::plan::rules::{KUBE_IPVS_FILTER, KUBE_IPVS_OUT_FILTER, KUBE_LOAD_BALANCER, KUBE_NODE_PORT, KUBE_SOURCE_RANGES_FIREWALL};
 use super::plan::DUMMY_LINK;
 use super::reconcile::DEFAULT_NODE_PORT_RANGE;
-use crate::iptables::restore::{quote, Dump};
+use crate::netfilter::{quote, Dump};
 
 fn ipvs_only(table: &str, chain: &str) -> bool {
     match table {
@@ -116,7 +116,7 @@ pub fn link(links: &mut dyn Links, dry_run: bool) -> Result<Vec<String>, LinkErr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::iptables::restore::parse;
+    use crate::netfilter::dump::parse;
 
     #[test]
     fn ipvs_chains_and_their_jumps_go() {

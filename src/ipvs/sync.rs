@@ -18,7 +18,7 @@ use super::reconcile::{self, Changes, Observed, Scope, Timing, Wanted};
 use crate::config::Config;
 use crate::netfilter::apply::{RestoreError, Restorer};
 use crate::netfilter::delta::{self, Delta, TABLES};
-use crate::iptables::restore::{self, Dump};
+use crate::netfilter::dump::{self, Dump};
 use crate::net::IpFamily;
 use crate::track::Trackers;
 
@@ -206,7 +206,7 @@ fn timeouts_change(cfg: &Config, have: Option<Timeouts>) -> Option<Timeouts> {
 }
 
 fn parse(what: &str, text: &str) -> Result<Dump, SyncError> {
-    restore::parse(text).map_err(|e| SyncError::Parse { what: what.to_string(), reason: e.to_string() })
+    dump::parse(text).map_err(|e| SyncError::Parse { what: what.to_string(), reason: e.to_string() })
 }
 
 /// `iptables-save` of the tables IPVS mode writes, per family.

@@ -10,7 +10,8 @@ use serde::Serialize;
 
 use super::ipset::Sets;
 use super::Env;
-use crate::iptables::restore::{word_after, Rule};
+use crate::netfilter::dump::Rule;
+use crate::netfilter::rule::word_after;
 use crate::ipvs::values::{Protocol, ServiceKey};
 use crate::net::{parse_ip_sloppy, Cidr};
 
@@ -219,7 +220,7 @@ mod tests {
     use super::*;
 
     fn rule(text: &str) -> Rule {
-        Rule { op: crate::netfilter::Op::Append, chain: "C".into(), args: crate::iptables::restore::Args::new(crate::iptables::restore::split_words(text).unwrap()), line: 1 }
+        Rule { op: crate::netfilter::Op::Append, chain: "C".into(), args: crate::netfilter::Args::new(crate::netfilter::dump::split_words(text).unwrap()), line: 1 }
     }
 
     fn packet() -> Packet {

@@ -22,7 +22,9 @@ use std::net::IpAddr;
 
 use serde::Serialize;
 
-use crate::iptables::restore::{word_after, Dump, Op, Rule};
+use crate::netfilter::dump::Rule;
+use crate::netfilter::rule::word_after;
+use crate::netfilter::{Dump, Op};
 pub use ipset::Sets;
 pub use matcher::{Packet, State};
 
@@ -213,7 +215,7 @@ fn rule_text(table: &str, chain: &str, rule: &Rule) -> String {
     let mut text = format!("{table} -A {chain}");
     for a in &rule.args {
         text.push(' ');
-        text.push_str(&crate::iptables::restore::quote(a));
+        text.push_str(&crate::netfilter::quote(a));
     }
     text
 }

@@ -6,7 +6,8 @@
 use std::collections::BTreeSet;
 
 use svcproxy::iptables::names::*;
-use svcproxy::iptables::restore::{quote, Dump, Rule};
+use svcproxy::netfilter::dump::{Dump, Rule};
+use svcproxy::netfilter::quote;
 
 /// Chains that built-in chains jump to (the jumps are not in the restore text).
 const TOP_LEVEL: [&str; 7] =
