@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use support::apiserver::ApiServer;
 use svcproxy::config::Settings;
-use svcproxy::iptables::conntrack::RecordingConntrack;
+use svcproxy::netfilter::conntrack::RecordingConntrack;
 use svcproxy::netfilter::fake::SharedFake;
 use svcproxy::net::IpFamily;
 use svcproxy::runner::{watch, Schedule, Timing};

@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 
 use support::*;
 use svcproxy::config::Settings;
-use svcproxy::iptables::conntrack::RecordingConntrack;
+use svcproxy::netfilter::conntrack::RecordingConntrack;
 use svcproxy::netfilter::fake::{Call, FakeIptables, SharedFake};
 use svcproxy::iptables::kube_proxy_restore::{self, Applied, SyncOptions};
 use svcproxy::iptables::proxier::Proxier;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use svcproxy::config::Settings;
-use svcproxy::iptables::conntrack::RecordingConntrack;
+use svcproxy::netfilter::conntrack::RecordingConntrack;
 use svcproxy::netfilter::fake::SharedFake;
 use svcproxy::net::IpFamily;
 use svcproxy::pipeline;

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use crate::config::Settings;
 use crate::gen::{self, GenSpec};
 use crate::netfilter::apply::{Backend, RestoreError, Restorer};
-use crate::iptables::conntrack::RecordingConntrack;
+use crate::netfilter::conntrack::RecordingConntrack;
 use crate::netfilter::fake::FakeIptables;
 use crate::iptables::kube_proxy_restore::{self, Applied};
 use crate::iptables::proxier::Proxier;

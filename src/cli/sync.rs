@@ -10,13 +10,14 @@ use super::render::load_with;
 use super::{ConfigFlags, EXIT_CHANGES, EXIT_OK};
 use crate::config::Mode;
 use crate::netfilter::apply::{detect_backend, Backend};
-use crate::iptables::proxier::Reconciled;
+use crate::netfilter::conntrack::Reconciled;
 use crate::iptables::sync::SyncReport;
 use crate::iptables::nfacct;
 use crate::netfilter::delta;
 use crate::net::IpFamily;
 use crate::node::sysctl::Change;
-use crate::runner::engine::{Detail, Engine, Pass, Proxier, SyncFailure};
+use crate::netfilter::apply::Pass;
+use crate::runner::engine::{Detail, Engine, Proxier, SyncFailure};
 
 pub const EXAMPLES: &str = "\
 Examples:

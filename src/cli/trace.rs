@@ -18,7 +18,7 @@ use super::render::load;
 use super::sync::BackendArg;
 use super::{ConfigFlags, EXIT_OK};
 use crate::config::Mode;
-use crate::iptables::apply::ExecRestorer;
+use crate::netfilter::apply::ExecRestorer;
 use crate::iptables::restore::{self, Scope};
 use crate::netfilter::Dump;
 use crate::ipvs::ipset::{ExecIpset, IpsetRunner};

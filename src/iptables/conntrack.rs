@@ -8,12 +8,7 @@ use std::net::IpAddr;
 
 use crate::netfilter::dump::{Dump, Rule};
 use crate::net::split_host_port;
-use crate::netfilter::conntrack::{stale_flows, Reach};
-
-// Where the modes found these before they were shared (the nftables mode still does).
-pub use crate::netfilter::conntrack::{Conntrack, ExecConntrack, Flush, ServiceAddr};
-#[cfg(any(test, feature = "testing"))]
-pub use crate::netfilter::conntrack::RecordingConntrack;
+use crate::netfilter::conntrack::{stale_flows, Flush, Reach, ServiceAddr};
 
 /// For every UDP/SCTP service address in a ruleset: the endpoints it reaches, or whether
 /// it is refused (filter REJECT for "has no endpoints").

@@ -15,7 +15,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::conntrack::{self, Flush};
+use super::conntrack;
+use crate::netfilter::conntrack::Flush;
 use crate::netfilter::delta::{diff_positions, ChainChange, Delta, TablePlan, TABLES};
 use super::render::{Rendered, Ruleset, ServiceRules, TopCounts, TOP_CHAINS};
 use crate::model::{NamespacedName, Protocol, ServicePortName};

@@ -4,9 +4,6 @@
 //! tests: `iptables-save`/`iptables-restore` through [`crate::netfilter::apply`], `nfacct`
 //! over netlink, and `conntrack` through the conntrack tool.
 
-// Moved to the netfilter layer; kept here for src/cli/trace.rs (another branch's) until
-// that file imports `crate::netfilter::apply` itself.
-pub use crate::netfilter::apply;
 pub mod canary;
 pub mod conntrack;
 pub mod cleanup;

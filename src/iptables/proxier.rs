@@ -18,26 +18,14 @@
 
 use std::time::Instant;
 
-use crate::netfilter::apply::{RestoreError, Restorer};
+use crate::netfilter::apply::{Pass, RestoreError, Restorer};
 use super::canary;
-use super::conntrack::Conntrack;
+use crate::netfilter::conntrack::{Conntrack, Flush, Reconciled};
 use super::incremental::{self, Before};
 use super::render::{self, Ruleset};
 use super::sync::{self, SyncError, SyncReport, Timings};
 use crate::config::Config;
 use crate::track::{Changes, Trackers};
-
-pub use crate::netfilter::conntrack::Reconciled;
-
-/// Whether a sync sends what it computes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Pass {
-    /// Bring the kernel up to date (and clear stale flows).
-    Apply,
-    /// Compare everything with the kernel and change nothing: no restore, no canary, no
-    /// conntrack flush; the kernel is not trusted to hold the rulesets afterwards.
-    DryRun,
-}
 
 /// A family's sync failed; `done` holds the reports of the families synced before it.
 #[derive(Debug)]
@@ -155,7 +143,7 @@ impl Proxier {
     }
 
     /// Clears one family's stale UDP/SCTP flows and records how that went.
-    fn clear_stale(&mut self, i: usize, flushes: &[super::conntrack::Flush]) {
+    fn clear_stale(&mut self, i: usize, flushes: &[Flush]) {
         let family = self.rulesets[i].ctx.family;
         self.reconciled.push(crate::netfilter::conntrack::clear(self.conntrack.as_mut(), family, flushes));
     }

@@ -24,7 +24,7 @@ pub struct SyncReport {
     /// incremental partial sync, which writes none).
     pub full_lines: usize,
     /// UDP/SCTP conntrack entries made stale by the change (to flush once applied).
-    pub flushes: Vec<super::conntrack::Flush>,
+    pub flushes: Vec<crate::netfilter::conntrack::Flush>,
     /// Where the time went.
     pub timings: Timings,
 }

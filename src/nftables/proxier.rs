@@ -20,8 +20,9 @@ use super::model::Objects;
 use super::render::Ruleset;
 use super::sync::{self, Report};
 use crate::config::Config;
-use crate::iptables::conntrack::{Conntrack, Flush};
-pub use crate::iptables::proxier::{Pass, Reconciled};
+use crate::netfilter::conntrack::{Conntrack, Flush};
+use crate::netfilter::apply::Pass;
+use crate::netfilter::conntrack::Reconciled;
 use crate::model::{ports_of, ServicePortName};
 use crate::track::{Changes, Trackers};
 

@@ -29,7 +29,7 @@ pub struct Report {
     /// Why deleting them failed (the next full sync finds and deletes them again).
     pub stale_error: Option<String>,
     /// UDP/SCTP conntrack entries made stale by the change (to flush once applied).
-    pub flushes: Vec<crate::iptables::conntrack::Flush>,
+    pub flushes: Vec<crate::netfilter::conntrack::Flush>,
     pub timings: Timings,
 }
 

@@ -4,8 +4,8 @@
 
 use crate::config::Config;
 use crate::netfilter::apply::Restorer;
-use crate::iptables::conntrack::Conntrack;
-pub use crate::iptables::proxier::Pass;
+use crate::netfilter::conntrack::Conntrack;
+use crate::netfilter::apply::Pass;
 use crate::track::{Event, Trackers};
 
 /// The mode's stateful half: what it keeps between syncs and the kernel it owns.
@@ -64,7 +64,7 @@ pub struct Outcome {
     /// mode syncs its families together, so each has the whole sync's time.
     pub elapsed: Vec<(crate::net::IpFamily, std::time::Duration)>,
     /// Stale conntrack flows cleared, per family (iptables mode).
-    pub reconciled: Vec<crate::iptables::proxier::Reconciled>,
+    pub reconciled: Vec<crate::netfilter::conntrack::Reconciled>,
     /// The sysctls a full sync found differing (set them, or, for a dry run, would).
     pub sysctls: Vec<crate::node::sysctl::Change>,
     /// What the mode's sync found and did.

@@ -5,7 +5,7 @@
 
 use super::engine::Engine;
 use crate::config::{Config, Mode};
-use crate::iptables::conntrack::ExecConntrack;
+use crate::netfilter::conntrack::ExecConntrack;
 use crate::netfilter::apply::{Backend, ExecRestorer};
 use crate::track::Trackers;
 

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use super::*;
 use crate::config::Settings;
-use crate::iptables::conntrack::RecordingConntrack;
+use crate::netfilter::conntrack::RecordingConntrack;
 use crate::netfilter::fake::{Call, FakeIptables, SharedFake};
 use crate::iptables::sync::sync;
 use crate::ipvs::fake::{FakeIpset, FakeLinks};
