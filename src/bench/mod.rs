@@ -16,7 +16,7 @@ use crate::netfilter::fake::FakeIptables;
 use crate::iptables::kube_proxy_restore::{self, Applied};
 use crate::iptables::proxier::Proxier;
 use crate::iptables::render::Ruleset;
-use crate::iptables::names::is_service_chain;
+use crate::netfilter::names::is_service_chain;
 use crate::netfilter::{delta, dump};
 use crate::iptables::restore::{self, Scope};
 use crate::iptables::sync::{self, SyncError, SyncReport};

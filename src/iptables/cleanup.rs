@@ -3,7 +3,7 @@
 //! delete kube-proxy's chains. KUBE-FIREWALL (shared with kubelet) is left alone, as
 //! kube-proxy leaves it.
 
-use super::names::*;
+use crate::netfilter::names::*;
 use crate::netfilter::{quote, Dump};
 
 const NAT: [&str; 5] = [KUBE_SERVICES, KUBE_NODEPORTS, KUBE_POSTROUTING, KUBE_MARK_MASQ, KUBE_PROXY_CANARY];

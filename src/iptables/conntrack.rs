@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use crate::netfilter::dump::{Dump, Rule};
+use crate::netfilter::names::{KUBE_EXTERNAL_SERVICES, KUBE_MARK_MASQ, KUBE_NODEPORTS, KUBE_SERVICES};
 use crate::net::split_host_port;
 use crate::netfilter::conntrack::{stale_flows, Flush, Reach, ServiceAddr};
 
@@ -15,7 +16,7 @@ use crate::netfilter::conntrack::{stale_flows, Flush, Reach, ServiceAddr};
 fn reach(dump: &Dump) -> BTreeMap<ServiceAddr, Reach> {
     let mut out: BTreeMap<ServiceAddr, Reach> = BTreeMap::new();
     if let Some(nat) = dump.tables.get("nat") {
-        for chain in ["KUBE-SERVICES", "KUBE-NODEPORTS"] {
+        for chain in [KUBE_SERVICES, KUBE_NODEPORTS] {
             for r in nat.rules_of(chain) {
                 let (Some(addr), Some(target)) = (service_addr(r), r.args.after("-j")) else { continue };
                 let mut eps = BTreeSet::new();
@@ -25,7 +26,7 @@ fn reach(dump: &Dump) -> BTreeMap<ServiceAddr, Reach> {
         }
     }
     if let Some(filter) = dump.tables.get("filter") {
-        for chain in ["KUBE-SERVICES", "KUBE-EXTERNAL-SERVICES"] {
+        for chain in [KUBE_SERVICES, KUBE_EXTERNAL_SERVICES] {
             for r in filter.rules_of(chain).filter(|r| r.args.after("-j") == Some("REJECT")) {
                 if let Some(addr) = service_addr(r) {
                     out.entry(addr).or_default().refused = true;
@@ -58,7 +59,7 @@ fn endpoints(dump: &Dump, chain: &str, out: &mut BTreeSet<IpAddr>, depth: usize)
                     out.insert(ip);
                 }
             }
-            Some(next) if next.starts_with("KUBE-") && next != "KUBE-MARK-MASQ" => endpoints(dump, next, out, depth + 1),
+            Some(next) if next.starts_with("KUBE-") && next != KUBE_MARK_MASQ => endpoints(dump, next, out, depth + 1),
             _ => {}
         }
     }

@@ -1,6 +1,6 @@
-//! iptables mode, and the netfilter plumbing IPVS mode, trace and cleanup share: chain
-//! names, the renderer, restore text in kube-proxy's order, the delta and the
-//! sync planners are pure. The kernel is reached behind traits with recording fakes for
+//! iptables mode, standing on [`crate::netfilter`] (chain names, rule values, restore
+//! text, canonical form, delta, apply): the renderer, restore text in kube-proxy's order
+//! and the sync planners are pure. The kernel is reached behind traits with recording fakes for
 //! tests: `iptables-save`/`iptables-restore` through [`crate::netfilter::apply`], `nfacct`
 //! over netlink, and `conntrack` through the conntrack tool.
 
@@ -10,7 +10,6 @@ pub mod cleanup;
 pub mod incremental;
 pub mod jumps;
 pub mod nfacct;
-pub mod names;
 // kube-proxy's partial-restore text: what upstream's tests assert on and the benchmarks'
 // baseline; svcproxy's watch mode sends `incremental`'s instead.
 #[cfg(any(test, feature = "testing"))]

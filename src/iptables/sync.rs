@@ -7,7 +7,7 @@
 use std::time::Instant;
 
 use crate::netfilter::apply::{Backend, RestoreError, Restorer};
-use super::names::is_service_chain;
+use crate::netfilter::names::is_service_chain;
 use crate::netfilter::delta::{self, Delta, TABLES};
 use super::jumps::jumps;
 use super::render::Ruleset;

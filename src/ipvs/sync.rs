@@ -232,7 +232,7 @@ fn iptables_deltas(plans: &[Plan], live: &[(IpFamily, Dump)]) -> Result<Vec<(IpF
     for plan in plans {
         let desired = kernel_state::kernel_form(&plan.iptables);
         let have = live.iter().find(|(f, _)| *f == plan.family).map_or(&empty, |(_, d)| d);
-        out.push((plan.family, delta::compute(&desired, have, plan.family.is_v6(), &kernel_state::jumps(), crate::iptables::names::is_service_chain)));
+        out.push((plan.family, delta::compute(&desired, have, plan.family.is_v6(), &kernel_state::jumps(), crate::netfilter::names::is_service_chain)));
     }
     Ok(out)
 }

@@ -13,6 +13,7 @@ pub mod dump;
 #[cfg(any(test, feature = "testing"))]
 pub mod fake;
 pub mod jumps;
+pub mod names;
 pub mod rule;
 pub mod table;
 

@@ -23,6 +23,7 @@ use std::net::IpAddr;
 use serde::Serialize;
 
 use crate::netfilter::dump::Rule;
+use crate::netfilter::names::{KUBE_EXTERNAL_SERVICES, KUBE_MARK_MASQ, KUBE_NODEPORTS, KUBE_PROXY_FIREWALL, KUBE_SERVICES};
 use crate::netfilter::rule::word_after;
 use crate::netfilter::{Dump, Op};
 pub use ipset::Sets;
@@ -138,7 +139,7 @@ pub fn trace(dump: &Dump, env: &Env, packet: Packet, entry: Entry) -> Trace {
 /// runs them: KUBE-SERVICES, KUBE-EXTERNAL-SERVICES, KUBE-NODEPORTS, KUBE-PROXY-FIREWALL.
 fn filter_phase(cx: &Cx, branch: Branch, nat_verdict: String) -> Vec<Outcome> {
     let mut current = vec![(branch, None::<String>)];
-    for chain in ["KUBE-SERVICES", "KUBE-EXTERNAL-SERVICES", "KUBE-NODEPORTS", "KUBE-PROXY-FIREWALL"] {
+    for chain in [KUBE_SERVICES, KUBE_EXTERNAL_SERVICES, KUBE_NODEPORTS, KUBE_PROXY_FIREWALL] {
         let mut next = Vec::new();
         for (b, decided) in current {
             if decided.is_some() {
@@ -179,7 +180,7 @@ fn finish(b: Branch, verdict: String) -> Outcome {
 /// where those jumps lead.
 fn run_entry(cx: &Cx, table: &str, chain: &str, b: Branch) -> Vec<(Branch, Flow)> {
     let has_builtin = cx.dump.tables.get(table).is_some_and(|t| t.rules_of(chain).next().is_some());
-    let chain = if has_builtin { chain } else { "KUBE-SERVICES" };
+    let chain = if has_builtin { chain } else { KUBE_SERVICES };
     run_chain(cx, table, chain, b, 0)
 }
 
@@ -297,7 +298,7 @@ fn target(cx: &Cx, table: &str, rule: &Rule, mut b: Branch, depth: usize) -> Vec
         }
         chain => {
             // KUBE-MARK-MASQ marks the packet for masquerading; its rule sets the mark.
-            if chain == "KUBE-MARK-MASQ" {
+            if chain == KUBE_MARK_MASQ {
                 b.masquerade = true;
             }
             run_chain(cx, table, chain, b, depth + 1)

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use svcproxy::iptables::names::*;
+use svcproxy::netfilter::names::*;
 use svcproxy::netfilter::dump::{Dump, Rule};
 use svcproxy::netfilter::quote;
 

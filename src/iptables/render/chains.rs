@@ -6,7 +6,7 @@
 use super::context::Context;
 use super::plan::Plan;
 use super::ServiceRules;
-use crate::iptables::names::{endpoint_chain, KUBE_MARK_MASQ};
+use crate::netfilter::names::{endpoint_chain, KUBE_MARK_MASQ};
 use crate::model::Endpoint;
 use crate::netfilter::{Chain, Rule};
 

@@ -3,7 +3,7 @@
 //! (`KUBE-FORWARD`) and the final jump to `KUBE-NODEPORTS`.
 
 use super::context::{Context, NFACCT_INVALID_DROPPED};
-use crate::iptables::names::*;
+use crate::netfilter::names::*;
 use crate::netfilter::Rule;
 
 pub const FILTER_CHAINS: [&str; 5] =

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 pub use context::Context;
 
-use crate::iptables::names::{KUBE_EXTERNAL_SERVICES, KUBE_FORWARD, KUBE_NODEPORTS, KUBE_PROXY_FIREWALL, KUBE_SERVICES};
+use crate::netfilter::names::{KUBE_EXTERNAL_SERVICES, KUBE_FORWARD, KUBE_NODEPORTS, KUBE_PROXY_FIREWALL, KUBE_SERVICES};
 use crate::model::{EndpointsMap, NamespacedName, ServicePortMap, ServicePortName};
 use crate::netfilter::{Chain, Rule};
 

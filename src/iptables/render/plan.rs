@@ -2,7 +2,7 @@
 //! at the top of kube-proxy's per-service loop): which chains it uses, and what happens to
 //! traffic that has no endpoint to go to.
 
-use crate::iptables::names::ServiceChains;
+use crate::netfilter::names::ServiceChains;
 use crate::netfilter::Chain;
 use crate::model::{Endpoint, ServicePort};
 use crate::select::{categorize, Categorized, Locality, Reach};

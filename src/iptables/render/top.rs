@@ -6,7 +6,7 @@
 use super::context::{Context, NFACCT_LOCALHOST_NODEPORTS};
 use super::plan::{Plan, Refusal};
 use super::ServiceRules;
-use crate::iptables::names::{KUBE_EXTERNAL_SERVICES, KUBE_NODEPORTS, KUBE_PROXY_FIREWALL, KUBE_SERVICES};
+use crate::netfilter::names::{KUBE_EXTERNAL_SERVICES, KUBE_NODEPORTS, KUBE_PROXY_FIREWALL, KUBE_SERVICES};
 use crate::netfilter::Rule;
 
 pub fn write(ctx: &Context, p: &Plan, out: &mut ServiceRules) {

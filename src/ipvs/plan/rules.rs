@@ -3,7 +3,7 @@
 
 use super::ipsets::SetId;
 use super::{Context, Plan};
-use crate::iptables::names::{KUBE_FORWARD, KUBE_MARK_MASQ, KUBE_POSTROUTING, KUBE_PROXY_FIREWALL, KUBE_SERVICES};
+use crate::netfilter::names::{KUBE_FORWARD, KUBE_MARK_MASQ, KUBE_POSTROUTING, KUBE_PROXY_FIREWALL, KUBE_SERVICES};
 use crate::netfilter::{Rule, Table};
 
 pub const KUBE_NODE_PORT: &str = "KUBE-NODE-PORT";

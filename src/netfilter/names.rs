@@ -1,6 +1,9 @@
-//! kube-proxy's chain names: a prefix and the first 16 characters of the base32
+//! kube-proxy's iptables chain names, declared once for every mode that writes or reads
+//! them (iptables mode, IPVS mode's few rules, the tracer, conntrack, cleanup): the fixed
+//! chains, and the per-service ones (a prefix and the first 16 characters of the base32
 //! (RFC 4648, upper case) SHA-256 of the service port name and protocol, plus the
-//! endpoint for `KUBE-SEP-` chains.
+//! endpoint for `KUBE-SEP-` chains). The hash is nftables mode's too. IPVS mode's own
+//! chains are `ipvs::plan::rules`'.
 
 use data_encoding::BASE32;
 use sha2::{Digest, Sha256};
@@ -17,8 +20,15 @@ pub const KUBE_PROXY_FIREWALL: &str = "KUBE-PROXY-FIREWALL";
 pub const KUBE_FIREWALL: &str = "KUBE-FIREWALL";
 pub const KUBE_PROXY_CANARY: &str = "KUBE-PROXY-CANARY";
 
+/// Prefixes of the per-service nat chains.
+pub const KUBE_SVC: &str = "KUBE-SVC-";
+pub const KUBE_SVL: &str = "KUBE-SVL-";
+pub const KUBE_EXT: &str = "KUBE-EXT-";
+pub const KUBE_FW: &str = "KUBE-FW-";
+pub const KUBE_SEP: &str = "KUBE-SEP-";
+
 /// Prefixes of the per-service nat chains; a nat chain with one of them is ours.
-pub const SERVICE_CHAIN_PREFIXES: [&str; 5] = ["KUBE-SVC-", "KUBE-SVL-", "KUBE-EXT-", "KUBE-FW-", "KUBE-SEP-"];
+pub const SERVICE_CHAIN_PREFIXES: [&str; 5] = [KUBE_SVC, KUBE_SVL, KUBE_EXT, KUBE_FW, KUBE_SEP];
 
 pub fn is_service_chain(name: &str) -> bool {
     SERVICE_CHAIN_PREFIXES.iter().any(|p| name.starts_with(p))
@@ -55,17 +65,17 @@ impl ServiceChains {
     pub fn new(spn: &str, proto: &str) -> Self {
         let h = hash16(&[spn, proto]);
         ServiceChains {
-            svc: format!("KUBE-SVC-{h}").into(),
-            svl: format!("KUBE-SVL-{h}").into(),
-            ext: format!("KUBE-EXT-{h}").into(),
-            fw: format!("KUBE-FW-{h}").into(),
+            svc: format!("{KUBE_SVC}{h}").into(),
+            svl: format!("{KUBE_SVL}{h}").into(),
+            ext: format!("{KUBE_EXT}{h}").into(),
+            fw: format!("{KUBE_FW}{h}").into(),
         }
     }
 }
 
 /// `KUBE-SEP-…` for one endpoint (`ip:port`, or `[ip]:port`).
 pub fn endpoint_chain(spn: &str, proto: &str, endpoint: &str) -> String {
-    format!("KUBE-SEP-{}", hash16(&[spn, proto, endpoint]))
+    format!("{KUBE_SEP}{}", hash16(&[spn, proto, endpoint]))
 }
 
 #[cfg(test)]
