@@ -1,18 +1,27 @@
 //! Everything about this node and the options that shapes one family's IPVS plan,
-//! resolved once from the [`Config`]. The iptables part reuses the iptables renderer's
-//! [`IptContext`] (mark, local detector, random-fully).
+//! resolved once from the [`Config`]: its virtual servers, and its few iptables rules
+//! (mark, local detector, random-fully).
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
-use crate::config::Config;
-use crate::iptables::render::Context as IptContext;
+use crate::config::{Config, LocalDetector};
+use crate::model::LABEL_ZONE;
 use crate::net::{Cidr, IpFamily};
 use crate::select::Locality;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Context {
-    pub ipt: IptContext,
+    pub family: IpFamily,
+    pub node_name: String,
+    pub zone: Option<String>,
+    /// The node's primary IP of this family (for the load-balancer source-range check).
+    pub node_ip: IpAddr,
+    /// The masquerade mark, formatted (`0x00004000`).
+    pub mark: String,
+    pub masquerade_all: bool,
+    pub detector: Option<LocalDetector>,
+    pub random_fully: bool,
     /// `--ipvs-scheduler` (any kernel scheduler name).
     pub scheduler: String,
     /// This node's own addresses of the family (loopback and IPv6 link-local left out,
@@ -47,7 +56,14 @@ impl Context {
             cfg.node_port_ips(family).into_iter().filter(|ip| !ip.is_loopback()).collect()
         };
         Context {
-            ipt: IptContext::new(cfg, family),
+            family,
+            node_name: cfg.node_name.clone(),
+            zone: cfg.node_labels.get(LABEL_ZONE).cloned(),
+            node_ip: cfg.node_ip(family),
+            mark: cfg.masquerade_mark(),
+            masquerade_all: cfg.masquerade_all,
+            detector: cfg.local_detector(family),
+            random_fully: cfg.random_fully,
             scheduler: cfg.ipvs.scheduler.clone(),
             node_addresses,
             node_port_ips,
@@ -56,10 +72,10 @@ impl Context {
     }
 
     pub fn family(&self) -> IpFamily {
-        self.ipt.family
+        self.family
     }
 
     pub fn locality(&self) -> Locality<'_> {
-        self.ipt.locality()
+        Locality { node_name: &self.node_name, zone: self.zone.as_deref() }
     }
 }
