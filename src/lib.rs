@@ -28,6 +28,7 @@ pub mod nftables;
 pub mod node;
 pub mod pipeline;
 pub mod runner;
+pub mod schedule;
 pub mod select;
 pub mod serve;
 pub mod settings;

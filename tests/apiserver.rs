@@ -15,7 +15,8 @@ use svcproxy::config::Settings;
 use svcproxy::netfilter::conntrack::RecordingConntrack;
 use svcproxy::netfilter::fake::SharedFake;
 use svcproxy::net::IpFamily;
-use svcproxy::runner::{watch, Schedule, Timing};
+use svcproxy::runner::watch;
+use svcproxy::schedule::{Schedule, Timing};
 use svcproxy::serve::Shared;
 use svcproxy::source::{apiserver, ClusterState};
 

@@ -1,5 +1,5 @@
 //! Watch mode: one loop owns the [`Engine`] (trackers and proxier). Source messages feed
-//! the trackers; the [`super::Schedule`] says when to sync and whether fully; a sync
+//! the trackers; the [`crate::schedule::Schedule`] says when to sync and whether fully; a sync
 //! commits the trackers and has the proxier bring the kernel up to date (in iptables mode
 //! a partial sync sends only what the changed services need). Once per sync period,
 //! before the sync, the canaries are checked; one gone forces a full sync. SIGTERM/SIGINT
@@ -13,7 +13,7 @@ use std::time::{Instant, SystemTime};
 use tokio::sync::mpsc;
 
 pub use super::engine::Engine;
-use super::schedule::Kind;
+use crate::schedule::Kind;
 use crate::serve::metrics::{FamilyLabel, ResultLabel};
 use crate::serve::SharedState;
 use crate::source::watch::SourceMsg;
@@ -152,7 +152,7 @@ fn check_canaries(engine: &mut Engine, shared: &SharedState, now: Instant) {
 /// The schedule, even after a thread panicked while holding its lock: its state is a few
 /// instants and flags, and syncing on from it beats stopping without a word (said once;
 /// the poison is cleared).
-fn lock_schedule(shared: &SharedState) -> std::sync::MutexGuard<'_, super::Schedule> {
+fn lock_schedule(shared: &SharedState) -> std::sync::MutexGuard<'_, crate::schedule::Schedule> {
     shared.schedule.lock().unwrap_or_else(|poisoned| {
         tracing::error!("a panic poisoned the sync schedule's lock; syncing on from its last state");
         shared.schedule.clear_poison();
@@ -226,7 +226,7 @@ mod tests {
     use std::time::Instant;
 
     use super::lock_schedule;
-    use crate::runner::{Schedule, Timing};
+    use crate::schedule::{Schedule, Timing};
     use crate::serve::Shared;
 
     #[test]

@@ -23,7 +23,7 @@ use axum::Router;
 
 pub use metrics::Metrics;
 
-use crate::runner::Schedule;
+use crate::schedule::Schedule;
 
 /// What the endpoints read; the runner updates it.
 pub struct Shared {
@@ -212,7 +212,7 @@ mod endpoint_tests {
     use std::io::{Read, Write};
 
     use super::*;
-    use crate::runner::Timing;
+    use crate::schedule::Timing;
 
     fn get(addr: SocketAddr, path: &str, accept: &str) -> String {
         let mut s = std::net::TcpStream::connect(addr).unwrap();

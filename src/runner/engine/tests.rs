@@ -282,7 +282,7 @@ struct Loop {
 impl Loop {
     fn new() -> Self {
         let (engine, kernel, _) = iptables_engine(demo_state());
-        let schedule = crate::runner::Schedule::new(crate::runner::Timing::default());
+        let schedule = crate::schedule::Schedule::new(crate::schedule::Timing::default());
         let mut shared = crate::serve::Shared::new(schedule);
         shared.metrics.register_mode(crate::config::Mode::Iptables);
         Loop { engine, kernel, shared: Arc::new(shared) }
@@ -768,7 +768,7 @@ fn a_refused_nftables_transaction_keeps_the_previous_rules_and_says_which_family
 fn an_ipvs_pass_is_observed_once_per_family() {
     let dir = std::env::temp_dir().join(format!("svcproxy-engine-ipvs-metrics-{}", std::process::id()));
     let (_, kernel, _) = iptables_engine(demo_state());
-    let mut shared = crate::serve::Shared::new(crate::runner::Schedule::new(crate::runner::Timing::default()));
+    let mut shared = crate::serve::Shared::new(crate::schedule::Schedule::new(crate::schedule::Timing::default()));
     shared.metrics.register_mode(crate::config::Mode::Ipvs);
     let mut l = Loop { engine: ipvs_engine(demo_state(), &dir), kernel, shared: Arc::new(shared) };
     l.shared.schedule.lock().unwrap().set_ready(std::time::Instant::now());
@@ -789,7 +789,7 @@ fn an_ipvs_pass_is_observed_once_per_family() {
 fn an_ipvs_sync_clearing_flows_feeds_the_reconciler_families() {
     let dir = std::env::temp_dir().join(format!("svcproxy-engine-ipvs-reconciler-{}", std::process::id()));
     let (_, kernel, _) = iptables_engine(demo_state());
-    let mut shared = crate::serve::Shared::new(crate::runner::Schedule::new(crate::runner::Timing::default()));
+    let mut shared = crate::serve::Shared::new(crate::schedule::Schedule::new(crate::schedule::Timing::default()));
     shared.metrics.register_mode(crate::config::Mode::Ipvs);
     let mut l = Loop { engine: ipvs_engine(demo_state(), &dir), kernel, shared: Arc::new(shared) };
     let base = std::time::Instant::now();
@@ -831,7 +831,7 @@ fn change_counters_count_events_as_kube_proxys_trackers_receive_them() {
 #[test]
 fn without_canaries_periodic_syncs_still_come_one_per_sync_period() {
     let (engine, _nft) = nftables_engine(demo_state());
-    let schedule = crate::runner::Schedule::new(crate::runner::Timing::default());
+    let schedule = crate::schedule::Schedule::new(crate::schedule::Timing::default());
     let shared = Arc::new(crate::serve::Shared::new(schedule));
     let mut engine = engine;
     let base = std::time::Instant::now();

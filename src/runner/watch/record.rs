@@ -7,7 +7,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::super::engine::{Engine, Outcome, SyncFailure};
-use super::super::schedule::Kind;
+use crate::schedule::Kind;
 use crate::net::IpFamily;
 use crate::serve::metrics::{FamilyLabel, Metrics, PolicyLabel, TableLabel};
 use crate::track::Event;

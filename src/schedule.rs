@@ -1,5 +1,7 @@
-//! When to sync: kube-proxy's bounded-frequency runner as a pure state machine. Time is
-//! passed in and never read here, so tests drive it without a clock.
+//! When to sync: kube-proxy's bounded-frequency runner as a pure state machine, below the
+//! runner (which drives it) and the health endpoints (which read whether it is healthy).
+//! Every instant is passed in and the clock is never read here, so tests drive it
+//! without one.
 //!
 //! - Nothing runs before the sources have listed everything once (an empty or half state
 //!   must never be applied).
