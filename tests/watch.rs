@@ -18,6 +18,12 @@ use svcproxy::serve::{self, Shared};
 use svcproxy::source::file::read_path_lenient;
 use svcproxy::source::watch::{watch_files, SourceMsg};
 
+/// What the commands do to every read of the files: EndpointSlices derived where a
+/// Service has none (`--derive-endpoints` off).
+fn derive(state: &mut svcproxy::source::ClusterState) {
+    svcproxy::derive::complete_with_notes(state, false);
+}
+
 fn nat(kernel: &SharedFake) -> String {
     kernel.lock().unwrap().save_table(IpFamily::V4, "nat")
 }
@@ -83,7 +89,7 @@ fn watch_follows_file_changes_coalesces_bursts_survives_bad_objects_and_reports_
         (h, m)
     });
     let (tx, rx) = tokio::sync::mpsc::channel::<SourceMsg>(64);
-    rt.spawn(watch_files(dir.clone(), Duration::from_millis(20), initial, false, tx));
+    rt.spawn(watch_files(dir.clone(), Duration::from_millis(20), initial, derive, tx));
     let loop_shared = shared.clone();
     let runner = rt.spawn(async move {
         watch::run(engine, rx, loop_shared, async { let _ = stop_rx.await; }).await;
@@ -150,7 +156,7 @@ fn watch_from_files_reports_the_readers_notes_once_per_change() {
 
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let (tx, mut rx) = tokio::sync::mpsc::channel::<SourceMsg>(64);
-    rt.spawn(watch_files(dir.clone(), Duration::from_millis(20), initial, false, tx));
+    rt.spawn(watch_files(dir.clone(), Duration::from_millis(20), initial, derive, tx));
     // The messages up to and including the next `Events` (or `Ready`), as text.
     let mut next_batch = || -> Vec<String> {
         rt.block_on(async {

@@ -159,7 +159,11 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Server
         Origin::Files { path, initial } => {
             tracing::info!(%health, %metrics, from = %path.display(), "watching files");
             let poll = duration("--poll-interval", &w.poll_interval)?;
-            tokio::spawn(watch_files(path, poll, *initial, args.config.derive_endpoints, tx));
+            let derive = args.config.derive_endpoints;
+            let complete = move |s: &mut ClusterState| {
+                crate::derive::complete_with_notes(s, derive);
+            };
+            tokio::spawn(watch_files(path, poll, *initial, complete, tx));
         }
         Origin::Api(client) => {
             tracing::info!(%health, %metrics, "watching the API server");

@@ -52,14 +52,14 @@ fn fingerprint(path: &Path) -> Fingerprint {
 
 /// Polls `path` every `interval` until the receiver goes away. `initial` is the state
 /// already loaded (its events were applied by the caller).
-/// `derive`: compute EndpointSlices from Pods and v1/Endpoints on every read, as
-/// `--derive-endpoints` does elsewhere (always for Services with no slices).
+/// `complete` finishes every read as the caller finished `initial` (the commands derive
+/// EndpointSlices from Pods and v1/Endpoints there); the source knows nothing of it.
 ///
 /// A changed file is read once it has stayed the same for one interval and is not empty,
 /// and the read is kept only if the file did not change while it was read: a file being
 /// written in place (`kubectl get … > dump.yaml` truncates it first) is never taken for an
 /// empty cluster.
-pub async fn watch_files(path: PathBuf, interval: Duration, initial: ClusterState, derive: bool, tx: mpsc::Sender<SourceMsg>) {
+pub async fn watch_files(path: PathBuf, interval: Duration, initial: ClusterState, complete: impl Fn(&mut ClusterState), tx: mpsc::Sender<SourceMsg>) {
     let mut read_at = fingerprint(&path);
     let mut previous_poll = read_at.clone();
     let mut notes = Vec::new();
@@ -88,7 +88,7 @@ pub async fn watch_files(path: PathBuf, interval: Duration, initial: ClusterStat
             continue;
         }
         read_at = now;
-        crate::derive::complete_with_notes(&mut next, derive);
+        complete(&mut next);
         if let Some(new) = changed_notes(&mut notes, &next) {
             if tx.send(SourceMsg::Notes(new)).await.is_err() {
                 return;
