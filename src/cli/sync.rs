@@ -8,11 +8,9 @@ use clap::{Args, ValueEnum};
 
 use super::render::load_with;
 use super::{ConfigFlags, EXIT_CHANGES, EXIT_OK};
-use crate::config::Mode;
-use crate::netfilter::apply::{detect_backend, Backend};
+use crate::netfilter::apply::Backend;
 use crate::netfilter::conntrack::Reconciled;
 use crate::iptables::sync::SyncReport;
-use crate::iptables::nfacct;
 use crate::netfilter::delta;
 use crate::net::IpFamily;
 use crate::node::sysctl::Change;
@@ -36,11 +34,12 @@ pub enum BackendArg {
 }
 
 impl BackendArg {
-    pub fn resolve(self) -> Backend {
+    /// The backend asked for; `None` (auto) lets [`crate::runner::node::backend`] pick.
+    pub fn chosen(self) -> Option<Backend> {
         match self {
-            BackendArg::Auto => detect_backend(),
-            BackendArg::Nft => Backend::Nft,
-            BackendArg::Legacy => Backend::Legacy,
+            BackendArg::Auto => None,
+            BackendArg::Nft => Some(Backend::Nft),
+            BackendArg::Legacy => Some(Backend::Legacy),
         }
     }
 }
@@ -86,30 +85,19 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
         return super::watch::run(args);
     }
     let mut flags = args.config.settings();
-    if flags.mode == Some(crate::settings::kinds::ProxyMode::Nftables) {
-        // nftables mode has no nfacct matches: no counters to create.
-        flags.nfacct.get_or_insert(false);
-    }
+    let pass = if args.dry_run { Pass::DryRun } else { Pass::Apply };
     if flags.nfacct.is_none() {
-        // The nfacct matches load only where the counters exist: create them (or, for a
-        // dry run, look), as kube-proxy does on a full sync.
-        flags.nfacct = Some(if args.dry_run {
-            nfacct::exists()
-        } else {
-            nfacct::ensure().unwrap_or_else(|e| {
-                eprintln!("svcproxy: warning: cannot create kube-proxy's nfacct counters ({e}); the rules are written without them");
-                false
-            })
-        });
+        flags.nfacct = Some(crate::runner::node::nfacct(flags.mode, pass).unwrap_or_else(|e| {
+            eprintln!("svcproxy: warning: {e}; the rules are written without them");
+            false
+        }));
     }
     let loaded = load_with(&args.config, flags)?;
-    // nftables mode writes no iptables: no backend to detect (detection runs both backends' save).
-    let backend = if loaded.config.mode == Mode::Nftables { Backend::Nft } else { args.iptables_backend.resolve() };
     // The engine watch mode runs, built the same way; the one-shot sync is its first (full)
     // sync, or a dry run of it. The engine also sets (or lists) the sysctls the rules need.
-    let iptables = crate::runner::node::Iptables { backend, lock_wait_secs: args.iptables_lock_wait };
+    let iptables = crate::runner::node::Iptables::on_node(loaded.config.mode, args.iptables_backend.chosen(), args.iptables_lock_wait);
+    let backend = iptables.backend;
     let mut engine = crate::runner::node::engine(loaded.config, loaded.trackers, iptables, true).context("IPVS sync failed")?;
-    let pass = if args.dry_run { Pass::DryRun } else { Pass::Apply };
     let pending = match engine.sync_as(true, pass) {
         Ok(outcome) => match &outcome.detail {
             Detail::Iptables(reports) => print_iptables(args, backend, &outcome.sysctls, reports, &outcome.reconciled)?,

@@ -255,7 +255,7 @@ fn live_ipvs(args: &TraceArgs, family: IpFamily) -> anyhow::Result<(Dump, Sets, 
 }
 
 fn live_rules(args: &TraceArgs, family: IpFamily) -> anyhow::Result<Dump> {
-    Ok(crate::iptables::sync::read_live(&mut ExecRestorer::new(args.iptables_backend.resolve()), family)?)
+    Ok(crate::iptables::sync::read_live(&mut ExecRestorer::new(crate::runner::node::backend(args.iptables_backend.chosen())), family)?)
 }
 
 fn rules(args: &TraceArgs, loaded: &pipeline::Loaded, family: IpFamily) -> anyhow::Result<Dump> {

@@ -17,7 +17,6 @@ use crate::config::client::ClientConnection;
 use crate::config::node::{self, LogFormat, Logging, Servers};
 use crate::config::{Mode, Settings};
 use crate::settings::{self, flags::NodeFlags};
-use crate::iptables::nfacct;
 use crate::pipeline;
 use crate::runner::watch;
 use crate::schedule::{Schedule, Timing};
@@ -80,13 +79,9 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
             Err(e) => tracing::warn!("{e}"),
         }
     }
-    if effective.mode == Some(crate::settings::kinds::ProxyMode::Nftables) {
-        // nftables mode has no nfacct matches: no counters to create.
-        flags.nfacct.get_or_insert(false);
-    }
     if flags.nfacct.is_none() {
-        flags.nfacct = Some(nfacct::ensure().unwrap_or_else(|e| {
-            tracing::warn!(error = %e, "cannot create kube-proxy's nfacct counters; the rules are written without them");
+        flags.nfacct = Some(crate::runner::node::nfacct(effective.mode, crate::netfilter::apply::Pass::Apply).unwrap_or_else(|e| {
+            tracing::warn!(error = %e.0, "cannot create kube-proxy's nfacct counters; the rules are written without them");
             false
         }));
     }
@@ -132,10 +127,7 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Server
     };
     let mut shared = Shared::new(Schedule::new(timing));
     client_metrics.register(&mut shared.metrics.registry);
-    shared.metrics.register_mode(loaded.config.mode);
-    if loaded.config.mode == Mode::Iptables {
-        shared.metrics.register_nfacct(serve::nfacct::NfacctCollector::kernel());
-    }
+    crate::runner::node::register_metrics(&mut shared.metrics, loaded.config.mode);
     let shared = Arc::new(shared);
     let _ = shared.proxy_mode.set(match loaded.config.mode {
         Mode::Iptables => "iptables".into(),
@@ -146,9 +138,7 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Server
     shared.metrics.malformed_objects.inc_by(errors as u64);
     let proxy_name = loaded.config.service_proxy_name.clone();
     let node_name = loaded.config.node_name.clone();
-    // nftables mode writes no iptables: no backend to detect (detection runs both backends' save).
-    let backend = if loaded.config.mode == Mode::Nftables { crate::netfilter::apply::Backend::Nft } else { args.iptables_backend.resolve() };
-    let iptables = crate::runner::node::Iptables { backend, lock_wait_secs: args.iptables_lock_wait };
+    let iptables = crate::runner::node::Iptables::on_node(loaded.config.mode, args.iptables_backend.chosen(), args.iptables_lock_wait);
     let engine = crate::runner::node::engine(loaded.config, loaded.trackers, iptables, false)
         .context("cannot reach IPVS (is the ip_vs module loaded?)")?;
     let health = serve_on("health checks", servers.healthz, servers.hard_fail, serve::health_router(shared.clone())).await?;

@@ -1,12 +1,14 @@
 //! The engine on this node's kernel, built once for both a one-shot `svcproxy sync` and
 //! watch mode: `iptables-save`/`iptables-restore` of one backend, the `conntrack` tool, IPVS
 //! over generic netlink, the `nft` binary, and the mode's sysctls re-checked under `/proc/sys`. cli/ calls
-//! [`engine`] instead of opening kernel clients itself.
+//! [`engine`] instead of opening kernel clients itself, and asks here which iptables backend
+//! ([`Iptables::on_node`]) and whether kube-proxy's nfacct counters ([`nfacct`]) the node has.
 
 use super::engine::Engine;
 use crate::config::{Config, Mode};
 use crate::netfilter::conntrack::ExecConntrack;
-use crate::netfilter::apply::{Backend, ExecRestorer};
+use crate::netfilter::apply::{detect_backend, Backend, ExecRestorer, Pass};
+use crate::settings::kinds::ProxyMode;
 use crate::track::Trackers;
 
 /// How this node's iptables is run.
@@ -15,6 +17,50 @@ pub struct Iptables {
     pub backend: Backend,
     /// Seconds to wait for the xtables lock (`-w`).
     pub lock_wait_secs: u32,
+}
+
+impl Iptables {
+    /// How iptables is run on this node in `mode`: the `chosen` backend
+    /// (`--iptables-backend nft|legacy`), or [`backend`]'s pick. nftables mode writes no
+    /// iptables: nothing is detected there (detection runs both backends' save).
+    pub fn on_node(mode: Mode, chosen: Option<Backend>, lock_wait_secs: u32) -> Self {
+        let backend = if mode == Mode::Nftables { Backend::Nft } else { backend(chosen) };
+        Iptables { backend, lock_wait_secs }
+    }
+}
+
+/// The iptables backend: `chosen`, or else the one that already holds rules (as
+/// kube-proxy's image picks).
+pub fn backend(chosen: Option<Backend>) -> Backend {
+    chosen.unwrap_or_else(detect_backend)
+}
+
+/// kube-proxy's nfacct counters could not be created.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot create kube-proxy's nfacct counters ({0})")]
+pub struct NfacctError(#[from] pub std::io::Error);
+
+/// Whether the rules match kube-proxy's nfacct counters, for a node whose settings do not
+/// say (in `mode`, if the settings name one). The matches load only where the counters
+/// exist: a sync creates them (a dry run only looks), as kube-proxy does on a full sync;
+/// nftables mode has no such matches. On an error there are no counters: the caller says
+/// so, and the rules are written without them.
+pub fn nfacct(mode: Option<ProxyMode>, pass: Pass) -> Result<bool, NfacctError> {
+    if mode == Some(ProxyMode::Nftables) {
+        return Ok(false);
+    }
+    match pass {
+        Pass::DryRun => Ok(crate::iptables::nfacct::exists()),
+        Pass::Apply => Ok(crate::iptables::nfacct::ensure()?),
+    }
+}
+
+/// The metrics `mode` reports, with this node's nfacct counters in iptables mode.
+pub fn register_metrics(metrics: &mut crate::serve::Metrics, mode: Mode) {
+    metrics.register_mode(mode);
+    if mode == Mode::Iptables {
+        metrics.register_nfacct(crate::serve::nfacct::NfacctCollector::kernel());
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -216,7 +216,7 @@ fn timed_sync(args: &SyncArgs) -> anyhow::Result<String> {
     let t = Instant::now();
     let rulesets = pipeline::render_iptables(&loaded);
     let render = t.elapsed();
-    let backend = args.iptables_backend.resolve();
+    let backend = svcproxy::runner::node::backend(args.iptables_backend.chosen());
     let mut restorer = ExecRestorer { backend, lock_wait_secs: args.iptables_lock_wait };
     let (mut phases, mut lines, mut full_lines) = (Timings::default(), 0, 0);
     for rs in &rulesets {
