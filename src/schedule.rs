@@ -8,7 +8,9 @@
 //! - A change schedules a sync no earlier than `min_sync_period` after the last one;
 //!   changes arriving before it runs are coalesced into it.
 //! - Every `sync_period` a sync runs, changes or not; it is **partial** (only what changed
-//!   is sent, the kernel is not read). Before it, the loop checks the canaries
+//!   is sent, the kernel is not read). It counts from the last periodic sync (or full sync),
+//!   which [`Schedule::begin`] records, so changes in between do not put it off and a mode
+//!   without canaries needs nothing more. Before it, a mode with canaries checks them
 //!   ([`Schedule::canary_due`]); a lost canary asks for a full sync ([`Schedule::force_full`]).
 //! - A **full** sync (everything compared with the kernel) runs first, after any failure,
 //!   when asked for ([`Schedule::force_full`]: a lost canary, or new node labels, which
@@ -67,8 +69,8 @@ pub struct Schedule {
     in_flight: Option<Instant>,
     /// A full sync was asked for (a canary was lost) and has not succeeded yet.
     forced: bool,
-    /// When the canaries were last checked.
-    last_check: Option<Instant>,
+    /// When the last periodic sync began (or the canaries were checked before it).
+    last_periodic: Option<Instant>,
 }
 
 impl Schedule {
@@ -83,7 +85,7 @@ impl Schedule {
             retry_at: None,
             in_flight: None,
             forced: false,
-            last_check: None,
+            last_periodic: None,
         }
     }
 
@@ -131,7 +133,7 @@ impl Schedule {
             return self.pending_since.or(self.in_flight);
         };
         let periodic = (last_sync + self.timing.sync_period)
-            .min(self.check_base(last_full) + self.timing.sync_period)
+            .min(self.periodic_base(last_full) + self.timing.sync_period)
             .min(last_full + self.timing.full_sync_period);
         let for_change = self.pending_since.map(|since| match self.last_sync {
             Some(last) => since.max(last + self.timing.min_sync_period),
@@ -153,25 +155,31 @@ impl Schedule {
         self.pending_since.get_or_insert(now);
     }
 
-    /// Whether the canaries should be checked before a sync at `now`: once per
-    /// `sync_period` (counted from the last check or full sync, which recreates them).
+    /// Whether a sync at `now` is the periodic one (and the canaries, in a mode with
+    /// them, should be checked before it): once per `sync_period`, counted from the last
+    /// periodic sync or full sync (which recreates the canaries).
     pub fn canary_due(&self, now: Instant) -> bool {
         let Some(last_full) = self.last_full else { return false };
-        now >= self.check_base(last_full) + self.timing.sync_period
+        now >= self.periodic_base(last_full) + self.timing.sync_period
     }
 
-    /// The canaries were last known present: at the last check, or the last full sync.
-    fn check_base(&self, last_full: Instant) -> Instant {
-        self.last_check.map_or(last_full, |c| c.max(last_full))
+    /// What the next periodic sync counts from: the last periodic sync, or the last full
+    /// sync.
+    fn periodic_base(&self, last_full: Instant) -> Instant {
+        self.last_periodic.map_or(last_full, |c| c.max(last_full))
     }
 
-    /// The canaries were checked at `now`.
+    /// The canaries were checked at `now`, before the periodic sync.
     pub fn canary_checked(&mut self, now: Instant) {
-        self.last_check = Some(now);
+        self.last_periodic = Some(now);
     }
 
-    /// A sync starts now: it covers every change so far; later ones stay pending.
+    /// A sync starts now: it covers every change so far; later ones stay pending. When
+    /// the periodic sync is due it is this one, and the next counts from now.
     pub fn begin(&mut self, now: Instant) -> Kind {
+        if self.canary_due(now) {
+            self.last_periodic = Some(now);
+        }
         self.in_flight = self.pending_since.take().or(Some(now));
         self.kind(now)
     }
@@ -328,6 +336,29 @@ mod tests {
         assert!(kinds.windows(2).all(|w| w[1].0 - w[0].0 <= Duration::from_secs(30)), "one every sync period");
         let full: Vec<Instant> = kinds.iter().filter(|k| k.1 == Kind::Full).map(|k| k.0).collect();
         assert_eq!(full, [t(base, 3_600_000), t(base, 7_200_000)], "full only once an hour has passed");
+    }
+
+    /// A mode without canaries never checks any: the periodic sync itself moves the
+    /// count on, so it comes once per sync period and not back to back.
+    #[test]
+    fn without_canary_checks_periodic_syncs_come_one_per_sync_period() {
+        let base = Instant::now();
+        let mut s = started(Timing::default(), base);
+        let mut at = Vec::new();
+        for _ in 0..5 {
+            let next = s.next().expect("ready");
+            let kind = s.begin(next);
+            s.done(next, next, kind, true);
+            at.push(next);
+        }
+        assert_eq!(at, [t(base, 30_000), t(base, 60_000), t(base, 90_000), t(base, 120_000), t(base, 150_000)]);
+        // Changes in between do not put the periodic sync off.
+        s.changed(t(base, 160_000));
+        let next = s.next().unwrap();
+        let kind = s.begin(next);
+        s.done(next, next, kind, true);
+        assert_eq!(next, t(base, 160_000));
+        assert_eq!(s.next(), Some(t(base, 180_000)));
     }
 
     #[test]

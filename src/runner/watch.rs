@@ -118,17 +118,15 @@ pub fn wake(engine: &mut Engine, shared: &SharedState, now: Instant) {
 /// When due (once per sync period), checks the canaries; if one is gone (or the check
 /// cannot tell), the sync about to run is a full one.
 fn check_canaries(engine: &mut Engine, shared: &SharedState, now: Instant) {
+    if !engine.has_canaries() {
+        return;
+    }
     {
         let mut s = lock_schedule(shared);
         if !s.canary_due(now) {
             return;
         }
-        // Recorded in modes without canaries too: the schedule's periodic syncs count from
-        // the last check, and one never recorded would leave them due ever after.
         s.canary_checked(now);
-    }
-    if !engine.has_canaries() {
-        return;
     }
     let lost = tokio::task::block_in_place(|| engine.canary_lost());
     shared.metrics.canary_checks.inc();
