@@ -255,7 +255,7 @@ fn live_ipvs(args: &TraceArgs, family: IpFamily) -> anyhow::Result<(Dump, Sets, 
 }
 
 fn live_rules(args: &TraceArgs, family: IpFamily) -> anyhow::Result<Dump> {
-    Ok(crate::iptables::sync::read_live(&mut ExecRestorer::new(crate::runner::node::backend(args.iptables_backend.chosen())), family)?)
+    Ok(crate::netfilter::apply::read(&mut ExecRestorer::new(crate::runner::node::backend(args.iptables_backend.chosen())), family, &crate::netfilter::delta::TABLES)?)
 }
 
 fn rules(args: &TraceArgs, loaded: &pipeline::Loaded, family: IpFamily) -> anyhow::Result<Dump> {

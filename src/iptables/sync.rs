@@ -6,13 +6,13 @@
 
 use std::time::Instant;
 
-use crate::netfilter::apply::{Backend, RestoreError, Restorer};
+use crate::netfilter::apply::{self, Backend, ReadError, RestoreError, Restorer};
 use crate::netfilter::names::is_service_chain;
 use crate::netfilter::delta::{self, Delta, TABLES};
 use super::jumps::jumps;
 use super::render::Ruleset;
 use super::restore::{self, Scope};
-use crate::netfilter::dump::{self, Dump};
+use crate::netfilter::dump;
 
 /// What a sync found and did.
 #[derive(Debug, Clone)]
@@ -57,19 +57,13 @@ pub enum SyncError {
     },
 }
 
-/// Reads the kernel's tables (`filter` and `nat`) into one dump.
-pub fn read_live(r: &mut dyn Restorer, family: crate::net::IpFamily) -> Result<Dump, SyncError> {
-    let mut live = Dump::default();
-    for table in TABLES {
-        let text = r.save(family, table)?;
-        let mut dump = dump::parse(&text).map_err(|error| SyncError::Parse { table: table.into(), error })?;
-        drop(text);
-        if let Some(t) = dump.tables.remove(table) {
-            live.order.push(table.to_string());
-            live.tables.insert(table.to_string(), t);
+impl From<ReadError> for SyncError {
+    fn from(e: ReadError) -> Self {
+        match e {
+            ReadError::Save(e) => SyncError::Restore(e),
+            ReadError::Parse { table, error } => SyncError::Parse { table, error },
         }
     }
-    Ok(live)
 }
 
 /// The jumps this ruleset needs from built-in chains.
@@ -103,7 +97,7 @@ pub fn sync(r: &mut dyn Restorer, rs: &Ruleset, dry_run: bool) -> Result<SyncRep
     let full_lines = desired.lines();
     timings.render = t.elapsed();
     let t = Instant::now();
-    let live = read_live(r, rs.ctx.family)?;
+    let live = apply::read(r, rs.ctx.family, &TABLES)?;
     timings.read = t.elapsed();
     let t = Instant::now();
     // Only a dry run prints the changed chains' lines.

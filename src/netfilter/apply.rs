@@ -72,6 +72,32 @@ pub trait Restorer {
     fn check(&mut self, family: IpFamily, table: &str, chain: &str, rule: &[&str]) -> Result<bool, RestoreError>;
 }
 
+/// What the kernel holds could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error(transparent)]
+    Save(#[from] RestoreError),
+    #[error("cannot parse iptables-save output of table {table}: {error}")]
+    Parse { table: String, error: super::dump::ParseError },
+}
+
+/// `iptables-save -t TABLE` of one family's `tables`, each read and parsed alone, in one
+/// dump in that order; a table the kernel does not have is left out. What every mode's
+/// comparison with the kernel reads.
+pub fn read(r: &mut dyn Restorer, family: IpFamily, tables: &[&str]) -> Result<super::Dump, ReadError> {
+    let mut live = super::Dump::default();
+    for table in tables {
+        let text = r.save(family, table)?;
+        let mut dump = super::dump::parse(&text).map_err(|error| ReadError::Parse { table: table.to_string(), error })?;
+        drop(text);
+        if let Some(t) = dump.tables.remove(*table) {
+            live.order.push(table.to_string());
+            live.tables.insert(table.to_string(), t);
+        }
+    }
+    Ok(live)
+}
+
 /// Runs the real binaries.
 #[derive(Debug, Clone)]
 pub struct ExecRestorer {
