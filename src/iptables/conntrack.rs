@@ -18,7 +18,7 @@ fn reach(dump: &Dump) -> BTreeMap<ServiceAddr, Reach> {
     if let Some(nat) = dump.tables.get("nat") {
         for chain in [KUBE_SERVICES, KUBE_NODEPORTS] {
             for r in nat.rules_of(chain) {
-                let (Some(addr), Some(target)) = (service_addr(r), r.args.after("-j")) else { continue };
+                let (Some(addr), Some(target)) = (service_addr(r), r.args.target()) else { continue };
                 let mut eps = BTreeSet::new();
                 endpoints(dump, target, &mut eps, 0);
                 out.entry(addr).or_default().endpoints.extend(eps);
@@ -27,7 +27,7 @@ fn reach(dump: &Dump) -> BTreeMap<ServiceAddr, Reach> {
     }
     if let Some(filter) = dump.tables.get("filter") {
         for chain in [KUBE_SERVICES, KUBE_EXTERNAL_SERVICES] {
-            for r in filter.rules_of(chain).filter(|r| r.args.after("-j") == Some("REJECT")) {
+            for r in filter.rules_of(chain).filter(|r| r.args.target() == Some("REJECT")) {
                 if let Some(addr) = service_addr(r) {
                     out.entry(addr).or_default().refused = true;
                 }
@@ -53,7 +53,7 @@ fn endpoints(dump: &Dump, chain: &str, out: &mut BTreeSet<IpAddr>, depth: usize)
         return;
     }
     for r in nat.rules_of(chain) {
-        match r.args.after("-j") {
+        match r.args.target() {
             Some("DNAT") => {
                 if let Some((ip, _)) = r.args.after("--to-destination").and_then(split_host_port) {
                     out.insert(ip);

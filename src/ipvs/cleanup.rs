@@ -36,7 +36,7 @@ pub fn iptables_plan(live: &Dump) -> (String, Vec<String>) {
         let mut flush: BTreeSet<String> = chains.iter().map(|c| c.to_string()).collect();
         let mut body = String::new();
         for r in &t.rules {
-            let target = r.args.after("-j");
+            let target = r.args.target();
             if !target.is_some_and(|j| chains.contains(&j)) || flush.contains(r.chain.as_str()) {
                 continue;
             }

@@ -151,7 +151,7 @@ fn by_service<'a>(rewrites: &[&'a Rewrite]) -> Vec<Vec<&'a Rewrite>> {
     let mut parent: Vec<Option<usize>> = vec![None; rewrites.len()];
     for (i, r) in rewrites.iter().enumerate() {
         for rule in r.rules.lines() {
-            let target = rule.split(" -j ").nth(1).and_then(|t| t.split(' ').next());
+            let target = super::rule::line_target(rule);
             if let Some(&t) = target.and_then(|t| index.get(t)) {
                 if t != i && parent[t].is_none() {
                     parent[t] = Some(i);

@@ -189,7 +189,7 @@ fn apply_line(t: &mut FakeTable, line: &str, v6: bool) -> Result<(), String> {
 }
 
 fn target(rule: &[String]) -> Option<&str> {
-    rule.iter().position(|a| a == "-j").and_then(|i| rule.get(i + 1)).map(String::as_str)
+    super::rule::word_after(rule.iter().map(String::as_str), "-j")
 }
 
 fn check_refs(work: &BTreeMap<(IpFamily, String), FakeTable>, family: IpFamily, table: &str) -> Result<(), String> {

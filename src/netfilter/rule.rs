@@ -146,6 +146,11 @@ impl Args {
         word_after(self.iter(), flag)
     }
 
+    /// The `-j` target, if any: the one reading of a rule's target.
+    pub fn target(&self) -> Option<&str> {
+        self.after("-j")
+    }
+
     /// How many words.
     pub fn len(&self) -> usize {
         self.0.bytes().filter(|b| *b == 0).count()
@@ -190,6 +195,12 @@ pub fn word_after<'a>(words: impl IntoIterator<Item = &'a str>, flag: &str) -> O
     it.next()
 }
 
+/// The `-j` target of one line of restore text (`-A CHAIN … -j TARGET …`), read without
+/// splitting the line into words: the word after the first ` -j `.
+pub fn line_target(line: &str) -> Option<&str> {
+    line.split_once(" -j ").and_then(|(_, t)| t.split(' ').next())
+}
+
 /// Whether a word must be quoted in restore text (it holds a space, or is empty).
 fn needs_quotes(word: &str) -> bool {
     word.is_empty() || word.contains(' ')
@@ -230,7 +241,7 @@ impl Rule {
 
     /// The `-j` target, if any.
     pub fn target(&self) -> Option<&str> {
-        self.args.after("-j")
+        self.args.target()
     }
 
     /// Writes `-A CHAIN words…\n`: the one place a rule becomes restore text.

@@ -271,7 +271,7 @@ fn mark(args: &[&str], mark: u32) -> u32 {
 }
 
 fn target(cx: &Cx, table: &str, rule: &Rule, mut b: Branch, depth: usize) -> Vec<(Branch, Flow)> {
-    let target = rule.args.after("-j").unwrap_or("");
+    let target = rule.args.target().unwrap_or("");
     match target {
         "" => vec![(b, Flow::Continue)],
         "MARK" => {

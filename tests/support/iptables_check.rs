@@ -47,7 +47,7 @@ pub fn check_jumps(dump: &Dump) -> Vec<String> {
 }
 
 fn jump_target(r: &Rule) -> Option<&str> {
-    r.args.after("-j")
+    r.args.target()
 }
 
 /// kube-proxy's test normalisation: tables by name; chains KUBE-NODEPORTS, KUBE-SERVICES,
