@@ -44,12 +44,9 @@ fn ipvs_match(rule: &Rule) -> Option<Rule> {
     if !(a + 2 == p && p + 2 == v) {
         return None;
     }
-    let proto = match *words.get(p + 1)? {
-        "tcp" => "6",
-        "udp" => "17",
-        "sctp" => "132",
-        other => other,
-    };
+    let named = *words.get(p + 1)?;
+    let number = Protocol::from_name(named).map(|p| p.number().to_string());
+    let proto = number.as_deref().unwrap_or(named);
     let mut fixed: Vec<&str> = words[..a].to_vec();
     fixed.extend(["--vproto", proto, "--vaddr", words.get(a + 1)?, "--vport", words.get(v + 1)?]);
     fixed.extend(words.get(v + 2..)?.iter().copied());

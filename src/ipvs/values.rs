@@ -24,6 +24,16 @@ impl Protocol {
         }
     }
 
+    /// The iptables spelling (`tcp`, `udp`, `sctp`).
+    pub fn from_name(s: &str) -> Option<Protocol> {
+        match s {
+            "tcp" => Some(Protocol::Tcp),
+            "udp" => Some(Protocol::Udp),
+            "sctp" => Some(Protocol::Sctp),
+            _ => None,
+        }
+    }
+
     pub fn from_number(n: u16) -> Option<Protocol> {
         match n {
             6 => Some(Protocol::Tcp),

@@ -102,11 +102,9 @@ fn addrtype_matches(spec: &str, ip: &IpAddr, env: &Env) -> Option<bool> {
 }
 
 fn vproto_matches(spec: &str, key: &ServiceKey) -> Option<bool> {
-    let p = match spec {
-        "tcp" => Protocol::Tcp,
-        "udp" => Protocol::Udp,
-        "sctp" => Protocol::Sctp,
-        n => Protocol::from_number(n.parse().ok()?)?,
+    let p = match Protocol::from_name(spec) {
+        Some(p) => p,
+        None => Protocol::from_number(spec.parse().ok()?)?,
     };
     Some(p == key.protocol)
 }

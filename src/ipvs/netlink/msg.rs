@@ -25,9 +25,6 @@ pub const IPVS_GENL_VERSION: u8 = 1;
 
 pub const AF_INET: u16 = 2;
 pub const AF_INET6: u16 = 10;
-pub const IPPROTO_TCP: u16 = 6;
-pub const IPPROTO_UDP: u16 = 17;
-pub const IPPROTO_SCTP: u16 = 132;
 
 /// `IP_VS_SVC_F_*`: service flags.
 pub const IP_VS_SVC_F_PERSISTENT: u32 = 0x0001;
