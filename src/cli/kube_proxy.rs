@@ -102,7 +102,7 @@ pub fn run(cli: KubeProxyCli) -> anyhow::Result<ExitCode> {
         // kube-proxy's privileged set-up, then exit: resolved without a cluster state (the
         // node's facts come from the flags and the file).
         if let Some(adj) = oom_score_adj {
-            if let Err(e) = crate::node::apply_oom_score_adj(Path::new("/proc"), adj) {
+            if let Err(e) = crate::runner::node::oom_score_adj(adj) {
                 eprintln!("kube-proxy: warning: {e}");
             }
         }

@@ -74,7 +74,7 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(adj) = effective.oom_score_adj {
         // As kube-proxy: a failure is logged and the proxy goes on.
-        match crate::node::apply_oom_score_adj(std::path::Path::new("/proc"), adj) {
+        match crate::runner::node::oom_score_adj(adj) {
             Ok(()) => tracing::info!(oom_score_adj = adj, "set the process's oom_score_adj"),
             Err(e) => tracing::warn!("{e}"),
         }

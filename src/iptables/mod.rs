@@ -2,14 +2,13 @@
 //! text, canonical form, delta, apply): the renderer, restore text in kube-proxy's order
 //! and the sync planners are pure. The kernel is reached behind traits with recording fakes for
 //! tests: `iptables-save`/`iptables-restore` through [`crate::netfilter::apply`], `nfacct`
-//! over netlink, and `conntrack` through the conntrack tool.
+//! over netlink through [`crate::netfilter::nfacct`], and `conntrack` through the conntrack tool.
 
 pub mod canary;
 pub mod conntrack;
 pub mod cleanup;
 pub mod incremental;
 pub mod jumps;
-pub mod nfacct;
 // kube-proxy's partial-restore text: what upstream's tests assert on and the benchmarks'
 // baseline; svcproxy's watch mode sends `incremental`'s instead.
 #[cfg(any(test, feature = "testing"))]

@@ -14,6 +14,7 @@ pub mod dump;
 pub mod fake;
 pub mod jumps;
 pub mod names;
+pub mod nfacct;
 pub mod rule;
 pub mod table;
 

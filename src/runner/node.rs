@@ -50,9 +50,15 @@ pub fn nfacct(mode: Option<ProxyMode>, pass: Pass) -> Result<bool, NfacctError> 
         return Ok(false);
     }
     match pass {
-        Pass::DryRun => Ok(crate::iptables::nfacct::exists()),
-        Pass::Apply => Ok(crate::iptables::nfacct::ensure()?),
+        Pass::DryRun => Ok(crate::netfilter::nfacct::exists()),
+        Pass::Apply => Ok(crate::netfilter::nfacct::ensure()?),
     }
+}
+
+/// Sets this process's `oom_score_adj` (kube-proxy's `--oom-score-adj`) through `/proc`.
+/// As kube-proxy, the caller logs a failure and goes on.
+pub fn oom_score_adj(adj: i32) -> Result<(), crate::node::NodeError> {
+    crate::node::apply_oom_score_adj(std::path::Path::new("/proc"), adj)
 }
 
 /// The metrics `mode` reports, with this node's nfacct counters in iptables mode.

@@ -8,7 +8,7 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 
-use crate::iptables::render::context::{NFACCT_INVALID_DROPPED, NFACCT_LOCALHOST_NODEPORTS};
+use crate::netfilter::nfacct::{NFACCT_INVALID_DROPPED, NFACCT_LOCALHOST_NODEPORTS};
 
 /// Reads one counter's packets (`Ok(None)`: it does not exist).
 pub type Reader = fn(&str) -> std::io::Result<Option<u64>>;
@@ -27,7 +27,7 @@ pub struct NfacctCollector {
 impl NfacctCollector {
     /// Reads the kernel's counters over netfilter netlink.
     pub fn kernel() -> Self {
-        NfacctCollector { read: crate::iptables::nfacct::packets }
+        NfacctCollector { read: crate::netfilter::nfacct::packets }
     }
 
     pub fn with_reader(read: Reader) -> Self {

@@ -28,10 +28,6 @@ pub struct Context {
     pub large_cluster_threshold: usize,
 }
 
-/// nfacct counters kube-proxy creates and matches.
-pub const NFACCT_LOCALHOST_NODEPORTS: &str = "localhost_nps_accepted_pkts";
-pub const NFACCT_INVALID_DROPPED: &str = "ct_state_invalid_dropped_pkts";
-
 impl Context {
     pub fn new(cfg: &Config, family: IpFamily) -> Self {
         let cidrs = cfg.node_port_cidrs(family);

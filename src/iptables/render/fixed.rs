@@ -2,7 +2,8 @@
 //! masquerading (`KUBE-POSTROUTING`, `KUBE-MARK-MASQ`), the localnet firewall, forwarding
 //! (`KUBE-FORWARD`) and the final jump to `KUBE-NODEPORTS`.
 
-use super::context::{Context, NFACCT_INVALID_DROPPED};
+use super::context::Context;
+use crate::netfilter::nfacct::NFACCT_INVALID_DROPPED;
 use crate::netfilter::names::*;
 use crate::netfilter::Rule;
 

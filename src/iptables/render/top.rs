@@ -3,7 +3,8 @@
 //! or the filter rules refusing them; the load-balancer firewall drop; the health-check
 //! node port accept.
 
-use super::context::{Context, NFACCT_LOCALHOST_NODEPORTS};
+use super::context::Context;
+use crate::netfilter::nfacct::NFACCT_LOCALHOST_NODEPORTS;
 use super::plan::{Plan, Refusal};
 use super::ServiceRules;
 use crate::netfilter::names::{KUBE_EXTERNAL_SERVICES, KUBE_NODEPORTS, KUBE_PROXY_FIREWALL, KUBE_SERVICES};

@@ -20,8 +20,11 @@ const NLMSG_ERROR: u16 = 2;
 const EEXIST: i32 = 17;
 const ENOENT: i32 = 2;
 
-pub const COUNTERS: [&str; 2] =
-    [crate::iptables::render::context::NFACCT_LOCALHOST_NODEPORTS, crate::iptables::render::context::NFACCT_INVALID_DROPPED];
+/// nfacct counters kube-proxy creates and iptables mode's rules match.
+pub const NFACCT_LOCALHOST_NODEPORTS: &str = "localhost_nps_accepted_pkts";
+pub const NFACCT_INVALID_DROPPED: &str = "ct_state_invalid_dropped_pkts";
+
+pub const COUNTERS: [&str; 2] = [NFACCT_LOCALHOST_NODEPORTS, NFACCT_INVALID_DROPPED];
 
 /// `nlmsghdr` + `nfgenmsg` + `NFACCT_NAME`.
 pub fn request(cmd: u16, flags: u16, seq: u32, name: &str) -> Vec<u8> {
