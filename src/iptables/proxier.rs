@@ -19,6 +19,8 @@
 use std::time::Instant;
 
 use crate::netfilter::apply::{RestoreError, Restorer};
+pub use crate::netfilter::phase::Phase;
+use crate::netfilter::phase::Watched;
 use super::canary;
 use super::conntrack::Conntrack;
 use super::incremental::{self, Before};
@@ -44,6 +46,8 @@ pub enum Pass {
 pub struct Failed {
     pub family: crate::net::IpFamily,
     pub error: SyncError,
+    /// Which step failed: kube-proxy counts only [`Phase::Restore`] as a restore failure.
+    pub phase: Phase,
     pub done: Vec<(crate::net::IpFamily, SyncReport)>,
 }
 
@@ -125,7 +129,7 @@ impl Proxier {
             let started = Instant::now();
             let mut report = match self.sync_family(i, before, trusted[i], pass) {
                 Ok(report) => report,
-                Err(error) => return Err(Failed { family, error, done: reports }),
+                Err((error, phase)) => return Err(Failed { family, error, phase, done: reports }),
             };
             if pass == Pass::Apply {
                 self.in_sync[i] = true;
@@ -139,16 +143,24 @@ impl Proxier {
         Ok(reports)
     }
 
-    /// One family: the incremental delta when the kernel is trusted, else the full comparison.
-    fn sync_family(&mut self, i: usize, before: &Before, trusted: bool, pass: Pass) -> Result<SyncReport, SyncError> {
-        if let Some(partial) = trusted.then(|| incremental::delta(before, &self.rulesets[i])).flatten() {
-            return self.send(i, partial);
-        }
-        let report = sync::sync(self.restorer.as_mut(), &self.rulesets[i], pass == Pass::DryRun)?;
-        if pass == Pass::Apply && self.canaries {
-            let created = canary::ensure(self.restorer.as_mut(), self.rulesets[i].ctx.family)?;
+    /// One family: the incremental delta when the kernel is trusted, else the full comparison
+    /// (and the canaries). A failure says which step failed.
+    fn sync_family(&mut self, i: usize, before: &Before, trusted: bool, pass: Pass) -> Result<SyncReport, (SyncError, Phase)> {
+        let family = self.rulesets[i].ctx.family;
+        let mut kernel = Watched::new(self.restorer.as_mut());
+        let partial = trusted.then(|| incremental::delta(before, &self.rulesets[i])).flatten();
+        let full = partial.is_none();
+        let synced = match partial {
+            Some(partial) => send(&mut kernel, family, partial),
+            None => sync::sync(&mut kernel, &self.rulesets[i], pass == Pass::DryRun),
+        };
+        // A parse error is the read's; a kernel call's error, the step that failed.
+        let phase = kernel.failed().map_or(Phase::Read, |(phase, _)| phase);
+        let report = synced.map_err(|e| (e, phase))?;
+        if full && pass == Pass::Apply && self.canaries {
+            let created = canary::ensure(self.restorer.as_mut(), family).map_err(|e| (e.into(), Phase::Other))?;
             if !created.is_empty() {
-                tracing::debug!(family = ?self.rulesets[i].ctx.family, tables = ?created, "canaries created");
+                tracing::debug!(?family, tables = ?created, "canaries created");
             }
         }
         Ok(report)
@@ -158,17 +170,6 @@ impl Proxier {
     fn clear_stale(&mut self, i: usize, flushes: &[super::conntrack::Flush]) {
         let family = self.rulesets[i].ctx.family;
         self.reconciled.push(crate::netfilter::conntrack::clear(self.conntrack.as_mut(), family, flushes));
-    }
-
-    fn send(&mut self, i: usize, partial: incremental::Partial) -> Result<SyncReport, SyncError> {
-        let applied = !partial.delta.is_empty();
-        let mut timings = Timings::default();
-        if applied {
-            let t = Instant::now();
-            sync::send(self.restorer.as_mut(), self.rulesets[i].ctx.family, &partial.delta)?;
-            timings.restore = t.elapsed();
-        }
-        Ok(SyncReport { delta: partial.delta, applied, full_lines: 0, flushes: partial.flushes, timings })
     }
 
     /// The first canary found gone, as (family, table); `None` when every family's are
@@ -197,4 +198,16 @@ impl Proxier {
             })
             .collect()
     }
+}
+
+/// A partial sync's delta, sent (nothing when it is empty).
+fn send(r: &mut dyn Restorer, family: crate::net::IpFamily, partial: incremental::Partial) -> Result<SyncReport, SyncError> {
+    let applied = !partial.delta.is_empty();
+    let mut timings = Timings::default();
+    if applied {
+        let t = Instant::now();
+        sync::send(r, family, &partial.delta)?;
+        timings.restore = t.elapsed();
+    }
+    Ok(SyncReport { delta: partial.delta, applied, full_lines: 0, flushes: partial.flushes, timings })
 }

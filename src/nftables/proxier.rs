@@ -22,6 +22,8 @@ use super::sync::{self, Report};
 use crate::config::Config;
 use crate::iptables::conntrack::{Conntrack, Flush};
 pub use crate::iptables::proxier::{Pass, Reconciled};
+pub use crate::netfilter::phase::Phase;
+use crate::netfilter::phase::WatchedNft;
 use crate::model::{ports_of, ServicePortName};
 use crate::track::{Changes, Trackers};
 
@@ -32,6 +34,8 @@ pub struct Failed {
     pub family: crate::net::IpFamily,
     #[source]
     pub error: NftError,
+    /// Which step failed: kube-proxy counts only a failed transaction ([`Phase::Restore`]).
+    pub phase: Phase,
     pub done: Vec<Report>,
 }
 
@@ -86,14 +90,16 @@ impl Proxier {
                 .map(|k| &self.rulesets[i].services[k])
                 .collect();
             let before: Vec<&Objects> = before.iter().map(|(_, o)| o).collect();
+            let mut nft = WatchedNft::new(self.nft.as_mut());
             let result = if trusted[i] {
-                send_partial(self.nft.as_mut(), self.rulesets[i].ctx.family, &before, &after)
+                send_partial(&mut nft, self.rulesets[i].ctx.family, &before, &after)
             } else {
-                sync::full(self.nft.as_mut(), &self.rulesets[i].table(), pass == Pass::DryRun)
+                sync::full(&mut nft, &self.rulesets[i].table(), pass == Pass::DryRun)
             };
+            let phase = nft.failed().unwrap_or(Phase::Other);
             let mut report = match result {
                 Ok(r) => r,
-                Err(error) => return Err(Failed { family, error, done: reports }),
+                Err(error) => return Err(Failed { family, error, phase, done: reports }),
             };
             report.flushes = super::conntrack::stale(&before, &after);
             if pass == Pass::Apply {

@@ -20,7 +20,7 @@ pub enum SyncFailure {
     #[error(transparent)]
     Iptables(Box<IptablesFailure>),
     #[error(transparent)]
-    Ipvs(#[from] crate::ipvs::sync::SyncError),
+    Ipvs(Box<crate::ipvs::proxier::Failed>),
     #[error(transparent)]
     Nftables(Box<crate::nftables::proxier::Failed>),
     #[error(transparent)]
@@ -197,7 +197,7 @@ impl Engine {
                 Ok(Outcome { restore_lines, rules, elapsed, reconciled, sysctls, detail: Detail::Iptables(reports), ..Outcome::default() })
             }
             Proxier::Ipvs(p) => {
-                let r = p.sync(&self.config, &self.trackers, pass == Pass::DryRun)?;
+                let r = p.sync(&self.config, &self.trackers, pass == Pass::DryRun).map_err(|f| SyncFailure::Ipvs(Box::new(f)))?;
                 let restore_lines = r.iptables.iter().map(|(_, d)| d.restore_lines()).sum();
                 let whole = r.timings.read + r.timings.plan + r.timings.apply;
                 let elapsed = self.trackers.families.iter().map(|t| (t.family, whole)).collect();

@@ -846,3 +846,65 @@ fn without_canaries_periodic_syncs_still_come_one_per_sync_period() {
         last = Some(at);
     }
 }
+
+/// kube-proxy counts a restore failure only when iptables-restore itself refused or failed:
+/// a failed read of the kernel (iptables-save) is a failed sync, timed, that counts none.
+#[test]
+fn only_a_failed_restore_counts_as_a_restore_failure() {
+    let mut l = Loop::new();
+    l.shared.schedule.lock().unwrap().set_ready(std::time::Instant::now());
+    l.kernel.lock().unwrap().fail_next_save = Some("iptables-save: cannot read".into());
+    l.wake();
+    assert_eq!(l.metric(&of(FULL, "IPv4")), 1, "the failed sync is timed");
+    assert_eq!(l.metric("svcproxy_syncs_total{result=\"error\"}"), 1);
+    for family in ["IPv4", "IPv6"] {
+        assert_eq!(l.sample(&of("kubeproxy_sync_proxy_rules_iptables_restore_failures_total", family)), None, "a read is not a restore");
+    }
+    // The retry's restore is refused: that one counts, against its family.
+    l.kernel.lock().unwrap().fail_next = Some("line 2 failed".into());
+    l.wake();
+    assert_eq!(l.metric(&of("kubeproxy_sync_proxy_rules_iptables_restore_failures_total", "IPv4")), 1);
+    assert_eq!(l.sample(&of("kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total", "IPv4")), None, "a full sync's");
+}
+
+/// IPVS mode: a refused iptables-restore counts against the family it was for; a failed
+/// iptables-save counts none.
+#[test]
+fn an_ipvs_restore_failure_counts_against_its_family_and_a_failed_read_counts_none() {
+    let dir = std::env::temp_dir().join(format!("svcproxy-engine-ipvs-restore-{}", std::process::id()));
+    let mut engine = ipvs_engine(demo_state(), &dir);
+    let kernel: SharedFake = Arc::new(Mutex::new(FakeIptables::new()));
+    let Proxier::Ipvs(p) = &mut engine.proxier else { panic!("ipvs mode") };
+    p.iptables = Box::new(kernel.clone());
+    let mut shared = crate::serve::Shared::new(crate::runner::Schedule::new(crate::runner::Timing::default()));
+    shared.metrics.register_mode(crate::config::Mode::Ipvs);
+    let mut l = Loop { engine, kernel, shared: Arc::new(shared) };
+    l.shared.schedule.lock().unwrap().set_ready(std::time::Instant::now());
+    let failures = |l: &Loop| ["IPv4", "IPv6"].map(|f| l.sample(&of("kubeproxy_sync_proxy_rules_iptables_restore_failures_total", f)));
+    l.kernel.lock().unwrap().fail_next_save = Some("iptables-save: cannot read".into());
+    l.wake();
+    assert_eq!(l.metric("svcproxy_syncs_total{result=\"error\"}"), 1);
+    assert_eq!(failures(&l), [None, None], "a read is not a restore");
+    l.kernel.lock().unwrap().fail_next = Some("line 2 failed".into());
+    l.wake();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(l.metric("svcproxy_syncs_total{result=\"error\"}"), 2);
+    assert_eq!(failures(&l), [Some("1".to_string()), None], "the first restore is IPv4's");
+}
+
+/// nftables mode counts kube-proxy's nftables sync failures: a refused transaction, against
+/// its family.
+#[test]
+fn a_refused_nftables_transaction_counts_as_a_sync_failure_of_its_family() {
+    let (engine, nft) = nftables_engine(demo_state());
+    let (_, kernel, _) = iptables_engine(demo_state());
+    let mut shared = crate::serve::Shared::new(crate::runner::Schedule::new(crate::runner::Timing::default()));
+    shared.metrics.register_mode(crate::config::Mode::Nftables);
+    let mut l = Loop { engine, kernel, shared: Arc::new(shared) };
+    l.shared.schedule.lock().unwrap().set_ready(std::time::Instant::now());
+    nft.lock().unwrap().fail_next = Some("Error: Could not process rule".into());
+    l.wake();
+    assert_eq!(l.metric(&of("kubeproxy_sync_proxy_rules_nftables_sync_failures_total", "IPv4")), 1);
+    assert_eq!(l.sample(&of("kubeproxy_sync_proxy_rules_nftables_sync_failures_total", "IPv6")), None);
+    assert!(!l.shared.metrics.encode().contains("kubeproxy_sync_proxy_rules_iptables_restore_failures"), "not nftables mode's family");
+}

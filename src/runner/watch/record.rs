@@ -6,9 +6,10 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::super::engine::{Engine, Outcome, SyncFailure};
+use super::super::engine::{Detail, Engine, Outcome, SyncFailure};
 use super::super::schedule::Kind;
 use crate::net::IpFamily;
+use crate::netfilter::phase::Phase;
 use crate::serve::metrics::{FamilyLabel, Metrics, PolicyLabel, TableLabel};
 use crate::track::Event;
 
@@ -60,6 +61,9 @@ pub(super) fn synced(m: &Metrics, engine: &Engine, kind: Kind, outcome: &Outcome
             }
         }
     }
+    if let Detail::Nftables(reports) = &outcome.detail {
+        cleanup_failures(m, reports);
+    }
     for r in &outcome.reconciled {
         let family = FamilyLabel::of(r.family);
         m.conntrack_reconcile_duration.get_or_create(&family).observe(r.seconds);
@@ -70,18 +74,32 @@ pub(super) fn synced(m: &Metrics, engine: &Engine, kind: Kind, outcome: &Outcome
 /// Families with the time their sync took.
 type Timed = Vec<(IpFamily, Duration)>;
 
-/// A failed sync. In iptables mode the families synced before the failing one are in the
-/// kernel (observed as synced) and the failing one, timed with the rest of the pass, counts
-/// the failure; the families after it were not tried. Any other failure stops the pass for
-/// every family.
+/// A failed sync. In iptables and nftables modes the families synced before the failing one
+/// are in the kernel (observed as synced) and the failing one, timed with the rest of the
+/// pass, is observed as a failed sync; the families after it were not tried. Any other
+/// failure stops the pass for every family. Only a refused or failed write counts as
+/// kube-proxy's restore (or nftables sync) failure, against the family whose write it was;
+/// a failed read, canary, sysctl or IPVS step is a failed sync that counts none.
 pub(super) fn failed(m: &Metrics, engine: &Engine, kind: Kind, failure: &SyncFailure, wall: Duration) {
-    let (done, failing): (Timed, Timed) = match failure {
+    let every = || families(engine).map(|f| (f, wall)).collect::<Timed>();
+    let (done, failing, restore): (Timed, Timed, Option<IpFamily>) = match failure {
         SyncFailure::Iptables(f) => {
             let done: Timed = f.failed.done.iter().map(|(family, r)| (*family, r.timings.total)).collect();
             let rest = wall.saturating_sub(done.iter().map(|(_, d)| *d).sum());
-            (done, vec![(f.failed.family, rest)])
+            let restore = (f.failed.phase == Phase::Restore).then_some(f.failed.family);
+            (done, vec![(f.failed.family, rest)], restore)
         }
-        _ => (Vec::new(), families(engine).map(|f| (f, wall)).collect()),
+        SyncFailure::Nftables(f) => {
+            let done: Timed = f.done.iter().map(|r| (nft_family(r), r.timings.render + r.timings.read + r.timings.apply)).collect();
+            let rest = wall.saturating_sub(done.iter().map(|(_, d)| *d).sum());
+            cleanup_failures(m, &f.done);
+            if f.phase == Phase::Restore {
+                m.nftables_sync_failures.get_or_create(&FamilyLabel::of(f.family)).inc();
+            }
+            (done, vec![(f.family, rest)], None)
+        }
+        SyncFailure::Ipvs(f) => (Vec::new(), every(), f.family.filter(|_| f.phase == Phase::Restore)),
+        SyncFailure::Sysctl(_) => (Vec::new(), every(), None),
     };
     let now = unix_secs(SystemTime::now());
     for (family, took) in done {
@@ -90,13 +108,30 @@ pub(super) fn failed(m: &Metrics, engine: &Engine, kind: Kind, failure: &SyncFai
         m.last_sync_timestamp.get_or_create(&label).set(now);
     }
     for (family, took) in failing {
-        let label = FamilyLabel::of(family);
         // kube-proxy times a failed sync too.
-        durations(m, kind, &label, took);
+        durations(m, kind, &FamilyLabel::of(family), took);
+    }
+    if let Some(family) = restore {
+        let label = FamilyLabel::of(family);
         m.restore_failures.get_or_create(&label).inc();
         if kind == Kind::Partial {
             m.partial_restore_failures.get_or_create(&label).inc();
         }
+    }
+}
+
+/// The IP family of an nftables report.
+fn nft_family(r: &crate::nftables::sync::Report) -> IpFamily {
+    match r.family {
+        crate::nftables::model::Family::Ip => IpFamily::V4,
+        crate::nftables::model::Family::Ip6 => IpFamily::V6,
+    }
+}
+
+/// kube-proxy's nftables cleanup failures: each family whose stale chains could not be deleted.
+pub(super) fn cleanup_failures(m: &Metrics, reports: &[crate::nftables::sync::Report]) {
+    for r in reports.iter().filter(|r| r.stale_error.is_some()) {
+        m.nftables_cleanup_failures.get_or_create(&FamilyLabel::of(nft_family(r))).inc();
     }
 }
 
