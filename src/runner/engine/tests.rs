@@ -908,3 +908,43 @@ fn a_refused_nftables_transaction_counts_as_a_sync_failure_of_its_family() {
     assert_eq!(l.sample(&of("kubeproxy_sync_proxy_rules_nftables_sync_failures_total", "IPv6")), None);
     assert!(!l.shared.metrics.encode().contains("kubeproxy_sync_proxy_rules_iptables_restore_failures"), "not nftables mode's family");
 }
+
+/// kube-proxy's pending gauges count what its trackers count: the endpoint one, slice events
+/// that changed something (two on one service are two); the service one, the services whose
+/// ports differ from the synced ones in the tracker that got the last Service event (IPv6's
+/// in dual-stack). A sync zeroes both as it takes the changes, even one that then fails.
+#[test]
+fn pending_gauges_count_what_kube_proxys_trackers_count() {
+    let mut l = Loop::new();
+    l.shared.schedule.lock().unwrap().set_ready(std::time::Instant::now());
+    l.wake();
+    let state = demo_state();
+    let service = |name: &str| state.services.iter().find(|s| s.id.name == name).unwrap().clone();
+    let send = |l: &mut Loop, events: Vec<Event>| crate::runner::watch::on_message(&mut l.engine, &l.shared, crate::source::watch::SourceMsg::Events(events));
+    let gauges = |l: &Loop| {
+        let g = |name: &str| l.sample(name).unwrap_or_else(|| panic!("{name}"));
+        (g("kubeproxy_sync_proxy_rules_service_changes_pending"), g("kubeproxy_sync_proxy_rules_endpoint_changes_pending"))
+    };
+
+    send(&mut l, vec![Event::ServiceApplied(Arc::new(service("web")))]);
+    assert_eq!(gauges(&l).0, "0", "an unchanged Service is no change");
+    let mut web = service("web");
+    web.ports[0].port += 1;
+    send(&mut l, vec![Event::ServiceApplied(Arc::new(web))]);
+    assert_eq!(gauges(&l).0, "0", "an IPv4-only Service: IPv6's tracker, the last to get it, has nothing pending");
+    let mut api = service("api");
+    api.ports[0].port += 1;
+    send(&mut l, vec![Event::ServiceApplied(Arc::new(api))]);
+    assert_eq!(gauges(&l).0, "1");
+
+    let original = slice(&state, "shop", "web");
+    let mut fewer = original.clone();
+    fewer.endpoints.remove(0);
+    send(&mut l, vec![Event::SliceApplied(Arc::new(fewer)), Event::SliceApplied(Arc::new(original))]);
+    assert_eq!(gauges(&l).1, "2", "two changing events on one service");
+
+    l.kernel.lock().unwrap().fail_next = Some("line 2 failed".into());
+    l.wake();
+    assert_eq!(l.metric("svcproxy_syncs_total{result=\"error\"}"), 1);
+    assert_eq!(gauges(&l), ("0".to_string(), "0".to_string()), "taken by the sync, which then failed");
+}

@@ -151,6 +151,21 @@ pub(super) fn queued(m: &Metrics, before: &[(IpFamily, (usize, usize))], after: 
     }
 }
 
+/// kube-proxy's pending-change gauges, as its trackers set them. The endpoint one counts
+/// the slice events that changed a tracker's pending state since the last sync (either
+/// family's tracker adds, either family's sync zeroes). The service one is set at each
+/// Service event to the services pending in the tracker that received it last: the IPv6
+/// proxier's in dual-stack, as the metaproxier hands each Service to IPv4's, then IPv6's.
+pub(super) fn pending_gauges(m: &Metrics, engine: &Engine, events: &[Event]) {
+    let slices: usize = engine.trackers.families.iter().map(|t| t.endpoints.changed_events()).sum();
+    m.endpoint_changes_pending.set(slices as i64);
+    if events.iter().any(|e| matches!(e, Event::ServiceApplied(_) | Event::ServiceDeleted(_))) {
+        let families = &engine.trackers.families;
+        let last = families.iter().find(|t| t.family == IpFamily::V6).or(families.last());
+        m.service_changes_pending.set(last.map_or(0, |t| t.services.pending()) as i64);
+    }
+}
+
 /// kube-proxy's change counters count events as its trackers receive them, changed or not:
 /// every Service event reaches each family proxier's tracker (so each counts once per
 /// family), every EndpointSlice event reaches its address family's proxier only (a family
