@@ -41,27 +41,50 @@ pub enum Pass {
     DryRun,
 }
 
-/// A family's sync failed; `done` holds the reports of the families synced before it.
+/// One family's failed sync.
 #[derive(Debug)]
-pub struct Failed {
+pub struct FamilyFailure {
     pub family: crate::net::IpFamily,
     pub error: SyncError,
     /// Which step failed: kube-proxy counts only [`Phase::Restore`] as a restore failure.
     pub phase: Phase,
+    /// How long the family's sync ran before it failed.
+    pub took: std::time::Duration,
+}
+
+/// A sync in which at least one family failed. The families are independent, as kube-proxy's
+/// per-family proxiers are: the others still synced, and `done` holds their reports.
+#[derive(Debug)]
+pub struct Failed {
+    /// The first family that failed.
+    pub first: Box<FamilyFailure>,
+    /// Any later family that failed too.
+    pub more: Vec<FamilyFailure>,
     pub done: Vec<(crate::net::IpFamily, SyncReport)>,
 }
 
+impl Failed {
+    /// Every family that failed, in order.
+    pub fn failures(&self) -> impl Iterator<Item = &FamilyFailure> {
+        std::iter::once(self.first.as_ref()).chain(&self.more)
+    }
+}
+
 // Shown as the error itself (as `#[error(transparent)]` would), so a message reads the same
-// whether or not the family is attached.
+// whether or not the family is attached; a second failing family's error follows.
 impl std::fmt::Display for Failed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.error.fmt(f)
+        self.first.error.fmt(f)?;
+        for other in &self.more {
+            write!(f, "; {} too: {}", other.family, other.error)?;
+        }
+        Ok(())
     }
 }
 
 impl std::error::Error for Failed {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        std::error::Error::source(&self.error)
+        std::error::Error::source(&self.first.error)
     }
 }
 
@@ -102,13 +125,28 @@ impl Proxier {
     pub fn sync(&mut self, trackers: &Trackers, changes: &[Changes], full: bool) -> Result<Vec<SyncReport>, SyncError> {
         match self.sync_as(trackers, changes, full, Pass::Apply) {
             Ok(reports) => Ok(reports.into_iter().map(|(_, r)| r).collect()),
-            Err(failed) => Err(failed.error),
+            Err(failed) => Err(failed.first.error),
         }
     }
 
     /// [`Proxier::sync`], each report with its family; a [`Pass::DryRun`] compares every
-    /// family with the kernel and sends nothing. A failure keeps the earlier families' reports.
+    /// family with the kernel and sends nothing. A failing family does not stop the others.
     pub fn sync_as(&mut self, trackers: &Trackers, changes: &[Changes], full: bool, pass: Pass) -> Result<Vec<(crate::net::IpFamily, SyncReport)>, Failed> {
+        self.sync_some(trackers, changes, full, pass, &vec![true; self.rulesets.len()])
+    }
+
+    /// [`Proxier::sync_as`] for the `wanted` families (and any the kernel is not known to
+    /// hold): kube-proxy's per-family proxiers each sync for their own reasons, so a family
+    /// with nothing to do is left alone. Each family syncs on its own: one failing does not
+    /// stop the others.
+    pub fn sync_some(
+        &mut self,
+        trackers: &Trackers,
+        changes: &[Changes],
+        full: bool,
+        pass: Pass,
+        wanted: &[bool],
+    ) -> Result<Vec<(crate::net::IpFamily, SyncReport)>, Failed> {
         let mut befores = Vec::with_capacity(self.rulesets.len());
         let mut updating = Vec::with_capacity(self.rulesets.len());
         for ((rs, t), ch) in self.rulesets.iter_mut().zip(&trackers.families).zip(changes) {
@@ -118,18 +156,22 @@ impl Proxier {
             rs.update(s, e, &ch.services);
             updating.push(started.elapsed());
         }
-        // Every ruleset has moved on: until its family's sync succeeds, the kernel is not
-        // known to hold it (a failure part-way leaves the later families unsynced too).
+        let go: Vec<bool> = self.in_sync.iter().enumerate().map(|(i, s)| !s || pass == Pass::DryRun || wanted.get(i).copied().unwrap_or(true)).collect();
         let trusted: Vec<bool> = self.in_sync.iter().map(|s| !full && pass == Pass::Apply && *s).collect();
-        self.in_sync.iter_mut().for_each(|s| *s = false);
         let mut reports = Vec::with_capacity(self.rulesets.len());
+        let mut failures = Vec::new();
         self.reconciled.clear();
-        for (i, before) in befores.iter().enumerate() {
+        for (i, before) in befores.iter().enumerate().filter(|(i, _)| go[*i]) {
+            // The ruleset has moved on: until its sync succeeds, the kernel is not known to hold it.
+            self.in_sync[i] = false;
             let family = self.rulesets[i].ctx.family;
             let started = Instant::now();
             let mut report = match self.sync_family(i, before, trusted[i], pass) {
                 Ok(report) => report,
-                Err((error, phase)) => return Err(Failed { family, error, phase, done: reports }),
+                Err((error, phase)) => {
+                    failures.push(FamilyFailure { family, error, phase, took: updating[i] + started.elapsed() });
+                    continue;
+                }
             };
             if pass == Pass::Apply {
                 self.in_sync[i] = true;
@@ -140,7 +182,11 @@ impl Proxier {
             report.timings.total = updating[i] + started.elapsed();
             reports.push((family, report));
         }
-        Ok(reports)
+        let mut failures = failures.into_iter();
+        match failures.next() {
+            None => Ok(reports),
+            Some(first) => Err(Failed { first: Box::new(first), more: failures.collect(), done: reports }),
+        }
     }
 
     /// One family: the incremental delta when the kernel is trusted, else the full comparison

@@ -176,7 +176,7 @@ fn sync_once(engine: &mut Engine, shared: &SharedState, started: Instant) {
     m.endpoint_changes_pending.set(0);
     let ok = match &result {
         Ok(outcome) => {
-            record::synced(m, engine, kind, outcome, wall);
+            record::synced(m, engine, outcome);
             // svcproxy's own figure: from the oldest change it queued.
             if let Some(q) = queued {
                 m.change_to_sync_duration.observe(finished.duration_since(q).as_secs_f64());

@@ -253,22 +253,23 @@ fn an_ipvs_dry_run_finds_stale_flows_but_clears_none() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// The families are independent, as kube-proxy's per-family proxiers are: IPv4's failed
+/// restore does not stop IPv6's sync, and only IPv4 compares with the kernel again next.
 #[test]
-fn a_failure_in_one_family_leaves_every_later_family_to_a_full_sync() {
-    let state = demo_state();
-    let mut web = slice(&state, "shop", "web");
-    let (mut engine, kernel, _) = iptables_engine(state);
+fn a_failing_family_leaves_the_other_synced_and_only_itself_to_a_full_sync() {
+    use crate::net::IpFamily::{V4, V6};
+    let (mut engine, kernel, _) = iptables_engine(demo_state());
     assert_eq!(engine.trackers.families.len(), 2, "the demo node is dual-stack");
-    engine.sync(true).unwrap();
-    web.endpoints.remove(0);
-    engine.apply(&[Event::SliceApplied(Arc::new(web))]);
     kernel.lock().unwrap().fail_next = Some("line 2 failed".into());
-    assert!(engine.sync(false).is_err());
+    let Err(SyncFailure::Iptables(failure)) = engine.sync(true) else { panic!("IPv4's restore fails") };
+    assert_eq!((failure.failed.first.family, failure.failed.more.len()), (V4, 0));
+    assert_eq!(failure.failed.done.iter().map(|(f, _)| *f).collect::<Vec<_>>(), [V6], "IPv6 still synced");
+    assert!(saved(&kernel, V6, "nat").contains("KUBE-SERVICES") && !saved(&kernel, V4, "nat").contains("KUBE-SERVICES"));
     kernel.lock().unwrap().calls.clear();
     engine.sync(false).unwrap();
     let saved: Vec<crate::net::IpFamily> =
         kernel.lock().unwrap().calls.iter().filter_map(|c| match c { Call::Save(f, _) => Some(*f), _ => None }).collect();
-    assert!(saved.contains(&crate::net::IpFamily::V4) && saved.contains(&crate::net::IpFamily::V6), "{saved:?}");
+    assert!(saved.contains(&V4) && !saved.contains(&V6), "{saved:?}");
     assert_eq!(drift(&engine, &kernel), 0);
 }
 
@@ -344,7 +345,7 @@ fn each_family_is_observed_on_its_own_and_a_failure_counts_against_its_family() 
     assert_eq!(l.metric(&of("kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total", "IPv4")), 1);
     assert_eq!(l.sample(&of("kubeproxy_sync_proxy_rules_iptables_restore_failures_total", "IPv6")), None);
     assert_eq!(l.metric(&of(PARTIAL, "IPv4")), 1, "the failed sync is timed, as kube-proxy times it");
-    assert_eq!(l.sample(&of(PARTIAL, "IPv6")), None, "IPv6 was not tried after IPv4 failed");
+    assert_eq!(l.metric(&of(PARTIAL, "IPv6")), 1, "IPv6 syncs on its own");
 
     // The retry is full, in both families.
     l.wake();
@@ -630,12 +631,12 @@ fn a_failure_in_a_later_family_keeps_the_earlier_families_reports_and_sysctls() 
     }
     let Err(SyncFailure::Iptables(failure)) = engine.sync(true) else { panic!("the IPv6 restore fails") };
     let _ = std::fs::remove_dir_all(&root);
-    assert_eq!(failure.failed.family, crate::net::IpFamily::V6);
+    assert_eq!(failure.failed.first.family, crate::net::IpFamily::V6);
     assert_eq!(failure.failed.done.len(), 1);
     assert_eq!(failure.failed.done[0].0, crate::net::IpFamily::V4);
     assert!(failure.failed.done[0].1.delta.is_empty(), "IPv4 was in sync");
     assert_eq!(failure.sysctls.iter().map(|c| c.path.as_str()).collect::<Vec<_>>(), ["net/ipv4/conf/all/route_localnet"]);
-    assert_eq!(failure.to_string(), failure.failed.error.to_string(), "shown as the family's error itself");
+    assert_eq!(failure.to_string(), failure.failed.first.error.to_string(), "shown as the family's error itself");
 }
 
 #[test]
@@ -756,7 +757,7 @@ fn a_refused_nftables_transaction_keeps_the_previous_rules_and_says_which_family
     engine.apply(&[Event::SliceApplied(Arc::new(web))]);
     nft.lock().unwrap().fail_next = Some("Error: Could not process rule".into());
     let Err(SyncFailure::Nftables(failure)) = engine.sync(true) else { panic!("the IPv4 transaction fails") };
-    assert_eq!((failure.family, failure.done.len()), (crate::net::IpFamily::V4, 0));
+    assert_eq!((failure.family, failure.done.len()), (crate::net::IpFamily::V4, 1), "IPv6 still synced");
     assert!(failure.error.to_string().contains("Could not process rule"), "{failure}");
     assert_eq!(nft.lock().unwrap().listing(Family::Ip), before, "the previous rules still serve");
     engine.sync(true).unwrap();
@@ -947,4 +948,23 @@ fn pending_gauges_count_what_kube_proxys_trackers_count() {
     l.wake();
     assert_eq!(l.metric("svcproxy_syncs_total{result=\"error\"}"), 1);
     assert_eq!(gauges(&l), ("0".to_string(), "0".to_string()), "taken by the sync, which then failed");
+}
+
+/// The families are independent, as kube-proxy's per-family proxiers are: one failing does
+/// not stop the other, which syncs and is observed as synced; the failing one is retried.
+#[test]
+fn a_failing_family_does_not_stop_the_others_sync_or_its_observation() {
+    let mut l = Loop::new();
+    l.shared.schedule.lock().unwrap().set_ready(std::time::Instant::now());
+    l.kernel.lock().unwrap().fail_next = Some("line 2 failed".into());
+    l.wake();
+    let last = "kubeproxy_sync_proxy_rules_last_timestamp_seconds";
+    assert_eq!(l.sample(&of(last, "IPv4")), None);
+    assert!(l.sample(&of(last, "IPv6")).is_some(), "IPv6 synced");
+    assert_eq!((l.metric(&of(FULL, "IPv4")), l.metric(&of(FULL, "IPv6"))), (1, 1), "the failed sync is timed too");
+    assert_eq!(l.metric(&of("kubeproxy_sync_proxy_rules_iptables_restore_failures_total", "IPv4")), 1);
+    assert!(l.sample("kubeproxy_sync_proxy_rules_iptables_total{table=\"nat\",ip_family=\"IPv6\"}").is_some(), "IPv6's rule count");
+    l.wake();
+    assert!(l.sample(&of(last, "IPv4")).is_some(), "the retry synced IPv4");
+    assert_eq!(drift(&l.engine, &l.kernel), 0);
 }
