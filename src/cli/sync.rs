@@ -15,7 +15,7 @@ use crate::netfilter::delta;
 use crate::net::IpFamily;
 use crate::node::sysctl::Change;
 use crate::netfilter::apply::Pass;
-use crate::runner::engine::{Detail, Engine, Proxier, SyncFailure};
+use crate::runner::engine::{Detail, Engine, SyncFailure};
 
 pub const EXAMPLES: &str = "\
 Examples:
@@ -105,10 +105,10 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
             Detail::Nftables(reports) => print_nftables(args, reports)?,
         },
         Err(SyncFailure::Iptables(mut failure)) => {
-            // What the families before the failed one did is shown, then the error.
+            // What the families that synced did is shown, then the error.
             let done = std::mem::take(&mut failure.failed.done);
             print_iptables(args, backend, &failure.sysctls, &done, &reconciled(&engine))?;
-            let family = failure.failed.family;
+            let family = failure.failed.failures().map(|f| f.family.to_string()).collect::<Vec<_>>().join(" and ");
             return Err(anyhow::Error::new(*failure).context(format!(
                 "{family} sync with iptables-{} failed; the rules in place were left as they were",
                 backend.name()
@@ -149,11 +149,7 @@ fn print_ipvs(args: &SyncArgs, report: &crate::ipvs::sync::Report) -> anyhow::Re
 
 /// The stale-flow cleanups of the engine's last sync.
 fn reconciled(engine: &Engine) -> Vec<Reconciled> {
-    match &engine.proxier {
-        Proxier::Iptables(p) => p.reconciled.clone(),
-        Proxier::Nftables(p) => p.reconciled.clone(),
-        Proxier::Ipvs(_) => Vec::new(),
-    }
+    engine.reconciled()
 }
 
 /// Prints an nftables-mode sync: for a dry run each family's difference from the live

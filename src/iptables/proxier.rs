@@ -19,6 +19,8 @@
 use std::time::Instant;
 
 use crate::netfilter::apply::{Pass, RestoreError, Restorer};
+pub use crate::netfilter::phase::Phase;
+use crate::netfilter::phase::Watched;
 use super::canary;
 use crate::netfilter::conntrack::{Conntrack, Flush, Reconciled};
 use super::incremental::{self, Before};
@@ -27,25 +29,50 @@ use super::sync::{self, SyncError, SyncReport, Timings};
 use crate::config::Config;
 use crate::track::{Changes, Trackers};
 
-/// A family's sync failed; `done` holds the reports of the families synced before it.
+/// One family's failed sync.
 #[derive(Debug)]
-pub struct Failed {
+pub struct FamilyFailure {
     pub family: crate::net::IpFamily,
     pub error: SyncError,
+    /// Which step failed: kube-proxy counts only [`Phase::Restore`] as a restore failure.
+    pub phase: Phase,
+    /// How long the family's sync ran before it failed.
+    pub took: std::time::Duration,
+}
+
+/// A sync in which at least one family failed. The families are independent, as kube-proxy's
+/// per-family proxiers are: the others still synced, and `done` holds their reports.
+#[derive(Debug)]
+pub struct Failed {
+    /// The first family that failed.
+    pub first: Box<FamilyFailure>,
+    /// Any later family that failed too.
+    pub more: Vec<FamilyFailure>,
     pub done: Vec<(crate::net::IpFamily, SyncReport)>,
 }
 
+impl Failed {
+    /// Every family that failed, in order.
+    pub fn failures(&self) -> impl Iterator<Item = &FamilyFailure> {
+        std::iter::once(self.first.as_ref()).chain(&self.more)
+    }
+}
+
 // Shown as the error itself (as `#[error(transparent)]` would), so a message reads the same
-// whether or not the family is attached.
+// whether or not the family is attached; a second failing family's error follows.
 impl std::fmt::Display for Failed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.error.fmt(f)
+        self.first.error.fmt(f)?;
+        for other in &self.more {
+            write!(f, "; {} too: {}", other.family, other.error)?;
+        }
+        Ok(())
     }
 }
 
 impl std::error::Error for Failed {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        std::error::Error::source(&self.error)
+        std::error::Error::source(&self.first.error)
     }
 }
 
@@ -86,13 +113,28 @@ impl Proxier {
     pub fn sync(&mut self, trackers: &Trackers, changes: &[Changes], full: bool) -> Result<Vec<SyncReport>, SyncError> {
         match self.sync_as(trackers, changes, full, Pass::Apply) {
             Ok(reports) => Ok(reports.into_iter().map(|(_, r)| r).collect()),
-            Err(failed) => Err(failed.error),
+            Err(failed) => Err(failed.first.error),
         }
     }
 
     /// [`Proxier::sync`], each report with its family; a [`Pass::DryRun`] compares every
-    /// family with the kernel and sends nothing. A failure keeps the earlier families' reports.
+    /// family with the kernel and sends nothing. A failing family does not stop the others.
     pub fn sync_as(&mut self, trackers: &Trackers, changes: &[Changes], full: bool, pass: Pass) -> Result<Vec<(crate::net::IpFamily, SyncReport)>, Failed> {
+        self.sync_some(trackers, changes, full, pass, &vec![true; self.rulesets.len()])
+    }
+
+    /// [`Proxier::sync_as`] for the `wanted` families (and any the kernel is not known to
+    /// hold): kube-proxy's per-family proxiers each sync for their own reasons, so a family
+    /// with nothing to do is left alone. Each family syncs on its own: one failing does not
+    /// stop the others.
+    pub fn sync_some(
+        &mut self,
+        trackers: &Trackers,
+        changes: &[Changes],
+        full: bool,
+        pass: Pass,
+        wanted: &[bool],
+    ) -> Result<Vec<(crate::net::IpFamily, SyncReport)>, Failed> {
         let mut befores = Vec::with_capacity(self.rulesets.len());
         let mut updating = Vec::with_capacity(self.rulesets.len());
         for ((rs, t), ch) in self.rulesets.iter_mut().zip(&trackers.families).zip(changes) {
@@ -102,18 +144,22 @@ impl Proxier {
             rs.update(s, e, &ch.services);
             updating.push(started.elapsed());
         }
-        // Every ruleset has moved on: until its family's sync succeeds, the kernel is not
-        // known to hold it (a failure part-way leaves the later families unsynced too).
+        let go: Vec<bool> = self.in_sync.iter().enumerate().map(|(i, s)| !s || pass == Pass::DryRun || wanted.get(i).copied().unwrap_or(true)).collect();
         let trusted: Vec<bool> = self.in_sync.iter().map(|s| !full && pass == Pass::Apply && *s).collect();
-        self.in_sync.iter_mut().for_each(|s| *s = false);
         let mut reports = Vec::with_capacity(self.rulesets.len());
+        let mut failures = Vec::new();
         self.reconciled.clear();
-        for (i, before) in befores.iter().enumerate() {
+        for (i, before) in befores.iter().enumerate().filter(|(i, _)| go[*i]) {
+            // The ruleset has moved on: until its sync succeeds, the kernel is not known to hold it.
+            self.in_sync[i] = false;
             let family = self.rulesets[i].ctx.family;
             let started = Instant::now();
             let mut report = match self.sync_family(i, before, trusted[i], pass) {
                 Ok(report) => report,
-                Err(error) => return Err(Failed { family, error, done: reports }),
+                Err((error, phase)) => {
+                    failures.push(FamilyFailure { family, error, phase, took: updating[i] + started.elapsed() });
+                    continue;
+                }
             };
             if pass == Pass::Apply {
                 self.in_sync[i] = true;
@@ -124,19 +170,31 @@ impl Proxier {
             report.timings.total = updating[i] + started.elapsed();
             reports.push((family, report));
         }
-        Ok(reports)
+        let mut failures = failures.into_iter();
+        match failures.next() {
+            None => Ok(reports),
+            Some(first) => Err(Failed { first: Box::new(first), more: failures.collect(), done: reports }),
+        }
     }
 
-    /// One family: the incremental delta when the kernel is trusted, else the full comparison.
-    fn sync_family(&mut self, i: usize, before: &Before, trusted: bool, pass: Pass) -> Result<SyncReport, SyncError> {
-        if let Some(partial) = trusted.then(|| incremental::delta(before, &self.rulesets[i])).flatten() {
-            return self.send(i, partial);
-        }
-        let report = sync::sync(self.restorer.as_mut(), &self.rulesets[i], pass == Pass::DryRun)?;
-        if pass == Pass::Apply && self.canaries {
-            let created = canary::ensure(self.restorer.as_mut(), self.rulesets[i].ctx.family)?;
+    /// One family: the incremental delta when the kernel is trusted, else the full comparison
+    /// (and the canaries). A failure says which step failed.
+    fn sync_family(&mut self, i: usize, before: &Before, trusted: bool, pass: Pass) -> Result<SyncReport, (SyncError, Phase)> {
+        let family = self.rulesets[i].ctx.family;
+        let mut kernel = Watched::new(self.restorer.as_mut());
+        let partial = trusted.then(|| incremental::delta(before, &self.rulesets[i])).flatten();
+        let full = partial.is_none();
+        let synced = match partial {
+            Some(partial) => send(&mut kernel, family, partial),
+            None => sync::sync(&mut kernel, &self.rulesets[i], pass == Pass::DryRun),
+        };
+        // A parse error is the read's; a kernel call's error, the step that failed.
+        let phase = kernel.failed().map_or(Phase::Read, |(phase, _)| phase);
+        let report = synced.map_err(|e| (e, phase))?;
+        if full && pass == Pass::Apply && self.canaries {
+            let created = canary::ensure(self.restorer.as_mut(), family).map_err(|e| (e.into(), Phase::Other))?;
             if !created.is_empty() {
-                tracing::debug!(family = ?self.rulesets[i].ctx.family, tables = ?created, "canaries created");
+                tracing::debug!(?family, tables = ?created, "canaries created");
             }
         }
         Ok(report)
@@ -146,17 +204,6 @@ impl Proxier {
     fn clear_stale(&mut self, i: usize, flushes: &[Flush]) {
         let family = self.rulesets[i].ctx.family;
         self.reconciled.push(crate::netfilter::conntrack::clear(self.conntrack.as_mut(), family, flushes));
-    }
-
-    fn send(&mut self, i: usize, partial: incremental::Partial) -> Result<SyncReport, SyncError> {
-        let applied = !partial.delta.is_empty();
-        let mut timings = Timings::default();
-        if applied {
-            let t = Instant::now();
-            sync::send(self.restorer.as_mut(), self.rulesets[i].ctx.family, &partial.delta)?;
-            timings.restore = t.elapsed();
-        }
-        Ok(SyncReport { delta: partial.delta, applied, full_lines: 0, flushes: partial.flushes, timings })
     }
 
     /// The first canary found gone, as (family, table); `None` when every family's are
@@ -185,4 +232,16 @@ impl Proxier {
             })
             .collect()
     }
+}
+
+/// A partial sync's delta, sent (nothing when it is empty).
+fn send(r: &mut dyn Restorer, family: crate::net::IpFamily, partial: incremental::Partial) -> Result<SyncReport, SyncError> {
+    let applied = !partial.delta.is_empty();
+    let mut timings = Timings::default();
+    if applied {
+        let t = Instant::now();
+        sync::send(r, family, &partial.delta)?;
+        timings.restore = t.elapsed();
+    }
+    Ok(SyncReport { delta: partial.delta, applied, full_lines: 0, flushes: partial.flushes, timings })
 }

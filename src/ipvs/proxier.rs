@@ -16,6 +16,8 @@ use crate::config::Config;
 use crate::net::IpFamily;
 use crate::netfilter::apply::Restorer;
 use crate::netfilter::conntrack::{self, Conntrack, ExecConntrack, Reconciled};
+pub use crate::netfilter::phase::Phase;
+use crate::netfilter::phase::Watched;
 use crate::track::Trackers;
 
 /// Where a sync keeps and finds its node-local state.
@@ -40,6 +42,29 @@ impl Paths {
                 .unwrap_or(reconcile::DEFAULT_GRACE_PERIOD_SECS),
             proc_sys: PathBuf::from("/proc/sys"),
         }
+    }
+}
+
+/// An IPVS-mode sync failed: which step, and for an `iptables-save`/`iptables-restore`
+/// call, which family (kube-proxy's per-family proxier counts a refused restore against
+/// its family).
+#[derive(Debug)]
+pub struct Failed {
+    pub error: SyncError,
+    pub phase: Phase,
+    pub family: Option<IpFamily>,
+}
+
+// Shown as the error itself, as `#[error(transparent)]` would show it.
+impl std::fmt::Display for Failed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl std::error::Error for Failed {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        std::error::Error::source(&self.error)
     }
 }
 
@@ -71,7 +96,7 @@ impl Proxier {
 
     /// Syncs (or, with `dry_run`, compares) every family of `cfg` with the kernel, then
     /// (unless a dry run) clears the flows the sync made stale.
-    pub fn sync(&mut self, cfg: &Config, trackers: &Trackers, dry_run: bool) -> Result<Report, SyncError> {
+    pub fn sync(&mut self, cfg: &Config, trackers: &Trackers, dry_run: bool) -> Result<Report, Failed> {
         self.reconciled.clear();
         let report = self.sync_kernel(cfg, trackers, dry_run)?;
         if !dry_run {
@@ -90,7 +115,9 @@ impl Proxier {
         }
     }
 
-    fn sync_kernel(&mut self, cfg: &Config, trackers: &Trackers, dry_run: bool) -> Result<Report, SyncError> {
+    /// The sync itself; a failure says whether it was an `iptables-restore` (and of which
+    /// family) or another step.
+    fn sync_kernel(&mut self, cfg: &Config, trackers: &Trackers, dry_run: bool) -> Result<Report, Failed> {
         let now_secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let opts = Options {
             dry_run,
@@ -99,12 +126,14 @@ impl Proxier {
             now_secs,
             proc_sys: self.paths.proc_sys.clone(),
         };
-        let mut k = Kernel {
-            ipvs: self.ipvs.as_mut(),
-            links: self.links.as_mut(),
-            ipset: self.ipset.as_mut(),
-            iptables: self.iptables.as_mut(),
-        };
-        sync::sync(cfg, trackers, &mut k, &opts)
+        let mut iptables = Watched::new(self.iptables.as_mut());
+        let mut k = Kernel { ipvs: self.ipvs.as_mut(), links: self.links.as_mut(), ipset: self.ipset.as_mut(), iptables: &mut iptables };
+        let result = sync::sync(cfg, trackers, &mut k, &opts);
+        let iptables = iptables.failed();
+        result.map_err(|error| {
+            // Only an iptables call's own error is the iptables step's.
+            let failed = matches!(error, SyncError::Iptables(_)).then_some(iptables).flatten();
+            Failed { phase: failed.map_or(Phase::Other, |(p, _)| p), family: failed.map(|(_, f)| f), error }
+        })
     }
 }

@@ -50,6 +50,8 @@ pub struct FakeIptables {
     pub calls: Vec<Call>,
     /// Makes the next restore fail with this message (then clears it).
     pub fail_next: Option<String>,
+    /// Makes the next save fail with this message (then clears it).
+    pub fail_next_save: Option<String>,
 }
 
 impl FakeIptables {
@@ -212,9 +214,11 @@ impl Restorer for FakeIptables {
     }
 
     fn save(&mut self, family: IpFamily, table: &str) -> Result<String, RestoreError> {
-        let text = self.save_table(family, table);
         self.calls.push(Call::Save(family, table.to_string()));
-        Ok(text)
+        if let Some(message) = self.fail_next_save.take() {
+            return Err(RestoreError::Failed { binary: "iptables-save".into(), message });
+        }
+        Ok(self.save_table(family, table))
     }
 
     fn save_all(&mut self, family: IpFamily) -> Result<String, RestoreError> {

@@ -3,7 +3,8 @@
 //! to restore text by one writer and read back from the kernel's text by one parser;
 //! [`canon`] is `iptables-save`'s canonical form, which desired rules are compared in;
 //! [`apply`] runs `iptables-save`/`iptables-restore` behind the `Restorer` trait;
-//! [`conntrack`] clears the UDP/SCTP flows a sync made stale, in every mode.
+//! [`conntrack`] clears the UDP/SCTP flows a sync made stale, in every mode; [`phase`]
+//! says which step of a sync failed (kube-proxy counts only a failed restore).
 
 pub mod apply;
 pub mod canon;
@@ -15,6 +16,7 @@ pub mod fake;
 pub mod jumps;
 pub mod names;
 pub mod nfacct;
+pub mod phase;
 pub mod rule;
 pub mod table;
 

@@ -23,17 +23,24 @@ use crate::config::Config;
 use crate::netfilter::conntrack::{Conntrack, Flush};
 use crate::netfilter::apply::Pass;
 use crate::netfilter::conntrack::Reconciled;
+pub use crate::netfilter::phase::Phase;
+use crate::netfilter::phase::WatchedNft;
 use crate::model::{ports_of, ServicePortName};
 use crate::track::{Changes, Trackers};
 
-/// A family's sync failed; `done` holds the reports of the families synced before it.
+/// A family's sync failed; `done` holds the reports of the families that synced (the
+/// families are independent, as kube-proxy's per-family proxiers are), `more` any later
+/// family that failed too.
 #[derive(Debug, thiserror::Error)]
 #[error("{family} nftables sync failed")]
 pub struct Failed {
     pub family: crate::net::IpFamily,
     #[source]
     pub error: NftError,
+    /// Which step failed: kube-proxy counts only a failed transaction ([`Phase::Restore`]).
+    pub phase: Phase,
     pub done: Vec<Report>,
+    pub more: Vec<(crate::net::IpFamily, NftError, Phase)>,
 }
 
 pub struct Proxier {
@@ -68,17 +75,30 @@ impl Proxier {
     /// state is unknown (a [`Pass::DryRun`] compares everything and sends nothing). A
     /// failure keeps the earlier families' reports.
     pub fn sync_as(&mut self, trackers: &Trackers, changes: &[Changes], full: bool, pass: Pass) -> Result<Vec<Report>, Failed> {
+        self.sync_some(trackers, changes, full, pass, &vec![true; self.rulesets.len()])
+    }
+
+    /// Whether the kernel is known to hold family `i`'s ruleset (its next sync can be partial).
+    pub fn in_sync(&self, i: usize) -> bool {
+        self.in_sync.get(i).copied().unwrap_or(false)
+    }
+
+    /// [`Proxier::sync_as`] for the `wanted` families and any the kernel is not known to
+    /// hold; one failing does not stop the others.
+    pub fn sync_some(&mut self, trackers: &Trackers, changes: &[Changes], full: bool, pass: Pass, wanted: &[bool]) -> Result<Vec<Report>, Failed> {
         let mut befores: Vec<Before> = Vec::with_capacity(self.rulesets.len());
         for ((rs, t), ch) in self.rulesets.iter_mut().zip(&trackers.families).zip(changes) {
             befores.push(ch.services.iter().flat_map(|id| ports_of(&rs.services, id)).map(|k| (k.clone(), rs.services[k].clone())).collect());
             let (s, e) = t.view();
             rs.update(s, e, &ch.services);
         }
+        let go: Vec<bool> = self.in_sync.iter().enumerate().map(|(i, s)| !s || pass == Pass::DryRun || wanted.get(i).copied().unwrap_or(true)).collect();
         let trusted: Vec<bool> = self.in_sync.iter().map(|s| !full && pass == Pass::Apply && *s).collect();
-        self.in_sync.iter_mut().for_each(|s| *s = false);
         self.reconciled.clear();
         let mut reports = Vec::with_capacity(self.rulesets.len());
-        for (i, before) in befores.iter().enumerate() {
+        let mut failed: Vec<(crate::net::IpFamily, NftError, Phase)> = Vec::new();
+        for (i, before) in befores.iter().enumerate().filter(|(i, _)| go[*i]) {
+            self.in_sync[i] = false;
             let family = self.rulesets[i].ctx.ip_family;
             let after: Vec<&Objects> = changes
                 .get(i)
@@ -87,14 +107,19 @@ impl Proxier {
                 .map(|k| &self.rulesets[i].services[k])
                 .collect();
             let before: Vec<&Objects> = before.iter().map(|(_, o)| o).collect();
+            let mut nft = WatchedNft::new(self.nft.as_mut());
             let result = if trusted[i] {
-                send_partial(self.nft.as_mut(), self.rulesets[i].ctx.family, &before, &after)
+                send_partial(&mut nft, self.rulesets[i].ctx.family, &before, &after)
             } else {
-                sync::full(self.nft.as_mut(), &self.rulesets[i].table(), pass == Pass::DryRun)
+                sync::full(&mut nft, &self.rulesets[i].table(), pass == Pass::DryRun)
             };
+            let phase = nft.failed().unwrap_or(Phase::Other);
             let mut report = match result {
                 Ok(r) => r,
-                Err(error) => return Err(Failed { family, error, done: reports }),
+                Err(error) => {
+                    failed.push((family, error, phase));
+                    continue;
+                }
             };
             report.flushes = super::conntrack::stale(&before, &after);
             if pass == Pass::Apply {
@@ -105,7 +130,11 @@ impl Proxier {
             }
             reports.push(report);
         }
-        Ok(reports)
+        let mut failed = failed.into_iter();
+        match failed.next() {
+            None => Ok(reports),
+            Some((family, error, phase)) => Err(Failed { family, error, phase, done: reports, more: failed.collect() }),
+        }
     }
 
     /// Clears one family's stale UDP/SCTP flows and records how that went.

@@ -20,7 +20,7 @@ pub enum SyncFailure {
     #[error(transparent)]
     Iptables(Box<IptablesFailure>),
     #[error(transparent)]
-    Ipvs(#[from] crate::ipvs::sync::SyncError),
+    Ipvs(Box<crate::ipvs::proxier::Failed>),
     #[error(transparent)]
     Nftables(Box<crate::nftables::proxier::Failed>),
     #[error(transparent)]
@@ -60,15 +60,26 @@ pub struct Outcome {
     pub rules: Vec<(crate::net::IpFamily, (usize, usize))>,
     /// Per family, the trigger times of the endpoint changes this sync programmed.
     pub trigger_times: Vec<(crate::net::IpFamily, Vec<std::time::SystemTime>)>,
-    /// Per family, how long its sync took (kube-proxy times each family's proxier); IPVS
-    /// mode syncs its families together, so each has the whole sync's time.
-    pub elapsed: Vec<(crate::net::IpFamily, std::time::Duration)>,
+    /// The families that synced in this pass, each as its kube-proxy proxier observes its
+    /// own sync (a family with nothing to do is not among them).
+    pub synced: Vec<FamilySync>,
     /// Stale conntrack flows cleared, per family (iptables mode).
     pub reconciled: Vec<crate::netfilter::conntrack::Reconciled>,
     /// The sysctls a full sync found differing (set them, or, for a dry run, would).
     pub sysctls: Vec<crate::node::sysctl::Change>,
     /// What the mode's sync found and did.
     pub detail: Detail,
+}
+
+/// One family's sync in a pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FamilySync {
+    pub family: crate::net::IpFamily,
+    /// Whether it compared everything with the kernel (kube-proxy's full sync).
+    pub full: bool,
+    /// How long it took (kube-proxy times each family's proxier); IPVS mode syncs its
+    /// families together, so each has the whole pass's time.
+    pub took: std::time::Duration,
 }
 
 /// What one sync found and did, in the mode's own terms (a one-shot sync prints it).
@@ -99,6 +110,8 @@ pub struct Engine {
     /// endpoint, as (internal, external); kept up to date from each commit's changed
     /// services, never by a walk of every service.
     no_local: std::collections::BTreeMap<(crate::net::IpFamily, crate::model::NamespacedName), (usize, usize)>,
+    /// Families whose last sync failed: the next pass retries them, changes or not.
+    unsynced: std::collections::BTreeSet<crate::net::IpFamily>,
 }
 
 impl Engine {
@@ -129,7 +142,7 @@ impl Engine {
     }
 
     fn new(config: Config, trackers: Trackers, proxier: Proxier) -> Self {
-        let mut engine = Engine { config, trackers, proxier, sysctl_root: None, no_local: Default::default() };
+        let mut engine = Engine { config, trackers, proxier, sysctl_root: None, no_local: Default::default(), unsynced: Default::default() };
         let all: std::collections::BTreeSet<_> =
             engine.trackers.families.iter().flat_map(|t| t.view().0.keys().map(|k| k.service.clone())).collect();
         engine.update_no_local(&all);
@@ -171,15 +184,36 @@ impl Engine {
     /// [`Engine::sync`], or with [`Pass::DryRun`] a full comparison that changes nothing
     /// (the proxier decides what is sent; a one-shot `--dry-run` only prints the outcome).
     pub fn sync_as(&mut self, full: bool, pass: Pass) -> Result<Outcome, SyncFailure> {
+        self.sync_pass(full, pass, true)
+    }
+
+    /// A watch-mode sync. kube-proxy runs one proxier per family, each syncing for its own
+    /// reasons: with `every`, every family syncs (the first sync, a full or a periodic one);
+    /// otherwise only the families with changes and those whose last sync failed. In iptables
+    /// and nftables modes a family not syncing sends nothing; IPVS mode's one pass programs
+    /// every family, observed for those that sync. A failing family does not stop the others.
+    pub fn sync_families(&mut self, full: bool, every: bool) -> Result<Outcome, SyncFailure> {
+        self.sync_pass(full, Pass::Apply, every)
+    }
+
+    fn sync_pass(&mut self, full: bool, pass: Pass, every: bool) -> Result<Outcome, SyncFailure> {
         let changes = self.trackers.commit();
         self.update_no_local(&changes.iter().flat_map(|c| c.services.iter().cloned()).collect());
         let trigger_times = self.trackers.families.iter().zip(&changes).map(|(t, c)| (t.family, c.trigger_times.clone())).collect();
         let full = full || pass == Pass::DryRun;
-        let outcome = self.sync_changes(&changes, full, pass)?;
-        Ok(Outcome { trigger_times, ..outcome })
+        let wanted: Vec<bool> =
+            self.trackers.families.iter().zip(&changes).map(|(t, c)| every || !c.is_empty() || self.unsynced.contains(&t.family)).collect();
+        let result = self.sync_changes(&changes, full, pass, &wanted);
+        self.unsynced = match &result {
+            Ok(_) => Default::default(),
+            Err(SyncFailure::Iptables(f)) => f.failed.failures().map(|x| x.family).collect(),
+            Err(SyncFailure::Nftables(f)) => std::iter::once(f.family).chain(f.more.iter().map(|(family, ..)| *family)).collect(),
+            Err(SyncFailure::Ipvs(_) | SyncFailure::Sysctl(_)) => self.trackers.families.iter().map(|t| t.family).collect(),
+        };
+        Ok(Outcome { trigger_times, ..result? })
     }
 
-    fn sync_changes(&mut self, changes: &[crate::track::Changes], full: bool, pass: Pass) -> Result<Outcome, SyncFailure> {
+    fn sync_changes(&mut self, changes: &[crate::track::Changes], full: bool, pass: Pass, wanted: &[bool]) -> Result<Outcome, SyncFailure> {
         match &mut self.proxier {
             Proxier::Iptables(p) => {
                 // A full sync re-asserts the sysctls the rules need (someone may have reset
@@ -189,27 +223,46 @@ impl Engine {
                     _ => Vec::new(),
                 };
                 let reports = p
-                    .sync_as(&self.trackers, changes, full, pass)
+                    .sync_some(&self.trackers, changes, full, pass, wanted)
                     .map_err(|failed| SyncFailure::Iptables(Box::new(IptablesFailure { failed, sysctls: sysctls.clone() })))?;
                 let restore_lines = reports.iter().map(|(_, r)| r.delta.restore_lines()).sum();
-                let elapsed = reports.iter().map(|(f, r)| (*f, r.timings.total)).collect();
+                // A partial sync writes no full restore input.
+                let synced = reports.iter().map(|(family, r)| FamilySync { family: *family, full: r.full_lines > 0, took: r.timings.total }).collect();
                 let (rules, reconciled) = (p.rule_counts(), p.reconciled.clone());
-                Ok(Outcome { restore_lines, rules, elapsed, reconciled, sysctls, detail: Detail::Iptables(reports), ..Outcome::default() })
+                Ok(Outcome { restore_lines, rules, synced, reconciled, sysctls, detail: Detail::Iptables(reports), ..Outcome::default() })
             }
             Proxier::Ipvs(p) => {
-                let r = p.sync(&self.config, &self.trackers, pass == Pass::DryRun)?;
+                let r = p.sync(&self.config, &self.trackers, pass == Pass::DryRun).map_err(|f| SyncFailure::Ipvs(Box::new(f)))?;
                 let restore_lines = r.iptables.iter().map(|(_, d)| d.restore_lines()).sum();
                 let whole = r.timings.read + r.timings.plan + r.timings.apply;
-                let elapsed = self.trackers.families.iter().map(|t| (t.family, whole)).collect();
+                let synced = self.trackers.families.iter().zip(wanted).filter(|(_, w)| **w).map(|(t, _)| FamilySync { family: t.family, full, took: whole }).collect();
                 let reconciled = p.reconciled.clone();
-                Ok(Outcome { restore_lines, ipvs_ops: r.changes.ops.len(), elapsed, reconciled, detail: Detail::Ipvs(Box::new(r)), ..Outcome::default() })
+                Ok(Outcome { restore_lines, ipvs_ops: r.changes.ops.len(), synced, reconciled, detail: Detail::Ipvs(Box::new(r)), ..Outcome::default() })
             }
             Proxier::Nftables(p) => {
-                let reports = p.sync_as(&self.trackers, changes, full, pass).map_err(|f| SyncFailure::Nftables(Box::new(f)))?;
+                let partial: Vec<bool> = (0..self.trackers.families.len()).map(|i| !full && pass == Pass::Apply && p.in_sync(i)).collect();
+                let reports = p.sync_some(&self.trackers, changes, full, pass, wanted).map_err(|f| SyncFailure::Nftables(Box::new(f)))?;
                 let restore_lines = reports.iter().map(|r| r.lines).sum();
-                Ok(Outcome { restore_lines, reconciled: p.reconciled.clone(), detail: Detail::Nftables(reports), ..Outcome::default() })
+                let synced = reports
+                    .iter()
+                    .map(|r| {
+                        let family = nft_family(r);
+                        let i = self.trackers.families.iter().position(|t| t.family == family);
+                        let full = !i.is_some_and(|i| partial[i]);
+                        FamilySync { family, full, took: r.timings.render + r.timings.read + r.timings.apply }
+                    })
+                    .collect();
+                Ok(Outcome { restore_lines, synced, reconciled: p.reconciled.clone(), detail: Detail::Nftables(reports), ..Outcome::default() })
             }
         }
+    }
+}
+
+/// The IP family of an nftables report.
+pub fn nft_family(r: &crate::nftables::sync::Report) -> crate::net::IpFamily {
+    match r.family {
+        crate::nftables::model::Family::Ip => crate::net::IpFamily::V4,
+        crate::nftables::model::Family::Ip6 => crate::net::IpFamily::V6,
     }
 }
 
@@ -234,6 +287,24 @@ impl Engine {
             }
         }
         out
+    }
+
+    /// Per family, (filter, nat) rules of the rendered rulesets (iptables mode; none in the
+    /// other modes): kube-proxy's `sync_proxy_rules_iptables_total`.
+    pub fn rule_counts(&self) -> Vec<(crate::net::IpFamily, (usize, usize))> {
+        match &self.proxier {
+            Proxier::Iptables(p) => p.rule_counts(),
+            Proxier::Ipvs(_) | Proxier::Nftables(_) => Vec::new(),
+        }
+    }
+
+    /// The stale-flow cleanups of the last sync (IPVS mode's are in its outcome only).
+    pub fn reconciled(&self) -> Vec<crate::netfilter::conntrack::Reconciled> {
+        match &self.proxier {
+            Proxier::Iptables(p) => p.reconciled.clone(),
+            Proxier::Nftables(p) => p.reconciled.clone(),
+            Proxier::Ipvs(_) => Vec::new(),
+        }
     }
 
     /// Recounts the given services' ports (as committed) in every family.

@@ -97,10 +97,9 @@ pub(crate) fn on_message(engine: &mut Engine, shared: &SharedState, msg: SourceM
             let (before, by_family) = (engine.pending(), record::pending(engine));
             engine.apply(&events);
             record::events_seen(&shared.metrics, engine, &events);
+            record::pending_gauges(&shared.metrics, engine, &events);
             let after = engine.pending();
             if after != before {
-                shared.metrics.service_changes_pending.set(after.0 as i64);
-                shared.metrics.endpoint_changes_pending.set(after.1 as i64);
                 record::queued(&shared.metrics, &by_family, &record::pending(engine));
                 lock_schedule(shared).changed(now);
             }
@@ -169,15 +168,17 @@ fn sync_once(engine: &mut Engine, shared: &SharedState, started: Instant) {
     let wall = clock.elapsed();
     let finished = started + wall;
     let m = &shared.metrics;
+    // kube-proxy zeroes both as a sync checks the trackers' changes out, whether or not
+    // the sync then succeeds (the changes are the proxier's from then on).
+    m.service_changes_pending.set(0);
+    m.endpoint_changes_pending.set(0);
     let ok = match &result {
         Ok(outcome) => {
-            record::synced(m, engine, kind, outcome, wall);
+            record::synced(m, engine, outcome);
             // svcproxy's own figure: from the oldest change it queued.
             if let Some(q) = queued {
                 m.change_to_sync_duration.observe(finished.duration_since(q).as_secs_f64());
             }
-            m.service_changes_pending.set(0);
-            m.endpoint_changes_pending.set(0);
             if let Ok(mut l) = shared.last_updated.lock() {
                 *l = Some(SystemTime::now());
             }

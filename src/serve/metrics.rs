@@ -81,6 +81,8 @@ pub struct Metrics {
     pub endpoint_changes_total: Counter,
     pub restore_failures: Family<FamilyLabel, Counter>,
     pub partial_restore_failures: Family<FamilyLabel, Counter>,
+    pub nftables_sync_failures: Family<FamilyLabel, Counter>,
+    pub nftables_cleanup_failures: Family<FamilyLabel, Counter>,
     pub rules: Family<TableLabel, Gauge>,
     pub rules_last: Family<TableLabel, Gauge>,
     pub conntrack_reconcile_duration: PerFamily,
@@ -136,6 +138,8 @@ impl Metrics {
             endpoint_changes_total: Counter::default(),
             restore_failures: Family::default(),
             partial_restore_failures: Family::default(),
+            nftables_sync_failures: Family::default(),
+            nftables_cleanup_failures: Family::default(),
             rules: Family::default(),
             rules_last: Family::default(),
             conntrack_reconcile_duration: Family::new_with_constructor(seconds),
@@ -183,8 +187,9 @@ impl Metrics {
 
     /// The families kube-proxy registers only in some modes (`RegisterMetrics(mode)`): the
     /// full and partial sync durations (iptables, nftables), the restore failures (iptables,
-    /// IPVS), the partial-restore failures and rule counts (iptables), the conntrack
-    /// reconciler's (every mode). Call once, for the mode that runs.
+    /// IPVS), the partial-restore failures and rule counts (iptables), the nftables sync and
+    /// cleanup failures (nftables), the conntrack reconciler's (every mode). Call once, for
+    /// the mode that runs.
     pub fn register_mode(&mut self, mode: crate::config::Mode) {
         use crate::config::Mode::{Iptables, Ipvs, Nftables};
         let r = &mut self.registry;
@@ -199,6 +204,10 @@ impl Metrics {
             r.register("kubeproxy_sync_proxy_rules_iptables_partial_restore_failures", "Cumulative proxy iptables partial restore failures", self.partial_restore_failures.clone());
             r.register("kubeproxy_sync_proxy_rules_iptables_total", "Total number of iptables rules owned by kube-proxy", self.rules.clone());
             r.register("kubeproxy_sync_proxy_rules_iptables_last", "Number of iptables rules written by kube-proxy in last sync", self.rules_last.clone());
+        }
+        if mode == Nftables {
+            r.register("kubeproxy_sync_proxy_rules_nftables_sync_failures", "Cumulative proxy nftables sync failures", self.nftables_sync_failures.clone());
+            r.register("kubeproxy_sync_proxy_rules_nftables_cleanup_failures", "Cumulative proxy nftables cleanup failures", self.nftables_cleanup_failures.clone());
         }
         r.register("kubeproxy_conntrack_reconciler_sync_duration_seconds", "ReconcileConntrackFlowsLatency latency in seconds", self.conntrack_reconcile_duration.clone());
         r.register("kubeproxy_conntrack_reconciler_deleted_entries", "Cumulative conntrack flows deleted by conntrack reconciler", self.conntrack_deleted.clone());
@@ -328,7 +337,7 @@ mod upstream_tests {
 
     /// kube-proxy v1.34's families svcproxy registers (pkg/proxy/metrics/metrics.go): name
     /// as the classic text names it, type, help (prometheus-client adds a final period).
-    const KUBE_PROXY: [(&str, &str, &str); 19] = [
+    const KUBE_PROXY: [(&str, &str, &str); 21] = [
         ("kubeproxy_sync_proxy_rules_duration_seconds", "histogram", "SyncProxyRules latency in seconds"),
         ("kubeproxy_sync_full_proxy_rules_duration_seconds", "histogram", "SyncProxyRules latency in seconds for full resyncs"),
         ("kubeproxy_sync_partial_proxy_rules_duration_seconds", "histogram", "SyncProxyRules latency in seconds for partial resyncs"),
@@ -348,6 +357,8 @@ mod upstream_tests {
         ("kubeproxy_proxy_livez_total", "counter", "Cumulative proxy livez HTTP status"),
         ("kubeproxy_conntrack_reconciler_sync_duration_seconds", "histogram", "ReconcileConntrackFlowsLatency latency in seconds"),
         ("kubeproxy_conntrack_reconciler_deleted_entries_total", "counter", "Cumulative conntrack flows deleted by conntrack reconciler"),
+        ("kubeproxy_sync_proxy_rules_nftables_sync_failures_total", "counter", "Cumulative proxy nftables sync failures"),
+        ("kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total", "counter", "Cumulative proxy nftables cleanup failures"),
     ];
 
     /// Every labelled family with a series (an empty family is not written at all, as
@@ -372,9 +383,19 @@ mod upstream_tests {
         m
     }
 
+    /// nftables mode's own families, each with a series.
+    fn filled_nftables() -> Metrics {
+        let mut m = Metrics::new();
+        m.register_mode(crate::config::Mode::Nftables);
+        let v4 = FamilyLabel::of(crate::net::IpFamily::V4);
+        m.nftables_sync_failures.get_or_create(&v4).inc();
+        m.nftables_cleanup_failures.get_or_create(&v4).inc();
+        m
+    }
+
     #[test]
     fn every_family_has_kube_proxys_name_type_and_help() {
-        let text = filled().encode_classic();
+        let text = filled().encode_classic() + &filled_nftables().encode_classic();
         for (name, kind, help) in KUBE_PROXY {
             assert!(text.lines().any(|l| l == format!("# TYPE {name} {kind}")), "# TYPE {name} {kind} in\n{text}");
             assert!(text.lines().any(|l| l == format!("# HELP {name} {help}.")), "# HELP {name} {help} in\n{text}");
@@ -395,7 +416,7 @@ mod mode_tests {
         for h in [&m.full_sync_duration, &m.partial_sync_duration, &m.conntrack_reconcile_duration] {
             h.get_or_create(&v4).observe(0.1);
         }
-        for c in [&m.restore_failures, &m.partial_restore_failures, &m.conntrack_deleted] {
+        for c in [&m.restore_failures, &m.partial_restore_failures, &m.nftables_sync_failures, &m.nftables_cleanup_failures, &m.conntrack_deleted] {
             c.get_or_create(&v4).inc();
         }
         m.rules.get_or_create(&TableLabel::of("nat", crate::net::IpFamily::V4)).set(1);
@@ -415,13 +436,15 @@ mod mode_tests {
             "kubeproxy_sync_proxy_rules_iptables_last",
             "kubeproxy_conntrack_reconciler_sync_duration_seconds",
             "kubeproxy_conntrack_reconciler_deleted_entries_total",
+            "kubeproxy_sync_proxy_rules_nftables_sync_failures_total",
+            "kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total",
         ];
         let has = |mode| -> Vec<bool> {
             let w = written(mode);
             moded.iter().map(|f| w.iter().any(|x| x == f)).collect()
         };
-        assert_eq!(has(Mode::Iptables), [true; 8]);
-        assert_eq!(has(Mode::Ipvs), [false, false, true, false, false, false, true, true]);
-        assert_eq!(has(Mode::Nftables), [true, true, false, false, false, false, true, true]);
+        assert_eq!(has(Mode::Iptables), [true, true, true, true, true, true, true, true, false, false]);
+        assert_eq!(has(Mode::Ipvs), [false, false, true, false, false, false, true, true, false, false]);
+        assert_eq!(has(Mode::Nftables), [true, true, false, false, false, false, true, true, true, true]);
     }
 }

@@ -30,6 +30,8 @@ pub struct EndpointsChangeTracker {
     started: SystemTime,
     /// Per service with pending changes, the trigger times of the slice updates behind them.
     trigger_times: BTreeMap<NamespacedName, Vec<SystemTime>>,
+    /// Slice events that changed the pending state since the last commit.
+    changed_events: usize,
 }
 
 /// What a commit changed.
@@ -54,6 +56,7 @@ impl EndpointsChangeTracker {
             map: EndpointsMap::new(),
             started: SystemTime::now(),
             trigger_times: BTreeMap::new(),
+            changed_events: 0,
         }
     }
 
@@ -67,6 +70,7 @@ impl EndpointsChangeTracker {
             return self.delete(slice);
         }
         if self.set_pending(slice, Some(slice.clone())) {
+            self.changed_events += 1;
             // kube-proxy records a slice's trigger time only when the update changed
             // something, and only if it is newer than the tracker itself.
             if let Some(t) = slice.trigger_time.filter(|t| *t > self.started) {
@@ -76,8 +80,8 @@ impl EndpointsChangeTracker {
     }
 
     pub fn delete(&mut self, slice: &EndpointSlice) {
-        if slice.family == self.family {
-            self.set_pending(slice, None);
+        if slice.family == self.family && self.set_pending(slice, None) {
+            self.changed_events += 1;
         }
     }
 
@@ -95,8 +99,15 @@ impl EndpointsChangeTracker {
         true
     }
 
+    /// Services with pending slice changes.
     pub fn pending(&self) -> usize {
         self.pending.len()
+    }
+
+    /// Slice events that changed something since the last commit (two changes to one
+    /// service's slices are two): what kube-proxy's `endpoint_changes_pending` counts.
+    pub fn changed_events(&self) -> usize {
+        self.changed_events
     }
 
     /// Moves the tracker's start back (tests stamp changes in the past).
@@ -112,6 +123,7 @@ impl EndpointsChangeTracker {
     pub fn commit(&mut self) -> EndpointsCommit {
         let mut out = EndpointsCommit::default();
         let mut trigger_times = std::mem::take(&mut self.trigger_times);
+        self.changed_events = 0;
         for (service, changes) in std::mem::take(&mut self.pending) {
             let previous = self.endpoints_of(&service);
             let slices = self.applied.entry(service.clone()).or_default();

@@ -46,15 +46,27 @@ impl ServiceChangeTracker {
     /// An added or updated Service.
     pub fn update(&mut self, svc: &Service) {
         let ports = service_ports(svc, self.family, self.service_proxy_name.as_deref());
-        self.pending.insert(svc.id.clone(), ports);
+        self.set_pending(svc.id.clone(), ports);
     }
 
     /// A deleted Service.
     pub fn delete(&mut self, id: &NamespacedName) {
-        self.pending.insert(id.clone(), PortsOf::new());
+        self.set_pending(id.clone(), PortsOf::new());
     }
 
-    /// Services with a change waiting (no-op changes included until commit drops them).
+    /// Keeps a service's new ports as its pending change, or, as kube-proxy's tracker does,
+    /// drops the change once they are what was committed (changed back, or never changed).
+    fn set_pending(&mut self, id: NamespacedName, ports: PortsOf) {
+        // A service without ports is not kept in `committed`.
+        if self.committed.get(&id).map_or(ports.is_empty(), |c| *c == ports) {
+            self.pending.remove(&id);
+        } else {
+            self.pending.insert(id, ports);
+        }
+    }
+
+    /// Services whose ports differ from the committed ones: kube-proxy's pending changes
+    /// (its tracker's items), which its `service_changes_pending` gauge counts.
     pub fn pending(&self) -> usize {
         self.pending.len()
     }

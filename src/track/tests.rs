@@ -130,3 +130,32 @@ fn labels_hand_objects_to_another_proxy() {
     t.commit();
     assert!(t.services.map().is_empty());
 }
+
+/// kube-proxy's trackers: a Service change that ends where it began is no longer pending;
+/// every slice event that changes the pending state counts, two on one service being two.
+#[test]
+fn pending_counts_what_kube_proxys_trackers_count() {
+    let mut t = tracker();
+    let s = Arc::new(svc("web", "10.0.0.1", &[("http", 80)]));
+    t.apply(&Event::ServiceApplied(s.clone()));
+    assert_eq!(t.services.pending(), 1);
+    t.commit();
+    t.apply(&Event::ServiceApplied(s.clone()));
+    assert_eq!(t.services.pending(), 0, "the committed ports again: no change");
+    t.apply(&Event::ServiceApplied(Arc::new(svc("web", "10.0.0.1", &[("http", 81)]))));
+    assert_eq!(t.services.pending(), 1);
+    t.apply(&Event::ServiceApplied(s));
+    assert_eq!(t.services.pending(), 0, "changed back before a commit");
+    t.apply(&Event::ServiceDeleted(NamespacedName::new("ns", "gone")));
+    assert_eq!(t.services.pending(), 0, "an unknown service deleted");
+
+    let a = slice("web-a", "web", vec![ep("10.1.1.1", None, true)]);
+    t.apply(&Event::SliceApplied(a.clone()));
+    t.apply(&Event::SliceApplied(slice("web-a", "web", vec![ep("10.1.1.2", None, true)])));
+    t.apply(&Event::SliceApplied(slice("web-a", "web", vec![ep("10.1.1.2", None, true)])));
+    assert_eq!((t.endpoints.pending(), t.endpoints.changed_events()), (1, 2), "one service, two changing events");
+    t.apply(&Event::SliceDeleted(slice("web-z", "web", vec![])));
+    assert_eq!(t.endpoints.changed_events(), 2, "deleting an unknown slice changes nothing");
+    t.commit();
+    assert_eq!(t.endpoints.changed_events(), 0);
+}

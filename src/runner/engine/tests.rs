@@ -253,22 +253,23 @@ fn an_ipvs_dry_run_finds_stale_flows_but_clears_none() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// The families are independent, as kube-proxy's per-family proxiers are: IPv4's failed
+/// restore does not stop IPv6's sync, and only IPv4 compares with the kernel again next.
 #[test]
-fn a_failure_in_one_family_leaves_every_later_family_to_a_full_sync() {
-    let state = demo_state();
-    let mut web = slice(&state, "shop", "web");
-    let (mut engine, kernel, _) = iptables_engine(state);
+fn a_failing_family_leaves_the_other_synced_and_only_itself_to_a_full_sync() {
+    use crate::net::IpFamily::{V4, V6};
+    let (mut engine, kernel, _) = iptables_engine(demo_state());
     assert_eq!(engine.trackers.families.len(), 2, "the demo node is dual-stack");
-    engine.sync(true).unwrap();
-    web.endpoints.remove(0);
-    engine.apply(&[Event::SliceApplied(Arc::new(web))]);
     kernel.lock().unwrap().fail_next = Some("line 2 failed".into());
-    assert!(engine.sync(false).is_err());
+    let Err(SyncFailure::Iptables(failure)) = engine.sync(true) else { panic!("IPv4's restore fails") };
+    assert_eq!((failure.failed.first.family, failure.failed.more.len()), (V4, 0));
+    assert_eq!(failure.failed.done.iter().map(|(f, _)| *f).collect::<Vec<_>>(), [V6], "IPv6 still synced");
+    assert!(saved(&kernel, V6, "nat").contains("KUBE-SERVICES") && !saved(&kernel, V4, "nat").contains("KUBE-SERVICES"));
     kernel.lock().unwrap().calls.clear();
     engine.sync(false).unwrap();
     let saved: Vec<crate::net::IpFamily> =
         kernel.lock().unwrap().calls.iter().filter_map(|c| match c { Call::Save(f, _) => Some(*f), _ => None }).collect();
-    assert!(saved.contains(&crate::net::IpFamily::V4) && saved.contains(&crate::net::IpFamily::V6), "{saved:?}");
+    assert!(saved.contains(&V4) && !saved.contains(&V6), "{saved:?}");
     assert_eq!(drift(&engine, &kernel), 0);
 }
 
@@ -344,7 +345,7 @@ fn each_family_is_observed_on_its_own_and_a_failure_counts_against_its_family() 
     assert_eq!(l.metric(&of("kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total", "IPv4")), 1);
     assert_eq!(l.sample(&of("kubeproxy_sync_proxy_rules_iptables_restore_failures_total", "IPv6")), None);
     assert_eq!(l.metric(&of(PARTIAL, "IPv4")), 1, "the failed sync is timed, as kube-proxy times it");
-    assert_eq!(l.sample(&of(PARTIAL, "IPv6")), None, "IPv6 was not tried after IPv4 failed");
+    assert_eq!(l.metric(&of(PARTIAL, "IPv6")), 1, "IPv6 syncs on its own");
 
     // The retry is full, in both families.
     l.wake();
@@ -630,12 +631,12 @@ fn a_failure_in_a_later_family_keeps_the_earlier_families_reports_and_sysctls() 
     }
     let Err(SyncFailure::Iptables(failure)) = engine.sync(true) else { panic!("the IPv6 restore fails") };
     let _ = std::fs::remove_dir_all(&root);
-    assert_eq!(failure.failed.family, crate::net::IpFamily::V6);
+    assert_eq!(failure.failed.first.family, crate::net::IpFamily::V6);
     assert_eq!(failure.failed.done.len(), 1);
     assert_eq!(failure.failed.done[0].0, crate::net::IpFamily::V4);
     assert!(failure.failed.done[0].1.delta.is_empty(), "IPv4 was in sync");
     assert_eq!(failure.sysctls.iter().map(|c| c.path.as_str()).collect::<Vec<_>>(), ["net/ipv4/conf/all/route_localnet"]);
-    assert_eq!(failure.to_string(), failure.failed.error.to_string(), "shown as the family's error itself");
+    assert_eq!(failure.to_string(), failure.failed.first.error.to_string(), "shown as the family's error itself");
 }
 
 #[test]
@@ -756,7 +757,7 @@ fn a_refused_nftables_transaction_keeps_the_previous_rules_and_says_which_family
     engine.apply(&[Event::SliceApplied(Arc::new(web))]);
     nft.lock().unwrap().fail_next = Some("Error: Could not process rule".into());
     let Err(SyncFailure::Nftables(failure)) = engine.sync(true) else { panic!("the IPv4 transaction fails") };
-    assert_eq!((failure.family, failure.done.len()), (crate::net::IpFamily::V4, 0));
+    assert_eq!((failure.family, failure.done.len()), (crate::net::IpFamily::V4, 1), "IPv6 still synced");
     assert!(failure.error.to_string().contains("Could not process rule"), "{failure}");
     assert_eq!(nft.lock().unwrap().listing(Family::Ip), before, "the previous rules still serve");
     engine.sync(true).unwrap();
@@ -845,4 +846,125 @@ fn without_canaries_periodic_syncs_still_come_one_per_sync_period() {
         crate::runner::watch::wake(&mut engine, &shared, at);
         last = Some(at);
     }
+}
+
+/// kube-proxy counts a restore failure only when iptables-restore itself refused or failed:
+/// a failed read of the kernel (iptables-save) is a failed sync, timed, that counts none.
+#[test]
+fn only_a_failed_restore_counts_as_a_restore_failure() {
+    let mut l = Loop::new();
+    l.shared.schedule.lock().unwrap().set_ready(std::time::Instant::now());
+    l.kernel.lock().unwrap().fail_next_save = Some("iptables-save: cannot read".into());
+    l.wake();
+    assert_eq!(l.metric(&of(FULL, "IPv4")), 1, "the failed sync is timed");
+    assert_eq!(l.metric("svcproxy_syncs_total{result=\"error\"}"), 1);
+    for family in ["IPv4", "IPv6"] {
+        assert_eq!(l.sample(&of("kubeproxy_sync_proxy_rules_iptables_restore_failures_total", family)), None, "a read is not a restore");
+    }
+    // The retry's restore is refused: that one counts, against its family.
+    l.kernel.lock().unwrap().fail_next = Some("line 2 failed".into());
+    l.wake();
+    assert_eq!(l.metric(&of("kubeproxy_sync_proxy_rules_iptables_restore_failures_total", "IPv4")), 1);
+    assert_eq!(l.sample(&of("kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total", "IPv4")), None, "a full sync's");
+}
+
+/// IPVS mode: a refused iptables-restore counts against the family it was for; a failed
+/// iptables-save counts none.
+#[test]
+fn an_ipvs_restore_failure_counts_against_its_family_and_a_failed_read_counts_none() {
+    let dir = std::env::temp_dir().join(format!("svcproxy-engine-ipvs-restore-{}", std::process::id()));
+    let mut engine = ipvs_engine(demo_state(), &dir);
+    let kernel: SharedFake = Arc::new(Mutex::new(FakeIptables::new()));
+    let Proxier::Ipvs(p) = &mut engine.proxier else { panic!("ipvs mode") };
+    p.iptables = Box::new(kernel.clone());
+    let mut shared = crate::serve::Shared::new(crate::schedule::Schedule::new(crate::schedule::Timing::default()));
+    shared.metrics.register_mode(crate::config::Mode::Ipvs);
+    let mut l = Loop { engine, kernel, shared: Arc::new(shared) };
+    l.shared.schedule.lock().unwrap().set_ready(std::time::Instant::now());
+    let failures = |l: &Loop| ["IPv4", "IPv6"].map(|f| l.sample(&of("kubeproxy_sync_proxy_rules_iptables_restore_failures_total", f)));
+    l.kernel.lock().unwrap().fail_next_save = Some("iptables-save: cannot read".into());
+    l.wake();
+    assert_eq!(l.metric("svcproxy_syncs_total{result=\"error\"}"), 1);
+    assert_eq!(failures(&l), [None, None], "a read is not a restore");
+    l.kernel.lock().unwrap().fail_next = Some("line 2 failed".into());
+    l.wake();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(l.metric("svcproxy_syncs_total{result=\"error\"}"), 2);
+    assert_eq!(failures(&l), [Some("1".to_string()), None], "the first restore is IPv4's");
+}
+
+/// nftables mode counts kube-proxy's nftables sync failures: a refused transaction, against
+/// its family.
+#[test]
+fn a_refused_nftables_transaction_counts_as_a_sync_failure_of_its_family() {
+    let (engine, nft) = nftables_engine(demo_state());
+    let (_, kernel, _) = iptables_engine(demo_state());
+    let mut shared = crate::serve::Shared::new(crate::schedule::Schedule::new(crate::schedule::Timing::default()));
+    shared.metrics.register_mode(crate::config::Mode::Nftables);
+    let mut l = Loop { engine, kernel, shared: Arc::new(shared) };
+    l.shared.schedule.lock().unwrap().set_ready(std::time::Instant::now());
+    nft.lock().unwrap().fail_next = Some("Error: Could not process rule".into());
+    l.wake();
+    assert_eq!(l.metric(&of("kubeproxy_sync_proxy_rules_nftables_sync_failures_total", "IPv4")), 1);
+    assert_eq!(l.sample(&of("kubeproxy_sync_proxy_rules_nftables_sync_failures_total", "IPv6")), None);
+    assert!(!l.shared.metrics.encode().contains("kubeproxy_sync_proxy_rules_iptables_restore_failures"), "not nftables mode's family");
+}
+
+/// kube-proxy's pending gauges count what its trackers count: the endpoint one, slice events
+/// that changed something (two on one service are two); the service one, the services whose
+/// ports differ from the synced ones in the tracker that got the last Service event (IPv6's
+/// in dual-stack). A sync zeroes both as it takes the changes, even one that then fails.
+#[test]
+fn pending_gauges_count_what_kube_proxys_trackers_count() {
+    let mut l = Loop::new();
+    l.shared.schedule.lock().unwrap().set_ready(std::time::Instant::now());
+    l.wake();
+    let state = demo_state();
+    let service = |name: &str| state.services.iter().find(|s| s.id.name == name).unwrap().clone();
+    let send = |l: &mut Loop, events: Vec<Event>| crate::runner::watch::on_message(&mut l.engine, &l.shared, crate::source::watch::SourceMsg::Events(events));
+    let gauges = |l: &Loop| {
+        let g = |name: &str| l.sample(name).unwrap_or_else(|| panic!("{name}"));
+        (g("kubeproxy_sync_proxy_rules_service_changes_pending"), g("kubeproxy_sync_proxy_rules_endpoint_changes_pending"))
+    };
+
+    send(&mut l, vec![Event::ServiceApplied(Arc::new(service("web")))]);
+    assert_eq!(gauges(&l).0, "0", "an unchanged Service is no change");
+    let mut web = service("web");
+    web.ports[0].port += 1;
+    send(&mut l, vec![Event::ServiceApplied(Arc::new(web))]);
+    assert_eq!(gauges(&l).0, "0", "an IPv4-only Service: IPv6's tracker, the last to get it, has nothing pending");
+    let mut api = service("api");
+    api.ports[0].port += 1;
+    send(&mut l, vec![Event::ServiceApplied(Arc::new(api))]);
+    assert_eq!(gauges(&l).0, "1");
+
+    let original = slice(&state, "shop", "web");
+    let mut fewer = original.clone();
+    fewer.endpoints.remove(0);
+    send(&mut l, vec![Event::SliceApplied(Arc::new(fewer)), Event::SliceApplied(Arc::new(original))]);
+    assert_eq!(gauges(&l).1, "2", "two changing events on one service");
+
+    l.kernel.lock().unwrap().fail_next = Some("line 2 failed".into());
+    l.wake();
+    assert_eq!(l.metric("svcproxy_syncs_total{result=\"error\"}"), 1);
+    assert_eq!(gauges(&l), ("0".to_string(), "0".to_string()), "taken by the sync, which then failed");
+}
+
+/// The families are independent, as kube-proxy's per-family proxiers are: one failing does
+/// not stop the other, which syncs and is observed as synced; the failing one is retried.
+#[test]
+fn a_failing_family_does_not_stop_the_others_sync_or_its_observation() {
+    let mut l = Loop::new();
+    l.shared.schedule.lock().unwrap().set_ready(std::time::Instant::now());
+    l.kernel.lock().unwrap().fail_next = Some("line 2 failed".into());
+    l.wake();
+    let last = "kubeproxy_sync_proxy_rules_last_timestamp_seconds";
+    assert_eq!(l.sample(&of(last, "IPv4")), None);
+    assert!(l.sample(&of(last, "IPv6")).is_some(), "IPv6 synced");
+    assert_eq!((l.metric(&of(FULL, "IPv4")), l.metric(&of(FULL, "IPv6"))), (1, 1), "the failed sync is timed too");
+    assert_eq!(l.metric(&of("kubeproxy_sync_proxy_rules_iptables_restore_failures_total", "IPv4")), 1);
+    assert!(l.sample("kubeproxy_sync_proxy_rules_iptables_total{table=\"nat\",ip_family=\"IPv6\"}").is_some(), "IPv6's rule count");
+    l.wake();
+    assert!(l.sample(&of(last, "IPv4")).is_some(), "the retry synced IPv4");
+    assert_eq!(drift(&l.engine, &l.kernel), 0);
 }

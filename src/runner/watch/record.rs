@@ -6,9 +6,10 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::super::engine::{Engine, Outcome, SyncFailure};
+use super::super::engine::{nft_family, Detail, Engine, FamilySync, Outcome, SyncFailure};
 use crate::schedule::Kind;
 use crate::net::IpFamily;
+use crate::netfilter::phase::Phase;
 use crate::serve::metrics::{FamilyLabel, Metrics, PolicyLabel, TableLabel};
 use crate::track::Event;
 
@@ -24,43 +25,61 @@ fn families(engine: &Engine) -> impl Iterator<Item = IpFamily> + '_ {
 
 /// The sync-duration histograms of one family: every sync, and the full or partial one
 /// (written only in the modes that register them, as every mode-specific family here).
-fn durations(m: &Metrics, kind: Kind, family: &FamilyLabel, took: Duration) {
+fn durations(m: &Metrics, full: bool, family: &FamilyLabel, took: Duration) {
     let secs = took.as_secs_f64();
     m.sync_duration.get_or_create(family).observe(secs);
-    let by_kind = if kind == Kind::Full { &m.full_sync_duration } else { &m.partial_sync_duration };
+    let by_kind = if full { &m.full_sync_duration } else { &m.partial_sync_duration };
     by_kind.get_or_create(family).observe(secs);
 }
 
-/// A successful sync of every family; `wall` is the whole pass, for a family the mode did
-/// not time on its own.
-pub(super) fn synced(m: &Metrics, engine: &Engine, kind: Kind, outcome: &Outcome, wall: Duration) {
+/// A family's successful sync: its time, its timestamp.
+fn family_synced(m: &Metrics, s: &FamilySync, now: SystemTime) {
+    let label = FamilyLabel::of(s.family);
+    durations(m, s.full, &label, s.took);
+    m.last_sync_timestamp.get_or_create(&label).set(unix_secs(now));
+}
+
+/// A successful sync of the families that synced (a family with nothing to do, which
+/// kube-proxy's proxier of that family would not have synced, is not observed).
+pub(super) fn synced(m: &Metrics, engine: &Engine, outcome: &Outcome) {
     let now = SystemTime::now();
-    for family in families(engine) {
-        let label = FamilyLabel::of(family);
-        let took = outcome.elapsed.iter().find(|(f, _)| *f == family).map_or(wall, |(_, d)| *d);
-        durations(m, kind, &label, took);
-        m.last_sync_timestamp.get_or_create(&label).set(unix_secs(now));
-    }
+    families_synced(m, engine, &outcome.synced, &outcome.rules, now);
     // kube-proxy's SLI: from each programmed slice change's trigger time (set by the
     // EndpointSlice controller) to now.
     for (family, times) in outcome.trigger_times.iter().filter(|(_, times)| !times.is_empty()) {
         let latency = m.network_programming_duration.get_or_create(&FamilyLabel::of(*family));
         times.iter().filter_map(|t| now.duration_since(*t).ok()).for_each(|d| latency.observe(d.as_secs_f64()));
     }
-    for (family, (internal, external)) in engine.no_local_endpoints() {
+    if let Detail::Nftables(reports) = &outcome.detail {
+        cleanup_failures(m, reports);
+    }
+    reconciled(m, &outcome.reconciled);
+}
+
+/// What each family that synced observes of its own sync: its time and timestamp, its
+/// no-local counts, its rule counts (`rules`, iptables mode).
+fn families_synced(m: &Metrics, engine: &Engine, synced: &[FamilySync], rules: &[(IpFamily, (usize, usize))], now: SystemTime) {
+    synced.iter().for_each(|s| family_synced(m, s, now));
+    let is_synced = |family: &IpFamily| synced.iter().any(|s| s.family == *family);
+    for (family, (internal, external)) in engine.no_local_endpoints().into_iter().filter(|(f, _)| is_synced(f)) {
         m.no_local_endpoints.get_or_create(&PolicyLabel::of("internal", family)).set(internal as i64);
         m.no_local_endpoints.get_or_create(&PolicyLabel::of("external", family)).set(external as i64);
     }
-    for (family, (filter, nat)) in &outcome.rules {
+    for s in synced {
+        let Some((_, (filter, nat))) = rules.iter().find(|(f, _)| *f == s.family) else { continue };
         for (table, n) in [("filter", *filter), ("nat", *nat)] {
-            m.rules.get_or_create(&TableLabel::of(table, *family)).set(n as i64);
+            m.rules.get_or_create(&TableLabel::of(table, s.family)).set(n as i64);
             // What a full sync writes: every rule of the table.
-            if kind == Kind::Full {
-                m.rules_last.get_or_create(&TableLabel::of(table, *family)).set(n as i64);
+            if s.full {
+                m.rules_last.get_or_create(&TableLabel::of(table, s.family)).set(n as i64);
             }
         }
     }
-    for r in &outcome.reconciled {
+}
+
+/// kube-proxy's conntrack reconciler families, from the flows a sync cleared.
+fn reconciled(m: &Metrics, list: &[crate::netfilter::conntrack::Reconciled]) {
+    for r in list {
         let family = FamilyLabel::of(r.family);
         m.conntrack_reconcile_duration.get_or_create(&family).observe(r.seconds);
         m.conntrack_deleted.get_or_create(&family).inc_by(r.deleted.unwrap_or(0) as u64);
@@ -70,33 +89,60 @@ pub(super) fn synced(m: &Metrics, engine: &Engine, kind: Kind, outcome: &Outcome
 /// Families with the time their sync took.
 type Timed = Vec<(IpFamily, Duration)>;
 
-/// A failed sync. In iptables mode the families synced before the failing one are in the
-/// kernel (observed as synced) and the failing one, timed with the rest of the pass, counts
-/// the failure; the families after it were not tried. Any other failure stops the pass for
-/// every family.
+/// A sync in which a family failed. In iptables and nftables modes the families are
+/// independent, as kube-proxy's per-family proxiers are: those that synced are observed as
+/// synced, each failing one as a failed sync (timed, as kube-proxy times one). Any other
+/// failure (a sysctl, or IPVS mode's one pass) is every family's failed sync. Only a
+/// refused or failed write counts as kube-proxy's restore (or nftables sync) failure,
+/// against the family whose write it was; a failed read, canary, sysctl or IPVS step is a
+/// failed sync that counts none. `kind` is the pass's: a failing family's full or partial.
 pub(super) fn failed(m: &Metrics, engine: &Engine, kind: Kind, failure: &SyncFailure, wall: Duration) {
-    let (done, failing): (Timed, Timed) = match failure {
+    let full = kind == Kind::Full;
+    let every = || families(engine).map(|f| (f, wall)).collect::<Timed>();
+    let (done, failing, restore): (Vec<FamilySync>, Timed, Vec<IpFamily>) = match failure {
         SyncFailure::Iptables(f) => {
-            let done: Timed = f.failed.done.iter().map(|(family, r)| (*family, r.timings.total)).collect();
-            let rest = wall.saturating_sub(done.iter().map(|(_, d)| *d).sum());
-            (done, vec![(f.failed.family, rest)])
+            let done = f.failed.done.iter().map(|(family, r)| FamilySync { family: *family, full: r.full_lines > 0, took: r.timings.total }).collect();
+            let failing = f.failed.failures().map(|x| (x.family, x.took)).collect();
+            let restore = f.failed.failures().filter(|x| x.phase == Phase::Restore).map(|x| x.family).collect();
+            (done, failing, restore)
         }
-        _ => (Vec::new(), families(engine).map(|f| (f, wall)).collect()),
+        SyncFailure::Nftables(f) => {
+            let took = |r: &crate::nftables::sync::Report| r.timings.render + r.timings.read + r.timings.apply;
+            let done: Vec<FamilySync> = f.done.iter().map(|r| FamilySync { family: nft_family(r), full, took: took(r) }).collect();
+            let rest = wall.saturating_sub(done.iter().map(|s| s.took).sum());
+            cleanup_failures(m, &f.done);
+            let all = std::iter::once((f.family, f.phase)).chain(f.more.iter().map(|(family, _, phase)| (*family, *phase)));
+            let mut failing = Timed::new();
+            for (family, phase) in all {
+                failing.push((family, rest));
+                if phase == Phase::Restore {
+                    m.nftables_sync_failures.get_or_create(&FamilyLabel::of(family)).inc();
+                }
+            }
+            (done, failing, Vec::new())
+        }
+        SyncFailure::Ipvs(f) => (Vec::new(), every(), f.family.filter(|_| f.phase == Phase::Restore).into_iter().collect()),
+        SyncFailure::Sysctl(_) => (Vec::new(), every(), Vec::new()),
     };
-    let now = unix_secs(SystemTime::now());
-    for (family, took) in done {
-        let label = FamilyLabel::of(family);
-        durations(m, kind, &label, took);
-        m.last_sync_timestamp.get_or_create(&label).set(now);
-    }
+    families_synced(m, engine, &done, &engine.rule_counts(), SystemTime::now());
+    reconciled(m, &engine.reconciled());
     for (family, took) in failing {
-        let label = FamilyLabel::of(family);
         // kube-proxy times a failed sync too.
-        durations(m, kind, &label, took);
+        durations(m, full, &FamilyLabel::of(family), took);
+    }
+    for family in restore {
+        let label = FamilyLabel::of(family);
         m.restore_failures.get_or_create(&label).inc();
-        if kind == Kind::Partial {
+        if !full {
             m.partial_restore_failures.get_or_create(&label).inc();
         }
+    }
+}
+
+/// kube-proxy's nftables cleanup failures: each family whose stale chains could not be deleted.
+pub(super) fn cleanup_failures(m: &Metrics, reports: &[crate::nftables::sync::Report]) {
+    for r in reports.iter().filter(|r| r.stale_error.is_some()) {
+        m.nftables_cleanup_failures.get_or_create(&FamilyLabel::of(nft_family(r))).inc();
     }
 }
 
@@ -113,6 +159,21 @@ pub(super) fn queued(m: &Metrics, before: &[(IpFamily, (usize, usize))], after: 
         if a != b {
             m.last_queued_timestamp.get_or_create(&FamilyLabel::of(*family)).set(now);
         }
+    }
+}
+
+/// kube-proxy's pending-change gauges, as its trackers set them. The endpoint one counts
+/// the slice events that changed a tracker's pending state since the last sync (either
+/// family's tracker adds, either family's sync zeroes). The service one is set at each
+/// Service event to the services pending in the tracker that received it last: the IPv6
+/// proxier's in dual-stack, as the metaproxier hands each Service to IPv4's, then IPv6's.
+pub(super) fn pending_gauges(m: &Metrics, engine: &Engine, events: &[Event]) {
+    let slices: usize = engine.trackers.families.iter().map(|t| t.endpoints.changed_events()).sum();
+    m.endpoint_changes_pending.set(slices as i64);
+    if events.iter().any(|e| matches!(e, Event::ServiceApplied(_) | Event::ServiceDeleted(_))) {
+        let families = &engine.trackers.families;
+        let last = families.iter().find(|t| t.family == IpFamily::V6).or(families.last());
+        m.service_changes_pending.set(last.map_or(0, |t| t.services.pending()) as i64);
     }
 }
 

@@ -1,0 +1,145 @@
+//! Which step of a sync failed. kube-proxy counts a failed sync as a restore failure
+//! (`sync_proxy_rules_iptables_restore_failures_total`, nftables mode's
+//! `sync_proxy_rules_nftables_sync_failures_total`) only when the write itself was refused
+//! or failed: the `iptables-restore` call, or the `nft` transaction. [`Watched`] wraps a
+//! [`Restorer`] (and [`WatchedNft`] an [`Nft`]) for one sync and remembers which of its
+//! calls failed first.
+
+use super::apply::{Backend, RestoreError, Restorer};
+use crate::net::IpFamily;
+use crate::nftables::apply::{Names, Nft, NftError};
+use crate::nftables::model::Family;
+
+/// The step of a family's sync that failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Reading the kernel's rules (`iptables-save`, `nft list`) or parsing what it read.
+    Read,
+    /// Writing them: `iptables-restore` or the `nft` transaction refused or failed (what
+    /// kube-proxy counts as a restore or sync failure).
+    Restore,
+    /// Anything else the sync does around the write (the canaries, the sysctls, IPVS,
+    /// ipsets, links).
+    Other,
+}
+
+/// A [`Restorer`] that remembers its first failed call: its [`Phase`] and family.
+pub struct Watched<'a> {
+    inner: &'a mut dyn Restorer,
+    failed: Option<(Phase, IpFamily)>,
+}
+
+impl<'a> Watched<'a> {
+    pub fn new(inner: &'a mut dyn Restorer) -> Self {
+        Watched { inner, failed: None }
+    }
+
+    /// The first failed call's phase and family, if one failed.
+    pub fn failed(&self) -> Option<(Phase, IpFamily)> {
+        self.failed
+    }
+
+    fn note<T>(&mut self, phase: Phase, family: IpFamily, result: Result<T, RestoreError>) -> Result<T, RestoreError> {
+        if result.is_err() && self.failed.is_none() {
+            self.failed = Some((phase, family));
+        }
+        result
+    }
+}
+
+impl Restorer for Watched<'_> {
+    fn backend(&self) -> Backend {
+        self.inner.backend()
+    }
+
+    fn save(&mut self, family: IpFamily, table: &str) -> Result<String, RestoreError> {
+        let r = self.inner.save(family, table);
+        self.note(Phase::Read, family, r)
+    }
+
+    fn save_all(&mut self, family: IpFamily) -> Result<String, RestoreError> {
+        let r = self.inner.save_all(family);
+        self.note(Phase::Read, family, r)
+    }
+
+    fn restore(&mut self, family: IpFamily, text: &str) -> Result<(), RestoreError> {
+        let r = self.inner.restore(family, text);
+        self.note(Phase::Restore, family, r)
+    }
+
+    fn check(&mut self, family: IpFamily, table: &str, chain: &str, rule: &[&str]) -> Result<bool, RestoreError> {
+        let r = self.inner.check(family, table, chain, rule);
+        self.note(Phase::Read, family, r)
+    }
+}
+
+/// An [`Nft`] that remembers its first failed call's [`Phase`]: a transaction (`run`) is
+/// the write; a listing, the read.
+pub struct WatchedNft<'a> {
+    inner: &'a mut dyn Nft,
+    failed: Option<Phase>,
+}
+
+impl<'a> WatchedNft<'a> {
+    pub fn new(inner: &'a mut dyn Nft) -> Self {
+        WatchedNft { inner, failed: None }
+    }
+
+    pub fn failed(&self) -> Option<Phase> {
+        self.failed
+    }
+
+    fn note<T>(&mut self, phase: Phase, result: Result<T, NftError>) -> Result<T, NftError> {
+        if result.is_err() && self.failed.is_none() {
+            self.failed = Some(phase);
+        }
+        result
+    }
+}
+
+impl Nft for WatchedNft<'_> {
+    fn run(&mut self, text: &str) -> Result<(), NftError> {
+        let r = self.inner.run(text);
+        self.note(Phase::Restore, r)
+    }
+
+    fn list(&mut self, family: Family) -> Result<Option<String>, NftError> {
+        let r = self.inner.list(family);
+        self.note(Phase::Read, r)
+    }
+
+    fn names(&mut self, family: Family) -> Result<Option<Names>, NftError> {
+        let r = self.inner.names(family);
+        self.note(Phase::Read, r)
+    }
+
+    fn canonical(&mut self, family: Family, text: &str) -> Result<String, NftError> {
+        let r = self.inner.canonical(family, text);
+        self.note(Phase::Read, r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::netfilter::fake::FakeIptables;
+
+    #[test]
+    fn the_first_failed_call_is_remembered_with_its_phase_and_family() {
+        let mut fake = FakeIptables::new();
+        fake.fail_next_save = Some("cannot read".into());
+        fake.fail_next = Some("refused".into());
+        let mut w = Watched::new(&mut fake);
+        assert!(w.save(IpFamily::V6, "filter").is_err());
+        assert_eq!(w.failed(), Some((Phase::Read, IpFamily::V6)));
+        assert!(w.restore(IpFamily::V4, "*nat\nCOMMIT\n").is_err());
+        assert_eq!(w.failed(), Some((Phase::Read, IpFamily::V6)), "the first failure is kept");
+
+        let mut fake = FakeIptables::new();
+        fake.fail_next = Some("refused".into());
+        let mut w = Watched::new(&mut fake);
+        assert!(w.save(IpFamily::V4, "nat").is_ok() && w.failed().is_none());
+        assert!(w.restore(IpFamily::V4, "*nat\nCOMMIT\n").is_err());
+        assert_eq!(w.failed(), Some((Phase::Restore, IpFamily::V4)));
+    }
+}
