@@ -235,7 +235,7 @@ fn rules(args: &TraceArgs, loaded: &pipeline::Loaded, family: IpFamily) -> anyho
     }
     let rs = pipeline::render_iptables(loaded)
         .into_iter()
-        .find(|rs| rs.ctx.family == family)
+        .find(|rs| rs.ctx.node.family == family)
         .with_context(|| format!("no {family} rules: the cluster state is rendered for other families (see --ip-family)"))?;
     Ok(restore::dump(&rs, Scope::Full, &[]))
 }

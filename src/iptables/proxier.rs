@@ -109,7 +109,7 @@ impl Proxier {
         let mut reports = Vec::with_capacity(self.rulesets.len());
         self.reconciled.clear();
         for (i, before) in befores.iter().enumerate() {
-            let family = self.rulesets[i].ctx.family;
+            let family = self.rulesets[i].ctx.node.family;
             let started = Instant::now();
             let mut report = match self.sync_family(i, before, trusted[i], pass) {
                 Ok(report) => report,
@@ -134,9 +134,9 @@ impl Proxier {
         }
         let report = sync::sync(self.restorer.as_mut(), &self.rulesets[i], pass == Pass::DryRun)?;
         if pass == Pass::Apply && self.canaries {
-            let created = canary::ensure(self.restorer.as_mut(), self.rulesets[i].ctx.family)?;
+            let created = canary::ensure(self.restorer.as_mut(), self.rulesets[i].ctx.node.family)?;
             if !created.is_empty() {
-                tracing::debug!(family = ?self.rulesets[i].ctx.family, tables = ?created, "canaries created");
+                tracing::debug!(family = ?self.rulesets[i].ctx.node.family, tables = ?created, "canaries created");
             }
         }
         Ok(report)
@@ -144,7 +144,7 @@ impl Proxier {
 
     /// Clears one family's stale UDP/SCTP flows and records how that went.
     fn clear_stale(&mut self, i: usize, flushes: &[Flush]) {
-        let family = self.rulesets[i].ctx.family;
+        let family = self.rulesets[i].ctx.node.family;
         self.reconciled.push(crate::netfilter::conntrack::clear(self.conntrack.as_mut(), family, flushes));
     }
 
@@ -153,7 +153,7 @@ impl Proxier {
         let mut timings = Timings::default();
         if applied {
             let t = Instant::now();
-            sync::send(self.restorer.as_mut(), self.rulesets[i].ctx.family, &partial.delta)?;
+            sync::send(self.restorer.as_mut(), self.rulesets[i].ctx.node.family, &partial.delta)?;
             timings.restore = t.elapsed();
         }
         Ok(SyncReport { delta: partial.delta, applied, full_lines: 0, flushes: partial.flushes, timings })
@@ -167,8 +167,8 @@ impl Proxier {
             if !in_sync {
                 continue;
             }
-            if let Some(table) = canary::missing(self.restorer.as_mut(), rs.ctx.family)? {
-                return Ok(Some((rs.ctx.family, table)));
+            if let Some(table) = canary::missing(self.restorer.as_mut(), rs.ctx.node.family)? {
+                return Ok(Some((rs.ctx.node.family, table)));
             }
         }
         Ok(None)
@@ -181,7 +181,7 @@ impl Proxier {
             .iter()
             .map(|rs| {
                 let fixed = render::fixed::rule_counts(&rs.ctx);
-                (rs.ctx.family, (rs.rule_total.0 + fixed.0, rs.rule_total.1 + fixed.1))
+                (rs.ctx.node.family, (rs.rule_total.0 + fixed.0, rs.rule_total.1 + fixed.1))
             })
             .collect()
     }
