@@ -2,9 +2,10 @@
 //!
 //! Data flows one way, and the modules follow it:
 //! `source` (files, API server) → `track` (change trackers) → `select` (endpoint
-//! selection) → `iptables::render` / `ipvs::plan` (pure) → `iptables::sync` /
-//! `ipvs::sync` (the kernel, behind traits). `runner` decides when (watch mode); `cli` is
-//! the edge. docs/architecture.md has a line per module.
+//! selection) → `iptables::render` / `ipvs::plan` / `nftables::render` (pure) → each
+//! mode's sync → `netfilter` (the layer below the modes; the kernel, behind traits).
+//! `schedule` says when, `runner` drives the engine, `serve` reports; `cli` is the edge.
+//! docs/architecture.md has a line per module.
 //!
 //! Two features hold what the node binary does not need: `testing` (the fake kernels) and
 //! `bench` (generated clusters and the benchmarks' shared code, `bench` and `gen`, used by

@@ -78,7 +78,7 @@ pub fn iptables_text(rulesets: &[Ruleset]) -> String {
 pub fn emit_iptables(rulesets: &[Ruleset], mut sink: impl FnMut(&str)) {
     for rs in rulesets {
         if rulesets.len() > 1 {
-            sink(if rs.ctx.family == IpFamily::V6 { "# ip6tables\n" } else { "# iptables\n" });
+            sink(if rs.ctx.node.family == IpFamily::V6 { "# ip6tables\n" } else { "# iptables\n" });
         }
         restore::emit(rs, Scope::Full, &[], &mut sink);
     }

@@ -57,7 +57,7 @@ struct Step {
 }
 
 fn family_header(rs: &Ruleset, n: usize) -> &'static str {
-    match (n > 1, rs.ctx.family.is_v6()) {
+    match (n > 1, rs.ctx.node.family.is_v6()) {
         (false, _) => "",
         (true, false) => "# iptables\n",
         (true, true) => "# ip6tables\n",
@@ -83,7 +83,7 @@ fn restores_sent(kernel: &SharedFake, rulesets: &[Ruleset]) -> Vec<String> {
             k.calls
                 .iter()
                 .filter_map(|c| match c {
-                    Call::Restore(f, text) if *f == rs.ctx.family => Some(text.as_str()),
+                    Call::Restore(f, text) if *f == rs.ctx.node.family => Some(text.as_str()),
                     _ => None,
                 })
                 .collect()
@@ -215,7 +215,7 @@ fn every_ruleset_is_consistent_and_round_trips() {
                     f.push(format!("{}: the rules as values differ from the text:\n{}", path.display(), diff(&text, &values.to_text())));
                 }
                 for p in check::check_jumps(&dump) {
-                    f.push(format!("{} ({}): {p}", path.display(), rs.ctx.family));
+                    f.push(format!("{} ({}): {p}", path.display(), rs.ctx.node.family));
                 }
             }
         }
@@ -289,7 +289,7 @@ fn check_flows(step: &Step, flows_path: &Path, f: &mut Failures) -> usize {
             continue;
         };
         let (expected, masq) = (if c[5] == "-" { "" } else { c[5] }, c[6] == "true");
-        let Some(rs) = step.rulesets.iter().find(|r| r.ctx.family == svcproxy::net::IpFamily::of(&dst)) else {
+        let Some(rs) = step.rulesets.iter().find(|r| r.ctx.node.family == svcproxy::net::IpFamily::of(&dst)) else {
             f.push(format!("{}: {}: no ruleset for {dst}", flows_path.display(), c[0]));
             continue;
         };

@@ -133,7 +133,7 @@ fn json_rules(rulesets: &[crate::iptables::render::Ruleset]) -> anyhow::Result<s
                 serde_json::json!({ "table": name, "chains": chains })
             })
             .collect();
-        families.push(serde_json::json!({ "family": rs.ctx.family, "tables": tables }));
+        families.push(serde_json::json!({ "family": rs.ctx.node.family, "tables": tables }));
     }
     Ok(serde_json::Value::Array(families))
 }

@@ -18,14 +18,13 @@ use super::render::load;
 use super::sync::BackendArg;
 use super::{ConfigFlags, EXIT_OK};
 use crate::config::Mode;
-use crate::netfilter::apply::ExecRestorer;
 use crate::iptables::restore::{self, Scope};
 use crate::netfilter::Dump;
-use crate::ipvs::ipset::{ExecIpset, IpsetRunner};
 use crate::ipvs::plan::SetId;
 use crate::net::{parse_ip_sloppy, IpFamily};
 use crate::pipeline;
-use crate::trace::ipvs::{IpvsTrace, Table, Virtual};
+use crate::runner::live;
+use crate::trace::ipvs::{IpvsTrace, Table};
 use crate::trace::{self, Entry, Env, Packet, Sets, Trace};
 
 pub const EXAMPLES: &str = "\
@@ -179,7 +178,7 @@ fn run_ipvs(args: &TraceArgs, loaded: &pipeline::Loaded, family: IpFamily) -> an
     if !args.affinity.is_empty() {
         bail!("--affinity names iptables-mode KUBE-SEP chains; in IPVS mode ClientIP affinity is the virtual server's persistence, which the trace shows");
     }
-    let (dump, sets, table) = if args.live { live_ipvs(args, family)? } else { rendered_ipvs(loaded, family)? };
+    let (dump, sets, table) = if args.live { live::ipvs(args.iptables_backend.chosen(), family)? } else { rendered_ipvs(loaded, family)? };
     let mut local_ips = local_ips(loaded, family);
     // kube-ipvs0's addresses are the node's: KUBE-IPVS-IPS lists them.
     let bound: BTreeSet<IpAddr> = sets.addresses(&SetId::IpvsIps.name(family)).into_iter().collect();
@@ -198,7 +197,7 @@ fn run_nftables(args: &TraceArgs, loaded: &pipeline::Loaded, family: IpFamily) -
     if let Some(a) = args.affinity.iter().find(|a| !a.starts_with("endpoint-") && !a.starts_with("affinity-")) {
         bail!("--affinity {a}: in nftables mode, name an endpoint chain (endpoint-…) or its affinity set (affinity-…)");
     }
-    let table = if args.live { live_nftables(family)? } else { rendered_nftables(loaded, family)? };
+    let table = if args.live { live::nftables(family)? } else { rendered_nftables(loaded, family)? };
     let packet = packet(args, loaded, &BTreeSet::new())?;
     let env = Env { local_ips: local_ips(loaded, family), affinity: args.affinity.iter().cloned().collect() };
     let t = crate::nftables::trace::trace(&table, &env, packet, args.entry.entry())
@@ -219,19 +218,6 @@ fn rendered_nftables(loaded: &pipeline::Loaded, family: IpFamily) -> anyhow::Res
         .table())
 }
 
-/// The family's `kube-proxy` table as the kernel holds it (`nft list table`).
-fn live_nftables(family: IpFamily) -> anyhow::Result<crate::nftables::model::Table> {
-    use crate::nftables::apply::Nft as _;
-    let nft_family = match family {
-        IpFamily::V4 => crate::nftables::model::Family::Ip,
-        IpFamily::V6 => crate::nftables::model::Family::Ip6,
-    };
-    let head = format!("{} {}", nft_family.as_str(), crate::nftables::names::TABLE);
-    let text = crate::nftables::apply::ExecNft::default().list(nft_family).with_context(|| format!("--live reads table {head} with nft"))?;
-    let text = text.with_context(|| format!("this node has no table {head} (svcproxy sync --mode nftables makes it)"))?;
-    crate::nftables::live::read(&text, nft_family).with_context(|| format!("cannot read the kernel's table {head}"))
-}
-
 /// The rendered IPVS plan of the family: its iptables rules (with the jumps a sync adds),
 /// its ipsets and its virtual servers.
 fn rendered_ipvs(loaded: &pipeline::Loaded, family: IpFamily) -> anyhow::Result<(Dump, Sets, Table)> {
@@ -242,29 +228,14 @@ fn rendered_ipvs(loaded: &pipeline::Loaded, family: IpFamily) -> anyhow::Result<
     Ok((trace::ipvs::rendered_rules(&plan), Sets::from_plan(&plan), Table::from_plan(&plan)))
 }
 
-/// What the kernel holds: iptables-save, ipset save, and the IPVS table over netlink.
-fn live_ipvs(args: &TraceArgs, family: IpFamily) -> anyhow::Result<(Dump, Sets, Table)> {
-    let dump = live_rules(args, family)?;
-    let sets = Sets::parse_save(&ExecIpset.save()?);
-    let mut ipvs = crate::ipvs::netlink::NetlinkIpvs::connect().context("--live --mode ipvs reads the IPVS table over netlink")?;
-    let mut table = Table::default();
-    for (vs, reals) in crate::ipvs::observe::services(&mut ipvs).context("cannot read the IPVS virtual servers")? {
-        table.insert(Virtual { vs: vs.vs, reals: reals.into_iter().map(|r| r.rs).collect(), service: None });
-    }
-    Ok((dump, sets, table))
-}
-
-fn live_rules(args: &TraceArgs, family: IpFamily) -> anyhow::Result<Dump> {
-    Ok(crate::netfilter::apply::read(&mut ExecRestorer::new(crate::runner::node::backend(args.iptables_backend.chosen())), family, &crate::netfilter::delta::TABLES)?)
-}
 
 fn rules(args: &TraceArgs, loaded: &pipeline::Loaded, family: IpFamily) -> anyhow::Result<Dump> {
     if args.live {
-        return live_rules(args, family);
+        return Ok(live::iptables(args.iptables_backend.chosen(), family)?);
     }
     let rs = pipeline::render_iptables(loaded)
         .into_iter()
-        .find(|rs| rs.ctx.family == family)
+        .find(|rs| rs.ctx.node.family == family)
         .with_context(|| format!("no {family} rules: the cluster state is rendered for other families (see --ip-family)"))?;
     Ok(restore::dump(&rs, Scope::Full, &[]))
 }

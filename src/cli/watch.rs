@@ -81,7 +81,7 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
     }
     if flags.nfacct.is_none() {
         flags.nfacct = Some(crate::runner::node::nfacct(effective.mode, crate::netfilter::apply::Pass::Apply).unwrap_or_else(|e| {
-            tracing::warn!(error = %e.0, "cannot create kube-proxy's nfacct counters; the rules are written without them");
+            tracing::warn!(error = %e.io(), "cannot create kube-proxy's nfacct counters; the rules are written without them");
             false
         }));
     }

@@ -15,11 +15,7 @@
 use std::path::{Path, PathBuf};
 
 use super::Settings;
-
-/// kube-proxy's defaults for `clientConnection` (v1alpha1 defaulting).
-pub const DEFAULT_QPS: f32 = 5.0;
-pub const DEFAULT_BURST: i32 = 10;
-pub const DEFAULT_CONTENT_TYPE: &str = "application/vnd.kubernetes.protobuf";
+use crate::settings::defaults::{DEFAULT_BURST, DEFAULT_CONTENT_TYPE, DEFAULT_QPS};
 
 /// Where the API server's address and credentials come from.
 #[derive(Debug, Clone, PartialEq, Eq)]

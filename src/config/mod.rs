@@ -3,6 +3,7 @@
 //! stack (plus this node's `v1/Node`, when the input has it) into a [`Config`].
 
 pub mod client;
+pub mod context;
 pub mod node;
 
 use std::collections::BTreeMap;

@@ -1,12 +1,10 @@
 //! The settings that run the node rather than shape the rules: where health and metrics
 //! are served, and how logs are written. Pure; the CLI binds and initialises.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::SocketAddr;
 
 use super::{invalid, ConfigError, Settings};
-
-pub const HEALTHZ_PORT: u16 = 10256;
-pub const METRICS_PORT: u16 = 10249;
+use crate::settings::value::{bind_address, default_server_addresses};
 
 /// Where the servers listen (`None`: that server is off).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,40 +28,12 @@ pub struct Logging {
 /// kube-proxy's defaults follow `bindAddress`'s family: `0.0.0.0:10256` and
 /// `127.0.0.1:10249`, or `[::]:10256` and `[::1]:10249` for an IPv6 bindAddress.
 pub fn servers(s: &Settings) -> Result<Servers, ConfigError> {
-    let v6 = s.bind_address.as_deref().and_then(|a| a.trim().parse::<IpAddr>().ok()).is_some_and(|ip| ip.is_ipv6());
-    let (any, local): (IpAddr, IpAddr) =
-        if v6 { (Ipv6Addr::UNSPECIFIED.into(), Ipv6Addr::LOCALHOST.into()) } else { (Ipv4Addr::UNSPECIFIED.into(), Ipv4Addr::LOCALHOST.into()) };
+    let (healthz, metrics) = default_server_addresses(s.bind_address.as_deref());
     Ok(Servers {
-        healthz: address("healthzBindAddress", s.healthz_bind_address.as_deref(), s.healthz_port, SocketAddr::new(any, HEALTHZ_PORT))?,
-        metrics: address("metricsBindAddress", s.metrics_bind_address.as_deref(), s.metrics_port, SocketAddr::new(local, METRICS_PORT))?,
+        healthz: bind_address(s.healthz_bind_address.as_deref(), s.healthz_port, healthz).map_err(|r| invalid("healthzBindAddress", r))?,
+        metrics: bind_address(s.metrics_bind_address.as_deref(), s.metrics_port, metrics).map_err(|r| invalid("metricsBindAddress", r))?,
         hard_fail: s.bind_address_hard_fail.unwrap_or(false),
     })
-}
-
-/// `IP:port`, `IP` (the default port) or `:port` (all addresses); the deprecated port flag
-/// replaces the port, and 0 turns the server off.
-fn address(setting: &'static str, value: Option<&str>, port: Option<i32>, default: SocketAddr) -> Result<Option<SocketAddr>, ConfigError> {
-    let bad = |v: &str| invalid(setting, format!("{v:?} is not IP, IP:port or :port"));
-    let mut addr = match value.map(str::trim).filter(|v| !v.is_empty()) {
-        None => default,
-        Some(v) => {
-            if let Ok(a) = v.parse::<SocketAddr>() {
-                a
-            } else if let Ok(ip) = v.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>() {
-                SocketAddr::new(ip, default.port())
-            } else if let Some(p) = v.strip_prefix(':') {
-                SocketAddr::new(default.ip(), p.parse().map_err(|_| bad(v))?)
-            } else {
-                return Err(bad(v));
-            }
-        }
-    };
-    match port {
-        Some(0) => return Ok(None),
-        Some(p) => addr.set_port(u16::try_from(p).map_err(|_| invalid(setting, format!("port {p} is not in 0-65535")))?),
-        None => {}
-    }
-    Ok(Some(addr))
 }
 
 /// `logging.format` / `--logging-format`, and klog's verbosity mapped onto levels:

@@ -152,7 +152,7 @@ impl Proxier {
         for (i, before) in befores.iter().enumerate().filter(|(i, _)| go[*i]) {
             // The ruleset has moved on: until its sync succeeds, the kernel is not known to hold it.
             self.in_sync[i] = false;
-            let family = self.rulesets[i].ctx.family;
+            let family = self.rulesets[i].ctx.node.family;
             let started = Instant::now();
             let mut report = match self.sync_family(i, before, trusted[i], pass) {
                 Ok(report) => report,
@@ -180,7 +180,7 @@ impl Proxier {
     /// One family: the incremental delta when the kernel is trusted, else the full comparison
     /// (and the canaries). A failure says which step failed.
     fn sync_family(&mut self, i: usize, before: &Before, trusted: bool, pass: Pass) -> Result<SyncReport, (SyncError, Phase)> {
-        let family = self.rulesets[i].ctx.family;
+        let family = self.rulesets[i].ctx.node.family;
         let mut kernel = Watched::new(self.restorer.as_mut());
         let partial = trusted.then(|| incremental::delta(before, &self.rulesets[i])).flatten();
         let full = partial.is_none();
@@ -202,7 +202,7 @@ impl Proxier {
 
     /// Clears one family's stale UDP/SCTP flows and records how that went.
     fn clear_stale(&mut self, i: usize, flushes: &[Flush]) {
-        let family = self.rulesets[i].ctx.family;
+        let family = self.rulesets[i].ctx.node.family;
         self.reconciled.push(crate::netfilter::conntrack::clear(self.conntrack.as_mut(), family, flushes));
     }
 
@@ -214,8 +214,8 @@ impl Proxier {
             if !in_sync {
                 continue;
             }
-            if let Some(table) = canary::missing(self.restorer.as_mut(), rs.ctx.family)? {
-                return Ok(Some((rs.ctx.family, table)));
+            if let Some(table) = canary::missing(self.restorer.as_mut(), rs.ctx.node.family)? {
+                return Ok(Some((rs.ctx.node.family, table)));
             }
         }
         Ok(None)
@@ -228,7 +228,7 @@ impl Proxier {
             .iter()
             .map(|rs| {
                 let fixed = render::fixed::rule_counts(&rs.ctx);
-                (rs.ctx.family, (rs.rule_total.0 + fixed.0, rs.rule_total.1 + fixed.1))
+                (rs.ctx.node.family, (rs.rule_total.0 + fixed.0, rs.rule_total.1 + fixed.1))
             })
             .collect()
     }

@@ -97,7 +97,7 @@ pub fn sync(r: &mut dyn Restorer, rs: &Ruleset, dry_run: bool) -> Result<SyncRep
     let full_lines = desired.lines();
     timings.render = t.elapsed();
     let t = Instant::now();
-    let live = apply::read(r, rs.ctx.family, &TABLES)?;
+    let live = apply::read(r, rs.ctx.node.family, &TABLES)?;
     timings.read = t.elapsed();
     let t = Instant::now();
     // Only a dry run prints the changed chains' lines.
@@ -112,7 +112,7 @@ pub fn sync(r: &mut dyn Restorer, rs: &Ruleset, dry_run: bool) -> Result<SyncRep
     let applied = !dry_run && !delta.is_empty();
     if applied {
         let t = Instant::now();
-        send(r, rs.ctx.family, &delta)?;
+        send(r, rs.ctx.node.family, &delta)?;
         timings.restore = t.elapsed();
     }
     Ok(SyncReport { delta, applied, full_lines, flushes, timings })

@@ -91,11 +91,16 @@ pub fn ensure() -> std::io::Result<bool> {
     Ok(true)
 }
 
-/// Whether both counters exist now (for dry runs, which create nothing).
-pub fn exists() -> bool {
-    COUNTERS.iter().enumerate().all(|(i, name)| {
-        matches!(roundtrip(&request(NFNL_MSG_ACCT_GET, NLM_F_ACK, i as u32 + 1, name)), Ok(e) if e != ENOENT && e >= 0 && e != 95 && e != 93)
-    })
+/// Whether both counters exist now (for dry runs, which create nothing): `Ok(false)` when
+/// one does not or the kernel has no nfacct; `Err` when netlink cannot be asked.
+pub fn exists() -> std::io::Result<bool> {
+    for (i, name) in COUNTERS.iter().enumerate() {
+        let e = roundtrip(&request(NFNL_MSG_ACCT_GET, NLM_F_ACK, i as u32 + 1, name))?;
+        if e == ENOENT || e < 0 || e == 95 || e == 93 {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// The packet count in a reply to a GET of one counter: `Ok(Some(n))` from its

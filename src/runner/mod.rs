@@ -4,6 +4,7 @@
 
 pub mod cleanup;
 pub mod engine;
+pub mod live;
 pub mod memory;
 pub mod node;
 pub mod watch;

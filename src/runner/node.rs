@@ -35,10 +35,23 @@ pub fn backend(chosen: Option<Backend>) -> Backend {
     chosen.unwrap_or_else(detect_backend)
 }
 
-/// kube-proxy's nfacct counters could not be created.
+/// kube-proxy's nfacct counters could not be created (or, for a dry run, looked at).
 #[derive(Debug, thiserror::Error)]
-#[error("cannot create kube-proxy's nfacct counters ({0})")]
-pub struct NfacctError(#[from] pub std::io::Error);
+pub enum NfacctError {
+    #[error("cannot create kube-proxy's nfacct counters ({0})")]
+    Create(std::io::Error),
+    #[error("cannot read kube-proxy's nfacct counters ({0})")]
+    Read(std::io::Error),
+}
+
+impl NfacctError {
+    /// What netlink said.
+    pub fn io(&self) -> &std::io::Error {
+        match self {
+            NfacctError::Create(e) | NfacctError::Read(e) => e,
+        }
+    }
+}
 
 /// Whether the rules match kube-proxy's nfacct counters, for a node whose settings do not
 /// say (in `mode`, if the settings name one). The matches load only where the counters
@@ -50,8 +63,8 @@ pub fn nfacct(mode: Option<ProxyMode>, pass: Pass) -> Result<bool, NfacctError> 
         return Ok(false);
     }
     match pass {
-        Pass::DryRun => Ok(crate::netfilter::nfacct::exists()),
-        Pass::Apply => Ok(crate::netfilter::nfacct::ensure()?),
+        Pass::DryRun => crate::netfilter::nfacct::exists().map_err(NfacctError::Read),
+        Pass::Apply => crate::netfilter::nfacct::ensure().map_err(NfacctError::Create),
     }
 }
 

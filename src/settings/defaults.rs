@@ -14,7 +14,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::kinds::{Families, LocalMode, LogFormat, ProxyMode};
-use super::value::{Raw, SettingValue};
+use super::value::{bind_address, default_server_addresses, Raw, SettingValue};
 use super::Settings;
 
 /// File paths whose zero value kube-proxy's defaulting replaces (`if x == 0 { x = default }`).
@@ -29,6 +29,11 @@ pub const ZERO_MEANS_DEFAULT: &[&str] = &[
     "clientConnection.burst",
 ];
 
+/// kube-proxy's defaults for `clientConnection` (v1alpha1 defaulting).
+pub const DEFAULT_QPS: f32 = 5.0;
+pub const DEFAULT_BURST: i32 = 10;
+pub const DEFAULT_CONTENT_TYPE: &str = "application/vnd.kubernetes.protobuf";
+
 const fn secs(s: u64) -> Option<Duration> {
     Some(Duration::from_secs(s))
 }
@@ -38,10 +43,13 @@ pub fn defaulted(s: Settings) -> Settings {
     let bind = s.bind_address.clone().unwrap_or_else(|| "0.0.0.0".into());
     // The server addresses as watch mode binds them (kube-proxy's defaults by bindAddress's
     // family, a missing port appended); the deprecated port flags are not part of the file.
-    let servers = crate::config::node::servers(&Settings { healthz_port: None, metrics_port: None, ..s.clone() }).ok();
+    let (healthz, metrics) = default_server_addresses(s.bind_address.as_deref());
+    let resolved = bind_address(s.healthz_bind_address.as_deref(), None, healthz)
+        .and_then(|h| Ok((h, bind_address(s.metrics_bind_address.as_deref(), None, metrics)?)))
+        .ok();
     let shown = |a: Option<std::net::SocketAddr>, raw: &Option<String>| a.map(|a| a.to_string()).or_else(|| raw.clone());
-    let healthz = shown(servers.and_then(|v| v.healthz), &s.healthz_bind_address);
-    let metrics = shown(servers.and_then(|v| v.metrics), &s.metrics_bind_address);
+    let healthz = shown(resolved.and_then(|v| v.0), &s.healthz_bind_address);
+    let metrics = shown(resolved.and_then(|v| v.1), &s.metrics_bind_address);
     let nonzero = |d: Option<Duration>| d.filter(|d| !d.is_zero());
     let defaults = Settings {
         bind_address: Some(bind),
@@ -65,9 +73,9 @@ pub fn defaulted(s: Settings) -> Settings {
         conntrack_udp_timeout: Some(Duration::ZERO),
         conntrack_udp_stream_timeout: Some(Duration::ZERO),
         config_sync_period: secs(15 * 60),
-        kube_api_content_type: Some(crate::config::client::DEFAULT_CONTENT_TYPE.into()),
-        kube_api_qps: Some(crate::config::client::DEFAULT_QPS),
-        kube_api_burst: Some(crate::config::client::DEFAULT_BURST),
+        kube_api_content_type: Some(DEFAULT_CONTENT_TYPE.into()),
+        kube_api_qps: Some(DEFAULT_QPS),
+        kube_api_burst: Some(DEFAULT_BURST),
         feature_gates: Some(BTreeMap::new()),
         // component-base's SetRecommendedLoggingConfiguration.
         log_format: Some(LogFormat::Text),

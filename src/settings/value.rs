@@ -2,6 +2,7 @@
 //! written back to one, and parsed from a kube-proxy flag (pflag syntax).
 
 use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -357,6 +358,47 @@ fn trim_fraction(n: u128, div: u128) -> String {
     let width = div.to_string().len() - 1;
     let digits = format!("{frac:0width$}");
     format!("{whole}.{}", digits.trim_end_matches('0'))
+}
+
+/// kube-proxy's health-check and metrics ports.
+pub const HEALTHZ_PORT: u16 = 10256;
+pub const METRICS_PORT: u16 = 10249;
+
+/// The servers' default addresses (health checks, metrics), following `bindAddress`'s
+/// family: `0.0.0.0:10256` and `127.0.0.1:10249`, or `[::]:10256` and `[::1]:10249` for
+/// an IPv6 bindAddress.
+pub fn default_server_addresses(bind_address: Option<&str>) -> (SocketAddr, SocketAddr) {
+    let v6 = bind_address.and_then(|a| a.trim().parse::<IpAddr>().ok()).is_some_and(|ip| ip.is_ipv6());
+    let (any, local): (IpAddr, IpAddr) =
+        if v6 { (Ipv6Addr::UNSPECIFIED.into(), Ipv6Addr::LOCALHOST.into()) } else { (Ipv4Addr::UNSPECIFIED.into(), Ipv4Addr::LOCALHOST.into()) };
+    (SocketAddr::new(any, HEALTHZ_PORT), SocketAddr::new(local, METRICS_PORT))
+}
+
+/// A server's bind address setting: `IP:port`, `IP` (the default port) or `:port` (all
+/// addresses); the deprecated port flag replaces the port, and 0 turns the server off
+/// (`None`). `Err` says why the value is not one.
+pub fn bind_address(value: Option<&str>, port: Option<i32>, default: SocketAddr) -> Result<Option<SocketAddr>, String> {
+    let bad = |v: &str| format!("{v:?} is not IP, IP:port or :port");
+    let mut addr = match value.map(str::trim).filter(|v| !v.is_empty()) {
+        None => default,
+        Some(v) => {
+            if let Ok(a) = v.parse::<SocketAddr>() {
+                a
+            } else if let Ok(ip) = v.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>() {
+                SocketAddr::new(ip, default.port())
+            } else if let Some(p) = v.strip_prefix(':') {
+                SocketAddr::new(default.ip(), p.parse().map_err(|_| bad(v))?)
+            } else {
+                return Err(bad(v));
+            }
+        }
+    };
+    match port {
+        Some(0) => return Ok(None),
+        Some(p) => addr.set_port(u16::try_from(p).map_err(|_| format!("port {p} is not in 0-65535"))?),
+        None => {}
+    }
+    Ok(Some(addr))
 }
 
 #[cfg(test)]

@@ -220,7 +220,7 @@ fn timed_sync(args: &SyncArgs) -> anyhow::Result<String> {
     let mut restorer = ExecRestorer { backend, lock_wait_secs: args.iptables_lock_wait };
     let (mut phases, mut lines, mut full_lines) = (Timings::default(), 0, 0);
     for rs in &rulesets {
-        let family = rs.ctx.family;
+        let family = rs.ctx.node.family;
         let r = sync::sync(&mut restorer, rs, false).with_context(|| format!("{family} sync with iptables-{} failed", backend.name()))?;
         phases.render += r.timings.render;
         phases.read += r.timings.read;

@@ -45,7 +45,7 @@ impl Node {
         self.rs.update(s, e, &changed);
         let partial = delta(&before, &self.rs).expect("expressible incrementally");
         if !partial.delta.is_empty() {
-            self.kernel.restore(self.rs.ctx.family, &partial.delta.restore_text()).unwrap();
+            self.kernel.restore(self.rs.ctx.node.family, &partial.delta.restore_text()).unwrap();
         }
         partial
     }

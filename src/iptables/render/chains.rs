@@ -44,7 +44,7 @@ fn internal_masquerade(ctx: &Context, p: &Plan, out: &mut Vec<Rule>) {
     if p.internal_refusal.is_some() {
         return;
     }
-    let extra: &[String] = match (&ctx.detector, ctx.masquerade_all) {
+    let extra: &[String] = match (&ctx.node.detector, ctx.node.masquerade_all) {
         (_, true) => &[],
         (Some(d), false) => &d.if_not_local,
         (None, false) => return,
@@ -62,7 +62,7 @@ fn external_chain(ctx: &Context, p: &Plan, out: &mut Vec<Rule>) {
         let c = format!("masquerade traffic for {} external destinations", p.spn);
         out.push(Rule::new(ext, ["-m", "comment", "--comment", &c, "-j", KUBE_MARK_MASQ]));
     } else {
-        if let Some(d) = &ctx.detector {
+        if let Some(d) = &ctx.node.detector {
             let c = format!("pod traffic for {} external destinations", p.spn);
             let head = ["-m", "comment", "--comment", &c];
             out.push(Rule::new(ext, head.iter().copied().chain(d.if_local.iter().map(String::as_str)).chain(["-j", svc])));
@@ -84,7 +84,7 @@ fn firewall_chain(ctx: &Context, p: &Plan, out: &mut Vec<Rule>) {
     let mut allow_from_node = false;
     for cidr in &p.svc.load_balancer_source_ranges {
         out.push(Rule::new(fw, ["-m", "comment", "--comment", &c, "-s", &cidr.to_string(), "-j", ext]));
-        allow_from_node |= cidr.contains(&ctx.node_ip);
+        allow_from_node |= cidr.contains(&ctx.node.node_ip);
     }
     if allow_from_node {
         for vip in &p.svc.load_balancer_vips {

@@ -43,7 +43,7 @@ pub fn filter_tail(ctx: &Context) -> Vec<Rule> {
         out.push(Rule::new(KUBE_FORWARD, ["-m", "conntrack", "--ctstate", "INVALID"].into_iter()
             .chain(acct.iter().copied()).chain(["-j", "DROP"])));
     }
-    let mark = format!("{0}/{0}", ctx.mark);
+    let mark = format!("{0}/{0}", ctx.node.mark);
     out.push(Rule::new(KUBE_FORWARD, ["-m", "comment", "--comment", "kubernetes forwarding rules", "-m", "mark",
         "--mark", &mark, "-j", "ACCEPT"]));
     out.push(Rule::new(KUBE_FORWARD, ["-m", "comment", "--comment", "kubernetes forwarding conntrack rule",
@@ -59,14 +59,14 @@ pub fn rule_counts(ctx: &Context) -> (usize, usize) {
 
 /// Nat rules written before any service's.
 pub fn nat_head(ctx: &Context) -> Vec<Rule> {
-    let mark = format!("{0}/{0}", ctx.mark);
-    let random: &[&str] = if ctx.random_fully { &["--random-fully"] } else { &[] };
+    let mark = format!("{0}/{0}", ctx.node.mark);
+    let random: &[&str] = if ctx.node.random_fully { &["--random-fully"] } else { &[] };
     vec![
         Rule::new(KUBE_POSTROUTING, ["-m", "mark", "!", "--mark", &mark, "-j", "RETURN"]),
-        Rule::new(KUBE_POSTROUTING, ["-j", "MARK", "--xor-mark", &ctx.mark]),
+        Rule::new(KUBE_POSTROUTING, ["-j", "MARK", "--xor-mark", &ctx.node.mark]),
         Rule::new(KUBE_POSTROUTING, ["-m", "comment", "--comment", "kubernetes service traffic requiring SNAT",
             "-j", "MASQUERADE"].into_iter().chain(random.iter().copied())),
-        Rule::new(KUBE_MARK_MASQ, ["-j", "MARK", "--or-mark", &ctx.mark]),
+        Rule::new(KUBE_MARK_MASQ, ["-j", "MARK", "--or-mark", &ctx.node.mark]),
     ]
 }
 

@@ -31,12 +31,12 @@ fn expected_kernel(rs: &Ruleset) -> FakeIptables {
         jumps.push_str(&format!("*{}\n-I {} 1 {}\nCOMMIT\n", j.table, j.from, j.args.iter().map(|a| crate::netfilter::quote(a)).collect::<Vec<_>>().join(" ")));
     }
     text.push_str(&jumps);
-    k.restore(rs.ctx.family, &text).unwrap();
+    k.restore(rs.ctx.node.family, &text).unwrap();
     k
 }
 
 fn kernel_text(k: &mut FakeIptables, rs: &Ruleset) -> String {
-    ["filter", "nat"].iter().map(|t| k.save_table(rs.ctx.family, t)).collect()
+    ["filter", "nat"].iter().map(|t| k.save_table(rs.ctx.node.family, t)).collect()
 }
 
 #[test]
@@ -93,9 +93,9 @@ fn missing_jumps_are_prepended_in_kube_proxy_order() {
     let rs = demo(|_| {});
     let mut k = FakeIptables::new();
     // Someone else's rule in INPUT stays, after ours.
-    k.restore(rs.ctx.family, "*filter\n-A INPUT -s 198.18.0.1/32 -j ACCEPT\nCOMMIT\n").unwrap();
+    k.restore(rs.ctx.node.family, "*filter\n-A INPUT -s 198.18.0.1/32 -j ACCEPT\nCOMMIT\n").unwrap();
     sync(&mut k, &rs, false).unwrap();
-    let save = k.save_table(rs.ctx.family, "filter");
+    let save = k.save_table(rs.ctx.node.family, "filter");
     let input: Vec<&str> = save.lines().filter(|l| l.starts_with("-A INPUT")).collect();
     assert_eq!(input.len(), 5, "{save}");
     assert!(input[0].ends_with("-j KUBE-FIREWALL"), "{input:?}");
@@ -109,11 +109,11 @@ fn missing_jumps_are_prepended_in_kube_proxy_order() {
 fn chains_we_do_not_own_are_never_touched() {
     let rs = demo(|_| {});
     let mut k = FakeIptables::new();
-    k.restore(rs.ctx.family, "*nat\n:CNI-HOSTPORT - [0:0]\n-A CNI-HOSTPORT -j RETURN\n:KUBE-OTHER - [0:0]\n-A KUBE-OTHER -j RETURN\nCOMMIT\n").unwrap();
+    k.restore(rs.ctx.node.family, "*nat\n:CNI-HOSTPORT - [0:0]\n-A CNI-HOSTPORT -j RETURN\n:KUBE-OTHER - [0:0]\n-A KUBE-OTHER -j RETURN\nCOMMIT\n").unwrap();
     let report = sync(&mut k, &rs, false).unwrap();
     assert!(!report.delta.restore_text().contains("CNI-HOSTPORT"));
     assert!(!report.delta.restore_text().contains("KUBE-OTHER"));
-    let save = k.save_table(rs.ctx.family, "nat");
+    let save = k.save_table(rs.ctx.node.family, "nat");
     assert!(save.contains("-A CNI-HOSTPORT -j RETURN") && save.contains("-A KUBE-OTHER -j RETURN"));
 }
 
@@ -195,7 +195,7 @@ fn chunked_changes_to_a_live_kernel_end_in_the_full_render() {
     let chunks = delta.restore_chunks(20);
     assert!(chunks.len() > 3, "{} chunk(s)", chunks.len());
     for c in &chunks {
-        k.restore(after.ctx.family, c).unwrap();
+        k.restore(after.ctx.node.family, c).unwrap();
     }
     assert_eq!(kernel_text(&mut k, &after), kernel_text(&mut expected_kernel(&after), &after));
 }

@@ -1,27 +1,18 @@
 //! Everything about this node and the options that shapes one family's IPVS plan,
 //! resolved once from the [`Config`]: its virtual servers, and its few iptables rules
-//! (mark, local detector, random-fully).
+//! (what every mode's iptables rules share: [`NodeContext`]).
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
-use crate::config::{Config, LocalDetector};
-use crate::model::LABEL_ZONE;
+use crate::config::context::NodeContext;
+use crate::config::Config;
 use crate::net::{Cidr, IpFamily};
 use crate::select::Locality;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Context {
-    pub family: IpFamily,
-    pub node_name: String,
-    pub zone: Option<String>,
-    /// The node's primary IP of this family (for the load-balancer source-range check).
-    pub node_ip: IpAddr,
-    /// The masquerade mark, formatted (`0x00004000`).
-    pub mark: String,
-    pub masquerade_all: bool,
-    pub detector: Option<LocalDetector>,
-    pub random_fully: bool,
+    pub node: NodeContext,
     /// `--ipvs-scheduler` (any kernel scheduler name).
     pub scheduler: String,
     /// This node's own addresses of the family (loopback and IPv6 link-local left out,
@@ -56,14 +47,7 @@ impl Context {
             cfg.node_port_ips(family).into_iter().filter(|ip| !ip.is_loopback()).collect()
         };
         Context {
-            family,
-            node_name: cfg.node_name.clone(),
-            zone: cfg.node_labels.get(LABEL_ZONE).cloned(),
-            node_ip: cfg.node_ip(family),
-            mark: cfg.masquerade_mark(),
-            masquerade_all: cfg.masquerade_all,
-            detector: cfg.local_detector(family),
-            random_fully: cfg.random_fully,
+            node: NodeContext::new(cfg, family),
             scheduler: cfg.ipvs.scheduler.clone(),
             node_addresses,
             node_port_ips,
@@ -72,10 +56,10 @@ impl Context {
     }
 
     pub fn family(&self) -> IpFamily {
-        self.family
+        self.node.family
     }
 
     pub fn locality(&self) -> Locality<'_> {
-        Locality { node_name: &self.node_name, zone: self.zone.as_deref() }
+        self.node.locality()
     }
 }

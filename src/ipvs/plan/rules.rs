@@ -111,9 +111,9 @@ fn cluster_ip_rule(ctx: &Context, plan: &Plan, out: &mut Out) {
         return;
     }
     let mut w = set_head(ctx, SetId::ClusterIp);
-    if ctx.masquerade_all {
+    if ctx.node.masquerade_all {
         w.push("dst,dst".into());
-    } else if let Some(d) = &ctx.detector {
+    } else if let Some(d) = &ctx.node.detector {
         w.push("dst,dst".into());
         w.extend(d.if_not_local.iter().cloned());
     } else {
@@ -141,7 +141,7 @@ fn external_ip_rules(ctx: &Context, plan: &Plan, out: &mut Out) {
 
 fn forward_and_filter_rules(ctx: &Context, out: &mut Out) {
     let fam = ctx.family();
-    let mark = format!("{0}/{0}", ctx.mark);
+    let mark = format!("{0}/{0}", ctx.node.mark);
     out.filter.push(Rule::new(KUBE_FORWARD, ["-m", "comment", "--comment", "kubernetes forwarding rules", "-m", "mark",
         "--mark", &mark, "-j", "ACCEPT"]));
     out.filter.push(Rule::new(KUBE_FORWARD, ["-m", "comment", "--comment", "kubernetes forwarding conntrack rule",
@@ -158,11 +158,11 @@ fn forward_and_filter_rules(ctx: &Context, out: &mut Out) {
 }
 
 fn masquerade_rules(ctx: &Context, out: &mut Out) {
-    let mark = &ctx.mark;
+    let mark = &ctx.node.mark;
     let both = format!("{mark}/{mark}");
     out.nat.push(Rule::new(KUBE_POSTROUTING, ["-m", "mark", "!", "--mark", &both, "-j", "RETURN"]));
     out.nat.push(Rule::new(KUBE_POSTROUTING, ["-j", "MARK", "--xor-mark", mark]));
-    let random: &[&str] = if ctx.random_fully { &["--random-fully"] } else { &[] };
+    let random: &[&str] = if ctx.node.random_fully { &["--random-fully"] } else { &[] };
     out.nat.push(Rule::new(KUBE_POSTROUTING, ["-m", "comment", "--comment", "kubernetes service traffic requiring SNAT",
         "-j", "MASQUERADE"].into_iter().chain(random.iter().copied())));
     out.nat.push(Rule::new(KUBE_MARK_MASQ, ["-j", "MARK", "--or-mark", mark]));

@@ -119,7 +119,7 @@ fn load_balancer_entries(port: &Port, plan: &mut Plan, ip: &IpAddr) {
     let mut allow_from_node = false;
     for cidr in &svc.load_balancer_source_ranges {
         plan.insert_entry(SetId::LoadBalancerSourceCidr, ip_port_net(ip, p, svc.port, cidr));
-        allow_from_node |= cidr.contains(&port.ctx.node_ip);
+        allow_from_node |= cidr.contains(&port.ctx.node.node_ip);
     }
     if allow_from_node {
         plan.insert_entry(SetId::LoadBalancerSourceIp, ip_port_ip(ip, p, svc.port, ip));

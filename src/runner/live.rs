@@ -1,0 +1,63 @@
+//! What this node's kernel holds, read for `svcproxy trace --live`: each mode's rules
+//! through its own reader (`iptables-save`; `ipset save` and the IPVS table over generic
+//! netlink; `nft list table`), as the values the tracer walks. cli/ calls these instead of
+//! opening kernel clients itself.
+
+use crate::ipvs::ipset::{ExecIpset, IpsetError, IpsetRunner};
+use crate::ipvs::netlink::Error as IpvsError;
+use crate::net::IpFamily;
+use crate::netfilter::apply::{ExecRestorer, ReadError};
+use crate::netfilter::delta::TABLES;
+use crate::netfilter::Dump;
+use crate::nftables::apply::{ExecNft, Nft as _, NftError};
+use crate::nftables::model::{Family, Table as NftTable};
+use crate::trace::ipvs::{Table, Virtual};
+use crate::trace::Sets;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LiveError {
+    #[error(transparent)]
+    Iptables(#[from] ReadError),
+    #[error(transparent)]
+    Ipset(#[from] IpsetError),
+    #[error("--live --mode ipvs reads the IPVS table over netlink")]
+    IpvsConnect(#[source] IpvsError),
+    #[error("cannot read the IPVS virtual servers")]
+    IpvsRead(#[source] IpvsError),
+    #[error("--live reads table {head} with nft")]
+    NftList { head: String, source: NftError },
+    #[error("this node has no table {head} (svcproxy sync --mode nftables makes it)")]
+    NoTable { head: String },
+    #[error("cannot read the kernel's table {head}")]
+    NftRead { head: String, source: crate::nftables::live::LiveError },
+}
+
+/// The family's iptables rules (`filter` and `nat`) with `backend`, or
+/// [`super::node::backend`]'s pick.
+pub fn iptables(backend: Option<crate::netfilter::apply::Backend>, family: IpFamily) -> Result<Dump, LiveError> {
+    Ok(crate::netfilter::apply::read(&mut ExecRestorer::new(super::node::backend(backend)), family, &TABLES)?)
+}
+
+/// IPVS mode's state: its iptables rules, the ipsets and the IPVS virtual servers.
+pub fn ipvs(backend: Option<crate::netfilter::apply::Backend>, family: IpFamily) -> Result<(Dump, Sets, Table), LiveError> {
+    let dump = iptables(backend, family)?;
+    let sets = Sets::parse_save(&ExecIpset.save()?);
+    let mut ipvs = crate::ipvs::netlink::NetlinkIpvs::connect().map_err(LiveError::IpvsConnect)?;
+    let mut table = Table::default();
+    for (vs, reals) in crate::ipvs::observe::services(&mut ipvs).map_err(LiveError::IpvsRead)? {
+        table.insert(Virtual { vs: vs.vs, reals: reals.into_iter().map(|r| r.rs).collect(), service: None });
+    }
+    Ok((dump, sets, table))
+}
+
+/// The family's `kube-proxy` table (`nft list table`).
+pub fn nftables(family: IpFamily) -> Result<NftTable, LiveError> {
+    let nft_family = match family {
+        IpFamily::V4 => Family::Ip,
+        IpFamily::V6 => Family::Ip6,
+    };
+    let head = format!("{} {}", nft_family.as_str(), crate::nftables::names::TABLE);
+    let text = ExecNft::default().list(nft_family).map_err(|source| LiveError::NftList { head: head.clone(), source })?;
+    let text = text.ok_or_else(|| LiveError::NoTable { head: head.clone() })?;
+    crate::nftables::live::read(&text, nft_family).map_err(|source| LiveError::NftRead { head, source })
+}
