@@ -1,8 +1,8 @@
 //! What the loop saw and did, as kube-proxy's metrics: the changes it received and each
 //! sync. kube-proxy runs one proxier per IP family and each observes its own sync with
-//! `ip_family`; svcproxy syncs every family in one pass, so each family of the pass is
-//! observed with its own time (IPVS mode: the whole pass's), its own rules, trigger times
-//! and no-local counts, and a failure counts against the family that failed.
+//! `ip_family`; svcproxy's pass syncs the families that have a reason to (the engine says
+//! which), and each is observed with its own time (IPVS mode: the whole pass's), its own
+//! rules, trigger times and no-local counts; a failure counts against the family that failed.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
