@@ -94,13 +94,13 @@ pub(crate) fn on_message(engine: &mut Engine, shared: &SharedState, msg: SourceM
             }
         }
         SourceMsg::Events(events) => {
-            let (before, by_family) = (engine.pending(), record::pending(engine));
+            let (before, slices) = (engine.pending(), record::slice_changes(engine));
             engine.apply(&events);
             record::events_seen(&shared.metrics, engine, &events);
             record::pending_gauges(&shared.metrics, engine, &events);
-            let after = engine.pending();
-            if after != before {
-                record::queued(&shared.metrics, &by_family, &record::pending(engine));
+            let ready = lock_schedule(shared).is_ready();
+            let queued = record::queued(&shared.metrics, engine, &events, &slices, ready);
+            if queued || engine.pending() != before {
                 lock_schedule(shared).changed(now);
             }
         }

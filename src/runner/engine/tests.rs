@@ -1018,3 +1018,32 @@ fn an_ipvs_pass_for_one_familys_change_is_observed_in_that_family_alone() {
     let count = |family| l.metric(&of("kubeproxy_sync_proxy_rules_duration_seconds_count", family));
     assert_eq!((count("IPv4"), count("IPv6")), (2, 1));
 }
+
+/// kube-proxy's queued timestamp: a family's proxier queues a sync at each slice event of its
+/// family that changes something (a second change to a service already pending included)
+/// and at each Service event that leaves its tracker with pending changes.
+#[test]
+fn each_change_queues_a_sync_in_its_family() {
+    let mut l = Loop::new();
+    l.shared.schedule.lock().unwrap().set_ready(std::time::Instant::now());
+    l.wake();
+    let queued = |l: &Loop, family| l.sample(&of("kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds", family));
+    let send = |l: &mut Loop, events: Vec<Event>| crate::runner::watch::on_message(&mut l.engine, &l.shared, crate::source::watch::SourceMsg::Events(events));
+    let original = slice(&demo_state(), "shop", "web");
+    let mut fewer = original.clone();
+    fewer.endpoints.remove(0);
+    send(&mut l, vec![Event::SliceApplied(Arc::new(fewer))]);
+    let first = queued(&l, "IPv4").expect("queued for IPv4");
+    assert_eq!(queued(&l, "IPv6"), None);
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    send(&mut l, vec![Event::SliceApplied(Arc::new(original))]);
+    let second = queued(&l, "IPv4").expect("queued for IPv4");
+    assert!(second.parse::<f64>().unwrap() > first.parse::<f64>().unwrap(), "the second change to the pending service queues again: {first} {second}");
+    // A Service event while IPv4's tracker has a Service change pending: IPv4 queues, IPv6
+    // (nothing pending) does not.
+    let state = demo_state();
+    let mut web = state.services.iter().find(|s| s.id.name == "web").unwrap().clone();
+    web.ports[0].port += 1;
+    send(&mut l, vec![Event::ServiceApplied(Arc::new(web))]);
+    assert_eq!(queued(&l, "IPv6"), None);
+}

@@ -146,20 +146,29 @@ pub(super) fn cleanup_failures(m: &Metrics, reports: &[crate::nftables::sync::Re
     }
 }
 
-/// Pending changes per family, (services, endpoints).
-pub(super) fn pending(engine: &Engine) -> Vec<(IpFamily, (usize, usize))> {
-    engine.trackers.families.iter().map(|t| (t.family, (t.services.pending(), t.endpoints.pending()))).collect()
+/// Per family, the slice events that changed its tracker since the last sync.
+pub(super) fn slice_changes(engine: &Engine) -> Vec<usize> {
+    engine.trackers.families.iter().map(|t| t.endpoints.changed_events()).collect()
 }
 
-/// kube-proxy's "a sync was queued" gauge, for each family whose pending changes moved
-/// between `before` and `after` (a family proxier queues a sync only for its own changes).
-pub(super) fn queued(m: &Metrics, before: &[(IpFamily, (usize, usize))], after: &[(IpFamily, (usize, usize))]) {
+/// kube-proxy's "a sync was queued" gauge, per family as its proxier queues one: at a
+/// Service event that leaves its tracker with pending changes (every family's proxier gets
+/// every Service), and at a slice event of its family that changed something (`slices`:
+/// each family's count before the events). Set only once the initial lists are in (`ready`),
+/// as kube-proxy queues nothing before its first sync. Returns whether a family queued one.
+pub(super) fn queued(m: &Metrics, engine: &Engine, events: &[Event], slices: &[usize], ready: bool) -> bool {
+    let services = events.iter().any(|e| matches!(e, Event::ServiceApplied(_) | Event::ServiceDeleted(_)));
     let now = unix_secs(SystemTime::now());
-    for ((family, a), (_, b)) in after.iter().zip(before) {
-        if a != b {
-            m.last_queued_timestamp.get_or_create(&FamilyLabel::of(*family)).set(now);
+    let mut any = false;
+    for (t, before) in engine.trackers.families.iter().zip(slices) {
+        if (services && t.services.pending() > 0) || t.endpoints.changed_events() > *before {
+            any = true;
+            if ready {
+                m.last_queued_timestamp.get_or_create(&FamilyLabel::of(t.family)).set(now);
+            }
         }
     }
+    any
 }
 
 /// kube-proxy's pending-change gauges, as its trackers set them. The endpoint one counts
