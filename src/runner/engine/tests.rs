@@ -1047,3 +1047,29 @@ fn each_change_queues_a_sync_in_its_family() {
     send(&mut l, vec![Event::ServiceApplied(Arc::new(web))]);
     assert_eq!(queued(&l, "IPv6"), None);
 }
+
+/// In a pass where one family fails, the family that synced still observes the network
+/// programming of its changes (kube-proxy's proxiers observe their own).
+#[test]
+fn a_family_that_synced_beside_a_failing_one_observes_its_network_programming() {
+    let mut l = Loop::new();
+    let base = std::time::Instant::now();
+    l.shared.schedule.lock().unwrap().set_ready(base);
+    l.wake();
+    let a_second_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(1);
+    for t in &mut l.engine.trackers.families {
+        t.endpoints.set_started_for_test(a_second_ago - std::time::Duration::from_secs(1));
+    }
+    let state = demo_state();
+    let mut web = slice(&state, "shop", "web");
+    web.endpoints.remove(0);
+    let mut api = state.slices.iter().find(|s| s.service.name == "api" && s.family == crate::net::IpFamily::V6).unwrap().clone();
+    api.endpoints.remove(0);
+    api.trigger_time = Some(a_second_ago);
+    l.engine.apply(&[Event::SliceApplied(Arc::new(web)), Event::SliceApplied(Arc::new(api))]);
+    l.shared.schedule.lock().unwrap().changed(base + std::time::Duration::from_secs(1));
+    l.kernel.lock().unwrap().fail_next = Some("line 2 failed".into());
+    l.wake();
+    assert_eq!(l.metric(&of("kubeproxy_sync_proxy_rules_iptables_restore_failures_total", "IPv4")), 1, "IPv4's restore was refused");
+    assert_eq!(l.metric(&of("kubeproxy_network_programming_duration_seconds_count", "IPv6")), 1, "IPv6 synced its change");
+}

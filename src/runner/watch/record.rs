@@ -44,16 +44,20 @@ fn family_synced(m: &Metrics, s: &FamilySync, now: SystemTime) {
 pub(super) fn synced(m: &Metrics, engine: &Engine, outcome: &Outcome) {
     let now = SystemTime::now();
     families_synced(m, engine, &outcome.synced, &outcome.rules, now);
-    // kube-proxy's SLI: from each programmed slice change's trigger time (set by the
-    // EndpointSlice controller) to now.
-    for (family, times) in outcome.trigger_times.iter().filter(|(_, times)| !times.is_empty()) {
-        let latency = m.network_programming_duration.get_or_create(&FamilyLabel::of(*family));
-        times.iter().filter_map(|t| now.duration_since(*t).ok()).for_each(|d| latency.observe(d.as_secs_f64()));
-    }
+    network_programming(m, &outcome.trigger_times, now);
     if let Detail::Nftables(reports) = &outcome.detail {
         cleanup_failures(m, reports);
     }
     reconciled(m, &outcome.reconciled);
+}
+
+/// kube-proxy's SLI: from each programmed slice change's trigger time (set by the
+/// EndpointSlice controller) to `now`, in the family whose sync programmed it.
+fn network_programming(m: &Metrics, trigger_times: &[(IpFamily, Vec<SystemTime>)], now: SystemTime) {
+    for (family, times) in trigger_times.iter().filter(|(_, times)| !times.is_empty()) {
+        let latency = m.network_programming_duration.get_or_create(&FamilyLabel::of(*family));
+        times.iter().filter_map(|t| now.duration_since(*t).ok()).for_each(|d| latency.observe(d.as_secs_f64()));
+    }
 }
 
 /// What each family that synced observes of its own sync: its time and timestamp, its
@@ -124,7 +128,10 @@ pub(super) fn failed(m: &Metrics, engine: &Engine, kind: Kind, failure: &SyncFai
         SyncFailure::Ipvs(f) => (Vec::new(), every(), f.family.filter(|_| f.phase == Phase::Restore).into_iter().collect()),
         SyncFailure::Sysctl(_) => (Vec::new(), every(), Vec::new()),
     };
-    families_synced(m, engine, &done, &engine.rule_counts(), SystemTime::now());
+    let now = SystemTime::now();
+    families_synced(m, engine, &done, &engine.rule_counts(), now);
+    let programmed: Vec<_> = engine.last_trigger_times.iter().filter(|(f, _)| done.iter().any(|s| s.family == *f)).cloned().collect();
+    network_programming(m, &programmed, now);
     reconciled(m, &engine.reconciled());
     for (family, took) in failing {
         // kube-proxy times a failed sync too.
