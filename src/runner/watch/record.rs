@@ -209,3 +209,23 @@ pub(super) fn events_seen(m: &Metrics, engine: &Engine, events: &[Event]) {
     m.service_changes_total.inc_by(services);
     m.endpoint_changes_total.inc_by(slices);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// kube-proxy's nftables cleanup failures: a family whose stale chains could not be
+    /// deleted counts one; a family whose deletion went through counts none.
+    #[test]
+    fn a_failed_stale_chain_deletion_counts_against_its_family() {
+        use crate::nftables::{model::Family, sync::Report};
+        let mut m = Metrics::new();
+        m.register_mode(crate::config::Mode::Nftables);
+        let mut v6 = Report::new(Family::Ip6);
+        v6.stale_error = Some("Error: Could not process rule: Device or resource busy".into());
+        cleanup_failures(&m, &[Report::new(Family::Ip), v6]);
+        let text = m.encode();
+        assert!(text.lines().any(|l| l == "kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total{ip_family=\"IPv6\"} 1"), "{text}");
+        assert!(!text.contains("nftables_cleanup_failures_total{ip_family=\"IPv4\"}"), "{text}");
+    }
+}
