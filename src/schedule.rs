@@ -155,6 +155,16 @@ impl Schedule {
         self.pending_since.get_or_insert(now);
     }
 
+    /// Whether a sync at `now` is every family's. kube-proxy runs one proxier per family,
+    /// each syncing for its own reasons: every one syncs at the first sync, a full one (due
+    /// or forced) and a periodic one (a sync period since the last sync; the loop also
+    /// counts the sync after a canary check, due once per sync period). Any other sync is
+    /// for the families with changes, and for a family whose last sync failed.
+    pub fn every_family(&self, now: Instant) -> bool {
+        let (Some(last_sync), Some(last_full)) = (self.last_sync, self.last_full) else { return true };
+        self.forced || now >= last_full + self.timing.full_sync_period || now >= last_sync + self.timing.sync_period
+    }
+
     /// Whether a sync at `now` is the periodic one (and the canaries, in a mode with
     /// them, should be checked before it): once per `sync_period`, counted from the last
     /// periodic sync or full sync (which recreates the canaries).

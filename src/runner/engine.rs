@@ -112,6 +112,9 @@ pub struct Engine {
     no_local: std::collections::BTreeMap<(crate::net::IpFamily, crate::model::NamespacedName), (usize, usize)>,
     /// Families whose last sync failed: the next pass retries them, changes or not.
     unsynced: std::collections::BTreeSet<crate::net::IpFamily>,
+    /// Per family, the trigger times the last pass took from the trackers (a failed pass's
+    /// families that synced still observe theirs).
+    pub last_trigger_times: Vec<(crate::net::IpFamily, Vec<std::time::SystemTime>)>,
 }
 
 impl Engine {
@@ -142,7 +145,7 @@ impl Engine {
     }
 
     fn new(config: Config, trackers: Trackers, proxier: Proxier) -> Self {
-        let mut engine = Engine { config, trackers, proxier, sysctl_root: None, no_local: Default::default(), unsynced: Default::default() };
+        let mut engine = Engine { config, trackers, proxier, sysctl_root: None, no_local: Default::default(), unsynced: Default::default(), last_trigger_times: Vec::new() };
         let all: std::collections::BTreeSet<_> =
             engine.trackers.families.iter().flat_map(|t| t.view().0.keys().map(|k| k.service.clone())).collect();
         engine.update_no_local(&all);
@@ -199,7 +202,8 @@ impl Engine {
     fn sync_pass(&mut self, full: bool, pass: Pass, every: bool) -> Result<Outcome, SyncFailure> {
         let changes = self.trackers.commit();
         self.update_no_local(&changes.iter().flat_map(|c| c.services.iter().cloned()).collect());
-        let trigger_times = self.trackers.families.iter().zip(&changes).map(|(t, c)| (t.family, c.trigger_times.clone())).collect();
+        let trigger_times: Vec<_> = self.trackers.families.iter().zip(&changes).map(|(t, c)| (t.family, c.trigger_times.clone())).collect();
+        self.last_trigger_times.clone_from(&trigger_times);
         let full = full || pass == Pass::DryRun;
         let wanted: Vec<bool> =
             self.trackers.families.iter().zip(&changes).map(|(t, c)| every || !c.is_empty() || self.unsynced.contains(&t.family)).collect();

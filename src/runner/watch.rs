@@ -94,13 +94,13 @@ pub(crate) fn on_message(engine: &mut Engine, shared: &SharedState, msg: SourceM
             }
         }
         SourceMsg::Events(events) => {
-            let (before, by_family) = (engine.pending(), record::pending(engine));
+            let (before, slices) = (engine.pending(), record::slice_changes(engine));
             engine.apply(&events);
             record::events_seen(&shared.metrics, engine, &events);
             record::pending_gauges(&shared.metrics, engine, &events);
-            let after = engine.pending();
-            if after != before {
-                record::queued(&shared.metrics, &by_family, &record::pending(engine));
+            let ready = lock_schedule(shared).is_ready();
+            let queued = record::queued(&shared.metrics, engine, &events, &slices, ready);
+            if queued || engine.pending() != before {
                 lock_schedule(shared).changed(now);
             }
         }
@@ -110,8 +110,10 @@ pub(crate) fn on_message(engine: &mut Engine, shared: &SharedState, msg: SourceM
 /// What the loop does when the schedule's time comes (`now`; tests pass their own
 /// instants): check the canaries if due, then sync.
 pub fn wake(engine: &mut Engine, shared: &SharedState, now: Instant) {
+    // The canary check comes once per sync period: the sync after it is a periodic one.
+    let periodic = lock_schedule(shared).canary_due(now);
     check_canaries(engine, shared, now);
-    sync_once(engine, shared, now);
+    sync_once(engine, shared, now, periodic);
 }
 
 /// When due (once per sync period), checks the canaries; if one is gone (or the check
@@ -157,14 +159,19 @@ fn lock_schedule(shared: &SharedState) -> std::sync::MutexGuard<'_, crate::sched
     })
 }
 
-fn sync_once(engine: &mut Engine, shared: &SharedState, started: Instant) {
+/// One sync: of every family when it is the first, a full or a periodic one, else of the
+/// families with changes and any whose last sync failed (its retry, a full sync of that
+/// family alone), as kube-proxy's per-family proxiers each sync for their own reasons.
+fn sync_once(engine: &mut Engine, shared: &SharedState, started: Instant, periodic: bool) {
     let clock = Instant::now();
-    let (kind, queued) = {
+    let (kind, every, queued) = {
         let mut s = lock_schedule(shared);
         let queued = s.pending_since();
-        (s.begin(started), queued)
+        let every = periodic || s.every_family(started);
+        (s.begin(started), every, queued)
     };
-    let result = tokio::task::block_in_place(|| engine.sync(kind == Kind::Full));
+    let full = kind == Kind::Full && every;
+    let result = tokio::task::block_in_place(|| engine.sync_families(full, every));
     let wall = clock.elapsed();
     let finished = started + wall;
     let m = &shared.metrics;
@@ -192,7 +199,9 @@ fn sync_once(engine: &mut Engine, shared: &SharedState, started: Instant) {
         }
     };
     m.syncs.get_or_create(&ResultLabel { result: if ok { "success" } else { "error" }.into() }).inc();
-    lock_schedule(shared).done(started, finished, kind, ok);
+    // Only a full sync of every family is the schedule's full one (a retry is full in the
+    // failed family alone).
+    lock_schedule(shared).done(started, finished, if full { Kind::Full } else { Kind::Partial }, ok);
     // The outcome holds the sync's delta (at 10,000 services a first sync's is ~100 MB):
     // freed before the trim, or the trim cannot return it.
     drop(result);

@@ -345,11 +345,11 @@ fn each_family_is_observed_on_its_own_and_a_failure_counts_against_its_family() 
     assert_eq!(l.metric(&of("kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total", "IPv4")), 1);
     assert_eq!(l.sample(&of("kubeproxy_sync_proxy_rules_iptables_restore_failures_total", "IPv6")), None);
     assert_eq!(l.metric(&of(PARTIAL, "IPv4")), 1, "the failed sync is timed, as kube-proxy times it");
-    assert_eq!(l.metric(&of(PARTIAL, "IPv6")), 1, "IPv6 syncs on its own");
+    assert_eq!(l.sample(&of(PARTIAL, "IPv6")), None, "IPv6 had no changes: its proxier would not have synced");
 
-    // The retry is full, in both families.
+    // The retry is full, in the failed family alone.
     l.wake();
-    assert_eq!((l.metric(&of(FULL, "IPv4")), l.metric(&of(FULL, "IPv6"))), (2, 2));
+    assert_eq!((l.metric(&of(FULL, "IPv4")), l.metric(&of(FULL, "IPv6"))), (2, 1));
     assert_eq!(drift(&l.engine, &l.kernel), 0);
 }
 
@@ -967,4 +967,109 @@ fn a_failing_family_does_not_stop_the_others_sync_or_its_observation() {
     l.wake();
     assert!(l.sample(&of(last, "IPv4")).is_some(), "the retry synced IPv4");
     assert_eq!(drift(&l.engine, &l.kernel), 0);
+}
+
+/// kube-proxy's per-family proxiers each sync for their own reasons: a change in one family
+/// syncs (and is observed in) that family alone, sending nothing for the other; a periodic
+/// sync is every family's.
+#[test]
+fn a_family_syncs_only_for_its_own_changes_or_a_periodic_sync() {
+    let mut l = Loop::new();
+    let base = std::time::Instant::now();
+    l.shared.schedule.lock().unwrap().set_ready(base);
+    l.wake();
+    let count = |l: &Loop, family| l.metric(&of("kubeproxy_sync_proxy_rules_duration_seconds_count", family));
+    assert_eq!((count(&l, "IPv4"), count(&l, "IPv6")), (1, 1));
+    let last_v6 = l.sample(&of("kubeproxy_sync_proxy_rules_last_timestamp_seconds", "IPv6"));
+
+    let mut web = slice(&demo_state(), "shop", "web");
+    web.endpoints.remove(0);
+    crate::runner::watch::on_message(&mut l.engine, &l.shared, crate::source::watch::SourceMsg::Events(vec![Event::SliceApplied(Arc::new(web))]));
+    calls(&l.kernel);
+    let at = l.wake();
+    assert!(at < base + std::time::Duration::from_secs(30), "a change's sync, not a periodic one");
+    assert_eq!((count(&l, "IPv4"), count(&l, "IPv6")), (2, 1), "only IPv4 changed");
+    assert_eq!(l.sample(&of(PARTIAL, "IPv6")), None);
+    assert_eq!(l.sample(&of("kubeproxy_sync_proxy_rules_last_timestamp_seconds", "IPv6")), last_v6, "IPv6 did not sync");
+    assert!(l.kernel.lock().unwrap().calls.iter().all(|c| !matches!(c, Call::Restore(crate::net::IpFamily::V6, _))), "nothing sent for IPv6");
+
+    let periodic = l.wake();
+    assert!(periodic > at && periodic >= base + std::time::Duration::from_secs(30), "the periodic sync (with the canary check)");
+    assert_eq!((count(&l, "IPv4"), count(&l, "IPv6")), (3, 2), "every family's");
+    assert_eq!(drift(&l.engine, &l.kernel), 0);
+}
+
+/// IPVS mode's one pass programs every family, but a family is observed only when its
+/// kube-proxy proxier would have synced: for its own changes (here IPv4's) or a periodic sync.
+#[test]
+fn an_ipvs_pass_for_one_familys_change_is_observed_in_that_family_alone() {
+    let dir = std::env::temp_dir().join(format!("svcproxy-engine-ipvs-one-family-{}", std::process::id()));
+    let (_, kernel, _) = iptables_engine(demo_state());
+    let mut shared = crate::serve::Shared::new(crate::schedule::Schedule::new(crate::schedule::Timing::default()));
+    shared.metrics.register_mode(crate::config::Mode::Ipvs);
+    let mut l = Loop { engine: ipvs_engine(demo_state(), &dir), kernel, shared: Arc::new(shared) };
+    l.shared.schedule.lock().unwrap().set_ready(std::time::Instant::now());
+    l.wake();
+    let mut web = slice(&demo_state(), "shop", "web");
+    web.endpoints.remove(0);
+    crate::runner::watch::on_message(&mut l.engine, &l.shared, crate::source::watch::SourceMsg::Events(vec![Event::SliceApplied(Arc::new(web))]));
+    l.wake();
+    let _ = std::fs::remove_dir_all(&dir);
+    let count = |family| l.metric(&of("kubeproxy_sync_proxy_rules_duration_seconds_count", family));
+    assert_eq!((count("IPv4"), count("IPv6")), (2, 1));
+}
+
+/// kube-proxy's queued timestamp: a family's proxier queues a sync at each slice event of its
+/// family that changes something (a second change to a service already pending included)
+/// and at each Service event that leaves its tracker with pending changes.
+#[test]
+fn each_change_queues_a_sync_in_its_family() {
+    let mut l = Loop::new();
+    l.shared.schedule.lock().unwrap().set_ready(std::time::Instant::now());
+    l.wake();
+    let queued = |l: &Loop, family| l.sample(&of("kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds", family));
+    let send = |l: &mut Loop, events: Vec<Event>| crate::runner::watch::on_message(&mut l.engine, &l.shared, crate::source::watch::SourceMsg::Events(events));
+    let original = slice(&demo_state(), "shop", "web");
+    let mut fewer = original.clone();
+    fewer.endpoints.remove(0);
+    send(&mut l, vec![Event::SliceApplied(Arc::new(fewer))]);
+    let first = queued(&l, "IPv4").expect("queued for IPv4");
+    assert_eq!(queued(&l, "IPv6"), None);
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    send(&mut l, vec![Event::SliceApplied(Arc::new(original))]);
+    let second = queued(&l, "IPv4").expect("queued for IPv4");
+    assert!(second.parse::<f64>().unwrap() > first.parse::<f64>().unwrap(), "the second change to the pending service queues again: {first} {second}");
+    // A Service event while IPv4's tracker has a Service change pending: IPv4 queues, IPv6
+    // (nothing pending) does not.
+    let state = demo_state();
+    let mut web = state.services.iter().find(|s| s.id.name == "web").unwrap().clone();
+    web.ports[0].port += 1;
+    send(&mut l, vec![Event::ServiceApplied(Arc::new(web))]);
+    assert_eq!(queued(&l, "IPv6"), None);
+}
+
+/// In a pass where one family fails, the family that synced still observes the network
+/// programming of its changes (kube-proxy's proxiers observe their own).
+#[test]
+fn a_family_that_synced_beside_a_failing_one_observes_its_network_programming() {
+    let mut l = Loop::new();
+    let base = std::time::Instant::now();
+    l.shared.schedule.lock().unwrap().set_ready(base);
+    l.wake();
+    let a_second_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(1);
+    for t in &mut l.engine.trackers.families {
+        t.endpoints.set_started_for_test(a_second_ago - std::time::Duration::from_secs(1));
+    }
+    let state = demo_state();
+    let mut web = slice(&state, "shop", "web");
+    web.endpoints.remove(0);
+    let mut api = state.slices.iter().find(|s| s.service.name == "api" && s.family == crate::net::IpFamily::V6).unwrap().clone();
+    api.endpoints.remove(0);
+    api.trigger_time = Some(a_second_ago);
+    l.engine.apply(&[Event::SliceApplied(Arc::new(web)), Event::SliceApplied(Arc::new(api))]);
+    l.shared.schedule.lock().unwrap().changed(base + std::time::Duration::from_secs(1));
+    l.kernel.lock().unwrap().fail_next = Some("line 2 failed".into());
+    l.wake();
+    assert_eq!(l.metric(&of("kubeproxy_sync_proxy_rules_iptables_restore_failures_total", "IPv4")), 1, "IPv4's restore was refused");
+    assert_eq!(l.metric(&of("kubeproxy_network_programming_duration_seconds_count", "IPv6")), 1, "IPv6 synced its change");
 }

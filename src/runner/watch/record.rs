@@ -1,8 +1,8 @@
 //! What the loop saw and did, as kube-proxy's metrics: the changes it received and each
 //! sync. kube-proxy runs one proxier per IP family and each observes its own sync with
-//! `ip_family`; svcproxy syncs every family in one pass, so each family of the pass is
-//! observed with its own time (IPVS mode: the whole pass's), its own rules, trigger times
-//! and no-local counts, and a failure counts against the family that failed.
+//! `ip_family`; svcproxy's pass syncs the families that have a reason to (the engine says
+//! which), and each is observed with its own time (IPVS mode: the whole pass's), its own
+//! rules, trigger times and no-local counts; a failure counts against the family that failed.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -44,16 +44,20 @@ fn family_synced(m: &Metrics, s: &FamilySync, now: SystemTime) {
 pub(super) fn synced(m: &Metrics, engine: &Engine, outcome: &Outcome) {
     let now = SystemTime::now();
     families_synced(m, engine, &outcome.synced, &outcome.rules, now);
-    // kube-proxy's SLI: from each programmed slice change's trigger time (set by the
-    // EndpointSlice controller) to now.
-    for (family, times) in outcome.trigger_times.iter().filter(|(_, times)| !times.is_empty()) {
-        let latency = m.network_programming_duration.get_or_create(&FamilyLabel::of(*family));
-        times.iter().filter_map(|t| now.duration_since(*t).ok()).for_each(|d| latency.observe(d.as_secs_f64()));
-    }
+    network_programming(m, &outcome.trigger_times, now);
     if let Detail::Nftables(reports) = &outcome.detail {
         cleanup_failures(m, reports);
     }
     reconciled(m, &outcome.reconciled);
+}
+
+/// kube-proxy's SLI: from each programmed slice change's trigger time (set by the
+/// EndpointSlice controller) to `now`, in the family whose sync programmed it.
+fn network_programming(m: &Metrics, trigger_times: &[(IpFamily, Vec<SystemTime>)], now: SystemTime) {
+    for (family, times) in trigger_times.iter().filter(|(_, times)| !times.is_empty()) {
+        let latency = m.network_programming_duration.get_or_create(&FamilyLabel::of(*family));
+        times.iter().filter_map(|t| now.duration_since(*t).ok()).for_each(|d| latency.observe(d.as_secs_f64()));
+    }
 }
 
 /// What each family that synced observes of its own sync: its time and timestamp, its
@@ -124,7 +128,10 @@ pub(super) fn failed(m: &Metrics, engine: &Engine, kind: Kind, failure: &SyncFai
         SyncFailure::Ipvs(f) => (Vec::new(), every(), f.family.filter(|_| f.phase == Phase::Restore).into_iter().collect()),
         SyncFailure::Sysctl(_) => (Vec::new(), every(), Vec::new()),
     };
-    families_synced(m, engine, &done, &engine.rule_counts(), SystemTime::now());
+    let now = SystemTime::now();
+    families_synced(m, engine, &done, &engine.rule_counts(), now);
+    let programmed: Vec<_> = engine.last_trigger_times.iter().filter(|(f, _)| done.iter().any(|s| s.family == *f)).cloned().collect();
+    network_programming(m, &programmed, now);
     reconciled(m, &engine.reconciled());
     for (family, took) in failing {
         // kube-proxy times a failed sync too.
@@ -146,20 +153,29 @@ pub(super) fn cleanup_failures(m: &Metrics, reports: &[crate::nftables::sync::Re
     }
 }
 
-/// Pending changes per family, (services, endpoints).
-pub(super) fn pending(engine: &Engine) -> Vec<(IpFamily, (usize, usize))> {
-    engine.trackers.families.iter().map(|t| (t.family, (t.services.pending(), t.endpoints.pending()))).collect()
+/// Per family, the slice events that changed its tracker since the last sync.
+pub(super) fn slice_changes(engine: &Engine) -> Vec<usize> {
+    engine.trackers.families.iter().map(|t| t.endpoints.changed_events()).collect()
 }
 
-/// kube-proxy's "a sync was queued" gauge, for each family whose pending changes moved
-/// between `before` and `after` (a family proxier queues a sync only for its own changes).
-pub(super) fn queued(m: &Metrics, before: &[(IpFamily, (usize, usize))], after: &[(IpFamily, (usize, usize))]) {
+/// kube-proxy's "a sync was queued" gauge, per family as its proxier queues one: at a
+/// Service event that leaves its tracker with pending changes (every family's proxier gets
+/// every Service), and at a slice event of its family that changed something (`slices`:
+/// each family's count before the events). Set only once the initial lists are in (`ready`),
+/// as kube-proxy queues nothing before its first sync. Returns whether a family queued one.
+pub(super) fn queued(m: &Metrics, engine: &Engine, events: &[Event], slices: &[usize], ready: bool) -> bool {
+    let services = events.iter().any(|e| matches!(e, Event::ServiceApplied(_) | Event::ServiceDeleted(_)));
     let now = unix_secs(SystemTime::now());
-    for ((family, a), (_, b)) in after.iter().zip(before) {
-        if a != b {
-            m.last_queued_timestamp.get_or_create(&FamilyLabel::of(*family)).set(now);
+    let mut any = false;
+    for (t, before) in engine.trackers.families.iter().zip(slices) {
+        if (services && t.services.pending() > 0) || t.endpoints.changed_events() > *before {
+            any = true;
+            if ready {
+                m.last_queued_timestamp.get_or_create(&FamilyLabel::of(t.family)).set(now);
+            }
         }
     }
+    any
 }
 
 /// kube-proxy's pending-change gauges, as its trackers set them. The endpoint one counts
@@ -192,4 +208,24 @@ pub(super) fn events_seen(m: &Metrics, engine: &Engine, events: &[Event]) {
     }
     m.service_changes_total.inc_by(services);
     m.endpoint_changes_total.inc_by(slices);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// kube-proxy's nftables cleanup failures: a family whose stale chains could not be
+    /// deleted counts one; a family whose deletion went through counts none.
+    #[test]
+    fn a_failed_stale_chain_deletion_counts_against_its_family() {
+        use crate::nftables::{model::Family, sync::Report};
+        let mut m = Metrics::new();
+        m.register_mode(crate::config::Mode::Nftables);
+        let mut v6 = Report::new(Family::Ip6);
+        v6.stale_error = Some("Error: Could not process rule: Device or resource busy".into());
+        cleanup_failures(&m, &[Report::new(Family::Ip), v6]);
+        let text = m.encode();
+        assert!(text.lines().any(|l| l == "kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total{ip_family=\"IPv6\"} 1"), "{text}");
+        assert!(!text.contains("nftables_cleanup_failures_total{ip_family=\"IPv4\"}"), "{text}");
+    }
 }
