@@ -125,9 +125,9 @@ impl Proxier {
 /// One family's partial sync: one transaction that also deletes the chains and sets that
 /// went (every `nft` run lists the whole table for its cache, which at 10,000 services
 /// costs more than the transaction itself: one run, not two). A kernel that will not
-/// delete a chain in the transaction that drops its last reference (before 6.2, a map
-/// element's reference was dropped late; why kube-proxy deletes them later) refuses that
-/// transaction: then the change goes alone and the deletion after it, as kube-proxy does.
+/// delete a chain in the transaction that drops its last reference (6.18 does; kube-proxy
+/// deletes stale chains in a later sync) refuses that transaction: then the change goes
+/// alone and the deletion right after it.
 fn send_partial(nft: &mut dyn Nft, family: super::model::Family, before: &[&Objects], after: &[&Objects]) -> Result<Report, NftError> {
     let t = Instant::now();
     let p = super::partial::partial(family, super::names::TABLE, before, after);
