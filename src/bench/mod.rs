@@ -4,6 +4,7 @@
 //! [`report`] writes BENCHMARKS.md's results from the benchmarks' output files. Built
 //! with the `bench` feature only: none of it is in the node binary.
 
+pub mod nft;
 pub mod report;
 
 use std::sync::Arc;

@@ -18,6 +18,7 @@ pub mod names;
 pub mod partial;
 pub mod proxier;
 pub mod render;
+pub mod staged;
 pub mod sync;
 pub mod trace;
 

@@ -161,6 +161,26 @@ pub enum Form {
 /// elements.
 pub fn write(table: &Table, form: Form) -> String {
     let mut out = String::new();
+    let head = declare(&mut out, table);
+    let o = &table.objects;
+    if form == Form::Transaction {
+        for c in &o.chains {
+            let _ = writeln!(out, "flush chain {head} {}", c.name);
+        }
+        flush_sets(&mut out, &head, &o.sets);
+    }
+    for r in &o.rules {
+        rule_line(&mut out, &head, r);
+    }
+    for e in &o.elements {
+        element_line(&mut out, &head, e);
+    }
+    out
+}
+
+/// Writes the table, its chains and its sets and maps (`add` commands, which change
+/// nothing of an object that is already there); returns the `FAMILY TABLE` head.
+pub(crate) fn declare(out: &mut String, table: &Table) -> String {
     let head = format!("{} {}", table.family.as_str(), table.name);
     let _ = writeln!(out, "add table {head} {{ comment {} ; }}", quote(table.comment));
     let o = &table.objects;
@@ -170,25 +190,26 @@ pub fn write(table: &Table, form: Form) -> String {
     for s in &o.sets {
         let _ = writeln!(out, "add {} {head} {} {}", kind_word(s), s.name, set_spec(s));
     }
-    if form == Form::Transaction {
-        for c in &o.chains {
-            let _ = writeln!(out, "flush chain {head} {}", c.name);
-        }
-        for s in o.sets.iter().filter(|s| !s.is_dynamic()) {
-            let _ = writeln!(out, "flush {} {head} {}", kind_word(s), s.name);
-        }
+    head
+}
+
+/// Flushes every set and map but the dynamic (session-affinity) ones.
+pub(crate) fn flush_sets(out: &mut String, head: &str, sets: &[Set]) {
+    for s in sets.iter().filter(|s| !s.is_dynamic()) {
+        let _ = writeln!(out, "flush {} {head} {}", kind_word(s), s.name);
     }
-    for r in &o.rules {
-        let _ = write!(out, "add rule {head} {} {}", r.chain, r.rule);
-        if let Some(c) = &r.comment {
-            let _ = write!(out, " comment {}", quote(c));
-        }
-        out.push('\n');
+}
+
+pub(crate) fn rule_line(out: &mut String, head: &str, r: &Rule) {
+    let _ = write!(out, "add rule {head} {} {}", r.chain, r.rule);
+    if let Some(c) = &r.comment {
+        let _ = write!(out, " comment {}", quote(c));
     }
-    for e in &o.elements {
-        let _ = writeln!(out, "add element {head} {} {{ {} }}", e.set, element_body(e));
-    }
-    out
+    out.push('\n');
+}
+
+pub(crate) fn element_line(out: &mut String, head: &str, e: &Element) {
+    let _ = writeln!(out, "add element {head} {} {{ {} }}", e.set, element_body(e));
 }
 
 fn kind_word(s: &Set) -> &'static str {

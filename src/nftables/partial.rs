@@ -2,8 +2,9 @@
 //! changed services' objects before and after the change alone, one transaction that
 //! deletes the map and set elements that went (or changed), rewrites the changed services'
 //! chains (add, flush, add their rules), adds their new affinity sets and the elements that
-//! came; chains and sets that went are flushed in it and deleted in a second transaction
-//! (as after a full sync). Nothing else of the table is touched or read. Pure.
+//! came; chains and sets that went are flushed in it, and deleted by [`Partial::delete`]
+//! (which the proxier appends to the same transaction, or sends after it on a kernel that
+//! refuses that). Nothing else of the table is touched or read. Pure.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -17,7 +18,7 @@ pub struct Partial {
     pub text: String,
     /// Chains and sets that went (`chain NAME`, `set NAME`): flushed in `text`, deleted after.
     pub stale: Vec<String>,
-    /// The second transaction that deletes them (empty when none went).
+    /// The commands that delete them (empty when none went).
     pub delete: String,
 }
 

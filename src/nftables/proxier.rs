@@ -6,7 +6,8 @@
 //!   flushes and refills the whole table.
 //! - A **partial** sync, while the kernel is known to hold the previous ruleset, sends one
 //!   transaction per family built from the changed services alone ([`super::partial`]):
-//!   their elements that changed and their chains; nothing is read from the kernel.
+//!   their elements that changed and their chains, and the deletion of those that went;
+//!   nothing is read from the kernel.
 //!
 //! Stale UDP/SCTP conntrack entries (from the changed services' objects before and after,
 //! [`super::conntrack::stale`]) are cleared after either. A one-shot `svcproxy sync` is
@@ -151,7 +152,12 @@ impl Proxier {
     }
 }
 
-/// One family's partial sync: one transaction, then the stale chains' deletion.
+/// One family's partial sync: one transaction that also deletes the chains and sets that
+/// went (every `nft` run lists the whole table for its cache, which at 10,000 services
+/// costs more than the transaction itself: one run, not two). A kernel that will not
+/// delete a chain in the transaction that drops its last reference (6.18 does; kube-proxy
+/// deletes stale chains in a later sync) refuses that transaction: then the change goes
+/// alone and the deletion right after it.
 fn send_partial(nft: &mut dyn Nft, family: super::model::Family, before: &[&Objects], after: &[&Objects]) -> Result<Report, NftError> {
     let t = Instant::now();
     let p = super::partial::partial(family, super::names::TABLE, before, after);
@@ -161,16 +167,23 @@ fn send_partial(nft: &mut dyn Nft, family: super::model::Family, before: &[&Obje
         return Ok(report);
     }
     let t = Instant::now();
-    nft.run(&p.text)?;
-    report.applied = true;
     report.lines = p.text.lines().count();
     report.stale = p.stale;
-    if !p.delete.is_empty() {
-        if let Err(e) = nft.run(&p.delete) {
-            tracing::warn!(family = family.as_str(), error = %e, "stale nftables chains not deleted; the next full sync deletes them");
-            report.stale_error = Some(e.to_string());
+    let together = if p.delete.is_empty() { None } else { Some(format!("{}{}", p.text, p.delete)) };
+    match together.map(|text| nft.run(&text)) {
+        Some(Ok(())) => report.lines += p.delete.lines().count(),
+        None | Some(Err(NftError::Rejected { .. })) => {
+            nft.run(&p.text)?;
+            if !p.delete.is_empty() {
+                if let Err(e) = nft.run(&p.delete) {
+                    tracing::warn!(family = family.as_str(), error = %e, "stale nftables chains not deleted; the next full sync deletes them");
+                    report.stale_error = Some(e.to_string());
+                }
+            }
         }
+        Some(Err(e)) => return Err(e),
     }
+    report.applied = true;
     report.timings.apply = t.elapsed();
     Ok(report)
 }

@@ -1,18 +1,22 @@
 //! One family's full nftables sync, as kube-proxy's full sync does it: ONE transaction
-//! (`nft -f -`, atomic) that creates the table if missing, adds every chain, set and map,
-//! flushes every chain and every set and map but the session-affinity ones, and adds all
-//! rules and elements. Chains and sets of the table that the ruleset no longer has
-//! (a deleted service's) are flushed in that transaction and deleted in a second one
+//! (`nft -f -`, atomic) that flushes every chain and every set and map but the
+//! session-affinity ones, and adds all rules and elements — preceded by one that creates
+//! the table, chains, sets and maps that are missing (what kube-proxy's transaction
+//! creates in its own first lines; split off and reordered for the kernel's sake:
+//! [`super::staged`]). Chains and sets of the table that the ruleset no longer has
+//! (a deleted service's) are flushed in the filling transaction and deleted in a third one
 //! right after (kube-proxy deletes stale chains after the transaction that removes what
 //! refers to them). A refused transaction changes nothing: the previous rules keep
 //! serving. A dry run reads the live table and the desired one as the kernel lists it
 //! ([`Nft::canonical`]) and compares them ([`super::listing`]); it sends nothing.
 
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use super::apply::{Nft, NftError};
+use super::apply::{Names, Nft, NftError};
 use super::listing::{self, Diff, Listing};
 use super::model::{self, Family, Form, Table};
+use super::staged;
 
 /// What one family's sync found and did.
 #[derive(Debug, Clone)]
@@ -59,21 +63,29 @@ pub fn full(nft: &mut dyn Nft, table: &Table, dry_run: bool) -> Result<Report, N
     let family = table.family;
     let mut report = Report::new(family);
     let t = Instant::now();
-    let names = nft.names(family)?.unwrap_or_default();
+    let live = nft.names(family)?;
+    let existed = live.is_some();
+    let names = live.unwrap_or_default();
     report.timings.read = t.elapsed();
     let t = Instant::now();
     let o = &table.objects;
-    let stale_chains: Vec<&String> = names.chains.iter().filter(|c| !o.chains.iter().any(|d| &d.name == *c)).collect();
-    let stale_sets: Vec<&String> = names.sets.iter().filter(|s| !o.sets.iter().any(|d| &d.name == *s)).collect();
-    let mut text = model::write(table, Form::Transaction);
+    let wanted_chains: HashSet<&str> = o.chains.iter().map(|c| c.name.as_str()).collect();
+    let wanted_sets: HashSet<&str> = o.sets.iter().map(|s| s.name.as_str()).collect();
+    let stale_chains: Vec<&String> = names.chains.iter().filter(|c| !wanted_chains.contains(c.as_str())).collect();
+    let stale_sets: Vec<&String> = names.sets.iter().filter(|s| !wanted_sets.contains(s.as_str())).collect();
+    let staged::Staged { declare, fill: mut text } = staged::write(table);
     let head = format!("{} {}", family.as_str(), table.name);
     for c in &stale_chains {
         text.push_str(&format!("flush chain {head} {c}\n"));
     }
-    report.lines = text.lines().count();
+    report.lines = declare.lines().count() + text.lines().count();
     report.timings.render = t.elapsed();
     let t = Instant::now();
-    nft.run(&text)?;
+    nft.run(&declare)?;
+    if let Err(e) = nft.run(&text) {
+        undeclare(nft, table, existed.then_some(&names));
+        return Err(e);
+    }
     report.applied = true;
     let delete: String = stale_chains
         .iter()
@@ -89,6 +101,32 @@ pub fn full(nft: &mut dyn Nft, table: &Table, dry_run: bool) -> Result<Report, N
     }
     report.timings.apply = t.elapsed();
     Ok(report)
+}
+
+/// After a refused filling transaction: deletes what the declaring one created (the whole
+/// table when there was none, else the chains and sets `before` did not have), so that
+/// a refused sync leaves the table as it was. Best effort: what stays is empty and
+/// unreferenced, and the next full sync uses or deletes it.
+fn undeclare(nft: &mut dyn Nft, table: &Table, before: Option<&Names>) {
+    let head = format!("{} {}", table.family.as_str(), table.name);
+    let text = match before {
+        None => format!("delete table {head}\n"),
+        Some(names) => {
+            let had_chains: HashSet<&str> = names.chains.iter().map(String::as_str).collect();
+            let had_sets: HashSet<&str> = names.sets.iter().map(String::as_str).collect();
+            let o = &table.objects;
+            let chains = o.chains.iter().filter(|c| !had_chains.contains(c.name.as_str())).map(|c| format!("delete chain {head} {}\n", c.name));
+            // Maps are not in `names`: a new map is left (empty) for the next full sync.
+            let sets = o.sets.iter().filter(|s| !s.is_map && !had_sets.contains(s.name.as_str())).map(|s| format!("delete set {head} {}\n", s.name));
+            chains.chain(sets).collect()
+        }
+    };
+    if text.is_empty() {
+        return;
+    }
+    if let Err(e) = nft.run(&text) {
+        tracing::warn!(family = table.family.as_str(), error = %e, "empty nftables chains and sets of a refused sync not deleted; the next full sync does");
+    }
 }
 
 /// A dry run: the live table against the desired one, both as the kernel lists them.
@@ -123,19 +161,22 @@ mod tests {
     }
 
     #[test]
-    fn a_full_sync_is_one_transaction_and_stale_chains_go_in_a_second() {
+    fn a_full_sync_declares_then_fills_in_one_transaction_and_stale_chains_go_in_a_third() {
         let mut nft = FakeNft::new();
         let r = full(&mut nft, &table(&["a", "b"]), false).unwrap();
         assert!(r.applied && r.stale.is_empty());
-        assert_eq!(nft.calls.iter().filter(|c| matches!(c, Call::Run(_))).count(), 1);
+        let runs: Vec<&String> = nft.calls.iter().filter_map(|c| if let Call::Run(t) = c { Some(t) } else { None }).collect();
+        assert_eq!(runs.len(), 2, "{runs:?}");
+        assert!(runs[0].lines().all(|l| l.starts_with("add table") || l.starts_with("add chain")), "{}", runs[0]);
+        assert!(!runs[1].contains("add chain") && runs[1].contains("add rule"), "{}", runs[1]);
         nft.calls.clear();
 
         let r = full(&mut nft, &table(&["a"]), false).unwrap();
         assert_eq!(r.stale, ["chain service-b"]);
         let runs: Vec<&String> = nft.calls.iter().filter_map(|c| if let Call::Run(t) = c { Some(t) } else { None }).collect();
-        assert_eq!(runs.len(), 2, "{runs:?}");
-        assert!(runs[0].contains("flush chain ip kube-proxy service-b\n") && !runs[0].contains("delete"));
-        assert_eq!(runs[1], "delete chain ip kube-proxy service-b\n");
+        assert_eq!(runs.len(), 3, "{runs:?}");
+        assert!(runs[1].contains("flush chain ip kube-proxy service-b\n") && !runs[1].contains("delete"));
+        assert_eq!(runs[2], "delete chain ip kube-proxy service-b\n");
         let listed = nft.listing(Family::Ip).unwrap();
         assert!(!listed.contains("service-b") && listed.contains("service-a"), "{listed}");
     }

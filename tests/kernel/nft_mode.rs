@@ -4,7 +4,9 @@
 //! nothing to change; real connections to a ClusterIP (from the node and from a pod) and
 //! to a NodePort (from outside the node) reach the pods; a transaction the kernel refuses
 //! changes nothing (the previous rules keep serving) and the error names the line;
-//! `svcproxy cleanup` removes both families' tables; and `sync --watch --mode nftables`
+//! `svcproxy cleanup` removes both families' tables; kube-proxy's one-transaction text
+//! (`render`) applied by a bare `nft -f` lists exactly as svcproxy's sync (two
+//! transactions, reordered) does, and a sync over it changes no rule (migration); and `sync --watch --mode nftables`
 //! follows an endpoint change with a partial sync, clearing the UDP conntrack entries of
 //! the endpoint that went.
 
@@ -18,6 +20,7 @@ pub fn cases() -> Vec<Case> {
         Case::new("nftables_sync_reads_back_and_serves_clusterip_and_nodeport", sync_serves),
         Case::new("nftables_refused_transaction_keeps_the_previous_rules", refused_keeps_rules),
         Case::new("nftables_cleanup_removes_both_tables", cleanup_removes_tables),
+        Case::new("nftables_kube_proxys_transaction_and_svcproxys_sync_leave_the_same_tables", same_as_kube_proxy),
         Case::new("nftables_watch_partial_sync_follows_an_endpoint_change", watch_partial).with_timeout(std::time::Duration::from_secs(180)),
         Case::new("nftables_watch_clears_stale_udp_conntrack_entries", watch_udp_conntrack).with_timeout(std::time::Duration::from_secs(180)),
     ]
@@ -131,6 +134,44 @@ fn refused_keeps_rules(ctx: &mut Ctx) -> CaseResult {
     let t = dataplane::connect(ctx, &lab, Where::Pod(CLIENT), "198.19.255.20", 80, Proto::Tcp, N)?;
     dataplane::spread(&t, &["pod2"], "the new service")?;
     let _ = std::fs::remove_file(&path);
+    Ok(())
+}
+
+/// Both families' tables as `nft list table` prints them.
+fn both(lab: &Lab) -> Result<String, String> {
+    Ok(format!("{}{}", listed(lab, "ip")?, listed(lab, "ip6")?))
+}
+
+/// svcproxy's full sync into an empty kernel, then (tables deleted) kube-proxy's
+/// one-transaction text as `render` prints it, applied by a bare `nft -f`: the kernel lists
+/// the same tables; then svcproxy syncs over kube-proxy's tables (a node switching
+/// proxies) and changes no rule.
+fn same_as_kube_proxy(ctx: &mut Ctx) -> CaseResult {
+    let lab = lab(ctx)?;
+    let svcs = [web(&[1, 2]), svc("api", "198.19.255.20", vec![tcp("http", 80), tcp("grpc", 81)], vec![ep4(1), ep4(2)])];
+    sync(ctx, &lab, &svcs)?;
+    let staged = both(&lab)?;
+    ensure!(staged.contains("numgen random mod 2 vmap"), "the service chains balance over two endpoints:\n{staged}");
+
+    let path = temp_yaml(&cluster_yaml(&svcs))?;
+    let p = path_str(&path).to_string();
+    let mut render = args(&p, &[]);
+    render[0] = "render";
+    let text = run_expect(lab.node(), Backend::Nft, &render, 0)?;
+    let kp = temp_yaml(&text)?;
+    lab.node().run(&["nft", "delete", "table", "ip", "kube-proxy"])?;
+    lab.node().run(&["nft", "delete", "table", "ip6", "kube-proxy"])?;
+    lab.node().run(&["nft", "-f", path_str(&kp)])?;
+    let one = both(&lab)?;
+    ensure!(one == staged, "kube-proxy's one transaction lists otherwise than svcproxy's sync:\n--- one transaction\n{one}\n--- svcproxy\n{staged}");
+
+    let out = run(lab.node(), Backend::Nft, &args(&p, &[]))?;
+    ensure!(out.status.code() == Some(0), "sync over kube-proxy's tables failed: {}", String::from_utf8_lossy(&out.stderr));
+    ensure!(both(&lab)? == one, "svcproxy's sync over kube-proxy's tables changed them");
+    let t = dataplane::connect(ctx, &lab, Where::Pod(CLIENT), CIP4, 80, Proto::Tcp, N)?;
+    dataplane::spread(&t, &["pod1", "pod2"], "pod -> ClusterIP after the switch")?;
+    let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_file(&kp);
     Ok(())
 }
 

@@ -123,6 +123,23 @@ pub enum BenchWhat {
         #[arg(long, value_name = "PATH")]
         write_changed: Option<PathBuf>,
     },
+    /// Print the nftables transaction svcproxy's watch-mode partial sync sends for one
+    /// endpoint added to the middle service of a generated cluster (one `nft -f` input
+    /// per run it makes); optionally write the clusters before and after (for
+    /// scripts/bench-nft)
+    #[command(hide = true)]
+    NftPartial {
+        #[arg(long, default_value_t = 10000)]
+        services: usize,
+        #[arg(long, default_value_t = 10)]
+        endpoints: usize,
+        /// Also write the cluster before the change (YAML) here
+        #[arg(long, value_name = "PATH")]
+        write_base: Option<PathBuf>,
+        /// Also write the cluster after the change (YAML) here
+        #[arg(long, value_name = "PATH")]
+        write_changed: Option<PathBuf>,
+    },
     /// Split a full restore input (stdin) into several restores of at most N services each,
     /// a service's chains together in dependency order, top-level chains declared first and
     /// filled last; writes DIR/0000.restore, … and prints their count (for scripts/bench-kernel)
@@ -184,6 +201,17 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let add = one.add.clone();
             let changes = one.step(&add);
             out(&one.kube_proxy_partial(&changes))?;
+        }
+        BenchWhat::NftPartial { services, endpoints, write_base, write_changed } => {
+            let mut one = OneEndpoint::new(*services, *endpoints)?;
+            for (path, text) in [(write_base, &one.base_text), (write_changed, &one.changed_text)] {
+                if let Some(p) = path {
+                    std::fs::write(p, text).with_context(|| format!("cannot write {}", p.display()))?;
+                }
+            }
+            let runs = bench::nft::one_endpoint_partial(&mut one)?;
+            anyhow::ensure!(runs.len() == 1, "the partial sync made {} nft runs, not one", runs.len());
+            out(&runs.concat())?;
         }
         BenchWhat::SplitRestore { services_per_chunk, dir } => {
             let mut text = String::new();

@@ -723,8 +723,9 @@ fn an_nftables_sync_is_one_transaction_per_family_and_a_dry_run_after_it_finds_n
 
     let outcome = engine.sync(true).unwrap();
     let runs: Vec<String> = nft.lock().unwrap().calls.iter().filter_map(|c| if let Call::Run(t) = c { Some(t.clone()) } else { None }).collect();
-    assert_eq!(runs.len(), 2, "one transaction per family");
-    assert!(runs[0].starts_with("add table ip kube-proxy") && runs[1].starts_with("add table ip6 kube-proxy"));
+    assert_eq!(runs.len(), 4, "per family, one transaction that declares and one that fills (nftables::staged)");
+    assert!(runs[0].starts_with("add table ip kube-proxy") && runs[2].starts_with("add table ip6 kube-proxy"));
+    assert!(runs[1].starts_with("flush chain ip kube-proxy") && runs[3].starts_with("flush chain ip6 kube-proxy"));
     assert_eq!(outcome.restore_lines, runs.iter().map(|t| t.lines().count()).sum::<usize>());
     // The kernel holds what render prints.
     let Proxier::Nftables(p) = &engine.proxier else { panic!("nftables mode") };
