@@ -9,7 +9,9 @@ pub mod ipset;
 pub mod kernel_state;
 pub mod link;
 pub mod netlink;
+pub mod memory;
 pub mod observe;
+pub mod partial;
 pub mod plan;
 pub mod proxier;
 pub mod reconcile;
@@ -17,6 +19,8 @@ pub mod stale;
 pub mod sync;
 pub mod text;
 pub mod values;
+#[cfg(test)]
+pub mod walk;
 
 use crate::config::Config;
 use crate::model::{EndpointsMap, ServicePortMap};

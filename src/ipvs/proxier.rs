@@ -1,14 +1,19 @@
-//! IPVS mode across syncs (watch mode): the kernel interfaces, owned, and a sync that
-//! reads the kernel (IPVS, `kube-ipvs0`, ipsets, iptables) and reconciles it each time.
-//! Graceful termination needs no memory here: draining real servers are found in the
-//! kernel on every sync and removed once drained or past the grace period. After a sync
-//! that applied, the UDP/SCTP conntrack entries its changes made stale are cleared, per
-//! family (kube-proxy's IPVS proxier runs its conntrack reconciler at the same point).
+//! IPVS mode across syncs (watch mode): the kernel interfaces, owned, and two kinds of sync.
+//! A **full** one (the first, after a failure, when the engine asks) reads the kernel (IPVS,
+//! `kube-ipvs0`, ipsets, iptables) and reconciles all of it ([`super::sync`]); it leaves
+//! behind the [`Memory`] of what the kernel then holds. A **partial** one, while that
+//! memory stands, plans only the changed services and sends only what moved
+//! ([`super::partial`]); any failure drops the memory, so the next sync is full. Draining
+//! real servers are kept in the memory (and the grace file, so a restart keeps them) and
+//! removed once drained or past the grace period. After a sync that applied, the UDP/SCTP
+//! conntrack entries its changes made stale are cleared, per family (kube-proxy's IPVS
+//! proxier runs its conntrack reconciler at the same point).
 
 use std::path::PathBuf;
 
 use super::ipset::{ExecIpset, IpsetRunner};
 use super::link::{Links, RtNetlink};
+use super::memory::Memory;
 use super::netlink::{Ipvs, NetlinkIpvs};
 use super::reconcile;
 use super::sync::{self, Kernel, Options, Report, SyncError, GRACE_FILE};
@@ -52,6 +57,8 @@ pub struct Proxier {
     pub paths: Paths,
     /// The stale-flow cleanups of the last sync, for the metrics.
     pub reconciled: Vec<Reconciled>,
+    /// What the kernel holds since the last full sync (`None`: the next sync is full).
+    pub memory: Option<Memory>,
 }
 
 impl Proxier {
@@ -66,18 +73,26 @@ impl Proxier {
             conntrack: Box::new(ExecConntrack),
             paths: Paths::node(),
             reconciled: Vec::new(),
+            memory: None,
         })
     }
 
     /// Syncs (or, with `dry_run`, compares) every family of `cfg` with the kernel, then
-    /// (unless a dry run) clears the flows the sync made stale.
-    pub fn sync(&mut self, cfg: &Config, trackers: &Trackers, dry_run: bool) -> Result<Report, SyncError> {
+    /// (unless a dry run) clears the flows the sync made stale. Partial (from memory, for
+    /// the committed `changes`, per family) unless `full`, a dry run, or no memory.
+    pub fn sync(&mut self, cfg: &Config, trackers: &Trackers, changes: &[crate::track::Changes], full: bool, dry_run: bool) -> Result<Report, SyncError> {
         self.reconciled.clear();
-        let report = self.sync_kernel(cfg, trackers, dry_run)?;
+        let memory = self.memory.take().filter(|_| !full && !dry_run);
+        let report = self.sync_kernel(cfg, trackers, changes, memory, dry_run)?;
         if !dry_run {
             self.clear_stale(&cfg.families, &report.flushes);
         }
         Ok(report)
+    }
+
+    /// Drops the memory: the next sync reads the kernel (the configuration changed).
+    pub fn forget(&mut self) {
+        self.memory = None;
     }
 
     /// Each family's stale flows, cleared and recorded (a family with none does no work).
@@ -90,7 +105,7 @@ impl Proxier {
         }
     }
 
-    fn sync_kernel(&mut self, cfg: &Config, trackers: &Trackers, dry_run: bool) -> Result<Report, SyncError> {
+    fn sync_kernel(&mut self, cfg: &Config, trackers: &Trackers, changes: &[crate::track::Changes], memory: Option<Memory>, dry_run: bool) -> Result<Report, SyncError> {
         let now_secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let opts = Options {
             dry_run,
@@ -105,6 +120,13 @@ impl Proxier {
             ipset: self.ipset.as_mut(),
             iptables: self.iptables.as_mut(),
         };
-        sync::sync(cfg, trackers, &mut k, &opts)
+        if let Some(mut memory) = memory {
+            let report = super::partial::sync(&mut memory, trackers, changes, &mut k, &opts)?;
+            self.memory = Some(memory);
+            return Ok(report);
+        }
+        let (report, memory) = sync::full(cfg, trackers, &mut k, &opts)?;
+        self.memory = memory;
+        Ok(report)
     }
 }

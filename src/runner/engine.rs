@@ -146,7 +146,7 @@ impl Engine {
         match &mut self.proxier {
             Proxier::Iptables(p) => p.rerender(&self.config, &self.trackers),
             Proxier::Nftables(p) => p.rerender(&self.config, &self.trackers),
-            Proxier::Ipvs(_) => {}
+            Proxier::Ipvs(p) => p.forget(),
         }
         true
     }
@@ -197,7 +197,7 @@ impl Engine {
                 Ok(Outcome { restore_lines, rules, elapsed, reconciled, sysctls, detail: Detail::Iptables(reports), ..Outcome::default() })
             }
             Proxier::Ipvs(p) => {
-                let r = p.sync(&self.config, &self.trackers, pass == Pass::DryRun)?;
+                let r = p.sync(&self.config, &self.trackers, changes, full, pass == Pass::DryRun)?;
                 let restore_lines = r.iptables.iter().map(|(_, d)| d.restore_lines()).sum();
                 let whole = r.timings.read + r.timings.plan + r.timings.apply;
                 let elapsed = self.trackers.families.iter().map(|t| (t.family, whole)).collect();
