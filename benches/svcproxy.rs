@@ -1,7 +1,8 @@
 //! `cargo bench`: svcproxy in process on generated clusters (1,000, 5,000, 10,000 and
 //! 50,000 services × 10 endpoints; `SVCPROXY_BENCH_SIZES=1000,10000` picks others):
 //! parse + track (YAML, and JSON `kind: List` up to 10,000), the full iptables render beside writing the same bytes, the full IPVS
-//! plan, and a one-endpoint change (at every size up to 10,000). Ten samples each, their
+//! plan, and a one-endpoint change (at every size up to 10,000; in IPVS mode its
+//! incremental plan, beside the full plan). Ten samples each, their
 //! median in BENCHMARKS.md (`scripts/bench` writes it from criterion's output).
 
 use std::hint::black_box;
@@ -120,6 +121,42 @@ fn one_endpoint(c: &mut Criterion, n: usize) {
     g.bench_function(id("commit_update"), |b| b.iter_custom(|iters| changes(&mut one, &mut (), iters, commit_update)));
     g.bench_function(id("svcproxy_partial"), |b| b.iter_custom(|iters| changes(&mut one, &mut proxier, iters, watch)));
     g.bench_function(id("kube_proxy_partial"), |b| b.iter_custom(|iters| changes(&mut one, &mut (), iters, kube_proxy)));
+    g.finish();
+    ipvs_plan_change(c, &mut one);
+}
+
+/// IPVS mode's plan of the one-endpoint change: only the changed service re-planned
+/// (what a partial sync plans), beside the full plan of the same cluster.
+fn ipvs_plan_change(c: &mut Criterion, one: &mut OneEndpoint) {
+    use svcproxy::ipvs::plan::{incremental::Planner, Context};
+    let n = one.services;
+    let t = &one.loaded.trackers.families[0];
+    let (s, e) = t.view();
+    let mut planner = Planner::new(Context::new(&one.loaded.config, t.family), s, e);
+    // The change is committed untimed; only the planner's update is timed.
+    let update = |one: &mut OneEndpoint, planner: &mut Planner, event: &Event| {
+        one.loaded.trackers.apply(event);
+        let changed = one.loaded.trackers.commit().swap_remove(0).services;
+        let (s, e) = one.loaded.trackers.families[0].view();
+        let t = Instant::now();
+        black_box(planner.update(s, e, &changed));
+        t.elapsed()
+    };
+    let (add, revert) = (one.add.clone(), one.revert.clone());
+    let mut g = group(c, "ipvs_change", Duration::from_millis(1));
+    g.bench_function(BenchmarkId::new("plan_partial", n), |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                total += update(one, &mut planner, &add);
+                update(one, &mut planner, &revert);
+            }
+            total
+        })
+    });
+    let per = once(|| svcproxy::ipvs::plan_all(&one.loaded.config, &one.loaded.trackers));
+    g.measurement_time((per * 7).max(Duration::from_secs(1)));
+    g.bench_function(BenchmarkId::new("plan_full", n), |b| b.iter(|| svcproxy::ipvs::plan_all(&one.loaded.config, black_box(&one.loaded.trackers))));
     g.finish();
 }
 

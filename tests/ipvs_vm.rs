@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
-const GUEST_CHECKS: usize = 36;
+const GUEST_CHECKS: usize = 37;
 
 const MODULES: &str = "ip_set ip_set_hash_ip ip_set_hash_ipport ip_set_hash_ipportip ip_set_hash_ipportnet \
     ip_set_bitmap_port xt_set ip_tables iptable_nat iptable_filter ip6_tables ip6table_nat ip6table_filter \
