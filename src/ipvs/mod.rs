@@ -2,6 +2,7 @@
 //! `text` prints plans, and `netlink` is svcproxy's own IPVS generic-netlink client
 //! (messages as pure types, a synchronous client behind a trait, an in-memory fake).
 
+pub mod canary;
 pub mod cleanup;
 #[cfg(any(test, feature = "testing"))]
 pub mod fake;

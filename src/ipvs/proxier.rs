@@ -59,6 +59,9 @@ pub struct Proxier {
     pub reconciled: Vec<Reconciled>,
     /// What the kernel holds since the last full sync (`None`: the next sync is full).
     pub memory: Option<Memory>,
+    /// Whether full syncs ensure the iptables canaries (watch mode; a one-shot sync has no
+    /// loop to check them).
+    pub canaries: bool,
 }
 
 impl Proxier {
@@ -74,6 +77,7 @@ impl Proxier {
             paths: Paths::node(),
             reconciled: Vec::new(),
             memory: None,
+            canaries: true,
         })
     }
 
@@ -88,6 +92,13 @@ impl Proxier {
             self.clear_stale(&cfg.families, &report.flushes);
         }
         Ok(report)
+    }
+
+    /// Whether the kernel lost what the memory trusts ([`super::canary::lost`]): `Some`
+    /// means the next sync must be full. `None` without memory (the next one is full anyway).
+    pub fn lost(&mut self) -> Result<Option<(IpFamily, &'static str)>, crate::netfilter::apply::RestoreError> {
+        let Some(memory) = &self.memory else { return Ok(None) };
+        super::canary::lost(memory, self.ipvs.as_mut(), self.links.as_mut(), self.iptables.as_mut())
     }
 
     /// Drops the memory: the next sync reads the kernel (the configuration changed).
@@ -126,6 +137,9 @@ impl Proxier {
             return Ok(report);
         }
         let (report, memory) = sync::full(cfg, trackers, &mut k, &opts)?;
+        if memory.is_some() && self.canaries {
+            super::canary::ensure(self.iptables.as_mut(), &cfg.families)?;
+        }
         self.memory = memory;
         Ok(report)
     }

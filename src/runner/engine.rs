@@ -123,6 +123,10 @@ impl Engine {
     pub fn without_canaries(self) -> Self {
         let proxier = match self.proxier {
             Proxier::Iptables(p) => Proxier::Iptables(p.without_canaries()),
+            Proxier::Ipvs(mut p) => {
+                p.canaries = false;
+                Proxier::Ipvs(p)
+            }
             other => other,
         };
         Engine { proxier, ..self }
@@ -253,7 +257,8 @@ impl Engine {
     }
 }
 
-/// Where a canary was found gone (iptables mode).
+/// Where a canary was found gone: an iptables table (iptables and IPVS modes), or in IPVS
+/// mode `kube-ipvs0` or `ipvs` (see [`crate::ipvs::canary`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CanaryLost {
     pub family: crate::net::IpFamily,
@@ -261,17 +266,18 @@ pub struct CanaryLost {
 }
 
 impl Engine {
-    /// Whether this mode keeps canaries (iptables mode; IPVS mode keeps its own sync
-    /// behaviour and checks none).
+    /// Whether this mode keeps canaries (iptables and IPVS modes: both sync partially from
+    /// memory between full syncs).
     pub fn has_canaries(&self) -> bool {
-        matches!(self.proxier, Proxier::Iptables(_))
+        matches!(self.proxier, Proxier::Iptables(_) | Proxier::Ipvs(_))
     }
 
     /// Checks the canaries: `Some` when one is gone and the next sync must be full.
     pub fn canary_lost(&mut self) -> Result<Option<CanaryLost>, crate::netfilter::apply::RestoreError> {
         match &mut self.proxier {
             Proxier::Iptables(p) => Ok(p.canary_lost()?.map(|(family, table)| CanaryLost { family, table })),
-            Proxier::Ipvs(_) | Proxier::Nftables(_) => Ok(None),
+            Proxier::Ipvs(p) => Ok(p.lost()?.map(|(family, table)| CanaryLost { family, table })),
+            Proxier::Nftables(_) => Ok(None),
         }
     }
 

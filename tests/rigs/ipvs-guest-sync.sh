@@ -138,6 +138,14 @@ done
 fulls=$(grep -c 'kind=Full' /tmp/watch.log); partials=$(grep -c 'kind=Partial' /tmp/watch.log)
 if [ $seq_ok = 1 ] && [ "$fulls" = 1 ] && [ "$partials" -ge 5 ]; then ok "watch: partial syncs through 5 changes never drift from a full sync ($fulls full, $partials partial)"
 elif [ $seq_ok = 1 ]; then bad "watch: only the first sync is full" "$fulls full, $partials partial: $(grep -E 'kind=' /tmp/watch.log | tail -5)"; fi
+# Someone else flushes nat, then clears IPVS: the canary checks (one per sync period)
+# notice, and a full sync repairs each.
+clean='"$S" sync --mode ipvs --iptables-backend legacy --from /tmp/watch/cluster.yaml --dry-run >/tmp/dry.out 2>&1 && [ ! -s /tmp/dry.out ]'
+iptables-legacy -t nat -F
+if wait_for "$clean"; then ipvsadm -C; if wait_for "$clean"; then repaired=1; else repaired=0; fi; else repaired=0; fi
+fulls=$(grep -c 'kind=Full' /tmp/watch.log)
+if [ $repaired = 1 ] && [ "$fulls" = 3 ]; then ok "watch: a flushed nat table, then a cleared IPVS table, repaired by one full sync each"
+else bad "watch: flushes repaired" "$fulls full; $(head -20 /tmp/dry.out; grep -E 'CANARY|gone|kind=Full' /tmp/watch.log | tail -5)"; fi
 kill -TERM $W; wait $W; rc=$?
 out=$(conns 4)
 if [ $rc = 0 ] && [ "$(count "$out" pod1)" = 4 ]; then ok "watch: SIGTERM stops it and the rules keep serving"; else bad "watch: SIGTERM" "rc=$rc $out $(tail -5 /tmp/watch.log)"; fi

@@ -61,6 +61,7 @@ impl Fakes {
             paths: Paths { grace_file: self.dir.join("grace"), grace_period_secs, proc_sys: self.dir.join("sys") },
             reconciled: Vec::new(),
             memory: None,
+            canaries: true,
         }
     }
 
@@ -249,5 +250,40 @@ fn graceful_termination_runs_from_memory_and_is_persisted() {
     assert_eq!(weight(&fakes, &vs), None, "deleted once drained");
     assert!(!std::fs::read_to_string(dir.join("grace")).unwrap().contains(&gone.addr.to_string()));
     assert_eq!(fakes.reads().2, reads.2, "no ipset save throughout");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn the_engine_notices_a_lost_canary_link_or_ipvs_table_and_syncs_fully() {
+    let dir = temp("canary");
+    let walk = Walk::new(10, 3, 4);
+    let loaded = load(&walk);
+    let fakes = Fakes::new(&dir);
+    let family = loaded.config.families[0];
+    let mut engine = Engine::ipvs(loaded.config, loaded.trackers, fakes.proxier(0));
+    assert!(engine.has_canaries());
+    assert_eq!(engine.canary_lost().unwrap(), None, "no memory yet: the next sync is full anyway");
+    engine.sync(true).unwrap();
+    assert_eq!(engine.canary_lost().unwrap(), None);
+
+    // Someone flushes nat: every rule goes, the canary's too.
+    fakes.iptables.lock().unwrap().flush_table(family, "nat");
+    assert_eq!(engine.canary_lost().unwrap().map(|l| l.table), Some("nat"));
+    engine.sync(true).unwrap();
+    assert_eq!(engine.canary_lost().unwrap(), None, "a full sync restores it");
+
+    // Someone deletes kube-ipvs0 (and with it every bound address).
+    let index = lock(&fakes.links).links["kube-ipvs0"];
+    crate::ipvs::link::Links::delete_link(&mut *lock(&fakes.links), index).unwrap();
+    assert_eq!(engine.canary_lost().unwrap().map(|l| l.table), Some("kube-ipvs0"));
+    engine.sync(true).unwrap();
+    assert_eq!(engine.canary_lost().unwrap(), None);
+
+    // Someone runs `ipvsadm -C`.
+    crate::ipvs::netlink::Ipvs::flush(&mut *lock(&fakes.ipvs)).unwrap();
+    assert_eq!(engine.canary_lost().unwrap().map(|l| l.table), Some("ipvs"));
+    engine.sync(true).unwrap();
+    assert_eq!(engine.canary_lost().unwrap(), None);
+    assert_eq!(fakes.full_comparison(&load(&walk)), "");
     let _ = std::fs::remove_dir_all(dir);
 }

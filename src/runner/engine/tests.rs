@@ -159,6 +159,7 @@ fn ipvs_engine_recording(state: ClusterState, dir: &std::path::Path) -> (Engine,
         paths: Paths { grace_file: dir.join("grace"), grace_period_secs: 0, proc_sys: sys },
         reconciled: Vec::new(),
         memory: None,
+        canaries: true,
     };
     (Engine::ipvs(loaded.config, loaded.trackers, proxier), conntrack)
 }
