@@ -219,6 +219,10 @@ impl Planner {
             self.plan.bound.remove(ip);
             del.push((SetId::IpvsIps, ip.to_string()));
         }
+        // The rules depend on which sets are empty and on the no-node-access VIPs alone:
+        // re-written only when one of those moved (a VIP list walk per sync otherwise).
+        let ids: BTreeSet<SetId> = add.iter().chain(&del).map(|(id, _)| *id).collect();
+        let empty_before: Vec<bool> = ids.iter().map(|id| self.plan.set(*id).is_empty()).collect();
         for (id, e) in &add {
             self.plan.insert_entry(*id, e.clone());
         }
@@ -231,8 +235,13 @@ impl Planner {
         nna_del.iter().for_each(|n| {
             self.plan.no_node_access.remove(n);
         });
-        let rules = rules::write(&self.ctx, &self.plan);
-        let iptables = (rules != self.plan.iptables).then(|| std::mem::replace(&mut self.plan.iptables, rules));
+        let flipped = ids.iter().zip(&empty_before).any(|(id, was)| self.plan.set(*id).is_empty() != *was);
+        let iptables = if flipped || !nna_add.is_empty() || !nna_del.is_empty() || self.plan.iptables.is_empty() {
+            let rules = rules::write(&self.ctx, &self.plan);
+            (rules != self.plan.iptables).then(|| std::mem::replace(&mut self.plan.iptables, rules))
+        } else {
+            None
+        };
         Update { services: t.keys, bind: bind.into_iter().collect(), unbind: unbind.into_iter().collect(), add, del, iptables }
     }
 
