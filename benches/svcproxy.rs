@@ -157,6 +157,13 @@ fn ipvs_plan_change(c: &mut Criterion, one: &mut OneEndpoint) {
     let per = once(|| svcproxy::ipvs::plan_all(&one.loaded.config, &one.loaded.trackers));
     g.measurement_time((per * 7).max(Duration::from_secs(1)));
     g.bench_function(BenchmarkId::new("plan_full", n), |b| b.iter(|| svcproxy::ipvs::plan_all(&one.loaded.config, black_box(&one.loaded.trackers))));
+    // What a full sync plans with now: the full plan and every port's contribution kept.
+    let t = &one.loaded.trackers.families[0];
+    let ctx = Context::new(&one.loaded.config, t.family);
+    g.bench_function(BenchmarkId::new("planner_new", n), |b| b.iter(|| {
+        let (s, e) = t.view();
+        Planner::new(ctx.clone(), black_box(s), e)
+    }));
     g.finish();
 }
 

@@ -34,8 +34,9 @@ pub struct Planner {
     ctx: Context,
     plan: Plan,
     parts: BTreeMap<ServicePortName, Part>,
-    /// The ports wanting each virtual server (the last in order wins).
-    owners: HashMap<ServiceKey, BTreeSet<ServicePortName>>,
+    /// How many ports want each virtual server (the last in order wins; found by a walk
+    /// of the parts only when a shared one loses its winner).
+    owners: HashMap<ServiceKey, u32>,
     entries: HashMap<(SetId, String), u32>,
     bound: HashMap<IpAddr, u32>,
     no_node_access: HashMap<NoNodeAccess, u32>,
@@ -141,7 +142,14 @@ impl Planner {
     fn fragment(&self, name: &ServicePortName, services: &ServicePortMap, endpoints: &EndpointsMap) -> Option<Plan> {
         let svc = services.get(name)?;
         let eps = endpoints.get(name).map(|e| e.as_slice()).unwrap_or_default();
-        let mut frag = Plan { sets: BTreeMap::new(), ..Plan::empty(self.ctx.family()) };
+        let mut frag = Plan {
+            family: self.ctx.family(),
+            services: BTreeMap::new(),
+            bound: BTreeSet::new(),
+            sets: BTreeMap::new(),
+            no_node_access: BTreeSet::new(),
+            iptables: Vec::new(),
+        };
         servers::add_service(&self.ctx, &mut frag, name, svc, eps);
         Some(frag)
     }
@@ -155,13 +163,14 @@ impl Planner {
             no_node_access: frag.no_node_access.iter().copied().collect(),
         };
         for key in &part.keys {
-            self.owners.entry(*key).or_default().insert(name.clone());
+            *self.owners.entry(*key).or_default() += 1;
             t.keys.insert(*key);
         }
         self.count_part(&part, t, true);
-        // The last port in order wins a shared virtual server; this one's is fresh.
+        // The last port in order wins a shared virtual server (a current winner is live:
+        // a removed one's entry went with it).
         for (key, d) in frag.services {
-            if self.owners.get(&key).and_then(|o| o.last()) == Some(name) {
+            if self.plan.services.get(&key).is_none_or(|cur| cur.owner < *name) {
                 self.plan.services.insert(key, d);
             }
         }
@@ -171,12 +180,14 @@ impl Planner {
     fn remove_port(&mut self, name: &ServicePortName, t: &mut Touched) {
         let Some(part) = self.parts.remove(name) else { return };
         for key in &part.keys {
-            if let Some(o) = self.owners.get_mut(key) {
-                o.remove(name);
-                if o.is_empty() {
+            if let Some(n) = self.owners.get_mut(key) {
+                *n -= 1;
+                if *n == 0 {
                     self.owners.remove(key);
-                    self.plan.services.remove(key);
                 }
+            }
+            if self.plan.services.get(key).is_some_and(|cur| cur.owner == *name) {
+                self.plan.services.remove(key);
             }
             t.keys.insert(*key);
         }
@@ -189,17 +200,17 @@ impl Planner {
         part.no_node_access.iter().for_each(|n| count(&mut self.no_node_access, &mut t.no_node_access, n, up));
     }
 
-    /// [`Planner::finish`], first giving each touched virtual server its winning port's
-    /// (when that port was not re-planned here, it is planned again: rare, two ports
-    /// sharing one virtual server).
+    /// [`Planner::finish`], first giving each touched virtual server still wanted but left
+    /// without its winner (two ports shared it, the winner went) the last remaining
+    /// port's, planned again: rare, and found by a walk of the parts.
     fn finish_with(&mut self, t: Touched, services: &ServicePortMap, endpoints: &EndpointsMap) -> Update {
         for key in &t.keys {
-            let Some(winner) = self.owners.get(key).and_then(|o| o.last()).cloned() else { continue };
-            let current = self.plan.services.get(key).is_some_and(|d| d.owner == winner);
-            if !current {
-                if let Some(d) = self.fragment(&winner, services, endpoints).and_then(|mut f| f.services.remove(key)) {
-                    self.plan.services.insert(*key, d);
-                }
+            if !self.owners.contains_key(key) || self.plan.services.contains_key(key) {
+                continue;
+            }
+            let winner = self.parts.iter().rev().find(|(_, p)| p.keys.contains(key)).map(|(n, _)| n.clone());
+            if let Some(d) = winner.and_then(|w| self.fragment(&w, services, endpoints)).and_then(|mut f| f.services.remove(key)) {
+                self.plan.services.insert(*key, d);
             }
         }
         self.finish(t)

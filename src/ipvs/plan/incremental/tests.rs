@@ -68,12 +68,18 @@ fn two_ports_sharing_a_virtual_server_leave_it_to_the_last_in_order() {
     let shared: std::net::IpAddr = "192.0.2.60".parse().unwrap();
     for s in walk.state.services.iter_mut().take(2) {
         s.external_ips = vec![shared];
+        s.ports.truncate(1);
+        s.ports[0].port = 80;
+        s.ports[0].protocol = crate::model::Protocol::Tcp;
     }
+    let key = crate::ipvs::values::ServiceKey { addr: shared, port: 80, protocol: crate::ipvs::values::Protocol::Tcp };
     let mut loaded = load(&walk);
     let ctx = Context::new(&loaded.config, loaded.trackers.families[0].family);
     let (s, e) = loaded.trackers.families[0].view();
     let mut planner = Planner::new(ctx.clone(), s, e);
     assert_eq!(planner.plan(), &full(&loaded, &ctx));
+    let later_owner = planner.plan().services[&key].owner.service.clone();
+    assert_eq!(later_owner, walk.state.services[1].id, "the later service wins the shared virtual server");
     // The later owner goes: the earlier one's virtual server takes its place.
     let later = walk.state.services[1].id.clone();
     loaded.trackers.apply(&crate::track::Event::ServiceDeleted(later.clone()));
@@ -82,4 +88,12 @@ fn two_ports_sharing_a_virtual_server_leave_it_to_the_last_in_order() {
     planner.update(s, e, &changed);
     assert_eq!(planner.plan(), &full(&loaded, &ctx));
     assert!(planner.plan().bound.contains(&shared), "the other service still binds it");
+    assert_eq!(planner.plan().services[&key].owner.service, walk.state.services[0].id);
+    // It comes back, and wins again.
+    loaded.trackers.apply(&crate::track::Event::ServiceApplied(std::sync::Arc::new(walk.state.services[1].clone())));
+    let changed = loaded.trackers.commit().remove(0).services;
+    let (s, e) = loaded.trackers.families[0].view();
+    planner.update(s, e, &changed);
+    assert_eq!(planner.plan(), &full(&loaded, &ctx));
+    assert_eq!(planner.plan().services[&key].owner.service, walk.state.services[1].id);
 }
