@@ -165,6 +165,56 @@ fn ipvs_plan_change(c: &mut Criterion, one: &mut OneEndpoint) {
         Planner::new(ctx.clone(), black_box(s), e)
     }));
     g.finish();
+    ipvs_sync_change(c, one);
+}
+
+/// A whole partial IPVS-mode sync of the one-endpoint change into fake kernels (the
+/// change committed untimed): plan, reconcile against memory, send.
+fn ipvs_sync_change(c: &mut Criterion, one: &mut OneEndpoint) {
+    use svcproxy::ipvs::fake::{FakeIpset, FakeLinks};
+    use svcproxy::ipvs::netlink::FakeIpvs;
+    use svcproxy::ipvs::proxier::{Paths, Proxier};
+    let n = one.services;
+    let dir = std::env::temp_dir().join(format!("svcproxy-bench-ipvs-{}", std::process::id()));
+    for s in svcproxy::ipvs::kernel_state::sysctls(false) {
+        let f = dir.join("sys").join(s.path);
+        std::fs::create_dir_all(f.parent().expect("a sysctl path has a parent")).expect("a scratch directory");
+        std::fs::write(&f, &s.value).expect("a scratch file");
+    }
+    let mut p = Proxier {
+        ipvs: Box::new(FakeIpvs::new()),
+        links: Box::new(FakeLinks::default()),
+        ipset: Box::new(FakeIpset::default()),
+        iptables: Box::new(svcproxy::netfilter::fake::FakeIptables::new()),
+        conntrack: Box::new(svcproxy::netfilter::conntrack::RecordingConntrack::default()),
+        paths: Paths { grace_file: dir.join("grace"), grace_period_secs: 0, proc_sys: dir.join("sys") },
+        reconciled: Vec::new(),
+        memory: None,
+        canaries: false,
+    };
+    let none: Vec<svcproxy::track::Changes> = one.loaded.trackers.families.iter().map(|_| Default::default()).collect();
+    p.sync(&one.loaded.config, &one.loaded.trackers, &none, true, false).expect("the first (full) sync");
+    let sync = |one: &mut OneEndpoint, p: &mut Proxier, event: &Event| {
+        one.loaded.trackers.apply(event);
+        let changes = one.loaded.trackers.commit();
+        let t = Instant::now();
+        black_box(p.sync(&one.loaded.config, &one.loaded.trackers, &changes, false, false).expect("a partial sync"));
+        t.elapsed()
+    };
+    let (add, revert) = (one.add.clone(), one.revert.clone());
+    let mut g = group(c, "ipvs_change", Duration::from_millis(1));
+    g.bench_function(BenchmarkId::new("sync_partial", n), |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                total += sync(one, &mut p, &add);
+                sync(one, &mut p, &revert);
+            }
+            total
+        })
+    });
+    g.finish();
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 fn all(c: &mut Criterion) {
