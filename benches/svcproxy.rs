@@ -1,7 +1,8 @@
 //! `cargo bench`: svcproxy in process on generated clusters (1,000, 5,000, 10,000 and
 //! 50,000 services × 10 endpoints; `SVCPROXY_BENCH_SIZES=1000,10000` picks others):
 //! parse + track (YAML, and JSON `kind: List` up to 10,000), the full iptables render beside writing the same bytes, the full IPVS
-//! plan, and a one-endpoint change (at every size up to 10,000). Ten samples each, their
+//! plan, and a one-endpoint change (at every size up to 10,000; in IPVS mode its
+//! incremental plan, beside the full plan). Ten samples each, their
 //! median in BENCHMARKS.md (`scripts/bench` writes it from criterion's output).
 
 use std::hint::black_box;
@@ -121,6 +122,99 @@ fn one_endpoint(c: &mut Criterion, n: usize) {
     g.bench_function(id("svcproxy_partial"), |b| b.iter_custom(|iters| changes(&mut one, &mut proxier, iters, watch)));
     g.bench_function(id("kube_proxy_partial"), |b| b.iter_custom(|iters| changes(&mut one, &mut (), iters, kube_proxy)));
     g.finish();
+    ipvs_plan_change(c, &mut one);
+}
+
+/// IPVS mode's plan of the one-endpoint change: only the changed service re-planned
+/// (what a partial sync plans), beside the full plan of the same cluster.
+fn ipvs_plan_change(c: &mut Criterion, one: &mut OneEndpoint) {
+    use svcproxy::ipvs::plan::{incremental::Planner, Context};
+    let n = one.services;
+    let t = &one.loaded.trackers.families[0];
+    let (s, e) = t.view();
+    let mut planner = Planner::new(Context::new(&one.loaded.config, t.family), s, e);
+    // The change is committed untimed; only the planner's update is timed.
+    let update = |one: &mut OneEndpoint, planner: &mut Planner, event: &Event| {
+        one.loaded.trackers.apply(event);
+        let changed = one.loaded.trackers.commit().swap_remove(0).services;
+        let (s, e) = one.loaded.trackers.families[0].view();
+        let t = Instant::now();
+        black_box(planner.update(s, e, &changed));
+        t.elapsed()
+    };
+    let (add, revert) = (one.add.clone(), one.revert.clone());
+    let mut g = group(c, "ipvs_change", Duration::from_millis(1));
+    g.bench_function(BenchmarkId::new("plan_partial", n), |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                total += update(one, &mut planner, &add);
+                update(one, &mut planner, &revert);
+            }
+            total
+        })
+    });
+    let per = once(|| svcproxy::ipvs::plan_all(&one.loaded.config, &one.loaded.trackers));
+    g.measurement_time((per * 7).max(Duration::from_secs(1)));
+    g.bench_function(BenchmarkId::new("plan_full", n), |b| b.iter(|| svcproxy::ipvs::plan_all(&one.loaded.config, black_box(&one.loaded.trackers))));
+    // What a full sync plans with now: the full plan and every port's contribution kept.
+    let t = &one.loaded.trackers.families[0];
+    let ctx = Context::new(&one.loaded.config, t.family);
+    g.bench_function(BenchmarkId::new("planner_new", n), |b| b.iter(|| {
+        let (s, e) = t.view();
+        Planner::new(ctx.clone(), black_box(s), e)
+    }));
+    g.finish();
+    ipvs_sync_change(c, one);
+}
+
+/// A whole partial IPVS-mode sync of the one-endpoint change into fake kernels (the
+/// change committed untimed): plan, reconcile against memory, send.
+fn ipvs_sync_change(c: &mut Criterion, one: &mut OneEndpoint) {
+    use svcproxy::ipvs::fake::{FakeIpset, FakeLinks};
+    use svcproxy::ipvs::netlink::FakeIpvs;
+    use svcproxy::ipvs::proxier::{Paths, Proxier};
+    let n = one.services;
+    let dir = std::env::temp_dir().join(format!("svcproxy-bench-ipvs-{}", std::process::id()));
+    for s in svcproxy::ipvs::kernel_state::sysctls(false) {
+        let f = dir.join("sys").join(s.path);
+        std::fs::create_dir_all(f.parent().expect("a sysctl path has a parent")).expect("a scratch directory");
+        std::fs::write(&f, &s.value).expect("a scratch file");
+    }
+    let mut p = Proxier {
+        ipvs: Box::new(FakeIpvs::new()),
+        links: Box::new(FakeLinks::default()),
+        ipset: Box::new(FakeIpset::default()),
+        iptables: Box::new(svcproxy::netfilter::fake::FakeIptables::new()),
+        conntrack: Box::new(svcproxy::netfilter::conntrack::RecordingConntrack::default()),
+        paths: Paths { grace_file: dir.join("grace"), grace_period_secs: 0, proc_sys: dir.join("sys") },
+        reconciled: Vec::new(),
+        memory: None,
+        canaries: false,
+    };
+    let none: Vec<svcproxy::track::Changes> = one.loaded.trackers.families.iter().map(|_| Default::default()).collect();
+    p.sync(&one.loaded.config, &one.loaded.trackers, &none, true, false).expect("the first (full) sync");
+    let sync = |one: &mut OneEndpoint, p: &mut Proxier, event: &Event| {
+        one.loaded.trackers.apply(event);
+        let changes = one.loaded.trackers.commit();
+        let t = Instant::now();
+        black_box(p.sync(&one.loaded.config, &one.loaded.trackers, &changes, false, false).expect("a partial sync"));
+        t.elapsed()
+    };
+    let (add, revert) = (one.add.clone(), one.revert.clone());
+    let mut g = group(c, "ipvs_change", Duration::from_millis(1));
+    g.bench_function(BenchmarkId::new("sync_partial", n), |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                total += sync(one, &mut p, &add);
+                sync(one, &mut p, &revert);
+            }
+            total
+        })
+    });
+    g.finish();
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 fn all(c: &mut Criterion) {

@@ -19,10 +19,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
-const GUEST_CHECKS: usize = 36;
+const GUEST_CHECKS: usize = 38;
 
 const MODULES: &str = "ip_set ip_set_hash_ip ip_set_hash_ipport ip_set_hash_ipportip ip_set_hash_ipportnet \
-    ip_set_bitmap_port xt_set ip_tables iptable_nat iptable_filter ip6_tables ip6table_nat ip6table_filter \
+    ip_set_bitmap_port xt_set ip_tables iptable_nat iptable_filter ip6_tables ip6table_nat ip6table_filter iptable_mangle ip6table_mangle \
     xt_comment xt_addrtype xt_mark xt_conntrack xt_MASQUERADE xt_physdev xt_ipvs xt_nat ipt_REJECT ip6t_REJECT";
 
 /// Host files the guest needs beside the rig's own (ipvsadm, ip, dash, busybox).

@@ -5,10 +5,11 @@
 use std::sync::{Arc, Mutex};
 
 use super::OneEndpoint;
-use crate::iptables::conntrack::RecordingConntrack;
+use crate::netfilter::conntrack::RecordingConntrack;
 use crate::nftables::apply::{Names, Nft, NftError};
 use crate::nftables::model::Family;
-use crate::nftables::proxier::{Pass, Proxier};
+use crate::netfilter::apply::Pass;
+use crate::nftables::proxier::Proxier;
 use crate::track::Changes;
 
 /// An `nft` that takes every transaction, keeps its text, and holds no table.

@@ -378,6 +378,9 @@ fn in_process(out: &mut String, i: &Inputs) {
     row(out, "**render ÷ write the same bytes**", &|n| ratio(b("render/iptables", n), b("write_bytes/lines", n)));
     row(out, "copy the same bytes (one memcpy)", &|n| cell(b("write_bytes/copy", n)));
     row(out, "full IPVS plan (trackers → plan)", &|n| cell(b("ipvs/plan", n)));
+    row(out, "IPVS plan of a one-endpoint change (changed service only)", &|n| cell(b("ipvs_change/plan_partial", n)));
+    row(out, "IPVS full plan keeping each port's part (a full sync's)", &|n| cell(b("ipvs_change/planner_new", n)));
+    row(out, "IPVS partial sync of a one-endpoint change (fake kernels)", &|n| cell(b("ipvs_change/sync_partial", n)));
     row(out, "full restore input (lines)", &|n| i.sizes.get(&n).map_or(NONE.into(), |s| fmt_count(s.full)));
     out.push('\n');
 }

@@ -1,20 +1,29 @@
 //! In-memory links and ipsets for IPVS-mode tests that need no root (the IPVS fake is
-//! [`super::netlink::FakeIpvs`]; iptables' is [`crate::netfilter::fake::FakeIptables`]).
+//! [`super::netlink::FakeIpvs`]; iptables' is [`crate::netfilter::fake::FakeIptables`]),
+//! and [`Shared`] handles on all three that a test keeps after handing them to a proxier.
+//! Each counts what was read from it (links: `reads`; ipsets: `saves`; IPVS: its log).
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::ipset::{IpsetError, IpsetRunner};
 use super::link::{LinkAddress, LinkError, Links};
+use super::netlink::{Error, FakeIpvs, Ipvs};
+use super::values::{Info, ObservedRealServer, ObservedVirtualServer, RealServer, Timeouts, VirtualServer};
 
 /// Links and addresses in memory.
 #[derive(Debug, Clone, Default)]
 pub struct FakeLinks {
     pub links: BTreeMap<String, u32>,
     pub addrs: BTreeSet<LinkAddress>,
+    /// Lookups and address listings so far.
+    pub reads: usize,
 }
 
 impl Links for FakeLinks {
     fn link_index(&mut self, name: &str) -> Result<Option<u32>, LinkError> {
+        self.reads += 1;
         Ok(self.links.get(name).copied())
     }
     fn add_dummy(&mut self, name: &str) -> Result<(), LinkError> {
@@ -28,6 +37,7 @@ impl Links for FakeLinks {
         Ok(())
     }
     fn addresses(&mut self) -> Result<Vec<LinkAddress>, LinkError> {
+        self.reads += 1;
         Ok(self.addrs.iter().copied().collect())
     }
     fn add_address(&mut self, a: LinkAddress) -> Result<(), LinkError> {
@@ -44,10 +54,15 @@ impl Links for FakeLinks {
 #[derive(Debug, Clone, Default)]
 pub struct FakeIpset {
     pub sets: BTreeMap<String, BTreeSet<String>>,
+    /// `ipset save`s so far.
+    pub saves: usize,
+    /// `ipset restore` inputs so far.
+    pub restores: Vec<String>,
 }
 
 impl IpsetRunner for FakeIpset {
     fn save(&mut self) -> Result<String, IpsetError> {
+        self.saves += 1;
         let mut out = String::new();
         for (name, entries) in &self.sets {
             out.push_str(&format!("create {name} hash:ip,port family inet hashsize 1024 maxelem 65536\n"));
@@ -56,6 +71,7 @@ impl IpsetRunner for FakeIpset {
         Ok(out)
     }
     fn restore(&mut self, text: &str) -> Result<(), IpsetError> {
+        self.restores.push(text.to_string());
         for line in text.lines() {
             let w: Vec<&str> = line.split_whitespace().collect();
             match w.as_slice() {
@@ -72,5 +88,82 @@ impl IpsetRunner for FakeIpset {
             }
         }
         Ok(())
+    }
+}
+
+/// A fake a test keeps a handle on after handing a clone to a proxier.
+pub type Shared<T> = Arc<Mutex<T>>;
+
+/// The fake behind a handle (a test that panicked holding it has failed already).
+pub fn lock<T>(shared: &Shared<T>) -> MutexGuard<'_, T> {
+    shared.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Links for Shared<FakeLinks> {
+    fn link_index(&mut self, name: &str) -> Result<Option<u32>, LinkError> {
+        lock(self).link_index(name)
+    }
+    fn add_dummy(&mut self, name: &str) -> Result<(), LinkError> {
+        lock(self).add_dummy(name)
+    }
+    fn delete_link(&mut self, index: u32) -> Result<(), LinkError> {
+        lock(self).delete_link(index)
+    }
+    fn addresses(&mut self) -> Result<Vec<LinkAddress>, LinkError> {
+        lock(self).addresses()
+    }
+    fn add_address(&mut self, a: LinkAddress) -> Result<(), LinkError> {
+        lock(self).add_address(a)
+    }
+    fn del_address(&mut self, a: LinkAddress) -> Result<(), LinkError> {
+        lock(self).del_address(a)
+    }
+}
+
+impl IpsetRunner for Shared<FakeIpset> {
+    fn save(&mut self) -> Result<String, IpsetError> {
+        lock(self).save()
+    }
+    fn restore(&mut self, text: &str) -> Result<(), IpsetError> {
+        lock(self).restore(text)
+    }
+}
+
+impl Ipvs for Shared<FakeIpvs> {
+    fn info(&mut self) -> Result<Info, Error> {
+        lock(self).info()
+    }
+    fn services(&mut self) -> Result<Vec<ObservedVirtualServer>, Error> {
+        lock(self).services()
+    }
+    fn add_service(&mut self, vs: &VirtualServer) -> Result<(), Error> {
+        lock(self).add_service(vs)
+    }
+    fn update_service(&mut self, vs: &VirtualServer) -> Result<(), Error> {
+        lock(self).update_service(vs)
+    }
+    fn del_service(&mut self, vs: &VirtualServer) -> Result<(), Error> {
+        lock(self).del_service(vs)
+    }
+    fn dests(&mut self, vs: &VirtualServer) -> Result<Vec<ObservedRealServer>, Error> {
+        lock(self).dests(vs)
+    }
+    fn add_dest(&mut self, vs: &VirtualServer, rs: &RealServer) -> Result<(), Error> {
+        lock(self).add_dest(vs, rs)
+    }
+    fn update_dest(&mut self, vs: &VirtualServer, rs: &RealServer) -> Result<(), Error> {
+        lock(self).update_dest(vs, rs)
+    }
+    fn del_dest(&mut self, vs: &VirtualServer, rs: &RealServer) -> Result<(), Error> {
+        lock(self).del_dest(vs, rs)
+    }
+    fn flush(&mut self) -> Result<(), Error> {
+        lock(self).flush()
+    }
+    fn timeouts(&mut self) -> Result<Timeouts, Error> {
+        lock(self).timeouts()
+    }
+    fn set_timeouts(&mut self, timeouts: &Timeouts) -> Result<(), Error> {
+        lock(self).set_timeouts(timeouts)
     }
 }

@@ -115,7 +115,7 @@ impl Delta {
 }
 
 /// The changes that make the live sets what the plans want.
-pub fn delta(plans: &[Plan], live: &Live) -> Delta {
+pub fn delta<'a>(plans: impl IntoIterator<Item = &'a Plan>, live: &Live) -> Delta {
     let mut d = Delta::default();
     let empty = BTreeSet::new();
     for plan in plans {
@@ -149,7 +149,7 @@ mod tests {
         let mut plan = crate::ipvs::plan::tests_support::empty(IpFamily::V4);
         plan.sets.get_mut(&ipsets::SetId::ClusterIp).unwrap().insert("10.96.0.1,tcp:443".into());
         plan.sets.get_mut(&ipsets::SetId::ClusterIp).unwrap().insert("10.96.0.3,tcp:53".into());
-        let d = delta(&[plan], &live);
+        let d = delta([&plan], &live);
         assert_eq!(d.add, [("KUBE-CLUSTER-IP".to_string(), "10.96.0.3,tcp:53".to_string())]);
         assert_eq!(d.del, [("KUBE-CLUSTER-IP".to_string(), "10.96.0.2,tcp:80".to_string())]);
         assert_eq!(d.create.len(), 16);

@@ -2,6 +2,7 @@
 //! `text` prints plans, and `netlink` is svcproxy's own IPVS generic-netlink client
 //! (messages as pure types, a synchronous client behind a trait, an in-memory fake).
 
+pub mod canary;
 pub mod cleanup;
 #[cfg(any(test, feature = "testing"))]
 pub mod fake;
@@ -9,7 +10,9 @@ pub mod ipset;
 pub mod kernel_state;
 pub mod link;
 pub mod netlink;
+pub mod memory;
 pub mod observe;
+pub mod partial;
 pub mod plan;
 pub mod proxier;
 pub mod reconcile;
@@ -17,6 +20,8 @@ pub mod stale;
 pub mod sync;
 pub mod text;
 pub mod values;
+#[cfg(test)]
+pub mod walk;
 
 use crate::config::Config;
 use crate::model::{EndpointsMap, ServicePortMap};

@@ -1,14 +1,19 @@
-//! IPVS mode across syncs (watch mode): the kernel interfaces, owned, and a sync that
-//! reads the kernel (IPVS, `kube-ipvs0`, ipsets, iptables) and reconciles it each time.
-//! Graceful termination needs no memory here: draining real servers are found in the
-//! kernel on every sync and removed once drained or past the grace period. After a sync
-//! that applied, the UDP/SCTP conntrack entries its changes made stale are cleared, per
-//! family (kube-proxy's IPVS proxier runs its conntrack reconciler at the same point).
+//! IPVS mode across syncs (watch mode): the kernel interfaces, owned, and two kinds of sync.
+//! A **full** one (the first, after a failure, when the engine asks) reads the kernel (IPVS,
+//! `kube-ipvs0`, ipsets, iptables) and reconciles all of it ([`super::sync`]); it leaves
+//! behind the [`Memory`] of what the kernel then holds. A **partial** one, while that
+//! memory stands, plans only the changed services and sends only what moved
+//! ([`super::partial`]); any failure drops the memory, so the next sync is full. Draining
+//! real servers are kept in the memory (and the grace file, so a restart keeps them) and
+//! removed once drained or past the grace period. After a sync that applied, the UDP/SCTP
+//! conntrack entries its changes made stale are cleared, per family (kube-proxy's IPVS
+//! proxier runs its conntrack reconciler at the same point).
 
 use std::path::PathBuf;
 
 use super::ipset::{ExecIpset, IpsetRunner};
 use super::link::{Links, RtNetlink};
+use super::memory::Memory;
 use super::netlink::{Ipvs, NetlinkIpvs};
 use super::reconcile;
 use super::sync::{self, Kernel, Options, Report, SyncError, GRACE_FILE};
@@ -77,6 +82,11 @@ pub struct Proxier {
     pub paths: Paths,
     /// The stale-flow cleanups of the last sync, for the metrics.
     pub reconciled: Vec<Reconciled>,
+    /// What the kernel holds since the last full sync (`None`: the next sync is full).
+    pub memory: Option<Memory>,
+    /// Whether full syncs ensure the iptables canaries (watch mode; a one-shot sync has no
+    /// loop to check them).
+    pub canaries: bool,
 }
 
 impl Proxier {
@@ -91,18 +101,34 @@ impl Proxier {
             conntrack: Box::new(ExecConntrack),
             paths: Paths::node(),
             reconciled: Vec::new(),
+            memory: None,
+            canaries: true,
         })
     }
 
     /// Syncs (or, with `dry_run`, compares) every family of `cfg` with the kernel, then
-    /// (unless a dry run) clears the flows the sync made stale.
-    pub fn sync(&mut self, cfg: &Config, trackers: &Trackers, dry_run: bool) -> Result<Report, Failed> {
+    /// (unless a dry run) clears the flows the sync made stale. Partial (from memory, for
+    /// the committed `changes`, per family) unless `full`, a dry run, or no memory.
+    pub fn sync(&mut self, cfg: &Config, trackers: &Trackers, changes: &[crate::track::Changes], full: bool, dry_run: bool) -> Result<Report, Failed> {
         self.reconciled.clear();
-        let report = self.sync_kernel(cfg, trackers, dry_run)?;
+        let memory = self.memory.take().filter(|_| !full && !dry_run);
+        let report = self.sync_kernel(cfg, trackers, changes, memory, dry_run)?;
         if !dry_run {
             self.clear_stale(&cfg.families, &report.flushes);
         }
         Ok(report)
+    }
+
+    /// Whether the kernel lost what the memory trusts ([`super::canary::lost`]): `Some`
+    /// means the next sync must be full. `None` without memory (the next one is full anyway).
+    pub fn lost(&mut self) -> Result<Option<(IpFamily, &'static str)>, crate::netfilter::apply::RestoreError> {
+        let Some(memory) = &self.memory else { return Ok(None) };
+        super::canary::lost(memory, self.ipvs.as_mut(), self.links.as_mut(), self.iptables.as_mut())
+    }
+
+    /// Drops the memory: the next sync reads the kernel (the configuration changed).
+    pub fn forget(&mut self) {
+        self.memory = None;
     }
 
     /// Each family's stale flows, cleared and recorded (a family with none does no work).
@@ -117,7 +143,7 @@ impl Proxier {
 
     /// The sync itself; a failure says whether it was an `iptables-restore` (and of which
     /// family) or another step.
-    fn sync_kernel(&mut self, cfg: &Config, trackers: &Trackers, dry_run: bool) -> Result<Report, Failed> {
+    fn sync_kernel(&mut self, cfg: &Config, trackers: &Trackers, changes: &[crate::track::Changes], memory: Option<Memory>, dry_run: bool) -> Result<Report, Failed> {
         let now_secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let opts = Options {
             dry_run,
@@ -126,14 +152,24 @@ impl Proxier {
             now_secs,
             proc_sys: self.paths.proc_sys.clone(),
         };
+        let partial = memory.is_some();
         let mut iptables = Watched::new(self.iptables.as_mut());
         let mut k = Kernel { ipvs: self.ipvs.as_mut(), links: self.links.as_mut(), ipset: self.ipset.as_mut(), iptables: &mut iptables };
-        let result = sync::sync(cfg, trackers, &mut k, &opts);
+        let result = match memory {
+            Some(mut memory) => super::partial::sync(&mut memory, trackers, changes, &mut k, &opts).map(|report| (report, Some(memory))),
+            None => sync::full(cfg, trackers, &mut k, &opts),
+        };
         let iptables = iptables.failed();
-        result.map_err(|error| {
+        let (report, memory) = result.map_err(|error| {
             // Only an iptables call's own error is the iptables step's.
             let failed = matches!(error, SyncError::Iptables(_)).then_some(iptables).flatten();
             Failed { phase: failed.map_or(Phase::Other, |(p, _)| p), family: failed.map(|(_, f)| f), error }
-        })
+        })?;
+        if !partial && memory.is_some() && self.canaries {
+            super::canary::ensure(self.iptables.as_mut(), &cfg.families)
+                .map_err(|error| Failed { phase: Phase::Other, family: None, error: SyncError::from(error) })?;
+        }
+        self.memory = memory;
+        Ok(report)
     }
 }

@@ -61,7 +61,7 @@ impl Default for Scope {
 
 impl Wanted {
     /// Merges the families' plans.
-    pub fn from_plans(plans: &[Plan], scope: Scope) -> Self {
+    pub fn from_plans<'a>(plans: impl IntoIterator<Item = &'a Plan>, scope: Scope) -> Self {
         let mut w = Wanted { scope, ..Default::default() };
         for p in plans {
             w.services.extend(p.services.iter().map(|(k, d)| (*k, d.clone())));

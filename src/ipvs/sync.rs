@@ -13,6 +13,8 @@ use super::kernel_state::{self, sysctls};
 use super::link::{LinkAddress, LinkError, Links};
 use super::netlink::{self, Ipvs};
 use super::values::{Op, Timeouts};
+use super::memory::Memory;
+use super::plan::incremental::Planner;
 use super::plan::{Context, Plan, DUMMY_LINK};
 use super::reconcile::{self, Changes, Observed, Scope, Timing, Wanted};
 use crate::config::Config;
@@ -140,6 +142,12 @@ impl Report {
 
 /// Syncs (or, with `dry_run`, compares) every family of `cfg`.
 pub fn sync(cfg: &Config, trackers: &Trackers, k: &mut Kernel, opts: &Options) -> Result<Report, SyncError> {
+    full(cfg, trackers, k, opts).map(|(report, _)| report)
+}
+
+/// [`sync`], and unless a dry run, what the kernel holds after it: the memory the next
+/// partial sync ([`super::partial`]) reconciles against instead of reading the kernel.
+pub fn full(cfg: &Config, trackers: &Trackers, k: &mut Kernel, opts: &Options) -> Result<(Report, Option<Memory>), SyncError> {
     let started = Instant::now();
     let addrs = k.links.addresses()?;
     let index = k.links.link_index(DUMMY_LINK)?;
@@ -156,15 +164,24 @@ pub fn sync(cfg: &Config, trackers: &Trackers, k: &mut Kernel, opts: &Options) -
     if cfg.interface_addresses.is_none() {
         cfg.interface_addresses = Some(addrs.iter().filter(|a| !on_dummy(a)).map(|a| a.ip).collect());
     }
-    let plans = super::plan_all(&cfg, trackers);
+    let planners: Vec<Planner> = trackers
+        .families
+        .iter()
+        .map(|t| {
+            let (services, endpoints) = t.view();
+            Planner::new(Context::new(&cfg, t.family), services, endpoints)
+        })
+        .collect();
+    let plans = || planners.iter().map(Planner::plan);
     let grace = kernel_state::read_grace(&opts.grace_file);
     let timing = Timing { now_secs: opts.now_secs, grace_period_secs: opts.grace_period_secs };
-    let wanted = Wanted::from_plans(&plans, scope(&cfg));
+    let wanted = Wanted::from_plans(plans(), scope(&cfg));
     let changes = reconcile::diff(&wanted, &observed, &grace, timing);
+    let live_plans: Vec<&Plan> = plans().collect();
     let mut report = Report {
         link_missing: index.is_none(),
-        ipsets: ipset::delta(&plans, &live_sets),
-        iptables: iptables_deltas(&plans, &live_iptables)?,
+        ipsets: ipset::delta(plans(), &live_sets),
+        iptables: iptables_deltas(&live_plans, &live_iptables)?,
         sysctls: crate::node::sysctl::changes(&opts.proc_sys, &sysctls(cfg.ipvs.strict_arp)),
         timeouts: timeouts_change(&cfg, timeouts_now),
         terminating: changes.terminating.len(),
@@ -172,17 +189,26 @@ pub fn sync(cfg: &Config, trackers: &Trackers, k: &mut Kernel, opts: &Options) -
         changes,
         timings: Timings { read, plan: planned.elapsed(), ..Timings::default() },
     };
-    if !opts.dry_run {
-        let applied = Instant::now();
-        apply(k, &mut report, opts)?;
-        report.timings.apply = applied.elapsed();
+    drop(wanted);
+    if opts.dry_run {
+        return Ok((report, None));
     }
-    Ok(report)
+    let applied = Instant::now();
+    crate::node::sysctl::apply(&opts.proc_sys, &report.sysctls)?;
+    if report.link_missing {
+        k.links.add_dummy(DUMMY_LINK)?;
+    }
+    let index = k.links.link_index(DUMMY_LINK)?.ok_or(SyncError::LinkMissing(DUMMY_LINK))?;
+    apply(k, &mut report, index)?;
+    write_grace(opts, &report.changes.terminating)?;
+    report.timings.apply = applied.elapsed();
+    let memory = Memory::after(planners, observed, &report.changes, index, scope(&cfg));
+    Ok((report, Some(memory)))
 }
 
 /// Which unwanted virtual servers are ours: those on node addresses in the NodePort
 /// range (beside every address svcproxy binds), never in `--ipvs-exclude-cidrs`.
-fn scope(cfg: &Config) -> Scope {
+pub(super) fn scope(cfg: &Config) -> Scope {
     let mut node_ips = BTreeSet::new();
     for family in &cfg.families {
         let ctx = Context::new(cfg, *family);
@@ -226,7 +252,7 @@ fn read_iptables(r: &mut dyn Restorer, families: &[IpFamily]) -> Result<Vec<(IpF
     Ok(out)
 }
 
-fn iptables_deltas(plans: &[Plan], live: &[(IpFamily, Dump)]) -> Result<Vec<(IpFamily, Delta)>, SyncError> {
+fn iptables_deltas(plans: &[&Plan], live: &[(IpFamily, Dump)]) -> Result<Vec<(IpFamily, Delta)>, SyncError> {
     let empty = Dump::default();
     let mut out = Vec::new();
     for plan in plans {
@@ -237,14 +263,10 @@ fn iptables_deltas(plans: &[Plan], live: &[(IpFamily, Dump)]) -> Result<Vec<(IpF
     Ok(out)
 }
 
-/// Applies a report: sysctls, link, addresses, set additions, IPVS, timeouts, iptables,
-/// set deletions, address removals, then the termination memory.
-fn apply(k: &mut Kernel, report: &mut Report, opts: &Options) -> Result<(), SyncError> {
-    crate::node::sysctl::apply(&opts.proc_sys, &report.sysctls)?;
-    if report.link_missing {
-        k.links.add_dummy(DUMMY_LINK)?;
-    }
-    let index = k.links.link_index(DUMMY_LINK)?.ok_or(SyncError::LinkMissing(DUMMY_LINK))?;
+/// Applies a report (its sysctls and link already in place; `index` is kube-ipvs0's):
+/// addresses, set additions, IPVS, timeouts, iptables, set deletions, address removals,
+/// then the termination memory (written only when it changed).
+pub(super) fn apply(k: &mut Kernel, report: &mut Report, index: u32) -> Result<(), SyncError> {
     let at = |ip: &IpAddr| LinkAddress { index, ip: *ip, prefix: if ip.is_ipv6() { 128 } else { 32 } };
     for ip in &report.changes.bind {
         k.links.add_address(at(ip))?;
@@ -252,9 +274,11 @@ fn apply(k: &mut Kernel, report: &mut Report, opts: &Options) -> Result<(), Sync
     if !report.ipsets.create.is_empty() || !report.ipsets.add.is_empty() {
         k.ipset.restore(&report.ipsets.add_text())?;
     }
-    let batch = k.ipvs.apply(&report.changes.ops)?;
-    if let Some(first) = batch.failed.first() {
-        return Err(SyncError::Refused(batch.failed.len(), first.error.to_string()));
+    if !report.changes.ops.is_empty() {
+        let batch = k.ipvs.apply(&report.changes.ops)?;
+        if let Some(first) = batch.failed.first() {
+            return Err(SyncError::Refused(batch.failed.len(), first.error.to_string()));
+        }
     }
     if let Some(t) = report.timeouts {
         k.ipvs.set_timeouts(&t)?;
@@ -270,8 +294,12 @@ fn apply(k: &mut Kernel, report: &mut Report, opts: &Options) -> Result<(), Sync
     for ip in &report.changes.unbind {
         k.links.del_address(at(ip))?;
     }
-    kernel_state::write_grace(&opts.grace_file, &report.changes.terminating)
-        .map_err(|error| SyncError::GraceFile { path: opts.grace_file.clone(), error })
+    Ok(())
+}
+
+/// Writes the termination memory (kept so a restart goes on draining).
+pub(super) fn write_grace(opts: &Options, grace: &reconcile::Grace) -> Result<(), SyncError> {
+    kernel_state::write_grace(&opts.grace_file, grace).map_err(|error| SyncError::GraceFile { path: opts.grace_file.clone(), error })
 }
 
 /// Where the termination memory lives by default.

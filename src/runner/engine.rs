@@ -139,6 +139,10 @@ impl Engine {
     pub fn without_canaries(self) -> Self {
         let proxier = match self.proxier {
             Proxier::Iptables(p) => Proxier::Iptables(p.without_canaries()),
+            Proxier::Ipvs(mut p) => {
+                p.canaries = false;
+                Proxier::Ipvs(p)
+            }
             other => other,
         };
         Engine { proxier, ..self }
@@ -162,7 +166,7 @@ impl Engine {
         match &mut self.proxier {
             Proxier::Iptables(p) => p.rerender(&self.config, &self.trackers),
             Proxier::Nftables(p) => p.rerender(&self.config, &self.trackers),
-            Proxier::Ipvs(_) => {}
+            Proxier::Ipvs(p) => p.forget(),
         }
         true
     }
@@ -236,7 +240,7 @@ impl Engine {
                 Ok(Outcome { restore_lines, rules, synced, reconciled, sysctls, detail: Detail::Iptables(reports), ..Outcome::default() })
             }
             Proxier::Ipvs(p) => {
-                let r = p.sync(&self.config, &self.trackers, pass == Pass::DryRun).map_err(|f| SyncFailure::Ipvs(Box::new(f)))?;
+                let r = p.sync(&self.config, &self.trackers, changes, full, pass == Pass::DryRun).map_err(|f| SyncFailure::Ipvs(Box::new(f)))?;
                 let restore_lines = r.iptables.iter().map(|(_, d)| d.restore_lines()).sum();
                 let whole = r.timings.read + r.timings.plan + r.timings.apply;
                 let synced = self.trackers.families.iter().zip(wanted).filter(|(_, w)| **w).map(|(t, _)| FamilySync { family: t.family, full, took: whole }).collect();
@@ -328,7 +332,8 @@ impl Engine {
     }
 }
 
-/// Where a canary was found gone (iptables mode).
+/// Where a canary was found gone: an iptables table (iptables and IPVS modes), or in IPVS
+/// mode `kube-ipvs0` or `ipvs` (see [`crate::ipvs::canary`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CanaryLost {
     pub family: crate::net::IpFamily,
@@ -336,17 +341,18 @@ pub struct CanaryLost {
 }
 
 impl Engine {
-    /// Whether this mode keeps canaries (iptables mode; IPVS mode keeps its own sync
-    /// behaviour and checks none).
+    /// Whether this mode keeps canaries (iptables and IPVS modes: both sync partially from
+    /// memory between full syncs).
     pub fn has_canaries(&self) -> bool {
-        matches!(self.proxier, Proxier::Iptables(_))
+        matches!(self.proxier, Proxier::Iptables(_) | Proxier::Ipvs(_))
     }
 
     /// Checks the canaries: `Some` when one is gone and the next sync must be full.
     pub fn canary_lost(&mut self) -> Result<Option<CanaryLost>, crate::netfilter::apply::RestoreError> {
         match &mut self.proxier {
             Proxier::Iptables(p) => Ok(p.canary_lost()?.map(|(family, table)| CanaryLost { family, table })),
-            Proxier::Ipvs(_) | Proxier::Nftables(_) => Ok(None),
+            Proxier::Ipvs(p) => Ok(p.lost()?.map(|(family, table)| CanaryLost { family, table })),
+            Proxier::Nftables(_) => Ok(None),
         }
     }
 

@@ -134,7 +134,7 @@ fn check_canaries(engine: &mut Engine, shared: &SharedState, now: Instant) {
     let lost = match lost {
         Ok(None) => return,
         Ok(Some(l)) => {
-            tracing::warn!(family = ?l.family, table = l.table, "KUBE-PROXY-CANARY gone: rules were flushed by someone else; full sync");
+            tracing::warn!(family = ?l.family, table = l.table, "a canary is gone (KUBE-PROXY-CANARY in this table, or in IPVS mode kube-ipvs0 or the IPVS table): rules were flushed by someone else; full sync");
             true
         }
         Err(e) => {

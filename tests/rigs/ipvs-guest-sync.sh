@@ -125,6 +125,27 @@ cp "$D/dataplane-2.yaml" /tmp/watch/.next && mv /tmp/watch/.next /tmp/watch/clus
 if wait_for '[ -z "$(weight_of 198.18.2.2:8080)" ]'; then ok "watch: a removed endpoint's real server goes (drained, then deleted by a later sync)"; else bad "watch: removal" "$(ipvsadm -Ln; tail -5 /tmp/watch.log)"; fi
 out=$(conns 8)
 if [ "$(count "$out" pod1)" = 8 ]; then ok "watch: connections follow the change"; else bad "watch: connections" "$out"; fi
+# Partial syncs (from memory, no kernel read) through a sequence of changes: after each
+# one the kernel settles where a full sync would leave it (a dry run finds nothing), and
+# no sync but the first was full.
+seq_ok=1
+for f in dataplane-3 dataplane-1 dataplane-3 dataplane-2; do
+  cp "$D/$f.yaml" /tmp/watch/.next && mv /tmp/watch/.next /tmp/watch/cluster.yaml
+  if ! wait_for '"$S" sync --mode ipvs --iptables-backend legacy --from /tmp/watch/cluster.yaml --dry-run >/tmp/dry.out 2>&1 && [ ! -s /tmp/dry.out ]'; then
+    seq_ok=0; bad "watch: partial syncs to $f leave the kernel as a full sync would" "$(head -30 /tmp/dry.out; tail -5 /tmp/watch.log)"; break
+  fi
+done
+fulls=$(grep -c 'kind=Full' /tmp/watch.log); partials=$(grep -c 'kind=Partial' /tmp/watch.log)
+if [ $seq_ok = 1 ] && [ "$fulls" = 1 ] && [ "$partials" -ge 5 ]; then ok "watch: partial syncs through 5 changes never drift from a full sync ($fulls full, $partials partial)"
+elif [ $seq_ok = 1 ]; then bad "watch: only the first sync is full" "$fulls full, $partials partial: $(grep -E 'kind=' /tmp/watch.log | tail -5)"; fi
+# Someone else flushes nat, then clears IPVS: the canary checks (one per sync period)
+# notice, and a full sync repairs each.
+clean='"$S" sync --mode ipvs --iptables-backend legacy --from /tmp/watch/cluster.yaml --dry-run >/tmp/dry.out 2>&1 && [ ! -s /tmp/dry.out ]'
+iptables-legacy -t nat -F
+if wait_for "$clean"; then ipvsadm -C; if wait_for "$clean"; then repaired=1; else repaired=0; fi; else repaired=0; fi
+fulls=$(grep -c 'kind=Full' /tmp/watch.log)
+if [ $repaired = 1 ] && [ "$fulls" = 3 ]; then ok "watch: a flushed nat table, then a cleared IPVS table, repaired by one full sync each"
+else bad "watch: flushes repaired" "$fulls full; $(head -20 /tmp/dry.out; grep -E 'CANARY|gone|kind=Full' /tmp/watch.log | tail -5)"; fi
 kill -TERM $W; wait $W; rc=$?
 out=$(conns 4)
 if [ $rc = 0 ] && [ "$(count "$out" pod1)" = 4 ]; then ok "watch: SIGTERM stops it and the rules keep serving"; else bad "watch: SIGTERM" "rc=$rc $out $(tail -5 /tmp/watch.log)"; fi

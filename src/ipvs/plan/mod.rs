@@ -3,6 +3,7 @@
 //! the iptables restore text IPVS mode still needs. [`crate::ipvs::text`] prints it.
 
 pub mod context;
+pub mod incremental;
 pub mod ipsets;
 pub mod rules;
 mod servers;
@@ -30,7 +31,7 @@ pub struct Desired {
 }
 
 /// A load-balancer VIP the node itself must not reach (`KUBE-IPVS-OUT-FILTER`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct NoNodeAccess {
     pub ip: IpAddr,
     pub proto: &'static str,

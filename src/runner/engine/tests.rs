@@ -158,6 +158,8 @@ fn ipvs_engine_recording(state: ClusterState, dir: &std::path::Path) -> (Engine,
         conntrack: Box::new(conntrack.clone()),
         paths: Paths { grace_file: dir.join("grace"), grace_period_secs: 0, proc_sys: sys },
         reconciled: Vec::new(),
+        memory: None,
+        canaries: true,
     };
     (Engine::ipvs(loaded.config, loaded.trackers, proxier), conntrack)
 }
