@@ -7,8 +7,8 @@ use crate::config::{self, Config, ConfigError, Settings};
 use crate::iptables::render::{self, Ruleset};
 use crate::iptables::restore::{self, Scope};
 use crate::net::IpFamily;
-use crate::source::{ClusterState, Note};
-use crate::track::{Event, Trackers};
+use crate::source::{ClusterState, Note, Objects};
+use crate::track::Trackers;
 
 /// Cluster state loaded into committed trackers.
 #[derive(Debug, Clone)]
@@ -20,23 +20,25 @@ pub struct Loaded {
 
 /// Stacks the settings (`flags` over `file` over the fixture's options), resolves them,
 /// and feeds every object to fresh trackers, then commits.
-pub fn load(state: ClusterState, flags: Settings, file: Settings) -> Result<Loaded, ConfigError> {
+pub fn load(mut state: ClusterState, flags: Settings, file: Settings) -> Result<Loaded, ConfigError> {
+    let objects = Objects::take(&mut state);
+    load_objects(state, &objects, flags, file)
+}
+
+/// [`load`] of `objects` (with the rest of their read in `state`), whose `Arc`s the
+/// trackers then share with the caller (the file watch keeps them to diff the next read).
+pub fn load_objects(state: ClusterState, objects: &Objects, flags: Settings, file: Settings) -> Result<Loaded, ConfigError> {
     let fixture = state.fixture.as_ref().map(Settings::from_fixture).unwrap_or_default();
     let settings = flags.over(file).over(fixture);
     let chosen = settings.ip_family.is_some_and(|f| f != crate::settings::kinds::Families::Auto);
     let config = config::resolve(settings, &state.nodes)?;
     let mut notes = state.notes;
     if !chosen {
-        notes.extend(family_left_out(&config.families, &state.services));
+        notes.extend(family_left_out(&config.families, &objects.services));
     }
     let mut trackers = Trackers::new(&config.families, &config.node_name, config.service_proxy_name.clone());
-    for events in [
-        state.services.into_iter().map(|s| Event::ServiceApplied(Arc::new(s))).collect::<Vec<_>>(),
-        state.slices.into_iter().map(|s| Event::SliceApplied(Arc::new(s))).collect(),
-    ] {
-        for e in &events {
-            trackers.apply(e);
-        }
+    for e in objects.applied() {
+        trackers.apply(&e);
     }
     trackers.commit();
     Ok(Loaded { config, trackers, notes })
@@ -44,8 +46,8 @@ pub fn load(state: ClusterState, flags: Settings, file: Settings) -> Result<Load
 
 /// A note when the families chosen automatically (from the node's IPs and cluster CIDRs)
 /// leave out Services' cluster IPs of another family, which would otherwise vanish silently.
-fn family_left_out(families: &[IpFamily], services: &[crate::model::Service]) -> Option<crate::source::Note> {
-    let left: Vec<&crate::model::Service> =
+fn family_left_out(families: &[IpFamily], services: &[Arc<crate::model::Service>]) -> Option<crate::source::Note> {
+    let left: Vec<&Arc<crate::model::Service>> =
         services.iter().filter(|s| s.cluster_ips.iter().any(|ip| !families.contains(&IpFamily::of(ip)))).collect();
     let first = left.first()?;
     let other = first.cluster_ips.iter().map(IpFamily::of).find(|f| !families.contains(f))?;

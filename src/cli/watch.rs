@@ -22,8 +22,8 @@ use crate::runner::watch;
 use crate::schedule::{Schedule, Timing};
 use crate::serve::{self, Shared};
 use crate::source::file::read_path_lenient;
-use crate::source::watch::{watch_files, SourceMsg};
-use crate::source::{apiserver, connect, ClusterState};
+use crate::source::watch::{watch_files, SourceMsg, Start};
+use crate::source::{apiserver, connect, ClusterState, Objects};
 
 /// Flags only watch mode uses.
 #[derive(Debug, Clone, Args)]
@@ -94,29 +94,34 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
 
 /// Where the cluster state comes from.
 enum Origin {
-    Files { path: std::path::PathBuf, initial: Box<ClusterState> },
+    /// `initial`: the first read's objects, which the trackers share.
+    Files { path: std::path::PathBuf, initial: Box<Start> },
     Api(kube::Client),
 }
 
 async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Servers, configz: serde_json::Value) -> anyhow::Result<()> {
     let w = &args.watch;
     let client_metrics = Arc::new(crate::source::client_metrics::ClientMetrics::default());
-    let (state, origin, errors) = match &args.config.from {
+    // One copy of the objects: the file source diffs each read against the `Arc`s the
+    // trackers are loaded from (the API source keeps its own, also shared).
+    let (state, objects, origin, errors) = match &args.config.from {
         Some(path) => {
             let (mut state, errors) = read_path_lenient(path);
             crate::derive::complete_with_notes(&mut state, args.config.derive_endpoints);
-            let initial = state.clone();
-            (state, Origin::Files { path: path.clone(), initial: Box::new(initial) }, errors.len())
+            let objects = Objects::take(&mut state);
+            let initial = Start { objects: objects.clone(), notes: state.notes.clone() };
+            (state, objects, Origin::Files { path: path.clone(), initial: Box::new(initial) }, errors.len())
         }
         None => {
             let client = client(&flags, &file, args.config.config.as_deref(), client_metrics.clone()).await?;
             let node_name = crate::config::resolve(flags.clone().over(file.clone()), &[])?.node_name;
             let state = this_node(&client, &node_name).await;
-            (state, Origin::Api(client), 0)
+            (state, Objects::default(), Origin::Api(client), 0)
         }
     };
     let profiling = flags.enable_profiling.or(file.enable_profiling).unwrap_or(false);
-    let loaded = pipeline::load(state, flags, file).context("invalid configuration")?;
+    let loaded = pipeline::load_objects(state, &objects, flags, file).context("invalid configuration")?;
+    drop(objects);
     crate::node::setup(&loaded.config)?;
     let health_binds = serve::healthcheck::bind_addresses(&loaded.config);
     let timing = Timing {

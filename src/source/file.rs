@@ -694,30 +694,9 @@ fn object_name(value: &Value) -> String {
 /// deleted; objects new or changed in `new` are applied. An object equal in both gives no
 /// event, so one changed object in a large file costs the trackers one event.
 pub fn events_between(old: &ClusterState, new: &ClusterState) -> Vec<crate::track::Event> {
-    use std::collections::BTreeMap;
-    use std::sync::Arc;
-
-    use crate::track::Event;
-    let mut events = Vec::new();
-    let new_services: BTreeMap<_, _> = new.services.iter().map(|s| (&s.id, s)).collect();
-    let old_services: BTreeMap<_, _> = old.services.iter().map(|s| (&s.id, s)).collect();
-    for s in &old.services {
-        if !new_services.contains_key(&s.id) {
-            events.push(Event::ServiceDeleted(s.id.clone()));
-        }
-    }
-    let new_slices: BTreeMap<_, _> = new.slices.iter().map(|s| (&s.id, s)).collect();
-    let old_slices: BTreeMap<_, _> = old.slices.iter().map(|s| (&s.id, s)).collect();
-    for s in &old.slices {
-        if !new_slices.contains_key(&s.id) {
-            events.push(Event::SliceDeleted(Arc::new(s.clone())));
-        }
-    }
-    let changed_service = |s: &&Service| old_services.get(&s.id) != Some(s);
-    events.extend(new.services.iter().filter(changed_service).map(|s| Event::ServiceApplied(Arc::new(s.clone()))));
-    let changed_slice = |s: &&EndpointSlice| old_slices.get(&s.id) != Some(s);
-    events.extend(new.slices.iter().filter(changed_slice).map(|s| Event::SliceApplied(Arc::new(s.clone()))));
-    events
+    let copy = |s: &Service| std::sync::Arc::new(s.clone());
+    let copy_slice = |s: &EndpointSlice| std::sync::Arc::new(s.clone());
+    super::objects::diff((&old.services, &old.slices), (&new.services, &new.slices), copy, copy_slice)
 }
 
 #[cfg(test)]

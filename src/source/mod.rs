@@ -11,11 +11,13 @@ pub mod extra;
 pub mod file;
 pub mod fixture;
 mod json;
+pub mod objects;
 pub mod ratelimit;
 pub mod watch;
 
 pub use error::{FieldError, SourceError};
 pub use file::{events_between, read_path, ClusterState, Note};
+pub use objects::Objects;
 
 /// Label whose presence hands a Service (and its slices) to another proxy.
 pub const LABEL_SERVICE_PROXY_NAME: &str = "service.kubernetes.io/service-proxy-name";

@@ -11,7 +11,8 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::mpsc;
 
 use super::error::SourceError;
-use super::file::{events_between, read_path_lenient, ClusterState};
+use super::file::{read_path_lenient, ClusterState, Note};
+use super::objects::Objects;
 use crate::track::Event;
 
 /// What a source tells the runner.
@@ -50,8 +51,25 @@ fn fingerprint(path: &Path) -> Fingerprint {
         .collect()
 }
 
+/// What the file watch starts from: the objects already loaded (their events were applied
+/// by the caller, whose trackers hold the same `Arc`s) and the notes of that read.
+#[derive(Debug, Default)]
+pub struct Start {
+    pub objects: Objects,
+    pub notes: Vec<Note>,
+}
+
+impl From<ClusterState> for Start {
+    fn from(mut state: ClusterState) -> Start {
+        Start { objects: Objects::take(&mut state), notes: state.notes }
+    }
+}
+
 /// Polls `path` every `interval` until the receiver goes away. `initial` is the state
-/// already loaded (its events were applied by the caller).
+/// already loaded (its events were applied by the caller). Of each read only its
+/// Services and EndpointSlices are kept, to diff the next read against; an object that
+/// did not change is kept as the allocation the trackers already hold (see
+/// [`Objects::events_since`]), so the state is held once.
 /// `complete` finishes every read as the caller finished `initial` (the commands derive
 /// EndpointSlices from Pods and v1/Endpoints there); the source knows nothing of it.
 ///
@@ -59,16 +77,22 @@ fn fingerprint(path: &Path) -> Fingerprint {
 /// and the read is kept only if the file did not change while it was read: a file being
 /// written in place (`kubectl get … > dump.yaml` truncates it first) is never taken for an
 /// empty cluster.
-pub async fn watch_files(path: PathBuf, interval: Duration, initial: ClusterState, complete: impl Fn(&mut ClusterState), tx: mpsc::Sender<SourceMsg>) {
+pub async fn watch_files(
+    path: PathBuf,
+    interval: Duration,
+    initial: impl Into<Start>,
+    complete: impl Fn(&mut ClusterState),
+    tx: mpsc::Sender<SourceMsg>,
+) {
+    let Start { objects: mut state, notes: initial_notes } = initial.into();
     let mut read_at = fingerprint(&path);
     let mut previous_poll = read_at.clone();
     let mut notes = Vec::new();
-    if let Some(new) = changed_notes(&mut notes, &initial) {
+    if let Some(new) = changed_notes(&mut notes, &initial_notes) {
         if tx.send(SourceMsg::Notes(new)).await.is_err() {
             return;
         }
     }
-    let mut state = initial;
     if tx.send(SourceMsg::Ready).await.is_err() {
         return;
     }
@@ -89,7 +113,7 @@ pub async fn watch_files(path: PathBuf, interval: Duration, initial: ClusterStat
         }
         read_at = now;
         complete(&mut next);
-        if let Some(new) = changed_notes(&mut notes, &next) {
+        if let Some(new) = changed_notes(&mut notes, &next.notes) {
             if tx.send(SourceMsg::Notes(new)).await.is_err() {
                 return;
             }
@@ -100,37 +124,31 @@ pub async fn watch_files(path: PathBuf, interval: Duration, initial: ClusterStat
                 return;
             }
         }
+        let mut objects = Objects::take(&mut next);
+        drop(next);
         if !errors.is_empty() {
             // An object that no longer reads keeps its last good version: a read with
             // errors deletes nothing (the bad object may be one that disappeared). It is
             // kept in the state too, so the next clean read deletes it if it is gone.
-            keep_unread(&state, &mut next);
+            objects.keep_unread(&state);
         }
-        let events = events_between(&state, &next);
-        state = next;
+        let events = objects.events_since(&state);
+        state = objects;
         if tx.send(SourceMsg::Events(events)).await.is_err() {
             return;
         }
     }
 }
 
-/// `state`'s notes as text when they differ from `last` (which becomes them) and are not
+/// `notes` as text when they differ from `last` (which becomes them) and are not
 /// empty; `None` when there is nothing new to say.
-fn changed_notes(last: &mut Vec<String>, state: &ClusterState) -> Option<Vec<String>> {
-    let now: Vec<String> = state.notes.iter().map(ToString::to_string).collect();
+fn changed_notes(last: &mut Vec<String>, notes: &[Note]) -> Option<Vec<String>> {
+    let now: Vec<String> = notes.iter().map(ToString::to_string).collect();
     if now == *last {
         return None;
     }
     *last = now;
     (!last.is_empty()).then(|| last.clone())
-}
-
-/// Adds to `new` the services and slices of `old` it does not have.
-fn keep_unread(old: &ClusterState, new: &mut ClusterState) {
-    let services: std::collections::BTreeSet<_> = new.services.iter().map(|s| s.id.clone()).collect();
-    new.services.extend(old.services.iter().filter(|s| !services.contains(&s.id)).cloned());
-    let slices: std::collections::BTreeSet<_> = new.slices.iter().map(|s| s.id.clone()).collect();
-    new.slices.extend(old.slices.iter().filter(|s| !slices.contains(&s.id)).cloned());
 }
 
 #[cfg(test)]
@@ -156,10 +174,8 @@ mod tests {
     use super::*;
     use crate::source::Note;
 
-    fn with_notes(texts: &[&str]) -> ClusterState {
-        let mut state = ClusterState::default();
-        state.notes = texts.iter().map(|t| Note { path: PathBuf::from("c.yaml"), line: 3, text: t.to_string() }).collect();
-        state
+    fn with_notes(texts: &[&str]) -> Vec<Note> {
+        texts.iter().map(|t| Note { path: PathBuf::from("c.yaml"), line: 3, text: t.to_string() }).collect()
     }
 
     #[test]
