@@ -44,9 +44,25 @@ pub fn base32_sha256(parts: &[&str]) -> String {
     BASE32.encode(&h.finalize())
 }
 
-fn hash16(parts: &[&str]) -> String {
-    let mut s = base32_sha256(parts);
-    s.truncate(16);
+/// The first 16 characters of [`base32_sha256`]: those of the digest's first 10 bytes
+/// (base32 writes 5 bytes as 8 characters), encoded on the stack.
+fn hash16(parts: &[&str]) -> [u8; 16] {
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update(p.as_bytes());
+    }
+    let digest = h.finalize();
+    let mut out = [0u8; 16];
+    BASE32.encode_mut(&digest[..10], &mut out);
+    out
+}
+
+/// `prefix` and a [`hash16`], in one allocation of their size.
+fn prefixed(prefix: &str, hash: &[u8; 16]) -> String {
+    let mut s = String::with_capacity(prefix.len() + hash.len());
+    s.push_str(prefix);
+    // base32 is ASCII.
+    s.extend(hash.iter().map(|&b| char::from(b)));
     s
 }
 
@@ -65,17 +81,17 @@ impl ServiceChains {
     pub fn new(spn: &str, proto: &str) -> Self {
         let h = hash16(&[spn, proto]);
         ServiceChains {
-            svc: format!("{KUBE_SVC}{h}").into(),
-            svl: format!("{KUBE_SVL}{h}").into(),
-            ext: format!("{KUBE_EXT}{h}").into(),
-            fw: format!("{KUBE_FW}{h}").into(),
+            svc: prefixed(KUBE_SVC, &h).into(),
+            svl: prefixed(KUBE_SVL, &h).into(),
+            ext: prefixed(KUBE_EXT, &h).into(),
+            fw: prefixed(KUBE_FW, &h).into(),
         }
     }
 }
 
 /// `KUBE-SEP-…` for one endpoint (`ip:port`, or `[ip]:port`).
 pub fn endpoint_chain(spn: &str, proto: &str, endpoint: &str) -> String {
-    format!("{KUBE_SEP}{}", hash16(&[spn, proto, endpoint]))
+    prefixed(KUBE_SEP, &hash16(&[spn, proto, endpoint]))
 }
 
 #[cfg(test)]

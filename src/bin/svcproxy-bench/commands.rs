@@ -80,6 +80,16 @@ pub enum BenchWhat {
         #[arg(long, default_value_t = 5)]
         runs: usize,
     },
+    /// Load a cluster file once, then render its iptables rules (trackers → ruleset →
+    /// restore text) `--runs` times in process; prints the median and best of each phase
+    #[command(after_help = "Example:\n  svcproxy-bench render big.yaml --runs 10")]
+    Render {
+        /// Cluster file (YAML or JSON)
+        file: PathBuf,
+        /// Runs
+        #[arg(long, default_value_t = 10)]
+        runs: usize,
+    },
     /// What watch mode does when a file changed: read it again, the events from the old
     /// state to the new, fed to trackers holding the old and committed, timed (beside the
     /// same with every object as an event)
@@ -176,6 +186,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
         }
         BenchWhat::Load { files, runs } => out(&crate::load::run(files, *runs)?)?,
+        BenchWhat::Render { file, runs } => out(&crate::load::render(file, *runs)?)?,
         BenchWhat::Reread { base, changed, runs } => out(&crate::load::reread(base, changed, *runs)?)?,
         BenchWhat::RestoreSize { services, endpoints, format } => {
             if *format == Format::Table {

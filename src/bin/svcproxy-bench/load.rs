@@ -60,6 +60,40 @@ fn once(path: &Path) -> anyhow::Result<(Duration, Duration, usize)> {
     Ok((read, track, objects))
 }
 
+/// Loads `path` once, then renders its iptables rules `runs` times: the ruleset (rules as
+/// values) and the restore text written from it, each timed; a markdown table of the
+/// median and best of each.
+pub fn render(path: &Path, runs: usize) -> anyhow::Result<String> {
+    anyhow::ensure!(runs > 0, "render needs at least one run");
+    let state = source::read_path(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let loaded = bench::load(state)?;
+    let (mut ruleset, mut text, mut bytes) = (vec![], vec![], 0);
+    for _ in 0..runs {
+        let t = Instant::now();
+        let rulesets = svcproxy::pipeline::render_iptables(&loaded);
+        ruleset.push(t.elapsed());
+        let t = Instant::now();
+        let restore = svcproxy::pipeline::iptables_text(&rulesets);
+        text.push(t.elapsed());
+        bytes = restore.len();
+    }
+    let total: Vec<Duration> = ruleset.iter().zip(&text).map(|(a, b)| *a + *b).collect();
+    Ok(format!(
+        "| file | restore bytes | ruleset (median, best) | text (median, best) | render (median, best) |\n|---|---:|---:|---:|---:|\n| {} | {bytes} | {}, {} | {}, {} | {}, {} |\n",
+        path.display(),
+        ms(median(&ruleset)),
+        ms(best(&ruleset)),
+        ms(median(&text)),
+        ms(best(&text)),
+        ms(median(&total)),
+        ms(best(&total)),
+    ))
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1e3)
+}
+
 fn median(d: &[Duration]) -> Duration {
     let mut v = d.to_vec();
     v.sort();

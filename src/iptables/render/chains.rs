@@ -11,6 +11,11 @@ use crate::model::Endpoint;
 use crate::netfilter::{Chain, Rule};
 
 pub fn write(ctx: &Context, p: &Plan, large_cluster: bool, out: &mut ServiceRules) {
+    let eps = &p.endpoints;
+    let affinity = usize::from(p.svc.session_affinity.is_some());
+    out.chain_rules.reserve(8 + 2 * eps.all_reachable.len() + (eps.cluster.len() + eps.local.len()) * (1 + affinity));
+    out.chains.reserve(4 + eps.all_reachable.len());
+    let mut seps = SepNames::new(p.all_endpoints);
     internal_masquerade(ctx, p, &mut out.chain_rules);
     if p.uses_ext_chain {
         out.chains.push(p.chains.ext.clone());
@@ -22,14 +27,14 @@ pub fn write(ctx: &Context, p: &Plan, large_cluster: bool, out: &mut ServiceRule
     }
     if p.uses_cluster_chain {
         out.chains.push(p.chains.svc.clone());
-        dispatch(p, &p.chains.svc, &p.endpoints.cluster, large_cluster, &mut out.chain_rules);
+        dispatch(p, &p.chains.svc, &eps.cluster, &mut seps, large_cluster, &mut out.chain_rules);
     }
     if p.uses_local_chain {
         out.chains.push(p.chains.svl.clone());
-        dispatch(p, &p.chains.svl, &p.endpoints.local, large_cluster, &mut out.chain_rules);
+        dispatch(p, &p.chains.svl, &eps.local, &mut seps, large_cluster, &mut out.chain_rules);
     }
-    for ep in &p.endpoints.all_reachable {
-        let chain = sep_name(p, ep);
+    for ep in &eps.all_reachable {
+        let chain = seps.get(p, ep);
         endpoint(p, ep, &chain, large_cluster, &mut out.chain_rules);
         out.chains.push(chain);
     }
@@ -37,6 +42,35 @@ pub fn write(ctx: &Context, p: &Plan, large_cluster: bool, out: &mut ServiceRule
 
 fn sep_name(p: &Plan, ep: &Endpoint) -> Chain {
     endpoint_chain(&p.spn, p.proto, &ep.addr_string()).into()
+}
+
+/// Each endpoint's `KUBE-SEP-` name, hashed once: an endpoint is named in the cluster
+/// dispatch, the local one and its own chain. Kept by the endpoint's place in the service
+/// port's endpoint list, which every category borrows from.
+struct SepNames<'a> {
+    all: &'a [Endpoint],
+    names: Vec<Option<Chain>>,
+}
+
+impl<'a> SepNames<'a> {
+    fn new(all: &'a [Endpoint]) -> Self {
+        SepNames { all, names: vec![None; all.len()] }
+    }
+
+    fn get(&mut self, p: &Plan, ep: &Endpoint) -> Chain {
+        match self.index_of(ep) {
+            Some(i) => self.names[i].get_or_insert_with(|| sep_name(p, ep)).clone(),
+            None => sep_name(p, ep),
+        }
+    }
+
+    /// Where `ep` sits in `all`, if it is one of its elements.
+    fn index_of(&self, ep: &Endpoint) -> Option<usize> {
+        let size = std::mem::size_of::<Endpoint>();
+        let offset = (ep as *const Endpoint as usize).checked_sub(self.all.as_ptr() as usize)?;
+        let i = offset / size;
+        (offset % size == 0 && self.all.get(i).is_some_and(|e| std::ptr::eq(e, ep))).then_some(i)
+    }
 }
 
 /// Off-cluster (or, with masqueradeAll, all) traffic to the ClusterIP is masqueraded.
@@ -97,26 +131,27 @@ fn firewall_chain(ctx: &Context, p: &Plan, out: &mut Vec<Rule>) {
 
 /// kube-proxy's `writeServiceToEndpointRules`: affinity checks, then one rule per endpoint
 /// with probability 1/(remaining), the last one unconditional.
-fn dispatch(p: &Plan, chain: &Chain, eps: &[&Endpoint], large_cluster: bool, out: &mut Vec<Rule>) {
-    let seps: Vec<Chain> = eps.iter().map(|e| sep_name(p, e)).collect();
-    let comments: Vec<String> = eps.iter().map(|e| format!("{} -> {}", p.spn, e.addr_string())).collect();
-    let comment = |i: usize| -> Vec<&str> {
-        if large_cluster { vec![] } else { vec!["-m", "comment", "--comment", comments[i].as_str()] }
-    };
+fn dispatch(p: &Plan, chain: &Chain, eps: &[&Endpoint], names: &mut SepNames, large_cluster: bool, out: &mut Vec<Rule>) {
+    let seps: Vec<Chain> = eps.iter().map(|e| names.get(p, e)).collect();
+    let comments: Vec<String> = if large_cluster { Vec::new() } else { eps.iter().map(|e| format!("{} -> {}", p.spn, e.addr_string())).collect() };
+    let comment = |i: usize| -> [&str; 4] { ["-m", "comment", "--comment", comments[i].as_str()] };
+    let comment_words = if large_cluster { 0 } else { 4 };
     if let Some(timeout) = p.svc.session_affinity {
         let t = timeout.to_string();
         for (i, sep) in seps.iter().enumerate() {
             let sep: &str = sep;
+            let head = if large_cluster { ["", "", "", ""] } else { comment(i) };
             let tail = ["-m", "recent", "--name", sep, "--rcheck", "--seconds", &t, "--reap", "-j", sep];
-            out.push(Rule::new(chain, comment(i).into_iter().chain(tail)));
+            out.push(Rule::new(chain, head[..comment_words].iter().chain(tail.iter())));
         }
     }
     let n = eps.len();
     for (i, sep) in seps.iter().enumerate() {
         let sep: &str = sep;
-        let prob = probability(n - i);
+        let prob = if i + 1 < n { probability(n - i) } else { String::new() };
         let stat: &[&str] = if i + 1 < n { &["-m", "statistic", "--mode", "random", "--probability", &prob] } else { &[] };
-        out.push(Rule::new(chain, comment(i).into_iter().chain(stat.iter().copied()).chain(["-j", sep])));
+        let head = if large_cluster { ["", "", "", ""] } else { comment(i) };
+        out.push(Rule::new(chain, head[..comment_words].iter().chain(stat.iter()).chain(["-j", sep].iter())));
     }
 }
 

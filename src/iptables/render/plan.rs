@@ -22,6 +22,8 @@ pub struct Plan<'a> {
     pub proto: &'static str,
     pub chains: ServiceChains,
     pub endpoints: Categorized<'a>,
+    /// The service port's endpoint list, which every category borrows from.
+    pub all_endpoints: &'a [Endpoint],
     pub has_endpoints: bool,
     /// SVC, or SVL when internalTrafficPolicy is Local.
     pub internal_chain: Chain,
@@ -73,6 +75,7 @@ impl<'a> Plan<'a> {
             internal_refusal,
             external_refusal,
             endpoints: cat,
+            all_endpoints: endpoints,
             chains,
             proto,
             spn,
