@@ -79,9 +79,14 @@ impl EndpointsChangeTracker {
         }
     }
 
+    /// A deleted slice (or one that stopped being ours). As kube-proxy's tracker does, a
+    /// deletion that changed something drops the service's pending trigger times: a
+    /// deleted slice's annotation dates its last update, not the change being made, and
+    /// kube-proxy measures none of that service's changes until the next update.
     pub fn delete(&mut self, slice: &EndpointSlice) {
         if slice.family == self.family && self.set_pending(slice, None) {
             self.changed_events += 1;
+            self.trigger_times.remove(&slice.service);
         }
     }
 

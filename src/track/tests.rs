@@ -159,3 +159,34 @@ fn pending_counts_what_kube_proxys_trackers_count() {
     t.commit();
     assert_eq!(t.endpoints.changed_events(), 0);
 }
+
+/// kube-proxy's `EndpointSliceUpdate`: deleting one of a service's slices drops the trigger
+/// times its pending updates recorded (other services' stay); a later update records again.
+#[test]
+fn a_slice_deletion_drops_its_services_pending_trigger_times() {
+    use std::time::{Duration, SystemTime};
+    let mut t = tracker();
+    let now = SystemTime::now();
+    t.endpoints.set_started_for_test(now - Duration::from_secs(60));
+    let stamped = |name: &str, svc: &str, ip: &str, at: SystemTime| {
+        let mut s = (*slice(name, svc, vec![ep(ip, None, true)])).clone();
+        s.trigger_time = Some(at);
+        Arc::new(s)
+    };
+    t.apply(&Event::SliceApplied(slice("web-a", "web", vec![ep("10.1.1.1", None, true)])));
+    t.apply(&Event::SliceApplied(slice("web-b", "web", vec![ep("10.1.1.2", None, true)])));
+    t.commit();
+
+    let (t1, t2, t3) = (now - Duration::from_secs(30), now - Duration::from_secs(20), now - Duration::from_secs(10));
+    t.apply(&Event::SliceApplied(stamped("web-a", "web", "10.1.1.3", t1)));
+    t.apply(&Event::SliceApplied(stamped("db-a", "db", "10.2.2.1", t2)));
+    t.apply(&Event::SliceDeleted(slice("web-b", "web", vec![])));
+    let c = t.commit();
+    assert!(c.services.contains(&NamespacedName::new("ns", "web")), "web's endpoints changed");
+    assert_eq!(c.trigger_times, [t2], "web's time is dropped by its slice's deletion, db's kept");
+
+    t.apply(&Event::SliceDeleted(slice("web-z", "web", vec![])));
+    t.apply(&Event::SliceApplied(stamped("web-a", "web", "10.1.1.4", t3)));
+    t.apply(&Event::SliceDeleted(slice("web-z", "web", vec![])));
+    assert_eq!(t.commit().trigger_times, [t3], "an update after the deletion records again; an unknown slice's deletion changes nothing");
+}
