@@ -37,7 +37,7 @@ pub fn write(rs: &Ruleset, scope: Scope, stale: &[String]) -> String {
 }
 
 /// Bytes [`write`] will produce, near enough to size its buffer once.
-fn size_hint(rs: &Ruleset, scope: Scope) -> usize {
+pub fn size_hint(rs: &Ruleset, scope: Scope) -> usize {
     let mut n = 4096;
     let bytes = |rules: &[Value]| rules.iter().map(|r| r.chain.len() + r.args.as_bytes_len() + 8).sum::<usize>();
     for (name, r) in &rs.services {

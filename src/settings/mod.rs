@@ -211,7 +211,7 @@ settings! {
         Effect::NoEffect("svcproxy hides no metrics"),
         "Show metrics hidden since this version";
     mode: ProxyMode, Rules, file "mode", flags ["proxy-mode", "mode"], Effect::Acts,
-        "Proxy mode: iptables or ipvs";
+        "Proxy mode: iptables, ipvs or nftables";
     masquerade_bit: u32, Rules, file "iptables.masqueradeBit", flags ["iptables-masquerade-bit", "masquerade-bit"], Effect::Acts,
         "The fwmark bit marking packets to masquerade";
     masquerade_all: bool, Rules, file "iptables.masqueradeAll", flags ["masquerade-all"], Effect::Acts,
