@@ -199,18 +199,26 @@ pub fn rejected(input: &str, stderr: &str, binary: &str) -> RestoreError {
     let text = lines.get(n - 1).copied().unwrap_or("").to_string();
     let start = lines[..(n - 1).min(lines.len())].iter().rposition(|l| l.starts_with('*'));
     let table = start.and_then(|i| lines[i].strip_prefix('*')).unwrap_or("").to_string();
+    // The error names the line already: a complaint that says only that is not repeated.
+    let said = if says_only_the_line(&message, n) { String::new() } else { format!("{message}\n") };
     let message = if text == "COMMIT" {
         let body = &lines[start.map_or(0, |i| i + 1)..(n - 1).min(lines.len())];
         let rules = body.iter().filter(|l| l.starts_with('-')).count();
         let chains = body.iter().filter(|l| l.starts_with(':')).count();
         format!(
-            "{message}\nthe kernel refused table {table} as a whole when it was committed ({rules} rules in {chains} chains): {binary} checks a table only at COMMIT, so it cannot name the rule. \
+            "{said}the kernel refused table {table} as a whole when it was committed ({rules} rules in {chains} chains): {binary} checks a table only at COMMIT, so it cannot name the rule. \
              Usual causes: a match or target module this kernel lacks, a jump to a chain the input does not declare, or a table too large for the legacy backend (try --iptables-backend nft)."
         )
     } else {
-        format!("{message}\n{}", around(&lines, n))
+        format!("{said}{}", around(&lines, n))
     };
     RestoreError::Rejected { table, line: n, text, message }
+}
+
+/// Whether a tool's complaint is only `[prog: ]line N failed` for the line `n`.
+fn says_only_the_line(message: &str, n: usize) -> bool {
+    let rest = message.rsplit_once(": ").map_or(message, |(_, r)| r);
+    !message.contains('\n') && rest == format!("line {n} failed")
 }
 
 /// Input line `n` (1-based) of `lines` marked `>`, with [`CONTEXT`] numbered lines each
@@ -284,6 +292,7 @@ mod tests {
         let e = rejected(&input, &format!("iptables-restore: line {commit} failed\n"), "iptables-legacy-restore").to_string();
         assert!(e.contains("refused table nat as a whole") && e.contains("(5000 rules in 2 chains)") && e.contains("--iptables-backend nft"), "{e}");
         assert!(e.lines().count() < 10 && !e.contains("-A KUBE-SERVICES"), "one screen, no rules: {e}");
+        assert_eq!(e.matches(&format!("line {commit}")).count(), 1, "the line is named once: {e}");
     }
 
     #[test]
