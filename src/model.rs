@@ -65,6 +65,41 @@ impl Protocol {
             Protocol::Sctp => "SCTP",
         }
     }
+
+    /// The iptables spelling (`tcp`, `udp`, `sctp`).
+    pub fn from_name(s: &str) -> Option<Protocol> {
+        match s {
+            "tcp" => Some(Protocol::Tcp),
+            "udp" => Some(Protocol::Udp),
+            "sctp" => Some(Protocol::Sctp),
+            _ => None,
+        }
+    }
+
+    /// The `IPPROTO_*` number (what IPVS, conntrack and the kernel's tables speak).
+    pub fn number(self) -> u16 {
+        match self {
+            Protocol::Tcp => 6,
+            Protocol::Udp => 17,
+            Protocol::Sctp => 132,
+        }
+    }
+
+    pub fn from_number(n: u16) -> Option<Protocol> {
+        match n {
+            6 => Some(Protocol::Tcp),
+            17 => Some(Protocol::Udp),
+            132 => Some(Protocol::Sctp),
+            _ => None,
+        }
+    }
+}
+
+/// The API spelling (`TCP`).
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.upper())
+    }
 }
 
 /// kube-proxy's `ServicePortName`: a service and one of its ports.

@@ -319,7 +319,7 @@ fn packet_flows_reach_the_expected_endpoints() {
 }
 
 /// `.flows` in nftables mode: every flow traced through kube-proxy's nftables table for the
-/// same cluster state by `svcproxy::nftables::trace`. Where kube-proxy's nftables mode
+/// same cluster state by `svcproxy::trace::nftables`. Where kube-proxy's nftables mode
 /// answers differently from its iptables mode, `NAME.nft-flows` holds that flow's line
 /// (same columns, same name) with a comment saying why; every line there must name a flow
 /// of `.flows` and differ from it.
@@ -540,9 +540,9 @@ fn check_nftables_table(rulesets: &[svcproxy::nftables::Ruleset], expected: &str
 }
 
 /// `.flows` (as for iptables): each case traced through the rendered table of the
-/// destination's family by `svcproxy::nftables::trace`.
+/// destination's family by `svcproxy::trace::nftables`.
 fn check_nftables_flows(rulesets: &[svcproxy::nftables::Ruleset], local: &BTreeSet<IpAddr>, text: &str) -> Result<usize, String> {
-    use svcproxy::nftables::trace;
+    use svcproxy::trace::nftables as trace;
     let env = Env { local_ips: local.clone(), affinity: BTreeSet::new() };
     let mut errors = Vec::new();
     let mut n = 0;

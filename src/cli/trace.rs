@@ -200,7 +200,7 @@ fn run_nftables(args: &TraceArgs, loaded: &pipeline::Loaded, family: IpFamily) -
     let table = if args.live { live::nftables(family)? } else { rendered_nftables(loaded, family)? };
     let packet = packet(args, loaded, &BTreeSet::new())?;
     let env = Env { local_ips: local_ips(loaded, family), affinity: args.affinity.iter().cloned().collect() };
-    let t = crate::nftables::trace::trace(&table, &env, packet, args.entry.entry())
+    let t = trace::nftables::trace(&table, &env, packet, args.entry.entry())
         .with_context(|| format!("cannot trace the {} {} table", table.family.as_str(), table.name))?;
     match args.output {
         TraceOutput::Json => super::out(&format!("{}\n", serde_json::to_string_pretty(&t)?))?,
@@ -259,7 +259,7 @@ fn text(t: &Trace, entry: From) -> String {
     out
 }
 
-fn nftables_text(t: &crate::nftables::trace::Trace, entry: From) -> String {
+fn nftables_text(t: &trace::nftables::Trace, entry: From) -> String {
     let p = &t.packet;
     let hook = if t.entry == Entry::Output { "hook output" } else { "hook prerouting" };
     let mut out = format!("packet: {} {} -> {}:{} from {entry:?} (nftables mode, {hook})\n", p.protocol, p.src, p.dst, p.dport);

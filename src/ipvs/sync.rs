@@ -18,9 +18,9 @@ use super::plan::incremental::Planner;
 use super::plan::{Context, Plan, DUMMY_LINK};
 use super::reconcile::{self, Changes, Observed, Scope, Timing, Wanted};
 use crate::config::Config;
-use crate::netfilter::apply::{RestoreError, Restorer};
+use crate::netfilter::apply::{ReadError, RestoreError, Restorer};
 use crate::netfilter::delta::{self, Delta, TABLES};
-use crate::netfilter::dump::{self, Dump};
+use crate::netfilter::dump::Dump;
 use crate::net::IpFamily;
 use crate::track::Trackers;
 
@@ -44,6 +44,15 @@ pub enum SyncError {
     GraceFile { path: PathBuf, error: std::io::Error },
     #[error(transparent)]
     Sysctl(#[from] crate::node::sysctl::SysctlError),
+}
+
+impl From<ReadError> for SyncError {
+    fn from(e: ReadError) -> Self {
+        match e {
+            ReadError::Save(e) => SyncError::Iptables(e),
+            ReadError::Parse { table, error } => SyncError::Parse { what: format!("iptables-save -t {table}"), reason: error.to_string() },
+        }
+    }
 }
 
 /// How to sync.
@@ -231,25 +240,9 @@ fn timeouts_change(cfg: &Config, have: Option<Timeouts>) -> Option<Timeouts> {
     changed.then_some(want)
 }
 
-fn parse(what: &str, text: &str) -> Result<Dump, SyncError> {
-    dump::parse(text).map_err(|e| SyncError::Parse { what: what.to_string(), reason: e.to_string() })
-}
-
 /// `iptables-save` of the tables IPVS mode writes, per family.
 fn read_iptables(r: &mut dyn Restorer, families: &[IpFamily]) -> Result<Vec<(IpFamily, Dump)>, SyncError> {
-    let mut out = Vec::new();
-    for family in families {
-        let mut live = Dump::default();
-        for table in TABLES {
-            let dump = parse(&format!("iptables-save -t {table}"), &r.save(*family, table)?)?;
-            if let Some(t) = dump.tables.get(table) {
-                live.order.push(table.to_string());
-                live.tables.insert(table.to_string(), t.clone());
-            }
-        }
-        out.push((*family, live));
-    }
-    Ok(out)
+    families.iter().map(|family| Ok((*family, crate::netfilter::apply::read(r, *family, &TABLES)?))).collect()
 }
 
 fn iptables_deltas(plans: &[&Plan], live: &[(IpFamily, Dump)]) -> Result<Vec<(IpFamily, Delta)>, SyncError> {

@@ -6,53 +6,9 @@
 use std::fmt;
 use std::net::IpAddr;
 
-/// Transport protocol of a virtual server. svcproxy never creates fwmark, AH or ESP services.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Protocol {
-    Tcp,
-    Udp,
-    Sctp,
-}
-
-impl Protocol {
-    /// The `IPPROTO_*` number.
-    pub fn number(self) -> u16 {
-        match self {
-            Protocol::Tcp => 6,
-            Protocol::Udp => 17,
-            Protocol::Sctp => 132,
-        }
-    }
-
-    /// The iptables spelling (`tcp`, `udp`, `sctp`).
-    pub fn from_name(s: &str) -> Option<Protocol> {
-        match s {
-            "tcp" => Some(Protocol::Tcp),
-            "udp" => Some(Protocol::Udp),
-            "sctp" => Some(Protocol::Sctp),
-            _ => None,
-        }
-    }
-
-    pub fn from_number(n: u16) -> Option<Protocol> {
-        match n {
-            6 => Some(Protocol::Tcp),
-            17 => Some(Protocol::Udp),
-            132 => Some(Protocol::Sctp),
-            _ => None,
-        }
-    }
-}
-
-impl fmt::Display for Protocol {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Protocol::Tcp => "TCP",
-            Protocol::Udp => "UDP",
-            Protocol::Sctp => "SCTP",
-        })
-    }
-}
+/// Transport protocol of a virtual server: the Service port's own ([`crate::model::Protocol`],
+/// with its `IPPROTO_*` number). svcproxy never creates fwmark, AH or ESP services.
+pub use crate::model::Protocol;
 
 /// What identifies a virtual server in the kernel: address, port and protocol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -20,7 +20,6 @@ pub mod proxier;
 pub mod render;
 pub mod staged;
 pub mod sync;
-pub mod trace;
 
 pub use context::Context;
 pub use render::Ruleset;

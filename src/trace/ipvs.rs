@@ -60,12 +60,7 @@ impl Table {
     /// The kernel's lookup: protocol, address and port; then a port-0 (all ports)
     /// persistent virtual server on the address.
     fn lookup(&self, p: &Packet) -> Option<&Virtual> {
-        let protocol = match p.protocol.as_str() {
-            "tcp" => Protocol::Tcp,
-            "udp" => Protocol::Udp,
-            "sctp" => Protocol::Sctp,
-            _ => return None,
-        };
+        let protocol = Protocol::from_name(&p.protocol)?;
         let key = ServiceKey { addr: p.dst, port: p.dport, protocol };
         self.servers.get(&key).or_else(|| {
             self.servers.get(&ServiceKey { port: 0, ..key }).filter(|v| v.vs.persistent.is_some())

@@ -10,9 +10,11 @@
 //!
 //! [`ipvs`] traces IPVS mode: the same rule walk (with ipset membership, [`Sets`]) through
 //! the hooks in the kernel's order, and the IPVS virtual server between them.
+//! [`nftables`] traces nftables mode: the `kube-proxy` table's base chains in hook order.
 
 pub mod ipset;
 pub mod ipvs;
+pub mod nftables;
 #[cfg(test)]
 mod ipvs_tests;
 mod matcher;

@@ -6,21 +6,13 @@ use std::net::IpAddr;
 
 use super::ipsets::{ip_port, ip_port_ip, ip_port_net, SetId};
 use super::{Context, Desired, NoNodeAccess, Plan};
-use crate::ipvs::values::{self, RealServer, VirtualServer};
+use crate::ipvs::values::{RealServer, VirtualServer};
 use crate::model::{Endpoint, Protocol, ServicePort, ServicePortName};
 use crate::select::{categorize, Categorized};
 
 /// kube-utils `FlagSourceHash` (`IP_VS_SVC_F_SCHED2`, `mh-port`), which kube-proxy sets
 /// for the `mh` scheduler.
 pub const FLAG_SOURCE_HASH: u32 = 0x10;
-
-fn proto(p: Protocol) -> values::Protocol {
-    match p {
-        Protocol::Tcp => values::Protocol::Tcp,
-        Protocol::Udp => values::Protocol::Udp,
-        Protocol::Sctp => values::Protocol::Sctp,
-    }
-}
 
 /// The real servers of one virtual server: local endpoints when the policy is Local and
 /// there are some, else the cluster endpoints (kubernetes#97081). Weight 1, sorted.
@@ -45,7 +37,7 @@ impl Port<'_> {
     }
 
     fn virtual_server(&self, addr: IpAddr, port: u16) -> VirtualServer {
-        let mut vs = VirtualServer::new(addr, port, proto(self.svc.protocol)).scheduler(&self.ctx.scheduler);
+        let mut vs = VirtualServer::new(addr, port, self.svc.protocol).scheduler(&self.ctx.scheduler);
         if let Some(timeout) = self.svc.session_affinity {
             vs = vs.persistent(timeout);
         }

@@ -23,7 +23,7 @@ use serde::Serialize;
 use crate::net::Cidr;
 use crate::nftables::model::{Element, Rule, Table};
 use crate::nftables::names::*;
-use crate::trace::{Entry, Env, Packet};
+use super::{Entry, Env, Packet};
 
 const MAX_DEPTH: usize = 64;
 
@@ -64,7 +64,7 @@ impl Trace {
     /// kube-proxy's tracer summary: the distinct verdicts joined by `, ` (first seen
     /// first) and whether any branch is masqueraded.
     pub fn summary(&self) -> (String, bool) {
-        crate::trace::summary(self.outcomes.iter().map(|o| (o.verdict.as_str(), o.masquerade)))
+        super::summary(self.outcomes.iter().map(|o| (o.verdict.as_str(), o.masquerade)))
     }
 }
 
