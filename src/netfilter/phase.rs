@@ -2,13 +2,11 @@
 //! (`sync_proxy_rules_iptables_restore_failures_total`, nftables mode's
 //! `sync_proxy_rules_nftables_sync_failures_total`) only when the write itself was refused
 //! or failed: the `iptables-restore` call, or the `nft` transaction. [`Watched`] wraps a
-//! [`Restorer`] (and [`WatchedNft`] an [`Nft`]) for one sync and remembers which of its
-//! calls failed first.
+//! [`Restorer`] for one sync and remembers which of its calls failed first; nftables mode
+//! wraps its `nft` client the same way (`nftables::watched`), so this layer imports no mode.
 
 use super::apply::{Backend, RestoreError, Restorer};
 use crate::net::IpFamily;
-use crate::nftables::apply::{Names, Nft, NftError};
-use crate::nftables::model::Family;
 
 /// The step of a family's sync that failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,52 +68,6 @@ impl Restorer for Watched<'_> {
     fn check(&mut self, family: IpFamily, table: &str, chain: &str, rule: &[&str]) -> Result<bool, RestoreError> {
         let r = self.inner.check(family, table, chain, rule);
         self.note(Phase::Read, family, r)
-    }
-}
-
-/// An [`Nft`] that remembers its first failed call's [`Phase`]: a transaction (`run`) is
-/// the write; a listing, the read.
-pub struct WatchedNft<'a> {
-    inner: &'a mut dyn Nft,
-    failed: Option<Phase>,
-}
-
-impl<'a> WatchedNft<'a> {
-    pub fn new(inner: &'a mut dyn Nft) -> Self {
-        WatchedNft { inner, failed: None }
-    }
-
-    pub fn failed(&self) -> Option<Phase> {
-        self.failed
-    }
-
-    fn note<T>(&mut self, phase: Phase, result: Result<T, NftError>) -> Result<T, NftError> {
-        if result.is_err() && self.failed.is_none() {
-            self.failed = Some(phase);
-        }
-        result
-    }
-}
-
-impl Nft for WatchedNft<'_> {
-    fn run(&mut self, text: &str) -> Result<(), NftError> {
-        let r = self.inner.run(text);
-        self.note(Phase::Restore, r)
-    }
-
-    fn list(&mut self, family: Family) -> Result<Option<String>, NftError> {
-        let r = self.inner.list(family);
-        self.note(Phase::Read, r)
-    }
-
-    fn names(&mut self, family: Family) -> Result<Option<Names>, NftError> {
-        let r = self.inner.names(family);
-        self.note(Phase::Read, r)
-    }
-
-    fn canonical(&mut self, family: Family, text: &str) -> Result<String, NftError> {
-        let r = self.inner.canonical(family, text);
-        self.note(Phase::Read, r)
     }
 }
 

@@ -20,6 +20,7 @@ pub mod proxier;
 pub mod render;
 pub mod staged;
 pub mod sync;
+pub mod watched;
 
 pub use context::Context;
 pub use render::Ruleset;

@@ -25,7 +25,7 @@ use crate::netfilter::conntrack::{Conntrack, Flush};
 use crate::netfilter::apply::Pass;
 use crate::netfilter::conntrack::Reconciled;
 pub use crate::netfilter::phase::Phase;
-use crate::netfilter::phase::WatchedNft;
+use super::watched::WatchedNft;
 use crate::model::{ports_of, ServicePortName};
 use crate::track::{Changes, Trackers};
 
