@@ -4,7 +4,6 @@
 //! tests: `iptables-save`/`iptables-restore` through [`crate::netfilter::apply`], `nfacct`
 //! over netlink through [`crate::netfilter::nfacct`], and `conntrack` through the conntrack tool.
 
-pub mod canary;
 pub mod conntrack;
 pub mod cleanup;
 pub mod incremental;

@@ -9,7 +9,7 @@
 //!   full render, input proportional to the change.
 //!
 //! Stale UDP/SCTP conntrack entries are cleared after either. A full sync also ensures
-//! the canaries ([`super::canary`]), which the loop checks between syncs to learn, cheaply,
+//! the canaries ([`crate::netfilter::canary`]), which the loop checks between syncs to learn, cheaply,
 //! that the kernel lost rules and the next sync must be full.
 //!
 //! A one-shot `svcproxy sync` is this proxier's first (full) sync: [`Pass::DryRun`] computes
@@ -21,7 +21,7 @@ use std::time::Instant;
 use crate::netfilter::apply::{Pass, RestoreError, Restorer};
 pub use crate::netfilter::phase::Phase;
 use crate::netfilter::phase::Watched;
-use super::canary;
+use crate::netfilter::canary;
 use crate::netfilter::conntrack::{Conntrack, Flush, Reconciled};
 use super::incremental::{self, Before};
 use super::render::{self, Ruleset};

@@ -1,6 +1,6 @@
 //! How IPVS-mode watch mode notices, cheaply, that the kernel lost what its partial syncs
 //! trust (the memory of the last full sync): kube-proxy's iptables canaries
-//! ([`crate::iptables::canary`]; kube-proxy's IPVS proxier monitors them too), kube-ipvs0
+//! ([`crate::netfilter::canary`]; kube-proxy's IPVS proxier monitors them too), kube-ipvs0
 //! still being the link the memory names (deleting it takes every bound address), and
 //! one virtual server svcproxy holds still answering with its real servers (`ipvsadm -C`
 //! deletes them all). Each is one query; any loss means the next sync is full.
@@ -9,7 +9,7 @@ use super::link::Links;
 use super::memory::Memory;
 use super::netlink::Ipvs;
 use super::plan::DUMMY_LINK;
-use crate::iptables::canary;
+use crate::netfilter::canary;
 use crate::net::IpFamily;
 use crate::netfilter::apply::{RestoreError, Restorer};
 

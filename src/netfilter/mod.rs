@@ -8,6 +8,7 @@
 
 pub mod apply;
 pub mod canon;
+pub mod canary;
 pub mod conntrack;
 pub mod delta;
 pub mod dump;

@@ -13,8 +13,8 @@
 //! in the middle of someone's reload; resyncing early is safe: whatever is flushed after
 //! it takes the canary with it and is seen at the next check).
 
-use crate::netfilter::apply::{RestoreError, Restorer};
-use crate::netfilter::names::KUBE_PROXY_CANARY;
+use super::apply::{RestoreError, Restorer};
+use super::names::KUBE_PROXY_CANARY;
 use crate::net::IpFamily;
 
 /// The tables that hold a canary, in the order they are checked (mangle first, as
