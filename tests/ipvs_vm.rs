@@ -7,7 +7,8 @@
 //! trace of the draining state, watch mode, and the checks from outside the node
 //! (`dataplane-4.yaml`: an "outside" namespace beside the node: NodePort ETP Cluster and
 //! Local, external IP, LoadBalancer IPs in and out of their source ranges, hairpin, the
-//! health-check node port).
+//! health-check node port), and seeded random change sequences in watch mode, each step
+//! checked against a full sync (`walk-SEED-STEP.yaml`, written by [`write_walks`]).
 //!
 //! Missing means (not root, no qemu, no tools) are reported as SKIPPED with the reason,
 //! and fail under CI (tests/support/ci.rs). The last line is `ipvs_vm: P passed, F failed, S skipped`.
@@ -16,10 +17,13 @@
 mod ci;
 
 use std::path::{Path, PathBuf};
+
+use svcproxy::gen::{self, GenSpec};
+use svcproxy::ipvs::walk::Walk;
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
-const GUEST_CHECKS: usize = 38;
+const GUEST_CHECKS: usize = 39;
 
 const MODULES: &str = "ip_set ip_set_hash_ip ip_set_hash_ipport ip_set_hash_ipportip ip_set_hash_ipportnet \
     ip_set_bitmap_port xt_set ip_tables iptable_nat iptable_filter ip6_tables ip6table_nat ip6table_filter iptable_mangle ip6table_mangle \
@@ -88,7 +92,30 @@ fn stage() -> std::io::Result<PathBuf> {
         let name = format!("dataplane-{i}.yaml");
         std::fs::copy(r.join("tests/rigs/ipvs-fixtures").join(&name), dir.join(&name))?;
     }
+    write_walks(&dir)?;
     Ok(dir)
+}
+
+/// Seeded random change sequences (the ones `ipvs::partial`'s fake-kernel test walks, at
+/// other seeds), one file per step: the guest feeds them to watch mode in turn and checks
+/// after each that a full sync would change nothing.
+const WALK_SEEDS: [u64; 2] = [23, 41];
+const WALK_STEPS: usize = 10;
+
+fn write_walks(dir: &Path) -> std::io::Result<()> {
+    for seed in WALK_SEEDS {
+        let spec = GenSpec { services: 60, endpoints: 3, seed };
+        let header = gen::header(&spec);
+        let mut walk = Walk::new(spec.services, spec.endpoints, seed);
+        for step in 0..=WALK_STEPS {
+            if step > 0 {
+                walk.step(1 + step % 3);
+            }
+            let (services, slices) = walk.current();
+            std::fs::write(dir.join(format!("walk-{seed:02}-{step:02}.yaml")), gen::state::yaml(&header, services, slices))?;
+        }
+    }
+    Ok(())
 }
 
 fn extra_files(dir: &Path) -> String {

@@ -20,7 +20,7 @@ pub mod stale;
 pub mod sync;
 pub mod text;
 pub mod values;
-#[cfg(test)]
+#[cfg(any(test, feature = "bench"))]
 pub mod walk;
 
 use crate::config::Config;

@@ -47,6 +47,13 @@ impl Walk {
         Walk { deleted: vec![false; services.len()], services, state, rng: Rng::new(seed), step: 0 }
     }
 
+    /// The cluster as the walk has left it: the services not deleted (in their changed
+    /// shapes) and every slice.
+    pub fn current(&self) -> (Vec<&Service>, &[crate::model::EndpointSlice]) {
+        let services = self.services.iter().zip(&self.deleted).filter(|(_, d)| !**d).map(|(s, _)| s).collect();
+        (services, &self.state.slices)
+    }
+
     /// The events of one step: `changes` random changes, each to a random service.
     pub fn step(&mut self, changes: usize) -> Vec<Event> {
         self.step += 1;

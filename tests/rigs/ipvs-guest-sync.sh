@@ -1,7 +1,8 @@
 #!/bin/dash
 # Guest side of the ipvs_vm test (run by ipvs-vm.sh as root, inside the VM).
 #   ipvs-guest-sync.sh SVCPROXY DATA_DIR
-# DATA_DIR holds demo.yaml, demo.ipvs (its golden) and dataplane-{1,2,3,4}.yaml.
+# DATA_DIR holds demo.yaml, demo.ipvs (its golden), dataplane-{1,2,3,4}.yaml and
+# walk-SEED-STEP.yaml (random change sequences).
 # Prints "ok NAME" / "FAIL NAME: why" per check and "guest: P passed, F failed" last.
 set -u
 S=$1; D=$2
@@ -221,6 +222,32 @@ sed 's/nodeName: vm-node$/nodeName: vm-node-3/' "$D/dataplane-4.yaml" >/tmp/hc/.
 if wait_for 'answers 503 0'; then
   ok "outside: health-check node port answers 503 with localEndpoints 0 once none is local"
 else bad "outside: health-check 503" "$(probe) $(tail -5 /tmp/hc.log)"; fi
+kill -TERM $W; wait $W
+
+# ---- random change sequences: partial syncs never drift from a full sync -----
+# walk-SEED-STEP.yaml: a generated cluster (60 services x 3 endpoints) moved by seeded
+# random changes (endpoints added, removed, terminating; services deleted, re-added,
+# retyped, their policies, affinity and external IPs flipped). Watch mode follows them;
+# after each step a dry run (a full comparison with the kernel) must find nothing, and
+# every sync but the first must be partial.
+mkdir -p /tmp/walk
+walk_ok=1; steps=0
+for f in $(ls "$D"/walk-*.yaml | sort); do
+  cp "$f" /tmp/walk/.next && mv /tmp/walk/.next /tmp/walk/cluster.yaml
+  if [ $steps = 0 ]; then
+    "$S" sync --watch --mode ipvs --iptables-backend legacy --from /tmp/walk --min-sync-period 100ms --sync-period 2s \
+      --healthz-bind-address 127.0.0.1:10256 --metrics-bind-address 127.0.0.1:10249 2>/tmp/walk.log &
+    W=$!
+  fi
+  steps=$((steps + 1))
+  if ! wait_for '"$S" sync --mode ipvs --iptables-backend legacy --from /tmp/walk/cluster.yaml --dry-run >/tmp/dry.out 2>&1 && [ ! -s /tmp/dry.out ]'; then
+    walk_ok=0; bad "walk: partial syncs to $(basename "$f") leave the kernel as a full sync would" "$(head -30 /tmp/dry.out; tail -5 /tmp/walk.log)"; break
+  fi
+done
+fulls=$(grep -c 'kind=Full' /tmp/walk.log); partials=$(grep -c 'kind=Partial' /tmp/walk.log)
+if [ $walk_ok = 1 ] && [ "$fulls" = 1 ] && [ "$partials" -ge $((steps / 2)) ]; then
+  ok "walk: $steps random steps, each equal to a full sync ($fulls full, $partials partial)"
+elif [ $walk_ok = 1 ]; then bad "walk: only the first sync is full" "$steps steps, $fulls full, $partials partial: $(grep -E 'kind=' /tmp/walk.log | tail -5)"; fi
 kill -TERM $W; wait $W
 
 echo "guest: $PASS passed, $FAIL failed"

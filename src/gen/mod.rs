@@ -4,6 +4,8 @@
 //! a few with ClientIP affinity; a few terminating endpoints), written as ordinary
 //! Service/EndpointSlice YAML so every mode and tool reads the same input.
 
+pub mod state;
+
 use std::fmt::Write as _;
 use std::net::Ipv4Addr;
 
@@ -46,13 +48,18 @@ fn ip(base: Ipv4Addr, offset: usize) -> Ipv4Addr {
     Ipv4Addr::from(u32::from(base).wrapping_add(offset as u32))
 }
 
+/// The `SvcproxyFixture` document every generated cluster starts with: node-0, IPv4.
+pub fn header(spec: &GenSpec) -> String {
+    format!(
+        "# generated: {} services x {} endpoints, seed {}\napiVersion: svcproxy.dev/v1alpha1\nkind: SvcproxyFixture\nnode:\n  name: {NODE}\n  ips: [192.168.0.10]\n  labels: {{topology.kubernetes.io/zone: zone-0}}\noptions:\n  ipFamily: ipv4\n  clusterCIDR: 10.128.0.0/9\n",
+        spec.services, spec.endpoints, spec.seed
+    )
+}
+
 /// The whole cluster as multi-document YAML, starting with a `SvcproxyFixture` for node-0.
 pub fn yaml(spec: &GenSpec) -> String {
     let mut out = String::with_capacity(spec.services * (900 + 120 * spec.endpoints));
-    out.push_str(&format!(
-        "# generated: {} services x {} endpoints, seed {}\napiVersion: svcproxy.dev/v1alpha1\nkind: SvcproxyFixture\nnode:\n  name: {NODE}\n  ips: [192.168.0.10]\n  labels: {{topology.kubernetes.io/zone: zone-0}}\noptions:\n  ipFamily: ipv4\n  clusterCIDR: 10.128.0.0/9\n",
-        spec.services, spec.endpoints, spec.seed
-    ));
+    out.push_str(&header(spec));
     let mut rng = Rng(spec.seed.max(1));
     let mut next_node_port = 30000u32;
     for i in 0..spec.services {
