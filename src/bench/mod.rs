@@ -4,8 +4,11 @@
 //! [`report`] writes BENCHMARKS.md's results from the benchmarks' output files. Built
 //! with the `bench` feature only: none of it is in the node binary.
 
+pub mod apiserver;
 pub mod nft;
+pub mod plot;
 pub mod report;
+pub mod soak;
 
 use std::sync::Arc;
 

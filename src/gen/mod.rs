@@ -18,9 +18,18 @@ pub struct GenSpec {
 }
 
 /// xorshift64*: small, fast, deterministic.
-struct Rng(u64);
+pub struct Rng(u64);
 
 impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed.max(1))
+    }
+
+    /// A number below `n` (0 when `n` is 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() >> 33) as usize % n.max(1)
+    }
+
     fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
@@ -60,7 +69,7 @@ pub fn header(spec: &GenSpec) -> String {
 pub fn yaml(spec: &GenSpec) -> String {
     let mut out = String::with_capacity(spec.services * (900 + 120 * spec.endpoints));
     out.push_str(&header(spec));
-    let mut rng = Rng(spec.seed.max(1));
+    let mut rng = Rng::new(spec.seed);
     let mut next_node_port = 30000u32;
     for i in 0..spec.services {
         write_service(&mut out, spec, &mut rng, i, &mut next_node_port);

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::gen::{self, GenSpec};
+use crate::gen::{self, GenSpec, Rng};
 use crate::model::{Ingress, Service, ServiceType, TrafficPolicy};
 use crate::net::Cidr;
 use crate::source::{self, ClusterState};
@@ -12,22 +12,6 @@ use crate::track::Event;
 
 /// An external IP several services may share (one bound address, counted per user).
 const SHARED_IP: &str = "192.0.2.50";
-
-/// xorshift64*.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Rng(seed.max(1))
-    }
-
-    pub fn below(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        (self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 33) as usize % n.max(1)
-    }
-}
 
 /// A generated cluster and the walk over it.
 pub struct Walk {

@@ -6,12 +6,12 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
 
-use svcproxy::bench::{self, report, OneEndpoint};
+use svcproxy::bench::{self, plot, report, soak, OneEndpoint};
 use svcproxy::cli::{out, render, sync::SyncArgs, EXIT_OK};
 use svcproxy::config::Mode;
 use svcproxy::gen::{self, GenSpec};
@@ -164,6 +164,49 @@ pub enum BenchWhat {
     /// went, one `name value` line each: seconds, or lines (for scripts/bench-kernel)
     #[command(hide = true)]
     Sync(Box<SyncArgs>),
+    /// The scale soak (root, in a fresh network namespace: scripts/soak runs it): the
+    /// test API server serves a generated cluster, `svcproxy sync --watch` follows it
+    /// while endpoints change at a steady rate, then idles; writes DIR/soak.tsv (samples),
+    /// DIR/summary.txt and DIR/svcproxy.log
+    Soak {
+        #[arg(long, default_value_t = 50000)]
+        services: usize,
+        #[arg(long, default_value_t = 10)]
+        endpoints: usize,
+        /// Endpoint changes per second
+        #[arg(long, default_value_t = 50)]
+        rate: u32,
+        /// Seconds of changes
+        #[arg(long, default_value_t = 600)]
+        changes_for: u64,
+        /// Seconds idle after the changes
+        #[arg(long, default_value_t = 60)]
+        idle_for: u64,
+        /// Seconds between samples
+        #[arg(long, default_value_t = 5)]
+        sample_every: u64,
+        /// iptables backend: nft or legacy
+        #[arg(long, default_value = "nft")]
+        backend: String,
+        /// The svcproxy binary to run
+        #[arg(long, value_name = "PATH")]
+        svcproxy: PathBuf,
+        /// Seconds the first (full) sync may take
+        #[arg(long, default_value_t = 1800)]
+        first_sync_limit: u64,
+        #[arg(long, value_name = "DIR")]
+        dir: PathBuf,
+    },
+    /// Draw soak runs (DIR/soak.tsv each, labelled LABEL=DIR) into one SVG
+    #[command(hide = true)]
+    SoakPlot {
+        #[arg(long)]
+        title: String,
+        #[arg(long, value_name = "PATH")]
+        out: PathBuf,
+        /// LABEL=DIR, one per run
+        runs: Vec<String>,
+    },
     /// Print BENCHMARKS.md's results section from the benchmarks' output (for scripts/bench)
     #[command(hide = true)]
     Report {
@@ -233,6 +276,36 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 std::fs::write(dir.join(format!("{i:04}.restore")), c)?;
             }
             out(&format!("{}\n", chunks.len()))?;
+        }
+        BenchWhat::Soak { services, endpoints, rate, changes_for, idle_for, sample_every, backend, svcproxy, first_sync_limit, dir } => {
+            std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+            let spec = soak::Spec {
+                services: *services,
+                endpoints: *endpoints,
+                rate: *rate,
+                changes_for: Duration::from_secs(*changes_for),
+                idle_for: Duration::from_secs(*idle_for),
+                sample_every: Duration::from_secs((*sample_every).max(1)),
+                backend: backend.clone(),
+                svcproxy: svcproxy.clone(),
+                log: dir.join("svcproxy.log"),
+                first_sync_limit: Duration::from_secs(*first_sync_limit),
+            };
+            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+            let result = rt.block_on(soak::run(&spec))?;
+            std::fs::write(dir.join("soak.tsv"), result.tsv())?;
+            std::fs::write(dir.join("summary.txt"), result.summary())?;
+            out(&result.summary())?;
+        }
+        BenchWhat::SoakPlot { title, out: path, runs } => {
+            let mut series = Vec::new();
+            for run in runs {
+                let (label, dir) = run.split_once('=').with_context(|| format!("{run}: want LABEL=DIR"))?;
+                let file = PathBuf::from(dir).join("soak.tsv");
+                let text = std::fs::read_to_string(&file).with_context(|| format!("cannot read {}", file.display()))?;
+                series.push((label.to_string(), plot::read_tsv(&text).with_context(|| file.display().to_string())?));
+            }
+            plot::soak_svg(&series, title, path)?;
         }
         BenchWhat::Sync(sync_args) => out(&timed_sync(sync_args)?)?,
         BenchWhat::Report { criterion, results } => out(&report::render(&report::Inputs::read(criterion, results)?))?,

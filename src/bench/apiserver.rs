@@ -1,0 +1,283 @@
+//! A small API server for tests that speaks the real list/watch protocol over HTTP:
+//! lists with `metadata.resourceVersion`; `?watch=true&resourceVersion=N` streams
+//! newline-delimited `{"type": ADDED|MODIFIED|DELETED|BOOKMARK|ERROR, "object": …}`
+//! events; a resourceVersion older than the compaction point gets a `410 Gone` ERROR;
+//! watches can be dropped mid-stream. Label selectors `key`, `!key`, `key=value` work.
+//! Objects are served as given, so a field can have the wrong type ([`ApiServer::apply_with`]).
+//! Test tooling (feature `bench`): the tests, and the scale soak (`bench::soak`).
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use serde_json::{json, Value};
+use tokio::sync::broadcast;
+
+#[derive(Clone, Debug)]
+struct Change {
+    rv: u64,
+    kind: &'static str,
+    kind_type: &'static str,
+    object: Value,
+}
+
+#[derive(Default)]
+struct Store {
+    rv: u64,
+    objects: BTreeMap<(&'static str, String, String), Value>,
+    log: Vec<Change>,
+    /// Watches from before this resourceVersion get 410 Gone.
+    compacted: u64,
+}
+
+#[derive(Clone)]
+pub struct ApiServer {
+    store: Arc<Mutex<Store>>,
+    events: broadcast::Sender<Change>,
+    /// Bumped to drop every open watch.
+    drops: broadcast::Sender<()>,
+    pub addr: SocketAddr,
+    /// Every request line served, for assertions (`GET /api/v1/services?...`).
+    pub requests: Arc<Mutex<Vec<String>>>,
+}
+
+fn key(obj: &Value) -> (String, String) {
+    let m = &obj["metadata"];
+    (m["namespace"].as_str().unwrap_or("").to_string(), m["name"].as_str().unwrap_or("").to_string())
+}
+
+impl ApiServer {
+    pub async fn start() -> ApiServer {
+        ApiServer::start_on("127.0.0.1:0".parse().unwrap()).await
+    }
+
+    pub async fn start_on(bind: SocketAddr) -> ApiServer {
+        let (events, _) = broadcast::channel(65536);
+        let (drops, _) = broadcast::channel(16);
+        let listener = tokio::net::TcpListener::bind(bind).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = ApiServer { store: Arc::default(), events, drops, addr, requests: Arc::default() };
+        let app = Router::new()
+            .route("/api/v1/services", get(services))
+            .route("/apis/discovery.k8s.io/v1/endpointslices", get(slices))
+            .route("/api/v1/nodes/{name}", get(|| async { StatusCode::NOT_FOUND }))
+            .route("/api/v1/nodes", get(nodes))
+            .with_state(server.clone());
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        server
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    fn change(&self, kind: &'static str, kind_type: &'static str, mut object: Value) {
+        let mut s = self.store.lock().unwrap();
+        s.rv += 1;
+        object["metadata"]["resourceVersion"] = json!(s.rv.to_string());
+        let (ns, name) = key(&object);
+        if kind_type == "DELETED" {
+            s.objects.remove(&(kind, ns, name));
+        } else {
+            s.objects.insert((kind, ns, name), object.clone());
+        }
+        let c = Change { rv: s.rv, kind, kind_type, object };
+        s.log.push(c.clone());
+        let _ = self.events.send(c);
+    }
+
+    /// Creates or replaces (ADDED or MODIFIED) an object of kind `Service` or `EndpointSlice`.
+    pub fn apply(&self, object: Value) {
+        let kind = kind_of(&object);
+        let (ns, name) = key(&object);
+        let exists = self.store.lock().unwrap().objects.contains_key(&(kind, ns, name));
+        self.change(kind, if exists { "MODIFIED" } else { "ADDED" }, object);
+    }
+
+    /// [`apply`](Self::apply) with the field at JSON pointer `pointer` (e.g.
+    /// `/spec/ports/0/port`) set to `value` — served as is, like an object whose field has
+    /// the wrong type.
+    pub fn apply_with(&self, mut object: Value, pointer: &str, value: Value) {
+        *object.pointer_mut(pointer).unwrap_or_else(|| panic!("{pointer} is not in the object")) = value;
+        self.apply(object);
+    }
+
+    pub fn delete(&self, object: Value) {
+        let kind = kind_of(&object);
+        self.change(kind, "DELETED", object);
+    }
+
+    /// Forgets history: watches resuming from before now get 410 Gone.
+    pub fn compact(&self) {
+        let mut s = self.store.lock().unwrap();
+        s.compacted = s.rv + 1;
+    }
+
+    /// Deletes objects as if the events were lost to compaction: no watch sees them,
+    /// history is compacted, and open watches are dropped, so clients resuming get
+    /// 410 Gone and must list again to learn of the deletions.
+    pub fn delete_behind_compaction(&self, objects: &[Value]) {
+        {
+            let mut s = self.store.lock().unwrap();
+            for object in objects {
+                let kind: &'static str = if object["kind"] == "Service" { "Service" } else { "EndpointSlice" };
+                let (ns, name) = key(object);
+                s.objects.remove(&(kind, ns, name));
+                s.rv += 1;
+            }
+            s.compacted = s.rv + 1;
+        }
+        self.drop_watches();
+    }
+
+    /// Drops every open watch connection.
+    pub fn drop_watches(&self) {
+        let _ = self.drops.send(());
+    }
+
+    pub fn request_count(&self, needle: &str) -> usize {
+        self.requests.lock().unwrap().iter().filter(|r| r.contains(needle)).count()
+    }
+}
+
+fn kind_of(object: &Value) -> &'static str {
+    match object["kind"].as_str() {
+        Some("Service") => "Service",
+        Some("Node") => "Node",
+        _ => "EndpointSlice",
+    }
+}
+
+/// `metadata.name=X` field selectors.
+fn field_selected(obj: &Value, selector: Option<&str>) -> bool {
+    match selector.and_then(|s| s.strip_prefix("metadata.name=")) {
+        Some(name) => obj["metadata"]["name"].as_str() == Some(name),
+        None => true,
+    }
+}
+
+fn selected(obj: &Value, selector: Option<&str>) -> bool {
+    let labels = &obj["metadata"]["labels"];
+    selector.unwrap_or("").split(',').filter(|t| !t.is_empty()).all(|term| {
+        if let Some(k) = term.strip_prefix('!') {
+            labels.get(k).is_none()
+        } else if let Some((k, v)) = term.split_once('=') {
+            labels.get(k).and_then(Value::as_str) == Some(v)
+        } else {
+            labels.get(term).is_some()
+        }
+    })
+}
+
+async fn services(State(s): State<ApiServer>, headers: HeaderMap, Query(q): Query<BTreeMap<String, String>>) -> Response {
+    serve(s, "Service", "v1", q, &headers).await
+}
+
+async fn nodes(State(s): State<ApiServer>, headers: HeaderMap, Query(q): Query<BTreeMap<String, String>>) -> Response {
+    serve(s, "Node", "v1", q, &headers).await
+}
+
+async fn slices(State(s): State<ApiServer>, headers: HeaderMap, Query(q): Query<BTreeMap<String, String>>) -> Response {
+    serve(s, "EndpointSlice", "discovery.k8s.io/v1", q, &headers).await
+}
+
+async fn serve(s: ApiServer, kind: &'static str, api_version: &'static str, q: BTreeMap<String, String>, headers: &HeaderMap) -> Response {
+    // Each request as "KIND {query} authorization=VALUE user-agent=VALUE" (the headers as
+    // sent, or "-").
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("-").to_string();
+    let (auth, agent) = (header("authorization"), header("user-agent"));
+    s.requests.lock().unwrap().push(format!("{kind} {q:?} authorization={auth} user-agent={agent}"));
+    let selector = q.get("labelSelector").cloned();
+    let fields = q.get("fieldSelector").cloned();
+    if q.get("watch").map(String::as_str) != Some("true") {
+        let st = s.store.lock().unwrap();
+        let items: Vec<Value> = st
+            .objects
+            .iter()
+            .filter(|((k, _, _), o)| *k == kind && selected(o, selector.as_deref()) && field_selected(o, fields.as_deref()))
+            .map(|(_, o)| o.clone())
+            .collect();
+        let body = json!({"apiVersion": api_version, "kind": format!("{kind}List"), "metadata": {"resourceVersion": st.rv.to_string()}, "items": items});
+        return (StatusCode::OK, [("content-type", "application/json")], body.to_string()).into_response();
+    }
+    let from: u64 = q.get("resourceVersion").and_then(|v| v.parse().ok()).unwrap_or(0);
+    let timeout = q.get("timeoutSeconds").and_then(|v| v.parse().ok()).unwrap_or(290u64);
+    let (backlog, gone, live, drops) = {
+        let st = s.store.lock().unwrap();
+        let backlog: Vec<Change> = st.log.iter().filter(|c| c.rv > from && c.kind == kind).cloned().collect();
+        (backlog, from < st.compacted, s.events.subscribe(), s.drops.subscribe())
+    };
+    let backlog = backlog.into_iter().filter(|c| field_selected(&c.object, fields.as_deref())).collect();
+    let stream = async_stream(kind, api_version, selector, backlog, gone, timeout, from, (live, drops));
+    Response::builder().status(200).header("content-type", "application/json").body(Body::from_stream(stream)).unwrap()
+}
+
+fn line(v: Value) -> Result<String, Infallible> {
+    Ok(format!("{v}\n"))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn async_stream(
+    kind: &'static str,
+    api_version: &'static str,
+    selector: Option<String>,
+    backlog: Vec<Change>,
+    gone: bool,
+    timeout: u64,
+    from: u64,
+    (mut live, mut drops): (broadcast::Receiver<Change>, broadcast::Receiver<()>),
+) -> impl futures::Stream<Item = Result<String, Infallible>> + Send {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<String, Infallible>>(1024);
+    tokio::spawn(async move {
+        if gone {
+            let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "too old resource version", "reason": "Expired", "code": 410});
+            let _ = tx.send(line(json!({"type": "ERROR", "object": status}))).await;
+            return;
+        }
+        let mut last = from;
+        for c in backlog {
+            last = c.rv;
+            if selected(&c.object, selector.as_deref()) && tx.send(line(json!({"type": c.kind_type, "object": c.object}))).await.is_err() {
+                return;
+            }
+        }
+        let deadline = tokio::time::sleep(Duration::from_secs(timeout.min(30)));
+        tokio::pin!(deadline);
+        let mut bookmark = tokio::time::interval(Duration::from_millis(300));
+        loop {
+            tokio::select! {
+                _ = &mut deadline => return,
+                _ = drops.recv() => return,
+                _ = bookmark.tick() => {
+                    let b = json!({"type": "BOOKMARK", "object": {"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": last.to_string()}}});
+                    if last > 0 && tx.send(line(b)).await.is_err() { return; }
+                }
+                c = live.recv() => match c {
+                    Ok(c) if c.kind == kind && c.rv > last => {
+                        last = c.rv;
+                        if selected(&c.object, selector.as_deref()) && tx.send(line(json!({"type": c.kind_type, "object": c.object}))).await.is_err() {
+                            return;
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(_) => return,
+                },
+            }
+        }
+    });
+    tokio_stream_from(rx)
+}
+
+fn tokio_stream_from(mut rx: tokio::sync::mpsc::Receiver<Result<String, Infallible>>) -> impl futures::Stream<Item = Result<String, Infallible>> + Send {
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}

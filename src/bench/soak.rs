@@ -1,0 +1,388 @@
+//! The scale soak (issue 13 item 7): a generated cluster served by the test API server
+//! (the real list/watch protocol, read by svcproxy's kube-rs client), `svcproxy sync
+//! --watch` following it, a steady stream of endpoint changes, then an idle stretch. Every
+//! sample records svcproxy's memory and CPU (its `iptables-restore` children included) and
+//! what its metrics port reports: syncs full and partial, and kube-proxy's network
+//! programming latency (change → rules in the kernel, measured from each slice's
+//! trigger-time annotation, which the soak stamps when it makes the change).
+//!
+//! Run it in a fresh network namespace (`scripts/soak` does): svcproxy programs that
+//! namespace's tables.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{bail, Context};
+use serde_json::{json, Value};
+
+use super::apiserver::ApiServer;
+use crate::gen::{self, GenSpec, Rng};
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    pub services: usize,
+    pub endpoints: usize,
+    /// Endpoint changes per second during the change phase.
+    pub rate: u32,
+    pub changes_for: Duration,
+    pub idle_for: Duration,
+    pub sample_every: Duration,
+    /// `nft` or `legacy`.
+    pub backend: String,
+    pub svcproxy: PathBuf,
+    /// svcproxy's log goes here.
+    pub log: PathBuf,
+    /// How long the first (full) sync may take.
+    pub first_sync_limit: Duration,
+}
+
+const METRICS: &str = "127.0.0.1:10249";
+const TRIGGER: &str = "endpoints.kubernetes.io/last-change-trigger-time";
+
+/// One sample.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Sample {
+    /// Seconds since the first sync ended.
+    pub t: f64,
+    pub phase: &'static str,
+    pub rss_kib: u64,
+    /// svcproxy's CPU seconds so far, its waited-for children included.
+    pub cpu_s: f64,
+    pub changes: u64,
+    pub full_syncs: u64,
+    pub partial_syncs: u64,
+    /// Network programming latency: cumulative count per bucket bound (seconds).
+    pub latency: Vec<(f64, u64)>,
+}
+
+/// The run: samples and what it counted.
+#[derive(Debug, Clone, Default)]
+pub struct Soak {
+    pub spec_line: String,
+    pub first_sync_s: f64,
+    pub samples: Vec<Sample>,
+}
+
+/// svcproxy, stopped with SIGTERM when dropped.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on our own child's pid; it cannot touch memory.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if matches!(self.0.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The generated cluster's Services and EndpointSlices as API objects (the fixture
+/// document left out: its node is given to svcproxy as flags).
+pub fn objects(spec: &GenSpec) -> anyhow::Result<Vec<Value>> {
+    let text = gen::yaml(spec);
+    let mut out = Vec::with_capacity(spec.services * 2);
+    for doc in text.split("\n---\n") {
+        let v: Value = serde_saphyr::from_str(doc).context("a generated document")?;
+        if matches!(v["kind"].as_str(), Some("Service" | "EndpointSlice")) {
+            out.push(v);
+        }
+    }
+    Ok(out)
+}
+
+/// Runs the soak. Needs a runtime (the API server is served from it).
+pub async fn run(spec: &Spec) -> anyhow::Result<Soak> {
+    let gen_spec = GenSpec { services: spec.services, endpoints: spec.endpoints, seed: super::SEED };
+    let objects = objects(&gen_spec)?;
+    let server = ApiServer::start().await;
+    let mut slices = Vec::new();
+    for o in objects {
+        if o["kind"] == "EndpointSlice" {
+            slices.push(o.clone());
+        }
+        server.apply(o);
+    }
+    let log = std::fs::File::create(&spec.log).with_context(|| format!("{}", spec.log.display()))?;
+    let child = Command::new(&spec.svcproxy)
+        .args(["sync", "--watch", "--mode", "iptables", "--iptables-backend", &spec.backend, "--master", &server.url()])
+        .args(["--hostname-override", gen::NODE, "--cluster-cidr", "10.128.0.0/9", "--ip-family", "ipv4", "--nfacct", "false"])
+        .args(["--metrics-bind-address", METRICS, "--healthz-bind-address", "127.0.0.1:10256", "--logging-format", "text"])
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .with_context(|| format!("cannot start {}", spec.svcproxy.display()))?;
+    let pid = child.id();
+    let running = Running(child);
+
+    let start = Instant::now();
+    loop {
+        if let Ok(m) = scrape().await {
+            if m.full_syncs > 0 {
+                break;
+            }
+        }
+        if start.elapsed() > spec.first_sync_limit {
+            bail!("no first sync within {:?} (see {})", spec.first_sync_limit, spec.log.display());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let mut soak = Soak {
+        spec_line: format!(
+            "{} services x {} endpoints, {} changes/s for {} s then {} s idle, iptables-{}",
+            spec.services, spec.endpoints, spec.rate, spec.changes_for.as_secs(), spec.idle_for.as_secs(), spec.backend
+        ),
+        first_sync_s: start.elapsed().as_secs_f64(),
+        samples: Vec::new(),
+    };
+
+    let t0 = Instant::now();
+    let mut rng = Rng::new(7);
+    let mut changes = 0u64;
+    let mut extra: Vec<bool> = vec![false; slices.len()];
+    let every = Duration::from_secs_f64(1.0 / f64::from(spec.rate.max(1)));
+    let mut next_change = t0;
+    let mut next_sample = t0;
+    let end = t0 + spec.changes_for + spec.idle_for;
+    while Instant::now() < end {
+        let now = Instant::now();
+        let changing = now < t0 + spec.changes_for;
+        if changing && now >= next_change {
+            let i = rng.below(slices.len());
+            toggle(&mut slices[i], &mut extra[i], i);
+            server.apply(slices[i].clone());
+            changes += 1;
+            next_change += every;
+        }
+        if now >= next_sample {
+            let m = scrape().await.unwrap_or_default();
+            soak.samples.push(Sample {
+                t: now.duration_since(t0).as_secs_f64(),
+                phase: if changing { "changes" } else { "idle" },
+                rss_kib: rss_kib(pid).unwrap_or(0),
+                cpu_s: cpu_s(pid).unwrap_or(0.0),
+                changes,
+                ..m
+            });
+            next_sample += spec.sample_every;
+        }
+        let wake = if changing { next_change.min(next_sample) } else { next_sample };
+        tokio::time::sleep(wake.saturating_duration_since(Instant::now()).min(Duration::from_millis(200))).await;
+    }
+    drop(running);
+    Ok(soak)
+}
+
+/// Adds one ready endpoint to the slice, or takes the one added before away, and stamps
+/// the trigger time.
+fn toggle(slice: &mut Value, added: &mut bool, i: usize) {
+    if let Some(eps) = slice["endpoints"].as_array_mut() {
+        if *added {
+            eps.pop();
+        } else {
+            let ip = format!("10.{}.{}.{}", 32 + i / 65536, (i / 256) % 256, i % 256);
+            eps.push(json!({"addresses": [ip], "conditions": {"ready": true, "serving": true, "terminating": false}, "nodeName": "node-1", "zone": "zone-1"}));
+        }
+        *added = !*added;
+    }
+    let now = jiff::Timestamp::try_from(SystemTime::now()).map(|t| t.to_string()).unwrap_or_default();
+    slice["metadata"]["annotations"] = json!({ TRIGGER: now });
+}
+
+fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// utime + stime + cutime + cstime, in seconds.
+fn cpu_s(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks: u64 = f.get(11..15)?.iter().filter_map(|s| s.parse::<u64>().ok()).sum();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    Some(ticks as f64 / hz)
+}
+
+/// What one scrape of the metrics port says (a blocking HTTP/1.0 GET, off the runtime's
+/// workers).
+async fn scrape() -> anyhow::Result<Sample> {
+    let body = tokio::task::spawn_blocking(|| -> std::io::Result<String> {
+        use std::io::{Read, Write};
+        let addr: std::net::SocketAddr = METRICS.parse().map_err(std::io::Error::other)?;
+        let mut conn = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+        conn.set_read_timeout(Some(Duration::from_secs(10)))?;
+        conn.write_all(b"GET /metrics HTTP/1.0\r\nHost: soak\r\n\r\n")?;
+        let mut body = String::new();
+        conn.read_to_string(&mut body)?;
+        Ok(body)
+    })
+    .await??;
+    Ok(parse_metrics(&body))
+}
+
+fn value(line: &str) -> Option<f64> {
+    line.rsplit(' ').next()?.parse().ok()
+}
+
+/// The counters a sample keeps, from the text exposition format.
+pub fn parse_metrics(text: &str) -> Sample {
+    let mut s = Sample::default();
+    for line in text.lines() {
+        if line.starts_with("kubeproxy_sync_full_proxy_rules_duration_seconds_count") {
+            s.full_syncs += value(line).unwrap_or(0.0) as u64;
+        } else if line.starts_with("kubeproxy_sync_partial_proxy_rules_duration_seconds_count") {
+            s.partial_syncs += value(line).unwrap_or(0.0) as u64;
+        } else if let Some(rest) = line.strip_prefix("kubeproxy_network_programming_duration_seconds_bucket{") {
+            let le = rest.split("le=\"").nth(1).and_then(|r| r.split('"').next());
+            let bound = match le {
+                Some("+Inf") => f64::INFINITY,
+                Some(b) => match b.parse() {
+                    Ok(b) => b,
+                    Err(_) => continue,
+                },
+                None => continue,
+            };
+            let count = value(line).unwrap_or(0.0) as u64;
+            match s.latency.iter_mut().find(|(b, _)| *b == bound) {
+                Some((_, c)) => *c += count,
+                None => s.latency.push((bound, count)),
+            }
+        }
+    }
+    s.latency.sort_by(|a, b| a.0.total_cmp(&b.0));
+    s
+}
+
+/// The `q` quantile of the observations between two cumulative histograms, interpolated
+/// linearly inside its bucket (as Prometheus's `histogram_quantile` does).
+pub fn quantile(before: &[(f64, u64)], after: &[(f64, u64)], q: f64) -> Option<f64> {
+    let counts: Vec<(f64, u64)> = after
+        .iter()
+        .map(|(b, c)| (*b, c.saturating_sub(before.iter().find(|(bb, _)| bb == b).map_or(0, |(_, cc)| *cc))))
+        .collect();
+    let total = counts.last()?.1;
+    if total == 0 {
+        return None;
+    }
+    let rank = q * total as f64;
+    let mut lower = (0.0, 0u64);
+    for (bound, count) in &counts {
+        if *count as f64 >= rank {
+            if bound.is_infinite() {
+                return Some(lower.0);
+            }
+            let inside = (*count - lower.1) as f64;
+            let frac = if inside > 0.0 { (rank - lower.1 as f64) / inside } else { 1.0 };
+            return Some(lower.0 + (bound - lower.0) * frac);
+        }
+        lower = (*bound, *count);
+    }
+    None
+}
+
+impl Soak {
+    /// Tab-separated samples (the plot's input and the report's).
+    pub fn tsv(&self) -> String {
+        let mut out = String::from("t_s\tphase\trss_mib\tcpu_s\tchanges\tfull_syncs\tpartial_syncs\tp50_s\tp99_s\n");
+        let mut window: Option<&Sample> = None;
+        for s in &self.samples {
+            let (p50, p99) = match window {
+                Some(w) => (quantile(&w.latency, &s.latency, 0.5), quantile(&w.latency, &s.latency, 0.99)),
+                None => (None, None),
+            };
+            let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.3}"));
+            let _ = writeln!(
+                out,
+                "{:.1}\t{}\t{:.1}\t{:.2}\t{}\t{}\t{}\t{}\t{}",
+                s.t, s.phase, s.rss_kib as f64 / 1024.0, s.cpu_s, s.changes, s.full_syncs, s.partial_syncs, f(p50), f(p99)
+            );
+            window = Some(s);
+        }
+        out
+    }
+
+    /// The summary: latency over the change phase, idle CPU, memory, syncs.
+    pub fn summary(&self) -> String {
+        let first = self.samples.first();
+        let last_change = self.samples.iter().rev().find(|s| s.phase == "changes");
+        let first_idle = self.samples.iter().find(|s| s.phase == "idle");
+        let last = self.samples.last();
+        let (Some(first), Some(last)) = (first, last) else {
+            return "no samples\n".into();
+        };
+        let mut out = String::new();
+        let _ = writeln!(out, "soak: {}", self.spec_line);
+        let _ = writeln!(out, "first (full) sync: {:.1} s", self.first_sync_s);
+        if let Some(lc) = last_change {
+            let p = |q| quantile(&first.latency, &last.latency, q).map_or("-".into(), |v| format!("{v:.2} s"));
+            let _ = writeln!(out, "changes sent: {} (the last sample of the change phase: {} at {:.0} s)", last.changes, lc.changes, lc.t - first.t);
+            let _ = writeln!(out, "change -> kernel (kube-proxy's network programming latency): p50 {}, p99 {}", p(0.5), p(0.99));
+        }
+        if let Some(fi) = first_idle {
+            let idle_wall = last.t - fi.t;
+            if idle_wall > 0.0 {
+                let _ = writeln!(out, "idle CPU: {:.2} % of a core over {:.0} s", 100.0 * (last.cpu_s - fi.cpu_s) / idle_wall, idle_wall);
+            }
+        }
+        let max_rss = self.samples.iter().map(|s| s.rss_kib).max().unwrap_or(0);
+        let _ = writeln!(out, "RSS: max {:.1} MiB, last {:.1} MiB", max_rss as f64 / 1024.0, last.rss_kib as f64 / 1024.0);
+        let _ = writeln!(
+            out,
+            "syncs after the first: {} full, {} partial",
+            last.full_syncs.saturating_sub(first.full_syncs),
+            last.partial_syncs.saturating_sub(first.partial_syncs)
+        );
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_are_read_per_family_and_summed() {
+        let text = "kubeproxy_sync_full_proxy_rules_duration_seconds_count{ip_family=\"IPv4\"} 2\n\
+            kubeproxy_sync_partial_proxy_rules_duration_seconds_count{ip_family=\"IPv4\"} 7\n\
+            kubeproxy_network_programming_duration_seconds_bucket{ip_family=\"IPv4\",le=\"0.25\"} 3\n\
+            kubeproxy_network_programming_duration_seconds_bucket{ip_family=\"IPv4\",le=\"0.5\"} 8\n\
+            kubeproxy_network_programming_duration_seconds_bucket{ip_family=\"IPv4\",le=\"+Inf\"} 10\n";
+        let s = parse_metrics(text);
+        assert_eq!((s.full_syncs, s.partial_syncs), (2, 7));
+        assert_eq!(s.latency, vec![(0.25, 3), (0.5, 8), (f64::INFINITY, 10)]);
+    }
+
+    #[test]
+    fn quantiles_interpolate_inside_the_bucket_of_the_window() {
+        let before = vec![(0.25, 0), (0.5, 0), (1.0, 0), (f64::INFINITY, 0)];
+        let after = vec![(0.25, 50), (0.5, 90), (1.0, 100), (f64::INFINITY, 100)];
+        assert_eq!(quantile(&before, &after, 0.5), Some(0.25));
+        assert_eq!(quantile(&before, &after, 0.7), Some(0.25 + 0.25 * 0.5));
+        assert_eq!(quantile(&after, &after, 0.5), None, "nothing observed in the window");
+        let later = vec![(0.25, 50), (0.5, 90), (1.0, 110), (f64::INFINITY, 110)];
+        assert_eq!(quantile(&after, &later, 0.5), Some(0.75), "only the window's observations count");
+    }
+
+    #[test]
+    fn a_toggled_slice_gains_then_loses_one_endpoint_and_is_stamped() {
+        let mut slice = json!({"metadata": {"name": "s"}, "endpoints": [{"addresses": ["10.128.0.2"]}]});
+        let mut added = false;
+        toggle(&mut slice, &mut added, 300);
+        assert_eq!(slice["endpoints"].as_array().map(Vec::len), Some(2));
+        assert_eq!(slice["endpoints"][1]["addresses"][0], "10.32.1.44");
+        assert!(slice["metadata"]["annotations"][TRIGGER].as_str().is_some_and(|t| t.ends_with('Z')));
+        toggle(&mut slice, &mut added, 300);
+        assert_eq!(slice["endpoints"].as_array().map(Vec::len), Some(1));
+    }
+}
