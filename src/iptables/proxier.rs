@@ -240,7 +240,7 @@ fn send(r: &mut dyn Restorer, family: crate::net::IpFamily, partial: incremental
     let mut timings = Timings::default();
     if applied {
         let t = Instant::now();
-        sync::send(r, family, &partial.delta)?;
+        sync::send(r, family, &partial.delta, sync::NFT_PARTIAL_CHUNK_SERVICES)?;
         timings.restore = t.elapsed();
     }
     Ok(SyncReport { delta: partial.delta, applied, full_lines: 0, flushes: partial.flushes, timings })

@@ -71,15 +71,25 @@ pub fn needed_jumps(rs: &Ruleset) -> Vec<crate::netfilter::jumps::Jump> {
     jumps(!rs.ctx.is_v6() && rs.ctx.localhost_node_ports)
 }
 
-/// Services per restore on iptables-nft ([`Delta::restore_chunks`]): the fastest of 10, 25,
-/// 50, 100, 250 and 1,000 at 5,000 services (BENCHMARKS.md).
+/// Services per restore on iptables-nft ([`Delta::restore_chunks`]) in a full sync: the
+/// fastest of 10, 25, 50, 100, 250 and 1,000 at 5,000 services (BENCHMARKS.md).
 pub const NFT_CHUNK_SERVICES: usize = 50;
 
-/// Sends a delta: in one restore, or, on iptables-nft when it writes many service chains,
-/// in chunks (its time grows with the square of one input's size).
-pub fn send(r: &mut dyn Restorer, family: crate::net::IpFamily, delta: &Delta) -> Result<(), RestoreError> {
+/// Services per restore on iptables-nft in a partial sync. Every restore is one kernel
+/// commit, and each commit validates the whole table's jump graph (`nft_table_validate`:
+/// 76 % of the CPU of a 10,000-service soak at 50 endpoint changes per second, about a
+/// second per commit at 50,000 services), so a partial sync makes as few as it can: one,
+/// up to this many changed services (a restore of 250 services' chains costs iptables-nft
+/// about 0.75 s of its own). With the full sync's 50, the soak's syncs grew with the
+/// changes they fell behind on, and their latency with them (BENCHMARKS.md, the soak).
+pub const NFT_PARTIAL_CHUNK_SERVICES: usize = 250;
+
+/// Sends a delta: in one restore, or, on iptables-nft when it writes the chains of more
+/// than `nft_chunk_services` services, in chunks (its time grows with the square of one
+/// input's size).
+pub fn send(r: &mut dyn Restorer, family: crate::net::IpFamily, delta: &Delta, nft_chunk_services: usize) -> Result<(), RestoreError> {
     let chunks = match r.backend() {
-        Backend::Nft => delta.restore_chunks(NFT_CHUNK_SERVICES),
+        Backend::Nft => delta.restore_chunks(nft_chunk_services),
         Backend::Legacy => vec![delta.restore_text()],
     };
     for chunk in chunks.iter().filter(|c| !c.is_empty()) {
@@ -112,7 +122,7 @@ pub fn sync(r: &mut dyn Restorer, rs: &Ruleset, dry_run: bool) -> Result<SyncRep
     let applied = !dry_run && !delta.is_empty();
     if applied {
         let t = Instant::now();
-        send(r, rs.ctx.node.family, &delta)?;
+        send(r, rs.ctx.node.family, &delta, NFT_CHUNK_SERVICES)?;
         timings.restore = t.elapsed();
     }
     Ok(SyncReport { delta, applied, full_lines, flushes, timings })

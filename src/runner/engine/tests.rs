@@ -86,6 +86,34 @@ fn partial_syncs_send_only_the_change_and_never_read_the_kernel() {
 }
 
 #[test]
+fn a_partial_sync_of_many_services_is_one_iptables_nft_commit() {
+    // Each restore is a kernel commit that validates the whole table: a partial sync of
+    // more services than a full sync's chunk still goes as one restore.
+    let text = crate::gen::yaml(&crate::gen::GenSpec { services: 400, endpoints: 3, seed: 4 });
+    let mut state = ClusterState::default();
+    source::file::read_str(std::path::Path::new("generated.yaml"), &text, &mut state).unwrap();
+    let changed: Vec<EndpointSlice> = state.slices.iter().step_by(3).cloned().collect();
+    let (mut engine, kernel, _) = iptables_engine(state);
+    engine.sync(true).unwrap();
+    assert!(calls(&kernel).iter().filter(|c| c.0 == "restore").count() > 2, "the full sync went in chunks");
+
+    let events: Vec<Event> = changed
+        .into_iter()
+        .map(|mut s| {
+            s.endpoints.pop();
+            Event::SliceApplied(Arc::new(s))
+        })
+        .collect();
+    assert!(events.len() > 2 * crate::iptables::sync::NFT_CHUNK_SERVICES && events.len() < crate::iptables::sync::NFT_PARTIAL_CHUNK_SERVICES);
+    engine.apply(&events);
+    engine.sync(false).unwrap();
+    let seen = calls(&kernel);
+    assert_eq!(seen.iter().filter(|c| c.0 == "restore").count(), 1, "{seen:?}");
+    assert!(seen.iter().all(|c| c.0 == "restore"), "{seen:?}");
+    assert_eq!(drift(&engine, &kernel), 0);
+}
+
+#[test]
 fn after_a_failed_restore_the_next_sync_compares_with_the_kernel() {
     let state = demo_state();
     let mut web = slice(&state, "shop", "web");
