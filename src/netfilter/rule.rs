@@ -243,7 +243,7 @@ fn needs_quotes(word: &str) -> bool {
     word.is_empty() || word.bytes().any(|b| b == b' ')
 }
 
-fn push_quoted(out: &mut String, word: &str) {
+pub(super) fn push_quoted(out: &mut String, word: &str) {
     if needs_quotes(word) {
         out.push('"');
         out.push_str(word);
