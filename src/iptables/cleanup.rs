@@ -34,9 +34,9 @@ pub fn plan(live: &Dump) -> (String, Vec<String>) {
         // Jumps into the removed chains, from built-in chains (deleted by spec, bottom up
         // is not needed: each spec names one rule).
         for r in &t.rules {
-            let target = r.args.target();
+            let target = r.target.chain();
             if BUILTIN.contains(&r.chain.as_str()) && target.is_some_and(|j| chains.contains(&j)) {
-                let args: Vec<String> = r.args.iter().map(quote).collect();
+                let args: Vec<String> = r.args.iter().chain(r.target.words()).map(quote).collect();
                 body.push_str(&format!("-D {} {}\n", r.chain, args.join(" ")));
                 removed.push(format!("{table} {}: {}", r.chain, args.join(" ")));
             }

@@ -150,7 +150,7 @@ fn own_chains(old: Option<&ServiceRules>, new: Option<&ServiceRules>, w: &mut Ta
         let wanted = &after[c.as_str()];
         let had = before.get(c.as_str());
         if had != Some(wanted) {
-            w.rewrite_lines(c, wanted.iter().map(|r| r.to_line()), had.is_some(), true);
+            w.rewrite_rules(c, wanted, had.is_some(), true);
             changes.push(change("nat", c, had.map(Vec::as_slice), Some(wanted)));
         }
     }

@@ -88,6 +88,14 @@ impl Target {
         }
     }
 
+    /// The chain this target jumps to, shared with the rule's value.
+    pub fn jump_to(&self) -> Option<&Chain> {
+        match self {
+            Target::Jump(c) => Some(c),
+            _ => None,
+        }
+    }
+
     /// The target's name (`ACCEPT`, `MARK`, a chain's name; `None` without `-j`).
     pub fn name(&self) -> Option<&str> {
         Some(match self {

@@ -218,7 +218,8 @@ mod tests {
     use super::*;
 
     fn rule(text: &str) -> Rule {
-        Rule { op: crate::netfilter::Op::Append, chain: "C".into(), args: crate::netfilter::Args::new(crate::netfilter::dump::split_words(text).unwrap()), line: 1 }
+        let r = crate::netfilter::Rule::from_words("C", &crate::netfilter::dump::split_words(text).unwrap());
+        Rule { op: crate::netfilter::Op::Append, chain: r.chain, args: r.args, target: r.target, line: 1 }
     }
 
     fn packet() -> Packet {
