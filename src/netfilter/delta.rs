@@ -13,10 +13,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use similar::{capture_diff_slices, Algorithm, DiffOp};
 
-use super::canon::{canonical, canonical_matches, canonical_target};
+use super::canon::{canonical_matches, canonical_target};
 use super::dump::{Dump, Rule as Read, TableDump};
 use super::jumps::Jump;
-use super::rule::{quote, write_line, Chain, Rule};
+use super::rule::{quote, write_line, Args, Chain, Rule};
+use super::target::Target;
 
 /// Tables in restore order.
 pub const TABLES: [&str; 2] = ["filter", "nat"];
@@ -201,8 +202,12 @@ fn text_line(chain: &str, r: &Read) -> String {
 
 /// A rule's `-A` line in `iptables-save`'s canonical form.
 fn canon_line(chain: &str, r: &Read, v6: bool) -> String {
-    let matches = canonical_matches(&r.args.words(), v6);
-    let target = canonical_target(&r.target, v6);
+    canon_of(chain, &r.args, &r.target, v6)
+}
+
+fn canon_of(chain: &str, args: &Args, target: &Target, v6: bool) -> String {
+    let matches = canonical_matches(&args.words(), v6);
+    let target = canonical_target(target, v6);
     rule_line(chain, matches.iter().map(String::as_str).chain(target.words()))
 }
 
@@ -267,10 +272,11 @@ pub fn compute_with(desired: &Dump, live: &Dump, v6: bool, jumps: &[Jump], per_s
             }
         }
         for j in jumps.iter().filter(|j| j.table == table) {
-            let canon = rule_line(j.from, canonical(&j.args, v6));
+            let rule = j.rule();
+            let canon = canon_of(j.from, &rule.args, &rule.target, v6);
             let current = live_rules(have, j.from, v6);
             if !current.contains(&canon) {
-                w.prepend(j.from, &j.args);
+                w.prepend(&rule);
                 let desired: Vec<String> = std::iter::once(canon).chain(current.iter().cloned()).collect();
                 let (live, desired) = (lines.keep(|| current), lines.keep(|| desired));
                 delta.changes.push(ChainChange { table: table.into(), chain: j.from.into(), live: Some(live), desired: Some(desired) });
@@ -393,9 +399,11 @@ impl TablePlan {
         }
     }
 
-    fn prepend(&mut self, chain: &str, args: &[String]) {
-        let line = rule_line(chain, args);
-        self.jumps.push(format!("-I {chain} 1{}", line.strip_prefix(&format!("-A {chain}")).unwrap_or("")));
+    fn prepend(&mut self, rule: &Rule) {
+        let mut line = String::new();
+        write_line(&mut line, "-I", &format!("{} 1", rule.chain), &rule.args, &rule.target);
+        line.pop();
+        self.jumps.push(line);
     }
 
     /// Flushes and deletes `chain` (after every other line of the table).

@@ -229,12 +229,6 @@ pub fn word_after<'a>(words: impl IntoIterator<Item = &'a str>, flag: &str) -> O
     it.next()
 }
 
-/// The `-j` target of one line of restore text (`-A CHAIN … -j TARGET …`), read without
-/// splitting the line into words: the word after the first ` -j `.
-pub fn line_target(line: &str) -> Option<&str> {
-    line.split_once(" -j ").and_then(|(_, t)| t.split(' ').next())
-}
-
 /// Whether a word must be quoted in restore text (it holds a space, or is empty).
 fn needs_quotes(word: &str) -> bool {
     word.is_empty() || word.bytes().any(|b| b == b' ')
@@ -274,12 +268,6 @@ impl Rule {
         S: AsRef<str>,
     {
         Rule { chain: chain.into(), args: Args::new(matches), target }
-    }
-
-    /// A rule from all its words after the chain name (matches, then `-j …`).
-    pub fn from_words<S: AsRef<str>>(chain: impl Into<Chain>, words: &[S]) -> Rule {
-        let (matches, target) = Target::split(words);
-        Rule::new(chain, matches, target)
     }
 
     /// Writes `-A CHAIN words…\n`: the one place a rule becomes restore text.
@@ -344,7 +332,7 @@ mod tests {
         let r = Rule::new(&chain, ["-m", "comment", "--comment", "ns/svc:p -> 10.0.0.1:80", "-s", "10.0.0.1"], Target::jump("KUBE-MARK-MASQ"));
         assert_eq!(r.to_line(), "-A KUBE-SEP-ABC -m comment --comment \"ns/svc:p -> 10.0.0.1:80\" -s 10.0.0.1 -j KUBE-MARK-MASQ");
         assert_eq!(r.target.chain(), Some("KUBE-MARK-MASQ"));
-        assert_eq!(Rule::from_words(&chain, &r.to_line().split(' ').skip(2).collect::<Vec<_>>()).target, r.target);
+        assert_eq!(Target::split(&r.to_line().split(' ').skip(2).collect::<Vec<_>>()).1, r.target);
         let fixed = Rule::new("KUBE-SERVICES", [""; 0], Target::Return);
         assert_eq!(fixed.chain, Chain::Fixed("KUBE-SERVICES"));
         assert_eq!(fixed.chain, Chain::from("KUBE-SERVICES".to_string()), "equal by name, however kept");

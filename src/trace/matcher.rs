@@ -218,8 +218,9 @@ mod tests {
     use super::*;
 
     fn rule(text: &str) -> Rule {
-        let r = crate::netfilter::Rule::from_words("C", &crate::netfilter::dump::split_words(text).unwrap());
-        Rule { op: crate::netfilter::Op::Append, chain: r.chain, args: r.args, target: r.target, line: 1 }
+        let words = crate::netfilter::dump::split_words(text).unwrap();
+        let (matches, target) = crate::netfilter::Target::split(&words);
+        Rule { op: crate::netfilter::Op::Append, chain: "C".into(), args: crate::netfilter::Args::new(matches), target, line: 1 }
     }
 
     fn packet() -> Packet {

@@ -120,7 +120,7 @@ fn by_hand(ctx: &mut Ctx, b: Backend) -> CaseResult {
         let kubelet_fw = !v6;
         for j in svcproxy::iptables::jumps::jumps(kubelet_fw) {
             let mut argv: Vec<String> = vec![b.binary(v6, ""), "-w".into(), "-t".into(), j.table.into(), "-I".into(), j.from.into()];
-            argv.extend(j.args.iter().cloned());
+            argv.extend(j.words());
             let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
             node.run(&argv)?;
         }

@@ -28,7 +28,7 @@ fn expected_kernel(rs: &Ruleset) -> FakeIptables {
     let mut text = restore::write(rs, restore::Scope::Full, &[]);
     let mut jumps = String::new();
     for j in needed_jumps(rs) {
-        jumps.push_str(&format!("*{}\n-I {} 1 {}\nCOMMIT\n", j.table, j.from, j.args.iter().map(|a| crate::netfilter::quote(a)).collect::<Vec<_>>().join(" ")));
+        jumps.push_str(&format!("*{}\n-I {} 1 {}\nCOMMIT\n", j.table, j.from, j.words().iter().map(|a| crate::netfilter::quote(a)).collect::<Vec<_>>().join(" ")));
     }
     text.push_str(&jumps);
     k.restore(rs.ctx.node.family, &text).unwrap();
