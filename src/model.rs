@@ -113,8 +113,13 @@ pub struct ServicePortName {
 /// The keys of one service's ports in a map ordered by `ServicePortName` (a range scan
 /// from the smallest key a service can have: the empty port name and [`LEAST_PROTOCOL`]).
 pub fn ports_of<'a, V>(map: &'a BTreeMap<ServicePortName, V>, id: &'a NamespacedName) -> impl Iterator<Item = &'a ServicePortName> {
+    port_entries(map, id).map(|(k, _)| k)
+}
+
+/// [`ports_of`], with each key's value.
+pub fn port_entries<'a, V>(map: &'a BTreeMap<ServicePortName, V>, id: &'a NamespacedName) -> impl Iterator<Item = (&'a ServicePortName, &'a V)> {
     let start = ServicePortName { service: id.clone(), port: String::new(), protocol: LEAST_PROTOCOL };
-    map.range(start..).map(|(k, _)| k).take_while(move |k| &k.service == id)
+    map.range(start..).take_while(move |(k, _)| &k.service == id)
 }
 
 /// The smallest [`Protocol`] in its derived order (the first variant declared), where

@@ -375,7 +375,7 @@ fn upstream_chain_assertions_hold() {
                 let got: Vec<String> = dump.tables.get(header[0]).map(|t| {
                     t.rules_of(header[1]).map(|r| {
                         let mut s = format!("{} {}", r.op, r.chain);
-                        for a in &r.args {
+                        for a in r.args.iter().chain(r.target.words()) {
                             s.push(' ');
                             s.push_str(&svcproxy::netfilter::quote(a));
                         }

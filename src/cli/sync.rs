@@ -86,11 +86,12 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
     }
     let mut flags = args.config.settings();
     let pass = if args.dry_run { Pass::DryRun } else { Pass::Apply };
-    if flags.nfacct.is_none() {
-        flags.nfacct = Some(crate::runner::node::nfacct(flags.mode, pass).unwrap_or_else(|e| {
-            eprintln!("svcproxy: warning: {e}; the rules are written without them");
-            false
-        }));
+    let file = match &args.config.config {
+        Some(p) => crate::settings::file::read(p)?.settings,
+        None => crate::settings::Settings::default(),
+    };
+    if let Err(e) = crate::runner::node::decide_nfacct(&mut flags, &file, pass) {
+        eprintln!("svcproxy: warning: {e}; the rules are written without them");
     }
     let loaded = load_with(&args.config, flags)?;
     // The engine watch mode runs, built the same way; the one-shot sync is its first (full)

@@ -40,9 +40,10 @@ Examples:
   # In nftables mode: the verdict maps and chains of the kube-proxy table
   svcproxy trace --mode nftables --from fixtures/demo.yaml --src 10.244.1.99 --dst 10.96.0.10:53 --proto udp";
 
+/// Where the traced packet comes from (`--entry`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum From {
+pub enum Origin {
     /// a pod on this node (nat PREROUTING)
     Pod,
     /// a process on the node (nat OUTPUT)
@@ -51,10 +52,10 @@ pub enum From {
     Outside,
 }
 
-impl From {
+impl Origin {
     /// The hook the packet enters the rules at.
     fn entry(self) -> Entry {
-        if self == From::Node { Entry::Output } else { Entry::Prerouting }
+        if self == Origin::Node { Entry::Output } else { Entry::Prerouting }
     }
 }
 
@@ -90,7 +91,7 @@ pub struct TraceArgs {
 
     /// Where the packet enters
     #[arg(long, value_enum, default_value = "pod")]
-    pub entry: From,
+    pub entry: Origin,
 
     /// Trace what the kernel holds instead of the rendered rules: iptables-save (IPVS mode:
     /// also ipset save and the IPVS virtual servers, read over netlink; nftables mode: the
@@ -143,8 +144,8 @@ fn packet(args: &TraceArgs, loaded: &pipeline::Loaded, own: &BTreeSet<IpAddr>) -
     let Some(dport) = dport else { bail!("--dst needs a port (IP:PORT)") };
     let src = match &args.src {
         Some(s) => parse_addr(s, "--src")?.0,
-        None if args.entry == From::Node && own.contains(&dst) => dst,
-        None if args.entry == From::Node => loaded.config.node_ip(IpFamily::of(&dst)),
+        None if args.entry == Origin::Node && own.contains(&dst) => dst,
+        None if args.entry == Origin::Node => loaded.config.node_ip(IpFamily::of(&dst)),
         None => bail!("--src is needed unless --entry node"),
     };
     let protocol = format!("{:?}", args.proto).to_lowercase();
@@ -240,7 +241,7 @@ fn rules(args: &TraceArgs, loaded: &pipeline::Loaded, family: IpFamily) -> anyho
     Ok(restore::dump(&rs, Scope::Full, &[]))
 }
 
-fn text(t: &Trace, entry: From) -> String {
+fn text(t: &Trace, entry: Origin) -> String {
     let p = &t.packet;
     let mut out = format!("packet: {} {} -> {}:{} from {entry:?} ({})\n", p.protocol, p.src, p.dst, p.dport,
         if t.entry == Entry::Output { "nat OUTPUT" } else { "nat PREROUTING" });
@@ -259,7 +260,7 @@ fn text(t: &Trace, entry: From) -> String {
     out
 }
 
-fn nftables_text(t: &trace::nftables::Trace, entry: From) -> String {
+fn nftables_text(t: &trace::nftables::Trace, entry: Origin) -> String {
     let p = &t.packet;
     let hook = if t.entry == Entry::Output { "hook output" } else { "hook prerouting" };
     let mut out = format!("packet: {} {} -> {}:{} from {entry:?} (nftables mode, {hook})\n", p.protocol, p.src, p.dst, p.dport);
@@ -294,7 +295,7 @@ fn percent(p: Option<f64>) -> String {
     }
 }
 
-fn ipvs_text(t: &IpvsTrace, entry: From) -> String {
+fn ipvs_text(t: &IpvsTrace, entry: Origin) -> String {
     let p = &t.packet;
     let hook = if t.entry == Entry::Output { "nat OUTPUT" } else { "nat PREROUTING" };
     let mut out = format!("packet: {} {} -> {}:{} from {entry:?} (IPVS mode, {hook})\n", p.protocol, p.src, p.dst, p.dport);

@@ -79,11 +79,8 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
             Err(e) => tracing::warn!("{e}"),
         }
     }
-    if flags.nfacct.is_none() {
-        flags.nfacct = Some(crate::runner::node::nfacct(effective.mode, crate::netfilter::apply::Pass::Apply).unwrap_or_else(|e| {
-            tracing::warn!(error = %e.io(), "cannot create kube-proxy's nfacct counters; the rules are written without them");
-            false
-        }));
+    if let Err(e) = crate::runner::node::decide_nfacct(&mut flags, &file, crate::netfilter::apply::Pass::Apply) {
+        tracing::warn!(error = %e.io(), "cannot create kube-proxy's nfacct counters; the rules are written without them");
     }
     let servers = node::servers(&effective).context("invalid configuration")?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;

@@ -3,19 +3,19 @@
 //! delete kube-proxy's chains. KUBE-FIREWALL (shared with kubelet) is left alone, as
 //! kube-proxy leaves it.
 
+use super::render::fixed::{FILTER_CHAINS, NAT_CHAINS};
 use crate::netfilter::names::*;
 use crate::netfilter::{quote, Dump};
 
-const NAT: [&str; 5] = [KUBE_SERVICES, KUBE_NODEPORTS, KUBE_POSTROUTING, KUBE_MARK_MASQ, KUBE_PROXY_CANARY];
-const FILTER: [&str; 6] =
-    [KUBE_SERVICES, KUBE_EXTERNAL_SERVICES, KUBE_FORWARD, KUBE_NODEPORTS, KUBE_PROXY_FIREWALL, KUBE_PROXY_CANARY];
 const BUILTIN: [&str; 5] = ["PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"];
 
-/// Chains kube-proxy's cleanup removes from a table.
+/// Chains kube-proxy's cleanup removes from a table: the top-level chains the renderer
+/// declares (KUBE-FIREWALL, kubelet's too, is not one of them), the canaries and the
+/// per-service chains.
 fn removable(table: &str, chain: &str) -> bool {
     match table {
-        "nat" => NAT.contains(&chain) || is_service_chain(chain),
-        "filter" => FILTER.contains(&chain),
+        "nat" => NAT_CHAINS.contains(&chain) || chain == KUBE_PROXY_CANARY || is_service_chain(chain),
+        "filter" => FILTER_CHAINS.contains(&chain) || chain == KUBE_PROXY_CANARY,
         "mangle" => chain == KUBE_PROXY_CANARY,
         _ => false,
     }
@@ -34,9 +34,9 @@ pub fn plan(live: &Dump) -> (String, Vec<String>) {
         // Jumps into the removed chains, from built-in chains (deleted by spec, bottom up
         // is not needed: each spec names one rule).
         for r in &t.rules {
-            let target = r.args.target();
+            let target = r.target.chain();
             if BUILTIN.contains(&r.chain.as_str()) && target.is_some_and(|j| chains.contains(&j)) {
-                let args: Vec<String> = r.args.iter().map(quote).collect();
+                let args: Vec<String> = r.args.iter().chain(r.target.words()).map(quote).collect();
                 body.push_str(&format!("-D {} {}\n", r.chain, args.join(" ")));
                 removed.push(format!("{table} {}: {}", r.chain, args.join(" ")));
             }

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use crate::netfilter::dump::{Dump, Rule};
+use crate::netfilter::Target;
 use crate::netfilter::names::{KUBE_EXTERNAL_SERVICES, KUBE_MARK_MASQ, KUBE_NODEPORTS, KUBE_SERVICES};
 use crate::net::split_host_port;
 use crate::netfilter::conntrack::{stale_flows, Flush, Reach, ServiceAddr};
@@ -18,7 +19,7 @@ fn reach(dump: &Dump) -> BTreeMap<ServiceAddr, Reach> {
     if let Some(nat) = dump.tables.get("nat") {
         for chain in [KUBE_SERVICES, KUBE_NODEPORTS] {
             for r in nat.rules_of(chain) {
-                let (Some(addr), Some(target)) = (service_addr(r), r.args.target()) else { continue };
+                let (Some(addr), Some(target)) = (service_addr(r), r.target.chain()) else { continue };
                 let mut eps = BTreeSet::new();
                 endpoints(dump, target, &mut eps, 0);
                 out.entry(addr).or_default().endpoints.extend(eps);
@@ -27,7 +28,7 @@ fn reach(dump: &Dump) -> BTreeMap<ServiceAddr, Reach> {
     }
     if let Some(filter) = dump.tables.get("filter") {
         for chain in [KUBE_SERVICES, KUBE_EXTERNAL_SERVICES] {
-            for r in filter.rules_of(chain).filter(|r| r.args.target() == Some("REJECT")) {
+            for r in filter.rules_of(chain).filter(|r| matches!(r.target, Target::Reject(_))) {
                 if let Some(addr) = service_addr(r) {
                     out.entry(addr).or_default().refused = true;
                 }
@@ -53,13 +54,13 @@ fn endpoints(dump: &Dump, chain: &str, out: &mut BTreeSet<IpAddr>, depth: usize)
         return;
     }
     for r in nat.rules_of(chain) {
-        match r.args.target() {
-            Some("DNAT") => {
-                if let Some((ip, _)) = r.args.after("--to-destination").and_then(split_host_port) {
+        match &r.target {
+            Target::Dnat(to) => {
+                if let Some((ip, _)) = split_host_port(to) {
                     out.insert(ip);
                 }
             }
-            Some(next) if next.starts_with("KUBE-") && next != KUBE_MARK_MASQ => endpoints(dump, next, out, depth + 1),
+            Target::Jump(next) if next.starts_with("KUBE-") && *next != KUBE_MARK_MASQ => endpoints(dump, next, out, depth + 1),
             _ => {}
         }
     }

@@ -19,7 +19,7 @@ use super::conntrack;
 use crate::netfilter::conntrack::Flush;
 use crate::netfilter::delta::{diff_positions, ChainChange, Delta, TablePlan, TABLES};
 use super::render::{Rendered, Ruleset, ServiceRules, TopCounts, TOP_CHAINS};
-use crate::model::{NamespacedName, Protocol, ServicePortName};
+use crate::model::{port_entries, ports_of, NamespacedName, Protocol, ServicePortName};
 use crate::netfilter::{Dump, Rule};
 
 /// The rules the kernel holds for the service ports a commit touches, taken from the
@@ -36,7 +36,7 @@ impl Before {
     pub fn take(rs: &Ruleset, changed: &BTreeSet<NamespacedName>) -> Before {
         let rules = changed
             .iter()
-            .flat_map(|id| ports(&rs.services, id))
+            .flat_map(|id| port_entries(&rs.services, id))
             .map(|(k, r)| (k.clone(), r.clone()))
             .collect();
         Before { large_cluster: rs.large_cluster, changed: changed.clone(), rules }
@@ -59,7 +59,7 @@ pub fn delta(before: &Before, rs: &Ruleset) -> Option<Partial> {
     let keys: BTreeSet<&ServicePortName> = before
         .rules
         .keys()
-        .chain(before.changed.iter().flat_map(|id| ports(&rs.services, id).map(|(k, _)| k)))
+        .chain(before.changed.iter().flat_map(|id| ports_of(&rs.services, id)))
         .collect();
     let offsets = offsets(rs, &keys)?;
     let mut writers: BTreeMap<&str, TablePlan> = TABLES.iter().map(|t| (*t, TablePlan::default())).collect();
@@ -91,12 +91,6 @@ pub fn delta(before: &Before, rs: &Ruleset) -> Option<Partial> {
         Vec::new()
     };
     Some(Partial { delta, flushes })
-}
-
-/// The ports of one service in a map ordered by [`ServicePortName`].
-fn ports<'a, V>(map: &'a BTreeMap<ServicePortName, V>, id: &'a NamespacedName) -> impl Iterator<Item = (&'a ServicePortName, &'a V)> {
-    let start = ServicePortName { service: id.clone(), port: String::new(), protocol: Protocol::Tcp };
-    map.range(start..).take_while(move |(k, _)| &k.service == id)
 }
 
 /// For each key (ascending), the number of lines the service ports before it hold in each
@@ -150,7 +144,7 @@ fn own_chains(old: Option<&ServiceRules>, new: Option<&ServiceRules>, w: &mut Ta
         let wanted = &after[c.as_str()];
         let had = before.get(c.as_str());
         if had != Some(wanted) {
-            w.rewrite_lines(c, wanted.iter().map(|r| r.to_line()), had.is_some(), true);
+            w.rewrite_rules(c, wanted, had.is_some(), true);
             changes.push(change("nat", c, had.map(Vec::as_slice), Some(wanted)));
         }
     }

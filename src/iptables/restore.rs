@@ -39,7 +39,7 @@ pub fn write(rs: &Ruleset, scope: Scope, stale: &[String]) -> String {
 /// Bytes [`write`] will produce, near enough to size its buffer once.
 pub fn size_hint(rs: &Ruleset, scope: Scope) -> usize {
     let mut n = 4096;
-    let bytes = |rules: &[Value]| rules.iter().map(|r| r.chain.len() + r.args.as_bytes_len() + 8).sum::<usize>();
+    let bytes = |rules: &[Value]| rules.iter().map(Value::text_len).sum::<usize>();
     for (name, r) in &rs.services {
         n += bytes(&r.filter) + bytes(&r.nat_top);
         if scope.includes(&name.service) {
@@ -165,7 +165,7 @@ impl Out for DumpBuilder {
         self.line += rules.len();
         let t = self.current();
         for (i, r) in rules.iter().enumerate() {
-            t.push(Rule { op: Op::Append, chain: r.chain.clone(), args: r.args.clone(), line: first + i });
+            t.push(Rule { op: Op::Append, chain: r.chain.clone(), args: r.args.clone(), target: r.target.clone(), line: first + i });
         }
     }
     fn delete(&mut self, chain: &str) {

@@ -36,14 +36,14 @@ pub fn iptables_plan(live: &Dump) -> (String, Vec<String>) {
         let mut flush: BTreeSet<String> = chains.iter().map(|c| c.to_string()).collect();
         let mut body = String::new();
         for r in &t.rules {
-            let target = r.args.target();
+            let target = r.target.chain();
             if !target.is_some_and(|j| chains.contains(&j)) || flush.contains(r.chain.as_str()) {
                 continue;
             }
             if r.chain.starts_with("KUBE-") {
                 flush.insert(r.chain.to_string());
             } else {
-                let args: Vec<String> = r.args.iter().map(quote).collect();
+                let args: Vec<String> = r.args.iter().chain(r.target.words()).map(quote).collect();
                 body.push_str(&format!("-D {} {}\n", r.chain, args.join(" ")));
                 removed.push(format!("{table} {}: {}", r.chain, args.join(" ")));
             }

@@ -50,7 +50,7 @@ fn ipvs_match(rule: &Rule) -> Option<Rule> {
     let mut fixed: Vec<&str> = words[..a].to_vec();
     fixed.extend(["--vproto", proto, "--vaddr", words.get(a + 1)?, "--vport", words.get(v + 1)?]);
     fixed.extend(words.get(v + 2..)?.iter().copied());
-    Some(Rule::new(&rule.chain, fixed))
+    Some(Rule::new(&rule.chain, fixed, rule.target.clone()))
 }
 
 /// Reads the terminating-since memory (`PROTO VADDR VPORT RADDR RPORT SINCE` lines);
@@ -87,13 +87,14 @@ pub fn write_grace(path: &Path, grace: &Grace) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::netfilter::Target;
 
     #[test]
     fn ipvs_match_in_kernel_form() {
         let mut filter = Table::new("filter");
         filter.chains.push("KUBE-IPVS-OUT-FILTER".into());
-        filter.rules.push(Rule::new("KUBE-IPVS-OUT-FILTER", "-s 1.2.3.4 -m ipvs --vaddr 1.2.3.4 --vproto tcp --vport 80 -j DROP".split(' ')));
-        filter.rules.push(Rule::new("X", ["-j", "Y"]));
+        filter.rules.push(Rule::new("KUBE-IPVS-OUT-FILTER", "-s 1.2.3.4 -m ipvs --vaddr 1.2.3.4 --vproto tcp --vport 80".split(' '), Target::Drop));
+        filter.rules.push(Rule::new("X", [""; 0], Target::jump("Y")));
         assert_eq!(
             kernel_form(&[filter]).to_text(),
             "*filter\n:KUBE-IPVS-OUT-FILTER - [0:0]\n-A KUBE-IPVS-OUT-FILTER -s 1.2.3.4 -m ipvs --vproto 6 --vaddr 1.2.3.4 --vport 80 -j DROP\n-A X -j Y\nCOMMIT\n"

@@ -15,19 +15,31 @@
 
 use super::apply::{RestoreError, Restorer};
 use super::names::KUBE_PROXY_CANARY;
+use super::rule::Rule;
+use super::table::Table;
+use super::target::Target;
 use crate::net::IpFamily;
 
 /// The tables that hold a canary, in the order they are checked (mangle first, as
 /// kube-proxy; it is the cheapest to read on iptables-legacy).
 pub const TABLES: [&str; 3] = ["mangle", "nat", "filter"];
 
-/// The canary's one rule, after `-A KUBE-PROXY-CANARY`.
-pub const RULE: [&str; 2] = ["-j", "RETURN"];
+/// The canary's one rule: `-A KUBE-PROXY-CANARY -j RETURN`.
+pub fn rule() -> Rule {
+    Rule::new(KUBE_PROXY_CANARY, [""; 0], Target::Return)
+}
+
+/// Whether `table` of `family` holds the canary rule (`iptables -C`).
+fn holds(r: &mut dyn Restorer, family: IpFamily, table: &str) -> Result<bool, RestoreError> {
+    let rule = rule();
+    let words: Vec<&str> = rule.args.iter().chain(rule.target.words()).collect();
+    r.check(family, table, KUBE_PROXY_CANARY, &words)
+}
 
 /// The first table of `family` whose canary is gone (`None`: all present).
 pub fn missing(r: &mut dyn Restorer, family: IpFamily) -> Result<Option<&'static str>, RestoreError> {
     for table in TABLES {
-        if !r.check(family, table, KUBE_PROXY_CANARY, &RULE)? {
+        if !holds(r, family, table)? {
             return Ok(Some(table));
         }
     }
@@ -39,7 +51,7 @@ pub fn missing(r: &mut dyn Restorer, family: IpFamily) -> Result<Option<&'static
 pub fn ensure(r: &mut dyn Restorer, family: IpFamily) -> Result<Vec<&'static str>, RestoreError> {
     let mut created = Vec::new();
     for table in TABLES {
-        if !r.check(family, table, KUBE_PROXY_CANARY, &RULE)? {
+        if !holds(r, family, table)? {
             created.push(table);
         }
     }
@@ -50,12 +62,9 @@ pub fn ensure(r: &mut dyn Restorer, family: IpFamily) -> Result<Vec<&'static str
 }
 
 /// Restore input (for `--noflush`) that (re)creates the canaries of `tables`.
-pub fn restore_text(tables: &[&str]) -> String {
-    let rule = RULE.join(" ");
-    tables
-        .iter()
-        .map(|t| format!("*{t}\n:{KUBE_PROXY_CANARY} - [0:0]\n-A {KUBE_PROXY_CANARY} {rule}\nCOMMIT\n"))
-        .collect()
+pub fn restore_text(tables: &[&'static str]) -> String {
+    let tables: Vec<Table> = tables.iter().map(|&name| Table { name, chains: vec![KUBE_PROXY_CANARY.into()], rules: vec![rule()] }).collect();
+    super::table::write_all(&tables)
 }
 
 #[cfg(test)]

@@ -10,13 +10,21 @@
 //! - `REJECT` gains `--reject-with icmp-port-unreachable` (`icmp6-…` for IPv6).
 
 use super::rule::word_after;
+use super::target::Target;
 use crate::net::{parse_ip_sloppy, Cidr};
 
 /// One rule, canonical: comparable with `==` against a rule read from `iptables-save`.
 pub fn canonical<S: AsRef<str>>(args: &[S], v6: bool) -> Vec<String> {
+    let (matches, target) = Target::split(args);
+    let mut out = canonical_matches(&matches, v6);
+    out.extend(canonical_target(&target, v6).words().into_iter().map(str::to_string));
+    out
+}
+
+/// A rule's match words (everything before its target), canonical.
+pub fn canonical_matches<S: AsRef<str>>(args: &[S], v6: bool) -> Vec<String> {
     let mut header: [Vec<String>; 5] = Default::default();
     let mut matches: Vec<Vec<String>> = Vec::new();
-    let mut target: Vec<String> = Vec::new();
     let mut negate = false;
     let mut i = 0;
     while i < args.len() {
@@ -43,9 +51,6 @@ pub fn canonical<S: AsRef<str>>(args: &[S], v6: bool) -> Vec<String> {
         } else if a == "-m" || a == "--match" {
             matches.push(vec!["-m".into(), next]);
             i += 2;
-        } else if a == "-j" || a == "--jump" {
-            target = args[i..].iter().map(|t| t.as_ref().to_string()).collect();
-            break;
         } else {
             if let Some(m) = matches.last_mut() {
                 if neg {
@@ -60,7 +65,6 @@ pub fn canonical<S: AsRef<str>>(args: &[S], v6: bool) -> Vec<String> {
     for m in matches {
         out.extend(canonical_match(m, v6));
     }
-    out.extend(canonical_target(target, v6));
     out
 }
 
@@ -137,23 +141,17 @@ fn canonical_recent(m: &[String], v6: bool) -> Vec<String> {
     out
 }
 
-fn canonical_target(t: Vec<String>, v6: bool) -> Vec<String> {
-    match t.get(1).map(String::as_str) {
-        Some("MARK") => {
-            if let Some(v) = value_after(&t, "--or-mark") {
-                let v = hex(&v);
-                return vec!["-j".into(), "MARK".into(), "--set-xmark".into(), format!("{v}/{v}")];
-            }
-            if let Some(v) = value_after(&t, "--xor-mark") {
-                return vec!["-j".into(), "MARK".into(), "--set-xmark".into(), format!("{}/0x0", hex(&v))];
-            }
-            t
+/// A target as `iptables-save` prints it: `MARK --or-mark M` as `--set-xmark M/M`,
+/// `--xor-mark M` as `--set-xmark M/0x0`; `REJECT` with its default `--reject-with`.
+pub fn canonical_target(t: &Target, v6: bool) -> Target {
+    match t {
+        Target::OrMark(v) => {
+            let v = hex(v);
+            Target::SetXmark(format!("{v}/{v}").into())
         }
-        Some("REJECT") if value_after(&t, "--reject-with").is_none() => {
-            let with = if v6 { "icmp6-port-unreachable" } else { "icmp-port-unreachable" };
-            vec!["-j".into(), "REJECT".into(), "--reject-with".into(), with.into()]
-        }
-        _ => t,
+        Target::XorMark(v) => Target::SetXmark(format!("{}/0x0", hex(v)).into()),
+        Target::Reject(None) => Target::Reject(Some(if v6 { "icmp6-port-unreachable" } else { "icmp-port-unreachable" }.into())),
+        _ => t.clone(),
     }
 }
 

@@ -13,19 +13,22 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use similar::{capture_diff_slices, Algorithm, DiffOp};
 
-use super::canon::canonical;
-use super::dump::{Dump, TableDump};
+use super::canon::{canonical_matches, canonical_target};
+use super::dump::{Dump, Rule as Read, TableDump};
 use super::jumps::Jump;
-use super::rule::quote;
+use super::rule::{quote, write_line, Args, Chain, Rule};
+use super::target::Target;
 
 /// Tables in restore order.
 pub const TABLES: [&str; 2] = ["filter", "nat"];
 
-/// A rule as wanted: its restore text (for writing) and its canonical form (for comparing).
+/// A rule as wanted: its restore text (for writing), its canonical form (for comparing)
+/// and the chain it jumps to, if any.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Wanted {
     text: String,
     canon: String,
+    jump: Option<Chain>,
 }
 
 /// One chain whose rules change, for the dry-run diff (canonical `-A` lines). The lines
@@ -150,9 +153,8 @@ fn by_service<'a>(rewrites: &[&'a Rewrite]) -> Vec<Vec<&'a Rewrite>> {
     let index: HashMap<&str, usize> = rewrites.iter().enumerate().map(|(i, r)| (r.chain.as_str(), i)).collect();
     let mut parent: Vec<Option<usize>> = vec![None; rewrites.len()];
     for (i, r) in rewrites.iter().enumerate() {
-        for rule in r.rules.lines() {
-            let target = super::rule::line_target(rule);
-            if let Some(&t) = target.and_then(|t| index.get(t)) {
+        for target in &r.jumps {
+            if let Some(&t) = index.get(target.as_str()) {
                 if t != i && parent[t].is_none() {
                     parent[t] = Some(i);
                 }
@@ -181,7 +183,7 @@ fn by_service<'a>(rewrites: &[&'a Rewrite]) -> Vec<Vec<&'a Rewrite>> {
     groups
 }
 
-fn rule_line<S: AsRef<str>>(chain: &str, args: &[S]) -> String {
+fn rule_line<S: AsRef<str>>(chain: &str, args: impl IntoIterator<Item = S>) -> String {
     let mut s = format!("-A {chain}");
     for a in args {
         s.push(' ');
@@ -190,17 +192,33 @@ fn rule_line<S: AsRef<str>>(chain: &str, args: &[S]) -> String {
     s
 }
 
+/// A rule read or gathered, as an `-A` line without its newline.
+fn text_line(chain: &str, r: &Read) -> String {
+    let mut s = String::new();
+    write_line(&mut s, "-A", chain, &r.args, &r.target);
+    s.pop();
+    s
+}
+
+/// A rule's `-A` line in `iptables-save`'s canonical form.
+fn canon_line(chain: &str, r: &Read, v6: bool) -> String {
+    canon_of(chain, &r.args, &r.target, v6)
+}
+
+fn canon_of(chain: &str, args: &Args, target: &Target, v6: bool) -> String {
+    let matches = canonical_matches(&args.words(), v6);
+    let target = canonical_target(target, v6);
+    rule_line(chain, matches.iter().map(String::as_str).chain(target.words()))
+}
+
 fn wanted_rules(t: &TableDump, chain: &str, v6: bool) -> Vec<Wanted> {
     t.rules_of(chain)
-        .map(|r| {
-            let words = r.args.words();
-            Wanted { text: rule_line(chain, &words), canon: rule_line(chain, &canonical(&words, v6)) }
-        })
+        .map(|r| Wanted { text: text_line(chain, r), canon: canon_line(chain, r, v6), jump: r.target.jump_to().cloned() })
         .collect()
 }
 
 fn live_rules(t: &TableDump, chain: &str, v6: bool) -> Vec<String> {
-    t.rules_of(chain).map(|r| rule_line(chain, &canonical(&r.args.words(), v6))).collect()
+    t.rules_of(chain).map(|r| canon_line(chain, r, v6)).collect()
 }
 
 /// Computes the delta. `desired` is a full render (as values); `live` is what
@@ -254,10 +272,11 @@ pub fn compute_with(desired: &Dump, live: &Dump, v6: bool, jumps: &[Jump], per_s
             }
         }
         for j in jumps.iter().filter(|j| j.table == table) {
-            let canon = rule_line(j.from, &canonical(&j.args, v6));
+            let rule = j.rule();
+            let canon = canon_of(j.from, &rule.args, &rule.target, v6);
             let current = live_rules(have, j.from, v6);
             if !current.contains(&canon) {
-                w.prepend(j.from, &j.args);
+                w.prepend(&rule);
                 let desired: Vec<String> = std::iter::once(canon).chain(current.iter().cloned()).collect();
                 let (live, desired) = (lines.keep(|| current), lines.keep(|| desired));
                 delta.changes.push(ChainChange { table: table.into(), chain: j.from.into(), live: Some(live), desired: Some(desired) });
@@ -304,6 +323,8 @@ struct Rewrite {
     rules: String,
     /// Lines in `rules`.
     count: usize,
+    /// The chains its rules jump to (a service's own chain only: for grouping by service).
+    jumps: Vec<Chain>,
     /// The kernel already has the chain.
     exists: bool,
     /// One service's own chain (nat), which [`Delta::restore_chunks`] groups by service.
@@ -336,19 +357,18 @@ impl TablePlan {
     fn rewrite(&mut self, chain: &str, wanted: &[Wanted], exists: bool, per_service: bool) {
         let mut rules = String::with_capacity(wanted.iter().map(|r| r.text.len() + 1).sum());
         wanted.iter().for_each(|r| push_line(&mut rules, &[&r.text]));
-        self.decls.push(Decl::Rewrite(Rewrite { chain: chain.to_string(), rules, count: wanted.len(), exists, per_service }));
+        let jumps = if per_service { wanted.iter().filter_map(|r| r.jump.clone()).collect() } else { Vec::new() };
+        self.decls.push(Decl::Rewrite(Rewrite { chain: chain.to_string(), rules, count: wanted.len(), jumps, exists, per_service }));
     }
 
     /// Declares (flushes) `chain` and writes its rules (`-A` lines); `per_service`: it is
     /// one service's own chain.
-    pub fn rewrite_lines(&mut self, chain: &str, lines: impl Iterator<Item = String>, exists: bool, per_service: bool) {
-        let (mut rules, mut count) = (String::new(), 0);
-        for l in lines {
-            push_line(&mut rules, &[&l]);
-            count += 1;
-        }
+    pub fn rewrite_rules(&mut self, chain: &str, wanted: &[&Rule], exists: bool, per_service: bool) {
+        let mut rules = String::with_capacity(wanted.iter().map(|r| r.text_len()).sum());
+        wanted.iter().for_each(|r| r.write(&mut rules));
         rules.shrink_to_fit();
-        self.decls.push(Decl::Rewrite(Rewrite { chain: chain.to_string(), rules, count, exists, per_service }));
+        let jumps = if per_service { wanted.iter().filter_map(|r| r.target.jump_to().cloned()).collect() } else { Vec::new() };
+        self.decls.push(Decl::Rewrite(Rewrite { chain: chain.to_string(), rules, count: wanted.len(), jumps, exists, per_service }));
     }
 
     /// Positional edits if they are fewer lines than a rewrite.
@@ -379,9 +399,11 @@ impl TablePlan {
         }
     }
 
-    fn prepend(&mut self, chain: &str, args: &[String]) {
-        let line = rule_line(chain, args);
-        self.jumps.push(format!("-I {chain} 1{}", line.strip_prefix(&format!("-A {chain}")).unwrap_or("")));
+    fn prepend(&mut self, rule: &Rule) {
+        let mut line = String::new();
+        write_line(&mut line, "-I", &format!("{} 1", rule.chain), &rule.args, &rule.target);
+        line.pop();
+        self.jumps.push(line);
     }
 
     /// Flushes and deletes `chain` (after every other line of the table).

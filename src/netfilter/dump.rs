@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use super::rule::{quote, Args, Chain, Rule as Value};
+use super::target::Target;
 
 /// A parsed restore input or save output.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -48,12 +49,14 @@ fn known(word: &str) -> Cow<'static, str> {
     }
 }
 
-/// One `-A`/`-I` rule: its chain and its arguments after the chain name.
+/// One `-A`/`-I` rule: its chain, its match words and its target.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rule {
     pub op: Op,
     pub chain: Chain,
+    /// The match words (everything before the target).
     pub args: Args,
+    pub target: Target,
     /// 1-based line in the parsed text.
     pub line: usize,
 }
@@ -127,7 +130,7 @@ impl TableDump {
 
     /// Appends a rule value (`-A`).
     pub fn append(&mut self, rule: &Value) {
-        self.push(Rule { op: Op::Append, chain: rule.chain.clone(), args: rule.args.clone(), line: 0 });
+        self.push(Rule { op: Op::Append, chain: rule.chain.clone(), args: rule.args.clone(), target: rule.target.clone(), line: 0 });
     }
 
     pub fn chain_names(&self) -> BTreeSet<&str> {
@@ -199,9 +202,12 @@ pub fn parse(text: &str) -> Result<Dump, ParseError> {
         match (first.and_then(Op::parse), first, second) {
             (_, Some("-X"), Some(chain)) if words.0.is_empty() => td.deleted.push(chain.to_string()),
             (Some(op), _, Some(chain)) => {
-                let args: Vec<&str> = words.collect::<Result<_, _>>().map_err(&err)?;
+                let words: Vec<&str> = words.collect::<Result<_, _>>().map_err(&err)?;
+                let at = words.iter().position(|w| matches!(*w, "-j" | "--jump" | "-g" | "--goto")).unwrap_or(words.len());
+                // A chain jumped to shares its name with its declaration.
+                let target = Target::parse(&words[at..], |name| td.chain_name(name));
                 let chain = td.chain_name(chain);
-                td.push(Rule { op, chain, args: Args::new(args), line: i + 1 })
+                td.push(Rule { op, chain, args: Args::new(&words[..at]), target, line: i + 1 })
             }
             _ => return Err(err("not a rule")),
         }
@@ -259,7 +265,7 @@ impl Dump {
             }
             for r in &t.rules {
                 let _ = write!(out, "{} {}", r.op, r.chain);
-                for a in &r.args {
+                for a in r.args.iter().chain(r.target.words()) {
                     let _ = write!(out, " {}", quote(a));
                 }
                 out.push('\n');
@@ -282,8 +288,10 @@ mod tests {
         let text = "*nat\n:KUBE-SERVICES - [0:0]\n-A KUBE-SERVICES -m comment --comment \"a b\" -j RETURN\n-A KUBE-SERVICES -m comment --comment \"\" -j ACCEPT\nCOMMIT\n";
         let dump = parse(text).unwrap();
         let rules = &dump.tables["nat"].rules;
-        assert_eq!(rules[0].args.words(), vec!["-m", "comment", "--comment", "a b", "-j", "RETURN"]);
+        assert_eq!(rules[0].args.words(), vec!["-m", "comment", "--comment", "a b"]);
+        assert_eq!(rules[0].target, Target::Return);
         assert_eq!(rules[1].args.after("--comment"), Some(""));
+        assert_eq!(rules[1].target, Target::Accept);
         assert_eq!(dump.to_text(), text);
     }
 }

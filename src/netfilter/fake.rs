@@ -10,6 +10,7 @@ use super::apply::{Backend, RestoreError, Restorer};
 use super::canon::canonical;
 use super::dump::split_words;
 use super::rule::quote;
+use super::target::Target;
 use crate::net::IpFamily;
 
 const BUILTIN: [(&str, &[&str]); 3] = [
@@ -150,7 +151,7 @@ fn apply_line(t: &mut FakeTable, line: &str, v6: bool) -> Result<(), String> {
     let (op, chain) = (w.first().map(String::as_str).unwrap_or(""), w.get(1).cloned().unwrap_or_default());
     match op {
         "-X" => {
-            let referenced = t.chains.iter().any(|(_, rs)| rs.iter().any(|r| target(r) == Some(chain.as_str())));
+            let referenced = t.chains.iter().any(|(_, rs)| rs.iter().any(|r| target(r).as_deref() == Some(chain.as_str())));
             if referenced {
                 return Err(format!("chain {chain} is still referenced"));
             }
@@ -190,8 +191,9 @@ fn apply_line(t: &mut FakeTable, line: &str, v6: bool) -> Result<(), String> {
     }
 }
 
-fn target(rule: &[String]) -> Option<&str> {
-    super::rule::word_after(rule.iter().map(String::as_str), "-j")
+/// The chain a rule (canonical words) jumps to.
+fn target(rule: &[String]) -> Option<String> {
+    Target::split(rule).1.chain().map(str::to_string)
 }
 
 fn check_refs(work: &BTreeMap<(IpFamily, String), FakeTable>, family: IpFamily, table: &str) -> Result<(), String> {
@@ -199,7 +201,7 @@ fn check_refs(work: &BTreeMap<(IpFamily, String), FakeTable>, family: IpFamily, 
     for (chain, rules) in &t.chains {
         for r in rules {
             if let Some(j) = target(r) {
-                if !TARGETS.contains(&j) && !t.has(j) {
+                if !TARGETS.contains(&j.as_str()) && !t.has(&j) {
                     return Err(format!("{chain}: jump to missing chain {j}"));
                 }
             }

@@ -3,26 +3,39 @@
 //! the missing ones at position 1 in the order of the mode's own list, as kube-proxy's
 //! `EnsureRule(Prepend)` does.
 
+use super::rule::Rule;
+use super::target::Target;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Jump {
     pub table: &'static str,
     pub from: &'static str,
     pub to: &'static str,
-    /// The rule's arguments after `-A FROM` (exec arguments, unquoted).
-    pub args: Vec<String>,
+    /// The rule's match words (exec arguments, unquoted); its target is `-j TO`.
+    pub matches: Vec<String>,
 }
 
 impl Jump {
     /// `-A FROM [-m conntrack --ctstate NEW] [-m comment --comment COMMENT] -j TO` in `table`.
     pub fn new(table: &'static str, from: &'static str, to: &'static str, ct_new: bool, comment: &str) -> Jump {
-        let mut args: Vec<String> = Vec::new();
+        let mut matches: Vec<String> = Vec::new();
         if ct_new {
-            args.extend(["-m", "conntrack", "--ctstate", "NEW"].map(String::from));
+            matches.extend(["-m", "conntrack", "--ctstate", "NEW"].map(String::from));
         }
         if !comment.is_empty() {
-            args.extend(["-m".into(), "comment".into(), "--comment".into(), comment.into()]);
+            matches.extend(["-m".into(), "comment".into(), "--comment".into(), comment.into()]);
         }
-        args.extend(["-j".into(), to.into()]);
-        Jump { table, from, to, args }
+        Jump { table, from, to, matches }
+    }
+
+    /// The jump as a rule value.
+    pub fn rule(&self) -> Rule {
+        Rule::new(self.from, &self.matches, Target::jump(self.to))
+    }
+
+    /// The rule's words after `FROM` (matches, then `-j TO`), as `iptables -I FROM` takes them.
+    pub fn words(&self) -> Vec<String> {
+        let rule = self.rule();
+        rule.args.iter().chain(rule.target.words()).map(str::to_string).collect()
     }
 }

@@ -20,7 +20,9 @@ pub mod nfacct;
 pub mod phase;
 pub mod rule;
 pub mod table;
+pub mod target;
 
 pub use dump::{Dump, Op, TableDump};
 pub use rule::{quote, Args, Chain, Rule};
 pub use table::Table;
+pub use target::Target;

@@ -6,6 +6,8 @@ use std::fmt;
 use std::ops::Deref;
 use std::sync::Arc;
 
+use super::target::Target;
+
 /// A chain's name: a fixed one (`KUBE-SERVICES`) costs nothing, a per-service one is
 /// shared by every rule of that chain.
 #[derive(Clone)]
@@ -161,11 +163,6 @@ impl Args {
         word_after(self.iter(), flag)
     }
 
-    /// The `-j` target, if any: the one way a rule's words are asked for it.
-    pub fn target(&self) -> Option<&str> {
-        self.after("-j")
-    }
-
     /// How many words.
     pub fn len(&self) -> usize {
         self.0.bytes().filter(|b| *b == 0).count()
@@ -232,18 +229,12 @@ pub fn word_after<'a>(words: impl IntoIterator<Item = &'a str>, flag: &str) -> O
     it.next()
 }
 
-/// The `-j` target of one line of restore text (`-A CHAIN … -j TARGET …`), read without
-/// splitting the line into words: the word after the first ` -j `.
-pub fn line_target(line: &str) -> Option<&str> {
-    line.split_once(" -j ").and_then(|(_, t)| t.split(' ').next())
-}
-
 /// Whether a word must be quoted in restore text (it holds a space, or is empty).
 fn needs_quotes(word: &str) -> bool {
     word.is_empty() || word.bytes().any(|b| b == b' ')
 }
 
-fn push_quoted(out: &mut String, word: &str) {
+pub(super) fn push_quoted(out: &mut String, word: &str) {
     if needs_quotes(word) {
         out.push('"');
         out.push_str(word);
@@ -260,30 +251,28 @@ pub fn quote(word: &str) -> String {
     s
 }
 
-/// One rule appended to a chain (`-A CHAIN words…`).
+/// One rule appended to a chain (`-A CHAIN matches… -j TARGET …`): its chain, its match
+/// words and its target, as values.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Rule {
     pub chain: Chain,
+    /// The match words (everything before the target).
     pub args: Args,
+    pub target: Target,
 }
 
 impl Rule {
-    pub fn new<I, S>(chain: impl Into<Chain>, words: I) -> Rule
+    pub fn new<I, S>(chain: impl Into<Chain>, matches: I, target: Target) -> Rule
     where
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        Rule { chain: chain.into(), args: Args::new(words) }
-    }
-
-    /// The `-j` target, if any.
-    pub fn target(&self) -> Option<&str> {
-        self.args.target()
+        Rule { chain: chain.into(), args: Args::new(matches), target }
     }
 
     /// Writes `-A CHAIN words…\n`: the one place a rule becomes restore text.
     pub fn write(&self, out: &mut String) {
-        write_line(out, "-A", &self.chain, &self.args);
+        write_line(out, "-A", &self.chain, &self.args, &self.target);
     }
 
     /// The rule as one restore line, without the newline.
@@ -293,6 +282,11 @@ impl Rule {
         s.pop();
         s
     }
+
+    /// Bytes of the rule's restore line, near enough to size a buffer.
+    pub fn text_len(&self) -> usize {
+        self.chain.len() + self.args.as_bytes_len() + self.target.text_len() + 8
+    }
 }
 
 impl fmt::Debug for Rule {
@@ -301,12 +295,13 @@ impl fmt::Debug for Rule {
     }
 }
 
-/// Writes `OP CHAIN words…\n` (`-A`, `-I`, `-D`, …).
-pub fn write_line(out: &mut String, op: &str, chain: &str, args: &Args) {
+/// Writes `OP CHAIN matches… target…\n` (`-A`, `-I`, `-D`, …).
+pub fn write_line(out: &mut String, op: &str, chain: &str, args: &Args, target: &Target) {
     out.push_str(op);
     out.push(' ');
     out.push_str(chain);
     args.write(out);
+    target.write(out);
     out.push('\n');
 }
 
@@ -326,7 +321,6 @@ mod tests {
         assert_eq!(a.words(), vec!["-m", "comment", "--comment", "ns/svc:p cluster IP", "-j", "KUBE-SVC-X", ""]);
         assert_eq!(a.len(), 7);
         assert_eq!(a.after("--comment"), Some("ns/svc:p cluster IP"));
-        assert_eq!(a.after("-j"), Some("KUBE-SVC-X"));
         assert_eq!(a.after("KUBE-SVC-X"), Some(""));
         assert_eq!(a.after("-p"), None);
         assert_eq!(format!("{a:?}"), format!("{:?}", a.words()));
@@ -335,10 +329,11 @@ mod tests {
     #[test]
     fn a_rule_is_written_as_kube_proxy_writes_it() {
         let chain = Chain::from("KUBE-SEP-ABC".to_string());
-        let r = Rule::new(&chain, ["-m", "comment", "--comment", "ns/svc:p -> 10.0.0.1:80", "-s", "10.0.0.1", "-j", "KUBE-MARK-MASQ"]);
+        let r = Rule::new(&chain, ["-m", "comment", "--comment", "ns/svc:p -> 10.0.0.1:80", "-s", "10.0.0.1"], Target::jump("KUBE-MARK-MASQ"));
         assert_eq!(r.to_line(), "-A KUBE-SEP-ABC -m comment --comment \"ns/svc:p -> 10.0.0.1:80\" -s 10.0.0.1 -j KUBE-MARK-MASQ");
-        assert_eq!(r.target(), Some("KUBE-MARK-MASQ"));
-        let fixed = Rule::new("KUBE-SERVICES", ["-j", "RETURN"]);
+        assert_eq!(r.target.chain(), Some("KUBE-MARK-MASQ"));
+        assert_eq!(Target::split(&r.to_line().split(' ').skip(2).collect::<Vec<_>>()).1, r.target);
+        let fixed = Rule::new("KUBE-SERVICES", [""; 0], Target::Return);
         assert_eq!(fixed.chain, Chain::Fixed("KUBE-SERVICES"));
         assert_eq!(fixed.chain, Chain::from("KUBE-SERVICES".to_string()), "equal by name, however kept");
         let mut out = String::new();

@@ -68,6 +68,19 @@ pub fn nfacct(mode: Option<ProxyMode>, pass: Pass) -> Result<bool, NfacctError> 
     }
 }
 
+/// Decides `nfacct` when the flags do not say: whether the rules match kube-proxy's nfacct
+/// counters ([`nfacct`]) in the mode the node runs, the flags' mode over the config file's
+/// (`file`). One-shot and watch mode both decide it here. On an error there are no
+/// counters (`nfacct` is set to false) and the error is returned for the caller to report.
+pub fn decide_nfacct(flags: &mut crate::settings::Settings, file: &crate::settings::Settings, pass: Pass) -> Result<(), NfacctError> {
+    if flags.nfacct.is_some() {
+        return Ok(());
+    }
+    let found = nfacct(flags.mode.or(file.mode), pass);
+    flags.nfacct = Some(*found.as_ref().unwrap_or(&false));
+    found.map(|_| ())
+}
+
 /// Sets this process's `oom_score_adj` (kube-proxy's `--oom-score-adj`) through `/proc`.
 /// As kube-proxy, the caller logs a failure and goes on.
 pub fn oom_score_adj(adj: i32) -> Result<(), crate::node::NodeError> {
@@ -103,4 +116,22 @@ pub fn engine(config: Config, trackers: Trackers, iptables: Iptables, one_shot: 
     }
     engine.sysctl_root = Some(std::path::PathBuf::from("/proc/sys"));
     Ok(engine)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::settings::Settings;
+
+    #[test]
+    fn nfacct_is_decided_in_the_mode_the_flags_or_else_the_file_name() {
+        // nftables mode has no nfacct matches: decided without touching the kernel.
+        let file = Settings { mode: Some(ProxyMode::Nftables), ..Settings::default() };
+        let mut flags = Settings::default();
+        decide_nfacct(&mut flags, &file, Pass::Apply).unwrap();
+        assert_eq!(flags.nfacct, Some(false), "the config file's mode counts when the flags name none");
+        let mut flags = Settings { nfacct: Some(true), ..Settings::default() };
+        decide_nfacct(&mut flags, &file, Pass::Apply).unwrap();
+        assert_eq!(flags.nfacct, Some(true), "what the flags say stands");
+    }
 }

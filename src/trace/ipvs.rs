@@ -75,7 +75,7 @@ pub fn rendered_rules(plan: &Plan) -> Dump {
     let mut dump = crate::netfilter::table::dump_all(&plan.iptables);
     for j in crate::ipvs::kernel_state::jumps().iter().rev() {
         if let Some(t) = dump.tables.get_mut(j.table) {
-            t.append(&crate::netfilter::Rule::new(j.from, &j.args));
+            t.append(&j.rule());
         }
     }
     dump

@@ -218,7 +218,9 @@ mod tests {
     use super::*;
 
     fn rule(text: &str) -> Rule {
-        Rule { op: crate::netfilter::Op::Append, chain: "C".into(), args: crate::netfilter::Args::new(crate::netfilter::dump::split_words(text).unwrap()), line: 1 }
+        let words = crate::netfilter::dump::split_words(text).unwrap();
+        let (matches, target) = crate::netfilter::Target::split(&words);
+        Rule { op: crate::netfilter::Op::Append, chain: "C".into(), args: crate::netfilter::Args::new(matches), target, line: 1 }
     }
 
     fn packet() -> Packet {

@@ -26,7 +26,7 @@ use serde::Serialize;
 
 use crate::netfilter::dump::Rule;
 use crate::netfilter::names::{KUBE_EXTERNAL_SERVICES, KUBE_MARK_MASQ, KUBE_NODEPORTS, KUBE_PROXY_FIREWALL, KUBE_SERVICES};
-use crate::netfilter::rule::word_after;
+use crate::netfilter::Target;
 use crate::netfilter::{Dump, Op};
 pub use ipset::Sets;
 pub use matcher::{Packet, State};
@@ -216,7 +216,7 @@ fn run_chain(cx: &Cx, table: &str, chain: &str, b: Branch, depth: usize) -> Vec<
 
 fn rule_text(table: &str, chain: &str, rule: &Rule) -> String {
     let mut text = format!("{table} -A {chain}");
-    for a in &rule.args {
+    for a in rule.args.iter().chain(rule.target.words()) {
         text.push(' ');
         text.push_str(&crate::netfilter::quote(a));
     }
@@ -246,51 +246,50 @@ fn apply_rule(cx: &Cx, table: &str, chain: &str, rule: &Rule, mut b: Branch, dep
     out
 }
 
-/// `-j MARK`: `--set-xmark V/M` (what iptables-save prints), `--set-mark`, `--or-mark`,
-/// `--xor-mark`, `--and-mark`.
-fn mark(args: &[&str], mark: u32) -> u32 {
-    let arg = |flag| word_after(args.iter().copied(), flag);
-    let value_mask = |s: &str| match s.split_once('/') {
+/// `V/M` or `V` (mask all ones).
+fn value_mask(s: &str) -> Option<(u32, u32)> {
+    match s.split_once('/') {
         Some((v, m)) => matcher::parse_u32(v).zip(matcher::parse_u32(m)),
         None => matcher::parse_u32(s).map(|v| (v, u32::MAX)),
-    };
-    if let Some((v, m)) = arg("--set-xmark").and_then(value_mask) {
-        return (mark & !m) ^ v;
     }
-    if let Some((v, m)) = arg("--set-mark").and_then(value_mask) {
-        return (mark & !m) | v;
+}
+
+/// `-j MARK`: `--set-xmark V/M` (what iptables-save prints), `--or-mark`, `--xor-mark`;
+/// and, kept as words, `--set-mark` and `--and-mark`.
+fn mark(target: &Target, mark: u32) -> u32 {
+    match target {
+        Target::SetXmark(v) => value_mask(v).map_or(mark, |(v, m)| (mark & !m) ^ v),
+        Target::OrMark(v) => matcher::parse_u32(v).map_or(mark, |v| mark | v),
+        Target::XorMark(v) => matcher::parse_u32(v).map_or(mark, |v| mark ^ v),
+        Target::Other(words) => {
+            if let Some((v, m)) = words.after("--set-mark").and_then(value_mask) {
+                return (mark & !m) | v;
+            }
+            words.after("--and-mark").and_then(matcher::parse_u32).map_or(mark, |v| mark & v)
+        }
+        _ => mark,
     }
-    if let Some(v) = arg("--or-mark").and_then(matcher::parse_u32) {
-        return mark | v;
-    }
-    if let Some(v) = arg("--xor-mark").and_then(matcher::parse_u32) {
-        return mark ^ v;
-    }
-    if let Some(v) = arg("--and-mark").and_then(matcher::parse_u32) {
-        return mark & v;
-    }
-    mark
 }
 
 fn target(cx: &Cx, table: &str, rule: &Rule, mut b: Branch, depth: usize) -> Vec<(Branch, Flow)> {
-    let target = rule.args.target().unwrap_or("");
-    match target {
-        "" => vec![(b, Flow::Continue)],
-        "MARK" => {
-            if rule.args.after("--xor-mark").is_some() {
+    let t = &rule.target;
+    match t {
+        Target::Continue => vec![(b, Flow::Continue)],
+        Target::OrMark(_) | Target::XorMark(_) | Target::SetXmark(_) | Target::Other(_) if t.name() == Some("MARK") => {
+            if matches!(t, Target::XorMark(_)) {
                 b.masquerade = false;
             }
-            b.state.mark = mark(&rule.args.words(), b.state.mark);
+            b.state.mark = mark(t, b.state.mark);
             vec![(b, Flow::Continue)]
         }
-        "RETURN" => vec![(b, Flow::Done("RETURN".into()))],
-        "ACCEPT" | "DROP" | "REJECT" => vec![(b, Flow::Done(target.into()))],
-        "MASQUERADE" => {
+        Target::Return => vec![(b, Flow::Done("RETURN".into()))],
+        Target::Accept | Target::Drop | Target::Reject(_) => vec![(b, Flow::Done(t.name().unwrap_or_default().into()))],
+        Target::Masquerade { .. } => {
             b.masquerade = true;
             vec![(b, Flow::Done("MASQUERADE".into()))]
         }
-        "DNAT" => {
-            let dest = rule.args.after("--to-destination").unwrap_or("").to_string();
+        Target::Dnat(dest) => {
+            let dest = dest.to_string();
             if let Some((ip, port)) = crate::net::split_host_port(&dest) {
                 b.packet.dst = ip;
                 b.packet.dport = port;
@@ -298,7 +297,9 @@ fn target(cx: &Cx, table: &str, rule: &Rule, mut b: Branch, depth: usize) -> Vec
             b.state.dnat = true;
             vec![(b, Flow::Done(dest))]
         }
-        chain => {
+        // A jump, or a target the tracer does not model (followed as a chain of that name).
+        _ => {
+            let chain = t.name().unwrap_or_default();
             // KUBE-MARK-MASQ marks the packet for masquerading; its rule sets the mark.
             if chain == KUBE_MARK_MASQ {
                 b.masquerade = true;

@@ -38,8 +38,6 @@ pub struct EndpointsChangeTracker {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EndpointsCommit {
     pub updated: BTreeSet<NamespacedName>,
-    /// Endpoints (`ip:port`) of UDP/SCTP service ports that went away, per service port.
-    pub deleted_udp_endpoints: BTreeMap<ServicePortName, Vec<Endpoint>>,
     /// The trigger times of the slice updates behind `updated` (kube-proxy's
     /// `LastChangeTriggerTimes`), for the network-programming SLI.
     pub trigger_times: Vec<SystemTime>,
@@ -145,7 +143,6 @@ impl EndpointsChangeTracker {
             if previous == current {
                 continue;
             }
-            record_deleted_udp(&previous, &current, &mut out.deleted_udp_endpoints);
             for name in previous.keys() {
                 self.map.remove(name);
             }
@@ -199,18 +196,4 @@ pub fn merge_slices<'a>(
         .filter(|(_, set)| !set.is_empty())
         .map(|(name, set)| (name, Arc::new(set.into_values().collect())))
         .collect()
-}
-
-fn record_deleted_udp(previous: &EndpointsOf, current: &EndpointsOf, out: &mut BTreeMap<ServicePortName, Vec<Endpoint>>) {
-    for (name, eps) in previous {
-        if name.protocol == crate::model::Protocol::Tcp {
-            continue;
-        }
-        let now: BTreeSet<String> =
-            current.get(name).map(|c| c.iter().map(Endpoint::addr_string).collect()).unwrap_or_default();
-        let gone: Vec<Endpoint> = eps.iter().filter(|e| !now.contains(&e.addr_string())).cloned().collect();
-        if !gone.is_empty() {
-            out.insert(name.clone(), gone);
-        }
-    }
 }

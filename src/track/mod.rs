@@ -5,14 +5,13 @@
 pub mod endpoints;
 pub mod services;
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::net::IpAddr;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 pub use endpoints::{EndpointsChangeTracker, EndpointsCommit};
 pub use services::{ServiceChangeTracker, ServiceCommit};
 
-use crate::model::{Endpoint, EndpointSlice, EndpointsMap, NamespacedName, Service, ServicePortMap, ServicePortName};
+use crate::model::{EndpointSlice, EndpointsMap, NamespacedName, Service, ServicePortMap};
 use crate::net::IpFamily;
 
 /// An object event, from any source.
@@ -37,8 +36,6 @@ pub struct FamilyTracker {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Changes {
     pub services: BTreeSet<NamespacedName>,
-    pub deleted_udp_cluster_ips: BTreeSet<IpAddr>,
-    pub deleted_udp_endpoints: BTreeMap<ServicePortName, Vec<Endpoint>>,
     /// Trigger times of the endpoint changes committed (network-programming SLI).
     pub trigger_times: Vec<std::time::SystemTime>,
 }
@@ -72,8 +69,6 @@ impl FamilyTracker {
         let e = self.endpoints.commit();
         Changes {
             services: s.updated.union(&e.updated).cloned().collect(),
-            deleted_udp_cluster_ips: s.deleted_udp_cluster_ips,
-            deleted_udp_endpoints: e.deleted_udp_endpoints,
             trigger_times: e.trigger_times,
         }
     }

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use crate::model::{NamespacedName, Protocol, Service, ServicePort, ServicePortMap, ServicePortName, ServiceType};
+use crate::model::{NamespacedName, Service, ServicePort, ServicePortMap, ServicePortName, ServiceType};
 use crate::net::IpFamily;
 
 type PortsOf = BTreeMap<ServicePortName, Arc<ServicePort>>;
@@ -28,8 +28,6 @@ pub struct ServiceChangeTracker {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ServiceCommit {
     pub updated: BTreeSet<NamespacedName>,
-    /// Cluster IPs of UDP service ports that went away (their conntrack entries are stale).
-    pub deleted_udp_cluster_ips: BTreeSet<IpAddr>,
 }
 
 impl ServiceChangeTracker {
@@ -84,12 +82,9 @@ impl ServiceChangeTracker {
             if previous == current {
                 continue;
             }
-            for (name, port) in &previous {
+            for name in previous.keys() {
                 if !current.contains_key(name) {
                     self.map.remove(name);
-                    if port.protocol == Protocol::Udp {
-                        out.deleted_udp_cluster_ips.insert(port.cluster_ip);
-                    }
                 }
             }
             for (name, port) in &current {

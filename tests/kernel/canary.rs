@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use crate::harness::{Case, CaseResult, Ctx};
 use crate::netns::{Backend, Lab, Proto, Where, NODE_IP4};
+use crate::netns::BackendTools as _;
 use crate::svcproxy::{bin, run};
 use crate::watch_e2e::{metric_at, until, Daemon};
 
@@ -58,7 +59,7 @@ fn metric(node: &str, name: &'static str) -> f64 {
 }
 
 fn watch_repairs_a_wiped_nat_table_within_a_few_sync_periods(ctx: &mut Ctx, b: Backend) -> CaseResult {
-    ctx.require(&["ip", &b.binary(false, "restore"), &b.binary(false, "")])?;
+    ctx.require(&["ip", &b.bin(false, "restore"), &b.bin(false, "")])?;
     let mut lab = Lab::new(&format!("{}can", b.name()))?;
     lab.add_pod("pod1", "198.18.1.2", None)?.serve_tcp(8080)?;
     lab.route_service_cidr("198.19.255.0/24")?;
@@ -122,7 +123,7 @@ fn watch_repairs_a_wiped_nat_table_within_a_few_sync_periods(ctx: &mut Ctx, b: B
 }
 
 fn watch_runs_a_full_sync_every_full_sync_period(ctx: &mut Ctx, b: Backend) -> CaseResult {
-    ctx.require(&["ip", &b.binary(false, "restore"), &b.binary(false, "")])?;
+    ctx.require(&["ip", &b.bin(false, "restore"), &b.bin(false, "")])?;
     let lab = Lab::new(&format!("{}fsp", b.name()))?;
     let file = crate::svcproxy::temp_yaml(CLUSTER)?;
     let log = crate::svcproxy::temp_yaml("")?;

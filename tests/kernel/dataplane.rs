@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use crate::harness::{Case, CaseError, CaseResult, Ctx};
 use crate::netns::{self, Backend, Lab, Proto, Tally, Where};
+use crate::netns::BackendTools as _;
 use crate::svcproxy;
 
 // ---------------------------------------------------------------------------
@@ -895,7 +896,7 @@ fn dp_udp_conntrack(ctx: &mut Ctx, b: Backend) -> CaseResult {
 
 /// Lines of `<fam>-save` (all tables) mentioning a KUBE- chain other than KUBE-FIREWALL.
 fn kube_lines(lab: &Lab, b: Backend, v6: bool) -> Result<Vec<String>, String> {
-    let text = lab.node().run(&[&b.binary(v6, "save")])?;
+    let text = lab.node().run(&[&b.bin(v6, "save")])?;
     Ok(text
         .lines()
         .filter(|l| {
@@ -935,7 +936,7 @@ fn dp_cleanup(ctx: &mut Ctx, b: Backend) -> CaseResult {
         ensure!(
             left.is_empty(),
             "{} still holds KUBE- rules/chains after cleanup:\n{}",
-            b.binary(v6, "save"),
+            b.bin(v6, "save"),
             left.join("\n")
         );
     }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::harness::{Case, CaseResult, Ctx};
 use crate::netns::{Backend, Lab};
+use crate::netns::BackendTools as _;
 use crate::svcproxy::{bin, owned_rules, path_str, run, run_expect, temp_yaml};
 
 pub fn cases() -> Vec<Case> {
@@ -25,7 +26,7 @@ fn stderr_of(o: &std::process::Output) -> String {
 
 /// nfacct matches whose counters do not exist: the kernel rejects the restore.
 fn rejected_restore_keeps_rules(ctx: &mut Ctx, b: Backend) -> CaseResult {
-    ctx.require(&["ip", &b.binary(false, "restore")])?;
+    ctx.require(&["ip", &b.bin(false, "restore")])?;
     let lab = Lab::new(b.name())?;
     let file = temp_yaml(CLUSTER)?;
     run_expect(lab.node(), b, &["sync", "--from", path_str(&file), "--nfacct=false"], 0)?;
@@ -52,7 +53,7 @@ fn rejected_restore_keeps_rules(ctx: &mut Ctx, b: Backend) -> CaseResult {
 }
 
 fn missing_binary_keeps_rules(ctx: &mut Ctx, b: Backend) -> CaseResult {
-    ctx.require(&["ip", "env", &b.binary(false, "restore")])?;
+    ctx.require(&["ip", "env", &b.bin(false, "restore")])?;
     let lab = Lab::new(b.name())?;
     let file = temp_yaml(CLUSTER)?;
     run_expect(lab.node(), b, &["sync", "--from", path_str(&file), "--nfacct=false"], 0)?;
@@ -60,7 +61,7 @@ fn missing_binary_keeps_rules(ctx: &mut Ctx, b: Backend) -> CaseResult {
     let out = lab.node().exec(&["env", "PATH=/nonexistent", bin(), "sync", "--from", path_str(&file), "--nfacct=false", "--iptables-backend", b.name()])?;
     let err = stderr_of(&out);
     ensure!(out.status.code() == Some(2), "exit {:?}, want 2: {err}", out.status.code());
-    ensure!(err.contains(&format!("cannot run {}", b.binary(false, "save"))), "the error names the binary: {err}");
+    ensure!(err.contains(&format!("cannot run {}", b.bin(false, "save"))), "the error names the binary: {err}");
     ensure!(owned_rules(lab.node(), b, false)? == before, "rules changed");
     Ok(())
 }
@@ -69,7 +70,7 @@ fn missing_binary_keeps_rules(ctx: &mut Ctx, b: Backend) -> CaseResult {
 /// few seconds and sync with a 1 s wait.
 fn lock_held_keeps_rules(ctx: &mut Ctx) -> CaseResult {
     let b = Backend::Legacy;
-    ctx.require(&["ip", "flock", &b.binary(false, "restore")])?;
+    ctx.require(&["ip", "flock", &b.bin(false, "restore")])?;
     let lab = Lab::new(b.name())?;
     let file = temp_yaml(CLUSTER)?;
     run_expect(lab.node(), b, &["sync", "--from", path_str(&file), "--nfacct=false"], 0)?;

@@ -12,6 +12,7 @@ use svcproxy::config::Settings;
 
 use crate::harness::{Case, CaseResult, Ctx};
 use crate::netns::{Backend, Lab};
+use crate::netns::BackendTools as _;
 use crate::svcproxy::{owned_rules, path_str, repo, run_expect};
 
 pub fn cases() -> Vec<Case> {
@@ -62,7 +63,7 @@ fn golden_parts(fixture: &Path) -> Result<Vec<(bool, String)>, String> {
 }
 
 fn every_golden(ctx: &mut Ctx, b: Backend) -> CaseResult {
-    ctx.require(&["ip", &b.binary(false, "restore"), &b.binary(true, "restore")])?;
+    ctx.require(&["ip", &b.bin(false, "restore"), &b.bin(true, "restore")])?;
     let list = fixtures();
     ensure!(list.len() >= 30, "only {} fixtures", list.len());
     for fixture in &list {
@@ -93,7 +94,7 @@ fn check_one(ctx: &Ctx, b: Backend, fixture: &Path) -> Result<(), String> {
         }
     }
     for ((v6, text), synced) in parts.iter().zip(&synced) {
-        node.run_stdin(&[&b.binary(*v6, "restore"), "--noflush"], Some(text))?;
+        node.run_stdin(&[&b.bin(*v6, "restore"), "--noflush"], Some(text))?;
         let loaded = owned_rules(node, b, *v6)?;
         if &loaded != synced {
             let diff = similar::TextDiff::from_lines(synced, &loaded).unified_diff().header("sync", "golden").to_string();
@@ -107,7 +108,7 @@ fn check_one(ctx: &Ctx, b: Backend, fixture: &Path) -> Result<(), String> {
 /// The demo's golden restored by hand, plus the jump rules added one `iptables -I` at a
 /// time exactly as kube-proxy's EnsureRule(Prepend) does: svcproxy finds nothing to change.
 fn by_hand(ctx: &mut Ctx, b: Backend) -> CaseResult {
-    ctx.require(&["ip", &b.binary(false, "restore"), &b.binary(true, "restore")])?;
+    ctx.require(&["ip", &b.bin(false, "restore"), &b.bin(true, "restore")])?;
     let lab = Lab::new(b.name())?;
     let node = lab.node();
     let demo = repo().join("fixtures/demo.yaml");
@@ -116,11 +117,11 @@ fn by_hand(ctx: &mut Ctx, b: Backend) -> CaseResult {
     run_expect(node, b, &["sync", "--from", path_str(&empty)], 0)?;
     run_expect(node, b, &["cleanup"], 0)?;
     for (v6, text) in golden_parts(&demo)? {
-        node.run_stdin(&[&b.binary(v6, "restore"), "--noflush"], Some(&text))?;
+        node.run_stdin(&[&b.bin(v6, "restore"), "--noflush"], Some(&text))?;
         let kubelet_fw = !v6;
         for j in svcproxy::iptables::jumps::jumps(kubelet_fw) {
-            let mut argv: Vec<String> = vec![b.binary(v6, ""), "-w".into(), "-t".into(), j.table.into(), "-I".into(), j.from.into()];
-            argv.extend(j.args.iter().cloned());
+            let mut argv: Vec<String> = vec![b.bin(v6, ""), "-w".into(), "-t".into(), j.table.into(), "-I".into(), j.from.into()];
+            argv.extend(j.words());
             let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
             node.run(&argv)?;
         }

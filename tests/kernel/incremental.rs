@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use crate::harness::{Case, CaseResult, Ctx};
 use crate::netns::{Backend, Lab, NODE_IP4};
+use crate::netns::BackendTools as _;
 use crate::svcproxy::{bin, run};
 use crate::watch_e2e::{metric_at, until, Daemon};
 
@@ -38,7 +39,7 @@ fn metric(node: &str, name: &'static str) -> f64 {
 }
 
 fn watch_partial_syncs_leave_what_a_full_sync_would(ctx: &mut Ctx, b: Backend) -> CaseResult {
-    ctx.require(&["ip", &b.binary(false, "restore")])?;
+    ctx.require(&["ip", &b.bin(false, "restore")])?;
     let lab = Lab::new(&format!("{}inc", b.name()))?;
     let dir = std::env::temp_dir().join(format!("svk-inc-{}-{}", std::process::id(), b.name()));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;

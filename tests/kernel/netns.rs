@@ -399,35 +399,27 @@ pub fn pid_alive(pid: u32) -> bool {
 // ---------------------------------------------------------------------------
 // iptables backends
 
-/// Which iptables implementation; one Lab never mixes them (pitfall 2).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Backend {
-    Nft,
-    Legacy,
+/// Which iptables implementation: the library's own type; one Lab never mixes them
+/// (pitfall 2).
+pub use svcproxy::netfilter::apply::Backend;
+
+/// What the tests ask of a [`Backend`] beside the library's `binary(family, tool)`.
+pub trait BackendTools: Copy {
+    /// `bin(false, "restore")` → `iptables-nft-restore`; tool "" → `iptables-nft`.
+    fn bin(self, v6: bool, tool: &str) -> String;
+    /// Every binary of this backend, for `Ctx::require`.
+    fn tools(self) -> Vec<String>;
 }
 
-impl Backend {
-    pub fn name(self) -> &'static str {
-        match self {
-            Backend::Nft => "nft",
-            Backend::Legacy => "legacy",
-        }
+impl BackendTools for Backend {
+    fn bin(self, v6: bool, tool: &str) -> String {
+        self.binary(if v6 { svcproxy::net::IpFamily::V6 } else { svcproxy::net::IpFamily::V4 }, tool)
     }
-    /// `binary(false, "restore")` → `iptables-nft-restore`; tool "" → `iptables-nft`.
-    pub fn binary(self, v6: bool, tool: &str) -> String {
-        let fam = if v6 { "ip6tables" } else { "iptables" };
-        if tool.is_empty() {
-            format!("{fam}-{}", self.name())
-        } else {
-            format!("{fam}-{}-{tool}", self.name())
-        }
-    }
-    /// Every binary of this backend, for `Ctx::require`.
-    pub fn tools(self) -> Vec<String> {
+    fn tools(self) -> Vec<String> {
         let mut v = vec![];
         for v6 in [false, true] {
             for t in ["", "restore", "save"] {
-                v.push(self.binary(v6, t));
+                v.push(self.bin(v6, t));
             }
         }
         v
@@ -443,7 +435,7 @@ pub struct Ipt<'a> {
 
 impl Ipt<'_> {
     pub fn binary(&self, tool: &str) -> String {
-        self.backend.binary(self.v6, tool)
+        self.backend.bin(self.v6, tool)
     }
     /// `<fam>-<backend>-restore FLAGS` with `text` on stdin, in the node netns.
     pub fn restore(&self, text: &str, flags: &[&str]) -> Result<(), String> {

@@ -7,6 +7,7 @@
 
 use crate::harness::{Case, CaseResult, Ctx};
 use crate::netns::{Backend, Lab};
+use crate::netns::BackendTools as _;
 use crate::svcproxy::bin;
 
 pub fn cases() -> Vec<Case> {

@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use harness::{Case, CaseError, CaseResult, Ctx};
 use netns::{Backend, Lab, Proto, Where};
+use netns::BackendTools as _;
 
 // ---------------------------------------------------------------------------
 // addresses (198.18.0.0/15 and fd00::/8 only)
@@ -700,11 +701,11 @@ fn backend_mix_refused(ctx: &mut Ctx) -> CaseResult {
         r.err().unwrap_or_default()
     ));
     ensure!(
-        Backend::Legacy.binary(true, "save") == "ip6tables-legacy-save",
+        Backend::Legacy.bin(true, "save") == "ip6tables-legacy-save",
         "binary naming"
     );
     ensure!(
-        Backend::Nft.binary(false, "restore") == "iptables-nft-restore",
+        Backend::Nft.bin(false, "restore") == "iptables-nft-restore",
         "binary naming"
     );
     Ok(())

@@ -5,6 +5,7 @@ use std::process::Output;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::netns::{Backend, Ns};
+use crate::netns::BackendTools as _;
 
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_svcproxy")
@@ -57,7 +58,7 @@ pub fn path_str(p: &Path) -> &str {
 /// iptables-save's order (chains sorted, rules in chain order): comparable across
 /// namespaces.
 pub fn owned_rules(ns: &Ns, backend: Backend, v6: bool) -> Result<String, String> {
-    let out = ns.run(&[&backend.binary(v6, "save")])?;
+    let out = ns.run(&[&backend.bin(v6, "save")])?;
     let mut table = String::new();
     let mut lines: Vec<String> = Vec::new();
     for l in out.lines() {

@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use crate::harness::{Case, CaseResult, Ctx};
 use crate::netns::{Backend, Lab, Ns, Proto, Where};
+use crate::netns::BackendTools as _;
 use crate::svcproxy::{bin, path_str, run_expect, temp_yaml};
 
 pub fn cases() -> Vec<Case> {
@@ -96,7 +97,7 @@ fn nft_outcomes(ns: &Ns, live: bool, file: &str, entry: &str, src: &str, dst: &s
 }
 
 fn trace_matches_real_packets(ctx: &mut Ctx, b: Backend) -> CaseResult {
-    ctx.require(&["ip", &b.binary(false, "restore")])?;
+    ctx.require(&["ip", &b.bin(false, "restore")])?;
     let mut lab = Lab::new(b.name())?;
     for (i, name) in ["pod1", "pod2"].iter().enumerate() {
         lab.add_pod(name, &format!("198.18.{}.2", i + 1), None)?.serve_tcp(8080)?;

@@ -17,6 +17,7 @@ use serde_json::{json, Value};
 use crate::apiserver::ApiServer;
 use crate::harness::{Case, CaseResult, Ctx};
 use crate::netns::{Backend, Lab, Proto, Where};
+use crate::netns::BackendTools as _;
 use crate::svcproxy::bin;
 
 pub fn cases() -> Vec<Case> {
@@ -93,7 +94,7 @@ fn metric(lab_ext: &str, name: &'static str) -> f64 {
 }
 
 fn e2e(ctx: &mut Ctx, b: Backend) -> CaseResult {
-    ctx.require(&["ip", &b.binary(false, "restore")])?;
+    ctx.require(&["ip", &b.bin(false, "restore")])?;
     let mut lab = Lab::new(b.name())?;
     for (i, name) in ["pod1", "pod2", "pod3"].iter().enumerate() {
         let p = lab.add_pod(name, &format!("198.18.{}.2", i + 1), None)?;
@@ -164,7 +165,7 @@ fn e2e(ctx: &mut Ctx, b: Backend) -> CaseResult {
         let start = Instant::now();
         server.apply(slice("web-1", "web", &ips));
         let needle = format!("--to-destination 198.18.200.{}:8080", i + 1);
-        let save = b.binary(false, "save");
+        let save = b.bin(false, "save");
         until("an endpoint to reach the kernel", Duration::from_secs(10), || {
             lab.node().run(&[&save, "-t", "nat"]).map(|s| s.contains(&needle)).unwrap_or(false)
         })?;
@@ -190,7 +191,7 @@ fn e2e(ctx: &mut Ctx, b: Backend) -> CaseResult {
         server.apply(slice("web-1", "web", &burst));
     }
     server.apply(slice("web-1", "web", &ips));
-    let save = b.binary(false, "save");
+    let save = b.bin(false, "save");
     until("the burst's final state", Duration::from_secs(20), || {
         lab.node().run(&[&save, "-t", "nat"]).map(|s| s.matches("-j DNAT").count() == 3).unwrap_or(false)
     })?;

@@ -7,7 +7,7 @@
 # initramfs, runs the program, and powers off. Everything happens in one boot.
 # The guest has NO network device (-nic none): nothing leaves the VM.
 #
-# Usage:  rig/ipvs-vm.sh [PROGRAM [ARGS...]]
+# Usage:  tests/rigs/ipvs-vm.sh [PROGRAM [ARGS...]]
 #         No PROGRAM: a built-in ipvsadm self-test.
 #         PROGRAM is an ELF binary (static, or dynamic: its libraries are copied
 #         in via ldd) or a shell script (run with dash; iproute2 `ip`, `ipvsadm`

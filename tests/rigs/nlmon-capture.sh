@@ -1,10 +1,10 @@
 #!/bin/sh
-# nlmon-capture.sh — guest script for rig/ipvs-vm.sh: records the netlink traffic
+# nlmon-capture.sh — guest script for tests/rigs/ipvs-vm.sh: records the netlink traffic
 # of a few ipvsadm commands (requests and the kernel's replies) with nlmon and
 # prints the capture as base64 between PCAP-BEGIN/PCAP-END. This is where the
 # "from ipvsadm" and "from kernel" bytes of src/ipvs/netlink/msg_tests.rs came from.
 #
-#   EXTRA_MODULES=nlmon EXTRA_FILES=/usr/bin/tcpdump rig/ipvs-vm.sh rig/nlmon-capture.sh >out.txt
+#   EXTRA_MODULES=nlmon EXTRA_FILES=/usr/bin/tcpdump tests/rigs/ipvs-vm.sh tests/rigs/nlmon-capture.sh >out.txt
 #   sed -n '/^PCAP-BEGIN$/,/^PCAP-END$/p' out.txt | sed '1d;$d' | base64 -d >ipvs.pcap
 #   tcpdump -r ipvs.pcap -xx    # 16-byte cooked header, then the netlink message(s)
 #

@@ -47,7 +47,7 @@ pub fn check_jumps(dump: &Dump) -> Vec<String> {
 }
 
 fn jump_target(r: &Rule) -> Option<&str> {
-    r.args.target()
+    r.target.chain()
 }
 
 /// kube-proxy's test normalisation: tables by name; chains KUBE-NODEPORTS, KUBE-SERVICES,
@@ -70,7 +70,7 @@ pub fn sort_like_kube_proxy_tests(dump: &Dump) -> String {
             }
             for r in rules {
                 out.push_str(&format!("{} {}", r.op, r.chain));
-                for a in &r.args {
+                for a in r.args.iter().chain(r.target.words()) {
                     out.push(' ');
                     out.push_str(&quote(a));
                 }

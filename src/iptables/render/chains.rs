@@ -8,7 +8,7 @@ use super::plan::Plan;
 use super::ServiceRules;
 use crate::netfilter::names::{endpoint_chain, KUBE_MARK_MASQ};
 use crate::model::Endpoint;
-use crate::netfilter::{Chain, Rule};
+use crate::netfilter::{Chain, Rule, Target};
 
 pub fn write(ctx: &Context, p: &Plan, large_cluster: bool, out: &mut ServiceRules) {
     let eps = &p.endpoints;
@@ -86,47 +86,46 @@ fn internal_masquerade(ctx: &Context, p: &Plan, out: &mut Vec<Rule>) {
     let comment = format!("{} cluster IP", p.spn);
     let (ip, port) = (p.svc.cluster_ip.to_string(), p.svc.port.to_string());
     let head = ["-m", "comment", "--comment", &comment, "-m", p.proto, "-p", p.proto, "-d", &ip, "--dport", &port];
-    out.push(Rule::new(&p.internal_chain, head.iter().copied().chain(extra.iter().map(String::as_str)).chain(["-j", KUBE_MARK_MASQ])));
+    out.push(Rule::new(&p.internal_chain, head.iter().copied().chain(extra.iter().map(String::as_str)), Target::jump(KUBE_MARK_MASQ)));
 }
 
 fn external_chain(ctx: &Context, p: &Plan, out: &mut Vec<Rule>) {
     let ext = &p.chains.ext;
-    let svc: &str = &p.chains.svc;
+    let svc = &p.chains.svc;
     if !p.svc.external_policy_local {
         let c = format!("masquerade traffic for {} external destinations", p.spn);
-        out.push(Rule::new(ext, ["-m", "comment", "--comment", &c, "-j", KUBE_MARK_MASQ]));
+        out.push(Rule::new(ext, ["-m", "comment", "--comment", &c], Target::jump(KUBE_MARK_MASQ)));
     } else {
         if let Some(d) = &ctx.node.detector {
             let c = format!("pod traffic for {} external destinations", p.spn);
             let head = ["-m", "comment", "--comment", &c];
-            out.push(Rule::new(ext, head.iter().copied().chain(d.if_local.iter().map(String::as_str)).chain(["-j", svc])));
+            out.push(Rule::new(ext, head.iter().copied().chain(d.if_local.iter().map(String::as_str)), Target::jump(svc)));
         }
         let c = format!("masquerade LOCAL traffic for {} external destinations", p.spn);
-        out.push(Rule::new(ext, ["-m", "comment", "--comment", &c, "-m", "addrtype", "--src-type", "LOCAL", "-j", KUBE_MARK_MASQ]));
+        out.push(Rule::new(ext, ["-m", "comment", "--comment", &c, "-m", "addrtype", "--src-type", "LOCAL"], Target::jump(KUBE_MARK_MASQ)));
         let c = format!("route LOCAL traffic for {} external destinations", p.spn);
-        out.push(Rule::new(ext, ["-m", "comment", "--comment", &c, "-m", "addrtype", "--src-type", "LOCAL", "-j", svc]));
+        out.push(Rule::new(ext, ["-m", "comment", "--comment", &c, "-m", "addrtype", "--src-type", "LOCAL"], Target::jump(svc)));
     }
     if p.external_refusal.is_none() {
-        let policy: &str = &p.external_policy_chain;
-        out.push(Rule::new(ext, ["-j", policy]));
+        out.push(Rule::new(ext, [""; 0], Target::jump(&p.external_policy_chain)));
     }
 }
 
 fn firewall_chain(ctx: &Context, p: &Plan, out: &mut Vec<Rule>) {
-    let (fw, ext): (&Chain, &str) = (&p.chains.fw, &p.chains.ext);
+    let (fw, ext): (&Chain, &Chain) = (&p.chains.fw, &p.chains.ext);
     let c = format!("{} loadbalancer IP", p.spn);
     let mut allow_from_node = false;
     for cidr in &p.svc.load_balancer_source_ranges {
-        out.push(Rule::new(fw, ["-m", "comment", "--comment", &c, "-s", &cidr.to_string(), "-j", ext]));
+        out.push(Rule::new(fw, ["-m", "comment", "--comment", &c, "-s", &cidr.to_string()], Target::jump(ext)));
         allow_from_node |= cidr.contains(&ctx.node.node_ip);
     }
     if allow_from_node {
         for vip in &p.svc.load_balancer_vips {
-            out.push(Rule::new(fw, ["-m", "comment", "--comment", &c, "-s", &vip.to_string(), "-j", ext]));
+            out.push(Rule::new(fw, ["-m", "comment", "--comment", &c, "-s", &vip.to_string()], Target::jump(ext)));
         }
     }
     let c = format!("other traffic to {} will be dropped by KUBE-PROXY-FIREWALL", p.spn);
-    out.push(Rule::new(fw, ["-m", "comment", "--comment", &c]));
+    out.push(Rule::new(fw, ["-m", "comment", "--comment", &c], Target::Continue));
 }
 
 /// kube-proxy's `writeServiceToEndpointRules`: affinity checks, then one rule per endpoint
@@ -139,19 +138,18 @@ fn dispatch(p: &Plan, chain: &Chain, eps: &[&Endpoint], names: &mut SepNames, la
     if let Some(timeout) = p.svc.session_affinity {
         let t = timeout.to_string();
         for (i, sep) in seps.iter().enumerate() {
-            let sep: &str = sep;
+            let name: &str = sep;
             let head = if large_cluster { ["", "", "", ""] } else { comment(i) };
-            let tail = ["-m", "recent", "--name", sep, "--rcheck", "--seconds", &t, "--reap", "-j", sep];
-            out.push(Rule::new(chain, head[..comment_words].iter().chain(tail.iter())));
+            let tail = ["-m", "recent", "--name", name, "--rcheck", "--seconds", &t, "--reap"];
+            out.push(Rule::new(chain, head[..comment_words].iter().chain(tail.iter()), Target::jump(sep)));
         }
     }
     let n = eps.len();
     for (i, sep) in seps.iter().enumerate() {
-        let sep: &str = sep;
         let prob = if i + 1 < n { probability(n - i) } else { String::new() };
         let stat: &[&str] = if i + 1 < n { &["-m", "statistic", "--mode", "random", "--probability", &prob] } else { &[] };
         let head = if large_cluster { ["", "", "", ""] } else { comment(i) };
-        out.push(Rule::new(chain, head[..comment_words].iter().chain(stat.iter()).chain(["-j", sep].iter())));
+        out.push(Rule::new(chain, head[..comment_words].iter().chain(stat.iter()), Target::jump(sep)));
     }
 }
 
@@ -163,12 +161,12 @@ pub fn probability(n: usize) -> String {
 fn endpoint(p: &Plan, ep: &Endpoint, chain: &Chain, large_cluster: bool, out: &mut Vec<Rule>) {
     let comment: &[&str] = if large_cluster { &[] } else { &["-m", "comment", "--comment", &p.spn] };
     let ip = ep.ip.to_string();
-    out.push(Rule::new(chain, comment.iter().copied().chain(["-s", &ip, "-j", KUBE_MARK_MASQ])));
+    out.push(Rule::new(chain, comment.iter().copied().chain(["-s", &ip]), Target::jump(KUBE_MARK_MASQ)));
     let name: &str = chain;
     let affinity: &[&str] = if p.svc.session_affinity.is_some() { &["-m", "recent", "--name", name, "--set"] } else { &[] };
     let dest = ep.addr_string();
-    out.push(Rule::new(chain, comment.iter().copied().chain(affinity.iter().copied())
-        .chain(["-m", p.proto, "-p", p.proto, "-j", "DNAT", "--to-destination", &dest])));
+    out.push(Rule::new(chain, comment.iter().copied().chain(affinity.iter().copied()).chain(["-m", p.proto, "-p", p.proto]),
+        Target::Dnat(dest.into())));
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 use super::context::Context;
 use crate::netfilter::nfacct::NFACCT_INVALID_DROPPED;
 use crate::netfilter::names::*;
-use crate::netfilter::Rule;
+use crate::netfilter::{Rule, Target};
 
 pub const FILTER_CHAINS: [&str; 5] =
     [KUBE_SERVICES, KUBE_EXTERNAL_SERVICES, KUBE_FORWARD, KUBE_NODEPORTS, KUBE_PROXY_FIREWALL];
@@ -32,7 +32,7 @@ pub fn filter_head(ctx: &Context) -> Vec<Rule> {
     }
     vec![Rule::new(KUBE_FIREWALL, ["-m", "comment", "--comment", "block incoming localnet connections",
         "-d", "127.0.0.0/8", "!", "-s", "127.0.0.0/8", "-m", "conntrack", "!", "--ctstate",
-        "RELATED,ESTABLISHED,DNAT", "-j", "DROP"])]
+        "RELATED,ESTABLISHED,DNAT"], Target::Drop)]
 }
 
 /// Filter rules written after every service's.
@@ -41,13 +41,13 @@ pub fn filter_tail(ctx: &Context) -> Vec<Rule> {
     if !ctx.conntrack_tcp_be_liberal {
         let acct: &[&str] = if ctx.nfacct { &["-m", "nfacct", "--nfacct-name", NFACCT_INVALID_DROPPED] } else { &[] };
         out.push(Rule::new(KUBE_FORWARD, ["-m", "conntrack", "--ctstate", "INVALID"].into_iter()
-            .chain(acct.iter().copied()).chain(["-j", "DROP"])));
+            .chain(acct.iter().copied()), Target::Drop));
     }
     let mark = format!("{0}/{0}", ctx.node.mark);
     out.push(Rule::new(KUBE_FORWARD, ["-m", "comment", "--comment", "kubernetes forwarding rules", "-m", "mark",
-        "--mark", &mark, "-j", "ACCEPT"]));
+        "--mark", &mark], Target::Accept));
     out.push(Rule::new(KUBE_FORWARD, ["-m", "comment", "--comment", "kubernetes forwarding conntrack rule",
-        "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT"]));
+        "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED"], Target::Accept));
     out
 }
 
@@ -60,13 +60,12 @@ pub fn rule_counts(ctx: &Context) -> (usize, usize) {
 /// Nat rules written before any service's.
 pub fn nat_head(ctx: &Context) -> Vec<Rule> {
     let mark = format!("{0}/{0}", ctx.node.mark);
-    let random: &[&str] = if ctx.node.random_fully { &["--random-fully"] } else { &[] };
     vec![
-        Rule::new(KUBE_POSTROUTING, ["-m", "mark", "!", "--mark", &mark, "-j", "RETURN"]),
-        Rule::new(KUBE_POSTROUTING, ["-j", "MARK", "--xor-mark", &ctx.node.mark]),
-        Rule::new(KUBE_POSTROUTING, ["-m", "comment", "--comment", "kubernetes service traffic requiring SNAT",
-            "-j", "MASQUERADE"].into_iter().chain(random.iter().copied())),
-        Rule::new(KUBE_MARK_MASQ, ["-j", "MARK", "--or-mark", &ctx.node.mark]),
+        Rule::new(KUBE_POSTROUTING, ["-m", "mark", "!", "--mark", &mark], Target::Return),
+        Rule::new(KUBE_POSTROUTING, [""; 0], Target::XorMark(ctx.node.mark.as_str().into())),
+        Rule::new(KUBE_POSTROUTING, ["-m", "comment", "--comment", "kubernetes service traffic requiring SNAT"],
+            Target::Masquerade { random_fully: ctx.node.random_fully }),
+        Rule::new(KUBE_MARK_MASQ, [""; 0], Target::OrMark(ctx.node.mark.as_str().into())),
     ]
 }
 
@@ -81,10 +80,10 @@ pub fn nat_tail(ctx: &Context) -> Vec<Rule> {
             (false, true) => &[],
         };
         return vec![Rule::new(KUBE_SERVICES, ["-m", "comment", "--comment", NODEPORTS_COMMENT, "-m", "addrtype",
-            "--dst-type", "LOCAL"].into_iter().chain(guard.iter().copied()).chain(["-j", KUBE_NODEPORTS]))];
+            "--dst-type", "LOCAL"].into_iter().chain(guard.iter().copied()), Target::jump(KUBE_NODEPORTS))];
     };
     ips.iter()
         .filter(|ip| !(ip.is_loopback() && (ctx.is_v6() || !ctx.localhost_node_ports)))
-        .map(|ip| Rule::new(KUBE_SERVICES, ["-m", "comment", "--comment", NODEPORTS_COMMENT, "-d", &ip.to_string(), "-j", KUBE_NODEPORTS]))
+        .map(|ip| Rule::new(KUBE_SERVICES, ["-m", "comment", "--comment", NODEPORTS_COMMENT, "-d", &ip.to_string()], Target::jump(KUBE_NODEPORTS)))
         .collect()
 }

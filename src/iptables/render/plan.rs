@@ -3,14 +3,15 @@
 //! traffic that has no endpoint to go to.
 
 use crate::netfilter::names::ServiceChains;
-use crate::netfilter::Chain;
+use crate::netfilter::{Chain, Target};
 use crate::model::{Endpoint, ServicePort};
 use crate::select::{categorize, Categorized, Locality, Reach};
 
 /// A filter-table verdict for traffic with nowhere to go, and its comment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
-    pub target: &'static str,
+    /// `REJECT` or `DROP`.
+    pub target: Target,
     pub comment: String,
 }
 
@@ -56,11 +57,11 @@ impl<'a> Plan<'a> {
             && !svc.load_balancer_source_ranges.is_empty();
         let refusal = |target, what: &str| Some(Refusal { target, comment: format!("{spn} has no {what}") });
         let (internal_refusal, external_refusal) = if !has_endpoints {
-            (refusal("REJECT", "endpoints"), refusal("REJECT", "endpoints"))
+            (refusal(Target::Reject(None), "endpoints"), refusal(Target::Reject(None), "endpoints"))
         } else {
             (
-                if reach.has_internal { None } else { refusal("DROP", "local endpoints") },
-                if reach.has_external { None } else { refusal("DROP", "local endpoints") },
+                if reach.has_internal { None } else { refusal(Target::Drop, "local endpoints") },
+                if reach.has_external { None } else { refusal(Target::Drop, "local endpoints") },
             )
         };
         Plan {

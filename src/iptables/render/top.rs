@@ -8,7 +8,7 @@ use crate::netfilter::nfacct::NFACCT_LOCALHOST_NODEPORTS;
 use super::plan::{Plan, Refusal};
 use super::ServiceRules;
 use crate::netfilter::names::{KUBE_EXTERNAL_SERVICES, KUBE_NODEPORTS, KUBE_PROXY_FIREWALL, KUBE_SERVICES};
-use crate::netfilter::Rule;
+use crate::netfilter::{Rule, Target};
 
 pub fn write(ctx: &Context, p: &Plan, out: &mut ServiceRules) {
     cluster_ip(p, out);
@@ -19,13 +19,13 @@ pub fn write(ctx: &Context, p: &Plan, out: &mut ServiceRules) {
 }
 
 /// `-A CHAIN -m comment --comment C -m proto -p proto -d IP --dport PORT -j TARGET`
-fn capture(out: &mut Vec<Rule>, chain: &'static str, comment: &str, p: &Plan, ip: &str, port: u16, target: &str) {
+fn capture(out: &mut Vec<Rule>, chain: &'static str, comment: &str, p: &Plan, ip: &str, port: u16, target: Target) {
     let port = port.to_string();
-    out.push(Rule::new(chain, ["-m", "comment", "--comment", comment, "-m", p.proto, "-p", p.proto, "-d", ip, "--dport", &port, "-j", target]));
+    out.push(Rule::new(chain, ["-m", "comment", "--comment", comment, "-m", p.proto, "-p", p.proto, "-d", ip, "--dport", &port], target));
 }
 
 fn refuse(out: &mut Vec<Rule>, chain: &'static str, r: &Refusal, p: &Plan, ip: &str, port: u16) {
-    capture(out, chain, &r.comment, p, ip, port, r.target);
+    capture(out, chain, &r.comment, p, ip, port, r.target.clone());
 }
 
 fn cluster_ip(p: &Plan, out: &mut ServiceRules) {
@@ -33,7 +33,7 @@ fn cluster_ip(p: &Plan, out: &mut ServiceRules) {
     match &p.internal_refusal {
         None => {
             let comment = format!("{} cluster IP", p.spn);
-            capture(&mut out.nat_top, KUBE_SERVICES, &comment, p, &ip, p.svc.port, &p.internal_chain);
+            capture(&mut out.nat_top, KUBE_SERVICES, &comment, p, &ip, p.svc.port, Target::jump(&p.internal_chain));
         }
         Some(r) => refuse(&mut out.filter, KUBE_SERVICES, r, p, &ip, p.svc.port),
     }
@@ -44,7 +44,7 @@ fn external_ips(p: &Plan, out: &mut ServiceRules) {
     for eip in &p.svc.external_ips {
         let ip = eip.to_string();
         if p.has_endpoints {
-            capture(&mut out.nat_top, KUBE_SERVICES, &comment, p, &ip, p.svc.port, &p.chains.ext);
+            capture(&mut out.nat_top, KUBE_SERVICES, &comment, p, &ip, p.svc.port, Target::jump(&p.chains.ext));
         }
         if let Some(r) = &p.external_refusal {
             refuse(&mut out.filter, KUBE_EXTERNAL_SERVICES, r, p, &ip, p.svc.port);
@@ -58,10 +58,10 @@ fn load_balancer_ips(p: &Plan, out: &mut ServiceRules) {
     for vip in &p.svc.load_balancer_vips {
         let ip = vip.to_string();
         if p.has_endpoints {
-            capture(&mut out.nat_top, KUBE_SERVICES, &comment, p, &ip, p.svc.port, &p.load_balancer_chain);
+            capture(&mut out.nat_top, KUBE_SERVICES, &comment, p, &ip, p.svc.port, Target::jump(&p.load_balancer_chain));
         }
         if p.uses_fw_chain {
-            capture(&mut out.filter, KUBE_PROXY_FIREWALL, &fw_comment, p, &ip, p.svc.port, "DROP");
+            capture(&mut out.filter, KUBE_PROXY_FIREWALL, &fw_comment, p, &ip, p.svc.port, Target::Drop);
         }
     }
     if let Some(r) = &p.external_refusal {
@@ -77,18 +77,18 @@ fn node_port(ctx: &Context, p: &Plan, out: &mut ServiceRules) {
     }
     let np = p.svc.node_port.to_string();
     if p.has_endpoints {
-        let (spn, proto, ext): (&str, &str, &str) = (&p.spn, p.proto, &p.chains.ext);
+        let (spn, proto, ext): (&str, &str, Target) = (&p.spn, p.proto, Target::jump(&p.chains.ext));
         if !ctx.is_v6() && ctx.localhost_node_ports && ctx.nfacct {
             out.nat_top.push(Rule::new(KUBE_NODEPORTS, ["-m", "comment", "--comment", spn, "-m", proto, "-p", proto,
-                "-d", "127.0.0.0/8", "--dport", &np, "-m", "nfacct", "--nfacct-name", NFACCT_LOCALHOST_NODEPORTS,
-                "-j", ext]));
+                "-d", "127.0.0.0/8", "--dport", &np, "-m", "nfacct", "--nfacct-name", NFACCT_LOCALHOST_NODEPORTS],
+                ext.clone()));
         }
         out.nat_top.push(Rule::new(KUBE_NODEPORTS, ["-m", "comment", "--comment", spn, "-m", proto, "-p", proto,
-            "--dport", &np, "-j", ext]));
+            "--dport", &np], ext));
     }
     if let Some(r) = &p.external_refusal {
         out.filter.push(Rule::new(KUBE_EXTERNAL_SERVICES, ["-m", "comment", "--comment", &r.comment, "-m", "addrtype",
-            "--dst-type", "LOCAL", "-m", p.proto, "-p", p.proto, "--dport", &np, "-j", r.target]));
+            "--dst-type", "LOCAL", "-m", p.proto, "-p", p.proto, "--dport", &np], r.target.clone()));
     }
 }
 
@@ -99,5 +99,5 @@ fn health_check_node_port(p: &Plan, filter: &mut Vec<Rule>) {
     let comment = format!("{} health check node port", p.spn);
     let port = p.svc.health_check_node_port.to_string();
     filter.push(Rule::new(KUBE_NODEPORTS, ["-m", "comment", "--comment", &comment, "-m", "tcp", "-p", "tcp",
-        "--dport", &port, "-j", "ACCEPT"]));
+        "--dport", &port], Target::Accept));
 }

@@ -28,7 +28,7 @@ fn expected_kernel(rs: &Ruleset) -> FakeIptables {
     let mut text = restore::write(rs, restore::Scope::Full, &[]);
     let mut jumps = String::new();
     for j in needed_jumps(rs) {
-        jumps.push_str(&format!("*{}\n-I {} 1 {}\nCOMMIT\n", j.table, j.from, j.args.iter().map(|a| crate::netfilter::quote(a)).collect::<Vec<_>>().join(" ")));
+        jumps.push_str(&format!("*{}\n-I {} 1 {}\nCOMMIT\n", j.table, j.from, j.words().iter().map(|a| crate::netfilter::quote(a)).collect::<Vec<_>>().join(" ")));
     }
     text.push_str(&jumps);
     k.restore(rs.ctx.node.family, &text).unwrap();
@@ -162,7 +162,8 @@ fn a_big_delta_goes_to_iptables_nft_in_chunks_that_switch_the_top_level_chains_l
     for chunk in earlier.iter().filter(|c| c.contains("-A KUBE-")) {
         let declared: std::collections::BTreeSet<&str> =
             chunk.lines().filter_map(|l| l.strip_prefix(':')).filter_map(|l| l.split(' ').next()).collect();
-        for target in chunk.lines().filter_map(|l| l.split(" -j ").nth(1)).filter_map(|t| t.split(' ').next()) {
+        let parsed = crate::netfilter::dump::parse(chunk).unwrap();
+        for target in parsed.tables.values().flat_map(|t| &t.rules).filter_map(|r| r.target.chain()) {
             if crate::netfilter::names::is_service_chain(target) {
                 assert!(declared.contains(target), "{target} jumped to outside its chunk");
             }

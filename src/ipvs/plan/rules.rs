@@ -4,7 +4,7 @@
 use super::ipsets::SetId;
 use super::{Context, Plan};
 use crate::netfilter::names::{KUBE_FORWARD, KUBE_MARK_MASQ, KUBE_POSTROUTING, KUBE_PROXY_FIREWALL, KUBE_SERVICES};
-use crate::netfilter::{Rule, Table};
+use crate::netfilter::{Chain, Rule, Table, Target};
 
 pub const KUBE_NODE_PORT: &str = "KUBE-NODE-PORT";
 pub const KUBE_LOAD_BALANCER: &str = "KUBE-LOAD-BALANCER";
@@ -33,19 +33,19 @@ pub const JUMPS: [(&str, &str, &str, &str); 9] = [
 ];
 
 /// kube-proxy's `ipsetWithIptablesChain`: (set, nat?, from, to, match, protocol).
-const SET_RULES: [(SetId, bool, &str, &str, &str, &str); 12] = [
-    (SetId::LoopBack, true, KUBE_POSTROUTING, "MASQUERADE", "dst,dst,src", ""),
-    (SetId::LoadBalancer, true, KUBE_SERVICES, KUBE_LOAD_BALANCER, "dst,dst", ""),
-    (SetId::LoadBalancerLocal, true, KUBE_LOAD_BALANCER, "RETURN", "dst,dst", ""),
-    (SetId::NodePortLocalTcp, true, KUBE_NODE_PORT, "RETURN", "dst", "tcp"),
-    (SetId::NodePortTcp, true, KUBE_NODE_PORT, KUBE_MARK_MASQ, "dst", "tcp"),
-    (SetId::NodePortLocalUdp, true, KUBE_NODE_PORT, "RETURN", "dst", "udp"),
-    (SetId::NodePortUdp, true, KUBE_NODE_PORT, KUBE_MARK_MASQ, "dst", "udp"),
-    (SetId::NodePortLocalSctp, true, KUBE_NODE_PORT, "RETURN", "dst,dst", "sctp"),
-    (SetId::NodePortSctp, true, KUBE_NODE_PORT, KUBE_MARK_MASQ, "dst,dst", "sctp"),
-    (SetId::LoadBalancerFw, false, KUBE_PROXY_FIREWALL, KUBE_SOURCE_RANGES_FIREWALL, "dst,dst", ""),
-    (SetId::LoadBalancerSourceCidr, false, KUBE_SOURCE_RANGES_FIREWALL, "RETURN", "dst,dst,src", ""),
-    (SetId::LoadBalancerSourceIp, false, KUBE_SOURCE_RANGES_FIREWALL, "RETURN", "dst,dst,src", ""),
+const SET_RULES: [(SetId, bool, &str, Target, &str, &str); 12] = [
+    (SetId::LoopBack, true, KUBE_POSTROUTING, Target::Masquerade { random_fully: false }, "dst,dst,src", ""),
+    (SetId::LoadBalancer, true, KUBE_SERVICES, Target::Jump(Chain::Fixed(KUBE_LOAD_BALANCER)), "dst,dst", ""),
+    (SetId::LoadBalancerLocal, true, KUBE_LOAD_BALANCER, Target::Return, "dst,dst", ""),
+    (SetId::NodePortLocalTcp, true, KUBE_NODE_PORT, Target::Return, "dst", "tcp"),
+    (SetId::NodePortTcp, true, KUBE_NODE_PORT, Target::Jump(Chain::Fixed(KUBE_MARK_MASQ)), "dst", "tcp"),
+    (SetId::NodePortLocalUdp, true, KUBE_NODE_PORT, Target::Return, "dst", "udp"),
+    (SetId::NodePortUdp, true, KUBE_NODE_PORT, Target::Jump(Chain::Fixed(KUBE_MARK_MASQ)), "dst", "udp"),
+    (SetId::NodePortLocalSctp, true, KUBE_NODE_PORT, Target::Return, "dst,dst", "sctp"),
+    (SetId::NodePortSctp, true, KUBE_NODE_PORT, Target::Jump(Chain::Fixed(KUBE_MARK_MASQ)), "dst,dst", "sctp"),
+    (SetId::LoadBalancerFw, false, KUBE_PROXY_FIREWALL, Target::Jump(Chain::Fixed(KUBE_SOURCE_RANGES_FIREWALL)), "dst,dst", ""),
+    (SetId::LoadBalancerSourceCidr, false, KUBE_SOURCE_RANGES_FIREWALL, Target::Return, "dst,dst,src", ""),
+    (SetId::LoadBalancerSourceIp, false, KUBE_SOURCE_RANGES_FIREWALL, Target::Return, "dst,dst,src", ""),
 ];
 
 struct Out {
@@ -57,21 +57,21 @@ struct Out {
 pub fn write(ctx: &Context, plan: &Plan) -> Vec<Table> {
     let mut out = Out { nat: Vec::new(), filter: Vec::new() };
     let lo = if ctx.family().is_v6() { "::1/128" } else { "127.0.0.0/8" };
-    out.nat.push(Rule::new(KUBE_SERVICES, ["-s", lo, "-j", "RETURN"]));
+    out.nat.push(Rule::new(KUBE_SERVICES, ["-s", lo], Target::Return));
     set_rules(ctx, plan, &mut out);
     cluster_ip_rule(ctx, plan, &mut out);
     external_ip_rules(ctx, plan, &mut out);
-    out.nat.push(Rule::new(KUBE_SERVICES, ["-m", "addrtype", "--dst-type", "LOCAL", "-j", KUBE_NODE_PORT]));
-    out.nat.push(Rule::new(KUBE_LOAD_BALANCER, ["-j", KUBE_MARK_MASQ]));
-    out.filter.push(Rule::new(KUBE_SOURCE_RANGES_FIREWALL, ["-j", "DROP"]));
+    out.nat.push(Rule::new(KUBE_SERVICES, ["-m", "addrtype", "--dst-type", "LOCAL"], Target::jump(KUBE_NODE_PORT)));
+    out.nat.push(Rule::new(KUBE_LOAD_BALANCER, [""; 0], Target::jump(KUBE_MARK_MASQ)));
+    out.filter.push(Rule::new(KUBE_SOURCE_RANGES_FIREWALL, [""; 0], Target::Drop));
     for e in &plan.no_node_access {
         let (ip, port) = (e.ip.to_string(), e.port.to_string());
         out.filter.push(Rule::new(KUBE_IPVS_OUT_FILTER, ["-s", &ip, "-m", "ipvs", "--vaddr", &ip, "--vproto", e.proto,
-            "--vport", &port, "-j", "DROP"]));
+            "--vport", &port], Target::Drop));
     }
     for id in [SetId::ClusterIp, SetId::LoadBalancer] {
         if !plan.set(id).is_empty() {
-            out.nat.push(Rule::new(KUBE_SERVICES, ["-m", "set", "--match-set", &id.name(ctx.family()), "dst,dst", "-j", "ACCEPT"]));
+            out.nat.push(Rule::new(KUBE_SERVICES, ["-m", "set", "--match-set", &id.name(ctx.family()), "dst,dst"], Target::Accept));
         }
     }
     forward_and_filter_rules(ctx, &mut out);
@@ -93,8 +93,7 @@ fn set_rules(ctx: &Context, plan: &Plan, out: &mut Out) {
         }
         words.extend(["-m", "comment", "--comment", id.comment()].map(String::from));
         words.extend(["-m".into(), "set".into(), "--match-set".into(), id.name(ctx.family()), matching.into()]);
-        words.extend(["-j".into(), to.into()]);
-        let rule = Rule::new(from, &words);
+        let rule = Rule::new(from, &words, to);
         if nat { out.nat.push(rule) } else { out.filter.push(rule) }
     }
 }
@@ -119,8 +118,7 @@ fn cluster_ip_rule(ctx: &Context, plan: &Plan, out: &mut Out) {
     } else {
         w.push("src,dst".into());
     }
-    w.extend(["-j".into(), KUBE_MARK_MASQ.into()]);
-    out.nat.push(Rule::new(KUBE_SERVICES, &w));
+    out.nat.push(Rule::new(KUBE_SERVICES, &w, Target::jump(KUBE_MARK_MASQ)));
 }
 
 fn external_ip_rules(ctx: &Context, plan: &Plan, out: &mut Out) {
@@ -130,12 +128,12 @@ fn external_ip_rules(ctx: &Context, plan: &Plan, out: &mut Out) {
         }
         let mut head = set_head(ctx, id);
         head.push("dst,dst".into());
-        let rule = |tail: &[&str]| Rule::new(KUBE_SERVICES, head.iter().map(String::as_str).chain(tail.iter().copied()));
+        let rule = |tail: &[&str], target| Rule::new(KUBE_SERVICES, head.iter().map(String::as_str).chain(tail.iter().copied()), target);
         if masquerade {
-            out.nat.push(rule(&["-j", KUBE_MARK_MASQ]));
+            out.nat.push(rule(&[], Target::jump(KUBE_MARK_MASQ)));
         }
-        out.nat.push(rule(&["-m", "physdev", "!", "--physdev-is-in", "-m", "addrtype", "!", "--src-type", "LOCAL", "-j", "ACCEPT"]));
-        out.nat.push(rule(&["-m", "addrtype", "--dst-type", "LOCAL", "-j", "ACCEPT"]));
+        out.nat.push(rule(&["-m", "physdev", "!", "--physdev-is-in", "-m", "addrtype", "!", "--src-type", "LOCAL"], Target::Accept));
+        out.nat.push(rule(&["-m", "addrtype", "--dst-type", "LOCAL"], Target::Accept));
     }
 }
 
@@ -143,27 +141,26 @@ fn forward_and_filter_rules(ctx: &Context, out: &mut Out) {
     let fam = ctx.family();
     let mark = format!("{0}/{0}", ctx.node.mark);
     out.filter.push(Rule::new(KUBE_FORWARD, ["-m", "comment", "--comment", "kubernetes forwarding rules", "-m", "mark",
-        "--mark", &mark, "-j", "ACCEPT"]));
+        "--mark", &mark], Target::Accept));
     out.filter.push(Rule::new(KUBE_FORWARD, ["-m", "comment", "--comment", "kubernetes forwarding conntrack rule",
-        "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT"]));
+        "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED"], Target::Accept));
     let hc = SetId::HealthCheckNodePort;
     out.filter.push(Rule::new(KUBE_NODE_PORT, ["-m", "comment", "--comment", hc.comment(), "-m", "set",
-        "--match-set", &hc.name(fam), "dst", "-j", "ACCEPT"]));
+        "--match-set", &hc.name(fam), "dst"], Target::Accept));
     for id in [SetId::LoadBalancer, SetId::ClusterIp, SetId::ExternalIp, SetId::ExternalIpLocal] {
-        out.filter.push(Rule::new(KUBE_IPVS_FILTER, ["-m", "set", "--match-set", &id.name(fam), "dst,dst", "-j", "RETURN"]));
+        out.filter.push(Rule::new(KUBE_IPVS_FILTER, ["-m", "set", "--match-set", &id.name(fam), "dst,dst"], Target::Return));
     }
-    out.filter.push(Rule::new(KUBE_IPVS_FILTER, ["-m", "set", "--match-set", &hc.name(fam), "dst", "-j", "RETURN"]));
+    out.filter.push(Rule::new(KUBE_IPVS_FILTER, ["-m", "set", "--match-set", &hc.name(fam), "dst"], Target::Return));
     out.filter.push(Rule::new(KUBE_IPVS_FILTER, ["-m", "conntrack", "--ctstate", "NEW", "-m", "set", "--match-set",
-        &SetId::IpvsIps.name(fam), "dst", "-j", "REJECT"]));
+        &SetId::IpvsIps.name(fam), "dst"], Target::Reject(None)));
 }
 
 fn masquerade_rules(ctx: &Context, out: &mut Out) {
     let mark = &ctx.node.mark;
     let both = format!("{mark}/{mark}");
-    out.nat.push(Rule::new(KUBE_POSTROUTING, ["-m", "mark", "!", "--mark", &both, "-j", "RETURN"]));
-    out.nat.push(Rule::new(KUBE_POSTROUTING, ["-j", "MARK", "--xor-mark", mark]));
-    let random: &[&str] = if ctx.node.random_fully { &["--random-fully"] } else { &[] };
-    out.nat.push(Rule::new(KUBE_POSTROUTING, ["-m", "comment", "--comment", "kubernetes service traffic requiring SNAT",
-        "-j", "MASQUERADE"].into_iter().chain(random.iter().copied())));
-    out.nat.push(Rule::new(KUBE_MARK_MASQ, ["-j", "MARK", "--or-mark", mark]));
+    out.nat.push(Rule::new(KUBE_POSTROUTING, ["-m", "mark", "!", "--mark", &both], Target::Return));
+    out.nat.push(Rule::new(KUBE_POSTROUTING, [""; 0], Target::XorMark(mark.as_str().into())));
+    out.nat.push(Rule::new(KUBE_POSTROUTING, ["-m", "comment", "--comment", "kubernetes service traffic requiring SNAT"],
+        Target::Masquerade { random_fully: ctx.node.random_fully }));
+    out.nat.push(Rule::new(KUBE_MARK_MASQ, [""; 0], Target::OrMark(mark.as_str().into())));
 }

@@ -7,14 +7,14 @@ use std::net::IpAddr;
 use super::*;
 use crate::ipvs::netlink::{FakeIpvs, Ipvs};
 use crate::ipvs::observe;
-use crate::model::{NamespacedName, Protocol as ModelProtocol, ServicePortName};
+use crate::model::{NamespacedName, ServicePortName};
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
 fn owner() -> ServicePortName {
-    ServicePortName { service: NamespacedName::new("ns", "svc"), port: "p".into(), protocol: ModelProtocol::Tcp }
+    ServicePortName { service: NamespacedName::new("ns", "svc"), port: "p".into(), protocol: Protocol::Tcp }
 }
 
 fn vs(addr: &str, proto: Protocol) -> VirtualServer {

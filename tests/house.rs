@@ -1,0 +1,181 @@
+//! The house's rules that a reader can check with `grep`, checked here so they stay true:
+//! each of kube-proxy's chain names is declared in one place. A string literal that is
+//! one of kube-proxy's iptables chain names (or a per-service prefix) appears only in
+//! `src/netfilter/names.rs`; one of IPVS mode's own chains only in
+//! `src/ipvs/plan/rules.rs`; one of nftables mode's names only in `src/nftables/names.rs`.
+//! Everyone else imports the constant. Test code (a `tests.rs` or `*_tests.rs` file, a
+//! `tests/` folder, an inline `#[cfg(test)] mod … {` to the end of its file) and comments
+//! may spell names out; the few other exceptions are listed in [`EXCEPTIONS`], each with
+//! its reason.
+
+use std::path::{Path, PathBuf};
+
+/// kube-proxy's iptables chains and per-service prefixes (`netfilter::names`).
+const IPTABLES: [&str; 14] = [
+    "KUBE-SERVICES",
+    "KUBE-EXTERNAL-SERVICES",
+    "KUBE-NODEPORTS",
+    "KUBE-POSTROUTING",
+    "KUBE-MARK-MASQ",
+    "KUBE-FORWARD",
+    "KUBE-PROXY-FIREWALL",
+    "KUBE-FIREWALL",
+    "KUBE-PROXY-CANARY",
+    "KUBE-SVC-",
+    "KUBE-SVL-",
+    "KUBE-EXT-",
+    "KUBE-FW-",
+    "KUBE-SEP-",
+];
+
+/// kube-proxy's IPVS mode's own chains (`ipvs::plan::rules`).
+const IPVS: [&str; 5] = ["KUBE-NODE-PORT", "KUBE-LOAD-BALANCER", "KUBE-SOURCE-RANGES-FIREWALL", "KUBE-IPVS-FILTER", "KUBE-IPVS-OUT-FILTER"];
+
+/// kube-proxy's nftables table, chains, sets and maps (`nftables::names`).
+const NFTABLES: [&str; 25] = [
+    "kube-proxy",
+    "rules for kube-proxy",
+    "filter-prerouting-pre-dnat",
+    "filter-output-pre-dnat",
+    "filter-input",
+    "filter-forward",
+    "filter-output",
+    "nat-prerouting",
+    "nat-output",
+    "nat-postrouting",
+    "services",
+    "service-ips",
+    "service-nodeports",
+    "nodeport-ips",
+    "cluster-ips",
+    "service-endpoints-check",
+    "nodeport-endpoints-check",
+    "no-endpoint-services",
+    "no-endpoint-nodeports",
+    "reject-chain",
+    "cluster-ips-check",
+    "firewall-ips",
+    "firewall-check",
+    "mark-for-masquerade",
+    "masquerading",
+];
+
+/// (file, literal, why): the only literals allowed outside their one place.
+const EXCEPTIONS: [(&str, &str, &str); 4] = [
+    ("src/ipvs/plan/ipsets.rs", "KUBE-LOAD-BALANCER", "an ipset's name, which kube-proxy spells as the chain's"),
+    ("src/source/apiserver.rs", "services", "the API resource in the RBAC rules, not the nftables chain"),
+    ("src/cli/kube_proxy.rs", "kube-proxy", "the command's name (svcproxy runs as kube-proxy), not the nftables table"),
+    ("src/bench/report.rs", "services", "a benchmark table's column, not the nftables chain"),
+];
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let mut entries: Vec<_> = std::fs::read_dir(dir).expect("read src").map(|e| e.expect("entry").path()).collect();
+    entries.sort();
+    for p in entries {
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|e| e == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+fn is_test_file(rel: &str) -> bool {
+    rel.ends_with("/tests.rs") || rel.ends_with("_tests.rs") || rel.contains("/tests/")
+}
+
+/// The string literals of one line of code (comments skipped; escapes kept as written).
+fn literals(line: &str) -> Vec<&str> {
+    let code = line.trim_start();
+    if code.starts_with("//") {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    let bytes = line.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'/' if bytes.get(i + 1) == Some(&b'/') => break,
+            b'\'' => {
+                // A char literal ('"') or a lifetime: skip a quoted char.
+                if bytes.get(i + 2) == Some(&b'\'') {
+                    i += 3;
+                    continue;
+                }
+                if bytes.get(i + 1) == Some(&b'\\') && bytes.get(i + 3) == Some(&b'\'') {
+                    i += 4;
+                    continue;
+                }
+                i += 1;
+            }
+            b'"' => {
+                let start = i + 1;
+                let mut j = start;
+                while j < bytes.len() && bytes[j] != b'"' {
+                    j += if bytes[j] == b'\\' { 2 } else { 1 };
+                }
+                out.push(&line[start..j.min(line.len())]);
+                i = j + 1;
+            }
+            _ => i += 1,
+        }
+    }
+    out
+}
+
+/// A literal names `name`: equal to it, or (a prefix ending in `-`) starting with it.
+fn names(literal: &str, name: &str) -> bool {
+    literal == name || (name.ends_with('-') && literal.starts_with(name))
+}
+
+#[test]
+fn each_chain_name_is_declared_in_one_place() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    rust_files(&root.join("src"), &mut files);
+    let groups: [(&[&str], &str); 3] =
+        [(&IPTABLES, "src/netfilter/names.rs"), (&IPVS, "src/ipvs/plan/rules.rs"), (&NFTABLES, "src/nftables/names.rs")];
+    let mut found = Vec::new();
+    let mut used = vec![false; EXCEPTIONS.len()];
+    let mut checked = 0;
+    for path in &files {
+        let rel = path.strip_prefix(root).expect("under the repository").to_string_lossy().replace('\\', "/");
+        if is_test_file(&rel) {
+            continue;
+        }
+        checked += 1;
+        let text = std::fs::read_to_string(path).expect("read a source file");
+        let lines: Vec<&str> = text.lines().collect();
+        for (n, line) in lines.iter().enumerate() {
+            let next = lines.get(n + 1).map(|l| l.trim()).unwrap_or("");
+            if line.trim() == "#[cfg(test)]" && next.starts_with("mod ") && next.ends_with('{') {
+                break;
+            }
+            for lit in literals(line) {
+                for (list, home) in &groups {
+                    let Some(name) = list.iter().find(|name| names(lit, name)) else { continue };
+                    if rel == *home {
+                        continue;
+                    }
+                    match EXCEPTIONS.iter().position(|(f, l, _)| *f == rel && names(lit, l)) {
+                        Some(i) => used[i] = true,
+                        None => found.push(format!("{rel}:{}: \"{lit}\" spells {name}, declared in {home}", n + 1)),
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked > 100, "the scan read the source tree ({checked} files)");
+    assert!(found.is_empty(), "chain names spelled outside their one place (import the constant):\n{}", found.join("\n"));
+    let stale: Vec<_> = EXCEPTIONS.iter().zip(&used).filter(|(_, u)| !**u).map(|((f, l, _), _)| format!("{f}: {l}")).collect();
+    assert!(stale.is_empty(), "exceptions nothing needs any more (remove them): {stale:?}");
+}
+
+#[test]
+fn the_scan_finds_a_literal_and_skips_comments() {
+    assert_eq!(literals(r#"let a = ["-j", "KUBE-SERVICES"]; // "KUBE-FORWARD""#), ["-j", "KUBE-SERVICES"]);
+    assert_eq!(literals(r#"/// "KUBE-SERVICES""#), Vec::<&str>::new());
+    assert_eq!(literals(r#"f('"', "a\"b", 'x')"#), [r#"a\"b"#]);
+    assert!(names("KUBE-SVC-ABC", "KUBE-SVC-"));
+    assert!(!names("KUBE-SERVICES-X", "KUBE-SERVICES"));
+}
