@@ -29,6 +29,7 @@ use super::convert_extra;
 use super::error::{FieldError, SourceError};
 use super::extra::Extra;
 use super::json::{self, Doc};
+use super::yaml;
 use super::fixture::{FixtureDoc, FIXTURE_KIND};
 use crate::model::{EndpointSlice, NamespacedName, Node, Service};
 
@@ -263,6 +264,27 @@ fn each_document<'t>(
     if text.trim_start().starts_with('{') && !before_logs.lines().any(|l| l.trim_end() == "---") {
         return json::each_value(path, text, f);
     }
+    // Most YAML (kubectl's, svcproxy's own) is read by the subset reader; from the first
+    // document it does not know on, serde-saphyr reads the file, skipping the documents
+    // already handed over, so its results and messages are serde-saphyr's.
+    let mut fast = yaml::Documents::new(text);
+    let mut doc = 0;
+    while let Ok(next) = fast.next_doc() {
+        let Some(parsed) = next else { return Ok(None) };
+        doc += 1;
+        f(doc, parsed.line, Doc::Tree { value: parsed.value, item_lines: parsed.item_lines })?;
+    }
+    saphyr_documents(path, text, doc, f)
+}
+
+/// [`each_document`] by serde-saphyr, from the document after the first `skip` non-null
+/// ones (which the caller has had).
+fn saphyr_documents<'t>(
+    path: &Path,
+    text: &'t str,
+    skip: usize,
+    mut f: impl FnMut(usize, u64, Doc<'t>) -> Result<(), SourceError>,
+) -> Result<Option<Note>, SourceError> {
     // serde-saphyr's default budget suits config files; a cluster dump has one document
     // per object. Size limits scale with the input; alias and anchor limits (the
     // expansion bombs) keep their defaults.
@@ -287,6 +309,9 @@ fn each_document<'t>(
             continue;
         }
         doc += 1;
+        if doc <= skip {
+            continue;
+        }
         let YamlDoc { value, item_lines } = spanned.value;
         f(doc, spanned.referenced.line(), Doc::Tree { value, item_lines })?;
     }
@@ -879,5 +904,248 @@ mod tests {
         let mut st = ClusterState::default();
         let err = read_str(Path::new("l.json"), text, &mut st).unwrap_err().to_string();
         assert!(err.starts_with("l.json:8: Service ns/b (items[1]): field spec.ports[0].port"), "{err}");
+    }
+}
+
+/// The subset YAML reader ([`yaml`]) against serde-saphyr: on every YAML file of the
+/// repository, generated clusters and random kubectl-shaped documents, each document the
+/// subset reader hands over must be serde-saphyr's (value, line, item lines), and the
+/// documents it leaves are read by serde-saphyr.
+#[cfg(test)]
+mod yaml_differential {
+    use super::*;
+
+    type Docs = Vec<(u64, Value, Vec<u64>)>;
+
+    /// serde-saphyr's documents, and its error if it fails (after those documents).
+    fn saphyr(text: &str) -> (Docs, Option<String>) {
+        let mut out = Vec::new();
+        let end = saphyr_documents(Path::new("t.yaml"), text, 0, |_, line, doc| {
+            if let Doc::Tree { value, item_lines } = doc {
+                out.push((line, value, item_lines));
+            }
+            Ok(())
+        });
+        (out, end.err().map(|e| e.to_string()))
+    }
+
+    /// The documents the subset reader hands over, and whether it read the whole text.
+    fn subset(text: &str) -> (Docs, bool) {
+        let mut d = yaml::Documents::new(text);
+        let mut out = Vec::new();
+        loop {
+            match d.next_doc() {
+                Ok(Some(p)) => out.push((p.line, p.value, p.item_lines)),
+                Ok(None) => return (out, true),
+                Err(_) => return (out, false),
+            }
+        }
+    }
+
+    /// Checks `text`: whether the subset reader read all of it, and how many documents it
+    /// handed over of how many.
+    fn same(name: &str, text: &str) -> (bool, usize, usize) {
+        let (fast, whole) = subset(text);
+        let (slow, error) = saphyr(text);
+        let n = fast.len().min(slow.len());
+        assert_eq!(fast[..n], slow[..n], "{name}: documents differ from serde-saphyr's");
+        match error {
+            None => {
+                assert!(fast.len() <= slow.len(), "{name}: more documents than serde-saphyr's");
+                if whole {
+                    assert_eq!(fast.len(), slow.len(), "{name}: fewer documents than serde-saphyr's");
+                }
+            }
+            Some(e) => assert!(!whole, "{name}: serde-saphyr fails ({e}) where the subset reader read the whole text"),
+        }
+        (whole, n, slow.len().max(fast.len()))
+    }
+
+    fn yaml_files(dir: &Path, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                yaml_files(&p, out);
+            } else if matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml")) {
+                out.push(p);
+            }
+        }
+    }
+
+    #[test]
+    fn every_yaml_file_of_the_repository_reads_as_serde_saphyr_reads_it() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut files = Vec::new();
+        for dir in ["fixtures", "golden", "tests", "examples", "deploy", "docs"] {
+            yaml_files(&root.join(dir), &mut files);
+        }
+        assert!(files.len() > 150, "only {} YAML files found", files.len());
+        let mut whole = 0;
+        for f in &files {
+            let text = std::fs::read_to_string(f).unwrap();
+            whole += usize::from(same(&f.display().to_string(), &text).0);
+        }
+        // Most fixtures are in the subset: the comparison above is not vacuous.
+        assert!(whole * 10 >= files.len() * 8, "only {whole} of {} files read whole by the subset reader", files.len());
+    }
+
+    #[test]
+    fn generated_clusters_read_as_serde_saphyr_reads_them() {
+        for seed in 1..4 {
+            let text = crate::gen::yaml(&crate::gen::GenSpec { services: 60, endpoints: 4, seed });
+            assert!(same(&format!("generated seed {seed}"), &text).0, "generated YAML is in the subset");
+            let list = as_list(&text);
+            assert!(same(&format!("generated list seed {seed}"), &list).0, "a kubectl-style list is in the subset");
+        }
+    }
+
+    /// `text`'s documents as the items of one `kind: List`, laid out as kubectl does.
+    fn as_list(text: &str) -> String {
+        let mut out = String::from("apiVersion: v1\nkind: List\nitems:\n");
+        for doc in text.split("---\n") {
+            for (i, line) in doc.lines().filter(|l| !l.starts_with('#')).enumerate() {
+                out.push_str(if i == 0 { "- " } else { "  " });
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        out.push_str("metadata:\n  resourceVersion: \"\"\n");
+        out
+    }
+
+    /// Random kubectl-shaped documents: nested block mappings and sequences (at the key's
+    /// indentation or deeper), flow collections, quoted and plain scalars of every
+    /// resolution, comments, blank lines and lists.
+    #[test]
+    fn random_documents_read_as_serde_saphyr_reads_them() {
+        let mut rng = Rng(0x5eed);
+        let (mut read, mut all) = (0, 0);
+        const N: usize = 1000;
+        for i in 0..N {
+            let mut text = String::new();
+            for d in 0..1 + rng.below(3) {
+                if d > 0 || rng.below(4) == 0 {
+                    text.push_str("---\n");
+                }
+                if rng.below(5) == 0 {
+                    text.push_str("# a comment\n\n");
+                }
+                let list = rng.below(3) == 0;
+                mapping(&mut rng, &mut text, 0, 3, list, false);
+            }
+            let (_, fast, docs) = same(&format!("random document {i}:\n{text}"), &text);
+            (read, all) = (read + fast, all + docs);
+        }
+        // Enough documents are in the subset for the comparison to mean something.
+        assert!(read * 3 >= all * 2, "only {read} of {all} random documents read by the subset reader");
+    }
+
+    struct Rng(u64);
+
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % n
+        }
+
+        fn pick<'a>(&mut self, of: &[&'a str]) -> &'a str {
+            of[self.below(of.len() as u64) as usize]
+        }
+    }
+
+    const KEYS: &[&str] = &["name", "namespace", "ports", "items", "kubernetes.io/service-name", "a-b_c", "spec", "x", "port", "\"quoted key\"", "'single'"];
+    /// Scalars the subset reader reads, and (`TRICKY`) ones serde-saphyr resolves by
+    /// rules it leaves to serde-saphyr, or that are not YAML at all.
+    const SCALARS: &[&str] = &[
+        "web", "10.96.0.1", "fd00::1", "2001:db8::1", "::1/128", "10.0.0.0/8", "127.0.0.1:10249", "80", "0", "-3", "true",
+        "false", "null", "~", "\"80\"", "'it''s'", "\"a\\\"b\\\\c\\u00e9\"", "\"\"", "''", "http://x:80/y", "a b c", "TCP",
+        "/path", "_x", "a#b", "v1.2.3", "1.2.3", "30s", "1m0s", "10Gi", "--flag=$(X)", "\"2024-01-01T00:00:00Z\"",
+        "x # trailing comment", "{}", "[]", "[a, 1, \"b\"]", "{k: v, m: 1}", "[10.0.0.1, 10.0.0.2]",
+        "{ready: true, serving: false}", "[[1, 2], {a: [b]}]", "a:b", "{\"json\": [1, \"x\"]}",
+    ];
+    const TRICKY: &[&str] = &[
+        "yes", "No", "1.5", "1e3", "012", "0x1F", "2024-01-01T00:00:00Z", "99999999999999999999", "Null", "&anchor x", "!!str 5",
+        ".inf", "-", "a: b", "[1, ]", "{a}", "'x", "1:30",
+    ];
+
+    fn scalar(rng: &mut Rng) -> &'static str {
+        if rng.below(40) == 0 {
+            rng.pick(TRICKY)
+        } else {
+            rng.pick(SCALARS)
+        }
+    }
+
+    fn pad(out: &mut String, n: usize) {
+        out.extend(std::iter::repeat_n(' ', n));
+    }
+
+    fn mapping(rng: &mut Rng, out: &mut String, indent: usize, depth: u64, list: bool, inline: bool) {
+        let n = 1 + rng.below(4);
+        let mut used = Vec::new();
+        if list {
+            pad(out, indent);
+            out.push_str("kind: List\n");
+            pad(out, indent);
+            out.push_str("items:\n");
+            let at = indent + 2 * rng.below(2) as usize;
+            sequence(rng, out, at, depth, true);
+            return;
+        }
+        for _ in 0..n {
+            let key = rng.pick(KEYS);
+            if used.contains(&key) && rng.below(30) != 0 {
+                continue;
+            }
+            used.push(key);
+            if !(inline && used.len() == 1) {
+                pad(out, indent);
+            }
+            out.push_str(key);
+            out.push(':');
+            value(rng, out, indent, depth);
+            if rng.below(10) == 0 {
+                out.push('\n');
+            }
+        }
+    }
+
+    fn sequence(rng: &mut Rng, out: &mut String, indent: usize, depth: u64, objects: bool) {
+        for _ in 0..1 + rng.below(3) {
+            pad(out, indent);
+            out.push_str("- ");
+            if objects || rng.below(2) == 0 {
+                mapping(rng, out, indent + 2, depth.saturating_sub(1), false, true);
+            } else {
+                out.push_str(scalar(rng));
+                out.push('\n');
+            }
+        }
+    }
+
+    fn value(rng: &mut Rng, out: &mut String, indent: usize, depth: u64) {
+        match if depth == 0 { 0 } else { rng.below(4) } {
+            0 | 1 => {
+                out.push(' ');
+                out.push_str(scalar(rng));
+                if rng.below(6) == 0 {
+                    out.push_str("  # c");
+                }
+                out.push('\n');
+            }
+            2 => {
+                out.push('\n');
+                mapping(rng, out, indent + 2, depth - 1, false, false);
+            }
+            _ => {
+                out.push('\n');
+                // kubectl puts a sequence at its key's indentation; others indent it.
+                let at = indent + 2 * rng.below(2) as usize;
+                sequence(rng, out, at, depth - 1, false);
+            }
+        }
     }
 }
