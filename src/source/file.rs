@@ -698,6 +698,11 @@ fn note_skips(at: &At, kind: &str, object: &str, skips: Vec<Skip>, state: &mut C
 
 /// Deserializes into a kube type, naming the failing field's path.
 fn typed<T: DeserializeOwned>(at: &At, kind: &str, object: &str, value: Value) -> Result<T, SourceError> {
+    // Tracking the path costs an allocation per key and only matters when a field is
+    // wrong: the value is read without it first, and again with it when that fails.
+    if let Ok(t) = T::deserialize(&value) {
+        return Ok(t);
+    }
     serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
         let field = if path == "." { "(object)".to_string() } else { path };
