@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::discovery::v1 as discovery;
 use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::convert::{self, Skip};
@@ -522,8 +523,7 @@ fn read_doc(path: &Path, doc: usize, line: u64, value: Doc, state: &mut ClusterS
                 return read_value(&at(&[]), Value::Object(head), state);
             }
             let api_version = head.get("apiVersion").and_then(Value::as_str).unwrap_or("").to_string();
-            let items = items.into_iter().map(|(l, raw)| json::parse_item(path, l, raw).map(|v| (l, v)));
-            read_items(&at(&[]), &kind, &api_version, items, state)
+            read_json_items(&at(&[]), &kind, &api_version, items, state)
         }
     }
 }
@@ -541,19 +541,41 @@ fn read_items(
     // print): items without apiVersion and kind, which are the list's.
     let item_kind = kind.strip_suffix("List").filter(|k| !k.is_empty());
     for (i, item) in items.enumerate() {
-        let (line, mut item) = item?;
-        if let (Some(item_kind), Value::Object(m)) = (item_kind, &mut item) {
-            let missing = |m: &serde_json::Map<String, Value>, k: &str| m.get(k).and_then(Value::as_str).is_none_or(str::is_empty);
-            if missing(m, "kind") {
-                m.insert("kind".into(), item_kind.into());
-            }
-            if missing(m, "apiVersion") && !api_version.is_empty() {
-                m.insert("apiVersion".into(), api_version.into());
-            }
-        }
-        read_value(&At { line, item: Some(i), item_lines: &[], ..*at }, item, state)?;
+        let (line, item) = item?;
+        read_item(&At { line, item: Some(i), item_lines: &[], ..*at }, item_kind, api_version, item, state)?;
     }
     Ok(())
+}
+
+/// Reads the items of a JSON list of kind `kind` (one of [`LIST_KINDS`]) from their text:
+/// Services and EndpointSlices straight into their kube types ([`json::direct_item`]),
+/// anything else (or anything that fails so) as a value, which names what is wrong.
+fn read_json_items(at: &At, kind: &str, api_version: &str, items: Vec<(u64, &RawValue)>, state: &mut ClusterState) -> Result<(), SourceError> {
+    let item_kind = kind.strip_suffix("List").filter(|k| !k.is_empty());
+    for (i, (line, raw)) in items.into_iter().enumerate() {
+        let at = At { line, item: Some(i), item_lines: &[], ..*at };
+        match json::direct_item(raw, item_kind, api_version) {
+            Some(json::Direct { kind, object, typed: json::Typed::Service(svc) }) => add_service(&at, kind, &object, *svc, state)?,
+            Some(json::Direct { kind, object, typed: json::Typed::Slice(slice) }) => add_slice(&at, kind, &object, *slice, state)?,
+            None => read_item(&at, item_kind, api_version, json::parse_item(at.path, line, raw)?, state)?,
+        }
+    }
+    Ok(())
+}
+
+/// One item of a list: without apiVersion or kind, it takes the list's (`item_kind`,
+/// `api_version`).
+fn read_item(at: &At, item_kind: Option<&str>, api_version: &str, mut item: Value, state: &mut ClusterState) -> Result<(), SourceError> {
+    if let (Some(item_kind), Value::Object(m)) = (item_kind, &mut item) {
+        let missing = |m: &serde_json::Map<String, Value>, k: &str| m.get(k).and_then(Value::as_str).is_none_or(str::is_empty);
+        if missing(m, "kind") {
+            m.insert("kind".into(), item_kind.into());
+        }
+        if missing(m, "apiVersion") && !api_version.is_empty() {
+            m.insert("apiVersion".into(), api_version.into());
+        }
+    }
+    read_value(at, item, state)
 }
 
 fn read_value(at: &At, value: Value, state: &mut ClusterState) -> Result<(), SourceError> {
@@ -574,27 +596,7 @@ fn read_value(at: &At, value: Value, state: &mut ClusterState) -> Result<(), Sou
     let value = Value::Object(map);
     match (api_version.as_str(), kind.as_str()) {
         (_, FIXTURE_KIND) => read_fixture(at, value, state),
-        ("v1", "Service") => {
-            let svc: core::Service = typed(at, &kind, &object, value)?;
-            let model = convert::service(&svc).map_err(|e| at.field_error(&kind, object.clone(), e))?;
-            if once(at, "Service", &model.id, state) {
-                state.services.retain(|s| s.id != model.id);
-                state.extra.backends.retain(|b| b.id != model.id);
-            }
-            record_origin(at, &kind, &model.id, state);
-            if let Some(why) = unproxied_without_cluster_ip(&svc, &model) {
-                state.notes.push(at.note(format!("{kind} {object}: {why}")));
-            }
-            match convert_extra::service_backend(&svc) {
-                Ok(b) => state.extra.backends.push(b),
-                Err(e) => state.notes.push(at.note(format!(
-                    "{kind} {object}: field {}: {} (ignored by endpoint derivation and lint)",
-                    e.field, e.reason
-                ))),
-            }
-            state.services.push(model);
-            Ok(())
-        }
+        ("v1", "Service") => add_service(at, &kind, &object, typed(at, &kind, &object, value)?, state),
         ("v1", "Pod") => {
             let pod: core::Pod = typed(at, &kind, &object, value)?;
             let pod = convert_extra::pod(&pod).map_err(|e| at.field_error(&kind, object.clone(), e))?;
@@ -615,22 +617,7 @@ fn read_value(at: &At, value: Value, state: &mut ClusterState) -> Result<(), Sou
             state.extra.endpoints.push(ep);
             Ok(())
         }
-        ("discovery.k8s.io/v1", "EndpointSlice") => {
-            let slice: discovery::EndpointSlice = typed(at, &kind, &object, value)?;
-            let refs = convert_extra::slice_refs(&slice);
-            if once(at, "EndpointSlice", &refs.slice, state) {
-                state.extra.slice_refs.retain(|r| r.slice != refs.slice);
-                state.slices.retain(|s| s.id != refs.slice);
-            }
-            record_origin(at, &kind, &refs.slice, state);
-            state.extra.slice_refs.push(refs);
-            let mut skips = Vec::new();
-            let converted = convert::endpoint_slice(&slice, &mut skips)
-                .map_err(|e| at.field_error(&kind, object.clone(), e))?;
-            note_skips(at, &kind, &object, skips, state);
-            state.slices.extend(converted);
-            Ok(())
-        }
+        ("discovery.k8s.io/v1", "EndpointSlice") => add_slice(at, &kind, &object, typed(at, &kind, &object, value)?, state),
         ("v1", "Node") => {
             let node: core::Node = typed(at, &kind, &object, value)?;
             let node = convert::node(&node).map_err(|e| at.field_error(&kind, object.clone(), e))?;
@@ -651,6 +638,44 @@ fn read_value(at: &At, value: Value, state: &mut ClusterState) -> Result<(), Sou
             Ok(())
         }
     }
+}
+
+/// A Service read (as `kind`, named `object` in messages) into `state`.
+fn add_service(at: &At, kind: &str, object: &str, svc: core::Service, state: &mut ClusterState) -> Result<(), SourceError> {
+    let model = convert::service(&svc).map_err(|e| at.field_error(kind, object.to_string(), e))?;
+    if once(at, "Service", &model.id, state) {
+        state.services.retain(|s| s.id != model.id);
+        state.extra.backends.retain(|b| b.id != model.id);
+    }
+    record_origin(at, kind, &model.id, state);
+    if let Some(why) = unproxied_without_cluster_ip(&svc, &model) {
+        state.notes.push(at.note(format!("{kind} {object}: {why}")));
+    }
+    match convert_extra::service_backend(&svc) {
+        Ok(b) => state.extra.backends.push(b),
+        Err(e) => state.notes.push(at.note(format!(
+            "{kind} {object}: field {}: {} (ignored by endpoint derivation and lint)",
+            e.field, e.reason
+        ))),
+    }
+    state.services.push(model);
+    Ok(())
+}
+
+/// An EndpointSlice read (as `kind`, named `object` in messages) into `state`.
+fn add_slice(at: &At, kind: &str, object: &str, slice: discovery::EndpointSlice, state: &mut ClusterState) -> Result<(), SourceError> {
+    let refs = convert_extra::slice_refs(&slice);
+    if once(at, "EndpointSlice", &refs.slice, state) {
+        state.extra.slice_refs.retain(|r| r.slice != refs.slice);
+        state.slices.retain(|s| s.id != refs.slice);
+    }
+    record_origin(at, kind, &refs.slice, state);
+    state.extra.slice_refs.push(refs);
+    let mut skips = Vec::new();
+    let converted = convert::endpoint_slice(&slice, &mut skips).map_err(|e| at.field_error(kind, object.to_string(), e))?;
+    note_skips(at, kind, object, skips, state);
+    state.slices.extend(converted);
+    Ok(())
 }
 
 fn read_fixture(at: &At, value: Value, state: &mut ClusterState) -> Result<(), SourceError> {
@@ -901,6 +926,24 @@ mod tests {
         let mut st = ClusterState::default();
         read_str(Path::new("d.json"), &format!("{}\n==== START logs for container a of pod ns/p ====\n{{", svc(1)), &mut st).unwrap();
         assert_eq!((st.services.len(), st.notes.len()), (1, 1));
+    }
+
+    #[test]
+    fn a_json_list_read_straight_into_kube_types_gives_what_its_yaml_gives() {
+        for seed in 1..4 {
+            let yaml = crate::gen::yaml(&crate::gen::GenSpec { services: 80, endpoints: 3, seed });
+            let json = crate::bench::json_list(&yaml).unwrap();
+            let (mut a, mut b) = (ClusterState::default(), ClusterState::default());
+            read_str(Path::new("c.yaml"), &yaml, &mut a).unwrap();
+            read_str(Path::new("c.json"), &json, &mut b).unwrap();
+            assert_eq!(a.services, b.services);
+            assert_eq!(a.slices, b.slices);
+            assert_eq!(a.extra.backends, b.extra.backends);
+            assert_eq!(a.extra.slice_refs, b.extra.slice_refs);
+            assert_eq!(a.extra.origins.keys().collect::<Vec<_>>(), b.extra.origins.keys().collect::<Vec<_>>());
+            assert_eq!(a.notes.len(), b.notes.len());
+            assert_eq!((a.services.len(), a.slices.len()), (80, 80));
+        }
     }
 
     #[test]
