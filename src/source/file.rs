@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::discovery::v1 as discovery;
 use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::convert::{self, Skip};
@@ -29,6 +30,7 @@ use super::convert_extra;
 use super::error::{FieldError, SourceError};
 use super::extra::Extra;
 use super::json::{self, Doc};
+use super::yaml;
 use super::fixture::{FixtureDoc, FIXTURE_KIND};
 use crate::model::{EndpointSlice, NamespacedName, Node, Service};
 
@@ -263,6 +265,27 @@ fn each_document<'t>(
     if text.trim_start().starts_with('{') && !before_logs.lines().any(|l| l.trim_end() == "---") {
         return json::each_value(path, text, f);
     }
+    // Most YAML (kubectl's, svcproxy's own) is read by the subset reader; from the first
+    // document it does not know on, serde-saphyr reads the file, skipping the documents
+    // already handed over, so its results and messages are serde-saphyr's.
+    let mut fast = yaml::Documents::new(text);
+    let mut doc = 0;
+    while let Ok(next) = fast.next_doc() {
+        let Some(parsed) = next else { return Ok(None) };
+        doc += 1;
+        f(doc, parsed.line, Doc::Tree { value: parsed.value, item_lines: parsed.item_lines })?;
+    }
+    saphyr_documents(path, text, doc, f)
+}
+
+/// [`each_document`] by serde-saphyr, from the document after the first `skip` non-null
+/// ones (which the caller has had).
+fn saphyr_documents<'t>(
+    path: &Path,
+    text: &'t str,
+    skip: usize,
+    mut f: impl FnMut(usize, u64, Doc<'t>) -> Result<(), SourceError>,
+) -> Result<Option<Note>, SourceError> {
     // serde-saphyr's default budget suits config files; a cluster dump has one document
     // per object. Size limits scale with the input; alias and anchor limits (the
     // expansion bombs) keep their defaults.
@@ -287,6 +310,9 @@ fn each_document<'t>(
             continue;
         }
         doc += 1;
+        if doc <= skip {
+            continue;
+        }
         let YamlDoc { value, item_lines } = spanned.value;
         f(doc, spanned.referenced.line(), Doc::Tree { value, item_lines })?;
     }
@@ -497,8 +523,7 @@ fn read_doc(path: &Path, doc: usize, line: u64, value: Doc, state: &mut ClusterS
                 return read_value(&at(&[]), Value::Object(head), state);
             }
             let api_version = head.get("apiVersion").and_then(Value::as_str).unwrap_or("").to_string();
-            let items = items.into_iter().map(|(l, raw)| json::parse_item(path, l, raw).map(|v| (l, v)));
-            read_items(&at(&[]), &kind, &api_version, items, state)
+            read_json_items(&at(&[]), &kind, &api_version, items, state)
         }
     }
 }
@@ -516,19 +541,41 @@ fn read_items(
     // print): items without apiVersion and kind, which are the list's.
     let item_kind = kind.strip_suffix("List").filter(|k| !k.is_empty());
     for (i, item) in items.enumerate() {
-        let (line, mut item) = item?;
-        if let (Some(item_kind), Value::Object(m)) = (item_kind, &mut item) {
-            let missing = |m: &serde_json::Map<String, Value>, k: &str| m.get(k).and_then(Value::as_str).is_none_or(str::is_empty);
-            if missing(m, "kind") {
-                m.insert("kind".into(), item_kind.into());
-            }
-            if missing(m, "apiVersion") && !api_version.is_empty() {
-                m.insert("apiVersion".into(), api_version.into());
-            }
-        }
-        read_value(&At { line, item: Some(i), item_lines: &[], ..*at }, item, state)?;
+        let (line, item) = item?;
+        read_item(&At { line, item: Some(i), item_lines: &[], ..*at }, item_kind, api_version, item, state)?;
     }
     Ok(())
+}
+
+/// Reads the items of a JSON list of kind `kind` (one of [`LIST_KINDS`]) from their text:
+/// Services and EndpointSlices straight into their kube types ([`json::direct_item`]),
+/// anything else (or anything that fails so) as a value, which names what is wrong.
+fn read_json_items(at: &At, kind: &str, api_version: &str, items: Vec<(u64, &RawValue)>, state: &mut ClusterState) -> Result<(), SourceError> {
+    let item_kind = kind.strip_suffix("List").filter(|k| !k.is_empty());
+    for (i, (line, raw)) in items.into_iter().enumerate() {
+        let at = At { line, item: Some(i), item_lines: &[], ..*at };
+        match json::direct_item(raw, item_kind, api_version) {
+            Some(json::Direct { kind, object, typed: json::Typed::Service(svc) }) => add_service(&at, kind, &object, *svc, state)?,
+            Some(json::Direct { kind, object, typed: json::Typed::Slice(slice) }) => add_slice(&at, kind, &object, *slice, state)?,
+            None => read_item(&at, item_kind, api_version, json::parse_item(at.path, line, raw)?, state)?,
+        }
+    }
+    Ok(())
+}
+
+/// One item of a list: without apiVersion or kind, it takes the list's (`item_kind`,
+/// `api_version`).
+fn read_item(at: &At, item_kind: Option<&str>, api_version: &str, mut item: Value, state: &mut ClusterState) -> Result<(), SourceError> {
+    if let (Some(item_kind), Value::Object(m)) = (item_kind, &mut item) {
+        let missing = |m: &serde_json::Map<String, Value>, k: &str| m.get(k).and_then(Value::as_str).is_none_or(str::is_empty);
+        if missing(m, "kind") {
+            m.insert("kind".into(), item_kind.into());
+        }
+        if missing(m, "apiVersion") && !api_version.is_empty() {
+            m.insert("apiVersion".into(), api_version.into());
+        }
+    }
+    read_value(at, item, state)
 }
 
 fn read_value(at: &At, value: Value, state: &mut ClusterState) -> Result<(), SourceError> {
@@ -549,27 +596,7 @@ fn read_value(at: &At, value: Value, state: &mut ClusterState) -> Result<(), Sou
     let value = Value::Object(map);
     match (api_version.as_str(), kind.as_str()) {
         (_, FIXTURE_KIND) => read_fixture(at, value, state),
-        ("v1", "Service") => {
-            let svc: core::Service = typed(at, &kind, &object, value)?;
-            let model = convert::service(&svc).map_err(|e| at.field_error(&kind, object.clone(), e))?;
-            if once(at, "Service", &model.id, state) {
-                state.services.retain(|s| s.id != model.id);
-                state.extra.backends.retain(|b| b.id != model.id);
-            }
-            record_origin(at, &kind, &model.id, state);
-            if let Some(why) = unproxied_without_cluster_ip(&svc, &model) {
-                state.notes.push(at.note(format!("{kind} {object}: {why}")));
-            }
-            match convert_extra::service_backend(&svc) {
-                Ok(b) => state.extra.backends.push(b),
-                Err(e) => state.notes.push(at.note(format!(
-                    "{kind} {object}: field {}: {} (ignored by endpoint derivation and lint)",
-                    e.field, e.reason
-                ))),
-            }
-            state.services.push(model);
-            Ok(())
-        }
+        ("v1", "Service") => add_service(at, &kind, &object, typed(at, &kind, &object, value)?, state),
         ("v1", "Pod") => {
             let pod: core::Pod = typed(at, &kind, &object, value)?;
             let pod = convert_extra::pod(&pod).map_err(|e| at.field_error(&kind, object.clone(), e))?;
@@ -590,22 +617,7 @@ fn read_value(at: &At, value: Value, state: &mut ClusterState) -> Result<(), Sou
             state.extra.endpoints.push(ep);
             Ok(())
         }
-        ("discovery.k8s.io/v1", "EndpointSlice") => {
-            let slice: discovery::EndpointSlice = typed(at, &kind, &object, value)?;
-            let refs = convert_extra::slice_refs(&slice);
-            if once(at, "EndpointSlice", &refs.slice, state) {
-                state.extra.slice_refs.retain(|r| r.slice != refs.slice);
-                state.slices.retain(|s| s.id != refs.slice);
-            }
-            record_origin(at, &kind, &refs.slice, state);
-            state.extra.slice_refs.push(refs);
-            let mut skips = Vec::new();
-            let converted = convert::endpoint_slice(&slice, &mut skips)
-                .map_err(|e| at.field_error(&kind, object.clone(), e))?;
-            note_skips(at, &kind, &object, skips, state);
-            state.slices.extend(converted);
-            Ok(())
-        }
+        ("discovery.k8s.io/v1", "EndpointSlice") => add_slice(at, &kind, &object, typed(at, &kind, &object, value)?, state),
         ("v1", "Node") => {
             let node: core::Node = typed(at, &kind, &object, value)?;
             let node = convert::node(&node).map_err(|e| at.field_error(&kind, object.clone(), e))?;
@@ -626,6 +638,44 @@ fn read_value(at: &At, value: Value, state: &mut ClusterState) -> Result<(), Sou
             Ok(())
         }
     }
+}
+
+/// A Service read (as `kind`, named `object` in messages) into `state`.
+fn add_service(at: &At, kind: &str, object: &str, svc: core::Service, state: &mut ClusterState) -> Result<(), SourceError> {
+    let model = convert::service(&svc).map_err(|e| at.field_error(kind, object.to_string(), e))?;
+    if once(at, "Service", &model.id, state) {
+        state.services.retain(|s| s.id != model.id);
+        state.extra.backends.retain(|b| b.id != model.id);
+    }
+    record_origin(at, kind, &model.id, state);
+    if let Some(why) = unproxied_without_cluster_ip(&svc, &model) {
+        state.notes.push(at.note(format!("{kind} {object}: {why}")));
+    }
+    match convert_extra::service_backend(&svc) {
+        Ok(b) => state.extra.backends.push(b),
+        Err(e) => state.notes.push(at.note(format!(
+            "{kind} {object}: field {}: {} (ignored by endpoint derivation and lint)",
+            e.field, e.reason
+        ))),
+    }
+    state.services.push(model);
+    Ok(())
+}
+
+/// An EndpointSlice read (as `kind`, named `object` in messages) into `state`.
+fn add_slice(at: &At, kind: &str, object: &str, slice: discovery::EndpointSlice, state: &mut ClusterState) -> Result<(), SourceError> {
+    let refs = convert_extra::slice_refs(&slice);
+    if once(at, "EndpointSlice", &refs.slice, state) {
+        state.extra.slice_refs.retain(|r| r.slice != refs.slice);
+        state.slices.retain(|s| s.id != refs.slice);
+    }
+    record_origin(at, kind, &refs.slice, state);
+    state.extra.slice_refs.push(refs);
+    let mut skips = Vec::new();
+    let converted = convert::endpoint_slice(&slice, &mut skips).map_err(|e| at.field_error(kind, object.to_string(), e))?;
+    note_skips(at, kind, object, skips, state);
+    state.slices.extend(converted);
+    Ok(())
 }
 
 fn read_fixture(at: &At, value: Value, state: &mut ClusterState) -> Result<(), SourceError> {
@@ -673,6 +723,11 @@ fn note_skips(at: &At, kind: &str, object: &str, skips: Vec<Skip>, state: &mut C
 
 /// Deserializes into a kube type, naming the failing field's path.
 fn typed<T: DeserializeOwned>(at: &At, kind: &str, object: &str, value: Value) -> Result<T, SourceError> {
+    // Tracking the path costs an allocation per key and only matters when a field is
+    // wrong: the value is read without it first, and again with it when that fails.
+    if let Ok(t) = T::deserialize(&value) {
+        return Ok(t);
+    }
     serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
         let field = if path == "." { "(object)".to_string() } else { path };
@@ -874,10 +929,271 @@ mod tests {
     }
 
     #[test]
+    fn a_json_list_read_straight_into_kube_types_gives_what_its_yaml_gives() {
+        for seed in 1..4 {
+            let yaml = crate::gen::yaml(&crate::gen::GenSpec { services: 80, endpoints: 3, seed });
+            let json = crate::bench::json_list(&yaml).unwrap();
+            let (mut a, mut b) = (ClusterState::default(), ClusterState::default());
+            read_str(Path::new("c.yaml"), &yaml, &mut a).unwrap();
+            read_str(Path::new("c.json"), &json, &mut b).unwrap();
+            assert_eq!(a.services, b.services);
+            assert_eq!(a.slices, b.slices);
+            assert_eq!(a.extra.backends, b.extra.backends);
+            assert_eq!(a.extra.slice_refs, b.extra.slice_refs);
+            assert_eq!(a.extra.origins.keys().collect::<Vec<_>>(), b.extra.origins.keys().collect::<Vec<_>>());
+            assert_eq!(a.notes.len(), b.notes.len());
+            assert_eq!((a.services.len(), a.slices.len()), (80, 80));
+        }
+    }
+
+    #[test]
     fn items_of_a_json_list_are_found_at_their_lines() {
         let text = "{\n  \"apiVersion\": \"v1\",\n  \"kind\": \"List\",\n  \"metadata\": {\"note\": \"items [\\\"x\\\", {\"},\n  \"items\": [\n    {\"apiVersion\": \"v1\", \"kind\": \"Service\", \"metadata\": {\"name\": \"a\", \"namespace\": \"ns\"},\n     \"spec\": {\"clusterIP\": \"10.0.0.1\", \"ports\": [{\"port\": 80}]}},\n    {\"apiVersion\": \"v1\", \"kind\": \"Service\", \"metadata\": {\"name\": \"b\", \"namespace\": \"ns\"},\n     \"spec\": {\"clusterIP\": \"10.0.0.2\", \"ports\": [{\"port\": \"eighty\"}]}}\n  ]\n}\n";
         let mut st = ClusterState::default();
         let err = read_str(Path::new("l.json"), text, &mut st).unwrap_err().to_string();
         assert!(err.starts_with("l.json:8: Service ns/b (items[1]): field spec.ports[0].port"), "{err}");
+    }
+}
+
+/// The subset YAML reader ([`yaml`]) against serde-saphyr: on every YAML file of the
+/// repository, generated clusters and random kubectl-shaped documents, each document the
+/// subset reader hands over must be serde-saphyr's (value, line, item lines), and the
+/// documents it leaves are read by serde-saphyr.
+#[cfg(test)]
+mod yaml_differential {
+    use super::*;
+
+    type Docs = Vec<(u64, Value, Vec<u64>)>;
+
+    /// serde-saphyr's documents, and its error if it fails (after those documents).
+    fn saphyr(text: &str) -> (Docs, Option<String>) {
+        let mut out = Vec::new();
+        let end = saphyr_documents(Path::new("t.yaml"), text, 0, |_, line, doc| {
+            if let Doc::Tree { value, item_lines } = doc {
+                out.push((line, value, item_lines));
+            }
+            Ok(())
+        });
+        (out, end.err().map(|e| e.to_string()))
+    }
+
+    /// The documents the subset reader hands over, and whether it read the whole text.
+    fn subset(text: &str) -> (Docs, bool) {
+        let mut d = yaml::Documents::new(text);
+        let mut out = Vec::new();
+        loop {
+            match d.next_doc() {
+                Ok(Some(p)) => out.push((p.line, p.value, p.item_lines)),
+                Ok(None) => return (out, true),
+                Err(_) => return (out, false),
+            }
+        }
+    }
+
+    /// Checks `text`: whether the subset reader read all of it, and how many documents it
+    /// handed over of how many.
+    fn same(name: &str, text: &str) -> (bool, usize, usize) {
+        let (fast, whole) = subset(text);
+        let (slow, error) = saphyr(text);
+        let n = fast.len().min(slow.len());
+        assert_eq!(fast[..n], slow[..n], "{name}: documents differ from serde-saphyr's");
+        match error {
+            None => {
+                assert!(fast.len() <= slow.len(), "{name}: more documents than serde-saphyr's");
+                if whole {
+                    assert_eq!(fast.len(), slow.len(), "{name}: fewer documents than serde-saphyr's");
+                }
+            }
+            Some(e) => assert!(!whole, "{name}: serde-saphyr fails ({e}) where the subset reader read the whole text"),
+        }
+        (whole, n, slow.len().max(fast.len()))
+    }
+
+    fn yaml_files(dir: &Path, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                yaml_files(&p, out);
+            } else if matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml")) {
+                out.push(p);
+            }
+        }
+    }
+
+    #[test]
+    fn every_yaml_file_of_the_repository_reads_as_serde_saphyr_reads_it() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut files = Vec::new();
+        for dir in ["fixtures", "golden", "tests", "examples", "deploy", "docs"] {
+            yaml_files(&root.join(dir), &mut files);
+        }
+        assert!(files.len() > 150, "only {} YAML files found", files.len());
+        let mut whole = 0;
+        for f in &files {
+            let text = std::fs::read_to_string(f).unwrap();
+            whole += usize::from(same(&f.display().to_string(), &text).0);
+        }
+        // Most fixtures are in the subset: the comparison above is not vacuous.
+        assert!(whole * 10 >= files.len() * 8, "only {whole} of {} files read whole by the subset reader", files.len());
+    }
+
+    #[test]
+    fn generated_clusters_read_as_serde_saphyr_reads_them() {
+        for seed in 1..4 {
+            let text = crate::gen::yaml(&crate::gen::GenSpec { services: 60, endpoints: 4, seed });
+            assert!(same(&format!("generated seed {seed}"), &text).0, "generated YAML is in the subset");
+            let list = as_list(&text);
+            assert!(same(&format!("generated list seed {seed}"), &list).0, "a kubectl-style list is in the subset");
+        }
+    }
+
+    /// `text`'s documents as the items of one `kind: List`, laid out as kubectl does.
+    fn as_list(text: &str) -> String {
+        let mut out = String::from("apiVersion: v1\nkind: List\nitems:\n");
+        for doc in text.split("---\n") {
+            for (i, line) in doc.lines().filter(|l| !l.starts_with('#')).enumerate() {
+                out.push_str(if i == 0 { "- " } else { "  " });
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        out.push_str("metadata:\n  resourceVersion: \"\"\n");
+        out
+    }
+
+    /// Random kubectl-shaped documents: nested block mappings and sequences (at the key's
+    /// indentation or deeper), flow collections, quoted and plain scalars of every
+    /// resolution, comments, blank lines and lists.
+    #[test]
+    fn random_documents_read_as_serde_saphyr_reads_them() {
+        let mut rng = Rng(0x5eed);
+        let (mut read, mut all) = (0, 0);
+        const N: usize = 1000;
+        for i in 0..N {
+            let mut text = String::new();
+            for d in 0..1 + rng.below(3) {
+                if d > 0 || rng.below(4) == 0 {
+                    text.push_str("---\n");
+                }
+                if rng.below(5) == 0 {
+                    text.push_str("# a comment\n\n");
+                }
+                let list = rng.below(3) == 0;
+                mapping(&mut rng, &mut text, 0, 3, list, false);
+            }
+            let (_, fast, docs) = same(&format!("random document {i}:\n{text}"), &text);
+            (read, all) = (read + fast, all + docs);
+        }
+        // Enough documents are in the subset for the comparison to mean something.
+        assert!(read * 3 >= all * 2, "only {read} of {all} random documents read by the subset reader");
+    }
+
+    struct Rng(u64);
+
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % n
+        }
+
+        fn pick<'a>(&mut self, of: &[&'a str]) -> &'a str {
+            of[self.below(of.len() as u64) as usize]
+        }
+    }
+
+    const KEYS: &[&str] = &["name", "namespace", "ports", "items", "kubernetes.io/service-name", "a-b_c", "spec", "x", "port", "\"quoted key\"", "'single'"];
+    /// Scalars the subset reader reads, and (`TRICKY`) ones serde-saphyr resolves by
+    /// rules it leaves to serde-saphyr, or that are not YAML at all.
+    const SCALARS: &[&str] = &[
+        "web", "10.96.0.1", "fd00::1", "2001:db8::1", "::1/128", "10.0.0.0/8", "127.0.0.1:10249", "80", "0", "-3", "true",
+        "false", "null", "~", "\"80\"", "'it''s'", "\"a\\\"b\\\\c\\u00e9\"", "\"\"", "''", "http://x:80/y", "a b c", "TCP",
+        "/path", "_x", "a#b", "v1.2.3", "1.2.3", "30s", "1m0s", "10Gi", "--flag=$(X)", "\"2024-01-01T00:00:00Z\"",
+        "x # trailing comment", "{}", "[]", "[a, 1, \"b\"]", "{k: v, m: 1}", "[10.0.0.1, 10.0.0.2]",
+        "{ready: true, serving: false}", "[[1, 2], {a: [b]}]", "a:b", "{\"json\": [1, \"x\"]}",
+    ];
+    const TRICKY: &[&str] = &[
+        "yes", "No", "1.5", "1e3", "012", "0x1F", "2024-01-01T00:00:00Z", "99999999999999999999", "Null", "&anchor x", "!!str 5",
+        ".inf", "-", "a: b", "[1, ]", "{a}", "'x", "1:30",
+    ];
+
+    fn scalar(rng: &mut Rng) -> &'static str {
+        if rng.below(40) == 0 {
+            rng.pick(TRICKY)
+        } else {
+            rng.pick(SCALARS)
+        }
+    }
+
+    fn pad(out: &mut String, n: usize) {
+        out.extend(std::iter::repeat_n(' ', n));
+    }
+
+    fn mapping(rng: &mut Rng, out: &mut String, indent: usize, depth: u64, list: bool, inline: bool) {
+        let n = 1 + rng.below(4);
+        let mut used = Vec::new();
+        if list {
+            pad(out, indent);
+            out.push_str("kind: List\n");
+            pad(out, indent);
+            out.push_str("items:\n");
+            let at = indent + 2 * rng.below(2) as usize;
+            sequence(rng, out, at, depth, true);
+            return;
+        }
+        for _ in 0..n {
+            let key = rng.pick(KEYS);
+            if used.contains(&key) && rng.below(30) != 0 {
+                continue;
+            }
+            used.push(key);
+            if !(inline && used.len() == 1) {
+                pad(out, indent);
+            }
+            out.push_str(key);
+            out.push(':');
+            value(rng, out, indent, depth);
+            if rng.below(10) == 0 {
+                out.push('\n');
+            }
+        }
+    }
+
+    fn sequence(rng: &mut Rng, out: &mut String, indent: usize, depth: u64, objects: bool) {
+        for _ in 0..1 + rng.below(3) {
+            pad(out, indent);
+            out.push_str("- ");
+            if objects || rng.below(2) == 0 {
+                mapping(rng, out, indent + 2, depth.saturating_sub(1), false, true);
+            } else {
+                out.push_str(scalar(rng));
+                out.push('\n');
+            }
+        }
+    }
+
+    fn value(rng: &mut Rng, out: &mut String, indent: usize, depth: u64) {
+        match if depth == 0 { 0 } else { rng.below(4) } {
+            0 | 1 => {
+                out.push(' ');
+                out.push_str(scalar(rng));
+                if rng.below(6) == 0 {
+                    out.push_str("  # c");
+                }
+                out.push('\n');
+            }
+            2 => {
+                out.push('\n');
+                mapping(rng, out, indent + 2, depth - 1, false, false);
+            }
+            _ => {
+                out.push('\n');
+                // kubectl puts a sequence at its key's indentation; others indent it.
+                let at = indent + 2 * rng.below(2) as usize;
+                sequence(rng, out, at, depth - 1, false);
+            }
+        }
     }
 }

@@ -10,7 +10,10 @@
 
 use std::path::Path;
 
-use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::discovery::v1 as discovery;
+use serde::de::{Deserializer, MapAccess, Visitor};
+use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
@@ -34,6 +37,67 @@ pub(super) fn parse_item(path: &Path, line: u64, raw: &RawValue) -> Result<Value
         path: path.to_path_buf(),
         message: format!("line {}: malformed JSON: {e}", line + e.line().max(1) as u64 - 1),
     })
+}
+
+/// A list item read straight from its text into its kube type.
+pub(super) struct Direct {
+    /// Its kind, as messages name it.
+    pub kind: &'static str,
+    /// `namespace/name` (or `name`), as messages name it.
+    pub object: String,
+    pub typed: Typed,
+}
+
+pub(super) enum Typed {
+    Service(Box<core::Service>),
+    Slice(Box<discovery::EndpointSlice>),
+}
+
+/// An item's kind, apiVersion and name, read without building the rest.
+#[derive(Deserialize)]
+struct ItemHead<'t> {
+    #[serde(rename = "apiVersion")]
+    api_version: Option<&'t str>,
+    kind: Option<&'t str>,
+    #[serde(borrow)]
+    metadata: Option<ItemMeta<'t>>,
+}
+
+#[derive(Deserialize)]
+struct ItemMeta<'t> {
+    name: Option<&'t str>,
+    namespace: Option<&'t str>,
+}
+
+/// The item `raw` of a list whose items are of kind `item_kind` (a typed list) and
+/// apiVersion `api_version`, when it is a Service or an EndpointSlice read without error
+/// straight from its text (no value tree: most of a cluster's objects). `None`: anything
+/// else, and anything unusual (a field of a wrong type, a repeated key, an escaped kind or
+/// name), which the caller reads as a value and so names what is wrong as before.
+pub(super) fn direct_item(raw: &RawValue, item_kind: Option<&str>, api_version: &str) -> Option<Direct> {
+    let head: ItemHead = serde_json::from_str(raw.get()).ok()?;
+    // A typed list's items take the list's kind and apiVersion when they have none (the
+    // items of a `kind: List` do not).
+    let kind = head.kind.filter(|k| !k.is_empty()).or(item_kind)?;
+    let api = match head.api_version.filter(|v| !v.is_empty()) {
+        Some(v) => v,
+        None if item_kind.is_some() => api_version,
+        None => return None,
+    };
+    let (kind, typed) = match (api, kind) {
+        ("v1", "Service") => ("Service", Typed::Service(Box::new(serde_json::from_str(raw.get()).ok()?))),
+        ("discovery.k8s.io/v1", "EndpointSlice") => {
+            ("EndpointSlice", Typed::Slice(Box::new(serde_json::from_str(raw.get()).ok()?)))
+        }
+        _ => return None,
+    };
+    let meta = head.metadata.as_ref();
+    let name = meta.and_then(|m| m.name).unwrap_or("<unnamed>");
+    let object = match meta.and_then(|m| m.namespace) {
+        Some(ns) => format!("{ns}/{name}"),
+        None => name.to_string(),
+    };
+    Some(Direct { kind, object, typed })
 }
 
 /// The first line of the container log a `kubectl cluster-info dump` writes to stdout
@@ -219,6 +283,28 @@ mod tests {
         })
         .unwrap();
         assert_eq!(values, [serde_json::json!({"kind": "List", "items": {"a": 1}})]);
+    }
+
+    #[test]
+    fn services_and_slices_are_read_straight_from_their_text_and_anything_unusual_is_left_to_the_value_path() {
+        let item = |text: &str, item_kind, api| {
+            let raw: Box<RawValue> = serde_json::from_str(text).unwrap();
+            direct_item(&raw, item_kind, api).map(|d| (d.kind, d.object, matches!(d.typed, Typed::Service(_))))
+        };
+        let svc = r#"{"apiVersion": "v1", "kind": "Service", "metadata": {"name": "a", "namespace": "ns"}, "spec": {"ports": [{"port": 80}]}}"#;
+        assert_eq!(item(svc, None, ""), Some(("Service", "ns/a".to_string(), true)));
+        let slice = r#"{"metadata": {"name": "s"}, "addressType": "IPv4", "endpoints": []}"#;
+        assert_eq!(item(slice, Some("EndpointSlice"), "discovery.k8s.io/v1"), Some(("EndpointSlice", "s".to_string(), false)));
+        // The items of a `kind: List` take no apiVersion from it.
+        assert_eq!(item(&svc.replace(r#""apiVersion": "v1", "#, ""), None, "v1"), None);
+        for unusual in [
+            svc.replace("80}", "\"eighty\"}"),
+            svc.replace(r#""name": "a""#, r#""name": "a", "name": "b""#),
+            svc.replace("Service", "Serv\\u0069ce"),
+            svc.replace("Service", "Pod"),
+        ] {
+            assert_eq!(item(&unusual, None, ""), None, "{unusual}");
+        }
     }
 
     #[test]

@@ -14,6 +14,7 @@ mod json;
 pub mod objects;
 pub mod ratelimit;
 pub mod watch;
+mod yaml;
 
 pub use error::{FieldError, SourceError};
 pub use file::{events_between, read_path, ClusterState, Note};
