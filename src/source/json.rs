@@ -165,16 +165,63 @@ fn split<'t>(path: &Path, text: &'t str, raw: &'t RawValue, lines: &mut Lines<'t
     }
     let Head { mut head, items } = serde_json::from_str(raw.get()).map_err(syntax)?;
     match items {
-        Some(items) if items.get().starts_with('[') => {
-            let items: Vec<&RawValue> = serde_json::from_str(items.get()).map_err(syntax)?;
+        Some(Items::Array(items)) => {
             let items = items.into_iter().map(|item| (lines.at(offset(text, item)), item)).collect();
             Ok(Doc::List { head, items })
         }
-        Some(items) => {
-            head.insert("items".to_string(), serde_json::from_str(items.get()).map_err(syntax)?);
+        Some(Items::Other(value)) => {
+            head.insert("items".to_string(), value);
             Ok(Doc::Tree { value: Value::Object(head), item_lines: Vec::new() })
         }
         None => Ok(Doc::Tree { value: Value::Object(head), item_lines: Vec::new() }),
+    }
+}
+
+/// A JSON object's `items`: an array as the text of each element (split in the same pass
+/// as the rest of the object), anything else as a value.
+enum Items<'t> {
+    Array(Vec<&'t RawValue>),
+    Other(Value),
+}
+
+impl<'de> Deserialize<'de> for Items<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Items<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Items<'de>, A::Error> {
+                let mut out = Vec::new();
+                while let Some(item) = seq.next_element()? {
+                    out.push(item);
+                }
+                Ok(Items::Array(out))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Items<'de>, A::Error> {
+                Value::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(Items::Other)
+            }
+            fn visit_unit<E>(self) -> Result<Items<'de>, E> {
+                Ok(Items::Other(Value::Null))
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<Items<'de>, E> {
+                Ok(Items::Other(v.into()))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Items<'de>, E> {
+                Ok(Items::Other(v.into()))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Items<'de>, E> {
+                Ok(Items::Other(v.into()))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<Items<'de>, E> {
+                Ok(Items::Other(v.into()))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Items<'de>, E> {
+                Ok(Items::Other(v.into()))
+            }
+        }
+        d.deserialize_any(V)
     }
 }
 
@@ -183,10 +230,10 @@ fn offset(text: &str, raw: &RawValue) -> usize {
     raw.get().as_ptr() as usize - text.as_ptr() as usize
 }
 
-/// A JSON object's fields other than `items`, and `items` as text.
+/// A JSON object's fields other than `items`, and `items`.
 struct Head<'t> {
     head: Map<String, Value>,
-    items: Option<&'t RawValue>,
+    items: Option<Items<'t>>,
 }
 
 impl<'de> Deserialize<'de> for Head<'de> {
