@@ -1,66 +1,79 @@
-//! The netlink writer behind [`Nft`]: a transaction's text is encoded by [`super::wire`]
-//! and sent as one nf_tables batch (atomic, like `nft -f`: the kernel commits all of it
-//! or none), skipping the whole-table read every `nft` run starts with. Text outside the
-//! encoder's vocabulary goes to `nft -f` instead (logged once, counted); reads (`list`,
+//! The netlink writer behind [`Nft`]: a partial sync's transaction ([`Nft::run_partial`])
+//! is encoded by [`super::wire`] and sent as one nf_tables batch (atomic, like `nft -f`:
+//! the kernel commits all of it or none), skipping the whole-table read every `nft` run
+//! starts with. A transaction outside the encoder's vocabulary goes to `nft -f` instead
+//! (logged once, counted). Full syncs' transactions ([`Nft::run`]) and the reads (`list`,
 //! `names`, `canonical`) are `nft`'s.
 
 use std::os::fd::AsRawFd;
 
 use netlink_sys::{protocols::NETLINK_NETFILTER, Socket};
 
-use super::apply::{ExecNft, Names, Nft, NftError};
-use crate::netfilter::apply::around;
+use super::apply::{ExecNft, Names, Nft, NftError, Via};
 use super::model::Family;
 use super::wire::{self, Batch};
+use crate::netfilter::apply::around;
 
 const NLMSG_ERROR: u16 = 2;
 
-/// Sends transactions over netlink, falling back to `nft` for what it cannot encode.
-#[derive(Debug, Default)]
+/// Sends one encoded batch (the real one: [`send`]; tests record instead).
+pub type Sender = Box<dyn FnMut(&mut Batch, &str) -> Result<(), NftError> + Send>;
+
+/// Partial syncs over netlink, everything else (and what it cannot encode) through `nft`.
 pub struct NetlinkNft {
-    pub exec: ExecNft,
+    nft: Box<dyn Nft>,
+    sender: Sender,
     /// Transactions sent over netlink.
     pub sent: u64,
-    /// Transactions that went to `nft -f` instead (not encodable).
+    /// Partial transactions that went to `nft -f` instead (not encodable).
     pub fallbacks: u64,
     warned: bool,
 }
 
 impl NetlinkNft {
-    pub fn new(exec: ExecNft) -> Self {
-        NetlinkNft { exec, ..NetlinkNft::default() }
+    /// Over this node's kernel: netlink batches and the `nft` binary.
+    pub fn on_node() -> Self {
+        NetlinkNft::new(Box::new(ExecNft::default()), Box::new(send))
+    }
+
+    pub fn new(nft: Box<dyn Nft>, sender: Sender) -> Self {
+        NetlinkNft { nft, sender, sent: 0, fallbacks: 0, warned: false }
     }
 }
 
 impl Nft for NetlinkNft {
     fn run(&mut self, text: &str) -> Result<(), NftError> {
+        self.nft.run(text)
+    }
+
+    fn run_partial(&mut self, text: &str) -> Result<Via, NftError> {
         match wire::encode(text) {
             Ok(mut batch) => {
-                send(&mut batch, text)?;
+                (self.sender)(&mut batch, text)?;
                 self.sent += 1;
-                Ok(())
+                Ok(Via::Netlink)
             }
             Err(why) => {
                 if !self.warned {
-                    tracing::warn!(reason = %why, "nftables transaction not encodable as netlink; running nft -f (logged once)");
+                    tracing::warn!(reason = %why, "nftables partial sync not encodable as netlink; running nft -f (logged once, counted)");
                     self.warned = true;
                 }
                 self.fallbacks += 1;
-                self.exec.run(text)
+                self.nft.run(text).map(|()| Via::Nft)
             }
         }
     }
 
     fn list(&mut self, family: Family) -> Result<Option<String>, NftError> {
-        self.exec.list(family)
+        self.nft.list(family)
     }
 
     fn names(&mut self, family: Family) -> Result<Option<Names>, NftError> {
-        self.exec.names(family)
+        self.nft.names(family)
     }
 
     fn canonical(&mut self, family: Family, text: &str) -> Result<String, NftError> {
-        self.exec.canonical(family, text)
+        self.nft.canonical(family, text)
     }
 }
 
@@ -154,7 +167,31 @@ fn grow_send_buffer(sock: &Socket, len: usize) {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::{Arc, Mutex};
+
     use super::*;
+    use crate::nftables::fake::{Call, FakeNft};
+
+    #[test]
+    fn partial_transactions_go_over_netlink_unless_not_encodable() {
+        let fake = FakeNft::shared();
+        let sent: Arc<Mutex<Vec<usize>>> = Arc::default();
+        let record = sent.clone();
+        let mut nl = NetlinkNft::new(Box::new(fake.clone()), Box::new(move |b: &mut Batch, _: &str| {
+            record.lock().unwrap().push(b.messages);
+            Ok(())
+        }));
+        assert_eq!(nl.run_partial("add chain ip kube-proxy c\nflush chain ip kube-proxy c\n").unwrap(), Via::Netlink);
+        assert_eq!(*sent.lock().unwrap(), [2]);
+        // Not kube-proxy's vocabulary: nft -f runs it (the fake needs its table first).
+        nl.run("add table ip kube-proxy\nadd chain ip kube-proxy c\n").unwrap();
+        let odd = "add rule ip kube-proxy c counter\n";
+        assert_eq!(nl.run_partial(odd).unwrap(), Via::Nft);
+        assert_eq!((nl.sent, nl.fallbacks), (1, 1));
+        assert_eq!(sent.lock().unwrap().len(), 1, "the sender saw only the encodable one");
+        let calls = fake.lock().unwrap().calls.clone();
+        assert!(calls.contains(&Call::Run(odd.to_string())), "{calls:?}");
+    }
 
     #[test]
     fn replies_name_the_refused_message() {

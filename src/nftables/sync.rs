@@ -34,12 +34,14 @@ pub struct Report {
     pub stale_error: Option<String>,
     /// UDP/SCTP conntrack entries made stale by the change (to flush once applied).
     pub flushes: Vec<crate::netfilter::conntrack::Flush>,
+    /// Which writer applied a partial sync's transaction (`None`: a full sync's, `nft`).
+    pub via: Option<super::apply::Via>,
     pub timings: Timings,
 }
 
 impl Report {
     pub(crate) fn new(family: Family) -> Self {
-        Report { family, diff: None, applied: false, lines: 0, stale: Vec::new(), stale_error: None, flushes: Vec::new(), timings: Timings::default() }
+        Report { family, diff: None, applied: false, lines: 0, stale: Vec::new(), stale_error: None, flushes: Vec::new(), via: None, timings: Timings::default() }
     }
 }
 
