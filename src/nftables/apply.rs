@@ -3,7 +3,8 @@
 //! the names of its chains and sets, and how the kernel would list a ruleset (applied in
 //! a scratch network namespace, so nothing of the node's changes) — behind the [`Nft`]
 //! trait, with [`super::fake::FakeNft`] for tests. The binary, as kube-proxy's knftables
-//! runs it; partial syncs' transactions go over netlink instead ([`super::netlink`]).
+//! runs it; on the node the transactions go over netlink instead ([`super::netlink`],
+//! unless `--nft-netlink=false`).
 
 use std::io::Write;
 use std::process::{Command, Stdio};

@@ -1,9 +1,9 @@
-//! The netlink writer behind [`Nft`]: a partial sync's transaction ([`Nft::run_partial`])
-//! is encoded by [`super::wire`] and sent as one nf_tables batch (atomic, like `nft -f`:
-//! the kernel commits all of it or none), skipping the whole-table read every `nft` run
-//! starts with. A transaction outside the encoder's vocabulary goes to `nft -f` instead
-//! (logged once, counted). Full syncs' transactions ([`Nft::run`]) and the reads (`list`,
-//! `names`, `canonical`) are `nft`'s.
+//! The netlink writer behind [`Nft`]: every transaction, a full sync's ([`Nft::run`]) or a
+//! partial one's ([`Nft::run_partial`]), is encoded by [`super::wire`] and sent as one
+//! nf_tables batch (atomic, like `nft -f`: the kernel commits all of it or none),
+//! skipping nft's parse and the whole-table read every `nft` run starts with. A
+//! transaction outside the encoder's vocabulary goes to `nft -f` instead (logged once,
+//! counted). The reads (`list`, `names`, `canonical`) are `nft`'s.
 
 use std::os::fd::AsRawFd;
 
@@ -19,13 +19,13 @@ const NLMSG_ERROR: u16 = 2;
 /// Sends one encoded batch (the real one: [`send`]; tests record instead).
 pub type Sender = Box<dyn FnMut(&mut Batch, &str) -> Result<(), NftError> + Send>;
 
-/// Partial syncs over netlink, everything else (and what it cannot encode) through `nft`.
+/// Transactions over netlink; reads, and what it cannot encode, through `nft`.
 pub struct NetlinkNft {
     nft: Box<dyn Nft>,
     sender: Sender,
     /// Transactions sent over netlink.
     pub sent: u64,
-    /// Partial transactions that went to `nft -f` instead (not encodable).
+    /// Transactions that went to `nft -f` instead (not encodable).
     pub fallbacks: u64,
     warned: bool,
 }
@@ -39,14 +39,9 @@ impl NetlinkNft {
     pub fn new(nft: Box<dyn Nft>, sender: Sender) -> Self {
         NetlinkNft { nft, sender, sent: 0, fallbacks: 0, warned: false }
     }
-}
 
-impl Nft for NetlinkNft {
-    fn run(&mut self, text: &str) -> Result<(), NftError> {
-        self.nft.run(text)
-    }
-
-    fn run_partial(&mut self, text: &str) -> Result<Via, NftError> {
+    /// One transaction: a netlink batch, or `nft -f` when not encodable.
+    fn write(&mut self, text: &str) -> Result<Via, NftError> {
         match wire::encode(text) {
             Ok(mut batch) => {
                 (self.sender)(&mut batch, text)?;
@@ -55,13 +50,23 @@ impl Nft for NetlinkNft {
             }
             Err(why) => {
                 if !self.warned {
-                    tracing::warn!(reason = %why, "nftables partial sync not encodable as netlink; running nft -f (logged once, counted)");
+                    tracing::warn!(reason = %why, "nftables transaction not encodable as netlink; running nft -f (logged once, counted)");
                     self.warned = true;
                 }
                 self.fallbacks += 1;
                 self.nft.run(text).map(|()| Via::Nft)
             }
         }
+    }
+}
+
+impl Nft for NetlinkNft {
+    fn run(&mut self, text: &str) -> Result<(), NftError> {
+        self.write(text).map(|_| ())
+    }
+
+    fn run_partial(&mut self, text: &str) -> Result<Via, NftError> {
+        self.write(text)
     }
 
     fn list(&mut self, family: Family) -> Result<Option<String>, NftError> {
@@ -173,7 +178,7 @@ mod tests {
     use crate::nftables::fake::{Call, FakeNft};
 
     #[test]
-    fn partial_transactions_go_over_netlink_unless_not_encodable() {
+    fn transactions_go_over_netlink_unless_not_encodable() {
         let fake = FakeNft::shared();
         let sent: Arc<Mutex<Vec<usize>>> = Arc::default();
         let record = sent.clone();
@@ -182,15 +187,18 @@ mod tests {
             Ok(())
         }));
         assert_eq!(nl.run_partial("add chain ip kube-proxy c\nflush chain ip kube-proxy c\n").unwrap(), Via::Netlink);
-        assert_eq!(*sent.lock().unwrap(), [2]);
+        nl.run("add table ip kube-proxy\n").unwrap();
+        assert_eq!(*sent.lock().unwrap(), [2, 1], "a partial and a full sync's transaction, both as batches");
         // Not kube-proxy's vocabulary: nft -f runs it (the fake needs its table first).
-        nl.run("add table ip kube-proxy\nadd chain ip kube-proxy c\n").unwrap();
+        fake.lock().unwrap().run("add table ip kube-proxy\nadd chain ip kube-proxy c\n").unwrap();
         let odd = "add rule ip kube-proxy c counter\n";
         assert_eq!(nl.run_partial(odd).unwrap(), Via::Nft);
-        assert_eq!((nl.sent, nl.fallbacks), (1, 1));
-        assert_eq!(sent.lock().unwrap().len(), 1, "the sender saw only the encodable one");
+        nl.run(odd).unwrap();
+        assert_eq!((nl.sent, nl.fallbacks), (2, 2));
+        assert_eq!(sent.lock().unwrap().len(), 2, "the sender saw only the encodable ones");
         let calls = fake.lock().unwrap().calls.clone();
-        assert!(calls.contains(&Call::Run(odd.to_string())), "{calls:?}");
+        assert_eq!(calls.iter().filter(|c| **c == Call::Run(odd.to_string())).count(), 2, "{calls:?}");
+        assert!(nl.list(Family::Ip).unwrap().is_some(), "reads are nft's");
     }
 
     #[test]

@@ -7,8 +7,11 @@
 //! - A **partial** sync, while the kernel is known to hold the previous ruleset, sends one
 //!   transaction per family built from the changed services alone ([`super::partial`]):
 //!   their elements that changed and their chains, and the deletion of those that went;
-//!   nothing is read from the kernel. On the node it goes as one nf_tables netlink batch
-//!   ([`super::netlink::NetlinkNft`]), `nft -f` when it holds what the encoder does not know.
+//!   nothing is read from the kernel.
+//!
+//! On the node every transaction goes as one nf_tables netlink batch
+//! ([`super::netlink::NetlinkNft`]; `nft -f` when it holds what the encoder does not know,
+//! or with `--nft-netlink=false`).
 //!
 //! Stale UDP/SCTP conntrack entries (from the changed services' objects before and after,
 //! [`super::conntrack::stale`]) are cleared after either. A one-shot `svcproxy sync` is

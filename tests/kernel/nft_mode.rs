@@ -144,10 +144,11 @@ fn both(lab: &Lab) -> Result<String, String> {
     Ok(format!("{}{}", listed(lab, "ip")?, listed(lab, "ip6")?))
 }
 
-/// svcproxy's full sync into an empty kernel, then (tables deleted) kube-proxy's
-/// one-transaction text as `render` prints it, applied by a bare `nft -f`: the kernel lists
-/// the same tables; then svcproxy syncs over kube-proxy's tables (a node switching
-/// proxies) and changes no rule.
+/// svcproxy's full sync into an empty kernel (netlink batches), then (tables deleted)
+/// kube-proxy's one-transaction text as `render` prints it, applied by a bare `nft -f`: the
+/// kernel lists the same tables; then svcproxy syncs over kube-proxy's tables (a node
+/// switching proxies) and changes no rule; and (tables deleted) its sync through `nft -f`
+/// (`--nft-netlink false`) lists the same again.
 fn same_as_kube_proxy(ctx: &mut Ctx) -> CaseResult {
     let lab = lab(ctx)?;
     let svcs = [web(&[1, 2]), svc("api", "198.19.255.20", vec![tcp("http", 80), tcp("grpc", 81)], vec![ep4(1), ep4(2)])];
@@ -170,6 +171,13 @@ fn same_as_kube_proxy(ctx: &mut Ctx) -> CaseResult {
     let out = run(lab.node(), Backend::Nft, &args(&p, &[]))?;
     ensure!(out.status.code() == Some(0), "sync over kube-proxy's tables failed: {}", String::from_utf8_lossy(&out.stderr));
     ensure!(both(&lab)? == one, "svcproxy's sync over kube-proxy's tables changed them");
+
+    // The same sync through `nft -f` (--nft-netlink=false) leaves the same tables.
+    lab.node().run(&["nft", "delete", "table", "ip", "kube-proxy"])?;
+    lab.node().run(&["nft", "delete", "table", "ip6", "kube-proxy"])?;
+    let out = run(lab.node(), Backend::Nft, &args(&p, &["--nft-netlink", "false"]))?;
+    ensure!(out.status.code() == Some(0), "sync through nft failed: {}", String::from_utf8_lossy(&out.stderr));
+    ensure!(both(&lab)? == one, "svcproxy's sync through nft -f lists otherwise than through netlink");
     let t = dataplane::connect(ctx, &lab, Where::Pod(CLIENT), CIP4, 80, Proto::Tcp, N)?;
     dataplane::spread(&t, &["pod1", "pod2"], "pod -> ClusterIP after the switch")?;
     let _ = std::fs::remove_file(&path);

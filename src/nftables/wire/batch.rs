@@ -11,6 +11,7 @@ use super::tokens::{self, Cursor};
 use super::Fam;
 
 pub const NEWTABLE: u16 = 0;
+pub const DELTABLE: u16 = 2;
 pub const NEWCHAIN: u16 = 3;
 pub const DELCHAIN: u16 = 5;
 pub const NEWRULE: u16 = 6;
@@ -124,6 +125,15 @@ fn command(b: &mut Batch, line: &str) -> Result<(), Unsupported> {
     let table = cur.word().ok_or_else(|| unsupported("no table"))?;
     match (verb, object) {
         ("add", "table") => add_table(b, fam, table, &mut cur),
+        ("delete", "table") => {
+            if !cur.done() {
+                return Err(unsupported("words after the table"));
+            }
+            let mut a = Attrs::default();
+            a.str(1, table);
+            b.push(DELTABLE, 0, fam, &a);
+            Ok(())
+        }
         ("add", "chain") => add_chain(b, fam, table, &mut cur),
         ("add", "set") | ("add", "map") => add_set(b, fam, table, object == "map", &mut cur),
         ("add", "rule") => add_rule(b, fam, table, &mut cur),
@@ -494,6 +504,8 @@ mod tests {
             assert!(encode(line).is_err(), "{line}");
         }
         assert!(encode("# a comment\n\nadd chain ip kube-proxy c\n").is_ok());
+        assert_eq!(messages("delete table ip6 kube-proxy\n").iter().map(|m| m.0).collect::<Vec<_>>(), [DELTABLE]);
+        assert!(encode("delete table ip kube-proxy now\n").is_err());
     }
 
     #[test]
