@@ -19,6 +19,9 @@ pub enum NftError {
     Spawn { binary: String, error: std::io::Error },
     #[error("nft refused the transaction at line {line} ({text:?}); nothing of it was applied: {message}")]
     Rejected { line: usize, text: String, message: String },
+    /// The kernel refused a netlink batch ([`super::netlink`]): the message of that line.
+    #[error("the kernel refused the transaction at line {line} ({text:?}), sent as a netlink batch; nothing of it was applied: {message}")]
+    Refused { line: usize, text: String, message: String },
     #[error("{command} failed: {message}")]
     Failed { command: String, message: String },
 }

@@ -125,7 +125,7 @@ pub fn send(batch: &mut Batch, text: &str) -> Result<(), NftError> {
         let why = std::io::Error::from_raw_os_error(*errno).to_string();
         let lines: Vec<&str> = text.lines().collect();
         return Err(match batch.line_of(*seq) {
-            Some(line) => NftError::Rejected { line, text: lines.get(line - 1).copied().unwrap_or("").to_owned(), message: format!("Error: {why}\n{}", around(&lines, line)) },
+            Some(line) => NftError::Refused { line, text: lines.get(line - 1).copied().unwrap_or("").to_owned(), message: format!("Error: {why}\n{}", around(&lines, line)) },
             None => failed(format!("the kernel refused the batch: {why}")),
         });
     }

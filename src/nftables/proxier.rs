@@ -180,7 +180,7 @@ fn send_partial(nft: &mut dyn Nft, family: super::model::Family, before: &[&Obje
             report.lines += p.delete.lines().count();
             report.via = Some(via);
         }
-        None | Some(Err(NftError::Rejected { .. })) => {
+        None | Some(Err(NftError::Rejected { .. } | NftError::Refused { .. })) => {
             report.via = Some(nft.run_partial(&p.text)?);
             if !p.delete.is_empty() {
                 if let Err(e) = nft.run_partial(&p.delete) {

@@ -124,7 +124,7 @@ fn refused_keeps_rules(ctx: &mut Ctx) -> CaseResult {
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     ctx.log(&err);
     ensure!(out.status.code() == Some(2), "exit {:?}, want 2: {err}", out.status.code());
-    ensure!(err.contains("nft refused the transaction at line") && err.contains(&chain) && err.contains(">  "), "the error names the refused line: {err}");
+    ensure!(err.contains("refused the transaction at line") && err.contains(&chain) && err.contains(">  "), "the error names the refused line: {err}");
     ensure!(listed(&lab, "ip")? == planted, "the refused transaction changed the table");
     ensure!(planted.len() > before.len() && planted.contains(&chain), "the plant is all that differs");
     let t = dataplane::connect(ctx, &lab, Where::Pod(CLIENT), CIP4, 80, Proto::Tcp, N)?;
