@@ -1,6 +1,7 @@
 //! One family's full nftables sync, as kube-proxy's full sync does it: ONE transaction
-//! (`nft -f -`, atomic) that flushes every chain and every set and map but the
-//! session-affinity ones, and adds all rules and elements — preceded by one that creates
+//! (atomic: one netlink batch on the node, or one `nft -f -` run) that flushes every
+//! chain and every set and map but the session-affinity ones, and adds all rules and
+//! elements — preceded by one that creates
 //! the table, chains, sets and maps that are missing (what kube-proxy's transaction
 //! creates in its own first lines; split off and reordered for the kernel's sake:
 //! [`super::staged`]). Chains and sets of the table that the ruleset no longer has
@@ -53,7 +54,7 @@ pub struct Timings {
     /// Reading the live table (its names, or for a dry run all of it and the desired
     /// table as the kernel lists it).
     pub read: Duration,
-    /// `nft -f -`.
+    /// Sending the transactions (netlink batches, or `nft -f -`).
     pub apply: Duration,
 }
 
