@@ -173,7 +173,7 @@ fn print_nftables(args: &SyncArgs, reports: &[crate::nftables::sync::Report]) ->
         }
         let t = r.timings;
         eprintln!(
-            "svcproxy: {family} (nftables): one transaction of {} line(s) sent, {} stale chain(s)/set(s) removed (render {:.3} s, read {:.3} s, nft {:.3} s)",
+            "svcproxy: {family} (nftables): one transaction of {} line(s) sent, {} stale chain(s)/set(s) removed (render {:.3} s, read {:.3} s, apply {:.3} s)",
             r.lines,
             r.stale.len(),
             t.render.as_secs_f64(),

@@ -147,6 +147,8 @@ pub struct Config {
     pub localhost_node_ports: bool,
     pub random_fully: bool,
     pub nfacct: bool,
+    /// nftables mode: transactions as netlink batches (else through `nft -f`).
+    pub nft_netlink: bool,
     pub conntrack_tcp_be_liberal: bool,
     /// Conntrack tuning (the daemon applies it at start; see [`crate::node::conntrack`]).
     pub conntrack: ConntrackConfig,
@@ -307,6 +309,7 @@ pub fn resolve(s: Settings, nodes: &[Node]) -> Result<Config, ConfigError> {
         localhost_node_ports: given(s.localhost_node_ports, "iptables.localhostNodePorts")?,
         random_fully: given(s.random_fully, "--random-fully")?,
         nfacct: given(s.nfacct, "--nfacct")?,
+        nft_netlink: given(s.nft_netlink, "--nft-netlink")?,
         conntrack_tcp_be_liberal: s.conntrack_tcp_be_liberal.unwrap_or_default(),
         conntrack: ConntrackConfig::resolve(&s)?,
         large_cluster_endpoints_threshold: given(s.large_cluster_endpoints_threshold, "largeClusterEndpointsThreshold")?,

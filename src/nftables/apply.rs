@@ -3,7 +3,8 @@
 //! the names of its chains and sets, and how the kernel would list a ruleset (applied in
 //! a scratch network namespace, so nothing of the node's changes) — behind the [`Nft`]
 //! trait, with [`super::fake::FakeNft`] for tests. The binary, as kube-proxy's knftables
-//! runs it: BENCHMARKS.md says why not netlink.
+//! runs it; on the node the transactions go over netlink instead ([`super::netlink`],
+//! unless `--nft-netlink=false`).
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -18,6 +19,9 @@ pub enum NftError {
     Spawn { binary: String, error: std::io::Error },
     #[error("nft refused the transaction at line {line} ({text:?}); nothing of it was applied: {message}")]
     Rejected { line: usize, text: String, message: String },
+    /// The kernel refused a netlink batch ([`super::netlink`]): the message of that line.
+    #[error("the kernel refused the transaction at line {line} ({text:?}), sent as a netlink batch; nothing of it was applied: {message}")]
+    Refused { line: usize, text: String, message: String },
     #[error("{command} failed: {message}")]
     Failed { command: String, message: String },
 }
@@ -29,10 +33,25 @@ pub struct Names {
     pub sets: Vec<String>,
 }
 
+/// Which writer applied a transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// `nft -f -`.
+    Nft,
+    /// One nf_tables netlink batch ([`super::netlink`]).
+    Netlink,
+}
+
 /// Reads and writes one node's nftables.
 pub trait Nft: Send {
     /// Runs `text` as one `nft -f -` transaction.
     fn run(&mut self, text: &str) -> Result<(), NftError>;
+    /// Runs a partial sync's transaction, atomic like [`Nft::run`] (which it is, unless the
+    /// client has a faster writer for it: [`super::netlink::NetlinkNft`]); says which
+    /// writer applied it.
+    fn run_partial(&mut self, text: &str) -> Result<Via, NftError> {
+        self.run(text).map(|()| Via::Nft)
+    }
     /// `nft list table FAMILY kube-proxy`; `None` when there is no such table.
     fn list(&mut self, family: Family) -> Result<Option<String>, NftError>;
     /// The `kube-proxy` table's chains and sets; `None` when there is no such table.

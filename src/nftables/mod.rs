@@ -15,12 +15,14 @@ pub mod listing;
 pub mod live;
 pub mod model;
 pub mod names;
+pub mod netlink;
 pub mod partial;
 pub mod proxier;
 pub mod render;
 pub mod staged;
 pub mod sync;
 pub mod watched;
+pub mod wire;
 
 pub use context::Context;
 pub use render::Ruleset;

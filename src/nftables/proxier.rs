@@ -9,6 +9,10 @@
 //!   their elements that changed and their chains, and the deletion of those that went;
 //!   nothing is read from the kernel.
 //!
+//! On the node every transaction goes as one nf_tables netlink batch
+//! ([`super::netlink::NetlinkNft`]; `nft -f` when it holds what the encoder does not know,
+//! or with `--nft-netlink=false`).
+//!
 //! Stale UDP/SCTP conntrack entries (from the changed services' objects before and after,
 //! [`super::conntrack::stale`]) are cleared after either. A one-shot `svcproxy sync` is
 //! this proxier's first sync; [`Pass::DryRun`] compares every family with the kernel and
@@ -153,8 +157,9 @@ impl Proxier {
 }
 
 /// One family's partial sync: one transaction that also deletes the chains and sets that
-/// went (every `nft` run lists the whole table for its cache, which at 10,000 services
-/// costs more than the transaction itself: one run, not two). A kernel that will not
+/// went, through [`Nft::run_partial`] (on the node: one netlink batch, or, when not
+/// encodable, one `nft` run, which lists the whole table for its cache first: one run,
+/// not two). A kernel that will not
 /// delete a chain in the transaction that drops its last reference (6.18 does; kube-proxy
 /// deletes stale chains in a later sync) refuses that transaction: then the change goes
 /// alone and the deletion right after it.
@@ -170,12 +175,15 @@ fn send_partial(nft: &mut dyn Nft, family: super::model::Family, before: &[&Obje
     report.lines = p.text.lines().count();
     report.stale = p.stale;
     let together = if p.delete.is_empty() { None } else { Some(format!("{}{}", p.text, p.delete)) };
-    match together.map(|text| nft.run(&text)) {
-        Some(Ok(())) => report.lines += p.delete.lines().count(),
-        None | Some(Err(NftError::Rejected { .. })) => {
-            nft.run(&p.text)?;
+    match together.map(|text| nft.run_partial(&text)) {
+        Some(Ok(via)) => {
+            report.lines += p.delete.lines().count();
+            report.via = Some(via);
+        }
+        None | Some(Err(NftError::Rejected { .. } | NftError::Refused { .. })) => {
+            report.via = Some(nft.run_partial(&p.text)?);
             if !p.delete.is_empty() {
-                if let Err(e) = nft.run(&p.delete) {
+                if let Err(e) = nft.run_partial(&p.delete) {
                     tracing::warn!(family = family.as_str(), error = %e, "stale nftables chains not deleted; the next full sync deletes them");
                     report.stale_error = Some(e.to_string());
                 }

@@ -1,6 +1,7 @@
 //! One family's full nftables sync, as kube-proxy's full sync does it: ONE transaction
-//! (`nft -f -`, atomic) that flushes every chain and every set and map but the
-//! session-affinity ones, and adds all rules and elements — preceded by one that creates
+//! (atomic: one netlink batch on the node, or one `nft -f -` run) that flushes every
+//! chain and every set and map but the session-affinity ones, and adds all rules and
+//! elements — preceded by one that creates
 //! the table, chains, sets and maps that are missing (what kube-proxy's transaction
 //! creates in its own first lines; split off and reordered for the kernel's sake:
 //! [`super::staged`]). Chains and sets of the table that the ruleset no longer has
@@ -34,12 +35,14 @@ pub struct Report {
     pub stale_error: Option<String>,
     /// UDP/SCTP conntrack entries made stale by the change (to flush once applied).
     pub flushes: Vec<crate::netfilter::conntrack::Flush>,
+    /// Which writer applied a partial sync's transaction (`None`: a full sync's, `nft`).
+    pub via: Option<super::apply::Via>,
     pub timings: Timings,
 }
 
 impl Report {
     pub(crate) fn new(family: Family) -> Self {
-        Report { family, diff: None, applied: false, lines: 0, stale: Vec::new(), stale_error: None, flushes: Vec::new(), timings: Timings::default() }
+        Report { family, diff: None, applied: false, lines: 0, stale: Vec::new(), stale_error: None, flushes: Vec::new(), via: None, timings: Timings::default() }
     }
 }
 
@@ -51,7 +54,7 @@ pub struct Timings {
     /// Reading the live table (its names, or for a dry run all of it and the desired
     /// table as the kernel lists it).
     pub read: Duration,
-    /// `nft -f -`.
+    /// Sending the transactions (netlink batches, or `nft -f -`).
     pub apply: Duration,
 }
 

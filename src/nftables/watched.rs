@@ -1,7 +1,7 @@
 //! [`WatchedNft`]: the `nft` client wrapped for one sync, remembering which of its calls
 //! failed first ([`Phase`]; the iptables side is `netfilter::phase::Watched`).
 
-use super::apply::{Names, Nft, NftError};
+use super::apply::{Names, Nft, NftError, Via};
 use super::model::Family;
 use crate::netfilter::phase::Phase;
 
@@ -32,6 +32,11 @@ impl<'a> WatchedNft<'a> {
 impl Nft for WatchedNft<'_> {
     fn run(&mut self, text: &str) -> Result<(), NftError> {
         let r = self.inner.run(text);
+        self.note(Phase::Restore, r)
+    }
+
+    fn run_partial(&mut self, text: &str) -> Result<Via, NftError> {
+        let r = self.inner.run_partial(text);
         self.note(Phase::Restore, r)
     }
 

@@ -109,7 +109,11 @@ pub fn engine(config: Config, trackers: Trackers, iptables: Iptables, one_shot: 
     let mut engine = match config.mode {
         Mode::Iptables => Engine::iptables(config, trackers, restorer, Box::new(ExecConntrack)),
         Mode::Ipvs => Engine::ipvs(config, trackers, crate::ipvs::proxier::Proxier::on_node(restorer)?),
-        Mode::Nftables => Engine::nftables(config, trackers, Box::new(crate::nftables::apply::ExecNft::default()), Box::new(ExecConntrack)),
+        Mode::Nftables => {
+            let nft: Box<dyn crate::nftables::apply::Nft> =
+                if config.nft_netlink { Box::new(crate::nftables::netlink::NetlinkNft::on_node()) } else { Box::new(crate::nftables::apply::ExecNft::default()) };
+            Engine::nftables(config, trackers, nft, Box::new(ExecConntrack))
+        }
     };
     if one_shot {
         engine = engine.without_canaries();

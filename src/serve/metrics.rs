@@ -53,6 +53,23 @@ impl FamilyLabel {
     }
 }
 
+/// The family and the writer (`netlink`, `nft`) of an nftables partial sync's transaction.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WriterLabel {
+    pub ip_family: String,
+    pub writer: String,
+}
+
+impl WriterLabel {
+    pub fn of(family: crate::net::IpFamily, via: crate::nftables::apply::Via) -> Self {
+        let writer = match via {
+            crate::nftables::apply::Via::Netlink => "netlink",
+            crate::nftables::apply::Via::Nft => "nft",
+        };
+        WriterLabel { ip_family: family.api_name().to_string(), writer: writer.to_string() }
+    }
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabel {
     pub result: String,
@@ -83,6 +100,9 @@ pub struct Metrics {
     pub partial_restore_failures: Family<FamilyLabel, Counter>,
     pub nftables_sync_failures: Family<FamilyLabel, Counter>,
     pub nftables_cleanup_failures: Family<FamilyLabel, Counter>,
+    /// svcproxy's: nftables partial syncs' transactions by writer (netlink, or nft when
+    /// the netlink encoder does not know what they hold).
+    pub nftables_partial_writes: Family<WriterLabel, Counter>,
     pub rules: Family<TableLabel, Gauge>,
     pub rules_last: Family<TableLabel, Gauge>,
     pub conntrack_reconcile_duration: PerFamily,
@@ -140,6 +160,7 @@ impl Metrics {
             partial_restore_failures: Family::default(),
             nftables_sync_failures: Family::default(),
             nftables_cleanup_failures: Family::default(),
+            nftables_partial_writes: Family::default(),
             rules: Family::default(),
             rules_last: Family::default(),
             conntrack_reconcile_duration: Family::new_with_constructor(seconds),
@@ -208,6 +229,11 @@ impl Metrics {
         if mode == Nftables {
             r.register("kubeproxy_sync_proxy_rules_nftables_sync_failures", "Cumulative proxy nftables sync failures", self.nftables_sync_failures.clone());
             r.register("kubeproxy_sync_proxy_rules_nftables_cleanup_failures", "Cumulative proxy nftables cleanup failures", self.nftables_cleanup_failures.clone());
+            r.register(
+                "svcproxy_nftables_partial_writes",
+                "nftables partial syncs' transactions by writer: netlink, or nft for what the netlink encoder does not know",
+                self.nftables_partial_writes.clone(),
+            );
         }
         r.register("kubeproxy_conntrack_reconciler_sync_duration_seconds", "ReconcileConntrackFlowsLatency latency in seconds", self.conntrack_reconcile_duration.clone());
         r.register("kubeproxy_conntrack_reconciler_deleted_entries", "Cumulative conntrack flows deleted by conntrack reconciler", self.conntrack_deleted.clone());

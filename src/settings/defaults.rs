@@ -89,6 +89,7 @@ pub fn defaulted(s: Settings) -> Settings {
         ip_family: Some(Families::Auto),
         random_fully: Some(true),
         nfacct: Some(true),
+        nft_netlink: Some(true),
         // kube-proxy's FullSyncPeriod, a constant there.
         full_sync_period: secs(3600),
         // kube-proxy's largeClusterEndpointsThreshold, a constant there.

@@ -330,6 +330,8 @@ settings! {
         "MASQUERADE --random-fully";
     nfacct: bool, Rules, file none, flags ["nfacct"], Effect::Acts,
         "kube-proxy's nfacct counters";
+    nft_netlink: bool, Node, file none, flags ["nft-netlink"], Effect::Acts,
+        "nftables mode: send transactions as nf_tables netlink batches (false: every one through nft -f, as kube-proxy's knftables)";
     service_proxy_name: String, Rules, file none, flags ["service-proxy-name"], Effect::Acts,
         "Proxy only objects labelled service.kubernetes.io/service-proxy-name=NAME";
     sync_period: Duration, Node, file none, flags ["sync-period"], Effect::Acts,

@@ -41,6 +41,7 @@ mod faults;
 mod goldens;
 mod incremental;
 mod nft_goldens;
+mod nft_netlink;
 mod nft_mode;
 mod node_setup;
 mod outside;
@@ -64,6 +65,7 @@ fn main() {
     let mut cases = selftest::cases();
     cases.extend(goldens::cases());
     cases.extend(nft_goldens::cases());
+    cases.extend(nft_netlink::cases());
     cases.extend(dataplane::cases());
     cases.extend(faults::cases());
     cases.extend(watch_e2e::cases());

@@ -7,8 +7,9 @@
 //! `svcproxy cleanup` removes both families' tables; kube-proxy's one-transaction text
 //! (`render`) applied by a bare `nft -f` lists exactly as svcproxy's sync (two
 //! transactions, reordered) does, and a sync over it changes no rule (migration); and `sync --watch --mode nftables`
-//! follows an endpoint change with a partial sync, clearing the UDP conntrack entries of
-//! the endpoint that went.
+//! follows an endpoint change with a partial sync (sent as a netlink batch), clearing the
+//! UDP conntrack entries of the endpoint that went; a partial sync's batch the kernel
+//! refuses changes nothing.
 
 use crate::dataplane::{self, cluster_yaml, ep4, ep6, pod_ip4, svc, tcp, Port, Svc, CLIENT, CLIENT_IP4, EP_PORT, N, NODE};
 use crate::harness::{Case, CaseError, CaseResult, Ctx};
@@ -23,6 +24,7 @@ pub fn cases() -> Vec<Case> {
         Case::new("nftables_kube_proxys_transaction_and_svcproxys_sync_leave_the_same_tables", same_as_kube_proxy),
         Case::new("nftables_watch_partial_sync_follows_an_endpoint_change", watch_partial).with_timeout(std::time::Duration::from_secs(180)),
         Case::new("nftables_watch_clears_stale_udp_conntrack_entries", watch_udp_conntrack).with_timeout(std::time::Duration::from_secs(180)),
+        Case::new("nftables_watch_refused_netlink_partial_sync_keeps_the_previous_rules", watch_refused_partial).with_timeout(std::time::Duration::from_secs(180)),
     ]
 }
 
@@ -122,7 +124,7 @@ fn refused_keeps_rules(ctx: &mut Ctx) -> CaseResult {
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     ctx.log(&err);
     ensure!(out.status.code() == Some(2), "exit {:?}, want 2: {err}", out.status.code());
-    ensure!(err.contains("nft refused the transaction at line") && err.contains(&chain) && err.contains(">  "), "the error names the refused line: {err}");
+    ensure!(err.contains("refused the transaction at line") && err.contains(&chain) && err.contains(">  "), "the error names the refused line: {err}");
     ensure!(listed(&lab, "ip")? == planted, "the refused transaction changed the table");
     ensure!(planted.len() > before.len() && planted.contains(&chain), "the plant is all that differs");
     let t = dataplane::connect(ctx, &lab, Where::Pod(CLIENT), CIP4, 80, Proto::Tcp, N)?;
@@ -142,10 +144,11 @@ fn both(lab: &Lab) -> Result<String, String> {
     Ok(format!("{}{}", listed(lab, "ip")?, listed(lab, "ip6")?))
 }
 
-/// svcproxy's full sync into an empty kernel, then (tables deleted) kube-proxy's
-/// one-transaction text as `render` prints it, applied by a bare `nft -f`: the kernel lists
-/// the same tables; then svcproxy syncs over kube-proxy's tables (a node switching
-/// proxies) and changes no rule.
+/// svcproxy's full sync into an empty kernel (netlink batches), then (tables deleted)
+/// kube-proxy's one-transaction text as `render` prints it, applied by a bare `nft -f`: the
+/// kernel lists the same tables; then svcproxy syncs over kube-proxy's tables (a node
+/// switching proxies) and changes no rule; and (tables deleted) its sync through `nft -f`
+/// (`--nft-netlink false`) lists the same again.
 fn same_as_kube_proxy(ctx: &mut Ctx) -> CaseResult {
     let lab = lab(ctx)?;
     let svcs = [web(&[1, 2]), svc("api", "198.19.255.20", vec![tcp("http", 80), tcp("grpc", 81)], vec![ep4(1), ep4(2)])];
@@ -168,6 +171,13 @@ fn same_as_kube_proxy(ctx: &mut Ctx) -> CaseResult {
     let out = run(lab.node(), Backend::Nft, &args(&p, &[]))?;
     ensure!(out.status.code() == Some(0), "sync over kube-proxy's tables failed: {}", String::from_utf8_lossy(&out.stderr));
     ensure!(both(&lab)? == one, "svcproxy's sync over kube-proxy's tables changed them");
+
+    // The same sync through `nft -f` (--nft-netlink=false) leaves the same tables.
+    lab.node().run(&["nft", "delete", "table", "ip", "kube-proxy"])?;
+    lab.node().run(&["nft", "delete", "table", "ip6", "kube-proxy"])?;
+    let out = run(lab.node(), Backend::Nft, &args(&p, &["--nft-netlink", "false"]))?;
+    ensure!(out.status.code() == Some(0), "sync through nft failed: {}", String::from_utf8_lossy(&out.stderr));
+    ensure!(both(&lab)? == one, "svcproxy's sync through nft -f lists otherwise than through netlink");
     let t = dataplane::connect(ctx, &lab, Where::Pod(CLIENT), CIP4, 80, Proto::Tcp, N)?;
     dataplane::spread(&t, &["pod1", "pod2"], "pod -> ClusterIP after the switch")?;
     let _ = std::fs::remove_file(&path);
@@ -215,6 +225,10 @@ fn sync_count(lab: &Lab, name: &'static str) -> f64 {
 
 const FULL: &str = "kubeproxy_sync_full_proxy_rules_duration_seconds_count";
 const PARTIAL: &str = "kubeproxy_sync_partial_proxy_rules_duration_seconds_count";
+/// Partial syncs' transactions sent as netlink batches, and through `nft -f` (IPv4).
+const BY_NETLINK4: &str = "svcproxy_nftables_partial_writes_total{ip_family=\"IPv4\",writer=\"netlink\"}";
+const BY_NFT4: &str = "svcproxy_nftables_partial_writes_total{ip_family=\"IPv4\",writer=\"nft\"}";
+const FAILURES4: &str = "kubeproxy_sync_proxy_rules_nftables_sync_failures_total{ip_family=\"IPv4\"}";
 
 /// `svcproxy sync --watch --mode nftables` from a file: the first sync is full, the change
 /// of an endpoint then goes in a partial sync (its metric counts it), the table ends as a
@@ -239,6 +253,7 @@ fn watch_partial(ctx: &mut Ctx) -> CaseResult {
     ctx.log(format!("endpoint change programmed {} ms after the file changed", took.as_millis()));
     until("the partial sync counted", Duration::from_secs(10), || sync_count(&lab, PARTIAL) > partial_before).map_err(|e| format!("{e}\n{}", log_text()))?;
     ensure!(sync_count(&lab, FULL) == 1.0, "the change went in a partial sync, not a full one:\n{}", log_text());
+    ensure!(sync_count(&lab, BY_NETLINK4) >= 1.0 && sync_count(&lab, BY_NFT4) == 0.0, "the partial sync went as a netlink batch, not through nft:\n{}", log_text());
     let t = dataplane::connect(ctx, &lab, Where::Pod(CLIENT), CIP4, 80, Proto::Tcp, N)?;
     dataplane::spread(&t, &["pod2"], "watch: after pod1 left")?;
     let diff = run_expect(lab.node(), Backend::Nft, &args(&p, &["--dry-run"]), 0).map_err(|e| format!("after the partial sync a dry run wants changes: {e}"))?;
@@ -246,6 +261,51 @@ fn watch_partial(ctx: &mut Ctx) -> CaseResult {
     ctx.log(log_text());
     let _ = std::fs::remove_file(&path);
     let _ = std::fs::remove_file(&log);
+    Ok(())
+}
+
+/// A partial sync's netlink batch that the kernel refuses (a chain the change needs is
+/// planted as a base chain, which a map element may not `goto`) changes nothing: the table
+/// lists as planted and the previous rules keep serving; with the plant gone, the next
+/// (full) sync programs the change.
+fn watch_refused_partial(ctx: &mut Ctx) -> CaseResult {
+    use crate::watch_e2e::until;
+    use std::time::Duration;
+    let lab = lab(ctx)?;
+    let path = temp_yaml(&cluster_yaml(&[web(&[1, 2])]))?;
+    let p = path_str(&path).to_string();
+    let log = path.with_extension("log");
+    let _daemon = watch_daemon(&lab, &p, &log)?;
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    until("the first (full) sync", Duration::from_secs(60), || sync_count(&lab, FULL) >= 1.0).map_err(|e| format!("{e}\n{}", log_text()))?;
+
+    let more = [web(&[1, 2]), svc("new", "198.19.255.20", vec![tcp("http", 80)], vec![ep4(2)])];
+    let more_path = temp_yaml(&cluster_yaml(&more))?;
+    let rendered = run_expect(lab.node(), Backend::Nft, &["render", "--mode", "nftables", "--from", path_str(&more_path), "--hostname-override", NODE, "--node-ip", netns::NODE_IP4, "--cluster-cidr", CLUSTER_CIDRS], 0)?;
+    let chain = rendered
+        .lines()
+        .find_map(|l| l.strip_prefix("add chain ip kube-proxy service-").filter(|c| c.contains("-dp/new/tcp/")))
+        .map(|c| format!("service-{c}"))
+        .ok_or("render names no service chain for dp/new")?;
+    lab.node().run(&["nft", &format!("add chain ip kube-proxy {chain} {{ type filter hook input priority 0 ; }}")])?;
+    let planted = listed(&lab, "ip")?;
+    let failures = sync_count(&lab, FAILURES4);
+    let by_netlink = sync_count(&lab, BY_NETLINK4);
+    std::fs::write(&path, cluster_yaml(&more)).map_err(|e| e.to_string())?;
+    until("the refused sync counted", Duration::from_secs(60), || sync_count(&lab, FAILURES4) > failures).map_err(|e| format!("{e}\n{}", log_text()))?;
+    ensure!(listed(&lab, "ip")? == planted, "the refused batch changed the table:\n{}", log_text());
+    ensure!(sync_count(&lab, BY_NETLINK4) == by_netlink && sync_count(&lab, BY_NFT4) == 0.0, "no partial sync succeeded and none went through nft");
+    let t = dataplane::connect(ctx, &lab, Where::Pod(CLIENT), CIP4, 80, Proto::Tcp, N)?;
+    dataplane::spread(&t, &["pod1", "pod2"], "the previous rules still serve")?;
+
+    lab.node().run(&["nft", &format!("delete chain ip kube-proxy {chain}")])?;
+    until("the change programmed after the plant went", Duration::from_secs(90), || listed(&lab, "ip").is_ok_and(|l| l.contains("198.19.255.20 . tcp . 80")))
+        .map_err(|e| format!("{e}\n{}", log_text()))?;
+    let t = dataplane::connect(ctx, &lab, Where::Pod(CLIENT), "198.19.255.20", 80, Proto::Tcp, N)?;
+    dataplane::spread(&t, &["pod2"], "the new service")?;
+    for f in [&path, &more_path, &log] {
+        let _ = std::fs::remove_file(f);
+    }
     Ok(())
 }
 

@@ -150,6 +150,11 @@ pub enum BenchWhat {
         #[arg(long, value_name = "PATH")]
         write_changed: Option<PathBuf>,
     },
+    /// Apply an `nft -f` input (stdin) as one nf_tables netlink batch, svcproxy's netlink
+    /// writer (no `nft` run, so no read of the table first); fails when the input is not
+    /// encodable or the kernel refuses it (for scripts/bench-nft)
+    #[command(hide = true)]
+    NftNetlink,
     /// Split a full restore input (stdin) into several restores of at most N services each,
     /// a service's chains together in dependency order, top-level chains declared first and
     /// filled last; writes DIR/0000.restore, … and prints their count (for scripts/bench-kernel)
@@ -266,6 +271,12 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let runs = bench::nft::one_endpoint_partial(&mut one)?;
             anyhow::ensure!(runs.len() == 1, "the partial sync made {} nft runs, not one", runs.len());
             out(&runs.concat())?;
+        }
+        BenchWhat::NftNetlink => {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)?;
+            let mut batch = svcproxy::nftables::wire::encode(&text)?;
+            svcproxy::nftables::netlink::send(&mut batch, &text)?;
         }
         BenchWhat::SplitRestore { services_per_chunk, dir } => {
             let mut text = String::new();

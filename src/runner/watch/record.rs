@@ -10,7 +10,7 @@ use super::super::engine::{nft_family, Detail, Engine, FamilySync, Outcome, Sync
 use crate::schedule::Kind;
 use crate::net::IpFamily;
 use crate::netfilter::phase::Phase;
-use crate::serve::metrics::{FamilyLabel, Metrics, PolicyLabel, TableLabel};
+use crate::serve::metrics::{FamilyLabel, Metrics, PolicyLabel, TableLabel, WriterLabel};
 use crate::track::Event;
 
 /// Seconds since the Unix epoch (the timestamp gauges' unit).
@@ -46,7 +46,7 @@ pub(super) fn synced(m: &Metrics, engine: &Engine, outcome: &Outcome) {
     families_synced(m, engine, &outcome.synced, &outcome.rules, now);
     network_programming(m, &outcome.trigger_times, now);
     if let Detail::Nftables(reports) = &outcome.detail {
-        cleanup_failures(m, reports);
+        nftables_reports(m, reports);
     }
     reconciled(m, &outcome.reconciled);
 }
@@ -114,7 +114,7 @@ pub(super) fn failed(m: &Metrics, engine: &Engine, kind: Kind, failure: &SyncFai
             let took = |r: &crate::nftables::sync::Report| r.timings.render + r.timings.read + r.timings.apply;
             let done: Vec<FamilySync> = f.done.iter().map(|r| FamilySync { family: nft_family(r), full, took: took(r) }).collect();
             let rest = wall.saturating_sub(done.iter().map(|s| s.took).sum());
-            cleanup_failures(m, &f.done);
+            nftables_reports(m, &f.done);
             let all = std::iter::once((f.family, f.phase)).chain(f.more.iter().map(|(family, _, phase)| (*family, *phase)));
             let mut failing = Timed::new();
             for (family, phase) in all {
@@ -146,10 +146,16 @@ pub(super) fn failed(m: &Metrics, engine: &Engine, kind: Kind, failure: &SyncFai
     }
 }
 
-/// kube-proxy's nftables cleanup failures: each family whose stale chains could not be deleted.
-pub(super) fn cleanup_failures(m: &Metrics, reports: &[crate::nftables::sync::Report]) {
+/// kube-proxy's nftables cleanup failures (each family whose stale chains could not be
+/// deleted), and which writer applied each partial sync's transaction (svcproxy's).
+pub(super) fn nftables_reports(m: &Metrics, reports: &[crate::nftables::sync::Report]) {
     for r in reports.iter().filter(|r| r.stale_error.is_some()) {
         m.nftables_cleanup_failures.get_or_create(&FamilyLabel::of(nft_family(r))).inc();
+    }
+    for r in reports {
+        if let Some(via) = r.via {
+            m.nftables_partial_writes.get_or_create(&WriterLabel::of(nft_family(r), via)).inc();
+        }
     }
 }
 
@@ -223,9 +229,27 @@ mod tests {
         m.register_mode(crate::config::Mode::Nftables);
         let mut v6 = Report::new(Family::Ip6);
         v6.stale_error = Some("Error: Could not process rule: Device or resource busy".into());
-        cleanup_failures(&m, &[Report::new(Family::Ip), v6]);
+        nftables_reports(&m, &[Report::new(Family::Ip), v6]);
         let text = m.encode();
         assert!(text.lines().any(|l| l == "kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total{ip_family=\"IPv6\"} 1"), "{text}");
         assert!(!text.contains("nftables_cleanup_failures_total{ip_family=\"IPv4\"}"), "{text}");
+    }
+
+    /// Each partial sync counts its writer; a full sync (no writer recorded) counts none.
+    #[test]
+    fn partial_syncs_count_their_writer() {
+        use crate::nftables::{apply::Via, model::Family, sync::Report};
+        let mut m = Metrics::new();
+        m.register_mode(crate::config::Mode::Nftables);
+        let mut v4 = Report::new(Family::Ip);
+        v4.via = Some(Via::Netlink);
+        let mut v6 = Report::new(Family::Ip6);
+        v6.via = Some(Via::Nft);
+        nftables_reports(&m, &[v4.clone(), v6, Report::new(Family::Ip)]);
+        nftables_reports(&m, &[v4]);
+        let text = m.encode();
+        assert!(text.lines().any(|l| l == "svcproxy_nftables_partial_writes_total{ip_family=\"IPv4\",writer=\"netlink\"} 2"), "{text}");
+        assert!(text.lines().any(|l| l == "svcproxy_nftables_partial_writes_total{ip_family=\"IPv6\",writer=\"nft\"} 1"), "{text}");
+        assert!(!text.contains("writer=\"nft\"} 2") && !text.contains("IPv4\",writer=\"nft\""), "{text}");
     }
 }

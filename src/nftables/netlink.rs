@@ -1,0 +1,219 @@
+//! The netlink writer behind [`Nft`]: every transaction, a full sync's ([`Nft::run`]) or a
+//! partial one's ([`Nft::run_partial`]), is encoded by [`super::wire`] and sent as one
+//! nf_tables batch (atomic, like `nft -f`: the kernel commits all of it or none),
+//! skipping nft's parse and the whole-table read every `nft` run starts with. A
+//! transaction outside the encoder's vocabulary goes to `nft -f` instead (logged once,
+//! counted). The reads (`list`, `names`, `canonical`) are `nft`'s.
+
+use std::os::fd::AsRawFd;
+
+use netlink_sys::{protocols::NETLINK_NETFILTER, Socket};
+
+use super::apply::{ExecNft, Names, Nft, NftError, Via};
+use super::model::Family;
+use super::wire::{self, Batch};
+use crate::netfilter::apply::around;
+
+const NLMSG_ERROR: u16 = 2;
+
+/// Sends one encoded batch (the real one: [`send`]; tests record instead).
+pub type Sender = Box<dyn FnMut(&mut Batch, &str) -> Result<(), NftError> + Send>;
+
+/// Transactions over netlink; reads, and what it cannot encode, through `nft`.
+pub struct NetlinkNft {
+    nft: Box<dyn Nft>,
+    sender: Sender,
+    /// Transactions sent over netlink.
+    pub sent: u64,
+    /// Transactions that went to `nft -f` instead (not encodable).
+    pub fallbacks: u64,
+    warned: bool,
+}
+
+impl NetlinkNft {
+    /// Over this node's kernel: netlink batches and the `nft` binary.
+    pub fn on_node() -> Self {
+        NetlinkNft::new(Box::new(ExecNft::default()), Box::new(send))
+    }
+
+    pub fn new(nft: Box<dyn Nft>, sender: Sender) -> Self {
+        NetlinkNft { nft, sender, sent: 0, fallbacks: 0, warned: false }
+    }
+
+    /// One transaction: a netlink batch, or `nft -f` when not encodable.
+    fn write(&mut self, text: &str) -> Result<Via, NftError> {
+        match wire::encode(text) {
+            Ok(mut batch) => {
+                (self.sender)(&mut batch, text)?;
+                self.sent += 1;
+                Ok(Via::Netlink)
+            }
+            Err(why) => {
+                if !self.warned {
+                    tracing::warn!(reason = %why, "nftables transaction not encodable as netlink; running nft -f (logged once, counted)");
+                    self.warned = true;
+                }
+                self.fallbacks += 1;
+                self.nft.run(text).map(|()| Via::Nft)
+            }
+        }
+    }
+}
+
+impl Nft for NetlinkNft {
+    fn run(&mut self, text: &str) -> Result<(), NftError> {
+        self.write(text).map(|_| ())
+    }
+
+    fn run_partial(&mut self, text: &str) -> Result<Via, NftError> {
+        self.write(text)
+    }
+
+    fn list(&mut self, family: Family) -> Result<Option<String>, NftError> {
+        self.nft.list(family)
+    }
+
+    fn names(&mut self, family: Family) -> Result<Option<Names>, NftError> {
+        self.nft.names(family)
+    }
+
+    fn canonical(&mut self, family: Family, text: &str) -> Result<String, NftError> {
+        self.nft.canonical(family, text)
+    }
+}
+
+fn failed(message: String) -> NftError {
+    NftError::Failed { command: "nf_tables netlink batch".into(), message }
+}
+
+/// Sends one encoded batch and reads the kernel's answer: the acknowledgement of its last
+/// message, or the errors of the messages it refused (then nothing of it was applied).
+pub fn send(batch: &mut Batch, text: &str) -> Result<(), NftError> {
+    let Some((bytes, last)) = batch.finish() else { return Ok(()) };
+    let io = |e: std::io::Error| failed(e.to_string());
+    let mut sock = Socket::new(NETLINK_NETFILTER).map_err(io)?;
+    sock.bind_auto().map_err(io)?;
+    let _ = sock.set_cap_ack(true);
+    let _ = sock.set_ext_ack(true);
+    grow_send_buffer(&sock, bytes.len());
+    let n = sock.send(&bytes, 0).map_err(io)?;
+    if n != bytes.len() {
+        return Err(failed(format!("sent {n} of {} bytes", bytes.len())));
+    }
+    // The kernel handles the batch inside the send: every reply is queued by now.
+    sock.set_non_blocking(true).map_err(io)?;
+    let mut errors: Vec<(u32, i32)> = Vec::new();
+    let mut acked = false;
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        match sock.recv(&mut &mut buf[..], 0) {
+            Ok(0) => break,
+            Ok(n) => {
+                for (seq, errno) in replies(&buf[..n]) {
+                    if errno != 0 {
+                        errors.push((seq, errno));
+                    } else if seq == last {
+                        acked = true;
+                    }
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(e) => return Err(failed(format!("reading the kernel's answer: {e}"))),
+        }
+    }
+    if let Some((seq, errno)) = errors.first() {
+        let why = std::io::Error::from_raw_os_error(*errno).to_string();
+        let lines: Vec<&str> = text.lines().collect();
+        return Err(match batch.line_of(*seq) {
+            Some(line) => NftError::Refused { line, text: lines.get(line - 1).copied().unwrap_or("").to_owned(), message: format!("Error: {why}\n{}", around(&lines, line)) },
+            None => failed(format!("the kernel refused the batch: {why}")),
+        });
+    }
+    if !acked {
+        return Err(failed("the kernel did not acknowledge the batch".into()));
+    }
+    Ok(())
+}
+
+/// The (sequence number, errno) of every `NLMSG_ERROR` in `buf` (errno 0: an ACK).
+fn replies(buf: &[u8]) -> Vec<(u32, i32)> {
+    let mut out = Vec::new();
+    let mut off = 0;
+    while off + 16 <= buf.len() {
+        let word = |at: usize| u32::from_ne_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]]);
+        let len = word(off) as usize;
+        let kind = u16::from_ne_bytes([buf[off + 4], buf[off + 5]]);
+        if len < 16 {
+            break;
+        }
+        if kind == NLMSG_ERROR && off + 20 <= buf.len() && off + 36 <= buf.len() {
+            let errno = -(word(off + 16) as i32);
+            // The refused message's header follows the errno: its sequence number.
+            let seq = word(off + 20 + 8);
+            out.push((seq, errno));
+        }
+        off += (len + 3) & !3;
+    }
+    out
+}
+
+/// A batch is one message to the kernel: the socket's send buffer must hold it (nft
+/// raises it the same way; as root, past the system limit).
+fn grow_send_buffer(sock: &Socket, len: usize) {
+    let want = (len + 4096).min(i32::MAX as usize / 2) as libc::c_int;
+    if len < 200_000 {
+        return;
+    }
+    // SAFETY: setsockopt on a socket we own, with a pointer to a c_int that outlives the call.
+    unsafe {
+        libc::setsockopt(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, (&want as *const libc::c_int).cast(), std::mem::size_of::<libc::c_int>() as libc::socklen_t);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use crate::nftables::fake::{Call, FakeNft};
+
+    #[test]
+    fn transactions_go_over_netlink_unless_not_encodable() {
+        let fake = FakeNft::shared();
+        let sent: Arc<Mutex<Vec<usize>>> = Arc::default();
+        let record = sent.clone();
+        let mut nl = NetlinkNft::new(Box::new(fake.clone()), Box::new(move |b: &mut Batch, _: &str| {
+            record.lock().unwrap().push(b.messages);
+            Ok(())
+        }));
+        assert_eq!(nl.run_partial("add chain ip kube-proxy c\nflush chain ip kube-proxy c\n").unwrap(), Via::Netlink);
+        nl.run("add table ip kube-proxy\n").unwrap();
+        assert_eq!(*sent.lock().unwrap(), [2, 1], "a partial and a full sync's transaction, both as batches");
+        // Not kube-proxy's vocabulary: nft -f runs it (the fake needs its table first).
+        fake.lock().unwrap().run("add table ip kube-proxy\nadd chain ip kube-proxy c\n").unwrap();
+        let odd = "add rule ip kube-proxy c counter\n";
+        assert_eq!(nl.run_partial(odd).unwrap(), Via::Nft);
+        nl.run(odd).unwrap();
+        assert_eq!((nl.sent, nl.fallbacks), (2, 2));
+        assert_eq!(sent.lock().unwrap().len(), 2, "the sender saw only the encodable ones");
+        let calls = fake.lock().unwrap().calls.clone();
+        assert_eq!(calls.iter().filter(|c| **c == Call::Run(odd.to_string())).count(), 2, "{calls:?}");
+        assert!(nl.list(Family::Ip).unwrap().is_some(), "reads are nft's");
+    }
+
+    #[test]
+    fn replies_name_the_refused_message() {
+        let mut buf = Vec::new();
+        for (seq, errno) in [(3u32, -16i32), (7, 0)] {
+            buf.extend_from_slice(&36u32.to_ne_bytes());
+            buf.extend_from_slice(&NLMSG_ERROR.to_ne_bytes());
+            buf.extend_from_slice(&[0; 10]);
+            buf.extend_from_slice(&errno.to_ne_bytes());
+            buf.extend_from_slice(&20u32.to_ne_bytes());
+            buf.extend_from_slice(&[0; 4]);
+            buf.extend_from_slice(&seq.to_ne_bytes());
+            buf.extend_from_slice(&[0; 4]);
+        }
+        assert_eq!(replies(&buf), vec![(3, 16), (7, 0)]);
+    }
+}

@@ -1,0 +1,230 @@
+//! The anonymous sets nft makes for a rule: a constant interval set of addresses and
+//! prefixes (`ip saddr != { A , B }`: sorted, overlapping and adjacent ranges merged, the
+//! gaps' starts marked as interval ends), and numgen's constant verdict map. Both are
+//! sent as nft sends them, with nft's set user data, before the rule that binds them.
+
+use super::attr::{Attrs, Udata};
+use super::batch::{Batch, NEWSET, NEWSETELEM};
+use super::attr::NLM_F_CREATE;
+use super::Fam;
+
+pub const SET_NAME: &str = "__set%d";
+pub const MAP_NAME: &str = "__map%d";
+const SET_ANONYMOUS: u32 = 0x1;
+const SET_CONSTANT: u32 = 0x2;
+const SET_INTERVAL: u32 = 0x4;
+const SET_MAP: u32 = 0x8;
+const TYPE_INTEGER: u32 = 4;
+const TYPE_VERDICT: u32 = 0xffff_ff00;
+const ELEM_INTERVAL_END: u32 = 0x1;
+
+/// An address range as big-endian integers, inclusive.
+fn range(fam: Fam, s: &str) -> Option<(u128, u128)> {
+    let (a, len) = match s.split_once('/') {
+        Some((a, l)) => (a, l.parse::<u32>().ok()?),
+        None => (s, fam.addr_len() * 8),
+    };
+    let bytes = super::expr::addr(fam, a)?;
+    let bits = fam.addr_len() * 8;
+    if len > bits {
+        return None;
+    }
+    let v = bytes.iter().fold(0u128, |acc, b| (acc << 8) | u128::from(*b));
+    let host = if len == bits { 0 } else { (1u128 << (bits - len)) - 1 };
+    Some((v & !host, v | host))
+}
+
+fn key(fam: Fam, v: u128) -> Vec<u8> {
+    let n = fam.addr_len() as usize;
+    v.to_be_bytes()[16 - n..].to_vec()
+}
+
+/// Sends the interval set of `items` (addresses, prefixes); its set id.
+pub fn interval_set(b: &mut Batch, fam: Fam, table: &str, saddr: bool, items: &[&str]) -> Option<u32> {
+    let mut ranges: Vec<(u128, u128)> = items.iter().map(|i| range(fam, i)).collect::<Option<_>>()?;
+    ranges.sort();
+    let mut merged: Vec<(u128, u128)> = Vec::new();
+    for (lo, hi) in ranges {
+        match merged.last_mut() {
+            Some(last) if lo <= last.1.saturating_add(1) => last.1 = last.1.max(hi),
+            _ => merged.push((lo, hi)),
+        }
+    }
+    let max = if fam.addr_len() == 4 { u128::from(u32::MAX) } else { u128::MAX };
+    // (key, interval end, open-ended)
+    let mut elems: Vec<(u128, bool, bool)> = Vec::new();
+    if merged.first().is_some_and(|r| r.0 != 0) {
+        elems.push((0, true, false));
+    }
+    for (lo, hi) in &merged {
+        let open = *hi == max;
+        elems.push((*lo, false, open));
+        if !open {
+            elems.push((hi + 1, true, false));
+        }
+    }
+    // nft sizes the set before dropping an open-ended range's end: two per range, and
+    // the leading end.
+    let size = 2 * merged.len() + usize::from(merged.first().is_some_and(|r| r.0 != 0));
+    let id = b.new_set_id();
+    let (desc, field) = match (fam, saddr) {
+        (Fam::V4, true) => (12, 11),
+        (Fam::V4, false) => (12, 12),
+        (Fam::V6, true) => (13, 8),
+        (Fam::V6, false) => (13, 9),
+    };
+    let mut inner = Udata::default();
+    inner.u32(0, desc).u32(1, field);
+    let mut typeof_ = Udata::default();
+    typeof_.u32(0, 7).put(1, &inner.0);
+    let mut ud = Udata::default();
+    ud.u32(0, 2).u32(2, 1).put(3, &typeof_.0);
+    let mut a = Attrs::default();
+    a.str(1, table)
+        .str(2, SET_NAME)
+        .be32(3, SET_ANONYMOUS | SET_CONSTANT | SET_INTERVAL)
+        .be32(4, fam.addr_type())
+        .be32(5, fam.addr_len())
+        .be32(0xa, id)
+        .nest(9, |d| {
+            d.be32(1, size as u32);
+        })
+        .bytes(0xd, &ud.0);
+    b.push(NEWSET, NLM_F_CREATE, fam, &a);
+    let blobs: Vec<Attrs> = elems
+        .iter()
+        .map(|(k, end, open)| {
+            let mut el = Attrs::default();
+            if *end {
+                el.be32(3, ELEM_INTERVAL_END);
+            }
+            el.nest(1, |kk| {
+                kk.bytes(1, &key(fam, *k));
+            });
+            if *open {
+                let mut u = Udata::default();
+                u.u32(1, 1);
+                el.bytes(6, &u.0);
+            }
+            el
+        })
+        .collect();
+    elements(b, fam, table, SET_NAME, id, &blobs);
+    Some(id)
+}
+
+/// Sends numgen's verdict map (`index : verdict`); its set id.
+pub fn verdict_map(b: &mut Batch, fam: Fam, table: &str, arms: &[(u32, i32, Option<String>)]) -> u32 {
+    let id = b.new_set_id();
+    let mut typeof_ = Udata::default();
+    typeof_.u32(0, 1).put(1, &[]);
+    let mut ud = Udata::default();
+    ud.u32(0, 1).u32(1, 0).put(4, &typeof_.0).u32(6, 0);
+    let mut a = Attrs::default();
+    a.str(1, table)
+        .str(2, MAP_NAME)
+        .be32(3, SET_ANONYMOUS | SET_CONSTANT | SET_MAP)
+        .be32(4, TYPE_INTEGER)
+        .be32(5, 4)
+        .be32(6, TYPE_VERDICT)
+        .be32(7, 0)
+        .be32(0xa, id)
+        .nest(9, |d| {
+            d.be32(1, arms.len() as u32);
+        })
+        .bytes(0xd, &ud.0);
+    b.push(NEWSET, NLM_F_CREATE, fam, &a);
+    let blobs: Vec<Attrs> = arms
+        .iter()
+        .map(|(k, code, chain)| {
+            let mut el = Attrs::default();
+            el.nest(1, |kk| {
+                kk.bytes(1, &k.to_ne_bytes());
+            });
+            el.nest(2, |d| super::expr::verdict_data(d, *code, chain.as_deref()));
+            el
+        })
+        .collect();
+    elements(b, fam, table, MAP_NAME, id, &blobs);
+    id
+}
+
+/// Elements of an anonymous set, each one's attributes already encoded: as many
+/// `NEWSETELEM` messages as it takes to keep the element list under 64 KiB, numbered from
+/// 1 in each message (as libnftnl splits and numbers them).
+fn elements(b: &mut Batch, fam: Fam, table: &str, name: &str, id: u32, blobs: &[Attrs]) {
+    let mut at = 0;
+    while at < blobs.len() {
+        let mut size = 4;
+        let mut end = at;
+        while end < blobs.len() && size + 4 + blobs[end].0.len() <= usize::from(u16::MAX) {
+            size += 4 + blobs[end].0.len();
+            end += 1;
+        }
+        let end = end.max(at + 1);
+        let mut e = Attrs::default();
+        e.str(1, table).str(2, name).be32(4, id).nest(3, |list| {
+            for (i, blob) in blobs[at..end].iter().enumerate() {
+                list.nest(i as u16 + 1, |el| el.0.extend_from_slice(&blob.0));
+            }
+        });
+        b.push(NEWSETELEM, NLM_F_CREATE, fam, &e);
+        at = end;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_clear_host_bits() {
+        assert_eq!(range(Fam::V4, "10.1.2.3/8"), Some((0x0a00_0000, 0x0aff_ffff)));
+        assert_eq!(range(Fam::V4, "10.1.2.3"), Some((0x0a01_0203, 0x0a01_0203)));
+        assert_eq!(range(Fam::V6, "::1/128").map(|r| r.0), Some(1));
+        assert_eq!(range(Fam::V4, "fd00::1"), None);
+    }
+
+    /// The attributes of `buf`: (type without flags, payload).
+    fn attrs(buf: &[u8]) -> Vec<(u16, &[u8])> {
+        let mut out = Vec::new();
+        let mut off = 0;
+        while off + 4 <= buf.len() {
+            let len = u16::from_ne_bytes([buf[off], buf[off + 1]]) as usize;
+            let kind = u16::from_ne_bytes([buf[off + 2], buf[off + 3]]) & 0x7fff;
+            out.push((kind, &buf[off + 4..off + len]));
+            off += (len + 3) & !3;
+        }
+        out
+    }
+
+    /// The interval elements sent: (key, interval end, open-ended).
+    fn sent(items: &[&str]) -> Vec<(Vec<u8>, bool, bool)> {
+        let mut b = Batch::default();
+        interval_set(&mut b, Fam::V4, "t", true, items).unwrap();
+        let (bytes, _) = b.finish().unwrap();
+        // begin (20 bytes), NEWSET, NEWSETELEM, end.
+        let newset = u32::from_ne_bytes(bytes[20..24].try_into().unwrap()) as usize;
+        let at = 20 + newset;
+        let len = u32::from_ne_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+        let msg = &bytes[at + 20..at + len];
+        let list = attrs(msg).into_iter().find(|(k, _)| *k == 3).unwrap().1;
+        attrs(list)
+            .into_iter()
+            .map(|(_, el)| {
+                let a = attrs(el);
+                let key = attrs(a.iter().find(|(k, _)| *k == 1).unwrap().1)[0].1.to_vec();
+                (key, a.iter().any(|(k, v)| *k == 3 && *v == [0, 0, 0, 1]), a.iter().any(|(k, _)| *k == 6))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn interval_sets_merge_and_mark_gaps() {
+        assert_eq!(
+            sent(&["10.128.0.0/9", "10.0.0.0/9", "10.0.0.5"]),
+            [(vec![0, 0, 0, 0], true, false), (vec![10, 0, 0, 0], false, false), (vec![11, 0, 0, 0], true, false)]
+        );
+        assert_eq!(sent(&["0.0.0.0/8", "255.255.255.0/24"]), [(vec![0, 0, 0, 0], false, false), (vec![1, 0, 0, 0], true, false), (vec![255, 255, 255, 0], false, true)]);
+    }
+}

@@ -1,0 +1,124 @@
+//! Netlink framing for nf_tables batches: attributes (type, length, payload padded to
+//! four bytes; nested ones flagged), messages (`nlmsghdr` + `nfgenmsg`) and the batch
+//! begin/end markers around them. Pure bytes, no I/O.
+
+const NLA_F_NESTED: u16 = 0x8000;
+pub const NFNL_SUBSYS_NFTABLES: u16 = 10;
+const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
+const NFNL_MSG_BATCH_END: u16 = 0x11;
+pub const NLM_F_REQUEST: u16 = 0x1;
+pub const NLM_F_ACK: u16 = 0x4;
+pub const NLM_F_CREATE: u16 = 0x400;
+pub const NLM_F_APPEND: u16 = 0x800;
+
+/// Attributes appended to a buffer.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Attrs(pub Vec<u8>);
+
+impl Attrs {
+    pub fn bytes(&mut self, kind: u16, data: &[u8]) -> &mut Self {
+        let len = 4 + data.len();
+        self.0.extend_from_slice(&(len as u16).to_ne_bytes());
+        self.0.extend_from_slice(&kind.to_ne_bytes());
+        self.0.extend_from_slice(data);
+        self.pad();
+        self
+    }
+
+    /// A NUL-terminated string.
+    pub fn str(&mut self, kind: u16, s: &str) -> &mut Self {
+        let mut v = Vec::with_capacity(s.len() + 1);
+        v.extend_from_slice(s.as_bytes());
+        v.push(0);
+        self.bytes(kind, &v)
+    }
+
+    pub fn be32(&mut self, kind: u16, v: u32) -> &mut Self {
+        self.bytes(kind, &v.to_be_bytes())
+    }
+
+    pub fn be64(&mut self, kind: u16, v: u64) -> &mut Self {
+        self.bytes(kind, &v.to_be_bytes())
+    }
+
+    /// A nested attribute holding what `f` writes.
+    pub fn nest(&mut self, kind: u16, f: impl FnOnce(&mut Attrs)) -> &mut Self {
+        let start = self.0.len();
+        self.0.extend_from_slice(&[0, 0]);
+        self.0.extend_from_slice(&(kind | NLA_F_NESTED).to_ne_bytes());
+        f(self);
+        let len = (self.0.len() - start) as u16;
+        self.0[start..start + 2].copy_from_slice(&len.to_ne_bytes());
+        self
+    }
+
+    fn pad(&mut self) {
+        while !self.0.len().is_multiple_of(4) {
+            self.0.push(0);
+        }
+    }
+}
+
+/// One nf_tables message of a batch.
+pub fn message(out: &mut Vec<u8>, kind: u16, flags: u16, seq: u32, family: u8, attrs: &Attrs) {
+    header(out, (NFNL_SUBSYS_NFTABLES << 8) | kind, flags | NLM_F_REQUEST, seq, family, 0, attrs.0.len());
+    out.extend_from_slice(&attrs.0);
+}
+
+fn header(out: &mut Vec<u8>, kind: u16, flags: u16, seq: u32, family: u8, res_id: u16, body: usize) {
+    let len = 16 + 4 + body;
+    out.extend_from_slice(&(len as u32).to_ne_bytes());
+    out.extend_from_slice(&kind.to_ne_bytes());
+    out.extend_from_slice(&flags.to_ne_bytes());
+    out.extend_from_slice(&seq.to_ne_bytes());
+    out.extend_from_slice(&0u32.to_ne_bytes());
+    out.extend_from_slice(&[family, 0]);
+    out.extend_from_slice(&res_id.to_be_bytes());
+}
+
+/// The batch begin marker (`seq`), for the nf_tables subsystem.
+pub fn begin(out: &mut Vec<u8>, seq: u32) {
+    header(out, NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, seq, 0, NFNL_SUBSYS_NFTABLES, 0);
+}
+
+pub fn end(out: &mut Vec<u8>, seq: u32) {
+    header(out, NFNL_MSG_BATCH_END, NLM_F_REQUEST, seq, 0, NFNL_SUBSYS_NFTABLES, 0);
+}
+
+/// nftnl's user data: type-length-value with one-byte type and length.
+#[derive(Debug, Default, Clone)]
+pub struct Udata(pub Vec<u8>);
+
+impl Udata {
+    pub fn put(&mut self, kind: u8, data: &[u8]) -> &mut Self {
+        self.0.push(kind);
+        self.0.push(data.len() as u8);
+        self.0.extend_from_slice(data);
+        self
+    }
+
+    /// A NUL-terminated string (a comment: at most 127 bytes with its NUL, as nft allows).
+    pub fn str(&mut self, kind: u8, s: &str) -> &mut Self {
+        let mut v = s.as_bytes().to_vec();
+        v.push(0);
+        self.put(kind, &v)
+    }
+
+    pub fn u32(&mut self, kind: u8, v: u32) -> &mut Self {
+        self.put(kind, &v.to_ne_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attributes_are_padded_and_nests_measured() {
+        let mut a = Attrs::default();
+        a.str(1, "x").nest(4, |n| {
+            n.be32(1, 3);
+        });
+        assert_eq!(a.0, [6, 0, 1, 0, b'x', 0, 0, 0, 12, 0, 4, 0x80, 8, 0, 1, 0, 0, 0, 0, 3]);
+    }
+}

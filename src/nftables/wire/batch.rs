@@ -1,0 +1,570 @@
+//! `nft -f` text as svcproxy writes it (`add`/`flush`/`delete` of tables, chains, sets,
+//! maps, rules and elements) → one nf_tables netlink batch carrying the same commands as
+//! the messages nft 1.0.6 sends for them. A line outside that vocabulary makes the whole
+//! text [`Unsupported`] (the caller runs `nft` instead).
+
+use std::collections::HashMap;
+
+use super::attr::{self, Attrs, Udata, NLM_F_APPEND, NLM_F_CREATE};
+use super::expr;
+use super::tokens::{self, Cursor};
+use super::Fam;
+
+pub const NEWTABLE: u16 = 0;
+pub const DELTABLE: u16 = 2;
+pub const NEWCHAIN: u16 = 3;
+pub const DELCHAIN: u16 = 5;
+pub const NEWRULE: u16 = 6;
+pub const DELRULE: u16 = 8;
+pub const NEWSET: u16 = 9;
+pub const DELSET: u16 = 11;
+pub const NEWSETELEM: u16 = 12;
+pub const DELSETELEM: u16 = 14;
+
+/// What the netlink writer does not encode (the text goes to `nft` instead).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("not encodable as netlink: {0}")]
+pub struct Unsupported(pub String);
+
+/// A batch being built: its messages, sequence numbers and set ids.
+#[derive(Debug, Default)]
+pub struct Batch {
+    bytes: Vec<u8>,
+    seq: u32,
+    next_id: u32,
+    /// The sets this batch creates, by family and name: their ids.
+    ids: HashMap<(u8, String), u32>,
+    /// How many messages (begin and end not counted).
+    pub messages: usize,
+    /// The text line (1-based) each message came from, by sequence number - 1.
+    pub lines: Vec<usize>,
+    line: usize,
+}
+
+impl Batch {
+    pub fn new_set_id(&mut self) -> u32 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    /// The id of a set this batch creates (nft names it beside the set's name).
+    pub fn set_id(&self, fam: Fam, name: &str) -> Option<u32> {
+        self.ids.get(&(fam.nfproto(), name.to_owned())).copied()
+    }
+
+    pub fn push(&mut self, kind: u16, flags: u16, fam: Fam, a: &Attrs) {
+        if self.bytes.is_empty() {
+            attr::begin(&mut self.bytes, 0);
+        }
+        self.seq += 1;
+        attr::message(&mut self.bytes, kind, flags, self.seq, fam.nfproto(), a);
+        self.messages += 1;
+        self.lines.push(self.line);
+    }
+
+    /// The text line a message (by sequence number) came from.
+    pub fn line_of(&self, seq: u32) -> Option<usize> {
+        self.lines.get((seq as usize).checked_sub(1)?).copied()
+    }
+
+    /// The batch, framed (begin, messages, end; the last message asks for an
+    /// acknowledgement), and the sequence number of that last message. `None`: empty.
+    pub fn finish(&mut self) -> Option<(Vec<u8>, u32)> {
+        if self.messages == 0 {
+            return None;
+        }
+        let last = self.last_message_offset();
+        let flags_at = last + 6;
+        let flags = u16::from_ne_bytes([self.bytes[flags_at], self.bytes[flags_at + 1]]) | attr::NLM_F_ACK;
+        self.bytes[flags_at..flags_at + 2].copy_from_slice(&flags.to_ne_bytes());
+        let seq = self.seq;
+        let mut bytes = std::mem::take(&mut self.bytes);
+        attr::end(&mut bytes, seq + 1);
+        Some((bytes, seq))
+    }
+
+    fn last_message_offset(&self) -> usize {
+        let mut off = 0;
+        let mut last = 0;
+        while off + 4 <= self.bytes.len() {
+            let len = u32::from_ne_bytes([self.bytes[off], self.bytes[off + 1], self.bytes[off + 2], self.bytes[off + 3]]) as usize;
+            last = off;
+            off += (len + 3) & !3;
+        }
+        last
+    }
+}
+
+/// Encodes every line of `text`.
+pub fn encode(text: &str) -> Result<Batch, Unsupported> {
+    let mut b = Batch::default();
+    for (n, line) in text.lines().enumerate() {
+        if line.trim().is_empty() || line.trim_start().starts_with('#') {
+            continue;
+        }
+        b.line = n + 1;
+        command(&mut b, line).map_err(|Unsupported(why)| Unsupported(format!("line {}: {why}: {line:?}", n + 1)))?;
+    }
+    Ok(b)
+}
+
+fn unsupported(what: &str) -> Unsupported {
+    Unsupported(what.to_owned())
+}
+
+fn command(b: &mut Batch, line: &str) -> Result<(), Unsupported> {
+    let toks = tokens::split(line).ok_or_else(|| unsupported("an unclosed quote"))?;
+    let mut cur = Cursor::new(toks);
+    let verb = cur.word().ok_or_else(|| unsupported("no verb"))?;
+    let object = cur.word().ok_or_else(|| unsupported("no object"))?;
+    let fam = match cur.word() {
+        Some("ip") => Fam::V4,
+        Some("ip6") => Fam::V6,
+        _ => return Err(unsupported("a family other than ip, ip6")),
+    };
+    let table = cur.word().ok_or_else(|| unsupported("no table"))?;
+    match (verb, object) {
+        ("add", "table") => add_table(b, fam, table, &mut cur),
+        ("delete", "table") => {
+            if !cur.done() {
+                return Err(unsupported("words after the table"));
+            }
+            let mut a = Attrs::default();
+            a.str(1, table);
+            b.push(DELTABLE, 0, fam, &a);
+            Ok(())
+        }
+        ("add", "chain") => add_chain(b, fam, table, &mut cur),
+        ("add", "set") | ("add", "map") => add_set(b, fam, table, object == "map", &mut cur),
+        ("add", "rule") => add_rule(b, fam, table, &mut cur),
+        ("add", "element") | ("delete", "element") => element(b, fam, table, verb == "add", &mut cur),
+        ("flush", "chain") | ("delete", "chain") => {
+            let name = one_name(&mut cur)?;
+            let mut a = Attrs::default();
+            a.str(1, table);
+            if verb == "flush" {
+                a.str(2, name);
+                b.push(DELRULE, 0, fam, &a);
+            } else {
+                a.str(3, name);
+                b.push(DELCHAIN, 0, fam, &a);
+            }
+            Ok(())
+        }
+        ("flush", "set") | ("flush", "map") => {
+            let name = one_name(&mut cur)?;
+            let mut a = Attrs::default();
+            a.str(2, name).str(1, table);
+            b.push(DELSETELEM, 0, fam, &a);
+            Ok(())
+        }
+        ("delete", "set") | ("delete", "map") => {
+            let name = one_name(&mut cur)?;
+            let mut a = Attrs::default();
+            a.str(1, table).str(2, name);
+            b.push(DELSET, 0, fam, &a);
+            Ok(())
+        }
+        _ => Err(unsupported("a command other than add/flush/delete of table, chain, set, map, rule, element")),
+    }
+}
+
+fn one_name<'a>(cur: &mut Cursor<'a>) -> Result<&'a str, Unsupported> {
+    let name = cur.word().ok_or_else(|| unsupported("no name"))?;
+    if !cur.done() {
+        return Err(unsupported("words after the name"));
+    }
+    Ok(name)
+}
+
+fn comment_udata(c: &str) -> Result<Vec<u8>, Unsupported> {
+    if c.len() >= 128 {
+        return Err(unsupported("a comment over 127 bytes"));
+    }
+    let mut u = Udata::default();
+    u.str(0, c);
+    Ok(u.0)
+}
+
+/// `{ comment "X" ; }` (tables), or the parts of a chain's or set's spec, as (key, words).
+fn spec<'a>(cur: &mut Cursor<'a>) -> Result<Vec<(&'a str, Vec<tokens::Tok<'a>>)>, Unsupported> {
+    let mut out = Vec::new();
+    if cur.done() {
+        return Ok(out);
+    }
+    cur.expect("{").ok_or_else(|| unsupported("a spec not in braces"))?;
+    let mut part: Vec<tokens::Tok<'a>> = Vec::new();
+    loop {
+        if let Some(q) = cur.quoted() {
+            part.push(tokens::Tok::Quoted(q));
+            continue;
+        }
+        match cur.word() {
+            None => return Err(unsupported("an unclosed spec")),
+            Some(w @ (";" | "}")) => {
+                if let Some(first) = part.first() {
+                    let key = first.word().ok_or_else(|| unsupported("a spec part starting with a string"))?;
+                    out.push((key, part.split_off(1)));
+                    part.clear();
+                }
+                if w == "}" {
+                    return if cur.done() { Ok(out) } else { Err(unsupported("words after a spec")) };
+                }
+            }
+            Some(w) => part.push(tokens::Tok::Word(w)),
+        }
+    }
+}
+
+fn quoted_of(words: &[tokens::Tok<'_>]) -> Result<String, Unsupported> {
+    match words {
+        [tokens::Tok::Quoted(q)] => Ok((*q).to_owned()),
+        _ => Err(unsupported("a comment that is not one quoted string")),
+    }
+}
+
+fn add_table(b: &mut Batch, fam: Fam, table: &str, cur: &mut Cursor<'_>) -> Result<(), Unsupported> {
+    let mut a = Attrs::default();
+    a.str(1, table).be32(2, 0);
+    for (key, words) in spec(cur)? {
+        match key {
+            "comment" => {
+                a.bytes(6, &comment_udata(&quoted_of(&words)?)?);
+            }
+            _ => return Err(unsupported("a table spec other than a comment")),
+        }
+    }
+    b.push(NEWTABLE, 0, fam, &a);
+    Ok(())
+}
+
+fn hook_number(h: &str) -> Option<u32> {
+    Some(match h {
+        "prerouting" => 0,
+        "input" => 1,
+        "forward" => 2,
+        "output" => 3,
+        "postrouting" => 4,
+        _ => return None,
+    })
+}
+
+fn add_chain(b: &mut Batch, fam: Fam, table: &str, cur: &mut Cursor<'_>) -> Result<(), Unsupported> {
+    let name = cur.word().ok_or_else(|| unsupported("no chain name"))?;
+    let mut a = Attrs::default();
+    a.str(1, table).str(3, name);
+    let mut comment = None;
+    for (key, words) in spec(cur)? {
+        match key {
+            "type" => {
+                let w: Vec<&str> = words.iter().filter_map(|t| t.word()).collect();
+                let [kind, "hook", hook, "priority", prio] = w.as_slice() else { return Err(unsupported("a chain type other than `type K hook H priority N`")) };
+                let hook = hook_number(hook).ok_or_else(|| unsupported("an unknown hook"))?;
+                let prio: i32 = prio.parse().map_err(|_| unsupported("a priority that is not a number"))?;
+                a.str(7, kind).nest(4, |h| {
+                    h.be32(1, hook).be32(2, prio as u32);
+                });
+            }
+            "comment" => comment = Some(quoted_of(&words)?),
+            _ => return Err(unsupported("a chain spec other than type and comment")),
+        }
+    }
+    if let Some(c) = comment {
+        a.bytes(0xc, &comment_udata(&c)?);
+    }
+    b.push(NEWCHAIN, NLM_F_CREATE, fam, &a);
+    Ok(())
+}
+
+/// A set or map key type: (nft's type id, length in the key, its parts' ids).
+fn key_type(fam: Fam, words: &[&str]) -> Option<(u32, u32, usize)> {
+    let mut id = 0u32;
+    let mut len = 0u32;
+    let mut parts = 0;
+    for (i, w) in words.iter().enumerate() {
+        if i % 2 == 1 {
+            if *w != "." {
+                return None;
+            }
+            continue;
+        }
+        let (t, l): (u32, u32) = match *w {
+            "ipv4_addr" if fam == Fam::V4 => (7, 4),
+            "ipv6_addr" if fam == Fam::V6 => (8, 16),
+            "inet_proto" => (12, 1),
+            "inet_service" => (13, 2),
+            _ => return None,
+        };
+        id = (id << 6) | t;
+        len += l.div_ceil(4) * 4;
+        parts += 1;
+    }
+    (parts > 0).then_some((id, len, parts))
+}
+
+fn add_set(b: &mut Batch, fam: Fam, table: &str, is_map: bool, cur: &mut Cursor<'_>) -> Result<(), Unsupported> {
+    let name = cur.word().ok_or_else(|| unsupported("no set name"))?;
+    let mut flags = 0u32;
+    let mut timeout = None;
+    let mut comment = None;
+    let mut typ: Option<(u32, u32, usize)> = None;
+    for (key, words) in spec(cur)? {
+        let w: Vec<&str> = words.iter().filter_map(|t| t.word()).collect();
+        match key {
+            "type" => {
+                let (k, v) = match w.iter().position(|x| *x == ":") {
+                    Some(p) => (&w[..p], Some(&w[p + 1..])),
+                    None => (&w[..], None),
+                };
+                if is_map != v.is_some() || v.is_some_and(|v| v != ["verdict"]) {
+                    return Err(unsupported("a map whose values are not verdicts"));
+                }
+                typ = Some(key_type(fam, k).ok_or_else(|| unsupported("a set type outside kube-proxy's"))?);
+            }
+            "flags" => {
+                for f in w.iter().flat_map(|f| f.split(',')).filter(|f| !f.is_empty()) {
+                    flags |= match f {
+                        "dynamic" => 0x20,
+                        "timeout" => 0x10,
+                        _ => return Err(unsupported("a set flag other than dynamic, timeout")),
+                    };
+                }
+            }
+            "timeout" => {
+                let [t] = w.as_slice() else { return Err(unsupported("a timeout of several words")) };
+                let secs: u64 = t.strip_suffix('s').and_then(|s| s.parse().ok()).ok_or_else(|| unsupported("a timeout not in seconds"))?;
+                timeout = Some(secs * 1000);
+            }
+            "comment" => comment = Some(quoted_of(&words)?),
+            _ => return Err(unsupported("a set spec other than type, flags, timeout, comment")),
+        }
+    }
+    let (key_id, key_len, parts) = typ.ok_or_else(|| unsupported("a set without a type"))?;
+    // A plain set holds one address; a map's key is a concatenation (nft's user data differ).
+    if (parts == 1) == is_map || (parts == 1 && key_len != fam.addr_len()) {
+        return Err(unsupported("a set or map shape outside kube-proxy's"));
+    }
+    let id = b.new_set_id();
+    b.ids.insert((fam.nfproto(), name.to_owned()), id);
+    let mut ud = Udata::default();
+    let mut a = Attrs::default();
+    a.str(1, table).str(2, name);
+    if is_map {
+        a.be32(3, flags | 0x8).be32(4, key_id).be32(5, key_len).be32(6, 0xffff_ff00).be32(7, 0);
+        let mut typeof_ = Udata::default();
+        typeof_.u32(0, 13).put(1, &[]);
+        ud.u32(0, 0).u32(1, 0).put(3, &typeof_.0).u32(6, 0);
+    } else {
+        a.be32(3, flags).be32(4, key_id).be32(5, key_len);
+        ud.u32(0, 2);
+    }
+    a.be32(0xa, id);
+    if let Some(t) = timeout {
+        a.be64(0xb, t);
+    }
+    if let Some(c) = comment {
+        let c = comment_udata(&c)?;
+        ud.put(7, &c[2..]);
+    }
+    a.bytes(0xd, &ud.0);
+    b.push(NEWSET, NLM_F_CREATE, fam, &a);
+    Ok(())
+}
+
+fn add_rule(b: &mut Batch, fam: Fam, table: &str, cur: &mut Cursor<'_>) -> Result<(), Unsupported> {
+    let chain = cur.word().ok_or_else(|| unsupported("no chain"))?;
+    let (exprs, comment) = expr::rule(b, fam, table, cur)?;
+    let mut a = Attrs::default();
+    a.str(1, table).str(2, chain).nest(4, |n| n.0.extend_from_slice(&exprs.0));
+    if let Some(c) = comment {
+        a.bytes(7, &comment_udata(&c)?);
+    }
+    b.push(NEWRULE, NLM_F_CREATE | NLM_F_APPEND, fam, &a);
+    Ok(())
+}
+
+/// One key part: an address (as is), a protocol or a port (padded to four bytes).
+fn key_part(fam: Fam, w: &str, concat: bool) -> Option<Vec<u8>> {
+    if let Some(a) = expr::addr(fam, w) {
+        return Some(a);
+    }
+    if !concat {
+        return None;
+    }
+    if let Some(p) = expr::proto_number(w) {
+        return Some(vec![p, 0, 0, 0]);
+    }
+    let port: u16 = w.parse().ok()?;
+    let [hi, lo] = port.to_be_bytes();
+    Some(vec![hi, lo, 0, 0])
+}
+
+fn element(b: &mut Batch, fam: Fam, table: &str, add: bool, cur: &mut Cursor<'_>) -> Result<(), Unsupported> {
+    let set = cur.word().ok_or_else(|| unsupported("no set"))?;
+    cur.expect("{").ok_or_else(|| unsupported("an element not in braces"))?;
+    let mut key_words = Vec::new();
+    let mut comment = None;
+    let mut value = None;
+    loop {
+        if let Some(q) = cur.quoted() {
+            if key_words.last() != Some(&"comment") {
+                return Err(unsupported("a string outside a comment"));
+            }
+            key_words.pop();
+            comment = Some(q.to_owned());
+            continue;
+        }
+        match cur.word() {
+            None => return Err(unsupported("an unclosed element")),
+            Some("}") => break,
+            Some(",") => return Err(unsupported("several elements on one line")),
+            Some(":") => {
+                let v = cur.word().ok_or_else(|| unsupported("no value"))?;
+                value = Some(expr::verdict(v, cur).ok_or_else(|| unsupported("a value that is not a verdict"))?);
+            }
+            Some(w) => key_words.push(w),
+        }
+    }
+    if !cur.done() {
+        return Err(unsupported("words after an element"));
+    }
+    let parts: Vec<&str> = key_words.iter().copied().filter(|w| *w != ".").collect();
+    let concat = parts.len() > 1;
+    let mut key = Vec::new();
+    for p in &parts {
+        key.extend(key_part(fam, p, concat).ok_or_else(|| unsupported("a key part outside kube-proxy's"))?);
+    }
+    let comment = comment.map(|c| comment_udata(&c)).transpose()?;
+    let id = b.set_id(fam, set);
+    let mut a = Attrs::default();
+    a.str(1, table).str(2, set);
+    if add {
+        if let Some(id) = id {
+            a.be32(4, id);
+        }
+    }
+    a.nest(3, |list| {
+        list.nest(1, |el| {
+            el.nest(1, |k| {
+                k.bytes(1, &key);
+            });
+            if add {
+                if let Some((code, chain)) = value {
+                    el.nest(2, |d| expr::verdict_data(d, code, chain));
+                }
+                if let Some(c) = &comment {
+                    el.bytes(6, c);
+                }
+            }
+        });
+    });
+    b.push(if add { NEWSETELEM } else { DELSETELEM }, if add { NLM_F_CREATE } else { 0 }, fam, &a);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// (message type, payload after nfgenmsg) of every nf_tables message in a finished
+    /// batch (begin and end left out).
+    pub(crate) fn messages(text: &str) -> Vec<(u16, Vec<u8>)> {
+        let mut b = encode(text).unwrap();
+        let (bytes, _) = b.finish().unwrap();
+        let mut out = Vec::new();
+        let mut off = 0;
+        while off < bytes.len() {
+            let len = u32::from_ne_bytes(bytes[off..off + 4].try_into().unwrap()) as usize;
+            let kind = u16::from_ne_bytes(bytes[off + 4..off + 6].try_into().unwrap());
+            if kind >> 8 == attr::NFNL_SUBSYS_NFTABLES {
+                out.push((kind & 0xff, bytes[off + 20..off + len].to_vec()));
+            }
+            off += (len + 3) & !3;
+        }
+        out
+    }
+
+    fn contains(hay: &[u8], needle: &[u8]) -> bool {
+        hay.windows(needle.len()).any(|w| w == needle)
+    }
+
+    #[test]
+    fn text_outside_kube_proxys_vocabulary_is_unsupported() {
+        for line in [
+            "add table inet kube-proxy",
+            "add rule ip kube-proxy c counter",
+            "add rule ip kube-proxy c tcp dport 80 accept",
+            "add set ip kube-proxy s { type ether_addr ; }",
+            "add set ip kube-proxy s { type ipv4_addr ; flags interval ; }",
+            "add map ip kube-proxy m { type ipv4_addr : ipv4_addr ; }",
+            "add element ip kube-proxy s { 10.0.0.1 , 10.0.0.2 }",
+            "add rule ip kube-proxy c ip6 daddr ::1 drop",
+            "insert rule ip kube-proxy c drop",
+        ] {
+            assert!(encode(line).is_err(), "{line}");
+        }
+        assert!(encode("# a comment\n\nadd chain ip kube-proxy c\n").is_ok());
+        assert_eq!(messages("delete table ip6 kube-proxy\n").iter().map(|m| m.0).collect::<Vec<_>>(), [DELTABLE]);
+        assert!(encode("delete table ip kube-proxy now\n").is_err());
+    }
+
+    #[test]
+    fn every_message_is_framed_and_only_the_last_asks_for_an_ack() {
+        let mut b = encode("add table ip kube-proxy\nadd chain ip kube-proxy c\nflush chain ip kube-proxy c\n").unwrap();
+        assert_eq!(b.line_of(3), Some(3));
+        let (bytes, last) = b.finish().unwrap();
+        assert_eq!(last, 3);
+        let mut off = 0;
+        let mut seen = Vec::new();
+        while off < bytes.len() {
+            let len = u32::from_ne_bytes(bytes[off..off + 4].try_into().unwrap()) as usize;
+            let kind = u16::from_ne_bytes(bytes[off + 4..off + 6].try_into().unwrap());
+            let flags = u16::from_ne_bytes(bytes[off + 6..off + 8].try_into().unwrap());
+            let seq = u32::from_ne_bytes(bytes[off + 8..off + 12].try_into().unwrap());
+            seen.push((kind, flags & attr::NLM_F_ACK != 0, seq));
+            off += (len + 3) & !3;
+        }
+        assert_eq!(off, bytes.len());
+        let nft = |t: u16| (10 << 8) | t;
+        assert_eq!(seen, [(0x10, false, 0), (nft(NEWTABLE), false, 1), (nft(NEWCHAIN), false, 2), (nft(DELRULE), true, 3), (0x11, false, 4)]);
+    }
+
+    #[test]
+    fn concatenations_use_nfts_registers() {
+        // ip6: the address fills register 1, the protocol goes into register 2 (a 128-bit
+        // one, at byte 16), the port into 32-bit register 13 (byte 20).
+        let m = messages("add rule ip6 kube-proxy services ip6 daddr . meta l4proto . th dport vmap @service-ips\n");
+        let rule = &m.iter().find(|(k, _)| *k == NEWRULE).unwrap().1;
+        let meta_dreg_2 = [8, 0, 2, 0, 0, 0, 0, 16, 8, 0, 1, 0, 0, 0, 0, 2];
+        assert!(contains(rule, &meta_dreg_2), "meta l4proto into register 2");
+        let payload_reg_13 = [8, 0, 1, 0, 0, 0, 0, 13, 8, 0, 2, 0, 0, 0, 0, 2];
+        assert!(contains(rule, &payload_reg_13), "th dport into register 13");
+        // ip: 9 and 10.
+        let m = messages("add rule ip kube-proxy services ip daddr . meta l4proto . th dport vmap @service-ips\n");
+        let rule = &m.iter().find(|(k, _)| *k == NEWRULE).unwrap().1;
+        assert!(contains(rule, &[8, 0, 2, 0, 0, 0, 0, 16, 8, 0, 1, 0, 0, 0, 0, 9]));
+        assert!(contains(rule, &[8, 0, 1, 0, 0, 0, 0, 10, 8, 0, 2, 0, 0, 0, 0, 2]));
+    }
+
+    #[test]
+    fn a_large_numgen_map_is_split_under_64k_per_message() {
+        let arms: Vec<String> = (0..2000).map(|i| format!("{i} : goto endpoint-XXXXXXXX-ns/name/tcp/port__10.{}.{}.1/8080", i / 256, i % 256)).collect();
+        let text = format!("add rule ip kube-proxy service-x numgen random mod 2000 vmap {{ {} }}\n", arms.join(" , "));
+        let m = messages(&text);
+        let elems: Vec<&Vec<u8>> = m.iter().filter(|(k, _)| *k == NEWSETELEM).map(|(_, p)| p).collect();
+        assert!(elems.len() >= 2, "{} element messages", elems.len());
+        assert!(elems.iter().all(|p| p.len() < 65536 + 64));
+        let total: usize = elems.iter().map(|p| p.windows(9).filter(|w| w == b"endpoint-").count()).sum();
+        assert_eq!(total, 2000);
+        assert_eq!(m.iter().filter(|(k, _)| *k == NEWSET).count(), 1);
+        assert_eq!(m.last().unwrap().0, NEWRULE, "the rule binds the map after its elements");
+    }
+
+    #[test]
+    fn a_set_element_key_pads_each_part_to_four_bytes() {
+        let m = messages("add element ip kube-proxy service-ips { 10.0.0.1 . tcp . 80 comment \"ns/a:p\" : goto x }\n");
+        let p = &m[0].1;
+        assert!(contains(p, &[10, 0, 0, 1, 6, 0, 0, 0, 0, 80, 0, 0]));
+        assert!(contains(p, b"\x00\x07ns/a:p\x00"), "the comment as nftnl user data");
+    }
+}

@@ -1,0 +1,435 @@
+//! A rule's words (the vocabulary svcproxy's nftables renderer writes, as kube-proxy
+//! writes it) → nf_tables expressions, exactly as nft 1.0.6 encodes them, so that
+//! `nft list` prints the rule back as it prints nft's own: the register choice of
+//! concatenations, prefixes loaded as whole bytes (or the whole address and masked), a
+//! one-element anonymous set turned into a comparison, merged intervals of an anonymous
+//! set, numgen's anonymous verdict map. Anything else is [`Unsupported`].
+
+use std::net::IpAddr;
+
+use super::attr::Attrs;
+use super::batch::{Batch, Unsupported};
+use super::tokens::Cursor;
+use super::Fam;
+
+const NFT_REG_VERDICT: u32 = 0;
+const NFT_PAYLOAD_NETWORK: u32 = 1;
+const NFT_PAYLOAD_TRANSPORT: u32 = 2;
+const CMP_EQ: u32 = 0;
+const CMP_NEQ: u32 = 1;
+const META_MARK: u32 = 3;
+const META_IIFNAME: u32 = 6;
+const META_L4PROTO: u32 = 16;
+pub const VERDICT_DROP: i32 = 0;
+pub const VERDICT_ACCEPT: i32 = 1;
+pub const VERDICT_JUMP: i32 = -3;
+pub const VERDICT_GOTO: i32 = -4;
+pub const VERDICT_RETURN: i32 = -5;
+
+/// An expression list being built.
+struct Exprs(Attrs);
+
+impl Exprs {
+    fn expr(&mut self, name: &str, f: impl FnOnce(&mut Attrs)) {
+        self.0.nest(1, |e| {
+            e.str(1, name);
+            e.nest(2, f);
+        });
+    }
+
+    fn payload(&mut self, dreg: u32, base: u32, offset: u32, len: u32) {
+        self.expr("payload", |a| {
+            a.be32(1, dreg).be32(2, base).be32(3, offset).be32(4, len);
+        });
+    }
+
+    fn cmp(&mut self, op: u32, data: &[u8]) {
+        self.expr("cmp", |a| {
+            a.be32(1, 1).be32(2, op).nest(3, |d| {
+                d.bytes(1, data);
+            });
+        });
+    }
+
+    /// `with_op`: nft writes the boolean operation attribute for `mark` arithmetic only.
+    fn bitwise(&mut self, mask: &[u8], xor: &[u8], with_op: bool) {
+        self.expr("bitwise", |a| {
+            a.be32(1, 1).be32(2, 1);
+            if with_op {
+                a.be32(6, 0);
+            }
+            a.be32(3, mask.len() as u32).nest(4, |m| {
+                m.bytes(1, mask);
+            });
+            a.nest(5, |x| {
+                x.bytes(1, xor);
+            });
+        });
+    }
+
+    fn meta_load(&mut self, key: u32, dreg: u32) {
+        self.expr("meta", |a| {
+            a.be32(2, key).be32(1, dreg);
+        });
+    }
+
+    fn verdict(&mut self, code: i32, chain: Option<&str>) {
+        self.expr("immediate", |a| {
+            a.be32(1, NFT_REG_VERDICT).nest(2, |d| {
+                verdict_data(d, code, chain);
+            });
+        });
+    }
+
+    fn immediate(&mut self, dreg: u32, data: &[u8]) {
+        self.expr("immediate", |a| {
+            a.be32(1, dreg).nest(2, |d| {
+                d.bytes(1, data);
+            });
+        });
+    }
+
+    fn lookup(&mut self, set: &str, id: Option<u32>, dreg: Option<u32>, inverted: bool) {
+        self.expr("lookup", |a| {
+            a.be32(2, 1);
+            if let Some(d) = dreg {
+                a.be32(3, d);
+            }
+            a.str(1, set);
+            if let Some(id) = id {
+                a.be32(4, id);
+            }
+            if inverted {
+                a.be32(5, 1);
+            }
+        });
+    }
+}
+
+/// `NFTA_DATA_VERDICT` inside a data attribute.
+pub fn verdict_data(d: &mut Attrs, code: i32, chain: Option<&str>) {
+    d.nest(2, |v| {
+        v.be32(1, code as u32);
+        if let Some(c) = chain {
+            v.str(2, c);
+        }
+    });
+}
+
+/// The register nft loads the part of a concatenation at byte `offset` into.
+fn concat_reg(offset: u32) -> u32 {
+    if offset.is_multiple_of(16) { 1 + offset / 16 } else { 8 + offset / 4 }
+}
+
+/// `verdict [chain]` words → (code, chain).
+pub fn verdict<'a>(word: &str, cur: &mut Cursor<'a>) -> Option<(i32, Option<&'a str>)> {
+    Some(match word {
+        "jump" => (VERDICT_JUMP, Some(cur.word()?)),
+        "goto" => (VERDICT_GOTO, Some(cur.word()?)),
+        "drop" => (VERDICT_DROP, None),
+        "accept" => (VERDICT_ACCEPT, None),
+        "return" => (VERDICT_RETURN, None),
+        _ => return None,
+    })
+}
+
+pub fn proto_number(p: &str) -> Option<u8> {
+    match p {
+        "tcp" => Some(6),
+        "udp" => Some(17),
+        "sctp" => Some(132),
+        _ => None,
+    }
+}
+
+/// An address of the family, as bytes.
+pub fn addr(fam: Fam, s: &str) -> Option<Vec<u8>> {
+    match (fam, s.parse::<IpAddr>().ok()?) {
+        (Fam::V4, IpAddr::V4(a)) => Some(a.octets().to_vec()),
+        (Fam::V6, IpAddr::V6(a)) => Some(a.octets().to_vec()),
+        _ => None,
+    }
+}
+
+/// `ADDR` or `ADDR/LEN` → (bytes, prefix length), the host bits cleared.
+fn prefix(fam: Fam, s: &str) -> Option<(Vec<u8>, u32)> {
+    let (a, len) = match s.split_once('/') {
+        Some((a, l)) => (a, l.parse::<u32>().ok()?),
+        None => (s, fam.addr_len() * 8),
+    };
+    let mut bytes = addr(fam, a)?;
+    if len > fam.addr_len() * 8 {
+        return None;
+    }
+    for (i, b) in bytes.iter_mut().enumerate() {
+        let bits = (len as usize).saturating_sub(i * 8).min(8);
+        *b &= if bits == 0 { 0 } else { 0xffu8 << (8 - bits) };
+    }
+    Some((bytes, len))
+}
+
+/// Encodes one rule's words; anonymous sets it needs go into `b` first.
+pub fn rule(b: &mut Batch, fam: Fam, table: &str, cur: &mut Cursor<'_>) -> Result<(Attrs, Option<String>), Unsupported> {
+    let mut x = Exprs(Attrs::default());
+    let mut comment = None;
+    while let Some(w) = cur.word() {
+        statement(b, fam, table, w, cur, &mut x, &mut comment).ok_or_else(|| Unsupported(format!("rule word {w:?}")))?;
+    }
+    if !cur.done() {
+        return Err(Unsupported("a quoted string where a word belongs".into()));
+    }
+    Ok((x.0, comment))
+}
+
+fn statement<'a>(b: &mut Batch, fam: Fam, table: &str, w: &'a str, cur: &mut Cursor<'a>, x: &mut Exprs, comment: &mut Option<String>) -> Option<()> {
+    match w {
+        "comment" => *comment = Some(cur.quoted()?.to_owned()),
+        "ct" => {
+            cur.expect("state")?;
+            cur.expect("new")?;
+            x.expr("ct", |a| {
+                a.be32(2, 0).be32(1, 1);
+            });
+            x.bitwise(&8u32.to_ne_bytes(), &[0; 4], false);
+            x.cmp(CMP_NEQ, &[0; 4]);
+        }
+        "ip" | "ip6" => {
+            if (w == "ip") != (fam == Fam::V4) {
+                return None;
+            }
+            address_match(b, fam, table, cur, x)?;
+        }
+        "meta" => {
+            cur.expect("l4proto")?;
+            if cur.eat(".") {
+                x.meta_load(META_L4PROTO, 1);
+                port_lookup(cur, x, 4)?;
+            } else {
+                let p = proto_number(cur.word()?)?;
+                x.meta_load(META_L4PROTO, 1);
+                x.cmp(CMP_EQ, &[p]);
+            }
+        }
+        "fib" => {
+            let flags = match cur.word()? {
+                "saddr" => 1,
+                "daddr" => 2,
+                _ => return None,
+            };
+            cur.expect("type")?;
+            cur.expect("local")?;
+            x.expr("fib", |a| {
+                a.be32(3, flags).be32(2, 3).be32(1, 1);
+            });
+            x.cmp(CMP_EQ, &2u32.to_ne_bytes());
+        }
+        "iifname" => {
+            let neg = cur.eat("!=");
+            let name = cur.word()?;
+            let data = match name.strip_suffix('*') {
+                Some(p) => p.as_bytes().to_vec(),
+                None => {
+                    let mut v = name.as_bytes().to_vec();
+                    if v.len() >= 16 {
+                        return None;
+                    }
+                    v.resize(16, 0);
+                    v
+                }
+            };
+            x.meta_load(META_IIFNAME, 1);
+            x.cmp(if neg { CMP_NEQ } else { CMP_EQ }, &data);
+        }
+        "numgen" => numgen(b, fam, table, cur, x)?,
+        "update" => {
+            let set = cur.word()?.strip_prefix('@')?;
+            cur.expect("{")?;
+            let ip = cur.word()?;
+            if (ip == "ip") != (fam == Fam::V4) {
+                return None;
+            }
+            cur.expect("saddr")?;
+            cur.expect("}")?;
+            x.payload(1, NFT_PAYLOAD_NETWORK, fam.saddr_off(), fam.addr_len());
+            let id = b.set_id(fam, set);
+            x.expr("dynset", |a| {
+                a.be32(4, 1).be32(3, 1).str(1, set);
+                if let Some(id) = id {
+                    a.be32(2, id);
+                }
+            });
+        }
+        "mark" => mark(cur, x)?,
+        "masquerade" => {
+            let flags = if cur.eat("fully-random") { 0x10 } else { 0 };
+            x.expr("masq", |a| {
+                if flags != 0 {
+                    a.be32(1, flags);
+                }
+            });
+        }
+        "dnat" => {
+            cur.expect("to")?;
+            let (ip, port) = dnat_target(fam, cur.word()?)?;
+            x.immediate(1, &ip);
+            x.immediate(2, &port.to_be_bytes());
+            x.expr("nat", |a| {
+                a.be32(1, 1).be32(2, fam.nfproto() as u32).be32(3, 1).be32(5, 2).be32(7, 2);
+            });
+        }
+        "reject" => {
+            let code = fam.reject_code();
+            x.expr("reject", |a| {
+                a.be32(1, 0).bytes(2, &[code]);
+            });
+        }
+        other => {
+            let (code, chain) = verdict(other, cur)?;
+            x.verdict(code, chain);
+        }
+    }
+    Some(())
+}
+
+/// `ip daddr|saddr …` after the family word.
+fn address_match(b: &mut Batch, fam: Fam, table: &str, cur: &mut Cursor<'_>, x: &mut Exprs) -> Option<()> {
+    let (off, saddr) = match cur.word()? {
+        "saddr" => (fam.saddr_off(), true),
+        "daddr" => (fam.daddr_off(), false),
+        _ => return None,
+    };
+    if cur.eat(".") {
+        x.payload(1, NFT_PAYLOAD_NETWORK, off, fam.addr_len());
+        cur.expect("meta")?;
+        cur.expect("l4proto")?;
+        x.meta_load(META_L4PROTO, concat_reg(fam.addr_len()));
+        cur.expect(".")?;
+        return port_lookup(cur, x, fam.addr_len() + 4);
+    }
+    let neg = cur.eat("!=");
+    let value = cur.word()?;
+    if let Some(set) = value.strip_prefix('@') {
+        x.payload(1, NFT_PAYLOAD_NETWORK, off, fam.addr_len());
+        let id = b.set_id(fam, set);
+        x.lookup(set, id, None, neg);
+        return Some(());
+    }
+    if value == "{" {
+        let items = cur.braced()?;
+        if items.len() == 1 {
+            return compare(fam, off, items[0], neg, x);
+        }
+        let id = super::anon::interval_set(b, fam, table, saddr, &items)?;
+        x.payload(1, NFT_PAYLOAD_NETWORK, off, fam.addr_len());
+        x.lookup(super::anon::SET_NAME, Some(id), None, neg);
+        return Some(());
+    }
+    compare(fam, off, value, neg, x)
+}
+
+/// An address or prefix compared: a byte-aligned prefix loads only its bytes; another
+/// (`/0` too) loads the whole address and masks it.
+fn compare(fam: Fam, off: u32, value: &str, neg: bool, x: &mut Exprs) -> Option<()> {
+    let (bytes, len) = prefix(fam, value)?;
+    let op = if neg { CMP_NEQ } else { CMP_EQ };
+    if len % 8 == 0 && len > 0 {
+        let n = (len / 8) as usize;
+        x.payload(1, NFT_PAYLOAD_NETWORK, off, n as u32);
+        x.cmp(op, &bytes[..n]);
+    } else {
+        let full = fam.addr_len();
+        x.payload(1, NFT_PAYLOAD_NETWORK, off, full);
+        let mut mask = vec![0u8; full as usize];
+        for (i, m) in mask.iter_mut().enumerate() {
+            let bits = (len as usize).saturating_sub(i * 8).min(8);
+            *m = if bits == 0 { 0 } else { 0xffu8 << (8 - bits) };
+        }
+        x.bitwise(&mask, &vec![0u8; full as usize], false);
+        x.cmp(op, &bytes);
+    }
+    Some(())
+}
+
+/// `th dport vmap @MAP` of a concatenation whose port goes at byte `port_at`.
+fn port_lookup(cur: &mut Cursor<'_>, x: &mut Exprs, port_at: u32) -> Option<()> {
+    cur.expect("th")?;
+    cur.expect("dport")?;
+    cur.expect("vmap")?;
+    let map = cur.word()?.strip_prefix('@')?;
+    x.payload(concat_reg(port_at), NFT_PAYLOAD_TRANSPORT, 2, 2);
+    x.lookup(map, None, Some(NFT_REG_VERDICT), false);
+    Some(())
+}
+
+/// `numgen random mod N vmap { 0 : goto A , 1 : goto B }`.
+fn numgen(b: &mut Batch, fam: Fam, table: &str, cur: &mut Cursor<'_>, x: &mut Exprs) -> Option<()> {
+    cur.expect("random")?;
+    cur.expect("mod")?;
+    let n: u32 = cur.word()?.parse().ok()?;
+    cur.expect("vmap")?;
+    cur.expect("{")?;
+    let mut arms = Vec::new();
+    loop {
+        let k: u32 = cur.word()?.parse().ok()?;
+        cur.expect(":")?;
+        let v = cur.word()?;
+        let (code, chain) = verdict(v, cur)?;
+        arms.push((k, code, chain.map(str::to_owned)));
+        if cur.eat("}") {
+            break;
+        }
+        cur.expect(",")?;
+    }
+    let id = super::anon::verdict_map(b, fam, table, &arms);
+    x.expr("numgen", |a| {
+        a.be32(1, 1).be32(2, n).be32(3, 1).be32(4, 0);
+    });
+    x.lookup(super::anon::MAP_NAME, Some(id), Some(NFT_REG_VERDICT), false);
+    Some(())
+}
+
+/// `mark set mark or|xor M` and `mark and M == V`.
+fn mark(cur: &mut Cursor<'_>, x: &mut Exprs) -> Option<()> {
+    let num = |s: &str| -> Option<u32> {
+        match s.strip_prefix("0x") {
+            Some(h) => u32::from_str_radix(h, 16).ok(),
+            None => s.parse().ok(),
+        }
+    };
+    x.meta_load(META_MARK, 1);
+    if cur.eat("set") {
+        cur.expect("mark")?;
+        let op = cur.word()?;
+        let m = num(cur.word()?)?;
+        let (mask, xor) = match op {
+            "or" => (!m, m),
+            "xor" => (u32::MAX, m),
+            _ => return None,
+        };
+        x.bitwise(&mask.to_ne_bytes(), &xor.to_ne_bytes(), true);
+        x.expr("meta", |a| {
+            a.be32(2, META_MARK).be32(3, 1);
+        });
+    } else {
+        cur.expect("and")?;
+        let m = num(cur.word()?)?;
+        cur.expect("==")?;
+        let v = num(cur.word()?)?;
+        x.bitwise(&m.to_ne_bytes(), &[0; 4], true);
+        x.cmp(CMP_EQ, &v.to_ne_bytes());
+    }
+    Some(())
+}
+
+/// `IP:PORT` (IPv4) or `[IP]:PORT` (IPv6).
+fn dnat_target(fam: Fam, s: &str) -> Option<(Vec<u8>, u16)> {
+    let (ip, port) = match fam {
+        Fam::V4 => s.rsplit_once(':')?,
+        Fam::V6 => {
+            let rest = s.strip_prefix('[')?;
+            let (ip, port) = rest.split_once("]:")?;
+            (ip, port)
+        }
+    };
+    Some((addr(fam, ip)?, port.parse().ok()?))
+}
