@@ -303,6 +303,29 @@ fn a_failing_family_leaves_the_other_synced_and_only_itself_to_a_full_sync() {
     assert_eq!(drift(&engine, &kernel), 0);
 }
 
+#[test]
+fn a_sync_carries_every_message_waiting_for_it() {
+    let mut l = Loop::new();
+    l.shared.schedule.lock().unwrap().set_ready(std::time::Instant::now());
+    l.wake();
+    let state = demo_state();
+    let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+    let mut sent = 0;
+    for s in state.slices.iter().filter(|s| !s.endpoints.is_empty()) {
+        let mut s = s.clone();
+        s.endpoints.pop();
+        tx.try_send(crate::source::watch::SourceMsg::Events(vec![Event::SliceApplied(Arc::new(s))])).unwrap();
+        sent += 1;
+    }
+    assert!(sent > 3, "the demo has {sent} slices with endpoints");
+    assert_eq!(crate::runner::watch::take_waiting(&mut l.engine, &l.shared, &mut rx), sent);
+    assert!(rx.try_recv().is_err(), "nothing left waiting");
+    assert!(l.engine.pending().1 >= sent - 1, "{:?} of {sent}", l.engine.pending());
+    l.wake();
+    assert_eq!(l.engine.pending(), (0, 0), "one sync carried them all");
+    assert_eq!(drift(&l.engine, &l.kernel), 0);
+}
+
 /// The watch loop's wake-ups over a fake kernel, at instants the test chooses.
 struct Loop {
     engine: Engine,
