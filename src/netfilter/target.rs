@@ -115,31 +115,45 @@ impl Target {
     /// The words this target is written as (`-j`, the name, the options).
     pub fn words(&self) -> Vec<&str> {
         let mut out = Vec::with_capacity(4);
+        self.each_word(|w| out.push(w));
+        out
+    }
+
+    /// Hands each word of [`Target::words`] to `f`, without collecting them: the writer
+    /// calls it for every one of a render's million rules.
+    pub fn each_word<'a>(&'a self, mut f: impl FnMut(&'a str)) {
+        let mut all = |words: &[&'a str]| words.iter().for_each(|w| f(w));
         match self {
             Target::Continue => {}
-            Target::Other(words) => out.extend(words.iter()),
-            Target::Reject(Some(with)) => out.extend(["-j", "REJECT", "--reject-with", with]),
-            Target::OrMark(v) => out.extend(["-j", "MARK", "--or-mark", v]),
-            Target::XorMark(v) => out.extend(["-j", "MARK", "--xor-mark", v]),
-            Target::SetXmark(v) => out.extend(["-j", "MARK", "--set-xmark", v]),
-            Target::Masquerade { random_fully: true } => out.extend(["-j", "MASQUERADE", "--random-fully"]),
-            Target::Dnat(to) => out.extend(["-j", "DNAT", "--to-destination", to]),
-            _ => out.extend(["-j", self.name().unwrap_or_default()]),
+            Target::Jump(c) => all(&["-j", c]),
+            Target::Accept => all(&["-j", "ACCEPT"]),
+            Target::Drop => all(&["-j", "DROP"]),
+            Target::Return => all(&["-j", "RETURN"]),
+            Target::Reject(None) => all(&["-j", "REJECT"]),
+            Target::Reject(Some(with)) => all(&["-j", "REJECT", "--reject-with", with]),
+            Target::OrMark(v) => all(&["-j", "MARK", "--or-mark", v]),
+            Target::XorMark(v) => all(&["-j", "MARK", "--xor-mark", v]),
+            Target::SetXmark(v) => all(&["-j", "MARK", "--set-xmark", v]),
+            Target::Masquerade { random_fully: false } => all(&["-j", "MASQUERADE"]),
+            Target::Masquerade { random_fully: true } => all(&["-j", "MASQUERADE", "--random-fully"]),
+            Target::Dnat(to) => all(&["-j", "DNAT", "--to-destination", to]),
+            Target::Other(words) => words.iter().for_each(f),
         }
-        out
     }
 
     /// Writes the target as restore text: each word after a space, quoted when it must be.
     pub fn write(&self, out: &mut String) {
-        for w in self.words() {
+        self.each_word(|w| {
             out.push(' ');
             push_quoted(out, w);
-        }
+        });
     }
 
     /// Bytes [`Target::write`] writes, near enough to size a buffer.
     pub fn text_len(&self) -> usize {
-        self.words().iter().map(|w| w.len() + 1).sum()
+        let mut n = 0;
+        self.each_word(|w| n += w.len() + 1);
+        n
     }
 }
 
