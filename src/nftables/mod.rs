@@ -5,6 +5,8 @@
 //! [`proxier`].
 
 pub mod apply;
+/// kube-proxy's test normalisation (tests and goldens only).
+#[cfg(any(test, feature = "testing"))]
 pub mod check;
 pub mod cleanup;
 pub mod conntrack;
