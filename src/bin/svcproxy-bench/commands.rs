@@ -4,7 +4,7 @@
 //! full restore split by service for iptables-nft, a one-shot sync with its phases timed,
 //! and BENCHMARKS.md's results section.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -202,14 +202,14 @@ pub enum BenchWhat {
         #[arg(long, value_name = "DIR")]
         dir: PathBuf,
     },
-    /// Draw soak runs (DIR/soak.tsv each, labelled LABEL=DIR) into one SVG
+    /// Draw soak runs (LABEL=DIR, DIR/soak.tsv, or LABEL=FILE, a soak.tsv) into one SVG
     #[command(hide = true)]
     SoakPlot {
         #[arg(long)]
         title: String,
         #[arg(long, value_name = "PATH")]
         out: PathBuf,
-        /// LABEL=DIR, one per run
+        /// LABEL=DIR or LABEL=FILE, one per run
         runs: Vec<String>,
     },
     /// Print BENCHMARKS.md's results section from the benchmarks' output (for scripts/bench)
@@ -312,7 +312,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let mut series = Vec::new();
             for run in runs {
                 let (label, dir) = run.split_once('=').with_context(|| format!("{run}: want LABEL=DIR"))?;
-                let file = PathBuf::from(dir).join("soak.tsv");
+                let file = if Path::new(dir).is_dir() { Path::new(dir).join("soak.tsv") } else { PathBuf::from(dir) };
                 let text = std::fs::read_to_string(&file).with_context(|| format!("cannot read {}", file.display()))?;
                 series.push((label.to_string(), plot::read_tsv(&text).with_context(|| file.display().to_string())?));
             }
