@@ -169,6 +169,23 @@ fn check_canaries(engine: &mut Engine, shared: &SharedState, now: Instant) {
     lock_schedule(shared).force_full(now);
 }
 
+/// An error and its sources on one line (`a: b: c`), for the log: a failure that names
+/// only its family ("ipv4 nftables sync failed") would hide why. A source whose text the
+/// message already holds is not repeated.
+pub(crate) fn with_sources(e: &dyn std::error::Error) -> String {
+    let mut line = e.to_string();
+    let mut next = e.source();
+    while let Some(s) = next {
+        let text = s.to_string();
+        if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        next = s.source();
+    }
+    line
+}
+
 /// The schedule, even after a thread panicked while holding its lock: its state is a few
 /// instants and flags, and syncing on from it beats stopping without a word (said once;
 /// the poison is cleared).
@@ -215,7 +232,7 @@ fn sync_once(engine: &mut Engine, shared: &SharedState, started: Instant, period
         }
         Err(e) => {
             record::failed(m, engine, kind, e, wall);
-            tracing::error!(error = %e, "sync failed; the rules in place were kept; retrying");
+            tracing::error!(error = %with_sources(&e), "sync failed; the rules in place were kept; retrying");
             false
         }
     };
@@ -251,6 +268,24 @@ pub type Shared = Arc<crate::serve::Shared>;
 
 #[cfg(test)]
 mod tests {
+    #[derive(Debug, thiserror::Error)]
+    #[error("ipv4 nftables sync failed")]
+    struct Outer(#[source] Inner);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("the kernel refused the transaction at line 3")]
+    struct Inner;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("restore failed: the kernel refused the transaction at line 3")]
+    struct Repeats(#[source] Inner);
+
+    #[test]
+    fn a_logged_failure_carries_its_sources_once() {
+        assert_eq!(super::with_sources(&Outer(Inner)), "ipv4 nftables sync failed: the kernel refused the transaction at line 3");
+        assert_eq!(super::with_sources(&Repeats(Inner)), "restore failed: the kernel refused the transaction at line 3");
+    }
+
     use std::sync::Arc;
     use std::time::Instant;
 
