@@ -54,7 +54,7 @@ fn slice(name: &str, svc: &str, ips: &[&str], extra_labels: Value) -> Value {
 #[test]
 fn watch_follows_the_api_server_through_drops_and_410_without_losing_rules() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let server = rt.block_on(ApiServer::start());
+    let server = rt.block_on(ApiServer::start()).expect("the test API server starts");
     server.apply(service("web", "198.19.255.10", json!({})));
     server.apply(slice("web-1", "web", &["198.18.1.2", "198.18.2.2"], json!({})));
     // Objects another proxy owns, and a headless service's slice: filtered by the selector.
@@ -115,7 +115,7 @@ fn watch_follows_the_api_server_through_drops_and_410_without_losing_rules() {
 #[test]
 fn this_node_being_deleted_makes_healthz_unhealthy_and_its_labels_are_followed() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let server = rt.block_on(ApiServer::start());
+    let server = rt.block_on(ApiServer::start()).expect("the test API server starts");
     let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "labels": {"topology.kubernetes.io/zone": "z1"}}});
     server.apply(node.clone());
     server.apply(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n2"}}));
@@ -151,7 +151,7 @@ fn the_config_files_kubeconfig_reaches_the_api_server_and_syncs() {
     use svcproxy::config::client::{ClientConnection, Endpoint};
     use svcproxy::source::connect;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let server = rt.block_on(ApiServer::start());
+    let server = rt.block_on(ApiServer::start()).expect("the test API server starts");
     server.apply(service("web", "198.19.255.10", json!({})));
     server.apply(slice("web-1", "web", &["198.18.1.2"], json!({})));
 
@@ -276,7 +276,7 @@ fn malformed(rig: &Rig) -> u64 {
 #[test]
 fn wrong_typed_objects_on_watches_and_relists_are_skipped_and_counted_once_while_others_flow() {
     let rt = runtime();
-    let server = rt.block_on(ApiServer::start());
+    let server = rt.block_on(ApiServer::start()).expect("the test API server starts");
     server.apply(service("web", "198.19.255.10", json!({})));
     server.apply(slice("web-1", "web", &["198.18.1.2"], json!({})));
     // Already there at the first list.
@@ -334,7 +334,7 @@ fn wrong_typed_objects_on_watches_and_relists_are_skipped_and_counted_once_while
 #[test]
 fn latency_of_a_plain_change_and_of_a_change_in_a_410_gap() {
     let rt = runtime();
-    let server = rt.block_on(ApiServer::start());
+    let server = rt.block_on(ApiServer::start()).expect("the test API server starts");
     server.apply(service("web", "198.19.255.10", json!({})));
     server.apply(slice("web-1", "web", &["198.18.1.2"], json!({})));
     let client = {

@@ -102,7 +102,7 @@ fn run() -> Result<(), String> {
 
 fn scrape_and_query(dir: &Path) -> Result<(), String> {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(|e| e.to_string())?;
-    let server = rt.block_on(ApiServer::start());
+    let server = rt.block_on(ApiServer::start()).expect("the test API server starts");
     server.apply(service());
     server.apply(slice(1));
 

@@ -49,21 +49,26 @@ pub struct ApiServer {
     pub requests: Arc<Mutex<Vec<String>>>,
 }
 
+/// A lock, even after a handler panicked while holding it (its data is still usable).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn key(obj: &Value) -> (String, String) {
     let m = &obj["metadata"];
     (m["namespace"].as_str().unwrap_or("").to_string(), m["name"].as_str().unwrap_or("").to_string())
 }
 
 impl ApiServer {
-    pub async fn start() -> ApiServer {
-        ApiServer::start_on("127.0.0.1:0".parse().unwrap()).await
+    pub async fn start() -> std::io::Result<ApiServer> {
+        ApiServer::start_on(SocketAddr::from(([127, 0, 0, 1], 0))).await
     }
 
-    pub async fn start_on(bind: SocketAddr) -> ApiServer {
+    pub async fn start_on(bind: SocketAddr) -> std::io::Result<ApiServer> {
         let (events, _) = broadcast::channel(65536);
         let (drops, _) = broadcast::channel(16);
-        let listener = tokio::net::TcpListener::bind(bind).await.unwrap();
-        let addr = listener.local_addr().unwrap();
+        let listener = tokio::net::TcpListener::bind(bind).await?;
+        let addr = listener.local_addr()?;
         let server = ApiServer { store: Arc::default(), events, drops, addr, requests: Arc::default() };
         let app = Router::new()
             .route("/api/v1/services", get(services))
@@ -74,7 +79,7 @@ impl ApiServer {
         tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        server
+        Ok(server)
     }
 
     pub fn url(&self) -> String {
@@ -82,7 +87,7 @@ impl ApiServer {
     }
 
     fn change(&self, kind: &'static str, kind_type: &'static str, mut object: Value) {
-        let mut s = self.store.lock().unwrap();
+        let mut s = lock(&self.store);
         s.rv += 1;
         object["metadata"]["resourceVersion"] = json!(s.rv.to_string());
         let (ns, name) = key(&object);
@@ -100,7 +105,7 @@ impl ApiServer {
     pub fn apply(&self, object: Value) {
         let kind = kind_of(&object);
         let (ns, name) = key(&object);
-        let exists = self.store.lock().unwrap().objects.contains_key(&(kind, ns, name));
+        let exists = lock(&self.store).objects.contains_key(&(kind, ns, name));
         self.change(kind, if exists { "MODIFIED" } else { "ADDED" }, object);
     }
 
@@ -119,7 +124,7 @@ impl ApiServer {
 
     /// Forgets history: watches resuming from before now get 410 Gone.
     pub fn compact(&self) {
-        let mut s = self.store.lock().unwrap();
+        let mut s = lock(&self.store);
         s.compacted = s.rv + 1;
     }
 
@@ -128,7 +133,7 @@ impl ApiServer {
     /// 410 Gone and must list again to learn of the deletions.
     pub fn delete_behind_compaction(&self, objects: &[Value]) {
         {
-            let mut s = self.store.lock().unwrap();
+            let mut s = lock(&self.store);
             for object in objects {
                 let kind: &'static str = if object["kind"] == "Service" { "Service" } else { "EndpointSlice" };
                 let (ns, name) = key(object);
@@ -146,7 +151,7 @@ impl ApiServer {
     }
 
     pub fn request_count(&self, needle: &str) -> usize {
-        self.requests.lock().unwrap().iter().filter(|r| r.contains(needle)).count()
+        lock(&self.requests).iter().filter(|r| r.contains(needle)).count()
     }
 }
 
@@ -196,11 +201,11 @@ async fn serve(s: ApiServer, kind: &'static str, api_version: &'static str, q: B
     // sent, or "-").
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("-").to_string();
     let (auth, agent) = (header("authorization"), header("user-agent"));
-    s.requests.lock().unwrap().push(format!("{kind} {q:?} authorization={auth} user-agent={agent}"));
+    lock(&s.requests).push(format!("{kind} {q:?} authorization={auth} user-agent={agent}"));
     let selector = q.get("labelSelector").cloned();
     let fields = q.get("fieldSelector").cloned();
     if q.get("watch").map(String::as_str) != Some("true") {
-        let st = s.store.lock().unwrap();
+        let st = lock(&s.store);
         let items: Vec<Value> = st
             .objects
             .iter()
@@ -213,13 +218,13 @@ async fn serve(s: ApiServer, kind: &'static str, api_version: &'static str, q: B
     let from: u64 = q.get("resourceVersion").and_then(|v| v.parse().ok()).unwrap_or(0);
     let timeout = q.get("timeoutSeconds").and_then(|v| v.parse().ok()).unwrap_or(290u64);
     let (backlog, gone, live, drops) = {
-        let st = s.store.lock().unwrap();
+        let st = lock(&s.store);
         let backlog: Vec<Change> = st.log.iter().filter(|c| c.rv > from && c.kind == kind).cloned().collect();
         (backlog, from < st.compacted, s.events.subscribe(), s.drops.subscribe())
     };
     let backlog = backlog.into_iter().filter(|c| field_selected(&c.object, fields.as_deref())).collect();
     let stream = async_stream(kind, api_version, selector, backlog, gone, timeout, from, (live, drops));
-    Response::builder().status(200).header("content-type", "application/json").body(Body::from_stream(stream)).unwrap()
+    ([("content-type", "application/json")], Body::from_stream(stream)).into_response()
 }
 
 fn line(v: Value) -> Result<String, Infallible> {

@@ -103,7 +103,7 @@ pub fn objects(spec: &GenSpec) -> anyhow::Result<Vec<Value>> {
 pub async fn run(spec: &Spec) -> anyhow::Result<Soak> {
     let gen_spec = GenSpec { services: spec.services, endpoints: spec.endpoints, seed: super::SEED };
     let objects = objects(&gen_spec)?;
-    let server = ApiServer::start().await;
+    let server = ApiServer::start().await.context("cannot start the test API server")?;
     let mut slices = Vec::new();
     for o in objects {
         if o["kind"] == "EndpointSlice" {

@@ -106,7 +106,7 @@ fn e2e(ctx: &mut Ctx, b: Backend) -> CaseResult {
     let _server_thread = in_netns(&ext, move || {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
         rt.block_on(async move {
-            let server = ApiServer::start_on(format!("{API_IP}:0").parse().unwrap()).await;
+            let server = ApiServer::start_on(format!("{API_IP}:0").parse().unwrap()).await.expect("the test API server starts");
             let _ = tx.send(server);
             std::future::pending::<()>().await;
         })
