@@ -18,7 +18,8 @@ pub fn cases() -> Vec<Case> {
     vec![Case::new("nftables_every_golden_loads_twice", every_golden).with_timeout(Duration::from_secs(600))]
 }
 
-fn goldens() -> Vec<PathBuf> {
+/// Every nftables golden (`golden/*.nft`), sorted.
+pub fn goldens() -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = std::fs::read_dir(repo().join("golden"))
         .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
         .unwrap_or_default();

@@ -6,7 +6,6 @@
 //! - a batch the kernel refuses changes nothing: the table lists as before, and the error
 //!   names the refused line.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use svcproxy::nftables::{netlink, wire};
@@ -24,15 +23,6 @@ pub fn cases() -> Vec<Case> {
 }
 
 const VOCABULARY: &str = include_str!("nft_netlink_vocabulary.nft");
-
-fn goldens() -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = std::fs::read_dir(repo().join("golden"))
-        .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
-        .unwrap_or_default();
-    out.retain(|p| p.extension().is_some_and(|e| e == "nft"));
-    out.sort();
-    out
-}
 
 /// Sends `text` through the netlink writer from inside `ns`.
 fn write_netlink(ns: &Ns, text: &str) -> Result<(), String> {
@@ -82,7 +72,7 @@ fn same_listing(ns: &Ns, name: &str, text: &str) -> Result<usize, String> {
 
 fn every_golden(ctx: &mut Ctx) -> CaseResult {
     ctx.require(&["ip", "nft"])?;
-    let list = goldens();
+    let list = crate::nft_goldens::goldens();
     ensure!(list.len() >= 30, "only {} nftables goldens", list.len());
     let lab = Lab::new("nftnl")?;
     let ns = lab.node();
