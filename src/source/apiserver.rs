@@ -32,6 +32,7 @@ use super::watch::SourceMsg;
 use super::{LABEL_HEADLESS, LABEL_SERVICE_PROXY_NAME};
 use crate::model::{EndpointSlice, NamespacedName, Service};
 use crate::track::Event;
+use serde::Deserialize;
 use serde_json::Value;
 
 /// Every API call svcproxy makes, as RBAC sees it: (API group, resource, verb). The
@@ -55,23 +56,39 @@ pub fn label_selector(proxy_name: Option<&str>) -> String {
     }
 }
 
-/// One object as the server sent it: its JSON, and its metadata — or, when that does not
-/// decode either, the name, namespace and resourceVersion that do — so that no object can
-/// fail a whole list or watch.
+/// One object as the server sent it: its JSON, and the name, namespace and
+/// resourceVersion read from its metadata (a field of another type reads as absent), so
+/// that no object can fail a whole list or watch. The JSON is decoded into its kube type
+/// only when the object is used ([`decode`]), without a copy.
 #[derive(Clone, Debug)]
 pub struct Raw {
     metadata: ObjectMeta,
     value: Value,
 }
 
+/// The identifying fields of an object's metadata.
+#[derive(serde::Deserialize, Default)]
+struct Ids {
+    #[serde(default, deserialize_with = "text_or_none")]
+    name: Option<String>,
+    #[serde(default, deserialize_with = "text_or_none")]
+    namespace: Option<String>,
+    #[serde(default, rename = "resourceVersion", deserialize_with = "text_or_none")]
+    resource_version: Option<String>,
+}
+
+fn text_or_none<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    Ok(match Value::deserialize(d)? {
+        Value::String(s) => Some(s),
+        _ => None,
+    })
+}
+
 impl<'de> serde::Deserialize<'de> for Raw {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let value = Value::deserialize(d)?;
-        let m = &value["metadata"];
-        let metadata = ObjectMeta::deserialize(m).unwrap_or_else(|_| {
-            let text = |key: &str| m.get(key).and_then(Value::as_str).map(str::to_string);
-            ObjectMeta { name: text("name"), namespace: text("namespace"), resource_version: text("resourceVersion"), ..ObjectMeta::default() }
-        });
+        let ids = Ids::deserialize(&value["metadata"]).unwrap_or_default();
+        let metadata = ObjectMeta { name: ids.name, namespace: ids.namespace, resource_version: ids.resource_version, ..ObjectMeta::default() };
         Ok(Raw { metadata, value })
     }
 }
@@ -172,14 +189,8 @@ fn decode<T: Kind>(raw: &Raw) -> Result<Option<T>, String> {
     let id = convert::object_id(&raw.metadata);
     let rv = raw.metadata.resource_version.as_deref().unwrap_or("");
     let what = |field: &str, reason: &dyn std::fmt::Display| format!("{} {id} (resourceVersion {rv}): field {field}: {reason}", T::KIND);
-    let mut value = raw.value.clone();
-    // List items carry no apiVersion/kind; the typed decoder accepts them either way.
-    if let Some(map) = value.as_object_mut() {
-        let ar = T::api_resource();
-        map.entry("apiVersion").or_insert_with(|| ar.api_version.clone().into());
-        map.entry("kind").or_insert_with(|| ar.kind.clone().into());
-    }
-    let typed: T::Kube = serde_path_to_error::deserialize(value).map_err(|e| {
+    // List items carry no apiVersion/kind: the typed decoder does not need them.
+    let typed: T::Kube = serde_path_to_error::deserialize(&raw.value).map_err(|e| {
         let path = e.path().to_string();
         what(&path, e.inner())
     })?;
@@ -408,7 +419,7 @@ mod tests {
     }
 
     fn raw(v: Value) -> Raw {
-        serde_json::from_value(v).unwrap()
+        serde_json::from_str(&v.to_string()).unwrap()
     }
 
     fn svc(name: &str, rv: &str, port: serde_json::Value) -> Raw {
@@ -426,6 +437,7 @@ mod tests {
         assert_eq!(out.len(), 1);
         assert_eq!(bad.len(), 1);
         assert!(bad[0].contains("Service app/b (resourceVersion 2): field spec.ports[0].port: invalid type: string \"abc\", expected i32"), "{}", bad[0]);
+        assert!(bad[0].ends_with("expected i32"), "no position inside the response: {}", bad[0]);
         // `a` turns bad: skipped, reported; its good version stays, through a relist too.
         k.step(WEvent::Apply(svc("a", "3", "x".into())), &mut out, &mut bad);
         assert_eq!((out.len(), bad.len()), (1, 2));
