@@ -113,6 +113,44 @@ fn watch_follows_the_api_server_through_drops_and_410_without_losing_rules() {
 }
 
 #[test]
+fn lists_longer_than_a_page_arrive_whole_through_continue_tokens() {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let server = rt.block_on(ApiServer::start()).expect("the test API server starts");
+    // More objects than kube-rs's page (500) of each kind.
+    const SERVICES: usize = 620;
+    for i in 0..SERVICES {
+        let name = format!("s{i}");
+        server.apply(service(&name, &format!("198.19.{}.{}", 200 + i / 250, 1 + i % 250), json!({})));
+        server.apply(slice(&format!("{name}-1"), &name, &[&format!("198.18.{}.{}", i / 250, 1 + i % 250)], json!({})));
+    }
+    let flags = Settings {
+        hostname_override: Some("n1".into()),
+        node_ips: Some(vec!["198.19.1.1".into()]),
+        ip_family: Some(svcproxy::settings::kinds::Families::Ipv4),
+        nfacct: Some(false),
+        ..Settings::default()
+    };
+    let loaded = svcproxy::pipeline::load(ClusterState::default(), flags, Settings::default()).unwrap();
+    let shared = Arc::new(Shared::new(Schedule::new(Timing { min_sync_period: Duration::from_millis(100), ..Timing::default() })));
+    let kernel = SharedFake::default();
+    let engine = watch::Engine::iptables(loaded.config, loaded.trackers, Box::new(kernel.clone()), Box::new(RecordingConntrack::default()));
+    let _guard = rt.enter();
+    let client = kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    rt.spawn(apiserver::run(client, None, tx));
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let runner = rt.spawn(async move { watch::run(engine, rx, shared, async { let _ = stop_rx.await; }).await });
+
+    until("every service's endpoint", || seps(&kernel) == SERVICES);
+    for kind in ["Service", "EndpointSlice"] {
+        let pages = server.requests.lock().unwrap().iter().filter(|r| r.starts_with(&format!("{kind} ")) && r.contains("\"continue\"")).count();
+        assert!(pages >= 1, "{kind}: the list was read in pages ({pages} continued)");
+    }
+    let _ = stop_tx.send(());
+    rt.block_on(runner).unwrap();
+}
+
+#[test]
 fn this_node_being_deleted_makes_healthz_unhealthy_and_its_labels_are_followed() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let server = rt.block_on(ApiServer::start()).expect("the test API server starts");

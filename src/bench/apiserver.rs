@@ -3,6 +3,9 @@
 //! newline-delimited `{"type": ADDED|MODIFIED|DELETED|BOOKMARK|ERROR, "object": …}`
 //! events; a resourceVersion older than the compaction point gets a `410 Gone` ERROR;
 //! watches can be dropped mid-stream. Label selectors `key`, `!key`, `key=value` work.
+//! Lists are paginated as the real API server does (`limit` and `continue`: every page
+//! of one list is of the same snapshot; a continue token from before a compaction gets
+//! `410 Gone`), so a client's list holds one page at a time, as it would in a cluster.
 //! Objects are served as given, so a field can have the wrong type ([`ApiServer::apply_with`]).
 //! Test tooling (feature `bench`): the tests, and the scale soak (`bench::soak`).
 
@@ -36,6 +39,15 @@ struct Store {
     log: Vec<Change>,
     /// Watches from before this resourceVersion get 410 Gone.
     compacted: u64,
+    /// Lists being paged through, by the id their continue tokens carry.
+    snapshots: BTreeMap<u64, Snapshot>,
+    next_snapshot: u64,
+}
+
+/// The items of one paginated list, as they were when its first page was served.
+struct Snapshot {
+    rv: u64,
+    items: Vec<Value>,
 }
 
 #[derive(Clone)]
@@ -155,6 +167,52 @@ impl ApiServer {
     }
 }
 
+/// One page of a list: its snapshot's resourceVersion, its items and the continue token
+/// of the next page, if any.
+type Page = (u64, Vec<Value>, Option<String>);
+
+impl Store {
+    /// The first page of `snapshot` (all of it without a limit); a snapshot with more is
+    /// kept for its continue tokens.
+    fn first_page(&mut self, snapshot: Snapshot, limit: Option<usize>) -> Page {
+        match limit {
+            Some(limit) if snapshot.items.len() > limit => {
+                let id = self.next_snapshot;
+                self.next_snapshot += 1;
+                self.snapshots.insert(id, snapshot);
+                self.page(id, 0, limit)
+            }
+            _ => (snapshot.rv, snapshot.items, None),
+        }
+    }
+
+    /// The page a continue token (`ID:OFFSET`) names; `None` when the token is unknown or
+    /// its snapshot is older than the compaction point (410 Gone, as the API server's
+    /// "Expired"). A snapshot is forgotten once its last page is served.
+    fn next_page(&mut self, token: &str, limit: Option<usize>) -> Option<Page> {
+        let (id, offset) = token.split_once(':')?;
+        let (id, offset): (u64, usize) = (id.parse().ok()?, offset.parse().ok()?);
+        let snapshot = self.snapshots.get(&id)?;
+        if snapshot.rv < self.compacted || offset > snapshot.items.len() {
+            self.snapshots.remove(&id);
+            return None;
+        }
+        Some(self.page(id, offset, limit.unwrap_or(usize::MAX)))
+    }
+
+    fn page(&mut self, id: u64, offset: usize, limit: usize) -> Page {
+        let Some(snapshot) = self.snapshots.get(&id) else { return (self.rv, Vec::new(), None) };
+        let end = offset.saturating_add(limit).min(snapshot.items.len());
+        let (rv, items) = (snapshot.rv, snapshot.items[offset..end].to_vec());
+        if end < snapshot.items.len() {
+            (rv, items, Some(format!("{id}:{end}")))
+        } else {
+            self.snapshots.remove(&id);
+            (rv, items, None)
+        }
+    }
+}
+
 fn kind_of(object: &Value) -> &'static str {
     match object["kind"].as_str() {
         Some("Service") => "Service",
@@ -205,14 +263,31 @@ async fn serve(s: ApiServer, kind: &'static str, api_version: &'static str, q: B
     let selector = q.get("labelSelector").cloned();
     let fields = q.get("fieldSelector").cloned();
     if q.get("watch").map(String::as_str) != Some("true") {
-        let st = lock(&s.store);
-        let items: Vec<Value> = st
-            .objects
-            .iter()
-            .filter(|((k, _, _), o)| *k == kind && selected(o, selector.as_deref()) && field_selected(o, fields.as_deref()))
-            .map(|(_, o)| o.clone())
-            .collect();
-        let body = json!({"apiVersion": api_version, "kind": format!("{kind}List"), "metadata": {"resourceVersion": st.rv.to_string()}, "items": items});
+        let mut st = lock(&s.store);
+        let limit = q.get("limit").and_then(|v| v.parse::<usize>().ok()).filter(|&l| l > 0);
+        let page = match q.get("continue").filter(|t| !t.is_empty()) {
+            Some(token) => st.next_page(token, limit),
+            None => {
+                let items: Vec<Value> = st
+                    .objects
+                    .iter()
+                    .filter(|((k, _, _), o)| *k == kind && selected(o, selector.as_deref()) && field_selected(o, fields.as_deref()))
+                    .map(|(_, o)| o.clone())
+                    .collect();
+                let snapshot = Snapshot { rv: st.rv, items };
+                Some(st.first_page(snapshot, limit))
+            }
+        };
+        let Some((rv, items, next)) = page else {
+            let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": "Expired", "code": 410,
+                "message": "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter."});
+            return (StatusCode::GONE, [("content-type", "application/json")], status.to_string()).into_response();
+        };
+        let mut metadata = json!({"resourceVersion": rv.to_string()});
+        if let Some(token) = next {
+            metadata["continue"] = json!(token);
+        }
+        let body = json!({"apiVersion": api_version, "kind": format!("{kind}List"), "metadata": metadata, "items": items});
         return (StatusCode::OK, [("content-type", "application/json")], body.to_string()).into_response();
     }
     let from: u64 = q.get("resourceVersion").and_then(|v| v.parse().ok()).unwrap_or(0);
@@ -285,4 +360,44 @@ fn async_stream(
 
 fn tokio_stream_from(mut rx: tokio::sync::mpsc::Receiver<Result<String, Infallible>>) -> impl futures::Stream<Item = Result<String, Infallible>> + Send {
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn items(n: usize) -> Vec<Value> {
+        (0..n).map(|i| json!({"i": i})).collect()
+    }
+
+    fn numbers(page: &Page) -> Vec<u64> {
+        page.1.iter().map(|v| v["i"].as_u64().unwrap_or(u64::MAX)).collect()
+    }
+
+    #[test]
+    fn a_list_is_paged_from_one_snapshot_and_an_expired_token_is_gone() {
+        let mut st = Store { rv: 7, ..Store::default() };
+        let first = st.first_page(Snapshot { rv: 7, items: items(5) }, Some(2));
+        assert_eq!((first.0, numbers(&first), first.2.as_deref()), (7, vec![0, 1], Some("0:2")));
+        st.rv = 9; // changes after the first page do not show in the later ones
+        let second = st.next_page("0:2", Some(2)).expect("the token is valid");
+        assert_eq!((second.0, numbers(&second), second.2.as_deref()), (7, vec![2, 3], Some("0:4")));
+        let again = st.next_page("0:2", Some(2)).expect("a token can be asked again");
+        assert_eq!(numbers(&again), vec![2, 3]);
+        let last = st.next_page("0:4", Some(2)).expect("the token is valid");
+        assert_eq!((numbers(&last), last.2), (vec![4], None));
+        assert!(st.snapshots.is_empty(), "a snapshot is forgotten after its last page");
+        assert!(st.next_page("0:4", Some(2)).is_none(), "a finished list's token is gone");
+
+        let whole = st.first_page(Snapshot { rv: 9, items: items(3) }, None);
+        assert_eq!((numbers(&whole), whole.2), (vec![0, 1, 2], None), "no limit: one page");
+        let exact = st.first_page(Snapshot { rv: 9, items: items(2) }, Some(2));
+        assert_eq!(exact.2, None, "a list that fits needs no token");
+
+        let paged = st.first_page(Snapshot { rv: 9, items: items(3) }, Some(1));
+        let token = paged.2.expect("more pages");
+        st.compacted = 10;
+        assert!(st.next_page(&token, Some(1)).is_none(), "a token from before a compaction is 410 Gone");
+        assert!(st.next_page("x", Some(1)).is_none() && st.next_page("5:0", Some(1)).is_none(), "unknown tokens are gone");
+    }
 }
