@@ -3,10 +3,11 @@
 //! rules as values, from one walk in kube-proxy's order; [`parse`] reads the kernel's
 //! `iptables-save` output (or a restore input) into a [`Dump`].
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use super::render::{fixed, Ruleset};
 use crate::model::NamespacedName;
+use crate::netfilter::delta::NewChain;
 use crate::netfilter::dump::{Dump, Op, Rule, TableDump};
 use crate::netfilter::Rule as Value;
 
@@ -61,6 +62,17 @@ pub fn dump(rs: &Ruleset, scope: Scope, stale: &[String]) -> Dump {
     let mut b = DumpBuilder { dump: Dump::default(), table: String::new(), line: 0 };
     walk(rs, scope, stale, &mut b);
     b.dump
+}
+
+/// The chains of a full render by table, in declaration order, each chain's rules written
+/// as restore lines, and the lines of the whole restore input: what a sync into a kernel
+/// holding none of our chains writes ([`crate::netfilter::delta::compute_fresh`]), built
+/// from the values without a [`Dump`] or a canonical form. `per_service` says whose jump
+/// targets are kept (for grouping by service).
+pub fn new_chains(rs: &Ruleset, per_service: impl Fn(&str) -> bool) -> (Vec<(String, Vec<NewChain>)>, usize) {
+    let mut b = NewChains { tables: Vec::new(), index: HashMap::new(), last: None, lines: 0, per_service };
+    walk(rs, Scope::Full, &[], &mut b);
+    (b.tables, b.lines)
 }
 
 /// What [`walk`] produces, in order: tables, chain declarations, rules, deletions.
@@ -132,6 +144,71 @@ impl<F: FnMut(&str)> Out for Text<F> {
     }
     fn commit(&mut self) {
         (self.sink)("COMMIT\n");
+    }
+}
+
+/// Chains with their rules as text, for [`new_chains`].
+struct NewChains<F: Fn(&str) -> bool> {
+    tables: Vec<(String, Vec<NewChain>)>,
+    /// The current table's chains: where each is in its list.
+    index: HashMap<String, usize>,
+    /// The chain of the last rule and where it is (rules come chain by chain).
+    last: Option<(String, usize)>,
+    lines: usize,
+    per_service: F,
+}
+
+impl<F: Fn(&str) -> bool> NewChains<F> {
+    fn position(&mut self, chain: &str) -> Option<usize> {
+        match &self.last {
+            Some((name, at)) if name == chain => Some(*at),
+            _ => {
+                let at = *self.index.get(chain)?;
+                self.last = Some((chain.to_string(), at));
+                Some(at)
+            }
+        }
+    }
+}
+
+impl<F: Fn(&str) -> bool> Out for NewChains<F> {
+    fn table(&mut self, name: &str) {
+        self.lines += 2; // the table line and COMMIT
+        self.tables.push((name.to_string(), Vec::new()));
+        self.index.clear();
+        self.last = None;
+    }
+    fn chain(&mut self, name: &str) {
+        self.lines += 1;
+        if let Some((_, chains)) = self.tables.last_mut() {
+            if !self.index.contains_key(name) {
+                self.index.insert(name.to_string(), chains.len());
+                chains.push(NewChain { name: name.to_string(), ..NewChain::default() });
+            }
+        }
+    }
+    fn rules(&mut self, rules: &[Value]) {
+        self.lines += rules.len();
+        for r in rules {
+            // A rule of a chain not declared here (a built-in one) is not written: the
+            // delta prepends the jumps from built-in chains itself.
+            let Some(at) = self.position(&r.chain) else { continue };
+            let Some((_, chains)) = self.tables.last_mut() else { continue };
+            let c = &mut chains[at];
+            r.write(&mut c.rules);
+            c.count += 1;
+            if let Some(to) = r.target.jump_to().filter(|_| (self.per_service)(&c.name)) {
+                c.jumps.push(to.clone());
+            }
+        }
+    }
+    fn delete(&mut self, _chain: &str) {
+        self.lines += 1;
+    }
+    fn commit(&mut self) {
+        if let Some((_, chains)) = self.tables.last_mut() {
+            chains.iter_mut().for_each(|c| c.rules.shrink_to_fit());
+        }
     }
 }
 

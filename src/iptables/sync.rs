@@ -102,23 +102,13 @@ pub fn send(r: &mut dyn Restorer, family: crate::net::IpFamily, delta: &Delta, n
 pub fn sync(r: &mut dyn Restorer, rs: &Ruleset, dry_run: bool) -> Result<SyncReport, SyncError> {
     let mut timings = Timings::default();
     let t = Instant::now();
-    // The rules as values: no restore text is written or parsed for the comparison.
-    let desired = restore::dump(rs, Scope::Full, &[]);
-    let full_lines = desired.lines();
-    timings.render = t.elapsed();
-    let t = Instant::now();
     let live = apply::read(r, rs.ctx.node.family, &TABLES)?;
     timings.read = t.elapsed();
-    let t = Instant::now();
-    // Only a dry run prints the changed chains' lines.
-    let lines = if dry_run { delta::Lines::Keep } else { delta::Lines::Names };
-    let delta = delta::compute_with(&desired, &live, rs.ctx.is_v6(), &needed_jumps(rs), is_service_chain, lines);
-    let flushes = super::conntrack::stale(&live, &desired);
-    timings.compute = t.elapsed();
-    // Both dumps are done with: free them before the restore input is written, so a full
-    // sync never holds the dumps, the delta and the restore text at once.
-    drop(live);
-    drop(desired);
+    let (delta, flushes, full_lines) = if !dry_run && holds_none_of_ours(&live, rs) {
+        into_fresh_kernel(&live, rs, &mut timings)
+    } else {
+        against_the_kernel(live, rs, dry_run, &mut timings)
+    };
     let applied = !dry_run && !delta.is_empty();
     if applied {
         let t = Instant::now();
@@ -126,6 +116,47 @@ pub fn sync(r: &mut dyn Restorer, rs: &Ruleset, dry_run: bool) -> Result<SyncRep
         timings.restore = t.elapsed();
     }
     Ok(SyncReport { delta, applied, full_lines, flushes, timings })
+}
+
+type Planned = (Delta, Vec<crate::netfilter::conntrack::Flush>, usize);
+
+/// Whether the kernel holds none of the chains a full render declares and none of the
+/// mode's per-service chains (a node's first sync, or after our tables were flushed).
+fn holds_none_of_ours(live: &dump::Dump, rs: &Ruleset) -> bool {
+    let fixed = super::render::fixed::filter_chains(&rs.ctx);
+    let ours = |c: &str| is_service_chain(c) || fixed.contains(&c) || super::render::fixed::NAT_CHAINS.contains(&c);
+    TABLES.iter().filter_map(|t| live.tables.get(*t)).all(|t| !t.chains.iter().any(|c| ours(&c.name)))
+}
+
+/// Everything written whole, nothing compared: the rules go from the values into each
+/// chain's restore lines, with no [`dump::Dump`] of them, no canonical form and no
+/// stale conntrack entries (no service was routed).
+fn into_fresh_kernel(live: &dump::Dump, rs: &Ruleset, timings: &mut Timings) -> Planned {
+    let t = Instant::now();
+    let (chains, full_lines) = restore::new_chains(rs, is_service_chain);
+    timings.render = t.elapsed();
+    let t = Instant::now();
+    let delta = delta::compute_fresh(chains, live, rs.ctx.is_v6(), &needed_jumps(rs), is_service_chain);
+    timings.compute = t.elapsed();
+    (delta, Vec::new(), full_lines)
+}
+
+/// The full render compared with what the kernel holds, chain by chain.
+fn against_the_kernel(live: dump::Dump, rs: &Ruleset, dry_run: bool, timings: &mut Timings) -> Planned {
+    let t = Instant::now();
+    // The rules as values: no restore text is written or parsed for the comparison.
+    let desired = restore::dump(rs, Scope::Full, &[]);
+    let full_lines = desired.lines();
+    timings.render = t.elapsed();
+    let t = Instant::now();
+    // Only a dry run prints the changed chains' lines.
+    let lines = if dry_run { delta::Lines::Keep } else { delta::Lines::Names };
+    let delta = delta::compute_with(&desired, &live, rs.ctx.is_v6(), &needed_jumps(rs), is_service_chain, lines);
+    let flushes = super::conntrack::stale(&live, &desired);
+    timings.compute = t.elapsed();
+    // Both dumps are freed here, before the restore input is written, so a full sync
+    // never holds the dumps, the delta and the restore text at once.
+    (delta, flushes, full_lines)
 }
 
 #[cfg(test)]

@@ -271,22 +271,66 @@ pub fn compute_with(desired: &Dump, live: &Dump, v6: bool, jumps: &[Jump], per_s
                 });
             }
         }
-        for j in jumps.iter().filter(|j| j.table == table) {
-            let rule = j.rule();
-            let canon = canon_of(j.from, &rule.args, &rule.target, v6);
-            let current = live_rules(have, j.from, v6);
-            if !current.contains(&canon) {
-                w.prepend(&rule);
-                let desired: Vec<String> = std::iter::once(canon).chain(current.iter().cloned()).collect();
-                let (live, desired) = (lines.keep(|| current), lines.keep(|| desired));
-                delta.changes.push(ChainChange { table: table.into(), chain: j.from.into(), live: Some(live), desired: Some(desired) });
-            }
-        }
+        add_jumps(table, have, v6, jumps, lines, &mut w, &mut delta.changes);
         if !w.is_empty() {
             delta.tables.insert(table.to_string(), w);
         }
     }
     delta
+}
+
+/// A chain wanted whole, its rules already written as `-A` lines (each ended by a
+/// newline), for [`compute_fresh`].
+#[derive(Debug, Clone, Default)]
+pub struct NewChain {
+    pub name: String,
+    pub rules: String,
+    /// Lines in `rules`.
+    pub count: usize,
+    /// The chains its rules jump to (kept for a per-service chain only).
+    pub jumps: Vec<Chain>,
+}
+
+/// The delta into a kernel that holds none of the wanted chains and none of the mode's
+/// per-service chains (a node's first sync, or after someone flushed our tables): every
+/// wanted chain is written whole and nothing is compared, so no canonical form, no
+/// second copy of the rules and no stale conntrack entries (the kernel routes no service).
+/// `tables` gives each table's chains in declaration order. Equal to [`compute_with`] of
+/// the same rules with [`Lines::Names`] against that kernel (a test holds them to it).
+pub fn compute_fresh(tables: Vec<(String, Vec<NewChain>)>, live: &Dump, v6: bool, jumps: &[Jump], per_service: impl Fn(&str) -> bool) -> Delta {
+    let mut delta = Delta::default();
+    let empty = TableDump::default();
+    let mut tables: BTreeMap<String, Vec<NewChain>> = tables.into_iter().collect();
+    for table in TABLES {
+        let have = live.tables.get(table).unwrap_or(&empty);
+        let mut w = TablePlan::default();
+        for c in tables.remove(table).unwrap_or_default() {
+            let own = per_service(&c.name);
+            delta.changes.push(ChainChange { table: table.into(), chain: c.name.clone(), live: None, desired: Some(Vec::new()) });
+            let jumps = if own { c.jumps } else { Vec::new() };
+            w.decls.push(Decl::Rewrite(Rewrite { chain: c.name, rules: c.rules, count: c.count, jumps, exists: false, per_service: own }));
+        }
+        add_jumps(table, have, v6, jumps, Lines::Names, &mut w, &mut delta.changes);
+        if !w.is_empty() {
+            delta.tables.insert(table.to_string(), w);
+        }
+    }
+    delta
+}
+
+/// The jumps from built-in chains `table` needs and the kernel lacks: prepended.
+fn add_jumps(table: &str, have: &TableDump, v6: bool, jumps: &[Jump], lines: Lines, w: &mut TablePlan, changes: &mut Vec<ChainChange>) {
+    for j in jumps.iter().filter(|j| j.table == table) {
+        let rule = j.rule();
+        let canon = canon_of(j.from, &rule.args, &rule.target, v6);
+        let current = live_rules(have, j.from, v6);
+        if !current.contains(&canon) {
+            w.prepend(&rule);
+            let desired: Vec<String> = std::iter::once(canon).chain(current.iter().cloned()).collect();
+            let (live, desired) = (lines.keep(|| current), lines.keep(|| desired));
+            changes.push(ChainChange { table: table.into(), chain: j.from.into(), live: Some(live), desired: Some(desired) });
+        }
+    }
 }
 
 fn change(table: &str, chain: &str, live: Option<Vec<String>>, wanted: Option<&[Wanted]>, lines: Lines) -> ChainChange {

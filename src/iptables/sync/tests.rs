@@ -233,3 +233,62 @@ fn an_applying_sync_sends_what_the_dry_run_shows_without_keeping_the_lines() {
         assert_eq!(kernel_text(&mut k, &rs), kernel_text(&mut expected_kernel(&rs), &rs));
     }
 }
+
+/// Every fixture's rulesets (each family), for checks that hold for any ruleset.
+fn every_fixture() -> Vec<(String, Ruleset)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
+    let mut paths: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "yaml")).collect();
+    paths.sort();
+    let mut out = Vec::new();
+    for path in paths {
+        let state = source::read_path(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let flags = Settings { nfacct: Some(false), ..Settings::default() };
+        let loaded = pipeline::load(state, flags, Settings::default()).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        for rs in pipeline::render_iptables(&loaded) {
+            out.push((format!("{} {:?}", path.display(), rs.ctx.node.family), rs));
+        }
+    }
+    out
+}
+
+#[test]
+fn into_a_kernel_holding_none_of_our_chains_the_delta_is_built_without_comparing_and_equals_the_compared_one() {
+    use crate::netfilter::delta::{compute_fresh, compute_with, Lines};
+    use crate::netfilter::dump::parse;
+    use crate::netfilter::names::is_service_chain;
+    // Empty, and a node where other software (kubelet, a CNI) has chains of its own.
+    let others = "*filter\n:INPUT ACCEPT [0:0]\n:KUBE-KUBELET-CANARY - [0:0]\n:CNI-FORWARD - [0:0]\n-A INPUT -j CNI-FORWARD\nCOMMIT\n*nat\n:PREROUTING ACCEPT [0:0]\n:KUBE-KUBELET-CANARY - [0:0]\n:CNI-HOSTPORT-DNAT - [0:0]\n-A PREROUTING -j CNI-HOSTPORT-DNAT\nCOMMIT\n";
+    let kernels = [crate::netfilter::dump::Dump::default(), parse(others).unwrap()];
+    let fixtures = every_fixture();
+    assert!(fixtures.len() >= 40, "{} rulesets", fixtures.len());
+    for (name, rs) in &fixtures {
+        let desired = restore::dump(rs, restore::Scope::Full, &[]);
+        for live in &kernels {
+            assert!(super::holds_none_of_ours(live, rs), "{name}");
+            let compared = compute_with(&desired, live, rs.ctx.is_v6(), &needed_jumps(rs), is_service_chain, Lines::Names);
+            let (chains, lines) = restore::new_chains(rs, is_service_chain);
+            let fresh = compute_fresh(chains, live, rs.ctx.is_v6(), &needed_jumps(rs), is_service_chain);
+            assert_eq!(fresh, compared, "{name}");
+            assert_eq!(lines, desired.lines(), "{name}: lines of the full input");
+            assert_eq!(fresh.restore_text(), compared.restore_text(), "{name}");
+        }
+        // Any chain of ours in the kernel, even empty, and the kernel is compared with.
+        for ours in ["KUBE-SERVICES", "KUBE-SVC-ABCDEFGHIJKLMNOP", "KUBE-SEP-ABCDEFGHIJKLMNOP", "KUBE-FORWARD"] {
+            let table = if ours == "KUBE-FORWARD" { "filter" } else { "nat" };
+            let live = parse(&format!("*{table}\n:{ours} - [0:0]\nCOMMIT\n")).unwrap();
+            assert!(!super::holds_none_of_ours(&live, rs), "{name}: {ours}");
+        }
+    }
+}
+
+#[test]
+fn a_sync_into_a_kernel_holding_none_of_our_chains_installs_the_full_render_without_flushing_conntrack() {
+    let rs = demo(|_| {});
+    let mut k = FakeIptables::new();
+    let report = sync(&mut k, &rs, false).unwrap();
+    assert!(report.flushes.is_empty());
+    assert!(report.full_lines > 0 && report.applied);
+    assert_eq!(kernel_text(&mut k, &rs), kernel_text(&mut expected_kernel(&rs), &rs));
+    let again = sync(&mut k, &rs, false).unwrap();
+    assert!(again.delta.is_empty(), "the second sync compares and finds nothing");
+}
