@@ -5,7 +5,7 @@
 //! partial ones after). Each step is checked against whichever expectations exist beside
 //! it in `golden/`:
 //! - `.iptables`: our exact restore input (byte for byte; blessable): the full restore for
-//!   the first step, then what watch mode sends (its incremental partial syncs);
+//!   the first step, then what watch mode sends (its partial syncs);
 //! - `.kube-proxy`: kube-proxy's expected ruleset, after kube-proxy's test normalisation;
 //! - `.flows`: packet flows traced through the full ruleset (never blessed, so a cosmetic
 //!   re-bless cannot hide a behaviour change), and through kube-proxy's nftables table for

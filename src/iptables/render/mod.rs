@@ -41,7 +41,7 @@ pub struct Rendered {
     pub rules: Arc<ServiceRules>,
     /// How many of `filter` and `nat_top` go to each top-level chain ([`TOP_CHAINS`]
     /// order), or `None` if one goes elsewhere: where this service's lines sit in those
-    /// chains is the sum over the services before it (see `iptables::incremental`).
+    /// chains is the sum over the services before it (see `iptables::partial`).
     pub top_counts: Option<TopCounts>,
     /// The port's endpoints (for the large-cluster test).
     pub endpoints: usize,
