@@ -14,8 +14,8 @@ use super::link::{LinkAddress, LinkError, Links};
 use super::netlink::{self, Ipvs};
 use super::values::{Op, Timeouts};
 use super::memory::Memory;
-use super::plan::incremental::Planner;
-use super::plan::{Context, Plan, DUMMY_LINK};
+use super::plan::incremental::FamilyPlanner;
+use super::plan::{Context, FamilyState, DUMMY_LINK};
 use super::reconcile::{self, Changes, Observed, Scope, Timing, Wanted};
 use crate::config::Config;
 use crate::netfilter::apply::{ReadError, RestoreError, Restorer};
@@ -173,20 +173,20 @@ pub fn full(cfg: &Config, trackers: &Trackers, k: &mut Kernel, opts: &Options) -
     if cfg.interface_addresses.is_none() {
         cfg.interface_addresses = Some(addrs.iter().filter(|a| !on_dummy(a)).map(|a| a.ip).collect());
     }
-    let planners: Vec<Planner> = trackers
+    let planners: Vec<FamilyPlanner> = trackers
         .families
         .iter()
         .map(|t| {
             let (services, endpoints) = t.view();
-            Planner::new(Context::new(&cfg, t.family), services, endpoints)
+            FamilyPlanner::new(Context::new(&cfg, t.family), services, endpoints)
         })
         .collect();
-    let plans = || planners.iter().map(Planner::plan);
+    let plans = || planners.iter().map(FamilyPlanner::plan);
     let grace = kernel_state::read_grace(&opts.grace_file);
     let timing = Timing { now_secs: opts.now_secs, grace_period_secs: opts.grace_period_secs };
     let wanted = Wanted::from_plans(plans(), scope(&cfg));
     let changes = reconcile::diff(&wanted, &observed, &grace, timing);
-    let live_plans: Vec<&Plan> = plans().collect();
+    let live_plans: Vec<&FamilyState> = plans().collect();
     let mut report = Report {
         link_missing: index.is_none(),
         ipsets: ipset::delta(plans(), &live_sets),
@@ -245,7 +245,7 @@ fn read_iptables(r: &mut dyn Restorer, families: &[IpFamily]) -> Result<Vec<(IpF
     families.iter().map(|family| Ok((*family, crate::netfilter::apply::read(r, *family, &TABLES)?))).collect()
 }
 
-fn iptables_deltas(plans: &[&Plan], live: &[(IpFamily, Dump)]) -> Result<Vec<(IpFamily, Delta)>, SyncError> {
+fn iptables_deltas(plans: &[&FamilyState], live: &[(IpFamily, Dump)]) -> Result<Vec<(IpFamily, Delta)>, SyncError> {
     let empty = Dump::default();
     let mut out = Vec::new();
     for plan in plans {

@@ -9,7 +9,7 @@ use std::net::IpAddr;
 
 use super::matcher::Packet;
 use crate::ipvs::plan::ipsets::SetType;
-use crate::ipvs::plan::Plan;
+use crate::ipvs::plan::FamilyState;
 use crate::net::{parse_ip_sloppy, Cidr, IpFamily};
 
 /// One dimension's kind.
@@ -175,7 +175,7 @@ impl Sets {
     }
 
     /// Every set of an IPVS plan, with its entries.
-    pub fn from_plan(plan: &Plan) -> Sets {
+    pub fn from_plan(plan: &FamilyState) -> Sets {
         let mut sets = Sets::default();
         for (id, entries) in &plan.sets {
             let set = Set::new(id.set_type(), Some(plan.family), entries.iter().map(String::as_str));

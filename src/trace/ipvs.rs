@@ -24,7 +24,7 @@ use serde::Serialize;
 use super::{run_chain, Branch, Cx, Entry, Env, Flow, Packet, Sets};
 use crate::netfilter::Dump;
 use crate::ipvs::values::{Forward, Protocol, RealServer, ServiceKey, VirtualServer};
-use crate::ipvs::plan::Plan;
+use crate::ipvs::plan::FamilyState;
 use crate::ipvs::text::{dest_line, service_line};
 use crate::net::join_host_port;
 
@@ -49,7 +49,7 @@ impl Table {
         self.servers.insert(v.vs.key(), v);
     }
 
-    pub fn from_plan(plan: &Plan) -> Table {
+    pub fn from_plan(plan: &FamilyState) -> Table {
         let mut t = Table::default();
         for d in plan.services.values() {
             t.insert(Virtual { vs: d.vs.clone(), reals: d.reals.clone(), service: Some(d.owner.to_string()) });
@@ -71,7 +71,7 @@ impl Table {
 /// The iptables rules of a plan as the kernel holds them after a sync: the plan's rules
 /// and the jumps from the built-in chains, which kube-proxy (and svcproxy) prepend one by
 /// one in kube-proxy's order, so the last one comes first.
-pub fn rendered_rules(plan: &Plan) -> Dump {
+pub fn rendered_rules(plan: &FamilyState) -> Dump {
     let mut dump = crate::netfilter::table::dump_all(&plan.iptables);
     for j in crate::ipvs::kernel_state::jumps().iter().rev() {
         if let Some(t) = dump.tables.get_mut(j.table) {

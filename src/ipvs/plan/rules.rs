@@ -2,7 +2,7 @@
 //! values: nat first, then filter, with kube-proxy's chains, texts and order.
 
 use super::ipsets::SetId;
-use super::{Context, Plan};
+use super::{Context, FamilyState};
 use crate::netfilter::names::{KUBE_FORWARD, KUBE_MARK_MASQ, KUBE_POSTROUTING, KUBE_PROXY_FIREWALL, KUBE_SERVICES};
 use crate::netfilter::{Chain, Rule, Table, Target};
 
@@ -54,7 +54,7 @@ struct Out {
 }
 
 /// The two tables: nat (its chains, its rules), then filter.
-pub fn write(ctx: &Context, plan: &Plan) -> Vec<Table> {
+pub fn write(ctx: &Context, plan: &FamilyState) -> Vec<Table> {
     let mut out = Out { nat: Vec::new(), filter: Vec::new() };
     let lo = if ctx.family().is_v6() { "::1/128" } else { "127.0.0.0/8" };
     out.nat.push(Rule::new(KUBE_SERVICES, ["-s", lo], Target::Return));
@@ -82,7 +82,7 @@ pub fn write(ctx: &Context, plan: &Plan) -> Vec<Table> {
     ]
 }
 
-fn set_rules(ctx: &Context, plan: &Plan, out: &mut Out) {
+fn set_rules(ctx: &Context, plan: &FamilyState, out: &mut Out) {
     for (id, nat, from, to, matching, proto) in SET_RULES {
         if plan.set(id).is_empty() {
             continue;
@@ -105,7 +105,7 @@ fn set_head(ctx: &Context, id: SetId) -> Vec<String> {
     w
 }
 
-fn cluster_ip_rule(ctx: &Context, plan: &Plan, out: &mut Out) {
+fn cluster_ip_rule(ctx: &Context, plan: &FamilyState, out: &mut Out) {
     if plan.set(SetId::ClusterIp).is_empty() {
         return;
     }
@@ -121,7 +121,7 @@ fn cluster_ip_rule(ctx: &Context, plan: &Plan, out: &mut Out) {
     out.nat.push(Rule::new(KUBE_SERVICES, &w, Target::jump(KUBE_MARK_MASQ)));
 }
 
-fn external_ip_rules(ctx: &Context, plan: &Plan, out: &mut Out) {
+fn external_ip_rules(ctx: &Context, plan: &FamilyState, out: &mut Out) {
     for (id, masquerade) in [(SetId::ExternalIp, true), (SetId::ExternalIpLocal, false)] {
         if plan.set(id).is_empty() {
             continue;
