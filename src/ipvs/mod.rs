@@ -7,7 +7,7 @@ pub mod cleanup;
 #[cfg(any(test, feature = "testing"))]
 pub mod fake;
 pub mod ipset;
-pub mod kernel_state;
+pub mod kernel_form;
 pub mod link;
 pub mod netlink;
 pub mod memory;

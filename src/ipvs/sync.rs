@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use super::ipset::{self, IpsetRunner};
-use super::kernel_state::{self, sysctls};
+use super::kernel_form::{self, sysctls};
 use super::link::{LinkAddress, LinkError, Links};
 use super::netlink::{self, Ipvs};
 use super::values::{Op, Timeouts};
@@ -182,7 +182,7 @@ pub fn full(cfg: &Config, trackers: &Trackers, k: &mut Kernel, opts: &Options) -
         })
         .collect();
     let plans = || planners.iter().map(FamilyPlanner::plan);
-    let grace = kernel_state::read_grace(&opts.grace_file);
+    let grace = kernel_form::read_grace(&opts.grace_file);
     let timing = Timing { now_secs: opts.now_secs, grace_period_secs: opts.grace_period_secs };
     let wanted = Wanted::from_plans(plans(), scope(&cfg));
     let changes = reconcile::diff(&wanted, &observed, &grace, timing);
@@ -249,9 +249,9 @@ fn iptables_deltas(plans: &[&FamilyState], live: &[(IpFamily, Dump)]) -> Result<
     let empty = Dump::default();
     let mut out = Vec::new();
     for plan in plans {
-        let desired = kernel_state::kernel_form(&plan.iptables);
+        let desired = kernel_form::kernel_form(&plan.iptables);
         let have = live.iter().find(|(f, _)| *f == plan.family).map_or(&empty, |(_, d)| d);
-        out.push((plan.family, delta::compute(&desired, have, plan.family.is_v6(), &kernel_state::jumps(), crate::netfilter::names::is_service_chain)));
+        out.push((plan.family, delta::compute(&desired, have, plan.family.is_v6(), &kernel_form::jumps(), crate::netfilter::names::is_service_chain)));
     }
     Ok(out)
 }
@@ -292,7 +292,7 @@ pub(super) fn apply(k: &mut Kernel, report: &mut Report, index: u32) -> Result<(
 
 /// Writes the termination memory (kept so a restart goes on draining).
 pub(super) fn write_grace(opts: &Options, grace: &reconcile::Grace) -> Result<(), SyncError> {
-    kernel_state::write_grace(&opts.grace_file, grace).map_err(|error| SyncError::GraceFile { path: opts.grace_file.clone(), error })
+    kernel_form::write_grace(&opts.grace_file, grace).map_err(|error| SyncError::GraceFile { path: opts.grace_file.clone(), error })
 }
 
 /// Where the termination memory lives by default.
