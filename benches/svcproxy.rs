@@ -176,7 +176,7 @@ fn ipvs_sync_change(c: &mut Criterion, one: &mut OneEndpoint) {
     use svcproxy::ipvs::proxier::{Paths, Proxier};
     let n = one.services;
     let dir = std::env::temp_dir().join(format!("svcproxy-bench-ipvs-{}", std::process::id()));
-    for s in svcproxy::ipvs::kernel_form::sysctls(false) {
+    for s in svcproxy::node::sysctl::ipvs_for_this_kernel(false) {
         let f = dir.join("sys").join(s.path);
         std::fs::create_dir_all(f.parent().expect("a sysctl path has a parent")).expect("a scratch directory");
         std::fs::write(&f, &s.value).expect("a scratch file");

@@ -6,6 +6,7 @@ pub mod canary;
 pub mod cleanup;
 #[cfg(any(test, feature = "testing"))]
 pub mod fake;
+pub mod grace;
 pub mod ipset;
 pub mod kernel_form;
 pub mod link;

@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 use std::time::Instant;
 
 use super::ipset;
-use super::kernel_form;
+use super::kernel_form::kernel_form;
 use super::memory::Memory;
 use super::netlink::Ipvs;
 use super::plan::{Desired, FamilyState};
@@ -116,8 +116,8 @@ fn desired<'a>(memory: &'a Memory, key: &ServiceKey) -> Option<&'a Desired> {
 /// only the chains that differ, no jumps (a full sync ensured them).
 fn rules_delta(memory: &Memory, family: IpFamily, old: &[Table]) -> delta::Delta {
     let plan: Option<&FamilyState> = memory.planners.iter().map(|p| p.plan()).find(|p| p.family == family);
-    let new = plan.map(|p| kernel_form::kernel_form(&p.iptables)).unwrap_or_default();
-    delta::compute_with(&new, &kernel_form::kernel_form(old), family.is_v6(), &[], crate::netfilter::names::is_service_chain, delta::Lines::Names)
+    let new = plan.map(|p| kernel_form(&p.iptables)).unwrap_or_default();
+    delta::compute_with(&new, &kernel_form(old), family.is_v6(), &[], crate::netfilter::names::is_service_chain, delta::Lines::Names)
 }
 
 #[cfg(test)]

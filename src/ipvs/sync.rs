@@ -9,7 +9,9 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use super::ipset::{self, IpsetRunner};
-use super::kernel_form::{self, sysctls};
+use super::grace;
+use super::kernel_form::kernel_form;
+use super::plan::rules;
 use super::link::{LinkAddress, LinkError, Links};
 use super::netlink::{self, Ipvs};
 use super::values::{Op, Timeouts};
@@ -182,7 +184,7 @@ pub fn full(cfg: &Config, trackers: &Trackers, k: &mut Kernel, opts: &Options) -
         })
         .collect();
     let plans = || planners.iter().map(FamilyPlanner::plan);
-    let grace = kernel_form::read_grace(&opts.grace_file);
+    let grace = grace::read(&opts.grace_file);
     let timing = Timing { now_secs: opts.now_secs, grace_period_secs: opts.grace_period_secs };
     let wanted = Wanted::from_plans(plans(), scope(&cfg));
     let changes = reconcile::diff(&wanted, &observed, &grace, timing);
@@ -191,7 +193,7 @@ pub fn full(cfg: &Config, trackers: &Trackers, k: &mut Kernel, opts: &Options) -
         link_missing: index.is_none(),
         ipsets: ipset::delta(plans(), &live_sets),
         iptables: iptables_deltas(&live_plans, &live_iptables)?,
-        sysctls: crate::node::sysctl::changes(&opts.proc_sys, &sysctls(cfg.ipvs.strict_arp)),
+        sysctls: crate::node::sysctl::changes(&opts.proc_sys, &crate::node::sysctl::ipvs_for_this_kernel(cfg.ipvs.strict_arp)),
         timeouts: timeouts_change(&cfg, timeouts_now),
         terminating: changes.terminating.len(),
         flushes: super::stale::flows(&observed, &wanted, &changes),
@@ -249,9 +251,9 @@ fn iptables_deltas(plans: &[&FamilyState], live: &[(IpFamily, Dump)]) -> Result<
     let empty = Dump::default();
     let mut out = Vec::new();
     for plan in plans {
-        let desired = kernel_form::kernel_form(&plan.iptables);
+        let desired = kernel_form(&plan.iptables);
         let have = live.iter().find(|(f, _)| *f == plan.family).map_or(&empty, |(_, d)| d);
-        out.push((plan.family, delta::compute(&desired, have, plan.family.is_v6(), &kernel_form::jumps(), crate::netfilter::names::is_service_chain)));
+        out.push((plan.family, delta::compute(&desired, have, plan.family.is_v6(), &rules::jumps(), crate::netfilter::names::is_service_chain)));
     }
     Ok(out)
 }
@@ -292,7 +294,7 @@ pub(super) fn apply(k: &mut Kernel, report: &mut Report, index: u32) -> Result<(
 
 /// Writes the termination memory (kept so a restart goes on draining).
 pub(super) fn write_grace(opts: &Options, grace: &reconcile::Grace) -> Result<(), SyncError> {
-    kernel_form::write_grace(&opts.grace_file, grace).map_err(|error| SyncError::GraceFile { path: opts.grace_file.clone(), error })
+    grace::write(&opts.grace_file, grace).map_err(|error| SyncError::GraceFile { path: opts.grace_file.clone(), error })
 }
 
 /// Where the termination memory lives by default.

@@ -103,6 +103,11 @@ pub fn ipvs(strict_arp: bool, kernel: Option<(u32, u32)>) -> Vec<Sysctl> {
     v
 }
 
+/// What the IPVS proxier sets on the running kernel (its version read from `/proc/sys`).
+pub fn ipvs_for_this_kernel(strict_arp: bool) -> Vec<Sysctl> {
+    ipvs(strict_arp, kernel_version(Path::new("/proc/sys")))
+}
+
 /// The sysctls of the configured mode.
 pub fn for_mode(cfg: &Config, kernel: Option<(u32, u32)>) -> Vec<Sysctl> {
     match cfg.mode {

@@ -73,7 +73,7 @@ impl Table {
 /// one in kube-proxy's order, so the last one comes first.
 pub fn rendered_rules(plan: &FamilyState) -> Dump {
     let mut dump = crate::netfilter::table::dump_all(&plan.iptables);
-    for j in crate::ipvs::kernel_form::jumps().iter().rev() {
+    for j in crate::ipvs::plan::rules::jumps().iter().rev() {
         if let Some(t) = dump.tables.get_mut(j.table) {
             t.append(&j.rule());
         }

@@ -4,6 +4,7 @@
 use super::ipsets::SetId;
 use super::{Context, FamilyState};
 use crate::netfilter::names::{KUBE_FORWARD, KUBE_MARK_MASQ, KUBE_POSTROUTING, KUBE_PROXY_FIREWALL, KUBE_SERVICES};
+use crate::netfilter::jumps::Jump;
 use crate::netfilter::{Chain, Rule, Table, Target};
 
 pub const KUBE_NODE_PORT: &str = "KUBE-NODE-PORT";
@@ -31,6 +32,11 @@ pub const JUMPS: [(&str, &str, &str, &str); 9] = [
     ("filter", "INPUT", KUBE_IPVS_FILTER, "kubernetes ipvs access filter"),
     ("filter", "OUTPUT", KUBE_IPVS_OUT_FILTER, "kubernetes ipvs access filter"),
 ];
+
+/// [`JUMPS`] as the iptables delta wants them.
+pub fn jumps() -> Vec<Jump> {
+    JUMPS.iter().map(|(table, from, to, comment)| Jump::new(table, from, to, false, comment)).collect()
+}
 
 /// kube-proxy's `ipsetWithIptablesChain`: (set, nat?, from, to, match, protocol).
 const SET_RULES: [(SetId, bool, &str, Target, &str, &str); 12] = [
