@@ -12,12 +12,24 @@ pub const KUBE_LOAD_BALANCER: &str = "KUBE-LOAD-BALANCER";
 pub const KUBE_SOURCE_RANGES_FIREWALL: &str = "KUBE-SOURCE-RANGES-FIREWALL";
 pub const KUBE_IPVS_FILTER: &str = "KUBE-IPVS-FILTER";
 pub const KUBE_IPVS_OUT_FILTER: &str = "KUBE-IPVS-OUT-FILTER";
+/// IPVS mode's own chains; the others it declares are kube-proxy's shared ones
+/// ([`crate::netfilter::names`]).
+pub const OWN_CHAINS: [&str; 5] = [KUBE_NODE_PORT, KUBE_LOAD_BALANCER, KUBE_SOURCE_RANGES_FIREWALL, KUBE_IPVS_FILTER, KUBE_IPVS_OUT_FILTER];
 
 /// nat chains, in kube-proxy's `iptablesChains` order.
 pub const NAT_CHAINS: [&str; 5] = [KUBE_SERVICES, KUBE_POSTROUTING, KUBE_NODE_PORT, KUBE_LOAD_BALANCER, KUBE_MARK_MASQ];
 /// filter chains, in kube-proxy's `iptablesChains` order.
 pub const FILTER_CHAINS: [&str; 6] =
     [KUBE_FORWARD, KUBE_NODE_PORT, KUBE_PROXY_FIREWALL, KUBE_SOURCE_RANGES_FIREWALL, KUBE_IPVS_FILTER, KUBE_IPVS_OUT_FILTER];
+
+/// The chains IPVS mode declares in `table` (`nat`, `filter`; none elsewhere).
+pub fn declared(table: &str) -> &'static [&'static str] {
+    match table {
+        "nat" => &NAT_CHAINS,
+        "filter" => &FILTER_CHAINS,
+        _ => &[],
+    }
+}
 
 /// The jumps from built-in chains kube-proxy's IPVS mode ensures, in its
 /// `iptablesJumpChain` order (table, from, to, comment).
