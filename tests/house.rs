@@ -198,23 +198,10 @@ const SETTINGS_HOME: &str = "src/settings/mod.rs";
 const SETTING_HOMONYMS: [(&str, &str); 3] =
     [("--mode", "statistic's option"), ("nfacct", "the nfacct match"), ("--random-fully", "MASQUERADE's option")];
 
-/// (file, literals, why): settings spelled outside their row today: a reason logged, a
-/// command line, an alias in a message, or (defaults.rs) a second list keyed by path.
-/// Code that names a setting takes the name from its row (`settings::row::NAME.flag()`,
-/// `.path()`).
-const SETTING_EXCEPTIONS: [(&str, &[&str], &str); 5] = [
+/// (file, literals, why): the settings spelled outside their row. Code that names a
+/// setting takes the name from its row (`settings::row::NAME.flag()`, `.path()`).
+const SETTING_EXCEPTIONS: [(&str, &[&str], &str); 2] = [
     ("src/config/mod.rs", &["--masquerade-bit"], "an error naming the alias, not kube-proxy's --iptables-masquerade-bit (row::masquerade_bit.flag())"),
-    (
-        "src/node/conntrack.rs",
-        &["conntrack.tcpEstablishedTimeout", "conntrack.tcpCloseWaitTimeout", "conntrack.tcpBeLiberal", "conntrack.udpTimeout", "conntrack.udpStreamTimeout"],
-        "the reason logged with each conntrack sysctl",
-    ),
-    ("src/node/sysctl.rs", &["ipvs.strictARP"], "the reason logged with the ARP sysctls"),
-    (
-        "src/settings/defaults.rs",
-        &["iptables.syncPeriod", "iptables.minSyncPeriod", "ipvs.syncPeriod", "nftables.syncPeriod", "nftables.minSyncPeriod", "configSyncPeriod", "clientConnection.qps", "clientConnection.burst"],
-        "kube-proxy's zero-means-default list, keyed by file path (a column of the table would do)",
-    ),
     (
         "src/bench/soak.rs",
         &["--mode", "--master", "--hostname-override", "--cluster-cidr", "--ip-family", "--nfacct", "--metrics-bind-address", "--healthz-bind-address", "--logging-format"],

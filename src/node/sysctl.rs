@@ -6,6 +6,7 @@ use std::path::Path;
 
 use crate::config::{Config, Mode};
 use crate::net::IpFamily;
+use crate::settings::row;
 
 /// One sysctl to hold a value, and why (for the log and the dry run).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,8 +98,8 @@ pub fn ipvs(strict_arp: bool, kernel: Option<(u32, u32)>) -> Vec<Sysctl> {
         Sysctl::new("net/ipv4/ip_forward", 1, "forwarding for IPVS"),
     ]);
     if strict_arp {
-        v.push(Sysctl::new("net/ipv4/conf/all/arp_ignore", 1, "ipvs.strictARP"));
-        v.push(Sysctl::new("net/ipv4/conf/all/arp_announce", 2, "ipvs.strictARP"));
+        v.push(Sysctl::new("net/ipv4/conf/all/arp_ignore", 1, row::ipvs_strict_arp.path()));
+        v.push(Sysctl::new("net/ipv4/conf/all/arp_announce", 2, row::ipvs_strict_arp.path()));
     }
     v
 }

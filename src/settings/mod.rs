@@ -62,13 +62,19 @@ pub struct Info {
 
 impl Info {
     /// How messages name the setting: its first flag (`--kube-api-qps`), else its file path.
-    pub fn flag(&self) -> &'static str {
-        self.dashed.or(self.file).unwrap_or(self.name)
+    pub const fn flag(&self) -> &'static str {
+        match (self.dashed, self.file) {
+            (Some(f), _) | (None, Some(f)) => f,
+            (None, None) => self.name,
+        }
     }
 
     /// How messages about the file name the setting: its path, else its first flag.
-    pub fn path(&self) -> &'static str {
-        self.file.or(self.dashed).unwrap_or(self.name)
+    pub const fn path(&self) -> &'static str {
+        match (self.file, self.dashed) {
+            (Some(p), _) | (None, Some(p)) => p,
+            (None, None) => self.name,
+        }
     }
 }
 
