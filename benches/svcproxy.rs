@@ -128,13 +128,13 @@ fn one_endpoint(c: &mut Criterion, n: usize) {
 /// IPVS mode's plan of the one-endpoint change: only the changed service re-planned
 /// (what a partial sync plans), beside the full plan of the same cluster.
 fn ipvs_plan_change(c: &mut Criterion, one: &mut OneEndpoint) {
-    use svcproxy::ipvs::plan::{incremental::Planner, Context};
+    use svcproxy::ipvs::plan::{incremental::FamilyPlanner, Context};
     let n = one.services;
     let t = &one.loaded.trackers.families[0];
     let (s, e) = t.view();
-    let mut planner = Planner::new(Context::new(&one.loaded.config, t.family), s, e);
+    let mut planner = FamilyPlanner::new(Context::new(&one.loaded.config, t.family), s, e);
     // The change is committed untimed; only the planner's update is timed.
-    let update = |one: &mut OneEndpoint, planner: &mut Planner, event: &Event| {
+    let update = |one: &mut OneEndpoint, planner: &mut FamilyPlanner, event: &Event| {
         one.loaded.trackers.apply(event);
         let changed = one.loaded.trackers.commit().swap_remove(0).services;
         let (s, e) = one.loaded.trackers.families[0].view();
@@ -162,7 +162,7 @@ fn ipvs_plan_change(c: &mut Criterion, one: &mut OneEndpoint) {
     let ctx = Context::new(&one.loaded.config, t.family);
     g.bench_function(BenchmarkId::new("planner_new", n), |b| b.iter(|| {
         let (s, e) = t.view();
-        Planner::new(ctx.clone(), black_box(s), e)
+        FamilyPlanner::new(ctx.clone(), black_box(s), e)
     }));
     g.finish();
     ipvs_sync_change(c, one);
@@ -176,7 +176,7 @@ fn ipvs_sync_change(c: &mut Criterion, one: &mut OneEndpoint) {
     use svcproxy::ipvs::proxier::{Paths, Proxier};
     let n = one.services;
     let dir = std::env::temp_dir().join(format!("svcproxy-bench-ipvs-{}", std::process::id()));
-    for s in svcproxy::ipvs::kernel_state::sysctls(false) {
+    for s in svcproxy::node::sysctl::ipvs_for_this_kernel(false) {
         let f = dir.join("sys").join(s.path);
         std::fs::create_dir_all(f.parent().expect("a sysctl path has a parent")).expect("a scratch directory");
         std::fs::write(&f, &s.value).expect("a scratch file");

@@ -5,7 +5,7 @@
 //! partial ones after). Each step is checked against whichever expectations exist beside
 //! it in `golden/`:
 //! - `.iptables`: our exact restore input (byte for byte; blessable): the full restore for
-//!   the first step, then what watch mode sends (its incremental partial syncs);
+//!   the first step, then what watch mode sends (its partial syncs);
 //! - `.kube-proxy`: kube-proxy's expected ruleset, after kube-proxy's test normalisation;
 //! - `.flows`: packet flows traced through the full ruleset (never blessed, so a cosmetic
 //!   re-bless cannot hide a behaviour change), and through kube-proxy's nftables table for
@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex};
 
 use support::*;
 use svcproxy::config::Settings;
+use svcproxy::model::Protocol;
 use svcproxy::netfilter::conntrack::RecordingConntrack;
 use svcproxy::netfilter::fake::{Call, FakeIptables, SharedFake};
 use svcproxy::iptables::kube_proxy_restore::{self, Applied, SyncOptions};
@@ -294,7 +295,11 @@ fn check_flows(step: &Step, flows_path: &Path, f: &mut Failures) -> usize {
             continue;
         };
         let dump = dump::parse(&restore::write(rs, restore::Scope::Full, &[])).unwrap();
-        let packet = Packet { src, dst, protocol: c[2].to_lowercase(), dport, in_interface: None };
+        let Some(protocol) = Protocol::from_name(&c[2].to_lowercase()) else {
+            f.push(format!("{}: {}: bad protocol {}", flows_path.display(), c[0], c[2]));
+            continue;
+        };
+        let packet = Packet { src, dst, protocol, dport, in_interface: None };
         let (got, got_masq) = trace::trace(&dump, &env, packet, Entry::Prerouting).summary();
         if got != expected || got_masq != masq {
             f.push(format!("{}: flow {:?}: expected {expected:?} masq={masq}, traced {got:?} masq={got_masq}", flows_path.display(), c[0]));
@@ -555,7 +560,8 @@ fn check_nftables_flows(rulesets: &[svcproxy::nftables::Ruleset], local: &BTreeS
         let Some(rs) = rulesets.iter().find(|r| r.ctx.ip_family == svcproxy::net::IpFamily::of(&dst)) else {
             return Err(format!("{}: no ruleset for {dst}", c[0]));
         };
-        let packet = Packet { src, dst, protocol: c[2].to_lowercase(), dport, in_interface: None };
+        let Some(protocol) = Protocol::from_name(&c[2].to_lowercase()) else { return Err(format!("{}: bad protocol {}", c[0], c[2])) };
+        let packet = Packet { src, dst, protocol, dport, in_interface: None };
         match trace::trace(&rs.table(), &env, packet, Entry::Prerouting).map(|t| t.summary()) {
             Ok((got, got_masq)) if got == expected && got_masq == masq => {}
             Ok((got, got_masq)) => errors.push(format!("flow {:?}: expected {expected:?} masq={masq}, traced {got:?} masq={got_masq}", c[0])),

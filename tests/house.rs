@@ -7,6 +7,10 @@
 //! `tests/` folder, an inline `#[cfg(test)] mod … {` to the end of its file) and comments
 //! may spell names out; the few other exceptions are listed in [`EXCEPTIONS`], each with
 //! its reason.
+//!
+//! Each setting is declared in one place too: its flags and its `KubeProxyConfiguration`
+//! path are spelled only in its row of the `settings!` table (`src/settings/mod.rs`);
+//! everything else reads them from `settings::TABLE` or uses the `Settings` field.
 
 use std::path::{Path, PathBuf};
 
@@ -128,15 +132,20 @@ fn names(literal: &str, name: &str) -> bool {
     literal == name || (name.ends_with('-') && literal.starts_with(name))
 }
 
-#[test]
-fn each_chain_name_is_declared_in_one_place() {
+/// One string literal of the source tree's non-test code: its file (relative to the
+/// repository), 1-based line, and text.
+struct Literal {
+    file: String,
+    line: usize,
+    text: String,
+}
+
+/// Every string literal in `src/` outside test code and comments.
+fn source_literals() -> Vec<Literal> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = Vec::new();
     rust_files(&root.join("src"), &mut files);
-    let groups: [(&[&str], &str); 3] =
-        [(&IPTABLES, "src/netfilter/names.rs"), (&IPVS, "src/ipvs/plan/rules.rs"), (&NFTABLES, "src/nftables/names.rs")];
-    let mut found = Vec::new();
-    let mut used = vec![false; EXCEPTIONS.len()];
+    let mut out = Vec::new();
     let mut checked = 0;
     for path in &files {
         let rel = path.strip_prefix(root).expect("under the repository").to_string_lossy().replace('\\', "/");
@@ -151,24 +160,102 @@ fn each_chain_name_is_declared_in_one_place() {
             if line.trim() == "#[cfg(test)]" && next.starts_with("mod ") && next.ends_with('{') {
                 break;
             }
-            for lit in literals(line) {
-                for (list, home) in &groups {
-                    let Some(name) = list.iter().find(|name| names(lit, name)) else { continue };
-                    if rel == *home {
-                        continue;
-                    }
-                    match EXCEPTIONS.iter().position(|(f, l, _)| *f == rel && names(lit, l)) {
-                        Some(i) => used[i] = true,
-                        None => found.push(format!("{rel}:{}: \"{lit}\" spells {name}, declared in {home}", n + 1)),
-                    }
-                }
-            }
+            out.extend(literals(line).into_iter().map(|lit| Literal { file: rel.clone(), line: n + 1, text: lit.to_string() }));
         }
     }
     assert!(checked > 100, "the scan read the source tree ({checked} files)");
+    out
+}
+
+#[test]
+fn each_chain_name_is_declared_in_one_place() {
+    let groups: [(&[&str], &str); 3] =
+        [(&IPTABLES, "src/netfilter/names.rs"), (&IPVS, "src/ipvs/plan/rules.rs"), (&NFTABLES, "src/nftables/names.rs")];
+    let mut found = Vec::new();
+    let mut used = vec![false; EXCEPTIONS.len()];
+    for Literal { file, line, text: lit } in source_literals() {
+        for (list, home) in &groups {
+            let Some(name) = list.iter().find(|name| names(&lit, name)) else { continue };
+            if file == *home {
+                continue;
+            }
+            match EXCEPTIONS.iter().position(|(f, l, _)| *f == file && names(&lit, l)) {
+                Some(i) => used[i] = true,
+                None => found.push(format!("{file}:{line}: \"{lit}\" spells {name}, declared in {home}")),
+            }
+        }
+    }
     assert!(found.is_empty(), "chain names spelled outside their one place (import the constant):\n{}", found.join("\n"));
     let stale: Vec<_> = EXCEPTIONS.iter().zip(&used).filter(|(_, u)| !**u).map(|((f, l, _), _)| format!("{f}: {l}")).collect();
     assert!(stale.is_empty(), "exceptions nothing needs any more (remove them): {stale:?}");
+}
+
+/// Where every setting is declared: its row of the `settings!` table.
+const SETTINGS_HOME: &str = "src/settings/mod.rs";
+
+/// iptables words that happen to be spelled as a setting's flag, allowed anywhere:
+/// `-m statistic --mode random`, the `-m nfacct` match, MASQUERADE's `--random-fully`.
+const SETTING_HOMONYMS: [(&str, &str); 3] =
+    [("--mode", "statistic's option"), ("nfacct", "the nfacct match"), ("--random-fully", "MASQUERADE's option")];
+
+/// (file, literals, why): the settings spelled outside their row. Code that names a
+/// setting takes the name from its row (`settings::row::NAME.flag()`, `.path()`).
+const SETTING_EXCEPTIONS: [(&str, &[&str], &str); 2] = [
+    ("src/config/mod.rs", &["--masquerade-bit"], "an error naming the alias, not kube-proxy's --iptables-masquerade-bit (row::masquerade_bit.flag())"),
+    (
+        "src/bench/soak.rs",
+        &["--mode", "--master", "--hostname-override", "--cluster-cidr", "--ip-family", "--nfacct", "--metrics-bind-address", "--healthz-bind-address", "--logging-format"],
+        "the soak starts svcproxy with a command line",
+    ),
+];
+
+/// A literal that spells a setting's flag (`kube-api-qps`, `--kube-api-qps`,
+/// `--kube-api-qps=…`) or its `KubeProxyConfiguration` path (`clientConnection.qps`).
+fn spells_setting(literal: &str, info: &svcproxy::settings::Info) -> bool {
+    let flag = |f: &&str| {
+        let dashed = format!("--{f}");
+        // A one-letter flag (`v`) is too short to tell from other text unless dashed.
+        (f.len() > 1 && literal == *f) || literal == dashed || literal.starts_with(&format!("{dashed}="))
+    };
+    info.flags.iter().any(flag) || info.file.is_some_and(|path| literal == path)
+}
+
+#[test]
+fn each_setting_is_declared_in_one_place() {
+    let table = svcproxy::settings::TABLE;
+    assert!(table.len() > 30, "the settings table ({} rows)", table.len());
+    let mut found = Vec::new();
+    let mut at_home = vec![false; table.len()];
+    let mut used: Vec<Vec<bool>> = SETTING_EXCEPTIONS.iter().map(|(_, lits, _)| vec![false; lits.len()]).collect();
+    let mut homonyms_used = [false; SETTING_HOMONYMS.len()];
+    for Literal { file, line, text: lit } in source_literals() {
+        for (i, info) in table.iter().enumerate().filter(|(_, info)| spells_setting(&lit, info)) {
+            if file == SETTINGS_HOME {
+                at_home[i] = true;
+                continue;
+            }
+            let excepted = SETTING_EXCEPTIONS.iter().position(|(f, _, _)| *f == file).and_then(|e| {
+                let at = SETTING_EXCEPTIONS[e].1.iter().position(|l| *l == lit)?;
+                used[e][at] = true;
+                Some(())
+            });
+            if let Some(h) = SETTING_HOMONYMS.iter().position(|(w, _)| *w == lit) {
+                homonyms_used[h] = true;
+            } else if excepted.is_none() {
+                found.push(format!("{file}:{line}: \"{lit}\" spells setting {}, declared in {SETTINGS_HOME}", info.name));
+            }
+        }
+    }
+    assert!(found.is_empty(), "settings spelled outside their one place (name them with settings::row::NAME.flag() or .path()):\n{}", found.join("\n"));
+    let mut stale: Vec<String> = SETTING_EXCEPTIONS
+        .iter()
+        .zip(&used)
+        .flat_map(|((f, lits, _), u)| lits.iter().zip(u).filter(|(_, u)| !**u).map(move |(l, _)| format!("{f}: {l}")))
+        .collect();
+    stale.extend(SETTING_HOMONYMS.iter().zip(homonyms_used).filter(|(_, u)| !u).map(|((w, _), _)| format!("homonym {w}")));
+    assert!(stale.is_empty(), "setting exceptions nothing needs any more (remove them): {stale:?}");
+    let unseen: Vec<_> = table.iter().zip(&at_home).filter(|(i, seen)| !**seen && (!i.flags.is_empty() || i.file.is_some())).map(|(i, _)| i.name).collect();
+    assert!(unseen.is_empty(), "settings whose flag or path the scan did not find in {SETTINGS_HOME}: {unseen:?}");
 }
 
 #[test]
@@ -178,4 +265,6 @@ fn the_scan_finds_a_literal_and_skips_comments() {
     assert_eq!(literals(r#"f('"', "a\"b", 'x')"#), [r#"a\"b"#]);
     assert!(names("KUBE-SVC-ABC", "KUBE-SVC-"));
     assert!(!names("KUBE-SERVICES-X", "KUBE-SERVICES"));
+    let qps = svcproxy::settings::TABLE.iter().find(|i| i.name == "kube_api_qps").expect("a row");
+    assert!(spells_setting("--kube-api-qps=5", qps) && spells_setting("clientConnection.qps", qps) && !spells_setting("qps", qps));
 }

@@ -21,11 +21,12 @@ use crate::config::Mode;
 use crate::iptables::restore::{self, Scope};
 use crate::netfilter::Dump;
 use crate::ipvs::plan::SetId;
+use crate::model::Protocol;
 use crate::net::{parse_ip_sloppy, IpFamily};
 use crate::pipeline;
 use crate::runner::live;
 use crate::trace::ipvs::{IpvsTrace, Table};
-use crate::trace::{self, Entry, Env, Packet, Sets, Trace};
+use crate::trace::{self, Entry, Env, Packet, Sets, Trace, Verdict};
 
 pub const EXAMPLES: &str = "\
 Examples:
@@ -148,7 +149,11 @@ fn packet(args: &TraceArgs, loaded: &pipeline::Loaded, own: &BTreeSet<IpAddr>) -
         None if args.entry == Origin::Node => loaded.config.node_ip(IpFamily::of(&dst)),
         None => bail!("--src is needed unless --entry node"),
     };
-    let protocol = format!("{:?}", args.proto).to_lowercase();
+    let protocol = match args.proto {
+        Proto::Tcp => Protocol::Tcp,
+        Proto::Udp => Protocol::Udp,
+        Proto::Sctp => Protocol::Sctp,
+    };
     Ok(Packet { src, dst, protocol, dport, in_interface: None })
 }
 
@@ -243,14 +248,14 @@ fn rules(args: &TraceArgs, loaded: &pipeline::Loaded, family: IpFamily) -> anyho
 
 fn text(t: &Trace, entry: Origin) -> String {
     let p = &t.packet;
-    let mut out = format!("packet: {} {} -> {}:{} from {entry:?} ({})\n", p.protocol, p.src, p.dst, p.dport,
+    let mut out = format!("packet: {} {} -> {}:{} from {entry:?} ({})\n", p.protocol.lower(), p.src, p.dst, p.dport,
         if t.entry == Entry::Output { "nat OUTPUT" } else { "nat PREROUTING" });
     for o in &t.outcomes {
-        let verdict = match o.verdict.as_str() {
-            "" => "no service rule matched: not a service address (delivered as addressed)".to_string(),
-            "DROP" => "DROPPED".to_string(),
-            "REJECT" => "REJECTED (the service has no endpoints)".to_string(),
-            "ACCEPT" => "ACCEPTED by the filter table".to_string(),
+        let verdict = match &o.verdict {
+            Verdict::Undecided => "no service rule matched: not a service address (delivered as addressed)".to_string(),
+            Verdict::Drop => "DROPPED".to_string(),
+            Verdict::Reject => "REJECTED (the service has no endpoints)".to_string(),
+            Verdict::Accept => "ACCEPTED by the filter table".to_string(),
             v => format!("DNAT to {v}"),
         };
         let masq = if o.masquerade { ", masqueraded" } else { "" };
@@ -263,13 +268,13 @@ fn text(t: &Trace, entry: Origin) -> String {
 fn nftables_text(t: &trace::nftables::Trace, entry: Origin) -> String {
     let p = &t.packet;
     let hook = if t.entry == Entry::Output { "hook output" } else { "hook prerouting" };
-    let mut out = format!("packet: {} {} -> {}:{} from {entry:?} (nftables mode, {hook})\n", p.protocol, p.src, p.dst, p.dport);
+    let mut out = format!("packet: {} {} -> {}:{} from {entry:?} (nftables mode, {hook})\n", p.protocol.lower(), p.src, p.dst, p.dport);
     for o in &t.outcomes {
         let why = o.reason.as_ref().map(|r| format!(" ({r})")).unwrap_or_default();
-        let verdict = match o.verdict.as_str() {
-            "" => "no service rule matched: not a service address (delivered as addressed)".to_string(),
-            "DROP" => format!("DROPPED{why}"),
-            "REJECT" => format!("REJECTED{why}"),
+        let verdict = match &o.verdict {
+            Verdict::Undecided => "no service rule matched: not a service address (delivered as addressed)".to_string(),
+            Verdict::Drop => format!("DROPPED{why}"),
+            Verdict::Reject => format!("REJECTED{why}"),
             v => format!("DNAT to {v}"),
         };
         let masq = if o.masquerade { ", masqueraded" } else { "" };
@@ -298,7 +303,7 @@ fn percent(p: Option<f64>) -> String {
 fn ipvs_text(t: &IpvsTrace, entry: Origin) -> String {
     let p = &t.packet;
     let hook = if t.entry == Entry::Output { "nat OUTPUT" } else { "nat PREROUTING" };
-    let mut out = format!("packet: {} {} -> {}:{} from {entry:?} (IPVS mode, {hook})\n", p.protocol, p.src, p.dst, p.dport);
+    let mut out = format!("packet: {} {} -> {}:{} from {entry:?} (IPVS mode, {hook})\n", p.protocol.lower(), p.src, p.dst, p.dport);
     for vs in &t.virtual_servers {
         let service = vs.service.as_ref().map(|s| format!(" ({s})")).unwrap_or_default();
         let persistence = match &vs.persistence {
@@ -313,7 +318,7 @@ fn ipvs_text(t: &IpvsTrace, entry: Origin) -> String {
             None => "not persistent".into(),
         };
         let addr = crate::net::join_host_port(&vs.address, vs.port);
-        out.push_str(&format!("virtual server: {} {addr}{service}, scheduler {}, {persistence}\n", vs.protocol.to_uppercase(), vs.scheduler));
+        out.push_str(&format!("virtual server: {} {addr}{service}, scheduler {}, {persistence}\n", vs.protocol.upper(), vs.scheduler));
         if vs.real_servers.is_empty() {
             out.push_str("  no real servers\n");
         }

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 
 use super::Settings;
 use crate::settings::defaults::{DEFAULT_BURST, DEFAULT_CONTENT_TYPE, DEFAULT_QPS};
+use crate::settings::row;
 
 /// Where the API server's address and credentials come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,14 +67,14 @@ impl ClientConnection {
             if f != c {
                 notes.push(format!(
                     "--kubeconfig {f} is used, not {c} ({}); kube-proxy ignores --kubeconfig when --config is given",
-                    in_file("clientConnection.kubeconfig")
+                    in_file(row::kubeconfig.path())
                 ));
             }
         }
         let endpoint = match (flag, from_file, env_kubeconfig.filter(|e| !e.is_empty()), master.clone()) {
-            (Some(path), _, _, master) => Endpoint::File { path: path.into(), named_by: "--kubeconfig".into(), master },
+            (Some(path), _, _, master) => Endpoint::File { path: path.into(), named_by: row::kubeconfig.flag().into(), master },
             (None, Some(path), _, master) => {
-                Endpoint::File { path: path.into(), named_by: in_file("clientConnection.kubeconfig"), master }
+                Endpoint::File { path: path.into(), named_by: in_file(row::kubeconfig.path()), master }
             }
             (None, None, Some(value), master) => Endpoint::Env { value: value.to_string(), master },
             (None, None, None, Some(url)) => Endpoint::Master(url),

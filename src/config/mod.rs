@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use crate::settings::Settings;
-use crate::settings::defaults;
+use crate::settings::{defaults, row};
 use crate::settings::kinds::{Families, ProxyMode};
 
 use crate::model::Node;
@@ -103,8 +103,8 @@ impl ConntrackConfig {
     /// From the defaulted layer.
     fn resolve(s: &Settings) -> Result<Self, ConfigError> {
         Ok(ConntrackConfig {
-            max_per_core: given(s.conntrack_max_per_core, "conntrack.maxPerCore")?,
-            min: given(s.conntrack_min, "conntrack.min")?,
+            max_per_core: given(s.conntrack_max_per_core, row::conntrack_max_per_core.path())?,
+            min: given(s.conntrack_min, row::conntrack_min.path())?,
             tcp_established_timeout: s.conntrack_tcp_established_timeout,
             tcp_close_wait_timeout: s.conntrack_tcp_close_wait_timeout,
             tcp_be_liberal: s.conntrack_tcp_be_liberal.unwrap_or_default(),
@@ -260,22 +260,22 @@ pub fn resolve(s: Settings, nodes: &[Node]) -> Result<Config, ConfigError> {
     };
     let node_labels = s.node_labels.clone().or_else(|| node.map(|n| n.labels.clone())).unwrap_or_default();
     let cluster_cidrs = match &s.cluster_cidr {
-        Some(list) => parse_cidrs("--cluster-cidr", &split_list(list))?,
+        Some(list) => parse_cidrs(row::cluster_cidr.flag(), &split_list(list))?,
         None => Vec::new(),
     };
-    let proxy_mode = given(s.mode, "mode")?;
+    let proxy_mode = given(s.mode, row::mode.path())?;
     // nftables mode reads its own `nftables.*` fields, else the common ones.
     let (masquerade_bit, masquerade_all) = match proxy_mode {
         ProxyMode::Nftables => (s.nftables_masquerade_bit.or(s.masquerade_bit), s.nftables_masquerade_all.or(s.masquerade_all)),
         _ => (s.masquerade_bit, s.masquerade_all),
     };
-    let masquerade_bit = given(masquerade_bit, "iptables.masqueradeBit")?;
+    let masquerade_bit = given(masquerade_bit, row::masquerade_bit.path())?;
     if masquerade_bit > 31 {
         return Err(invalid("--masquerade-bit", format!("{masquerade_bit} is not in 0-31")));
     }
     let node_port_addresses = resolve_node_port_addresses(s.node_port_addresses.as_deref(), &node_ips)?;
     if let Some(gates) = &s.feature_gates {
-        crate::settings::gates::check(gates).map_err(|e| invalid("featureGates", e))?;
+        crate::settings::gates::check(gates).map_err(|e| invalid(row::feature_gates.path(), e))?;
     }
     let mode = match proxy_mode {
         ProxyMode::Iptables => Mode::Iptables,
@@ -294,7 +294,7 @@ pub fn resolve(s: Settings, nodes: &[Node]) -> Result<Config, ConfigError> {
         node_ips,
         node_pod_cidrs,
         cluster_cidrs,
-        detect_local_mode: given(s.detect_local_mode, "detectLocalMode")?,
+        detect_local_mode: given(s.detect_local_mode, row::detect_local_mode.path())?,
         pod_bridge_interface: s.pod_bridge_interface.clone().unwrap_or_default(),
         pod_interface_name_prefix: s.pod_interface_name_prefix.clone().unwrap_or_default(),
         masquerade_bit,
@@ -306,10 +306,10 @@ pub fn resolve(s: Settings, nodes: &[Node]) -> Result<Config, ConfigError> {
             None => None,
         },
         node_port_addresses,
-        localhost_node_ports: given(s.localhost_node_ports, "iptables.localhostNodePorts")?,
-        random_fully: given(s.random_fully, "--random-fully")?,
-        nfacct: given(s.nfacct, "--nfacct")?,
-        nft_netlink: given(s.nft_netlink, "--nft-netlink")?,
+        localhost_node_ports: given(s.localhost_node_ports, row::localhost_node_ports.path())?,
+        random_fully: given(s.random_fully, row::random_fully.flag())?,
+        nfacct: given(s.nfacct, row::nfacct.flag())?,
+        nft_netlink: given(s.nft_netlink, row::nft_netlink.flag())?,
         conntrack_tcp_be_liberal: s.conntrack_tcp_be_liberal.unwrap_or_default(),
         conntrack: ConntrackConfig::resolve(&s)?,
         large_cluster_endpoints_threshold: given(s.large_cluster_endpoints_threshold, "largeClusterEndpointsThreshold")?,
@@ -317,10 +317,10 @@ pub fn resolve(s: Settings, nodes: &[Node]) -> Result<Config, ConfigError> {
         ipvs: resolve_ipvs(&s)?,
         sync_period: given(s.sync_period_for(proxy_mode), "syncPeriod")?,
         min_sync_period: given(s.min_sync_period_for(proxy_mode), "minSyncPeriod")?,
-        full_sync_period: given(s.full_sync_period, "--full-sync-period")?,
+        full_sync_period: given(s.full_sync_period, row::full_sync_period.flag())?,
     };
     check_detector(&config)?;
-    let families = parse_families(given(s.ip_family, "--ip-family")?, &config);
+    let families = parse_families(given(s.ip_family, row::ip_family.flag())?, &config);
     Ok(Config { families, ..config })
 }
 
@@ -345,7 +345,7 @@ fn split_list(s: &str) -> Vec<String> {
 fn parse_node_ips(list: &[String]) -> Result<Vec<IpAddr>, ConfigError> {
     let mut ips = Vec::new();
     for item in list.iter().flat_map(|s| split_list(s)) {
-        let ip = parse_ip_sloppy(&item).ok_or_else(|| invalid("--node-ip", format!("invalid IP {item:?}")))?;
+        let ip = parse_ip_sloppy(&item).ok_or_else(|| invalid(row::node_ips.flag(), format!("invalid IP {item:?}")))?;
         ips.push(ip);
     }
     Ok(ips)
@@ -370,10 +370,10 @@ fn parse_cidrs(setting: &'static str, list: &[String]) -> Result<Vec<Cidr>, Conf
 fn check_detector(c: &Config) -> Result<(), ConfigError> {
     match c.detect_local_mode {
         LocalDetectMode::BridgeInterface if c.pod_bridge_interface.is_empty() => {
-            Err(invalid("--pod-bridge-interface", "required with --detect-local-mode BridgeInterface"))
+            Err(invalid(row::pod_bridge_interface.flag(), "required with --detect-local-mode BridgeInterface"))
         }
         LocalDetectMode::InterfaceNamePrefix if c.pod_interface_name_prefix.is_empty() => Err(invalid(
-            "--pod-interface-name-prefix",
+            row::pod_interface_name_prefix.flag(),
             "required with --detect-local-mode InterfaceNamePrefix",
         )),
         _ => Ok(()),
@@ -395,9 +395,9 @@ fn resolve_node_port_addresses(list: Option<&[String]>, node_ips: &[IpAddr]) -> 
                     }
                 }
             }
-            "localhost" => cidrs.extend(parse_cidrs("--nodeport-addresses", &["127.0.0.0/8".into(), "::1/128".into()])?),
-            "all" => cidrs.extend(parse_cidrs("--nodeport-addresses", &["0.0.0.0/0".into(), "::/0".into()])?),
-            _ => cidrs.extend(parse_cidrs("--nodeport-addresses", std::slice::from_ref(item))?),
+            "localhost" => cidrs.extend(parse_cidrs(row::node_port_addresses.flag(), &["127.0.0.0/8".into(), "::1/128".into()])?),
+            "all" => cidrs.extend(parse_cidrs(row::node_port_addresses.flag(), &["0.0.0.0/0".into(), "::/0".into()])?),
+            _ => cidrs.extend(parse_cidrs(row::node_port_addresses.flag(), std::slice::from_ref(item))?),
         }
     }
     Ok(cidrs)
@@ -408,7 +408,7 @@ fn resolve_ipvs(s: &Settings) -> Result<IpvsConfig, ConfigError> {
         // kube-proxy's defaulting leaves it empty; its IPVS proxier takes rr then.
         scheduler: s.ipvs_scheduler.clone().filter(|x| !x.is_empty()).unwrap_or_else(|| "rr".into()),
         strict_arp: s.ipvs_strict_arp.unwrap_or_default(),
-        exclude_cidrs: parse_cidrs("--ipvs-exclude-cidrs", s.ipvs_exclude_cidrs.as_deref().unwrap_or_default())?,
+        exclude_cidrs: parse_cidrs(row::ipvs_exclude_cidrs.flag(), s.ipvs_exclude_cidrs.as_deref().unwrap_or_default())?,
         tcp_timeout: whole_secs(s.ipvs_tcp_timeout),
         tcpfin_timeout: whole_secs(s.ipvs_tcpfin_timeout),
         udp_timeout: whole_secs(s.ipvs_udp_timeout),

@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 
 use super::{invalid, ConfigError, Settings};
+use crate::settings::row;
 use crate::settings::value::{bind_address, default_server_addresses};
 
 /// Where the servers listen (`None`: that server is off).
@@ -30,8 +31,8 @@ pub struct Logging {
 pub fn servers(s: &Settings) -> Result<Servers, ConfigError> {
     let (healthz, metrics) = default_server_addresses(s.bind_address.as_deref());
     Ok(Servers {
-        healthz: bind_address(s.healthz_bind_address.as_deref(), s.healthz_port, healthz).map_err(|r| invalid("healthzBindAddress", r))?,
-        metrics: bind_address(s.metrics_bind_address.as_deref(), s.metrics_port, metrics).map_err(|r| invalid("metricsBindAddress", r))?,
+        healthz: bind_address(s.healthz_bind_address.as_deref(), s.healthz_port, healthz).map_err(|r| invalid(row::healthz_bind_address.path(), r))?,
+        metrics: bind_address(s.metrics_bind_address.as_deref(), s.metrics_port, metrics).map_err(|r| invalid(row::metrics_bind_address.path(), r))?,
         hard_fail: s.bind_address_hard_fail.unwrap_or(false),
     })
 }

@@ -9,6 +9,7 @@ use std::net::IpAddr;
 use crate::netfilter::dump::{Dump, Rule};
 use crate::netfilter::Target;
 use crate::netfilter::names::{KUBE_EXTERNAL_SERVICES, KUBE_MARK_MASQ, KUBE_NODEPORTS, KUBE_SERVICES};
+use crate::model::Protocol;
 use crate::net::split_host_port;
 use crate::netfilter::conntrack::{stale_flows, Flush, Reach, ServiceAddr};
 
@@ -39,8 +40,8 @@ fn reach(dump: &Dump) -> BTreeMap<ServiceAddr, Reach> {
 }
 
 fn service_addr(r: &Rule) -> Option<ServiceAddr> {
-    let protocol = r.args.after("-p")?.to_string();
-    if protocol != "udp" && protocol != "sctp" {
+    let protocol = Protocol::from_name(r.args.after("-p")?)?;
+    if protocol == Protocol::Tcp {
         return None;
     }
     let port = r.args.after("--dport")?.parse().ok()?;

@@ -3,7 +3,7 @@
 //! every top-level chain and only the changed services' chains, with chains that are no
 //! longer used flushed and deleted.
 //!
-//! svcproxy never sends this (watch mode sends [`super::incremental`]'s input): it is the
+//! svcproxy never sends this (watch mode sends [`super::partial`]'s input): it is the
 //! reference upstream's tests assert on (tests/golden.rs) and the benchmarks' kube-proxy
 //! baseline, so it is built only for tests and tooling (feature `testing`).
 

@@ -6,12 +6,12 @@
 
 pub mod conntrack;
 pub mod cleanup;
-pub mod incremental;
 pub mod jumps;
 // kube-proxy's partial-restore text: what upstream's tests assert on and the benchmarks'
-// baseline; svcproxy's watch mode sends `incremental`'s instead.
+// baseline; svcproxy's watch mode sends `partial`'s instead.
 #[cfg(any(test, feature = "testing"))]
 pub mod kube_proxy_restore;
+pub mod partial;
 pub mod proxier;
 pub mod render;
 pub mod restore;

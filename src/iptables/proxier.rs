@@ -5,7 +5,7 @@
 //!   render with what `iptables-save` reads back ([`super::sync`]): whatever the kernel
 //!   held, it ends holding the render.
 //! - A **partial** sync, while the kernel is known to hold the previous ruleset, sends
-//!   only what the changed service ports need ([`super::incremental`]): no kernel read, no
+//!   only what the changed service ports need ([`super::partial`]): no kernel read, no
 //!   full render, input proportional to the change.
 //!
 //! Stale UDP/SCTP conntrack entries are cleared after either. A full sync also ensures
@@ -23,7 +23,7 @@ pub use crate::netfilter::phase::Phase;
 use crate::netfilter::phase::Watched;
 use crate::netfilter::canary;
 use crate::netfilter::conntrack::{Conntrack, Flush, Reconciled};
-use super::incremental::{self, Before};
+use super::partial::{self, Before};
 use super::render::{self, Ruleset};
 use super::sync::{self, SyncError, SyncReport, Timings};
 use crate::config::Config;
@@ -109,7 +109,7 @@ impl Proxier {
     }
 
     /// Brings the rulesets up to date with a commit (`changes`, per family) and the kernel
-    /// up to date with them: incrementally unless `full` or the kernel's state is unknown.
+    /// up to date with them: with a partial sync unless `full` or the kernel's state is unknown.
     pub fn sync(&mut self, trackers: &Trackers, changes: &[Changes], full: bool) -> Result<Vec<SyncReport>, SyncError> {
         match self.sync_as(trackers, changes, full, Pass::Apply) {
             Ok(reports) => Ok(reports.into_iter().map(|(_, r)| r).collect()),
@@ -177,12 +177,12 @@ impl Proxier {
         }
     }
 
-    /// One family: the incremental delta when the kernel is trusted, else the full comparison
+    /// One family: the partial sync's delta when the kernel is trusted, else the full comparison
     /// (and the canaries). A failure says which step failed.
     fn sync_family(&mut self, i: usize, before: &Before, trusted: bool, pass: Pass) -> Result<SyncReport, (SyncError, Phase)> {
         let family = self.rulesets[i].ctx.node.family;
         let mut kernel = Watched::new(self.restorer.as_mut());
-        let partial = trusted.then(|| incremental::delta(before, &self.rulesets[i])).flatten();
+        let partial = trusted.then(|| partial::delta(before, &self.rulesets[i])).flatten();
         let full = partial.is_none();
         let synced = match partial {
             Some(partial) => send(&mut kernel, family, partial),
@@ -235,7 +235,7 @@ impl Proxier {
 }
 
 /// A partial sync's delta, sent (nothing when it is empty).
-fn send(r: &mut dyn Restorer, family: crate::net::IpFamily, partial: incremental::Partial) -> Result<SyncReport, SyncError> {
+fn send(r: &mut dyn Restorer, family: crate::net::IpFamily, partial: partial::Partial) -> Result<SyncReport, SyncError> {
     let applied = !partial.delta.is_empty();
     let mut timings = Timings::default();
     if applied {

@@ -21,7 +21,7 @@ pub struct SyncReport {
     /// Whether the restore was sent (false for a dry run or when nothing changed).
     pub applied: bool,
     /// Lines of the full restore input, for comparison with what was sent (0 after an
-    /// incremental partial sync, which writes none).
+    /// partial sync, which writes none).
     pub full_lines: usize,
     /// UDP/SCTP conntrack entries made stale by the change (to flush once applied).
     pub flushes: Vec<crate::netfilter::conntrack::Flush>,

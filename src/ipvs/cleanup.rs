@@ -10,17 +10,15 @@ use super::ipset;
 use super::link::{LinkError, Links};
 use super::netlink::{self, Ipvs};
 use super::values::Op;
-use super::plan::rules::{KUBE_IPVS_FILTER, KUBE_IPVS_OUT_FILTER, KUBE_LOAD_BALANCER, KUBE_NODE_PORT, KUBE_SOURCE_RANGES_FIREWALL};
+use super::plan::rules::{self, OWN_CHAINS};
 use super::plan::DUMMY_LINK;
 use super::reconcile::DEFAULT_NODE_PORT_RANGE;
 use crate::netfilter::{quote, Dump};
 
+/// A chain IPVS mode declares in `table` and iptables mode does not (the shared ones are
+/// the iptables cleanup's).
 fn ipvs_only(table: &str, chain: &str) -> bool {
-    match table {
-        "nat" => [KUBE_NODE_PORT, KUBE_LOAD_BALANCER].contains(&chain),
-        "filter" => [KUBE_NODE_PORT, KUBE_SOURCE_RANGES_FIREWALL, KUBE_IPVS_FILTER, KUBE_IPVS_OUT_FILTER].contains(&chain),
-        _ => false,
-    }
+    rules::declared(table).contains(&chain) && OWN_CHAINS.contains(&chain)
 }
 
 /// Restore input that removes the IPVS-mode chains (and flushes chains jumping to them),
@@ -135,5 +133,16 @@ mod tests {
              -X KUBE-IPVS-FILTER\n-X KUBE-SOURCE-RANGES-FIREWALL\nCOMMIT\n"
         );
         assert_eq!(removed.len(), 3);
+    }
+
+    #[test]
+    fn the_chains_cleanup_removes_are_the_declared_ones_iptables_mode_lacks() {
+        let only = |table| rules::declared(table).iter().copied().filter(|c| ipvs_only(table, c)).collect::<Vec<_>>();
+        assert_eq!(only("nat"), ["KUBE-NODE-PORT", "KUBE-LOAD-BALANCER"]);
+        assert_eq!(only("filter"), ["KUBE-NODE-PORT", "KUBE-SOURCE-RANGES-FIREWALL", "KUBE-IPVS-FILTER", "KUBE-IPVS-OUT-FILTER"]);
+        assert!(only("mangle").is_empty() && !ipvs_only("nat", "KUBE-SERVICES"));
+        for own in OWN_CHAINS {
+            assert!(["nat", "filter"].iter().any(|t| rules::declared(t).contains(&own)), "{own} is declared nowhere: cleanup would leave it");
+        }
     }
 }

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write as _;
 use std::process::{Command, Stdio};
 
-use super::plan::{ipsets, Plan};
+use super::plan::{ipsets, FamilyState};
 use crate::net::IpFamily;
 
 #[derive(Debug, thiserror::Error)]
@@ -115,7 +115,7 @@ impl Delta {
 }
 
 /// The changes that make the live sets what the plans want.
-pub fn delta<'a>(plans: impl IntoIterator<Item = &'a Plan>, live: &Live) -> Delta {
+pub fn delta<'a>(plans: impl IntoIterator<Item = &'a FamilyState>, live: &Live) -> Delta {
     let mut d = Delta::default();
     let empty = BTreeSet::new();
     for plan in plans {

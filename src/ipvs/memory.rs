@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 
-use super::plan::incremental::Planner;
+use super::plan::incremental::FamilyPlanner;
 use super::reconcile::{Changes, Grace, Observed, Scope};
 use super::values::{Op, RealServer, ServiceKey, VirtualServer};
 
@@ -22,7 +22,7 @@ pub struct Held {
 #[derive(Debug, Clone)]
 pub struct Memory {
     /// Per family, in the trackers' order.
-    pub planners: Vec<Planner>,
+    pub planners: Vec<FamilyPlanner>,
     pub services: HashMap<ServiceKey, Held>,
     pub bound: BTreeSet<IpAddr>,
     /// kube-ipvs0's index.
@@ -35,7 +35,7 @@ pub struct Memory {
 
 impl Memory {
     /// The kernel after a full sync: what it read, changed as `changes` say.
-    pub fn after(planners: Vec<Planner>, observed: Observed, changes: &Changes, link_index: u32, scope: Scope) -> Memory {
+    pub fn after(planners: Vec<FamilyPlanner>, observed: Observed, changes: &Changes, link_index: u32, scope: Scope) -> Memory {
         let services = observed
             .services
             .into_iter()

@@ -6,8 +6,9 @@ pub mod canary;
 pub mod cleanup;
 #[cfg(any(test, feature = "testing"))]
 pub mod fake;
+pub mod grace;
 pub mod ipset;
-pub mod kernel_state;
+pub mod kernel_form;
 pub mod link;
 pub mod netlink;
 pub mod memory;
@@ -28,12 +29,12 @@ use crate::model::{EndpointsMap, ServicePortMap};
 use crate::net::IpFamily;
 
 /// Plans one family from the committed maps.
-pub fn plan_family(cfg: &Config, family: IpFamily, services: &ServicePortMap, endpoints: &EndpointsMap) -> plan::Plan {
+pub fn plan_family(cfg: &Config, family: IpFamily, services: &ServicePortMap, endpoints: &EndpointsMap) -> plan::FamilyState {
     plan::plan(&plan::Context::new(cfg, family), services, endpoints)
 }
 
 /// Plans every family the trackers hold (IPv4 first).
-pub fn plan_all(cfg: &Config, trackers: &crate::track::Trackers) -> Vec<plan::Plan> {
+pub fn plan_all(cfg: &Config, trackers: &crate::track::Trackers) -> Vec<plan::FamilyState> {
     trackers
         .families
         .iter()

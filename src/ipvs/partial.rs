@@ -1,6 +1,6 @@
 //! A partial IPVS-mode sync: between full syncs, the kernel is trusted to hold what was
 //! applied ([`Memory`]), so a commit is planned for its changed services alone
-//! ([`Planner::update`]) and reconciled against that memory. Sent: IPVS operations for the
+//! ([`FamilyPlanner::update`]) and reconciled against that memory. Sent: IPVS operations for the
 //! virtual servers whose wanted state moved, the set entries that appeared or went (one
 //! `ipset restore -exist` input each way), kube-ipvs0 addresses, and iptables lines only
 //! when the rules changed (compared with the previous rules, not `iptables-save`). Read:
@@ -12,10 +12,10 @@ use std::collections::BTreeSet;
 use std::time::Instant;
 
 use super::ipset;
-use super::kernel_state;
+use super::kernel_form::kernel_form;
 use super::memory::Memory;
 use super::netlink::Ipvs;
-use super::plan::{Desired, Plan};
+use super::plan::{Desired, FamilyState};
 use super::reconcile::{self, Observed, Timing, Wanted};
 use super::sync::{self, Kernel, Options, Report, SyncError, Timings};
 use super::values::{ObservedRealServer, ObservedVirtualServer, ServiceKey};
@@ -115,9 +115,9 @@ fn desired<'a>(memory: &'a Memory, key: &ServiceKey) -> Option<&'a Desired> {
 /// The iptables change from `old` rules (what the kernel holds) to the family's new ones:
 /// only the chains that differ, no jumps (a full sync ensured them).
 fn rules_delta(memory: &Memory, family: IpFamily, old: &[Table]) -> delta::Delta {
-    let plan: Option<&Plan> = memory.planners.iter().map(|p| p.plan()).find(|p| p.family == family);
-    let new = plan.map(|p| kernel_state::kernel_form(&p.iptables)).unwrap_or_default();
-    delta::compute_with(&new, &kernel_state::kernel_form(old), family.is_v6(), &[], crate::netfilter::names::is_service_chain, delta::Lines::Names)
+    let plan: Option<&FamilyState> = memory.planners.iter().map(|p| p.plan()).find(|p| p.family == family);
+    let new = plan.map(|p| kernel_form(&p.iptables)).unwrap_or_default();
+    delta::compute_with(&new, &kernel_form(old), family.is_v6(), &[], crate::netfilter::names::is_service_chain, delta::Lines::Names)
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ use std::net::IpAddr;
 use std::ops::RangeInclusive;
 
 use super::values::{ObservedRealServer, ObservedVirtualServer, Op, Protocol, RealServer, ServiceKey, VirtualServer};
-use super::plan::{Desired, Plan};
+use super::plan::{Desired, FamilyState};
 use crate::net::Cidr;
 
 /// kube-proxy's default `--service-node-port-range`.
@@ -61,7 +61,7 @@ impl Default for Scope {
 
 impl Wanted {
     /// Merges the families' plans.
-    pub fn from_plans<'a>(plans: impl IntoIterator<Item = &'a Plan>, scope: Scope) -> Self {
+    pub fn from_plans<'a>(plans: impl IntoIterator<Item = &'a FamilyState>, scope: Scope) -> Self {
         let mut w = Wanted { scope, ..Default::default() };
         for p in plans {
             w.services.extend(p.services.iter().map(|(k, d)| (*k, d.clone())));

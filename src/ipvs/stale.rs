@@ -33,12 +33,10 @@ pub fn flows(observed: &Observed, wanted: &Wanted, changes: &Changes) -> Vec<Flu
 
 /// The conntrack address of a UDP or SCTP virtual server (`None` for TCP: its flows end).
 fn service_addr(key: &ServiceKey) -> Option<ServiceAddr> {
-    let protocol = match key.protocol {
-        Protocol::Udp => "udp",
-        Protocol::Sctp => "sctp",
-        Protocol::Tcp => return None,
-    };
-    Some(ServiceAddr { protocol: protocol.to_string(), ip: Some(key.addr), port: key.port })
+    if key.protocol == Protocol::Tcp {
+        return None;
+    }
+    Some(ServiceAddr { protocol: key.protocol, ip: Some(key.addr), port: key.port })
 }
 
 fn reach<'a>(reals: impl Iterator<Item = &'a RealServer>) -> Reach {

@@ -9,13 +9,15 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use super::ipset::{self, IpsetRunner};
-use super::kernel_state::{self, sysctls};
+use super::grace;
+use super::kernel_form::kernel_form;
+use super::plan::rules;
 use super::link::{LinkAddress, LinkError, Links};
 use super::netlink::{self, Ipvs};
 use super::values::{Op, Timeouts};
 use super::memory::Memory;
-use super::plan::incremental::Planner;
-use super::plan::{Context, Plan, DUMMY_LINK};
+use super::plan::incremental::FamilyPlanner;
+use super::plan::{Context, FamilyState, DUMMY_LINK};
 use super::reconcile::{self, Changes, Observed, Scope, Timing, Wanted};
 use crate::config::Config;
 use crate::netfilter::apply::{ReadError, RestoreError, Restorer};
@@ -173,25 +175,25 @@ pub fn full(cfg: &Config, trackers: &Trackers, k: &mut Kernel, opts: &Options) -
     if cfg.interface_addresses.is_none() {
         cfg.interface_addresses = Some(addrs.iter().filter(|a| !on_dummy(a)).map(|a| a.ip).collect());
     }
-    let planners: Vec<Planner> = trackers
+    let planners: Vec<FamilyPlanner> = trackers
         .families
         .iter()
         .map(|t| {
             let (services, endpoints) = t.view();
-            Planner::new(Context::new(&cfg, t.family), services, endpoints)
+            FamilyPlanner::new(Context::new(&cfg, t.family), services, endpoints)
         })
         .collect();
-    let plans = || planners.iter().map(Planner::plan);
-    let grace = kernel_state::read_grace(&opts.grace_file);
+    let plans = || planners.iter().map(FamilyPlanner::plan);
+    let grace = grace::read(&opts.grace_file);
     let timing = Timing { now_secs: opts.now_secs, grace_period_secs: opts.grace_period_secs };
     let wanted = Wanted::from_plans(plans(), scope(&cfg));
     let changes = reconcile::diff(&wanted, &observed, &grace, timing);
-    let live_plans: Vec<&Plan> = plans().collect();
+    let live_plans: Vec<&FamilyState> = plans().collect();
     let mut report = Report {
         link_missing: index.is_none(),
         ipsets: ipset::delta(plans(), &live_sets),
         iptables: iptables_deltas(&live_plans, &live_iptables)?,
-        sysctls: crate::node::sysctl::changes(&opts.proc_sys, &sysctls(cfg.ipvs.strict_arp)),
+        sysctls: crate::node::sysctl::changes(&opts.proc_sys, &crate::node::sysctl::ipvs_for_this_kernel(cfg.ipvs.strict_arp)),
         timeouts: timeouts_change(&cfg, timeouts_now),
         terminating: changes.terminating.len(),
         flushes: super::stale::flows(&observed, &wanted, &changes),
@@ -245,13 +247,13 @@ fn read_iptables(r: &mut dyn Restorer, families: &[IpFamily]) -> Result<Vec<(IpF
     families.iter().map(|family| Ok((*family, crate::netfilter::apply::read(r, *family, &TABLES)?))).collect()
 }
 
-fn iptables_deltas(plans: &[&Plan], live: &[(IpFamily, Dump)]) -> Result<Vec<(IpFamily, Delta)>, SyncError> {
+fn iptables_deltas(plans: &[&FamilyState], live: &[(IpFamily, Dump)]) -> Result<Vec<(IpFamily, Delta)>, SyncError> {
     let empty = Dump::default();
     let mut out = Vec::new();
     for plan in plans {
-        let desired = kernel_state::kernel_form(&plan.iptables);
+        let desired = kernel_form(&plan.iptables);
         let have = live.iter().find(|(f, _)| *f == plan.family).map_or(&empty, |(_, d)| d);
-        out.push((plan.family, delta::compute(&desired, have, plan.family.is_v6(), &kernel_state::jumps(), crate::netfilter::names::is_service_chain)));
+        out.push((plan.family, delta::compute(&desired, have, plan.family.is_v6(), &rules::jumps(), crate::netfilter::names::is_service_chain)));
     }
     Ok(out)
 }
@@ -292,7 +294,7 @@ pub(super) fn apply(k: &mut Kernel, report: &mut Report, index: u32) -> Result<(
 
 /// Writes the termination memory (kept so a restart goes on draining).
 pub(super) fn write_grace(opts: &Options, grace: &reconcile::Grace) -> Result<(), SyncError> {
-    kernel_state::write_grace(&opts.grace_file, grace).map_err(|error| SyncError::GraceFile { path: opts.grace_file.clone(), error })
+    grace::write(&opts.grace_file, grace).map_err(|error| SyncError::GraceFile { path: opts.grace_file.clone(), error })
 }
 
 /// Where the termination memory lives by default.

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::net::IpAddr;
 
 use super::values::{Forward, Protocol, RealServer, VirtualServer};
-use super::plan::{ipsets, Plan};
+use super::plan::{ipsets, FamilyState};
 use crate::net::{join_host_port, IpFamily};
 
 /// `-t`/`-u`/`--sctp-service` and `addr:port` (ipvsadm's service spelling).
@@ -73,7 +73,7 @@ pub fn dest_line(vs: &VirtualServer, rs: &RealServer) -> String {
 }
 
 /// Every family's virtual servers, each followed by its real servers.
-pub fn ipvsadm(plans: &[Plan]) -> String {
+pub fn ipvsadm(plans: &[FamilyState]) -> String {
     let mut out = String::new();
     for plan in plans {
         for d in plan.services.values() {
@@ -89,7 +89,7 @@ pub fn ipvsadm(plans: &[Plan]) -> String {
 }
 
 /// One `ADDR/PREFIX` line per address bound to `kube-ipvs0`.
-pub fn addresses(plans: &[Plan]) -> String {
+pub fn addresses(plans: &[FamilyState]) -> String {
     let mut out = String::new();
     for plan in plans {
         let prefix = if plan.family.is_v6() { 128 } else { 32 };
@@ -101,7 +101,7 @@ pub fn addresses(plans: &[Plan]) -> String {
 }
 
 /// `ipset restore` input for one family: each set's `create` line, then its entries.
-pub fn ipset_restore(plan: &Plan) -> String {
+pub fn ipset_restore(plan: &FamilyState) -> String {
     let mut out = String::new();
     for (id, entries) in &plan.sets {
         let _ = writeln!(out, "{}", ipsets::create_line(*id, plan.family));
@@ -114,7 +114,7 @@ pub fn ipset_restore(plan: &Plan) -> String {
 }
 
 /// The whole render: four sections.
-pub fn render(plans: &[Plan]) -> String {
+pub fn render(plans: &[FamilyState]) -> String {
     let mut out = String::from("# ipvsadm -Sn\n");
     out.push_str(&ipvsadm(plans));
     out.push_str("# kube-ipvs0\n");

@@ -12,13 +12,29 @@ use std::net::IpAddr;
 use std::process::Command;
 use std::time::Instant;
 
-/// A service address: protocol (`udp`, `sctp`), destination IP (`None` for a NodePort on
+use crate::model::Protocol;
+
+/// A service address: protocol (UDP or SCTP), destination IP (`None` for a NodePort on
 /// any local address) and port.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServiceAddr {
-    pub protocol: String,
+    pub protocol: Protocol,
     pub ip: Option<IpAddr>,
     pub port: u16,
+}
+
+/// Ordered by the protocol's name (`sctp` before `udp`), then address and port: the order
+/// the flushes are run and printed in.
+impl Ord for ServiceAddr {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.protocol.lower(), self.ip, self.port).cmp(&(other.protocol.lower(), other.ip, other.port))
+    }
+}
+
+impl PartialOrd for ServiceAddr {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
 }
 
 /// Conntrack entries to delete.
@@ -32,7 +48,7 @@ pub struct Flush {
 impl Flush {
     /// `conntrack -D` arguments.
     pub fn args(&self) -> Vec<String> {
-        let mut a = vec!["-D".to_string(), "-p".into(), self.addr.protocol.clone()];
+        let mut a = vec!["-D".to_string(), "-p".into(), self.addr.protocol.lower().to_string()];
         if let Some(ip) = self.addr.ip {
             a.extend(["--orig-dst".into(), ip.to_string()]);
         }
@@ -160,7 +176,7 @@ mod tests {
     use super::*;
 
     fn udp(ip: &str) -> ServiceAddr {
-        ServiceAddr { protocol: "udp".into(), ip: ip.parse().ok(), port: 53 }
+        ServiceAddr { protocol: Protocol::Udp, ip: ip.parse().ok(), port: 53 }
     }
 
     fn reach(eps: &[&str]) -> Reach {

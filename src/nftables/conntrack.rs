@@ -10,6 +10,7 @@ use std::net::IpAddr;
 
 use super::model::Objects;
 use super::names::{NO_ENDPOINT_NODEPORTS, NO_ENDPOINT_SERVICES, REJECT_CHAIN, SERVICE_IPS, SERVICE_NODEPORTS};
+use crate::model::Protocol;
 use crate::netfilter::conntrack::{stale_flows, Flush, Reach, ServiceAddr};
 
 /// A `service-ips` key (`ip . proto . port`) or a NodePort one (`proto . port`), UDP/SCTP only.
@@ -19,10 +20,11 @@ fn service_addr(key: &[String]) -> Option<ServiceAddr> {
         [proto, port] => (None, proto, port),
         _ => return None,
     };
-    if proto != "udp" && proto != "sctp" {
+    let protocol = Protocol::from_name(proto)?;
+    if protocol == Protocol::Tcp {
         return None;
     }
-    Some(ServiceAddr { protocol: proto.clone(), ip, port: port.parse().ok()? })
+    Some(ServiceAddr { protocol, ip, port: port.parse().ok()? })
 }
 
 fn reach(objects: &[&Objects]) -> BTreeMap<ServiceAddr, Reach> {

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use super::sysctl::{self, Change, Sysctl, SysctlError};
 use crate::config::ConntrackConfig;
+use crate::settings::row;
 
 /// The largest `nf_conntrack_max` kube-proxy sets.
 pub const MAX_LIMIT: i64 = 1_048_576;
@@ -68,19 +69,19 @@ pub fn plan(c: &ConntrackConfig, cpus: usize, paths: &Paths) -> Vec<Change> {
     }
     let mut wanted = Vec::new();
     if let Some(s) = secs(c.tcp_established_timeout) {
-        wanted.push(Sysctl::new("net/netfilter/nf_conntrack_tcp_timeout_established", s, "conntrack.tcpEstablishedTimeout"));
+        wanted.push(Sysctl::new("net/netfilter/nf_conntrack_tcp_timeout_established", s, row::conntrack_tcp_established_timeout.path()));
     }
     if let Some(s) = secs(c.tcp_close_wait_timeout) {
-        wanted.push(Sysctl::new("net/netfilter/nf_conntrack_tcp_timeout_close_wait", s, "conntrack.tcpCloseWaitTimeout"));
+        wanted.push(Sysctl::new("net/netfilter/nf_conntrack_tcp_timeout_close_wait", s, row::conntrack_tcp_close_wait_timeout.path()));
     }
     if c.tcp_be_liberal {
-        wanted.push(Sysctl::new("net/netfilter/nf_conntrack_tcp_be_liberal", 1, "conntrack.tcpBeLiberal"));
+        wanted.push(Sysctl::new("net/netfilter/nf_conntrack_tcp_be_liberal", 1, row::conntrack_tcp_be_liberal.path()));
     }
     if let Some(s) = secs(Some(c.udp_timeout)) {
-        wanted.push(Sysctl::new("net/netfilter/nf_conntrack_udp_timeout", s, "conntrack.udpTimeout"));
+        wanted.push(Sysctl::new("net/netfilter/nf_conntrack_udp_timeout", s, row::conntrack_udp_timeout.path()));
     }
     if let Some(s) = secs(Some(c.udp_stream_timeout)) {
-        wanted.push(Sysctl::new("net/netfilter/nf_conntrack_udp_timeout_stream", s, "conntrack.udpStreamTimeout"));
+        wanted.push(Sysctl::new("net/netfilter/nf_conntrack_udp_timeout_stream", s, row::conntrack_udp_stream_timeout.path()));
     }
     out.extend(sysctl::changes(paths.proc_sys, &wanted));
     out

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use crate::config::{Config, Mode};
 use crate::net::IpFamily;
+use crate::settings::row;
 
 /// One sysctl to hold a value, and why (for the log and the dry run).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,10 +98,15 @@ pub fn ipvs(strict_arp: bool, kernel: Option<(u32, u32)>) -> Vec<Sysctl> {
         Sysctl::new("net/ipv4/ip_forward", 1, "forwarding for IPVS"),
     ]);
     if strict_arp {
-        v.push(Sysctl::new("net/ipv4/conf/all/arp_ignore", 1, "ipvs.strictARP"));
-        v.push(Sysctl::new("net/ipv4/conf/all/arp_announce", 2, "ipvs.strictARP"));
+        v.push(Sysctl::new("net/ipv4/conf/all/arp_ignore", 1, row::ipvs_strict_arp.path()));
+        v.push(Sysctl::new("net/ipv4/conf/all/arp_announce", 2, row::ipvs_strict_arp.path()));
     }
     v
+}
+
+/// What the IPVS proxier sets on the running kernel (its version read from `/proc/sys`).
+pub fn ipvs_for_this_kernel(strict_arp: bool) -> Vec<Sysctl> {
+    ipvs(strict_arp, kernel_version(Path::new("/proc/sys")))
 }
 
 /// The sysctls of the configured mode.

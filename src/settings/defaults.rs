@@ -15,18 +15,18 @@ use serde_json::json;
 
 use super::kinds::{Families, LocalMode, LogFormat, ProxyMode};
 use super::value::{bind_address, default_server_addresses, Raw, SettingValue};
-use super::Settings;
+use super::{row, Settings};
 
 /// File paths whose zero value kube-proxy's defaulting replaces (`if x == 0 { x = default }`).
 pub const ZERO_MEANS_DEFAULT: &[&str] = &[
-    "iptables.syncPeriod",
-    "iptables.minSyncPeriod",
-    "ipvs.syncPeriod",
-    "nftables.syncPeriod",
-    "nftables.minSyncPeriod",
-    "configSyncPeriod",
-    "clientConnection.qps",
-    "clientConnection.burst",
+    row::iptables_sync_period.path(),
+    row::iptables_min_sync_period.path(),
+    row::ipvs_sync_period.path(),
+    row::nftables_sync_period.path(),
+    row::nftables_min_sync_period.path(),
+    row::config_sync_period.path(),
+    row::kube_api_qps.path(),
+    row::kube_api_burst.path(),
 ];
 
 /// kube-proxy's defaults for `clientConnection` (v1alpha1 defaulting).

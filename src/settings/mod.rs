@@ -51,11 +51,31 @@ pub struct Info {
     pub file: Option<&'static str>,
     /// Its flags: kube-proxy's name first (where kube-proxy has one), then svcproxy's aliases.
     pub flags: &'static [&'static str],
+    /// The first flag with its dashes (`--kube-api-qps`).
+    dashed: Option<&'static str>,
     pub scope: Scope,
     pub shape: value::FlagShape,
     pub value_name: &'static str,
     pub effect: Effect,
     pub help: &'static str,
+}
+
+impl Info {
+    /// How messages name the setting: its first flag (`--kube-api-qps`), else its file path.
+    pub const fn flag(&self) -> &'static str {
+        match (self.dashed, self.file) {
+            (Some(f), _) | (None, Some(f)) => f,
+            (None, None) => self.name,
+        }
+    }
+
+    /// How messages about the file name the setting: its path, else its first flag.
+    pub const fn path(&self) -> &'static str {
+        match (self.file, self.dashed) {
+            (Some(p), _) | (None, Some(p)) => p,
+            (None, None) => self.name,
+        }
+    }
 }
 
 macro_rules! file_path {
@@ -67,6 +87,15 @@ macro_rules! file_path {
     };
 }
 
+macro_rules! dashed {
+    () => {
+        None
+    };
+    ($first:literal $(, $rest:literal)*) => {
+        Some(concat!("--", $first))
+    };
+}
+
 macro_rules! settings {
     ($( $field:ident : $ty:ty, $scope:ident, file $file:tt, flags [$($flag:literal),*], $effect:expr, $help:literal; )*) => {
         /// One layer of settings (see the module documentation).
@@ -75,19 +104,26 @@ macro_rules! settings {
             $( #[doc = $help] pub $field: Option<$ty>, )*
         }
 
-        /// The table, in declaration order.
-        pub static TABLE: &[Info] = &[
-            $( Info {
+        /// Each setting's row by its field's name (`row::kube_api_qps`), for code that names
+        /// the setting (`row::kube_api_qps.flag()`) instead of spelling it again.
+        #[allow(non_upper_case_globals)]
+        pub mod row {
+            use super::*;
+            $( pub const $field: Info = Info {
                 name: stringify!($field),
                 file: file_path!($file),
                 flags: &[$($flag),*],
+                dashed: dashed!($($flag),*),
                 scope: Scope::$scope,
                 shape: <$ty as SettingValue>::SHAPE,
                 value_name: <$ty as SettingValue>::VALUE_NAME,
                 effect: $effect,
                 help: $help,
-            }, )*
-        ];
+            }; )*
+        }
+
+        /// The table, in declaration order.
+        pub static TABLE: &[Info] = &[ $( row::$field, )* ];
 
         impl Settings {
             /// `self` wins where it has a value; `under` fills the rest.
@@ -425,6 +461,13 @@ impl Settings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_row_names_its_setting_by_flag_or_path() {
+        assert_eq!((row::kube_api_qps.flag(), row::kube_api_qps.path()), ("--kube-api-qps", "clientConnection.qps"));
+        assert_eq!((row::masquerade_bit.flag(), row::kube_api_accept_content_types.flag()), ("--iptables-masquerade-bit", "clientConnection.acceptContentTypes"));
+        assert_eq!(TABLE.iter().map(|i| i.name).collect::<Vec<_>>().first(), Some(&"feature_gates"));
+    }
 
     #[test]
     fn every_setting_has_one_row_and_paths_and_flags_are_unique() {

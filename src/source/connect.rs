@@ -61,7 +61,7 @@ pub fn describe(conn: &ClientConnection, config: &kube::Config) -> String {
     let from = match &conn.endpoint {
         Endpoint::File { path, named_by, .. } => format!("kubeconfig {} (named by {named_by})", path.display()),
         Endpoint::Env { value, .. } => format!("$KUBECONFIG {value}"),
-        Endpoint::Master(_) => "--master".into(),
+        Endpoint::Master(_) => crate::settings::row::master.flag().into(),
         Endpoint::InCluster => "the in-cluster service account".into(),
     };
     format!("{} from {from}", config.cluster_url)

@@ -9,7 +9,8 @@ use std::net::IpAddr;
 
 use super::matcher::Packet;
 use crate::ipvs::plan::ipsets::SetType;
-use crate::ipvs::plan::Plan;
+use crate::ipvs::plan::FamilyState;
+use crate::model::Protocol;
 use crate::net::{parse_ip_sloppy, Cidr, IpFamily};
 
 /// One dimension's kind.
@@ -137,12 +138,9 @@ impl Set {
             key.push(match (k, *f) {
                 (Kind::Ip | Kind::Net, "src") => Key::Ip(p.src),
                 (Kind::Ip | Kind::Net, _) => Key::Ip(p.dst),
-                (Kind::Port, "dst") => Key::Port(&p.protocol, p.dport),
+                (Kind::Port, "dst") => Key::Port(p.protocol, p.dport),
                 (Kind::Port, _) => return Err(format!("set {name}: the tracer does not know the source port")),
             });
-        }
-        if self.kind == SetType::BitmapPort && !matches!(p.protocol.as_str(), "tcp" | "udp" | "sctp") {
-            return Ok(false);
         }
         let hit = self.members.iter().any(|m| m.iter().zip(&key).all(|(v, k)| k.is_in(v)));
         if !hit && self.unreadable > 0 {
@@ -152,17 +150,17 @@ impl Set {
     }
 }
 
-enum Key<'a> {
+enum Key {
     Ip(IpAddr),
-    Port(&'a str, u16),
+    Port(Protocol, u16),
 }
 
-impl Key<'_> {
+impl Key {
     fn is_in(&self, v: &Value) -> bool {
         match (self, v) {
             (Key::Ip(ip), Value::Net(c)) => c.contains(ip),
             (Key::Port(proto, port), Value::Port { proto: want, lo, hi }) => {
-                want.as_deref().is_none_or(|w| w == *proto) && (*lo..=*hi).contains(port)
+                want.as_deref().is_none_or(|w| w == proto.lower()) && (*lo..=*hi).contains(port)
             }
             _ => false,
         }
@@ -175,7 +173,7 @@ impl Sets {
     }
 
     /// Every set of an IPVS plan, with its entries.
-    pub fn from_plan(plan: &Plan) -> Sets {
+    pub fn from_plan(plan: &FamilyState) -> Sets {
         let mut sets = Sets::default();
         for (id, entries) in &plan.sets {
             let set = Set::new(id.set_type(), Some(plan.family), entries.iter().map(String::as_str));
@@ -228,7 +226,7 @@ mod tests {
     use super::*;
 
     fn packet(src: &str, dst: &str, proto: &str, dport: u16) -> Packet {
-        Packet { src: src.parse().unwrap(), dst: dst.parse().unwrap(), protocol: proto.into(), dport, in_interface: None }
+        Packet { src: src.parse().unwrap(), dst: dst.parse().unwrap(), protocol: Protocol::from_name(proto).unwrap(), dport, in_interface: None }
     }
 
     fn sets(kind: SetType, family: IpFamily, entries: &[&str]) -> Sets {

@@ -21,10 +21,10 @@ use std::net::IpAddr;
 
 use serde::Serialize;
 
-use super::{run_chain, Branch, Cx, Entry, Env, Flow, Packet, Sets};
+use super::{run_chain, Branch, Cx, Entry, Env, Flow, Packet, Sets, Verdict};
 use crate::netfilter::Dump;
 use crate::ipvs::values::{Forward, Protocol, RealServer, ServiceKey, VirtualServer};
-use crate::ipvs::plan::Plan;
+use crate::ipvs::plan::FamilyState;
 use crate::ipvs::text::{dest_line, service_line};
 use crate::net::join_host_port;
 
@@ -49,7 +49,7 @@ impl Table {
         self.servers.insert(v.vs.key(), v);
     }
 
-    pub fn from_plan(plan: &Plan) -> Table {
+    pub fn from_plan(plan: &FamilyState) -> Table {
         let mut t = Table::default();
         for d in plan.services.values() {
             t.insert(Virtual { vs: d.vs.clone(), reals: d.reals.clone(), service: Some(d.owner.to_string()) });
@@ -60,8 +60,7 @@ impl Table {
     /// The kernel's lookup: protocol, address and port; then a port-0 (all ports)
     /// persistent virtual server on the address.
     fn lookup(&self, p: &Packet) -> Option<&Virtual> {
-        let protocol = Protocol::from_name(&p.protocol)?;
-        let key = ServiceKey { addr: p.dst, port: p.dport, protocol };
+        let key = ServiceKey { addr: p.dst, port: p.dport, protocol: p.protocol };
         self.servers.get(&key).or_else(|| {
             self.servers.get(&ServiceKey { port: 0, ..key }).filter(|v| v.vs.persistent.is_some())
         })
@@ -71,9 +70,9 @@ impl Table {
 /// The iptables rules of a plan as the kernel holds them after a sync: the plan's rules
 /// and the jumps from the built-in chains, which kube-proxy (and svcproxy) prepend one by
 /// one in kube-proxy's order, so the last one comes first.
-pub fn rendered_rules(plan: &Plan) -> Dump {
+pub fn rendered_rules(plan: &FamilyState) -> Dump {
     let mut dump = crate::netfilter::table::dump_all(&plan.iptables);
-    for j in crate::ipvs::kernel_state::jumps().iter().rev() {
+    for j in crate::ipvs::plan::rules::jumps().iter().rev() {
         if let Some(t) = dump.tables.get_mut(j.table) {
             t.append(&j.rule());
         }
@@ -103,7 +102,8 @@ pub struct RealReport {
 /// A virtual server the packet hit.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct VirtualReport {
-    pub protocol: String,
+    #[serde(serialize_with = "super::verdict::serialize_protocol")]
+    pub protocol: Protocol,
     pub address: IpAddr,
     pub port: u16,
     pub service: Option<String>,
@@ -120,8 +120,8 @@ pub struct VirtualReport {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct IpvsOutcome {
     /// The real server (`ip:port`), `DROP`, `REJECT`, `ACCEPT` (the filter table accepted
-    /// it, no virtual server) or `` (no service rule and no virtual server).
-    pub verdict: String,
+    /// it, no virtual server) or undecided (no service rule and no virtual server).
+    pub verdict: Verdict,
     /// `None` when the scheduler does not pick by weight (lc, sh, …).
     pub probability: Option<f64>,
     pub masquerade: bool,
@@ -185,7 +185,7 @@ fn forward_name(f: Forward) -> &'static str {
 fn report(v: &Virtual) -> VirtualReport {
     let (selection, shares) = shares(&v.vs, &v.reals);
     VirtualReport {
-        protocol: v.vs.protocol.to_string().to_lowercase(),
+        protocol: v.vs.protocol,
         address: v.vs.addr,
         port: v.vs.port,
         service: v.service.clone(),
@@ -246,14 +246,14 @@ pub fn trace(dump: &Dump, env: &Env, sets: &Sets, table: &Table, packet: Packet,
 }
 
 fn what(p: &Packet) -> String {
-    format!("{} {}", p.protocol, join_host_port(&p.dst, p.dport))
+    format!("{} {}", p.protocol.lower(), join_host_port(&p.dst, p.dport))
 }
 
 impl Tracer<'_> {
     /// Records an outcome. `share`: the real server's share of new connections (1 when
     /// IPVS did not choose; `None` when the scheduler's choice has no fixed shares); the
     /// outcome's probability is that times the branch's.
-    fn push(&mut self, b: Branch, verdict: String, share: Option<f64>, masquerade: bool, reason: String, vs: Option<ServiceKey>) {
+    fn push(&mut self, b: Branch, verdict: Verdict, share: Option<f64>, masquerade: bool, reason: String, vs: Option<ServiceKey>) {
         self.outcomes.push(IpvsOutcome {
             verdict,
             probability: share.map(|s| s * b.probability),
@@ -266,8 +266,8 @@ impl Tracer<'_> {
     }
 
     /// DROP or REJECT at `hook` (after IPVS when `vs` is set).
-    fn stop(&mut self, b: Branch, verdict: &str, hook: &str, vs: Option<ServiceKey>, share: Option<f64>) {
-        let word = if verdict == "DROP" { "DROPPED" } else { "REJECTED" };
+    fn stop(&mut self, b: Branch, verdict: &Verdict, hook: &str, vs: Option<ServiceKey>, share: Option<f64>) {
+        let word = if *verdict == Verdict::Drop { "DROPPED" } else { "REJECTED" };
         let mut reason = format!("{word} in {hook}");
         match (vs, self.table.lookup(&b.packet)) {
             (Some(_), _) => reason.push_str(", after IPVS chose the real server"),
@@ -277,7 +277,7 @@ impl Tracer<'_> {
             }
             (None, None) => {}
         }
-        self.push(b, verdict.to_string(), share, false, reason, vs);
+        self.push(b, verdict.clone(), share, false, reason, vs);
     }
 
     fn delivered(&mut self, b: Branch, accepted: bool) {
@@ -286,7 +286,7 @@ impl Tracer<'_> {
             if accepted { "ACCEPTED by filter INPUT; " } else { "" },
             what(&b.packet)
         );
-        self.push(b, if accepted { "ACCEPT".into() } else { String::new() }, Some(1.0), false, reason, None);
+        self.push(b, if accepted { Verdict::Accept } else { Verdict::Undecided }, Some(1.0), false, reason, None);
     }
 
     /// A packet for a node address: filter INPUT, then IPVS.
@@ -298,7 +298,7 @@ impl Tracer<'_> {
             }
             match self.table.lookup(&b.packet) {
                 Some(v) => self.schedule(b, v),
-                None => self.delivered(b, matches!(&flow, Flow::Done(v) if v == "ACCEPT")),
+                None => self.delivered(b, matches!(&flow, Flow::Done(Verdict::Accept))),
             }
         }
     }
@@ -326,7 +326,7 @@ impl Tracer<'_> {
                 for (b, flow) in run_chain(&self.cx, "filter", "INPUT", b, 0) {
                     match flow.stopped() {
                         Some(v) => self.stop(b, v, "filter INPUT", None, Some(1.0)),
-                        None => self.delivered(b, matches!(&flow, Flow::Done(v) if v == "ACCEPT")),
+                        None => self.delivered(b, matches!(&flow, Flow::Done(Verdict::Accept))),
                     }
                 }
             } else {
@@ -351,7 +351,7 @@ impl Tracer<'_> {
             let reason = format!(
                 "REJECTED by IPVS: virtual server {key} {why}; IPVS answers ICMP port unreachable (connection refused) and drops the packet"
             );
-            return self.push(b, "REJECT".into(), Some(1.0), false, reason, Some(key));
+            return self.push(b, Verdict::Reject, Some(1.0), false, reason, Some(key));
         }
         for (rs, share) in chosen {
             let mut nb = b.clone();
@@ -380,8 +380,8 @@ impl Tracer<'_> {
                 self.stop(pb, v, "nat POSTROUTING", vs, share);
                 continue;
             }
-            let masquerade = matches!(&flow, Flow::Done(v) if v == "MASQUERADE");
-            let verdict = if vs.is_some() { join_host_port(&pb.packet.dst, pb.packet.dport) } else { String::new() };
+            let masquerade = matches!(&flow, Flow::Done(Verdict::Masquerade));
+            let verdict = if vs.is_some() { Verdict::Dnat(join_host_port(&pb.packet.dst, pb.packet.dport)) } else { Verdict::Undecided };
             self.push(pb, verdict, share, masquerade, reason.to_string(), vs);
         }
     }

@@ -45,7 +45,7 @@ impl Node {
         let packet = Packet {
             src: src.parse().unwrap(),
             dst: dst.parse().unwrap(),
-            protocol: proto.into(),
+            protocol: Protocol::from_name(proto).expect("a protocol"),
             dport: dport.parse().unwrap(),
             in_interface: None,
         };
@@ -68,7 +68,7 @@ impl Node {
 
 /// (verdict, probability, masquerade) per outcome.
 fn verdicts(t: &IpvsTrace) -> Vec<(String, Option<f64>, bool)> {
-    t.outcomes.iter().map(|o| (o.verdict.clone(), o.probability, o.masquerade)).collect()
+    t.outcomes.iter().map(|o| (o.verdict.to_string(), o.probability, o.masquerade)).collect()
 }
 
 fn v(verdict: &str, p: Option<f64>, masq: bool) -> (String, Option<f64>, bool) {
@@ -84,7 +84,7 @@ fn a_pods_dns_query_goes_to_the_virtual_servers_real_servers_in_equal_shares() {
     let t = demo().pod("10.244.1.99", "10.96.0.10:53", "udp");
     assert_eq!(verdicts(&t), vec![v("10.244.1.5:53", Some(0.5), false), v("10.244.2.7:53", Some(0.5), false)]);
     let vs = &t.virtual_servers[0];
-    assert_eq!((vs.protocol.as_str(), vs.port, vs.scheduler.as_str()), ("udp", 53, "rr"));
+    assert_eq!((vs.protocol.lower(), vs.port, vs.scheduler.as_str()), ("udp", 53, "rr"));
     assert_eq!(vs.service.as_deref(), Some("kube-system/kube-dns:dns"));
     assert!(vs.persistence.is_none());
     let path = &t.outcomes[0].path;

@@ -12,14 +12,16 @@ use super::ipset::Sets;
 use super::Env;
 use crate::netfilter::dump::Rule;
 use crate::netfilter::rule::word_after;
-use crate::ipvs::values::{Protocol, ServiceKey};
+use crate::ipvs::values::ServiceKey;
+use crate::model::Protocol;
 use crate::net::{parse_ip_sloppy, Cidr};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Packet {
     pub src: IpAddr,
     pub dst: IpAddr,
-    pub protocol: String,
+    #[serde(serialize_with = "super::verdict::serialize_protocol")]
+    pub protocol: Protocol,
     pub dport: u16,
     /// The interface it came in on, for `-i` matches (pod-interface detectors).
     pub in_interface: Option<String>,
@@ -149,7 +151,7 @@ pub fn evaluate(rule: &Rule, p: &Packet, st: &State, env: &Env, sets: &Sets) -> 
         let test = match arg {
             "-s" | "--source" => Test::Is(addr_matches(next, &p.src)),
             "-d" | "--destination" => Test::Is(addr_matches(next, &p.dst)),
-            "-p" | "--protocol" => Test::Is(next == p.protocol),
+            "-p" | "--protocol" => Test::Is(Protocol::from_name(next) == Some(p.protocol)),
             "--dport" | "--destination-port" => decided(port_matches(next, p.dport), arg, next),
             "-i" | "--in-interface" => Test::Is(iface_matches(next, p.in_interface.as_deref())),
             "--dst-type" => decided(addrtype_matches(next, &p.dst, env), arg, next),
@@ -227,7 +229,7 @@ mod tests {
         Packet {
             src: "10.244.1.99".parse().unwrap(),
             dst: "10.96.0.10".parse().unwrap(),
-            protocol: "udp".into(),
+            protocol: Protocol::Udp,
             dport: 53,
             in_interface: None,
         }

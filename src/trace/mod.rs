@@ -18,6 +18,7 @@ pub mod nftables;
 #[cfg(test)]
 mod ipvs_tests;
 mod matcher;
+pub mod verdict;
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -30,6 +31,7 @@ use crate::netfilter::Target;
 use crate::netfilter::{Dump, Op};
 pub use ipset::Sets;
 pub use matcher::{Packet, State};
+pub use verdict::Verdict;
 
 /// Where the packet enters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -44,8 +46,8 @@ pub enum Entry {
 /// What finally happens on one branch.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Outcome {
-    /// `ip:port` after DNAT, or `ACCEPT`/`DROP`/`REJECT`, or `` when no rule decided.
-    pub verdict: String,
+    /// `ip:port` after DNAT, or `ACCEPT`/`DROP`/`REJECT`, or undecided (`` when printed).
+    pub verdict: Verdict,
     pub probability: f64,
     pub masquerade: bool,
     /// The rules matched, in order, each as `TABLE -A CHAIN ARGS…`.
@@ -99,14 +101,14 @@ enum Flow {
     /// Fell off the end of the chain (RETURN semantics).
     Continue,
     /// A terminal verdict was reached.
-    Done(String),
+    Done(Verdict),
 }
 
 impl Flow {
     /// DROP or REJECT: the packet goes no further.
-    fn stopped(&self) -> Option<&str> {
+    fn stopped(&self) -> Option<&Verdict> {
         match self {
-            Flow::Done(v) if v == "DROP" || v == "REJECT" => Some(v),
+            Flow::Done(v) if v.stops() => Some(v),
             _ => None,
         }
     }
@@ -125,12 +127,12 @@ pub fn trace(dump: &Dump, env: &Env, packet: Packet, entry: Entry) -> Trace {
     let mut outcomes = Vec::new();
     for (nat_branch, nat_flow) in run_entry(&cx, "nat", nat_chain, start) {
         if let Some(v) = nat_flow.stopped() {
-            outcomes.push(finish(nat_branch, v.to_string()));
+            outcomes.push(finish(nat_branch, v.clone()));
             continue;
         }
         let nat_verdict = match nat_flow {
             Flow::Done(v) => v,
-            Flow::Continue => String::new(),
+            Flow::Continue => Verdict::Undecided,
         };
         outcomes.extend(filter_phase(&cx, nat_branch, nat_verdict));
     }
@@ -139,8 +141,8 @@ pub fn trace(dump: &Dump, env: &Env, packet: Packet, entry: Entry) -> Trace {
 
 /// The filter service chains run on the (possibly DNATed) packet, as kube-proxy's tracer
 /// runs them: KUBE-SERVICES, KUBE-EXTERNAL-SERVICES, KUBE-NODEPORTS, KUBE-PROXY-FIREWALL.
-fn filter_phase(cx: &Cx, branch: Branch, nat_verdict: String) -> Vec<Outcome> {
-    let mut current = vec![(branch, None::<String>)];
+fn filter_phase(cx: &Cx, branch: Branch, nat_verdict: Verdict) -> Vec<Outcome> {
+    let mut current = vec![(branch, None::<Verdict>)];
     for chain in [KUBE_SERVICES, KUBE_EXTERNAL_SERVICES, KUBE_NODEPORTS, KUBE_PROXY_FIREWALL] {
         let mut next = Vec::new();
         for (b, decided) in current {
@@ -150,7 +152,7 @@ fn filter_phase(cx: &Cx, branch: Branch, nat_verdict: String) -> Vec<Outcome> {
             }
             for (nb, flow) in run_chain(cx, "filter", chain, b, 0) {
                 let d = match flow {
-                    Flow::Done(v) if v != "RETURN" => Some(v),
+                    Flow::Done(v) if v != Verdict::Return => Some(v),
                     _ => None,
                 };
                 next.push((nb, d));
@@ -164,8 +166,8 @@ fn filter_phase(cx: &Cx, branch: Branch, nat_verdict: String) -> Vec<Outcome> {
             // A filter DROP/REJECT wins over a DNAT; a filter ACCEPT only shows when
             // nothing in nat decided.
             let verdict = match decided {
-                Some(v) if v == "DROP" || v == "REJECT" => v,
-                Some(v) if nat_verdict.is_empty() => v,
+                Some(v) if v.stops() => v,
+                Some(v) if nat_verdict == Verdict::Undecided => v,
                 _ => nat_verdict.clone(),
             };
             finish(b, verdict)
@@ -173,7 +175,7 @@ fn filter_phase(cx: &Cx, branch: Branch, nat_verdict: String) -> Vec<Outcome> {
         .collect()
 }
 
-fn finish(b: Branch, verdict: String) -> Outcome {
+fn finish(b: Branch, verdict: Verdict) -> Outcome {
     Outcome { verdict, probability: b.probability, masquerade: b.masquerade, path: b.path, notes: b.notes }
 }
 
@@ -190,7 +192,7 @@ fn run_entry(cx: &Cx, table: &str, chain: &str, b: Branch) -> Vec<(Branch, Flow)
 fn run_chain(cx: &Cx, table: &str, chain: &str, b: Branch, depth: usize) -> Vec<(Branch, Flow)> {
     let Some(t) = cx.dump.tables.get(table) else { return vec![(b, Flow::Continue)] };
     if depth > MAX_DEPTH {
-        return vec![(b, Flow::Done("LOOP".into()))];
+        return vec![(b, Flow::Done(Verdict::Loop))];
     }
     let rules: Vec<&Rule> = t.rules_of(chain).filter(|r| matches!(r.op, Op::Append | Op::Insert)).collect();
     let mut live = vec![b];
@@ -282,11 +284,13 @@ fn target(cx: &Cx, table: &str, rule: &Rule, mut b: Branch, depth: usize) -> Vec
             b.state.mark = mark(t, b.state.mark);
             vec![(b, Flow::Continue)]
         }
-        Target::Return => vec![(b, Flow::Done("RETURN".into()))],
-        Target::Accept | Target::Drop | Target::Reject(_) => vec![(b, Flow::Done(t.name().unwrap_or_default().into()))],
+        Target::Return => vec![(b, Flow::Done(Verdict::Return))],
+        Target::Accept => vec![(b, Flow::Done(Verdict::Accept))],
+        Target::Drop => vec![(b, Flow::Done(Verdict::Drop))],
+        Target::Reject(_) => vec![(b, Flow::Done(Verdict::Reject))],
         Target::Masquerade { .. } => {
             b.masquerade = true;
-            vec![(b, Flow::Done("MASQUERADE".into()))]
+            vec![(b, Flow::Done(Verdict::Masquerade))]
         }
         Target::Dnat(dest) => {
             let dest = dest.to_string();
@@ -295,7 +299,7 @@ fn target(cx: &Cx, table: &str, rule: &Rule, mut b: Branch, depth: usize) -> Vec
                 b.packet.dport = port;
             }
             b.state.dnat = true;
-            vec![(b, Flow::Done(dest))]
+            vec![(b, Flow::Done(Verdict::Dnat(dest)))]
         }
         // A jump, or a target the tracer does not model (followed as a chain of that name).
         _ => {
@@ -307,7 +311,7 @@ fn target(cx: &Cx, table: &str, rule: &Rule, mut b: Branch, depth: usize) -> Vec
             run_chain(cx, table, chain, b, depth + 1)
                 .into_iter()
                 .map(|(nb, flow)| match flow {
-                    Flow::Done(v) if v == "RETURN" => (nb, Flow::Continue),
+                    Flow::Done(Verdict::Return) => (nb, Flow::Continue),
                     other => (nb, other),
                 })
                 .collect()
@@ -319,21 +323,21 @@ impl Trace {
     /// kube-proxy's tracer summary: the distinct verdicts joined by `, ` (DNAT targets in
     /// first-seen order) and whether any branch is masqueraded.
     pub fn summary(&self) -> (String, bool) {
-        summary(self.outcomes.iter().map(|o| (o.verdict.as_str(), o.masquerade)))
+        summary(self.outcomes.iter().map(|o| (&o.verdict, o.masquerade)))
     }
 }
 
 /// kube-proxy's tracer summary of branches given as (verdict, masqueraded): the distinct
-/// non-empty verdicts joined by `, ` in first-seen order, and whether any is masqueraded.
+/// decided verdicts joined by `, ` in first-seen order, and whether any is masqueraded.
 /// Every mode's tracer summarises with it.
-pub fn summary<'a>(branches: impl IntoIterator<Item = (&'a str, bool)>) -> (String, bool) {
-    let mut seen: Vec<&str> = Vec::new();
+pub fn summary<'a>(branches: impl IntoIterator<Item = (&'a Verdict, bool)>) -> (String, bool) {
+    let mut seen: Vec<&Verdict> = Vec::new();
     let mut masquerade = false;
     for (verdict, masq) in branches {
         masquerade |= masq;
-        if !verdict.is_empty() && !seen.contains(&verdict) {
+        if *verdict != Verdict::Undecided && !seen.contains(&verdict) {
             seen.push(verdict);
         }
     }
-    (seen.join(", "), masquerade)
+    (seen.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(", "), masquerade)
 }

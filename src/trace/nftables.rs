@@ -23,7 +23,7 @@ use serde::Serialize;
 use crate::net::Cidr;
 use crate::nftables::model::{Element, Rule, Table};
 use crate::nftables::names::*;
-use super::{Entry, Env, Packet};
+use super::{Entry, Env, Packet, Verdict};
 
 const MAX_DEPTH: usize = 64;
 
@@ -40,8 +40,8 @@ pub enum TraceError {
 /// What finally happens on one branch.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Outcome {
-    /// `ip:port` after DNAT, `DROP`, `REJECT`, or empty when no rule decided.
-    pub verdict: String,
+    /// `ip:port` after DNAT, `DROP`, `REJECT`, or undecided (empty when printed).
+    pub verdict: Verdict,
     pub probability: f64,
     pub masquerade: bool,
     /// Why it was dropped or rejected, when the rules say.
@@ -64,7 +64,7 @@ impl Trace {
     /// kube-proxy's tracer summary: the distinct verdicts joined by `, ` (first seen
     /// first) and whether any branch is masqueraded.
     pub fn summary(&self) -> (String, bool) {
-        super::summary(self.outcomes.iter().map(|o| (o.verdict.as_str(), o.masquerade)))
+        super::summary(self.outcomes.iter().map(|o| (&o.verdict, o.masquerade)))
     }
 }
 
@@ -74,7 +74,7 @@ struct Branch {
     packet: Packet,
     probability: f64,
     masquerade: bool,
-    verdict: String,
+    verdict: Verdict,
     reason: Option<String>,
     path: Vec<String>,
 }
@@ -85,7 +85,7 @@ impl Branch {
     }
 
     fn stopped(&self) -> bool {
-        self.verdict == "DROP" || self.verdict == "REJECT"
+        self.verdict.stops()
     }
 }
 
@@ -134,7 +134,7 @@ pub fn trace(table: &Table, env: &Env, packet: Packet, entry: Entry) -> Result<T
         Entry::Prerouting => (FILTER_PREROUTING_PRE_DNAT, NAT_PREROUTING, None),
         Entry::Output => (FILTER_OUTPUT_PRE_DNAT, NAT_OUTPUT, Some(FILTER_OUTPUT)),
     };
-    let start = Branch { packet: packet.clone(), probability: 1.0, masquerade: false, verdict: String::new(), reason: None, path: Vec::new() };
+    let start = Branch { packet: packet.clone(), probability: 1.0, masquerade: false, verdict: Verdict::Undecided, reason: None, path: Vec::new() };
     let mut outcomes = Vec::new();
     for b in w.hook(&[pre_dnat], start)? {
         if b.stopped() {
@@ -319,7 +319,7 @@ impl<'t> Walker<'t> {
             Action::Jump(target) => from_target(self.run(&target, b, depth + 1)?, End::Next),
             Action::Goto(target) => from_target(self.run(&target, b, depth + 1)?, End::Return),
             Action::Drop | Action::Reject => {
-                b.verdict = if matches!(action, Action::Drop) { "DROP" } else { "REJECT" }.to_owned();
+                b.verdict = if matches!(action, Action::Drop) { Verdict::Drop } else { Verdict::Reject };
                 if b.reason.is_none() {
                     b.reason = reason_of(chain, rule);
                 }
@@ -333,7 +333,7 @@ impl<'t> Walker<'t> {
                     why: format!("bad DNAT target {target}"),
                 })?;
                 (b.packet.dst, b.packet.dport) = (ip, port);
-                b.verdict = target;
+                b.verdict = Verdict::Dnat(target);
                 vec![(b, End::Settled)]
             }
             Action::Numgen(arms) => {
@@ -378,8 +378,8 @@ impl<'t> Walker<'t> {
 
     fn step<'r>(&self, rest: &'r str, p: &Packet) -> Result<Step<'r, 't>, String> {
         let ip = if p.dst.is_ipv6() { "ip6" } else { "ip" };
-        let dest_key = || vec![p.dst.to_string(), p.protocol.clone(), p.dport.to_string()];
-        let port_key = || vec![p.protocol.clone(), p.dport.to_string()];
+        let dest_key = || vec![p.dst.to_string(), p.protocol.lower().to_owned(), p.dport.to_string()];
+        let port_key = || vec![p.protocol.lower().to_owned(), p.dport.to_string()];
         if let Some(map) = rest.strip_prefix(&format!("{ip} daddr . meta l4proto . th dport vmap @")) {
             let map = map.trim();
             return Ok(self.lookup(map, &dest_key()).map_or(Step::NoMatch, |e| Step::Act(Action::Element(&e.set, e))));
@@ -420,7 +420,7 @@ impl<'t> Walker<'t> {
         if let Some(r) = rest.strip_prefix("meta l4proto ") {
             let (proto, r) = first_word(r);
             let target = r.strip_prefix("dnat to ").ok_or("expected dnat to")?;
-            return Ok(if proto == p.protocol { Step::Act(Action::Dnat(target.trim().to_owned())) } else { Step::NoMatch });
+            return Ok(if proto == p.protocol.lower() { Step::Act(Action::Dnat(target.trim().to_owned())) } else { Step::NoMatch });
         }
         verdict(rest).map(Step::Act).ok_or_else(|| format!("unknown statement {rest:?}"))
     }
@@ -483,7 +483,7 @@ mod tests {
     }
 
     fn packet(src: &str, dst: &str, dport: u16) -> Packet {
-        Packet { src: src.parse().unwrap(), protocol: "tcp".into(), dst: dst.parse().unwrap(), dport, in_interface: None }
+        Packet { src: src.parse().unwrap(), protocol: crate::model::Protocol::Tcp, dst: dst.parse().unwrap(), dport, in_interface: None }
     }
 
     fn env(local: &[&str], affinity: &[&str]) -> Env {
@@ -498,8 +498,8 @@ mod tests {
     fn every_endpoint_is_a_branch_with_its_share_and_its_path() {
         let t = run(packet("192.0.2.9", "172.30.0.1", 80), &env(&[], &[]));
         assert_eq!(t.summary(), ("10.0.0.5:8080, 10.0.0.6:8080".to_owned(), true));
-        let shares: Vec<(&str, f64)> = t.outcomes.iter().map(|o| (o.verdict.as_str(), o.probability)).collect();
-        assert_eq!(shares, [("10.0.0.5:8080", 0.5), ("10.0.0.6:8080", 0.5)]);
+        let shares: Vec<(&Verdict, f64)> = t.outcomes.iter().map(|o| (&o.verdict, o.probability)).collect();
+        assert_eq!(shares, [(&Verdict::Dnat("10.0.0.5:8080".into()), 0.5), (&Verdict::Dnat("10.0.0.6:8080".into()), 0.5)]);
         assert_eq!(
             t.outcomes[1].path,
             [

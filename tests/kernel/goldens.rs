@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use svcproxy::config::Settings;
+use svcproxy::net::IpFamily;
 
 use crate::harness::{Case, CaseResult, Ctx};
 use crate::netns::{Backend, Lab};
@@ -45,21 +46,35 @@ fn sync_flags(fixture: &Path) -> Result<Vec<String>, String> {
     Ok(if settings.nfacct == Some(false) { vec!["--nfacct=false".into()] } else { Vec::new() })
 }
 
-/// The golden's restore text per family (`# ip6tables` splits dual-stack goldens).
+/// The families the fixture renders, as `svcproxy render --from FIXTURE` decides them
+/// (its settings, else its nodes' and cluster's addresses), IPv4 first.
+fn families(fixture: &Path) -> Result<Vec<IpFamily>, String> {
+    let state = svcproxy::source::read_path(fixture).map_err(|e| e.to_string())?;
+    let loaded = svcproxy::pipeline::load(state, Settings::default(), Settings::default()).map_err(|e| e.to_string())?;
+    Ok(loaded.config.families)
+}
+
+/// The golden's restore text per family, each with whether it is IPv6: the fixture's one
+/// family, or both, split at the `# iptables`/`# ip6tables` headers of a dual-stack golden.
 fn golden_parts(fixture: &Path) -> Result<Vec<(bool, String)>, String> {
     let stem = fixture.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
     let text = std::fs::read_to_string(repo().join("golden").join(format!("{stem}.iptables"))).map_err(|e| format!("{stem}: {e}"))?;
-    if !text.contains("# ip6tables") {
-        let v6 = text.lines().any(|l| l.contains("::1/128"));
-        return Ok(vec![(v6, text)]);
+    match families(fixture)?.as_slice() {
+        [one] => Ok(vec![(one.is_v6(), text)]),
+        [IpFamily::V4, IpFamily::V6] => {
+            let mut parts = Vec::new();
+            for chunk in text.split("# ip").skip(1) {
+                let v6 = chunk.starts_with("6tables");
+                let body = chunk.split_once('\n').map(|(_, b)| b).unwrap_or("");
+                parts.push((v6, body.to_string()));
+            }
+            if !parts.iter().map(|(v6, _)| *v6).eq([false, true]) {
+                return Err(format!("{stem}: a dual-stack golden without its `# iptables` and `# ip6tables` headers"));
+            }
+            Ok(parts)
+        }
+        other => Err(format!("{stem}: the fixture renders families {other:?}")),
     }
-    let mut parts = Vec::new();
-    for chunk in text.split("# ip").skip(1) {
-        let v6 = chunk.starts_with("6tables");
-        let body = chunk.split_once('\n').map(|(_, b)| b).unwrap_or("");
-        parts.push((v6, body.to_string()));
-    }
-    Ok(parts)
 }
 
 fn every_golden(ctx: &mut Ctx, b: Backend) -> CaseResult {

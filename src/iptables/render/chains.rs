@@ -4,13 +4,13 @@
 //! endpoint.
 
 use super::context::Context;
-use super::plan::Plan;
+use super::wiring::Wiring;
 use super::ServiceRules;
 use crate::netfilter::names::{endpoint_chain, KUBE_MARK_MASQ};
 use crate::model::Endpoint;
 use crate::netfilter::{Chain, Rule, Target};
 
-pub fn write(ctx: &Context, p: &Plan, large_cluster: bool, out: &mut ServiceRules) {
+pub fn write(ctx: &Context, p: &Wiring, large_cluster: bool, out: &mut ServiceRules) {
     let eps = &p.endpoints;
     let affinity = usize::from(p.svc.session_affinity.is_some());
     out.chain_rules.reserve(8 + 2 * eps.all_reachable.len() + (eps.cluster.len() + eps.local.len()) * (1 + affinity));
@@ -40,7 +40,7 @@ pub fn write(ctx: &Context, p: &Plan, large_cluster: bool, out: &mut ServiceRule
     }
 }
 
-fn sep_name(p: &Plan, ep: &Endpoint) -> Chain {
+fn sep_name(p: &Wiring, ep: &Endpoint) -> Chain {
     endpoint_chain(&p.spn, p.proto, &ep.addr_string()).into()
 }
 
@@ -57,7 +57,7 @@ impl<'a> SepNames<'a> {
         SepNames { all, names: vec![None; all.len()] }
     }
 
-    fn get(&mut self, p: &Plan, ep: &Endpoint) -> Chain {
+    fn get(&mut self, p: &Wiring, ep: &Endpoint) -> Chain {
         match self.index_of(ep) {
             Some(i) => self.names[i].get_or_insert_with(|| sep_name(p, ep)).clone(),
             None => sep_name(p, ep),
@@ -74,7 +74,7 @@ impl<'a> SepNames<'a> {
 }
 
 /// Off-cluster (or, with masqueradeAll, all) traffic to the ClusterIP is masqueraded.
-fn internal_masquerade(ctx: &Context, p: &Plan, out: &mut Vec<Rule>) {
+fn internal_masquerade(ctx: &Context, p: &Wiring, out: &mut Vec<Rule>) {
     if p.internal_refusal.is_some() {
         return;
     }
@@ -89,7 +89,7 @@ fn internal_masquerade(ctx: &Context, p: &Plan, out: &mut Vec<Rule>) {
     out.push(Rule::new(&p.internal_chain, head.iter().copied().chain(extra.iter().map(String::as_str)), Target::jump(KUBE_MARK_MASQ)));
 }
 
-fn external_chain(ctx: &Context, p: &Plan, out: &mut Vec<Rule>) {
+fn external_chain(ctx: &Context, p: &Wiring, out: &mut Vec<Rule>) {
     let ext = &p.chains.ext;
     let svc = &p.chains.svc;
     if !p.svc.external_policy_local {
@@ -111,7 +111,7 @@ fn external_chain(ctx: &Context, p: &Plan, out: &mut Vec<Rule>) {
     }
 }
 
-fn firewall_chain(ctx: &Context, p: &Plan, out: &mut Vec<Rule>) {
+fn firewall_chain(ctx: &Context, p: &Wiring, out: &mut Vec<Rule>) {
     let (fw, ext): (&Chain, &Chain) = (&p.chains.fw, &p.chains.ext);
     let c = format!("{} loadbalancer IP", p.spn);
     let mut allow_from_node = false;
@@ -130,7 +130,7 @@ fn firewall_chain(ctx: &Context, p: &Plan, out: &mut Vec<Rule>) {
 
 /// kube-proxy's `writeServiceToEndpointRules`: affinity checks, then one rule per endpoint
 /// with probability 1/(remaining), the last one unconditional.
-fn dispatch(p: &Plan, chain: &Chain, eps: &[&Endpoint], names: &mut SepNames, large_cluster: bool, out: &mut Vec<Rule>) {
+fn dispatch(p: &Wiring, chain: &Chain, eps: &[&Endpoint], names: &mut SepNames, large_cluster: bool, out: &mut Vec<Rule>) {
     let seps: Vec<Chain> = eps.iter().map(|e| names.get(p, e)).collect();
     let comments: Vec<String> = if large_cluster { Vec::new() } else { eps.iter().map(|e| format!("{} -> {}", p.spn, e.addr_string())).collect() };
     let comment = |i: usize| -> [&str; 4] { ["-m", "comment", "--comment", comments[i].as_str()] };
@@ -158,7 +158,7 @@ pub fn probability(n: usize) -> String {
     format!("{:.10}", 1.0 / n as f64)
 }
 
-fn endpoint(p: &Plan, ep: &Endpoint, chain: &Chain, large_cluster: bool, out: &mut Vec<Rule>) {
+fn endpoint(p: &Wiring, ep: &Endpoint, chain: &Chain, large_cluster: bool, out: &mut Vec<Rule>) {
     let comment: &[&str] = if large_cluster { &[] } else { &["-m", "comment", "--comment", &p.spn] };
     let ip = ep.ip.to_string();
     out.push(Rule::new(chain, comment.iter().copied().chain(["-s", &ip]), Target::jump(KUBE_MARK_MASQ)));

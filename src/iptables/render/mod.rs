@@ -7,8 +7,8 @@
 pub mod chains;
 pub mod context;
 pub mod fixed;
-pub mod plan;
 pub mod top;
+pub mod wiring;
 
 use std::collections::BTreeSet;
 use std::collections::BTreeMap;
@@ -41,7 +41,7 @@ pub struct Rendered {
     pub rules: Arc<ServiceRules>,
     /// How many of `filter` and `nat_top` go to each top-level chain ([`TOP_CHAINS`]
     /// order), or `None` if one goes elsewhere: where this service's lines sit in those
-    /// chains is the sum over the services before it (see `iptables::incremental`).
+    /// chains is the sum over the services before it (see `iptables::partial`).
     pub top_counts: Option<TopCounts>,
     /// The port's endpoints (for the large-cluster test).
     pub endpoints: usize,
@@ -114,10 +114,10 @@ pub fn is_large_cluster(ctx: &Context, services: &ServicePortMap, endpoints: &En
 pub fn render_service(ctx: &Context, name: &ServicePortName, services: &ServicePortMap, endpoints: &EndpointsMap, large: bool) -> Option<Rendered> {
     let svc = services.get(name)?;
     let eps = endpoints.get(name).map(|e| e.as_slice()).unwrap_or_default();
-    let plan = plan::Plan::new(svc, eps, ctx.locality());
+    let wiring = wiring::Wiring::new(svc, eps, ctx.locality());
     let mut out = ServiceRules::default();
-    top::write(ctx, &plan, &mut out);
-    chains::write(ctx, &plan, large, &mut out);
+    top::write(ctx, &wiring, &mut out);
+    chains::write(ctx, &wiring, large, &mut out);
     // A ruleset keeps every service's rules: without their slack.
     for rules in [&mut out.filter, &mut out.nat_top, &mut out.chain_rules] {
         rules.shrink_to_fit();

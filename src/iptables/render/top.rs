@@ -5,12 +5,12 @@
 
 use super::context::Context;
 use crate::netfilter::nfacct::NFACCT_LOCALHOST_NODEPORTS;
-use super::plan::{Plan, Refusal};
+use super::wiring::{Wiring, Refusal};
 use super::ServiceRules;
 use crate::netfilter::names::{KUBE_EXTERNAL_SERVICES, KUBE_NODEPORTS, KUBE_PROXY_FIREWALL, KUBE_SERVICES};
 use crate::netfilter::{Rule, Target};
 
-pub fn write(ctx: &Context, p: &Plan, out: &mut ServiceRules) {
+pub fn write(ctx: &Context, p: &Wiring, out: &mut ServiceRules) {
     cluster_ip(p, out);
     external_ips(p, out);
     load_balancer_ips(p, out);
@@ -19,16 +19,16 @@ pub fn write(ctx: &Context, p: &Plan, out: &mut ServiceRules) {
 }
 
 /// `-A CHAIN -m comment --comment C -m proto -p proto -d IP --dport PORT -j TARGET`
-fn capture(out: &mut Vec<Rule>, chain: &'static str, comment: &str, p: &Plan, ip: &str, port: u16, target: Target) {
+fn capture(out: &mut Vec<Rule>, chain: &'static str, comment: &str, p: &Wiring, ip: &str, port: u16, target: Target) {
     let port = port.to_string();
     out.push(Rule::new(chain, ["-m", "comment", "--comment", comment, "-m", p.proto, "-p", p.proto, "-d", ip, "--dport", &port], target));
 }
 
-fn refuse(out: &mut Vec<Rule>, chain: &'static str, r: &Refusal, p: &Plan, ip: &str, port: u16) {
+fn refuse(out: &mut Vec<Rule>, chain: &'static str, r: &Refusal, p: &Wiring, ip: &str, port: u16) {
     capture(out, chain, &r.comment, p, ip, port, r.target.clone());
 }
 
-fn cluster_ip(p: &Plan, out: &mut ServiceRules) {
+fn cluster_ip(p: &Wiring, out: &mut ServiceRules) {
     let ip = p.svc.cluster_ip.to_string();
     match &p.internal_refusal {
         None => {
@@ -39,7 +39,7 @@ fn cluster_ip(p: &Plan, out: &mut ServiceRules) {
     }
 }
 
-fn external_ips(p: &Plan, out: &mut ServiceRules) {
+fn external_ips(p: &Wiring, out: &mut ServiceRules) {
     let comment = format!("{} external IP", p.spn);
     for eip in &p.svc.external_ips {
         let ip = eip.to_string();
@@ -52,7 +52,7 @@ fn external_ips(p: &Plan, out: &mut ServiceRules) {
     }
 }
 
-fn load_balancer_ips(p: &Plan, out: &mut ServiceRules) {
+fn load_balancer_ips(p: &Wiring, out: &mut ServiceRules) {
     let comment = format!("{} loadbalancer IP", p.spn);
     let fw_comment = format!("{} traffic not accepted by {}", p.spn, p.chains.fw);
     for vip in &p.svc.load_balancer_vips {
@@ -71,7 +71,7 @@ fn load_balancer_ips(p: &Plan, out: &mut ServiceRules) {
     }
 }
 
-fn node_port(ctx: &Context, p: &Plan, out: &mut ServiceRules) {
+fn node_port(ctx: &Context, p: &Wiring, out: &mut ServiceRules) {
     if p.svc.node_port == 0 {
         return;
     }
@@ -92,7 +92,7 @@ fn node_port(ctx: &Context, p: &Plan, out: &mut ServiceRules) {
     }
 }
 
-fn health_check_node_port(p: &Plan, filter: &mut Vec<Rule>) {
+fn health_check_node_port(p: &Wiring, filter: &mut Vec<Rule>) {
     if p.svc.health_check_node_port == 0 {
         return;
     }

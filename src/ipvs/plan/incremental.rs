@@ -1,7 +1,7 @@
 //! The IPVS plan kept up to date service by service. Pure.
 //!
 //! [`super::plan`] walks every service port; at 10,000 services that is tens of
-//! milliseconds for a change to one endpoint. A [`Planner`] keeps, per service port, what
+//! milliseconds for a change to one endpoint. A [`FamilyPlanner`] keeps, per service port, what
 //! it contributed (virtual servers, bound addresses, set entries, no-node-access VIPs)
 //! and how many ports contribute each item, so a commit re-plans only the changed
 //! services' ports and says what moved: the virtual servers to compare with the kernel,
@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::Hash;
 use std::net::IpAddr;
 
-use super::{rules, servers, Context, Desired, NoNodeAccess, Plan, SetId};
+use super::{rules, servers, Context, Desired, NoNodeAccess, FamilyState, SetId};
 use crate::ipvs::values::ServiceKey;
 use crate::model::{ports_of, EndpointsMap, NamespacedName, ServicePortMap, ServicePortName};
 
@@ -28,11 +28,12 @@ struct Part {
     no_node_access: Vec<NoNodeAccess>,
 }
 
-/// One family's plan and, per service port, what made it.
+/// Plans one family's [`FamilyState`] service port by service port: the state and, per
+/// service port, what made it.
 #[derive(Debug, Clone)]
-pub struct Planner {
+pub struct FamilyPlanner {
     ctx: Context,
-    plan: Plan,
+    plan: FamilyState,
     parts: BTreeMap<ServicePortName, Part>,
     /// How many ports want each virtual server (the last in order wins; found by a walk
     /// of the parts only when a shared one loses its winner).
@@ -42,7 +43,7 @@ pub struct Planner {
     no_node_access: HashMap<NoNodeAccess, u32>,
 }
 
-/// What one [`Planner::update`] changed.
+/// What one [`FamilyPlanner::update`] changed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Update {
     /// Virtual servers wanted differently (or no longer, or newly): compare these with
@@ -94,11 +95,11 @@ struct Touched {
     no_node_access: HashMap<NoNodeAccess, bool>,
 }
 
-impl Planner {
+impl FamilyPlanner {
     /// Plans every service port of one family.
     pub fn new(ctx: Context, services: &ServicePortMap, endpoints: &EndpointsMap) -> Self {
-        let mut p = Planner {
-            plan: Plan::empty(ctx.family()),
+        let mut p = FamilyPlanner {
+            plan: FamilyState::empty(ctx.family()),
             ctx,
             parts: BTreeMap::new(),
             owners: HashMap::new(),
@@ -114,7 +115,7 @@ impl Planner {
         p
     }
 
-    pub fn plan(&self) -> &Plan {
+    pub fn plan(&self) -> &FamilyState {
         &self.plan
     }
 
@@ -139,10 +140,10 @@ impl Planner {
     }
 
     /// One port's fragment of the plan, as the full walk makes it.
-    fn fragment(&self, name: &ServicePortName, services: &ServicePortMap, endpoints: &EndpointsMap) -> Option<Plan> {
+    fn fragment(&self, name: &ServicePortName, services: &ServicePortMap, endpoints: &EndpointsMap) -> Option<FamilyState> {
         let svc = services.get(name)?;
         let eps = endpoints.get(name).map(|e| e.as_slice()).unwrap_or_default();
-        let mut frag = Plan {
+        let mut frag = FamilyState {
             family: self.ctx.family(),
             services: BTreeMap::new(),
             bound: BTreeSet::new(),
@@ -200,7 +201,7 @@ impl Planner {
         part.no_node_access.iter().for_each(|n| count(&mut self.no_node_access, &mut t.no_node_access, n, up));
     }
 
-    /// [`Planner::finish`], first giving each touched virtual server still wanted but left
+    /// [`FamilyPlanner::finish`], first giving each touched virtual server still wanted but left
     /// without its winner (two ports shared it, the winner went) the last remaining
     /// port's, planned again: rare, and found by a walk of the parts.
     fn finish_with(&mut self, t: Touched, services: &ServicePortMap, endpoints: &EndpointsMap) -> Update {

@@ -38,9 +38,10 @@ pub struct NoNodeAccess {
     pub port: u16,
 }
 
-/// One family's plan.
+/// What IPVS mode programs for one family: virtual and real servers, the `kube-ipvs0`
+/// addresses, the ipset contents and the iptables rules.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Plan {
+pub struct FamilyState {
     pub family: IpFamily,
     pub services: BTreeMap<ServiceKey, Desired>,
     /// Addresses bound to `kube-ipvs0`.
@@ -52,9 +53,9 @@ pub struct Plan {
     pub iptables: Vec<crate::netfilter::Table>,
 }
 
-impl Plan {
+impl FamilyState {
     fn empty(family: IpFamily) -> Self {
-        Plan {
+        FamilyState {
             family,
             services: BTreeMap::new(),
             bound: BTreeSet::new(),
@@ -75,8 +76,8 @@ impl Plan {
 }
 
 /// Plans one family.
-pub fn plan(ctx: &Context, services: &ServicePortMap, endpoints: &EndpointsMap) -> Plan {
-    let mut plan = Plan::empty(ctx.family());
+pub fn plan(ctx: &Context, services: &ServicePortMap, endpoints: &EndpointsMap) -> FamilyState {
+    let mut plan = FamilyState::empty(ctx.family());
     for (name, svc) in services {
         let eps = endpoints.get(name).map(|e| e.as_slice()).unwrap_or_default();
         servers::add_service(ctx, &mut plan, name, svc, eps);
@@ -94,7 +95,7 @@ mod tests;
 
 #[cfg(test)]
 pub(crate) mod tests_support {
-    pub fn empty(family: crate::net::IpFamily) -> super::Plan {
-        super::Plan::empty(family)
+    pub fn empty(family: crate::net::IpFamily) -> super::FamilyState {
+        super::FamilyState::empty(family)
     }
 }

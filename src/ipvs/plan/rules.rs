@@ -2,8 +2,9 @@
 //! values: nat first, then filter, with kube-proxy's chains, texts and order.
 
 use super::ipsets::SetId;
-use super::{Context, Plan};
+use super::{Context, FamilyState};
 use crate::netfilter::names::{KUBE_FORWARD, KUBE_MARK_MASQ, KUBE_POSTROUTING, KUBE_PROXY_FIREWALL, KUBE_SERVICES};
+use crate::netfilter::jumps::Jump;
 use crate::netfilter::{Chain, Rule, Table, Target};
 
 pub const KUBE_NODE_PORT: &str = "KUBE-NODE-PORT";
@@ -11,12 +12,24 @@ pub const KUBE_LOAD_BALANCER: &str = "KUBE-LOAD-BALANCER";
 pub const KUBE_SOURCE_RANGES_FIREWALL: &str = "KUBE-SOURCE-RANGES-FIREWALL";
 pub const KUBE_IPVS_FILTER: &str = "KUBE-IPVS-FILTER";
 pub const KUBE_IPVS_OUT_FILTER: &str = "KUBE-IPVS-OUT-FILTER";
+/// IPVS mode's own chains; the others it declares are kube-proxy's shared ones
+/// ([`crate::netfilter::names`]).
+pub const OWN_CHAINS: [&str; 5] = [KUBE_NODE_PORT, KUBE_LOAD_BALANCER, KUBE_SOURCE_RANGES_FIREWALL, KUBE_IPVS_FILTER, KUBE_IPVS_OUT_FILTER];
 
 /// nat chains, in kube-proxy's `iptablesChains` order.
 pub const NAT_CHAINS: [&str; 5] = [KUBE_SERVICES, KUBE_POSTROUTING, KUBE_NODE_PORT, KUBE_LOAD_BALANCER, KUBE_MARK_MASQ];
 /// filter chains, in kube-proxy's `iptablesChains` order.
 pub const FILTER_CHAINS: [&str; 6] =
     [KUBE_FORWARD, KUBE_NODE_PORT, KUBE_PROXY_FIREWALL, KUBE_SOURCE_RANGES_FIREWALL, KUBE_IPVS_FILTER, KUBE_IPVS_OUT_FILTER];
+
+/// The chains IPVS mode declares in `table` (`nat`, `filter`; none elsewhere).
+pub fn declared(table: &str) -> &'static [&'static str] {
+    match table {
+        "nat" => &NAT_CHAINS,
+        "filter" => &FILTER_CHAINS,
+        _ => &[],
+    }
+}
 
 /// The jumps from built-in chains kube-proxy's IPVS mode ensures, in its
 /// `iptablesJumpChain` order (table, from, to, comment).
@@ -31,6 +44,11 @@ pub const JUMPS: [(&str, &str, &str, &str); 9] = [
     ("filter", "INPUT", KUBE_IPVS_FILTER, "kubernetes ipvs access filter"),
     ("filter", "OUTPUT", KUBE_IPVS_OUT_FILTER, "kubernetes ipvs access filter"),
 ];
+
+/// [`JUMPS`] as the iptables delta wants them.
+pub fn jumps() -> Vec<Jump> {
+    JUMPS.iter().map(|(table, from, to, comment)| Jump::new(table, from, to, false, comment)).collect()
+}
 
 /// kube-proxy's `ipsetWithIptablesChain`: (set, nat?, from, to, match, protocol).
 const SET_RULES: [(SetId, bool, &str, Target, &str, &str); 12] = [
@@ -54,7 +72,7 @@ struct Out {
 }
 
 /// The two tables: nat (its chains, its rules), then filter.
-pub fn write(ctx: &Context, plan: &Plan) -> Vec<Table> {
+pub fn write(ctx: &Context, plan: &FamilyState) -> Vec<Table> {
     let mut out = Out { nat: Vec::new(), filter: Vec::new() };
     let lo = if ctx.family().is_v6() { "::1/128" } else { "127.0.0.0/8" };
     out.nat.push(Rule::new(KUBE_SERVICES, ["-s", lo], Target::Return));
@@ -82,7 +100,7 @@ pub fn write(ctx: &Context, plan: &Plan) -> Vec<Table> {
     ]
 }
 
-fn set_rules(ctx: &Context, plan: &Plan, out: &mut Out) {
+fn set_rules(ctx: &Context, plan: &FamilyState, out: &mut Out) {
     for (id, nat, from, to, matching, proto) in SET_RULES {
         if plan.set(id).is_empty() {
             continue;
@@ -105,7 +123,7 @@ fn set_head(ctx: &Context, id: SetId) -> Vec<String> {
     w
 }
 
-fn cluster_ip_rule(ctx: &Context, plan: &Plan, out: &mut Out) {
+fn cluster_ip_rule(ctx: &Context, plan: &FamilyState, out: &mut Out) {
     if plan.set(SetId::ClusterIp).is_empty() {
         return;
     }
@@ -121,7 +139,7 @@ fn cluster_ip_rule(ctx: &Context, plan: &Plan, out: &mut Out) {
     out.nat.push(Rule::new(KUBE_SERVICES, &w, Target::jump(KUBE_MARK_MASQ)));
 }
 
-fn external_ip_rules(ctx: &Context, plan: &Plan, out: &mut Out) {
+fn external_ip_rules(ctx: &Context, plan: &FamilyState, out: &mut Out) {
     for (id, masquerade) in [(SetId::ExternalIp, true), (SetId::ExternalIpLocal, false)] {
         if plan.set(id).is_empty() {
             continue;

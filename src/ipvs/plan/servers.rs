@@ -5,7 +5,7 @@
 use std::net::IpAddr;
 
 use super::ipsets::{ip_port, ip_port_ip, ip_port_net, SetId};
-use super::{Context, Desired, NoNodeAccess, Plan};
+use super::{Context, Desired, NoNodeAccess, FamilyState};
 use crate::ipvs::values::{RealServer, VirtualServer};
 use crate::model::{Endpoint, Protocol, ServicePort, ServicePortName};
 use crate::select::{categorize, Categorized};
@@ -47,13 +47,13 @@ impl Port<'_> {
         vs
     }
 
-    fn add(&self, plan: &mut Plan, addr: IpAddr, port: u16, reals: &[RealServer]) {
+    fn add(&self, plan: &mut FamilyState, addr: IpAddr, port: u16, reals: &[RealServer]) {
         let vs = self.virtual_server(addr, port);
         plan.services.insert(vs.key(), Desired { vs, reals: reals.to_vec(), owner: self.name.clone() });
     }
 }
 
-pub fn add_service(ctx: &Context, plan: &mut Plan, name: &ServicePortName, svc: &ServicePort, eps: &[Endpoint]) {
+pub fn add_service(ctx: &Context, plan: &mut FamilyState, name: &ServicePortName, svc: &ServicePort, eps: &[Endpoint]) {
     let port = Port { ctx, name, svc };
     let p = port.proto();
     for e in eps.iter().filter(|e| e.is_local) {
@@ -97,7 +97,7 @@ pub fn add_service(ctx: &Context, plan: &mut Plan, name: &ServicePortName, svc: 
     }
 }
 
-fn load_balancer_entries(port: &Port, plan: &mut Plan, ip: &IpAddr) {
+fn load_balancer_entries(port: &Port, plan: &mut FamilyState, ip: &IpAddr) {
     let (svc, p) = (port.svc, port.proto());
     let entry = ip_port(ip, p, svc.port);
     plan.insert_entry(SetId::LoadBalancer, entry.clone());
@@ -120,7 +120,7 @@ fn load_balancer_entries(port: &Port, plan: &mut Plan, ip: &IpAddr) {
     }
 }
 
-fn node_port_entries(port: &Port, plan: &mut Plan) {
+fn node_port_entries(port: &Port, plan: &mut FamilyState) {
     let svc = port.svc;
     let (set, local) = match svc.protocol {
         Protocol::Tcp => (SetId::NodePortTcp, SetId::NodePortLocalTcp),

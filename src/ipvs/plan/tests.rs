@@ -50,7 +50,7 @@ fn ep(ip: &str, local: bool) -> Endpoint {
     }
 }
 
-fn run(cfg: &crate::config::Config, svc: ServicePort, eps: Vec<Endpoint>) -> Plan {
+fn run(cfg: &crate::config::Config, svc: ServicePort, eps: Vec<Endpoint>) -> FamilyState {
     let mut services = ServicePortMap::new();
     let mut endpoints = EndpointsMap::new();
     services.insert(spn("svc"), Arc::new(svc));

@@ -2,13 +2,13 @@
 //! chain, `external-`, `firewall-`, the `service-`/`local-` endpoint dispatch (with
 //! session affinity) and one `endpoint-` chain per endpoint.
 
-use super::plan::Plan;
+use super::wiring::Wiring;
 use crate::model::Endpoint;
 use crate::nftables::context::Context;
 use crate::nftables::model::{Chain, Objects, Rule, Set};
 use crate::nftables::names::{endpoint_names, MARK_MASQ};
 
-pub fn write(ctx: &Context, p: &Plan, out: &mut Objects) {
+pub fn write(ctx: &Context, p: &Wiring, out: &mut Objects) {
     for ep in &p.endpoints.all_reachable {
         out.chain(Chain::regular(names(p, ep).0));
     }
@@ -42,12 +42,12 @@ pub fn write(ctx: &Context, p: &Plan, out: &mut Objects) {
 }
 
 /// (endpoint chain, affinity set).
-fn names(p: &Plan, ep: &Endpoint) -> (String, String) {
+fn names(p: &Wiring, ep: &Endpoint) -> (String, String) {
     endpoint_names(&p.svc.name, p.proto, &ep.ip.to_string(), ep.port)
 }
 
 /// Off-cluster (or, with masqueradeAll, all) traffic to the ClusterIP is masqueraded.
-fn internal_masquerade(ctx: &Context, p: &Plan, out: &mut Objects) {
+fn internal_masquerade(ctx: &Context, p: &Wiring, out: &mut Objects) {
     if p.internal_verdict.is_some() {
         return;
     }
@@ -60,7 +60,7 @@ fn internal_masquerade(ctx: &Context, p: &Plan, out: &mut Objects) {
     out.rule(Rule::new(p.internal_chain.clone(), rule));
 }
 
-fn external_chain(ctx: &Context, p: &Plan, out: &mut Objects) {
+fn external_chain(ctx: &Context, p: &Wiring, out: &mut Objects) {
     let ext = p.chains.external.as_str();
     let cluster = &p.chains.cluster;
     if !p.svc.external_policy_local {
@@ -79,7 +79,7 @@ fn external_chain(ctx: &Context, p: &Plan, out: &mut Objects) {
 
 /// Drops load-balancer traffic from outside the source ranges (and, when a range holds
 /// the node, lets the VIPs themselves through: a VIP bound locally loops back from it).
-fn firewall_chain(ctx: &Context, p: &Plan, out: &mut Objects) {
+fn firewall_chain(ctx: &Context, p: &Wiring, out: &mut Objects) {
     let ranges = &p.svc.load_balancer_source_ranges;
     let mut sources: Vec<String> = ranges.iter().map(|c| c.to_string()).collect();
     if ranges.iter().any(|c| c.contains(&ctx.node_ip)) {
@@ -89,7 +89,7 @@ fn firewall_chain(ctx: &Context, p: &Plan, out: &mut Objects) {
     out.rule(Rule::new(p.chains.firewall.clone(), rule));
 }
 
-fn affinity_sets(ctx: &Context, p: &Plan, out: &mut Objects) {
+fn affinity_sets(ctx: &Context, p: &Wiring, out: &mut Objects) {
     let Some(timeout) = p.svc.session_affinity else { return };
     for ep in &p.endpoints.all_reachable {
         let set = Set { flags: vec!["dynamic", "timeout"], timeout: Some(timeout), ..Set::plain(names(p, ep).1, ctx.family.addr_type(), None) };
@@ -99,7 +99,7 @@ fn affinity_sets(ctx: &Context, p: &Plan, out: &mut Objects) {
 
 /// kube-proxy's `writeServiceToEndpointRules`: affinity checks, then one random verdict
 /// map over the endpoints.
-fn dispatch(ctx: &Context, p: &Plan, chain: &str, eps: &[&Endpoint], out: &mut Objects) {
+fn dispatch(ctx: &Context, p: &Wiring, chain: &str, eps: &[&Endpoint], out: &mut Objects) {
     let names: Vec<(String, String)> = eps.iter().map(|e| names(p, e)).collect();
     if p.svc.session_affinity.is_some() {
         for (ep_chain, affinity) in &names {
@@ -110,7 +110,7 @@ fn dispatch(ctx: &Context, p: &Plan, chain: &str, eps: &[&Endpoint], out: &mut O
     out.rule(Rule::new(chain, format!("numgen random mod {} vmap {{ {} }}", eps.len(), arms.join(" , "))));
 }
 
-fn endpoint_chain(ctx: &Context, p: &Plan, ep: &Endpoint, out: &mut Objects) {
+fn endpoint_chain(ctx: &Context, p: &Wiring, ep: &Endpoint, out: &mut Objects) {
     let (chain, affinity) = names(p, ep);
     out.rule(Rule::new(chain.clone(), format!("{} saddr {} jump {MARK_MASQ}", ctx.ip(), ep.ip)));
     if p.svc.session_affinity.is_some() {

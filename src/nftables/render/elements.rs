@@ -3,12 +3,12 @@
 //! `service-ips`/`service-nodeports` (or, with nowhere to go, in the `no-endpoint-*` maps),
 //! load-balancer IPs with source ranges in `firewall-ips`.
 
-use super::plan::Plan;
+use super::wiring::Wiring;
 use crate::model::ServicePort;
 use crate::nftables::model::Objects;
 use crate::nftables::names::{CLUSTER_IPS, FIREWALL_IPS, NO_ENDPOINT_NODEPORTS, NO_ENDPOINT_SERVICES, SERVICE_IPS, SERVICE_NODEPORTS};
 
-pub fn write(p: &Plan, out: &mut Objects) {
+pub fn write(p: &Wiring, out: &mut Objects) {
     cluster_ip(p, out);
     external_ips(p, out);
     load_balancer_ips(p, out);
@@ -16,7 +16,7 @@ pub fn write(p: &Plan, out: &mut Objects) {
 }
 
 /// `IP . proto . port`.
-fn ip_key(ip: &std::net::IpAddr, p: &Plan) -> Vec<String> {
+fn ip_key(ip: &std::net::IpAddr, p: &Wiring) -> Vec<String> {
     vec![ip.to_string(), p.proto.to_owned(), p.svc.port.to_string()]
 }
 
@@ -25,11 +25,11 @@ fn goto(chain: &str) -> Vec<String> {
 }
 
 /// An element of a `no-endpoint-*` map, commented with the service port.
-fn refuse(out: &mut Objects, map: &str, key: Vec<String>, verdict: &str, p: &Plan) {
+fn refuse(out: &mut Objects, map: &str, key: Vec<String>, verdict: &str, p: &Wiring) {
     out.element(map, key, vec![verdict.to_owned()], Some(&p.spn));
 }
 
-fn cluster_ip(p: &Plan, out: &mut Objects) {
+fn cluster_ip(p: &Wiring, out: &mut Objects) {
     let svc: &ServicePort = p.svc;
     out.element(CLUSTER_IPS, vec![svc.cluster_ip.to_string()], vec![], None);
     match &p.internal_verdict {
@@ -38,7 +38,7 @@ fn cluster_ip(p: &Plan, out: &mut Objects) {
     }
 }
 
-fn external_ips(p: &Plan, out: &mut Objects) {
+fn external_ips(p: &Wiring, out: &mut Objects) {
     for ip in &p.svc.external_ips {
         if p.has_endpoints {
             out.element(SERVICE_IPS, ip_key(ip, p), goto(&p.chains.external), None);
@@ -49,7 +49,7 @@ fn external_ips(p: &Plan, out: &mut Objects) {
     }
 }
 
-fn load_balancer_ips(p: &Plan, out: &mut Objects) {
+fn load_balancer_ips(p: &Wiring, out: &mut Objects) {
     for ip in &p.svc.load_balancer_vips {
         if p.has_endpoints {
             out.element(SERVICE_IPS, ip_key(ip, p), goto(&p.chains.external), None);
@@ -65,7 +65,7 @@ fn load_balancer_ips(p: &Plan, out: &mut Objects) {
     }
 }
 
-fn node_port(p: &Plan, out: &mut Objects) {
+fn node_port(p: &Wiring, out: &mut Objects) {
     if p.svc.node_port == 0 {
         return;
     }

@@ -5,7 +5,7 @@
 pub mod chains;
 pub mod elements;
 pub mod fixed;
-pub mod plan;
+pub mod wiring;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -54,7 +54,7 @@ impl Ruleset {
 pub fn render_service(ctx: &Context, name: &ServicePortName, services: &ServicePortMap, endpoints: &EndpointsMap) -> Option<Objects> {
     let svc = services.get(name)?;
     let eps = endpoints.get(name).map(|e| e.as_slice()).unwrap_or_default();
-    let p = plan::Plan::new(svc, eps, ctx.locality());
+    let p = wiring::Wiring::new(svc, eps, ctx.locality());
     let mut out = Objects::default();
     elements::write(&p, &mut out);
     chains::write(ctx, &p, &mut out);

@@ -145,7 +145,7 @@ fn a_removed_udp_endpoint_has_its_conntrack_entries_cleared() {
     engine.sync(false).unwrap();
     let flushed = conntrack.flushed.lock().unwrap();
     assert!(!flushed.is_empty());
-    assert!(flushed.iter().all(|f| f.reply_src == Some(gone) && f.addr.protocol == "udp"), "{flushed:?}");
+    assert!(flushed.iter().all(|f| f.reply_src == Some(gone) && f.addr.protocol == crate::model::Protocol::Udp), "{flushed:?}");
 }
 
 #[test]
@@ -172,7 +172,7 @@ fn ipvs_engine_recording(state: ClusterState, dir: &std::path::Path) -> (Engine,
     let flags = Settings { mode: Some(crate::settings::kinds::ProxyMode::Ipvs), nfacct: Some(false), ..Settings::default() };
     let loaded = pipeline::load(state, flags, Settings::default()).unwrap();
     let sys = dir.join("sys");
-    for s in crate::ipvs::kernel_state::sysctls(false) {
+    for s in crate::node::sysctl::ipvs_for_this_kernel(false) {
         let f = sys.join(s.path);
         std::fs::create_dir_all(f.parent().unwrap()).unwrap();
         std::fs::write(&f, "0\n").unwrap();
@@ -244,7 +244,7 @@ fn ipvs_mode_clears_a_removed_udp_endpoints_flows_after_the_sync() {
     let flushed = conntrack.flushed.lock().unwrap().clone();
     assert!(!flushed.is_empty());
     // kube-dns serves DNS on UDP and TCP: only its UDP virtual servers' flows go.
-    assert!(flushed.iter().all(|f| f.reply_src == Some(gone) && f.addr.protocol == "udp" && f.addr.port == 53), "{flushed:?}");
+    assert!(flushed.iter().all(|f| f.reply_src == Some(gone) && f.addr.protocol == crate::model::Protocol::Udp && f.addr.port == 53), "{flushed:?}");
     let family = crate::net::IpFamily::of(&gone);
     assert_eq!(outcome.reconciled.iter().map(|r| (r.family, r.deleted)).collect::<Vec<_>>(), [(family, Some(flushed.len()))]);
     assert!(engine.sync(false).unwrap().reconciled.is_empty(), "nothing more is stale");
@@ -746,7 +746,7 @@ fn nftables_partial_syncs_send_only_the_change_never_read_the_kernel_and_clear_s
     assert!(outcome.restore_lines > 0 && outcome.restore_lines < 40, "{outcome:?}");
     assert!(nft_reports(&outcome).iter().any(|r| r.stale.iter().any(|s| s.contains(&format!("__{gone}/")))));
     let flushed = ct.flushed.lock().unwrap().clone();
-    assert!(!flushed.is_empty() && flushed.iter().all(|f| f.reply_src == Some(gone) && f.addr.protocol == "udp"), "{flushed:?}");
+    assert!(!flushed.is_empty() && flushed.iter().all(|f| f.reply_src == Some(gone) && f.addr.protocol == crate::model::Protocol::Udp), "{flushed:?}");
 
     // Nothing changed: nothing sent.
     engine.sync(false).unwrap();

@@ -13,12 +13,12 @@ fn load(walk: &Walk) -> Loaded {
     pipeline::load(walk.state.clone(), flags, Settings::default()).unwrap()
 }
 
-fn full(loaded: &Loaded, ctx: &Context) -> Plan {
+fn full(loaded: &Loaded, ctx: &Context) -> FamilyState {
     let (s, e) = loaded.trackers.families[0].view();
     super::super::plan(ctx, s, e)
 }
 
-fn entries(p: &Plan) -> BTreeSet<(SetId, String)> {
+fn entries(p: &FamilyState) -> BTreeSet<(SetId, String)> {
     p.sets.iter().flat_map(|(id, es)| es.iter().map(|e| (*id, e.clone()))).collect()
 }
 
@@ -29,7 +29,7 @@ fn random_changes_keep_the_plan_equal_to_a_full_plan_and_the_update_exact() {
         let mut loaded = load(&walk);
         let ctx = Context::new(&loaded.config, loaded.trackers.families[0].family);
         let (s, e) = loaded.trackers.families[0].view();
-        let mut planner = Planner::new(ctx.clone(), s, e);
+        let mut planner = FamilyPlanner::new(ctx.clone(), s, e);
         assert_eq!(planner.plan(), &full(&loaded, &ctx));
         // (virtual servers, addresses, set entries, rule changes) over the walk.
         let mut moved = (0, 0, 0, 0);
@@ -76,7 +76,7 @@ fn two_ports_sharing_a_virtual_server_leave_it_to_the_last_in_order() {
     let mut loaded = load(&walk);
     let ctx = Context::new(&loaded.config, loaded.trackers.families[0].family);
     let (s, e) = loaded.trackers.families[0].view();
-    let mut planner = Planner::new(ctx.clone(), s, e);
+    let mut planner = FamilyPlanner::new(ctx.clone(), s, e);
     assert_eq!(planner.plan(), &full(&loaded, &ctx));
     let later_owner = planner.plan().services[&key].owner.service.clone();
     assert_eq!(later_owner, walk.state.services[1].id, "the later service wins the shared virtual server");

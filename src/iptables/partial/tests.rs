@@ -34,7 +34,7 @@ impl Node {
         Node { loaded, rs, kernel }
     }
 
-    /// Applies events, commits, and sends the incremental restore. Returns it.
+    /// Applies events, commits, and sends the partial sync's restore. Returns it.
     fn change(&mut self, events: &[Event]) -> Partial {
         for e in events {
             self.loaded.trackers.apply(e);
@@ -50,7 +50,7 @@ impl Node {
         partial
     }
 
-    /// What a full sync would still change (nothing, if the incremental one was right).
+    /// What a full sync would still change (nothing, if the partial one was right).
     fn full_sync_finds(&mut self) -> Vec<String> {
         let report = sync(&mut self.kernel, &self.rs, true).unwrap();
         report.delta.changes.iter().map(|c| format!("{} {}", c.table, c.chain)).collect()

@@ -7,7 +7,7 @@ use crate::nftables::names::{ServiceChains, REJECT_CHAIN};
 use crate::select::{categorize, Categorized, Locality, Reach};
 
 #[derive(Debug, Clone)]
-pub struct Plan<'a> {
+pub struct Wiring<'a> {
     pub svc: &'a ServicePort,
     /// `ns/name:port` (element comments).
     pub spn: String,
@@ -30,8 +30,8 @@ pub struct Plan<'a> {
     pub external_verdict: Option<String>,
 }
 
-impl<'a> Plan<'a> {
-    pub fn new(svc: &'a ServicePort, endpoints: &'a [Endpoint], here: Locality) -> Plan<'a> {
+impl<'a> Wiring<'a> {
+    pub fn new(svc: &'a ServicePort, endpoints: &'a [Endpoint], here: Locality) -> Wiring<'a> {
         let proto = svc.protocol.lower();
         let chains = ServiceChains::new(&svc.name, proto);
         let cat = categorize(endpoints, svc, here);
@@ -44,7 +44,7 @@ impl<'a> Plan<'a> {
             (true, false) => Some("drop".to_owned()),
             (true, true) => None,
         };
-        Plan {
+        Wiring {
             spn: svc.name.to_string(),
             proto,
             uses_cluster_chain: reach.uses_cluster_chain,

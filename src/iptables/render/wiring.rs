@@ -16,7 +16,7 @@ pub struct Refusal {
 }
 
 #[derive(Debug, Clone)]
-pub struct Plan<'a> {
+pub struct Wiring<'a> {
     pub svc: &'a ServicePort,
     /// `ns/name:port`.
     pub spn: String,
@@ -42,8 +42,8 @@ pub struct Plan<'a> {
     pub external_refusal: Option<Refusal>,
 }
 
-impl<'a> Plan<'a> {
-    pub fn new(svc: &'a ServicePort, endpoints: &'a [Endpoint], here: Locality) -> Plan<'a> {
+impl<'a> Wiring<'a> {
+    pub fn new(svc: &'a ServicePort, endpoints: &'a [Endpoint], here: Locality) -> Wiring<'a> {
         let spn = svc.name.to_string();
         let proto = svc.protocol.lower();
         let chains = ServiceChains::new(&spn, proto);
@@ -64,7 +64,7 @@ impl<'a> Plan<'a> {
                 if reach.has_external { None } else { refusal(Target::Drop, "local endpoints") },
             )
         };
-        Plan {
+        Wiring {
             uses_cluster_chain: reach.uses_cluster_chain,
             uses_local_chain: reach.uses_local_chain,
             uses_ext_chain: reach.uses_external_chain,
