@@ -88,14 +88,12 @@ pub const NFT_PARTIAL_CHUNK_SERVICES: usize = 250;
 /// than `nft_chunk_services` services, in chunks (its time grows with the square of one
 /// input's size).
 pub fn send(r: &mut dyn Restorer, family: crate::net::IpFamily, delta: &Delta, nft_chunk_services: usize) -> Result<(), RestoreError> {
-    let chunks = match r.backend() {
-        Backend::Nft => delta.restore_chunks(nft_chunk_services),
-        Backend::Legacy => vec![delta.restore_text()],
-    };
-    for chunk in chunks.iter().filter(|c| !c.is_empty()) {
-        r.restore(family, chunk)?;
+    let backend = r.backend();
+    let mut restore = |text: &str| if text.is_empty() { Ok(()) } else { r.restore(family, text) };
+    match backend {
+        Backend::Nft => delta.each_restore_chunk(nft_chunk_services, restore),
+        Backend::Legacy => restore(&delta.restore_text()),
     }
-    Ok(())
 }
 
 /// Brings the kernel to `rs` (or, with `dry_run`, reports what that would take).

@@ -108,22 +108,33 @@ impl Delta {
     /// rules at once and stale chains go. A failure part-way leaves consistent rules: new
     /// chains nothing jumps to, or service chains rewritten whole.
     pub fn restore_chunks(&self, max_services: usize) -> Vec<String> {
-        let Some(nat) = self.tables.get("nat") else { return vec![self.restore_text()] };
+        let mut chunks = Vec::new();
+        let collected: Result<(), std::convert::Infallible> = self.each_restore_chunk(max_services, |text| {
+            chunks.push(text.to_string());
+            Ok(())
+        });
+        let Ok(()) = collected;
+        chunks
+    }
+
+    /// [`Delta::restore_chunks`], each chunk written only when the one before it was
+    /// handed to `send`, so a sync holds one chunk's text at a time, not all of them.
+    /// Stops at the first error `send` returns.
+    pub fn each_restore_chunk<E>(&self, max_services: usize, mut send: impl FnMut(&str) -> Result<(), E>) -> Result<(), E> {
+        let Some(nat) = self.tables.get("nat") else { return send(&self.restore_text()) };
         let groups = by_service(&service_rewrites(nat));
         if groups.len() <= max_services {
-            return vec![self.restore_text()];
+            return send(&self.restore_text());
         }
-        let mut chunks = Vec::new();
         let fresh: Vec<&str> = nat.decls.iter().filter_map(|d| match d { Decl::Rewrite(r) if !r.exists && !r.per_service => Some(r.chain.as_str()), _ => None }).collect();
         if !fresh.is_empty() {
             let mut text = String::from("*nat\n");
-            fresh.iter().for_each(|c| text.push_str(&format!(":{c} - [0:0]\n")));
+            fresh.iter().for_each(|c| push_line(&mut text, &[":", c, " - [0:0]"]));
             text.push_str("COMMIT\n");
-            chunks.push(text);
+            send(&text)?;
         }
         for part in groups.chunks(max_services.max(1)) {
-            let decls = part.iter().flatten().map(|r| Decl::Rewrite((*r).clone())).collect();
-            chunks.push(TablePlan { decls, ..TablePlan::default() }.text("nat"));
+            send(&rewrites_text("nat", part.iter().flatten().copied()))?;
         }
         let rest = TablePlan {
             decls: nat.decls.iter().filter(|d| !matches!(d, Decl::Rewrite(r) if r.per_service)).cloned().collect(),
@@ -134,10 +145,10 @@ impl Delta {
         if !rest.is_empty() {
             last.push_str(&rest.text("nat"));
         }
-        if !last.is_empty() {
-            chunks.push(last);
+        if last.is_empty() {
+            return Ok(());
         }
-        chunks
+        send(&last)
     }
 }
 
@@ -513,6 +524,18 @@ impl TablePlan {
         }
         out.push_str("COMMIT\n");
     }
+}
+
+/// The restore input that declares (flushes) and writes `rewrites` in `table`, as
+/// [`TablePlan::text`] of them would, without copying them into a plan.
+fn rewrites_text<'a>(table: &str, rewrites: impl Iterator<Item = &'a Rewrite> + Clone) -> String {
+    let len = rewrites.clone().map(|r| ":".len() + r.chain.len() + " - [0:0]\n".len() + r.rules.len()).sum::<usize>();
+    let mut out = String::with_capacity("*\n".len() + table.len() + len + "COMMIT\n".len());
+    push_line(&mut out, &["*", table]);
+    rewrites.clone().for_each(|r| push_line(&mut out, &[":", &r.chain, " - [0:0]"]));
+    rewrites.for_each(|r| out.push_str(&r.rules));
+    out.push_str("COMMIT\n");
+    out
 }
 
 /// Appends one line (its parts, then a newline).
