@@ -88,11 +88,10 @@ pub const NFT_PARTIAL_CHUNK_SERVICES: usize = 250;
 /// than `nft_chunk_services` services, in chunks (its time grows with the square of one
 /// input's size).
 pub fn send(r: &mut dyn Restorer, family: crate::net::IpFamily, delta: &Delta, nft_chunk_services: usize) -> Result<(), RestoreError> {
-    let backend = r.backend();
-    let mut restore = |text: &str| if text.is_empty() { Ok(()) } else { r.restore(family, text) };
-    match backend {
-        Backend::Nft => delta.each_restore_chunk(nft_chunk_services, restore),
-        Backend::Legacy => restore(&delta.restore_text()),
+    match r.backend() {
+        Backend::Nft => delta.each_restore_chunk(nft_chunk_services, |text| if text.is_empty() { Ok(()) } else { r.restore(family, text) }),
+        Backend::Legacy if delta.restore_lines() == 0 => Ok(()),
+        Backend::Legacy => r.restore_from(family, &|sink| delta.write_restore(sink)),
     }
 }
 

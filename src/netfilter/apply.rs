@@ -66,6 +66,15 @@ pub trait Restorer {
     fn save_all(&mut self, family: IpFamily) -> Result<String, RestoreError>;
     /// Applies restore input atomically (`--noflush --counters`, waiting for the xtables lock).
     fn restore(&mut self, family: IpFamily, text: &str) -> Result<(), RestoreError>;
+    /// [`Restorer::restore`] of the input `input` hands to its sink piece by piece.
+    /// `input` may be called more than once (to quote a refused line). The real binaries
+    /// are fed the pieces as they come, so the input is never held whole (at 10,000
+    /// services a first sync's is ~60 MB); the default collects them.
+    fn restore_from(&mut self, family: IpFamily, input: &dyn Fn(&mut dyn FnMut(&str))) -> Result<(), RestoreError> {
+        let mut text = String::new();
+        input(&mut |piece| text.push_str(piece));
+        self.restore(family, &text)
+    }
     /// `iptables -w -t TABLE -C CHAIN RULE…`: whether the rule is there (false also when
     /// its chain or table is not). The cheapest query that reads one rule: on iptables-nft
     /// it fetches that one chain (BENCHMARKS.md: the canary check).
@@ -162,6 +171,38 @@ impl Restorer for ExecRestorer {
             return Ok(());
         }
         Err(rejected(text, &String::from_utf8_lossy(&out.stderr), &binary))
+    }
+
+    fn restore_from(&mut self, family: IpFamily, input: &dyn Fn(&mut dyn FnMut(&str))) -> Result<(), RestoreError> {
+        let binary = self.backend.binary(family, "restore");
+        let wait = self.lock_wait_secs.to_string();
+        let mut child = Command::new(&binary)
+            .args(["-w", &wait, "--noflush", "--counters"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|error| RestoreError::Spawn { binary: binary.clone(), error })?;
+        if let Some(stdin) = child.stdin.take() {
+            let mut stdin = std::io::BufWriter::with_capacity(1 << 16, stdin);
+            // A write error means the process died early; its exit status says why, so
+            // the rest of the input is not written.
+            let mut broken = false;
+            input(&mut |piece| {
+                if !broken {
+                    broken = stdin.write_all(piece.as_bytes()).is_err();
+                }
+            });
+            let _ = stdin.flush();
+        }
+        let out = child.wait_with_output().map_err(|error| RestoreError::Spawn { binary: binary.clone(), error })?;
+        if out.status.success() {
+            return Ok(());
+        }
+        // Refused: the input again, whole this time, to quote the line it names.
+        let mut text = String::new();
+        input(&mut |piece| text.push_str(piece));
+        Err(rejected(&text, &String::from_utf8_lossy(&out.stderr), &binary))
     }
 
     fn check(&mut self, family: IpFamily, table: &str, chain: &str, rule: &[&str]) -> Result<bool, RestoreError> {

@@ -88,6 +88,12 @@ impl Delta {
         out
     }
 
+    /// [`Delta::restore_text`] handed to `sink` piece by piece, never held whole: what a
+    /// restore process is fed from.
+    pub fn write_restore(&self, sink: &mut dyn FnMut(&str)) {
+        TABLES.iter().filter_map(|t| self.tables.get(*t).map(|p| (*t, p))).for_each(|(t, p)| p.write_to(t, sink));
+    }
+
     pub fn restore_lines(&self) -> usize {
         self.tables.values().map(TablePlan::lines).sum()
     }
@@ -503,26 +509,36 @@ impl TablePlan {
 
     /// Appends the restore input for `table` to `out` (nothing if there is nothing to do).
     fn write_text(&self, table: &str, out: &mut String) {
+        self.write_to(table, &mut |piece| out.push_str(piece));
+    }
+
+    /// Hands the restore input for `table` to `sink` piece by piece (nothing if there is
+    /// nothing to do).
+    fn write_to(&self, table: &str, sink: &mut dyn FnMut(&str)) {
         if self.is_empty() {
             return;
         }
-        push_line(out, &["*", table]);
+        fn line(sink: &mut dyn FnMut(&str), parts: &[&str]) {
+            parts.iter().for_each(|p| sink(p));
+            sink("\n");
+        }
+        line(sink, &["*", table]);
         for d in &self.decls {
             let (Decl::Rewrite(Rewrite { chain, .. }) | Decl::Delete(chain)) = d;
-            push_line(out, &[":", chain, " - [0:0]"]);
+            line(sink, &[":", chain, " - [0:0]"]);
         }
         for d in &self.decls {
             if let Decl::Rewrite(r) = d {
-                out.push_str(&r.rules);
+                sink(&r.rules);
             }
         }
-        self.edits.iter().chain(&self.jumps).for_each(|l| push_line(out, &[l]));
+        self.edits.iter().chain(&self.jumps).for_each(|l| line(sink, &[l]));
         for d in &self.decls {
             if let Decl::Delete(chain) = d {
-                push_line(out, &["-X ", chain]);
+                line(sink, &["-X ", chain]);
             }
         }
-        out.push_str("COMMIT\n");
+        line(sink, &["COMMIT"]);
     }
 }
 

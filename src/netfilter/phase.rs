@@ -65,6 +65,11 @@ impl Restorer for Watched<'_> {
         self.note(Phase::Restore, family, r)
     }
 
+    fn restore_from(&mut self, family: IpFamily, input: &dyn Fn(&mut dyn FnMut(&str))) -> Result<(), RestoreError> {
+        let r = self.inner.restore_from(family, input);
+        self.note(Phase::Restore, family, r)
+    }
+
     fn check(&mut self, family: IpFamily, table: &str, chain: &str, rule: &[&str]) -> Result<bool, RestoreError> {
         let r = self.inner.check(family, table, chain, rule);
         self.note(Phase::Read, family, r)

@@ -271,6 +271,9 @@ fn into_a_kernel_holding_none_of_our_chains_the_delta_is_built_without_comparing
             assert_eq!(fresh, compared, "{name}");
             assert_eq!(lines, desired.lines(), "{name}: lines of the full input");
             assert_eq!(fresh.restore_text(), compared.restore_text(), "{name}");
+            let mut streamed = String::new();
+            fresh.write_restore(&mut |piece| streamed.push_str(piece));
+            assert_eq!(streamed, compared.restore_text(), "{name}: the input streamed piece by piece");
         }
         // Any chain of ours in the kernel, even empty, and the kernel is compared with.
         for ours in ["KUBE-SERVICES", "KUBE-SVC-ABCDEFGHIJKLMNOP", "KUBE-SEP-ABCDEFGHIJKLMNOP", "KUBE-FORWARD"] {
