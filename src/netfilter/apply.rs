@@ -57,6 +57,9 @@ pub enum RestoreError {
     Failed { binary: String, message: String },
 }
 
+/// Restore input written piece by piece to the sink it is given ([`Restorer::restore_from`]).
+pub type Input<'a> = dyn Fn(&mut dyn FnMut(&str)) + 'a;
+
 /// Reads and writes one backend's rules.
 pub trait Restorer {
     fn backend(&self) -> Backend;
@@ -70,7 +73,7 @@ pub trait Restorer {
     /// `input` may be called more than once (to quote a refused line). The real binaries
     /// are fed the pieces as they come, so the input is never held whole (at 10,000
     /// services a first sync's is ~60 MB); the default collects them.
-    fn restore_from(&mut self, family: IpFamily, input: &dyn Fn(&mut dyn FnMut(&str))) -> Result<(), RestoreError> {
+    fn restore_from(&mut self, family: IpFamily, input: &Input) -> Result<(), RestoreError> {
         let mut text = String::new();
         input(&mut |piece| text.push_str(piece));
         self.restore(family, &text)
@@ -173,7 +176,7 @@ impl Restorer for ExecRestorer {
         Err(rejected(text, &String::from_utf8_lossy(&out.stderr), &binary))
     }
 
-    fn restore_from(&mut self, family: IpFamily, input: &dyn Fn(&mut dyn FnMut(&str))) -> Result<(), RestoreError> {
+    fn restore_from(&mut self, family: IpFamily, input: &Input) -> Result<(), RestoreError> {
         let binary = self.backend.binary(family, "restore");
         let wait = self.lock_wait_secs.to_string();
         let mut child = Command::new(&binary)

@@ -5,7 +5,7 @@
 //! [`Restorer`] for one sync and remembers which of its calls failed first; nftables mode
 //! wraps its `nft` client the same way (`nftables::watched`), so this layer imports no mode.
 
-use super::apply::{Backend, RestoreError, Restorer};
+use super::apply::{Backend, Input, RestoreError, Restorer};
 use crate::net::IpFamily;
 
 /// The step of a family's sync that failed.
@@ -65,7 +65,7 @@ impl Restorer for Watched<'_> {
         self.note(Phase::Restore, family, r)
     }
 
-    fn restore_from(&mut self, family: IpFamily, input: &dyn Fn(&mut dyn FnMut(&str))) -> Result<(), RestoreError> {
+    fn restore_from(&mut self, family: IpFamily, input: &Input) -> Result<(), RestoreError> {
         let r = self.inner.restore_from(family, input);
         self.note(Phase::Restore, family, r)
     }
