@@ -30,9 +30,18 @@ impl<const N: usize> Repr<N> {
 
     fn as_str(&self) -> &str {
         match self {
-            // The bytes were copied whole from a `str`, so they are UTF-8; the check is a
-            // short ASCII scan for every name kube-proxy writes.
-            Repr::Inline { len, bytes } => std::str::from_utf8(&bytes[..usize::from(*len)]).expect("copied from a str"),
+            Repr::Inline { len, bytes } => {
+                let text = &bytes[..usize::from(*len)];
+                debug_assert!(std::str::from_utf8(text).is_ok());
+                // SAFETY: `text` is UTF-8. An `Inline` is made only by `Repr::new`, which
+                // copies all of a `&str`'s bytes to `bytes[..len]` with `len` its length,
+                // and is never changed after (the fields are private to this module, no
+                // method takes `&mut self`; a clone copies the bytes as they are).
+                // Checking again (`str::from_utf8`) on every read was measured: it was
+                // 55 M of the 146 M instructions of writing a 2,000-service restore text
+                // (callgrind), +69 % for that phase.
+                unsafe { std::str::from_utf8_unchecked(text) }
+            }
             Repr::Heap(s) => s,
         }
     }
