@@ -128,6 +128,7 @@ fn needs_quotes(word: &str) -> bool {
     word.is_empty() || word.bytes().any(|b| b == b' ')
 }
 
+#[inline]
 pub(super) fn push_quoted(out: &mut String, word: &str) {
     if needs_quotes(word) {
         out.push('"');

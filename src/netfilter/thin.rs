@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::ops::Deref;
 use std::sync::Arc;
 
@@ -28,6 +29,7 @@ impl<const N: usize> Repr<N> {
         Repr::Inline { len: s.len() as u8, bytes }
     }
 
+    #[inline]
     fn as_str(&self) -> &str {
         match self {
             Repr::Inline { len, bytes } => {
@@ -65,7 +67,33 @@ pub struct Chain(Arc<Repr<CHAIN_INLINE>>);
 thread_local! {
     /// [`Chain`]s made from `&'static str`s, by the string's address and length: a static
     /// string never moves, and a program has finitely many.
-    static STATIC_CHAINS: std::cell::RefCell<HashMap<(usize, usize), Chain>> = std::cell::RefCell::new(HashMap::new());
+    static STATIC_CHAINS: std::cell::RefCell<StaticChains> = std::cell::RefCell::new(StaticChains::default());
+}
+
+type StaticChains = HashMap<(usize, usize), Chain, BuildHasherDefault<AddressHasher>>;
+
+/// Hashes [`STATIC_CHAINS`]' keys with a rotate, a xor and a multiply per word (rustc's
+/// FxHash): SipHash was most of a lookup, and a render looks one up for every rule that
+/// names a fixed chain (each endpoint's `-j KUBE-MARK-MASQ`).
+#[derive(Default)]
+struct AddressHasher(u64);
+
+impl Hasher for AddressHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        bytes.iter().for_each(|b| self.write_u64(u64::from(*b)));
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
 }
 
 impl Chain {
@@ -74,11 +102,13 @@ impl Chain {
         Chain(Arc::new(Repr::new(name)))
     }
 
+    #[inline]
     pub fn as_str(&self) -> &str {
         self.0.as_str()
     }
 
     /// The shared chain for a static name.
+    #[inline]
     fn interned(name: &'static str) -> Chain {
         let key = (name.as_ptr() as usize, name.len());
         STATIC_CHAINS
@@ -124,6 +154,7 @@ impl Text {
         Text(Box::new(Repr::new(s)))
     }
 
+    #[inline]
     pub fn as_str(&self) -> &str {
         self.0.as_str()
     }
@@ -153,6 +184,7 @@ macro_rules! as_a_str {
     ($t:ty) => {
         impl Deref for $t {
             type Target = str;
+            #[inline]
             fn deref(&self) -> &str {
                 self.as_str()
             }
