@@ -20,6 +20,8 @@ enum Repr<const N: usize> {
 
 impl<const N: usize> Repr<N> {
     fn new(s: &str) -> Self {
+        // The length is kept in a byte; `as_str` relies on it being the whole `s`.
+        const { assert!(N < 256) };
         if s.len() > N {
             return Repr::Heap(s.into());
         }
