@@ -242,7 +242,7 @@ impl Out for DumpBuilder {
         self.line += rules.len();
         let t = self.current();
         for (i, r) in rules.iter().enumerate() {
-            t.push(Rule { op: Op::Append, chain: r.chain.clone(), args: r.args.clone(), target: r.target.clone(), line: first + i });
+            t.push(Rule { op: Op::Append, chain: r.chain.clone(), args: r.args.clone(), target: r.target.clone(), line: crate::netfilter::dump::line_no(first + i) });
         }
     }
     fn delete(&mut self, chain: &str) {

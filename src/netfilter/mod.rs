@@ -21,6 +21,7 @@ pub mod phase;
 pub mod rule;
 pub mod table;
 pub mod target;
+pub mod thin;
 
 pub use dump::{Dump, Op, TableDump};
 pub use rule::{quote, Args, Chain, Rule};

@@ -5,7 +5,7 @@ use super::ipsets::SetId;
 use super::{Context, FamilyState};
 use crate::netfilter::names::{KUBE_FORWARD, KUBE_MARK_MASQ, KUBE_POSTROUTING, KUBE_PROXY_FIREWALL, KUBE_SERVICES};
 use crate::netfilter::jumps::Jump;
-use crate::netfilter::{Chain, Rule, Table, Target};
+use crate::netfilter::{Rule, Table, Target};
 
 pub const KUBE_NODE_PORT: &str = "KUBE-NODE-PORT";
 pub const KUBE_LOAD_BALANCER: &str = "KUBE-LOAD-BALANCER";
@@ -50,20 +50,24 @@ pub fn jumps() -> Vec<Jump> {
     JUMPS.iter().map(|(table, from, to, comment)| Jump::new(table, from, to, false, comment)).collect()
 }
 
-/// kube-proxy's `ipsetWithIptablesChain`: (set, nat?, from, to, match, protocol).
-const SET_RULES: [(SetId, bool, &str, Target, &str, &str); 12] = [
-    (SetId::LoopBack, true, KUBE_POSTROUTING, Target::Masquerade { random_fully: false }, "dst,dst,src", ""),
-    (SetId::LoadBalancer, true, KUBE_SERVICES, Target::Jump(Chain::Fixed(KUBE_LOAD_BALANCER)), "dst,dst", ""),
-    (SetId::LoadBalancerLocal, true, KUBE_LOAD_BALANCER, Target::Return, "dst,dst", ""),
-    (SetId::NodePortLocalTcp, true, KUBE_NODE_PORT, Target::Return, "dst", "tcp"),
-    (SetId::NodePortTcp, true, KUBE_NODE_PORT, Target::Jump(Chain::Fixed(KUBE_MARK_MASQ)), "dst", "tcp"),
-    (SetId::NodePortLocalUdp, true, KUBE_NODE_PORT, Target::Return, "dst", "udp"),
-    (SetId::NodePortUdp, true, KUBE_NODE_PORT, Target::Jump(Chain::Fixed(KUBE_MARK_MASQ)), "dst", "udp"),
-    (SetId::NodePortLocalSctp, true, KUBE_NODE_PORT, Target::Return, "dst,dst", "sctp"),
-    (SetId::NodePortSctp, true, KUBE_NODE_PORT, Target::Jump(Chain::Fixed(KUBE_MARK_MASQ)), "dst,dst", "sctp"),
-    (SetId::LoadBalancerFw, false, KUBE_PROXY_FIREWALL, Target::Jump(Chain::Fixed(KUBE_SOURCE_RANGES_FIREWALL)), "dst,dst", ""),
-    (SetId::LoadBalancerSourceCidr, false, KUBE_SOURCE_RANGES_FIREWALL, Target::Return, "dst,dst,src", ""),
-    (SetId::LoadBalancerSourceIp, false, KUBE_SOURCE_RANGES_FIREWALL, Target::Return, "dst,dst,src", ""),
+/// kube-proxy's `ipsetWithIptablesChain`: (set, nat?, from, to, match, protocol). The
+/// target is made when a rule is (a jump names a shared chain, which is not a constant).
+/// Makes a rule's target.
+type MakeTarget = fn() -> Target;
+
+const SET_RULES: [(SetId, bool, &str, MakeTarget, &str, &str); 12] = [
+    (SetId::LoopBack, true, KUBE_POSTROUTING, || Target::Masquerade { random_fully: false }, "dst,dst,src", ""),
+    (SetId::LoadBalancer, true, KUBE_SERVICES, || Target::jump(KUBE_LOAD_BALANCER), "dst,dst", ""),
+    (SetId::LoadBalancerLocal, true, KUBE_LOAD_BALANCER, || Target::Return, "dst,dst", ""),
+    (SetId::NodePortLocalTcp, true, KUBE_NODE_PORT, || Target::Return, "dst", "tcp"),
+    (SetId::NodePortTcp, true, KUBE_NODE_PORT, || Target::jump(KUBE_MARK_MASQ), "dst", "tcp"),
+    (SetId::NodePortLocalUdp, true, KUBE_NODE_PORT, || Target::Return, "dst", "udp"),
+    (SetId::NodePortUdp, true, KUBE_NODE_PORT, || Target::jump(KUBE_MARK_MASQ), "dst", "udp"),
+    (SetId::NodePortLocalSctp, true, KUBE_NODE_PORT, || Target::Return, "dst,dst", "sctp"),
+    (SetId::NodePortSctp, true, KUBE_NODE_PORT, || Target::jump(KUBE_MARK_MASQ), "dst,dst", "sctp"),
+    (SetId::LoadBalancerFw, false, KUBE_PROXY_FIREWALL, || Target::jump(KUBE_SOURCE_RANGES_FIREWALL), "dst,dst", ""),
+    (SetId::LoadBalancerSourceCidr, false, KUBE_SOURCE_RANGES_FIREWALL, || Target::Return, "dst,dst,src", ""),
+    (SetId::LoadBalancerSourceIp, false, KUBE_SOURCE_RANGES_FIREWALL, || Target::Return, "dst,dst,src", ""),
 ];
 
 struct Out {
@@ -111,7 +115,7 @@ fn set_rules(ctx: &Context, plan: &FamilyState, out: &mut Out) {
         }
         words.extend(["-m", "comment", "--comment", id.comment()].map(String::from));
         words.extend(["-m".into(), "set".into(), "--match-set".into(), id.name(ctx.family()), matching.into()]);
-        let rule = Rule::new(from, &words, to);
+        let rule = Rule::new(from, &words, to());
         if nat { out.nat.push(rule) } else { out.filter.push(rule) }
     }
 }
