@@ -16,6 +16,9 @@ use crate::netfilter::apply::around;
 
 const NLMSG_ERROR: u16 = 2;
 
+/// The environment variable that overrides a full sync's batch bound ([`NetlinkNft::on_node`]).
+pub const BATCH_LINES_ENV: &str = "SVCPROXY_NFT_BATCH_LINES";
+
 /// Sends one encoded batch (the real one: [`send`]; tests record instead).
 pub type Sender = Box<dyn FnMut(&mut Batch, &str) -> Result<(), NftError> + Send>;
 
@@ -27,17 +30,25 @@ pub struct NetlinkNft {
     pub sent: u64,
     /// Transactions that went to `nft -f` instead (not encodable).
     pub fallbacks: u64,
+    /// A full sync's batch bound ([`Nft::batch_lines`]; [`super::chunked::CHUNK_LINES`]).
+    pub batch_lines: usize,
     warned: bool,
 }
 
 impl NetlinkNft {
-    /// Over this node's kernel: netlink batches and the `nft` binary.
+    /// Over this node's kernel: netlink batches and the `nft` binary. A full sync's batch
+    /// bound is [`super::chunked::CHUNK_LINES`] unless `SVCPROXY_NFT_BATCH_LINES` names
+    /// another (a tuning and test knob, not a setting).
     pub fn on_node() -> Self {
-        NetlinkNft::new(Box::new(ExecNft::default()), Box::new(send))
+        let mut nl = NetlinkNft::new(Box::new(ExecNft::default()), Box::new(send));
+        if let Some(n) = std::env::var(BATCH_LINES_ENV).ok().and_then(|v| v.parse().ok()).filter(|n: &usize| *n > 0) {
+            nl.batch_lines = n;
+        }
+        nl
     }
 
     pub fn new(nft: Box<dyn Nft>, sender: Sender) -> Self {
-        NetlinkNft { nft, sender, sent: 0, fallbacks: 0, warned: false }
+        NetlinkNft { nft, sender, sent: 0, fallbacks: 0, batch_lines: super::chunked::CHUNK_LINES, warned: false }
     }
 
     /// One transaction: a netlink batch, or `nft -f` when not encodable.
@@ -67,6 +78,10 @@ impl Nft for NetlinkNft {
 
     fn run_partial(&mut self, text: &str) -> Result<Via, NftError> {
         self.write(text)
+    }
+
+    fn batch_lines(&self) -> Option<usize> {
+        Some(self.batch_lines)
     }
 
     fn list(&mut self, family: Family) -> Result<Option<String>, NftError> {
