@@ -6,9 +6,10 @@
 //! length): quadratic in the cluster (BENCHMARKS.md, nftables mode). Batches of bounded
 //! length make that part linear. (What they cannot remove: each anonymous set's creation
 //! and lookups also walk the *table's* whole set list, O(sets²) per table whatever the
-//! batches; at 10,000 services that is most of the kernel's time now.) Only batches that cost no whole-table read may be split this
-//! way: over netlink each batch is just its own commit; through `nft -f` every run reads
-//! the whole table first ([`super::staged`] keeps two transactions there).
+//! batches; at 10,000 services that is most of the kernel's time now.) Only batches that
+//! cost no whole-table read may be split this way: over netlink each batch is just its
+//! own commit; through `nft -f` every run reads the whole table first
+//! ([`super::staged`] keeps two transactions there).
 //!
 //! The batches, in order:
 //! 1. **declare** ([`Chunked::declare`]): the table, every chain, set and map (`add`

@@ -3,7 +3,8 @@
 //! nf_tables batch (atomic, like `nft -f`: the kernel commits all of it or none),
 //! skipping nft's parse and the whole-table read every `nft` run starts with. A
 //! transaction outside the encoder's vocabulary goes to `nft -f` instead (logged once,
-//! counted). The reads (`list`, `names`, `canonical`) are `nft`'s.
+//! counted). The full sync's name read ([`Nft::names`]) is netlink too ([`read_names`]);
+//! the other reads (`list`, `canonical`: a dry run, `trace --live`) are `nft`'s.
 
 use std::os::fd::AsRawFd;
 
@@ -11,7 +12,8 @@ use netlink_sys::{protocols::NETLINK_NETFILTER, Socket};
 
 use super::apply::{ExecNft, Names, Nft, NftError, Via};
 use super::model::Family;
-use super::wire::{self, Batch};
+use super::names::TABLE;
+use super::wire::{self, dump, Batch};
 use crate::netfilter::apply::around;
 
 const NLMSG_ERROR: u16 = 2;
@@ -22,10 +24,16 @@ pub const BATCH_LINES_ENV: &str = "SVCPROXY_NFT_BATCH_LINES";
 /// Sends one encoded batch (the real one: [`send`]; tests record instead).
 pub type Sender = Box<dyn FnMut(&mut Batch, &str) -> Result<(), NftError> + Send>;
 
-/// Transactions over netlink; reads, and what it cannot encode, through `nft`.
+/// Reads one family's table names (the real one: [`read_names`]).
+pub type Reader = Box<dyn FnMut(Family) -> Result<Option<Names>, NftError> + Send>;
+
+/// Transactions over netlink; the names too on the node; the other reads, and what it
+/// cannot encode, through `nft`.
 pub struct NetlinkNft {
     nft: Box<dyn Nft>,
     sender: Sender,
+    /// The name read; `None`: `nft`'s.
+    reader: Option<Reader>,
     /// Transactions sent over netlink.
     pub sent: u64,
     /// Transactions that went to `nft -f` instead (not encodable).
@@ -41,6 +49,7 @@ impl NetlinkNft {
     /// another (a tuning and test knob, not a setting).
     pub fn on_node() -> Self {
         let mut nl = NetlinkNft::new(Box::new(ExecNft::default()), Box::new(send));
+        nl.reader = Some(Box::new(read_names));
         if let Some(n) = std::env::var(BATCH_LINES_ENV).ok().and_then(|v| v.parse().ok()).filter(|n: &usize| *n > 0) {
             nl.batch_lines = n;
         }
@@ -48,7 +57,7 @@ impl NetlinkNft {
     }
 
     pub fn new(nft: Box<dyn Nft>, sender: Sender) -> Self {
-        NetlinkNft { nft, sender, sent: 0, fallbacks: 0, batch_lines: super::chunked::CHUNK_LINES, warned: false }
+        NetlinkNft { nft, sender, reader: None, sent: 0, fallbacks: 0, batch_lines: super::chunked::CHUNK_LINES, warned: false }
     }
 
     /// One transaction: a netlink batch, or `nft -f` when not encodable.
@@ -89,11 +98,86 @@ impl Nft for NetlinkNft {
     }
 
     fn names(&mut self, family: Family) -> Result<Option<Names>, NftError> {
-        self.nft.names(family)
+        match &mut self.reader {
+            Some(read) => read(family),
+            None => self.nft.names(family),
+        }
     }
 
     fn canonical(&mut self, family: Family, text: &str) -> Result<String, NftError> {
         self.nft.canonical(family, text)
+    }
+}
+
+/// The message family of `family`'s table.
+fn fam(family: Family) -> wire::Fam {
+    match family {
+        Family::Ip => wire::Fam::V4,
+        Family::Ip6 => wire::Fam::V6,
+    }
+}
+
+/// How long a name read waits for the kernel's next answer.
+const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The `kube-proxy` table's chains and named sets (not maps), read over netlink — what
+/// [`ExecNft::names`] reads with `nft list chains` and `nft -t list sets`, without `nft`'s
+/// fill of its whole-table cache: a table lookup (`None`: no table), then a dump of the
+/// family's chains and one of the table's sets.
+pub fn read_names(family: Family) -> Result<Option<Names>, NftError> {
+    let f = fam(family);
+    let io = |e: std::io::Error| NftError::Failed { command: "nf_tables netlink read".into(), message: e.to_string() };
+    let mut sock = Socket::new(NETLINK_NETFILTER).map_err(io)?;
+    sock.bind_auto().map_err(io)?;
+    set_read_timeout(&sock);
+    let table = exchange(&mut sock, &dump::request(dump::GETTABLE, f, TABLE, 1))?;
+    match table.iter().find_map(|r| if let dump::Reply::Error(e) = r { Some(*e) } else { None }) {
+        Some(0) | None => {}
+        Some(libc::ENOENT) => return Ok(None),
+        Some(e) => return Err(io(std::io::Error::from_raw_os_error(e))),
+    }
+    let chains = exchange(&mut sock, &dump::request(dump::GETCHAIN, f, TABLE, 2))?;
+    let sets = exchange(&mut sock, &dump::request(dump::GETSET, f, TABLE, 3))?;
+    for r in chains.iter().chain(&sets) {
+        if let dump::Reply::Error(e) = r {
+            if *e != 0 {
+                return Err(io(std::io::Error::from_raw_os_error(*e)));
+            }
+        }
+    }
+    Ok(Some(Names {
+        chains: chains.iter().filter_map(|r| dump::chain_of(r, TABLE)).collect(),
+        sets: sets.iter().filter_map(|r| dump::set_of(r, TABLE)).collect(),
+    }))
+}
+
+/// Sends one request and reads its replies up to the end of the dump, or the
+/// acknowledgement or error of a lookup.
+fn exchange(sock: &mut Socket, request: &[u8]) -> Result<Vec<dump::Reply>, NftError> {
+    let io = |e: std::io::Error| NftError::Failed { command: "nf_tables netlink read".into(), message: e.to_string() };
+    sock.send(request, 0).map_err(io)?;
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = sock.recv(&mut &mut buf[..], 0).map_err(io)?;
+        if n == 0 {
+            return Err(io(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the kernel closed the read")));
+        }
+        let replies = dump::replies(&buf[..n]);
+        let end = replies.iter().any(|r| matches!(r, dump::Reply::Done | dump::Reply::Error(_)));
+        out.extend(replies);
+        if end {
+            return Ok(out);
+        }
+    }
+}
+
+/// Bounds every `recv` of a read (a kernel that never answers is an error, not a hang).
+fn set_read_timeout(sock: &Socket) {
+    let tv = libc::timeval { tv_sec: READ_TIMEOUT.as_secs() as libc::time_t, tv_usec: 0 };
+    // SAFETY: setsockopt on a socket we own, with a pointer to a timeval that outlives the call.
+    unsafe {
+        libc::setsockopt(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVTIMEO, (&tv as *const libc::timeval).cast(), std::mem::size_of::<libc::timeval>() as libc::socklen_t);
     }
 }
 

@@ -1,14 +1,19 @@
-//! nftables mode's chunked full sync (`nftables::chunked`) on the real kernel:
+//! nftables mode's chunked full sync (`nftables::chunked`) and its netlink name read
+//! (`nftables::netlink::read_names`) on the real kernel:
 //! - for every `golden/*.nft` fixture, svcproxy's full sync in many small netlink batches
 //!   (a 5-line bound: every chain its own chunk) lists byte-identical to `nft -f` of the
 //!   golden (kube-proxy's one transaction), into an empty table and again over the live
-//!   one (where every chain exists and goes in the switching batch);
+//!   one (where every chain exists and goes in the switching batch); the names read over
+//!   netlink equal `nft`'s (`nft list chains`, `nft -t list sets`), and neither finds a
+//!   table that is not there;
 //! - a full sync whose batch fails mid-way (a chunk after others went through) leaves
 //!   the previous rules serving, the table listing as before; the retry goes through.
 
 use std::time::Duration;
 
 use svcproxy::config::Settings;
+use svcproxy::nftables::apply::{ExecNft, Nft};
+use svcproxy::nftables::model::Family;
 use svcproxy::nftables::{self, netlink, sync};
 
 use crate::dataplane::{self, cluster_yaml, ep4, pod_ip4, svc, tcp, CLIENT, N, NODE};
@@ -56,11 +61,27 @@ fn tables(fixture: &std::path::Path) -> Result<Vec<svcproxy::nftables::model::Ta
     Ok(nftables::render_all(&loaded.config, &loaded.trackers).iter().map(|r| r.table()).collect())
 }
 
+/// The names netlink and nft read of both families, side by side.
+fn names_agree(ns: &Ns) -> Result<usize, String> {
+    let by_netlink = in_netns(&ns.name, || [Family::Ip, Family::Ip6].map(netlink::read_names)).join().map_err(|_| "panicked")??;
+    let by_nft = in_netns(&ns.name, || [Family::Ip, Family::Ip6].map(|f| ExecNft::default().names(f))).join().map_err(|_| "panicked")??;
+    let mut n = 0;
+    // A family without the table: both say so.
+    for (a, b) in by_netlink.into_iter().zip(by_nft) {
+        let (a, b) = (a.map_err(|e| e.to_string())?, b.map_err(|e| e.to_string())?);
+        if a != b {
+            return Err(format!("netlink read {a:?}, nft {b:?}"));
+        }
+        n += a.map_or(0, |x| x.chains.len() + x.sets.len());
+    }
+    Ok(n)
+}
+
 fn every_golden(ctx: &mut Ctx) -> CaseResult {
     ctx.require(&["ip", "nft"])?;
     let lab = Lab::new("nftchunk")?;
     let ns = lab.node();
-    let (mut compared, mut batches) = (0, 0);
+    let (mut compared, mut batches, mut names) = (0, 0, 0);
     for golden in crate::nft_goldens::goldens() {
         let stem = golden.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
         let fixture = repo().join("fixtures").join(format!("{stem}.yaml"));
@@ -71,6 +92,7 @@ fn every_golden(ctx: &mut Ctx) -> CaseResult {
         clear(ns);
         ns.run_stdin(&["nft", "-f", "-"], Some(&text)).map_err(|e| format!("{stem}: nft -f: {e}"))?;
         let one = listing(ns);
+        names += names_agree(ns).map_err(|e| format!("{stem}: {e}"))?;
         clear(ns);
         for round in ["into an empty kernel", "over the live table"] {
             let ts = tables(&fixture)?;
@@ -92,8 +114,9 @@ fn every_golden(ctx: &mut Ctx) -> CaseResult {
         clear(ns);
         compared += 1;
     }
-    ensure!(compared >= 30 && batches > 10 * compared, "too little compared: {compared} goldens, {batches} batches");
-    ctx.log(format!("{compared} goldens: the chunked full sync ({batches} batches in all) lists as kube-proxy's one transaction, twice each"));
+    ensure!(compared >= 30 && batches > 10 * compared && names > 1000, "too little compared: {compared} goldens, {batches} batches, {names} names");
+    ensure!(names_agree(ns)? == 0, "no table: neither read finds a name");
+    ctx.log(format!("{compared} goldens: the chunked full sync ({batches} batches in all) lists as kube-proxy's one transaction, twice each; {names} chain and set names read alike over netlink and by nft"));
     Ok(())
 }
 
