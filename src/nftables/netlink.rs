@@ -24,8 +24,17 @@ pub const BATCH_LINES_ENV: &str = "SVCPROXY_NFT_BATCH_LINES";
 /// Sends one encoded batch (the real one: [`send`]; tests record instead).
 pub type Sender = Box<dyn FnMut(&mut Batch, &str) -> Result<(), NftError> + Send>;
 
-/// Reads one family's table names (the real one: [`read_names`]).
-pub type Reader = Box<dyn FnMut(Family) -> Result<Option<Names>, NftError> + Send>;
+/// Reads one family's table names (the real one: [`read_table`]).
+pub type Reader = Box<dyn FnMut(Family) -> Result<Option<TableRead>, NftError> + Send>;
+
+/// What the full sync's read finds in a table.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TableRead {
+    pub names: Names,
+    /// One more than the highest number of the table's anonymous sets (`__setN`,
+    /// `__mapN`); 0 when it has none.
+    pub anon_next: u32,
+}
 
 /// Transactions over netlink; the names too on the node; the other reads, and what it
 /// cannot encode, through `nft`.
@@ -40,6 +49,12 @@ pub struct NetlinkNft {
     pub fallbacks: u64,
     /// A full sync's batch bound ([`Nft::batch_lines`]; [`super::chunked::CHUNK_LINES`]).
     pub batch_lines: usize,
+    /// The number the next anonymous set is named with, above every one the tables held
+    /// when last read ([`Nft::names`]; one counter for both families' tables): naming them
+    /// spares the kernel its scan of every set of the table for a free `__set%d` number.
+    /// `None` (no read yet, or `nft -f` ran since: it lets the kernel name its sets):
+    /// nft's template.
+    anon_next: Option<u32>,
     warned: bool,
 }
 
@@ -49,7 +64,7 @@ impl NetlinkNft {
     /// another (a tuning and test knob, not a setting).
     pub fn on_node() -> Self {
         let mut nl = NetlinkNft::new(Box::new(ExecNft::default()), Box::new(send));
-        nl.reader = Some(Box::new(read_names));
+        nl.reader = Some(Box::new(read_table));
         if let Some(n) = std::env::var(BATCH_LINES_ENV).ok().and_then(|v| v.parse().ok()).filter(|n: &usize| *n > 0) {
             nl.batch_lines = n;
         }
@@ -57,13 +72,15 @@ impl NetlinkNft {
     }
 
     pub fn new(nft: Box<dyn Nft>, sender: Sender) -> Self {
-        NetlinkNft { nft, sender, reader: None, sent: 0, fallbacks: 0, batch_lines: super::chunked::CHUNK_LINES, warned: false }
+        NetlinkNft { nft, sender, reader: None, anon_next: None, sent: 0, fallbacks: 0, batch_lines: super::chunked::CHUNK_LINES, warned: false }
     }
 
     /// One transaction: a netlink batch, or `nft -f` when not encodable.
     fn write(&mut self, text: &str) -> Result<Via, NftError> {
-        match wire::encode(text) {
+        match wire::encode_named(text, self.anon_next) {
             Ok(mut batch) => {
+                // Refused or not, the numbers used stay used: the counter only grows.
+                self.anon_next = batch.anon_next;
                 (self.sender)(&mut batch, text)?;
                 self.sent += 1;
                 Ok(Via::Netlink)
@@ -74,6 +91,7 @@ impl NetlinkNft {
                     self.warned = true;
                 }
                 self.fallbacks += 1;
+                self.anon_next = None;
                 self.nft.run(text).map(|()| Via::Nft)
             }
         }
@@ -98,10 +116,11 @@ impl Nft for NetlinkNft {
     }
 
     fn names(&mut self, family: Family) -> Result<Option<Names>, NftError> {
-        match &mut self.reader {
-            Some(read) => read(family),
-            None => self.nft.names(family),
-        }
+        let Some(read) = &mut self.reader else { return self.nft.names(family) };
+        let found = read(family)?;
+        let next = found.as_ref().map_or(0, |t| t.anon_next);
+        self.anon_next = Some(self.anon_next.unwrap_or(0).max(next));
+        Ok(found.map(|t| t.names))
     }
 
     fn canonical(&mut self, family: Family, text: &str) -> Result<String, NftError> {
@@ -125,6 +144,11 @@ const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 /// fill of its whole-table cache: a table lookup (`None`: no table), then a dump of the
 /// family's chains and one of the table's sets.
 pub fn read_names(family: Family) -> Result<Option<Names>, NftError> {
+    read_table(family).map(|t| t.map(|t| t.names))
+}
+
+/// [`read_names`], and the table's anonymous set numbers in use ([`TableRead`]).
+pub fn read_table(family: Family) -> Result<Option<TableRead>, NftError> {
     let f = fam(family);
     let io = |e: std::io::Error| NftError::Failed { command: "nf_tables netlink read".into(), message: e.to_string() };
     let mut sock = Socket::new(NETLINK_NETFILTER).map_err(io)?;
@@ -145,10 +169,12 @@ pub fn read_names(family: Family) -> Result<Option<Names>, NftError> {
             }
         }
     }
-    Ok(Some(Names {
+    let names = Names {
         chains: chains.iter().filter_map(|r| dump::chain_of(r, TABLE)).collect(),
         sets: sets.iter().filter_map(|r| dump::set_of(r, TABLE)).collect(),
-    }))
+    };
+    let anon_next = sets.iter().filter_map(|r| dump::anonymous_number(r, TABLE)).max().map_or(0, |n| n.saturating_add(1));
+    Ok(Some(TableRead { names, anon_next }))
 }
 
 /// Sends one request and reads its replies up to the end of the dump, or the
@@ -298,6 +324,36 @@ mod tests {
         let calls = fake.lock().unwrap().calls.clone();
         assert_eq!(calls.iter().filter(|c| **c == Call::Run(odd.to_string())).count(), 2, "{calls:?}");
         assert!(nl.list(Family::Ip).unwrap().is_some(), "reads are nft's");
+    }
+
+    #[test]
+    fn after_a_name_read_anonymous_sets_are_numbered_above_the_tables_own() {
+        let fake = FakeNft::shared();
+        let sent: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
+        let record = sent.clone();
+        let mut nl = NetlinkNft::new(Box::new(fake.clone()), Box::new(move |b: &mut Batch, _: &str| {
+            record.lock().unwrap().push(b.finish().map(|(bytes, _)| bytes).unwrap_or_default());
+            Ok(())
+        }));
+        let vmap = "add table ip kube-proxy\nadd chain ip kube-proxy a\nadd chain ip kube-proxy b\nadd rule ip kube-proxy b numgen random mod 1 vmap { 0 : goto a }\n";
+        let holds = |i: usize, name: &[u8]| sent.lock().unwrap()[i].windows(name.len()).any(|w| w == name);
+        nl.run(vmap).unwrap();
+        assert!(holds(0, b"__map%d\0"), "no read yet: nft's template");
+        nl.reader = Some(Box::new(|_| Ok(Some(TableRead { names: Names::default(), anon_next: 7 }))));
+        nl.names(Family::Ip).unwrap();
+        nl.run(vmap).unwrap();
+        nl.run_partial(vmap).unwrap();
+        assert!(holds(1, b"__map7\0") && holds(2, b"__map8\0"), "numbered from the read on, across batches");
+        // A table with fewer anonymous sets (the other family) does not lower the counter.
+        nl.reader = Some(Box::new(|_| Ok(Some(TableRead { names: Names::default(), anon_next: 2 }))));
+        nl.names(Family::Ip6).unwrap();
+        nl.run(vmap).unwrap();
+        assert!(holds(3, b"__map9\0"));
+        // nft -f names its sets through the kernel: the template again until the next read.
+        fake.lock().unwrap().run("add table ip kube-proxy\nadd chain ip kube-proxy c\n").unwrap();
+        nl.run("add rule ip kube-proxy c counter\n").unwrap();
+        nl.run(vmap).unwrap();
+        assert!(holds(4, b"__map%d\0"));
     }
 
     #[test]

@@ -112,6 +112,17 @@ pub fn set_of(reply: &Reply, table: &str) -> Option<String> {
     (string(attrs, TABLE_ATTR)? == table && flags & (SET_ANONYMOUS | SET_MAP) == 0).then(|| string(attrs, SET_NAME)).flatten()
 }
 
+/// The number of an anonymous set (`__setN`, `__mapN`) of `table`, when the message is one.
+pub fn anonymous_number(reply: &Reply, table: &str) -> Option<u32> {
+    let Reply::Object { kind: NEWSET, attrs } = reply else { return None };
+    let flags = get(attrs, SET_FLAGS).and_then(|v| Some(u32::from_be_bytes(v.try_into().ok()?))).unwrap_or(0);
+    if flags & SET_ANONYMOUS == 0 || string(attrs, TABLE_ATTR)? != table {
+        return None;
+    }
+    let name = string(attrs, SET_NAME)?;
+    name.strip_prefix("__set").or_else(|| name.strip_prefix("__map"))?.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,6 +168,8 @@ mod tests {
         let sets: Vec<String> = r.iter().filter_map(|m| set_of(m, "kube-proxy")).collect();
         assert_eq!(chains, ["service-X"]);
         assert_eq!(sets, ["cluster-ips", "affinity-A"]);
+        let anonymous: Vec<u32> = r.iter().filter_map(|m| anonymous_number(m, "kube-proxy")).collect();
+        assert_eq!(anonymous, [0]);
     }
 
     #[test]

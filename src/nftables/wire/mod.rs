@@ -12,7 +12,7 @@ pub mod dump;
 pub mod expr;
 pub mod tokens;
 
-pub use batch::{encode, Batch, Unsupported};
+pub use batch::{encode, encode_named, Batch, Unsupported};
 
 /// A table's family, with what its rules' encoding depends on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
