@@ -52,6 +52,13 @@ pub trait Nft: Send {
     fn run_partial(&mut self, text: &str) -> Result<Via, NftError> {
         self.run(text).map(|()| Via::Nft)
     }
+    /// How long (in lines of `nft -f` text) a full sync's batches may be
+    /// ([`super::chunked`]), when each transaction costs only its own commit; `None`
+    /// (`nft -f`, which reads the whole table before every run): two transactions
+    /// ([`super::staged`]).
+    fn batch_lines(&self) -> Option<usize> {
+        None
+    }
     /// `nft list table FAMILY kube-proxy`; `None` when there is no such table.
     fn list(&mut self, family: Family) -> Result<Option<String>, NftError>;
     /// The `kube-proxy` table's chains and sets; `None` when there is no such table.

@@ -59,6 +59,10 @@ pub struct FakeNft {
     pub calls: Vec<Call>,
     /// The next `run` fails with this message, changing nothing.
     pub fail_next: Option<String>,
+    /// After this many more successful `run`s, one fails (changing nothing).
+    pub fail_after: Option<usize>,
+    /// What [`Nft::batch_lines`] answers (`None`: two transactions, as through `nft -f`).
+    pub batch_lines: Option<usize>,
 }
 
 /// A fake shared with the test that handed it over.
@@ -83,6 +87,14 @@ impl FakeNft {
         if let Some(message) = self.fail_next.take() {
             return Err(NftError::Failed { command: "nft -f -".into(), message });
         }
+        match self.fail_after {
+            Some(0) => {
+                self.fail_after = None;
+                return Err(NftError::Failed { command: "nft -f -".into(), message: "injected failure".into() });
+            }
+            Some(n) => self.fail_after = Some(n - 1),
+            None => {}
+        }
         let mut next = self.tables.clone();
         for (i, line) in text.lines().enumerate() {
             command(&mut next, line.trim()).map_err(|message| NftError::Rejected { line: i + 1, text: line.to_string(), message })?;
@@ -96,6 +108,10 @@ impl Nft for FakeNft {
     fn run(&mut self, text: &str) -> Result<(), NftError> {
         self.calls.push(Call::Run(text.to_string()));
         self.apply(text)
+    }
+
+    fn batch_lines(&self) -> Option<usize> {
+        self.batch_lines
     }
 
     fn list(&mut self, family: Family) -> Result<Option<String>, NftError> {
@@ -122,6 +138,9 @@ impl Nft for FakeNft {
 impl Nft for SharedNft {
     fn run(&mut self, text: &str) -> Result<(), NftError> {
         lock(self).run(text)
+    }
+    fn batch_lines(&self) -> Option<usize> {
+        lock(self).batch_lines
     }
     fn list(&mut self, family: Family) -> Result<Option<String>, NftError> {
         lock(self).list(family)

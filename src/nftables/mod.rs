@@ -8,6 +8,7 @@ pub mod apply;
 /// kube-proxy's test normalisation (tests and goldens only).
 #[cfg(any(test, feature = "testing"))]
 pub mod check;
+pub mod chunked;
 pub mod cleanup;
 pub mod conntrack;
 pub mod context;

@@ -3,7 +3,8 @@
 //! nf_tables batch (atomic, like `nft -f`: the kernel commits all of it or none),
 //! skipping nft's parse and the whole-table read every `nft` run starts with. A
 //! transaction outside the encoder's vocabulary goes to `nft -f` instead (logged once,
-//! counted). The reads (`list`, `names`, `canonical`) are `nft`'s.
+//! counted). The full sync's name read ([`Nft::names`]) is netlink too ([`read_names`]);
+//! the other reads (`list`, `canonical`: a dry run, `trace --live`) are `nft`'s.
 
 use std::os::fd::AsRawFd;
 
@@ -11,39 +12,75 @@ use netlink_sys::{protocols::NETLINK_NETFILTER, Socket};
 
 use super::apply::{ExecNft, Names, Nft, NftError, Via};
 use super::model::Family;
-use super::wire::{self, Batch};
+use super::names::TABLE;
+use super::wire::{self, dump, Batch};
 use crate::netfilter::apply::around;
 
 const NLMSG_ERROR: u16 = 2;
 
+/// The environment variable that overrides a full sync's batch bound ([`NetlinkNft::on_node`]).
+pub const BATCH_LINES_ENV: &str = "SVCPROXY_NFT_BATCH_LINES";
+
 /// Sends one encoded batch (the real one: [`send`]; tests record instead).
 pub type Sender = Box<dyn FnMut(&mut Batch, &str) -> Result<(), NftError> + Send>;
 
-/// Transactions over netlink; reads, and what it cannot encode, through `nft`.
+/// Reads one family's table names (the real one: [`read_table`]).
+pub type Reader = Box<dyn FnMut(Family) -> Result<Option<TableRead>, NftError> + Send>;
+
+/// What the full sync's read finds in a table.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TableRead {
+    pub names: Names,
+    /// One more than the highest number of the table's anonymous sets (`__setN`,
+    /// `__mapN`); 0 when it has none.
+    pub anon_next: u32,
+}
+
+/// Transactions over netlink; the names too on the node; the other reads, and what it
+/// cannot encode, through `nft`.
 pub struct NetlinkNft {
     nft: Box<dyn Nft>,
     sender: Sender,
+    /// The name read; `None`: `nft`'s.
+    reader: Option<Reader>,
     /// Transactions sent over netlink.
     pub sent: u64,
     /// Transactions that went to `nft -f` instead (not encodable).
     pub fallbacks: u64,
+    /// A full sync's batch bound ([`Nft::batch_lines`]; [`super::chunked::CHUNK_LINES`]).
+    pub batch_lines: usize,
+    /// The number the next anonymous set is named with, above every one the tables held
+    /// when last read ([`Nft::names`]; one counter for both families' tables): naming them
+    /// spares the kernel its scan of every set of the table for a free `__set%d` number.
+    /// `None` (no read yet, or `nft -f` ran since: it lets the kernel name its sets):
+    /// nft's template.
+    anon_next: Option<u32>,
     warned: bool,
 }
 
 impl NetlinkNft {
-    /// Over this node's kernel: netlink batches and the `nft` binary.
+    /// Over this node's kernel: netlink batches and the `nft` binary. A full sync's batch
+    /// bound is [`super::chunked::CHUNK_LINES`] unless `SVCPROXY_NFT_BATCH_LINES` names
+    /// another (a tuning and test knob, not a setting).
     pub fn on_node() -> Self {
-        NetlinkNft::new(Box::new(ExecNft::default()), Box::new(send))
+        let mut nl = NetlinkNft::new(Box::new(ExecNft::default()), Box::new(send));
+        nl.reader = Some(Box::new(read_table));
+        if let Some(n) = std::env::var(BATCH_LINES_ENV).ok().and_then(|v| v.parse().ok()).filter(|n: &usize| *n > 0) {
+            nl.batch_lines = n;
+        }
+        nl
     }
 
     pub fn new(nft: Box<dyn Nft>, sender: Sender) -> Self {
-        NetlinkNft { nft, sender, sent: 0, fallbacks: 0, warned: false }
+        NetlinkNft { nft, sender, reader: None, anon_next: None, sent: 0, fallbacks: 0, batch_lines: super::chunked::CHUNK_LINES, warned: false }
     }
 
     /// One transaction: a netlink batch, or `nft -f` when not encodable.
     fn write(&mut self, text: &str) -> Result<Via, NftError> {
-        match wire::encode(text) {
+        match wire::encode_named(text, self.anon_next) {
             Ok(mut batch) => {
+                // Refused or not, the numbers used stay used: the counter only grows.
+                self.anon_next = batch.anon_next;
                 (self.sender)(&mut batch, text)?;
                 self.sent += 1;
                 Ok(Via::Netlink)
@@ -54,6 +91,7 @@ impl NetlinkNft {
                     self.warned = true;
                 }
                 self.fallbacks += 1;
+                self.anon_next = None;
                 self.nft.run(text).map(|()| Via::Nft)
             }
         }
@@ -69,16 +107,103 @@ impl Nft for NetlinkNft {
         self.write(text)
     }
 
+    fn batch_lines(&self) -> Option<usize> {
+        Some(self.batch_lines)
+    }
+
     fn list(&mut self, family: Family) -> Result<Option<String>, NftError> {
         self.nft.list(family)
     }
 
     fn names(&mut self, family: Family) -> Result<Option<Names>, NftError> {
-        self.nft.names(family)
+        let Some(read) = &mut self.reader else { return self.nft.names(family) };
+        let found = read(family)?;
+        let next = found.as_ref().map_or(0, |t| t.anon_next);
+        self.anon_next = Some(self.anon_next.unwrap_or(0).max(next));
+        Ok(found.map(|t| t.names))
     }
 
     fn canonical(&mut self, family: Family, text: &str) -> Result<String, NftError> {
         self.nft.canonical(family, text)
+    }
+}
+
+/// The message family of `family`'s table.
+fn fam(family: Family) -> wire::Fam {
+    match family {
+        Family::Ip => wire::Fam::V4,
+        Family::Ip6 => wire::Fam::V6,
+    }
+}
+
+/// How long a name read waits for the kernel's next answer.
+const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The `kube-proxy` table's chains and named sets (not maps), read over netlink — what
+/// [`ExecNft::names`] reads with `nft list chains` and `nft -t list sets`, without `nft`'s
+/// fill of its whole-table cache: a table lookup (`None`: no table), then a dump of the
+/// family's chains and one of the table's sets.
+pub fn read_names(family: Family) -> Result<Option<Names>, NftError> {
+    read_table(family).map(|t| t.map(|t| t.names))
+}
+
+/// [`read_names`], and the table's anonymous set numbers in use ([`TableRead`]).
+pub fn read_table(family: Family) -> Result<Option<TableRead>, NftError> {
+    let f = fam(family);
+    let io = |e: std::io::Error| NftError::Failed { command: "nf_tables netlink read".into(), message: e.to_string() };
+    let mut sock = Socket::new(NETLINK_NETFILTER).map_err(io)?;
+    sock.bind_auto().map_err(io)?;
+    set_read_timeout(&sock);
+    let table = exchange(&mut sock, &dump::request(dump::GETTABLE, f, TABLE, 1))?;
+    match table.iter().find_map(|r| if let dump::Reply::Error(e) = r { Some(*e) } else { None }) {
+        Some(0) | None => {}
+        Some(libc::ENOENT) => return Ok(None),
+        Some(e) => return Err(io(std::io::Error::from_raw_os_error(e))),
+    }
+    let chains = exchange(&mut sock, &dump::request(dump::GETCHAIN, f, TABLE, 2))?;
+    let sets = exchange(&mut sock, &dump::request(dump::GETSET, f, TABLE, 3))?;
+    for r in chains.iter().chain(&sets) {
+        if let dump::Reply::Error(e) = r {
+            if *e != 0 {
+                return Err(io(std::io::Error::from_raw_os_error(*e)));
+            }
+        }
+    }
+    let names = Names {
+        chains: chains.iter().filter_map(|r| dump::chain_of(r, TABLE)).collect(),
+        sets: sets.iter().filter_map(|r| dump::set_of(r, TABLE)).collect(),
+    };
+    let anon_next = sets.iter().filter_map(|r| dump::anonymous_number(r, TABLE)).max().map_or(0, |n| n.saturating_add(1));
+    Ok(Some(TableRead { names, anon_next }))
+}
+
+/// Sends one request and reads its replies up to the end of the dump, or the
+/// acknowledgement or error of a lookup.
+fn exchange(sock: &mut Socket, request: &[u8]) -> Result<Vec<dump::Reply>, NftError> {
+    let io = |e: std::io::Error| NftError::Failed { command: "nf_tables netlink read".into(), message: e.to_string() };
+    sock.send(request, 0).map_err(io)?;
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = sock.recv(&mut &mut buf[..], 0).map_err(io)?;
+        if n == 0 {
+            return Err(io(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the kernel closed the read")));
+        }
+        let replies = dump::replies(&buf[..n]);
+        let end = replies.iter().any(|r| matches!(r, dump::Reply::Done | dump::Reply::Error(_)));
+        out.extend(replies);
+        if end {
+            return Ok(out);
+        }
+    }
+}
+
+/// Bounds every `recv` of a read (a kernel that never answers is an error, not a hang).
+fn set_read_timeout(sock: &Socket) {
+    let tv = libc::timeval { tv_sec: READ_TIMEOUT.as_secs() as libc::time_t, tv_usec: 0 };
+    // SAFETY: setsockopt on a socket we own, with a pointer to a timeval that outlives the call.
+    unsafe {
+        libc::setsockopt(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVTIMEO, (&tv as *const libc::timeval).cast(), std::mem::size_of::<libc::timeval>() as libc::socklen_t);
     }
 }
 
@@ -199,6 +324,36 @@ mod tests {
         let calls = fake.lock().unwrap().calls.clone();
         assert_eq!(calls.iter().filter(|c| **c == Call::Run(odd.to_string())).count(), 2, "{calls:?}");
         assert!(nl.list(Family::Ip).unwrap().is_some(), "reads are nft's");
+    }
+
+    #[test]
+    fn after_a_name_read_anonymous_sets_are_numbered_above_the_tables_own() {
+        let fake = FakeNft::shared();
+        let sent: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
+        let record = sent.clone();
+        let mut nl = NetlinkNft::new(Box::new(fake.clone()), Box::new(move |b: &mut Batch, _: &str| {
+            record.lock().unwrap().push(b.finish().map(|(bytes, _)| bytes).unwrap_or_default());
+            Ok(())
+        }));
+        let vmap = "add table ip kube-proxy\nadd chain ip kube-proxy a\nadd chain ip kube-proxy b\nadd rule ip kube-proxy b numgen random mod 1 vmap { 0 : goto a }\n";
+        let holds = |i: usize, name: &[u8]| sent.lock().unwrap()[i].windows(name.len()).any(|w| w == name);
+        nl.run(vmap).unwrap();
+        assert!(holds(0, b"__map%d\0"), "no read yet: nft's template");
+        nl.reader = Some(Box::new(|_| Ok(Some(TableRead { names: Names::default(), anon_next: 7 }))));
+        nl.names(Family::Ip).unwrap();
+        nl.run(vmap).unwrap();
+        nl.run_partial(vmap).unwrap();
+        assert!(holds(1, b"__map7\0") && holds(2, b"__map8\0"), "numbered from the read on, across batches");
+        // A table with fewer anonymous sets (the other family) does not lower the counter.
+        nl.reader = Some(Box::new(|_| Ok(Some(TableRead { names: Names::default(), anon_next: 2 }))));
+        nl.names(Family::Ip6).unwrap();
+        nl.run(vmap).unwrap();
+        assert!(holds(3, b"__map9\0"));
+        // nft -f names its sets through the kernel: the template again until the next read.
+        fake.lock().unwrap().run("add table ip kube-proxy\nadd chain ip kube-proxy c\n").unwrap();
+        nl.run("add rule ip kube-proxy c counter\n").unwrap();
+        nl.run(vmap).unwrap();
+        assert!(holds(4, b"__map%d\0"));
     }
 
     #[test]

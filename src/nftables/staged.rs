@@ -32,7 +32,7 @@ pub struct Staged {
 }
 
 /// Whether a rule holds an anonymous set or map (`{ … }` inline).
-fn binds_anonymous(rule: &str) -> bool {
+pub(crate) fn binds_anonymous(rule: &str) -> bool {
     rule.contains('{')
 }
 

@@ -1,14 +1,16 @@
 //! One family's full nftables sync, as kube-proxy's full sync does it: ONE transaction
-//! (atomic: one netlink batch on the node, or one `nft -f -` run) that flushes every
-//! chain and every set and map but the session-affinity ones, and adds all rules and
-//! elements — preceded by one that creates
-//! the table, chains, sets and maps that are missing (what kube-proxy's transaction
-//! creates in its own first lines; split off and reordered for the kernel's sake:
+//! (atomic: one netlink batch on the node, or one `nft -f -` run) switches every chain and
+//! every set and map but the session-affinity ones to their new rules and elements —
+//! preceded by one that creates the table, chains, sets and maps that are missing (what
+//! kube-proxy's transaction creates in its own first lines), and, over netlink, by bounded
+//! batches that fill the new service chains nothing reaches yet ([`super::chunked`];
+//! through `nft -f`, whose every run reads the whole table, by nothing:
 //! [`super::staged`]). Chains and sets of the table that the ruleset no longer has
-//! (a deleted service's) are flushed in the filling transaction and deleted in a third one
+//! (a deleted service's) are flushed in the switching transaction and deleted in another one
 //! right after (kube-proxy deletes stale chains after the transaction that removes what
-//! refers to them). A refused transaction changes nothing: the previous rules keep
-//! serving. A dry run reads the live table and the desired one as the kernel lists it
+//! refers to them). A refused transaction changes nothing that serves packets: the
+//! previous rules keep serving, and what the sync created is deleted again. A dry run
+//! reads the live table and the desired one as the kernel lists it
 //! ([`Nft::canonical`]) and compares them ([`super::listing`]); it sends nothing.
 
 use std::collections::HashSet;
@@ -17,7 +19,7 @@ use std::time::{Duration, Instant};
 use super::apply::{Names, Nft, NftError};
 use super::listing::{self, Diff, Listing};
 use super::model::{self, Family, Form, Table};
-use super::staged;
+use super::{chunked, staged};
 
 /// What one family's sync found and did.
 #[derive(Debug, Clone)]
@@ -27,8 +29,10 @@ pub struct Report {
     pub diff: Option<Diff>,
     /// Whether a transaction was sent.
     pub applied: bool,
-    /// Lines of the transaction sent (0 when none was).
+    /// Lines of the transactions sent (0 when none was).
     pub lines: usize,
+    /// Transactions a full sync sent the table in (declare, chunks, last: [`super::chunked`]).
+    pub batches: usize,
     /// Chains and sets of the live table the ruleset no longer has (`chain NAME`, `set NAME`).
     pub stale: Vec<String>,
     /// Why deleting them failed (the next full sync finds and deletes them again).
@@ -42,7 +46,7 @@ pub struct Report {
 
 impl Report {
     pub(crate) fn new(family: Family) -> Self {
-        Report { family, diff: None, applied: false, lines: 0, stale: Vec::new(), stale_error: None, flushes: Vec::new(), via: None, timings: Timings::default() }
+        Report { family, diff: None, applied: false, lines: 0, batches: 0, stale: Vec::new(), stale_error: None, flushes: Vec::new(), via: None, timings: Timings::default() }
     }
 }
 
@@ -76,18 +80,28 @@ pub fn full(nft: &mut dyn Nft, table: &Table, dry_run: bool) -> Result<Report, N
     let wanted_sets: HashSet<&str> = o.sets.iter().map(|s| s.name.as_str()).collect();
     let stale_chains: Vec<&String> = names.chains.iter().filter(|c| !wanted_chains.contains(c.as_str())).collect();
     let stale_sets: Vec<&String> = names.sets.iter().filter(|s| !wanted_sets.contains(s.as_str())).collect();
-    let staged::Staged { declare, fill: mut text } = staged::write(table);
+    let existing: HashSet<&str> = names.chains.iter().map(String::as_str).collect();
+    let chunked::Chunked { declare, chunks, last: mut text } = match nft.batch_lines() {
+        Some(bound) => chunked::write(table, &existing, bound),
+        None => {
+            let s = staged::write(table);
+            chunked::Chunked { declare: s.declare, chunks: Vec::new(), last: s.fill }
+        }
+    };
     let head = format!("{} {}", family.as_str(), table.name);
     for c in &stale_chains {
         text.push_str(&format!("flush chain {head} {c}\n"));
     }
-    report.lines = declare.lines().count() + text.lines().count();
+    report.lines = declare.lines().count() + chunks.iter().map(|c| c.lines().count()).sum::<usize>() + text.lines().count();
+    report.batches = 2 + chunks.len();
     report.timings.render = t.elapsed();
     let t = Instant::now();
     nft.run(&declare)?;
-    if let Err(e) = nft.run(&text) {
-        undeclare(nft, table, existed.then_some(&names));
-        return Err(e);
+    for part in chunks.iter().chain(std::iter::once(&text)) {
+        if let Err(e) = nft.run(part) {
+            undeclare(nft, table, existed.then_some(&names));
+            return Err(e);
+        }
     }
     report.applied = true;
     let delete: String = stale_chains
@@ -118,7 +132,11 @@ fn undeclare(nft: &mut dyn Nft, table: &Table, before: Option<&Names>) {
             let had_chains: HashSet<&str> = names.chains.iter().map(String::as_str).collect();
             let had_sets: HashSet<&str> = names.sets.iter().map(String::as_str).collect();
             let o = &table.objects;
-            let chains = o.chains.iter().filter(|c| !had_chains.contains(c.name.as_str())).map(|c| format!("delete chain {head} {}\n", c.name));
+            let new: Vec<&str> = o.chains.iter().map(|c| c.name.as_str()).filter(|c| !had_chains.contains(c)).collect();
+            // Filled chunks left rules in new chains (jumps between them): flush them all
+            // before deleting any.
+            let flushes = new.iter().map(|c| format!("flush chain {head} {c}\n"));
+            let chains = flushes.chain(new.iter().map(|c| format!("delete chain {head} {c}\n")));
             // Maps are not in `names`: a new map is left (empty) for the next full sync.
             let sets = o.sets.iter().filter(|s| !s.is_map && !had_sets.contains(s.name.as_str())).map(|s| format!("delete set {head} {}\n", s.name));
             chains.chain(sets).collect()
@@ -182,6 +200,38 @@ mod tests {
         assert_eq!(runs[2], "delete chain ip kube-proxy service-b\n");
         let listed = nft.listing(Family::Ip).unwrap();
         assert!(!listed.contains("service-b") && listed.contains("service-a"), "{listed}");
+    }
+
+    #[test]
+    fn over_netlink_a_full_sync_sends_new_service_chains_in_chunks_and_switches_last() {
+        let mut nft = FakeNft::new();
+        nft.batch_lines = Some(2);
+        let r = full(&mut nft, &table(&["HASHHASH-a", "HASHHASH-b", "HASHHASH-c"]), false).unwrap();
+        assert_eq!(r.batches, 5, "declare, three chunks of one chain each, last");
+        let runs: Vec<String> = nft.calls.iter().filter_map(|c| if let Call::Run(t) = c { Some(t.clone()) } else { None }).collect();
+        assert_eq!(runs.len(), 5, "{runs:?}");
+        assert_eq!(runs[1], "flush chain ip kube-proxy service-HASHHASH-a\nadd rule ip kube-proxy service-HASHHASH-a accept\n");
+        assert!(runs[4].starts_with("flush chain ip kube-proxy services\n") && runs[4].contains("jump service-HASHHASH-c"), "{}", runs[4]);
+        let mut one = FakeNft::new();
+        one.run(&model::write(&table(&["HASHHASH-a", "HASHHASH-b", "HASHHASH-c"]), Form::Transaction)).unwrap();
+        assert_eq!(nft.listing(Family::Ip), one.listing(Family::Ip));
+    }
+
+    #[test]
+    fn a_refused_chunk_or_last_batch_leaves_the_table_as_it_was() {
+        for fail_after in [1, 2, 3] {
+            let mut nft = FakeNft::new();
+        nft.batch_lines = Some(2);
+            full(&mut nft, &table(&["HASHHASH-a"]), false).unwrap();
+            let before = nft.listing(Family::Ip);
+            // declare, chunks b and c, last: the failure hits chunk b, chunk c or the last.
+            nft.fail_after = Some(fail_after);
+            let e = full(&mut nft, &table(&["HASHHASH-a", "HASHHASH-b", "HASHHASH-c"]), false).unwrap_err();
+            assert!(e.to_string().contains("injected failure"), "{e}");
+            assert_eq!(nft.listing(Family::Ip), before, "failing after {fail_after} batches");
+            full(&mut nft, &table(&["HASHHASH-a", "HASHHASH-b", "HASHHASH-c"]), false).unwrap();
+            assert!(nft.listing(Family::Ip).unwrap().contains("service-HASHHASH-c"), "the retry goes through");
+        }
     }
 
     #[test]

@@ -40,6 +40,10 @@ impl Nft for WatchedNft<'_> {
         self.note(Phase::Restore, r)
     }
 
+    fn batch_lines(&self) -> Option<usize> {
+        self.inner.batch_lines()
+    }
+
     fn list(&mut self, family: Family) -> Result<Option<String>, NftError> {
         let r = self.inner.list(family);
         self.note(Phase::Read, r)

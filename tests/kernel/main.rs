@@ -40,6 +40,7 @@ mod dataplane;
 mod faults;
 mod goldens;
 mod incremental;
+mod nft_chunked;
 mod nft_goldens;
 mod nft_netlink;
 mod nft_mode;
@@ -75,6 +76,7 @@ fn main() {
     cases.extend(node_setup::cases());
     cases.extend(outside::cases());
     cases.extend(nft_mode::cases());
+    cases.extend(nft_chunked::cases());
     let code = harness::run(
         &cases,
         Options {

@@ -40,7 +40,8 @@ fn key(fam: Fam, v: u128) -> Vec<u8> {
 }
 
 /// Sends the interval set of `items` (addresses, prefixes); its set id.
-pub fn interval_set(b: &mut Batch, fam: Fam, table: &str, saddr: bool, items: &[&str]) -> Option<u32> {
+/// Its set id and name.
+pub fn interval_set(b: &mut Batch, fam: Fam, table: &str, saddr: bool, items: &[&str]) -> Option<(u32, String)> {
     let mut ranges: Vec<(u128, u128)> = items.iter().map(|i| range(fam, i)).collect::<Option<_>>()?;
     ranges.sort();
     let mut merged: Vec<(u128, u128)> = Vec::new();
@@ -67,6 +68,7 @@ pub fn interval_set(b: &mut Batch, fam: Fam, table: &str, saddr: bool, items: &[
     // the leading end.
     let size = 2 * merged.len() + usize::from(merged.first().is_some_and(|r| r.0 != 0));
     let id = b.new_set_id();
+    let name = b.anon_name(SET_NAME);
     let (desc, field) = match (fam, saddr) {
         (Fam::V4, true) => (12, 11),
         (Fam::V4, false) => (12, 12),
@@ -81,7 +83,7 @@ pub fn interval_set(b: &mut Batch, fam: Fam, table: &str, saddr: bool, items: &[
     ud.u32(0, 2).u32(2, 1).put(3, &typeof_.0);
     let mut a = Attrs::default();
     a.str(1, table)
-        .str(2, SET_NAME)
+        .str(2, &name)
         .be32(3, SET_ANONYMOUS | SET_CONSTANT | SET_INTERVAL)
         .be32(4, fam.addr_type())
         .be32(5, fam.addr_len())
@@ -109,20 +111,21 @@ pub fn interval_set(b: &mut Batch, fam: Fam, table: &str, saddr: bool, items: &[
             el
         })
         .collect();
-    elements(b, fam, table, SET_NAME, id, &blobs);
-    Some(id)
+    elements(b, fam, table, &name, id, &blobs);
+    Some((id, name))
 }
 
-/// Sends numgen's verdict map (`index : verdict`); its set id.
-pub fn verdict_map(b: &mut Batch, fam: Fam, table: &str, arms: &[(u32, i32, Option<String>)]) -> u32 {
+/// Sends numgen's verdict map (`index : verdict`); its set id and name.
+pub fn verdict_map(b: &mut Batch, fam: Fam, table: &str, arms: &[(u32, i32, Option<String>)]) -> (u32, String) {
     let id = b.new_set_id();
+    let name = b.anon_name(MAP_NAME);
     let mut typeof_ = Udata::default();
     typeof_.u32(0, 1).put(1, &[]);
     let mut ud = Udata::default();
     ud.u32(0, 1).u32(1, 0).put(4, &typeof_.0).u32(6, 0);
     let mut a = Attrs::default();
     a.str(1, table)
-        .str(2, MAP_NAME)
+        .str(2, &name)
         .be32(3, SET_ANONYMOUS | SET_CONSTANT | SET_MAP)
         .be32(4, TYPE_INTEGER)
         .be32(5, 4)
@@ -145,8 +148,8 @@ pub fn verdict_map(b: &mut Batch, fam: Fam, table: &str, arms: &[(u32, i32, Opti
             el
         })
         .collect();
-    elements(b, fam, table, MAP_NAME, id, &blobs);
-    id
+    elements(b, fam, table, &name, id, &blobs);
+    (id, name)
 }
 
 /// Elements of an anonymous set, each one's attributes already encoded: as many

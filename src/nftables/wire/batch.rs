@@ -39,9 +39,24 @@ pub struct Batch {
     /// The text line (1-based) each message came from, by sequence number - 1.
     pub lines: Vec<usize>,
     line: usize,
+    /// The number the next anonymous set is named with (`__setN`, `__mapN`); `None`:
+    /// nft's `__set%d` template, which the kernel fills by scanning every set of the table.
+    pub anon_next: Option<u32>,
 }
 
 impl Batch {
+    /// An anonymous set's name: `template` (`__set%d`, `__map%d`) as it is, or numbered
+    /// by [`Batch::anon_next`].
+    pub fn anon_name(&mut self, template: &str) -> String {
+        match self.anon_next {
+            Some(n) => {
+                self.anon_next = Some(n.wrapping_add(1));
+                template.replace("%d", &n.to_string())
+            }
+            None => template.to_owned(),
+        }
+    }
+
     pub fn new_set_id(&mut self) -> u32 {
         self.next_id += 1;
         self.next_id
@@ -97,7 +112,12 @@ impl Batch {
 
 /// Encodes every line of `text`.
 pub fn encode(text: &str) -> Result<Batch, Unsupported> {
-    let mut b = Batch::default();
+    encode_named(text, None)
+}
+
+/// [`encode`], anonymous sets named from `anon_next` on (`None`: as nft names them).
+pub fn encode_named(text: &str, anon_next: Option<u32>) -> Result<Batch, Unsupported> {
+    let mut b = Batch { anon_next, ..Batch::default() };
     for (n, line) in text.lines().enumerate() {
         if line.trim().is_empty() || line.trim_start().starts_with('#') {
             continue;

@@ -319,9 +319,9 @@ fn address_match(b: &mut Batch, fam: Fam, table: &str, cur: &mut Cursor<'_>, x: 
         if items.len() == 1 {
             return compare(fam, off, items[0], neg, x);
         }
-        let id = super::anon::interval_set(b, fam, table, saddr, &items)?;
+        let (id, name) = super::anon::interval_set(b, fam, table, saddr, &items)?;
         x.payload(1, NFT_PAYLOAD_NETWORK, off, fam.addr_len());
-        x.lookup(super::anon::SET_NAME, Some(id), None, neg);
+        x.lookup(&name, Some(id), None, neg);
         return Some(());
     }
     compare(fam, off, value, neg, x)
@@ -380,11 +380,11 @@ fn numgen(b: &mut Batch, fam: Fam, table: &str, cur: &mut Cursor<'_>, x: &mut Ex
         }
         cur.expect(",")?;
     }
-    let id = super::anon::verdict_map(b, fam, table, &arms);
+    let (id, name) = super::anon::verdict_map(b, fam, table, &arms);
     x.expr("numgen", |a| {
         a.be32(1, 1).be32(2, n).be32(3, 1).be32(4, 0);
     });
-    x.lookup(super::anon::MAP_NAME, Some(id), Some(NFT_REG_VERDICT), false);
+    x.lookup(&name, Some(id), Some(NFT_REG_VERDICT), false);
     Some(())
 }
 

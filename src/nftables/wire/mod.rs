@@ -1,16 +1,18 @@
 //! svcproxy's own nf_tables netlink encoder: the `nft -f` text svcproxy's nftables mode
 //! writes (kube-proxy's vocabulary) → one netlink batch of the messages nft 1.0.6 sends
 //! for it, so the kernel holds, and `nft list` prints, exactly what `nft -f` of the same
-//! text gives — without nft's read of the whole table before every run. Pure: bytes
-//! out; [`super::netlink`] sends them.
+//! text gives — without nft's read of the whole table before every run; and the
+//! requests and replies of the full sync's name read ([`dump`]). Pure: bytes in and
+//! out; [`super::netlink`] sends and receives them.
 
 pub mod anon;
 pub mod attr;
 pub mod batch;
+pub mod dump;
 pub mod expr;
 pub mod tokens;
 
-pub use batch::{encode, Batch, Unsupported};
+pub use batch::{encode, encode_named, Batch, Unsupported};
 
 /// A table's family, with what its rules' encoding depends on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

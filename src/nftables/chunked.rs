@@ -1,0 +1,248 @@
+//! A full sync as several bounded netlink batches instead of one filling transaction.
+//!
+//! Why: the kernel (6.18 measured) walks the transaction's whole list of changes every time
+//! a rule binds an anonymous set (`__nft_set_trans_bind`; every service chain's `numgen
+//! random mod N vmap { … }`), so one filling transaction costs (anonymous sets) × (its
+//! length): quadratic in the cluster (BENCHMARKS.md, nftables mode). Batches of bounded
+//! length make that part linear. (What they cannot remove: each anonymous set's creation
+//! and lookups also walk the *table's* whole set list, O(sets²) per table whatever the
+//! batches; at 10,000 services that is most of the kernel's time now.) Only batches that
+//! cost no whole-table read may be split this way: over netlink each batch is just its
+//! own commit; through `nft -f` every run reads the whole table first
+//! ([`super::staged`] keeps two transactions there).
+//!
+//! The batches, in order:
+//! 1. **declare** ([`Chunked::declare`]): the table, every chain, set and map (`add`
+//!    changes nothing of what is already there: it only creates what is new, empty and
+//!    unreferenced);
+//! 2. **chunks** ([`Chunked::chunks`]): the service ports' chains that are *new* (not in the
+//!    live table before this sync), each flushed and filled whole inside one chunk, chunks
+//!    cut at [`Chunked`]'s line bound. Nothing reaches a new chain yet: only the map
+//!    elements, the fixed chains and the existing chains lead to service chains, and all
+//!    of those change in the last batch; so a packet never meets a half-filled chain;
+//! 3. **last** ([`Chunked::last`]): the fixed chains and every chain that *already existed*
+//!    (flushed and refilled, the ones binding anonymous sets first, as [`super::staged`]
+//!    orders them), then the sets' and maps' flushes and elements. This one transaction
+//!    switches what serves packets, atomically, as kube-proxy's full sync does.
+//!
+//! Chains that exist and change content are refilled in the last batch, not in a chunk
+//! under their own name or a new one: kube-proxy's chain names are part of the table
+//! svcproxy must leave (byte-identical listing, migration from kube-proxy), and refilling
+//! them early would switch those services before the maps and leave them switched if a
+//! later batch failed. The price: on a live table whose chains all exist (a restart, a
+//! periodic full sync), the last batch still holds every chain (today's cost); a sync into
+//! an empty table, or of many new services, is the one that gets cheaper.
+//!
+//! A refused batch leaves what serves packets unchanged (chunks only fill unreachable new
+//! chains; the last batch is atomic); the caller deletes the new chains and sets again.
+
+use std::collections::{HashMap, HashSet};
+
+use super::model::{self, Rule, Table};
+use super::staged::binds_anonymous;
+
+/// The default bound of a chunk, in lines (commands) of `nft -f` text: long enough that
+/// the per-commit cost is paid rarely, short enough that the bind walk stays small
+/// (BENCHMARKS.md: measured at 10,000 services × 10 endpoints).
+pub const CHUNK_LINES: usize = 20_000;
+
+/// A full sync's batches (see the module documentation).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chunked {
+    pub declare: String,
+    pub chunks: Vec<String>,
+    pub last: String,
+}
+
+/// Whether `chain` is one of a service port's (`service-`, `local-`, `external-`,
+/// `firewall-`, `endpoint-`, then the 8-character base32 hash and `-`): the chains a chunk
+/// may fill. Fixed names with those prefixes (`firewall-check`, `service-ips`) are not.
+fn per_service(chain: &str) -> bool {
+    ["service-", "local-", "external-", "firewall-", "endpoint-"].iter().any(|p| {
+        chain.strip_prefix(p).is_some_and(|rest| {
+            let b = rest.as_bytes();
+            b.len() > 9 && b[8] == b'-' && b[..8].iter().all(|c| c.is_ascii_uppercase() || (b'2'..=b'7').contains(c))
+        })
+    })
+}
+
+/// `table`'s full sync as bounded batches. `existing`: the chains the live table holds
+/// (empty when there is none); `max_lines`: a chunk's bound (a chain longer than that
+/// still goes whole, in a chunk of its own).
+pub fn write(table: &Table, existing: &HashSet<&str>, max_lines: usize) -> Chunked {
+    let mut declare = String::new();
+    let head = model::declare(&mut declare, table);
+    let o = &table.objects;
+    let index: HashMap<&str, usize> = o.chains.iter().enumerate().map(|(i, c)| (c.name.as_str(), i)).collect();
+    let mut by_chain: Vec<Vec<&Rule>> = vec![Vec::new(); o.chains.len()];
+    let mut orphans = Vec::new();
+    for r in &o.rules {
+        match index.get(r.chain.as_str()) {
+            Some(&i) => by_chain[i].push(r),
+            None => orphans.push(r),
+        }
+    }
+    let fresh = |i: usize| per_service(&o.chains[i].name) && !existing.contains(o.chains[i].name.as_str());
+    let chain_text = |out: &mut String, i: usize| {
+        out.push_str(&format!("flush chain {head} {}\n", o.chains[i].name));
+        for r in &by_chain[i] {
+            model::rule_line(out, &head, r);
+        }
+    };
+
+    let mut chunks = Vec::new();
+    let mut chunk = String::new();
+    let mut lines = 0;
+    for i in (0..o.chains.len()).filter(|&i| fresh(i)) {
+        let n = by_chain[i].len() + 1;
+        if lines > 0 && lines + n > max_lines {
+            chunks.push(std::mem::take(&mut chunk));
+            lines = 0;
+        }
+        chain_text(&mut chunk, i);
+        lines += n;
+    }
+    if !chunk.is_empty() {
+        chunks.push(chunk);
+    }
+
+    let anonymous = |i: usize| by_chain[i].iter().any(|r| binds_anonymous(&r.rule));
+    let old: Vec<usize> = (0..o.chains.len()).filter(|&i| !fresh(i)).collect();
+    let mut last = String::new();
+    for &i in old.iter().filter(|&&i| anonymous(i)).chain(old.iter().filter(|&&i| !anonymous(i))) {
+        chain_text(&mut last, i);
+    }
+    // A rule for a chain the table does not declare: the kernel refuses it, as in one
+    // transaction.
+    for r in orphans {
+        model::rule_line(&mut last, &head, r);
+    }
+    model::flush_sets(&mut last, &head, &o.sets);
+    for e in &o.elements {
+        model::element_line(&mut last, &head, e);
+    }
+    Chunked { declare, chunks, last }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nftables::apply::Nft as _;
+    use crate::nftables::fake::FakeNft;
+    use crate::nftables::model::{Chain, Family, Form, Objects, Set};
+    use crate::nftables::names;
+
+    /// An 8-character base32-like hash: `tag` and `k` in four letters.
+    fn hash(tag: &str, k: usize) -> String {
+        let code: String = (0..4).map(|d| (b'A' + ((k / 26usize.pow(d)) % 26) as u8) as char).collect();
+        format!("{tag}{code}")
+    }
+
+    fn svc_chain(s: usize) -> String {
+        format!("service-{}-ns/s{s}/tcp/p", hash("SVCS", s))
+    }
+
+    fn ep_chain(s: usize, e: usize) -> String {
+        format!("endpoint-{}-ns/s{s}/tcp/p__10.1.0.{e}/80", hash("ENDP", s * 3 + e))
+    }
+
+    /// Fixed chains, then `n` services of two endpoints each.
+    fn table(n: usize) -> Table {
+        let mut o = Objects::default();
+        o.chain(Chain::regular("services"));
+        o.chain(Chain::regular("mark-for-masquerade"));
+        o.sets.push(Set::map("service-ips", "ipv4_addr . inet_proto . inet_service : verdict", None));
+        o.rule(Rule::new("services", "ip daddr . meta l4proto . th dport vmap @service-ips"));
+        o.rule(Rule::new("mark-for-masquerade", "meta mark set meta mark | 0x00004000"));
+        for s in 0..n {
+            let svc = svc_chain(s);
+            o.chain(Chain::regular(svc.clone()));
+            for e in 1..=2 {
+                let ep = ep_chain(s, e);
+                o.chain(Chain::regular(ep.clone()));
+                o.rule(Rule::new(ep, format!("dnat to 10.1.0.{e}:80")));
+            }
+            o.rule(Rule::new(svc.clone(), "ip saddr != 10.0.0.0/8 jump mark-for-masquerade"));
+            o.rule(Rule::new(svc.clone(), format!("numgen random mod 2 vmap {{ 0 : goto {} , 1 : goto {} }}", ep_chain(s, 1), ep_chain(s, 2))));
+            o.element("service-ips", vec![format!("10.0.{s}.1"), "tcp".into(), "80".into()], vec![format!("goto {svc}")], None);
+        }
+        Table { family: Family::Ip, name: "kube-proxy", comment: "c", objects: o }
+    }
+
+    fn apply(nft: &mut FakeNft, c: &Chunked) {
+        nft.run(&c.declare).unwrap();
+        for chunk in &c.chunks {
+            nft.run(chunk).unwrap();
+        }
+        nft.run(&c.last).unwrap();
+    }
+
+    #[test]
+    fn new_service_chains_go_in_bounded_chunks_and_the_last_batch_switches() {
+        let t = table(10);
+        let c = write(&t, &HashSet::new(), 12);
+        // Each service is 3 chains, 7 lines; 12 lines hold one service's chains and a part
+        // of the next's, chains whole.
+        assert!(c.chunks.len() >= 6, "{}", c.chunks.len());
+        for chunk in &c.chunks {
+            assert!(chunk.lines().count() <= 12, "{chunk}");
+            assert!(chunk.lines().all(|l| l.contains(" service-SVCS") || l.contains(" endpoint-ENDP")), "only service ports' chains: {chunk}");
+            assert!(!chunk.contains("add element") && !chunk.contains("add chain"));
+        }
+        assert!(c.last.starts_with("flush chain ip kube-proxy services\n"), "{}", c.last);
+        assert!(c.last.contains("flush map ip kube-proxy service-ips\n") && c.last.contains("add element"));
+        assert!(c.last.lines().all(|l| !l.starts_with("flush chain ip kube-proxy service-SVCS")), "{}", c.last);
+    }
+
+    #[test]
+    fn chains_that_exist_are_refilled_in_the_last_batch() {
+        let t = table(3);
+        let (svc1, ep11, ep12) = (svc_chain(1), ep_chain(1, 1), ep_chain(1, 2));
+        let existing: HashSet<&str> = ["services", "mark-for-masquerade", svc1.as_str(), ep11.as_str()].into_iter().collect();
+        let c = write(&t, &existing, 1000);
+        assert_eq!(c.chunks.len(), 1);
+        assert!(!c.chunks[0].contains(&svc1) && !c.chunks[0].contains(&ep11), "{}", c.chunks[0]);
+        assert!(c.chunks[0].contains(&format!("flush chain ip kube-proxy {ep12}\n")), "a new endpoint of an existing service: {}", c.chunks[0]);
+        // The existing service chain (binding an anonymous map) first, then the others.
+        assert!(c.last.starts_with(&format!("flush chain ip kube-proxy {svc1}\n")), "{}", c.last);
+        assert!(c.last.contains(&format!("flush chain ip kube-proxy {ep11}\n")));
+    }
+
+    #[test]
+    fn the_batches_leave_the_table_one_transaction_leaves() {
+        let t = table(10);
+        let mut one = FakeNft::new();
+        one.run(&model::write(&t, Form::Transaction)).unwrap();
+        for bound in [1, 5, 12, 1000] {
+            let mut chunked = FakeNft::new();
+            apply(&mut chunked, &write(&t, &HashSet::new(), bound));
+            assert_eq!(chunked.listing(Family::Ip), one.listing(Family::Ip), "bound {bound}");
+            // Again over the live table (every chain exists now).
+            let names: Vec<String> = t.objects.chains.iter().map(|c| c.name.clone()).collect();
+            let existing: HashSet<&str> = names.iter().map(String::as_str).collect();
+            let again = write(&t, &existing, bound);
+            assert!(again.chunks.is_empty());
+            apply(&mut chunked, &again);
+            assert_eq!(chunked.listing(Family::Ip), one.listing(Family::Ip), "bound {bound}, again");
+        }
+    }
+
+    #[test]
+    fn every_command_of_the_one_transaction_is_in_the_batches() {
+        let t = table(4);
+        let c = write(&t, &HashSet::new(), 5);
+        let whole = model::write(&t, Form::Transaction);
+        let mut one: Vec<&str> = whole.lines().collect();
+        let mut all: Vec<&str> = c.declare.lines().chain(c.chunks.iter().flat_map(|s| s.lines())).chain(c.last.lines()).collect();
+        one.sort_unstable();
+        all.sort_unstable();
+        assert_eq!(one, all);
+    }
+
+    #[test]
+    fn fixed_chains_and_service_named_maps_are_never_chunked() {
+        assert!(per_service("service-ULMVA6XW-ns1/svc1/tcp/p80") && per_service("endpoint-GTK6MW7G-ns5/svc5/tcp/p80__10.180.0.3/80"));
+        let fixed = [names::SERVICES, names::SERVICE_IPS, names::SERVICE_NODEPORTS, names::SERVICE_ENDPOINTS_CHECK, names::FIREWALL_CHECK, names::FIREWALL_IPS, names::MARK_MASQ, names::NAT_PREROUTING];
+        assert!(fixed.iter().all(|c| !per_service(c)), "{fixed:?}");
+    }
+}

@@ -1,0 +1,186 @@
+//! Reading the `kube-proxy` table's names over netlink, the pure half: the requests (a
+//! table lookup, a chain dump, a set dump) and the replies' parse (NUL-terminated name
+//! attributes, set flags) — the same requests `nft list chains` / `nft -t list sets` make,
+//! without `nft`'s whole-table cache fill. [`super::super::netlink`] sends them.
+
+use super::attr::{self, Attrs};
+use super::Fam;
+
+pub const GETTABLE: u16 = 1;
+pub const GETCHAIN: u16 = 4;
+pub const GETSET: u16 = 10;
+pub const NEWTABLE: u16 = 0;
+pub const NEWCHAIN: u16 = 3;
+pub const NEWSET: u16 = 9;
+pub const NLM_F_DUMP: u16 = 0x300;
+pub const NLMSG_ERROR: u16 = 2;
+pub const NLMSG_DONE: u16 = 3;
+
+/// `NFTA_TABLE_NAME`, `NFTA_CHAIN_TABLE`, `NFTA_SET_TABLE` (all 1).
+const TABLE_ATTR: u16 = 1;
+const CHAIN_NAME: u16 = 3;
+const SET_NAME: u16 = 2;
+const SET_FLAGS: u16 = 3;
+/// `NFT_SET_ANONYMOUS`, `NFT_SET_MAP`.
+const SET_ANONYMOUS: u32 = 0x1;
+const SET_MAP: u32 = 0x8;
+
+/// One request: `kind` (`GET…`) for `table` of `fam`; a dump unless `kind` is [`GETTABLE`].
+pub fn request(kind: u16, fam: Fam, table: &str, seq: u32) -> Vec<u8> {
+    let mut a = Attrs::default();
+    a.str(TABLE_ATTR, table);
+    let flags = if kind == GETTABLE { attr::NLM_F_ACK } else { NLM_F_DUMP };
+    let mut out = Vec::new();
+    attr::message(&mut out, kind, flags, seq, fam.nfproto(), &a);
+    out
+}
+
+/// One reply message, as far as a name read needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// An nf_tables object (`NEW…` message kind without the subsystem): its attributes.
+    Object { kind: u16, attrs: Vec<(u16, Vec<u8>)> },
+    /// `NLMSG_ERROR`: errno (0: an acknowledgement).
+    Error(i32),
+    Done,
+}
+
+fn word(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_ne_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+fn half(b: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_ne_bytes(b.get(at..at + 2)?.try_into().ok()?))
+}
+
+/// The messages of one `recv`'s bytes (a truncated tail is dropped).
+pub fn replies(buf: &[u8]) -> Vec<Reply> {
+    let mut out = Vec::new();
+    let mut off = 0;
+    while let (Some(len), Some(kind)) = (word(buf, off), half(buf, off + 4)) {
+        let len = len as usize;
+        if len < 16 || off + len > buf.len() {
+            break;
+        }
+        let msg = &buf[off..off + len];
+        match kind {
+            NLMSG_ERROR => out.push(Reply::Error(word(msg, 16).map_or(0, |e| -(e as i32)))),
+            NLMSG_DONE => out.push(Reply::Done),
+            k if k >> 8 == attr::NFNL_SUBSYS_NFTABLES => out.push(Reply::Object { kind: k & 0xff, attrs: attrs(msg.get(20..).unwrap_or_default()) }),
+            _ => {}
+        }
+        off += (len + 3) & !3;
+    }
+    out
+}
+
+/// Top-level attributes (type without the nested/byte-order flags, payload).
+fn attrs(mut b: &[u8]) -> Vec<(u16, Vec<u8>)> {
+    let mut out = Vec::new();
+    while let (Some(len), Some(kind)) = (half(b, 0), half(b, 2)) {
+        let len = len as usize;
+        if len < 4 || len > b.len() {
+            break;
+        }
+        out.push((kind & 0x3fff, b[4..len].to_vec()));
+        b = &b[((len + 3) & !3).min(b.len())..];
+    }
+    out
+}
+
+fn get(attrs: &[(u16, Vec<u8>)], kind: u16) -> Option<&[u8]> {
+    attrs.iter().find(|(k, _)| *k == kind).map(|(_, v)| v.as_slice())
+}
+
+fn string(attrs: &[(u16, Vec<u8>)], kind: u16) -> Option<String> {
+    let v = get(attrs, kind)?;
+    let end = v.iter().position(|&c| c == 0).unwrap_or(v.len());
+    String::from_utf8(v[..end].to_vec()).ok()
+}
+
+/// A chain's name, when the message is a chain of `table`.
+pub fn chain_of(reply: &Reply, table: &str) -> Option<String> {
+    let Reply::Object { kind: NEWCHAIN, attrs } = reply else { return None };
+    (string(attrs, TABLE_ATTR)? == table).then(|| string(attrs, CHAIN_NAME)).flatten()
+}
+
+/// A named set's name (not a map's, not an anonymous set's: what `nft list sets` lists),
+/// when the message is a set of `table`.
+pub fn set_of(reply: &Reply, table: &str) -> Option<String> {
+    let Reply::Object { kind: NEWSET, attrs } = reply else { return None };
+    let flags = get(attrs, SET_FLAGS).and_then(|v| Some(u32::from_be_bytes(v.try_into().ok()?))).unwrap_or(0);
+    (string(attrs, TABLE_ATTR)? == table && flags & (SET_ANONYMOUS | SET_MAP) == 0).then(|| string(attrs, SET_NAME)).flatten()
+}
+
+/// The number of an anonymous set (`__setN`, `__mapN`) of `table`, when the message is one.
+pub fn anonymous_number(reply: &Reply, table: &str) -> Option<u32> {
+    let Reply::Object { kind: NEWSET, attrs } = reply else { return None };
+    let flags = get(attrs, SET_FLAGS).and_then(|v| Some(u32::from_be_bytes(v.try_into().ok()?))).unwrap_or(0);
+    if flags & SET_ANONYMOUS == 0 || string(attrs, TABLE_ATTR)? != table {
+        return None;
+    }
+    let name = string(attrs, SET_NAME)?;
+    name.strip_prefix("__set").or_else(|| name.strip_prefix("__map"))?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A reply as the kernel frames it: header, nfgenmsg, attributes.
+    fn object(kind: u16, a: &Attrs) -> Vec<u8> {
+        let mut out = Vec::new();
+        attr::message(&mut out, kind, 0, 1, 2, a);
+        out
+    }
+
+    #[test]
+    fn a_dump_request_names_the_table_and_asks_for_a_dump() {
+        let r = request(GETCHAIN, Fam::V4, "kube-proxy", 7);
+        assert_eq!(u32::from_ne_bytes(r[0..4].try_into().unwrap()) as usize, r.len());
+        assert_eq!(u16::from_ne_bytes([r[4], r[5]]), (10 << 8) | GETCHAIN);
+        assert_eq!(u16::from_ne_bytes([r[6], r[7]]), NLM_F_DUMP | attr::NLM_F_REQUEST);
+        assert_eq!(r[16], 2, "NFPROTO_IPV4");
+        assert_eq!(&r[24..35], b"kube-proxy\0");
+    }
+
+    #[test]
+    fn chains_and_named_sets_of_the_table_are_picked_from_the_replies() {
+        let mut buf = Vec::new();
+        let mut a = Attrs::default();
+        a.str(1, "kube-proxy").be64(2, 5).str(3, "service-X");
+        buf.extend(object(NEWCHAIN, &a));
+        let mut a = Attrs::default();
+        a.str(1, "filter").str(3, "INPUT");
+        buf.extend(object(NEWCHAIN, &a));
+        for (name, flags) in [("cluster-ips", 0u32), ("service-ips", SET_MAP), ("__set0", SET_ANONYMOUS | 0x4), ("affinity-A", 0x30)] {
+            let mut a = Attrs::default();
+            a.str(1, "kube-proxy").str(2, name).be32(3, flags);
+            buf.extend(object(NEWSET, &a));
+        }
+        buf.extend_from_slice(&20u32.to_ne_bytes());
+        buf.extend_from_slice(&NLMSG_DONE.to_ne_bytes());
+        buf.extend_from_slice(&[0; 14]);
+        let r = replies(&buf);
+        assert_eq!(r.len(), 7);
+        assert_eq!(r.last(), Some(&Reply::Done));
+        let chains: Vec<String> = r.iter().filter_map(|m| chain_of(m, "kube-proxy")).collect();
+        let sets: Vec<String> = r.iter().filter_map(|m| set_of(m, "kube-proxy")).collect();
+        assert_eq!(chains, ["service-X"]);
+        assert_eq!(sets, ["cluster-ips", "affinity-A"]);
+        let anonymous: Vec<u32> = r.iter().filter_map(|m| anonymous_number(m, "kube-proxy")).collect();
+        assert_eq!(anonymous, [0]);
+    }
+
+    #[test]
+    fn an_error_reply_carries_its_errno_and_a_truncated_tail_is_dropped() {
+        let mut buf = Vec::new();
+        buf.extend_from_slice(&36u32.to_ne_bytes());
+        buf.extend_from_slice(&NLMSG_ERROR.to_ne_bytes());
+        buf.extend_from_slice(&[0; 10]);
+        buf.extend_from_slice(&(-2i32).to_ne_bytes());
+        buf.extend_from_slice(&[0; 16]);
+        buf.extend_from_slice(&[40, 0, 0, 0, 3]);
+        assert_eq!(replies(&buf), [Reply::Error(2)]);
+    }
+}
