@@ -20,7 +20,7 @@ use crate::netfilter::conntrack::Flush;
 use crate::netfilter::delta::{diff_positions, ChainChange, Delta, TablePlan, TABLES};
 use super::render::{Rendered, Ruleset, ServiceRules, TopCounts, TOP_CHAINS};
 use crate::model::{port_entries, ports_of, NamespacedName, Protocol, ServicePortName};
-use crate::netfilter::{Dump, Rule};
+use crate::netfilter::{Chain, Dump, Rule};
 
 /// The rules the kernel holds for the service ports a commit touches, taken from the
 /// ruleset before it is updated.
@@ -79,7 +79,7 @@ pub fn delta(before: &Before, rs: &Ruleset) -> Option<Partial> {
             }
             let (deletes, inserts) = diff_positions(&old_lines, &new_lines);
             writers.get_mut(table)?.edit(chain, offset[i] as usize, &deletes, &inserts, |j| new_lines[j].to_line());
-            changes.push(change(table, chain, Some(&old_lines), Some(&new_lines)));
+            changes.push(change(table, &Chain::from(chain), Some(&old_lines), Some(&new_lines)));
         }
     }
     let tables = writers.into_iter().filter(|(_, w)| !w.is_empty()).map(|(t, w)| (t.to_string(), w)).collect();
@@ -125,9 +125,9 @@ fn top_lines<'a>(r: Option<&'a ServiceRules>, table: &str, chain: &str) -> Vec<&
 }
 
 /// The rules of each of a service port's own chains, in declaration order.
-fn chain_rules(r: Option<&ServiceRules>) -> BTreeMap<&str, Vec<&Rule>> {
+fn chain_rules(r: Option<&ServiceRules>) -> BTreeMap<Chain, Vec<&Rule>> {
     let Some(r) = r else { return BTreeMap::new() };
-    let mut out: BTreeMap<&str, Vec<&Rule>> = r.chains.iter().map(|c| (c.as_str(), Vec::new())).collect();
+    let mut out: BTreeMap<Chain, Vec<&Rule>> = r.chains.iter().map(|c| (c.clone(), Vec::new())).collect();
     for rule in &r.chain_rules {
         if let Some(rules) = out.get_mut(rule.chain.as_str()) {
             rules.push(rule);
@@ -156,9 +156,9 @@ fn own_chains(old: Option<&ServiceRules>, new: Option<&ServiceRules>, w: &mut Ta
     }
 }
 
-fn change(table: &str, chain: &str, live: Option<&[&Rule]>, desired: Option<&[&Rule]>) -> ChainChange {
+fn change(table: &'static str, chain: &Chain, live: Option<&[&Rule]>, desired: Option<&[&Rule]>) -> ChainChange {
     let own = |l: &[&Rule]| l.iter().map(|r| r.to_line()).collect();
-    ChainChange { table: table.into(), chain: chain.into(), live: live.map(own), desired: desired.map(own) }
+    ChainChange { table, chain: chain.clone(), live: live.map(own), desired: desired.map(own) }
 }
 
 /// A dump holding only these service ports' rules (for the conntrack comparison).

@@ -9,6 +9,7 @@ use super::render::{fixed, Ruleset};
 use crate::model::NamespacedName;
 use crate::netfilter::delta::NewChain;
 use crate::netfilter::dump::{Dump, Op, Rule, TableDump};
+use crate::netfilter::Chain;
 use crate::netfilter::Rule as Value;
 
 /// Which services' own chains a restore includes.
@@ -78,7 +79,7 @@ pub fn new_chains(rs: &Ruleset, per_service: impl Fn(&str) -> bool) -> (Vec<(Str
 /// What [`walk`] produces, in order: tables, chain declarations, rules, deletions.
 trait Out {
     fn table(&mut self, name: &str);
-    fn chain(&mut self, name: &str);
+    fn chain(&mut self, name: &Chain);
     fn rules(&mut self, rules: &[Value]);
     fn delete(&mut self, chain: &str);
     fn commit(&mut self);
@@ -89,19 +90,19 @@ trait Out {
 fn walk(rs: &Ruleset, scope: Scope, stale: &[String], out: &mut impl Out) {
     let ctx = &rs.ctx;
     out.table("filter");
-    fixed::filter_chains(ctx).into_iter().for_each(|c| out.chain(c));
+    fixed::filter_chains(ctx).into_iter().for_each(|c| out.chain(&Chain::from(c)));
     out.rules(&fixed::filter_head(ctx));
     rs.services.values().for_each(|r| out.rules(&r.filter));
     out.rules(&fixed::filter_tail(ctx));
     out.commit();
     out.table("nat");
-    fixed::NAT_CHAINS.into_iter().for_each(|c| out.chain(c));
+    fixed::NAT_CHAINS.into_iter().for_each(|c| out.chain(&Chain::from(c)));
     for (name, r) in &rs.services {
         if scope.includes(&name.service) {
             r.chains.iter().for_each(|c| out.chain(c));
         }
     }
-    stale.iter().for_each(|c| out.chain(c));
+    stale.iter().for_each(|c| out.chain(&Chain::from(c.clone())));
     out.rules(&fixed::nat_head(ctx));
     for (name, r) in &rs.services {
         out.rules(&r.nat_top);
@@ -127,7 +128,7 @@ impl<F: FnMut(&str)> Out for Text<F> {
         (self.sink)(name);
         (self.sink)("\n");
     }
-    fn chain(&mut self, name: &str) {
+    fn chain(&mut self, name: &Chain) {
         (self.sink)(":");
         (self.sink)(name);
         (self.sink)(" - [0:0]\n");
@@ -151,9 +152,9 @@ impl<F: FnMut(&str)> Out for Text<F> {
 struct NewChains<F: Fn(&str) -> bool> {
     tables: Vec<(String, Vec<NewChain>)>,
     /// The current table's chains: where each is in its list.
-    index: HashMap<String, usize>,
+    index: HashMap<Chain, usize>,
     /// The chain of the last rule and where it is (rules come chain by chain).
-    last: Option<(String, usize)>,
+    last: Option<(Chain, usize)>,
     lines: usize,
     per_service: F,
 }
@@ -163,8 +164,8 @@ impl<F: Fn(&str) -> bool> NewChains<F> {
         match &self.last {
             Some((name, at)) if name == chain => Some(*at),
             _ => {
-                let at = *self.index.get(chain)?;
-                self.last = Some((chain.to_string(), at));
+                let (name, &at) = self.index.get_key_value(chain)?;
+                self.last = Some((name.clone(), at));
                 Some(at)
             }
         }
@@ -178,12 +179,12 @@ impl<F: Fn(&str) -> bool> Out for NewChains<F> {
         self.index.clear();
         self.last = None;
     }
-    fn chain(&mut self, name: &str) {
+    fn chain(&mut self, name: &Chain) {
         self.lines += 1;
         if let Some((_, chains)) = self.tables.last_mut() {
-            if !self.index.contains_key(name) {
-                self.index.insert(name.to_string(), chains.len());
-                chains.push(NewChain { name: name.to_string(), ..NewChain::default() });
+            if !self.index.contains_key(name.as_str()) {
+                self.index.insert(name.clone(), chains.len());
+                chains.push(NewChain { name: name.clone(), rules: String::new(), count: 0, jumps: Vec::new() });
             }
         }
     }
@@ -233,7 +234,7 @@ impl Out for DumpBuilder {
         self.table = name.to_string();
         self.dump.table(name);
     }
-    fn chain(&mut self, name: &str) {
+    fn chain(&mut self, name: &Chain) {
         self.line += 1;
         self.current().declare(name);
     }

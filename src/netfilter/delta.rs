@@ -36,8 +36,9 @@ struct Wanted {
 /// `live` and `desired` say only whether the chain exists and is wanted (`Some` of no lines).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChainChange {
-    pub table: String,
-    pub chain: String,
+    pub table: &'static str,
+    /// Shared with the rules' own chain names (no copy per change).
+    pub chain: Chain,
     /// `None`: the chain does not exist in the kernel.
     pub live: Option<Vec<String>>,
     /// `None`: the chain is to be deleted.
@@ -261,19 +262,19 @@ pub fn compute_with(desired: &Dump, live: &Dump, v6: bool, jumps: &[Jump], per_s
             let wanted = wanted_rules(want, chain, v6);
             let own = per_service(chain);
             if !have_chains.contains(chain) {
-                w.rewrite(chain, &wanted, false, own);
-                delta.changes.push(change(table, chain, None, Some(&wanted), lines));
+                w.rewrite(&decl.name, &wanted, false, own);
+                delta.changes.push(change(table, &decl.name, None, Some(&wanted), lines));
                 continue;
             }
             let current = live_rules(have, chain, v6);
             if current.iter().eq(wanted.iter().map(|r| &r.canon)) {
                 continue;
             }
-            delta.changes.push(change(table, chain, Some(lines.keep(|| current.clone())), Some(&wanted), lines));
+            delta.changes.push(change(table, &decl.name, Some(lines.keep(|| current.clone())), Some(&wanted), lines));
             if own {
-                w.rewrite(chain, &wanted, true, true);
+                w.rewrite(&decl.name, &wanted, true, true);
             } else {
-                w.edit_or_rewrite(chain, &current, &wanted);
+                w.edit_or_rewrite(&decl.name, &current, &wanted);
             }
         }
         let want_chains = want.chain_names();
@@ -281,8 +282,8 @@ pub fn compute_with(desired: &Dump, live: &Dump, v6: bool, jumps: &[Jump], per_s
             if table == "nat" && per_service(&c.name) && !want_chains.contains(c.name.as_str()) {
                 w.delete(&c.name);
                 delta.changes.push(ChainChange {
-                    table: table.into(),
-                    chain: c.name.to_string(),
+                    table,
+                    chain: c.name.clone(),
                     live: Some(lines.keep(|| live_rules(have, &c.name, v6))),
                     desired: None,
                 });
@@ -298,9 +299,9 @@ pub fn compute_with(desired: &Dump, live: &Dump, v6: bool, jumps: &[Jump], per_s
 
 /// A chain wanted whole, its rules already written as `-A` lines (each ended by a
 /// newline), for [`compute_fresh`].
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct NewChain {
-    pub name: String,
+    pub name: Chain,
     pub rules: String,
     /// Lines in `rules`.
     pub count: usize,
@@ -321,9 +322,14 @@ pub fn compute_fresh(tables: Vec<(String, Vec<NewChain>)>, live: &Dump, v6: bool
     for table in TABLES {
         let have = live.tables.get(table).unwrap_or(&empty);
         let mut w = TablePlan::default();
-        for c in tables.remove(table).unwrap_or_default() {
+        let chains = tables.remove(table).unwrap_or_default();
+        // Sized once: at 10,000 services there are ~120,000 chains, and a list grown by
+        // doubling holds its old and new buffers at once as it grows.
+        w.decls.reserve_exact(chains.len());
+        delta.changes.reserve_exact(chains.len() + jumps.len());
+        for c in chains {
             let own = per_service(&c.name);
-            delta.changes.push(ChainChange { table: table.into(), chain: c.name.clone(), live: None, desired: Some(Vec::new()) });
+            delta.changes.push(ChainChange { table, chain: c.name.clone(), live: None, desired: Some(Vec::new()) });
             let jumps = if own { c.jumps } else { Vec::new() };
             w.decls.push(Decl::Rewrite(Rewrite { chain: c.name, rules: c.rules, count: c.count, jumps, exists: false, per_service: own }));
         }
@@ -336,7 +342,7 @@ pub fn compute_fresh(tables: Vec<(String, Vec<NewChain>)>, live: &Dump, v6: bool
 }
 
 /// The jumps from built-in chains `table` needs and the kernel lacks: prepended.
-fn add_jumps(table: &str, have: &TableDump, v6: bool, jumps: &[Jump], lines: Lines, w: &mut TablePlan, changes: &mut Vec<ChainChange>) {
+fn add_jumps(table: &'static str, have: &TableDump, v6: bool, jumps: &[Jump], lines: Lines, w: &mut TablePlan, changes: &mut Vec<ChainChange>) {
     for j in jumps.iter().filter(|j| j.table == table) {
         let rule = j.rule();
         let canon = canon_of(j.from, &rule.args, &rule.target, v6);
@@ -345,15 +351,15 @@ fn add_jumps(table: &str, have: &TableDump, v6: bool, jumps: &[Jump], lines: Lin
             w.prepend(&rule);
             let desired: Vec<String> = std::iter::once(canon).chain(current.iter().cloned()).collect();
             let (live, desired) = (lines.keep(|| current), lines.keep(|| desired));
-            changes.push(ChainChange { table: table.into(), chain: j.from.into(), live: Some(live), desired: Some(desired) });
+            changes.push(ChainChange { table, chain: Chain::from(j.from), live: Some(live), desired: Some(desired) });
         }
     }
 }
 
-fn change(table: &str, chain: &str, live: Option<Vec<String>>, wanted: Option<&[Wanted]>, lines: Lines) -> ChainChange {
+fn change(table: &'static str, chain: &Chain, live: Option<Vec<String>>, wanted: Option<&[Wanted]>, lines: Lines) -> ChainChange {
     ChainChange {
-        table: table.into(),
-        chain: chain.into(),
+        table,
+        chain: chain.clone(),
         live,
         desired: wanted.map(|w| lines.keep(|| w.iter().map(|r| r.canon.clone()).collect())),
     }
@@ -373,12 +379,12 @@ pub struct TablePlan {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Decl {
     Rewrite(Rewrite),
-    Delete(String),
+    Delete(Chain),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Rewrite {
-    chain: String,
+    chain: Chain,
     /// `-A` lines, each ended by a newline: one allocation per chain, not per line (a
     /// first sync writes ~400,000 lines at 10,000 services).
     rules: String,
@@ -415,25 +421,25 @@ impl TablePlan {
         self.decls.is_empty() && self.edits.is_empty() && self.jumps.is_empty()
     }
 
-    fn rewrite(&mut self, chain: &str, wanted: &[Wanted], exists: bool, per_service: bool) {
+    fn rewrite(&mut self, chain: &Chain, wanted: &[Wanted], exists: bool, per_service: bool) {
         let mut rules = String::with_capacity(wanted.iter().map(|r| r.text.len() + 1).sum());
         wanted.iter().for_each(|r| push_line(&mut rules, &[&r.text]));
         let jumps = if per_service { wanted.iter().filter_map(|r| r.jump.clone()).collect() } else { Vec::new() };
-        self.decls.push(Decl::Rewrite(Rewrite { chain: chain.to_string(), rules, count: wanted.len(), jumps, exists, per_service }));
+        self.decls.push(Decl::Rewrite(Rewrite { chain: chain.clone(), rules, count: wanted.len(), jumps, exists, per_service }));
     }
 
     /// Declares (flushes) `chain` and writes its rules (`-A` lines); `per_service`: it is
     /// one service's own chain.
-    pub fn rewrite_rules(&mut self, chain: &str, wanted: &[&Rule], exists: bool, per_service: bool) {
+    pub fn rewrite_rules(&mut self, chain: &Chain, wanted: &[&Rule], exists: bool, per_service: bool) {
         let mut rules = String::with_capacity(wanted.iter().map(|r| r.text_len()).sum());
         wanted.iter().for_each(|r| r.write(&mut rules));
         rules.shrink_to_fit();
         let jumps = if per_service { wanted.iter().filter_map(|r| r.target.jump_to().cloned()).collect() } else { Vec::new() };
-        self.decls.push(Decl::Rewrite(Rewrite { chain: chain.to_string(), rules, count: wanted.len(), jumps, exists, per_service }));
+        self.decls.push(Decl::Rewrite(Rewrite { chain: chain.clone(), rules, count: wanted.len(), jumps, exists, per_service }));
     }
 
     /// Positional edits if they are fewer lines than a rewrite.
-    fn edit_or_rewrite(&mut self, chain: &str, current: &[String], wanted: &[Wanted]) {
+    fn edit_or_rewrite(&mut self, chain: &Chain, current: &[String], wanted: &[Wanted]) {
         let canon: Vec<&str> = wanted.iter().map(|r| r.canon.as_str()).collect();
         let cur: Vec<&str> = current.iter().map(String::as_str).collect();
         let (deletes, inserts) = diff_positions(&cur, &canon);
@@ -468,8 +474,8 @@ impl TablePlan {
     }
 
     /// Flushes and deletes `chain` (after every other line of the table).
-    pub fn delete(&mut self, chain: &str) {
-        self.decls.push(Decl::Delete(chain.to_string()));
+    pub fn delete(&mut self, chain: &Chain) {
+        self.decls.push(Decl::Delete(chain.clone()));
     }
 
     /// Lines [`TablePlan::text`] writes.

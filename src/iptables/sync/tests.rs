@@ -225,7 +225,7 @@ fn an_applying_sync_sends_what_the_dry_run_shows_without_keeping_the_lines() {
         assert!(applied.applied && !dry.delta.is_empty());
         assert_eq!(applied.delta.restore_text(), dry.delta.restore_text());
         assert_eq!(applied.delta.restore_lines(), dry.delta.restore_lines());
-        let names = |d: &super::Delta| d.changes.iter().map(|c| (c.table.clone(), c.chain.clone(), c.live.is_some(), c.desired.is_some())).collect::<Vec<_>>();
+        let names = |d: &super::Delta| d.changes.iter().map(|c| (c.table, c.chain.clone(), c.live.is_some(), c.desired.is_some())).collect::<Vec<_>>();
         assert_eq!(names(&applied.delta), names(&dry.delta));
         assert!(dry.delta.changes.iter().any(|c| c.desired.as_ref().is_some_and(|l| !l.is_empty())), "the dry run has the lines");
         let lines = applied.delta.changes.iter().flat_map(|c| c.live.iter().chain(&c.desired)).map(Vec::len).sum::<usize>();
