@@ -51,6 +51,21 @@ fn slice(name: &str, svc: &str, ips: &[&str], extra_labels: Value) -> Value {
            "addressType": "IPv4", "endpoints": eps, "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}]})
 }
 
+/// An iptables engine for node n1 (198.19.1.1, IPv4 only) on a fake kernel, and the kernel.
+fn engine_on_a_fake_kernel() -> (watch::Engine, SharedFake) {
+    let flags = Settings {
+        hostname_override: Some("n1".into()),
+        node_ips: Some(vec!["198.19.1.1".into()]),
+        ip_family: Some(svcproxy::settings::kinds::Families::Ipv4),
+        nfacct: Some(false),
+        ..Settings::default()
+    };
+    let loaded = svcproxy::pipeline::load(ClusterState::default(), flags, Settings::default()).unwrap();
+    let kernel = SharedFake::default();
+    let engine = watch::Engine::iptables(loaded.config, loaded.trackers, Box::new(kernel.clone()), Box::new(RecordingConntrack::default()));
+    (engine, kernel)
+}
+
 #[test]
 fn watch_follows_the_api_server_through_drops_and_410_without_losing_rules() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
@@ -61,18 +76,9 @@ fn watch_follows_the_api_server_through_drops_and_410_without_losing_rules() {
     server.apply(service("other", "198.19.255.11", json!({"service.kubernetes.io/service-proxy-name": "someone-else"})));
     server.apply(slice("other-1", "other", &["198.18.3.2"], json!({"service.kubernetes.io/service-proxy-name": "someone-else"})));
 
-    let flags = Settings {
-        hostname_override: Some("n1".into()),
-        node_ips: Some(vec!["198.19.1.1".into()]),
-        ip_family: Some(svcproxy::settings::kinds::Families::Ipv4),
-        nfacct: Some(false),
-        ..Settings::default()
-    };
-    let loaded = svcproxy::pipeline::load(ClusterState::default(), flags, Settings::default()).unwrap();
     let timing = Timing { min_sync_period: Duration::from_millis(100), sync_period: Duration::from_secs(30), ..Timing::default() };
     let shared = Arc::new(Shared::new(Schedule::new(timing)));
-    let kernel = SharedFake::default();
-    let engine = watch::Engine::iptables(loaded.config, loaded.trackers, Box::new(kernel.clone()), Box::new(RecordingConntrack::default()));
+    let (engine, kernel) = engine_on_a_fake_kernel();
     let _guard = rt.enter();
     let client = kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
     let (tx, rx) = tokio::sync::mpsc::channel(64);
@@ -123,17 +129,8 @@ fn lists_longer_than_a_page_arrive_whole_through_continue_tokens() {
         server.apply(service(&name, &format!("198.19.{}.{}", 200 + i / 250, 1 + i % 250), json!({})));
         server.apply(slice(&format!("{name}-1"), &name, &[&format!("198.18.{}.{}", i / 250, 1 + i % 250)], json!({})));
     }
-    let flags = Settings {
-        hostname_override: Some("n1".into()),
-        node_ips: Some(vec!["198.19.1.1".into()]),
-        ip_family: Some(svcproxy::settings::kinds::Families::Ipv4),
-        nfacct: Some(false),
-        ..Settings::default()
-    };
-    let loaded = svcproxy::pipeline::load(ClusterState::default(), flags, Settings::default()).unwrap();
     let shared = Arc::new(Shared::new(Schedule::new(Timing { min_sync_period: Duration::from_millis(100), ..Timing::default() })));
-    let kernel = SharedFake::default();
-    let engine = watch::Engine::iptables(loaded.config, loaded.trackers, Box::new(kernel.clone()), Box::new(RecordingConntrack::default()));
+    let (engine, kernel) = engine_on_a_fake_kernel();
     let _guard = rt.enter();
     let client = kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
     let (tx, rx) = tokio::sync::mpsc::channel(64);

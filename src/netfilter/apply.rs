@@ -156,24 +156,7 @@ impl Restorer for ExecRestorer {
     }
 
     fn restore(&mut self, family: IpFamily, text: &str) -> Result<(), RestoreError> {
-        let binary = self.backend.binary(family, "restore");
-        let wait = self.lock_wait_secs.to_string();
-        let mut child = Command::new(&binary)
-            .args(["-w", &wait, "--noflush", "--counters"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|error| RestoreError::Spawn { binary: binary.clone(), error })?;
-        if let Some(mut stdin) = child.stdin.take() {
-            // A write error means the process died early; its exit status says why.
-            let _ = stdin.write_all(text.as_bytes());
-        }
-        let out = child.wait_with_output().map_err(|error| RestoreError::Spawn { binary: binary.clone(), error })?;
-        if out.status.success() {
-            return Ok(());
-        }
-        Err(rejected(text, &String::from_utf8_lossy(&out.stderr), &binary))
+        self.restore_from(family, &|sink| sink(text))
     }
 
     fn restore_from(&mut self, family: IpFamily, input: &Input) -> Result<(), RestoreError> {
