@@ -266,19 +266,10 @@ struct Rig {
 
 impl Rig {
     fn start(rt: tokio::runtime::Runtime, server: &ApiServer, client: kube::Client, min_sync: Duration) -> Rig {
-        let flags = Settings {
-            hostname_override: Some("n1".into()),
-            node_ips: Some(vec!["198.19.1.1".into()]),
-            ip_family: Some(svcproxy::settings::kinds::Families::Ipv4),
-            nfacct: Some(false),
-            ..Settings::default()
-        };
         let _ = server;
-        let loaded = svcproxy::pipeline::load(ClusterState::default(), flags, Settings::default()).unwrap();
         let timing = Timing { min_sync_period: min_sync, sync_period: Duration::from_secs(30), ..Timing::default() };
         let shared = Arc::new(Shared::new(Schedule::new(timing)));
-        let kernel = SharedFake::default();
-        let engine = watch::Engine::iptables(loaded.config, loaded.trackers, Box::new(kernel.clone()), Box::new(RecordingConntrack::default()));
+        let (engine, kernel) = engine_on_a_fake_kernel();
         let (tx, rx) = tokio::sync::mpsc::channel(64);
         rt.spawn(apiserver::run(client, None, tx));
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();

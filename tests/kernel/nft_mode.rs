@@ -217,6 +217,41 @@ fn watch_daemon(lab: &Lab, path: &str, log: &std::path::Path) -> Result<crate::w
     Ok(crate::watch_e2e::Daemon(child))
 }
 
+/// A watch daemon following a cluster file in the lab's node, past its first (full) sync;
+/// dropped, it stops the daemon and removes the file and the log.
+struct Watching {
+    path: std::path::PathBuf,
+    /// `path` as an argument.
+    p: String,
+    log: std::path::PathBuf,
+    daemon: Option<crate::watch_e2e::Daemon>,
+}
+
+impl Watching {
+    fn start(lab: &Lab, yaml: &str) -> Result<Watching, String> {
+        let path = temp_yaml(yaml)?;
+        let p = path_str(&path).to_string();
+        let log = path.with_extension("log");
+        let daemon = Some(watch_daemon(lab, &p, &log)?);
+        let w = Watching { path, p, log, daemon };
+        crate::watch_e2e::until("the first (full) sync", std::time::Duration::from_secs(60), || sync_count(lab, FULL) >= 1.0)
+            .map_err(|e| format!("{e}\n{}", w.log_text()))?;
+        Ok(w)
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Watching {
+    fn drop(&mut self) {
+        drop(self.daemon.take());
+        let _ = std::fs::remove_file(&self.path);
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
 /// A sync metric of the watch daemon in the lab's node namespace (0 when not served yet).
 fn sync_count(lab: &Lab, name: &'static str) -> f64 {
     let metrics: std::net::SocketAddr = ([127, 0, 0, 1], 10249).into();
@@ -237,17 +272,13 @@ fn watch_partial(ctx: &mut Ctx) -> CaseResult {
     use crate::watch_e2e::until;
     use std::time::Duration;
     let lab = lab(ctx)?;
-    let path = temp_yaml(&cluster_yaml(&[web(&[1, 2])]))?;
-    let p = path_str(&path).to_string();
-    let log = path.with_extension("log");
-    let _daemon = watch_daemon(&lab, &p, &log)?;
-    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
-    until("the first (full) sync", Duration::from_secs(60), || sync_count(&lab, FULL) >= 1.0).map_err(|e| format!("{e}\n{}", log_text()))?;
+    let w = Watching::start(&lab, &cluster_yaml(&[web(&[1, 2])]))?;
+    let (path, p, log_text) = (&w.path, &w.p, || w.log_text());
     let t = dataplane::connect(ctx, &lab, Where::Pod(CLIENT), CIP4, 80, Proto::Tcp, N)?;
     dataplane::spread(&t, &["pod1", "pod2"], "watch: pod -> ClusterIP")?;
 
     let partial_before = sync_count(&lab, PARTIAL);
-    std::fs::write(&path, cluster_yaml(&[web(&[2])])).map_err(|e| e.to_string())?;
+    std::fs::write(path, cluster_yaml(&[web(&[2])])).map_err(|e| e.to_string())?;
     let took = until("pod1 gone from the table", Duration::from_secs(60), || listed(&lab, "ip").is_ok_and(|l| !l.contains(&pod_ip4(1))))
         .map_err(|e| format!("{e}\n{}", log_text()))?;
     ctx.log(format!("endpoint change programmed {} ms after the file changed", took.as_millis()));
@@ -256,11 +287,9 @@ fn watch_partial(ctx: &mut Ctx) -> CaseResult {
     ensure!(sync_count(&lab, BY_NETLINK4) >= 1.0 && sync_count(&lab, BY_NFT4) == 0.0, "the partial sync went as a netlink batch, not through nft:\n{}", log_text());
     let t = dataplane::connect(ctx, &lab, Where::Pod(CLIENT), CIP4, 80, Proto::Tcp, N)?;
     dataplane::spread(&t, &["pod2"], "watch: after pod1 left")?;
-    let diff = run_expect(lab.node(), Backend::Nft, &args(&p, &["--dry-run"]), 0).map_err(|e| format!("after the partial sync a dry run wants changes: {e}"))?;
+    let diff = run_expect(lab.node(), Backend::Nft, &args(p, &["--dry-run"]), 0).map_err(|e| format!("after the partial sync a dry run wants changes: {e}"))?;
     ensure!(diff.trim().is_empty(), "{diff}");
     ctx.log(log_text());
-    let _ = std::fs::remove_file(&path);
-    let _ = std::fs::remove_file(&log);
     Ok(())
 }
 
@@ -272,12 +301,8 @@ fn watch_refused_partial(ctx: &mut Ctx) -> CaseResult {
     use crate::watch_e2e::until;
     use std::time::Duration;
     let lab = lab(ctx)?;
-    let path = temp_yaml(&cluster_yaml(&[web(&[1, 2])]))?;
-    let p = path_str(&path).to_string();
-    let log = path.with_extension("log");
-    let _daemon = watch_daemon(&lab, &p, &log)?;
-    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
-    until("the first (full) sync", Duration::from_secs(60), || sync_count(&lab, FULL) >= 1.0).map_err(|e| format!("{e}\n{}", log_text()))?;
+    let w = Watching::start(&lab, &cluster_yaml(&[web(&[1, 2])]))?;
+    let (path, log_text) = (&w.path, || w.log_text());
 
     let more = [web(&[1, 2]), svc("new", "198.19.255.20", vec![tcp("http", 80)], vec![ep4(2)])];
     let more_path = temp_yaml(&cluster_yaml(&more))?;
@@ -291,7 +316,7 @@ fn watch_refused_partial(ctx: &mut Ctx) -> CaseResult {
     let planted = listed(&lab, "ip")?;
     let failures = sync_count(&lab, FAILURES4);
     let by_netlink = sync_count(&lab, BY_NETLINK4);
-    std::fs::write(&path, cluster_yaml(&more)).map_err(|e| e.to_string())?;
+    std::fs::write(path, cluster_yaml(&more)).map_err(|e| e.to_string())?;
     until("the refused sync counted", Duration::from_secs(60), || sync_count(&lab, FAILURES4) > failures).map_err(|e| format!("{e}\n{}", log_text()))?;
     ensure!(listed(&lab, "ip")? == planted, "the refused batch changed the table:\n{}", log_text());
     ensure!(sync_count(&lab, BY_NETLINK4) == by_netlink && sync_count(&lab, BY_NFT4) == 0.0, "no partial sync succeeded and none went through nft");
@@ -303,9 +328,7 @@ fn watch_refused_partial(ctx: &mut Ctx) -> CaseResult {
         .map_err(|e| format!("{e}\n{}", log_text()))?;
     let t = dataplane::connect(ctx, &lab, Where::Pod(CLIENT), "198.19.255.20", 80, Proto::Tcp, N)?;
     dataplane::spread(&t, &["pod2"], "the new service")?;
-    for f in [&path, &more_path, &log] {
-        let _ = std::fs::remove_file(f);
-    }
+    let _ = std::fs::remove_file(&more_path);
     Ok(())
 }
 
@@ -318,12 +341,8 @@ fn watch_udp_conntrack(ctx: &mut Ctx) -> CaseResult {
     let lab = dataplane::lab(ctx, Backend::Nft, &[1, 2], true)?;
     let cip = "198.19.255.110";
     let dns = |eps: &[u8]| svc("dns", cip, vec![dataplane::udp("dns", 53)], eps.iter().map(|k| ep4(*k)).collect());
-    let path = temp_yaml(&cluster_yaml(&[dns(&[1, 2])]))?;
-    let p = path_str(&path).to_string();
-    let log = path.with_extension("log");
-    let _daemon = watch_daemon(&lab, &p, &log)?;
-    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
-    until("the first (full) sync", Duration::from_secs(60), || sync_count(&lab, FULL) >= 1.0).map_err(|e| format!("{e}\n{}", log_text()))?;
+    let w = Watching::start(&lab, &cluster_yaml(&[dns(&[1, 2])]))?;
+    let (path, log_text) = (&w.path, || w.log_text());
 
     let ports: Vec<u16> = (41001..41017).collect();
     let before = dataplane::udp_fixed(&lab, CLIENT, cip, 53, &ports)?;
@@ -336,14 +355,12 @@ fn watch_udp_conntrack(ctx: &mut Ctx) -> CaseResult {
     ensure!(!stale.is_empty(), "no conntrack entry to {victim_ip} before the change");
 
     let partial_before = sync_count(&lab, PARTIAL);
-    std::fs::write(&path, cluster_yaml(&[dns(&[keep_k])])).map_err(|e| e.to_string())?;
+    std::fs::write(path, cluster_yaml(&[dns(&[keep_k])])).map_err(|e| e.to_string())?;
     until("the partial sync", Duration::from_secs(60), || sync_count(&lab, PARTIAL) > partial_before).map_err(|e| format!("{e}\n{}", log_text()))?;
     let (all, stale) = dataplane::udp_conntrack(&lab, cip, &victim_ip)?;
     ctx.log(format!("conntrack after: {} entries, {} to {victim_ip}", all.len(), stale.len()));
     ensure!(stale.is_empty(), "entries DNATed to the removed endpoint survived the partial sync:\n{}\n{}", stale.join("\n"), log_text());
     let after = dataplane::udp_fixed(&lab, CLIENT, cip, 53, &ports)?;
     ensure!(after.values().all(|p| *p == keep), "the same source ports must now reach {keep}: {after:?}");
-    let _ = std::fs::remove_file(&path);
-    let _ = std::fs::remove_file(&log);
     Ok(())
 }
