@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
-use crate::netfilter::dump::{Dump, Rule};
+use crate::netfilter::view::{Chains, RuleRef, Tables};
 use crate::netfilter::Target;
 use crate::netfilter::names::{KUBE_EXTERNAL_SERVICES, KUBE_MARK_MASQ, KUBE_NODEPORTS, KUBE_SERVICES};
 use crate::model::Protocol;
@@ -15,9 +15,9 @@ use crate::netfilter::conntrack::{stale_flows, Flush, Reach, ServiceAddr};
 
 /// For every UDP/SCTP service address in a ruleset: the endpoints it reaches, or whether
 /// it is refused (filter REJECT for "has no endpoints").
-fn reach(dump: &Dump) -> BTreeMap<ServiceAddr, Reach> {
+fn reach(dump: &impl Tables) -> BTreeMap<ServiceAddr, Reach> {
     let mut out: BTreeMap<ServiceAddr, Reach> = BTreeMap::new();
-    if let Some(nat) = dump.tables.get("nat") {
+    if let Some(nat) = dump.table("nat") {
         for chain in [KUBE_SERVICES, KUBE_NODEPORTS] {
             for r in nat.rules_of(chain) {
                 let (Some(addr), Some(target)) = (service_addr(r), r.target.chain()) else { continue };
@@ -27,7 +27,7 @@ fn reach(dump: &Dump) -> BTreeMap<ServiceAddr, Reach> {
             }
         }
     }
-    if let Some(filter) = dump.tables.get("filter") {
+    if let Some(filter) = dump.table("filter") {
         for chain in [KUBE_SERVICES, KUBE_EXTERNAL_SERVICES] {
             for r in filter.rules_of(chain).filter(|r| matches!(r.target, Target::Reject(_))) {
                 if let Some(addr) = service_addr(r) {
@@ -39,7 +39,7 @@ fn reach(dump: &Dump) -> BTreeMap<ServiceAddr, Reach> {
     out
 }
 
-fn service_addr(r: &Rule) -> Option<ServiceAddr> {
+fn service_addr(r: RuleRef<'_>) -> Option<ServiceAddr> {
     let protocol = Protocol::from_name(r.args.after("-p")?)?;
     if protocol == Protocol::Tcp {
         return None;
@@ -49,13 +49,13 @@ fn service_addr(r: &Rule) -> Option<ServiceAddr> {
     Some(ServiceAddr { protocol, ip, port })
 }
 
-fn endpoints(dump: &Dump, chain: &str, out: &mut BTreeSet<IpAddr>, depth: usize) {
-    let Some(nat) = dump.tables.get("nat") else { return };
+fn endpoints(dump: &impl Tables, chain: &str, out: &mut BTreeSet<IpAddr>, depth: usize) {
+    let Some(nat) = dump.table("nat") else { return };
     if depth > 8 {
         return;
     }
     for r in nat.rules_of(chain) {
-        match &r.target {
+        match r.target {
             Target::Dnat(to) => {
                 if let Some((ip, _)) = split_host_port(to) {
                     out.insert(ip);
@@ -68,7 +68,7 @@ fn endpoints(dump: &Dump, chain: &str, out: &mut BTreeSet<IpAddr>, depth: usize)
 }
 
 /// The flushes a change from `live` to `desired` calls for.
-pub fn stale(live: &Dump, desired: &Dump) -> Vec<Flush> {
+pub fn stale(live: &impl Tables, desired: &impl Tables) -> Vec<Flush> {
     stale_flows(&reach(live), &reach(desired))
 }
 

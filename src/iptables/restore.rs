@@ -11,6 +11,7 @@ use crate::netfilter::delta::NewChain;
 use crate::netfilter::dump::{Dump, Op, Rule, TableDump};
 use crate::netfilter::Chain;
 use crate::netfilter::Rule as Value;
+use crate::netfilter::view::View;
 
 /// Which services' own chains a restore includes.
 #[derive(Debug, Clone, Copy)]
@@ -65,6 +66,15 @@ pub fn dump(rs: &Ruleset, scope: Scope, stale: &[String]) -> Dump {
     b.dump
 }
 
+/// The rules of a ruleset as a [`View`]: each rule the ruleset holds borrowed, not copied
+/// (what a full sync compares with the kernel: [`crate::netfilter::delta::compute_with`]
+/// reads it as it reads the [`Dump`] of the same rules, which [`dump`] would build).
+pub fn view<'r>(rs: &'r Ruleset, scope: Scope) -> View<'r> {
+    let mut b = ViewBuilder { view: View::default(), table: String::new() };
+    walk(rs, scope, &[], &mut b);
+    b.view.finish()
+}
+
 /// The chains of a full render by table, in declaration order, each chain's rules written
 /// as restore lines, and the lines of the whole restore input: what a sync into a kernel
 /// holding none of our chains writes ([`crate::netfilter::delta::compute_fresh`]), built
@@ -77,22 +87,27 @@ pub fn new_chains(rs: &Ruleset, per_service: impl Fn(&str) -> bool) -> (Vec<(Str
 }
 
 /// What [`walk`] produces, in order: tables, chain declarations, rules, deletions.
-trait Out {
+/// Rules come as made on the spot ([`Out::rules`]: the fixed chains') or as the
+/// ruleset's own values ([`Out::held`], which live as long as the walk's ruleset: `'r`).
+trait Out<'r> {
     fn table(&mut self, name: &str);
     fn chain(&mut self, name: &Chain);
     fn rules(&mut self, rules: &[Value]);
+    fn held(&mut self, rules: &'r [Value]) {
+        self.rules(rules)
+    }
     fn delete(&mut self, chain: &str);
     fn commit(&mut self);
 }
 
 /// kube-proxy's order of a restore input, known once: [`emit`] writes it as text and
 /// [`dump`] keeps it as values.
-fn walk(rs: &Ruleset, scope: Scope, stale: &[String], out: &mut impl Out) {
+fn walk<'r>(rs: &'r Ruleset, scope: Scope, stale: &[String], out: &mut impl Out<'r>) {
     let ctx = &rs.ctx;
     out.table("filter");
     fixed::filter_chains(ctx).into_iter().for_each(|c| out.chain(&Chain::from(c)));
     out.rules(&fixed::filter_head(ctx));
-    rs.services.values().for_each(|r| out.rules(&r.filter));
+    rs.services.values().for_each(|r| out.held(&r.filter));
     out.rules(&fixed::filter_tail(ctx));
     out.commit();
     out.table("nat");
@@ -105,9 +120,9 @@ fn walk(rs: &Ruleset, scope: Scope, stale: &[String], out: &mut impl Out) {
     stale.iter().for_each(|c| out.chain(&Chain::from(c.clone())));
     out.rules(&fixed::nat_head(ctx));
     for (name, r) in &rs.services {
-        out.rules(&r.nat_top);
+        out.held(&r.nat_top);
         if scope.includes(&name.service) {
-            out.rules(&r.chain_rules);
+            out.held(&r.chain_rules);
         }
     }
     // kube-proxy writes the stale-chain deletions before the final KUBE-NODEPORTS jump.
@@ -122,7 +137,7 @@ struct Text<F: FnMut(&str)> {
     buf: String,
 }
 
-impl<F: FnMut(&str)> Out for Text<F> {
+impl<F: FnMut(&str)> Out<'_> for Text<F> {
     fn table(&mut self, name: &str) {
         (self.sink)("*");
         (self.sink)(name);
@@ -172,7 +187,7 @@ impl<F: Fn(&str) -> bool> NewChains<F> {
     }
 }
 
-impl<F: Fn(&str) -> bool> Out for NewChains<F> {
+impl<F: Fn(&str) -> bool> Out<'_> for NewChains<F> {
     fn table(&mut self, name: &str) {
         self.lines += 2; // the table line and COMMIT
         self.tables.push((name.to_string(), Vec::new()));
@@ -213,6 +228,31 @@ impl<F: Fn(&str) -> bool> Out for NewChains<F> {
     }
 }
 
+/// A [`View`] of the rules, for [`view`] (stale-chain deletions are not kept: a view
+/// is of a full render).
+struct ViewBuilder<'r> {
+    view: View<'r>,
+    table: String,
+}
+
+impl<'r> Out<'r> for ViewBuilder<'r> {
+    fn table(&mut self, name: &str) {
+        self.table = name.to_string();
+        self.view.table_mut(name);
+    }
+    fn chain(&mut self, name: &Chain) {
+        self.view.table_mut(&self.table).declare(name);
+    }
+    fn rules(&mut self, rules: &[Value]) {
+        self.view.table_mut(&self.table).copied(rules);
+    }
+    fn held(&mut self, rules: &'r [Value]) {
+        self.view.table_mut(&self.table).held(rules);
+    }
+    fn delete(&mut self, _chain: &str) {}
+    fn commit(&mut self) {}
+}
+
 /// A [`Dump`] with the line numbers the text would have.
 struct DumpBuilder {
     dump: Dump,
@@ -228,7 +268,7 @@ impl DumpBuilder {
     }
 }
 
-impl Out for DumpBuilder {
+impl Out<'_> for DumpBuilder {
     fn table(&mut self, name: &str) {
         self.line += 1;
         self.table = name.to_string();

@@ -141,8 +141,9 @@ fn into_fresh_kernel(live: &dump::Dump, rs: &Ruleset, timings: &mut Timings) -> 
 /// The full render compared with what the kernel holds, chain by chain.
 fn against_the_kernel(live: dump::Dump, rs: &Ruleset, dry_run: bool, timings: &mut Timings) -> Planned {
     let t = Instant::now();
-    // The rules as values: no restore text is written or parsed for the comparison.
-    let desired = restore::dump(rs, Scope::Full, &[]);
+    // The rules as values, borrowed from the ruleset: no restore text is written or
+    // parsed for the comparison, and no second copy of the rules is made.
+    let desired = restore::view(rs, Scope::Full);
     let full_lines = desired.lines();
     timings.render = t.elapsed();
     let t = Instant::now();
@@ -151,8 +152,8 @@ fn against_the_kernel(live: dump::Dump, rs: &Ruleset, dry_run: bool, timings: &m
     let delta = delta::compute_with(&desired, &live, rs.ctx.is_v6(), &needed_jumps(rs), is_service_chain, lines);
     let flushes = super::conntrack::stale(&live, &desired);
     timings.compute = t.elapsed();
-    // Both dumps are freed here, before the restore input is written, so a full sync
-    // never holds the dumps, the delta and the restore text at once.
+    // The kernel's dump and the view are freed here, before the restore input is
+    // written, so a full sync never holds them, the delta and the restore text at once.
     (delta, flushes, full_lines)
 }
 

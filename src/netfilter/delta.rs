@@ -14,7 +14,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use similar::{capture_diff_slices, Algorithm, DiffOp};
 
 use super::canon::{canonical_matches, canonical_target};
-use super::dump::{Dump, Rule as Read, TableDump};
+use super::dump::{Dump, TableDump};
+use super::view::{Chains, RuleRef, Tables};
 use super::jumps::Jump;
 use super::rule::{quote, write_line, Args, Chain, Rule};
 use super::target::Target;
@@ -211,16 +212,16 @@ fn rule_line<S: AsRef<str>>(chain: &str, args: impl IntoIterator<Item = S>) -> S
 }
 
 /// A rule read or gathered, as an `-A` line without its newline.
-fn text_line(chain: &str, r: &Read) -> String {
+fn text_line(chain: &str, r: RuleRef<'_>) -> String {
     let mut s = String::new();
-    write_line(&mut s, "-A", chain, &r.args, &r.target);
+    write_line(&mut s, "-A", chain, r.args, r.target);
     s.pop();
     s
 }
 
 /// A rule's `-A` line in `iptables-save`'s canonical form.
-fn canon_line(chain: &str, r: &Read, v6: bool) -> String {
-    canon_of(chain, &r.args, &r.target, v6)
+fn canon_line(chain: &str, r: RuleRef<'_>, v6: bool) -> String {
+    canon_of(chain, r.args, r.target, v6)
 }
 
 fn canon_of(chain: &str, args: &Args, target: &Target, v6: bool) -> String {
@@ -229,55 +230,55 @@ fn canon_of(chain: &str, args: &Args, target: &Target, v6: bool) -> String {
     rule_line(chain, matches.iter().map(String::as_str).chain(target.words()))
 }
 
-fn wanted_rules(t: &TableDump, chain: &str, v6: bool) -> Vec<Wanted> {
+fn wanted_rules(t: &impl Chains, chain: &str, v6: bool) -> Vec<Wanted> {
     t.rules_of(chain)
         .map(|r| Wanted { text: text_line(chain, r), canon: canon_line(chain, r, v6), jump: r.target.jump_to().cloned() })
         .collect()
 }
 
 fn live_rules(t: &TableDump, chain: &str, v6: bool) -> Vec<String> {
-    t.rules_of(chain).map(|r| canon_line(chain, r, v6)).collect()
+    Chains::rules_of(t, chain).map(|r| canon_line(chain, r, v6)).collect()
 }
 
 /// Computes the delta. `desired` is a full render (as values); `live` is what
 /// `iptables-save` printed for the same tables (empty tables if none). `per_service` says
 /// which nat chains belong to one service: rewritten whole, and deleted when the kernel
 /// holds one that is not wanted.
-pub fn compute(desired: &Dump, live: &Dump, v6: bool, jumps: &[Jump], per_service: impl Fn(&str) -> bool) -> Delta {
+pub fn compute(desired: &impl Tables, live: &Dump, v6: bool, jumps: &[Jump], per_service: impl Fn(&str) -> bool) -> Delta {
     compute_with(desired, live, v6, jumps, per_service, Lines::Keep)
 }
 
 /// [`compute`], keeping the changed chains' lines or not (`lines`): the restore input is
 /// the same either way.
-pub fn compute_with(desired: &Dump, live: &Dump, v6: bool, jumps: &[Jump], per_service: impl Fn(&str) -> bool, lines: Lines) -> Delta {
+pub fn compute_with(desired: &impl Tables, live: &Dump, v6: bool, jumps: &[Jump], per_service: impl Fn(&str) -> bool, lines: Lines) -> Delta {
     let mut delta = Delta::default();
     let empty = TableDump::default();
     for table in TABLES {
-        let want = desired.tables.get(table).unwrap_or(&empty);
+        let want = desired.table(table);
         let have = live.tables.get(table).unwrap_or(&empty);
         let mut w = TablePlan::default();
         let have_chains: BTreeSet<&str> = have.chain_names();
-        for decl in &want.chains {
-            let chain = decl.name.as_str();
-            let wanted = wanted_rules(want, chain, v6);
+        for name in want.into_iter().flat_map(|t| t.declared()) {
+            let chain = name.as_str();
+            let wanted = want.map(|t| wanted_rules(t, chain, v6)).unwrap_or_default();
             let own = per_service(chain);
             if !have_chains.contains(chain) {
-                w.rewrite(&decl.name, &wanted, false, own);
-                delta.changes.push(change(table, &decl.name, None, Some(&wanted), lines));
+                w.rewrite(name, &wanted, false, own);
+                delta.changes.push(change(table, name, None, Some(&wanted), lines));
                 continue;
             }
             let current = live_rules(have, chain, v6);
             if current.iter().eq(wanted.iter().map(|r| &r.canon)) {
                 continue;
             }
-            delta.changes.push(change(table, &decl.name, Some(lines.keep(|| current.clone())), Some(&wanted), lines));
+            delta.changes.push(change(table, name, Some(lines.keep(|| current.clone())), Some(&wanted), lines));
             if own {
-                w.rewrite(&decl.name, &wanted, true, true);
+                w.rewrite(name, &wanted, true, true);
             } else {
-                w.edit_or_rewrite(&decl.name, &current, &wanted);
+                w.edit_or_rewrite(name, &current, &wanted);
             }
         }
-        let want_chains = want.chain_names();
+        let want_chains: BTreeSet<&str> = want.into_iter().flat_map(|t| t.declared()).map(Chain::as_str).collect();
         for c in &have.chains {
             if table == "nat" && per_service(&c.name) && !want_chains.contains(c.name.as_str()) {
                 w.delete(&c.name);

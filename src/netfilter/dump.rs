@@ -143,7 +143,7 @@ impl TableDump {
         self.chains.iter().map(|c| c.name.as_str()).collect()
     }
 
-    pub fn rules_of<'a>(&'a self, chain: &'a str) -> impl Iterator<Item = &'a Rule> {
+    pub fn rules_of<'a>(&'a self, chain: &str) -> impl Iterator<Item = &'a Rule> + use<'a> {
         self.index.get(chain).into_iter().flatten().map(move |i| &self.rules[*i])
     }
 

@@ -22,6 +22,7 @@ pub mod rule;
 pub mod table;
 pub mod target;
 pub mod thin;
+pub mod view;
 
 pub use dump::{Dump, Op, TableDump};
 pub use rule::{quote, Args, Chain, Rule};

@@ -295,3 +295,52 @@ fn a_sync_into_a_kernel_holding_none_of_our_chains_installs_the_full_render_with
     let again = sync(&mut k, &rs, false).unwrap();
     assert!(again.delta.is_empty(), "the second sync compares and finds nothing");
 }
+
+#[test]
+fn the_view_a_full_sync_compares_gives_the_delta_and_flushes_of_the_dump_of_the_same_rules() {
+    use crate::netfilter::delta::{compute_with, Lines};
+    use crate::netfilter::names::is_service_chain;
+    let fixtures = every_fixture();
+    assert!(fixtures.len() >= 40, "{} rulesets", fixtures.len());
+    for (i, (name, rs)) in fixtures.iter().enumerate() {
+        let dump = restore::dump(rs, restore::Scope::Full, &[]);
+        let view = restore::view(rs, restore::Scope::Full);
+        assert_eq!(view.lines(), dump.lines(), "{name}: lines of the full input");
+        // Kernels: empty; holding exactly these rules; holding another fixture's rules
+        // (services and endpoints added, removed and changed); holding these rules with
+        // one service chain's rules and one KUBE-SERVICES rule gone.
+        let (_, other) = &fixtures[(i + 1) % fixtures.len()];
+        let mut damaged = dump.clone();
+        if let Some(nat) = damaged.tables.get_mut("nat") {
+            let svc = nat.rules.iter().position(|r| is_service_chain(&r.chain));
+            let top = nat.rules.iter().position(|r| r.chain.as_str() == "KUBE-SERVICES");
+            let mut gone: Vec<usize> = svc.into_iter().chain(top).collect();
+            gone.sort_unstable();
+            gone.dedup();
+            let kept: Vec<_> = nat.rules.iter().enumerate().filter(|(n, _)| !gone.contains(n)).map(|(_, r)| r.clone()).collect();
+            let mut table = crate::netfilter::TableDump::default();
+            nat.chains.iter().for_each(|c| table.declare(&c.name));
+            kept.into_iter().for_each(|r| table.push(r));
+            *nat = table;
+        }
+        let removed = damaged.lines() < dump.lines();
+        let kernels = [crate::netfilter::Dump::default(), dump.clone(), restore::dump(other, restore::Scope::Full, &[]), damaged];
+        let changes = |live: &crate::netfilter::Dump| compute_with(&view, live, rs.ctx.is_v6(), &needed_jumps(rs), is_service_chain, Lines::Names).changes.len();
+        if removed {
+            assert!(changes(&kernels[3]) > changes(&kernels[1]), "{name}: the damage is seen");
+        }
+        for (k, live) in kernels.iter().enumerate() {
+            for lines in [Lines::Keep, Lines::Names] {
+                let by_view = compute_with(&view, live, rs.ctx.is_v6(), &needed_jumps(rs), is_service_chain, lines);
+                let by_dump = compute_with(&dump, live, rs.ctx.is_v6(), &needed_jumps(rs), is_service_chain, lines);
+                assert_eq!(by_view, by_dump, "{name}: kernel {k}");
+            }
+            let flushes = |d: &dyn Fn() -> Vec<crate::netfilter::conntrack::Flush>| d().iter().map(|f| f.args().join(" ")).collect::<Vec<_>>();
+            assert_eq!(
+                flushes(&|| crate::iptables::conntrack::stale(live, &view)),
+                flushes(&|| crate::iptables::conntrack::stale(live, &dump)),
+                "{name}: kernel {k}"
+            );
+        }
+    }
+}
