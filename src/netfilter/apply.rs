@@ -65,6 +65,13 @@ pub trait Restorer {
     fn backend(&self) -> Backend;
     /// `iptables-save -t TABLE` output.
     fn save(&mut self, family: IpFamily, table: &str) -> Result<String, RestoreError>;
+    /// [`Restorer::save`]'s output handed to `each` line by line (without newlines). The
+    /// real binary's output is read as it comes, never held whole (at 10,000 services
+    /// the nat table's is ~45 MB); the default reads it whole first.
+    fn save_lines(&mut self, family: IpFamily, table: &str, each: &mut dyn FnMut(&str)) -> Result<(), RestoreError> {
+        self.save(family, table)?.lines().for_each(each);
+        Ok(())
+    }
     /// `iptables-save` of every table that exists (creating none).
     fn save_all(&mut self, family: IpFamily) -> Result<String, RestoreError>;
     /// Applies restore input atomically (`--noflush --counters`, waiting for the xtables lock).
@@ -99,15 +106,30 @@ pub enum ReadError {
 pub fn read(r: &mut dyn Restorer, family: IpFamily, tables: &[&str]) -> Result<super::Dump, ReadError> {
     let mut live = super::Dump::default();
     for table in tables {
-        let text = r.save(family, table)?;
-        let mut dump = super::dump::parse(&text).map_err(|error| ReadError::Parse { table: table.to_string(), error })?;
-        drop(text);
+        let mut parser = super::dump::Parser::default();
+        // The first line that cannot be read stops the parse; the rest is drained.
+        let mut failed = None;
+        r.save_lines(family, table, &mut |line| {
+            if failed.is_none() {
+                failed = parser.line(line).err();
+            }
+        })?;
+        let parsed = match failed {
+            Some(error) => Err(error),
+            None => parser.finish(),
+        };
+        let mut dump = parsed.map_err(|error| ReadError::Parse { table: table.to_string(), error })?;
         if let Some(t) = dump.tables.remove(*table) {
             live.order.push(table.to_string());
             live.tables.insert(table.to_string(), t);
         }
     }
     Ok(live)
+}
+
+/// A binary's output as text, without a copy when it is UTF-8 (it always is: rule text).
+fn text_of(bytes: Vec<u8>) -> String {
+    String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
 /// Runs the real binaries.
@@ -143,7 +165,45 @@ impl Restorer for ExecRestorer {
             }
             return Err(RestoreError::Failed { binary, message });
         }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        Ok(text_of(out.stdout))
+    }
+
+    fn save_lines(&mut self, family: IpFamily, table: &str, each: &mut dyn FnMut(&str)) -> Result<(), RestoreError> {
+        let binary = self.backend.binary(family, "save");
+        let spawn = |error| RestoreError::Spawn { binary: binary.clone(), error };
+        // stderr is read after stdout: iptables-save writes a line or two there at most,
+        // far below a pipe's buffer, so it cannot block on it while stdout is read.
+        let mut child = Command::new(&binary).args(["-t", table]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(spawn)?;
+        let mut read = Ok(());
+        if let Some(stdout) = child.stdout.take() {
+            let mut reader = std::io::BufReader::with_capacity(1 << 16, stdout);
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                match std::io::BufRead::read_until(&mut reader, b'\n', &mut line) {
+                    Ok(0) => break,
+                    Ok(_) => {
+                        let text = String::from_utf8_lossy(&line);
+                        each(text.strip_suffix('\n').unwrap_or(&text));
+                    }
+                    Err(error) => {
+                        read = Err(error);
+                        break;
+                    }
+                }
+            }
+        }
+        let out = child.wait_with_output().map_err(spawn)?;
+        read.map_err(spawn)?;
+        if !out.status.success() {
+            let message = String::from_utf8_lossy(&out.stderr).trim().to_string();
+            // A table that was never created: nothing to read.
+            if message.contains("does not exist") || message.contains("Table does not exist") {
+                return Ok(());
+            }
+            return Err(RestoreError::Failed { binary, message });
+        }
+        Ok(())
     }
 
     fn save_all(&mut self, family: IpFamily) -> Result<String, RestoreError> {
@@ -152,7 +212,7 @@ impl Restorer for ExecRestorer {
         if !out.status.success() {
             return Err(RestoreError::Failed { binary, message: String::from_utf8_lossy(&out.stderr).trim().to_string() });
         }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        Ok(text_of(out.stdout))
     }
 
     fn restore(&mut self, family: IpFamily, text: &str) -> Result<(), RestoreError> {

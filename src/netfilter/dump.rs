@@ -171,36 +171,56 @@ pub struct ParseError {
 
 /// Parses restore input / save output. Comments (`#`) and blank lines are skipped.
 pub fn parse(text: &str) -> Result<Dump, ParseError> {
-    let mut dump = Dump::default();
-    let mut table: Option<String> = None;
-    for (i, raw) in text.lines().enumerate() {
+    let mut p = Parser::default();
+    for raw in text.lines() {
+        p.line(raw)?;
+    }
+    p.finish()
+}
+
+/// [`parse`] line by line, for output read as it comes (`iptables-save` of a 10,000-service
+/// node is ~45 MB of text, never held whole: [`super::apply::read`]).
+#[derive(Debug, Default)]
+pub struct Parser {
+    dump: Dump,
+    table: Option<String>,
+    /// Lines read so far.
+    line: usize,
+}
+
+impl Parser {
+    /// Reads one line (its newline already taken off).
+    pub fn line(&mut self, raw: &str) -> Result<(), ParseError> {
+        self.line += 1;
+        let i = self.line - 1;
+        let dump = &mut self.dump;
         let line = raw.trim_end();
         let err = |reason: &str| ParseError { line: i + 1, reason: reason.to_string(), text: line.to_string() };
         if line.is_empty() || line.starts_with('#') {
-            continue;
+            return Ok(());
         }
         if let Some(name) = line.strip_prefix('*') {
-            if table.is_some() {
+            if self.table.is_some() {
                 return Err(err("table started before COMMIT"));
             }
-            table = Some(name.to_string());
+            self.table = Some(name.to_string());
             if !dump.tables.contains_key(name) {
                 dump.order.push(name.to_string());
             }
             dump.tables.entry(name.to_string()).or_default();
-            continue;
+            return Ok(());
         }
-        let Some(t) = table.as_ref() else { return Err(err("line outside a table")) };
+        let Some(t) = self.table.as_ref() else { return Err(err("line outside a table")) };
         if line == "COMMIT" {
-            table = None;
-            continue;
+            self.table = None;
+            return Ok(());
         }
         let td = dump.tables.get_mut(t).ok_or_else(|| err("unknown table"))?;
         if let Some(decl) = line.strip_prefix(':') {
             let mut parts = decl.split_whitespace();
             let name = parts.next().ok_or_else(|| err("chain line without a name"))?;
             td.declare_as(name, known(parts.next().unwrap_or("-")), known(parts.next().unwrap_or("[0:0]")));
-            continue;
+            return Ok(());
         }
         let mut words = Words(line.trim());
         let first = words.next().transpose().map_err(&err)?;
@@ -217,16 +237,21 @@ pub fn parse(text: &str) -> Result<Dump, ParseError> {
             }
             _ => return Err(err("not a rule")),
         }
+        Ok(())
     }
-    if table.is_some() {
-        return Err(ParseError { line: text.lines().count(), reason: "missing COMMIT".into(), text: String::new() });
+
+    /// The dump read (an error if a table was left without its `COMMIT`).
+    pub fn finish(mut self) -> Result<Dump, ParseError> {
+        if self.table.is_some() {
+            return Err(ParseError { line: self.line, reason: "missing COMMIT".into(), text: String::new() });
+        }
+        // A dump is kept while the sync works: without the vectors' growth slack.
+        for t in self.dump.tables.values_mut() {
+            t.rules.shrink_to_fit();
+            t.chains.shrink_to_fit();
+        }
+        Ok(self.dump)
     }
-    // A dump is kept while the sync works: without the vectors' growth slack.
-    for t in dump.tables.values_mut() {
-        t.rules.shrink_to_fit();
-        t.chains.shrink_to_fit();
-    }
-    Ok(dump)
 }
 
 /// Splits a rule into words; a double-quoted word loses its quotes.

@@ -55,6 +55,11 @@ impl Restorer for Watched<'_> {
         self.note(Phase::Read, family, r)
     }
 
+    fn save_lines(&mut self, family: IpFamily, table: &str, each: &mut dyn FnMut(&str)) -> Result<(), RestoreError> {
+        let r = self.inner.save_lines(family, table, each);
+        self.note(Phase::Read, family, r)
+    }
+
     fn save_all(&mut self, family: IpFamily) -> Result<String, RestoreError> {
         let r = self.inner.save_all(family);
         self.note(Phase::Read, family, r)
@@ -80,6 +85,39 @@ impl Restorer for Watched<'_> {
 mod tests {
     use super::*;
     use crate::netfilter::fake::FakeIptables;
+
+    /// Reads only line by line: a whole read fails.
+    struct Streaming;
+
+    impl Restorer for Streaming {
+        fn backend(&self) -> Backend {
+            Backend::Nft
+        }
+        fn save(&mut self, _: IpFamily, _: &str) -> Result<String, RestoreError> {
+            Err(RestoreError::Failed { binary: "save".into(), message: "read whole".into() })
+        }
+        fn save_lines(&mut self, _: IpFamily, table: &str, each: &mut dyn FnMut(&str)) -> Result<(), RestoreError> {
+            [format!("*{table}").as_str(), "COMMIT"].into_iter().for_each(each);
+            Ok(())
+        }
+        fn save_all(&mut self, _: IpFamily) -> Result<String, RestoreError> {
+            unimplemented!()
+        }
+        fn restore(&mut self, _: IpFamily, _: &str) -> Result<(), RestoreError> {
+            unimplemented!()
+        }
+        fn check(&mut self, _: IpFamily, _: &str, _: &str, _: &[&str]) -> Result<bool, RestoreError> {
+            unimplemented!()
+        }
+    }
+
+    #[test]
+    fn the_kernel_is_read_line_by_line_through_the_watch() {
+        let mut inner = Streaming;
+        let mut w = Watched::new(&mut inner);
+        let dump = crate::netfilter::apply::read(&mut w, IpFamily::V4, &["nat"]).expect("read line by line");
+        assert_eq!(dump.order, ["nat"]);
+    }
 
     #[test]
     fn the_first_failed_call_is_remembered_with_its_phase_and_family() {
