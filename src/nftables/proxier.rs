@@ -1,5 +1,6 @@
-//! nftables mode across syncs: the rendered rulesets (one per family), whether the kernel
-//! is known to hold them, and the kernel reached through [`Nft`].
+//! nftables mode across syncs: the rulesets (one per family: what each service port is
+//! rendered from, [`Ruleset`]), whether the kernel is known to hold them, and the kernel
+//! reached through [`Nft`].
 //!
 //! - A **full** sync (the first, a periodic one, any after a failure or a re-render) is
 //!   kube-proxy's full sync ([`super::sync::full`]): one transaction per family that
@@ -30,7 +31,6 @@ use crate::netfilter::apply::Pass;
 use crate::netfilter::conntrack::Reconciled;
 pub use crate::netfilter::phase::Phase;
 use super::watched::WatchedNft;
-use crate::model::{ports_of, ServicePortName};
 use crate::track::{Changes, Trackers};
 
 /// A family's sync failed; `done` holds the reports of the families that synced (the
@@ -59,7 +59,7 @@ pub struct Proxier {
 }
 
 /// The changed services' objects before a commit, per family.
-type Before = Vec<(ServicePortName, Objects)>;
+type Before = Vec<Objects>;
 
 impl Proxier {
     pub fn new(config: &Config, trackers: &Trackers, nft: Box<dyn Nft>, conntrack: Box<dyn Conntrack>) -> Self {
@@ -93,7 +93,7 @@ impl Proxier {
     pub fn sync_some(&mut self, trackers: &Trackers, changes: &[Changes], full: bool, pass: Pass, wanted: &[bool]) -> Result<Vec<Report>, Failed> {
         let mut befores: Vec<Before> = Vec::with_capacity(self.rulesets.len());
         for ((rs, t), ch) in self.rulesets.iter_mut().zip(&trackers.families).zip(changes) {
-            befores.push(ch.services.iter().flat_map(|id| ports_of(&rs.services, id)).map(|k| (k.clone(), rs.services[k].clone())).collect());
+            befores.push(ch.services.iter().flat_map(|id| rs.objects_of(id)).collect());
             let (s, e) = t.view();
             rs.update(s, e, &ch.services);
         }
@@ -105,13 +105,11 @@ impl Proxier {
         for (i, before) in befores.iter().enumerate().filter(|(i, _)| go[*i]) {
             self.in_sync[i] = false;
             let family = self.rulesets[i].ctx.ip_family;
-            let after: Vec<&Objects> = changes
-                .get(i)
-                .into_iter()
-                .flat_map(|ch| ch.services.iter().flat_map(|id| ports_of(&self.rulesets[i].services, id)))
-                .map(|k| &self.rulesets[i].services[k])
-                .collect();
-            let before: Vec<&Objects> = before.iter().map(|(_, o)| o).collect();
+            // Rendered from the ruleset's inputs now (it keeps no objects): the changed
+            // services' ports after the commit.
+            let after: Vec<Objects> = changes.get(i).into_iter().flat_map(|ch| ch.services.iter().flat_map(|id| self.rulesets[i].objects_of(id))).collect();
+            let after: Vec<&Objects> = after.iter().collect();
+            let before: Vec<&Objects> = before.iter().collect();
             let mut nft = WatchedNft::new(self.nft.as_mut());
             let result = if trusted[i] {
                 send_partial(&mut nft, self.rulesets[i].ctx.family, &before, &after)
