@@ -105,16 +105,17 @@ impl Proxier {
         for (i, before) in befores.iter().enumerate().filter(|(i, _)| go[*i]) {
             self.in_sync[i] = false;
             let family = self.rulesets[i].ctx.ip_family;
-            // Rendered from the ruleset's inputs now (it keeps no objects): the changed
-            // services' ports after the commit.
-            let after: Vec<Objects> = changes.get(i).into_iter().flat_map(|ch| ch.services.iter().flat_map(|id| self.rulesets[i].objects_of(id))).collect();
-            let after: Vec<&Objects> = after.iter().collect();
             let before: Vec<&Objects> = before.iter().collect();
             let mut nft = WatchedNft::new(self.nft.as_mut());
-            let result = if trusted[i] {
-                send_partial(&mut nft, self.rulesets[i].ctx.family, &before, &after)
+            // The changed ports' objects after the commit are rendered from the ruleset
+            // (it keeps none); for a full sync only once its table is gone, so that the
+            // two are not held at once (a first sync from the API server changes every
+            // service).
+            let (result, after) = if trusted[i] {
+                let after = changed_objects(&self.rulesets[i], changes.get(i));
+                (send_partial(&mut nft, self.rulesets[i].ctx.family, &before, &after.iter().collect::<Vec<_>>()), Some(after))
             } else {
-                sync::full(&mut nft, &self.rulesets[i].table(), pass == Pass::DryRun)
+                (sync::full(&mut nft, &self.rulesets[i].table(), pass == Pass::DryRun), None)
             };
             let phase = nft.failed().unwrap_or(Phase::Other);
             let mut report = match result {
@@ -124,7 +125,8 @@ impl Proxier {
                     continue;
                 }
             };
-            report.flushes = super::conntrack::stale(&before, &after);
+            let after = after.unwrap_or_else(|| changed_objects(&self.rulesets[i], changes.get(i)));
+            report.flushes = super::conntrack::stale(&before, &after.iter().collect::<Vec<_>>());
             if pass == Pass::Apply {
                 self.in_sync[i] = true;
                 if !report.flushes.is_empty() {
@@ -152,6 +154,11 @@ impl Proxier {
         let family = self.rulesets[i].ctx.ip_family;
         self.reconciled.push(Reconciled { family, seconds, deleted: result.as_ref().ok().copied(), error: result.err() });
     }
+}
+
+/// The objects of the changed services' ports, as the ruleset holds them now.
+fn changed_objects(rs: &Ruleset, changes: Option<&Changes>) -> Vec<Objects> {
+    changes.into_iter().flat_map(|ch| ch.services.iter().flat_map(|id| rs.objects_of(id))).collect()
 }
 
 /// One family's partial sync: one transaction that also deletes the chains and sets that
