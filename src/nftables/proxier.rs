@@ -1,5 +1,6 @@
-//! nftables mode across syncs: the rendered rulesets (one per family), whether the kernel
-//! is known to hold them, and the kernel reached through [`Nft`].
+//! nftables mode across syncs: the rulesets (one per family: what each service port is
+//! rendered from, [`Ruleset`]), whether the kernel is known to hold them, and the kernel
+//! reached through [`Nft`].
 //!
 //! - A **full** sync (the first, a periodic one, any after a failure or a re-render) is
 //!   kube-proxy's full sync ([`super::sync::full`]): one transaction per family that
@@ -30,7 +31,6 @@ use crate::netfilter::apply::Pass;
 use crate::netfilter::conntrack::Reconciled;
 pub use crate::netfilter::phase::Phase;
 use super::watched::WatchedNft;
-use crate::model::{ports_of, ServicePortName};
 use crate::track::{Changes, Trackers};
 
 /// A family's sync failed; `done` holds the reports of the families that synced (the
@@ -59,7 +59,7 @@ pub struct Proxier {
 }
 
 /// The changed services' objects before a commit, per family.
-type Before = Vec<(ServicePortName, Objects)>;
+type Before = Vec<Objects>;
 
 impl Proxier {
     pub fn new(config: &Config, trackers: &Trackers, nft: Box<dyn Nft>, conntrack: Box<dyn Conntrack>) -> Self {
@@ -93,7 +93,7 @@ impl Proxier {
     pub fn sync_some(&mut self, trackers: &Trackers, changes: &[Changes], full: bool, pass: Pass, wanted: &[bool]) -> Result<Vec<Report>, Failed> {
         let mut befores: Vec<Before> = Vec::with_capacity(self.rulesets.len());
         for ((rs, t), ch) in self.rulesets.iter_mut().zip(&trackers.families).zip(changes) {
-            befores.push(ch.services.iter().flat_map(|id| ports_of(&rs.services, id)).map(|k| (k.clone(), rs.services[k].clone())).collect());
+            befores.push(ch.services.iter().flat_map(|id| rs.objects_of(id)).collect());
             let (s, e) = t.view();
             rs.update(s, e, &ch.services);
         }
@@ -105,18 +105,17 @@ impl Proxier {
         for (i, before) in befores.iter().enumerate().filter(|(i, _)| go[*i]) {
             self.in_sync[i] = false;
             let family = self.rulesets[i].ctx.ip_family;
-            let after: Vec<&Objects> = changes
-                .get(i)
-                .into_iter()
-                .flat_map(|ch| ch.services.iter().flat_map(|id| ports_of(&self.rulesets[i].services, id)))
-                .map(|k| &self.rulesets[i].services[k])
-                .collect();
-            let before: Vec<&Objects> = before.iter().map(|(_, o)| o).collect();
+            let before: Vec<&Objects> = before.iter().collect();
             let mut nft = WatchedNft::new(self.nft.as_mut());
-            let result = if trusted[i] {
-                send_partial(&mut nft, self.rulesets[i].ctx.family, &before, &after)
+            // The changed ports' objects after the commit are rendered from the ruleset
+            // (it keeps none); for a full sync only once its table is gone, so that the
+            // two are not held at once (a first sync from the API server changes every
+            // service).
+            let (result, after) = if trusted[i] {
+                let after = changed_objects(&self.rulesets[i], changes.get(i));
+                (send_partial(&mut nft, self.rulesets[i].ctx.family, &before, &after.iter().collect::<Vec<_>>()), Some(after))
             } else {
-                sync::full(&mut nft, &self.rulesets[i].table(), pass == Pass::DryRun)
+                (sync::full(&mut nft, &self.rulesets[i].table(), pass == Pass::DryRun), None)
             };
             let phase = nft.failed().unwrap_or(Phase::Other);
             let mut report = match result {
@@ -126,7 +125,8 @@ impl Proxier {
                     continue;
                 }
             };
-            report.flushes = super::conntrack::stale(&before, &after);
+            let after = after.unwrap_or_else(|| changed_objects(&self.rulesets[i], changes.get(i)));
+            report.flushes = super::conntrack::stale(&before, &after.iter().collect::<Vec<_>>());
             if pass == Pass::Apply {
                 self.in_sync[i] = true;
                 if !report.flushes.is_empty() {
@@ -154,6 +154,11 @@ impl Proxier {
         let family = self.rulesets[i].ctx.ip_family;
         self.reconciled.push(Reconciled { family, seconds, deleted: result.as_ref().ok().copied(), error: result.err() });
     }
+}
+
+/// The objects of the changed services' ports, as the ruleset holds them now.
+fn changed_objects(rs: &Ruleset, changes: Option<&Changes>) -> Vec<Objects> {
+    changes.into_iter().flat_map(|ch| ch.services.iter().flat_map(|id| rs.objects_of(id))).collect()
 }
 
 /// One family's partial sync: one transaction that also deletes the chains and sets that

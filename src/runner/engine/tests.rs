@@ -1127,3 +1127,37 @@ fn a_family_that_synced_beside_a_failing_one_observes_its_network_programming() 
     assert_eq!(l.metric(&of("kubeproxy_sync_proxy_rules_iptables_restore_failures_total", "IPv4")), 1, "IPv4's restore was refused");
     assert_eq!(l.metric(&of("kubeproxy_network_programming_duration_seconds_count", "IPv6")), 1, "IPv6 synced its change");
 }
+
+/// The nftables ruleset keeps no copy of the cluster: every service port it holds is the
+/// trackers' own `Arc`s (the port and its endpoints), after the first sync and after a
+/// partial one, and a port the trackers dropped is gone from it.
+#[test]
+fn the_nftables_ruleset_shares_the_trackers_ports_and_endpoints() {
+    let state = demo_state();
+    let mut web = slice(&state, "shop", "web");
+    let (mut engine, _nft) = nftables_engine(state);
+    let shared = |engine: &Engine| {
+        let Proxier::Nftables(p) = &engine.proxier else { panic!("nftables mode") };
+        let mut ports = 0;
+        for (rs, t) in p.rulesets.iter().zip(&engine.trackers.families) {
+            let (services, endpoints) = t.view();
+            assert_eq!(rs.services.keys().collect::<Vec<_>>(), services.keys().collect::<Vec<_>>());
+            for (k, inputs) in &rs.services {
+                assert!(Arc::ptr_eq(&inputs.service, &services[k]), "{k}: the port is the trackers' allocation");
+                match (&inputs.endpoints, endpoints.get(k)) {
+                    (Some(a), Some(b)) => assert!(Arc::ptr_eq(a, b), "{k}: the endpoints are the trackers' allocation"),
+                    (None, None) => {}
+                    (a, b) => panic!("{k}: {a:?} against the trackers' {b:?}"),
+                }
+                ports += 1;
+            }
+        }
+        ports
+    };
+    engine.sync(true).unwrap();
+    assert!(shared(&engine) > 0);
+    web.endpoints.remove(0);
+    engine.apply(&[Event::SliceApplied(Arc::new(web))]);
+    engine.sync(false).unwrap();
+    shared(&engine);
+}
