@@ -105,11 +105,13 @@ pub async fn watch_files(path: PathBuf, interval: Duration, initial: Start, fini
         // An empty file is one being rewritten (truncated, not yet written), however long
         // the writer takes: it is never read as a cluster with nothing in it. (To empty a
         // cluster on purpose, write a comment or `---`.)
-        let settled = now == previous_poll && now.iter().all(|(_, len, _, _)| *len > 0);
+        let written = now.iter().all(|(_, len, _, _)| *len > 0);
+        let settled = written && (now == previous_poll || renamed_over(&read_at, &now));
         previous_poll = now.clone();
         if now == read_at || !settled {
             continue;
         }
+        let clock = std::time::Instant::now();
         let listed = super::file::input_files(&path);
         let changed: Vec<PathBuf> = now.iter().filter(|f| !read_at.contains(f)).map(|(p, ..)| p.clone()).collect();
         let mut reads = FileSet::read_files(&changed);
@@ -117,6 +119,7 @@ pub async fn watch_files(path: PathBuf, interval: Duration, initial: Start, fini
             continue;
         }
         read_at = now;
+        let read = clock.elapsed();
         let mut errors = std::mem::take(&mut reads.errors);
         // A path that cannot be listed changes nothing (it says why).
         match listed {
@@ -142,10 +145,21 @@ pub async fn watch_files(path: PathBuf, interval: Duration, initial: Start, fini
         }
         let events = objects.events_since(&state);
         state = objects;
+        let (files_read, seconds) = (changed.len(), clock.elapsed().as_secs_f64());
+        tracing::info!(files_read, read_seconds = read.as_secs_f64(), seconds, events = events.len(), "files re-read");
         if tx.send(SourceMsg::Events(events)).await.is_err() {
             return;
         }
     }
+}
+
+/// Whether every file that changed since `read_at` was there when it was read and has
+/// been replaced by a rename since (another inode): such a file was written whole before
+/// it took the name, so it need not hold still for a poll first.
+fn renamed_over(read_at: &Fingerprint, now: &Fingerprint) -> bool {
+    let before: std::collections::BTreeMap<&PathBuf, u64> = read_at.iter().map(|(p, _, _, inode)| (p, *inode)).collect();
+    let mut changed = now.iter().filter(|f| !read_at.contains(f)).peekable();
+    changed.peek().is_some() && changed.all(|(p, _, _, inode)| before.get(p).is_some_and(|old| old != inode))
 }
 
 /// `notes` as text when they differ from `last` (which becomes them) and are not
@@ -184,6 +198,17 @@ mod tests {
 
     fn with_notes(texts: &[&str]) -> Vec<Note> {
         texts.iter().map(|t| Note { path: PathBuf::from("c.yaml"), line: 3, text: t.to_string() }).collect()
+    }
+
+    #[test]
+    fn only_files_replaced_by_a_rename_skip_holding_still() {
+        let f = |name: &str, len: u64, inode: u64| (PathBuf::from(name), len, None, inode);
+        let read_at = vec![f("a.yaml", 10, 1), f("b.yaml", 10, 2)];
+        assert!(renamed_over(&read_at, &vec![f("a.yaml", 12, 7), f("b.yaml", 10, 2)]), "a renamed over");
+        assert!(!renamed_over(&read_at, &vec![f("a.yaml", 12, 1), f("b.yaml", 10, 2)]), "a written in place");
+        assert!(!renamed_over(&read_at, &vec![f("a.yaml", 10, 1), f("b.yaml", 10, 2), f("c.yaml", 5, 9)]), "c is new");
+        assert!(!renamed_over(&read_at, &vec![f("a.yaml", 12, 7), f("b.yaml", 11, 2)]), "b written in place");
+        assert!(!renamed_over(&read_at, &read_at), "nothing changed");
     }
 
     #[test]
