@@ -219,10 +219,12 @@ impl FileSet {
     /// The merge without finishing; with `full`, the Service backends, slice references
     /// and origins too (what finishing reads).
     fn merge_rest(&self, full: bool) -> Merged {
-        // Who has the last copy of each object, and the duplicates across files.
+        // Who has the last copy of each object, and the duplicates across files (one file
+        // has none: it has the last copy of everything it read).
+        let single = self.files.len() <= 1;
         let mut owner: BTreeMap<(&'static str, &NamespacedName), (usize, u64)> = BTreeMap::new();
         let mut across: Vec<Vec<Duplicate>> = vec![Vec::new(); self.files.len()];
-        for (i, (path, read)) in self.files.iter().enumerate() {
+        for (i, (path, read)) in self.files.iter().enumerate().filter(|_| !single) {
             let firsts = read.first_lines();
             for (key, last) in read.keys() {
                 if let Some((j, before)) = owner.insert(key, (i, last)) {
@@ -232,7 +234,7 @@ impl FileSet {
                 }
             }
         }
-        let owns = |i: usize, kind: &'static str, id: &NamespacedName| owner.get(&(kind, id)).is_some_and(|(o, _)| *o == i);
+        let owns = |i: usize, kind: &'static str, id: &NamespacedName| single || owner.get(&(kind, id)).is_some_and(|(o, _)| *o == i);
         let mut m = Merged::default();
         m.state.notes.extend(self.listing.clone());
         for (i, ((path, read), across)) in self.files.iter().zip(across).enumerate() {
@@ -402,6 +404,14 @@ mod tests {
         assert_eq!(names(&m.objects), ["ns/s3=10.0.0.3"]);
         assert!(m.objects.slices.is_empty());
         assert!(m.state.notes[0].text.starts_with("read 2 file(s)"), "{:?}", m.state.notes);
+
+        // One file left (no duplicates across files to look for), s1 back in it.
+        std::fs::remove_file(d.join("c.yaml")).unwrap();
+        dir.write("a.yaml", &[svc("s1", "10.0.0.1"), slice("s1-x", "s1", "10.1.0.1"), svc("s1", "10.0.0.11")]);
+        let m = step(&mut set, d, &["a.yaml"], &mut held);
+        assert_same(&m, d, "one file");
+        assert_eq!(names(&m.objects), ["ns/s1=10.0.0.11"]);
+        assert_eq!(m.state.duplicates.len(), 1, "within the file");
     }
 
     #[test]

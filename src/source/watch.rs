@@ -130,6 +130,7 @@ pub async fn watch_files(path: PathBuf, interval: Duration, initial: Start, fini
             Err(e) => errors.push(e),
         }
         let (Merged { mut objects, state: rest }, more) = files.merge(&finish);
+        let merged = clock.elapsed();
         errors.extend(more);
         if let Some(new) = changed_notes(&mut notes, &rest.notes) {
             if tx.send(SourceMsg::Notes(new)).await.is_err() {
@@ -146,7 +147,8 @@ pub async fn watch_files(path: PathBuf, interval: Duration, initial: Start, fini
         let events = objects.events_since(&state);
         state = objects;
         let (files_read, seconds) = (changed.len(), clock.elapsed().as_secs_f64());
-        tracing::info!(files_read, read_seconds = read.as_secs_f64(), seconds, events = events.len(), "files re-read");
+        let (read_seconds, merge_seconds) = (read.as_secs_f64(), (merged - read).as_secs_f64());
+        tracing::info!(files_read, read_seconds, merge_seconds, seconds, events = events.len(), "files re-read");
         if tx.send(SourceMsg::Events(events)).await.is_err() {
             return;
         }
