@@ -121,13 +121,17 @@ pub async fn watch_files(path: PathBuf, interval: Duration, initial: Start, fini
         read_at = now;
         let read = clock.elapsed();
         let mut errors = std::mem::take(&mut reads.errors);
-        // A path that cannot be listed changes nothing (it says why).
+        // A path that cannot be listed changes nothing (it says why); every file is read
+        // again once it can be.
         match listed {
             Ok((_, listing)) => {
                 let names: Vec<PathBuf> = read_at.iter().map(|(p, ..)| p.clone()).collect();
                 files.update(listing, &names, reads, &state);
             }
-            Err(e) => errors.push(e),
+            Err(e) => {
+                errors.push(e);
+                read_at = Vec::new();
+            }
         }
         let (Merged { mut objects, state: rest }, more) = files.merge(&finish);
         let merged = clock.elapsed();
