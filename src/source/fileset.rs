@@ -415,6 +415,48 @@ mod tests {
     }
 
     #[test]
+    fn deleting_the_file_with_the_later_copy_brings_the_earlier_back_and_a_move_over_two_polls_deletes_then_applies() {
+        let dir = Dir::new("later");
+        let d = dir.0.as_path();
+        dir.write("a.yaml", &[svc("s1", "10.0.0.1")]);
+        dir.write("b.yaml", &[svc("s1", "10.0.0.2"), svc("s2", "10.0.0.3")]);
+        let (mut set, _) = FileSet::read(d);
+        let (first, _) = set.merge(&DERIVE);
+        assert_same(&first, d, "start");
+        assert_eq!(names(&first.objects), ["ns/s1=10.0.0.2", "ns/s2=10.0.0.3"]);
+        let mut held = first.objects;
+
+        std::fs::remove_file(d.join("b.yaml")).unwrap();
+        let (files, listing) = input_files(d).unwrap();
+        set.update(listing, &files, Reads::default(), &held);
+        let (mut m, _) = set.merge(&DERIVE);
+        assert_same(&m, d, "later copy's file deleted");
+        let events: Vec<String> = m
+            .objects
+            .events_since(&held)
+            .iter()
+            .map(|e| match e {
+                crate::track::Event::ServiceApplied(s) => format!("apply {}={}", s.id, s.cluster_ips[0]),
+                crate::track::Event::ServiceDeleted(id) => format!("delete {id}"),
+                other => format!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(events, ["delete ns/s2", "apply ns/s1=10.0.0.1"], "the earlier copy of s1 is used again");
+        assert_eq!(names(&m.objects), ["ns/s1=10.0.0.1"]);
+        assert!(m.state.duplicates.is_empty());
+        held = m.objects;
+
+        // s1 moves to c, a first (gone), c later (back).
+        dir.write("a.yaml", &["# moved\n".to_string()]);
+        let m = step(&mut set, d, &["a.yaml"], &mut held);
+        assert!(m.objects.services.is_empty());
+        dir.write("c.yaml", &[svc("s1", "10.0.0.1")]);
+        let m = step(&mut set, d, &["c.yaml"], &mut held);
+        assert_same(&m, d, "moved over two polls");
+        assert_eq!(names(&m.objects), ["ns/s1=10.0.0.1"]);
+    }
+
+    #[test]
     fn a_file_that_no_longer_reads_keeps_its_objects_and_the_others_are_untouched() {
         let dir = Dir::new("malformed");
         let d = dir.0.as_path();
