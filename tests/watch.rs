@@ -15,14 +15,11 @@ use svcproxy::pipeline;
 use svcproxy::runner::watch;
 use svcproxy::schedule::{Schedule, Timing};
 use svcproxy::serve::{self, Shared};
-use svcproxy::source::file::read_path_lenient;
-use svcproxy::source::watch::{watch_files, SourceMsg};
+use svcproxy::source::watch::{watch_files, SourceMsg, Start};
 
 /// What the commands do to every read of the files: EndpointSlices derived where a
 /// Service has none (`--derive-endpoints` off).
-fn derive(state: &mut svcproxy::source::ClusterState) {
-    svcproxy::derive::complete_with_notes(state, false);
-}
+const DERIVE: svcproxy::derive::Completion = svcproxy::derive::Completion { force: false };
 
 fn nat(kernel: &SharedFake) -> String {
     kernel.lock().unwrap().save_table(IpFamily::V4, "nat")
@@ -73,10 +70,9 @@ fn watch_follows_file_changes_coalesces_bursts_survives_bad_objects_and_reports_
     let file = dir.join("cluster.yaml");
     std::fs::write(&file, cluster(2, "")).unwrap();
 
-    let (state, errors) = read_path_lenient(&dir);
+    let (initial, state, errors) = Start::read(&dir, &DERIVE);
     assert!(errors.is_empty());
-    let initial = state.clone();
-    let loaded = pipeline::load(state, Settings::default(), Settings::default()).unwrap();
+    let loaded = pipeline::load_objects(state, &initial.objects, Settings::default(), Settings::default()).unwrap();
     let timing = Timing { min_sync_period: Duration::from_millis(300), sync_period: Duration::from_secs(30), ..Timing::default() };
     let shared = Arc::new(Shared::new(Schedule::new(timing)));
     let kernel = SharedFake::default();
@@ -89,7 +85,7 @@ fn watch_follows_file_changes_coalesces_bursts_survives_bad_objects_and_reports_
         (h, m)
     });
     let (tx, rx) = tokio::sync::mpsc::channel::<SourceMsg>(64);
-    rt.spawn(watch_files(dir.clone(), Duration::from_millis(20), initial, derive, tx));
+    rt.spawn(watch_files(dir.clone(), Duration::from_millis(20), initial, DERIVE, tx));
     let loop_shared = shared.clone();
     let runner = rt.spawn(async move {
         watch::run(engine, rx, loop_shared, async { let _ = stop_rx.await; }).await;
@@ -151,12 +147,12 @@ fn watch_from_files_reports_the_readers_notes_once_per_change() {
     let file = dir.join("cluster.yaml");
     let config_map = |name: &str| format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: a}}\n---\n");
     std::fs::write(&file, format!("{}{}", config_map("first"), cluster(2, ""))).unwrap();
-    let (initial, errors) = read_path_lenient(&dir);
+    let (initial, _, errors) = Start::read(&dir, &DERIVE);
     assert!(errors.is_empty());
 
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let (tx, mut rx) = tokio::sync::mpsc::channel::<SourceMsg>(64);
-    rt.spawn(watch_files(dir.clone(), Duration::from_millis(20), initial, derive, tx));
+    rt.spawn(watch_files(dir.clone(), Duration::from_millis(20), initial, DERIVE, tx));
     // The messages up to and including the next `Events` (or `Ready`), as text.
     let mut next_batch = || -> Vec<String> {
         rt.block_on(async {
@@ -192,6 +188,68 @@ fn watch_from_files_reports_the_readers_notes_once_per_change() {
     // Rewritten as it was: same notes, nothing said.
     std::fs::write(&file, format!("{changed}\n")).unwrap();
     assert_eq!(next_batch(), ["events"]);
+
+    drop(rx);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Watch mode from a directory: a file replaced by a rename (same size and modification
+/// time, another inode) is read again, a file deleted takes its objects with it, and the
+/// files that did not change give no event.
+#[test]
+fn watch_from_a_directory_follows_renames_and_deletions_file_by_file() {
+    let dir: PathBuf = std::env::temp_dir().join(format!("svcproxy-watch-dir-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let service = |name: &str, ip: &str| {
+        format!("apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: a}}\nspec: {{clusterIP: {ip}, ports: [{{name: http, port: 80}}]}}\n")
+    };
+    std::fs::write(dir.join("a.yaml"), cluster(2, "")).unwrap();
+    std::fs::write(dir.join("b.yaml"), service("two", "198.19.255.21")).unwrap();
+    let (initial, _, errors) = Start::read(&dir, &DERIVE);
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(initial.objects.services.len(), 2);
+
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<SourceMsg>(64);
+    rt.spawn(watch_files(dir.clone(), Duration::from_millis(20), initial, DERIVE, tx));
+    // The next `Events` (or `Ready`: none), as one line per event.
+    let mut next_events = || -> Vec<String> {
+        rt.block_on(async {
+            loop {
+                let msg = tokio::time::timeout(Duration::from_secs(10), rx.recv()).await.expect("a message within 10s").expect("the source runs");
+                if let SourceMsg::Ready = msg {
+                    return Vec::new();
+                }
+                if let SourceMsg::Events(events) = msg {
+                    return events
+                        .iter()
+                        .map(|e| match e {
+                            svcproxy::track::Event::ServiceApplied(s) => format!("apply service {} {}", s.id, s.cluster_ips[0]),
+                            svcproxy::track::Event::ServiceDeleted(id) => format!("delete service {id}"),
+                            svcproxy::track::Event::SliceApplied(s) => format!("apply slice {}", s.id),
+                            svcproxy::track::Event::SliceDeleted(s) => format!("delete slice {}", s.id),
+                        })
+                        .collect();
+                }
+            }
+        })
+    };
+
+    assert!(next_events().is_empty(), "ready");
+
+    // b replaced by a rename: same size, same modification time, new content.
+    let old_mtime = std::fs::metadata(dir.join("b.yaml")).unwrap().modified().unwrap();
+    std::fs::write(dir.join(".b.tmp"), service("two", "198.19.255.29")).unwrap();
+    std::fs::File::options().write(true).open(dir.join(".b.tmp")).unwrap().set_modified(old_mtime).unwrap();
+    std::fs::rename(dir.join(".b.tmp"), dir.join("b.yaml")).unwrap();
+    assert_eq!(next_events(), ["apply service a/two 198.19.255.29"]);
+
+    // a deleted: its Service and slice go, b's Service stays.
+    std::fs::remove_file(dir.join("a.yaml")).unwrap();
+    let mut events = next_events();
+    events.sort();
+    assert_eq!(events, ["delete service a/web", "delete slice a/web-1"]);
 
     drop(rx);
     let _ = std::fs::remove_dir_all(&dir);

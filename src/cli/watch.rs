@@ -21,7 +21,7 @@ use crate::pipeline;
 use crate::runner::watch;
 use crate::schedule::{Schedule, Timing};
 use crate::serve::{self, Shared};
-use crate::source::file::read_path_lenient;
+use crate::derive::Completion;
 use crate::source::watch::{watch_files, SourceMsg, Start};
 use crate::source::{apiserver, connect, ClusterState, Objects};
 
@@ -103,10 +103,9 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Server
     // trackers are loaded from (the API source keeps its own, also shared).
     let (state, objects, origin, errors) = match &args.config.from {
         Some(path) => {
-            let (mut state, errors) = read_path_lenient(path);
-            crate::derive::complete_with_notes(&mut state, args.config.derive_endpoints);
-            let objects = Objects::take(&mut state);
-            let initial = Start { objects: objects.clone(), notes: state.notes.clone() };
+            let finish = Completion { force: args.config.derive_endpoints };
+            let (initial, state, errors) = Start::read(path, &finish);
+            let objects = initial.objects.clone();
             (state, objects, Origin::Files { path: path.clone(), initial: Box::new(initial) }, errors.len())
         }
         None => {
@@ -151,11 +150,8 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Server
         Origin::Files { path, initial } => {
             tracing::info!(%health, %metrics, from = %path.display(), "watching files");
             let poll = duration("--poll-interval", &w.poll_interval)?;
-            let derive = args.config.derive_endpoints;
-            let complete = move |s: &mut ClusterState| {
-                crate::derive::complete_with_notes(s, derive);
-            };
-            tokio::spawn(watch_files(path, poll, *initial, complete, tx));
+            let finish = Completion { force: args.config.derive_endpoints };
+            tokio::spawn(watch_files(path, poll, *initial, finish, tx));
         }
         Origin::Api(client) => {
             tracing::info!(%health, %metrics, "watching the API server");

@@ -111,3 +111,20 @@ pub fn complete_with_notes(state: &mut ClusterState, force: bool) -> Report {
     }
     report
 }
+
+/// What the commands do to every read in watch mode from files: [`complete_with_notes`],
+/// which can change nothing unless there are Pods or legacy Endpoints to derive from, or
+/// `force` (`--derive-endpoints`).
+pub struct Completion {
+    pub force: bool,
+}
+
+impl crate::source::fileset::Finish for Completion {
+    fn needed(&self, state: &ClusterState) -> bool {
+        self.force || !state.extra.pods.is_empty() || !state.extra.endpoints.is_empty()
+    }
+
+    fn finish(&self, state: &mut ClusterState) {
+        complete_with_notes(state, self.force);
+    }
+}

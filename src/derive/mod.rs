@@ -12,7 +12,7 @@ use serde::Serialize;
 use crate::model::EndpointSlice;
 use crate::source::extra::ObjectRef;
 
-pub use complete::{complete, complete_with_notes, Derivation, DerivedFrom, Report};
+pub use complete::{complete, complete_with_notes, Completion, Derivation, DerivedFrom, Report};
 pub use mirror::{mirror, NotMirrored};
 pub use pods::slices_from_pods;
 

@@ -48,8 +48,8 @@ pub struct ClusterState {
     pub extra: Extra,
     /// Objects read more than once (same kind, namespace and name); the later copy is used.
     pub duplicates: Vec<Duplicate>,
-    /// Where each object was first read, to find duplicates.
-    seen: BTreeMap<(&'static str, NamespacedName), (PathBuf, u64)>,
+    /// Where each object was last read, to find duplicates.
+    pub(super) seen: BTreeMap<(&'static str, NamespacedName), (PathBuf, u64)>,
 }
 
 /// The same object (kind, namespace and name) read twice.
@@ -224,20 +224,25 @@ pub fn read_path_lenient(path: &Path) -> (ClusterState, Vec<SourceError>) {
         Err(e) => return (state, vec![e]),
     };
     for file in files {
-        let read = read_text(&file).and_then(|text| {
-            each_document(&file, &text, |doc, line, value| {
-                if let Err(e) = read_doc(&file, doc, line, value, &mut state) {
-                    errors.push(e);
-                }
-                Ok(())
-            })
-        });
-        match read {
-            Ok(note) => state.notes.extend(note),
-            Err(e) => errors.push(e),
-        }
+        read_file_lenient(&file, &mut state, &mut errors);
     }
     (state, errors)
+}
+
+/// One file of [`read_path_lenient`] into `state`, its errors into `errors`.
+pub(super) fn read_file_lenient(file: &Path, state: &mut ClusterState, errors: &mut Vec<SourceError>) {
+    let read = read_text(file).and_then(|text| {
+        each_document(file, &text, |doc, line, value| {
+            if let Err(e) = read_doc(file, doc, line, value, state) {
+                errors.push(e);
+            }
+            Ok(())
+        })
+    });
+    match read {
+        Ok(note) => state.notes.extend(note),
+        Err(e) => errors.push(e),
+    }
 }
 
 /// Parses one file's text into `state`. `path` is only used in messages.

@@ -9,6 +9,7 @@ pub mod convert_extra;
 pub mod error;
 pub mod extra;
 pub mod file;
+pub mod fileset;
 pub mod fixture;
 mod json;
 pub mod objects;

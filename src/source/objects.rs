@@ -42,12 +42,18 @@ impl Objects {
         self.slices.extend(old.slices.iter().filter(|s| !slices.contains(&s.id)).cloned());
     }
 
+    /// Makes every object of `self` equal to `old`'s of the same identity `old`'s very
+    /// allocation (see [`Objects::events_since`]).
+    pub fn share(&mut self, old: &Objects) {
+        share_unchanged(&mut self.services, &old.services, |s| &s.id);
+        share_unchanged(&mut self.slices, &old.slices, |s| &s.id);
+    }
+
     /// The events that take `old` to `self` (as [`events_between`]), after making every
     /// object of `self` equal to `old`'s of the same identity `old`'s very allocation: the
     /// unchanged objects, which the trackers already hold, are then held once.
     pub fn events_since(&mut self, old: &Objects) -> Vec<Event> {
-        share_unchanged(&mut self.services, &old.services, |s| &s.id);
-        share_unchanged(&mut self.slices, &old.slices, |s| &s.id);
+        self.share(old);
         diff((&old.services, &old.slices), (&self.services, &self.slices), Arc::clone, Arc::clone)
     }
 }
@@ -57,7 +63,7 @@ impl Objects {
 fn share_unchanged<T: PartialEq>(new: &mut [Arc<T>], old: &[Arc<T>], id: impl Fn(&T) -> &NamespacedName) {
     let old: BTreeMap<&NamespacedName, &Arc<T>> = old.iter().map(|o| (id(o), o)).collect();
     for n in new.iter_mut() {
-        if let Some(o) = old.get(id(n)).filter(|o| o.as_ref() == n.as_ref()) {
+        if let Some(o) = old.get(id(n)).filter(|o| !Arc::ptr_eq(o, n) && o.as_ref() == n.as_ref()) {
             *n = Arc::clone(o);
         }
     }
@@ -83,11 +89,15 @@ pub(crate) fn diff<S: Borrow<Service>, E: Borrow<EndpointSlice>>(
     let new_s: BTreeMap<&NamespacedName, &Service> = new_services.iter().map(|s| (&sv(s).id, sv(s))).collect();
     let old_e: BTreeMap<&NamespacedName, &EndpointSlice> = old_slices.iter().map(|s| (&sl(s).id, sl(s))).collect();
     let new_e: BTreeMap<&NamespacedName, &EndpointSlice> = new_slices.iter().map(|s| (&sl(s).id, sl(s))).collect();
+    // The same allocation is the same object: no need to compare (most of a re-read is).
+    fn same<T: PartialEq>(old: Option<&&T>, new: &T) -> bool {
+        old.is_some_and(|o| std::ptr::eq(*o, new) || *o == new)
+    }
     let mut events = Vec::new();
     events.extend(old_services.iter().filter(|s| !new_s.contains_key(&sv(*s).id)).map(|s| Event::ServiceDeleted(sv(s).id.clone())));
     events.extend(old_slices.iter().filter(|s| !new_e.contains_key(&sl(*s).id)).map(|s| Event::SliceDeleted(slice(s))));
-    events.extend(new_services.iter().filter(|s| old_s.get(&sv(*s).id) != Some(&sv(*s))).map(|s| Event::ServiceApplied(service(s))));
-    events.extend(new_slices.iter().filter(|s| old_e.get(&sl(*s).id) != Some(&sl(*s))).map(|s| Event::SliceApplied(slice(s))));
+    events.extend(new_services.iter().filter(|s| !same(old_s.get(&sv(*s).id), sv(*s))).map(|s| Event::ServiceApplied(service(s))));
+    events.extend(new_slices.iter().filter(|s| !same(old_e.get(&sl(*s).id), sl(*s))).map(|s| Event::SliceApplied(slice(s))));
     events
 }
 

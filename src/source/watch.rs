@@ -1,9 +1,10 @@
 //! `--watch --from PATH`: follow files. The path (a file or a directory) is polled; when
-//! any file's size or modification time changes, and then holds still for one poll, it is
-//! re-read, and the difference from the previous state becomes events: objects gone are
-//! deleted, objects new or changed are applied, unchanged ones give no event. An object
-//! that cannot be read is skipped and reported; the rest of the file is used. The reader's notes are passed on
-//! when they change.
+//! a file's size, modification time or inode changes, and then holds still for one poll,
+//! that file (only it) is read again; the other files keep their last read
+//! ([`super::fileset`]). The difference between the merge of all files and the previous
+//! one becomes events: objects gone are deleted, objects new or changed are applied,
+//! unchanged ones give no event. An object that cannot be read is skipped and reported;
+//! the rest of the file is used. The reader's notes are passed on when they change.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -11,7 +12,8 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::mpsc;
 
 use super::error::SourceError;
-use super::file::{read_path_lenient, ClusterState, Note};
+use super::file::{ClusterState, Note};
+use super::fileset::{FileSet, Finish, Merged};
 use super::objects::Objects;
 use crate::track::Event;
 
@@ -51,40 +53,41 @@ fn fingerprint(path: &Path) -> Fingerprint {
         .collect()
 }
 
-/// What the file watch starts from: the objects already loaded (their events were applied
-/// by the caller, whose trackers hold the same `Arc`s) and the notes of that read.
+/// What the file watch starts from: every file's read, the objects of their merge (their
+/// events were applied by the caller, whose trackers hold the same `Arc`s) and its notes.
 #[derive(Debug, Default)]
 pub struct Start {
+    pub files: FileSet,
     pub objects: Objects,
     pub notes: Vec<Note>,
 }
 
-impl From<ClusterState> for Start {
-    fn from(mut state: ClusterState) -> Start {
-        Start { objects: Objects::take(&mut state), notes: state.notes }
+impl Start {
+    /// Reads `path` as the watch reads it (each file on its own, then merged and finished
+    /// by `finish`): the start, the rest of the merge (everything but the Services and
+    /// EndpointSlices, which are `objects`) and what did not read.
+    pub fn read(path: &Path, finish: &impl Finish) -> (Start, ClusterState, Vec<SourceError>) {
+        let (mut files, mut errors) = FileSet::read(path);
+        let (Merged { objects, state }, more) = files.merge(finish);
+        errors.extend(more);
+        (Start { files, objects, notes: state.notes.clone() }, state, errors)
     }
 }
 
 /// Polls `path` every `interval` until the receiver goes away. `initial` is the state
-/// already loaded (its events were applied by the caller). Of each read only its
-/// Services and EndpointSlices are kept, to diff the next read against; an object that
-/// did not change is kept as the allocation the trackers already hold (see
-/// [`Objects::events_since`]), so the state is held once.
-/// `complete` finishes every read as the caller finished `initial` (the commands derive
-/// EndpointSlices from Pods and v1/Endpoints there); the source knows nothing of it.
+/// already loaded (its events were applied by the caller). A change re-reads only the
+/// files that changed; the others keep their last read ([`FileSet`]), and the merge of
+/// all of them, finished by `finish`, is diffed against the last one: only what changed
+/// becomes events. An object that did not change is kept as the allocation the trackers
+/// already hold (see [`Objects::events_since`]), so the state is held once.
 ///
 /// A changed file is read once it has stayed the same for one interval and is not empty,
-/// and the read is kept only if the file did not change while it was read: a file being
-/// written in place (`kubectl get … > dump.yaml` truncates it first) is never taken for an
-/// empty cluster.
-pub async fn watch_files(
-    path: PathBuf,
-    interval: Duration,
-    initial: impl Into<Start>,
-    complete: impl Fn(&mut ClusterState),
-    tx: mpsc::Sender<SourceMsg>,
-) {
-    let Start { objects: mut state, notes: initial_notes } = initial.into();
+/// and the read is kept only if no file changed while it was read: a file being written
+/// in place (`kubectl get … > dump.yaml` truncates it first) is never taken for an empty
+/// cluster. A file that no longer reads whole keeps the objects it lacks (see
+/// [`FileSet::update`]); one that is gone takes its objects with it.
+pub async fn watch_files(path: PathBuf, interval: Duration, initial: Start, finish: impl Finish, tx: mpsc::Sender<SourceMsg>) {
+    let Start { mut files, objects: mut state, notes: initial_notes } = initial;
     let mut read_at = fingerprint(&path);
     let mut previous_poll = read_at.clone();
     let mut notes = Vec::new();
@@ -102,42 +105,67 @@ pub async fn watch_files(
         // An empty file is one being rewritten (truncated, not yet written), however long
         // the writer takes: it is never read as a cluster with nothing in it. (To empty a
         // cluster on purpose, write a comment or `---`.)
-        let settled = now == previous_poll && now.iter().all(|(_, len, _, _)| *len > 0);
+        let written = now.iter().all(|(_, len, _, _)| *len > 0);
+        let settled = written && (now == previous_poll || renamed_over(&read_at, &now));
         previous_poll = now.clone();
         if now == read_at || !settled {
             continue;
         }
-        let (mut next, errors) = read_path_lenient(&path);
+        let clock = std::time::Instant::now();
+        let listed = super::file::input_files(&path);
+        let changed: Vec<PathBuf> = now.iter().filter(|f| !read_at.contains(f)).map(|(p, ..)| p.clone()).collect();
+        let mut reads = FileSet::read_files(&changed);
         if fingerprint(&path) != now {
             continue;
         }
         read_at = now;
-        complete(&mut next);
-        if let Some(new) = changed_notes(&mut notes, &next.notes) {
+        let read = clock.elapsed();
+        let mut errors = std::mem::take(&mut reads.errors);
+        // A path that cannot be listed changes nothing (it says why); every file is read
+        // again once it can be.
+        match listed {
+            Ok((_, listing)) => {
+                let names: Vec<PathBuf> = read_at.iter().map(|(p, ..)| p.clone()).collect();
+                files.update(listing, &names, reads, &state);
+            }
+            Err(e) => {
+                errors.push(e);
+                read_at = Vec::new();
+            }
+        }
+        let (Merged { mut objects, state: rest }, more) = files.merge(&finish);
+        let merged = clock.elapsed();
+        errors.extend(more);
+        if let Some(new) = changed_notes(&mut notes, &rest.notes) {
             if tx.send(SourceMsg::Notes(new)).await.is_err() {
                 return;
             }
         }
+        drop(rest);
         if !errors.is_empty() {
             let list = errors.iter().map(SourceError::to_string).collect();
             if tx.send(SourceMsg::Malformed(list)).await.is_err() {
                 return;
             }
         }
-        let mut objects = Objects::take(&mut next);
-        drop(next);
-        if !errors.is_empty() {
-            // An object that no longer reads keeps its last good version: a read with
-            // errors deletes nothing (the bad object may be one that disappeared). It is
-            // kept in the state too, so the next clean read deletes it if it is gone.
-            objects.keep_unread(&state);
-        }
         let events = objects.events_since(&state);
         state = objects;
+        let (files_read, seconds) = (changed.len(), clock.elapsed().as_secs_f64());
+        let (read_seconds, merge_seconds) = (read.as_secs_f64(), (merged - read).as_secs_f64());
+        tracing::info!(files_read, read_seconds, merge_seconds, seconds, events = events.len(), "files re-read");
         if tx.send(SourceMsg::Events(events)).await.is_err() {
             return;
         }
     }
+}
+
+/// Whether every file that changed since `read_at` was there when it was read and has
+/// been replaced by a rename since (another inode): such a file was written whole before
+/// it took the name, so it need not hold still for a poll first.
+fn renamed_over(read_at: &Fingerprint, now: &Fingerprint) -> bool {
+    let before: std::collections::BTreeMap<&PathBuf, u64> = read_at.iter().map(|(p, _, _, inode)| (p, *inode)).collect();
+    let mut changed = now.iter().filter(|f| !read_at.contains(f)).peekable();
+    changed.peek().is_some() && changed.all(|(p, _, _, inode)| before.get(p).is_some_and(|old| old != inode))
 }
 
 /// `notes` as text when they differ from `last` (which becomes them) and are not
@@ -176,6 +204,17 @@ mod tests {
 
     fn with_notes(texts: &[&str]) -> Vec<Note> {
         texts.iter().map(|t| Note { path: PathBuf::from("c.yaml"), line: 3, text: t.to_string() }).collect()
+    }
+
+    #[test]
+    fn only_files_replaced_by_a_rename_skip_holding_still() {
+        let f = |name: &str, len: u64, inode: u64| (PathBuf::from(name), len, None, inode);
+        let read_at = vec![f("a.yaml", 10, 1), f("b.yaml", 10, 2)];
+        assert!(renamed_over(&read_at, &vec![f("a.yaml", 12, 7), f("b.yaml", 10, 2)]), "a renamed over");
+        assert!(!renamed_over(&read_at, &vec![f("a.yaml", 12, 1), f("b.yaml", 10, 2)]), "a written in place");
+        assert!(!renamed_over(&read_at, &vec![f("a.yaml", 10, 1), f("b.yaml", 10, 2), f("c.yaml", 5, 9)]), "c is new");
+        assert!(!renamed_over(&read_at, &vec![f("a.yaml", 12, 7), f("b.yaml", 11, 2)]), "b written in place");
+        assert!(!renamed_over(&read_at, &read_at), "nothing changed");
     }
 
     #[test]
