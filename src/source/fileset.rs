@@ -193,7 +193,7 @@ impl FileSet {
     /// when it needs to be. Files whose Service backends and slice references were
     /// dropped are read again when `finish` comes to need them (their errors returned).
     pub fn merge(&mut self, finish: &impl Finish) -> (Merged, Vec<SourceError>) {
-        let mut errors = Vec::new();
+        let mut errors = self.second_fixtures();
         let merged = self.merge_rest(false);
         if !finish.needed(&merged.state) {
             self.files.iter_mut().for_each(|(_, f)| f.trim());
@@ -214,6 +214,19 @@ impl FileSet {
         let mut finished = Objects::take(&mut state);
         finished.share(&objects);
         (Merged { objects: finished, state }, errors)
+    }
+
+    /// A fixture document in more than one file: an error for each after the first (one
+    /// read of every file refuses the second; the merge uses the first, as the read
+    /// would have had it, and says so at every merge while the files hold both).
+    fn second_fixtures(&self) -> Vec<SourceError> {
+        let mut with = self.files.iter().filter(|(_, f)| f.rest.fixture.is_some()).map(|(p, _)| p);
+        let Some(first) = with.next() else { return Vec::new() };
+        with.map(|path| SourceError::Syntax {
+            path: path.clone(),
+            message: format!("a second {} document (only one is allowed; the one in {} is used)", super::fixture::FIXTURE_KIND, first.display()),
+        })
+        .collect()
     }
 
     /// The merge without finishing; with `full`, the Service backends, slice references
@@ -354,6 +367,30 @@ mod tests {
 
     fn names(objects: &Objects) -> Vec<String> {
         objects.services.iter().map(|s| format!("{}={}", s.id, s.cluster_ips[0])).collect()
+    }
+
+    #[test]
+    fn a_fixture_document_in_a_second_file_is_an_error_and_the_first_is_used() {
+        let dir = Dir::new("fixtures");
+        let d = &dir.0;
+        let fixture = |ip: &str| format!("apiVersion: svcproxy.dev/v1alpha1\nkind: SvcproxyFixture\nnode:\n  interfaceAddresses:\n    eth0:\n    - {ip}/24\n---\n");
+        dir.write("a.yaml", &[fixture("192.168.0.2"), svc("s1", "10.0.0.1")]);
+        dir.write("b.yaml", &[svc("s2", "10.0.0.2")]);
+        let (mut set, errors) = FileSet::read(d);
+        assert!(errors.is_empty(), "{errors:?}");
+        assert!(set.merge(&DERIVE).1.is_empty());
+        dir.write("b.yaml", &[fixture("192.168.9.9"), svc("s2", "10.0.0.2")]);
+        let (files, listing) = input_files(d).unwrap();
+        let held = Objects::default();
+        set.update(listing, &files, FileSet::read_files(&[d.join("b.yaml")]), &held);
+        let (merged, errors) = set.merge(&DERIVE);
+        let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        assert_eq!(text.len(), 1, "{text:?}");
+        assert!(text[0].starts_with(&format!("{}: a second SvcproxyFixture document", d.join("b.yaml").display())), "{text:?}");
+        assert!(text[0].contains("a.yaml is used"), "{text:?}");
+        let used = format!("{:?}", merged.state.fixture);
+        assert!(used.contains("192.168.0.2") && !used.contains("192.168.9.9"), "{used}");
+        assert_eq!(names(&merged.objects), ["ns/s1=10.0.0.1", "ns/s2=10.0.0.2"]);
     }
 
     #[test]
