@@ -244,16 +244,17 @@ mod tests {
 
     #[test]
     fn a_refused_chunk_or_last_batch_leaves_the_table_as_it_was() {
-        for fail_after in [1, 2, 3] {
+        for (fail_after, live_reads) in [(1, false), (2, false), (3, false), (1, true), (2, true), (3, true)] {
             let mut nft = FakeNft::new();
-        nft.batch_lines = Some(2);
+            nft.batch_lines = Some(2);
+            nft.live_reads = live_reads;
             full(&mut nft, &table(&["HASHHASH-a"]), false).unwrap();
             let before = nft.listing(Family::Ip);
             // declare, chunks b and c, last: the failure hits chunk b, chunk c or the last.
             nft.fail_after = Some(fail_after);
             let e = full(&mut nft, &table(&["HASHHASH-a", "HASHHASH-b", "HASHHASH-c"]), false).unwrap_err();
             assert!(e.to_string().contains("injected failure"), "{e}");
-            assert_eq!(nft.listing(Family::Ip), before, "failing after {fail_after} batches");
+            assert_eq!(nft.listing(Family::Ip), before, "failing after {fail_after} batches (live read: {live_reads})");
             full(&mut nft, &table(&["HASHHASH-a", "HASHHASH-b", "HASHHASH-c"]), false).unwrap();
             assert!(nft.listing(Family::Ip).unwrap().contains("service-HASHHASH-c"), "the retry goes through");
         }
