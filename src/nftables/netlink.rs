@@ -73,7 +73,8 @@ impl NetlinkNft {
     pub fn on_node() -> Self {
         let mut nl = NetlinkNft::new(Box::new(ExecNft::default()), Box::new(send));
         nl.reader = Some(Box::new(read_table));
-        nl.live_reader = Some(Box::new(read_live));
+        let mut cache = AnonCache::new();
+        nl.live_reader = Some(Box::new(move |f| read_live_cached(f, &mut cache)));
         if let Some(n) = std::env::var(BATCH_LINES_ENV).ok().and_then(|v| v.parse().ok()).filter(|n: &usize| *n > 0) {
             nl.batch_lines = n;
         }
@@ -200,6 +201,19 @@ pub fn read_table(family: Family) -> Result<Option<TableRead>, NftError> {
 /// table, or the ruleset changed while it was read (its generation differs before and
 /// after: nothing read is trusted, every chain is refilled).
 pub fn read_live(family: Family) -> Result<Option<LiveTable>, NftError> {
+    read_live_cached(family, &mut AnonCache::new())
+}
+
+/// Anonymous sets' contents read before, by (family, table handle, set handle). A bound
+/// anonymous set cannot change (the kernel refuses element changes to it) and a handle
+/// is never reused within a table, so a set seen again under the same handles holds what
+/// it held: its elements need not be dumped again (each dump walks the table's whole set
+/// list twice, by name: most of a read's kernel time at 10,000 services).
+pub type AnonCache = HashMap<(u8, u64, u64), canon::Canon>;
+
+/// [`read_live`], reusing (and then replacing) `cache` (a watch-mode process's periodic
+/// full syncs read only the anonymous sets made since the last one).
+pub fn read_live_cached(family: Family, cache: &mut AnonCache) -> Result<Option<LiveTable>, NftError> {
     let f = fam(family);
     let io = |e: std::io::Error| NftError::Failed { command: "nf_tables netlink read".into(), message: e.to_string() };
     let errno = |replies: &[dump::Reply]| replies.iter().find_map(|r| if let dump::Reply::Error(e) = r { (*e != 0).then_some(*e) } else { None });
@@ -240,12 +254,18 @@ pub fn read_live(family: Family) -> Result<Option<LiveTable>, NftError> {
         }
         Ok(Some(out))
     };
+    let table_handle = table.iter().find_map(|r| dump::handle(r, dump::NEWTABLE, 4));
     let mut anonymous: HashMap<String, canon::Canon> = HashMap::new();
     let mut live = LiveTable::default();
     for r in &sets {
         let dump::Reply::Object { kind: dump::NEWSET, attrs } = r else { continue };
         let Some(name) = canon::set_name(attrs) else { continue };
         if canon::is_anonymous(attrs) {
+            let key = table_handle.zip(dump::handle(r, dump::NEWSET, 0x10)).map(|(t, s)| (f.nfproto(), t, s));
+            if let Some(content) = key.and_then(|k| cache.get(&k)) {
+                anonymous.insert(name, content.clone());
+                continue;
+            }
             if let (Some(header), Some(mut elems)) = (canon::set_header(attrs), elements(&mut sock, &name, next())?) {
                 anonymous.insert(name, canon::set_content(&header, &mut elems));
             }
@@ -269,6 +289,17 @@ pub fn read_live(family: Family) -> Result<Option<LiveTable>, NftError> {
         tracing::info!(family = family.as_str(), "the ruleset changed while it was read; every chain is refilled");
         return Ok(None);
     }
+    // What this read found (reused or dumped) replaces the family's old entries.
+    cache.retain(|k, _| k.0 != f.nfproto());
+    let mut seen = AnonCache::new();
+    for r in &sets {
+        let (Some(t), Some(s)) = (table_handle, dump::handle(r, dump::NEWSET, 0x10)) else { continue };
+        let name = if let dump::Reply::Object { attrs, .. } = r { canon::set_name(attrs) } else { None };
+        if let Some(content) = name.and_then(|n| anonymous.get(&n)) {
+            seen.entry((f.nfproto(), t, s)).or_insert_with(|| content.clone());
+        }
+    }
+    cache.extend(seen);
     Ok(Some(live))
 }
 

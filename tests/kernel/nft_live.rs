@@ -22,6 +22,7 @@ pub fn cases() -> Vec<Case> {
     vec![
         Case::new("nftables_full_sync_over_an_equal_live_table_sends_no_refill", equal_tables).with_timeout(Duration::from_secs(600)),
         Case::new("nftables_full_sync_over_a_changed_live_table_repairs_only_that", repairs).with_timeout(Duration::from_secs(180)),
+        Case::new("nftables_full_syncs_of_one_client_reread_a_replaced_anonymous_set", replaced_anonymous_set).with_timeout(Duration::from_secs(180)),
     ]
 }
 
@@ -102,6 +103,67 @@ fn repairs(ctx: &mut Ctx) -> CaseResult {
     ensure!(refilled == 3 && changes == 1, "the sync refilled {refilled} chain(s) and changed {changes} element(s); want 3 and 1");
     let got = listing(ns);
     ensure!(got == want, "the repaired table lists otherwise:\n{}\n---- want ----\n{}", got, want);
+    clear(ns);
+    Ok(())
+}
+
+/// One client (its anonymous set cache: `netlink::read_live_cached`) syncs three times;
+/// between the second and the third, `nft` replaces a service chain's numgen map with
+/// one of other content (the kernel may give it the freed `__mapN` name: only the set
+/// handle tells them apart). The third sync refills that chain; the table lists as wanted.
+fn replaced_anonymous_set(ctx: &mut Ctx) -> CaseResult {
+    ctx.require(&["ip", "nft"])?;
+    let lab = Lab::new("nftliveanon")?;
+    let ns = lab.node();
+    clear(ns);
+    let fixture = repo().join("fixtures").join("demo.yaml");
+    let ts = tables(&fixture)?;
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<Result<(usize, usize), String>>();
+    let name = ns.name.clone();
+    let worker = crate::watch_e2e::in_netns(&name, move || {
+        let mut nl = svcproxy::nftables::netlink::NetlinkNft::on_node();
+        let round = |nl: &mut svcproxy::nftables::netlink::NetlinkNft| -> Result<(usize, usize), String> {
+            let mut sum = (0, 0);
+            for t in &ts {
+                let r = sync::full(nl, t, false).map_err(|e| e.to_string())?;
+                sum = (sum.0 + r.kept, sum.1 + r.refilled);
+            }
+            Ok(sum)
+        };
+        for _ in 0..3 {
+            let r = round(&mut nl);
+            let failed = r.is_err();
+            let _ = done_tx.send(r);
+            if failed || rx.recv_timeout(Duration::from_secs(60)).is_err() {
+                return;
+            }
+        }
+    });
+    let next = || done_rx.recv_timeout(Duration::from_secs(60)).map_err(|e| format!("no sync: {e}"))?;
+    next()?;
+    let want = listing(ns);
+    let _ = tx.send(());
+    let (_, refilled) = next()?;
+    ensure!(refilled == 0, "the second sync refilled {refilled}");
+    let chains: Vec<String> = want.lines().filter_map(|l| l.trim().strip_prefix("chain ")).map(|c| c.trim_end_matches(" {").to_string()).collect();
+    let listed = Listing::parse(&want);
+    let service = listed
+        .objects
+        .iter()
+        .find_map(|(k, o)| k.strip_prefix("chain service-").filter(|_| o.lines.iter().any(|l| l.contains("numgen random mod 2 vmap"))).map(|c| format!("service-{c}")))
+        .ok_or("demo has no service chain with two endpoints")?;
+    let endpoint = chains.iter().find(|c| c.starts_with("endpoint-")).ok_or("no endpoint chain")?;
+    let text = format!("flush chain ip kube-proxy {service}\nadd rule ip kube-proxy {service} numgen random mod 1 vmap {{ 0 : goto {endpoint} }}\n");
+    ns.run_stdin(&["nft", "-f", "-"], Some(&text))?;
+    ensure!(listing(ns) != want, "the replacement changed nothing");
+    let _ = tx.send(());
+    let (kept, refilled) = next()?;
+    let _ = tx.send(());
+    let _ = worker.join();
+    ctx.log(format!("third sync: {refilled} refilled, {kept} kept"));
+    ensure!(refilled == 1, "the third sync refilled {refilled} chain(s), want 1 ({service})");
+    ensure!(listing(ns) == want, "the table lists otherwise after the third sync:\n{}", listing(ns));
     clear(ns);
     Ok(())
 }

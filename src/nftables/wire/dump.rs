@@ -58,6 +58,15 @@ pub fn generation_request(seq: u32) -> Vec<u8> {
     out
 }
 
+/// A 64-bit handle attribute (`NFTA_TABLE_HANDLE` 4, `NFTA_SET_HANDLE` 0x10) of a `kind` reply.
+pub fn handle(reply: &Reply, kind: u16, attr: u16) -> Option<u64> {
+    let Reply::Object { kind: k, attrs } = reply else { return None };
+    if *k != kind {
+        return None;
+    }
+    get(attrs, attr).and_then(|v| Some(u64::from_be_bytes(v.try_into().ok()?)))
+}
+
 /// The generation id in a `NEWGEN` reply.
 pub fn generation_of(reply: &Reply) -> Option<u32> {
     let Reply::Object { kind: NEWGEN, attrs } = reply else { return None };
