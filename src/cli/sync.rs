@@ -173,8 +173,12 @@ fn print_nftables(args: &SyncArgs, reports: &[crate::nftables::sync::Report]) ->
         }
         let t = r.timings;
         eprintln!(
-            "svcproxy: {family} (nftables): one transaction of {} line(s) sent, {} stale chain(s)/set(s) removed (render {:.3} s, read {:.3} s, apply {:.3} s)",
+            "svcproxy: {family} (nftables): {} line(s) sent in {} batch(es); {} chain(s) kept as the kernel held them, {} refilled, {} element change(s); {} stale chain(s)/set(s) removed (render {:.3} s, read {:.3} s, apply {:.3} s)",
             r.lines,
+            r.batches,
+            r.kept,
+            r.refilled,
+            r.element_changes,
             r.stale.len(),
             t.render.as_secs_f64(),
             t.read.as_secs_f64(),

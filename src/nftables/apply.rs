@@ -66,6 +66,12 @@ pub trait Nft: Send {
     /// How the kernel lists the `kube-proxy` table that `text` creates from nothing
     /// (applied in a scratch network namespace: the node's rules are not touched).
     fn canonical(&mut self, family: Family, text: &str) -> Result<String, NftError>;
+    /// The `kube-proxy` table read for a full sync's comparison ([`super::delta`]); `None`
+    /// when there is no table or the client cannot read it that way (then a full sync
+    /// refills every chain).
+    fn live(&mut self, _family: Family) -> Result<Option<super::delta::LiveTable>, NftError> {
+        Ok(None)
+    }
 }
 
 /// Runs the real `nft`.

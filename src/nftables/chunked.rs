@@ -30,14 +30,21 @@
 //! svcproxy must leave (byte-identical listing, migration from kube-proxy), and refilling
 //! them early would switch those services before the maps and leave them switched if a
 //! later batch failed. The price: on a live table whose chains all exist (a restart, a
-//! periodic full sync), the last batch still holds every chain (today's cost); a sync into
-//! an empty table, or of many new services, is the one that gets cheaper.
+//! periodic full sync), every chain that differs is in the last batch; without a live
+//! read ([`super::delta`]) that is every chain.
+//!
+//! Over a live table read first ([`super::delta`]: a [`Plan`]), the batches hold only what
+//! differs: the declaring batch leaves out the regular chains that exist (their `add` is a
+//! no-op, but the kernel still queues an update for each), the last batch refills only the
+//! existing chains whose rules the kernel does not hold exactly, and updates a named set
+//! or map by its element difference (deletes, then adds) instead of a flush and a refill.
 //!
 //! A refused batch leaves what serves packets unchanged (chunks only fill unreachable new
 //! chains; the last batch is atomic); the caller deletes the new chains and sets again.
 
 use std::collections::{HashMap, HashSet};
 
+use super::delta::Plan;
 use super::model::{self, Rule, Table};
 use super::staged::binds_anonymous;
 
@@ -68,10 +75,14 @@ fn per_service(chain: &str) -> bool {
 
 /// `table`'s full sync as bounded batches. `existing`: the chains the live table holds
 /// (empty when there is none); `max_lines`: a chunk's bound (a chain longer than that
-/// still goes whole, in a chunk of its own).
-pub fn write(table: &Table, existing: &HashSet<&str>, max_lines: usize) -> Chunked {
+/// still goes whole, in a chunk of its own). With a `plan` (the live table compared), only
+/// what differs (module documentation).
+pub fn write(table: &Table, existing: &HashSet<&str>, max_lines: usize, plan: Option<&Plan>) -> Chunked {
     let mut declare = String::new();
     let head = model::declare(&mut declare, table);
+    if plan.is_some() {
+        declare = undeclare_existing(&declare, &head, existing);
+    }
     let o = &table.objects;
     let index: HashMap<&str, usize> = o.chains.iter().enumerate().map(|(i, c)| (c.name.as_str(), i)).collect();
     let mut by_chain: Vec<Vec<&Rule>> = vec![Vec::new(); o.chains.len()];
@@ -107,7 +118,8 @@ pub fn write(table: &Table, existing: &HashSet<&str>, max_lines: usize) -> Chunk
     }
 
     let anonymous = |i: usize| by_chain[i].iter().any(|r| binds_anonymous(&r.rule));
-    let old: Vec<usize> = (0..o.chains.len()).filter(|&i| !fresh(i)).collect();
+    let kept = |i: usize| plan.is_some_and(|p| p.same.contains(&o.chains[i].name));
+    let old: Vec<usize> = (0..o.chains.len()).filter(|&i| !fresh(i) && !kept(i)).collect();
     let mut last = String::new();
     for &i in old.iter().filter(|&&i| anonymous(i)).chain(old.iter().filter(|&&i| !anonymous(i))) {
         chain_text(&mut last, i);
@@ -117,11 +129,51 @@ pub fn write(table: &Table, existing: &HashSet<&str>, max_lines: usize) -> Chunk
     for r in orphans {
         model::rule_line(&mut last, &head, r);
     }
-    model::flush_sets(&mut last, &head, &o.sets);
-    for e in &o.elements {
-        model::element_line(&mut last, &head, e);
+    match plan {
+        None => {
+            model::flush_sets(&mut last, &head, &o.sets);
+            for e in &o.elements {
+                model::element_line(&mut last, &head, e);
+            }
+        }
+        Some(p) => set_changes(&mut last, table, &head, p),
     }
     Chunked { declare, chunks, last }
+}
+
+/// `declare` without the lines that add a regular chain (no hook, no comment: the whole
+/// line is `add chain HEAD NAME`) that `existing` holds.
+fn undeclare_existing(declare: &str, head: &str, existing: &HashSet<&str>) -> String {
+    let prefix = format!("add chain {head} ");
+    declare
+        .lines()
+        .filter(|l| !l.strip_prefix(&prefix).is_some_and(|name| !name.contains(' ') && existing.contains(name)))
+        .flat_map(|l| [l, "\n"])
+        .collect()
+}
+
+/// The sets' and maps' changes in the last batch: element deletes of the diffed sets and
+/// flushes of the others first, then the others' elements and the diffed sets' adds.
+fn set_changes(last: &mut String, table: &Table, head: &str, plan: &Plan) {
+    let o = &table.objects;
+    let (diffed, whole): (Vec<&model::Set>, Vec<&model::Set>) = o.sets.iter().partition(|s| plan.sets.contains_key(&s.name));
+    for s in &diffed {
+        for l in &plan.sets[&s.name].deletes {
+            last.push_str(l);
+            last.push('\n');
+        }
+    }
+    let whole: Vec<model::Set> = whole.into_iter().cloned().collect();
+    model::flush_sets(last, head, &whole);
+    for e in o.elements.iter().filter(|e| !plan.sets.contains_key(&e.set)) {
+        model::element_line(last, head, e);
+    }
+    for s in &diffed {
+        for l in &plan.sets[&s.name].adds {
+            last.push_str(l);
+            last.push('\n');
+        }
+    }
 }
 
 #[cfg(test)]
@@ -180,7 +232,7 @@ mod tests {
     #[test]
     fn new_service_chains_go_in_bounded_chunks_and_the_last_batch_switches() {
         let t = table(10);
-        let c = write(&t, &HashSet::new(), 12);
+        let c = write(&t, &HashSet::new(), 12, None);
         // Each service is 3 chains, 7 lines; 12 lines hold one service's chains and a part
         // of the next's, chains whole.
         assert!(c.chunks.len() >= 6, "{}", c.chunks.len());
@@ -199,7 +251,7 @@ mod tests {
         let t = table(3);
         let (svc1, ep11, ep12) = (svc_chain(1), ep_chain(1, 1), ep_chain(1, 2));
         let existing: HashSet<&str> = ["services", "mark-for-masquerade", svc1.as_str(), ep11.as_str()].into_iter().collect();
-        let c = write(&t, &existing, 1000);
+        let c = write(&t, &existing, 1000, None);
         assert_eq!(c.chunks.len(), 1);
         assert!(!c.chunks[0].contains(&svc1) && !c.chunks[0].contains(&ep11), "{}", c.chunks[0]);
         assert!(c.chunks[0].contains(&format!("flush chain ip kube-proxy {ep12}\n")), "a new endpoint of an existing service: {}", c.chunks[0]);
@@ -215,12 +267,12 @@ mod tests {
         one.run(&model::write(&t, Form::Transaction)).unwrap();
         for bound in [1, 5, 12, 1000] {
             let mut chunked = FakeNft::new();
-            apply(&mut chunked, &write(&t, &HashSet::new(), bound));
+            apply(&mut chunked, &write(&t, &HashSet::new(), bound, None));
             assert_eq!(chunked.listing(Family::Ip), one.listing(Family::Ip), "bound {bound}");
             // Again over the live table (every chain exists now).
             let names: Vec<String> = t.objects.chains.iter().map(|c| c.name.clone()).collect();
             let existing: HashSet<&str> = names.iter().map(String::as_str).collect();
-            let again = write(&t, &existing, bound);
+            let again = write(&t, &existing, bound, None);
             assert!(again.chunks.is_empty());
             apply(&mut chunked, &again);
             assert_eq!(chunked.listing(Family::Ip), one.listing(Family::Ip), "bound {bound}, again");
@@ -230,7 +282,7 @@ mod tests {
     #[test]
     fn every_command_of_the_one_transaction_is_in_the_batches() {
         let t = table(4);
-        let c = write(&t, &HashSet::new(), 5);
+        let c = write(&t, &HashSet::new(), 5, None);
         let whole = model::write(&t, Form::Transaction);
         let mut one: Vec<&str> = whole.lines().collect();
         let mut all: Vec<&str> = c.declare.lines().chain(c.chunks.iter().flat_map(|s| s.lines())).chain(c.last.lines()).collect();

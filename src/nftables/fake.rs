@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use super::apply::{Names, Nft, NftError};
+use super::delta::{self, LiveTable};
 use super::listing;
 use super::model::Family;
 
@@ -63,6 +64,8 @@ pub struct FakeNft {
     pub fail_after: Option<usize>,
     /// What [`Nft::batch_lines`] answers (`None`: two transactions, as through `nft -f`).
     pub batch_lines: Option<usize>,
+    /// Whether [`Nft::live`] reads the table (as the netlink client does) or says `None`.
+    pub live_reads: bool,
 }
 
 /// A fake shared with the test that handed it over.
@@ -127,6 +130,17 @@ impl Nft for FakeNft {
         }))
     }
 
+    fn live(&mut self, family: Family) -> Result<Option<LiveTable>, NftError> {
+        if !self.live_reads {
+            return Ok(None);
+        }
+        let Some(t) = self.tables.get(family.as_str()) else { return Ok(None) };
+        let head = format!("{} kube-proxy", family.as_str());
+        let chains = t.chains.iter().map(|(n, c)| (n.as_str(), c.rules.iter().map(|r| format!("add rule {head} {n} {r}\n")).collect::<String>()));
+        let sets = t.sets.iter().filter(|(_, s)| !s.spec.contains("dynamic")).map(|(n, s)| (n.as_str(), s.elements.values().map(|e| format!("add element {head} {n} {{ {e} }}\n")).collect::<String>()));
+        Ok(Some(delta::from_text(chains, sets)))
+    }
+
     fn canonical(&mut self, family: Family, text: &str) -> Result<String, NftError> {
         self.calls.push(Call::Canonical(family));
         let mut scratch = FakeNft::new();
@@ -147,6 +161,9 @@ impl Nft for SharedNft {
     }
     fn names(&mut self, family: Family) -> Result<Option<Names>, NftError> {
         lock(self).names(family)
+    }
+    fn live(&mut self, family: Family) -> Result<Option<LiveTable>, NftError> {
+        lock(self).live(family)
     }
     fn canonical(&mut self, family: Family, text: &str) -> Result<String, NftError> {
         lock(self).canonical(family, text)

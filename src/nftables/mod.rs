@@ -12,6 +12,7 @@ pub mod chunked;
 pub mod cleanup;
 pub mod conntrack;
 pub mod context;
+pub mod delta;
 #[cfg(any(test, feature = "testing"))]
 pub mod fake;
 pub mod listing;

@@ -10,10 +10,13 @@ use std::os::fd::AsRawFd;
 
 use netlink_sys::{protocols::NETLINK_NETFILTER, Socket};
 
+use std::collections::HashMap;
+
 use super::apply::{ExecNft, Names, Nft, NftError, Via};
+use super::delta::LiveTable;
 use super::model::Family;
 use super::names::TABLE;
-use super::wire::{self, dump, Batch};
+use super::wire::{self, canon, dump, Batch};
 use crate::netfilter::apply::around;
 
 const NLMSG_ERROR: u16 = 2;
@@ -26,6 +29,9 @@ pub type Sender = Box<dyn FnMut(&mut Batch, &str) -> Result<(), NftError> + Send
 
 /// Reads one family's table names (the real one: [`read_table`]).
 pub type Reader = Box<dyn FnMut(Family) -> Result<Option<TableRead>, NftError> + Send>;
+
+/// Reads one family's live table for a full sync's comparison (the real one: [`read_live`]).
+pub type LiveReader = Box<dyn FnMut(Family) -> Result<Option<LiveTable>, NftError> + Send>;
 
 /// What the full sync's read finds in a table.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -43,6 +49,8 @@ pub struct NetlinkNft {
     sender: Sender,
     /// The name read; `None`: `nft`'s.
     reader: Option<Reader>,
+    /// The live table read ([`Nft::live`]); `None`: none (every chain is refilled).
+    pub live_reader: Option<LiveReader>,
     /// Transactions sent over netlink.
     pub sent: u64,
     /// Transactions that went to `nft -f` instead (not encodable).
@@ -65,6 +73,8 @@ impl NetlinkNft {
     pub fn on_node() -> Self {
         let mut nl = NetlinkNft::new(Box::new(ExecNft::default()), Box::new(send));
         nl.reader = Some(Box::new(read_table));
+        let mut cache = AnonCache::new();
+        nl.live_reader = Some(Box::new(move |f| read_live_cached(f, &mut cache)));
         if let Some(n) = std::env::var(BATCH_LINES_ENV).ok().and_then(|v| v.parse().ok()).filter(|n: &usize| *n > 0) {
             nl.batch_lines = n;
         }
@@ -72,7 +82,7 @@ impl NetlinkNft {
     }
 
     pub fn new(nft: Box<dyn Nft>, sender: Sender) -> Self {
-        NetlinkNft { nft, sender, reader: None, anon_next: None, sent: 0, fallbacks: 0, batch_lines: super::chunked::CHUNK_LINES, warned: false }
+        NetlinkNft { nft, sender, reader: None, live_reader: None, anon_next: None, sent: 0, fallbacks: 0, batch_lines: super::chunked::CHUNK_LINES, warned: false }
     }
 
     /// One transaction: a netlink batch, or `nft -f` when not encodable.
@@ -126,6 +136,13 @@ impl Nft for NetlinkNft {
     fn canonical(&mut self, family: Family, text: &str) -> Result<String, NftError> {
         self.nft.canonical(family, text)
     }
+
+    fn live(&mut self, family: Family) -> Result<Option<LiveTable>, NftError> {
+        match &mut self.live_reader {
+            Some(read) => read(family),
+            None => Ok(None),
+        }
+    }
 }
 
 /// The message family of `family`'s table.
@@ -175,6 +192,115 @@ pub fn read_table(family: Family) -> Result<Option<TableRead>, NftError> {
     };
     let anon_next = sets.iter().filter_map(|r| dump::anonymous_number(r, TABLE)).max().map_or(0, |n| n.saturating_add(1));
     Ok(Some(TableRead { names, anon_next }))
+}
+
+/// The `kube-proxy` table as a full sync compares it ([`LiveTable`]): every chain's rules
+/// (one rule dump per chain: a dump of the whole table restarts from its first rule for
+/// every reply), every set's definition, and the elements of every anonymous set and of
+/// every named set and map but the dynamic ones (one element dump each). `None`: no
+/// table, or the ruleset changed while it was read (its generation differs before and
+/// after: nothing read is trusted, every chain is refilled).
+pub fn read_live(family: Family) -> Result<Option<LiveTable>, NftError> {
+    read_live_cached(family, &mut AnonCache::new())
+}
+
+/// Anonymous sets' contents read before, by (family, table handle, set handle). A bound
+/// anonymous set cannot change (the kernel refuses element changes to it) and a handle
+/// is never reused within a table, so a set seen again under the same handles holds what
+/// it held: its elements need not be dumped again (each dump walks the table's whole set
+/// list twice, by name: most of a read's kernel time at 10,000 services).
+pub type AnonCache = HashMap<(u8, u64, u64), canon::Canon>;
+
+/// [`read_live`], reusing (and then replacing) `cache` (a watch-mode process's periodic
+/// full syncs read only the anonymous sets made since the last one).
+pub fn read_live_cached(family: Family, cache: &mut AnonCache) -> Result<Option<LiveTable>, NftError> {
+    let f = fam(family);
+    let io = |e: std::io::Error| NftError::Failed { command: "nf_tables netlink read".into(), message: e.to_string() };
+    let errno = |replies: &[dump::Reply]| replies.iter().find_map(|r| if let dump::Reply::Error(e) = r { (*e != 0).then_some(*e) } else { None });
+    let mut sock = Socket::new(NETLINK_NETFILTER).map_err(io)?;
+    sock.bind_auto().map_err(io)?;
+    set_read_timeout(&sock);
+    let mut seq = 0u32;
+    let mut next = || {
+        seq += 1;
+        seq
+    };
+    let generation = |sock: &mut Socket, seq: u32| -> Result<Option<u32>, NftError> { Ok(exchange(sock, &dump::generation_request(seq))?.iter().find_map(dump::generation_of)) };
+    let before = generation(&mut sock, next())?;
+    let table = exchange(&mut sock, &dump::request(dump::GETTABLE, f, TABLE, next()))?;
+    match errno(&table) {
+        None => {}
+        Some(libc::ENOENT) => return Ok(None),
+        Some(e) => return Err(io(std::io::Error::from_raw_os_error(e))),
+    }
+    let sets = exchange(&mut sock, &dump::request(dump::GETSET, f, TABLE, next()))?;
+    let chains = exchange(&mut sock, &dump::request(dump::GETCHAIN, f, TABLE, next()))?;
+    if let Some(e) = errno(&sets).or(errno(&chains)) {
+        return Err(io(std::io::Error::from_raw_os_error(e)));
+    }
+    let elements = |sock: &mut Socket, name: &str, seq: u32| -> Result<Option<canon::Elements>, NftError> {
+        let replies = exchange(sock, &dump::request_of(dump::GETSETELEM, f, TABLE, name, seq))?;
+        if errno(&replies).is_some() {
+            return Ok(None);
+        }
+        let mut out = Vec::new();
+        for r in replies {
+            if let dump::Reply::Object { kind: dump::NEWSETELEM, attrs } = r {
+                match canon::elements(&attrs) {
+                    Some(e) => out.extend(e),
+                    None => return Ok(None),
+                }
+            }
+        }
+        Ok(Some(out))
+    };
+    let table_handle = table.iter().find_map(|r| dump::handle(r, dump::NEWTABLE, 4));
+    let mut anonymous: HashMap<String, canon::Canon> = HashMap::new();
+    let mut live = LiveTable::default();
+    for r in &sets {
+        let dump::Reply::Object { kind: dump::NEWSET, attrs } = r else { continue };
+        let Some(name) = canon::set_name(attrs) else { continue };
+        if canon::is_anonymous(attrs) {
+            let key = table_handle.zip(dump::handle(r, dump::NEWSET, 0x10)).map(|(t, s)| (f.nfproto(), t, s));
+            if let Some(content) = key.and_then(|k| cache.get(&k)) {
+                anonymous.insert(name, content.clone());
+                continue;
+            }
+            if let (Some(header), Some(mut elems)) = (canon::set_header(attrs), elements(&mut sock, &name, next())?) {
+                anonymous.insert(name, canon::set_content(&header, &mut elems));
+            }
+        } else if !dump::is_dynamic(attrs) {
+            let elems = elements(&mut sock, &name, next())?;
+            live.sets.insert(name, elems);
+        }
+    }
+    let resolve = canon::resolve_in(&anonymous);
+    for name in chains.iter().filter_map(|r| dump::chain_of(r, TABLE)) {
+        let replies = exchange(&mut sock, &dump::request_of(dump::GETRULE, f, TABLE, &name, next()))?;
+        let rules = if errno(&replies).is_some() {
+            None
+        } else {
+            replies.iter().filter_map(|r| if let dump::Reply::Object { kind: dump::NEWRULE, attrs } = r { Some(canon::rule(attrs, &resolve)) } else { None }).collect()
+        };
+        live.chains.insert(name, rules);
+    }
+    let after = generation(&mut sock, next())?;
+    if before.is_none() || before != after {
+        tracing::info!(family = family.as_str(), "the ruleset changed while it was read; every chain is refilled");
+        return Ok(None);
+    }
+    // What this read found (reused or dumped) replaces the family's old entries.
+    cache.retain(|k, _| k.0 != f.nfproto());
+    let mut seen = AnonCache::new();
+    for r in &sets {
+        let (Some(t), Some(s)) = (table_handle, dump::handle(r, dump::NEWSET, 0x10)) else { continue };
+        let name = if let dump::Reply::Object { attrs, .. } = r { canon::set_name(attrs) } else { None };
+        if let Some(content) = name.and_then(|n| anonymous.get(&n)) {
+            seen.entry((f.nfproto(), t, s)).or_insert_with(|| content.clone());
+        }
+    }
+    cache.extend(seen);
+    Ok(Some(live))
 }
 
 /// Sends one request and reads its replies up to the end of the dump, or the

@@ -8,7 +8,9 @@
 //! [`super::staged`]). Chains and sets of the table that the ruleset no longer has
 //! (a deleted service's) are flushed in the switching transaction and deleted in another one
 //! right after (kube-proxy deletes stale chains after the transaction that removes what
-//! refers to them). A refused transaction changes nothing that serves packets: the
+//! refers to them). Over a live table that the client can read rule by rule (netlink:
+//! [`Nft::live`]), only what differs is sent ([`super::delta`]): chains the kernel holds
+//! exactly are not refilled, named sets and maps change by element difference. A refused transaction changes nothing that serves packets: the
 //! previous rules keep serving, and what the sync created is deleted again. A dry run
 //! reads the live table and the desired one as the kernel lists it
 //! ([`Nft::canonical`]) and compares them ([`super::listing`]); it sends nothing.
@@ -19,7 +21,7 @@ use std::time::{Duration, Instant};
 use super::apply::{Names, Nft, NftError};
 use super::listing::{self, Diff, Listing};
 use super::model::{self, Family, Form, Table};
-use super::{chunked, staged};
+use super::{chunked, delta, staged};
 
 /// What one family's sync found and did.
 #[derive(Debug, Clone)]
@@ -33,6 +35,12 @@ pub struct Report {
     pub lines: usize,
     /// Transactions a full sync sent the table in (declare, chunks, last: [`super::chunked`]).
     pub batches: usize,
+    /// Chains of the live table a full sync compared equal and left alone ([`super::delta`]).
+    pub kept: usize,
+    /// Chains that existed and were flushed and refilled (they differed, or were not compared).
+    pub refilled: usize,
+    /// Element deletes and adds of the sets and maps updated by difference.
+    pub element_changes: usize,
     /// Chains and sets of the live table the ruleset no longer has (`chain NAME`, `set NAME`).
     pub stale: Vec<String>,
     /// Why deleting them failed (the next full sync finds and deletes them again).
@@ -46,7 +54,7 @@ pub struct Report {
 
 impl Report {
     pub(crate) fn new(family: Family) -> Self {
-        Report { family, diff: None, applied: false, lines: 0, batches: 0, stale: Vec::new(), stale_error: None, flushes: Vec::new(), via: None, timings: Timings::default() }
+        Report { family, diff: None, applied: false, lines: 0, batches: 0, kept: 0, refilled: 0, element_changes: 0, stale: Vec::new(), stale_error: None, flushes: Vec::new(), via: None, timings: Timings::default() }
     }
 }
 
@@ -73,6 +81,15 @@ pub fn full(nft: &mut dyn Nft, table: &Table, dry_run: bool) -> Result<Report, N
     let live = nft.names(family)?;
     let existed = live.is_some();
     let names = live.unwrap_or_default();
+    // The live table, compared (netlink only: a chunked sync).
+    let held = if existed && nft.batch_lines().is_some() {
+        nft.live(family).unwrap_or_else(|e| {
+            tracing::warn!(family = family.as_str(), error = %e, "the live nftables table was not read; every chain is refilled");
+            None
+        })
+    } else {
+        None
+    };
     report.timings.read = t.elapsed();
     let t = Instant::now();
     let o = &table.objects;
@@ -81,8 +98,14 @@ pub fn full(nft: &mut dyn Nft, table: &Table, dry_run: bool) -> Result<Report, N
     let stale_chains: Vec<&String> = names.chains.iter().filter(|c| !wanted_chains.contains(c.as_str())).collect();
     let stale_sets: Vec<&String> = names.sets.iter().filter(|s| !wanted_sets.contains(s.as_str())).collect();
     let existing: HashSet<&str> = names.chains.iter().map(String::as_str).collect();
+    let plan = held.as_ref().map(|h| delta::plan(table, h));
+    if let Some(p) = &plan {
+        report.kept = p.same.len();
+        report.element_changes = p.element_changes();
+    }
+    report.refilled = o.chains.iter().filter(|c| existing.contains(c.name.as_str()) && !plan.as_ref().is_some_and(|p| p.same.contains(&c.name))).count();
     let chunked::Chunked { declare, chunks, last: mut text } = match nft.batch_lines() {
-        Some(bound) => chunked::write(table, &existing, bound),
+        Some(bound) => chunked::write(table, &existing, bound, plan.as_ref()),
         None => {
             let s = staged::write(table);
             chunked::Chunked { declare: s.declare, chunks: Vec::new(), last: s.fill }
@@ -93,11 +116,13 @@ pub fn full(nft: &mut dyn Nft, table: &Table, dry_run: bool) -> Result<Report, N
         text.push_str(&format!("flush chain {head} {c}\n"));
     }
     report.lines = declare.lines().count() + chunks.iter().map(|c| c.lines().count()).sum::<usize>() + text.lines().count();
-    report.batches = 2 + chunks.len();
+    // Over a live table that holds it all, the last batch may be empty: not sent.
+    let last = (!text.is_empty()).then_some(&text);
+    report.batches = 1 + chunks.len() + usize::from(last.is_some());
     report.timings.render = t.elapsed();
     let t = Instant::now();
     nft.run(&declare)?;
-    for part in chunks.iter().chain(std::iter::once(&text)) {
+    for part in chunks.iter().chain(last) {
         if let Err(e) = nft.run(part) {
             undeclare(nft, table, existed.then_some(&names));
             return Err(e);
@@ -219,16 +244,17 @@ mod tests {
 
     #[test]
     fn a_refused_chunk_or_last_batch_leaves_the_table_as_it_was() {
-        for fail_after in [1, 2, 3] {
+        for (fail_after, live_reads) in [(1, false), (2, false), (3, false), (1, true), (2, true), (3, true)] {
             let mut nft = FakeNft::new();
-        nft.batch_lines = Some(2);
+            nft.batch_lines = Some(2);
+            nft.live_reads = live_reads;
             full(&mut nft, &table(&["HASHHASH-a"]), false).unwrap();
             let before = nft.listing(Family::Ip);
             // declare, chunks b and c, last: the failure hits chunk b, chunk c or the last.
             nft.fail_after = Some(fail_after);
             let e = full(&mut nft, &table(&["HASHHASH-a", "HASHHASH-b", "HASHHASH-c"]), false).unwrap_err();
             assert!(e.to_string().contains("injected failure"), "{e}");
-            assert_eq!(nft.listing(Family::Ip), before, "failing after {fail_after} batches");
+            assert_eq!(nft.listing(Family::Ip), before, "failing after {fail_after} batches (live read: {live_reads})");
             full(&mut nft, &table(&["HASHHASH-a", "HASHHASH-b", "HASHHASH-c"]), false).unwrap();
             assert!(nft.listing(Family::Ip).unwrap().contains("service-HASHHASH-c"), "the retry goes through");
         }
@@ -245,6 +271,58 @@ mod tests {
         assert!(full(&mut nft, &table(&["a"]), true).unwrap().diff.unwrap().is_empty());
         let d = full(&mut nft, &table(&["a", "b"]), true).unwrap().diff.unwrap();
         assert!(d.text("ip kube-proxy").contains("chain service-b\n  + (added)\n  + accept\n"), "{}", d.text("ip kube-proxy"));
+    }
+
+    fn runs(nft: &FakeNft) -> Vec<String> {
+        nft.calls.iter().filter_map(|c| if let Call::Run(t) = c { Some(t.clone()) } else { None }).collect()
+    }
+
+    #[test]
+    fn over_a_live_table_only_what_differs_is_sent() {
+        let mut t = table(&["HASHHASH-a", "HASHHASH-b"]);
+        t.objects.sets.push(model::Set::plain("cluster-ips", "ipv4_addr", None));
+        t.objects.element("cluster-ips", vec!["10.0.0.1".into()], vec![], None);
+        let mut nft = FakeNft::new();
+        nft.batch_lines = Some(1000);
+        nft.live_reads = true;
+        full(&mut nft, &t, false).unwrap();
+        let want = nft.listing(Family::Ip);
+        nft.calls.clear();
+
+        // Equal: the declaring batch alone, without the existing chains; nothing refilled.
+        let r = full(&mut nft, &t, false).unwrap();
+        assert_eq!((r.kept, r.refilled, r.element_changes, r.batches), (3, 0, 0, 1), "{r:?}");
+        let sent = runs(&nft);
+        assert_eq!(sent.len(), 1, "{sent:?}");
+        assert!(!sent[0].contains("add chain") && !sent[0].contains("flush") && !sent[0].contains("element"), "{}", sent[0]);
+        assert_eq!(nft.listing(Family::Ip), want);
+
+        // Someone else: a rule deleted, an element removed, a foreign rule added.
+        nft.run("flush chain ip kube-proxy service-HASHHASH-a\ndelete element ip kube-proxy cluster-ips { 10.0.0.1 }\nadd rule ip kube-proxy service-HASHHASH-b drop\n").unwrap();
+        nft.calls.clear();
+        let r = full(&mut nft, &t, false).unwrap();
+        assert_eq!((r.kept, r.refilled, r.element_changes), (1, 2, 1), "{r:?}");
+        let sent = runs(&nft);
+        assert_eq!(sent.len(), 2, "{sent:?}");
+        assert_eq!(sent[1], "flush chain ip kube-proxy service-HASHHASH-a\nadd rule ip kube-proxy service-HASHHASH-a accept\nflush chain ip kube-proxy service-HASHHASH-b\nadd rule ip kube-proxy service-HASHHASH-b accept\nadd element ip kube-proxy cluster-ips { 10.0.0.1 }\n");
+        assert_eq!(nft.listing(Family::Ip), want);
+
+        // A stale element and a stale service: deleted by difference, the chain as before.
+        nft.run("add element ip kube-proxy cluster-ips { 10.0.0.9 }\n").unwrap();
+        let smaller = {
+            let mut s = table(&["HASHHASH-a"]);
+            s.objects.sets.push(model::Set::plain("cluster-ips", "ipv4_addr", None));
+            s.objects.element("cluster-ips", vec!["10.0.0.1".into()], vec![], None);
+            s
+        };
+        nft.calls.clear();
+        let r = full(&mut nft, &smaller, false).unwrap();
+        assert_eq!(r.stale, ["chain service-HASHHASH-b"]);
+        let sent = runs(&nft);
+        assert!(sent[1].contains("delete element ip kube-proxy cluster-ips { 10.0.0.9 }\n") && !sent[1].contains("flush set"), "{}", sent[1]);
+        let mut one = FakeNft::new();
+        one.run(&model::write(&smaller, Form::Transaction)).unwrap();
+        assert_eq!(nft.listing(Family::Ip), one.listing(Family::Ip));
     }
 
     #[test]

@@ -58,5 +58,10 @@ impl Nft for WatchedNft<'_> {
         let r = self.inner.canonical(family, text);
         self.note(Phase::Read, r)
     }
+
+    fn live(&mut self, family: Family) -> Result<Option<super::delta::LiveTable>, NftError> {
+        let r = self.inner.live(family);
+        self.note(Phase::Read, r)
+    }
 }
 

@@ -42,6 +42,7 @@ mod goldens;
 mod incremental;
 mod nft_chunked;
 mod nft_goldens;
+mod nft_live;
 mod nft_netlink;
 mod nft_mode;
 mod node_setup;
@@ -67,6 +68,7 @@ fn main() {
     cases.extend(goldens::cases());
     cases.extend(nft_goldens::cases());
     cases.extend(nft_netlink::cases());
+    cases.extend(nft_live::cases());
     cases.extend(dataplane::cases());
     cases.extend(faults::cases());
     cases.extend(watch_e2e::cases());

@@ -32,18 +32,18 @@ pub fn cases() -> Vec<Case> {
 /// Every chain its own chunk.
 const SMALL_BATCHES: usize = 5;
 
-fn listing(ns: &Ns) -> String {
+pub(crate) fn listing(ns: &Ns) -> String {
     ["ip", "ip6"].iter().map(|f| ns.run(&["nft", "list", "table", f, "kube-proxy"]).unwrap_or_default()).collect()
 }
 
-fn clear(ns: &Ns) {
+pub(crate) fn clear(ns: &Ns) {
     for f in ["ip", "ip6"] {
         let _ = ns.exec(&["nft", "delete", "table", f, "kube-proxy"]);
     }
 }
 
 /// Runs `f` with a netlink client (batches bounded at `lines`) inside `ns`.
-fn with_netlink<T: Send + 'static>(ns: &Ns, lines: usize, f: impl FnOnce(&mut netlink::NetlinkNft) -> T + Send + 'static) -> Result<T, String> {
+pub(crate) fn with_netlink<T: Send + 'static>(ns: &Ns, lines: usize, f: impl FnOnce(&mut netlink::NetlinkNft) -> T + Send + 'static) -> Result<T, String> {
     in_netns(&ns.name, move || {
         let mut nl = netlink::NetlinkNft::on_node();
         nl.batch_lines = lines;
@@ -54,7 +54,7 @@ fn with_netlink<T: Send + 'static>(ns: &Ns, lines: usize, f: impl FnOnce(&mut ne
 }
 
 /// The fixture's tables, rendered as `svcproxy render --mode nftables` does.
-fn tables(fixture: &std::path::Path) -> Result<Vec<svcproxy::nftables::model::Table>, String> {
+pub(crate) fn tables(fixture: &std::path::Path) -> Result<Vec<svcproxy::nftables::model::Table>, String> {
     let state = svcproxy::source::read_path(fixture).map_err(|e| e.to_string())?;
     let flags = Settings { mode: Some(svcproxy::settings::kinds::ProxyMode::Nftables), ..Settings::default() };
     let loaded = svcproxy::pipeline::load(state, flags, Settings::default()).map_err(|e| e.to_string())?;

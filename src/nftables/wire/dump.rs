@@ -9,9 +9,15 @@ use super::Fam;
 pub const GETTABLE: u16 = 1;
 pub const GETCHAIN: u16 = 4;
 pub const GETSET: u16 = 10;
+pub const GETRULE: u16 = 7;
+pub const GETSETELEM: u16 = 13;
+pub const GETGEN: u16 = 16;
+pub const NEWGEN: u16 = 15;
 pub const NEWTABLE: u16 = 0;
 pub const NEWCHAIN: u16 = 3;
 pub const NEWSET: u16 = 9;
+pub const NEWRULE: u16 = 6;
+pub const NEWSETELEM: u16 = 12;
 pub const NLM_F_DUMP: u16 = 0x300;
 pub const NLMSG_ERROR: u16 = 2;
 pub const NLMSG_DONE: u16 = 3;
@@ -33,6 +39,38 @@ pub fn request(kind: u16, fam: Fam, table: &str, seq: u32) -> Vec<u8> {
     let mut out = Vec::new();
     attr::message(&mut out, kind, flags, seq, fam.nfproto(), &a);
     out
+}
+
+/// A dump of `table`'s rules of one chain (`GETRULE`), or of one set's elements
+/// (`GETSETELEM`): the table and the chain or set named (both attributes 1 and 2).
+pub fn request_of(kind: u16, fam: Fam, table: &str, name: &str, seq: u32) -> Vec<u8> {
+    let mut a = Attrs::default();
+    a.str(TABLE_ATTR, table).str(2, name);
+    let mut out = Vec::new();
+    attr::message(&mut out, kind, NLM_F_DUMP, seq, fam.nfproto(), &a);
+    out
+}
+
+/// The ruleset generation request (`GETGEN`: answered by one `NEWGEN` and an acknowledgement).
+pub fn generation_request(seq: u32) -> Vec<u8> {
+    let mut out = Vec::new();
+    attr::message(&mut out, GETGEN, attr::NLM_F_ACK, seq, 0, &Attrs::default());
+    out
+}
+
+/// A 64-bit handle attribute (`NFTA_TABLE_HANDLE` 4, `NFTA_SET_HANDLE` 0x10) of a `kind` reply.
+pub fn handle(reply: &Reply, kind: u16, attr: u16) -> Option<u64> {
+    let Reply::Object { kind: k, attrs } = reply else { return None };
+    if *k != kind {
+        return None;
+    }
+    get(attrs, attr).and_then(|v| Some(u64::from_be_bytes(v.try_into().ok()?)))
+}
+
+/// The generation id in a `NEWGEN` reply.
+pub fn generation_of(reply: &Reply) -> Option<u32> {
+    let Reply::Object { kind: NEWGEN, attrs } = reply else { return None };
+    get(attrs, 1).and_then(|v| Some(u32::from_be_bytes(v.try_into().ok()?)))
 }
 
 /// One reply message, as far as a name read needs it.
@@ -75,7 +113,7 @@ pub fn replies(buf: &[u8]) -> Vec<Reply> {
 }
 
 /// Top-level attributes (type without the nested/byte-order flags, payload).
-fn attrs(mut b: &[u8]) -> Vec<(u16, Vec<u8>)> {
+pub fn attrs(mut b: &[u8]) -> Vec<(u16, Vec<u8>)> {
     let mut out = Vec::new();
     while let (Some(len), Some(kind)) = (half(b, 0), half(b, 2)) {
         let len = len as usize;
@@ -110,6 +148,12 @@ pub fn set_of(reply: &Reply, table: &str) -> Option<String> {
     let Reply::Object { kind: NEWSET, attrs } = reply else { return None };
     let flags = get(attrs, SET_FLAGS).and_then(|v| Some(u32::from_be_bytes(v.try_into().ok()?))).unwrap_or(0);
     (string(attrs, TABLE_ATTR)? == table && flags & (SET_ANONYMOUS | SET_MAP) == 0).then(|| string(attrs, SET_NAME)).flatten()
+}
+
+/// Whether a set message is a dynamic set's (`NFT_SET_EVAL`: session affinity's, filled
+/// by packets, never by a sync).
+pub fn is_dynamic(attrs: &[(u16, Vec<u8>)]) -> bool {
+    get(attrs, SET_FLAGS).and_then(|v| Some(u32::from_be_bytes(v.try_into().ok()?))).is_some_and(|f| f & 0x20 != 0)
 }
 
 /// The number of an anonymous set (`__setN`, `__mapN`) of `table`, when the message is one.

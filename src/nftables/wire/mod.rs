@@ -8,6 +8,7 @@
 pub mod anon;
 pub mod attr;
 pub mod batch;
+pub mod canon;
 pub mod dump;
 pub mod expr;
 pub mod tokens;

@@ -1,0 +1,251 @@
+//! A full sync over a live table sends only what differs: the live table's chains (their
+//! rules, with the content of any anonymous set a rule binds) and its named sets' and
+//! maps' elements, read in the canonical form of [`super::wire::canon`], against the
+//! desired table encoded the same way. The [`Plan`] says which chains the kernel already
+//! holds exactly (the sync leaves them alone: no flush, no refill) and, for each named set
+//! or map it could read, which elements to delete and which to add instead of a flush and
+//! a refill. Safety: a chain is kept only when its every rule was read and proved equal;
+//! a set is diffed only when every element was read and every gone element's key could
+//! be written back as text; anything else is rewritten as before.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt::Write as _;
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use super::model::{self, Family, Table};
+use super::wire::canon::{self, Canon};
+
+/// What a full sync read of the live table: canonical rules by chain, canonical elements
+/// (and their keys' bytes) by named set or map. `None`: something of it was not readable.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LiveTable {
+    pub chains: HashMap<String, Option<Vec<Canon>>>,
+    pub sets: HashMap<String, Option<canon::Elements>>,
+}
+
+/// One set's or map's element changes (`delete element` lines, then `add element` lines).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SetDelta {
+    pub deletes: Vec<String>,
+    pub adds: Vec<String>,
+}
+
+/// What a full sync over the live table needs to send.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Chains whose rules the kernel holds exactly: not refilled.
+    pub same: HashSet<String>,
+    /// Sets and maps updated by element difference (the others are flushed and refilled).
+    pub sets: HashMap<String, SetDelta>,
+}
+
+impl Plan {
+    /// Element lines sent (deletes and adds).
+    pub fn element_changes(&self) -> usize {
+        self.sets.values().map(|d| d.deletes.len() + d.adds.len()).sum()
+    }
+}
+
+/// Compares the desired `table` with what the kernel holds (`live`).
+pub fn plan(table: &Table, live: &LiveTable) -> Plan {
+    let head = format!("{} {}", table.family.as_str(), table.name);
+    let o = &table.objects;
+    let mut texts: HashMap<&str, String> = o.chains.iter().map(|c| (c.name.as_str(), String::new())).collect();
+    for r in &o.rules {
+        if let Some(t) = texts.get_mut(r.chain.as_str()) {
+            model::rule_line(t, &head, r);
+        }
+    }
+    let mut same = HashSet::new();
+    for c in &o.chains {
+        let Some(Some(held)) = live.chains.get(&c.name) else { continue };
+        let text = texts.get(c.name.as_str()).map_or("", String::as_str);
+        if canon::rules_of_text(text).is_some_and(|want| &want == held) {
+            same.insert(c.name.clone());
+        }
+    }
+    let mut elements: HashMap<&str, String> = HashMap::new();
+    for e in &o.elements {
+        model::element_line(elements.entry(e.set.as_str()).or_default(), &head, e);
+    }
+    let mut sets = HashMap::new();
+    for s in o.sets.iter().filter(|s| !s.is_dynamic()) {
+        let Some(Some(held)) = live.sets.get(&s.name) else { continue };
+        let text = elements.get(s.name.as_str()).map_or("", String::as_str);
+        if let Some(d) = set_delta(text, held, &s.kind, table.family, &format!("{head} {}", s.name)) {
+            sets.insert(s.name.clone(), d);
+        }
+    }
+    Plan { same, sets }
+}
+
+/// The changes that bring `held` to the elements `text` adds; `None` when one cannot be
+/// proved or written (the set is then flushed and refilled).
+fn set_delta(text: &str, held: &[(Canon, Vec<u8>)], kind: &str, family: Family, target: &str) -> Option<SetDelta> {
+    let lines: Vec<&str> = text.lines().collect();
+    let want = canon::elements_of_text(text)?;
+    if want.len() != lines.len() {
+        return None;
+    }
+    let wanted: HashSet<&Canon> = want.iter().map(|(c, _)| c).collect();
+    let have: HashSet<&Canon> = held.iter().map(|(c, _)| c).collect();
+    let mut d = SetDelta::default();
+    for (c, key) in held {
+        if !wanted.contains(c) {
+            d.deletes.push(format!("delete element {target} {{ {} }}", key_text(kind, key, family)?));
+        }
+    }
+    for ((c, _), line) in want.iter().zip(&lines) {
+        if !have.contains(c) {
+            d.adds.push((*line).to_owned());
+        }
+    }
+    Some(d)
+}
+
+/// An element's key bytes as `nft` text, for a set of type `kind` (`ipv4_addr . inet_proto
+/// . inet_service : verdict`); `None` for anything else.
+pub fn key_text(kind: &str, key: &[u8], family: Family) -> Option<String> {
+    let parts: Vec<&str> = kind.split(':').next()?.split('.').map(str::trim).collect();
+    let concat = parts.len() > 1;
+    let mut out = String::new();
+    let mut at = 0;
+    for (i, p) in parts.iter().enumerate() {
+        let (len, width) = match (*p, family) {
+            ("ipv4_addr", Family::Ip) => (4, 4),
+            ("ipv6_addr", Family::Ip6) => (16, 16),
+            ("inet_proto", _) if concat => (1, 4),
+            ("inet_service", _) if concat => (2, 4),
+            _ => return None,
+        };
+        let field = key.get(at..at + width)?;
+        if field[len..].iter().any(|b| *b != 0) {
+            return None;
+        }
+        let v = &field[..len];
+        if i > 0 {
+            out.push_str(" . ");
+        }
+        match *p {
+            "ipv4_addr" => write!(out, "{}", Ipv4Addr::from(<[u8; 4]>::try_from(v).ok()?)).ok()?,
+            "ipv6_addr" => write!(out, "{}", Ipv6Addr::from(<[u8; 16]>::try_from(v).ok()?)).ok()?,
+            "inet_proto" => out.push_str(match v[0] {
+                6 => "tcp",
+                17 => "udp",
+                132 => "sctp",
+                _ => return None,
+            }),
+            _ => write!(out, "{}", u16::from_be_bytes([v[0], v[1]])).ok()?,
+        }
+        at += width;
+    }
+    (at == key.len()).then_some(out)
+}
+
+/// The live table as [`plan`] reads it, from `nft -f` text of what a table holds (`add
+/// rule` lines by chain, `add element` lines by set): how the fake kernel and tests make
+/// one. A chain or set the encoder does not take is `None` (unreadable).
+pub fn from_text<'a>(chains: impl IntoIterator<Item = (&'a str, String)>, sets: impl IntoIterator<Item = (&'a str, String)>) -> LiveTable {
+    LiveTable {
+        chains: chains.into_iter().map(|(n, t)| (n.to_owned(), canon::rules_of_text(&t))).collect(),
+        sets: sets.into_iter().map(|(n, t)| (n.to_owned(), canon::elements_of_text(&t))).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nftables::model::{Chain, Objects, Rule, Set};
+
+    fn table(endpoint: &str, elements: &[(&str, &str)]) -> Table {
+        let mut o = Objects::default();
+        o.chain(Chain::regular("services"));
+        o.chain(Chain::regular("service-a"));
+        o.chain(Chain::regular("endpoint-a"));
+        o.sets.push(Set::map("service-ips", "ipv4_addr . inet_proto . inet_service : verdict", None));
+        o.sets.push(Set::plain("cluster-ips", "ipv4_addr", None));
+        o.rule(Rule::new("services", "ip daddr . meta l4proto . th dport vmap @service-ips"));
+        o.rule(Rule::new("service-a", "numgen random mod 1 vmap { 0 : goto endpoint-a }"));
+        o.rule(Rule::new("endpoint-a", format!("dnat to {endpoint}")));
+        for (ip, chain) in elements {
+            o.element("service-ips", vec![(*ip).into(), "tcp".into(), "80".into()], vec![format!("goto {chain}")], Some("ns/a:p"));
+            o.element("cluster-ips", vec![(*ip).into()], vec![], None);
+        }
+        Table { family: Family::Ip, name: "kube-proxy", comment: "c", objects: o }
+    }
+
+    /// What the kernel would hold after a full sync of `t`.
+    fn held(t: &Table) -> LiveTable {
+        let head = "ip kube-proxy";
+        let mut chains: Vec<(&str, String)> = t.objects.chains.iter().map(|c| (c.name.as_str(), String::new())).collect();
+        for r in &t.objects.rules {
+            let i = chains.iter().position(|(n, _)| *n == r.chain).unwrap();
+            model::rule_line(&mut chains[i].1, head, r);
+        }
+        let mut sets: Vec<(&str, String)> = t.objects.sets.iter().map(|s| (s.name.as_str(), String::new())).collect();
+        for e in &t.objects.elements {
+            let i = sets.iter().position(|(n, _)| *n == e.set).unwrap();
+            model::element_line(&mut sets[i].1, head, e);
+        }
+        from_text(chains, sets)
+    }
+
+    #[test]
+    fn an_equal_table_keeps_every_chain_and_changes_no_element() {
+        let t = table("10.1.0.1:80", &[("10.0.0.1", "service-a")]);
+        let p = plan(&t, &held(&t));
+        assert_eq!(p.same.len(), 3, "{p:?}");
+        assert_eq!(p.sets.len(), 2);
+        assert_eq!(p.element_changes(), 0);
+    }
+
+    #[test]
+    fn only_what_differs_is_sent() {
+        let before = table("10.1.0.1:80", &[("10.0.0.1", "service-a"), ("10.0.0.2", "service-a")]);
+        let after = table("10.1.0.9:80", &[("10.0.0.1", "endpoint-a"), ("10.0.0.3", "service-a")]);
+        let p = plan(&after, &held(&before));
+        let mut same: Vec<&str> = p.same.iter().map(String::as_str).collect();
+        same.sort_unstable();
+        assert_eq!(same, ["service-a", "services"]);
+        let m = &p.sets["service-ips"];
+        let mut deletes = m.deletes.clone();
+        deletes.sort();
+        assert_eq!(deletes, ["delete element ip kube-proxy service-ips { 10.0.0.1 . tcp . 80 }", "delete element ip kube-proxy service-ips { 10.0.0.2 . tcp . 80 }"]);
+        assert_eq!(m.adds.len(), 2, "{:?}", m.adds);
+        assert!(m.adds[0].contains("10.0.0.1 . tcp . 80 comment \"ns/a:p\" : goto endpoint-a"), "{:?}", m.adds);
+        let s = &p.sets["cluster-ips"];
+        assert_eq!(s.deletes, ["delete element ip kube-proxy cluster-ips { 10.0.0.2 }"]);
+        assert_eq!(s.adds, ["add element ip kube-proxy cluster-ips { 10.0.0.3 }"]);
+    }
+
+    #[test]
+    fn what_was_not_read_is_rewritten() {
+        let t = table("10.1.0.1:80", &[("10.0.0.1", "service-a")]);
+        let mut live = held(&t);
+        live.chains.insert("endpoint-a".into(), None);
+        live.sets.insert("cluster-ips".into(), None);
+        live.chains.remove("services");
+        let p = plan(&t, &live);
+        assert_eq!(p.same, HashSet::from(["service-a".to_string()]));
+        assert!(p.sets.contains_key("service-ips") && !p.sets.contains_key("cluster-ips"));
+        // A foreign rule appended to a chain: not equal.
+        let mut live = held(&t);
+        let mut extra = String::from("add rule ip kube-proxy service-a numgen random mod 1 vmap { 0 : goto endpoint-a }\n");
+        extra.push_str("add rule ip kube-proxy service-a drop\n");
+        live.chains.insert("service-a".into(), canon::rules_of_text(&extra));
+        assert!(!plan(&t, &live).same.contains("service-a"));
+    }
+
+    #[test]
+    fn keys_are_written_back_as_nft_reads_them() {
+        assert_eq!(key_text("ipv4_addr . inet_proto . inet_service : verdict", &[10, 0, 0, 1, 17, 0, 0, 0, 0, 53, 0, 0], Family::Ip).as_deref(), Some("10.0.0.1 . udp . 53"));
+        assert_eq!(key_text("ipv4_addr", &[10, 0, 0, 1], Family::Ip).as_deref(), Some("10.0.0.1"));
+        let mut v6 = vec![0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+        assert_eq!(key_text("ipv6_addr", &v6, Family::Ip6).as_deref(), Some("fd00::1"));
+        v6.extend([6, 0, 0, 0, 1, 0xbb, 0, 0]);
+        assert_eq!(key_text("ipv6_addr . inet_proto . inet_service", &v6, Family::Ip6).as_deref(), Some("fd00::1 . tcp . 443"));
+        assert_eq!(key_text("ipv4_addr . inet_proto . inet_service", &[10, 0, 0, 1, 47, 0, 0, 0, 0, 53, 0, 0], Family::Ip), None, "an unknown protocol");
+        assert_eq!(key_text("ipv4_addr", &[10, 0, 0, 1, 0], Family::Ip), None, "a longer key");
+        assert_eq!(key_text("ether_addr", &[0; 6], Family::Ip), None);
+    }
+}
