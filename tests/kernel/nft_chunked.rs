@@ -19,7 +19,7 @@ use svcproxy::nftables::{self, netlink, sync};
 use crate::dataplane::{self, cluster_yaml, ep4, pod_ip4, svc, tcp, CLIENT, N, NODE};
 use crate::harness::{Case, CaseResult, Ctx};
 use crate::netns::{self, Backend, Lab, Ns, Proto, Where};
-use crate::svcproxy::{bin, path_str, repo, run_expect, temp_yaml};
+use crate::svcproxy::{bin, path_str, run_expect, temp_yaml};
 use crate::watch_e2e::in_netns;
 
 pub fn cases() -> Vec<Case> {
@@ -82,13 +82,7 @@ fn every_golden(ctx: &mut Ctx) -> CaseResult {
     let lab = Lab::new("nftchunk")?;
     let ns = lab.node();
     let (mut compared, mut batches, mut names) = (0, 0, 0);
-    for golden in crate::nft_goldens::goldens() {
-        let stem = golden.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-        let fixture = repo().join("fixtures").join(format!("{stem}.yaml"));
-        if !fixture.exists() {
-            continue;
-        }
-        let text = std::fs::read_to_string(&golden).map_err(|e| e.to_string())?;
+    for (stem, fixture, text) in crate::nft_goldens::with_fixtures()? {
         clear(ns);
         ns.run_stdin(&["nft", "-f", "-"], Some(&text)).map_err(|e| format!("{stem}: nft -f: {e}"))?;
         let one = listing(ns);

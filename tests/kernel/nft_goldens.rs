@@ -28,6 +28,21 @@ pub fn goldens() -> Vec<PathBuf> {
     out
 }
 
+/// Each nftables golden that has a fixture of the same name: its stem, the fixture and
+/// the golden's text (what `nft -f` loads).
+pub fn with_fixtures() -> Result<Vec<(String, PathBuf, String)>, String> {
+    let mut out = Vec::new();
+    for golden in goldens() {
+        let stem = golden.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        let fixture = repo().join("fixtures").join(format!("{stem}.yaml"));
+        if fixture.exists() {
+            let text = std::fs::read_to_string(&golden).map_err(|e| format!("{}: {e}", golden.display()))?;
+            out.push((stem, fixture, text));
+        }
+    }
+    Ok(out)
+}
+
 fn every_golden(ctx: &mut Ctx) -> CaseResult {
     ctx.require(&["ip", "nft"])?;
     let list = goldens();

@@ -39,13 +39,7 @@ fn equal_tables(ctx: &mut Ctx) -> CaseResult {
     let lab = Lab::new("nftlive")?;
     let ns = lab.node();
     let (mut compared, mut kept_all) = (0, 0);
-    for golden in crate::nft_goldens::goldens() {
-        let stem = golden.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-        let fixture = repo().join("fixtures").join(format!("{stem}.yaml"));
-        if !fixture.exists() {
-            continue;
-        }
-        let text = std::fs::read_to_string(&golden).map_err(|e| e.to_string())?;
+    for (stem, fixture, text) in crate::nft_goldens::with_fixtures()? {
         clear(ns);
         ns.run_stdin(&["nft", "-f", "-"], Some(&text)).map_err(|e| format!("{stem}: nft -f: {e}"))?;
         let before = listing(ns);
