@@ -6,7 +6,7 @@
 # follows a directory holding big.yaml and small.yaml (one Service, one EndpointSlice);
 # after the first (full) sync, small.yaml is replaced (rename) CHANGES times, one every
 # INTERVAL s (or as soon as the previous change is synced, if that took longer); each
-# change waits at most TIMEOUT s for the next `synced` log line. Then IDLE s of nothing.
+# change waits at most TIMEOUT s for the next `synced` log line that changed something. Then IDLE s of nothing.
 # Prints `soak<TAB>MODE<TAB>WHAT<TAB>...` lines (the host script reads them):
 #   first   launch->synced(s)  sync seconds  restore_lines  ipvs_ops
 #   change  I  change->synced(s)  kind  sync seconds  restore_lines  ipvs_ops
@@ -20,6 +20,9 @@ now() { cut -d' ' -f1 /proc/uptime; }
 sub() { echo "$1 $2" | awk '{printf "%.2f", $2 - $1}'; }
 later() { echo "$1 $2" | awk '{exit !($1 >= $2)}'; } # later NOW T: NOW >= T
 synced() { grep -c ' synced kind=' "$1"; }
+# worked LOG N: the first `synced` line after the first N that changed something (a
+# periodic sync with nothing to do, restore_lines=0 and ipvs_ops=0, is not a change's)
+worked() { awk -v n="$2" '/ synced kind=/ { c++; if (c > n && !(/ restore_lines=0 / && / ipvs_ops=0( |$)/)) { print; exit } }' "$1"; }
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p"; } # field NAME <line
 ticks() { awk '{print $14 + $15 + $16 + $17}' "/proc/$1/stat"; }
 HZ=$(getconf CLK_TCK 2>/dev/null || echo 100)
@@ -69,10 +72,9 @@ soak() { # soak MODE
     small $i >/tmp/next.yaml
     t0=$(now); mv /tmp/next.yaml "$dir/small.yaml"
     deadline=$(echo "$t0 $TIMEOUT" | awk '{print $1 + $2}')
-    while [ "$(synced "$log")" -le "$n0" ] && ! later "$(now)" "$deadline"; do sleep 0.1; done
-    t1=$(now)
-    if [ "$(synced "$log")" -gt "$n0" ]; then
-      line=$(grep ' synced kind=' "$log" | sed -n "$((n0 + 1))p")
+    while [ -z "$(worked "$log" "$n0")" ] && ! later "$(now)" "$deadline"; do sleep 0.1; done
+    t1=$(now); line=$(worked "$log" "$n0")
+    if [ -n "$line" ]; then
       printf 'soak\t%s\tchange\t%d\t%s\t%s\t%s\t%s\t%s\n' "$mode" $i "$(sub "$t0" "$t1")" "$(echo "$line" | field kind)" \
         "$(echo "$line" | field seconds)" "$(echo "$line" | field restore_lines)" "$(echo "$line" | field ipvs_ops)"
     else

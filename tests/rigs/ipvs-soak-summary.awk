@@ -13,6 +13,9 @@ function ratio(a, b) { return (a == "-" || b == "-" || b + 0 == 0) ? "-" : sprin
 BEGIN { FS = "\t" }
 $2 == "first" { first[$1] = $3; firstsync[$1] = $4; firstlines[$1] = $5; firstops[$1] = $6 }
 $2 == "change" && $4 == "timeout" { timeouts[$1]++ }
+# a sync that sent nothing (no restore line, no IPVS operation) was not the change's: a
+# periodic sync that ran just after it (samples of the first rig version)
+$2 == "change" && $4 != "timeout" && $7 == 0 && $8 == 0 { unattributed[$1]++; next }
 $2 == "change" && $4 != "timeout" {
   n = ++nc[$1]; lat[$1, n] = $4; sec[$1, n] = $6
   if ($5 == "Full") cfull[$1]++
@@ -38,7 +41,7 @@ END {
   row("RSS max (MiB)", mib(rmax["ipvs"]), mib(rmax["iptables"]))
   row("RSS last sample (MiB)", mib(rlast["ipvs"]), mib(rlast["iptables"]))
   row("CPU over the idle period (% of a core)", fmt(idle["ipvs"]), fmt(idle["iptables"]))
-  printf "%-52s %14s %14s\n", "synced changes / timeouts", (nc["ipvs"] + 0) " / " (timeouts["ipvs"] + 0), (nc["iptables"] + 0) " / " (timeouts["iptables"] + 0)
+  printf "%-52s %14s %14s\n", "synced changes / timeouts / unattributed", (nc["ipvs"] + 0) " / " (timeouts["ipvs"] + 0) " / " (unattributed["ipvs"] + 0), (nc["iptables"] + 0) " / " (timeouts["iptables"] + 0) " / " (unattributed["iptables"] + 0)
   printf "%-52s %14s %14s\n", "syncs in the run: full / partial", (full["ipvs"] + 0) " / " (partial["ipvs"] + 0), (full["iptables"] + 0) " / " (partial["iptables"] + 0)
   printf "%-52s %14s %14s\n", "first sync: restore lines / ipvs ops", firstlines["ipvs"] " / " firstops["ipvs"], firstlines["iptables"] " / " firstops["iptables"]
   printf "%-52s %14s %14s\n", "RSS samples", rn["ipvs"] + 0, rn["iptables"] + 0
