@@ -86,8 +86,12 @@ mod tests {
     use super::*;
     use crate::netfilter::fake::FakeIptables;
 
-    /// Reads only line by line: a whole read fails.
+    /// Reads only line by line: a whole read fails, and so does anything else.
     struct Streaming;
+
+    fn not_read_here() -> RestoreError {
+        RestoreError::Failed { binary: "streaming".into(), message: "only save_lines is served here".into() }
+    }
 
     impl Restorer for Streaming {
         fn backend(&self) -> Backend {
@@ -101,13 +105,13 @@ mod tests {
             Ok(())
         }
         fn save_all(&mut self, _: IpFamily) -> Result<String, RestoreError> {
-            unimplemented!()
+            Err(not_read_here())
         }
         fn restore(&mut self, _: IpFamily, _: &str) -> Result<(), RestoreError> {
-            unimplemented!()
+            Err(not_read_here())
         }
         fn check(&mut self, _: IpFamily, _: &str, _: &str, _: &[&str]) -> Result<bool, RestoreError> {
-            unimplemented!()
+            Err(not_read_here())
         }
     }
 
