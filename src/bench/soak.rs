@@ -30,13 +30,38 @@ pub struct Spec {
     pub changes_for: Duration,
     pub idle_for: Duration,
     pub sample_every: Duration,
-    /// `nft` or `legacy`.
+    /// The proxy mode: `iptables`, `ipvs` or `nftables`.
+    pub mode: String,
+    /// The iptables backend, `nft` or `legacy`: iptables mode's rules, IPVS mode's few
+    /// (not given in nftables mode).
     pub backend: String,
     pub svcproxy: PathBuf,
+    /// More flags for svcproxy (the IPVS VM's guest gives `--conntrack-max-per-core 0`).
+    pub extra_args: Vec<String>,
     /// svcproxy's log goes here.
     pub log: PathBuf,
     /// How long the first (full) sync may take.
     pub first_sync_limit: Duration,
+}
+
+impl Spec {
+    /// svcproxy's mode flags.
+    pub fn mode_args(&self) -> Vec<String> {
+        let mut args = vec!["--mode".to_string(), self.mode.clone()];
+        if self.mode != "nftables" {
+            args.extend(["--iptables-backend".to_string(), self.backend.clone()]);
+        }
+        args
+    }
+
+    /// The mode as the summary names it: `iptables-nft`, `ipvs (iptables-legacy)`, `nftables`.
+    pub fn label(&self) -> String {
+        match self.mode.as_str() {
+            "iptables" => format!("iptables-{}", self.backend),
+            "nftables" => "nftables".to_string(),
+            m => format!("{m} (iptables-{})", self.backend),
+        }
+    }
 }
 
 const METRICS: &str = "127.0.0.1:10249";
@@ -68,6 +93,17 @@ pub struct Soak {
 
 /// svcproxy, stopped with SIGTERM when dropped.
 struct Running(Child);
+
+impl Running {
+    /// An error if svcproxy has exited (the soak cannot go on without it).
+    fn alive(&mut self, log: &std::path::Path) -> anyhow::Result<()> {
+        match self.0.try_wait() {
+            Ok(Some(status)) => bail!("svcproxy exited ({status}); its log: {}", log.display()),
+            Ok(None) => Ok(()),
+            Err(e) => bail!("cannot wait for svcproxy: {e}"),
+        }
+    }
+}
 
 impl Drop for Running {
     fn drop(&mut self) {
@@ -113,15 +149,17 @@ pub async fn run(spec: &Spec) -> anyhow::Result<Soak> {
     }
     let log = std::fs::File::create(&spec.log).with_context(|| format!("{}", spec.log.display()))?;
     let child = Command::new(&spec.svcproxy)
-        .args(["sync", "--watch", "--mode", "iptables", "--iptables-backend", &spec.backend, "--master", &server.url()])
+        .args(["sync", "--watch", "--master", &server.url()])
+        .args(spec.mode_args())
         .args(["--hostname-override", gen::NODE, "--cluster-cidr", "10.128.0.0/9", "--ip-family", "ipv4", "--nfacct", "false"])
         .args(["--metrics-bind-address", METRICS, "--healthz-bind-address", "127.0.0.1:10256", "--logging-format", "text"])
+        .args(&spec.extra_args)
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()
         .with_context(|| format!("cannot start {}", spec.svcproxy.display()))?;
     let pid = child.id();
-    let running = Running(child);
+    let mut running = Running(child);
 
     let start = Instant::now();
     loop {
@@ -130,6 +168,7 @@ pub async fn run(spec: &Spec) -> anyhow::Result<Soak> {
                 break;
             }
         }
+        running.alive(&spec.log).context("before its first sync")?;
         if start.elapsed() > spec.first_sync_limit {
             bail!("no first sync within {:?} (see {})", spec.first_sync_limit, spec.log.display());
         }
@@ -137,8 +176,13 @@ pub async fn run(spec: &Spec) -> anyhow::Result<Soak> {
     }
     let mut soak = Soak {
         spec_line: format!(
-            "{} services x {} endpoints, {} changes/s for {} s then {} s idle, iptables-{}",
-            spec.services, spec.endpoints, spec.rate, spec.changes_for.as_secs(), spec.idle_for.as_secs(), spec.backend
+            "{} services x {} endpoints, {} changes/s for {} s then {} s idle, {}",
+            spec.services,
+            spec.endpoints,
+            spec.rate,
+            spec.changes_for.as_secs(),
+            spec.idle_for.as_secs(),
+            spec.label()
         ),
         first_sync_s: start.elapsed().as_secs_f64(),
         samples: Vec::new(),
@@ -163,6 +207,7 @@ pub async fn run(spec: &Spec) -> anyhow::Result<Soak> {
             next_change += every;
         }
         if now >= next_sample {
+            running.alive(&spec.log).with_context(|| format!("{:.0} s into the soak", now.duration_since(t0).as_secs_f64()))?;
             let m = scrape().await.unwrap_or_default();
             soak.samples.push(Sample {
                 t: now.duration_since(t0).as_secs_f64(),
@@ -312,39 +357,150 @@ impl Soak {
         out
     }
 
+    /// What the run measured ([`Figures`]); `None` without samples.
+    pub fn figures(&self) -> Option<Figures> {
+        let (first, last) = (self.samples.first()?, self.samples.last()?);
+        let changed = self.samples.iter().any(|s| s.phase == "changes");
+        let q = |q| if changed { quantile(&first.latency, &last.latency, q) } else { None };
+        let idle = self.samples.iter().find(|s| s.phase == "idle").map(|fi| (last.t - fi.t, last.cpu_s - fi.cpu_s)).filter(|(wall, _)| *wall > 0.0);
+        let mib = |kib: u64| kib as f64 / 1024.0;
+        Some(Figures {
+            first_sync_s: self.first_sync_s,
+            changes: last.changes,
+            p50_s: q(0.5),
+            p99_s: q(0.99),
+            idle_s: idle.map_or(0.0, |(wall, _)| wall),
+            idle_cpu_pct: idle.map(|(wall, cpu)| 100.0 * cpu / wall),
+            rss_max_mib: mib(self.samples.iter().map(|s| s.rss_kib).max().unwrap_or(0)),
+            rss_last_mib: mib(last.rss_kib),
+            full_after_first: last.full_syncs.saturating_sub(first.full_syncs),
+            partial: last.partial_syncs.saturating_sub(first.partial_syncs),
+        })
+    }
+
     /// The summary: latency over the change phase, idle CPU, memory, syncs.
     pub fn summary(&self) -> String {
-        let first = self.samples.first();
-        let last_change = self.samples.iter().rev().find(|s| s.phase == "changes");
-        let first_idle = self.samples.iter().find(|s| s.phase == "idle");
-        let last = self.samples.last();
-        let (Some(first), Some(last)) = (first, last) else {
+        let Some(f) = self.figures() else {
             return "no samples\n".into();
         };
+        let first_t = self.samples.first().map_or(0.0, |s| s.t);
         let mut out = String::new();
         let _ = writeln!(out, "soak: {}", self.spec_line);
-        let _ = writeln!(out, "first (full) sync: {:.1} s", self.first_sync_s);
-        if let Some(lc) = last_change {
-            let p = |q| quantile(&first.latency, &last.latency, q).map_or("-".into(), |v| format!("{v:.2} s"));
-            let _ = writeln!(out, "changes sent: {} (the last sample of the change phase: {} at {:.0} s)", last.changes, lc.changes, lc.t - first.t);
-            let _ = writeln!(out, "change -> kernel (kube-proxy's network programming latency): p50 {}, p99 {}", p(0.5), p(0.99));
+        let _ = writeln!(out, "first (full) sync: {:.1} s", f.first_sync_s);
+        if let Some(lc) = self.samples.iter().rev().find(|s| s.phase == "changes") {
+            let p = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.2} s"));
+            let _ = writeln!(out, "changes sent: {} (the last sample of the change phase: {} at {:.0} s)", f.changes, lc.changes, lc.t - first_t);
+            let _ = writeln!(out, "change -> kernel (kube-proxy's network programming latency): p50 {}, p99 {}", p(f.p50_s), p(f.p99_s));
         }
-        if let Some(fi) = first_idle {
-            let idle_wall = last.t - fi.t;
-            if idle_wall > 0.0 {
-                let _ = writeln!(out, "idle CPU: {:.2} % of a core over {:.0} s", 100.0 * (last.cpu_s - fi.cpu_s) / idle_wall, idle_wall);
-            }
+        if let Some(pct) = f.idle_cpu_pct {
+            let _ = writeln!(out, "idle CPU: {pct:.2} % of a core over {:.0} s", f.idle_s);
         }
-        let max_rss = self.samples.iter().map(|s| s.rss_kib).max().unwrap_or(0);
-        let _ = writeln!(out, "RSS: max {:.1} MiB, last {:.1} MiB", max_rss as f64 / 1024.0, last.rss_kib as f64 / 1024.0);
-        let _ = writeln!(
-            out,
-            "syncs after the first: {} full, {} partial",
-            last.full_syncs.saturating_sub(first.full_syncs),
-            last.partial_syncs.saturating_sub(first.partial_syncs)
-        );
+        let _ = writeln!(out, "RSS: max {:.1} MiB, last {:.1} MiB", f.rss_max_mib, f.rss_last_mib);
+        let _ = writeln!(out, "syncs after the first: {} full, {} partial", f.full_after_first, f.partial);
         out
     }
+}
+
+/// What one soak measured, as DIR/figures.tsv keeps it (`name<TAB>value`, `-` for a figure
+/// the run has none of) and `svcproxy-bench soak-ratios` compares it across modes.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Figures {
+    pub first_sync_s: f64,
+    pub changes: u64,
+    /// Network programming latency over the change phase.
+    pub p50_s: Option<f64>,
+    pub p99_s: Option<f64>,
+    /// The idle phase's length (0: none) and svcproxy's CPU in it, % of one core.
+    pub idle_s: f64,
+    pub idle_cpu_pct: Option<f64>,
+    pub rss_max_mib: f64,
+    pub rss_last_mib: f64,
+    pub full_after_first: u64,
+    pub partial: u64,
+}
+
+/// A row of the comparison: its name in figures.tsv, its label, and whether a ratio of
+/// two runs says something (counts are shown as they are).
+const ROWS: [(&str, &str, bool); 9] = [
+    ("first_sync_s", "first (full) sync, s", true),
+    ("p50_s", "change -> kernel p50, s", true),
+    ("p99_s", "change -> kernel p99, s", true),
+    ("idle_cpu_pct", "idle CPU, % of a core", true),
+    ("rss_max_mib", "RSS max, MiB", true),
+    ("rss_last_mib", "RSS at the end, MiB", true),
+    ("changes", "changes sent", false),
+    ("full_after_first", "full syncs after the first", false),
+    ("partial", "partial syncs", false),
+];
+
+impl Figures {
+    fn values(&self) -> [Option<f64>; 9] {
+        [
+            Some(self.first_sync_s),
+            self.p50_s,
+            self.p99_s,
+            self.idle_cpu_pct,
+            Some(self.rss_max_mib),
+            Some(self.rss_last_mib),
+            Some(self.changes as f64),
+            Some(self.full_after_first as f64),
+            Some(self.partial as f64),
+        ]
+    }
+
+    /// figures.tsv.
+    pub fn tsv(&self) -> String {
+        let mut out = String::new();
+        for ((name, _, _), v) in ROWS.iter().zip(self.values()) {
+            let _ = writeln!(out, "{name}\t{}", v.map_or("-".to_string(), |v| format!("{v:.3}")));
+        }
+        out
+    }
+}
+
+/// A figures.tsv read back: each row's value, `None` for `-` or a row it lacks.
+pub fn read_figures(text: &str) -> anyhow::Result<Vec<Option<f64>>> {
+    let mut values = vec![None; ROWS.len()];
+    for (n, line) in text.lines().enumerate() {
+        let (name, value) = line.split_once('\t').with_context(|| format!("line {}: want NAME<TAB>VALUE", n + 1))?;
+        let Some(i) = ROWS.iter().position(|(r, _, _)| *r == name) else { continue };
+        values[i] = match value {
+            "-" => None,
+            v => Some(v.parse().with_context(|| format!("line {}: {name}: {v:?} is not a number", n + 1))?),
+        };
+    }
+    Ok(values)
+}
+
+/// The markdown table comparing runs with the first (`base`): each figure, then for every
+/// other run its figure and its ratio to the base's.
+pub fn ratios(runs: &[(String, Vec<Option<f64>>)]) -> String {
+    let Some((base, base_values)) = runs.first() else {
+        return String::new();
+    };
+    let mut out = format!("| figure | {base} |");
+    let mut rule = String::from("|---|---:|");
+    for (label, _) in &runs[1..] {
+        let _ = write!(out, " {label} | {label} / {base} |");
+        rule.push_str("---:|---:|");
+    }
+    let _ = writeln!(out, "\n{rule}");
+    let show = |v: Option<f64>| v.map_or("-".to_string(), |v| if v.fract() == 0.0 { format!("{v:.0}") } else { format!("{v:.2}") });
+    for (i, (_, label, ratio)) in ROWS.iter().enumerate() {
+        let b = base_values.get(i).copied().flatten();
+        let _ = write!(out, "| {label} | {} |", show(b));
+        for (_, values) in &runs[1..] {
+            let v = values.get(i).copied().flatten();
+            let r = match (ratio, v, b) {
+                (true, Some(v), Some(b)) if b > 0.0 => format!("{:.2}x", v / b),
+                (true, _, _) => "-".to_string(),
+                (false, _, _) => "—".to_string(),
+            };
+            let _ = write!(out, " {} | {r} |", show(v));
+        }
+        out.push('\n');
+    }
+    out
 }
 
 #[cfg(test)]
@@ -372,6 +528,66 @@ mod tests {
         assert_eq!(quantile(&after, &after, 0.5), None, "nothing observed in the window");
         let later = vec![(0.25, 50), (0.5, 90), (1.0, 110), (f64::INFINITY, 110)];
         assert_eq!(quantile(&after, &later, 0.5), Some(0.75), "only the window's observations count");
+    }
+
+    /// A sample as the tests write it: t, phase, RSS (MiB), CPU seconds, partial syncs,
+    /// latency histogram.
+    type Row = (f64, &'static str, u64, f64, u64, Vec<(f64, u64)>);
+
+    fn run_of(samples: Vec<Row>) -> Soak {
+        let samples = samples
+            .into_iter()
+            .map(|(t, phase, rss_mib, cpu_s, partial_syncs, latency)| Sample {
+                t,
+                phase,
+                rss_kib: rss_mib * 1024,
+                cpu_s,
+                changes: (t * 2.0) as u64,
+                full_syncs: 1,
+                partial_syncs,
+                latency,
+            })
+            .collect();
+        Soak { spec_line: "test".into(), first_sync_s: 12.5, samples }
+    }
+
+    #[test]
+    fn figures_are_read_from_the_phases_and_kept_in_their_file() {
+        let (none, some) = (vec![(0.5, 0), (1.0, 0), (f64::INFINITY, 0)], vec![(0.5, 10), (1.0, 20), (f64::INFINITY, 20)]);
+        let soak = run_of(vec![
+            (0.0, "changes", 100, 1.0, 0, none),
+            (10.0, "changes", 120, 3.0, 4, some.clone()),
+            (20.0, "idle", 110, 3.5, 5, some.clone()),
+            (30.0, "idle", 110, 3.6, 5, some),
+        ]);
+        let f = soak.figures().expect("samples");
+        assert_eq!((f.first_sync_s, f.changes, f.full_after_first, f.partial), (12.5, 60, 0, 5));
+        assert_eq!((f.p50_s, f.rss_max_mib, f.rss_last_mib, f.idle_s), (Some(0.5), 120.0, 110.0, 10.0));
+        assert!(f.p99_s.is_some_and(|p| (p - 0.99).abs() < 1e-9), "{:?}", f.p99_s);
+        assert!(f.idle_cpu_pct.is_some_and(|p| (p - 1.0).abs() < 1e-9), "{:?}", f.idle_cpu_pct);
+        assert!(soak.summary().contains("idle CPU: 1.00 % of a core over 10 s\n"), "{}", soak.summary());
+        let back = read_figures(&f.tsv()).expect("its own file reads");
+        assert_eq!(back, vec![Some(12.5), Some(0.5), Some(0.99), Some(1.0), Some(120.0), Some(110.0), Some(60.0), Some(0.0), Some(5.0)]);
+
+        let idle_only = run_of(vec![(0.0, "idle", 50, 0.0, 0, vec![]), (5.0, "idle", 50, 0.0, 0, vec![])]);
+        let f = idle_only.figures().expect("samples");
+        assert_eq!((f.p50_s, f.p99_s, f.idle_cpu_pct), (None, None, Some(0.0)), "no change phase: no latency");
+        assert_eq!(read_figures(&f.tsv()).expect("reads")[1], None, "a missing figure is `-` and reads back as none");
+        assert!(read_figures("first_sync_s\tfast\n").is_err_and(|e| e.to_string().contains("line 1: first_sync_s")));
+    }
+
+    #[test]
+    fn ratios_divide_every_run_by_the_first() {
+        let base = ("iptables-legacy".to_string(), vec![Some(50.0), Some(8.0), Some(10.0), Some(2.0), Some(200.0), Some(190.0), Some(100.0), Some(0.0), Some(80.0)]);
+        let run = ("ipvs".to_string(), vec![Some(25.0), Some(0.8), None, Some(0.5), Some(150.0), Some(140.0), Some(100.0), Some(0.0), Some(100.0)]);
+        let table = ratios(&[base, run]);
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines[0], "| figure | iptables-legacy | ipvs | ipvs / iptables-legacy |");
+        assert!(lines.contains(&"| first (full) sync, s | 50 | 25 | 0.50x |"), "{table}");
+        assert!(lines.contains(&"| change -> kernel p50, s | 8 | 0.80 | 0.10x |"), "{table}");
+        assert!(lines.contains(&"| change -> kernel p99, s | 10 | - | - |"), "a figure one run lacks has no ratio: {table}");
+        assert!(lines.contains(&"| partial syncs | 80 | 100 | — |"), "counts are not divided: {table}");
+        assert_eq!(lines.len(), 2 + ROWS.len());
     }
 
     #[test]

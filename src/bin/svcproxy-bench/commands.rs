@@ -190,17 +190,30 @@ pub enum BenchWhat {
         /// Seconds between samples
         #[arg(long, default_value_t = 5)]
         sample_every: u64,
-        /// iptables backend: nft or legacy
+        /// Proxy mode: iptables, ipvs or nftables
+        #[arg(long, default_value = "iptables")]
+        mode: String,
+        /// iptables backend: nft or legacy (iptables mode's rules, IPVS mode's few)
         #[arg(long, default_value = "nft")]
         backend: String,
         /// The svcproxy binary to run
         #[arg(long, value_name = "PATH")]
         svcproxy: PathBuf,
+        /// One more flag for svcproxy (repeat for each)
+        #[arg(long = "svcproxy-arg", value_name = "ARG", allow_hyphen_values = true)]
+        svcproxy_args: Vec<String>,
         /// Seconds the first (full) sync may take
         #[arg(long, default_value_t = 1800)]
         first_sync_limit: u64,
         #[arg(long, value_name = "DIR")]
         dir: PathBuf,
+    },
+    /// Compare soak runs (LABEL=DIR, each with DIR/figures.tsv): a markdown table of every
+    /// figure with each run's ratio to the first run's
+    #[command(hide = true)]
+    SoakRatios {
+        /// LABEL=DIR, the first being the base
+        runs: Vec<String>,
     },
     /// Draw soak runs (LABEL=DIR, DIR/soak.tsv, or LABEL=FILE, a soak.tsv) into one SVG
     #[command(hide = true)]
@@ -288,7 +301,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             out(&format!("{}\n", chunks.len()))?;
         }
-        BenchWhat::Soak { services, endpoints, rate, changes_for, idle_for, sample_every, backend, svcproxy, first_sync_limit, dir } => {
+        BenchWhat::Soak { services, endpoints, rate, changes_for, idle_for, sample_every, mode, backend, svcproxy, svcproxy_args, first_sync_limit, dir } => {
             std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
             let spec = soak::Spec {
                 services: *services,
@@ -297,8 +310,10 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 changes_for: Duration::from_secs(*changes_for),
                 idle_for: Duration::from_secs(*idle_for),
                 sample_every: Duration::from_secs((*sample_every).max(1)),
+                mode: mode.clone(),
                 backend: backend.clone(),
                 svcproxy: svcproxy.clone(),
+                extra_args: svcproxy_args.clone(),
                 log: dir.join("svcproxy.log"),
                 first_sync_limit: Duration::from_secs(*first_sync_limit),
             };
@@ -306,7 +321,20 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let result = rt.block_on(soak::run(&spec))?;
             std::fs::write(dir.join("soak.tsv"), result.tsv())?;
             std::fs::write(dir.join("summary.txt"), result.summary())?;
+            if let Some(figures) = result.figures() {
+                std::fs::write(dir.join("figures.tsv"), figures.tsv())?;
+            }
             out(&result.summary())?;
+        }
+        BenchWhat::SoakRatios { runs } => {
+            let mut read = Vec::new();
+            for run in runs {
+                let (label, dir) = run.split_once('=').with_context(|| format!("{run}: want LABEL=DIR"))?;
+                let file = Path::new(dir).join("figures.tsv");
+                let text = std::fs::read_to_string(&file).with_context(|| format!("cannot read {}", file.display()))?;
+                read.push((label.to_string(), soak::read_figures(&text).with_context(|| file.display().to_string())?));
+            }
+            out(&soak::ratios(&read))?;
         }
         BenchWhat::SoakPlot { title, out: path, runs } => {
             let mut series = Vec::new();
