@@ -36,3 +36,4 @@ pub mod settings;
 pub mod source;
 pub mod trace;
 pub mod track;
+pub mod wiring;

@@ -20,36 +20,6 @@ pub struct Categorized<'a> {
     pub has_any: bool,
 }
 
-/// What kube-proxy's per-service loop decides before it writes anything, the same in
-/// every mode: whether ClusterIP and external traffic have an endpoint to go to, and which
-/// endpoint chains (cluster-wide, node-local, external) the service port needs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Reach {
-    pub has_endpoints: bool,
-    /// ClusterIP traffic has a usable endpoint (a local one with internalTrafficPolicy Local).
-    pub has_internal: bool,
-    /// External traffic has a usable endpoint (a local one with externalTrafficPolicy Local).
-    pub has_external: bool,
-    pub uses_cluster_chain: bool,
-    pub uses_local_chain: bool,
-    pub uses_external_chain: bool,
-}
-
-impl Reach {
-    pub fn of(svc: &ServicePort, cat: &Categorized) -> Reach {
-        let has_endpoints = cat.has_any;
-        let local = has_endpoints && !cat.local.is_empty();
-        Reach {
-            has_endpoints,
-            has_internal: if svc.internal_policy_local { local } else { has_endpoints },
-            has_external: if svc.external_policy_local { local } else { has_endpoints },
-            uses_cluster_chain: !cat.cluster.is_empty() && svc.uses_cluster_endpoints(),
-            uses_local_chain: !cat.local.is_empty() && svc.uses_local_endpoints(),
-            uses_external_chain: has_endpoints && svc.externally_accessible(),
-        }
-    }
-}
-
 /// Where this proxier runs, for topology.
 #[derive(Debug, Clone, Copy)]
 pub struct Locality<'a> {

@@ -66,9 +66,43 @@ fn engine_on_a_fake_kernel() -> (watch::Engine, SharedFake) {
     (engine, kernel)
 }
 
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+}
+
+/// A kube-rs client of `server`, made inside `rt`'s context: the client spawns its request
+/// buffer's task where it is made, so the guard is held while it is made (and only then).
+fn plain_client(rt: &tokio::runtime::Runtime, server: &ApiServer) -> kube::Client {
+    let _guard = rt.enter();
+    kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap()
+}
+
+/// svcproxy's watch mode on `rt`: the API-server source over `client` (watching this node's
+/// Node object when `node` is named) feeding the watch loop that drives `engine`.
+struct Watch {
+    stop: tokio::sync::oneshot::Sender<()>,
+    runner: tokio::task::JoinHandle<()>,
+}
+
+fn start_watch(rt: &tokio::runtime::Runtime, client: kube::Client, node: Option<&str>, engine: watch::Engine, shared: Arc<Shared>) -> Watch {
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    rt.spawn(apiserver::run_with_node(client, None, node.map(str::to_owned), tx));
+    let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let runner = rt.spawn(async move { watch::run(engine, rx, shared, async { let _ = stop_rx.await; }).await });
+    Watch { stop, runner }
+}
+
+impl Watch {
+    /// Stops the watch loop and waits for it to return.
+    fn stop(self, rt: &tokio::runtime::Runtime) {
+        let _ = self.stop.send(());
+        rt.block_on(self.runner).unwrap();
+    }
+}
+
 #[test]
 fn watch_follows_the_api_server_through_drops_and_410_without_losing_rules() {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let rt = runtime();
     let server = rt.block_on(ApiServer::start()).expect("the test API server starts");
     server.apply(service("web", "198.19.255.10", json!({})));
     server.apply(slice("web-1", "web", &["198.18.1.2", "198.18.2.2"], json!({})));
@@ -79,13 +113,7 @@ fn watch_follows_the_api_server_through_drops_and_410_without_losing_rules() {
     let timing = Timing { min_sync_period: Duration::from_millis(100), sync_period: Duration::from_secs(30), ..Timing::default() };
     let shared = Arc::new(Shared::new(Schedule::new(timing)));
     let (engine, kernel) = engine_on_a_fake_kernel();
-    let _guard = rt.enter();
-    let client = kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
-    let (tx, rx) = tokio::sync::mpsc::channel(64);
-    rt.spawn(apiserver::run(client, None, tx));
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let loop_shared = shared.clone();
-    let runner = rt.spawn(async move { watch::run(engine, rx, loop_shared, async { let _ = stop_rx.await; }).await });
+    let watch = start_watch(&rt, plain_client(&rt, &server), None, engine, shared.clone());
 
     until("the initial lists to be synced", || seps(&kernel) == 2);
     assert!(!nat(&kernel).contains("app/other"), "objects labelled for another proxy are not seen");
@@ -113,14 +141,13 @@ fn watch_follows_the_api_server_through_drops_and_410_without_losing_rules() {
     until("the relist to apply the deletion", || seps(&kernel) == 3 && !nat(&kernel).contains("app/api"));
     assert!(nat(&kernel).contains("app/web:http"), "web's rules never vanished");
 
-    let _ = stop_tx.send(());
-    rt.block_on(runner).unwrap();
+    watch.stop(&rt);
     assert_eq!(seps(&kernel), 3, "stopping leaves the rules");
 }
 
 #[test]
 fn lists_longer_than_a_page_arrive_whole_through_continue_tokens() {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let rt = runtime();
     let server = rt.block_on(ApiServer::start()).expect("the test API server starts");
     // More objects than kube-rs's page (500) of each kind.
     const SERVICES: usize = 620;
@@ -131,25 +158,19 @@ fn lists_longer_than_a_page_arrive_whole_through_continue_tokens() {
     }
     let shared = Arc::new(Shared::new(Schedule::new(Timing { min_sync_period: Duration::from_millis(100), ..Timing::default() })));
     let (engine, kernel) = engine_on_a_fake_kernel();
-    let _guard = rt.enter();
-    let client = kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
-    let (tx, rx) = tokio::sync::mpsc::channel(64);
-    rt.spawn(apiserver::run(client, None, tx));
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let runner = rt.spawn(async move { watch::run(engine, rx, shared, async { let _ = stop_rx.await; }).await });
+    let watch = start_watch(&rt, plain_client(&rt, &server), None, engine, shared);
 
     until("every service's endpoint", || seps(&kernel) == SERVICES);
     for kind in ["Service", "EndpointSlice"] {
         let pages = server.requests.lock().unwrap().iter().filter(|r| r.starts_with(&format!("{kind} ")) && r.contains("\"continue\"")).count();
         assert!(pages >= 1, "{kind}: the list was read in pages ({pages} continued)");
     }
-    let _ = stop_tx.send(());
-    rt.block_on(runner).unwrap();
+    watch.stop(&rt);
 }
 
 #[test]
 fn this_node_being_deleted_makes_healthz_unhealthy_and_its_labels_are_followed() {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let rt = runtime();
     let server = rt.block_on(ApiServer::start()).expect("the test API server starts");
     let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "labels": {"topology.kubernetes.io/zone": "z1"}}});
     server.apply(node.clone());
@@ -158,13 +179,7 @@ fn this_node_being_deleted_makes_healthz_unhealthy_and_its_labels_are_followed()
     let loaded = svcproxy::pipeline::load(ClusterState::default(), flags, Settings::default()).unwrap();
     let shared = Arc::new(Shared::new(Schedule::new(Timing { min_sync_period: Duration::from_millis(50), ..Timing::default() })));
     let engine = watch::Engine::iptables(loaded.config, loaded.trackers, Box::new(SharedFake::default()), Box::new(RecordingConntrack::default()));
-    let _guard = rt.enter();
-    let client = kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
-    let (tx, rx) = tokio::sync::mpsc::channel(64);
-    rt.spawn(apiserver::run_with_node(client, None, Some("n1".into()), tx));
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let s2 = shared.clone();
-    let runner = rt.spawn(async move { watch::run(engine, rx, s2, async { let _ = stop_rx.await; }).await });
+    let watch = start_watch(&rt, plain_client(&rt, &server), Some("n1"), engine, shared.clone());
     let deleting = || shared.node_deleting.load(std::sync::atomic::Ordering::SeqCst);
     until("the first sync", || shared.schedule.lock().unwrap().last_sync().is_some());
     assert!(!deleting());
@@ -173,8 +188,7 @@ fn this_node_being_deleted_makes_healthz_unhealthy_and_its_labels_are_followed()
     server.apply(gone);
     until("the node's deletion to be seen", deleting);
     assert!(server.request_count("fieldSelector") >= 1, "the Node is watched by name");
-    let _ = stop_tx.send(());
-    rt.block_on(runner).unwrap();
+    watch.stop(&rt);
 }
 
 /// A kubeadm node: the DaemonSet passes only `--config`, whose `clientConnection.kubeconfig`
@@ -185,7 +199,7 @@ fn this_node_being_deleted_makes_healthz_unhealthy_and_its_labels_are_followed()
 fn the_config_files_kubeconfig_reaches_the_api_server_and_syncs() {
     use svcproxy::config::client::{ClientConnection, Endpoint};
     use svcproxy::source::connect;
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let rt = runtime();
     let server = rt.block_on(ApiServer::start()).expect("the test API server starts");
     server.apply(service("web", "198.19.255.10", json!({})));
     server.apply(slice("web-1", "web", &["198.18.1.2"], json!({})));
@@ -220,13 +234,8 @@ fn the_config_files_kubeconfig_reaches_the_api_server_and_syncs() {
     let shared = Arc::new(Shared::new(Schedule::new(Timing { min_sync_period: Duration::from_millis(50), ..Timing::default() })));
     let kernel = SharedFake::default();
     let engine = watch::Engine::iptables(loaded.config, loaded.trackers, Box::new(kernel.clone()), Box::new(RecordingConntrack::default()));
-    let _guard = rt.enter();
     let client = rt.block_on(async { connect::client(&conn, connect::config(&conn).await.unwrap()).unwrap() });
-    let (tx, rx) = tokio::sync::mpsc::channel(64);
-    rt.spawn(apiserver::run(client, None, tx));
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let s2 = shared.clone();
-    let runner = rt.spawn(async move { watch::run(engine, rx, s2, async { let _ = stop_rx.await; }).await });
+    let watch = start_watch(&rt, client, None, engine, shared.clone());
     until("the rules of the listed service", || seps(&kernel) == 1);
     assert!(nat(&kernel).contains("app/web:http"));
     assert!(server.request_count("authorization=Bearer node-token-123") >= 2, "the kubeconfig's credentials were sent");
@@ -236,8 +245,7 @@ fn the_config_files_kubeconfig_reaches_the_api_server_and_syncs() {
     assert!(agent.starts_with(&format!("svcproxy/{} (linux/", env!("CARGO_PKG_VERSION"))) && agent.contains(") "), "{agent}");
     let total = server.requests.lock().unwrap().len();
     assert_eq!(server.request_count(&format!("user-agent={agent}")), total, "every request says who calls");
-    let _ = stop_tx.send(());
-    rt.block_on(runner).unwrap();
+    watch.stop(&rt);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -260,8 +268,7 @@ struct Rig {
     rt: tokio::runtime::Runtime,
     kernel: SharedFake,
     shared: Arc<Shared>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    runner: Option<tokio::task::JoinHandle<()>>,
+    watch: Watch,
 }
 
 impl Rig {
@@ -270,26 +277,13 @@ impl Rig {
         let timing = Timing { min_sync_period: min_sync, sync_period: Duration::from_secs(30), ..Timing::default() };
         let shared = Arc::new(Shared::new(Schedule::new(timing)));
         let (engine, kernel) = engine_on_a_fake_kernel();
-        let (tx, rx) = tokio::sync::mpsc::channel(64);
-        rt.spawn(apiserver::run(client, None, tx));
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let s2 = shared.clone();
-        let runner = rt.spawn(async move { watch::run(engine, rx, s2, async { let _ = stop_rx.await; }).await });
-        Rig { rt, kernel, shared, stop: Some(stop_tx), runner: Some(runner) }
+        let watch = start_watch(&rt, client, None, engine, shared.clone());
+        Rig { rt, kernel, shared, watch }
     }
 
-    fn stop(mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        self.rt.block_on(self.runner.take().unwrap()).unwrap();
+    fn stop(self) {
+        self.watch.stop(&self.rt);
     }
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
-}
-
-fn plain_client(server: &ApiServer) -> kube::Client {
-    kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap()
 }
 
 fn malformed(rig: &Rig) -> u64 {
@@ -307,10 +301,7 @@ fn wrong_typed_objects_on_watches_and_relists_are_skipped_and_counted_once_while
     server.apply(slice("web-1", "web", &["198.18.1.2"], json!({})));
     // Already there at the first list.
     server.apply_with(service("early", "198.19.255.20", json!({})), "/spec/ports/0/port", json!("abc"));
-    let client = {
-        let _g = rt.enter();
-        plain_client(&server)
-    };
+    let client = plain_client(&rt, &server);
     let rig = Rig::start(rt, &server, client, Duration::from_millis(10));
     until("the initial lists, the bad Service skipped", || seps(&rig.kernel) == 1 && malformed(&rig) == 1);
 
@@ -363,10 +354,7 @@ fn latency_of_a_plain_change_and_of_a_change_in_a_410_gap() {
     let server = rt.block_on(ApiServer::start()).expect("the test API server starts");
     server.apply(service("web", "198.19.255.10", json!({})));
     server.apply(slice("web-1", "web", &["198.18.1.2"], json!({})));
-    let client = {
-        let _g = rt.enter();
-        plain_client(&server)
-    };
+    let client = plain_client(&rt, &server);
     let rig = Rig::start(rt, &server, client, Duration::ZERO);
     until("the initial lists", || seps(&rig.kernel) == 1);
     let measure = |n: usize, gap: bool| {

@@ -17,11 +17,11 @@ pub fn write(ctx: &Context, p: &Wiring, large_cluster: bool, out: &mut ServiceRu
     out.chains.reserve(4 + eps.all_reachable.len());
     let mut seps = SepNames::new(p.all_endpoints);
     internal_masquerade(ctx, p, &mut out.chain_rules);
-    if p.uses_ext_chain {
+    if p.uses_external_chain {
         out.chains.push(p.chains.ext.clone());
         external_chain(ctx, p, &mut out.chain_rules);
     }
-    if p.uses_fw_chain {
+    if p.uses_firewall_chain {
         out.chains.push(p.chains.fw.clone());
         firewall_chain(ctx, p, &mut out.chain_rules);
     }

@@ -58,9 +58,9 @@ fn load_balancer_ips(p: &Wiring, out: &mut ServiceRules) {
     for vip in &p.svc.load_balancer_vips {
         let ip = vip.to_string();
         if p.has_endpoints {
-            capture(&mut out.nat_top, KUBE_SERVICES, &comment, p, &ip, p.svc.port, Target::jump(&p.load_balancer_chain));
+            capture(&mut out.nat_top, KUBE_SERVICES, &comment, p, &ip, p.svc.port, Target::jump(p.load_balancer_chain()));
         }
-        if p.uses_fw_chain {
+        if p.uses_firewall_chain {
             capture(&mut out.filter, KUBE_PROXY_FIREWALL, &fw_comment, p, &ip, p.svc.port, Target::Drop);
         }
     }

@@ -1,11 +1,11 @@
-//! How one service port is wired, decided before any rule is written (the classification
-//! at the top of kube-proxy's per-service loop): which chains it uses, and what happens to
-//! traffic that has no endpoint to go to.
+//! How one service port is wired in iptables mode: the shared [`crate::wiring::Wiring`]
+//! with iptables mode's chains (`KUBE-SVC-`, `KUBE-SVL-`, `KUBE-EXT-`, `KUBE-FW-`) and its
+//! refusals (a filter-table `REJECT` or `DROP` and its comment).
 
+use crate::model::ServicePort;
 use crate::netfilter::names::ServiceChains;
 use crate::netfilter::{Chain, Target};
-use crate::model::{Endpoint, ServicePort};
-use crate::select::{categorize, Categorized, Locality, Reach};
+use crate::wiring::{Mode, NoEndpoint};
 
 /// A filter-table verdict for traffic with nowhere to go, and its comment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -15,72 +15,41 @@ pub struct Refusal {
     pub comment: String,
 }
 
-#[derive(Debug, Clone)]
-pub struct Wiring<'a> {
-    pub svc: &'a ServicePort,
-    /// `ns/name:port`.
-    pub spn: String,
-    pub proto: &'static str,
-    pub chains: ServiceChains,
-    pub endpoints: Categorized<'a>,
-    /// The service port's endpoint list, which every category borrows from.
-    pub all_endpoints: &'a [Endpoint],
-    pub has_endpoints: bool,
-    /// SVC, or SVL when internalTrafficPolicy is Local.
-    pub internal_chain: Chain,
-    /// SVC, or SVL when externalTrafficPolicy is Local.
-    pub external_policy_chain: Chain,
-    /// FW when source ranges apply, else EXT.
-    pub load_balancer_chain: Chain,
-    pub uses_cluster_chain: bool,
-    pub uses_local_chain: bool,
-    pub uses_ext_chain: bool,
-    pub uses_fw_chain: bool,
-    /// Set when ClusterIP traffic must be refused (no usable internal endpoint).
-    pub internal_refusal: Option<Refusal>,
-    /// Set when external traffic must be refused (no usable external endpoint).
-    pub external_refusal: Option<Refusal>,
+/// iptables mode's side of the wiring.
+#[derive(Debug, Clone, Copy)]
+pub struct Iptables;
+
+impl Mode for Iptables {
+    type Chain = Chain;
+    type Chains = ServiceChains;
+    type Refusal = Refusal;
+    /// kube-proxy's iptables proxier uses `KUBE-FW-` only when the service port has
+    /// endpoints (`usesFWChain := hasEndpoints && …`); without, the filter table rejects
+    /// its traffic before any firewall would see it.
+    const FIREWALL_NEEDS_ENDPOINTS: bool = true;
+
+    fn chains(_: &ServicePort, spn: &str, proto: &'static str) -> ServiceChains {
+        ServiceChains::new(spn, proto)
+    }
+
+    fn policy_chains(chains: &ServiceChains) -> (&Chain, &Chain) {
+        (&chains.svc, &chains.svl)
+    }
+
+    fn refusal(spn: &str, why: NoEndpoint) -> Refusal {
+        match why {
+            NoEndpoint::Anywhere => Refusal { target: Target::Reject(None), comment: format!("{spn} has no endpoints") },
+            NoEndpoint::Here => Refusal { target: Target::Drop, comment: format!("{spn} has no local endpoints") },
+        }
+    }
 }
 
-impl<'a> Wiring<'a> {
-    pub fn new(svc: &'a ServicePort, endpoints: &'a [Endpoint], here: Locality) -> Wiring<'a> {
-        let spn = svc.name.to_string();
-        let proto = svc.protocol.lower();
-        let chains = ServiceChains::new(&spn, proto);
-        let cat = categorize(endpoints, svc, here);
-        let reach = Reach::of(svc, &cat);
-        let has_endpoints = reach.has_endpoints;
-        let internal_chain = if svc.internal_policy_local { chains.svl.clone() } else { chains.svc.clone() };
-        let external_policy_chain = if svc.external_policy_local { chains.svl.clone() } else { chains.svc.clone() };
-        let uses_fw_chain = has_endpoints
-            && !svc.load_balancer_vips.is_empty()
-            && !svc.load_balancer_source_ranges.is_empty();
-        let refusal = |target, what: &str| Some(Refusal { target, comment: format!("{spn} has no {what}") });
-        let (internal_refusal, external_refusal) = if !has_endpoints {
-            (refusal(Target::Reject(None), "endpoints"), refusal(Target::Reject(None), "endpoints"))
-        } else {
-            (
-                if reach.has_internal { None } else { refusal(Target::Drop, "local endpoints") },
-                if reach.has_external { None } else { refusal(Target::Drop, "local endpoints") },
-            )
-        };
-        Wiring {
-            uses_cluster_chain: reach.uses_cluster_chain,
-            uses_local_chain: reach.uses_local_chain,
-            uses_ext_chain: reach.uses_external_chain,
-            load_balancer_chain: if uses_fw_chain { chains.fw.clone() } else { chains.ext.clone() },
-            uses_fw_chain,
-            internal_chain,
-            external_policy_chain,
-            has_endpoints,
-            internal_refusal,
-            external_refusal,
-            endpoints: cat,
-            all_endpoints: endpoints,
-            chains,
-            proto,
-            spn,
-            svc,
-        }
+pub type Wiring<'a> = crate::wiring::Wiring<'a, Iptables>;
+
+impl Wiring<'_> {
+    /// `KUBE-FW-` when source ranges apply, else `KUBE-EXT-` (kube-proxy's
+    /// `loadBalancerTrafficChain`).
+    pub fn load_balancer_chain(&self) -> &Chain {
+        if self.uses_firewall_chain { &self.chains.fw } else { &self.chains.ext }
     }
 }

@@ -48,7 +48,7 @@ fn names(p: &Wiring, ep: &Endpoint) -> (String, String) {
 
 /// Off-cluster (or, with masqueradeAll, all) traffic to the ClusterIP is masqueraded.
 fn internal_masquerade(ctx: &Context, p: &Wiring, out: &mut Objects) {
-    if p.internal_verdict.is_some() {
+    if p.internal_refusal.is_some() {
         return;
     }
     let dest = format!("{} daddr {}", ctx.ip(), p.svc.cluster_ip);
@@ -72,7 +72,7 @@ fn external_chain(ctx: &Context, p: &Wiring, out: &mut Objects) {
         out.rule(Rule::commented(ext, format!("fib saddr type local jump {MARK_MASQ}"), "masquerade local traffic"));
         out.rule(Rule::commented(ext, format!("fib saddr type local goto {cluster}"), "short-circuit local traffic"));
     }
-    if p.external_verdict.is_none() {
+    if p.external_refusal.is_none() {
         out.rule(Rule::new(ext, format!("goto {}", p.external_policy_chain)));
     }
 }

@@ -32,7 +32,7 @@ fn refuse(out: &mut Objects, map: &str, key: Vec<String>, verdict: &str, p: &Wir
 fn cluster_ip(p: &Wiring, out: &mut Objects) {
     let svc: &ServicePort = p.svc;
     out.element(CLUSTER_IPS, vec![svc.cluster_ip.to_string()], vec![], None);
-    match &p.internal_verdict {
+    match &p.internal_refusal {
         None => out.element(SERVICE_IPS, ip_key(&svc.cluster_ip, p), goto(&p.internal_chain), None),
         Some(v) => refuse(out, NO_ENDPOINT_SERVICES, ip_key(&svc.cluster_ip, p), v, p),
     }
@@ -43,7 +43,7 @@ fn external_ips(p: &Wiring, out: &mut Objects) {
         if p.has_endpoints {
             out.element(SERVICE_IPS, ip_key(ip, p), goto(&p.chains.external), None);
         }
-        if let Some(v) = &p.external_verdict {
+        if let Some(v) = &p.external_refusal {
             refuse(out, NO_ENDPOINT_SERVICES, ip_key(ip, p), v, p);
         }
     }
@@ -58,7 +58,7 @@ fn load_balancer_ips(p: &Wiring, out: &mut Objects) {
             out.element(FIREWALL_IPS, ip_key(ip, p), goto(&p.chains.firewall), None);
         }
     }
-    if let Some(v) = &p.external_verdict {
+    if let Some(v) = &p.external_refusal {
         for ip in &p.svc.load_balancer_vips {
             refuse(out, NO_ENDPOINT_SERVICES, ip_key(ip, p), v, p);
         }
@@ -73,7 +73,7 @@ fn node_port(p: &Wiring, out: &mut Objects) {
     if p.has_endpoints {
         out.element(SERVICE_NODEPORTS, key(), goto(&p.chains.external), None);
     }
-    if let Some(v) = &p.external_verdict {
+    if let Some(v) = &p.external_refusal {
         refuse(out, NO_ENDPOINT_NODEPORTS, key(), v, p);
     }
 }
