@@ -53,47 +53,149 @@ pub(super) enum Typed {
     Slice(Box<discovery::EndpointSlice>),
 }
 
-/// An item's kind, apiVersion and name, read without building the rest.
-#[derive(Deserialize)]
-struct ItemHead<'t> {
-    #[serde(rename = "apiVersion")]
-    api_version: Option<&'t str>,
-    kind: Option<&'t str>,
-    #[serde(borrow)]
-    metadata: Option<ItemMeta<'t>>,
-}
-
+/// The object name of an item, read from its `metadata` text (borrowed: an escaped or
+/// repeated name or namespace fails, and the item is left to the value path).
 #[derive(Deserialize)]
 struct ItemMeta<'t> {
     name: Option<&'t str>,
     namespace: Option<&'t str>,
 }
 
+/// An item read in one pass into the fields of a Service and of an EndpointSlice, as
+/// k8s-openapi reads each (null is absent, other fields ignored); which of the two it is
+/// follows from its kind and apiVersion once it is read. A field of the other kind that
+/// does not read as that kind's type, or a repeated field, fails it (the value path then
+/// reads it and names what is wrong).
+#[derive(Default)]
+struct AnyItem<'t> {
+    api_version: Option<&'t str>,
+    kind: Option<&'t str>,
+    metadata: Option<&'t RawValue>,
+    spec: Option<core::ServiceSpec>,
+    status: Option<core::ServiceStatus>,
+    address_type: Option<String>,
+    endpoints: Option<Vec<discovery::Endpoint>>,
+    ports: Option<Vec<discovery::EndpointPort>>,
+}
+
+/// The fields of an [`AnyItem`]; `Other` is any field neither kind reads.
+#[derive(Clone, Copy)]
+enum ItemField {
+    ApiVersion,
+    Kind,
+    Metadata,
+    Spec,
+    Status,
+    AddressType,
+    Endpoints,
+    Ports,
+    Other,
+}
+
+impl<'de> Deserialize<'de> for ItemField {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = ItemField;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("field identifier")
+            }
+            fn visit_str<E>(self, v: &str) -> Result<ItemField, E> {
+                Ok(match v {
+                    "apiVersion" => ItemField::ApiVersion,
+                    "kind" => ItemField::Kind,
+                    "metadata" => ItemField::Metadata,
+                    "spec" => ItemField::Spec,
+                    "status" => ItemField::Status,
+                    "addressType" => ItemField::AddressType,
+                    "endpoints" => ItemField::Endpoints,
+                    "ports" => ItemField::Ports,
+                    _ => ItemField::Other,
+                })
+            }
+        }
+        d.deserialize_identifier(V)
+    }
+}
+
+impl<'de> Deserialize<'de> for AnyItem<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = AnyItem<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a Service or an EndpointSlice")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<AnyItem<'de>, A::Error> {
+                let (mut item, mut seen) = (AnyItem::default(), 0u16);
+                while let Some(key) = map.next_key::<ItemField>()? {
+                    if !matches!(key, ItemField::Other) {
+                        let bit = 1 << key as u16;
+                        if seen & bit != 0 {
+                            return Err(serde::de::Error::custom("repeated field"));
+                        }
+                        seen |= bit;
+                    }
+                    match key {
+                        ItemField::ApiVersion => item.api_version = Some(map.next_value()?),
+                        ItemField::Kind => item.kind = Some(map.next_value()?),
+                        ItemField::Metadata => item.metadata = map.next_value()?,
+                        ItemField::Spec => item.spec = map.next_value()?,
+                        ItemField::Status => item.status = map.next_value()?,
+                        ItemField::AddressType => item.address_type = map.next_value()?,
+                        ItemField::Endpoints => item.endpoints = map.next_value()?,
+                        ItemField::Ports => item.ports = map.next_value()?,
+                        ItemField::Other => {
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(item)
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
 /// The item `raw` of a list whose items are of kind `item_kind` (a typed list) and
 /// apiVersion `api_version`, when it is a Service or an EndpointSlice read without error
-/// straight from its text (no value tree: most of a cluster's objects). `None`: anything
-/// else, and anything unusual (a field of a wrong type, a repeated key, an escaped kind or
-/// name), which the caller reads as a value and so names what is wrong as before.
+/// straight from its text, in one pass (no value tree: most of a cluster's objects).
+/// `None`: anything else, and anything unusual (a field of a wrong type, a repeated key,
+/// an escaped kind or name), which the caller reads as a value and so names what is
+/// wrong as before.
 pub(super) fn direct_item(raw: &RawValue, item_kind: Option<&str>, api_version: &str) -> Option<Direct> {
-    let head: ItemHead = serde_json::from_str(raw.get()).ok()?;
+    let item: AnyItem = serde_json::from_str(raw.get()).ok()?;
     // A typed list's items take the list's kind and apiVersion when they have none (the
     // items of a `kind: List` do not).
-    let kind = head.kind.filter(|k| !k.is_empty()).or(item_kind)?;
-    let api = match head.api_version.filter(|v| !v.is_empty()) {
+    let kind = item.kind.filter(|k| !k.is_empty()).or(item_kind)?;
+    let api = match item.api_version.filter(|v| !v.is_empty()) {
         Some(v) => v,
         None if item_kind.is_some() => api_version,
         None => return None,
     };
-    let (kind, typed) = match (api, kind) {
-        ("v1", "Service") => ("Service", Typed::Service(Box::new(serde_json::from_str(raw.get()).ok()?))),
-        ("discovery.k8s.io/v1", "EndpointSlice") => {
-            ("EndpointSlice", Typed::Slice(Box::new(serde_json::from_str(raw.get()).ok()?)))
-        }
-        _ => return None,
+    // What k8s-openapi checks: a kind or apiVersion in the text is the type's own.
+    let own = |field: Option<&str>, value: &str| field.is_none_or(|f| f == value);
+    let is = |a: &str, k: &str| api == a && kind == k && own(item.api_version, a) && own(item.kind, k);
+    let meta_raw = item.metadata;
+    let meta: Option<ItemMeta> = meta_raw.map(|m| serde_json::from_str(m.get())).transpose().ok()?;
+    let metadata = || -> Option<_> {
+        Some(meta_raw.map(|m| serde_json::from_str(m.get())).transpose().ok()?.unwrap_or_default())
     };
-    let meta = head.metadata.as_ref();
-    let name = meta.and_then(|m| m.name).unwrap_or("<unnamed>");
-    let object = match meta.and_then(|m| m.namespace) {
+    let (kind, typed) = if is("v1", "Service") {
+        ("Service", Typed::Service(Box::new(core::Service { metadata: metadata()?, spec: item.spec, status: item.status })))
+    } else if is("discovery.k8s.io/v1", "EndpointSlice") {
+        let slice = discovery::EndpointSlice {
+            address_type: item.address_type.unwrap_or_default(),
+            endpoints: item.endpoints,
+            metadata: metadata()?,
+            ports: item.ports,
+        };
+        ("EndpointSlice", Typed::Slice(Box::new(slice)))
+    } else {
+        return None;
+    };
+    let name = meta.as_ref().and_then(|m| m.name).unwrap_or("<unnamed>");
+    let object = match meta.as_ref().and_then(|m| m.namespace) {
         Some(ns) => format!("{ns}/{name}"),
         None => name.to_string(),
     };
@@ -116,7 +218,7 @@ pub(super) fn each_value<'t>(
     let mut doc = 0;
     let mut logs: Option<(u64, usize)> = None;
     'restart: loop {
-        let mut stream = serde_json::Deserializer::from_str(&text[base..]).into_iter::<&RawValue>();
+        let mut stream = serde_json::Deserializer::from_str(&text[base..]).into_iter::<Top>();
         loop {
             let rest = &text[base + stream.byte_offset()..];
             let start = text.len() - rest.trim_start().len();
@@ -132,9 +234,9 @@ pub(super) fn each_value<'t>(
                     let at = line_in(text, base, e.line());
                     return Err(SourceError::Syntax { path: path.to_path_buf(), message: format!("line {at}: malformed JSON: {e}") });
                 }
-                Some(Ok(raw)) => {
+                Some(Ok(top)) => {
                     doc += 1;
-                    f(doc, line, split(path, text, raw, &mut lines)?)?;
+                    f(doc, line, top.doc(text, &mut lines))?;
                 }
             }
         }
@@ -156,24 +258,70 @@ fn log_end(text: &str, start: usize, header: &str) -> usize {
     })
 }
 
-/// A value of the text: an object with an `items` array becomes a [`Doc::List`], anything
-/// else a [`Doc::Tree`].
-fn split<'t>(path: &Path, text: &'t str, raw: &'t RawValue, lines: &mut Lines<'t>) -> Result<Doc<'t>, SourceError> {
-    let syntax = |e: serde_json::Error| SourceError::Syntax { path: path.to_path_buf(), message: format!("malformed JSON: {e}") };
-    if !raw.get().starts_with('{') {
-        return Ok(Doc::Tree { value: serde_json::from_str(raw.get()).map_err(syntax)?, item_lines: Vec::new() });
+/// A value of the text, read in one pass: an object's fields other than `items` as
+/// values and the elements of an `items` array as their text; anything else as a value.
+enum Top<'t> {
+    Object(Head<'t>),
+    Other(Value),
+}
+
+impl<'t> Top<'t> {
+    /// An object with an `items` array becomes a [`Doc::List`], anything else a
+    /// [`Doc::Tree`].
+    fn doc(self, text: &'t str, lines: &mut Lines<'t>) -> Doc<'t> {
+        let tree = |value| Doc::Tree { value, item_lines: Vec::new() };
+        let (mut head, items) = match self {
+            Top::Object(Head { head, items }) => (head, items),
+            Top::Other(value) => return tree(value),
+        };
+        match items {
+            Some(Items::Array(items)) => {
+                let items = items.into_iter().map(|item| (lines.at(offset(text, item)), item)).collect();
+                Doc::List { head, items }
+            }
+            Some(Items::Other(value)) => {
+                head.insert("items".to_string(), value);
+                tree(Value::Object(head))
+            }
+            None => tree(Value::Object(head)),
+        }
     }
-    let Head { mut head, items } = serde_json::from_str(raw.get()).map_err(syntax)?;
-    match items {
-        Some(Items::Array(items)) => {
-            let items = items.into_iter().map(|item| (lines.at(offset(text, item)), item)).collect();
-            Ok(Doc::List { head, items })
+}
+
+impl<'de> Deserialize<'de> for Top<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Top<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Top<'de>, A::Error> {
+                Head::visit(map).map(Top::Object)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<Top<'de>, A::Error> {
+                Value::deserialize(serde::de::value::SeqAccessDeserializer::new(seq)).map(Top::Other)
+            }
+            fn visit_unit<E>(self) -> Result<Top<'de>, E> {
+                Ok(Top::Other(Value::Null))
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<Top<'de>, E> {
+                Ok(Top::Other(v.into()))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Top<'de>, E> {
+                Ok(Top::Other(v.into()))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Top<'de>, E> {
+                Ok(Top::Other(v.into()))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<Top<'de>, E> {
+                Ok(Top::Other(v.into()))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Top<'de>, E> {
+                Ok(Top::Other(v.into()))
+            }
         }
-        Some(Items::Other(value)) => {
-            head.insert("items".to_string(), value);
-            Ok(Doc::Tree { value: Value::Object(head), item_lines: Vec::new() })
-        }
-        None => Ok(Doc::Tree { value: Value::Object(head), item_lines: Vec::new() }),
+        d.deserialize_any(V)
     }
 }
 
@@ -236,28 +384,18 @@ struct Head<'t> {
     items: Option<Items<'t>>,
 }
 
-impl<'de> Deserialize<'de> for Head<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Head<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Head<'de>, A::Error> {
-                let (mut head, mut items) = (Map::new(), None);
-                while let Some(key) = map.next_key::<String>()? {
-                    if key == "items" {
-                        // A repeated key: the last one counts, as for every other field.
-                        items = Some(map.next_value()?);
-                    } else {
-                        head.insert(key, map.next_value()?);
-                    }
-                }
-                Ok(Head { head, items })
+impl<'de> Head<'de> {
+    fn visit<A: MapAccess<'de>>(mut map: A) -> Result<Head<'de>, A::Error> {
+        let (mut head, mut items) = (Map::new(), None);
+        while let Some(key) = map.next_key::<String>()? {
+            if key == "items" {
+                // A repeated key: the last one counts, as for every other field.
+                items = Some(map.next_value()?);
+            } else {
+                head.insert(key, map.next_value()?);
             }
         }
-        d.deserialize_map(V)
+        Ok(Head { head, items })
     }
 }
 
@@ -276,7 +414,7 @@ impl<'t> Lines<'t> {
     /// The line of byte `offset` (not before the last one asked for).
     fn at(&mut self, offset: usize) -> u64 {
         let offset = offset.max(self.counted);
-        self.line += self.text.as_bytes()[self.counted..offset].iter().filter(|&&b| b == b'\n').count() as u64;
+        self.line += newlines(&self.text.as_bytes()[self.counted..offset]);
         self.counted = offset;
         self.line
     }
@@ -284,7 +422,13 @@ impl<'t> Lines<'t> {
 
 /// The file line of line `rel` (1-based) of the text from byte `base` on.
 fn line_in(text: &str, base: usize, rel: usize) -> u64 {
-    (text.as_bytes()[..base].iter().filter(|&&b| b == b'\n').count() + rel.max(1)) as u64
+    newlines(&text.as_bytes()[..base]) + rel.max(1) as u64
+}
+
+/// The number of line feeds in `bytes`, counted in blocks of 255 into bytes (which the
+/// compiler turns into wide compares: the count runs once over a 50 MB list).
+fn newlines(bytes: &[u8]) -> u64 {
+    bytes.chunks(255).map(|block| u64::from(block.iter().map(|&b| u8::from(b == b'\n')).sum::<u8>())).sum()
 }
 
 #[cfg(test)]
@@ -352,6 +496,38 @@ mod tests {
         ] {
             assert_eq!(item(&unusual, None, ""), None, "{unusual}");
         }
+    }
+
+    #[test]
+    fn direct_items_are_what_k8s_openapi_reads() {
+        let svc = r#"{"apiVersion": "v1", "kind": "Service", "extra": {"a": [1, null]},
+            "metadata": {"name": "a", "namespace": "ns", "labels": {"x": "y"}, "uid": "u"},
+            "ports": [{"port": 1}], "endpoints": null,
+            "spec": {"clusterIP": "10.0.0.1", "ports": [{"name": "p", "port": 80, "targetPort": "http"}], "type": "LoadBalancer"},
+            "status": {"loadBalancer": {"ingress": [{"ip": "1.2.3.4"}]}}}"#;
+        let slice = r#"{"addressType": "IPv4", "spec": {"type": "ClusterIP"},
+            "endpoints": [{"addresses": ["10.1.0.1"], "conditions": {"ready": true}, "nodeName": "n", "zone": "z",
+                           "targetRef": {"kind": "Pod", "name": "p", "namespace": "ns"}}],
+            "metadata": {"name": "s", "labels": {"kubernetes.io/service-name": "a"}}, "ports": [{"port": 8080, "protocol": "TCP"}]}"#;
+        let typed = |text: &str, item_kind, api| {
+            let raw: Box<RawValue> = serde_json::from_str(text).unwrap();
+            direct_item(&raw, item_kind, api).map(|d| d.typed)
+        };
+        let Some(Typed::Service(read)) = typed(svc, None, "") else { panic!("the Service is read directly") };
+        assert_eq!(*read, serde_json::from_str::<core::Service>(svc).unwrap());
+        let without_meta = svc.replace(r#""metadata": {"name": "a", "namespace": "ns", "labels": {"x": "y"}, "uid": "u"}"#, r#""metadata": null"#);
+        let Some(Typed::Service(read)) = typed(&without_meta, None, "") else { panic!("a Service without metadata is read directly") };
+        assert_eq!(*read, serde_json::from_str::<core::Service>(&without_meta).unwrap());
+        for text in [slice.to_string(), slice.replace(r#""endpoints": [{"#, r#""endpoints": null, "x": [{"#)] {
+            let Some(Typed::Slice(read)) = typed(&text, Some("EndpointSlice"), "discovery.k8s.io/v1") else { panic!("{text}") };
+            assert_eq!(*read, serde_json::from_str::<discovery::EndpointSlice>(&text).unwrap(), "{text}");
+        }
+        // A field of the other kind that does not read as its type, a repeated field, a
+        // kind of the text that is not the list's: left to the value path.
+        for unusual in [svc.replace(r#""ports": [{"port": 1}]"#, r#""ports": 1"#), svc.replace(r#""endpoints": null"#, r#""spec": null"#)] {
+            assert!(typed(&unusual, None, "").is_none(), "{unusual}");
+        }
+        assert!(typed(&slice.replace(r#""addressType""#, r#""kind": "", "addressType""#), Some("EndpointSlice"), "discovery.k8s.io/v1").is_none());
     }
 
     #[test]
