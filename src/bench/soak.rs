@@ -163,10 +163,8 @@ pub async fn run(spec: &Spec) -> anyhow::Result<Soak> {
 
     let start = Instant::now();
     loop {
-        if let Ok(m) = scrape().await {
-            if m.full_syncs > 0 {
-                break;
-            }
+        if logged_syncs(&spec.log).0 > 0 {
+            break;
         }
         running.alive(&spec.log).context("before its first sync")?;
         if start.elapsed() > spec.first_sync_limit {
@@ -209,12 +207,15 @@ pub async fn run(spec: &Spec) -> anyhow::Result<Soak> {
         if now >= next_sample {
             running.alive(&spec.log).with_context(|| format!("{:.0} s into the soak", now.duration_since(t0).as_secs_f64()))?;
             let m = scrape().await.unwrap_or_default();
+            let (full_syncs, partial_syncs) = logged_syncs(&spec.log);
             soak.samples.push(Sample {
                 t: now.duration_since(t0).as_secs_f64(),
                 phase: if changing { "changes" } else { "idle" },
                 rss_kib: rss_kib(pid).unwrap_or(0),
                 cpu_s: cpu_s(pid).unwrap_or(0.0),
                 changes,
+                full_syncs,
+                partial_syncs,
                 ..m
             });
             next_sample += spec.sample_every;
@@ -280,15 +281,31 @@ fn value(line: &str) -> Option<f64> {
     line.rsplit(' ').next()?.parse().ok()
 }
 
-/// The counters a sample keeps, from the text exposition format.
+/// The syncs svcproxy has logged, full and partial (its `synced kind=Full` and
+/// `kind=Partial` lines). Every mode logs them; kube-proxy's full and partial sync
+/// histograms exist in iptables and nftables mode only, not in IPVS mode.
+fn logged_syncs(log: &std::path::Path) -> (u64, u64) {
+    count_syncs(&std::fs::read_to_string(log).unwrap_or_default())
+}
+
+/// [`logged_syncs`] of a log's text.
+pub fn count_syncs(log: &str) -> (u64, u64) {
+    log.lines().fold((0, 0), |(full, partial), line| {
+        if line.contains(" synced kind=Full ") {
+            (full + 1, partial)
+        } else if line.contains(" synced kind=Partial ") {
+            (full, partial + 1)
+        } else {
+            (full, partial)
+        }
+    })
+}
+
+/// The latency histogram a sample keeps, from the text exposition format.
 pub fn parse_metrics(text: &str) -> Sample {
     let mut s = Sample::default();
     for line in text.lines() {
-        if line.starts_with("kubeproxy_sync_full_proxy_rules_duration_seconds_count") {
-            s.full_syncs += value(line).unwrap_or(0.0) as u64;
-        } else if line.starts_with("kubeproxy_sync_partial_proxy_rules_duration_seconds_count") {
-            s.partial_syncs += value(line).unwrap_or(0.0) as u64;
-        } else if let Some(rest) = line.strip_prefix("kubeproxy_network_programming_duration_seconds_bucket{") {
+        if let Some(rest) = line.strip_prefix("kubeproxy_network_programming_duration_seconds_bucket{") {
             let le = rest.split("le=\"").nth(1).and_then(|r| r.split('"').next());
             let bound = match le {
                 Some("+Inf") => f64::INFINITY,
@@ -508,6 +525,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn syncs_are_counted_from_the_log_in_every_mode() {
+        let log = "2026-11-27T04:39:25Z  INFO svcproxy::runner::watch: synced kind=Full seconds=3.97 restore_lines=127 ipvs_ops=18500\n\
+            2026-11-27T04:39:26Z  WARN svcproxy::runner::watch: something kind=Full \n\
+            2026-11-27T04:39:52Z  INFO svcproxy::runner::watch: synced kind=Partial seconds=0.0026 restore_lines=0 ipvs_ops=0\n\
+            2026-11-27T04:40:21Z  INFO svcproxy::runner::watch: synced kind=Partial seconds=0.0002 restore_lines=0 ipvs_ops=3\n";
+        assert_eq!(count_syncs(log), (1, 2));
+        assert_eq!(count_syncs(""), (0, 0));
+    }
+
+    #[test]
     fn metrics_are_read_per_family_and_summed() {
         let text = "kubeproxy_sync_full_proxy_rules_duration_seconds_count{ip_family=\"IPv4\"} 2\n\
             kubeproxy_sync_partial_proxy_rules_duration_seconds_count{ip_family=\"IPv4\"} 7\n\
@@ -515,7 +542,7 @@ mod tests {
             kubeproxy_network_programming_duration_seconds_bucket{ip_family=\"IPv4\",le=\"0.5\"} 8\n\
             kubeproxy_network_programming_duration_seconds_bucket{ip_family=\"IPv4\",le=\"+Inf\"} 10\n";
         let s = parse_metrics(text);
-        assert_eq!((s.full_syncs, s.partial_syncs), (2, 7));
+        assert_eq!((s.full_syncs, s.partial_syncs), (0, 0), "sync counts come from the log, not these (IPVS mode has none)");
         assert_eq!(s.latency, vec![(0.25, 3), (0.5, 8), (f64::INFINITY, 10)]);
     }
 

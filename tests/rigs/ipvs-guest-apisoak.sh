@@ -20,7 +20,14 @@ run() { # run MODE
   echo "apisoak: $mode: start $(cut -d' ' -f1 /proc/uptime) s after boot"
   ip netns exec "$ns" "$B" soak --services "$N" --endpoints 10 --rate "$RATE" --changes-for "$FOR" --idle-for "$IDLE" \
     --mode "$mode" --backend legacy --svcproxy "$S" --dir "$dir" \
-    --svcproxy-arg=--conntrack-max-per-core --svcproxy-arg=0 >/dev/null 2>"$dir.err"
+    --svcproxy-arg=--conntrack-max-per-core --svcproxy-arg=0 >/dev/null 2>"$dir.err" &
+  pid=$!
+  # progress on the console (the host can follow it live): svcproxy's last log line
+  while kill -0 $pid 2>/dev/null; do
+    sleep 30
+    [ -f "$dir/svcproxy.log" ] && echo "apisoak: $mode: $(cut -d' ' -f1 /proc/uptime) s: $(tail -1 "$dir/svcproxy.log" | cut -c1-240)"
+  done
+  wait $pid
   rc=$?
   echo "apisoak: $mode: end $(cut -d' ' -f1 /proc/uptime) s after boot, rc $rc"
   for f in soak.tsv summary.txt figures.tsv; do
