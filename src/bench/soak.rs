@@ -478,13 +478,18 @@ impl Figures {
 /// A figures.tsv read back: each row's value, `None` for `-` or a row it lacks.
 pub fn read_figures(text: &str) -> anyhow::Result<Vec<Option<f64>>> {
     let mut values = vec![None; ROWS.len()];
+    let mut known = 0;
     for (n, line) in text.lines().enumerate() {
         let (name, value) = line.split_once('\t').with_context(|| format!("line {}: want NAME<TAB>VALUE", n + 1))?;
         let Some(i) = ROWS.iter().position(|(r, _, _)| *r == name) else { continue };
+        known += 1;
         values[i] = match value {
             "-" => None,
             v => Some(v.parse().with_context(|| format!("line {}: {name}: {v:?} is not a number", n + 1))?),
         };
+    }
+    if known == 0 {
+        bail!("no figure in it (want lines like `first_sync_s<TAB>12.5`)");
     }
     Ok(values)
 }
@@ -601,6 +606,7 @@ mod tests {
         assert_eq!((f.p50_s, f.p99_s, f.idle_cpu_pct), (None, None, Some(0.0)), "no change phase: no latency");
         assert_eq!(read_figures(&f.tsv()).expect("reads")[1], None, "a missing figure is `-` and reads back as none");
         assert!(read_figures("first_sync_s\tfast\n").is_err_and(|e| e.to_string().contains("line 1: first_sync_s")));
+        assert!(read_figures("apisoak\tipvs\tfigures.tsv\tfirst_sync_s\t1\n").is_err_and(|e| e.to_string().contains("no figure")), "a file with no known row is an error, not a row of dashes");
     }
 
     #[test]
