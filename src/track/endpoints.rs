@@ -14,7 +14,14 @@ use std::time::SystemTime;
 use crate::model::{Endpoint, EndpointSlice, EndpointsMap, NamespacedName, ServicePortName};
 use crate::net::IpFamily;
 
-type Slices = BTreeMap<String, Arc<EndpointSlice>>;
+/// One service's slices, in slice-name order. A service has one or a few: a vector, where
+/// a map allocates a node of eleven keys for every service it keeps.
+type Slices = Vec<Arc<EndpointSlice>>;
+
+/// Where the slice named `name` is (or would go) in `slices`.
+fn position(slices: &Slices, name: &str) -> Result<usize, usize> {
+    slices.binary_search_by(|s| s.id.name.as_str().cmp(name))
+}
 type EndpointsOf = BTreeMap<ServicePortName, Arc<Vec<Endpoint>>>;
 
 #[derive(Debug, Clone)]
@@ -93,7 +100,7 @@ impl EndpointsChangeTracker {
         let name = &slice.id.name;
         let current = match self.pending.get(&slice.service).and_then(|p| p.get(name)) {
             Some(p) => p.clone(),
-            None => self.applied.get(&slice.service).and_then(|a| a.get(name)).cloned(),
+            None => self.applied.get(&slice.service).and_then(|a| position(a, name).ok().map(|i| a[i].clone())),
         };
         if current.as_deref() == new.as_deref() {
             return false;
@@ -131,10 +138,12 @@ impl EndpointsChangeTracker {
             let previous = self.endpoints_of(&service);
             let slices = self.applied.entry(service.clone()).or_default();
             for (name, slice) in changes {
-                match slice {
-                    Some(s) => slices.insert(name, s),
-                    None => slices.remove(&name),
-                };
+                match (position(slices, &name), slice) {
+                    (Ok(i), Some(s)) => slices[i] = s,
+                    (Err(i), Some(s)) => slices.insert(i, s),
+                    (Ok(i), None) => drop(slices.remove(i)),
+                    (Err(_), None) => {}
+                }
             }
             if slices.is_empty() {
                 self.applied.remove(&service);
@@ -155,7 +164,7 @@ impl EndpointsChangeTracker {
 
     fn endpoints_of(&self, service: &NamespacedName) -> EndpointsOf {
         match self.applied.get(service) {
-            Some(slices) => merge_slices(service, slices.values().map(|s| s.as_ref()), &self.node_name),
+            Some(slices) => merge_slices(service, slices.iter().map(|s| s.as_ref()), &self.node_name),
             None => EndpointsOf::new(),
         }
     }
