@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use crate::model::{NamespacedName, Service, ServicePort, ServicePortMap, ServicePortName, ServiceType};
+use crate::model::{port_entries, NamespacedName, Service, ServicePort, ServicePortMap, ServicePortName, ServiceType};
 use crate::net::IpFamily;
 
 /// One service's ports, in name order. A service has a few: a vector of the shared ports,
@@ -22,7 +22,8 @@ type PortsOf = Vec<Arc<ServicePort>>;
 pub struct ServiceChangeTracker {
     family: IpFamily,
     service_proxy_name: Option<String>,
-    committed: BTreeMap<NamespacedName, PortsOf>,
+    /// The committed ports of every service, ordered by service: a service's own are a
+    /// range of it ([`port_entries`]), so no second map per service is kept.
     map: ServicePortMap,
     pending: BTreeMap<NamespacedName, PortsOf>,
 }
@@ -38,7 +39,6 @@ impl ServiceChangeTracker {
         ServiceChangeTracker {
             family,
             service_proxy_name,
-            committed: BTreeMap::new(),
             map: ServicePortMap::new(),
             pending: BTreeMap::new(),
         }
@@ -58,8 +58,7 @@ impl ServiceChangeTracker {
     /// Keeps a service's new ports as its pending change, or, as kube-proxy's tracker does,
     /// drops the change once they are what was committed (changed back, or never changed).
     fn set_pending(&mut self, id: NamespacedName, ports: PortsOf) {
-        // A service without ports is not kept in `committed`.
-        if self.committed.get(&id).map_or(ports.is_empty(), |c| *c == ports) {
+        if self.committed(&id).eq(ports.iter()) {
             self.pending.remove(&id);
         } else {
             self.pending.insert(id, ports);
@@ -77,11 +76,16 @@ impl ServiceChangeTracker {
         &self.map
     }
 
+    /// A service's committed ports, in name order.
+    fn committed<'a>(&'a self, id: &'a NamespacedName) -> impl Iterator<Item = &'a Arc<ServicePort>> {
+        port_entries(&self.map, id).map(|(_, port)| port)
+    }
+
     /// Applies pending changes to the map and reports what really changed.
     pub fn commit(&mut self) -> ServiceCommit {
         let mut out = ServiceCommit::default();
         for (id, current) in std::mem::take(&mut self.pending) {
-            let previous = self.committed.get(&id).cloned().unwrap_or_default();
+            let previous: PortsOf = self.committed(&id).cloned().collect();
             if previous == current {
                 continue;
             }
@@ -92,11 +96,6 @@ impl ServiceChangeTracker {
             }
             for port in &current {
                 self.map.insert(port.name.clone(), port.clone());
-            }
-            if current.is_empty() {
-                self.committed.remove(&id);
-            } else {
-                self.committed.insert(id.clone(), current);
             }
             out.updated.insert(id);
         }
