@@ -19,6 +19,7 @@ pub mod config;
 pub mod derive;
 #[cfg(any(test, feature = "bench"))]
 pub mod gen;
+pub mod intern;
 pub mod iptables;
 pub mod ipvs;
 pub mod lint;

@@ -227,10 +227,60 @@ pub struct SliceEndpoint {
     pub ready: bool,
     pub serving: bool,
     pub terminating: bool,
-    pub node_name: Option<String>,
-    pub zone: Option<String>,
-    pub zone_hints: BTreeSet<String>,
-    pub node_hints: BTreeSet<String>,
+    /// Shared with every endpoint of the same node ([`crate::intern`]): a cluster has few.
+    #[serde(serialize_with = "shared_text")]
+    pub node_name: Option<Arc<str>>,
+    #[serde(serialize_with = "shared_text")]
+    pub zone: Option<Arc<str>>,
+    pub zone_hints: Names,
+    pub node_hints: Names,
+}
+
+fn shared_text<S: serde::Serializer>(v: &Option<Arc<str>>, s: S) -> Result<S::Ok, S::Error> {
+    v.as_deref().serialize(s)
+}
+
+/// A set of names that is nearly always empty (an endpoint's topology hints): one pointer,
+/// allocated only when it holds a name, where a `BTreeSet` is three words in every
+/// endpoint (hundreds of thousands at scale). Reads as the set.
+#[derive(Clone, Debug, Default)]
+// One pointer in place of a set's three words: the box is allocated only when non-empty.
+#[allow(clippy::box_collection)]
+pub struct Names(Option<Box<BTreeSet<String>>>);
+
+static NO_NAMES: BTreeSet<String> = BTreeSet::new();
+
+impl std::ops::Deref for Names {
+    type Target = BTreeSet<String>;
+    fn deref(&self) -> &BTreeSet<String> {
+        self.0.as_deref().unwrap_or(&NO_NAMES)
+    }
+}
+
+impl From<BTreeSet<String>> for Names {
+    fn from(set: BTreeSet<String>) -> Self {
+        Names((!set.is_empty()).then(|| Box::new(set)))
+    }
+}
+
+impl FromIterator<String> for Names {
+    fn from_iter<I: IntoIterator<Item = String>>(iter: I) -> Self {
+        BTreeSet::from_iter(iter).into()
+    }
+}
+
+impl PartialEq for Names {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for Names {}
+
+impl Serialize for Names {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        (**self).serialize(s)
+    }
 }
 
 /// An EndpointSlice, validated.
@@ -302,8 +352,8 @@ pub struct Endpoint {
     pub ready: bool,
     pub serving: bool,
     pub terminating: bool,
-    pub zone_hints: BTreeSet<String>,
-    pub node_hints: BTreeSet<String>,
+    pub zone_hints: Names,
+    pub node_hints: Names,
 }
 
 impl Endpoint {
@@ -313,6 +363,11 @@ impl Endpoint {
     }
 }
 
+// Kept per endpoint (500,000 of each at 50,000 services x 10 endpoints): the sizes the
+// compact hints and the shared node and zone names give.
+const _: () = assert!(std::mem::size_of::<Endpoint>() <= 40);
+const _: () = assert!(std::mem::size_of::<SliceEndpoint>() <= 72);
+
 pub type ServicePortMap = BTreeMap<ServicePortName, Arc<ServicePort>>;
 /// Endpoints per service port, sorted by `ip:port` string as kube-proxy sorts them.
 pub type EndpointsMap = BTreeMap<ServicePortName, Arc<Vec<Endpoint>>>;
@@ -320,6 +375,18 @@ pub type EndpointsMap = BTreeMap<ServicePortName, Arc<Vec<Endpoint>>>;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_read_and_serialize_as_their_set() {
+        let empty = Names::from(BTreeSet::new());
+        assert_eq!(empty, Names::default());
+        assert!(empty.is_empty());
+        let zones: Names = ["b".to_string(), "a".to_string()].into_iter().collect();
+        assert!(zones.contains("a") && zones.len() == 2);
+        assert_ne!(zones, empty);
+        assert_eq!(serde_json::to_string(&zones).unwrap(), r#"["a","b"]"#);
+        assert_eq!(serde_json::to_string(&empty).unwrap(), "[]");
+    }
 
     #[test]
     fn service_port_name_omits_empty_port_name() {

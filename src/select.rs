@@ -124,7 +124,6 @@ fn available_for_topology(e: &Endpoint, mode: TopologyMode, here: Locality) -> b
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeSet;
 
     use super::*;
     use crate::model::{NamespacedName, Protocol, ServicePortName};
@@ -138,7 +137,7 @@ mod tests {
             serving: ready || terminating,
             terminating,
             zone_hints: zones.iter().map(|z| z.to_string()).collect(),
-            node_hints: BTreeSet::new(),
+            node_hints: Default::default(),
         }
     }
 

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::{DerivedSlice, EndpointInfo};
+use crate::intern::intern;
 use crate::model::{EndpointSlice, NamespacedName, Service, SliceEndpoint, SlicePort};
 use crate::net::IpFamily;
 use crate::source::extra::{LegacyAddress, LegacyEndpoints, LegacySubset, ServiceBackend};
@@ -96,7 +97,7 @@ fn endpoint(addr: &LegacyAddress, ready: bool) -> (SliceEndpoint, EndpointInfo) 
         // Unset in mirrored slices; kube-proxy reads an unset `serving` as true.
         serving: true,
         terminating: false,
-        node_name: addr.node_name.clone(),
+        node_name: addr.node_name.as_deref().map(intern),
         zone: None,
         zone_hints: Default::default(),
         node_hints: Default::default(),

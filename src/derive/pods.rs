@@ -16,6 +16,7 @@
 use std::collections::BTreeMap;
 
 use super::{DerivedSlice, EndpointInfo};
+use crate::intern::intern;
 use crate::model::{EndpointSlice, NamespacedName, Node, ProxyLabels, Service, SliceEndpoint, SlicePort, LABEL_ZONE};
 use crate::net::IpFamily;
 use crate::source::extra::{ObjectRef, Pod, ServiceBackend, TargetPort};
@@ -97,8 +98,8 @@ fn pod_endpoint(
         ready: backend.publish_not_ready || (serving && !pod.terminating),
         serving,
         terminating: pod.terminating,
-        node_name: pod.node_name.clone(),
-        zone,
+        node_name: pod.node_name.as_deref().map(intern),
+        zone: zone.as_deref().map(intern),
         zone_hints: Default::default(),
         node_hints: Default::default(),
     };

@@ -5,13 +5,13 @@
 //! (slice ports without a name or number, endpoints without addresses), reporting those
 //! as [`Skip`]s so nothing disappears silently.
 
-use std::collections::BTreeSet;
 use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::discovery::v1 as discovery;
 
 use super::error::FieldError;
+use crate::intern::intern;
 use super::{LABEL_HEADLESS, LABEL_SERVICE_NAME, LABEL_SERVICE_PROXY_NAME};
 use crate::model::{
     EndpointSlice, Ingress, NamespacedName, Node, Protocol, ProxyLabels, Service, ServicePortSpec, ServiceType,
@@ -284,16 +284,16 @@ fn slice_endpoints(
             ready: cond.and_then(|c| c.ready).unwrap_or(true),
             serving: cond.and_then(|c| c.serving).unwrap_or(true),
             terminating: cond.and_then(|c| c.terminating).unwrap_or(false),
-            node_name: ep.node_name.clone(),
-            zone: ep.zone.clone(),
+            node_name: ep.node_name.as_deref().map(intern),
+            zone: ep.zone.as_deref().map(intern),
             zone_hints: hints
                 .and_then(|h| h.for_zones.as_ref())
                 .map(|z| z.iter().map(|z| z.name.clone()).collect())
-                .unwrap_or_else(BTreeSet::new),
+                .unwrap_or_default(),
             node_hints: hints
                 .and_then(|h| h.for_nodes.as_ref())
                 .map(|n| n.iter().map(|n| n.name.clone()).collect())
-                .unwrap_or_else(BTreeSet::new),
+                .unwrap_or_default(),
         });
     }
     Ok(out)

@@ -14,7 +14,51 @@ use std::time::SystemTime;
 use crate::model::{Endpoint, EndpointSlice, EndpointsMap, NamespacedName, ServicePortName};
 use crate::net::IpFamily;
 
-type Slices = BTreeMap<String, Arc<EndpointSlice>>;
+/// One service's slices, in slice-name order. A service has one or a few: a vector, where
+/// a map allocates a node of eleven keys for every service it keeps.
+type Slices = Vec<Arc<EndpointSlice>>;
+
+/// One service's slices, never empty, kept under the service's name as the slices hold it
+/// (a set of these is a map by service without a copy of each name).
+#[derive(Debug, Clone)]
+struct ServiceSlices(Slices);
+
+impl ServiceSlices {
+    fn service(&self) -> &NamespacedName {
+        &self.0[0].service
+    }
+}
+
+impl std::borrow::Borrow<NamespacedName> for ServiceSlices {
+    fn borrow(&self) -> &NamespacedName {
+        self.service()
+    }
+}
+
+impl PartialEq for ServiceSlices {
+    fn eq(&self, other: &Self) -> bool {
+        self.service() == other.service()
+    }
+}
+
+impl Eq for ServiceSlices {}
+
+impl PartialOrd for ServiceSlices {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for ServiceSlices {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.service().cmp(other.service())
+    }
+}
+
+/// Where the slice named `name` is (or would go) in `slices`.
+fn position(slices: &Slices, name: &str) -> Result<usize, usize> {
+    slices.binary_search_by(|s| s.id.name.as_str().cmp(name))
+}
 type EndpointsOf = BTreeMap<ServicePortName, Arc<Vec<Endpoint>>>;
 
 #[derive(Debug, Clone)]
@@ -22,7 +66,7 @@ pub struct EndpointsChangeTracker {
     family: IpFamily,
     node_name: String,
     service_proxy_name: Option<String>,
-    applied: BTreeMap<NamespacedName, Slices>,
+    applied: BTreeSet<ServiceSlices>,
     /// Per service, per slice name: the new slice, or `None` for a deletion.
     pending: BTreeMap<NamespacedName, BTreeMap<String, Option<Arc<EndpointSlice>>>>,
     map: EndpointsMap,
@@ -49,7 +93,7 @@ impl EndpointsChangeTracker {
             family,
             node_name: node_name.into(),
             service_proxy_name,
-            applied: BTreeMap::new(),
+            applied: BTreeSet::new(),
             pending: BTreeMap::new(),
             map: EndpointsMap::new(),
             started: SystemTime::now(),
@@ -93,7 +137,7 @@ impl EndpointsChangeTracker {
         let name = &slice.id.name;
         let current = match self.pending.get(&slice.service).and_then(|p| p.get(name)) {
             Some(p) => p.clone(),
-            None => self.applied.get(&slice.service).and_then(|a| a.get(name)).cloned(),
+            None => self.applied.get(&slice.service).and_then(|a| position(&a.0, name).ok().map(|i| a.0[i].clone())),
         };
         if current.as_deref() == new.as_deref() {
             return false;
@@ -129,15 +173,17 @@ impl EndpointsChangeTracker {
         self.changed_events = 0;
         for (service, changes) in std::mem::take(&mut self.pending) {
             let previous = self.endpoints_of(&service);
-            let slices = self.applied.entry(service.clone()).or_default();
+            let mut slices = self.applied.take(&service).map(|s| s.0).unwrap_or_default();
             for (name, slice) in changes {
-                match slice {
-                    Some(s) => slices.insert(name, s),
-                    None => slices.remove(&name),
-                };
+                match (position(&slices, &name), slice) {
+                    (Ok(i), Some(s)) => slices[i] = s,
+                    (Err(i), Some(s)) => slices.insert(i, s),
+                    (Ok(i), None) => drop(slices.remove(i)),
+                    (Err(_), None) => {}
+                }
             }
-            if slices.is_empty() {
-                self.applied.remove(&service);
+            if !slices.is_empty() {
+                self.applied.insert(ServiceSlices(slices));
             }
             let current = self.endpoints_of(&service);
             if previous == current {
@@ -155,7 +201,7 @@ impl EndpointsChangeTracker {
 
     fn endpoints_of(&self, service: &NamespacedName) -> EndpointsOf {
         match self.applied.get(service) {
-            Some(slices) => merge_slices(service, slices.values().map(|s| s.as_ref()), &self.node_name),
+            Some(slices) => merge_slices(service, slices.0.iter().map(|s| s.as_ref()), &self.node_name),
             None => EndpointsOf::new(),
         }
     }

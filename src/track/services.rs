@@ -10,16 +10,20 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use crate::model::{NamespacedName, Service, ServicePort, ServicePortMap, ServicePortName, ServiceType};
+use crate::model::{port_entries, NamespacedName, Service, ServicePort, ServicePortMap, ServicePortName, ServiceType};
 use crate::net::IpFamily;
 
-type PortsOf = BTreeMap<ServicePortName, Arc<ServicePort>>;
+/// One service's ports, in name order. A service has a few: a vector of the shared ports,
+/// where a map allocates a node of eleven keys (each a `ServicePortName`, ~1 KB) for every
+/// service it keeps (50 MB at 50,000 services).
+type PortsOf = Vec<Arc<ServicePort>>;
 
 #[derive(Debug, Clone)]
 pub struct ServiceChangeTracker {
     family: IpFamily,
     service_proxy_name: Option<String>,
-    committed: BTreeMap<NamespacedName, PortsOf>,
+    /// The committed ports of every service, ordered by service: a service's own are a
+    /// range of it ([`port_entries`]), so no second map per service is kept.
     map: ServicePortMap,
     pending: BTreeMap<NamespacedName, PortsOf>,
 }
@@ -35,7 +39,6 @@ impl ServiceChangeTracker {
         ServiceChangeTracker {
             family,
             service_proxy_name,
-            committed: BTreeMap::new(),
             map: ServicePortMap::new(),
             pending: BTreeMap::new(),
         }
@@ -55,8 +58,7 @@ impl ServiceChangeTracker {
     /// Keeps a service's new ports as its pending change, or, as kube-proxy's tracker does,
     /// drops the change once they are what was committed (changed back, or never changed).
     fn set_pending(&mut self, id: NamespacedName, ports: PortsOf) {
-        // A service without ports is not kept in `committed`.
-        if self.committed.get(&id).map_or(ports.is_empty(), |c| *c == ports) {
+        if self.committed(&id).eq(ports.iter()) {
             self.pending.remove(&id);
         } else {
             self.pending.insert(id, ports);
@@ -74,26 +76,26 @@ impl ServiceChangeTracker {
         &self.map
     }
 
+    /// A service's committed ports, in name order.
+    fn committed<'a>(&'a self, id: &'a NamespacedName) -> impl Iterator<Item = &'a Arc<ServicePort>> {
+        port_entries(&self.map, id).map(|(_, port)| port)
+    }
+
     /// Applies pending changes to the map and reports what really changed.
     pub fn commit(&mut self) -> ServiceCommit {
         let mut out = ServiceCommit::default();
         for (id, current) in std::mem::take(&mut self.pending) {
-            let previous = self.committed.get(&id).cloned().unwrap_or_default();
+            let previous: PortsOf = self.committed(&id).cloned().collect();
             if previous == current {
                 continue;
             }
-            for name in previous.keys() {
-                if !current.contains_key(name) {
-                    self.map.remove(name);
+            for port in &previous {
+                if !current.iter().any(|p| p.name == port.name) {
+                    self.map.remove(&port.name);
                 }
             }
-            for (name, port) in &current {
-                self.map.insert(name.clone(), port.clone());
-            }
-            if current.is_empty() {
-                self.committed.remove(&id);
-            } else {
-                self.committed.insert(id.clone(), current);
+            for port in &current {
+                self.map.insert(port.name.clone(), port.clone());
             }
             out.updated.insert(id);
         }
@@ -105,11 +107,11 @@ impl ServiceChangeTracker {
 /// nothing for ExternalName, headless or other-family-only services, or services that
 /// belong to another proxy.
 pub fn service_ports(svc: &Service, family: IpFamily, proxy_name: Option<&str>) -> PortsOf {
-    let mut out = PortsOf::new();
+    let mut out = BTreeMap::new();
     if !svc.proxy_labels.selected_by(proxy_name) || svc.service_type == ServiceType::ExternalName {
-        return out;
+        return PortsOf::new();
     }
-    let Some(cluster_ip) = svc.cluster_ip(family) else { return out };
+    let Some(cluster_ip) = svc.cluster_ip(family) else { return PortsOf::new() };
     let of_family = |ips: &[IpAddr]| -> Vec<IpAddr> { ips.iter().copied().filter(|ip| IpFamily::of(ip) == family).collect() };
     let externally_accessible = matches!(svc.service_type, ServiceType::LoadBalancer | ServiceType::NodePort)
         || (svc.service_type == ServiceType::ClusterIP && !svc.external_ips.is_empty());
@@ -136,7 +138,8 @@ pub fn service_ports(svc: &Service, family: IpFamily, proxy_name: Option<&str>) 
                 && svc.external_traffic_policy == crate::model::TrafficPolicy::Local,
             internal_policy_local: svc.internal_traffic_policy == crate::model::TrafficPolicy::Local,
         };
+        // A later port of the same name wins, as kube-proxy's map assignment does.
         out.insert(name, Arc::new(port));
     }
-    out
+    out.into_values().collect()
 }

@@ -1,4 +1,3 @@
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use super::*;
@@ -30,10 +29,10 @@ fn ep(ip: &str, node: Option<&str>, ready: bool) -> SliceEndpoint {
         ready,
         serving: ready,
         terminating: false,
-        node_name: node.map(String::from),
+        node_name: node.map(Arc::from),
         zone: None,
-        zone_hints: BTreeSet::new(),
-        node_hints: BTreeSet::new(),
+        zone_hints: Default::default(),
+        node_hints: Default::default(),
     }
 }
 

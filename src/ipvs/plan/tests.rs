@@ -1,4 +1,3 @@
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use super::*;
@@ -45,8 +44,8 @@ fn ep(ip: &str, local: bool) -> Endpoint {
         ready: true,
         serving: true,
         terminating: false,
-        zone_hints: BTreeSet::new(),
-        node_hints: BTreeSet::new(),
+        zone_hints: Default::default(),
+        node_hints: Default::default(),
     }
 }
 
