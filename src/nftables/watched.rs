@@ -63,5 +63,10 @@ impl Nft for WatchedNft<'_> {
         let r = self.inner.live(family);
         self.note(Phase::Read, r)
     }
+
+    fn read_for_sync(&mut self, family: Family) -> Result<Option<(Names, Option<super::delta::LiveTable>)>, NftError> {
+        let r = self.inner.read_for_sync(family);
+        self.note(Phase::Read, r)
+    }
 }
 
