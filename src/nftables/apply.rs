@@ -72,6 +72,9 @@ pub trait Nft: Send {
     fn live(&mut self, _family: Family) -> Result<Option<super::delta::LiveTable>, NftError> {
         Ok(None)
     }
+    /// A full sync of `family` sent its last transaction (a client that records what it
+    /// created does it here: [`super::netlink::NetlinkNft`]).
+    fn full_sync_done(&mut self, _family: Family) {}
     /// A full sync's read: the table's names ([`Nft::names`]; `None`: no table) and, when
     /// the client writes in bounded batches, its live contents ([`Nft::live`]; `None` when
     /// not read: a failure to read them is logged, and every chain is refilled). A client

@@ -5,6 +5,7 @@
 //! [`proxier`].
 
 pub mod anonfile;
+pub mod anonrecord;
 pub mod apply;
 /// kube-proxy's test normalisation (tests and goldens only).
 #[cfg(any(test, feature = "testing"))]

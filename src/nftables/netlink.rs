@@ -16,7 +16,10 @@ use super::apply::{ExecNft, Names, Nft, NftError, Via};
 use super::delta::LiveTable;
 use super::model::Family;
 use super::names::TABLE;
-use super::anonfile::{self, AnonCache};
+use std::sync::{Arc, Mutex};
+
+use super::anonfile::{self, AnonCache, Persisted};
+use super::anonrecord::{self, Recording, SetDump};
 use super::wire::{self, canon, dump, Batch};
 use crate::netfilter::apply::around;
 
@@ -69,9 +72,15 @@ pub struct NetlinkNft {
     /// The full sync's read ([`Nft::read_for_sync`], [`Nft::live`]); `None`: the names
     /// alone (every chain is refilled).
     pub live_reader: Option<LiveReader>,
-    /// Anonymous sets the live reads took from the cache, and those they dumped.
+    /// Anonymous sets the live reads took from the cache, those they dumped, and those
+    /// full syncs created and recorded without a dump ([`anonrecord`]).
     pub anon_reused: u64,
     pub anon_dumped: u64,
+    pub anon_recorded: u64,
+    /// The cache the live reader uses (on the node), for the sets full syncs create.
+    anon: Option<Arc<Mutex<Persisted>>>,
+    /// The full sync under way since [`Nft::read_for_sync`], recording its anonymous sets.
+    recording: Option<Recording>,
     /// Transactions sent over netlink.
     pub sent: u64,
     /// Transactions that went to `nft -f` instead (not encodable).
@@ -101,13 +110,16 @@ impl NetlinkNft {
     pub fn on_node_with(anon_file: Option<std::path::PathBuf>) -> Self {
         let mut nl = NetlinkNft::new(Box::new(ExecNft::default()), Box::new(send));
         nl.reader = Some(Box::new(read_table));
-        let mut persisted = anonfile::Persisted::new(anon_file);
+        let anon = Arc::new(Mutex::new(Persisted::new(anon_file)));
+        let shared = anon.clone();
         nl.live_reader = Some(Box::new(move |f| {
+            let mut persisted = shared.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             persisted.before_read();
             let read = read_live_cached(f, &mut persisted.cache)?;
             persisted.after_read(read.as_ref().is_some_and(|r| r.changed));
             Ok(read)
         }));
+        nl.anon = Some(anon);
         if let Some(n) = std::env::var(BATCH_LINES_ENV).ok().and_then(|v| v.parse().ok()).filter(|n: &usize| *n > 0) {
             nl.batch_lines = n;
         }
@@ -115,16 +127,32 @@ impl NetlinkNft {
     }
 
     pub fn new(nft: Box<dyn Nft>, sender: Sender) -> Self {
-        NetlinkNft { nft, sender, reader: None, live_reader: None, anon_reused: 0, anon_dumped: 0, anon_next: None, sent: 0, fallbacks: 0, batch_lines: super::chunked::CHUNK_LINES, warned: false }
+        NetlinkNft { nft, sender, reader: None, live_reader: None, anon_reused: 0, anon_dumped: 0, anon_recorded: 0, anon: None, recording: None, anon_next: None, sent: 0, fallbacks: 0, batch_lines: super::chunked::CHUNK_LINES, warned: false }
     }
 
-    /// One transaction: a netlink batch, or `nft -f` when not encodable.
-    fn write(&mut self, text: &str) -> Result<Via, NftError> {
+    /// One transaction: a netlink batch, or `nft -f` when not encodable. A full sync's
+    /// batch (`full`) is recorded when a recording is under way ([`anonrecord`]).
+    fn write(&mut self, text: &str, full: bool) -> Result<Via, NftError> {
+        if !full {
+            self.recording = None;
+        }
         match wire::encode_named(text, self.anon_next) {
             Ok(mut batch) => {
                 // Refused or not, the numbers used stay used: the counter only grows.
                 self.anon_next = batch.anon_next;
+                let created = self.recording.as_ref().map(|_| anonrecord::created(batch.bytes()));
+                if let (Some(rec), Some(c)) = (&mut self.recording, &created) {
+                    if rec.needs_start(c) {
+                        match generation() {
+                            Ok(Some(g)) => rec.start = Some(g),
+                            _ => self.recording = None,
+                        }
+                    }
+                }
                 (self.sender)(&mut batch, text)?;
+                if let (Some(rec), Some(c)) = (&mut self.recording, created) {
+                    rec.acknowledged(c);
+                }
                 self.sent += 1;
                 Ok(Via::Netlink)
             }
@@ -135,6 +163,7 @@ impl NetlinkNft {
                 }
                 self.fallbacks += 1;
                 self.anon_next = None;
+                self.recording = None;
                 self.nft.run(text).map(|()| Via::Nft)
             }
         }
@@ -143,11 +172,11 @@ impl NetlinkNft {
 
 impl Nft for NetlinkNft {
     fn run(&mut self, text: &str) -> Result<(), NftError> {
-        self.write(text).map(|_| ())
+        self.write(text, true).map(|_| ())
     }
 
     fn run_partial(&mut self, text: &str) -> Result<Via, NftError> {
-        self.write(text)
+        self.write(text, false)
     }
 
     fn batch_lines(&self) -> Option<usize> {
@@ -173,6 +202,10 @@ impl Nft for NetlinkNft {
         Ok(self.live_read(family)?.and_then(|r| r.live))
     }
 
+    fn full_sync_done(&mut self, family: Family) {
+        self.record_created(family);
+    }
+
     /// One read for both: the names and anonymous set numbers come from the live read's
     /// own chain and set dumps (no second dump of the chain list). A live read that fails
     /// falls back to the name read (logged): every chain is then refilled.
@@ -180,6 +213,7 @@ impl Nft for NetlinkNft {
         if self.live_reader.is_none() {
             return Ok(self.names(family)?.map(|n| (n, None)));
         }
+        self.recording = self.anon.as_ref().map(|_| Recording::default());
         match self.live_read(family) {
             Ok(read) => {
                 self.note_anon_next(read.as_ref().map(|r| &r.table));
@@ -194,6 +228,33 @@ impl Nft for NetlinkNft {
 }
 
 impl NetlinkNft {
+    /// After a full sync's last batch: the anonymous sets it created, recorded in the
+    /// cache (and its file) from one dump of the table's set list, when exact
+    /// ([`anonrecord`]); else nothing (the next read dumps them).
+    fn record_created(&mut self, family: Family) {
+        let (Some(rec), Some(anon)) = (self.recording.take(), &self.anon) else { return };
+        if rec.start.is_none() {
+            return;
+        }
+        let dump = match set_dump(family) {
+            Ok(Some(d)) => d,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::debug!(family = family.as_str(), error = %e, "the anonymous sets a full sync created are not recorded");
+                return;
+            }
+        };
+        let mut persisted = anon.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match rec.record(&mut persisted.cache, fam(family).nfproto(), &dump) {
+            Some(n) => {
+                self.anon_recorded += n as u64;
+                persisted.after_read(true);
+                tracing::debug!(family = family.as_str(), recorded = n, "nftables anonymous sets a full sync created, recorded");
+            }
+            None => tracing::debug!(family = family.as_str(), "another commit came between: the anonymous sets a full sync created are not recorded"),
+        }
+    }
+
     /// The live reader's read, its cache use counted.
     fn live_read(&mut self, family: Family) -> Result<Option<LiveRead>, NftError> {
         let Some(read) = &mut self.live_reader else { return Ok(None) };
@@ -381,6 +442,46 @@ pub fn read_live_cached(family: Family, cache: &mut AnonCache) -> Result<Option<
     read.changed = read.dumped > 0 || had - others != seen.len();
     cache.extend(seen);
     Ok(Some(read))
+}
+
+/// A socket for reads, its `recv`s bounded.
+fn read_socket() -> Result<Socket, NftError> {
+    let io = |e: std::io::Error| NftError::Failed { command: "nf_tables netlink read".into(), message: e.to_string() };
+    let mut sock = Socket::new(NETLINK_NETFILTER).map_err(io)?;
+    sock.bind_auto().map_err(io)?;
+    set_read_timeout(&sock);
+    Ok(sock)
+}
+
+/// The ruleset's generation (one more per commit).
+fn generation() -> Result<Option<u32>, NftError> {
+    Ok(exchange(&mut read_socket()?, &dump::generation_request(1))?.iter().find_map(dump::generation_of))
+}
+
+/// The table's anonymous sets (names and handles), between two reads of the generation
+/// ([`anonrecord`]); `None`: no table.
+fn set_dump(family: Family) -> Result<Option<SetDump>, NftError> {
+    let f = fam(family);
+    let mut sock = read_socket()?;
+    let generation_before = exchange(&mut sock, &dump::generation_request(1))?.iter().find_map(dump::generation_of);
+    let table = exchange(&mut sock, &dump::request(dump::GETTABLE, f, TABLE, 2))?;
+    let Some(handle) = table.iter().find_map(|r| dump::handle(r, dump::NEWTABLE, 4)) else { return Ok(None) };
+    let sets = exchange(&mut sock, &dump::request(dump::GETSET, f, TABLE, 3))?;
+    let generation_after = exchange(&mut sock, &dump::generation_request(4))?.iter().find_map(dump::generation_of);
+    if sets.iter().any(|r| matches!(r, dump::Reply::Error(e) if *e != 0)) {
+        return Ok(None);
+    }
+    let anonymous = sets
+        .iter()
+        .filter_map(|r| {
+            let dump::Reply::Object { kind: dump::NEWSET, attrs } = r else { return None };
+            if !canon::is_anonymous(attrs) {
+                return None;
+            }
+            Some((canon::set_name(attrs)?, dump::handle(r, dump::NEWSET, 0x10)?))
+        })
+        .collect();
+    Ok(Some(SetDump { generation_before, generation_after, table: handle, anonymous }))
 }
 
 /// Sends one request and reads its replies up to the end of the dump, or the

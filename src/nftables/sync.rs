@@ -133,6 +133,7 @@ pub fn full(nft: &mut dyn Nft, table: &Table, dry_run: bool) -> Result<Report, N
             report.stale_error = Some(e.to_string());
         }
     }
+    nft.full_sync_done(family);
     report.timings.apply = t.elapsed();
     Ok(report)
 }

@@ -1,8 +1,12 @@
 //! The anonymous-set cache persisted across processes (`nftables::anonfile`) on the real
 //! kernel, in a fresh network namespace, the file in a temporary folder:
-//! - a first client's full sync over the live table dumps every anonymous set and writes
-//!   the file; a second client (a restart) with the file sends no element dump for them
-//!   and still repairs the chain someone flushed in between;
+//! - a client's full sync into an empty kernel records the anonymous sets it created
+//!   (no dump), and the next client over the live table reuses every one of them and
+//!   refills nothing (the recorded contents are the kernel's);
+//! - without the file, a client's full sync over the live table dumps every anonymous set
+//!   (the same contents as recorded) and writes the file; a second client (a restart)
+//!   with the file sends no element dump for them and still repairs the chain someone
+//!   flushed in between;
 //! - a file written for another network namespace (another cookie, the same boot) is
 //!   ignored: every anonymous set is dumped again, nothing is refilled for it, and the
 //!   file is rewritten for this namespace.
@@ -30,6 +34,7 @@ struct Round {
     refilled: usize,
     reused: u64,
     dumped: u64,
+    recorded: u64,
 }
 
 /// One client, as a new process would be (nothing in memory), persisting to `file`: a
@@ -45,7 +50,7 @@ fn new_client_syncs(ns: &Ns, fixture: &Path, file: &Path) -> Result<Round, Strin
             round.kept += r.kept;
             round.refilled += r.refilled;
         }
-        (round.reused, round.dumped) = (nl.anon_reused, nl.anon_dumped);
+        (round.reused, round.dumped, round.recorded) = (nl.anon_reused, nl.anon_dumped, nl.anon_recorded);
         Ok(round)
     })
     .join()
@@ -71,16 +76,26 @@ fn restart(ctx: &mut Ctx) -> CaseResult {
     let file = dir.join("run").join("nft-anonymous-sets");
     let fixture = repo().join("fixtures").join("demo.yaml");
     let result = (|| -> CaseResult {
-        new_client_syncs(ns, &fixture, &file)?;
+        // Into an empty kernel: the sync records the anonymous sets it created.
+        let fill = new_client_syncs(ns, &fixture, &file)?;
+        ctx.log(format!("a client into an empty kernel: {fill:?}"));
         let want = listing(ns);
         let id = identity_in(ns)?;
         ensure!(id != here, "the test namespace has the root namespace's identity");
+        ensure!(fill.recorded > 0 && fill.dumped == 0, "the sync into an empty kernel recorded {} anonymous set(s)", fill.recorded);
+        let recorded = anonfile::load(&file, &id);
+        ensure!(recorded.len() as u64 == fill.recorded, "the file holds {} entries, {} were recorded", recorded.len(), fill.recorded);
+        let after_fill = new_client_syncs(ns, &fixture, &file)?;
+        ctx.log(format!("the next client over the live table: {after_fill:?}"));
+        ensure!(after_fill.dumped == 0 && after_fill.reused == fill.recorded && after_fill.refilled == 0, "after the fill, a restart: {after_fill:?} (the recorded contents must equal the kernel's: no refill)");
 
+        // Without the file: every anonymous set is dumped, and the file written from that read.
+        std::fs::remove_file(&file).map_err(|e| e.to_string())?;
         let first = new_client_syncs(ns, &fixture, &file)?;
-        ctx.log(format!("first client over the live table: {first:?}"));
-        ensure!(first.dumped > 0 && first.reused == 0 && first.refilled == 0, "the first read: {first:?}");
+        ctx.log(format!("a client without the file: {first:?}"));
+        ensure!(first.dumped == fill.recorded && first.reused == 0 && first.refilled == 0, "the first read: {first:?}");
         let cached = anonfile::load(&file, &id);
-        ensure!(cached.len() as u64 == first.dumped, "the file holds {} entries, {} sets were dumped", cached.len(), first.dumped);
+        ensure!(cached == recorded, "the contents dumped differ from those recorded at the fill");
 
         // Someone flushes an endpoint chain; a restart repairs it without a single anonymous-set dump.
         let chain = want.lines().filter_map(|l| l.trim().strip_prefix("chain ")).map(|c| c.trim_end_matches(" {")).find(|c| c.starts_with("endpoint-")).ok_or("no endpoint chain")?.to_string();
