@@ -296,7 +296,11 @@ impl Persisted {
             }
         };
         if self.holds != Some(id) {
+            let t = std::time::Instant::now();
             let found = read(path, &id);
+            if let Some(c) = &found {
+                tracing::debug!(path = %path.display(), entries = c.len(), micros = t.elapsed().as_micros() as u64, "nftables anonymous-set file loaded");
+            }
             self.rewrite = found.is_none();
             self.cache = found.unwrap_or_default();
             self.holds = Some(id);
@@ -311,8 +315,12 @@ impl Persisted {
         if !changed && !self.rewrite {
             return;
         }
+        let t = std::time::Instant::now();
         match store(path, id, &self.cache) {
-            Ok(()) => self.rewrite = false,
+            Ok(()) => {
+                self.rewrite = false;
+                tracing::debug!(path = %path.display(), entries = self.cache.len(), micros = t.elapsed().as_micros() as u64, "nftables anonymous-set file written");
+            }
             Err(e) => tracing::warn!(path = %path.display(), error = %e, "nftables anonymous-set file not written; the next process dumps every anonymous set"),
         }
     }
