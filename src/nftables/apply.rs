@@ -72,6 +72,24 @@ pub trait Nft: Send {
     fn live(&mut self, _family: Family) -> Result<Option<super::delta::LiveTable>, NftError> {
         Ok(None)
     }
+    /// A full sync of `family` sent its last transaction (a client that records what it
+    /// created does it here: [`super::netlink::NetlinkNft`]).
+    fn full_sync_done(&mut self, _family: Family) {}
+    /// A full sync's read: the table's names ([`Nft::names`]; `None`: no table) and, when
+    /// the client writes in bounded batches, its live contents ([`Nft::live`]; `None` when
+    /// not read: a failure to read them is logged, and every chain is refilled). A client
+    /// that reads both from the same dumps says so by overriding this.
+    fn read_for_sync(&mut self, family: Family) -> Result<Option<(Names, Option<super::delta::LiveTable>)>, NftError> {
+        let Some(names) = self.names(family)? else { return Ok(None) };
+        if self.batch_lines().is_none() {
+            return Ok(Some((names, None)));
+        }
+        let live = self.live(family).unwrap_or_else(|e| {
+            tracing::warn!(family = family.as_str(), error = %e, "the live nftables table was not read; every chain is refilled");
+            None
+        });
+        Ok(Some((names, live)))
+    }
 }
 
 /// Runs the real `nft`.

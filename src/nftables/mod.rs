@@ -4,6 +4,8 @@
 //! between them, partial ones from the changed services alone ([`partial`]), driven by
 //! [`proxier`].
 
+pub mod anonfile;
+pub mod anonrecord;
 pub mod apply;
 /// kube-proxy's test normalisation (tests and goldens only).
 #[cfg(any(test, feature = "testing"))]

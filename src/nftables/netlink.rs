@@ -16,6 +16,10 @@ use super::apply::{ExecNft, Names, Nft, NftError, Via};
 use super::delta::LiveTable;
 use super::model::Family;
 use super::names::TABLE;
+use std::sync::{Arc, Mutex};
+
+use super::anonfile::{self, AnonCache, Persisted};
+use super::anonrecord::{self, Recording, SetDump};
 use super::wire::{self, canon, dump, Batch};
 use crate::netfilter::apply::around;
 
@@ -30,8 +34,9 @@ pub type Sender = Box<dyn FnMut(&mut Batch, &str) -> Result<(), NftError> + Send
 /// Reads one family's table names (the real one: [`read_table`]).
 pub type Reader = Box<dyn FnMut(Family) -> Result<Option<TableRead>, NftError> + Send>;
 
-/// Reads one family's live table for a full sync's comparison (the real one: [`read_live`]).
-pub type LiveReader = Box<dyn FnMut(Family) -> Result<Option<LiveTable>, NftError> + Send>;
+/// Reads one family's table for a full sync: its names and its live contents (the real
+/// one: [`read_live_cached`] with the persisted cache, [`super::anonfile`]).
+pub type LiveReader = Box<dyn FnMut(Family) -> Result<Option<LiveRead>, NftError> + Send>;
 
 /// What the full sync's read finds in a table.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -42,6 +47,21 @@ pub struct TableRead {
     pub anon_next: u32,
 }
 
+/// One read of a table for a full sync ([`read_live_cached`]): what [`read_table`] finds,
+/// from the same dumps, and the live contents compared.
+#[derive(Debug, Clone, Default)]
+pub struct LiveRead {
+    pub table: TableRead,
+    /// `None`: the ruleset changed while it was read (nothing of it is trusted: every
+    /// chain is refilled).
+    pub live: Option<LiveTable>,
+    /// Anonymous sets whose contents came from the cache, and those dumped.
+    pub reused: usize,
+    pub dumped: usize,
+    /// Whether the cache's entries changed (some dumped or dropped).
+    pub changed: bool,
+}
+
 /// Transactions over netlink; the names too on the node; the other reads, and what it
 /// cannot encode, through `nft`.
 pub struct NetlinkNft {
@@ -49,8 +69,18 @@ pub struct NetlinkNft {
     sender: Sender,
     /// The name read; `None`: `nft`'s.
     reader: Option<Reader>,
-    /// The live table read ([`Nft::live`]); `None`: none (every chain is refilled).
+    /// The full sync's read ([`Nft::read_for_sync`], [`Nft::live`]); `None`: the names
+    /// alone (every chain is refilled).
     pub live_reader: Option<LiveReader>,
+    /// Anonymous sets the live reads took from the cache, those they dumped, and those
+    /// full syncs created and recorded without a dump ([`anonrecord`]).
+    pub anon_reused: u64,
+    pub anon_dumped: u64,
+    pub anon_recorded: u64,
+    /// The cache the live reader uses (on the node), for the sets full syncs create.
+    anon: Option<Arc<Mutex<Persisted>>>,
+    /// The full sync under way since [`Nft::read_for_sync`], recording its anonymous sets.
+    recording: Option<Recording>,
     /// Transactions sent over netlink.
     pub sent: u64,
     /// Transactions that went to `nft -f` instead (not encodable).
@@ -67,14 +97,29 @@ pub struct NetlinkNft {
 }
 
 impl NetlinkNft {
-    /// Over this node's kernel: netlink batches and the `nft` binary. A full sync's batch
-    /// bound is [`super::chunked::CHUNK_LINES`] unless `SVCPROXY_NFT_BATCH_LINES` names
-    /// another (a tuning and test knob, not a setting).
+    /// Over this node's kernel: netlink batches and the `nft` binary, the anonymous sets'
+    /// contents persisted in [`anonfile::ANON_FILE`] (or the file `SVCPROXY_NFT_ANON_FILE`
+    /// names). A full sync's batch bound is [`super::chunked::CHUNK_LINES`] unless
+    /// `SVCPROXY_NFT_BATCH_LINES` names another (a tuning and test knob, not a setting).
     pub fn on_node() -> Self {
+        NetlinkNft::on_node_with(Some(anonfile::path_on_node()))
+    }
+
+    /// [`NetlinkNft::on_node`], the anonymous sets' contents persisted in `anon_file`
+    /// (`None`: in this process's memory only).
+    pub fn on_node_with(anon_file: Option<std::path::PathBuf>) -> Self {
         let mut nl = NetlinkNft::new(Box::new(ExecNft::default()), Box::new(send));
         nl.reader = Some(Box::new(read_table));
-        let mut cache = AnonCache::new();
-        nl.live_reader = Some(Box::new(move |f| read_live_cached(f, &mut cache)));
+        let anon = Arc::new(Mutex::new(Persisted::new(anon_file)));
+        let shared = anon.clone();
+        nl.live_reader = Some(Box::new(move |f| {
+            let mut persisted = shared.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            persisted.before_read();
+            let read = read_live_cached(f, &mut persisted.cache)?;
+            persisted.after_read(read.as_ref().is_some_and(|r| r.changed));
+            Ok(read)
+        }));
+        nl.anon = Some(anon);
         if let Some(n) = std::env::var(BATCH_LINES_ENV).ok().and_then(|v| v.parse().ok()).filter(|n: &usize| *n > 0) {
             nl.batch_lines = n;
         }
@@ -82,16 +127,32 @@ impl NetlinkNft {
     }
 
     pub fn new(nft: Box<dyn Nft>, sender: Sender) -> Self {
-        NetlinkNft { nft, sender, reader: None, live_reader: None, anon_next: None, sent: 0, fallbacks: 0, batch_lines: super::chunked::CHUNK_LINES, warned: false }
+        NetlinkNft { nft, sender, reader: None, live_reader: None, anon_reused: 0, anon_dumped: 0, anon_recorded: 0, anon: None, recording: None, anon_next: None, sent: 0, fallbacks: 0, batch_lines: super::chunked::CHUNK_LINES, warned: false }
     }
 
-    /// One transaction: a netlink batch, or `nft -f` when not encodable.
-    fn write(&mut self, text: &str) -> Result<Via, NftError> {
+    /// One transaction: a netlink batch, or `nft -f` when not encodable. A full sync's
+    /// batch (`full`) is recorded when a recording is under way ([`anonrecord`]).
+    fn write(&mut self, text: &str, full: bool) -> Result<Via, NftError> {
+        if !full {
+            self.recording = None;
+        }
         match wire::encode_named(text, self.anon_next) {
             Ok(mut batch) => {
                 // Refused or not, the numbers used stay used: the counter only grows.
                 self.anon_next = batch.anon_next;
+                let created = self.recording.as_ref().map(|_| anonrecord::created(batch.bytes()));
+                if let (Some(rec), Some(c)) = (&mut self.recording, &created) {
+                    if rec.needs_start(c) {
+                        match generation() {
+                            Ok(Some(g)) => rec.start = Some(g),
+                            _ => self.recording = None,
+                        }
+                    }
+                }
                 (self.sender)(&mut batch, text)?;
+                if let (Some(rec), Some(c)) = (&mut self.recording, created) {
+                    rec.acknowledged(c);
+                }
                 self.sent += 1;
                 Ok(Via::Netlink)
             }
@@ -102,6 +163,7 @@ impl NetlinkNft {
                 }
                 self.fallbacks += 1;
                 self.anon_next = None;
+                self.recording = None;
                 self.nft.run(text).map(|()| Via::Nft)
             }
         }
@@ -110,11 +172,11 @@ impl NetlinkNft {
 
 impl Nft for NetlinkNft {
     fn run(&mut self, text: &str) -> Result<(), NftError> {
-        self.write(text).map(|_| ())
+        self.write(text, true).map(|_| ())
     }
 
     fn run_partial(&mut self, text: &str) -> Result<Via, NftError> {
-        self.write(text)
+        self.write(text, false)
     }
 
     fn batch_lines(&self) -> Option<usize> {
@@ -128,8 +190,7 @@ impl Nft for NetlinkNft {
     fn names(&mut self, family: Family) -> Result<Option<Names>, NftError> {
         let Some(read) = &mut self.reader else { return self.nft.names(family) };
         let found = read(family)?;
-        let next = found.as_ref().map_or(0, |t| t.anon_next);
-        self.anon_next = Some(self.anon_next.unwrap_or(0).max(next));
+        self.note_anon_next(found.as_ref());
         Ok(found.map(|t| t.names))
     }
 
@@ -138,10 +199,78 @@ impl Nft for NetlinkNft {
     }
 
     fn live(&mut self, family: Family) -> Result<Option<LiveTable>, NftError> {
-        match &mut self.live_reader {
-            Some(read) => read(family),
-            None => Ok(None),
+        Ok(self.live_read(family)?.and_then(|r| r.live))
+    }
+
+    fn full_sync_done(&mut self, family: Family) {
+        self.record_created(family);
+    }
+
+    /// One read for both: the names and anonymous set numbers come from the live read's
+    /// own chain and set dumps (no second dump of the chain list). A live read that fails
+    /// falls back to the name read (logged): every chain is then refilled.
+    fn read_for_sync(&mut self, family: Family) -> Result<Option<(Names, Option<LiveTable>)>, NftError> {
+        if self.live_reader.is_none() {
+            return Ok(self.names(family)?.map(|n| (n, None)));
         }
+        self.recording = self.anon.as_ref().map(|_| Recording::default());
+        match self.live_read(family) {
+            Ok(read) => {
+                self.note_anon_next(read.as_ref().map(|r| &r.table));
+                Ok(read.map(|r| (r.table.names, r.live)))
+            }
+            Err(e) => {
+                tracing::warn!(family = family.as_str(), error = %e, "the live nftables table was not read; every chain is refilled");
+                Ok(self.names(family)?.map(|n| (n, None)))
+            }
+        }
+    }
+}
+
+impl NetlinkNft {
+    /// After a full sync's last batch: the anonymous sets it created, recorded in the
+    /// cache (and its file) from one dump of the table's set list, when exact
+    /// ([`anonrecord`]); else nothing (the next read dumps them).
+    fn record_created(&mut self, family: Family) {
+        let (Some(rec), Some(anon)) = (self.recording.take(), &self.anon) else { return };
+        if rec.start.is_none() {
+            return;
+        }
+        let dump = match set_dump(family) {
+            Ok(Some(d)) => d,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::debug!(family = family.as_str(), error = %e, "the anonymous sets a full sync created are not recorded");
+                return;
+            }
+        };
+        let mut persisted = anon.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match rec.record(&mut persisted.cache, fam(family).nfproto(), &dump) {
+            Some(n) => {
+                self.anon_recorded += n as u64;
+                persisted.after_read(true);
+                tracing::debug!(family = family.as_str(), recorded = n, "nftables anonymous sets a full sync created, recorded");
+            }
+            None => tracing::debug!(family = family.as_str(), "another commit came between: the anonymous sets a full sync created are not recorded"),
+        }
+    }
+
+    /// The live reader's read, its cache use counted.
+    fn live_read(&mut self, family: Family) -> Result<Option<LiveRead>, NftError> {
+        let Some(read) = &mut self.live_reader else { return Ok(None) };
+        let found = read(family)?;
+        if let Some(r) = &found {
+            self.anon_reused += r.reused as u64;
+            self.anon_dumped += r.dumped as u64;
+            tracing::debug!(family = family.as_str(), reused = r.reused, dumped = r.dumped, "nftables anonymous sets read");
+        }
+        Ok(found)
+    }
+
+    /// After a read of a table: anonymous sets are named above its highest number.
+    fn note_anon_next(&mut self, found: Option<&TableRead>) {
+        let next = found.map_or(0, |t| t.anon_next);
+        self.anon_next = Some(self.anon_next.unwrap_or(0).max(next));
     }
 }
 
@@ -186,12 +315,17 @@ pub fn read_table(family: Family) -> Result<Option<TableRead>, NftError> {
             }
         }
     }
+    Ok(Some(table_read(&chains, &sets)))
+}
+
+/// What a table's chain and set dumps name.
+fn table_read(chains: &[dump::Reply], sets: &[dump::Reply]) -> TableRead {
     let names = Names {
         chains: chains.iter().filter_map(|r| dump::chain_of(r, TABLE)).collect(),
         sets: sets.iter().filter_map(|r| dump::set_of(r, TABLE)).collect(),
     };
     let anon_next = sets.iter().filter_map(|r| dump::anonymous_number(r, TABLE)).max().map_or(0, |n| n.saturating_add(1));
-    Ok(Some(TableRead { names, anon_next }))
+    TableRead { names, anon_next }
 }
 
 /// The `kube-proxy` table as a full sync compares it ([`LiveTable`]): every chain's rules
@@ -201,19 +335,18 @@ pub fn read_table(family: Family) -> Result<Option<TableRead>, NftError> {
 /// table, or the ruleset changed while it was read (its generation differs before and
 /// after: nothing read is trusted, every chain is refilled).
 pub fn read_live(family: Family) -> Result<Option<LiveTable>, NftError> {
-    read_live_cached(family, &mut AnonCache::new())
+    Ok(read_live_cached(family, &mut AnonCache::new())?.and_then(|r| r.live))
 }
 
-/// Anonymous sets' contents read before, by (family, table handle, set handle). A bound
-/// anonymous set cannot change (the kernel refuses element changes to it) and a handle
-/// is never reused within a table, so a set seen again under the same handles holds what
-/// it held: its elements need not be dumped again (each dump walks the table's whole set
-/// list twice, by name: most of a read's kernel time at 10,000 services).
-pub type AnonCache = HashMap<(u8, u64, u64), canon::Canon>;
-
-/// [`read_live`], reusing (and then replacing) `cache` (a watch-mode process's periodic
-/// full syncs read only the anonymous sets made since the last one).
-pub fn read_live_cached(family: Family, cache: &mut AnonCache) -> Result<Option<LiveTable>, NftError> {
+/// [`read_live`] and [`read_table`] from the same dumps, reusing (and then replacing)
+/// `cache`, anonymous sets' contents read before by (family, table handle, set handle). A
+/// bound anonymous set cannot change (the kernel refuses element changes to it) and a
+/// handle is never reused within a table, so a set seen again under the same handles
+/// holds what it held: its elements need not be dumped again (each dump walks the table's
+/// whole set list twice, by name: most of a read's kernel time at 10,000 services). A
+/// watch-mode process's periodic full syncs read only the anonymous sets made since the
+/// last one; with the cache persisted ([`anonfile`]), a restart too. `None`: no table.
+pub fn read_live_cached(family: Family, cache: &mut AnonCache) -> Result<Option<LiveRead>, NftError> {
     let f = fam(family);
     let io = |e: std::io::Error| NftError::Failed { command: "nf_tables netlink read".into(), message: e.to_string() };
     let errno = |replies: &[dump::Reply]| replies.iter().find_map(|r| if let dump::Reply::Error(e) = r { (*e != 0).then_some(*e) } else { None });
@@ -255,6 +388,7 @@ pub fn read_live_cached(family: Family, cache: &mut AnonCache) -> Result<Option<
         Ok(Some(out))
     };
     let table_handle = table.iter().find_map(|r| dump::handle(r, dump::NEWTABLE, 4));
+    let mut read = LiveRead { table: table_read(&chains, &sets), ..LiveRead::default() };
     let mut anonymous: HashMap<String, canon::Canon> = HashMap::new();
     let mut live = LiveTable::default();
     for r in &sets {
@@ -264,8 +398,10 @@ pub fn read_live_cached(family: Family, cache: &mut AnonCache) -> Result<Option<
             let key = table_handle.zip(dump::handle(r, dump::NEWSET, 0x10)).map(|(t, s)| (f.nfproto(), t, s));
             if let Some(content) = key.and_then(|k| cache.get(&k)) {
                 anonymous.insert(name, content.clone());
+                read.reused += 1;
                 continue;
             }
+            read.dumped += 1;
             if let (Some(header), Some(mut elems)) = (canon::set_header(attrs), elements(&mut sock, &name, next())?) {
                 anonymous.insert(name, canon::set_content(&header, &mut elems));
             }
@@ -287,10 +423,13 @@ pub fn read_live_cached(family: Family, cache: &mut AnonCache) -> Result<Option<
     let after = generation(&mut sock, next())?;
     if before.is_none() || before != after {
         tracing::info!(family = family.as_str(), "the ruleset changed while it was read; every chain is refilled");
-        return Ok(None);
+        return Ok(Some(read));
     }
+    read.live = Some(live);
     // What this read found (reused or dumped) replaces the family's old entries.
+    let had = cache.len();
     cache.retain(|k, _| k.0 != f.nfproto());
+    let others = cache.len();
     let mut seen = AnonCache::new();
     for r in &sets {
         let (Some(t), Some(s)) = (table_handle, dump::handle(r, dump::NEWSET, 0x10)) else { continue };
@@ -299,8 +438,50 @@ pub fn read_live_cached(family: Family, cache: &mut AnonCache) -> Result<Option<
             seen.entry((f.nfproto(), t, s)).or_insert_with(|| content.clone());
         }
     }
+    // Unchanged: nothing dumped (every entry kept was there) and as many as before.
+    read.changed = read.dumped > 0 || had - others != seen.len();
     cache.extend(seen);
-    Ok(Some(live))
+    Ok(Some(read))
+}
+
+/// A socket for reads, its `recv`s bounded.
+fn read_socket() -> Result<Socket, NftError> {
+    let io = |e: std::io::Error| NftError::Failed { command: "nf_tables netlink read".into(), message: e.to_string() };
+    let mut sock = Socket::new(NETLINK_NETFILTER).map_err(io)?;
+    sock.bind_auto().map_err(io)?;
+    set_read_timeout(&sock);
+    Ok(sock)
+}
+
+/// The ruleset's generation (one more per commit).
+fn generation() -> Result<Option<u32>, NftError> {
+    Ok(exchange(&mut read_socket()?, &dump::generation_request(1))?.iter().find_map(dump::generation_of))
+}
+
+/// The table's anonymous sets (names and handles), between two reads of the generation
+/// ([`anonrecord`]); `None`: no table.
+fn set_dump(family: Family) -> Result<Option<SetDump>, NftError> {
+    let f = fam(family);
+    let mut sock = read_socket()?;
+    let generation_before = exchange(&mut sock, &dump::generation_request(1))?.iter().find_map(dump::generation_of);
+    let table = exchange(&mut sock, &dump::request(dump::GETTABLE, f, TABLE, 2))?;
+    let Some(handle) = table.iter().find_map(|r| dump::handle(r, dump::NEWTABLE, 4)) else { return Ok(None) };
+    let sets = exchange(&mut sock, &dump::request(dump::GETSET, f, TABLE, 3))?;
+    let generation_after = exchange(&mut sock, &dump::generation_request(4))?.iter().find_map(dump::generation_of);
+    if sets.iter().any(|r| matches!(r, dump::Reply::Error(e) if *e != 0)) {
+        return Ok(None);
+    }
+    let anonymous = sets
+        .iter()
+        .filter_map(|r| {
+            let dump::Reply::Object { kind: dump::NEWSET, attrs } = r else { return None };
+            if !canon::is_anonymous(attrs) {
+                return None;
+            }
+            Some((canon::set_name(attrs)?, dump::handle(r, dump::NEWSET, 0x10)?))
+        })
+        .collect();
+    Ok(Some(SetDump { generation_before, generation_after, table: handle, anonymous }))
 }
 
 /// Sends one request and reads its replies up to the end of the dump, or the
@@ -480,6 +661,32 @@ mod tests {
         nl.run("add rule ip kube-proxy c counter\n").unwrap();
         nl.run(vmap).unwrap();
         assert!(holds(4, b"__map%d\0"));
+    }
+
+    #[test]
+    fn a_full_syncs_read_takes_the_names_from_the_live_read_alone() {
+        let names_read: Arc<Mutex<usize>> = Arc::default();
+        let count = names_read.clone();
+        let mut nl = NetlinkNft::new(Box::new(FakeNft::shared()), Box::new(|_: &mut Batch, _: &str| Ok(())));
+        nl.reader = Some(Box::new(move |_| {
+            *count.lock().unwrap() += 1;
+            Ok(Some(TableRead::default()))
+        }));
+        let names = Names { chains: vec!["services".into()], sets: vec!["cluster-ips".into()] };
+        let table = TableRead { names: names.clone(), anon_next: 9 };
+        nl.live_reader = Some(Box::new(move |_| Ok(Some(LiveRead { table: table.clone(), live: Some(LiveTable::default()), reused: 3, dumped: 1, changed: true }))));
+        let (got, live) = nl.read_for_sync(Family::Ip).unwrap().unwrap();
+        assert_eq!((got, live.is_some()), (names, true));
+        assert_eq!(*names_read.lock().unwrap(), 0, "no second dump of the chain list");
+        assert_eq!((nl.anon_reused, nl.anon_dumped, nl.anon_next), (3, 1, Some(9)));
+        // No table: none.
+        nl.live_reader = Some(Box::new(|_| Ok(None)));
+        assert!(nl.read_for_sync(Family::Ip6).unwrap().is_none());
+        // A live read that fails: the name read, and every chain refilled.
+        nl.live_reader = Some(Box::new(|_| Err(NftError::Failed { command: "read".into(), message: "EINTR".into() })));
+        let (_, live) = nl.read_for_sync(Family::Ip).unwrap().unwrap();
+        assert!(live.is_none());
+        assert_eq!(*names_read.lock().unwrap(), 1);
     }
 
     #[test]

@@ -78,18 +78,10 @@ pub fn full(nft: &mut dyn Nft, table: &Table, dry_run: bool) -> Result<Report, N
     let family = table.family;
     let mut report = Report::new(family);
     let t = Instant::now();
-    let live = nft.names(family)?;
-    let existed = live.is_some();
-    let names = live.unwrap_or_default();
-    // The live table, compared (netlink only: a chunked sync).
-    let held = if existed && nft.batch_lines().is_some() {
-        nft.live(family).unwrap_or_else(|e| {
-            tracing::warn!(family = family.as_str(), error = %e, "the live nftables table was not read; every chain is refilled");
-            None
-        })
-    } else {
-        None
-    };
+    // The names, and the live table to compare (netlink only: a chunked sync).
+    let read = nft.read_for_sync(family)?;
+    let existed = read.is_some();
+    let (names, held) = read.unwrap_or_default();
     report.timings.read = t.elapsed();
     let t = Instant::now();
     let o = &table.objects;
@@ -141,6 +133,7 @@ pub fn full(nft: &mut dyn Nft, table: &Table, dry_run: bool) -> Result<Report, N
             report.stale_error = Some(e.to_string());
         }
     }
+    nft.full_sync_done(family);
     report.timings.apply = t.elapsed();
     Ok(report)
 }

@@ -63,5 +63,14 @@ impl Nft for WatchedNft<'_> {
         let r = self.inner.live(family);
         self.note(Phase::Read, r)
     }
+
+    fn full_sync_done(&mut self, family: Family) {
+        self.inner.full_sync_done(family);
+    }
+
+    fn read_for_sync(&mut self, family: Family) -> Result<Option<(Names, Option<super::delta::LiveTable>)>, NftError> {
+        let r = self.inner.read_for_sync(family);
+        self.note(Phase::Read, r)
+    }
 }
 

@@ -40,6 +40,7 @@ mod dataplane;
 mod faults;
 mod goldens;
 mod incremental;
+mod nft_anonfile;
 mod nft_chunked;
 mod nft_goldens;
 mod nft_live;
@@ -60,6 +61,9 @@ fn main() {
     // Connection clients and servers re-execute this binary inside a namespace.
     netns::helper_main_if_requested();
 
+    // svcproxy processes the cases start persist nftables mode's anonymous-set cache here,
+    // never in the node's /run/svcproxy (set before any thread starts).
+    std::env::set_var(::svcproxy::nftables::anonfile::ANON_FILE_ENV, std::env::temp_dir().join(format!("svk-{}", std::process::id())).join("nft-anonymous-sets"));
     let stale = netns::stale_namespaces(harness::env_true("SVCPROXY_KERNEL_SWEEP_STALE"));
     if !stale.is_empty() {
         say!("note: namespaces of dead runs: {} (SVCPROXY_KERNEL_SWEEP_STALE=1 removes them)", stale.join(" "));
@@ -69,6 +73,7 @@ fn main() {
     cases.extend(nft_goldens::cases());
     cases.extend(nft_netlink::cases());
     cases.extend(nft_live::cases());
+    cases.extend(nft_anonfile::cases());
     cases.extend(dataplane::cases());
     cases.extend(faults::cases());
     cases.extend(watch_e2e::cases());

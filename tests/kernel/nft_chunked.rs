@@ -45,7 +45,7 @@ pub(crate) fn clear(ns: &Ns) {
 /// Runs `f` with a netlink client (batches bounded at `lines`) inside `ns`.
 pub(crate) fn with_netlink<T: Send + 'static>(ns: &Ns, lines: usize, f: impl FnOnce(&mut netlink::NetlinkNft) -> T + Send + 'static) -> Result<T, String> {
     in_netns(&ns.name, move || {
-        let mut nl = netlink::NetlinkNft::on_node();
+        let mut nl = netlink::NetlinkNft::on_node_with(None);
         nl.batch_lines = lines;
         f(&mut nl)
     })

@@ -116,7 +116,7 @@ fn replaced_anonymous_set(ctx: &mut Ctx) -> CaseResult {
     let (done_tx, done_rx) = std::sync::mpsc::channel::<Result<(usize, usize), String>>();
     let name = ns.name.clone();
     let worker = crate::watch_e2e::in_netns(&name, move || {
-        let mut nl = svcproxy::nftables::netlink::NetlinkNft::on_node();
+        let mut nl = svcproxy::nftables::netlink::NetlinkNft::on_node_with(None);
         let round = |nl: &mut svcproxy::nftables::netlink::NetlinkNft| -> Result<(usize, usize), String> {
             let mut sum = (0, 0);
             for t in &ts {

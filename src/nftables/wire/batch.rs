@@ -77,6 +77,12 @@ impl Batch {
         self.lines.push(self.line);
     }
 
+    /// The batch built so far: its begin message and its messages, without the end
+    /// (empty after [`Batch::finish`]).
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
     /// The text line a message (by sequence number) came from.
     pub fn line_of(&self, seq: u32) -> Option<usize> {
         self.lines.get((seq as usize).checked_sub(1)?).copied()
