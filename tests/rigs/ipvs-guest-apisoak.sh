@@ -25,7 +25,7 @@ run() { # run MODE
   # progress on the console (the host can follow it live): svcproxy's last log line
   while kill -0 $pid 2>/dev/null; do
     sleep 30
-    [ -f "$dir/svcproxy.log" ] && echo "apisoak: $mode: $(cut -d' ' -f1 /proc/uptime) s: $(tail -1 "$dir/svcproxy.log" | cut -c1-240)"
+    [ -f "$dir/svcproxy.log" ] && echo "apisoak: $mode: $(cut -d' ' -f1 /proc/uptime) s, MemAvailable $(awk '/MemAvailable/{print $2}' /proc/meminfo) kB: $(tail -1 "$dir/svcproxy.log" | cut -c1-200)"
   done
   wait $pid
   rc=$?
@@ -36,6 +36,7 @@ run() { # run MODE
   [ -f "$dir/svcproxy.log" ] && grep -E ' (ERROR|WARN) ' "$dir/svcproxy.log" | head -5 | cut -c1-300
   if [ $rc -ne 0 ]; then
     echo "apisoak: $mode: svcproxy-bench soak failed ($rc):"
+    dmesg | grep -i -A2 'out of memory\|killed process' | tail -6
     tail -20 "$dir.err"
     [ -f "$dir/svcproxy.log" ] && tail -20 "$dir/svcproxy.log"
   fi
