@@ -494,6 +494,16 @@ pub fn read_figures(text: &str) -> anyhow::Result<Vec<Option<f64>>> {
     Ok(values)
 }
 
+/// A ratio with two significant digits at least (0.70x, 0.0045x), so a small one does
+/// not read as zero.
+fn ratio(r: f64) -> String {
+    match r {
+        r if r == 0.0 || r >= 0.1 => format!("{r:.2}x"),
+        r if r >= 0.001 => format!("{r:.4}x"),
+        r => format!("{r:.1e}x"),
+    }
+}
+
 /// The markdown table comparing runs with the first (`base`): each figure, then for every
 /// other run its figure and its ratio to the base's.
 pub fn ratios(runs: &[(String, Vec<Option<f64>>)]) -> String {
@@ -508,13 +518,13 @@ pub fn ratios(runs: &[(String, Vec<Option<f64>>)]) -> String {
     }
     let _ = writeln!(out, "\n{rule}");
     let show = |v: Option<f64>| v.map_or("-".to_string(), |v| if v.fract() == 0.0 { format!("{v:.0}") } else { format!("{v:.2}") });
-    for (i, (_, label, ratio)) in ROWS.iter().enumerate() {
+    for (i, (_, label, divide)) in ROWS.iter().enumerate() {
         let b = base_values.get(i).copied().flatten();
         let _ = write!(out, "| {label} | {} |", show(b));
         for (_, values) in &runs[1..] {
             let v = values.get(i).copied().flatten();
-            let r = match (ratio, v, b) {
-                (true, Some(v), Some(b)) if b > 0.0 => format!("{:.2}x", v / b),
+            let r = match (divide, v, b) {
+                (true, Some(v), Some(b)) if b > 0.0 => ratio(v / b),
                 (true, _, _) => "-".to_string(),
                 (false, _, _) => "—".to_string(),
             };
@@ -621,6 +631,7 @@ mod tests {
         assert!(lines.contains(&"| change -> kernel p99, s | 10 | - | - |"), "a figure one run lacks has no ratio: {table}");
         assert!(lines.contains(&"| partial syncs | 80 | 100 | — |"), "counts are not divided: {table}");
         assert_eq!(lines.len(), 2 + ROWS.len());
+        assert_eq!((ratio(0.7), ratio(0.00045), ratio(0.0045), ratio(0.0)), ("0.70x".into(), "4.5e-4x".into(), "0.0045x".into(), "0.00x".into()));
     }
 
     #[test]
