@@ -288,6 +288,30 @@ impl<'t> Top<'t> {
     }
 }
 
+/// A visitor's scalar cases (null, bool, numbers, string): the value as `$ty::Other`.
+macro_rules! scalars_as_other {
+    ($ty:ident) => {
+        fn visit_unit<E>(self) -> Result<$ty<'de>, E> {
+            Ok($ty::Other(Value::Null))
+        }
+        fn visit_bool<E>(self, v: bool) -> Result<$ty<'de>, E> {
+            Ok($ty::Other(v.into()))
+        }
+        fn visit_i64<E>(self, v: i64) -> Result<$ty<'de>, E> {
+            Ok($ty::Other(v.into()))
+        }
+        fn visit_u64<E>(self, v: u64) -> Result<$ty<'de>, E> {
+            Ok($ty::Other(v.into()))
+        }
+        fn visit_f64<E>(self, v: f64) -> Result<$ty<'de>, E> {
+            Ok($ty::Other(v.into()))
+        }
+        fn visit_str<E>(self, v: &str) -> Result<$ty<'de>, E> {
+            Ok($ty::Other(v.into()))
+        }
+    };
+}
+
 impl<'de> Deserialize<'de> for Top<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
@@ -302,24 +326,7 @@ impl<'de> Deserialize<'de> for Top<'de> {
             fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<Top<'de>, A::Error> {
                 Value::deserialize(serde::de::value::SeqAccessDeserializer::new(seq)).map(Top::Other)
             }
-            fn visit_unit<E>(self) -> Result<Top<'de>, E> {
-                Ok(Top::Other(Value::Null))
-            }
-            fn visit_bool<E>(self, v: bool) -> Result<Top<'de>, E> {
-                Ok(Top::Other(v.into()))
-            }
-            fn visit_i64<E>(self, v: i64) -> Result<Top<'de>, E> {
-                Ok(Top::Other(v.into()))
-            }
-            fn visit_u64<E>(self, v: u64) -> Result<Top<'de>, E> {
-                Ok(Top::Other(v.into()))
-            }
-            fn visit_f64<E>(self, v: f64) -> Result<Top<'de>, E> {
-                Ok(Top::Other(v.into()))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Top<'de>, E> {
-                Ok(Top::Other(v.into()))
-            }
+            scalars_as_other!(Top);
         }
         d.deserialize_any(V)
     }
@@ -350,24 +357,7 @@ impl<'de> Deserialize<'de> for Items<'de> {
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Items<'de>, A::Error> {
                 Value::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(Items::Other)
             }
-            fn visit_unit<E>(self) -> Result<Items<'de>, E> {
-                Ok(Items::Other(Value::Null))
-            }
-            fn visit_bool<E>(self, v: bool) -> Result<Items<'de>, E> {
-                Ok(Items::Other(v.into()))
-            }
-            fn visit_i64<E>(self, v: i64) -> Result<Items<'de>, E> {
-                Ok(Items::Other(v.into()))
-            }
-            fn visit_u64<E>(self, v: u64) -> Result<Items<'de>, E> {
-                Ok(Items::Other(v.into()))
-            }
-            fn visit_f64<E>(self, v: f64) -> Result<Items<'de>, E> {
-                Ok(Items::Other(v.into()))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Items<'de>, E> {
-                Ok(Items::Other(v.into()))
-            }
+            scalars_as_other!(Items);
         }
         d.deserialize_any(V)
     }
