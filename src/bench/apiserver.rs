@@ -9,7 +9,7 @@
 //! Objects are served as given, so a field can have the wrong type ([`ApiServer::apply_with`]).
 //! Test tooling (feature `bench`): the tests, and the scale soak (`bench::soak`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -32,16 +32,36 @@ struct Change {
     object: Value,
 }
 
-#[derive(Default)]
+/// How many changes the server keeps for watches that resume from a resourceVersion
+/// ([`ApiServer::start_with_history`]): about 3 minutes of the soak's 50 changes per
+/// second, like etcd's compaction of history every 5 minutes behind a real API server.
+pub const DEFAULT_HISTORY: usize = 10_000;
+
 struct Store {
     rv: u64,
     objects: BTreeMap<(&'static str, String, String), Value>,
-    log: Vec<Change>,
+    /// The changes after `compacted`, oldest first; never more than `history`.
+    log: VecDeque<Change>,
+    history: usize,
     /// Watches from before this resourceVersion get 410 Gone.
     compacted: u64,
     /// Lists being paged through, by the id their continue tokens carry.
     snapshots: BTreeMap<u64, Snapshot>,
     next_snapshot: u64,
+}
+
+impl Default for Store {
+    fn default() -> Store {
+        Store {
+            rv: 0,
+            objects: BTreeMap::new(),
+            log: VecDeque::new(),
+            history: DEFAULT_HISTORY,
+            compacted: 0,
+            snapshots: BTreeMap::new(),
+            next_snapshot: 0,
+        }
+    }
 }
 
 /// The items of one paginated list, as they were when its first page was served.
@@ -77,11 +97,19 @@ impl ApiServer {
     }
 
     pub async fn start_on(bind: SocketAddr) -> std::io::Result<ApiServer> {
+        ApiServer::start_with_history(bind, DEFAULT_HISTORY).await
+    }
+
+    /// A server that keeps the last `history` changes (at least one) for resuming
+    /// watches; older ones are compacted away as newer ones come, so a watch resuming
+    /// from before them gets 410 Gone and the server's memory stays bounded.
+    pub async fn start_with_history(bind: SocketAddr, history: usize) -> std::io::Result<ApiServer> {
         let (events, _) = broadcast::channel(65536);
         let (drops, _) = broadcast::channel(16);
         let listener = tokio::net::TcpListener::bind(bind).await?;
         let addr = listener.local_addr()?;
-        let server = ApiServer { store: Arc::default(), events, drops, addr, requests: Arc::default() };
+        let store = Store { history: history.max(1), ..Store::default() };
+        let server = ApiServer { store: Arc::new(Mutex::new(store)), events, drops, addr, requests: Arc::default() };
         let app = Router::new()
             .route("/api/v1/services", get(services))
             .route("/apis/discovery.k8s.io/v1/endpointslices", get(slices))
@@ -109,7 +137,7 @@ impl ApiServer {
             s.objects.insert((kind, ns, name), object.clone());
         }
         let c = Change { rv: s.rv, kind, kind_type, object };
-        s.log.push(c.clone());
+        s.record(c.clone());
         let _ = self.events.send(c);
     }
 
@@ -137,7 +165,8 @@ impl ApiServer {
     /// Forgets history: watches resuming from before now get 410 Gone.
     pub fn compact(&self) {
         let mut s = lock(&self.store);
-        s.compacted = s.rv + 1;
+        let rv = s.rv;
+        s.compact_to(rv + 1);
     }
 
     /// Deletes objects as if the events were lost to compaction: no watch sees them,
@@ -152,7 +181,8 @@ impl ApiServer {
                 s.objects.remove(&(kind, ns, name));
                 s.rv += 1;
             }
-            s.compacted = s.rv + 1;
+            let rv = s.rv;
+            s.compact_to(rv + 1);
         }
         self.drop_watches();
     }
@@ -172,6 +202,25 @@ impl ApiServer {
 type Page = (u64, Vec<Value>, Option<String>);
 
 impl Store {
+    /// Keeps `change` for resuming watches, compacting the oldest away beyond `history`.
+    fn record(&mut self, change: Change) {
+        self.log.push_back(change);
+        while self.log.len() > self.history {
+            // A watch from `dropped.rv` or later needs nothing that is dropped.
+            if let Some(dropped) = self.log.pop_front() {
+                self.compacted = self.compacted.max(dropped.rv);
+            }
+        }
+    }
+
+    /// Forgets the changes before resourceVersion `rv`: watches from before it get 410 Gone.
+    fn compact_to(&mut self, rv: u64) {
+        self.compacted = self.compacted.max(rv);
+        while self.log.front().is_some_and(|c| c.rv < self.compacted) {
+            self.log.pop_front();
+        }
+    }
+
     /// The first page of `snapshot` (all of it without a limit); a snapshot with more is
     /// kept for its continue tokens.
     fn first_page(&mut self, snapshot: Snapshot, limit: Option<usize>) -> Page {
@@ -372,6 +421,31 @@ mod tests {
 
     fn numbers(page: &Page) -> Vec<u64> {
         page.1.iter().map(|v| v["i"].as_u64().unwrap_or(u64::MAX)).collect()
+    }
+
+    fn change(rv: u64) -> Change {
+        Change { rv, kind: "Service", kind_type: "ADDED", object: json!({}) }
+    }
+
+    #[test]
+    fn history_is_bounded_and_what_is_dropped_is_compacted() {
+        let mut st = Store { history: 3, ..Store::default() };
+        for rv in 1..=3 {
+            st.record(change(rv));
+        }
+        assert_eq!(st.compacted, 0, "nothing dropped yet: a watch from 0 is served");
+        for rv in 4..=10 {
+            st.record(change(rv));
+        }
+        let kept: Vec<u64> = st.log.iter().map(|c| c.rv).collect();
+        assert_eq!(kept, vec![8, 9, 10], "only the newest `history` changes are kept");
+        // A watch from 7 needs 8.. (all kept); from 6 it would need 7, which is gone.
+        assert_eq!(st.compacted, 7, "watches from before 7 get 410 Gone");
+        st.compact_to(10);
+        let kept: Vec<u64> = st.log.iter().map(|c| c.rv).collect();
+        assert_eq!((kept, st.compacted), (vec![10], 10), "an explicit compaction drops what is before it");
+        st.compact_to(4);
+        assert_eq!(st.compacted, 10, "a compaction never moves back");
     }
 
     #[test]
