@@ -28,10 +28,11 @@
 //!   CHANGELOG-1.38.md @5e9fea7). Its commit could not be placed on master.
 //! * Cross-checked against the same file at `7b8fb5ef2499a5cc09d1df1b9d03123d75a92762`, a
 //!   master merge of 2026-07-21 (PR #138427; named as master by the `Kubernetes-commit:`
-//!   trailers of the kubernetes/kube-proxy staging repository, after its v0.37.0-beta.0 tag):
-//!   the two differ only by gates added or graduated in v1.37 after that date (e.g.
-//!   HostnameOverride GA and locked, MemoryQoS and KubeletInUserNamespace beta,
-//!   DefaultPodSysctls alpha), which the later file has.
+//!   trailers of the kubernetes/kube-proxy staging repository, after its v0.37.0-beta.0 tag).
+//!   Compared from the start to PodLevelResources (about two thirds of the list), the two
+//!   differ only by gates added or graduated in v1.37 after that date (e.g. HostnameOverride
+//!   GA and locked, MemoryQoS and KubeletInUserNamespace beta, DefaultPodSysctls alpha),
+//!   which the later file has; the rest was not compared.
 //! * client-go gates (they are not in the versioned list): `features/known_features.go` of
 //!   kubernetes/client-go at tag v0.37.0-beta.0. `pkg/features`'s `init()` adds them through
 //!   `clientAdapter`.
@@ -45,7 +46,7 @@
 //!   A gate added, graduated or removed on release-1.37 after the tree read would be missed.
 //! * Whether every gate of the versioned list is registered in the kube-proxy binary: the
 //!   list is the repository's, and gates of components other than kube-proxy were not
-//!   filtered out (the v1.35 table, read from the packages themselves, had no such gate).
+//!   filtered out (the v1.35 table was read from the packages kube-proxy links instead).
 
 /// A feature gate as the targeted kube-proxy knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
