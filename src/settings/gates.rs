@@ -29,10 +29,11 @@
 //! * Cross-checked against the same file at `7b8fb5ef2499a5cc09d1df1b9d03123d75a92762`, a
 //!   master merge of 2026-07-21 (PR #138427; named as master by the `Kubernetes-commit:`
 //!   trailers of the kubernetes/kube-proxy staging repository, after its v0.37.0-beta.0 tag).
-//!   Compared from the start to PodLevelResources (about two thirds of the list), the two
-//!   differ only by gates added or graduated in v1.37 after that date (e.g. HostnameOverride
-//!   GA and locked, MemoryQoS and KubeletInUserNamespace beta, DefaultPodSysctls alpha),
-//!   which the later file has; the rest was not compared.
+//!   Compared over all but the last 1,514 characters of 7b8fb5e's list (WatchListCompression
+//!   onwards), the two differ only by gates added or graduated in v1.37 after that date (e.g.
+//!   HostnameOverride and PodReadyToStartContainersCondition GA and locked, MemoryQoS and
+//!   PodsAPI beta, DefaultPodSysctls and SchedulerPreQueueingHints alpha), which the later
+//!   file has; no gate of the earlier list is missing from the later one.
 //! * client-go gates (they are not in the versioned list): `features/known_features.go` of
 //!   kubernetes/client-go at tag v0.37.0-beta.0. `pkg/features`'s `init()` adds them through
 //!   `clientAdapter`.
