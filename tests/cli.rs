@@ -412,6 +412,19 @@ fn feature_gates_are_checked_as_kube_proxy_checks_them() {
     assert!(stderr(&o).contains("unrecognized feature gate: Bogus"), "{}", stderr(&o));
     let o = run(&["render", "--from", "fixtures/demo.yaml", "--feature-gates=AllAlpha=false,PreferSameTrafficDistribution=true"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    // v1.37: KubeProxyIPVS=false turns ipvs mode off (the other modes render), and the gates
+    // svcproxy does not implement are refused rather than ignored.
+    let o = run(&["render", "--from", "fixtures/demo.yaml", "--mode", "ipvs", "--feature-gates=KubeProxyIPVS=false"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("must be iptables, nftables or blank"), "{}", stderr(&o));
+    let o = run(&["render", "--from", "fixtures/demo.yaml", "--mode", "nftables", "--feature-gates=KubeProxyIPVS=false,NFTablesNetlink=false"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o = run(&["render", "--from", "fixtures/demo.yaml", "--feature-gates=AllowServiceExternalIPs=false"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("AllowServiceExternalIPs=false is not implemented"), "{}", stderr(&o));
+    let o = run(&["render", "--from", "fixtures/demo.yaml", "--mode", "nftables", "--feature-gates=KubeProxyNFTablesLocalhostNodePorts=true"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("KubeProxyNFTablesLocalhostNodePorts"), "{}", stderr(&o));
 }
 
 #[test]

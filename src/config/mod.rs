@@ -276,6 +276,7 @@ pub fn resolve(s: Settings, nodes: &[Node]) -> Result<Config, ConfigError> {
     let node_port_addresses = resolve_node_port_addresses(s.node_port_addresses.as_deref(), &node_ips)?;
     if let Some(gates) = &s.feature_gates {
         crate::settings::gates::check(gates).map_err(|e| invalid(row::feature_gates.path(), e))?;
+        crate::settings::gates::check_supported(gates, proxy_mode).map_err(|e| invalid(row::feature_gates.path(), e))?;
     }
     let mode = match proxy_mode {
         ProxyMode::Iptables => Mode::Iptables,

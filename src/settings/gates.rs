@@ -1,4 +1,4 @@
-//! Feature gates known to kube-proxy v1.35 (`--feature-gates=A=true,B=false` and the
+//! Feature gates known to kube-proxy v1.37 (`--feature-gates=A=true,B=false` and the
 //! `featureGates:` map of a KubeProxyConfiguration).
 //!
 //! kube-proxy applies both with `utilfeature.DefaultMutableFeatureGate.SetFromMap`, which
@@ -6,65 +6,49 @@
 //! not know ("unrecognized feature gate: X") and a locked gate set to the other value
 //! ("cannot set feature gate X to V, feature is locked to D"). Setting a GA or deprecated
 //! gate that is not locked only logs a warning. `AllAlpha` / `AllBeta` are the two special
-//! gates every component-base feature gate knows; setting them to true turns on every
-//! alpha / beta gate that was not set explicitly.
+//! gates every component-base feature gate knows; setting them sets every alpha / beta gate
+//! that was not set explicitly to the same value.
 //!
-//! # Version targeted: Kubernetes v1.35
+//! # Version targeted: Kubernetes v1.37
 //!
-//! Each gate's state is the last versioned spec whose `Version` is <= 1.35 (the binary's own
-//! version, which is what `SetFromMap` uses unless `--emulated-version` is passed). Gates whose
-//! first spec is newer than 1.35 are left out.
-//!
-//! v1.35 is the newest minor whose complete gate list could be read. v1.36 has been released
-//! (the published staging repositories carry v0.36.x tags), and later v1.37 development
-//! versions exist too, but no v1.36 version of kubernetes/kubernetes `pkg/features/kube_features.go`
-//! or `test/compatibility_lifecycle/reference/versioned_feature_list.yaml` could be found: the
-//! kubernetes/kubernetes snapshot (about 1.9 GB) is over the fetch size limit, and the search
-//! index holds only v1.35-era and split v1.37-development copies. So a v1.36 table could not be
-//! built reliably.
+//! Each gate's state is the last versioned spec whose `Version` is <= 1.37 (the binary's own
+//! version, which is what `SetFromMap` uses unless `--emulated-version` is passed). Where two
+//! specs carry the same version (DRAFractionalCapacityRange), the later one wins, as in
+//! component-base.
 //!
 //! # Sources read
 //!
-//! * Kubernetes-specific gates (marked `// k8s` below): `pkg/features/kube_features.go` from
-//!   kubernetes/kubernetes. Since v1.33 this file holds both the constants and
-//!   `defaultVersionedKubernetesFeatureGates`; `versioned_kube_features.go` no longer exists.
-//!   The copy read is search-index file id 378079260 (102,775 chars). The index does not
-//!   give its commit. It is an early v1.36-development version: it already has a few
-//!   `"1.36"` specs (VolumeAttributesClass locked, and others), but it still has every gate marked
-//!   "remove in 1.36", so no gate known to v1.35.0 had been removed yet. For the
-//!   `k8s` rows, only specs with Version <= 1.35 were used. The file also restates the
-//!   controller-manager gates (`CloudControllerManagerWebhook`,
-//!   `CloudControllerManagerWatchBasedRoutesReconciliation`). It also restates the zpages,
-//!   apiextensions and generic-apiserver gates, and those match the staging sources below.
-//! * Generic apiserver gates: `pkg/features/kube_features.go` of kubernetes/apiserver at tag
-//!   v0.35.7 (commit 8e159d631c6ac7df31e8ddb0dab1f74a981561b9), identical to v0.35.0. Its
-//!   `init()` registers them in `DefaultMutableFeatureGate`.
-//! * apiextensions gates: `pkg/features/kube_features.go` of kubernetes/apiextensions-apiserver
-//!   at v0.35.7 (226e148674c82fbce4e2457c0ca7ed4d81ebe079), identical to v0.35.0. Its `init()`
-//!   registers them, and `pkg/features` imports the package.
-//! * client-go gates: `features/known_features.go` of kubernetes/client-go at v0.35.7
-//!   (d2a9618f5864955e26a30549f82d7f3dbdc914ba), identical to v0.35.0. `pkg/features`'s
-//!   `init()` adds them through `clientAdapter`.
-//! * component-base at v0.35.7 (bab2adfc14c0b9bdc9d32d2e45620f9909c36e53), identical to v0.35.0:
-//!   - `logs/api/v1/kube_features.go`: ContextualLogging, LoggingAlphaOptions and
-//!     LoggingBetaOptions. `LoggingStableOptions` is declared there but never registered, so
-//!     it is not a known gate.
-//!   - `metrics/features/kube_features.go`: registers no gates in 1.35 (`ComponentSLIs` is gone).
-//!   - `zpages/features/kube_features.go`: ComponentFlagz and ComponentStatusz.
-//!   - `featuregate/feature_gate.go`: AllAlpha and AllBeta.
-//!
-//!   kube-proxy's `cmd/kube-proxy/app` `init()` calls `metricsfeatures.AddFeatureGates` and
-//!   `logsapi.AddFeatureGates` on `utilfeature.DefaultMutableFeatureGate`.
+//! * Every gate but client-go's: `test/compatibility_lifecycle/reference/versioned_feature_list.yaml`
+//!   of kubernetes/kubernetes at commit `736e3b684ef15171cbe0dc15d2b335131ed9a726` (53,074
+//!   chars; generated from the versioned specs of `pkg/features`, which also restates the
+//!   generic-apiserver, apiextensions, controller-manager and zpages gates, and of
+//!   component-base's logs and metrics gates). It is a late v1.37-development tree: it has
+//!   `"1.37"` specs and no `"1.38"` one, and still lists the gates v1.38.0-alpha.1 removed
+//!   (PodSchedulingReadiness, SeparateTaintEvictionController, KubeletTracing, ...,
+//!   CHANGELOG-1.38.md @5e9fea7). Its commit could not be placed on master.
+//! * Cross-checked against the same file at `7b8fb5ef2499a5cc09d1df1b9d03123d75a92762`, a
+//!   master merge of 2026-07-21 (PR #138427; named as master by the `Kubernetes-commit:`
+//!   trailers of the kubernetes/kube-proxy staging repository, after its v0.37.0-beta.0 tag).
+//!   Compared over all but the last 1,514 characters of 7b8fb5e's list (WatchListCompression
+//!   onwards), the two differ only by gates added or graduated in v1.37 after that date (e.g.
+//!   HostnameOverride and PodReadyToStartContainersCondition GA and locked, MemoryQoS and
+//!   PodsAPI beta, DefaultPodSysctls and SchedulerPreQueueingHints alpha), which the later
+//!   file has; no gate of the earlier list is missing from the later one.
+//! * client-go gates (they are not in the versioned list): `features/known_features.go` of
+//!   kubernetes/client-go at tag v0.37.0-beta.0. `pkg/features`'s `init()` adds them through
+//!   `clientAdapter`.
+//! * kube-proxy's `cmd/kube-proxy/app` `init()` adds component-base's logs and metrics gates;
+//!   `LoggingStableOptions` is declared there but never registered, so it is not a known gate.
 //!
 //! # Not verified
 //!
-//! * The exact kubernetes/kubernetes commit of the `k8s` rows. A gate could have been removed
-//!   between the v1.35.0 tag and the copy read, but none of the "remove in 1.36" gates had been.
-//! * `StatefulSetSemanticRevisionComparison` (a mitigation with only a `"1.0"` spec) may have
-//!   appeared only in a v1.35 patch release rather than in v1.35.0.
-//! * A few gates that are GA and not locked, and so accept both values in 1.35:
-//!   TopologyManagerPolicyOptions, VolumeAttributesClass (locked from 1.36) and
-//!   InformerResourceVersion.
+//! * The v1.37.0 tag itself could not be read (the kubernetes/kubernetes snapshot is over the
+//!   fetch size limit and the index holds no release-1.37 commit that could be named as such).
+//!   A gate added, graduated or removed on release-1.37 after the tree read would be missed.
+//! * Whether every gate of the versioned list is registered in the kube-proxy binary: the
+//!   list is the repository's, and gates of components other than kube-proxy were not
+//!   filtered out (the v1.35 table was read from the packages kube-proxy links instead).
+
 /// A feature gate as the targeted kube-proxy knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Gate {
@@ -78,11 +62,12 @@ pub struct Gate {
 }
 
 /// Every gate, sorted by name (byte order). The trailing comment names the package
-/// that registers the gate.
+/// that registers the gate, as the v1.35 table found it; gates that table did not have are
+/// marked as new (read from the versioned list, their package not checked).
 pub static GATES: &[Gate] = &[
     Gate { name: "APIResponseCompression", default: true, locked: false, stage: "BETA" }, // apiserver
     Gate { name: "APIServerIdentity", default: true, locked: false, stage: "BETA" }, // apiserver
-    Gate { name: "APIServerTracing", default: true, locked: true, stage: "GA" }, // apiserver
+    Gate { name: "APIServerWebhookAuthenticationToken", default: false, locked: false, stage: "ALPHA" }, // new since the v1.35 table (versioned list)
     Gate { name: "APIServingWithRoutine", default: false, locked: false, stage: "ALPHA" }, // apiserver
     Gate { name: "AggregatedDiscoveryRemoveBetaType", default: true, locked: true, stage: "DEPRECATED" }, // apiserver
     Gate { name: "AllAlpha", default: false, locked: false, stage: "ALPHA" }, // component-base/featuregate (special)
@@ -91,99 +76,123 @@ pub static GATES: &[Gate] = &[
     Gate { name: "AllowInsecureKubeletCertificateSigningRequests", default: false, locked: false, stage: "DEPRECATED" }, // k8s
     Gate { name: "AllowOverwriteTerminationGracePeriodSeconds", default: false, locked: true, stage: "DEPRECATED" }, // k8s
     Gate { name: "AllowParsingUserUIDFromCertAuth", default: true, locked: false, stage: "BETA" }, // apiserver
-    Gate { name: "AllowUnsafeMalformedObjectDeletion", default: false, locked: false, stage: "ALPHA" }, // apiserver
-    Gate { name: "AnonymousAuthConfigurableEndpoints", default: true, locked: true, stage: "GA" }, // apiserver
-    Gate { name: "AnyVolumeDataSource", default: true, locked: true, stage: "GA" }, // k8s
-    Gate { name: "AuthorizeNodeWithSelectors", default: true, locked: true, stage: "GA" }, // k8s
+    Gate { name: "AllowServiceExternalIPs", default: true, locked: false, stage: "GA" }, // new since the v1.35 table (versioned list)
+    Gate { name: "AllowUnsafeMalformedObjectDeletion", default: true, locked: false, stage: "BETA" }, // apiserver
+    Gate { name: "AtomicFIFO", default: true, locked: false, stage: "BETA" }, // client-go
+    Gate { name: "AtomicWriteVolumeUserFields", default: false, locked: false, stage: "ALPHA" }, // new since the v1.35 table (versioned list)
     Gate { name: "AuthorizePodWebsocketUpgradeCreatePermission", default: true, locked: false, stage: "BETA" }, // k8s
-    Gate { name: "AuthorizeWithSelectors", default: true, locked: true, stage: "GA" }, // apiserver
-    Gate { name: "BtreeWatchCache", default: true, locked: true, stage: "GA" }, // apiserver
     Gate { name: "CBORServingAndStorage", default: false, locked: false, stage: "ALPHA" }, // apiserver
     Gate { name: "CPUManagerPolicyAlphaOptions", default: false, locked: false, stage: "ALPHA" }, // k8s
     Gate { name: "CPUManagerPolicyBetaOptions", default: true, locked: false, stage: "BETA" }, // k8s
     Gate { name: "CPUManagerPolicyOptions", default: true, locked: true, stage: "GA" }, // k8s
-    Gate { name: "CRDObservedGenerationTracking", default: false, locked: false, stage: "BETA" }, // apiextensions-apiserver
+    Gate { name: "CRDObservedGenerationTracking", default: true, locked: false, stage: "BETA" }, // apiextensions-apiserver
     Gate { name: "CRDValidationRatcheting", default: true, locked: true, stage: "GA" }, // apiextensions-apiserver
-    Gate { name: "CSIMigrationPortworx", default: true, locked: true, stage: "GA" }, // k8s
-    Gate { name: "CSIServiceAccountTokenSecrets", default: true, locked: false, stage: "BETA" }, // k8s
+    Gate { name: "CRIListStreaming", default: false, locked: false, stage: "ALPHA" }, // new since the v1.35 table (versioned list)
+    Gate { name: "CSIServiceAccountTokenSecrets", default: true, locked: true, stage: "GA" }, // k8s
     Gate { name: "CSIVolumeHealth", default: false, locked: false, stage: "ALPHA" }, // k8s
     Gate { name: "ChangeContainerStatusOnKubeletRestart", default: false, locked: false, stage: "DEPRECATED" }, // k8s
     Gate { name: "ClearingNominatedNodeNameAfterBinding", default: true, locked: false, stage: "BETA" }, // k8s
+    Gate { name: "ClientsAllowCARotation", default: true, locked: false, stage: "BETA" }, // client-go
     Gate { name: "ClientsAllowCBOR", default: false, locked: false, stage: "ALPHA" }, // client-go
+    Gate { name: "ClientsAllowTLSCacheGC", default: true, locked: false, stage: "BETA" }, // client-go
     Gate { name: "ClientsPreferCBOR", default: false, locked: false, stage: "ALPHA" }, // client-go
     Gate { name: "CloudControllerManagerWatchBasedRoutesReconciliation", default: false, locked: false, stage: "ALPHA" }, // controller-manager (relisted in k8s)
     Gate { name: "CloudControllerManagerWebhook", default: false, locked: false, stage: "ALPHA" }, // controller-manager (relisted in k8s)
-    Gate { name: "ClusterTrustBundle", default: false, locked: false, stage: "BETA" }, // k8s
-    Gate { name: "ClusterTrustBundleProjection", default: false, locked: false, stage: "BETA" }, // k8s
-    Gate { name: "ComponentFlagz", default: false, locked: false, stage: "ALPHA" }, // component-base/zpages
-    Gate { name: "ComponentStatusz", default: false, locked: false, stage: "ALPHA" }, // component-base/zpages
-    Gate { name: "ConcurrentWatchObjectDecode", default: false, locked: false, stage: "BETA" }, // apiserver
-    Gate { name: "ConsistentListFromCache", default: true, locked: true, stage: "GA" }, // apiserver
-    Gate { name: "ConstrainedImpersonation", default: false, locked: false, stage: "ALPHA" }, // apiserver
+    Gate { name: "ClusterTrustBundle", default: true, locked: false, stage: "GA" }, // k8s
+    Gate { name: "ClusterTrustBundleProjection", default: true, locked: false, stage: "GA" }, // k8s
+    Gate { name: "ComponentFlagz", default: true, locked: false, stage: "BETA" }, // component-base/zpages
+    Gate { name: "ComponentStatusz", default: true, locked: false, stage: "BETA" }, // component-base/zpages
+    Gate { name: "CompositePodGroup", default: false, locked: false, stage: "ALPHA" }, // new since the v1.35 table (versioned list)
+    Gate { name: "ConcurrentWatchObjectDecode", default: true, locked: false, stage: "BETA" }, // apiserver
+    Gate { name: "ConsistentListFromCacheSkipTimeoutFallback", default: false, locked: false, stage: "ALPHA" }, // new since the v1.35 table (versioned list)
+    Gate { name: "ConstrainedImpersonation", default: true, locked: false, stage: "BETA" }, // apiserver
     Gate { name: "ContainerCheckpoint", default: true, locked: false, stage: "BETA" }, // k8s
     Gate { name: "ContainerRestartRules", default: true, locked: false, stage: "BETA" }, // k8s
     Gate { name: "ContainerStopSignals", default: false, locked: false, stage: "ALPHA" }, // k8s
     Gate { name: "ContextualLogging", default: true, locked: false, stage: "BETA" }, // component-base/logs
+    Gate { name: "ControllerManagerReleaseLeaderElectionLockOnExit", default: false, locked: false, stage: "ALPHA" }, // new since the v1.35 table (versioned list)
     Gate { name: "CoordinatedLeaderElection", default: false, locked: false, stage: "BETA" }, // apiserver
     Gate { name: "CrossNamespaceVolumeDataSource", default: false, locked: false, stage: "ALPHA" }, // k8s
-    Gate { name: "CustomCPUCFSQuotaPeriod", default: false, locked: false, stage: "ALPHA" }, // k8s
+    Gate { name: "CustomCPUCFSQuotaPeriod", default: true, locked: false, stage: "GA" }, // k8s
     Gate { name: "CustomResourceFieldSelectors", default: true, locked: true, stage: "GA" }, // apiextensions-apiserver
-    Gate { name: "DRAAdminAccess", default: true, locked: false, stage: "BETA" }, // k8s
-    Gate { name: "DRAConsumableCapacity", default: false, locked: false, stage: "ALPHA" }, // k8s
-    Gate { name: "DRADeviceBindingConditions", default: false, locked: false, stage: "ALPHA" }, // k8s
-    Gate { name: "DRADeviceTaintRules", default: false, locked: false, stage: "ALPHA" }, // k8s
-    Gate { name: "DRADeviceTaints", default: false, locked: false, stage: "ALPHA" }, // k8s
-    Gate { name: "DRAExtendedResource", default: false, locked: false, stage: "ALPHA" }, // k8s
-    Gate { name: "DRAPartitionableDevices", default: false, locked: false, stage: "ALPHA" }, // k8s
-    Gate { name: "DRAPrioritizedList", default: true, locked: false, stage: "BETA" }, // k8s
-    Gate { name: "DRAResourceClaimDeviceStatus", default: true, locked: false, stage: "BETA" }, // k8s
+    Gate { name: "DRAAdminAccess", default: true, locked: true, stage: "GA" }, // k8s
+    Gate { name: "DRAConsumableCapacity", default: true, locked: false, stage: "BETA" }, // k8s
+    Gate { name: "DRADerivedAttributes", default: false, locked: false, stage: "ALPHA" }, // new since the v1.35 table (versioned list)
+    Gate { name: "DRADeviceBindingConditions", default: true, locked: false, stage: "BETA" }, // k8s
+    Gate { name: "DRADeviceCompatibilityGroups", default: false, locked: false, stage: "ALPHA" }, // new since the v1.35 table (versioned list)
+    Gate { name: "DRADeviceTaintRules", default: true, locked: false, stage: "GA" }, // k8s
+    Gate { name: "DRADeviceTaints", default: true, locked: false, stage: "GA" }, // k8s
+    Gate { name: "DRAExtendedResource", default: true, locked: true, stage: "GA" }, // k8s
+    Gate { name: "DRAFractionalCapacityRange", default: true, locked: false, stage: "BETA" }, // new since the v1.35 table (versioned list)
+    Gate { name: "DRAListTypeAttributes", default: false, locked: false, stage: "ALPHA" }, // new since the v1.35 table (versioned list)
+    Gate { name: "DRANodeAllocatableResources", default: false, locked: false, stage: "ALPHA" }, // new since the v1.35 table (versioned list)
+    Gate { name: "DRAOptionalNodeOperations", default: false, locked: false, stage: "ALPHA" }, // new since the v1.35 table (versioned list)
+    Gate { name: "DRAPartitionableDevices", default: true, locked: false, stage: "BETA" }, // k8s
+    Gate { name: "DRAPartitionableDevicesType", default: false, locked: false, stage: "ALPHA" }, // new since the v1.35 table (versioned list)
+    Gate { name: "DRAPrioritizedList", default: true, locked: true, stage: "GA" }, // k8s
+    Gate { name: "DRAResourceClaimDeviceStatus", default: true, locked: true, stage: "GA" }, // k8s
+    Gate { name: "DRAResourceClaimGranularStatusAuthorization", default: true, locked: false, stage: "BETA" }, // new since the v1.35 table (versioned list)
+    Gate { name: "DRAResourcePoolStatus", default: false, locked: false, stage: "ALPHA" }, // new since the v1.35 table (versioned list)
     Gate { name: "DRASchedulerFilterTimeout", default: true, locked: false, stage: "BETA" }, // k8s
-    Gate { name: "DeclarativeValidation", default: true, locked: false, stage: "BETA" }, // apiserver
-    Gate { name: "DeclarativeValidationTakeover", default: false, locked: false, stage: "BETA" }, // apiserver
+    Gate { name: "DRAWorkloadResourceClaims", default: false, locked: false, stage: "BETA" }, // new since the v1.35 table (versioned list)
+    Gate { name: "DeclarativeValidation", default: true, locked: true, stage: "GA" }, // apiserver
+    Gate { name: "DeclarativeValidationBeta", default: true, locked: false, stage: "BETA" }, // new since the v1.35 table (versioned list)
+    Gate { name: "DeclarativeValidationTakeover", default: false, locked: true, stage: "DEPRECATED" }, // apiserver
+    Gate { name: "DefaultPodSysctls", default: false, locked: false, stage: "ALPHA" }, // new since the v1.35 table (versioned list)
     Gate { name: "DeploymentReplicaSetTerminatingReplicas", default: true, locked: false, stage: "BETA" }, // k8s
     Gate { name: "DetectCacheInconsistency", default: true, locked: false, stage: "BETA" }, // apiserver
     Gate { name: "DisableAllocatorDualWrite", default: true, locked: true, stage: "GA" }, // k8s
-    Gate { name: "DisableCPUQuotaWithExclusiveCPUs", default: true, locked: false, stage: "BETA" }, // k8s
-    Gate { name: "DisableNodeKubeProxyVersion", default: true, locked: false, stage: "DEPRECATED" }, // k8s
+    Gate { name: "DisableCPUQuotaWithExclusiveCPUs", default: true, locked: true, stage: "DEPRECATED" }, // k8s
+    Gate { name: "DisableNodeKubeProxyVersion", default: true, locked: true, stage: "DEPRECATED" }, // k8s
     Gate { name: "DynamicResourceAllocation", default: true, locked: true, stage: "GA" }, // k8s
+    Gate { name: "EmptyDirVolumeMode", default: false, locked: false, stage: "ALPHA" }, // new since the v1.35 table (versioned list)
     Gate { name: "EnvFiles", default: true, locked: false, stage: "BETA" }, // k8s
+    Gate { name: "EtcdRangeStream", default: true, locked: false, stage: "BETA" }, // new since the v1.35 table (versioned list)
     Gate { name: "EventedPLEG", default: false, locked: false, stage: "ALPHA" }, // k8s
+    Gate { name: "EvictionRequestAPI", default: false, locked: false, stage: "ALPHA" }, // new since the v1.35 table (versioned list)
+    Gate { name: "ExcludeAdmissionWebhookVirtualResources", default: true, locked: false, stage: "BETA" }, // new since the v1.35 table (versioned list)
     Gate { name: "ExecProbeTimeout", default: true, locked: true, stage: "GA" }, // k8s
-    Gate { name: "ExternalServiceAccountTokenSigner", default: true, locked: false, stage: "BETA" }, // k8s
-    Gate { name: "GangScheduling", default: false, locked: false, stage: "ALPHA" }, // k8s
-    Gate { name: "GenericWorkload", default: false, locked: false, stage: "ALPHA" }, // k8s
-    Gate { name: "GitRepoVolumeDriver", default: false, locked: false, stage: "DEPRECATED" }, // k8s
+    Gate { name: "ExtendWebSocketsToKubelet", default: true, locked: false, stage: "BETA" }, // new since the v1.35 table (versioned list)
+    Gate { name: "ExternalServiceAccountTokenSigner", default: true, locked: true, stage: "GA" }, // k8s
+    Gate { name: "GRPCContainerProbeTLS", default: false, locked: false, stage: "ALPHA" }, // new since the v1.35 table (versioned list)
+    Gate { name: "GenericWorkload", default: false, locked: false, stage: "BETA" }, // k8s
+    Gate { name: "GitRepoVolumeDriver", default: false, locked: true, stage: "DEPRECATED" }, // k8s
     Gate { name: "GracefulNodeShutdown", default: true, locked: false, stage: "BETA" }, // k8s
     Gate { name: "GracefulNodeShutdownBasedOnPodPriority", default: true, locked: false, stage: "BETA" }, // k8s
-    Gate { name: "HPAConfigurableTolerance", default: true, locked: false, stage: "BETA" }, // k8s
-    Gate { name: "HPAScaleToZero", default: false, locked: false, stage: "ALPHA" }, // k8s
-    Gate { name: "HonorPVReclaimPolicy", default: true, locked: true, stage: "GA" }, // k8s
-    Gate { name: "HostnameOverride", default: true, locked: false, stage: "BETA" }, // k8s
+    Gate { name: "H2CContainerProbe", default: false, locked: false, stage: "ALPHA" }, // new since the v1.35 table (versioned list)
+    Gate { name: "HPAConfigurableTolerance", default: true, locked: true, stage: "GA" }, // k8s
+    Gate { name: "HPAGeneration", default: true, locked: false, stage: "BETA" }, // new since the v1.35 table (versioned list)
+    Gate { name: "HPAOptimizedSelectorStore", default: true, locked: false, stage: "BETA" }, // new since the v1.35 table (versioned list)
+    Gate { name: "HPAScaleToZero", default: true, locked: false, stage: "BETA" }, // k8s
+    Gate { name: "HostnameOverride", default: true, locked: true, stage: "GA" }, // k8s
+    Gate { name: "HugepageAwareEviction", default: true, locked: false, stage: "BETA" }, // new since the v1.35 table (versioned list)
     Gate { name: "ImageMaximumGCAge", default: true, locked: true, stage: "GA" }, // k8s
-    Gate { name: "ImageVolume", default: true, locked: false, stage: "BETA" }, // k8s
+    Gate { name: "ImageVolume", default: true, locked: true, stage: "GA" }, // k8s
     Gate { name: "ImageVolumeWithDigest", default: false, locked: false, stage: "ALPHA" }, // k8s
-    Gate { name: "InOrderInformers", default: true, locked: false, stage: "BETA" }, // client-go
+    Gate { name: "InOrderInformers", default: true, locked: true, stage: "GA" }, // client-go
     Gate { name: "InOrderInformersBatchProcess", default: true, locked: false, stage: "BETA" }, // client-go
-    Gate { name: "InPlacePodLevelResourcesVerticalScaling", default: false, locked: false, stage: "ALPHA" }, // k8s
+    Gate { name: "InPlacePodLevelResourcesVerticalScaling", default: true, locked: false, stage: "BETA" }, // k8s
     Gate { name: "InPlacePodVerticalScaling", default: true, locked: true, stage: "GA" }, // k8s
-    Gate { name: "InPlacePodVerticalScalingAllocatedStatus", default: false, locked: false, stage: "DEPRECATED" }, // k8s
     Gate { name: "InPlacePodVerticalScalingExclusiveCPUs", default: false, locked: false, stage: "ALPHA" }, // k8s
     Gate { name: "InPlacePodVerticalScalingExclusiveMemory", default: false, locked: false, stage: "ALPHA" }, // k8s
-    Gate { name: "InTreePluginPortworxUnregister", default: false, locked: false, stage: "ALPHA" }, // k8s
+    Gate { name: "InPlacePodVerticalScalingInitContainers", default: true, locked: true, stage: "GA" }, // new since the v1.35 table (versioned list)
+    Gate { name: "InPlacePodVerticalScalingMemoryBackedVolumes", default: false, locked: false, stage: "ALPHA" }, // new since the v1.35 table (versioned list)
+    Gate { name: "InPlacePodVerticalScalingSchedulerPreemption", default: false, locked: false, stage: "ALPHA" }, // new since the v1.35 table (versioned list)
     Gate { name: "InformerResourceVersion", default: true, locked: false, stage: "GA" }, // client-go
-    Gate { name: "JobBackoffLimitPerIndex", default: true, locked: true, stage: "GA" }, // k8s
+    Gate { name: "InterPodAffinityHostnameFastPath", default: false, locked: false, stage: "ALPHA" }, // new since the v1.35 table (versioned list)
     Gate { name: "JobManagedBy", default: true, locked: true, stage: "GA" }, // k8s
-    Gate { name: "JobPodReplacementPolicy", default: true, locked: true, stage: "GA" }, // k8s
-    Gate { name: "JobSuccessPolicy", default: true, locked: true, stage: "GA" }, // k8s
     Gate { name: "KMSv1", default: false, locked: false, stage: "DEPRECATED" }, // apiserver
+    Gate { name: "KubeProxyIPVS", default: true, locked: false, stage: "DEPRECATED" }, // new since the v1.35 table (versioned list)
+    Gate { name: "KubeProxyNFTablesLocalhostNodePorts", default: false, locked: false, stage: "ALPHA" }, // new since the v1.35 table (versioned list)
+    Gate { name: "KubeletAllocatedPodsEndpoint", default: false, locked: false, stage: "ALPHA" }, // new since the v1.35 table (versioned list)
     Gate { name: "KubeletCgroupDriverFromCRI", default: true, locked: true, stage: "GA" }, // k8s
     Gate { name: "KubeletCrashLoopBackOffMax", default: true, locked: false, stage: "BETA" }, // k8s
     Gate { name: "KubeletEnsureSecretPulledImages", default: true, locked: false, stage: "BETA" }, // k8s
-    Gate { name: "KubeletFineGrainedAuthz", default: true, locked: false, stage: "BETA" }, // k8s
-    Gate { name: "KubeletInUserNamespace", default: false, locked: false, stage: "ALPHA" }, // k8s
-    Gate { name: "KubeletPSI", default: true, locked: false, stage: "BETA" }, // k8s
-    Gate { name: "KubeletPodResourcesDynamicResources", default: true, locked: false, stage: "BETA" }, // k8s
-    Gate { name: "KubeletPodResourcesGet", default: true, locked: false, stage: "BETA" }, // k8s
+    Gate { name: "KubeletFineGrainedAuthz", default: true, locked: true, stage: "GA" }, // k8s
+    Gate { name: "KubeletInUserNamespace", default: true, locked: false, stage: "BETA" }, // k8s
+    Gate { name: "KubeletPSI", default: true, locked: true, stage: "GA" }, // k8s
+    Gate { name: "KubeletPodResourcesDynamicResources", default: true, locked: true, stage: "GA" }, // k8s
+    Gate { name: "KubeletPodResourcesGet", default: true, locked: true, stage: "GA" }, // k8s
     Gate { name: "KubeletPodResourcesListUseActivePods", default: true, locked: false, stage: "DEPRECATED" }, // k8s
     Gate { name: "KubeletRegistrationGetOnExistsOnly", default: false, locked: false, stage: "DEPRECATED" }, // k8s
     Gate { name: "KubeletSeparateDiskGC", default: true, locked: false, stage: "BETA" }, // k8s
@@ -191,139 +200,159 @@ pub static GATES: &[Gate] = &[
     Gate { name: "KubeletTracing", default: true, locked: true, stage: "GA" }, // k8s
     Gate { name: "ListFromCacheSnapshot", default: true, locked: false, stage: "BETA" }, // apiserver
     Gate { name: "LocalStorageCapacityIsolationFSQuotaMonitoring", default: false, locked: false, stage: "BETA" }, // k8s
-    Gate { name: "LogarithmicScaleDown", default: true, locked: true, stage: "GA" }, // k8s
     Gate { name: "LoggingAlphaOptions", default: false, locked: false, stage: "ALPHA" }, // component-base/logs
     Gate { name: "LoggingBetaOptions", default: true, locked: false, stage: "BETA" }, // component-base/logs
+    Gate { name: "ManifestBasedAdmissionControlConfig", default: true, locked: false, stage: "BETA" }, // new since the v1.35 table (versioned list)
     Gate { name: "MatchLabelKeysInPodAffinity", default: true, locked: true, stage: "GA" }, // k8s
     Gate { name: "MatchLabelKeysInPodTopologySpread", default: true, locked: false, stage: "BETA" }, // k8s
     Gate { name: "MatchLabelKeysInPodTopologySpreadSelectorMerge", default: true, locked: false, stage: "BETA" }, // k8s
     Gate { name: "MaxUnavailableStatefulSet", default: true, locked: false, stage: "BETA" }, // k8s
-    Gate { name: "MemoryManager", default: true, locked: true, stage: "GA" }, // k8s
-    Gate { name: "MemoryQoS", default: false, locked: false, stage: "ALPHA" }, // k8s
+    Gate { name: "MemoryQoS", default: true, locked: false, stage: "BETA" }, // k8s
     Gate { name: "MultiCIDRServiceAllocator", default: true, locked: true, stage: "GA" }, // k8s
-    Gate { name: "MutableCSINodeAllocatableCount", default: true, locked: false, stage: "BETA" }, // k8s
+    Gate { name: "MutableCSINodeAllocatableCount", default: true, locked: true, stage: "GA" }, // k8s
     Gate { name: "MutablePVNodeAffinity", default: false, locked: false, stage: "ALPHA" }, // k8s
-    Gate { name: "MutablePodResourcesForSuspendedJobs", default: false, locked: false, stage: "ALPHA" }, // k8s
-    Gate { name: "MutableSchedulingDirectivesForSuspendedJobs", default: false, locked: false, stage: "ALPHA" }, // k8s
-    Gate { name: "MutatingAdmissionPolicy", default: false, locked: false, stage: "BETA" }, // apiserver
+    Gate { name: "MutablePodResourcesForSuspendedJobs", default: true, locked: false, stage: "BETA" }, // k8s
+    Gate { name: "MutableSchedulingDirectivesForSuspendedJobs", default: true, locked: false, stage: "BETA" }, // k8s
+    Gate { name: "MutatingAdmissionPolicy", default: true, locked: false, stage: "GA" }, // apiserver
+    Gate { name: "NFTablesNetlink", default: true, locked: false, stage: "BETA" }, // new since the v1.35 table (versioned list)
     Gate { name: "NFTablesProxyMode", default: true, locked: true, stage: "GA" }, // k8s
-    Gate { name: "NodeDeclaredFeatures", default: false, locked: false, stage: "ALPHA" }, // k8s
+    Gate { name: "NativeHistograms", default: true, locked: false, stage: "BETA" }, // new since the v1.35 table (versioned list)
+    Gate { name: "NodeControllerLeaseCircuitBreaker", default: true, locked: false, stage: "BETA" }, // new since the v1.35 table (versioned list)
+    Gate { name: "NodeDeclaredFeatures", default: true, locked: true, stage: "GA" }, // k8s
     Gate { name: "NodeInclusionPolicyInPodTopologySpread", default: true, locked: true, stage: "GA" }, // k8s
-    Gate { name: "NodeLogQuery", default: false, locked: false, stage: "BETA" }, // k8s
+    Gate { name: "NodeLifecycleConditions", default: false, locked: false, stage: "ALPHA" }, // new since the v1.35 table (versioned list)
+    Gate { name: "NodeLogQuery", default: true, locked: true, stage: "GA" }, // k8s
     Gate { name: "NodeSwap", default: true, locked: true, stage: "GA" }, // k8s
     Gate { name: "NominatedNodeNameForExpectation", default: true, locked: false, stage: "BETA" }, // k8s
     Gate { name: "OpenAPIEnums", default: true, locked: false, stage: "BETA" }, // apiserver
     Gate { name: "OpportunisticBatching", default: true, locked: false, stage: "BETA" }, // k8s
-    Gate { name: "OrderedNamespaceDeletion", default: true, locked: true, stage: "GA" }, // k8s
-    Gate { name: "PodAndContainerStatsFromCRI", default: false, locked: false, stage: "ALPHA" }, // k8s
-    Gate { name: "PodCertificateRequest", default: false, locked: false, stage: "BETA" }, // k8s
+    Gate { name: "PLEGOnDemandRelist", default: true, locked: true, stage: "GA" }, // new since the v1.35 table (versioned list)
+    Gate { name: "PersistentVolumeClaimUnusedSinceTime", default: true, locked: false, stage: "BETA" }, // new since the v1.35 table (versioned list)
+    Gate { name: "PodAndContainerStatsFromCRI", default: false, locked: false, stage: "BETA" }, // k8s
+    Gate { name: "PodCertificateRequest", default: true, locked: false, stage: "GA" }, // k8s
     Gate { name: "PodDeletionCost", default: true, locked: false, stage: "BETA" }, // k8s
+    Gate { name: "PodGroupPreemptionPolicy", default: false, locked: false, stage: "ALPHA" }, // new since the v1.35 table (versioned list)
+    Gate { name: "PodLevelResourceManagers", default: true, locked: false, stage: "BETA" }, // new since the v1.35 table (versioned list)
     Gate { name: "PodLevelResources", default: true, locked: false, stage: "BETA" }, // k8s
-    Gate { name: "PodLifecycleSleepAction", default: true, locked: true, stage: "GA" }, // k8s
-    Gate { name: "PodLifecycleSleepActionAllowZero", default: true, locked: true, stage: "GA" }, // k8s
+    Gate { name: "PodLevelResourcesFixDefaulting", default: true, locked: false, stage: "BETA" }, // new since the v1.35 table (versioned list)
+    Gate { name: "PodLevelResourcesFixKubeletQOSClass", default: true, locked: false, stage: "BETA" }, // new since the v1.35 table (versioned list)
     Gate { name: "PodLogsQuerySplitStreams", default: false, locked: false, stage: "ALPHA" }, // k8s
     Gate { name: "PodObservedGenerationTracking", default: true, locked: true, stage: "GA" }, // k8s
-    Gate { name: "PodReadyToStartContainersCondition", default: true, locked: false, stage: "BETA" }, // k8s
+    Gate { name: "PodReadyToStartContainersCondition", default: true, locked: true, stage: "GA" }, // k8s
     Gate { name: "PodSchedulingReadiness", default: true, locked: true, stage: "GA" }, // k8s
     Gate { name: "PodTopologyLabelsAdmission", default: true, locked: false, stage: "BETA" }, // k8s
+    Gate { name: "PodsAPI", default: true, locked: false, stage: "BETA" }, // new since the v1.35 table (versioned list)
     Gate { name: "PortForwardWebsockets", default: true, locked: false, stage: "BETA" }, // k8s
     Gate { name: "PreferSameTrafficDistribution", default: true, locked: true, stage: "GA" }, // k8s
-    Gate { name: "PreventStaticPodAPIReferences", default: true, locked: false, stage: "BETA" }, // k8s
-    Gate { name: "ProcMountType", default: true, locked: false, stage: "BETA" }, // k8s
+    Gate { name: "ProcMountType", default: true, locked: true, stage: "GA" }, // k8s
     Gate { name: "QOSReserved", default: false, locked: false, stage: "ALPHA" }, // k8s
     Gate { name: "RecoverVolumeExpansionFailure", default: true, locked: true, stage: "GA" }, // k8s
     Gate { name: "RecursiveReadOnlyMounts", default: true, locked: true, stage: "GA" }, // k8s
     Gate { name: "ReduceDefaultCrashLoopBackOffDecay", default: false, locked: false, stage: "ALPHA" }, // k8s
-    Gate { name: "RelaxedDNSSearchValidation", default: true, locked: true, stage: "GA" }, // k8s
     Gate { name: "RelaxedEnvironmentVariableValidation", default: true, locked: true, stage: "GA" }, // k8s
-    Gate { name: "RelaxedServiceNameValidation", default: false, locked: false, stage: "ALPHA" }, // k8s
+    Gate { name: "RelaxedServiceNameValidation", default: true, locked: true, stage: "GA" }, // k8s
+    Gate { name: "ReloadKubeletClientCAFile", default: true, locked: false, stage: "BETA" }, // new since the v1.35 table (versioned list)
     Gate { name: "ReloadKubeletServerCertificateFile", default: true, locked: false, stage: "BETA" }, // k8s
     Gate { name: "RemoteRequestHeaderUID", default: true, locked: false, stage: "BETA" }, // apiserver
-    Gate { name: "ResilientWatchCacheInitialization", default: true, locked: true, stage: "GA" }, // apiserver
-    Gate { name: "ResourceHealthStatus", default: false, locked: false, stage: "ALPHA" }, // k8s
-    Gate { name: "RestartAllContainersOnContainerExits", default: false, locked: false, stage: "ALPHA" }, // k8s
-    Gate { name: "RetryGenerateName", default: true, locked: true, stage: "GA" }, // apiserver
+    Gate { name: "ResourceHealthStatus", default: true, locked: false, stage: "BETA" }, // k8s
+    Gate { name: "ResourceHealthStatusMessage", default: true, locked: false, stage: "BETA" }, // new since the v1.35 table (versioned list)
+    Gate { name: "RestartAllContainersOnContainerExits", default: true, locked: false, stage: "BETA" }, // k8s
     Gate { name: "RotateKubeletServerCertificate", default: true, locked: false, stage: "BETA" }, // k8s
     Gate { name: "RuntimeClassInImageCriApi", default: false, locked: false, stage: "ALPHA" }, // k8s
-    Gate { name: "SELinuxChangePolicy", default: true, locked: false, stage: "BETA" }, // k8s
-    Gate { name: "SELinuxMount", default: false, locked: false, stage: "BETA" }, // k8s
-    Gate { name: "SELinuxMountReadWriteOncePod", default: true, locked: false, stage: "BETA" }, // k8s
+    Gate { name: "SELinuxChangePolicy", default: true, locked: true, stage: "GA" }, // k8s
+    Gate { name: "SELinuxMount", default: true, locked: false, stage: "GA" }, // k8s
+    Gate { name: "SELinuxMountReadWriteOncePod", default: true, locked: true, stage: "GA" }, // k8s
     Gate { name: "SchedulerAsyncAPICalls", default: false, locked: false, stage: "BETA" }, // k8s
     Gate { name: "SchedulerAsyncPreemption", default: true, locked: false, stage: "BETA" }, // k8s
     Gate { name: "SchedulerPopFromBackoffQ", default: true, locked: false, stage: "BETA" }, // k8s
-    Gate { name: "SchedulerQueueingHints", default: true, locked: true, stage: "GA" }, // k8s
-    Gate { name: "SeparateCacheWatchRPC", default: false, locked: false, stage: "DEPRECATED" }, // apiserver
+    Gate { name: "SchedulerPreQueueingHints", default: false, locked: false, stage: "ALPHA" }, // new since the v1.35 table (versioned list)
+    Gate { name: "SeparateCacheWatchRPC", default: false, locked: true, stage: "DEPRECATED" }, // apiserver
     Gate { name: "SeparateTaintEvictionController", default: true, locked: true, stage: "GA" }, // k8s
     Gate { name: "ServiceAccountNodeAudienceRestriction", default: true, locked: false, stage: "BETA" }, // k8s
     Gate { name: "ServiceAccountTokenJTI", default: true, locked: true, stage: "GA" }, // k8s
     Gate { name: "ServiceAccountTokenNodeBinding", default: true, locked: true, stage: "GA" }, // k8s
     Gate { name: "ServiceAccountTokenNodeBindingValidation", default: true, locked: true, stage: "GA" }, // k8s
     Gate { name: "ServiceAccountTokenPodNodeInfo", default: true, locked: true, stage: "GA" }, // k8s
-    Gate { name: "ServiceTrafficDistribution", default: true, locked: true, stage: "GA" }, // k8s
-    Gate { name: "SidecarContainers", default: true, locked: true, stage: "GA" }, // k8s
+    Gate { name: "ServiceCIDRStatusFieldWiping", default: true, locked: false, stage: "DEPRECATED" }, // new since the v1.35 table (versioned list)
+    Gate { name: "ShardedListAndWatch", default: false, locked: false, stage: "ALPHA" }, // new since the v1.35 table (versioned list)
     Gate { name: "SizeBasedListCostEstimate", default: true, locked: false, stage: "BETA" }, // apiserver
+    Gate { name: "StaleControllerConsistencyDaemonSet", default: true, locked: false, stage: "BETA" }, // new since the v1.35 table (versioned list)
+    Gate { name: "StaleControllerConsistencyHPA", default: true, locked: false, stage: "BETA" }, // new since the v1.35 table (versioned list)
+    Gate { name: "StaleControllerConsistencyJob", default: true, locked: false, stage: "BETA" }, // new since the v1.35 table (versioned list)
+    Gate { name: "StaleControllerConsistencyReplicaSet", default: true, locked: false, stage: "BETA" }, // new since the v1.35 table (versioned list)
+    Gate { name: "StaleControllerConsistencyStatefulSet", default: true, locked: false, stage: "BETA" }, // new since the v1.35 table (versioned list)
+    Gate { name: "StatefulSetRecreateStrategy", default: false, locked: false, stage: "ALPHA" }, // new since the v1.35 table (versioned list)
     Gate { name: "StatefulSetSemanticRevisionComparison", default: true, locked: false, stage: "BETA" }, // k8s
-    Gate { name: "StorageCapacityScoring", default: false, locked: false, stage: "ALPHA" }, // k8s
+    Gate { name: "StorageCapacityScoring", default: true, locked: false, stage: "BETA" }, // k8s
     Gate { name: "StorageNamespaceIndex", default: true, locked: false, stage: "DEPRECATED" }, // k8s
     Gate { name: "StorageVersionAPI", default: false, locked: false, stage: "ALPHA" }, // apiserver
     Gate { name: "StorageVersionHash", default: true, locked: false, stage: "BETA" }, // apiserver
-    Gate { name: "StorageVersionMigrator", default: false, locked: false, stage: "BETA" }, // k8s
-    Gate { name: "StreamingCollectionEncodingToJSON", default: true, locked: true, stage: "GA" }, // k8s+apiserver
-    Gate { name: "StreamingCollectionEncodingToProtobuf", default: true, locked: true, stage: "GA" }, // k8s+apiserver
-    Gate { name: "StrictIPCIDRValidation", default: false, locked: false, stage: "ALPHA" }, // k8s
-    Gate { name: "StructuredAuthenticationConfiguration", default: true, locked: true, stage: "GA" }, // apiserver
+    Gate { name: "StorageVersionMigrator", default: true, locked: false, stage: "GA" }, // k8s
+    Gate { name: "StrictIPCIDRValidation", default: true, locked: false, stage: "BETA" }, // k8s
     Gate { name: "StructuredAuthenticationConfigurationEgressSelector", default: true, locked: false, stage: "BETA" }, // apiserver
     Gate { name: "StructuredAuthenticationConfigurationJWKSMetrics", default: true, locked: false, stage: "BETA" }, // apiserver
-    Gate { name: "StructuredAuthorizationConfiguration", default: true, locked: true, stage: "GA" }, // apiserver
     Gate { name: "SupplementalGroupsPolicy", default: true, locked: true, stage: "GA" }, // k8s
     Gate { name: "SystemdWatchdog", default: true, locked: true, stage: "GA" }, // k8s
     Gate { name: "TaintTolerationComparisonOperators", default: false, locked: false, stage: "ALPHA" }, // k8s
     Gate { name: "TokenRequestServiceAccountUIDValidation", default: true, locked: false, stage: "BETA" }, // apiserver
-    Gate { name: "TopologyAwareHints", default: true, locked: true, stage: "GA" }, // k8s
+    Gate { name: "TopologyAwareWorkloadScheduling", default: false, locked: false, stage: "ALPHA" }, // new since the v1.35 table (versioned list)
     Gate { name: "TopologyManagerPolicyAlphaOptions", default: false, locked: false, stage: "ALPHA" }, // k8s
     Gate { name: "TopologyManagerPolicyBetaOptions", default: true, locked: false, stage: "BETA" }, // k8s
-    Gate { name: "TopologyManagerPolicyOptions", default: true, locked: false, stage: "GA" }, // k8s
+    Gate { name: "TopologyManagerPolicyOptions", default: true, locked: true, stage: "GA" }, // k8s
     Gate { name: "TranslateStreamCloseWebsocketRequests", default: true, locked: false, stage: "BETA" }, // k8s
     Gate { name: "UnauthenticatedHTTP2DOSMitigation", default: true, locked: false, stage: "BETA" }, // apiserver
-    Gate { name: "UnknownVersionInteroperabilityProxy", default: false, locked: false, stage: "ALPHA" }, // apiserver
+    Gate { name: "UnknownVersionInteroperabilityProxy", default: true, locked: false, stage: "BETA" }, // apiserver
+    Gate { name: "UnlockWhileProcessingFIFO", default: true, locked: false, stage: "BETA" }, // client-go
     Gate { name: "UserNamespacesHostNetworkSupport", default: false, locked: false, stage: "ALPHA" }, // k8s
-    Gate { name: "UserNamespacesSupport", default: true, locked: false, stage: "BETA" }, // k8s
-    Gate { name: "VolumeAttributesClass", default: true, locked: false, stage: "GA" }, // k8s
-    Gate { name: "VolumeLimitScaling", default: false, locked: false, stage: "ALPHA" }, // k8s
-    Gate { name: "WatchCacheInitializationPostStartHook", default: false, locked: false, stage: "BETA" }, // apiserver
-    Gate { name: "WatchFromStorageWithoutResourceVersion", default: false, locked: true, stage: "DEPRECATED" }, // apiserver
+    Gate { name: "UserNamespacesSupport", default: true, locked: true, stage: "GA" }, // k8s
+    Gate { name: "VolumeAttributesClass", default: true, locked: true, stage: "GA" }, // k8s
+    Gate { name: "VolumeBindMountOptions", default: false, locked: false, stage: "ALPHA" }, // new since the v1.35 table (versioned list)
+    Gate { name: "VolumeLimitScaling", default: true, locked: false, stage: "BETA" }, // k8s
+    Gate { name: "WatchCacheInitializationPostStartHook", default: true, locked: true, stage: "GA" }, // apiserver
     Gate { name: "WatchList", default: true, locked: false, stage: "BETA" }, // apiserver
     Gate { name: "WatchListClient", default: true, locked: false, stage: "BETA" }, // client-go
+    Gate { name: "WatchListCompression", default: true, locked: false, stage: "BETA" }, // new since the v1.35 table (versioned list)
+    Gate { name: "WebhookRoundTripLoadBalancing", default: true, locked: false, stage: "BETA" }, // new since the v1.35 table (versioned list)
     Gate { name: "WinDSR", default: true, locked: true, stage: "GA" }, // k8s
     Gate { name: "WinOverlay", default: true, locked: true, stage: "GA" }, // k8s
     Gate { name: "WindowsCPUAndMemoryAffinity", default: false, locked: false, stage: "ALPHA" }, // k8s
     Gate { name: "WindowsGracefulNodeShutdown", default: true, locked: false, stage: "BETA" }, // k8s
     Gate { name: "WindowsHostNetwork", default: false, locked: false, stage: "DEPRECATED" }, // k8s
+    Gate { name: "WorkloadWithJob", default: false, locked: false, stage: "ALPHA" }, // new since the v1.35 table (versioned list)
 ];
 
 /// The gates that change what kube-proxy programs or how it syncs (iptables/ipvs/nftables modes,
 /// endpoint selection, topology, health checks), with one line each on what they change.
 ///
-/// In v1.35 every one of these is GA and locked to `true`, so setting it to `false` is an
-/// error and the behaviour is always on. The health-check code checks no gate in 1.35, because
-/// KubeProxyDrainingTerminatingNodes has been removed. `KubeProxyNFTablesLocalhostNodePorts`
-/// does not exist. `LoadBalancerIPMode` is no longer a gate in 1.35.
+/// In v1.37 NFTablesProxyMode, PreferSameTrafficDistribution, WinDSR and WinOverlay are GA
+/// and locked on (setting them to `false` is an error, the behaviour is always on).
+/// ServiceTrafficDistribution and TopologyAwareHints (GA since 1.33) are no longer gates:
+/// naming them is an unknown gate. The four others can be set; what svcproxy does with each
+/// is [`check_supported`]'s.
 pub static PROXY_GATES: &[(&str, &str)] = &[
     (
+        "AllowServiceExternalIPs",
+        "GA, on by default, not locked (KEP-5707, spec.externalIPs deprecated in 1.36): off, kube-proxy programs no rules for a Service's spec.externalIPs; svcproxy refuses `false` (not implemented)",
+    ),
+    (
+        "KubeProxyIPVS",
+        "deprecated, on by default, not locked: off, `mode: ipvs` fails validation (validateProxyModeLinux); svcproxy does the same",
+    ),
+    (
+        "KubeProxyNFTablesLocalhostNodePorts",
+        "alpha, off by default: on, nftables mode serves TCP NodePorts on loopback with a userspace proxy when nodePortAddresses names loopback, and rejects (and counts in named counters) the localhost NodePorts it does not serve; svcproxy refuses it on in nftables mode (not implemented)",
+    ),
+    (
+        "NFTablesNetlink",
+        "beta, on by default: off, kube-proxy's nftables mode lists chains and sets with the nft binary instead of netlink; the rules are the same, so svcproxy accepts either value (its own writer is chosen by --nft-netlink)",
+    ),
+    (
         "NFTablesProxyMode",
-        "allows `mode: nftables` (validateProxyModeLinux) and makes iptables/ipvs modes and --cleanup remove leftover nftables rules (cmd/kube-proxy/app/server_linux.go)",
+        "allows `mode: nftables` and makes iptables/ipvs modes and --cleanup remove leftover nftables rules (cmd/kube-proxy/app/server_linux.go); GA and locked",
     ),
     (
         "PreferSameTrafficDistribution",
-        "reads EndpointSlice hints.forNodes (pkg/proxy/endpointslicecache.go) and, when every ready endpoint has a node hint and one names this node, uses only same-node endpoints for Cluster traffic policy (trafficDistribution PreferSameNode; pkg/proxy/topology.go)",
-    ),
-    (
-        "ServiceTrafficDistribution",
-        "makes kube-proxy honour zone hints written for spec.trafficDistribution (PreferClose/PreferSameZone); GA since 1.33, the proxy no longer checks it",
-    ),
-    (
-        "TopologyAwareHints",
-        "uses EndpointSlice hints.forZones to restrict Cluster-policy endpoints to the node's topology.kubernetes.io/zone when all ready endpoints are hinted (pkg/proxy/topology.go); GA since 1.33, no longer checked",
+        "reads EndpointSlice hints.forNodes (pkg/proxy/endpointslicecache.go) and, when every ready endpoint has a node hint and one names this node, uses only same-node endpoints for Cluster traffic policy (trafficDistribution PreferSameNode; pkg/proxy/topology.go); GA and locked",
     ),
     (
         "WinDSR",
@@ -339,10 +368,7 @@ pub static PROXY_GATES: &[(&str, &str)] = &[
 /// the other value, is an error (kube-proxy does not start).
 pub fn check(gates: &std::collections::BTreeMap<String, bool>) -> Result<(), String> {
     for (name, value) in gates {
-        let gate = match GATES.binary_search_by(|g| g.name.cmp(name.as_str())) {
-            Ok(i) => &GATES[i],
-            Err(_) => return Err(format!("unrecognized feature gate: {name}")),
-        };
+        let gate = find(name).ok_or_else(|| format!("unrecognized feature gate: {name}"))?;
         if gate.locked && *value != gate.default {
             return Err(format!("cannot set feature gate {name} to {value}, feature is locked to {}", gate.default));
         }
@@ -350,23 +376,101 @@ pub fn check(gates: &std::collections::BTreeMap<String, bool>) -> Result<(), Str
     Ok(())
 }
 
+fn find(name: &str) -> Option<&'static Gate> {
+    GATES.binary_search_by(|g| g.name.cmp(name)).ok().map(|i| &GATES[i])
+}
+
+/// Whether the gate `name` is on once `gates` is applied, as component-base's `Enabled`
+/// answers: the value set for it, else the value `AllAlpha`/`AllBeta` set for its stage (a
+/// locked gate keeps its default), else its default. An unknown name is off.
+pub fn enabled(gates: &std::collections::BTreeMap<String, bool>, name: &str) -> bool {
+    let Some(gate) = find(name) else { return false };
+    if let Some(v) = gates.get(name) {
+        return *v;
+    }
+    let all = match gate.stage {
+        "ALPHA" => gates.get("AllAlpha"),
+        "BETA" => gates.get("AllBeta"),
+        _ => None,
+    };
+    match all {
+        Some(v) if !gate.locked => *v,
+        _ => gate.default,
+    }
+}
+
+/// The gate values svcproxy cannot honour in `mode`, and kube-proxy's validation that
+/// depends on a gate: an error naming the gate. kube-proxy v1.37 would start and program
+/// something svcproxy does not program (or, for `KubeProxyIPVS`, refuse the mode as here).
+pub fn check_supported(gates: &std::collections::BTreeMap<String, bool>, mode: super::kinds::ProxyMode) -> Result<(), String> {
+    use super::kinds::ProxyMode;
+    if mode == ProxyMode::Ipvs && !enabled(gates, "KubeProxyIPVS") {
+        // kube-proxy's validateProxyModeLinux: the modes it lists are sorted and joined by ", ".
+        return Err("mode \"ipvs\": must be iptables, nftables or blank (blank means the best-available proxy [currently iptables]); ipvs mode is turned off by the KubeProxyIPVS feature gate".into());
+    }
+    if !enabled(gates, "AllowServiceExternalIPs") {
+        return Err("feature gate AllowServiceExternalIPs=false is not implemented by svcproxy (kube-proxy v1.37 then programs no rules for spec.externalIPs)".into());
+    }
+    if mode == ProxyMode::Nftables && enabled(gates, "KubeProxyNFTablesLocalhostNodePorts") {
+        return Err("feature gate KubeProxyNFTablesLocalhostNodePorts (set, or turned on by AllAlpha) is not implemented by svcproxy in nftables mode (kube-proxy v1.37 then proxies localhost NodePorts in userspace and rejects the others)".into());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
+    use super::super::kinds::ProxyMode;
     use super::*;
 
-    fn find(name: &str) -> Option<&'static Gate> {
-        GATES.iter().find(|g| g.name == name)
+    fn m(pairs: &[(&str, bool)]) -> std::collections::BTreeMap<String, bool> {
+        pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
     }
 
     #[test]
     fn check_refuses_unknown_and_locked_gates_as_kube_proxy_does() {
-        let m = |pairs: &[(&str, bool)]| pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect::<std::collections::BTreeMap<_, _>>();
         assert_eq!(check(&m(&[("NoSuchGate", true)])), Err("unrecognized feature gate: NoSuchGate".into()));
         assert_eq!(
             check(&m(&[("PreferSameTrafficDistribution", false)])),
             Err("cannot set feature gate PreferSameTrafficDistribution to false, feature is locked to true".into())
         );
         assert_eq!(check(&m(&[("PreferSameTrafficDistribution", true), ("AllAlpha", false)])), Ok(()));
+        // GA since 1.33 and no longer gates in 1.37: unknown, as kube-proxy says.
+        assert_eq!(check(&m(&[("ServiceTrafficDistribution", true)])), Err("unrecognized feature gate: ServiceTrafficDistribution".into()));
+        assert_eq!(check(&m(&[("TopologyAwareHints", true)])), Err("unrecognized feature gate: TopologyAwareHints".into()));
+        // Locked in 1.37 (GA in 1.37, not locked in the 1.35 table).
+        assert!(check(&m(&[("HostnameOverride", false)])).is_err());
+        // Not locked: both values pass the generic check.
+        assert_eq!(check(&m(&[("AllowServiceExternalIPs", false), ("KubeProxyIPVS", false), ("NFTablesNetlink", false)])), Ok(()));
+    }
+
+    #[test]
+    fn enabled_applies_the_value_then_all_alpha_or_beta_then_the_default() {
+        assert!(!enabled(&m(&[]), "KubeProxyNFTablesLocalhostNodePorts"));
+        assert!(enabled(&m(&[("AllAlpha", true)]), "KubeProxyNFTablesLocalhostNodePorts"));
+        assert!(!enabled(&m(&[("AllAlpha", true), ("KubeProxyNFTablesLocalhostNodePorts", false)]), "KubeProxyNFTablesLocalhostNodePorts"));
+        assert!(enabled(&m(&[]), "NFTablesNetlink"));
+        assert!(!enabled(&m(&[("AllBeta", false)]), "NFTablesNetlink"));
+        // AllAlpha/AllBeta do not reach GA or deprecated gates.
+        assert!(enabled(&m(&[("AllBeta", false), ("AllAlpha", false)]), "KubeProxyIPVS"));
+        assert!(!enabled(&m(&[("KubeProxyIPVS", false)]), "KubeProxyIPVS"));
+        assert!(!enabled(&m(&[]), "NoSuchGate"));
+    }
+
+    #[test]
+    fn check_supported_refuses_what_svcproxy_does_not_do() {
+        for mode in [ProxyMode::Iptables, ProxyMode::Ipvs, ProxyMode::Nftables] {
+            assert_eq!(check_supported(&m(&[]), mode), Ok(()), "{mode:?}");
+            assert_eq!(check_supported(&m(&[("NFTablesNetlink", false)]), mode), Ok(()), "{mode:?}");
+            let e = check_supported(&m(&[("AllowServiceExternalIPs", false)]), mode).unwrap_err();
+            assert!(e.contains("AllowServiceExternalIPs"), "{e}");
+        }
+        let e = check_supported(&m(&[("KubeProxyIPVS", false)]), ProxyMode::Ipvs).unwrap_err();
+        assert!(e.starts_with("mode \"ipvs\": must be iptables, nftables or blank"), "{e}");
+        assert_eq!(check_supported(&m(&[("KubeProxyIPVS", false)]), ProxyMode::Iptables), Ok(()));
+        let on = m(&[("KubeProxyNFTablesLocalhostNodePorts", true)]);
+        assert!(check_supported(&on, ProxyMode::Nftables).unwrap_err().contains("KubeProxyNFTablesLocalhostNodePorts"));
+        assert_eq!(check_supported(&on, ProxyMode::Iptables), Ok(()));
+        assert!(check_supported(&m(&[("AllAlpha", true)]), ProxyMode::Nftables).is_err());
     }
 
     #[test]
@@ -405,7 +509,16 @@ mod tests {
         assert!(find("ComponentFlagz").is_some());
         assert!(find("AllAlpha").is_some() && find("AllBeta").is_some());
         assert!(find("LoggingStableOptions").is_none());
-        assert!(find("KubeProxyNFTablesLocalhostNodePorts").is_none());
+        let lnp = find("KubeProxyNFTablesLocalhostNodePorts").expect("KubeProxyNFTablesLocalhostNodePorts");
+        assert!(!lnp.default && !lnp.locked && lnp.stage == "ALPHA");
+        let ipvs = find("KubeProxyIPVS").expect("KubeProxyIPVS");
+        assert!(ipvs.default && !ipvs.locked && ipvs.stage == "DEPRECATED");
+        let netlink = find("NFTablesNetlink").expect("NFTablesNetlink");
+        assert!(netlink.default && !netlink.locked && netlink.stage == "BETA");
+        let eips = find("AllowServiceExternalIPs").expect("AllowServiceExternalIPs");
+        assert!(eips.default && !eips.locked);
+        assert!(find("ServiceTrafficDistribution").is_none() && find("TopologyAwareHints").is_none());
+        assert!(find("WatchListClient").is_some() && find("InOrderInformers").is_some_and(|g| g.locked));
         // The internal constant CPUCFSQuotaPeriod is registered under this name.
         assert!(find("CustomCPUCFSQuotaPeriod").is_some());
         assert!(find("CPUCFSQuotaPeriod").is_none());

@@ -3,8 +3,9 @@
 //! Slices are cached per Service and per slice name, as `applied` (committed) and
 //! `pending` (changed since). A slice event is pending only if it differs from what is
 //! already pending or applied. At commit, each touched Service's endpoints are merged
-//! from all its slices (slices in name order; an endpoint in several slices appears
-//! once, a local copy winning), sorted by `ip:port` string, and compared with before:
+//! from all its slices (slices in name order; an endpoint in several slices, or twice in
+//! one, appears once: a later copy replaces an earlier one unless it is terminating, as
+//! kube-proxy v1.36+ does), sorted by `ip:port` string, and compared with before:
 //! services whose endpoints did not change are not reported.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -231,7 +232,11 @@ pub fn merge_slices<'a>(
                     node_hints: ep.node_hints.clone(),
                 };
                 let key = endpoint.addr_string();
-                if is_local || !set.contains_key(&key) {
+                // kube-proxy's addEndpoints since v1.36 (PR #135593): the same IP twice is
+                // an endpoint moving between slices, or a pod IP reused while the pod that
+                // had it is still terminating; a terminating copy never replaces another,
+                // so the running pod wins. (Before, a local copy won.)
+                if !endpoint.terminating || !set.contains_key(&key) {
                     set.insert(key, endpoint);
                 }
             }

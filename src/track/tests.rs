@@ -85,7 +85,7 @@ fn removed_port_leaves_the_map() {
 fn slices_merge_dedupe_and_sort_by_string() {
     let mut t = tracker();
     t.apply(&Event::SliceApplied(slice("web-a", "web", vec![ep("10.1.1.1", None, true), ep("10.1.1.11", None, true)])));
-    // The same endpoint in a second slice appears once; the local copy wins.
+    // The same endpoint in a second slice appears once; the later (non-terminating) copy wins.
     t.apply(&Event::SliceApplied(slice("web-b", "web", vec![ep("10.1.1.1", Some("node-a"), true), ep("10.1.1.2", None, false)])));
     let c = t.commit();
     assert_eq!(c.services.len(), 1);
@@ -93,6 +93,40 @@ fn slices_merge_dedupe_and_sort_by_string() {
     let addrs: Vec<String> = eps.iter().map(Endpoint::addr_string).collect();
     assert_eq!(addrs, ["10.1.1.11:8080", "10.1.1.1:8080", "10.1.1.2:8080"]);
     assert!(eps[1].is_local);
+}
+
+/// kube-proxy v1.36+ (PR #135593): a pod IP reused while the pod that had it is still
+/// terminating is served by the running pod, whichever slice lists it first; a local copy
+/// no longer wins over it.
+#[test]
+fn a_terminating_copy_never_replaces_another() {
+    let terminating = |ip: &str, node: Option<&str>| {
+        let mut e = ep(ip, node, false);
+        e.terminating = true;
+        e.serving = false;
+        e
+    };
+    let mut t = tracker();
+    // The terminating copy (on this node) comes first, then the running one elsewhere.
+    t.apply(&Event::SliceApplied(slice("web-a", "web", vec![terminating("10.1.1.1", Some("node-a"))])));
+    t.apply(&Event::SliceApplied(slice("web-b", "web", vec![ep("10.1.1.1", Some("node-b"), true)])));
+    t.commit();
+    let eps = t.endpoints.map().values().next().unwrap().clone();
+    assert_eq!(eps.len(), 1);
+    assert!(eps[0].ready && !eps[0].terminating && !eps[0].is_local, "{:?}", eps[0]);
+    // The running copy first, then a terminating local one: the running one stays.
+    let mut t = tracker();
+    t.apply(&Event::SliceApplied(slice("web-a", "web", vec![ep("10.1.1.1", Some("node-b"), true)])));
+    t.apply(&Event::SliceApplied(slice("web-b", "web", vec![terminating("10.1.1.1", Some("node-a"))])));
+    t.commit();
+    let eps = t.endpoints.map().values().next().unwrap().clone();
+    assert!(eps[0].ready && !eps[0].terminating && !eps[0].is_local, "{:?}", eps[0]);
+    // Twice in one slice: the same rule.
+    let mut t = tracker();
+    t.apply(&Event::SliceApplied(slice("web-a", "web", vec![terminating("10.1.1.1", None), ep("10.1.1.1", None, true)])));
+    t.commit();
+    let eps = t.endpoints.map().values().next().unwrap().clone();
+    assert!(eps[0].ready && !eps[0].terminating, "{:?}", eps[0]);
 }
 
 #[test]

@@ -26,7 +26,27 @@ fn goto(chain: &str) -> Vec<String> {
 
 /// An element of a `no-endpoint-*` map, commented with the service port.
 fn refuse(out: &mut Objects, map: &str, key: Vec<String>, verdict: &str, p: &Wiring) {
-    out.element(map, key, vec![verdict.to_owned()], Some(&p.spn));
+    out.element(map, key, vec![verdict.to_owned()], Some(element_comment(&p.spn)));
+}
+
+/// The longest comment nft accepts ("comment too long, 128 characters maximum allowed";
+/// knftables' `CommentLengthMax`).
+const COMMENT_MAX: usize = 128;
+
+/// The service port's name cut to [`COMMENT_MAX`] bytes, as kube-proxy v1.37 cuts it
+/// (`truncateNFTablesComment`, pkg/proxy/nftables/proxier.go @7b8fb5e): a namespace and a
+/// name of 63 characters and a port name of 15 make 143, which nft refuses, failing the
+/// whole transaction. Names are ASCII (DNS labels); a non-ASCII one is cut at the last
+/// character boundary within the limit.
+fn element_comment(spn: &str) -> &str {
+    if spn.len() <= COMMENT_MAX {
+        return spn;
+    }
+    let mut end = COMMENT_MAX;
+    while !spn.is_char_boundary(end) {
+        end -= 1;
+    }
+    &spn[..end]
 }
 
 fn cluster_ip(p: &Wiring, out: &mut Objects) {
@@ -75,5 +95,49 @@ fn node_port(p: &Wiring, out: &mut Objects) {
     }
     if let Some(v) = &p.external_refusal {
         refuse(out, NO_ENDPOINT_NODEPORTS, key(), v, p);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nftables::names::NO_ENDPOINT_SERVICES;
+
+    #[test]
+    fn a_comment_is_cut_to_128_bytes() {
+        let short = "ns/svc:port";
+        assert_eq!(element_comment(short), short);
+        let exact = "a".repeat(128);
+        assert_eq!(element_comment(&exact), exact);
+        let long = format!("{}/{}:{}", "n".repeat(63), "s".repeat(63), "p".repeat(15));
+        assert_eq!(long.len(), 143);
+        assert_eq!(element_comment(&long), &long[..128]);
+        // Never inside a character.
+        let wide = format!("{}é", "a".repeat(127));
+        assert_eq!(element_comment(&wide), "a".repeat(127));
+    }
+
+    /// A service with no endpoints and the longest names the API allows renders a
+    /// `no-endpoint-services` element whose comment nft accepts.
+    #[test]
+    fn the_longest_service_port_name_renders_a_comment_nft_accepts() {
+        let (ns, name, port) = ("n".repeat(63), "s".repeat(63), "p".repeat(15));
+        let text = format!(
+            "apiVersion: svcproxy.dev/v1alpha1\nkind: SvcproxyFixture\nnode:\n  name: node-1\n  ips: [192.168.10.11]\noptions:\n  ipFamily: ipv4\n---\n\
+             apiVersion: v1\nkind: Service\nmetadata:\n  name: {name}\n  namespace: {ns}\nspec:\n  clusterIP: 10.96.0.50\n  ports:\n  - name: {port}\n    port: 80\n    protocol: TCP\n"
+        );
+        let mut state = crate::source::ClusterState::default();
+        crate::source::file::read_str(std::path::Path::new("long.yaml"), &text, &mut state).expect("fixture");
+        let flags = crate::settings::Settings { mode: Some(crate::settings::kinds::ProxyMode::Nftables), ..Default::default() };
+        let loaded = crate::pipeline::load(state, flags, Default::default()).expect("load");
+        let tables: Vec<_> = crate::nftables::render_all(&loaded.config, &loaded.trackers).iter().map(|r| r.table()).collect();
+        let comments: Vec<String> = tables
+            .iter()
+            .flat_map(|t| t.objects.elements.iter())
+            .filter(|e| e.set == NO_ENDPOINT_SERVICES)
+            .filter_map(|e| e.comment.clone())
+            .collect();
+        let full = format!("{ns}/{name}:{port}");
+        assert_eq!(comments, vec![full[..128].to_owned()]);
     }
 }
