@@ -19,7 +19,8 @@ use super::wire::canon::{self, Canon};
 /// (and their keys' bytes) by named set or map. `None`: something of it was not readable.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LiveTable {
-    pub chains: HashMap<String, Option<Vec<Canon>>>,
+    /// Each chain's rules as one canonical form ([`canon::Chain`]).
+    pub chains: HashMap<String, Option<Canon>>,
     pub sets: HashMap<String, Option<canon::Elements>>,
 }
 
@@ -60,7 +61,7 @@ pub fn plan(table: &Table, live: &LiveTable) -> Plan {
     for c in &o.chains {
         let Some(Some(held)) = live.chains.get(&c.name) else { continue };
         let text = texts.get(c.name.as_str()).map_or("", String::as_str);
-        if canon::rules_of_text(text).is_some_and(|want| &want == held) {
+        if canon::chain_of_text(text).is_some_and(|want| &want == held) {
             same.insert(c.name.clone());
         }
     }
@@ -147,7 +148,7 @@ pub fn key_text(kind: &str, key: &[u8], family: Family) -> Option<String> {
 /// one. A chain or set the encoder does not take is `None` (unreadable).
 pub fn from_text<'a>(chains: impl IntoIterator<Item = (&'a str, String)>, sets: impl IntoIterator<Item = (&'a str, String)>) -> LiveTable {
     LiveTable {
-        chains: chains.into_iter().map(|(n, t)| (n.to_owned(), canon::rules_of_text(&t))).collect(),
+        chains: chains.into_iter().map(|(n, t)| (n.to_owned(), canon::chain_of_text(&t))).collect(),
         sets: sets.into_iter().map(|(n, t)| (n.to_owned(), canon::elements_of_text(&t))).collect(),
     }
 }
@@ -232,7 +233,7 @@ mod tests {
         let mut live = held(&t);
         let mut extra = String::from("add rule ip kube-proxy service-a numgen random mod 1 vmap { 0 : goto endpoint-a }\n");
         extra.push_str("add rule ip kube-proxy service-a drop\n");
-        live.chains.insert("service-a".into(), canon::rules_of_text(&extra));
+        live.chains.insert("service-a".into(), canon::chain_of_text(&extra));
         assert!(!plan(&t, &live).same.contains("service-a"));
     }
 
