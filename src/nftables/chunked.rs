@@ -79,10 +79,8 @@ fn per_service(chain: &str) -> bool {
 /// what differs (module documentation).
 pub fn write(table: &Table, existing: &HashSet<&str>, max_lines: usize, plan: Option<&Plan>) -> Chunked {
     let mut declare = String::new();
-    let head = model::declare(&mut declare, table);
-    if plan.is_some() {
-        declare = undeclare_existing(&declare, &head, existing);
-    }
+    // Over a live table compared, without the `add chain` lines of regular chains that exist.
+    let head = model::declare_but(&mut declare, table, |name| plan.is_some() && existing.contains(name));
     let o = &table.objects;
     let index: HashMap<&str, usize> = o.chains.iter().enumerate().map(|(i, c)| (c.name.as_str(), i)).collect();
     let mut by_chain: Vec<Vec<&Rule>> = vec![Vec::new(); o.chains.len()];
@@ -139,17 +137,6 @@ pub fn write(table: &Table, existing: &HashSet<&str>, max_lines: usize, plan: Op
         Some(p) => set_changes(&mut last, table, &head, p),
     }
     Chunked { declare, chunks, last }
-}
-
-/// `declare` without the lines that add a regular chain (no hook, no comment: the whole
-/// line is `add chain HEAD NAME`) that `existing` holds.
-fn undeclare_existing(declare: &str, head: &str, existing: &HashSet<&str>) -> String {
-    let prefix = format!("add chain {head} ");
-    declare
-        .lines()
-        .filter(|l| !l.strip_prefix(&prefix).is_some_and(|name| !name.contains(' ') && existing.contains(name)))
-        .flat_map(|l| [l, "\n"])
-        .collect()
 }
 
 /// The sets' and maps' changes in the last batch: element deletes of the diffed sets and

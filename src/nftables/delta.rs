@@ -19,7 +19,8 @@ use super::wire::canon::{self, Canon};
 /// (and their keys' bytes) by named set or map. `None`: something of it was not readable.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LiveTable {
-    pub chains: HashMap<String, Option<Vec<Canon>>>,
+    /// Each chain's rules as one canonical form ([`canon::Chain`]).
+    pub chains: HashMap<String, Option<Canon>>,
     pub sets: HashMap<String, Option<canon::Elements>>,
 }
 
@@ -50,17 +51,28 @@ impl Plan {
 pub fn plan(table: &Table, live: &LiveTable) -> Plan {
     let head = format!("{} {}", table.family.as_str(), table.name);
     let o = &table.objects;
-    let mut texts: HashMap<&str, String> = o.chains.iter().map(|c| (c.name.as_str(), String::new())).collect();
+    // Each chain's rules, by the chain's first declaration (a chain's text is written
+    // when it is compared, into one buffer: not 143,000 strings at 10,000 services).
+    let mut index: HashMap<&str, usize> = HashMap::with_capacity(o.chains.len());
+    for c in &o.chains {
+        let next = index.len();
+        index.entry(c.name.as_str()).or_insert(next);
+    }
+    let mut rules: Vec<Vec<&model::Rule>> = vec![Vec::new(); index.len()];
     for r in &o.rules {
-        if let Some(t) = texts.get_mut(r.chain.as_str()) {
-            model::rule_line(t, &head, r);
+        if let Some(&i) = index.get(r.chain.as_str()) {
+            rules[i].push(r);
         }
     }
     let mut same = HashSet::new();
+    let mut text = String::new();
     for c in &o.chains {
         let Some(Some(held)) = live.chains.get(&c.name) else { continue };
-        let text = texts.get(c.name.as_str()).map_or("", String::as_str);
-        if canon::rules_of_text(text).is_some_and(|want| &want == held) {
+        text.clear();
+        for r in index.get(c.name.as_str()).map_or(&[][..], |&i| rules[i].as_slice()) {
+            model::rule_line(&mut text, &head, r);
+        }
+        if canon::chain_of_text(&text).is_some_and(|want| &want == held) {
             same.insert(c.name.clone());
         }
     }
@@ -147,7 +159,7 @@ pub fn key_text(kind: &str, key: &[u8], family: Family) -> Option<String> {
 /// one. A chain or set the encoder does not take is `None` (unreadable).
 pub fn from_text<'a>(chains: impl IntoIterator<Item = (&'a str, String)>, sets: impl IntoIterator<Item = (&'a str, String)>) -> LiveTable {
     LiveTable {
-        chains: chains.into_iter().map(|(n, t)| (n.to_owned(), canon::rules_of_text(&t))).collect(),
+        chains: chains.into_iter().map(|(n, t)| (n.to_owned(), canon::chain_of_text(&t))).collect(),
         sets: sets.into_iter().map(|(n, t)| (n.to_owned(), canon::elements_of_text(&t))).collect(),
     }
 }
@@ -232,7 +244,7 @@ mod tests {
         let mut live = held(&t);
         let mut extra = String::from("add rule ip kube-proxy service-a numgen random mod 1 vmap { 0 : goto endpoint-a }\n");
         extra.push_str("add rule ip kube-proxy service-a drop\n");
-        live.chains.insert("service-a".into(), canon::rules_of_text(&extra));
+        live.chains.insert("service-a".into(), canon::chain_of_text(&extra));
         assert!(!plan(&t, &live).same.contains("service-a"));
     }
 

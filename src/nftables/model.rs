@@ -181,11 +181,21 @@ pub fn write(table: &Table, form: Form) -> String {
 /// Writes the table, its chains and its sets and maps (`add` commands, which change
 /// nothing of an object that is already there); returns the `FAMILY TABLE` head.
 pub(crate) fn declare(out: &mut String, table: &Table) -> String {
+    declare_but(out, table, |_| false)
+}
+
+/// [`declare`] without the lines of the regular chains (no hook, no comment: the line is
+/// `add chain HEAD NAME`) that `leave_out` names.
+pub(crate) fn declare_but(out: &mut String, table: &Table, leave_out: impl Fn(&str) -> bool) -> String {
     let head = format!("{} {}", table.family.as_str(), table.name);
     let _ = writeln!(out, "add table {head} {{ comment {} ; }}", quote(table.comment));
     let o = &table.objects;
     for c in &o.chains {
-        let _ = writeln!(out, "add chain {head} {}{}", c.name, chain_spec(c));
+        let spec = chain_spec(c);
+        if spec.is_empty() && !c.name.contains(' ') && leave_out(&c.name) {
+            continue;
+        }
+        let _ = writeln!(out, "add chain {head} {}{spec}", c.name);
     }
     for s in &o.sets {
         let _ = writeln!(out, "add {} {head} {} {}", kind_word(s), s.name, set_spec(s));

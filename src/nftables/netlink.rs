@@ -320,10 +320,12 @@ pub fn read_table(family: Family) -> Result<Option<TableRead>, NftError> {
 
 /// What a table's chain and set dumps name.
 fn table_read(chains: &[dump::Reply], sets: &[dump::Reply]) -> TableRead {
-    let names = Names {
-        chains: chains.iter().filter_map(|r| dump::chain_of(r, TABLE)).collect(),
-        sets: sets.iter().filter_map(|r| dump::set_of(r, TABLE)).collect(),
-    };
+    table_read_of(chains.iter().filter_map(|r| dump::chain_of(r, TABLE)).collect(), sets)
+}
+
+/// [`table_read`], the chains' names already picked.
+fn table_read_of(chains: Vec<String>, sets: &[dump::Reply]) -> TableRead {
+    let names = Names { chains, sets: sets.iter().filter_map(|r| dump::set_of(r, TABLE)).collect() };
     let anon_next = sets.iter().filter_map(|r| dump::anonymous_number(r, TABLE)).max().map_or(0, |n| n.saturating_add(1));
     TableRead { names, anon_next }
 }
@@ -366,29 +368,31 @@ pub fn read_live_cached(family: Family, cache: &mut AnonCache) -> Result<Option<
         Some(libc::ENOENT) => return Ok(None),
         Some(e) => return Err(io(std::io::Error::from_raw_os_error(e))),
     }
+    // One buffer for every reply of this read, parsed in place (133,000 chains at
+    // 10,000 services: the chain list, then one rule dump each).
+    let mut buf = vec![0u8; RECV_BUF];
     let sets = exchange(&mut sock, &dump::request(dump::GETSET, f, TABLE, next()))?;
-    let chains = exchange(&mut sock, &dump::request(dump::GETCHAIN, f, TABLE, next()))?;
-    if let Some(e) = errno(&sets).or(errno(&chains)) {
+    let mut chains: Vec<String> = Vec::new();
+    let chains_failed = exchange_each(&mut sock, &dump::request(dump::GETCHAIN, f, TABLE, next()), &mut buf, |kind, payload| {
+        if let Some(name) = (kind == dump::NEWCHAIN).then(|| dump::chain_name(payload, TABLE)).flatten() {
+            chains.push(name.to_owned());
+        }
+    })?;
+    if let Some(e) = errno(&sets).or(chains_failed) {
         return Err(io(std::io::Error::from_raw_os_error(e)));
     }
-    let elements = |sock: &mut Socket, name: &str, seq: u32| -> Result<Option<canon::Elements>, NftError> {
-        let replies = exchange(sock, &dump::request_of(dump::GETSETELEM, f, TABLE, name, seq))?;
-        if errno(&replies).is_some() {
-            return Ok(None);
-        }
+    let elements = |sock: &mut Socket, buf: &mut [u8], name: &str, seq: u32| -> Result<Option<canon::Elements>, NftError> {
         let mut out = Vec::new();
-        for r in replies {
-            if let dump::Reply::Object { kind: dump::NEWSETELEM, attrs } = r {
-                match canon::elements(&attrs) {
-                    Some(e) => out.extend(e),
-                    None => return Ok(None),
-                }
+        let mut readable = true;
+        let failed = exchange_each(sock, &dump::request_of(dump::GETSETELEM, f, TABLE, name, seq), buf, |kind, payload| {
+            if readable && kind == dump::NEWSETELEM {
+                readable = canon::elements_into(&mut out, canon::Attrs(payload)).is_some();
             }
-        }
-        Ok(Some(out))
+        })?;
+        Ok((failed.is_none() && readable).then_some(out))
     };
     let table_handle = table.iter().find_map(|r| dump::handle(r, dump::NEWTABLE, 4));
-    let mut read = LiveRead { table: table_read(&chains, &sets), ..LiveRead::default() };
+    let mut read = LiveRead { table: table_read_of(chains.clone(), &sets), ..LiveRead::default() };
     let mut anonymous: HashMap<String, canon::Canon> = HashMap::new();
     let mut live = LiveTable::default();
     for r in &sets {
@@ -402,23 +406,27 @@ pub fn read_live_cached(family: Family, cache: &mut AnonCache) -> Result<Option<
                 continue;
             }
             read.dumped += 1;
-            if let (Some(header), Some(mut elems)) = (canon::set_header(attrs), elements(&mut sock, &name, next())?) {
+            if let (Some(header), Some(mut elems)) = (canon::set_header(attrs), elements(&mut sock, &mut buf, &name, next())?) {
                 anonymous.insert(name, canon::set_content(&header, &mut elems));
             }
         } else if !dump::is_dynamic(attrs) {
-            let elems = elements(&mut sock, &name, next())?;
+            let elems = elements(&mut sock, &mut buf, &name, next())?;
             live.sets.insert(name, elems);
         }
     }
     let resolve = canon::resolve_in(&anonymous);
-    for name in chains.iter().filter_map(|r| dump::chain_of(r, TABLE)) {
-        let replies = exchange(&mut sock, &dump::request_of(dump::GETRULE, f, TABLE, &name, next()))?;
-        let rules = if errno(&replies).is_some() {
-            None
-        } else {
-            replies.iter().filter_map(|r| if let dump::Reply::Object { kind: dump::NEWRULE, attrs } = r { Some(canon::rule(attrs, &resolve)) } else { None }).collect()
-        };
-        live.chains.insert(name, rules);
+    let mut request = Vec::new();
+    live.chains.reserve(chains.len());
+    for name in chains {
+        request.clear();
+        dump::request_of_into(&mut request, dump::GETRULE, f, TABLE, &name, next());
+        let mut chain = canon::Chain::new();
+        let failed = exchange_each(&mut sock, &request, &mut buf, |kind, payload| {
+            if kind == dump::NEWRULE {
+                chain.push(payload, &resolve);
+            }
+        })?;
+        live.chains.insert(name, if failed.is_some() { None } else { chain.finish() });
     }
     let after = generation(&mut sock, next())?;
     if before.is_none() || before != after {
@@ -490,7 +498,7 @@ fn exchange(sock: &mut Socket, request: &[u8]) -> Result<Vec<dump::Reply>, NftEr
     let io = |e: std::io::Error| NftError::Failed { command: "nf_tables netlink read".into(), message: e.to_string() };
     sock.send(request, 0).map_err(io)?;
     let mut out = Vec::new();
-    let mut buf = vec![0u8; 1 << 16];
+    let mut buf = vec![0u8; RECV_BUF];
     loop {
         let n = sock.recv(&mut &mut buf[..], 0).map_err(io)?;
         if n == 0 {
@@ -501,6 +509,39 @@ fn exchange(sock: &mut Socket, request: &[u8]) -> Result<Vec<dump::Reply>, NftEr
         out.extend(replies);
         if end {
             return Ok(out);
+        }
+    }
+}
+
+/// A read's receive buffer: a dump reply is at most 32 KiB (the kernel's bound), a
+/// lookup's answer smaller.
+const RECV_BUF: usize = 1 << 16;
+
+/// [`exchange`] without collecting: `each` gets every nf_tables object of the replies
+/// (kind, attributes after `nfgenmsg`), borrowed from `buf`, as it is received. Returns
+/// the first error the kernel answered with (`None`: none).
+fn exchange_each(sock: &mut Socket, request: &[u8], buf: &mut [u8], mut each: impl FnMut(u16, &[u8])) -> Result<Option<i32>, NftError> {
+    let io = |e: std::io::Error| NftError::Failed { command: "nf_tables netlink read".into(), message: e.to_string() };
+    sock.send(request, 0).map_err(io)?;
+    let mut error = None;
+    loop {
+        let n = sock.recv(&mut &mut buf[..], 0).map_err(io)?;
+        if n == 0 {
+            return Err(io(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the kernel closed the read")));
+        }
+        let mut end = false;
+        dump::each_reply(&buf[..n], |r| match r {
+            dump::Borrowed::Object { kind, payload } => each(kind, payload),
+            dump::Borrowed::Error(e) => {
+                end = true;
+                if e != 0 && error.is_none() {
+                    error = Some(e);
+                }
+            }
+            dump::Borrowed::Done => end = true,
+        });
+        if end {
+            return Ok(error);
         }
     }
 }

@@ -25,12 +25,16 @@ impl Attrs {
         self
     }
 
-    /// A NUL-terminated string.
+    /// A NUL-terminated string (as [`Attrs::bytes`] of its bytes and a NUL, written in place).
     pub fn str(&mut self, kind: u16, s: &str) -> &mut Self {
-        let mut v = Vec::with_capacity(s.len() + 1);
-        v.extend_from_slice(s.as_bytes());
-        v.push(0);
-        self.bytes(kind, &v)
+        let len = 4 + s.len() + 1;
+        self.0.reserve(len + 3);
+        self.0.extend_from_slice(&(len as u16).to_ne_bytes());
+        self.0.extend_from_slice(&kind.to_ne_bytes());
+        self.0.extend_from_slice(s.as_bytes());
+        self.0.push(0);
+        self.pad();
+        self
     }
 
     pub fn be32(&mut self, kind: u16, v: u32) -> &mut Self {

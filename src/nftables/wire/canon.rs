@@ -35,10 +35,90 @@ pub fn parse(b: &[u8]) -> Vec<Attr> {
     dump::attrs(b)
 }
 
+pub use super::dump::AttrIter as Attrs;
+
+/// An owned attribute list, borrowed as [`Attrs`] yields them.
+fn borrowed(attrs: &[Attr]) -> impl Iterator<Item = (u16, &[u8])> + Clone {
+    attrs.iter().map(|(t, v)| (*t, v.as_slice()))
+}
+
+/// The first attribute of type `t`.
+fn first<'a>(attrs: impl Iterator<Item = (u16, &'a [u8])>, t: u16) -> Option<&'a [u8]> {
+    attrs.into_iter().find(|(k, _)| *k == t).map(|(_, v)| v)
+}
+
+/// Up to [`Few::MAX`] attributes, on the stack: sorted by type (stably) without an
+/// allocation. More than that is not a form this module knows (`None`).
+struct Few<'a> {
+    items: [(u16, &'a [u8]); Few::MAX],
+    len: usize,
+}
+
+impl<'a> Few<'a> {
+    const MAX: usize = 32;
+
+    fn of(attrs: impl Iterator<Item = (u16, &'a [u8])>) -> Option<Self> {
+        let mut f = Few { items: [(0, &[][..]); Few::MAX], len: 0 };
+        for a in attrs {
+            f.push(a)?;
+        }
+        Some(f)
+    }
+
+    fn push(&mut self, a: (u16, &'a [u8])) -> Option<()> {
+        *self.items.get_mut(self.len)? = a;
+        self.len += 1;
+        Some(())
+    }
+
+    fn as_slice(&self) -> &[(u16, &'a [u8])] {
+        &self.items[..self.len]
+    }
+
+    fn get(&self, t: u16) -> Option<&'a [u8]> {
+        first(self.as_slice().iter().copied(), t)
+    }
+
+    fn retain(&mut self, keep: impl Fn(u16, &[u8]) -> bool) {
+        let mut n = 0;
+        for i in 0..self.len {
+            let (t, v) = self.items[i];
+            if keep(t, v) {
+                self.items[n] = (t, v);
+                n += 1;
+            }
+        }
+        self.len = n;
+    }
+
+    /// Sorted by type, equal types in their order (an insertion sort: a handful of items).
+    fn sorted(mut self) -> Self {
+        for i in 1..self.len {
+            let mut j = i;
+            while j > 0 && self.items[j - 1].0 > self.items[j].0 {
+                self.items.swap(j - 1, j);
+                j -= 1;
+            }
+        }
+        self
+    }
+}
+
 fn put(out: &mut Vec<u8>, tag: u16, data: &[u8]) {
     out.extend_from_slice(&tag.to_ne_bytes());
     out.extend_from_slice(&(data.len() as u32).to_ne_bytes());
     out.extend_from_slice(data);
+}
+
+/// [`put`] of what `f` writes, in place: the same bytes without a buffer of its own.
+fn put_with(out: &mut Vec<u8>, tag: u16, f: impl FnOnce(&mut Vec<u8>) -> Option<()>) -> Option<()> {
+    out.extend_from_slice(&tag.to_ne_bytes());
+    let at = out.len();
+    out.extend_from_slice(&[0; 4]);
+    f(out)?;
+    let len = (out.len() - at - 4) as u32;
+    out[at..at + 4].copy_from_slice(&len.to_ne_bytes());
+    Some(())
 }
 
 fn be32(v: &[u8]) -> Option<u32> {
@@ -49,32 +129,25 @@ fn is_zero(v: &[u8]) -> bool {
     v.iter().all(|b| *b == 0)
 }
 
-fn sorted(mut a: Vec<Attr>) -> Vec<Attr> {
-    a.sort_by_key(|(t, _)| *t);
-    a
-}
-
-/// `NFTA_DATA_VALUE` / `NFTA_DATA_VERDICT { code, chain }`.
-fn data(b: &[u8]) -> Option<Canon> {
-    let mut out = Vec::new();
-    for (t, v) in sorted(parse(b)) {
+/// `NFTA_DATA_VALUE` / `NFTA_DATA_VERDICT { code, chain }`, appended to `out`.
+fn data(out: &mut Vec<u8>, b: &[u8]) -> Option<()> {
+    for &(t, v) in Few::of(Attrs(b))?.sorted().as_slice() {
         match t {
-            1 => put(&mut out, 1, &v),
-            2 => {
-                let mut verdict = Vec::new();
-                for (t, v) in sorted(parse(&v)) {
+            1 => put(out, 1, v),
+            2 => put_with(out, 2, |out| {
+                for &(t, v) in Few::of(Attrs(v))?.sorted().as_slice() {
                     match t {
-                        1 => put(&mut verdict, 1, &v),
-                        2 => put(&mut verdict, 2, strip_nul(&v)),
+                        1 => put(out, 1, v),
+                        2 => put(out, 2, strip_nul(v)),
                         _ => return None,
                     }
                 }
-                put(&mut out, 2, &verdict);
-            }
+                Some(())
+            })?,
             _ => return None,
         }
     }
-    Some(out)
+    Some(())
 }
 
 fn strip_nul(v: &[u8]) -> &[u8] {
@@ -82,13 +155,22 @@ fn strip_nul(v: &[u8]) -> &[u8] {
     &v[..end]
 }
 
-/// What a rule's set reference (a lookup's, a dynset's) stands for: a named set's name, or
-/// an anonymous set's content; `None` when not known.
-pub type Resolve<'a> = dyn Fn(&str) -> Option<Canon> + 'a;
+/// What a set a rule refers to (a lookup's, a dynset's) stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SetRef<'a> {
+    /// A named set: its name.
+    Named,
+    /// An anonymous set: its content ([`set_content`]).
+    Anonymous(&'a [u8]),
+}
 
-/// One expression (`name`, its `NFTA_EXPR_DATA` payload).
-fn expr(name: &str, b: &[u8], resolve: &Resolve<'_>) -> Option<Canon> {
-    let mut a = parse(b);
+/// What a rule's set reference stands for, by the set's name; `None` when not known.
+pub type Resolve<'a> = dyn Fn(&str) -> Option<SetRef<'a>> + 'a;
+
+/// One expression (`name`, its `NFTA_EXPR_DATA` payload), appended to `out`.
+fn expr(out: &mut Vec<u8>, name: &str, b: &[u8], resolve: &Resolve<'_>) -> Option<()> {
+    let flags: [u8; 4];
+    let mut a = Few::of(Attrs(b))?;
     // Attributes holding nested data (`NFTA_DATA_*`) in this expression.
     let nested: &[u16] = match name {
         "cmp" => &[3],
@@ -99,88 +181,128 @@ fn expr(name: &str, b: &[u8], resolve: &Resolve<'_>) -> Option<Canon> {
     };
     match name {
         // NFTA_BITWISE_OP 0 (a mask-and-xor): the kernel dumps it, nft sends it for marks only.
-        "bitwise" => a.retain(|(t, v)| !(*t == 6 && is_zero(v))),
+        "bitwise" => a.retain(|t, v| !(t == 6 && is_zero(v))),
         // NFTA_LOOKUP_SET_ID (a batch-local id) never; NFTA_LOOKUP_FLAGS when 0.
-        "lookup" => a.retain(|(t, v)| *t != 4 && !(*t == 5 && is_zero(v))),
+        "lookup" => a.retain(|t, v| t != 4 && !(t == 5 && is_zero(v))),
         // NFTA_DYNSET_SET_ID; a zero NFTA_DYNSET_TIMEOUT / NFTA_DYNSET_FLAGS (9).
-        "dynset" => a.retain(|(t, v)| *t != 2 && !(matches!(t, 6 | 9) && is_zero(v))),
-        "masq" => a.retain(|(t, v)| !(*t == 1 && is_zero(v))),
-        "nat" => nat(&mut a)?,
+        "dynset" => a.retain(|t, v| t != 2 && !(matches!(t, 6 | 9) && is_zero(v))),
+        "masq" => a.retain(|t, v| !(t == 1 && is_zero(v))),
+        "nat" => {
+            flags = nat(&mut a)?;
+            if flags != [0; 4] {
+                a.push((7, &flags))?;
+            }
+        }
         _ => {}
     }
     let set_attr = match name {
         "lookup" | "dynset" => Some(1),
         _ => None,
     };
-    let mut out = Vec::new();
-    for (t, v) in sorted(a) {
+    for &(t, v) in a.sorted().as_slice() {
         if nested.contains(&t) {
-            put(&mut out, t, &data(&v)?);
+            put_with(out, t, |out| data(out, v))?;
         } else if Some(t) == set_attr {
-            let set = std::str::from_utf8(strip_nul(&v)).ok()?;
-            put(&mut out, t, &resolve(set)?);
+            let set = std::str::from_utf8(strip_nul(v)).ok()?;
+            match resolve(set)? {
+                SetRef::Named => put(out, t, set.as_bytes()),
+                SetRef::Anonymous(content) => put(out, t, content),
+            }
         } else {
-            put(&mut out, t, &v);
+            put(out, t, v);
         }
     }
-    Some(out)
+    Some(())
 }
 
 /// NAT: the kernel sets `NF_NAT_RANGE_MAP_IPS` / `_PROTO_SPECIFIED` itself when an address
-/// / a port register is given, and dumps a max register equal to the min one.
-fn nat(a: &mut Vec<Attr>) -> Option<()> {
-    let get = |a: &[Attr], t: u16| a.iter().find(|(k, _)| *k == t).map(|(_, v)| v.clone());
-    let mut flags = get(a, 7).map_or(Some(0), |v| be32(&v))?;
-    if get(a, 3).is_some() {
+/// / a port register is given, and dumps a max register equal to the min one. Leaves out
+/// the flags and those max registers; returns the flags to add back (zero: none).
+fn nat(a: &mut Few<'_>) -> Option<[u8; 4]> {
+    let mut flags = a.get(7).map_or(Some(0), be32)?;
+    let (addr_min, proto_min) = (a.get(3), a.get(5));
+    if addr_min.is_some() {
         flags |= 0x1;
     }
-    if get(a, 5).is_some() {
+    if proto_min.is_some() {
         flags |= 0x2;
     }
-    let (addr_min, proto_min) = (get(a, 3), get(a, 5));
-    a.retain(|(t, v)| *t != 7 && !(*t == 4 && Some(v) == addr_min.as_ref()) && !(*t == 6 && Some(v) == proto_min.as_ref()));
-    if flags != 0 {
-        a.push((7, flags.to_be_bytes().to_vec()));
-    }
-    Some(())
+    a.retain(|t, v| t != 7 && !(t == 4 && Some(v) == addr_min) && !(t == 6 && Some(v) == proto_min));
+    Some(flags.to_be_bytes())
 }
 
 /// A rule (its message's attributes): its expressions and its user data (the comment).
 pub fn rule(attrs: &[Attr], resolve: &Resolve<'_>) -> Option<Canon> {
     let mut out = Vec::new();
+    rule_into(&mut out, borrowed(attrs), resolve)?;
+    Some(out)
+}
+
+/// [`rule`] of a rule message's payload (its attributes after `nfgenmsg`), appended to
+/// `out`; `None` (and `out` in any state) when not provable.
+fn rule_into<'a>(out: &mut Vec<u8>, attrs: impl Iterator<Item = (u16, &'a [u8])>, resolve: &Resolve<'_>) -> Option<()> {
     for (t, v) in attrs {
         match t {
             // NFTA_RULE_EXPRESSIONS: a list, in order.
             4 => {
-                for (t, e) in parse(v) {
+                for (t, e) in Attrs(v) {
                     if t != 1 {
                         return None;
                     }
-                    let e = parse(&e);
-                    let name = e.iter().find(|(k, _)| *k == 1).map(|(_, n)| strip_nul(n))?;
+                    let name = first(Attrs(e), 1).map(strip_nul)?;
                     let name = std::str::from_utf8(name).ok()?;
-                    let body = e.iter().find(|(k, _)| *k == 2).map_or(&[][..], |(_, d)| d.as_slice());
-                    put(&mut out, 100, name.as_bytes());
-                    put(&mut out, 101, &expr(name, body, resolve)?);
+                    let body = first(Attrs(e), 2).unwrap_or(&[]);
+                    put(out, 100, name.as_bytes());
+                    put_with(out, 101, |out| expr(out, name, body, resolve))?;
                 }
             }
-            7 => put(&mut out, 7, v),
+            7 => put(out, 7, v),
             _ => {}
         }
     }
-    Some(out)
+    Some(())
+}
+
+/// A chain's rules as one canonical form, built rule by rule ([`Chain::push`]): each
+/// rule's form ([`rule`]) framed, in order. Equal forms: the same rules.
+#[derive(Debug, Default)]
+pub struct Chain {
+    form: Canon,
+    provable: bool,
+}
+
+impl Chain {
+    pub fn new() -> Self {
+        Chain { form: Vec::new(), provable: true }
+    }
+
+    /// Appends one rule message's payload (its attributes after `nfgenmsg`).
+    pub fn push(&mut self, payload: &[u8], resolve: &Resolve<'_>) {
+        if self.provable {
+            self.provable = put_with(&mut self.form, 1, |out| rule_into(out, Attrs(payload), resolve)).is_some();
+        }
+    }
+
+    /// The form; `None` when a rule was not provable.
+    pub fn finish(self) -> Option<Canon> {
+        self.provable.then_some(self.form)
+    }
 }
 
 /// A set's definition as far as it decides what the set holds and how nft lists it: flags,
 /// key and data types and lengths, user data. `None`: it has expressions (counters …).
 pub fn set_header(attrs: &[Attr]) -> Option<Canon> {
+    set_header_of(borrowed(attrs))
+}
+
+fn set_header_of<'a>(attrs: impl Iterator<Item = (u16, &'a [u8])> + Clone) -> Option<Canon> {
     let mut out = Vec::new();
     // A verdict map's data length: nft sends 0, the kernel keeps a verdict's size.
-    let verdicts = attrs.iter().any(|(t, v)| *t == 6 && be32(v) == Some(0xffff_ff00));
-    for (t, v) in sorted(attrs.to_vec()) {
+    let verdicts = attrs.clone().any(|(t, v)| t == 6 && be32(v) == Some(0xffff_ff00));
+    for &(t, v) in Few::of(attrs)?.sorted().as_slice() {
         match t {
             7 if verdicts => {}
-            3..=7 | 0xd => put(&mut out, t, &v),
+            3..=7 | 0xd => put(&mut out, t, v),
             0x11 | 0x12 | 0xf => return None,
             _ => {}
         }
@@ -190,13 +312,20 @@ pub fn set_header(attrs: &[Attr]) -> Option<Canon> {
 
 /// Whether a set message is an anonymous set's.
 pub fn is_anonymous(attrs: &[Attr]) -> bool {
-    attrs.iter().find(|(t, _)| *t == 3).and_then(|(_, v)| be32(v)).is_some_and(|f| f & SET_ANONYMOUS != 0)
+    is_anonymous_of(borrowed(attrs))
+}
+
+fn is_anonymous_of<'a>(attrs: impl Iterator<Item = (u16, &'a [u8])>) -> bool {
+    first(attrs, 3).and_then(be32).is_some_and(|f| f & SET_ANONYMOUS != 0)
 }
 
 /// A set's name in its message (`NFTA_SET_NAME`, or `NFTA_SET_ELEM_LIST_SET`: both 2).
 pub fn set_name(attrs: &[Attr]) -> Option<String> {
-    let v = attrs.iter().find(|(t, _)| *t == 2)?;
-    String::from_utf8(strip_nul(&v.1).to_vec()).ok()
+    set_name_of(borrowed(attrs))
+}
+
+fn set_name_of<'a>(attrs: impl Iterator<Item = (u16, &'a [u8])>) -> Option<String> {
+    String::from_utf8(strip_nul(first(attrs, 2)?).to_vec()).ok()
 }
 
 /// One element, canonical, and its key's value bytes. Timeouts and expirations (a dynamic
@@ -204,15 +333,15 @@ pub fn set_name(attrs: &[Attr]) -> Option<String> {
 pub fn element(b: &[u8]) -> Option<(Canon, Vec<u8>)> {
     let mut out = Vec::new();
     let mut key = None;
-    for (t, v) in sorted(parse(b)) {
+    for &(t, v) in Few::of(Attrs(b))?.sorted().as_slice() {
         match t {
             1 => {
-                key = parse(&v).into_iter().find(|(k, _)| *k == 1).map(|(_, k)| k);
-                put(&mut out, 1, &data(&v)?);
+                key = first(Attrs(v), 1).map(<[u8]>::to_vec);
+                put_with(&mut out, 1, |out| data(out, v))?;
             }
-            2 | 10 => put(&mut out, t, &data(&v)?),
-            3 if is_zero(&v) => {}
-            3 | 6 => put(&mut out, t, &v),
+            2 | 10 => put_with(&mut out, t, |out| data(out, v))?,
+            3 if is_zero(v) => {}
+            3 | 6 => put(&mut out, t, v),
             4 | 5 => {}
             _ => return None,
         }
@@ -222,15 +351,25 @@ pub fn element(b: &[u8]) -> Option<(Canon, Vec<u8>)> {
 
 /// The elements of a `NEWSETELEM` message (`NFTA_SET_ELEM_LIST_ELEMENTS`).
 pub fn elements(attrs: &[Attr]) -> Option<Elements> {
-    let list = attrs.iter().find(|(t, _)| *t == 3).map_or(&[][..], |(_, v)| v.as_slice());
+    let mut out = Vec::new();
+    elements_into(&mut out, borrowed(attrs))?;
+    Some(out)
+}
+
+/// [`elements`] of a message's attributes, appended to `out`.
+pub fn elements_into<'a>(out: &mut Elements, attrs: impl Iterator<Item = (u16, &'a [u8])>) -> Option<()> {
+    let list = first(attrs, 3).unwrap_or(&[]);
     // Each entry is an element, whatever its number (libnftnl numbers them from 1).
-    parse(list).into_iter().map(|(_, e)| element(&e)).collect()
+    for (_, e) in Attrs(list) {
+        out.push(element(e)?);
+    }
+    Some(())
 }
 
 /// An anonymous set's content: its definition, then its elements sorted.
 pub fn set_content(header: &[u8], elements: &mut [(Canon, Vec<u8>)]) -> Canon {
     elements.sort();
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(6 + header.len() + elements.iter().map(|(e, _)| 6 + e.len()).sum::<usize>());
     put(&mut out, 1, header);
     for (e, _) in elements.iter() {
         put(&mut out, 2, e);
@@ -240,11 +379,11 @@ pub fn set_content(header: &[u8], elements: &mut [(Canon, Vec<u8>)]) -> Canon {
 
 /// What a reference to `name` resolves to, given the anonymous sets known (name →
 /// content): the content, or a named set's own name; `None` for an anonymous set not known.
-pub fn resolve_in<'a>(anonymous: &'a HashMap<String, Canon>) -> impl Fn(&str) -> Option<Canon> + 'a {
+pub fn resolve_in<'a>(anonymous: &'a HashMap<String, Canon>) -> impl Fn(&str) -> Option<SetRef<'a>> + 'a {
     move |name: &str| match anonymous.get(name) {
-        Some(c) => Some(c.clone()),
+        Some(c) => Some(SetRef::Anonymous(c)),
         None if name.starts_with("__") => None,
-        None => Some(name.as_bytes().to_vec()),
+        None => Some(SetRef::Named),
     }
 }
 
@@ -253,38 +392,79 @@ pub fn messages(bytes: &[u8]) -> Vec<(u16, Vec<Attr>)> {
     dump::replies(bytes).into_iter().filter_map(|r| if let Reply::Object { kind, attrs } = r { Some((kind, attrs)) } else { None }).collect()
 }
 
+/// The nf_tables messages of `bytes` (a batch, or dump replies), borrowed: (kind without
+/// the subsystem, attributes after `nfgenmsg`); as [`dump::replies`] frames them.
+pub fn objects(bytes: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+    let mut off = 0;
+    std::iter::from_fn(move || loop {
+        let len = u32::from_ne_bytes(bytes.get(off..off + 4)?.try_into().ok()?) as usize;
+        let kind = u16::from_ne_bytes(bytes.get(off + 4..off + 6)?.try_into().ok()?);
+        if len < 16 || off + len > bytes.len() {
+            return None;
+        }
+        let msg = &bytes[off..off + len];
+        off += (len + 3) & !3;
+        if kind >> 8 == super::attr::NFNL_SUBSYS_NFTABLES {
+            return Some((kind & 0xff, msg.get(20..).unwrap_or_default()));
+        }
+    })
+}
+
 /// The canonical rules that `text` (`add rule` lines of svcproxy's vocabulary) would
 /// create, in order; `None` when the encoder does not take it.
 pub fn rules_of_text(text: &str) -> Option<Vec<Canon>> {
-    let mut batch = super::encode_named(text, Some(0)).ok()?;
-    let Some((bytes, _)) = batch.finish() else { return Some(Vec::new()) };
-    let mut headers: HashMap<String, Canon> = HashMap::new();
-    let mut members: HashMap<String, Vec<(Canon, Vec<u8>)>> = HashMap::new();
-    let mut anonymous: HashMap<String, Canon> = HashMap::new();
     let mut out = Vec::new();
-    for (kind, attrs) in messages(&bytes) {
+    each_rule_of_text(text, |payload, resolve| {
+        let mut r = Vec::new();
+        rule_into(&mut r, Attrs(payload), resolve)?;
+        out.push(r);
+        Some(())
+    })?;
+    Some(out)
+}
+
+/// The canonical form of a chain holding the rules `text` adds ([`Chain`]); `None` when
+/// the encoder does not take it.
+pub fn chain_of_text(text: &str) -> Option<Canon> {
+    let mut chain = Chain::new();
+    each_rule_of_text(text, |payload, resolve| {
+        chain.push(payload, resolve);
+        Some(())
+    })?;
+    chain.finish()
+}
+
+/// Encodes `text` and calls `f` with each rule message's payload, and what its set
+/// references resolve to.
+fn each_rule_of_text(text: &str, mut f: impl FnMut(&[u8], &Resolve<'_>) -> Option<()>) -> Option<()> {
+    let mut batch = super::encode_named(text, Some(0)).ok()?;
+    let Some((bytes, _)) = batch.finish() else { return Some(()) };
+    let mut headers: Vec<(String, Canon)> = Vec::new();
+    let mut members: HashMap<String, Elements> = HashMap::new();
+    let mut anonymous: HashMap<String, Canon> = HashMap::new();
+    for (kind, payload) in objects(&bytes) {
         match kind {
-            NEWSET if is_anonymous(&attrs) => {
-                headers.insert(set_name(&attrs)?, set_header(&attrs)?);
+            NEWSET if is_anonymous_of(Attrs(payload)) => {
+                headers.push((set_name_of(Attrs(payload))?, set_header_of(Attrs(payload))?));
             }
             NEWSETELEM => {
-                let name = set_name(&attrs)?;
-                if headers.contains_key(&name) {
-                    members.entry(name).or_default().extend(elements(&attrs)?);
+                let name = set_name_of(Attrs(payload))?;
+                if headers.iter().any(|(n, _)| *n == name) {
+                    elements_into(members.entry(name).or_default(), Attrs(payload))?;
                 }
             }
             NEWRULE => {
                 // A rule's anonymous sets come right before it, complete.
-                for (name, header) in headers.drain() {
+                for (name, header) in headers.drain(..) {
                     let mut elems = members.remove(&name).unwrap_or_default();
                     anonymous.insert(name, set_content(&header, &mut elems));
                 }
-                out.push(rule(&attrs, &resolve_in(&anonymous))?);
+                f(payload, &resolve_in(&anonymous))?;
             }
             _ => return None,
         }
     }
-    Some(out)
+    Some(())
 }
 
 /// The canonical elements (and keys) that `text` (`add element` lines) would add.
@@ -292,11 +472,11 @@ pub fn elements_of_text(text: &str) -> Option<Elements> {
     let mut batch = super::encode_named(text, Some(0)).ok()?;
     let Some((bytes, _)) = batch.finish() else { return Some(Vec::new()) };
     let mut out = Vec::new();
-    for (kind, attrs) in messages(&bytes) {
+    for (kind, payload) in objects(&bytes) {
         if kind != NEWSETELEM {
             return None;
         }
-        out.extend(elements(&attrs)?);
+        elements_into(&mut out, Attrs(payload))?;
     }
     Some(out)
 }
@@ -354,7 +534,7 @@ mod tests {
         let mut b = super::super::encode(text).unwrap();
         let (bytes, _) = b.finish().unwrap();
         let (_, attrs) = messages(&bytes).into_iter().find(|(k, _)| *k == NEWRULE).unwrap();
-        let sent = rule(&attrs, &|n| Some(n.as_bytes().to_vec())).unwrap();
+        let sent = rule(&attrs, &|_| Some(SetRef::Named)).unwrap();
         // The kernel's dump of that nat: flags 3, max registers equal to the min ones.
         let mut nat = super::super::attr::Attrs::default();
         nat.be32(1, 1).be32(2, 2).be32(3, 1).be32(4, 1).be32(5, 2).be32(6, 2).be32(7, 3);
@@ -367,7 +547,7 @@ mod tests {
             }
             let mut r = super::super::attr::Attrs::default();
             r.str(1, "kube-proxy").str(2, "c").be64(3, 9).nest(4, |l| l.0.extend_from_slice(&exprs.0));
-            rule(&parse(&r.0), &|n| Some(n.as_bytes().to_vec()))
+            rule(&parse(&r.0), &|_| Some(SetRef::Named))
         };
         assert_eq!(dumped(&nat), Some(sent.clone()));
         let mut other = super::super::attr::Attrs::default();
@@ -379,7 +559,7 @@ mod tests {
                 e.str(1, "counter");
             });
         });
-        assert_eq!(rule(&parse(&counter.0), &|n| Some(n.as_bytes().to_vec())), None);
+        assert_eq!(rule(&parse(&counter.0), &|_| Some(SetRef::Named)), None);
     }
 
     fn imm(reg: u32, value: &[u8]) -> Vec<u8> {

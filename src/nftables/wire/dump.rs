@@ -44,11 +44,16 @@ pub fn request(kind: u16, fam: Fam, table: &str, seq: u32) -> Vec<u8> {
 /// A dump of `table`'s rules of one chain (`GETRULE`), or of one set's elements
 /// (`GETSETELEM`): the table and the chain or set named (both attributes 1 and 2).
 pub fn request_of(kind: u16, fam: Fam, table: &str, name: &str, seq: u32) -> Vec<u8> {
+    let mut out = Vec::new();
+    request_of_into(&mut out, kind, fam, table, name, seq);
+    out
+}
+
+/// [`request_of`], appended to `out`.
+pub fn request_of_into(out: &mut Vec<u8>, kind: u16, fam: Fam, table: &str, name: &str, seq: u32) {
     let mut a = Attrs::default();
     a.str(TABLE_ATTR, table).str(2, name);
-    let mut out = Vec::new();
-    attr::message(&mut out, kind, NLM_F_DUMP, seq, fam.nfproto(), &a);
-    out
+    attr::message(out, kind, NLM_F_DUMP, seq, fam.nfproto(), &a);
 }
 
 /// The ruleset generation request (`GETGEN`: answered by one `NEWGEN` and an acknowledgement).
@@ -94,6 +99,26 @@ fn half(b: &[u8], at: usize) -> Option<u16> {
 /// The messages of one `recv`'s bytes (a truncated tail is dropped).
 pub fn replies(buf: &[u8]) -> Vec<Reply> {
     let mut out = Vec::new();
+    each_reply(buf, |r| match r {
+        Borrowed::Object { kind, payload } => out.push(Reply::Object { kind, attrs: attrs(payload) }),
+        Borrowed::Error(e) => out.push(Reply::Error(e)),
+        Borrowed::Done => out.push(Reply::Done),
+    });
+    out
+}
+
+/// One reply message, borrowed from the received bytes ([`each_reply`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Borrowed<'a> {
+    /// An nf_tables object: its kind (without the subsystem) and its attributes' bytes
+    /// (after `nfgenmsg`).
+    Object { kind: u16, payload: &'a [u8] },
+    Error(i32),
+    Done,
+}
+
+/// [`replies`] without copying: `each` gets every message of `buf` in order.
+pub fn each_reply<'a>(buf: &'a [u8], mut each: impl FnMut(Borrowed<'a>)) {
     let mut off = 0;
     while let (Some(len), Some(kind)) = (word(buf, off), half(buf, off + 4)) {
         let len = len as usize;
@@ -102,14 +127,13 @@ pub fn replies(buf: &[u8]) -> Vec<Reply> {
         }
         let msg = &buf[off..off + len];
         match kind {
-            NLMSG_ERROR => out.push(Reply::Error(word(msg, 16).map_or(0, |e| -(e as i32)))),
-            NLMSG_DONE => out.push(Reply::Done),
-            k if k >> 8 == attr::NFNL_SUBSYS_NFTABLES => out.push(Reply::Object { kind: k & 0xff, attrs: attrs(msg.get(20..).unwrap_or_default()) }),
+            NLMSG_ERROR => each(Borrowed::Error(word(msg, 16).map_or(0, |e| -(e as i32)))),
+            NLMSG_DONE => each(Borrowed::Done),
+            k if k >> 8 == attr::NFNL_SUBSYS_NFTABLES => each(Borrowed::Object { kind: k & 0xff, payload: msg.get(20..).unwrap_or_default() }),
             _ => {}
         }
         off += (len + 3) & !3;
     }
-    out
 }
 
 /// Top-level attributes (type without the nested/byte-order flags, payload).
@@ -124,6 +148,41 @@ pub fn attrs(mut b: &[u8]) -> Vec<(u16, Vec<u8>)> {
         b = &b[((len + 3) & !3).min(b.len())..];
     }
     out
+}
+
+/// The attributes of a payload, borrowed: the same walk as [`attrs`] (the type without
+/// its flags; a malformed tail ends it).
+#[derive(Debug, Clone)]
+pub struct AttrIter<'a>(pub &'a [u8]);
+
+impl<'a> Iterator for AttrIter<'a> {
+    type Item = (u16, &'a [u8]);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let b = self.0;
+        let (Some(len), Some(kind)) = (half(b, 0), half(b, 2)) else { return None };
+        let len = len as usize;
+        if len < 4 || len > b.len() {
+            self.0 = &[];
+            return None;
+        }
+        self.0 = &b[((len + 3) & !3).min(b.len())..];
+        Some((kind & 0x3fff, &b[4..len]))
+    }
+}
+
+/// A chain's name in a `NEWCHAIN` message's payload, when it is a chain of `table`.
+pub fn chain_name<'a>(payload: &'a [u8], table: &str) -> Option<&'a str> {
+    let text = |v: &'a [u8]| std::str::from_utf8(&v[..v.iter().position(|&c| c == 0).unwrap_or(v.len())]).ok();
+    let (mut of_table, mut name) = (None, None);
+    for (t, v) in AttrIter(payload) {
+        match t {
+            TABLE_ATTR if of_table.is_none() => of_table = Some(v),
+            CHAIN_NAME if name.is_none() => name = Some(v),
+            _ => {}
+        }
+    }
+    (text(of_table?)? == table).then(|| text(name?)).flatten()
 }
 
 fn get(attrs: &[(u16, Vec<u8>)], kind: u16) -> Option<&[u8]> {
