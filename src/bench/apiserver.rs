@@ -341,13 +341,13 @@ async fn serve(s: ApiServer, kind: &'static str, api_version: &'static str, q: B
     }
     let from: u64 = q.get("resourceVersion").and_then(|v| v.parse().ok()).unwrap_or(0);
     let timeout = q.get("timeoutSeconds").and_then(|v| v.parse().ok()).unwrap_or(290u64);
-    let (backlog, gone, live, drops) = {
+    let (backlog, gone, now, live, drops) = {
         let st = lock(&s.store);
         let backlog: Vec<Change> = st.log.iter().filter(|c| c.rv > from && c.kind == kind).cloned().collect();
-        (backlog, from < st.compacted, s.events.subscribe(), s.drops.subscribe())
+        (backlog, from < st.compacted, st.rv, s.events.subscribe(), s.drops.subscribe())
     };
     let backlog = backlog.into_iter().filter(|c| field_selected(&c.object, fields.as_deref())).collect();
-    let stream = async_stream(kind, api_version, selector, backlog, gone, timeout, from, (live, drops));
+    let stream = async_stream(kind, api_version, selector, backlog, gone, timeout, from.max(now), (live, drops));
     ([("content-type", "application/json")], Body::from_stream(stream)).into_response()
 }
 
@@ -363,7 +363,7 @@ fn async_stream(
     backlog: Vec<Change>,
     gone: bool,
     timeout: u64,
-    from: u64,
+    now: u64,
     (mut live, mut drops): (broadcast::Receiver<Change>, broadcast::Receiver<()>),
 ) -> impl futures::Stream<Item = Result<String, Infallible>> + Send {
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<String, Infallible>>(1024);
@@ -373,13 +373,16 @@ fn async_stream(
             let _ = tx.send(line(json!({"type": "ERROR", "object": status}))).await;
             return;
         }
-        let mut last = from;
         for c in backlog {
-            last = c.rv;
             if selected(&c.object, selector.as_deref()) && tx.send(line(json!({"type": c.kind_type, "object": c.object}))).await.is_err() {
                 return;
             }
         }
+        // Every change up to `now` is in the backlog or was no concern of this watch; a
+        // bookmark carries the newest resourceVersion the watch has seen of any kind, as
+        // the API server's bookmarks carry its current one, so a watch resumed from it is
+        // not 410 Gone because other kinds' changes pushed its own kind's history out.
+        let mut last = now;
         let deadline = tokio::time::sleep(Duration::from_secs(timeout.min(30)));
         tokio::pin!(deadline);
         let mut bookmark = tokio::time::interval(Duration::from_millis(300));
@@ -392,9 +395,9 @@ fn async_stream(
                     if last > 0 && tx.send(line(b)).await.is_err() { return; }
                 }
                 c = live.recv() => match c {
-                    Ok(c) if c.kind == kind && c.rv > last => {
+                    Ok(c) if c.rv > last => {
                         last = c.rv;
-                        if selected(&c.object, selector.as_deref()) && tx.send(line(json!({"type": c.kind_type, "object": c.object}))).await.is_err() {
+                        if c.kind == kind && selected(&c.object, selector.as_deref()) && tx.send(line(json!({"type": c.kind_type, "object": c.object}))).await.is_err() {
                             return;
                         }
                     }
@@ -425,6 +428,49 @@ mod tests {
 
     fn change(rv: u64) -> Change {
         Change { rv, kind: "Service", kind_type: "ADDED", object: json!({}) }
+    }
+
+    #[test]
+    fn a_watch_bookmarks_the_newest_change_of_any_kind_and_sends_only_its_own() {
+        use futures::StreamExt;
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+        rt.block_on(async {
+            let (events, live) = broadcast::channel(16);
+            let (_drops_tx, drops) = broadcast::channel(1);
+            let backlog = vec![Change { rv: 4, kind: "Service", kind_type: "ADDED", object: json!({"metadata": {"name": "a"}}) }];
+            let stream = async_stream("Service", "v1", None, backlog, false, 30, 5, (live, drops));
+            for rv in 6..=8 {
+                events.send(Change { rv, kind: "EndpointSlice", kind_type: "MODIFIED", object: json!({}) }).expect("a receiver");
+            }
+            events.send(Change { rv: 9, kind: "Service", kind_type: "MODIFIED", object: json!({"metadata": {"name": "b"}}) }).expect("a receiver");
+            for rv in 10..=12 {
+                events.send(Change { rv, kind: "EndpointSlice", kind_type: "MODIFIED", object: json!({}) }).expect("a receiver");
+            }
+            // Bounded: a bookmark every 300 ms, at most 100 lines, and the stream ends after 30 s.
+            let mut stream = std::pin::pin!(stream);
+            let mut lines: Vec<Value> = Vec::new();
+            while let Some(l) = stream.next().await {
+                let v: Value = serde_json::from_str(&l.unwrap_or_default()).unwrap_or_default();
+                let done = v["type"] == "BOOKMARK" && v["object"]["metadata"]["resourceVersion"] == "12";
+                lines.push(v);
+                if done || lines.len() >= 100 {
+                    break;
+                }
+            }
+            let events: Vec<(&str, &str)> = lines
+                .iter()
+                .filter(|v| v["type"] != "BOOKMARK")
+                .map(|v| (v["type"].as_str().unwrap_or("?"), v["object"]["metadata"]["name"].as_str().unwrap_or("?")))
+                .collect();
+            assert_eq!(events, vec![("ADDED", "a"), ("MODIFIED", "b")], "only the watch's own kind, in order");
+            let bookmarks: Vec<u64> = lines
+                .iter()
+                .filter(|v| v["type"] == "BOOKMARK")
+                .map(|v| v["object"]["metadata"]["resourceVersion"].as_str().and_then(|r| r.parse().ok()).unwrap_or(0))
+                .collect();
+            assert_eq!(bookmarks.last(), Some(&12), "the newest change of any kind is bookmarked: {lines:?}");
+            assert!(bookmarks.windows(2).all(|w| w[0] <= w[1]) && bookmarks.iter().all(|&rv| rv >= 5), "{bookmarks:?}");
+        });
     }
 
     #[test]
