@@ -176,7 +176,7 @@ fn walk(dir: &Path, files: &mut Vec<PathBuf>, skipped: &mut Vec<(PathBuf, &'stat
     Ok(())
 }
 
-fn read_text(path: &Path) -> Result<String, SourceError> {
+pub(super) fn read_text(path: &Path) -> Result<String, SourceError> {
     let io = |error| SourceError::Io { path: path.to_path_buf(), error };
     let bytes = if path == Path::new("-") {
         let mut b = Vec::new();
@@ -232,12 +232,12 @@ pub fn read_path_lenient(path: &Path) -> (ClusterState, Vec<SourceError>) {
 /// One file of [`read_path_lenient`] into `state`, its errors into `errors`.
 pub(super) fn read_file_lenient(file: &Path, state: &mut ClusterState, errors: &mut Vec<SourceError>) {
     let read = read_text(file).and_then(|text| {
-        each_document(file, &text, |doc, line, value| {
+        each_document(file, &text, &mut Each(|doc, line, value| {
             if let Err(e) = read_doc(file, doc, line, value, state) {
                 errors.push(e);
             }
             Ok(())
-        })
+        }))
     });
     match read {
         Ok(note) => state.notes.extend(note),
@@ -247,39 +247,74 @@ pub(super) fn read_file_lenient(file: &Path, state: &mut ClusterState, errors: &
 
 /// Parses one file's text into `state`. `path` is only used in messages.
 pub fn read_str(path: &Path, text: &str, state: &mut ClusterState) -> Result<(), SourceError> {
-    let skipped = each_document(path, text, |doc, line, value| read_doc(path, doc, line, value, state))?;
+    let skipped = each_document(path, text, &mut Each(|doc, line, value| read_doc(path, doc, line, value, state)))?;
     state.notes.extend(skipped);
     Ok(())
 }
 
-/// Calls `f(document number, start line, document)` for each document of a file
-/// (returning a note of what was skipped between them), one at a time: a document is
-/// read, handed over and dropped before the next is parsed, so a large multi-document
-/// dump is never held whole as a tree. A file of JSON values (one, or a stream of them)
-/// goes through serde_json ([`json::each_value`]: fast, and a list's items are read one
-/// at a time); everything else, JSON documents between `---` lines included, through
-/// serde-saphyr. Stops at the first error (a syntax error, or one `f` returns).
-fn each_document<'t>(
-    path: &Path,
-    text: &'t str,
-    mut f: impl FnMut(usize, u64, Doc<'t>) -> Result<(), SourceError>,
-) -> Result<Option<Note>, SourceError> {
+/// What [`each_document`] hands a file's documents to.
+pub(super) trait Visit<'t> {
+    /// Whether the subset YAML reader's documents are to be offered to [`Visit::known`]
+    /// (finding a document's text costs a scan of it).
+    const TEXTS: bool = false;
+
+    /// A document of the subset YAML reader, not read yet: its text
+    /// ([`yaml::Documents::text_of`]) and root line. True when the visitor has taken it
+    /// already (from an earlier read of the same text): it is then passed over.
+    fn known(&mut self, _text: &'t str, _line: u64) -> bool {
+        false
+    }
+
+    /// Document number `doc`, starting on line `line`; `text` is its text when it was
+    /// offered to [`Visit::known`].
+    fn doc(&mut self, doc: usize, line: u64, value: Doc<'t>, text: Option<&'t str>) -> Result<(), SourceError>;
+}
+
+/// A closure `f(document number, start line, document)` as a [`Visit`].
+struct Each<F>(F);
+
+impl<'t, F: FnMut(usize, u64, Doc<'t>) -> Result<(), SourceError>> Visit<'t> for Each<F> {
+    fn doc(&mut self, doc: usize, line: u64, value: Doc<'t>, _: Option<&'t str>) -> Result<(), SourceError> {
+        (self.0)(doc, line, value)
+    }
+}
+
+/// Hands each document of a file to `v` (returning a note of what was skipped between
+/// them), one at a time: a document is read, handed over and dropped before the next is
+/// parsed, so a large multi-document dump is never held whole as a tree. A file of JSON
+/// values (one, or a stream of them) goes through serde_json ([`json::each_value`]: fast,
+/// and a list's items are read one at a time); everything else, JSON documents between
+/// `---` lines included, through serde-saphyr. Stops at the first error (a syntax error,
+/// or one `v` returns).
+pub(super) fn each_document<'t, V: Visit<'t>>(path: &Path, text: &'t str, v: &mut V) -> Result<Option<Note>, SourceError> {
     // A line `---` cannot occur in JSON text: such a file is YAML documents (a container
     // log in a `kubectl cluster-info dump` may hold one: only what comes before is looked at).
     if text.trim_start().starts_with('{') && !has_separator_line(before_logs(text)) {
-        return json::each_value(path, text, f);
+        return json::each_value(path, text, |doc, line, value| v.doc(doc, line, value, None));
     }
     // Most YAML (kubectl's, svcproxy's own) is read by the subset reader; from the first
     // document it does not know on, serde-saphyr reads the file, skipping the documents
     // already handed over, so its results and messages are serde-saphyr's.
     let mut fast = yaml::Documents::new(text);
     let mut doc = 0;
-    while let Ok(next) = fast.next_doc() {
-        let Some(parsed) = next else { return Ok(None) };
-        doc += 1;
-        f(doc, parsed.line, Doc::Tree { value: parsed.value, item_lines: parsed.item_lines })?;
+    while let Ok(next) = fast.next_root() {
+        let Some(root) = next else { return Ok(None) };
+        let doc_text = if V::TEXTS { Some(fast.text_of(&root)) } else { None };
+        if doc_text.is_some_and(|t| v.known(t, root.line())) {
+            fast.skip(root);
+            doc += 1;
+            continue;
+        }
+        match fast.read(root) {
+            Ok(Some(parsed)) => {
+                doc += 1;
+                v.doc(doc, parsed.line, Doc::Tree { value: parsed.value, item_lines: parsed.item_lines }, doc_text)?;
+            }
+            Ok(None) => {}
+            Err(_) => break,
+        }
     }
-    saphyr_documents(path, text, doc, f)
+    saphyr_documents(path, text, doc, |doc, line, value| v.doc(doc, line, value, None))
 }
 
 /// `text` up to the first container log of a `kubectl cluster-info dump`, if any.
@@ -528,7 +563,7 @@ impl At<'_> {
 const LIST_KINDS: &[&str] = &["List", "ServiceList", "EndpointSliceList", "NodeList", "PodList", "EndpointsList"];
 
 /// Reads document number `doc` of `path`, which starts on line `line`.
-fn read_doc(path: &Path, doc: usize, line: u64, value: Doc, state: &mut ClusterState) -> Result<(), SourceError> {
+pub(super) fn read_doc(path: &Path, doc: usize, line: u64, value: Doc, state: &mut ClusterState) -> Result<(), SourceError> {
     let at = |item_lines| At { path, line, doc, item: None, item_lines };
     match value {
         Doc::Tree { value, item_lines } => read_value(&at(&item_lines), value, state),
@@ -716,6 +751,16 @@ fn once(at: &At, kind: &'static str, id: &NamespacedName, state: &mut ClusterSta
     state.notes.push(dup.note());
     state.duplicates.push(dup);
     true
+}
+
+/// An object of a document read before, taken again from an earlier read of the same
+/// text ([`super::reuse`]) as read on `line`: recorded as reading it records it (where it
+/// was read; a duplicate when it was read before in the file, whose earlier copy the
+/// caller must drop).
+pub(super) fn replayed(path: &Path, line: u64, kind: &'static str, id: &NamespacedName, state: &mut ClusterState) {
+    let at = At { path, line, doc: 0, item: None, item_lines: &[] };
+    once(&at, kind, id, state);
+    record_origin(&at, kind, id, state);
 }
 
 fn record_origin(at: &At, kind: &str, id: &crate::model::NamespacedName, state: &mut ClusterState) {

@@ -12,8 +12,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use super::error::SourceError;
-use super::file::{input_files, read_file_lenient, ClusterState, Duplicate, Note};
+use super::file::{input_files, ClusterState, Duplicate, Note};
 use super::objects::Objects;
+use super::reuse::{self, DocIndex};
 use crate::model::NamespacedName;
 
 /// What finishes the merged read before its objects are used (the commands derive
@@ -50,16 +51,34 @@ struct FileRead {
     /// are dropped while nothing needs them (`trimmed`).
     rest: ClusterState,
     trimmed: bool,
+    /// The documents the next read of the file may take from this one.
+    docs: DocIndex,
 }
 
 impl FileRead {
-    fn new(mut rest: ClusterState) -> FileRead {
-        let objects = Objects::take(&mut rest);
+    fn new(read: reuse::Read) -> FileRead {
+        let reuse::Read { objects, mut rest, index, reused } = read;
         let mut line = |kind: &'static str, id: &NamespacedName| rest.seen.remove(&(kind, id.clone())).map_or(0, |(_, l)| l);
         let service_lines = objects.services.iter().map(|s| line("Service", &s.id)).collect();
         let slice_lines = objects.slices.iter().map(|s| line("EndpointSlice", &s.id)).collect();
         rest.extra.origins = BTreeMap::new();
-        FileRead { objects, service_lines, slice_lines, rest, trimmed: false }
+        let mut read = FileRead { objects, service_lines, slice_lines, rest, trimmed: false, docs: index };
+        if reused {
+            read.trim();
+        }
+        read
+    }
+
+    /// What the next read of the file takes from this one: nothing unless it is trimmed (a
+    /// read that takes documents again is trimmed; while something needs this one whole,
+    /// the next is read whole too).
+    fn last(&self) -> Option<reuse::Last<'_>> {
+        self.trimmed.then_some(reuse::Last {
+            index: &self.docs,
+            objects: &self.objects,
+            service_lines: &self.service_lines,
+            slice_lines: &self.slice_lines,
+        })
     }
 
     /// Every object read (kind, identity) with the line it was last read on.
@@ -105,12 +124,12 @@ impl FileRead {
     }
 }
 
-/// Reads one file on its own; true when something in it did not read.
-fn read_one(file: &Path, errors: &mut Vec<SourceError>) -> (FileRead, bool) {
-    let mut state = ClusterState::default();
+/// Reads one file on its own, taking what it can from `last` (its last read); true when
+/// something in it did not read.
+fn read_one(file: &Path, last: Option<&FileRead>, errors: &mut Vec<SourceError>) -> (FileRead, bool) {
     let before = errors.len();
-    read_file_lenient(file, &mut state, errors);
-    (FileRead::new(state), errors.len() > before)
+    let read = reuse::read(file, last.and_then(FileRead::last), errors);
+    (FileRead::new(read), errors.len() > before)
 }
 
 /// Files read afresh: what [`FileSet::update`] takes.
@@ -145,18 +164,20 @@ impl FileSet {
             Ok(listed) => listed,
             Err(e) => return (FileSet::default(), vec![e]),
         };
-        let mut reads = FileSet::read_files(&files);
+        let mut reads = FileSet::default().read_files(&files);
         let errors = std::mem::take(&mut reads.errors);
         let mut set = FileSet::default();
         set.update(listing, &files, reads, &Objects::default());
         (set, errors)
     }
 
-    /// Reads `files` (those that changed), each on its own.
-    pub fn read_files(files: &[PathBuf]) -> Reads {
+    /// Reads `files` (those that changed), each on its own, each document that did not
+    /// change taken from the file's kept read ([`reuse`]).
+    pub fn read_files(&self, files: &[PathBuf]) -> Reads {
+        let kept: BTreeMap<&Path, &FileRead> = self.files.iter().map(|(p, r)| (p.as_path(), r)).collect();
         let mut reads = Reads::default();
         for f in files {
-            let (read, failed) = read_one(f, &mut reads.errors);
+            let (read, failed) = read_one(f, kept.get(f.as_path()).copied(), &mut reads.errors);
             reads.files.push((f.clone(), read, failed));
         }
         reads
@@ -200,7 +221,7 @@ impl FileSet {
             return (merged, errors);
         }
         for (path, read) in self.files.iter_mut().filter(|(_, f)| f.trimmed) {
-            let (mut again, failed) = read_one(path, &mut errors);
+            let (mut again, failed) = read_one(path, None, &mut errors);
             if failed {
                 again.keep_unread(read);
             }
@@ -276,6 +297,10 @@ impl FileSet {
         m
     }
 }
+
+#[cfg(test)]
+#[path = "fileset_reuse_tests.rs"]
+mod reuse_tests;
 
 #[cfg(test)]
 mod tests {
@@ -357,7 +382,7 @@ mod tests {
     fn step(set: &mut FileSet, dir: &Path, changed: &[&str], held: &mut Objects) -> Merged {
         let (files, listing) = input_files(dir).unwrap();
         let changed: Vec<PathBuf> = changed.iter().map(|c| dir.join(c)).collect();
-        set.update(listing, &files, FileSet::read_files(&changed), held);
+        set.update(listing, &files, set.read_files(&changed), held);
         let (mut merged, errors) = set.merge(&DERIVE);
         assert!(errors.is_empty(), "{errors:?}");
         merged.objects.events_since(held);
@@ -382,7 +407,7 @@ mod tests {
         dir.write("b.yaml", &[fixture("192.168.9.9"), svc("s2", "10.0.0.2")]);
         let (files, listing) = input_files(d).unwrap();
         let held = Objects::default();
-        set.update(listing, &files, FileSet::read_files(&[d.join("b.yaml")]), &held);
+        set.update(listing, &files, set.read_files(&[d.join("b.yaml")]), &held);
         let (merged, errors) = set.merge(&DERIVE);
         let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
         assert_eq!(text.len(), 1, "{text:?}");
@@ -505,7 +530,7 @@ mod tests {
         // A bad object in a, and s2 gone from it: skipped and counted, s2 kept.
         dir.write("a.yaml", &[svc("s1", "10.0.0.11"), BAD.to_string()]);
         let (files, listing) = input_files(d).unwrap();
-        let reads = FileSet::read_files(&[d.join("a.yaml")]);
+        let reads = set.read_files(&[d.join("a.yaml")]);
         assert_eq!(reads.errors.len(), 1, "{:?}", reads.errors);
         set.update(listing, &files, reads, &held);
         let (mut m, _) = set.merge(&DERIVE);
@@ -517,7 +542,7 @@ mod tests {
         // A file that does not parse at all: everything of it kept.
         dir.write("a.yaml", &["apiVersion: v1\nkind: Service\nmetadata: [\n".to_string()]);
         let (files, listing) = input_files(d).unwrap();
-        let reads = FileSet::read_files(&[d.join("a.yaml")]);
+        let reads = set.read_files(&[d.join("a.yaml")]);
         assert_eq!(reads.errors.len(), 1);
         set.update(listing, &files, reads, &held);
         let (mut m, _) = set.merge(&DERIVE);

@@ -14,6 +14,7 @@ pub mod fixture;
 mod json;
 pub mod objects;
 pub mod ratelimit;
+mod reuse;
 pub mod watch;
 mod yaml;
 

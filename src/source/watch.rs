@@ -114,7 +114,7 @@ pub async fn watch_files(path: PathBuf, interval: Duration, initial: Start, fini
         let clock = std::time::Instant::now();
         let listed = super::file::input_files(&path);
         let changed: Vec<PathBuf> = now.iter().filter(|f| !read_at.contains(f)).map(|(p, ..)| p.clone()).collect();
-        let mut reads = FileSet::read_files(&changed);
+        let mut reads = files.read_files(&changed);
         if fingerprint(&path) != now {
             continue;
         }

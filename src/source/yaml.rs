@@ -34,10 +34,22 @@ pub(super) struct Parsed {
     pub item_lines: Vec<u64>,
 }
 
+/// A document's root line, found by [`Documents::next_root`].
+pub(super) struct Root<'t>(Line<'t>);
+
+impl Root<'_> {
+    /// The line's number.
+    pub(super) fn line(&self) -> u64 {
+        self.0.no
+    }
+}
+
 /// A significant line (not blank, not only a comment).
 #[derive(Clone, Copy)]
 struct Line<'t> {
     no: u64,
+    /// Where the line starts in the text.
+    start: usize,
     indent: usize,
     /// The text after the indentation, without the line end.
     content: &'t str,
@@ -61,26 +73,57 @@ impl<'t> Documents<'t> {
 
     /// The next non-null document, `None` at the end, or why this one is not read here
     /// (the reader is then spent).
+    #[cfg(test)]
     pub(super) fn next_doc(&mut self) -> R<Option<Parsed>> {
-        loop {
-            let Some(line) = self.peek()? else { return Ok(None) };
-            if is_marker(&line)? {
-                self.advance(&line);
-                continue;
+        while let Some(root) = self.next_root()? {
+            if let Some(parsed) = self.read(root)? {
+                return Ok(Some(parsed));
             }
-            self.advance(&line);
-            let mut item_lines = Vec::new();
-            let value = self.node_at(&line, Some(&mut item_lines))?;
-            match self.peek()? {
-                None => {}
-                Some(l) if is_marker(&l)? => {}
-                Some(_) => return Err(Unsupported("content after the document's root node")),
-            }
-            if value.is_null() {
-                continue;
-            }
-            return Ok(Some(Parsed { line: line.no, value, item_lines }));
         }
+        Ok(None)
+    }
+
+    /// The next document's root line (consumed), not read yet: [`Documents::read`] reads
+    /// the document, [`Documents::skip`] passes over it. `None` at the end.
+    pub(super) fn next_root(&mut self) -> R<Option<Root<'t>>> {
+        while let Some(line) = self.peek()? {
+            self.advance(&line);
+            if !is_marker(&line)? {
+                return Ok(Some(Root(line)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The text of the document whose root line is `root`: from the start of that line to
+    /// the start of the next `---` line, or to the end. A document read whole is exactly
+    /// this text (the reader stops at the first `---` line), so the same text read again
+    /// after another document gives the same value, its lines shifted by as many lines as
+    /// its root line moved.
+    pub(super) fn text_of(&self, root: &Root<'t>) -> &'t str {
+        &self.text[root.0.start..doc_end(self.text.as_bytes(), root.0.next)]
+    }
+
+    /// Reads the document whose root line is `root` (the one [`Documents::next_root`] just
+    /// returned): `None` when it is null.
+    pub(super) fn read(&mut self, root: Root<'t>) -> R<Option<Parsed>> {
+        let line = root.0;
+        let mut item_lines = Vec::new();
+        let value = self.node_at(&line, Some(&mut item_lines))?;
+        match self.peek()? {
+            None => {}
+            Some(l) if is_marker(&l)? => {}
+            Some(_) => return Err(Unsupported("content after the document's root node")),
+        }
+        Ok((!value.is_null()).then_some(Parsed { line: line.no, value, item_lines }))
+    }
+
+    /// Passes over the document whose root line is `root` (the one
+    /// [`Documents::next_root`] just returned) without reading it.
+    pub(super) fn skip(&mut self, root: Root<'t>) {
+        let text = self.text_of(&root).as_bytes();
+        self.pos = root.0.start + text.len();
+        self.no = root.0.no + memchr::memchr_iter(b'\n', text).count() as u64;
     }
 
     /// The next significant line, not consumed.
@@ -97,7 +140,7 @@ impl<'t> Documents<'t> {
                 return Err(Unsupported("tab indentation or CR line end"));
             }
             if !(content.is_empty() || content.starts_with('#')) {
-                return Ok(Some(Line { no, indent, content: content.trim_end_matches(' '), next, next_no: no + 1 }));
+                return Ok(Some(Line { no, start: pos, indent, content: content.trim_end_matches(' '), next, next_no: no + 1 }));
             }
             (pos, no) = (next, no + 1);
         }
@@ -263,6 +306,24 @@ impl<'t> Documents<'t> {
         }
         Ok(Value::Array(out))
     }
+}
+
+/// Where the first `---` line at or after `from` (a line's start) starts, or the end.
+fn doc_end(bytes: &[u8], from: usize) -> usize {
+    let mut at = from;
+    while at < bytes.len() {
+        if let Some(rest) = bytes[at..].strip_prefix(b"---") {
+            let line = &rest[..memchr::memchr(b'\n', rest).unwrap_or(rest.len())];
+            if line.iter().all(|&b| b == b' ') {
+                return at;
+            }
+        }
+        match memchr::memmem::find(&bytes[at..], b"\n---") {
+            Some(i) => at += i + 1,
+            None => break,
+        }
+    }
+    bytes.len()
 }
 
 fn memchr_newline(bytes: &[u8], from: usize) -> usize {
