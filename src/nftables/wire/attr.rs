@@ -101,7 +101,7 @@ impl Udata {
         self
     }
 
-    /// A NUL-terminated string (a comment: at most 127 bytes with its NUL, as nft allows).
+    /// A NUL-terminated string (a comment: at most 128 bytes before its NUL, as nft allows).
     pub fn str(&mut self, kind: u8, s: &str) -> &mut Self {
         let mut v = s.as_bytes().to_vec();
         v.push(0);

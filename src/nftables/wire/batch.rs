@@ -204,8 +204,10 @@ fn one_name<'a>(cur: &mut Cursor<'a>) -> Result<&'a str, Unsupported> {
 }
 
 fn comment_udata(c: &str) -> Result<Vec<u8>, Unsupported> {
-    if c.len() >= 128 {
-        return Err(unsupported("a comment over 127 bytes"));
+    // nft refuses a comment longer than 128 bytes (NFTNL_UDATA_COMMENT_MAXLEN) and sends
+    // one of 128 with its NUL; kube-proxy v1.37 cuts its element comments to 128.
+    if c.len() > 128 {
+        return Err(unsupported("a comment over 128 bytes"));
     }
     let mut u = Udata::default();
     u.str(0, c);
@@ -490,6 +492,14 @@ fn element(b: &mut Batch, fam: Fam, table: &str, add: bool, cur: &mut Cursor<'_>
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_comment_of_128_bytes_is_encoded_and_one_of_129_is_not() {
+        let c128 = "c".repeat(128);
+        let u = super::comment_udata(&c128).expect("128 bytes, as nft sends them");
+        assert_eq!((u[0], u[1] as usize, u.len()), (0, 129, 131), "type, length with the NUL, whole TLV");
+        assert!(super::comment_udata(&"c".repeat(129)).is_err(), "nft refuses over 128 bytes");
+    }
+
     use super::*;
 
     /// (message type, payload after nfgenmsg) of every nf_tables message in a finished
