@@ -13,7 +13,7 @@ use std::time::Duration;
 
 pub use crate::settings::Settings;
 use crate::settings::{defaults, row};
-use crate::settings::kinds::{Families, ProxyMode};
+use crate::settings::kinds::{Families, KubeProxyVersion, ProxyMode};
 
 use crate::model::Node;
 use crate::net::{parse_ip_sloppy, Cidr, IpFamily};
@@ -149,6 +149,8 @@ pub struct Config {
     pub nfacct: bool,
     /// nftables mode: transactions as netlink batches (else through `nft -f`).
     pub nft_netlink: bool,
+    /// The kube-proxy release whose rules to write (`--kube-proxy-version`).
+    pub kube_proxy_version: KubeProxyVersion,
     pub conntrack_tcp_be_liberal: bool,
     /// Conntrack tuning (the daemon applies it at start; see [`crate::node::conntrack`]).
     pub conntrack: ConntrackConfig,
@@ -311,6 +313,7 @@ pub fn resolve(s: Settings, nodes: &[Node]) -> Result<Config, ConfigError> {
         random_fully: given(s.random_fully, row::random_fully.flag())?,
         nfacct: given(s.nfacct, row::nfacct.flag())?,
         nft_netlink: given(s.nft_netlink, row::nft_netlink.flag())?,
+        kube_proxy_version: given(s.kube_proxy_version, row::kube_proxy_version.flag())?,
         conntrack_tcp_be_liberal: s.conntrack_tcp_be_liberal.unwrap_or_default(),
         conntrack: ConntrackConfig::resolve(&s)?,
         large_cluster_endpoints_threshold: given(s.large_cluster_endpoints_threshold, "largeClusterEndpointsThreshold")?,

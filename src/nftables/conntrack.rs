@@ -1,7 +1,8 @@
 //! Stale UDP/SCTP conntrack entries in nftables mode, found as iptables mode finds them
 //! ([`crate::iptables::conntrack`]): from which endpoints each service address reaches
 //! before and after a change (the `service-ips` / `service-nodeports` elements, followed
-//! through the services' chains to `dnat to`), and which addresses were refused (a
+//! through the services' chains to `dnat to`, or v1.36's `dnat … to numgen … map`), and
+//! which addresses were refused (a
 //! `no-endpoint-*` element going to `reject-chain`). Pure; the comparison and the flush
 //! are the shared [`crate::netfilter::conntrack`].
 
@@ -75,10 +76,19 @@ fn endpoints(rules: &BTreeMap<&str, Vec<&str>>, chain: &str, out: &mut BTreeSet<
                 out.insert(ip);
             }
         }
+        out.extend(dnat_map(rule));
         for next in targets(rule) {
             endpoints(rules, next, out, depth + 1);
         }
     }
+}
+
+/// The addresses of a `dnat ip addr . port to numgen random mod N map { 0 : IP . PORT , … }`.
+fn dnat_map(rule: &str) -> Vec<IpAddr> {
+    let Some(arms) = rule.split_once(" map { ").filter(|_| rule.contains(" addr . port to numgen ")).map(|(_, a)| a) else {
+        return Vec::new();
+    };
+    arms.trim_end_matches('}').split(',').filter_map(|arm| arm.split_once(':')?.1.split(" . ").next()?.trim().parse().ok()).collect()
 }
 
 /// The flushes a change from the `before` objects to the `after` ones calls for.
@@ -104,6 +114,24 @@ mod tests {
             o.rule(Rule::new(format!("endpoint-{e}"), format!("meta l4proto udp dnat to {e}:53")));
         }
         o
+    }
+
+    /// kube-proxy v1.36's service chain: one DNAT map, no endpoint chains.
+    fn dns_map(endpoints: &[&str]) -> Objects {
+        let mut o = Objects::default();
+        o.element(SERVICE_IPS, vec!["fd00::10".into(), "udp".into(), "53".into()], vec!["goto service-dns".into()], None);
+        let arms: Vec<String> = endpoints.iter().enumerate().map(|(i, e)| format!("{i} : {e} . 53")).collect();
+        let rule = format!("meta l4proto udp dnat ip6 addr . port to numgen random mod {} map {{ {} }}", endpoints.len(), arms.join(" , "));
+        o.rule(Rule::new("service-dns", rule));
+        o
+    }
+
+    #[test]
+    fn endpoints_of_a_dnat_map_are_found() {
+        let (two, one) = (dns_map(&["fd00:10::5", "fd00:10::6"]), dns_map(&["fd00:10::6"]));
+        let f = stale(&[&two], &[&one]);
+        assert_eq!(f.iter().map(|f| f.reply_src).collect::<Vec<_>>(), vec![Some("fd00:10::5".parse().unwrap())]);
+        assert!(stale(&[&one], &[&two]).is_empty());
     }
 
     #[test]

@@ -7,6 +7,7 @@ use crate::config::{Config, LocalDetector};
 use crate::model::LABEL_ZONE;
 use crate::net::IpFamily;
 use crate::nftables::model::Family;
+use crate::nftables::names::MARK_MASQ;
 use crate::select::Locality;
 
 /// kube-proxy's `IfLocalNFT` / `IfNotLocalNFT` rule fragments.
@@ -51,6 +52,11 @@ pub struct Context {
     pub node_port_ips: Option<Vec<IpAddr>>,
     /// ServiceCIDRs of this family.
     pub service_cidrs: Vec<String>,
+    /// The table of kube-proxy v1.36 and later (`--kube-proxy-version`): hairpin traffic
+    /// masqueraded through the `hairpin-connections` set, the mark set inline, endpoint
+    /// chains only for session affinity. Else v1.34's (`mark-for-masquerade`, an endpoint
+    /// chain per endpoint with its own hairpin rule).
+    pub hairpin_set: bool,
 }
 
 impl Context {
@@ -68,11 +74,18 @@ impl Context {
             detector: cfg.local_detector(ip_family).and_then(|d| NftDetector::from_iptables(&d, family.as_str())),
             node_port_ips: (!cidrs.is_empty()).then(|| cfg.node_port_ips(ip_family)),
             service_cidrs: cfg.service_cidrs.iter().filter(|c| c.family() == ip_family).map(|c| c.to_string()).collect(),
+            hairpin_set: cfg.kube_proxy_version.nftables_hairpin_set(),
         }
     }
 
     pub fn locality(&self) -> Locality<'_> {
         Locality { node_name: &self.node_name, zone: self.zone.as_deref() }
+    }
+
+    /// What sets the masquerade mark: v1.34's `jump mark-for-masquerade`, else the mark
+    /// set inline (`mark set mark or M`).
+    pub fn mark_masq(&self) -> String {
+        if self.hairpin_set { format!("mark set mark or {}", self.mark) } else { format!("jump {MARK_MASQ}") }
     }
 
     /// `ip` or `ip6`, as rules match addresses.

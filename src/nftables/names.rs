@@ -33,6 +33,9 @@ pub const FIREWALL_IPS: &str = "firewall-ips";
 pub const FIREWALL_CHECK: &str = "firewall-check";
 pub const MARK_MASQ: &str = "mark-for-masquerade";
 pub const MASQUERADING: &str = "masquerading";
+/// kube-proxy v1.36 on: a local endpoint's `IP . IP . proto . port` (a pod reaching itself
+/// through a service), masqueraded in `masquerading`.
+pub const HAIRPIN_CONNECTIONS: &str = "hairpin-connections";
 
 /// knftables' NameLengthMax less the longest prefix (`chainNameBaseLengthMax`).
 const BASE_LENGTH_MAX: usize = 256 - 16;

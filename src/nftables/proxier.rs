@@ -23,7 +23,7 @@ use std::time::Instant;
 
 use super::apply::{Nft, NftError};
 use super::model::Objects;
-use super::render::Ruleset;
+use super::render::{hairpin_objects, Hairpin, Ruleset};
 use super::sync::{self, Report};
 use crate::config::Config;
 use crate::netfilter::conntrack::{Conntrack, Flush};
@@ -92,10 +92,14 @@ impl Proxier {
     /// hold; one failing does not stop the others.
     pub fn sync_some(&mut self, trackers: &Trackers, changes: &[Changes], full: bool, pass: Pass, wanted: &[bool]) -> Result<Vec<Report>, Failed> {
         let mut befores: Vec<Before> = Vec::with_capacity(self.rulesets.len());
+        let mut came: Vec<Vec<Hairpin>> = Vec::with_capacity(self.rulesets.len());
         for ((rs, t), ch) in self.rulesets.iter_mut().zip(&trackers.families).zip(changes) {
-            befores.push(ch.services.iter().flat_map(|id| rs.objects_of(id)).collect());
+            let mut before: Before = ch.services.iter().flat_map(|id| rs.objects_of(id)).collect();
             let (s, e) = t.view();
-            rs.update(s, e, &ch.services);
+            let hairpins = rs.update(s, e, &ch.services);
+            before.push(hairpin_objects(&hairpins.gone));
+            befores.push(before);
+            came.push(hairpins.came);
         }
         let go: Vec<bool> = self.in_sync.iter().enumerate().map(|(i, s)| !s || pass == Pass::DryRun || wanted.get(i).copied().unwrap_or(true)).collect();
         let trusted: Vec<bool> = self.in_sync.iter().map(|s| !full && pass == Pass::Apply && *s).collect();
@@ -112,7 +116,7 @@ impl Proxier {
             // two are not held at once (a first sync from the API server changes every
             // service).
             let (result, after) = if trusted[i] {
-                let after = changed_objects(&self.rulesets[i], changes.get(i));
+                let after = changed_objects(&self.rulesets[i], changes.get(i), &came[i]);
                 (send_partial(&mut nft, self.rulesets[i].ctx.family, &before, &after.iter().collect::<Vec<_>>()), Some(after))
             } else {
                 (sync::full(&mut nft, &self.rulesets[i].table(), pass == Pass::DryRun), None)
@@ -125,7 +129,7 @@ impl Proxier {
                     continue;
                 }
             };
-            let after = after.unwrap_or_else(|| changed_objects(&self.rulesets[i], changes.get(i)));
+            let after = after.unwrap_or_else(|| changed_objects(&self.rulesets[i], changes.get(i), &came[i]));
             report.flushes = super::conntrack::stale(&before, &after.iter().collect::<Vec<_>>());
             if pass == Pass::Apply {
                 self.in_sync[i] = true;
@@ -156,9 +160,12 @@ impl Proxier {
     }
 }
 
-/// The objects of the changed services' ports, as the ruleset holds them now.
-fn changed_objects(rs: &Ruleset, changes: Option<&Changes>) -> Vec<Objects> {
-    changes.into_iter().flat_map(|ch| ch.services.iter().flat_map(|id| rs.objects_of(id))).collect()
+/// The objects of the changed services' ports, as the ruleset holds them now, and the
+/// `hairpin-connections` elements that came with them.
+fn changed_objects(rs: &Ruleset, changes: Option<&Changes>, came: &[Hairpin]) -> Vec<Objects> {
+    let mut out: Vec<Objects> = changes.into_iter().flat_map(|ch| ch.services.iter().flat_map(|id| rs.objects_of(id))).collect();
+    out.push(hairpin_objects(came));
+    out
 }
 
 /// One family's partial sync: one transaction that also deletes the chains and sets that

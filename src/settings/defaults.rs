@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::kinds::{Families, LocalMode, LogFormat, ProxyMode};
+use super::kinds::{Families, KubeProxyVersion, LocalMode, LogFormat, ProxyMode};
 use super::value::{bind_address, default_server_addresses, Raw, SettingValue};
 use super::{row, Settings};
 
@@ -90,6 +90,8 @@ pub fn defaulted(s: Settings) -> Settings {
         random_fully: Some(true),
         nfacct: Some(true),
         nft_netlink: Some(true),
+        // v1.34's table until the tracer and the netlink writer know v1.37's (then NEWEST).
+        kube_proxy_version: Some(KubeProxyVersion::V1_34),
         // kube-proxy's FullSyncPeriod, a constant there.
         full_sync_period: secs(3600),
         // kube-proxy's largeClusterEndpointsThreshold, a constant there.

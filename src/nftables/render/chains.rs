@@ -1,6 +1,8 @@
 //! A service port's own chains and affinity sets: the masquerade rule of its internal
-//! chain, `external-`, `firewall-`, the `service-`/`local-` endpoint dispatch (with
-//! session affinity) and one `endpoint-` chain per endpoint.
+//! chain (v1.34's table), `external-`, `firewall-`, the `service-`/`local-` endpoint
+//! dispatch and the `endpoint-` chains: v1.34's table has one per endpoint and dispatches
+//! through them; v1.36 on, only a service with session affinity has them, the others DNAT
+//! straight from a random map.
 
 use super::wiring::Wiring;
 use crate::model::Endpoint;
@@ -9,8 +11,11 @@ use crate::nftables::model::{Chain, Objects, Rule, Set};
 use crate::nftables::names::{endpoint_names, MARK_MASQ};
 
 pub fn write(ctx: &Context, p: &Wiring, out: &mut Objects) {
-    for ep in &p.endpoints.all_reachable {
-        out.chain(Chain::regular(names(p, ep).0));
+    let endpoint_chains = uses_endpoint_chains(ctx, p);
+    if endpoint_chains {
+        for ep in &p.endpoints.all_reachable {
+            out.chain(Chain::regular(names(p, ep).0));
+        }
     }
     for (used, chain) in [
         (p.uses_cluster_chain, &p.chains.cluster),
@@ -36,9 +41,16 @@ pub fn write(ctx: &Context, p: &Wiring, out: &mut Objects) {
     if p.uses_local_chain {
         dispatch(ctx, p, &p.chains.local, &p.endpoints.local, out);
     }
-    for ep in &p.endpoints.all_reachable {
-        endpoint_chain(ctx, p, ep, out);
+    if endpoint_chains {
+        for ep in &p.endpoints.all_reachable {
+            endpoint_chain(ctx, p, ep, out);
+        }
     }
+}
+
+/// v1.34's table gives every endpoint a chain; v1.36's only a session-affinity service's.
+fn uses_endpoint_chains(ctx: &Context, p: &Wiring) -> bool {
+    !ctx.hairpin_set || p.svc.session_affinity.is_some()
 }
 
 /// (endpoint chain, affinity set).
@@ -46,9 +58,10 @@ fn names(p: &Wiring, ep: &Endpoint) -> (String, String) {
     endpoint_names(&p.svc.name, p.proto, &ep.ip.to_string(), ep.port)
 }
 
-/// Off-cluster (or, with masqueradeAll, all) traffic to the ClusterIP is masqueraded.
+/// Off-cluster (or, with masqueradeAll, all) traffic to the ClusterIP is masqueraded (v1.36
+/// on: by one rule of `services` for every ClusterIP, [`super::fixed`]).
 fn internal_masquerade(ctx: &Context, p: &Wiring, out: &mut Objects) {
-    if p.internal_refusal.is_some() {
+    if p.internal_refusal.is_some() || ctx.hairpin_set {
         return;
     }
     let dest = format!("{} daddr {}", ctx.ip(), p.svc.cluster_ip);
@@ -63,13 +76,16 @@ fn internal_masquerade(ctx: &Context, p: &Wiring, out: &mut Objects) {
 fn external_chain(ctx: &Context, p: &Wiring, out: &mut Objects) {
     let ext = p.chains.external.as_str();
     let cluster = &p.chains.cluster;
+    let mark = ctx.mark_masq();
     if !p.svc.external_policy_local {
-        out.rule(Rule::new(ext, format!("jump {MARK_MASQ}")));
+        // v1.36 comments the rule; v1.34 does not.
+        let comment = ctx.hairpin_set.then_some("masquerade");
+        out.rule(Rule { chain: ext.to_owned(), rule: mark, comment: comment.map(str::to_owned) });
     } else {
         if let Some(d) = &ctx.detector {
             out.rule(Rule::commented(ext, format!("{} goto {cluster}", d.if_local), "short-circuit pod traffic"));
         }
-        out.rule(Rule::commented(ext, format!("fib saddr type local jump {MARK_MASQ}"), "masquerade local traffic"));
+        out.rule(Rule::commented(ext, format!("fib saddr type local {mark}"), "masquerade local traffic"));
         out.rule(Rule::commented(ext, format!("fib saddr type local goto {cluster}"), "short-circuit local traffic"));
     }
     if p.external_refusal.is_none() {
@@ -97,9 +113,25 @@ fn affinity_sets(ctx: &Context, p: &Wiring, out: &mut Objects) {
     }
 }
 
-/// kube-proxy's `writeServiceToEndpointRules`: affinity checks, then one random verdict
-/// map over the endpoints.
+/// kube-proxy's `writeServiceToEndpointRules` (v1.36 on: `writeServiceToEndpointJumps`
+/// with session affinity, else `writeServiceToEndpointDNATs`).
 fn dispatch(ctx: &Context, p: &Wiring, chain: &str, eps: &[&Endpoint], out: &mut Objects) {
+    if uses_endpoint_chains(ctx, p) {
+        dispatch_to_chains(ctx, p, chain, eps, out);
+    } else {
+        dispatch_to_endpoints(ctx, p, chain, eps, out);
+    }
+}
+
+/// One random DNAT map over the endpoints' addresses and ports.
+fn dispatch_to_endpoints(ctx: &Context, p: &Wiring, chain: &str, eps: &[&Endpoint], out: &mut Objects) {
+    let arms: Vec<String> = eps.iter().enumerate().map(|(i, e)| format!("{i} : {} . {}", e.ip, e.port)).collect();
+    let rule = format!("meta l4proto {} dnat {} addr . port to numgen random mod {} map {{ {} }}", p.proto, ctx.ip(), eps.len(), arms.join(" , "));
+    out.rule(Rule::new(chain, rule));
+}
+
+/// Affinity checks, then one random verdict map over the endpoints' chains.
+fn dispatch_to_chains(ctx: &Context, p: &Wiring, chain: &str, eps: &[&Endpoint], out: &mut Objects) {
     let names: Vec<(String, String)> = eps.iter().map(|e| names(p, e)).collect();
     if p.svc.session_affinity.is_some() {
         for (ep_chain, affinity) in &names {
@@ -112,7 +144,9 @@ fn dispatch(ctx: &Context, p: &Wiring, chain: &str, eps: &[&Endpoint], out: &mut
 
 fn endpoint_chain(ctx: &Context, p: &Wiring, ep: &Endpoint, out: &mut Objects) {
     let (chain, affinity) = names(p, ep);
-    out.rule(Rule::new(chain.clone(), format!("{} saddr {} jump {MARK_MASQ}", ctx.ip(), ep.ip)));
+    if !ctx.hairpin_set {
+        out.rule(Rule::new(chain.clone(), format!("{} saddr {} jump {MARK_MASQ}", ctx.ip(), ep.ip)));
+    }
     if p.svc.session_affinity.is_some() {
         out.rule(Rule::new(chain.clone(), format!("update @{affinity} {{ {} saddr }}", ctx.ip())));
     }

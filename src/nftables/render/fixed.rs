@@ -1,6 +1,8 @@
 //! The objects every sync sets up whatever the services (kube-proxy's `setupNFTables`):
 //! base chains on the netfilter hooks, the top-level chains they jump to, the masquerade
-//! chains, and the shared sets and verdict maps the services' elements go into.
+//! chains (and, from kube-proxy v1.36, the `hairpin-connections` set and the ClusterIP
+//! masquerade rule of `services`), and the shared sets and verdict maps the services'
+//! elements go into.
 
 use crate::nftables::context::Context;
 use crate::nftables::model::{Chain, Hook, Objects, Rule, Set};
@@ -35,7 +37,7 @@ const JUMPS: [(&str, &str, &str); 11] = [
 
 pub fn write(ctx: &Context) -> Objects {
     let mut out = Objects::default();
-    chains(&mut out);
+    chains(ctx, &mut out);
     masquerade(ctx, &mut out);
     cluster_ips(ctx, &mut out);
     no_endpoints(ctx, &mut out);
@@ -44,7 +46,7 @@ pub fn write(ctx: &Context) -> Objects {
     out
 }
 
-fn chains(out: &mut Objects) {
+fn chains(ctx: &Context, out: &mut Objects) {
     for (name, kind, hook, priority) in BASE_CHAINS {
         out.chain(Chain { name: name.into(), hook: Some(Hook { kind, hook, priority }), comment: None });
     }
@@ -56,7 +58,8 @@ fn chains(out: &mut Objects) {
         let rule = if matches.is_empty() { format!("jump {to}") } else { format!("{matches} jump {to}") };
         out.rule(Rule::new(from, rule));
     }
-    for name in regular.into_iter().chain([MARK_MASQ]) {
+    let mark_chain = (!ctx.hairpin_set).then_some(MARK_MASQ);
+    for name in regular.into_iter().chain(mark_chain) {
         out.chain(Chain::regular(name));
     }
     let comment = format!("helper for @{NO_ENDPOINT_SERVICES} / @{NO_ENDPOINT_NODEPORTS}");
@@ -66,6 +69,16 @@ fn chains(out: &mut Objects) {
 
 fn masquerade(ctx: &Context, out: &mut Objects) {
     let m = &ctx.mark;
+    if ctx.hairpin_set {
+        let addr = ctx.family.addr_type();
+        let kind = format!("{addr} . {addr} . inet_proto . inet_service");
+        out.sets.push(Set::plain(HAIRPIN_CONNECTIONS, kind, Some("service hairpin connections")));
+        out.rule(Rule::new(MASQUERADING, format!("mark and {m} != 0 mark set mark xor {m} masquerade fully-random")));
+        let ip = ctx.ip();
+        let hairpin = format!("ct status dnat {ip} saddr . {ip} daddr . meta l4proto . th dport @{HAIRPIN_CONNECTIONS} masquerade fully-random");
+        out.rule(Rule::new(MASQUERADING, hairpin));
+        return;
+    }
     out.rule(Rule::new(MARK_MASQ, format!("mark set mark or {m}")));
     out.rule(Rule::new(MASQUERADING, format!("mark and {m} == 0 return")));
     out.rule(Rule::new(MASQUERADING, format!("mark set mark xor {m}")));
@@ -128,10 +141,27 @@ fn firewall(ctx: &Context, out: &mut Objects) {
 fn dispatch(ctx: &Context, out: &mut Objects) {
     out.sets.push(Set::map(SERVICE_IPS, addr_map_type(ctx), Some("ClusterIP, ExternalIP and LoadBalancer IP traffic")));
     out.sets.push(Set::map(SERVICE_NODEPORTS, "inet_proto . inet_service : verdict", Some("NodePort traffic")));
+    if ctx.hairpin_set {
+        cluster_ip_masquerade(ctx, out);
+    }
     out.rule(Rule::new(SERVICES, format!("{} daddr . meta l4proto . th dport vmap @{SERVICE_IPS}", ctx.ip())));
     let m = match ctx.node_port_ips {
         None => format!("fib daddr type local {}", no_localhost(ctx)),
         Some(_) => node_port_match(ctx, out),
     };
     out.rule(Rule::new(SERVICES, format!("{m} meta l4proto . th dport vmap @{SERVICE_NODEPORTS}")));
+}
+
+/// kube-proxy v1.36 on: off-cluster (or, with masqueradeAll, all) traffic to any ClusterIP
+/// is marked for masquerade by one rule (v1.34 has one in each service chain).
+fn cluster_ip_masquerade(ctx: &Context, out: &mut Objects) {
+    let dest = format!("{} daddr @{CLUSTER_IPS}", ctx.ip());
+    let mark = ctx.mark_masq();
+    match (&ctx.detector, ctx.masquerade_all) {
+        (_, true) => out.rule(Rule::commented(SERVICES, format!("{dest} {mark}"), "masquerade all clusterIP traffic")),
+        (Some(d), false) => {
+            out.rule(Rule::commented(SERVICES, format!("{dest} {} {mark}", d.if_not_local), "masquerade clusterIP traffic from outside cluster"))
+        }
+        (None, false) => {}
+    }
 }

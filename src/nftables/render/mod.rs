@@ -9,6 +9,11 @@
 //! one). Kept rendered, the objects were most of nftables watch mode's steady memory
 //! (about 110 MB of a 170 MB live heap at 10,000 services × 10 endpoints, BENCHMARKS.md);
 //! kept as inputs, they cost two pointers per port beside the trackers' one copy.
+//!
+//! The `hairpin-connections` elements (kube-proxy v1.36 on) are the table's, not a port's:
+//! two services can reach the same local endpoint on the same port, so the ruleset counts
+//! how many ports hold each one ([`Hairpins`]), and a partial sync adds or deletes only
+//! those whose count rises from or falls to zero.
 
 pub mod chains;
 pub mod elements;
@@ -16,12 +21,13 @@ pub mod fixed;
 pub mod wiring;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::model::{ports_of, Endpoint, EndpointsMap, NamespacedName, ServicePort, ServicePortMap, ServicePortName};
 use crate::nftables::context::Context;
 use crate::nftables::model::{Objects, Table};
-use crate::nftables::names::{TABLE, TABLE_COMMENT};
+use crate::nftables::names::{HAIRPIN_CONNECTIONS, TABLE, TABLE_COMMENT};
 
 /// What one service port's objects are rendered from: the port and its endpoints, as the
 /// trackers held them when the ruleset last took them (shared, not copied).
@@ -45,6 +51,74 @@ impl Inputs {
         elements::write(&p, out);
         chains::write(ctx, &p, out);
     }
+
+    /// The port's `hairpin-connections` keys (kube-proxy v1.36 on): each endpoint on this
+    /// node that its traffic policies reach.
+    fn hairpins(&self, ctx: &Context) -> Vec<Hairpin> {
+        if !ctx.hairpin_set {
+            return Vec::new();
+        }
+        let eps = self.endpoints.as_deref().map(Vec::as_slice).unwrap_or_default();
+        let p = wiring::Wiring::new(&self.service, eps, ctx.locality());
+        p.endpoints.all_reachable.iter().filter(|e| e.is_local).map(|e| Hairpin { ip: e.ip, proto: p.proto, port: e.port }).collect()
+    }
+}
+
+/// A `hairpin-connections` element: `IP . IP . proto . port`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Hairpin {
+    pub ip: IpAddr,
+    pub proto: &'static str,
+    pub port: u16,
+}
+
+impl Hairpin {
+    fn write(&self, out: &mut Objects) {
+        let ip = self.ip.to_string();
+        out.element(HAIRPIN_CONNECTIONS, vec![ip.clone(), ip, self.proto.to_owned(), self.port.to_string()], vec![], None);
+    }
+}
+
+/// Writes the `hairpin-connections` elements of `keys` (for a partial sync's before and
+/// after sides).
+pub fn hairpin_objects(keys: &[Hairpin]) -> Objects {
+    let mut out = Objects::default();
+    keys.iter().for_each(|h| h.write(&mut out));
+    out
+}
+
+/// How many service ports hold each `hairpin-connections` element.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Hairpins(BTreeMap<Hairpin, u32>);
+
+impl Hairpins {
+    fn add(&mut self, keys: Vec<Hairpin>) {
+        for k in keys {
+            *self.0.entry(k).or_default() += 1;
+        }
+    }
+
+    fn remove(&mut self, keys: Vec<Hairpin>) {
+        for k in keys {
+            if let Some(n) = self.0.get_mut(&k) {
+                *n -= 1;
+                if *n == 0 {
+                    self.0.remove(&k);
+                }
+            }
+        }
+    }
+
+    fn holds(&self, k: &Hairpin) -> bool {
+        self.0.contains_key(k)
+    }
+}
+
+/// The `hairpin-connections` elements an update took away and brought.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HairpinChange {
+    pub gone: Vec<Hairpin>,
+    pub came: Vec<Hairpin>,
 }
 
 /// One family's rules: the fixed objects and what each service port's are rendered from.
@@ -53,15 +127,19 @@ pub struct Ruleset {
     pub ctx: Context,
     pub fixed: Objects,
     pub services: BTreeMap<ServicePortName, Inputs>,
+    /// The `hairpin-connections` elements, counted (empty before v1.36's table).
+    pub hairpins: Hairpins,
 }
 
 impl Ruleset {
-    /// The whole table, fixed objects first, then each service port's.
+    /// The whole table, fixed objects first, then each service port's, then the
+    /// `hairpin-connections` elements.
     pub fn table(&self) -> Table {
         let mut objects = self.fixed.clone();
         for inputs in self.services.values() {
             inputs.write(&self.ctx, &mut objects);
         }
+        self.hairpins.0.keys().for_each(|h| h.write(&mut objects));
         Table { family: self.ctx.family, name: TABLE, comment: TABLE_COMMENT, objects }
     }
 
@@ -71,19 +149,40 @@ impl Ruleset {
     }
 
     /// Brings the ruleset up to date after a commit that changed `changed`: those
-    /// services' ports are taken again from the trackers' maps.
-    pub fn update(&mut self, services: &ServicePortMap, endpoints: &EndpointsMap, changed: &BTreeSet<NamespacedName>) {
+    /// services' ports are taken again from the trackers' maps. Returns the
+    /// `hairpin-connections` elements that went and came.
+    pub fn update(&mut self, services: &ServicePortMap, endpoints: &EndpointsMap, changed: &BTreeSet<NamespacedName>) -> HairpinChange {
+        let mut touched: BTreeSet<Hairpin> = BTreeSet::new();
+        let mut was: BTreeSet<Hairpin> = BTreeSet::new();
         for id in changed {
             let stale: Vec<ServicePortName> = ports_of(&self.services, id).cloned().collect();
             for k in stale {
-                self.services.remove(&k);
+                if let Some(old) = self.services.remove(&k) {
+                    let keys = old.hairpins(&self.ctx);
+                    was.extend(keys.iter().filter(|h| self.hairpins.holds(h)));
+                    touched.extend(keys.iter().copied());
+                    self.hairpins.remove(keys);
+                }
             }
             for k in ports_of(services, id) {
                 if let Some(inputs) = inputs(k, services, endpoints) {
+                    let keys = inputs.hairpins(&self.ctx);
+                    was.extend(keys.iter().filter(|h| self.hairpins.holds(h) && !touched.contains(h)));
+                    touched.extend(keys.iter().copied());
+                    self.hairpins.add(keys);
                     self.services.insert(k.clone(), inputs);
                 }
             }
         }
+        let mut change = HairpinChange::default();
+        for h in touched {
+            match (was.contains(&h), self.hairpins.holds(&h)) {
+                (true, false) => change.gone.push(h),
+                (false, true) => change.came.push(h),
+                _ => {}
+            }
+        }
+        change
     }
 }
 
@@ -93,6 +192,10 @@ fn inputs(name: &ServicePortName, services: &ServicePortMap, endpoints: &Endpoin
 
 /// Takes every service port (what its objects are rendered from).
 pub fn render(ctx: &Context, services: &ServicePortMap, endpoints: &EndpointsMap) -> Ruleset {
-    let taken = services.keys().filter_map(|k| inputs(k, services, endpoints).map(|i| (k.clone(), i))).collect();
-    Ruleset { ctx: ctx.clone(), fixed: fixed::write(ctx), services: taken }
+    let taken: BTreeMap<ServicePortName, Inputs> = services.keys().filter_map(|k| inputs(k, services, endpoints).map(|i| (k.clone(), i))).collect();
+    let mut hairpins = Hairpins::default();
+    for inputs in taken.values() {
+        hairpins.add(inputs.hairpins(ctx));
+    }
+    Ruleset { ctx: ctx.clone(), fixed: fixed::write(ctx), services: taken, hairpins }
 }
