@@ -18,8 +18,11 @@
 //! v1.36+'s `dnat … to numgen random mod N map { … }`) is its own branch with 1/N of its
 //! parent's probability. Each branch keeps the rules and map or set elements it matched
 //! (its path), its verdict (the DNAT target, `DROP`, `REJECT`, or empty when no rule
-//! decided), why it was dropped or rejected, and whether it is masqueraded (marked for
-//! it: `jump mark-for-masquerade` or `mark set mark or M`; or a hairpin connection). Only
+//! decided), why it was dropped or rejected, and whether it is masqueraded: in the v1.34
+//! table, marked for it (`jump mark-for-masquerade`, as kube-proxy's test tracer counts
+//! it); in v1.36+'s, masqueraded by `masquerading` (the mark that `mark set mark or M`
+//! sets, or a hairpin connection), so a marked packet that is dropped, rejected or
+//! delivered to the node is not. Only
 //! the rule forms the renderer writes (both tables) and their `nft list` wording are
 //! understood; anything else is an error. Pure.
 
@@ -101,11 +104,11 @@ impl Branch {
         self.verdict.stops()
     }
 
-    /// Sets the mark; setting a bit in it marks the packet for masquerading (the only mark
-    /// kube-proxy sets), as `jump mark-for-masquerade` does.
+    /// Sets the mark. Unlike `jump mark-for-masquerade` in the v1.34 table, it is not yet
+    /// the masquerade: `masquerading` decides in postrouting, which a packet dropped,
+    /// rejected or delivered to the node never reaches.
     fn set_mark(&mut self, op: MarkSet) {
         self.mark = op.apply(self.mark);
-        self.masquerade |= matches!(op, MarkSet::Or(_));
     }
 }
 

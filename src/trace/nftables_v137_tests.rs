@@ -509,6 +509,15 @@ fn a_clusterip_from_outside_the_cluster_or_the_node_is_marked_and_masqueraded() 
 }
 
 #[test]
+fn a_marked_packet_that_is_rejected_is_not_masqueraded() {
+    for (form, t) in v4() {
+        let got = tcp(&t, OUTSIDE, "172.30.0.41:81", Entry::Prerouting);
+        assert_eq!(branches(&got), want(&[("REJECT", 1.0, false)]), "{form}: masquerading is in postrouting, which it never reaches");
+        assert!(got.outcomes[0].path.iter().any(|l| l.contains(" services ip daddr @cluster-ips ip saddr != 10.0.0.0/8 ")), "{form}: it was marked");
+    }
+}
+
+#[test]
 fn masquerade_all_marks_a_pods_clusterip_traffic_too() {
     let from = "ip daddr @cluster-ips ip saddr != 10.0.0.0/8 mark set mark or 0x00004000 comment \"masquerade clusterIP traffic from outside cluster\"";
     let to = "ip daddr @cluster-ips mark set mark or 0x00004000 comment \"masquerade all clusterIP traffic\"";
