@@ -6,14 +6,25 @@
 //!   `nat-prerouting` (-100); a DNAT changes the destination later chains see; then
 //!   `filter-input` for a node address, else `filter-forward`;
 //! * from the node: `filter-output-pre-dnat`, `nat-output`, `filter-output`, and for a
-//!   node address also `filter-input` (the packet comes back in over loopback).
+//!   node address also `filter-input` (the packet comes back in over loopback);
+//! * in kube-proxy's v1.36+ table (the one without a `mark-for-masquerade` chain), then
+//!   `nat-postrouting` for a packet that leaves the node (not for one delivered to it),
+//!   where `masquerading` decides: the masquerade mark, or a hairpin connection (DNATed,
+//!   and source . destination . protocol . port in `hairpin-connections`: a pod reaching
+//!   itself through a service). The v1.34 table decides where the mark is set (`jump
+//!   mark-for-masquerade`, hairpin included), so its walk stops before postrouting.
 //!
-//! Every endpoint of a `numgen random mod N` dispatch is its own branch with 1/N of its
-//! parent's probability. Each branch keeps the rules and map elements it matched (its
-//! path), its verdict (the DNAT target, `DROP`, `REJECT`, or empty when no rule decided),
-//! why it was dropped or rejected, and whether it is masqueraded (the `jump
-//! mark-for-masquerade` taken). Only the rule forms the renderer writes are understood;
-//! anything else is an error. Pure.
+//! Every endpoint of a `numgen random mod N` dispatch (a verdict map of endpoint chains, or
+//! v1.36+'s `dnat … to numgen random mod N map { … }`) is its own branch with 1/N of its
+//! parent's probability. Each branch keeps the rules and map or set elements it matched
+//! (its path), its verdict (the DNAT target, `DROP`, `REJECT`, or empty when no rule
+//! decided), why it was dropped or rejected, and whether it is masqueraded: in the v1.34
+//! table, marked for it (`jump mark-for-masquerade`, as kube-proxy's test tracer counts
+//! it); in v1.36+'s, masqueraded by `masquerading` (the mark that `mark set mark or M`
+//! sets, or a hairpin connection), so a marked packet that is dropped, rejected or
+//! delivered to the node is not. Only
+//! the rule forms the renderer writes (both tables) and their `nft list` wording are
+//! understood; anything else is an error. Pure.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -23,6 +34,7 @@ use serde::Serialize;
 use crate::net::Cidr;
 use crate::nftables::model::{Element, Rule, Table};
 use crate::nftables::names::*;
+use super::nftables_forms::{self as forms, Dnat, MarkSet};
 use super::{Entry, Env, Packet, Verdict};
 
 const MAX_DEPTH: usize = 64;
@@ -74,6 +86,10 @@ struct Branch {
     packet: Packet,
     probability: f64,
     masquerade: bool,
+    /// The packet's mark (`meta mark`).
+    mark: u32,
+    /// Its connection was DNATed (`ct status dnat`).
+    dnat: bool,
     verdict: Verdict,
     reason: Option<String>,
     path: Vec<String>,
@@ -86,6 +102,13 @@ impl Branch {
 
     fn stopped(&self) -> bool {
         self.verdict.stops()
+    }
+
+    /// Sets the mark. Unlike `jump mark-for-masquerade` in the v1.34 table, it is not yet
+    /// the masquerade: `masquerading` decides in postrouting, which a packet dropped,
+    /// rejected or delivered to the node never reaches.
+    fn set_mark(&mut self, op: MarkSet) {
+        self.mark = op.apply(self.mark);
     }
 }
 
@@ -109,6 +132,10 @@ enum Action<'t> {
     Reject,
     Return,
     Dnat(String),
+    /// `dnat … to numgen random mod N map { … }`: every arm's `ip:port`.
+    DnatRandom(Vec<String>),
+    /// `masquerade`: the hook is done, the packet masqueraded.
+    Masquerade,
     /// `numgen random mod N vmap { … }`: every arm's chain.
     Numgen(Vec<String>),
     /// A verdict map's element matched: the map and the element (its value is the verdict).
@@ -119,6 +146,10 @@ enum Action<'t> {
 enum Step<'r, 't> {
     /// The match held; go on with the rest of the rule.
     Next(&'r str),
+    /// The mark changes; go on with the rest of the rule.
+    Mark(MarkSet, &'r str),
+    /// A set lookup found this element (the path shows it after the rule); go on.
+    Member(&'t Element, &'r str),
     /// The match failed: the next rule.
     NoMatch,
     Act(Action<'t>),
@@ -134,7 +165,9 @@ pub fn trace(table: &Table, env: &Env, packet: Packet, entry: Entry) -> Result<T
         Entry::Prerouting => (FILTER_PREROUTING_PRE_DNAT, NAT_PREROUTING, None),
         Entry::Output => (FILTER_OUTPUT_PRE_DNAT, NAT_OUTPUT, Some(FILTER_OUTPUT)),
     };
-    let start = Branch { packet: packet.clone(), probability: 1.0, masquerade: false, verdict: Verdict::Undecided, reason: None, path: Vec::new() };
+    let start = Branch { packet: packet.clone(), probability: 1.0, masquerade: false, mark: 0, dnat: false, verdict: Verdict::Undecided, reason: None, path: Vec::new() };
+    // v1.36+ masquerades in postrouting; v1.34 has decided by then (see the module doc).
+    let postrouting = (!w.chains.contains_key(MARK_MASQ)).then_some(NAT_POSTROUTING);
     let mut outcomes = Vec::new();
     for b in w.hook(&[pre_dnat], start)? {
         if b.stopped() {
@@ -142,12 +175,13 @@ pub fn trace(table: &Table, env: &Env, packet: Packet, entry: Entry) -> Result<T
             continue;
         }
         for b in w.hook(&[nat], b)? {
-            let mut chains: Vec<&str> = filter.into_iter().collect();
-            if env.local_ips.contains(&b.packet.dst) {
-                chains.push(FILTER_INPUT);
-            } else if filter.is_none() {
-                chains.push(FILTER_FORWARD);
-            }
+            let local = env.local_ips.contains(&b.packet.dst);
+            let chains: Vec<&str> = match filter {
+                // From the node: out, and back in over loopback when it is for the node.
+                Some(out) => [Some(out), postrouting, local.then_some(FILTER_INPUT)].into_iter().flatten().collect(),
+                None if local => vec![FILTER_INPUT],
+                None => [Some(FILTER_FORWARD), postrouting].into_iter().flatten().collect(),
+            };
             outcomes.extend(w.hook(&chains, b)?.into_iter().map(Branch::finish));
         }
     }
@@ -280,21 +314,36 @@ impl<'t> Walker<'t> {
     fn rule(&self, chain: &str, rule: &Rule, mut b: Branch, depth: usize) -> Result<Flows, TraceError> {
         let unreadable = |why: String| TraceError::Unreadable { chain: chain.to_owned(), rule: rule.rule.clone(), why };
         let mut rest = rule.rule.strip_prefix("ct state new").unwrap_or(&rule.rule).trim_start();
+        let mut members: Vec<&Element> = Vec::new();
         loop {
             if rest.is_empty() {
-                // Matched, and only statements that change no verdict (`update @set`).
-                b.path.push(self.rule_line(chain, rule));
+                // Matched, and only statements that change no verdict (`update @set`, a mark).
+                self.matched(chain, rule, &members, &mut b);
                 return Ok(vec![(b, End::Next)]);
             }
-            match self.step(rest, &b.packet).map_err(unreadable)? {
+            match self.step(rest, &b).map_err(unreadable)? {
                 Step::Next(r) => rest = r,
+                Step::Mark(op, r) => {
+                    b.set_mark(op);
+                    rest = r;
+                }
+                Step::Member(e, r) => {
+                    members.push(e);
+                    rest = r;
+                }
                 Step::NoMatch => return Ok(vec![(b, End::Next)]),
                 Step::Act(action) => {
-                    b.path.push(self.rule_line(chain, rule));
+                    self.matched(chain, rule, &members, &mut b);
                     return self.act(chain, rule, action, b, depth);
                 }
             }
         }
+    }
+
+    /// The path of a matched rule: its line, then the set elements it found.
+    fn matched(&self, chain: &str, rule: &Rule, members: &[&Element], b: &mut Branch) {
+        b.path.push(self.rule_line(chain, rule));
+        b.path.extend(members.iter().map(|e| self.element_line(&e.set, e)));
     }
 
     fn rule_line(&self, chain: &str, rule: &Rule) -> String {
@@ -333,7 +382,22 @@ impl<'t> Walker<'t> {
                     why: format!("bad DNAT target {target}"),
                 })?;
                 (b.packet.dst, b.packet.dport) = (ip, port);
+                b.dnat = true;
                 b.verdict = Verdict::Dnat(target);
+                vec![(b, End::Settled)]
+            }
+            Action::DnatRandom(targets) => {
+                let share = 1.0 / targets.len() as f64;
+                let mut out = Vec::new();
+                for target in targets {
+                    let mut nb = b.clone();
+                    nb.probability *= share;
+                    out.extend(self.act(chain, rule, Action::Dnat(target), nb, depth)?);
+                }
+                out
+            }
+            Action::Masquerade => {
+                b.masquerade = true;
                 vec![(b, End::Settled)]
             }
             Action::Numgen(arms) => {
@@ -376,10 +440,33 @@ impl<'t> Walker<'t> {
         pinned || self.elements.iter().any(|e| e.set == set && e.key.len() == 1 && e.key[0] == ip.to_string())
     }
 
-    fn step<'r>(&self, rest: &'r str, p: &Packet) -> Result<Step<'r, 't>, String> {
+    fn step<'r>(&self, rest: &'r str, b: &Branch) -> Result<Step<'r, 't>, String> {
+        let p = &b.packet;
         let ip = if p.dst.is_ipv6() { "ip6" } else { "ip" };
         let dest_key = || vec![p.dst.to_string(), p.protocol.lower().to_owned(), p.dport.to_string()];
         let port_key = || vec![p.protocol.lower().to_owned(), p.dport.to_string()];
+        if let Some(set) = rest.strip_prefix(&format!("{ip} saddr . {ip} daddr . meta l4proto . th dport @")) {
+            let (set, after) = first_word(set);
+            let key = vec![p.src.to_string(), p.dst.to_string(), p.protocol.lower().to_owned(), p.dport.to_string()];
+            return Ok(self.lookup(set, &key).map_or(Step::NoMatch, |e| Step::Member(e, after)));
+        }
+        if let Some(r) = rest.strip_prefix("ct status dnat") {
+            return Ok(if b.dnat { Step::Next(r.trim_start()) } else { Step::NoMatch });
+        }
+        if let Some(set) = forms::mark_set(rest) {
+            let (op, after) = set?;
+            return Ok(Step::Mark(op, after));
+        }
+        if let Some(test) = forms::mark_test(rest) {
+            let (test, after) = test?;
+            return Ok(if test.holds(b.mark) { Step::Next(after) } else { Step::NoMatch });
+        }
+        if let Some(r) = rest.strip_prefix("masquerade") {
+            let options = r.split_whitespace().all(|w| matches!(w, "fully-random" | "random" | "persistent"));
+            if r.is_empty() || (r.starts_with(' ') && options) {
+                return Ok(Step::Act(Action::Masquerade));
+            }
+        }
         if let Some(map) = rest.strip_prefix(&format!("{ip} daddr . meta l4proto . th dport vmap @")) {
             let map = map.trim();
             return Ok(self.lookup(map, &dest_key()).map_or(Step::NoMatch, |e| Step::Act(Action::Element(&e.set, e))));
@@ -419,8 +506,14 @@ impl<'t> Walker<'t> {
         }
         if let Some(r) = rest.strip_prefix("meta l4proto ") {
             let (proto, r) = first_word(r);
-            let target = r.strip_prefix("dnat to ").ok_or("expected dnat to")?;
-            return Ok(if proto == p.protocol.lower() { Step::Act(Action::Dnat(target.trim().to_owned())) } else { Step::NoMatch });
+            let dnat = forms::dnat(r.strip_prefix("dnat ").ok_or("expected dnat")?)?;
+            if proto != p.protocol.lower() {
+                return Ok(Step::NoMatch);
+            }
+            return Ok(Step::Act(match dnat {
+                Dnat::To(target) => Action::Dnat(target),
+                Dnat::Random(targets) => Action::DnatRandom(targets),
+            }));
         }
         verdict(rest).map(Step::Act).ok_or_else(|| format!("unknown statement {rest:?}"))
     }

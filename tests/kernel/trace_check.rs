@@ -3,7 +3,8 @@
 //! do — which endpoints answer, whether the source is masqueraded, DROP (timeout) or
 //! REJECT (refused). In nftables mode the rendered `kube-proxy` table is loaded with
 //! `nft -f` and `trace --mode nftables` is asked the same questions, from the rendered
-//! table and, with `--live`, from the table the kernel lists: both answer alike.
+//! table and, with `--live`, from the table the kernel lists: both answer alike; once for
+//! kube-proxy v1.34's table and once for v1.37's (`--kube-proxy-version`).
 
 use std::collections::BTreeSet;
 
@@ -17,7 +18,8 @@ use crate::svcproxy::{bin, path_str, run_expect, temp_yaml};
 pub fn cases() -> Vec<Case> {
     let mut v = Vec::new();
     per_backend!(v, trace_matches_real_packets);
-    v.push(Case::new("nftables_trace_matches_real_packets", nftables_trace_matches_real_packets));
+    v.push(Case::new("nftables_trace_matches_real_packets", |ctx| nftables_trace_matches_real_packets(ctx, "1.34")));
+    v.push(Case::new("nftables_v137_trace_matches_real_packets", |ctx| nftables_trace_matches_real_packets(ctx, "1.37")));
     v
 }
 
@@ -64,25 +66,27 @@ const FLAGS: [&str; 10] = ["--hostname-override", "node-1", "--node-ip", "198.19
 /// The tracer's answer: verdicts (DNAT targets or DROP/REJECT) and whether any branch
 /// is masqueraded.
 fn trace(file: &str, entry: &str, src: &str, dst: &str) -> Result<(BTreeSet<String>, bool), String> {
-    trace_mode("iptables", file, entry, src, dst)
+    let branches = trace_branches(&["--mode", "iptables"], file, entry, src, dst)?;
+    Ok((branches.iter().map(|(v, _)| v.clone()).collect(), branches.iter().any(|(_, m)| *m)))
 }
 
-fn trace_mode(mode: &str, file: &str, entry: &str, src: &str, dst: &str) -> Result<(BTreeSet<String>, bool), String> {
-    let mut args = vec!["trace", "--mode", mode, "--from", file, "--entry", entry, "--src", src, "--dst", dst, "--output", "json"];
+/// Each branch of the tracer's answer (`mode`: `--mode …` and any more flags): its verdict
+/// and whether it is masqueraded.
+fn trace_branches(mode: &[&str], file: &str, entry: &str, src: &str, dst: &str) -> Result<Vec<(String, bool)>, String> {
+    let mut args = vec!["trace", "--from", file, "--entry", entry, "--src", src, "--dst", dst, "--output", "json"];
+    args.extend_from_slice(mode);
     args.extend_from_slice(&FLAGS);
     let out = std::process::Command::new(bin()).args(&args).output().map_err(|e| e.to_string())?;
     let v: Value = serde_json::from_slice(&out.stdout).map_err(|e| format!("trace output: {e}: {}", String::from_utf8_lossy(&out.stderr)))?;
     let outcomes = v["outcomes"].as_array().cloned().unwrap_or_default();
-    let verdicts = outcomes.iter().filter_map(|o| o["verdict"].as_str().map(String::from)).collect();
-    let masq = outcomes.iter().any(|o| o["masquerade"] == Value::Bool(true));
-    Ok((verdicts, masq))
+    Ok(outcomes.iter().filter_map(|o| Some((o["verdict"].as_str()?.to_owned(), o["masquerade"] == Value::Bool(true)))).collect())
 }
 
 /// Each branch of an nftables trace, from the rendered table or (`live`, run in `ns`)
 /// from the kernel's: verdict, share, masquerade, why, and how many rules and elements
 /// its path went through (the kernel words a few statements its own way).
-fn nft_outcomes(ns: &Ns, live: bool, file: &str, entry: &str, src: &str, dst: &str) -> Result<Vec<String>, String> {
-    let mut args = vec![bin(), "trace", "--mode", "nftables", "--from", file, "--entry", entry, "--src", src, "--dst", dst, "--output", "json"];
+fn nft_outcomes(ns: &Ns, live: bool, version: &str, file: &str, entry: &str, src: &str, dst: &str) -> Result<Vec<String>, String> {
+    let mut args = vec![bin(), "trace", "--mode", "nftables", "--kube-proxy-version", version, "--from", file, "--entry", entry, "--src", src, "--dst", dst, "--output", "json"];
     if live {
         args.push("--live");
     }
@@ -139,10 +143,11 @@ fn trace_matches_real_packets(ctx: &mut Ctx, b: Backend) -> CaseResult {
     Ok(())
 }
 
-/// The same questions in nftables mode, on the rendered table loaded with `nft -f`; and
-/// one nftables mode answers otherwise: a ClusterIP's port that is no service port is
-/// rejected (cluster-ips-check).
-fn nftables_trace_matches_real_packets(ctx: &mut Ctx) -> CaseResult {
+/// The same questions in nftables mode, on kube-proxy `version`'s table rendered and
+/// loaded with `nft -f`; one nftables mode answers otherwise: a ClusterIP's port that is
+/// no service port is rejected (cluster-ips-check); and a pod reaching itself through its
+/// service (hairpin: an endpoint chain's rule in v1.34, `hairpin-connections` in v1.37).
+fn nftables_trace_matches_real_packets(ctx: &mut Ctx, version: &str) -> CaseResult {
     ctx.require(&["ip", "nft"])?;
     let mut lab = Lab::new("nfttrace")?;
     for (i, name) in ["pod1", "pod2"].iter().enumerate() {
@@ -152,12 +157,17 @@ fn nftables_trace_matches_real_packets(ctx: &mut Ctx) -> CaseResult {
     lab.route_service_cidr("198.19.3.0/24")?;
     let file = temp_yaml(CLUSTER)?;
     let f = path_str(&file);
-    let mut render = vec!["render", "--mode", "nftables", "--from", f];
+    let mut render = vec!["render", "--mode", "nftables", "--kube-proxy-version", version, "--from", f];
     render.extend_from_slice(&FLAGS);
     let out = std::process::Command::new(bin()).args(&render).output().map_err(|e| e.to_string())?;
     ensure!(out.status.success(), "render: {}", String::from_utf8_lossy(&out.stderr));
     lab.node().run_stdin(&["nft", "-f", "-"], Some(&String::from_utf8_lossy(&out.stdout)))?;
-    let trace = |entry, src, dst| trace_mode("nftables", f, entry, src, dst);
+    let mode = ["--mode", "nftables", "--kube-proxy-version", version];
+    let branches = |entry, src, dst| trace_branches(&mode, f, entry, src, dst);
+    let trace = |entry, src, dst| -> Result<(BTreeSet<String>, bool), String> {
+        let b = branches(entry, src, dst)?;
+        Ok((b.iter().map(|(v, _)| v.clone()).collect(), b.iter().any(|(_, m)| *m)))
+    };
     // --live reads the table the kernel lists and answers as the rendered table does.
     let questions = [
         ("node", "198.19.1.1", "198.19.255.10:80"),
@@ -166,10 +176,11 @@ fn nftables_trace_matches_real_packets(ctx: &mut Ctx) -> CaseResult {
         ("outside", "198.19.1.2", "198.19.1.1:30443"),
         ("node", "198.19.1.1", "198.19.255.30:80"),
         ("node", "198.19.1.1", "198.19.255.10:81"),
+        ("pod", "198.18.1.2", "198.19.255.10:80"),
     ];
     for (entry, src, dst) in questions {
-        let rendered = nft_outcomes(lab.node(), false, f, entry, src, dst)?;
-        let live = nft_outcomes(lab.node(), true, f, entry, src, dst)?;
+        let rendered = nft_outcomes(lab.node(), false, version, f, entry, src, dst)?;
+        let live = nft_outcomes(lab.node(), true, version, f, entry, src, dst)?;
         ensure!(!rendered.is_empty() && live == rendered, "{entry} {src} -> {dst}: --live said {live:?}, the rendered table {rendered:?}");
     }
     let set = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<BTreeSet<String>>();
@@ -202,6 +213,15 @@ fn nftables_trace_matches_real_packets(ctx: &mut Ctx) -> CaseResult {
         let t = lab.connect(Where::Node, ip, port.parse().unwrap_or_default(), Proto::Tcp, 3)?;
         ensure!(t.refused == 3, "{dst}: REJECT means refused: {t:?}");
     }
+
+    // 6. pod1 to its own service: when it reaches itself, masqueraded (else the answer,
+    // from its own address, is a martian on its link); when it reaches pod2, not.
+    let got = branches("pod", "198.18.1.2", "198.19.255.10:80")?;
+    let want = vec![("198.18.1.2:8080".to_string(), true), ("198.18.2.2:8080".to_string(), false)];
+    ensure!(got == want, "trace said {got:?}");
+    let t = lab.connect(Where::Pod("pod1"), "198.19.255.10", 80, Proto::Tcp, 20)?;
+    ensure!(t.count("pod1") > 0 && t.count("pod2") > 0, "real packets: {t:?}");
+    ensure!(!t.saw("pod1", "198.18.1.2") && t.saw("pod2", "198.18.1.2"), "pod1 must see a masqueraded source, pod2 pod1's own: {t:?}");
     let _ = std::fs::remove_file(&file);
     Ok(())
 }
