@@ -328,11 +328,11 @@ fn packet_flows_reach_the_expected_endpoints() {
 /// answers differently from its iptables mode, `NAME.nft-flows` holds that flow's line
 /// (same columns, same name) with a comment saying why; every line there must name a flow
 /// of `.flows` and differ from it.
-fn nftables_flows(flows: &str, overrides: Option<&str>) -> Result<String, String> {
+fn nftables_flows(flows: &str, overrides: Option<&str>, hairpin_set: bool) -> Result<String, String> {
     let name = |l: &str| l.split('|').next().unwrap_or("").trim().to_owned();
     let data = |t: &str| t.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(str::to_owned).collect::<Vec<_>>();
     let mut lines = data(flows);
-    for o in overrides.map(data).unwrap_or_default() {
+    for o in overrides.map(|t| for_table(t, hairpin_set)).map(|t| data(&t)).unwrap_or_default() {
         let Some(l) = lines.iter_mut().find(|l| name(l) == name(&o)) else { return Err(format!("nft-flows: no flow {:?} in .flows", name(&o))) };
         let columns = |l: &str| l.split('|').map(str::trim).map(str::to_owned).collect::<Vec<_>>();
         if columns(l) == columns(&o) {
@@ -343,19 +343,44 @@ fn nftables_flows(flows: &str, overrides: Option<&str>) -> Result<String, String
     Ok(lines.join("\n"))
 }
 
+/// The `.nft-flows` lines that hold for one of kube-proxy's nftables tables: a line after
+/// a comment starting `# v1.36+:` holds for v1.36's table only (the default; v1.34's
+/// answers as `.flows` does).
+fn for_table(text: &str, hairpin_set: bool) -> String {
+    let mut out = Vec::new();
+    let mut only_v136 = false;
+    for line in text.lines() {
+        let t = line.trim();
+        if t.starts_with('#') {
+            only_v136 = t.starts_with("# v1.36+:");
+            continue;
+        }
+        if !t.is_empty() && (hairpin_set || !only_v136) {
+            out.push(t);
+        }
+    }
+    out.join("\n")
+}
+
+/// Each flow through the nftables table of each kube-proxy version svcproxy writes.
 #[test]
 fn packet_flows_agree_in_nftables_mode() {
+    use svcproxy::settings::kinds::KubeProxyVersion;
     let mut f = Failures::default();
     let mut n = 0;
     for (path, bases, _) in all_scenarios() {
         for (step, base) in run_scenario(&path).iter().zip(&bases) {
             let Ok(flows) = std::fs::read_to_string(with_ext(base, "flows")) else { continue };
             let overrides = std::fs::read_to_string(with_ext(base, "nft-flows")).ok();
-            let rulesets = svcproxy::nftables::render_all(&step.loaded.config, &step.loaded.trackers);
-            let checked = nftables_flows(&flows, overrides.as_deref()).and_then(|text| check_nftables_flows(&rulesets, &local_ips(&step.loaded), &text));
-            match checked {
-                Ok(flows) => n += flows,
-                Err(e) => f.push(format!("{}: {e}", base.display())),
+            for version in [KubeProxyVersion::V1_34, KubeProxyVersion::NEWEST] {
+                let mut config = step.loaded.config.clone();
+                config.kube_proxy_version = version;
+                let rulesets = svcproxy::nftables::render_all(&config, &step.loaded.trackers);
+                let text = nftables_flows(&flows, overrides.as_deref(), version.nftables_hairpin_set());
+                match text.and_then(|text| check_nftables_flows(&rulesets, &local_ips(&step.loaded), &text)) {
+                    Ok(flows) => n += flows,
+                    Err(e) => f.push(format!("{} ({version}): {e}", base.display())),
+                }
             }
         }
     }
@@ -515,6 +540,11 @@ fn check_nftables_step(path: &Path, base: &Path) -> Result<(), String> {
     if let Ok(text) = std::fs::read_to_string(with_ext(base, "flows")) {
         checks += 1;
         check_nftables_flows(&rulesets, &local_ips(&loaded), &text)?;
+        // The flows are what a packet meets, not rule text: they hold for v1.36's table too.
+        let mut config = loaded.config.clone();
+        config.kube_proxy_version = svcproxy::settings::kinds::KubeProxyVersion::NEWEST;
+        let newest = svcproxy::nftables::render_all(&config, &loaded.trackers);
+        check_nftables_flows(&newest, &local_ips(&loaded), &text).map_err(|e| format!("in v1.37's table: {e}"))?;
     }
     for (ext, stale) in [("kube-proxy", false), ("kube-proxy-stale", true)] {
         if let Ok(text) = std::fs::read_to_string(with_ext(base, ext)) {
