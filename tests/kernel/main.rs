@@ -42,6 +42,7 @@ mod goldens;
 mod incremental;
 mod nft_anonfile;
 mod nft_chunked;
+mod nft_field;
 mod nft_goldens;
 mod nft_live;
 mod nft_netlink;
@@ -84,6 +85,7 @@ fn main() {
     cases.extend(outside::cases());
     cases.extend(nft_mode::cases());
     cases.extend(nft_chunked::cases());
+    cases.extend(nft_field::cases());
     let code = harness::run(
         &cases,
         Options {
