@@ -34,7 +34,7 @@ use serde::Serialize;
 use crate::net::Cidr;
 use crate::nftables::model::{Element, Rule, Table};
 use crate::nftables::names::*;
-use super::nftables_forms::{self as forms, Dnat, MarkSet};
+use super::nftables_forms::{self as forms, first_word, Dnat, MarkSet};
 use super::{Entry, Env, Packet, Verdict};
 
 const MAX_DEPTH: usize = 64;
@@ -213,10 +213,6 @@ fn braces(rest: &str) -> Result<(&str, &str), String> {
     let inner = rest.strip_prefix('{').ok_or("expected {")?;
     let end = inner.find('}').ok_or("unclosed {")?;
     Ok((inner[..end].trim(), inner[end + 1..].trim_start()))
-}
-
-fn first_word(s: &str) -> (&str, &str) {
-    s.split_once(' ').map_or((s, ""), |(a, b)| (a, b.trim_start()))
 }
 
 /// `iifname` against an interface name pattern (`veth*`: a prefix).

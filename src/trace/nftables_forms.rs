@@ -53,7 +53,8 @@ pub(super) enum Dnat {
     Random(Vec<String>),
 }
 
-fn first_word(s: &str) -> (&str, &str) {
+/// The first word of `s` and the rest after its spaces.
+pub(super) fn first_word(s: &str) -> (&str, &str) {
     s.split_once(' ').map_or((s, ""), |(a, b)| (a, b.trim_start()))
 }
 

@@ -4,22 +4,26 @@
 //! REJECT (refused). In nftables mode the rendered `kube-proxy` table is loaded with
 //! `nft -f` and `trace --mode nftables` is asked the same questions, from the rendered
 //! table and, with `--live`, from the table the kernel lists: both answer alike; once for
-//! kube-proxy v1.34's table and once for v1.37's (`--kube-proxy-version`).
+//! kube-proxy v1.34's table and once for v1.37's (`--kube-proxy-version`). And v1.37's
+//! table of every fixture with flows (`golden/NAME.flows`), loaded into the kernel: each
+//! flow traced with `--live` answers as from the rendered table.
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use serde_json::Value;
 
 use crate::harness::{Case, CaseResult, Ctx};
 use crate::netns::{Backend, Lab, Ns, Proto, Where};
 use crate::netns::BackendTools as _;
-use crate::svcproxy::{bin, path_str, run_expect, temp_yaml};
+use crate::svcproxy::{bin, path_str, repo, run_expect, temp_yaml};
 
 pub fn cases() -> Vec<Case> {
     let mut v = Vec::new();
     per_backend!(v, trace_matches_real_packets);
     v.push(Case::new("nftables_trace_matches_real_packets", |ctx| nftables_trace_matches_real_packets(ctx, "1.34")));
     v.push(Case::new("nftables_v137_trace_matches_real_packets", |ctx| nftables_trace_matches_real_packets(ctx, "1.37")));
+    v.push(Case::new("nftables_v137_live_traces_every_flow_as_rendered", v137_live_traces_every_flow_as_rendered).with_timeout(Duration::from_secs(600)));
     v
 }
 
@@ -86,11 +90,18 @@ fn trace_branches(mode: &[&str], file: &str, entry: &str, src: &str, dst: &str) 
 /// from the kernel's: verdict, share, masquerade, why, and how many rules and elements
 /// its path went through (the kernel words a few statements its own way).
 fn nft_outcomes(ns: &Ns, live: bool, version: &str, file: &str, entry: &str, src: &str, dst: &str) -> Result<Vec<String>, String> {
-    let mut args = vec![bin(), "trace", "--mode", "nftables", "--kube-proxy-version", version, "--from", file, "--entry", entry, "--src", src, "--dst", dst, "--output", "json"];
+    let mut args = vec!["--kube-proxy-version", version, "--from", file, "--entry", entry, "--src", src, "--dst", dst];
+    args.extend_from_slice(&FLAGS);
+    nft_branches(ns, live, &args)
+}
+
+/// [`nft_outcomes`] of `trace --mode nftables ARGS`.
+fn nft_branches(ns: &Ns, live: bool, trace_args: &[&str]) -> Result<Vec<String>, String> {
+    let mut args = vec![bin(), "trace", "--mode", "nftables", "--output", "json"];
+    args.extend_from_slice(trace_args);
     if live {
         args.push("--live");
     }
-    args.extend_from_slice(&FLAGS);
     let out = ns.exec(&args)?;
     let v: Value = serde_json::from_slice(&out.stdout).map_err(|e| format!("trace output: {e}: {}", String::from_utf8_lossy(&out.stderr)))?;
     let outcomes = v["outcomes"].as_array().ok_or_else(|| format!("no outcomes: {v}"))?;
@@ -223,5 +234,63 @@ fn nftables_trace_matches_real_packets(ctx: &mut Ctx, version: &str) -> CaseResu
     ensure!(t.count("pod1") > 0 && t.count("pod2") > 0, "real packets: {t:?}");
     ensure!(!t.saw("pod1", "198.18.1.2") && t.saw("pod2", "198.18.1.2"), "pod1 must see a masqueraded source, pod2 pod1's own: {t:?}");
     let _ = std::fs::remove_file(&file);
+    Ok(())
+}
+
+/// A flow's source, protocol and destination (`ip:port` or `[ip]:port`).
+type Flow = [String; 3];
+
+/// Each fixture with flows: the fixture, and its flows from `golden/NAME.flows`.
+fn fixtures_with_flows() -> Result<Vec<(std::path::PathBuf, Vec<Flow>)>, String> {
+    let mut out = Vec::new();
+    let mut files: Vec<_> = std::fs::read_dir(repo().join("golden")).map_err(|e| e.to_string())?.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    files.retain(|p| p.extension().is_some_and(|e| e == "flows"));
+    files.sort();
+    for flows in files {
+        let stem = flows.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        let fixture = repo().join("fixtures").join(format!("{stem}.yaml"));
+        if !fixture.exists() {
+            continue;
+        }
+        let text = std::fs::read_to_string(&flows).map_err(|e| format!("{}: {e}", flows.display()))?;
+        let mut list = Vec::new();
+        for line in text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+            let c: Vec<&str> = line.split('|').map(str::trim).collect();
+            if c.len() != 7 {
+                return Err(format!("{}: bad flow line {line}", flows.display()));
+            }
+            let dst = if c[3].contains(':') { format!("[{}]:{}", c[3], c[4]) } else { format!("{}:{}", c[3], c[4]) };
+            list.push([c[1].to_owned(), c[2].to_lowercase(), dst]);
+        }
+        out.push((fixture, list));
+    }
+    Ok(out)
+}
+
+/// kube-proxy v1.37's table of every fixture with flows, loaded with `nft -f` (over the
+/// previous one): every flow traced from the kernel's listing (`--live`: `meta mark`
+/// arithmetic, `dnat ip to numgen … map`, wrapped element lists) answers as from the
+/// rendered table: the same branches, shares, masquerade, reasons and path lengths.
+fn v137_live_traces_every_flow_as_rendered(ctx: &mut Ctx) -> CaseResult {
+    ctx.require(&["ip", "nft"])?;
+    let lab = Lab::new("nftlive")?;
+    let (mut fixtures, mut flows) = (0, 0);
+    for (fixture, list) in fixtures_with_flows()? {
+        let f = path_str(&fixture);
+        let out = std::process::Command::new(bin()).args(["render", "--mode", "nftables", "--kube-proxy-version", "1.37", "--from", f]).output().map_err(|e| e.to_string())?;
+        ensure!(out.status.success(), "render {f}: {}", String::from_utf8_lossy(&out.stderr));
+        let reset = "add table ip kube-proxy\ndelete table ip kube-proxy\nadd table ip6 kube-proxy\ndelete table ip6 kube-proxy\n";
+        lab.node().run_stdin(&["nft", "-f", "-"], Some(&format!("{reset}{}", String::from_utf8_lossy(&out.stdout))))?;
+        fixtures += 1;
+        for [src, proto, dst] in &list {
+            let args = ["--kube-proxy-version", "1.37", "--from", f, "--src", src, "--proto", proto, "--dst", dst];
+            let rendered = nft_branches(lab.node(), false, &args)?;
+            let live = nft_branches(lab.node(), true, &args)?;
+            ensure!(!rendered.is_empty() && live == rendered, "{f}: {src} -> {dst} {proto}: --live said {live:?}, the rendered table {rendered:?}");
+            flows += 1;
+        }
+    }
+    ensure!(fixtures >= 30 && flows >= 200, "only {flows} flows of {fixtures} fixtures");
+    ctx.log(format!("{flows} flows of {fixtures} fixtures traced alike from the rendered and the listed v1.37 tables"));
     Ok(())
 }
