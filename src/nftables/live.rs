@@ -1,9 +1,11 @@
 //! The kernel's `kube-proxy` table, as `nft list table` prints it, read into the values
 //! the renderer makes ([`Table`]), so `trace --live` walks what the node really holds
 //! with the same tracer as the rendered table. Built on [`Listing`] (objects, their lines
-//! and elements); what the kernel prints differently from svcproxy's input (`meta mark`
-//! arithmetic, numeric priorities) is left as the kernel wrote it: the tracer reads the
-//! statements that decide where a packet goes, and those the kernel prints as written.
+//! and elements). The statements the kernel words its own way that the tracer must read
+//! are put back in the renderer's words ([`renderer_words`]): `meta mark` arithmetic (an
+//! inline `mark set mark or M` masquerades in kube-proxy v1.37's table) and the dnat map
+//! of address . port (`dnat ip to numgen … map { 0 : A . P, … }`); the rest (numeric
+//! priorities, quoted interface names) is left as the kernel wrote it.
 
 use super::listing::{split_elements, Listing};
 use super::model::{Chain, Element, Family, Objects, Rule, Set, Table};
@@ -59,12 +61,53 @@ pub fn read(text: &str, family: Family) -> Result<Table, LiveError> {
     Ok(Table { family, name: TABLE, comment: TABLE_COMMENT, objects })
 }
 
-/// A listed rule: its statements, and its trailing `comment "…"` apart.
+/// A listed rule: its statements (in the renderer's words), and its trailing
+/// `comment "…"` apart.
 fn rule(chain: &str, line: &str) -> Rule {
     match line.rfind(" comment \"") {
-        Some(at) if line.ends_with('"') => Rule::commented(chain, &line[..at], unquote(&line[at + " comment ".len()..])),
-        _ => Rule::new(chain, line),
+        Some(at) if line.ends_with('"') => Rule::commented(chain, renderer_words(&line[..at]), unquote(&line[at + " comment ".len()..])),
+        _ => Rule::new(chain, renderer_words(line)),
     }
+}
+
+/// A rule's statements as `nft list` prints them → as svcproxy's renderer writes them, for
+/// the statements the kernel words otherwise: `meta mark set meta mark | M` (`^ M`) →
+/// `mark set mark or M` (`xor M`); `meta mark & M != 0x00000000` (`==`) → `mark and M != 0`;
+/// `dnat ip to numgen random mod N map { 0 : A . P, 1 : … }` → `dnat ip addr . port to
+/// numgen random mod N map { 0 : A . P , 1 : … }` (`ip6` likewise). Words between are
+/// kept; spaces become single.
+fn renderer_words(stmts: &str) -> String {
+    let w: Vec<&str> = stmts.split_whitespace().collect();
+    let mut out: Vec<&str> = Vec::with_capacity(w.len() + 4);
+    let mut in_map = false;
+    let mut i = 0;
+    while i < w.len() {
+        match &w[i..] {
+            ["meta", "mark", "set", "meta", "mark", op @ ("|" | "^"), m, ..] => {
+                out.extend(["mark", "set", "mark", if *op == "|" { "or" } else { "xor" }, m]);
+                i += 7;
+            }
+            ["meta", "mark", "&", m, op @ ("==" | "!="), "0x00000000", ..] => {
+                out.extend(["mark", "and", m, op, "0"]);
+                i += 6;
+            }
+            ["dnat", fam @ ("ip" | "ip6"), "to", "numgen", ..] => {
+                out.extend(["dnat", fam, "addr", ".", "port", "to"]);
+                in_map = true;
+                i += 3;
+            }
+            [word, ..] => {
+                match word.strip_suffix(',') {
+                    Some(arm) if in_map && !arm.is_empty() => out.extend([arm, ","]),
+                    _ => out.push(word),
+                }
+                in_map &= *word != "}";
+                i += 1;
+            }
+            [] => break,
+        }
+    }
+    out.join(" ")
 }
 
 /// `10.96.0.10 . tcp . 53 comment "ns/svc:port" : goto service-…` → key, value, comment.
@@ -161,6 +204,25 @@ mod tests {
         let ips: Vec<String> = o.elements.iter().filter(|e| e.set == "cluster-ips").map(|e| e.key.join(".")).collect();
         assert_eq!(ips, ["10.96.0.1", "10.96.0.10"]);
         assert!(o.sets.iter().any(|s| s.name == "service-ips" && s.is_map && s.kind.ends_with(": verdict")));
+    }
+
+    #[test]
+    fn kube_proxy_v137_statements_are_read_in_the_renderers_words() {
+        for (listed, rendered) in [
+            ("ip daddr @cluster-ips ip saddr != 10.244.0.0/16 meta mark set meta mark | 0x00004000", "ip daddr @cluster-ips ip saddr != 10.244.0.0/16 mark set mark or 0x00004000"),
+            ("meta mark & 0x00004000 != 0x00000000 meta mark set meta mark ^ 0x00004000 masquerade fully-random", "mark and 0x00004000 != 0 mark set mark xor 0x00004000 masquerade fully-random"),
+            ("meta mark & 0x00004000 == 0x00000000 return", "mark and 0x00004000 == 0 return"),
+            ("ct status dnat ip saddr . ip daddr . meta l4proto . th dport @hairpin-connections masquerade fully-random", "ct status dnat ip saddr . ip daddr . meta l4proto . th dport @hairpin-connections masquerade fully-random"),
+            ("meta l4proto tcp dnat ip to numgen random mod 2 map { 0 : 10.244.0.10 . 9898, 1 : 10.244.0.8 . 9898 }", "meta l4proto tcp dnat ip addr . port to numgen random mod 2 map { 0 : 10.244.0.10 . 9898 , 1 : 10.244.0.8 . 9898 }"),
+            ("meta l4proto udp dnat ip6 to numgen random mod 1 map { 0 : fd00:10:180::1 . 53 }", "meta l4proto udp dnat ip6 addr . port to numgen random mod 1 map { 0 : fd00:10:180::1 . 53 }"),
+            ("numgen random mod 2 vmap { 0 : goto a, 1 : goto b }", "numgen random mod 2 vmap { 0 : goto a, 1 : goto b }"),
+            ("meta l4proto tcp dnat to 10.0.0.5:8080", "meta l4proto tcp dnat to 10.0.0.5:8080"),
+        ] {
+            assert_eq!(renderer_words(listed), rendered);
+        }
+        let listed = "table ip kube-proxy {\n chain external-X {\n fib saddr type local meta mark set meta mark | 0x00004000 comment \"masquerade local traffic\"\n }\n}\n";
+        let t = read(listed, Family::Ip).unwrap();
+        assert_eq!(t.objects.rules, [Rule::commented("external-X", "fib saddr type local mark set mark or 0x00004000", "masquerade local traffic")]);
     }
 
     #[test]

@@ -1,13 +1,20 @@
 //! svcproxy's nf_tables netlink writer (`nftables::netlink`, `nftables::wire`) on the real
 //! kernel, inside a namespace of the test's own:
 //! - for every `golden/*.nft` (both families) and a text of the rule shapes no golden
-//!   holds, `nft list table` prints byte-identical text after `nft -f` of the text and
-//!   after the netlink writer's batch of the same text (each into an empty namespace);
+//!   holds (with dnat maps of thousands of endpoints), `nft list table` prints
+//!   byte-identical text after `nft -f` of the text and after the netlink writer's batch of
+//!   the same text (each into an empty namespace); and after either, the full sync's read
+//!   of the kernel's table (`netlink::read_live`) finds every chain and every named set
+//!   equal, in the canonical form (`wire::canon`), to what the text would send: a full sync
+//!   over it would rewrite nothing (a node that kube-proxy wrote sees no churn);
 //! - a batch the kernel refuses changes nothing: the table lists as before, and the error
 //!   names the refused line.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
+use svcproxy::nftables::model::Family;
+use svcproxy::nftables::wire::canon;
 use svcproxy::nftables::{netlink, wire};
 
 use crate::harness::{Case, CaseResult, Ctx};
@@ -46,14 +53,125 @@ fn clear(ns: &Ns) {
     }
 }
 
-/// nft -f, then (tables deleted) the netlink writer, of the same text: the same listing.
-fn same_listing(ns: &Ns, name: &str, text: &str) -> Result<usize, String> {
+/// The vocabulary text, and a dnat map of `n` endpoints per family and protocol appended
+/// (its elements take several messages).
+fn vocabulary(n: usize) -> String {
+    let mut text = VOCABULARY.to_owned();
+    for (fam, proto) in [("ip", "tcp"), ("ip6", "udp"), ("ip", "sctp")] {
+        let arms: Vec<String> = (0..n)
+            .map(|i| match fam {
+                "ip" => format!("{i} : 10.{}.{}.{} . 8080", 180 + i / 65536, (i / 256) % 256, i % 256),
+                _ => format!("{i} : fd00:10:180::{i:x} . 8080"),
+            })
+            .collect();
+        text.push_str(&format!("add chain {fam} kube-proxy service-long-{proto}
+"));
+        text.push_str(&format!("add rule {fam} kube-proxy service-long-{proto} meta l4proto {proto} dnat {fam} addr . port to numgen random mod {n} map {{ {} }}\n", arms.join(" , ")));
+    }
+    text
+}
+
+/// What the full sync compares for one family of `text`: each chain's rules and each
+/// named, non-dynamic set's elements (sorted, once each), in the canonical form of what the text
+/// sends; `None` where the encoder does not take them.
+type Wanted = (HashMap<String, Option<canon::Canon>>, HashMap<String, Option<Vec<canon::Canon>>>);
+
+fn wanted(text: &str, fam: &str) -> Wanted {
+    let mut chains: HashMap<String, String> = HashMap::new();
+    let mut sets: HashMap<String, String> = HashMap::new();
+    for line in text.lines() {
+        let w: Vec<&str> = line.split_whitespace().take(5).collect();
+        let [verb, object, f, "kube-proxy", name] = w.as_slice() else { continue };
+        if *f != fam || *verb != "add" {
+            continue;
+        }
+        let add = |m: &mut HashMap<String, String>, with: bool| {
+            let t = m.entry((*name).to_owned()).or_default();
+            if with {
+                t.push_str(line);
+                t.push('\n');
+            }
+        };
+        match *object {
+            "chain" => add(&mut chains, false),
+            "rule" => add(&mut chains, true),
+            "set" | "map" if !line.contains("dynamic") => add(&mut sets, false),
+            "element" if sets.contains_key(*name) => add(&mut sets, true),
+            _ => {}
+        }
+    }
+    let sorted = |t: &str| {
+        canon::elements_of_text(t).map(|e| {
+            let mut v: Vec<canon::Canon> = e.into_iter().map(|(c, _)| c).collect();
+            // An element added twice is one element.
+            v.sort();
+            v.dedup();
+            v
+        })
+    };
+    (chains.iter().map(|(n, t)| (n.clone(), canon::chain_of_text(t))).collect(), sets.iter().map(|(n, t)| (n.clone(), sorted(t))).collect())
+}
+
+/// The full sync's read of what `ns` holds proves every chain and named set of `text`
+/// equal (and holds no other); the number of chains and sets compared.
+fn read_equal(ns: &Ns, name: &str, text: &str) -> Result<usize, String> {
+    let mut compared = 0;
+    for (fam, family) in [("ip", Family::Ip), ("ip6", Family::Ip6)] {
+        let (chains, sets) = wanted(text, fam);
+        let live = in_netns(&ns.name, move || netlink::read_live(family).map_err(|e| e.to_string()))
+            .join()
+            .map_err(|_| "the read thread panicked".to_string())???;
+        let Some(live) = live else {
+            check(chains.is_empty(), || format!("{name}: no {fam} table was read"))?;
+            continue;
+        };
+        let mut names: Vec<&String> = live.chains.keys().collect();
+        names.sort();
+        let mut want: Vec<&String> = chains.keys().collect();
+        want.sort();
+        check(names == want, || format!("{name}: {fam} chains read {names:?}, the text has {want:?}"))?;
+        for (chain, form) in &chains {
+            let form = form.as_ref().ok_or_else(|| format!("{name}: the encoder does not take {fam} chain {chain}"))?;
+            let held = live.chains[chain].as_ref().ok_or_else(|| format!("{name}: {fam} chain {chain} was not readable"))?;
+            check(held == form, || format!("{name}: {fam} chain {chain} differs from the text in the canonical form"))?;
+        }
+        let mut set_names: Vec<&String> = live.sets.keys().collect();
+        set_names.sort();
+        let mut want: Vec<&String> = sets.keys().collect();
+        want.sort();
+        check(set_names == want, || format!("{name}: {fam} sets read {set_names:?}, the text has {want:?}"))?;
+        for (set, elems) in &sets {
+            let elems = elems.as_ref().ok_or_else(|| format!("{name}: the encoder does not take {fam} set {set}'s elements"))?;
+            let mut held: Vec<canon::Canon> = live.sets[set].clone().ok_or_else(|| format!("{name}: {fam} set {set} was not readable"))?.into_iter().map(|(c, _)| c).collect();
+            held.sort();
+            check(&held == elems, || format!("{name}: {fam} set {set}: {} elements read, {} in the text, not all equal", held.len(), elems.len()))?;
+        }
+        compared += chains.len() + sets.len();
+    }
+    Ok(compared)
+}
+
+/// `Err(msg())` unless `ok`.
+fn check(ok: bool, msg: impl FnOnce() -> String) -> Result<(), String> {
+    if ok {
+        Ok(())
+    } else {
+        Err(msg())
+    }
+}
+
+/// nft -f, then (tables deleted) the netlink writer, of the same text: the same listing,
+/// and after each the full sync's read finds the text's chains and sets ([`read_equal`]).
+/// (listed lines, chains and sets compared).
+fn same_listing(ns: &Ns, name: &str, text: &str) -> Result<(usize, usize), String> {
     clear(ns);
     ns.run_stdin(&["nft", "-f", "-"], Some(text)).map_err(|e| format!("{name}: nft -f: {e}"))?;
     let by_nft = listing(ns);
+    let compared = read_equal(ns, &format!("{name} (nft -f)"), text)?;
     clear(ns);
     write_netlink(ns, text).map_err(|e| format!("{name}: netlink: {e}"))?;
     let by_netlink = listing(ns);
+    read_equal(ns, &format!("{name} (netlink)"), text)?;
     clear(ns);
     if by_nft.trim().is_empty() {
         return Err(format!("{name}: nft -f left no kube-proxy table"));
@@ -67,7 +185,7 @@ fn same_listing(ns: &Ns, name: &str, text: &str) -> Result<usize, String> {
             by_netlink.lines().nth(first).unwrap_or("(end)")
         ));
     }
-    Ok(by_nft.lines().count())
+    Ok((by_nft.lines().count(), compared))
 }
 
 fn every_golden(ctx: &mut Ctx) -> CaseResult {
@@ -76,16 +194,37 @@ fn every_golden(ctx: &mut Ctx) -> CaseResult {
     ensure!(list.len() >= 30, "only {} nftables goldens", list.len());
     let lab = Lab::new("nftnl")?;
     let ns = lab.node();
-    let mut lines = 0;
+    let (mut lines, mut compared) = (0, 0);
     let mut both = 0;
+    let mut add = |(l, c): (usize, usize)| {
+        lines += l;
+        compared += c;
+    };
     for g in &list {
         let text = std::fs::read_to_string(g).map_err(|e| format!("{}: {e}", g.display()))?;
         both += usize::from(text.contains("add table ip6 ") && text.contains("add table ip "));
-        lines += same_listing(ns, path_str(g), &text)?;
+        add(same_listing(ns, path_str(g), &text)?);
     }
-    lines += same_listing(ns, "nft_netlink_vocabulary.nft", VOCABULARY)?;
-    ensure!(both > 0 && lines > 1000, "too little compared: {lines} listed lines, {both} dual-stack goldens");
-    ctx.log(format!("{} goldens ({both} dual-stack) and the vocabulary text: {lines} listed lines identical after nft -f and after the netlink writer", list.len()));
+    let vocabulary = vocabulary(3000);
+    add(same_listing(ns, "nft_netlink_vocabulary.nft", &vocabulary)?);
+    ensure!(both > 0 && lines > 1000 && compared > 1000, "too little compared: {lines} listed lines, {compared} chains and sets read, {both} dual-stack goldens");
+    // The read tells a change apart: the vocabulary's table against texts that differ in
+    // one dnat map arm, one hairpin element, one mark comparison.
+    ns.run_stdin(&["nft", "-f", "-"], Some(&vocabulary)).map_err(|e| format!("nft -f: {e}"))?;
+    for (from, to) in [
+        ("10.180.0.2 . 80 }", "10.180.0.2 . 81 }"),
+        ("fd00:10:180::3 . fd00:10:180::3 . sctp . 65535", "fd00:10:180::3 . fd00:10:180::3 . sctp . 65534"),
+        ("mark and 0x00004000 != 0", "mark and 0x00004000 == 0"),
+    ] {
+        ensure!(vocabulary.contains(from), "the vocabulary has no {from:?}");
+        let changed = vocabulary.replacen(from, to, 1);
+        ensure!(read_equal(ns, "changed", &changed).is_err(), "the read found the table equal to a text with {to:?} for {from:?}");
+    }
+    clear(ns);
+    ctx.log(format!(
+        "{} goldens ({both} dual-stack) and the vocabulary text: {lines} listed lines identical after nft -f and after the netlink writer; {compared} chains and sets read equal to the text after each",
+        list.len()
+    ));
     Ok(())
 }
 

@@ -16,6 +16,7 @@ const SET_INTERVAL: u32 = 0x4;
 const SET_MAP: u32 = 0x8;
 const TYPE_INTEGER: u32 = 4;
 const TYPE_VERDICT: u32 = 0xffff_ff00;
+const TYPE_INET_SERVICE: u32 = 13;
 const ELEM_INTERVAL_END: u32 = 0x1;
 
 /// An address range as big-endian integers, inclusive.
@@ -67,7 +68,7 @@ pub fn interval_set(b: &mut Batch, fam: Fam, table: &str, saddr: bool, items: &[
     // nft sizes the set before dropping an open-ended range's end: two per range, and
     // the leading end.
     let size = 2 * merged.len() + usize::from(merged.first().is_some_and(|r| r.0 != 0));
-    let id = b.new_set_id();
+    let id = b.new_anon_id();
     let name = b.anon_name(SET_NAME);
     let (desc, field) = match (fam, saddr) {
         (Fam::V4, true) => (12, 11),
@@ -117,7 +118,7 @@ pub fn interval_set(b: &mut Batch, fam: Fam, table: &str, saddr: bool, items: &[
 
 /// Sends numgen's verdict map (`index : verdict`); its set id and name.
 pub fn verdict_map(b: &mut Batch, fam: Fam, table: &str, arms: &[(u32, i32, Option<String>)]) -> (u32, String) {
-    let id = b.new_set_id();
+    let id = b.new_anon_id();
     let name = b.anon_name(MAP_NAME);
     let mut typeof_ = Udata::default();
     typeof_.u32(0, 1).put(1, &[]);
@@ -152,11 +153,54 @@ pub fn verdict_map(b: &mut Batch, fam: Fam, table: &str, arms: &[(u32, i32, Opti
     (id, name)
 }
 
+/// Sends the map of a NAT's numgen (`index : address . port`, each part padded to four
+/// bytes), as nft sends `dnat ip addr . port to numgen random mod N map { … }`'s; its set
+/// id and name.
+pub fn data_map(b: &mut Batch, fam: Fam, table: &str, arms: &[(u32, Vec<u8>)]) -> (u32, String) {
+    let id = b.new_anon_id();
+    let name = b.anon_name(MAP_NAME);
+    // Key byte order host (numgen's integer), data byte order unset (a concatenation).
+    let mut ud = Udata::default();
+    ud.u32(0, 1).u32(1, 0).u32(6, 0);
+    let data_type = (fam.addr_type() << 6) | TYPE_INET_SERVICE;
+    let mut a = Attrs::default();
+    a.str(1, table)
+        .str(2, &name)
+        .be32(3, SET_ANONYMOUS | SET_CONSTANT | SET_MAP)
+        .be32(4, TYPE_INTEGER)
+        .be32(5, 4)
+        .be32(6, data_type)
+        .be32(7, fam.addr_len() + 4)
+        .be32(0xa, id)
+        .nest(9, |d| {
+            d.be32(1, arms.len() as u32);
+        })
+        .bytes(0xd, &ud.0);
+    b.push(NEWSET, NLM_F_CREATE, fam, &a);
+    let blobs: Vec<Attrs> = arms
+        .iter()
+        .map(|(k, data)| {
+            let mut el = Attrs::default();
+            el.nest(1, |kk| {
+                kk.bytes(1, &k.to_ne_bytes());
+            });
+            el.nest(2, |d| {
+                d.bytes(1, data);
+            });
+            el
+        })
+        .collect();
+    elements(b, fam, table, &name, id, &blobs);
+    (id, name)
+}
+
 /// Elements of an anonymous set, each one's attributes already encoded: as many
-/// `NEWSETELEM` messages as it takes to keep the element list under 64 KiB, numbered from
-/// 1 in each message (as libnftnl splits and numbers them).
+/// `NEWSETELEM` messages as it takes to keep the element list under 64 KiB, numbered as
+/// libnftnl numbers them: from 1 on, across messages, the number of the element that did
+/// not fit into a message skipped (it is numbered again, one more, in the next).
 fn elements(b: &mut Batch, fam: Fam, table: &str, name: &str, id: u32, blobs: &[Attrs]) {
     let mut at = 0;
+    let mut number: u16 = 0;
     while at < blobs.len() {
         let mut size = 4;
         let mut end = at;
@@ -167,10 +211,13 @@ fn elements(b: &mut Batch, fam: Fam, table: &str, name: &str, id: u32, blobs: &[
         let end = end.max(at + 1);
         let mut e = Attrs::default();
         e.str(1, table).str(2, name).be32(4, id).nest(3, |list| {
-            for (i, blob) in blobs[at..end].iter().enumerate() {
-                list.nest(i as u16 + 1, |el| el.0.extend_from_slice(&blob.0));
+            for blob in &blobs[at..end] {
+                number = number.wrapping_add(1);
+                list.nest(number, |el| el.0.extend_from_slice(&blob.0));
             }
         });
+        // libnftnl numbered the element that did not fit before starting this message over.
+        number = number.wrapping_add(1);
         b.push(NEWSETELEM, NLM_F_CREATE, fam, &e);
         at = end;
     }

@@ -467,18 +467,24 @@ fn each_rule_of_text(text: &str, mut f: impl FnMut(&[u8], &Resolve<'_>) -> Optio
     Some(())
 }
 
-/// The canonical elements (and keys) that `text` (`add element` lines) would add.
+/// The canonical elements (and keys) that `text` (`add element` lines) would add, in the
+/// order of its lines (the batch sends a run of them to one set in nft's order).
 pub fn elements_of_text(text: &str) -> Option<Elements> {
     let mut batch = super::encode_named(text, Some(0)).ok()?;
     let Some((bytes, _)) = batch.finish() else { return Some(Vec::new()) };
     let mut out = Vec::new();
-    for (kind, payload) in objects(&bytes) {
+    let mut lines: Vec<usize> = Vec::new();
+    for (seq, (kind, payload)) in (1u32..).zip(objects(&bytes)) {
         if kind != NEWSETELEM {
             return None;
         }
         elements_into(&mut out, Attrs(payload))?;
+        lines.resize(out.len(), batch.line_of(seq)?);
     }
-    Some(out)
+    // Stable, and linear on runs sent last to second (a sort finds descending runs).
+    let mut by_line: Vec<(usize, (Canon, Vec<u8>))> = lines.into_iter().zip(out).collect();
+    by_line.sort_by_key(|(line, _)| *line);
+    Some(by_line.into_iter().map(|(_, e)| e).collect())
 }
 
 #[cfg(test)]
@@ -503,6 +509,13 @@ mod tests {
             ("reject comment \"why\"", "reject comment \"why not\""),
             ("jump a", "goto a"),
             ("jump a", "jump b"),
+            ("mark and 0x4000 != 0 mark set mark xor 0x4000 masquerade fully-random", "mark and 0x4000 == 0 mark set mark xor 0x4000 masquerade fully-random"),
+            ("ip daddr @cluster-ips ip saddr != 10.0.0.0/8 mark set mark or 0x4000", "ip daddr @cluster-ips ip saddr != 10.0.0.0/8 mark set mark or 0x8000"),
+            ("ct status dnat ip saddr . ip daddr . meta l4proto . th dport @hairpin-connections masquerade", "ct state new ip saddr . ip daddr . meta l4proto . th dport @hairpin-connections masquerade"),
+            ("ct status dnat ip saddr . ip daddr . meta l4proto . th dport @hairpin-connections masquerade", "ct status dnat ip daddr . ip saddr . meta l4proto . th dport @hairpin-connections masquerade"),
+            ("dnat ip addr . port to numgen random mod 2 map { 0 : 10.1.0.1 . 80 , 1 : 10.1.0.2 . 80 }", "dnat ip addr . port to numgen random mod 2 map { 0 : 10.1.0.1 . 80 , 1 : 10.1.0.2 . 81 }"),
+            ("dnat ip addr . port to numgen random mod 2 map { 0 : 10.1.0.1 . 80 , 1 : 10.1.0.2 . 80 }", "dnat ip addr . port to numgen random mod 2 map { 0 : 10.1.0.2 . 80 , 1 : 10.1.0.1 . 80 }"),
+            ("dnat ip addr . port to numgen random mod 1 map { 0 : 10.1.0.1 . 80 }", "dnat to 10.1.0.1:80"),
         ];
         for (a, b) in pairs {
             assert_eq!(one(a), one(a), "{a}");
@@ -568,6 +581,13 @@ mod tests {
             d.bytes(1, value);
         });
         a.0
+    }
+
+    #[test]
+    fn elements_of_a_text_come_in_its_lines_order() {
+        let text: String = (1..=4).map(|i| format!("add element ip kube-proxy cluster-ips {{ 10.0.0.{i} }}\n")).collect();
+        let keys: Vec<Vec<u8>> = elements_of_text(&text).unwrap().into_iter().map(|(_, k)| k).collect();
+        assert_eq!(keys, (1..=4).map(|i| vec![10, 0, 0, i]).collect::<Vec<_>>());
     }
 
     #[test]

@@ -3,7 +3,10 @@
 //! `nft list` prints the rule back as it prints nft's own: the register choice of
 //! concatenations, prefixes loaded as whole bytes (or the whole address and masked), a
 //! one-element anonymous set turned into a comparison, merged intervals of an anonymous
-//! set, numgen's anonymous verdict map. Anything else is [`Unsupported`].
+//! set, numgen's anonymous verdict map, and kube-proxy v1.37's forms (inline `mark set mark
+//! or M` after any match, `mark and M != 0`, `ct status dnat`, a concatenation looked up in
+//! a named set, `dnat ip addr . port to numgen … map { … }` with its anonymous map of
+//! address . port). Anything else is [`Unsupported`].
 
 use std::net::IpAddr;
 
@@ -20,6 +23,9 @@ const CMP_NEQ: u32 = 1;
 const META_MARK: u32 = 3;
 const META_IIFNAME: u32 = 6;
 const META_L4PROTO: u32 = 16;
+const CT_STATE: u32 = 0;
+const CT_STATUS: u32 = 2;
+const NUMGEN_RANDOM: u32 = 1;
 pub const VERDICT_DROP: i32 = 0;
 pub const VERDICT_ACCEPT: i32 = 1;
 pub const VERDICT_JUMP: i32 = -3;
@@ -86,6 +92,13 @@ impl Exprs {
             a.be32(1, dreg).nest(2, |d| {
                 d.bytes(1, data);
             });
+        });
+    }
+
+    /// `numgen random mod n` into register 1.
+    fn numgen(&mut self, n: u32) {
+        self.expr("numgen", |a| {
+            a.be32(1, 1).be32(2, n).be32(3, NUMGEN_RANDOM).be32(4, 0);
         });
     }
 
@@ -185,12 +198,17 @@ fn statement<'a>(b: &mut Batch, fam: Fam, table: &str, w: &'a str, cur: &mut Cur
     match w {
         "comment" => *comment = Some(cur.quoted()?.to_owned()),
         "ct" => {
-            cur.expect("state")?;
-            cur.expect("new")?;
+            // `ct state new` (NFT_CT_STATE, IP_CT_NEW's bit) / `ct status dnat`
+            // (NFT_CT_STATUS, IPS_DST_NAT): the key loaded, its bit tested.
+            let (key, bit) = match (cur.word()?, cur.word()?) {
+                ("state", "new") => (CT_STATE, 8u32),
+                ("status", "dnat") => (CT_STATUS, 0x20u32),
+                _ => return None,
+            };
             x.expr("ct", |a| {
-                a.be32(2, 0).be32(1, 1);
+                a.be32(2, key).be32(1, 1);
             });
-            x.bitwise(&8u32.to_ne_bytes(), &[0; 4], false);
+            x.bitwise(&bit.to_ne_bytes(), &[0; 4], false);
             x.cmp(CMP_NEQ, &[0; 4]);
         }
         "ip" | "ip6" => {
@@ -202,8 +220,7 @@ fn statement<'a>(b: &mut Batch, fam: Fam, table: &str, w: &'a str, cur: &mut Cur
         "meta" => {
             cur.expect("l4proto")?;
             if cur.eat(".") {
-                x.meta_load(META_L4PROTO, 1);
-                port_lookup(cur, x, 4)?;
+                concat(b, fam, Sel::L4proto, cur, x)?;
             } else {
                 let p = proto_number(cur.word()?)?;
                 x.meta_load(META_L4PROTO, 1);
@@ -269,7 +286,9 @@ fn statement<'a>(b: &mut Batch, fam: Fam, table: &str, w: &'a str, cur: &mut Cur
             });
         }
         "dnat" => {
-            cur.expect("to")?;
+            if !cur.eat("to") {
+                return dnat_map(b, fam, table, cur, x);
+            }
             let (ip, port) = dnat_target(fam, cur.word()?)?;
             x.immediate(1, &ip);
             x.immediate(2, &port.to_be_bytes());
@@ -299,12 +318,7 @@ fn address_match(b: &mut Batch, fam: Fam, table: &str, cur: &mut Cursor<'_>, x: 
         _ => return None,
     };
     if cur.eat(".") {
-        x.payload(1, NFT_PAYLOAD_NETWORK, off, fam.addr_len());
-        cur.expect("meta")?;
-        cur.expect("l4proto")?;
-        x.meta_load(META_L4PROTO, concat_reg(fam.addr_len()));
-        cur.expect(".")?;
-        return port_lookup(cur, x, fam.addr_len() + 4);
+        return concat(b, fam, Sel::Addr(off), cur, x);
     }
     let neg = cur.eat("!=");
     let value = cur.word()?;
@@ -350,14 +364,70 @@ fn compare(fam: Fam, off: u32, value: &str, neg: bool, x: &mut Exprs) -> Option<
     Some(())
 }
 
-/// `th dport vmap @MAP` of a concatenation whose port goes at byte `port_at`.
-fn port_lookup(cur: &mut Cursor<'_>, x: &mut Exprs, port_at: u32) -> Option<()> {
-    cur.expect("th")?;
-    cur.expect("dport")?;
-    cur.expect("vmap")?;
-    let map = cur.word()?.strip_prefix('@')?;
-    x.payload(concat_reg(port_at), NFT_PAYLOAD_TRANSPORT, 2, 2);
-    x.lookup(map, None, Some(NFT_REG_VERDICT), false);
+/// One part of a concatenation: what it loads and how many bytes of the key it takes.
+#[derive(Debug, Clone, Copy)]
+enum Sel {
+    /// `ip saddr` / `ip daddr` (… `ip6`): the address at this network header offset.
+    Addr(u32),
+    /// `meta l4proto`.
+    L4proto,
+    /// `th dport`.
+    Dport,
+}
+
+impl Sel {
+    /// The selector `first` (already taken) begins: `ip|ip6 saddr|daddr`, `meta l4proto`, `th dport`.
+    fn parse(fam: Fam, first: &str, cur: &mut Cursor<'_>) -> Option<Sel> {
+        match first {
+            "ip" | "ip6" if (first == "ip") == (fam == Fam::V4) => match cur.word()? {
+                "saddr" => Some(Sel::Addr(fam.saddr_off())),
+                "daddr" => Some(Sel::Addr(fam.daddr_off())),
+                _ => None,
+            },
+            "meta" => cur.eat("l4proto").then_some(Sel::L4proto),
+            "th" => cur.eat("dport").then_some(Sel::Dport),
+            _ => None,
+        }
+    }
+
+    /// Its bytes in a concatenation's key (each part padded to four).
+    fn len(self, fam: Fam) -> u32 {
+        match self {
+            Sel::Addr(_) => fam.addr_len(),
+            Sel::L4proto | Sel::Dport => 4,
+        }
+    }
+
+    fn load(self, fam: Fam, x: &mut Exprs, reg: u32) {
+        match self {
+            Sel::Addr(off) => x.payload(reg, NFT_PAYLOAD_NETWORK, off, fam.addr_len()),
+            Sel::L4proto => x.meta_load(META_L4PROTO, reg),
+            Sel::Dport => x.payload(reg, NFT_PAYLOAD_TRANSPORT, 2, 2),
+        }
+    }
+}
+
+/// A concatenation (`first . …`, the first `.` taken) looked up: `vmap @MAP` (a verdict)
+/// or `@SET` (a match). Each part is loaded, in order, into the register nft gives its
+/// byte offset in the key.
+fn concat(b: &mut Batch, fam: Fam, first: Sel, cur: &mut Cursor<'_>, x: &mut Exprs) -> Option<()> {
+    let mut parts = vec![first];
+    loop {
+        let w = cur.word()?;
+        parts.push(Sel::parse(fam, w, cur)?);
+        if !cur.eat(".") {
+            break;
+        }
+    }
+    let mut at = 0;
+    for p in &parts {
+        p.load(fam, x, concat_reg(at));
+        at += p.len(fam);
+    }
+    // A set or map made in this batch is named by its id too, as nft does.
+    let dreg = cur.eat("vmap").then_some(NFT_REG_VERDICT);
+    let set = cur.word()?.strip_prefix('@')?;
+    x.lookup(set, b.set_id(fam, set), dreg, false);
     Some(())
 }
 
@@ -381,14 +451,51 @@ fn numgen(b: &mut Batch, fam: Fam, table: &str, cur: &mut Cursor<'_>, x: &mut Ex
         cur.expect(",")?;
     }
     let (id, name) = super::anon::verdict_map(b, fam, table, &arms);
-    x.expr("numgen", |a| {
-        a.be32(1, 1).be32(2, n).be32(3, 1).be32(4, 0);
-    });
+    x.numgen(n);
     x.lookup(&name, Some(id), Some(NFT_REG_VERDICT), false);
     Some(())
 }
 
-/// `mark set mark or|xor M` and `mark and M == V`.
+/// `dnat ip addr . port to numgen random mod N map { 0 : A . P , … }` (`ip6` likewise),
+/// after `dnat`: numgen's index looked up in an anonymous map of address . port, the
+/// address and the port NAT'ed to from the registers the lookup fills.
+fn dnat_map(b: &mut Batch, fam: Fam, table: &str, cur: &mut Cursor<'_>, x: &mut Exprs) -> Option<()> {
+    let ip = cur.word()?;
+    if (ip == "ip") != (fam == Fam::V4) {
+        return None;
+    }
+    for w in ["addr", ".", "port", "to", "numgen", "random", "mod"] {
+        cur.expect(w)?;
+    }
+    let n: u32 = cur.word()?.parse().ok()?;
+    cur.expect("map")?;
+    cur.expect("{")?;
+    let mut arms = Vec::new();
+    loop {
+        let k: u32 = cur.word()?.parse().ok()?;
+        cur.expect(":")?;
+        let mut data = addr(fam, cur.word()?)?;
+        cur.expect(".")?;
+        let port: u16 = cur.word()?.parse().ok()?;
+        data.extend(port.to_be_bytes());
+        data.extend([0, 0]);
+        arms.push((k, data));
+        if cur.eat("}") {
+            break;
+        }
+        cur.expect(",")?;
+    }
+    let (id, name) = super::anon::data_map(b, fam, table, &arms);
+    x.numgen(n);
+    x.lookup(&name, Some(id), Some(1), false);
+    let port_reg = concat_reg(fam.addr_len());
+    x.expr("nat", |a| {
+        a.be32(1, 1).be32(2, fam.nfproto() as u32).be32(3, 1).be32(5, port_reg);
+    });
+    Some(())
+}
+
+/// `mark set mark or|xor M` and `mark and M ==|!= V`.
 fn mark(cur: &mut Cursor<'_>, x: &mut Exprs) -> Option<()> {
     let num = |s: &str| -> Option<u32> {
         match s.strip_prefix("0x") {
@@ -413,10 +520,14 @@ fn mark(cur: &mut Cursor<'_>, x: &mut Exprs) -> Option<()> {
     } else {
         cur.expect("and")?;
         let m = num(cur.word()?)?;
-        cur.expect("==")?;
+        let op = match cur.word()? {
+            "==" => CMP_EQ,
+            "!=" => CMP_NEQ,
+            _ => return None,
+        };
         let v = num(cur.word()?)?;
         x.bitwise(&m.to_ne_bytes(), &[0; 4], true);
-        x.cmp(CMP_EQ, &v.to_ne_bytes());
+        x.cmp(op, &v.to_ne_bytes());
     }
     Some(())
 }
