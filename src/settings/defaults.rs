@@ -90,8 +90,7 @@ pub fn defaulted(s: Settings) -> Settings {
         random_fully: Some(true),
         nfacct: Some(true),
         nft_netlink: Some(true),
-        // v1.34's table until the tracer and the netlink writer know v1.37's (then NEWEST).
-        kube_proxy_version: Some(KubeProxyVersion::V1_34),
+        kube_proxy_version: Some(KubeProxyVersion::NEWEST),
         // kube-proxy's FullSyncPeriod, a constant there.
         full_sync_period: secs(3600),
         // kube-proxy's largeClusterEndpointsThreshold, a constant there.

@@ -503,8 +503,8 @@ fn a_clusterip_from_outside_the_cluster_or_the_node_is_marked_and_masqueraded() 
     let listed = tcp(&listed(LISTED_V4, Family::Ip), OUTSIDE, "172.30.0.41:80", Entry::Prerouting);
     assert_eq!(
         listed.outcomes[0].path.last().unwrap(),
-        "ip kube-proxy masquerading meta mark & 0x00004000 != 0x00000000 meta mark set meta mark ^ 0x00004000 masquerade fully-random",
-        "the listed table's own words"
+        "ip kube-proxy masquerading mark and 0x00004000 != 0 mark set mark xor 0x00004000 masquerade fully-random",
+        "the listed table, read back in the renderer's words (nftables::live)"
     );
 }
 

@@ -108,7 +108,9 @@ fn every_golden(ctx: &mut Ctx) -> CaseResult {
         clear(ns);
         compared += 1;
     }
-    ensure!(compared >= 30 && batches > 10 * compared && names > 1000, "too little compared: {compared} goldens, {batches} batches, {names} names");
+    // Over two batches per sync on average: chunks between the declaring and the last batch
+    // (v1.37's table has no endpoint chains outside session affinity: fewer chunks than v1.34's).
+    ensure!(compared >= 30 && batches > 4 * compared && names > 1000, "too little compared: {compared} goldens, {batches} batches, {names} names");
     ensure!(names_agree(ns)? == 0, "no table: neither read finds a name");
     ctx.log(format!("{compared} goldens: the chunked full sync ({batches} batches in all) lists as kube-proxy's one transaction, twice each; {names} chain and set names read alike over netlink and by nft"));
     Ok(())
