@@ -149,6 +149,10 @@ pub enum BenchWhat {
         /// Also write the cluster after the change (YAML) here
         #[arg(long, value_name = "PATH")]
         write_changed: Option<PathBuf>,
+        /// The kube-proxy release whose nftables table the proxier writes (svcproxy's
+        /// `--kube-proxy-version`; default: the newest)
+        #[arg(long, value_name = "VERSION")]
+        kube_proxy_version: Option<String>,
     },
     /// Apply an `nft -f` input (stdin) as one nf_tables netlink batch, svcproxy's netlink
     /// writer (no `nft` run, so no read of the table first); fails when the input is not
@@ -274,8 +278,11 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let changes = one.step(&add);
             out(&one.kube_proxy_partial(&changes))?;
         }
-        BenchWhat::NftPartial { services, endpoints, write_base, write_changed } => {
+        BenchWhat::NftPartial { services, endpoints, write_base, write_changed, kube_proxy_version } => {
             let mut one = OneEndpoint::new(*services, *endpoints)?;
+            if let Some(v) = kube_proxy_version {
+                one.loaded.config.kube_proxy_version = svcproxy::settings::kinds::KubeProxyVersion::parse(v).map_err(|e| anyhow::anyhow!("--kube-proxy-version: {e}"))?;
+            }
             for (path, text) in [(write_base, &one.base_text), (write_changed, &one.changed_text)] {
                 if let Some(p) = path {
                     std::fs::write(p, text).with_context(|| format!("cannot write {}", p.display()))?;
