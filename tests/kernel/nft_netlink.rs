@@ -308,8 +308,10 @@ fn full_sync(ns: &Ns, tables: &[Table]) -> Result<(usize, usize, usize), String>
 
 /// A table of kube-proxy v1.37's forms written by `nft -f` (as kube-proxy writes it) or by
 /// svcproxy's netlink writer: a full sync of the same tables keeps every chain and
-/// changes no element (no churn for a node switching from kube-proxy); one endpoint's
-/// port changed in the desired table refills exactly that chain.
+/// changes no element (no churn for a node switching from kube-proxy); a client that
+/// wrote them itself keeps them all on its next syncs, from its record of the anonymous
+/// maps it sent; one endpoint's port changed in the desired table refills exactly that
+/// chain.
 fn v137_full_sync_refills_nothing(ctx: &mut Ctx) -> CaseResult {
     ctx.require(&["ip", "nft"])?;
     let lab = Lab::new("nftnl137")?;
@@ -329,6 +331,21 @@ fn v137_full_sync_refills_nothing(ctx: &mut Ctx) -> CaseResult {
         ensure!(kept == chains && refilled == 0 && changes == 0, "written by {writer}: kept {kept} of {chains}, refilled {refilled}, changed {changes} elements");
         ensure!(listing(ns) == before, "written by {writer}: the table lists otherwise after the sync");
     }
+    // One client writes the tables itself, then syncs twice more: its record of the
+    // anonymous maps it sent stands for the kernel's (reused, not dumped), and equals it.
+    clear(ns);
+    let ts = tables.to_vec();
+    let (runs, reused) = crate::nft_chunked::with_netlink(ns, CHUNK_LINES, move |nl| {
+        let runs: Vec<Vec<sync::Report>> = (0..3).map(|_| ts.iter().map(|t| sync::full(nl, t, false)).collect::<Result<Vec<_>, _>>()).collect::<Result<_, _>>()?;
+        Ok::<_, svcproxy::nftables::apply::NftError>((runs, nl.anon_reused))
+    })?
+    .map_err(|e| format!("the full syncs failed: {e}"))?;
+    for (i, run) in runs.iter().enumerate().skip(1) {
+        let (kept, refilled, changes) = run.iter().fold((0, 0, 0), |(k, r, e), x| (k + x.kept, r + x.refilled, e + x.element_changes));
+        ensure!(kept == chains && refilled == 0 && changes == 0, "sync {} of one client: kept {kept} of {chains}, refilled {refilled}, changed {changes} elements", i + 1);
+    }
+    ensure!(reused >= 12, "the client reused {reused} recorded anonymous maps; want its 6 maps' records in each of 2 syncs");
+    ctx.log(format!("one client: syncs 2 and 3 kept every chain, {reused} anonymous maps' records reused"));
     let changed = [v137_table(Family::Ip, 2500, 81), v137_table(Family::Ip6, 2500, 80)];
     let (kept, refilled, changes) = full_sync(ns, &changed)?;
     ensure!(refilled == 1 && kept == chains - 1 && changes == 0, "one port changed: kept {kept}, refilled {refilled}, changed {changes} elements");
