@@ -13,7 +13,10 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use svcproxy::nftables::model::Family;
+use svcproxy::nftables::chunked::CHUNK_LINES;
+use svcproxy::nftables::model::{self, Chain, Family, Rule, Set, Table};
+use svcproxy::nftables::names::{TABLE, TABLE_COMMENT};
+use svcproxy::nftables::sync;
 use svcproxy::nftables::wire::canon;
 use svcproxy::nftables::{netlink, wire};
 
@@ -26,6 +29,7 @@ pub fn cases() -> Vec<Case> {
     vec![
         Case::new("nftables_netlink_writer_leaves_what_nft_leaves_for_every_golden", every_golden).with_timeout(Duration::from_secs(600)),
         Case::new("nftables_refused_netlink_batch_changes_nothing", refused_changes_nothing),
+        Case::new("nftables_full_sync_over_kube_proxy_v137_forms_refills_nothing", v137_full_sync_refills_nothing).with_timeout(Duration::from_secs(180)),
     ]
 }
 
@@ -252,5 +256,100 @@ fn refused_changes_nothing(ctx: &mut Ctx) -> CaseResult {
     write_netlink(ns, &bad.lines().take(2).map(|l| format!("{l}\n")).collect::<String>())?;
     let applied = listing(ns);
     ensure!(applied.contains("198.19.255.99") && applied.contains("chain extra"), "the good part alone did not apply:\n{applied}");
+    Ok(())
+}
+
+/// One family's table in kube-proxy v1.37's forms, as the renderer's values: inline
+/// masquerade marks (set lookup with each detector, masqueradeAll, external chains),
+/// `mark and M != 0`, `ct status dnat` and the hairpin set, dnat maps of 1 and 2
+/// endpoints and one of `big` (tcp, udp, sctp); `port` is the tcp map's first endpoint's port.
+fn v137_table(family: Family, big: usize, port: u16) -> Table {
+    let (ip, addr, cidr, ep): (&str, &str, &str, fn(usize) -> String) = match family {
+        Family::Ip => ("ip", "ipv4_addr", "10.0.0.0/8", |i| format!("10.180.{}.{}", i / 256, i % 256)),
+        Family::Ip6 => ("ip6", "ipv6_addr", "fd00:10::/64", |i| format!("fd00:10:180::{:x}", i + 1)),
+    };
+    let mut o = model::Objects::default();
+    for c in ["services", "masquerading", "external-X", "service-tcp", "service-udp", "local-sctp"] {
+        o.chain(Chain::regular(c));
+    }
+    o.sets.push(Set::plain("cluster-ips", addr, Some("Active ClusterIPs")));
+    o.sets.push(Set::plain("hairpin-connections", format!("{addr} . {addr} . inet_proto . inet_service"), Some("service hairpin connections")));
+    for (i, proto) in ["tcp", "udp", "sctp"].iter().enumerate() {
+        o.element("hairpin-connections", vec![ep(i), ep(i), (*proto).into(), "80".into()], vec![], None);
+        o.element("cluster-ips", vec![ep(1000 + i)], vec![], None);
+    }
+    let m = "mark set mark or 0x00004000";
+    for detector in [format!("{ip} saddr != {cidr} "), "iifname != cbr0 ".into(), "iifname != veth* ".into()] {
+        o.rule(Rule::commented("services", format!("{ip} daddr @cluster-ips {detector}{m}"), "masquerade clusterIP traffic from outside cluster"));
+    }
+    o.rule(Rule::commented("services", format!("{ip} daddr @cluster-ips {m}"), "masquerade all clusterIP traffic"));
+    o.rule(Rule::new("masquerading", "mark and 0x00004000 != 0 mark set mark xor 0x00004000 masquerade fully-random"));
+    o.rule(Rule::new("masquerading", format!("ct status dnat {ip} saddr . {ip} daddr . meta l4proto . th dport @hairpin-connections masquerade fully-random")));
+    o.rule(Rule::commented("external-X", m, "masquerade"));
+    o.rule(Rule::commented("external-X", format!("fib saddr type local {m}"), "masquerade local traffic"));
+    o.rule(Rule::new("external-X", "goto service-tcp"));
+    let dnat = |proto: &str, n: usize| {
+        let arms: Vec<String> = (0..n).map(|i| format!("{i} : {} . {}", ep(i), if i == 0 && proto == "tcp" { port } else { 80 })).collect();
+        format!("meta l4proto {proto} dnat {ip} addr . port to numgen random mod {n} map {{ {} }}", arms.join(" , "))
+    };
+    o.rule(Rule::new("service-tcp", dnat("tcp", 2)));
+    o.rule(Rule::new("service-udp", dnat("udp", 1)));
+    o.rule(Rule::new("local-sctp", dnat("sctp", big)));
+    Table { family, name: TABLE, comment: TABLE_COMMENT, objects: o }
+}
+
+/// (kept, refilled, element changes) of one full sync of `tables` over what `ns` holds.
+fn full_sync(ns: &Ns, tables: &[Table]) -> Result<(usize, usize, usize), String> {
+    let ts = tables.to_vec();
+    let reports = crate::nft_chunked::with_netlink(ns, CHUNK_LINES, move |nl| ts.iter().map(|t| sync::full(nl, t, false)).collect::<Result<Vec<_>, _>>())?
+        .map_err(|e| format!("the full sync failed: {e}"))?;
+    Ok(reports.iter().fold((0, 0, 0), |(k, r, e), x| (k + x.kept, r + x.refilled, e + x.element_changes)))
+}
+
+/// A table of kube-proxy v1.37's forms written by `nft -f` (as kube-proxy writes it) or by
+/// svcproxy's netlink writer: a full sync of the same tables keeps every chain and
+/// changes no element (no churn for a node switching from kube-proxy); a client that
+/// wrote them itself keeps them all on its next syncs, from its record of the anonymous
+/// maps it sent; one endpoint's port changed in the desired table refills exactly that
+/// chain.
+fn v137_full_sync_refills_nothing(ctx: &mut Ctx) -> CaseResult {
+    ctx.require(&["ip", "nft"])?;
+    let lab = Lab::new("nftnl137")?;
+    let ns = lab.node();
+    let tables = [v137_table(Family::Ip, 2500, 80), v137_table(Family::Ip6, 2500, 80)];
+    let text: String = tables.iter().map(|t| model::write(t, model::Form::Transaction)).collect();
+    let chains: usize = tables.iter().map(|t| t.objects.chains.len()).sum();
+    for writer in ["nft -f", "netlink"] {
+        clear(ns);
+        match writer {
+            "nft -f" => ns.run_stdin(&["nft", "-f", "-"], Some(&text)).map(|_| ()).map_err(|e| format!("nft -f: {e}"))?,
+            _ => write_netlink(ns, &text)?,
+        }
+        let before = listing(ns);
+        let (kept, refilled, changes) = full_sync(ns, &tables)?;
+        ctx.log(format!("written by {writer}: the full sync kept {kept} of {chains} chains, refilled {refilled}, changed {changes} elements"));
+        ensure!(kept == chains && refilled == 0 && changes == 0, "written by {writer}: kept {kept} of {chains}, refilled {refilled}, changed {changes} elements");
+        ensure!(listing(ns) == before, "written by {writer}: the table lists otherwise after the sync");
+    }
+    // One client writes the tables itself, then syncs twice more: its record of the
+    // anonymous maps it sent stands for the kernel's (reused, not dumped), and equals it.
+    clear(ns);
+    let ts = tables.to_vec();
+    let (runs, reused) = crate::nft_chunked::with_netlink(ns, CHUNK_LINES, move |nl| {
+        let runs: Vec<Vec<sync::Report>> = (0..3).map(|_| ts.iter().map(|t| sync::full(nl, t, false)).collect::<Result<Vec<_>, _>>()).collect::<Result<_, _>>()?;
+        Ok::<_, svcproxy::nftables::apply::NftError>((runs, nl.anon_reused))
+    })?
+    .map_err(|e| format!("the full syncs failed: {e}"))?;
+    for (i, run) in runs.iter().enumerate().skip(1) {
+        let (kept, refilled, changes) = run.iter().fold((0, 0, 0), |(k, r, e), x| (k + x.kept, r + x.refilled, e + x.element_changes));
+        ensure!(kept == chains && refilled == 0 && changes == 0, "sync {} of one client: kept {kept} of {chains}, refilled {refilled}, changed {changes} elements", i + 1);
+    }
+    ensure!(reused >= 12, "the client reused {reused} recorded anonymous maps; want its 6 maps' records in each of 2 syncs");
+    ctx.log(format!("one client: syncs 2 and 3 kept every chain, {reused} anonymous maps' records reused"));
+    let changed = [v137_table(Family::Ip, 2500, 81), v137_table(Family::Ip6, 2500, 80)];
+    let (kept, refilled, changes) = full_sync(ns, &changed)?;
+    ensure!(refilled == 1 && kept == chains - 1 && changes == 0, "one port changed: kept {kept}, refilled {refilled}, changed {changes} elements");
+    ensure!(listing(ns).contains("10.180.0.0 . 81"), "the changed port was not written");
+    clear(ns);
     Ok(())
 }

@@ -185,10 +185,11 @@ fn declares_set(line: &str) -> bool {
 
 /// The family, table and set an `add element` line adds to (its words 3 to 5).
 fn element_target(line: &str) -> Option<[&str; 3]> {
-    let mut w = line.split_whitespace();
-    if (w.next(), w.next()) != (Some("add"), Some("element")) {
+    let rest = line.trim_start().strip_prefix("add element")?;
+    if !rest.starts_with(char::is_whitespace) {
         return None;
     }
+    let mut w = rest.split_whitespace();
     Some([w.next()?, w.next()?, w.next()?])
 }
 
