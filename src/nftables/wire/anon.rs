@@ -118,51 +118,42 @@ pub fn interval_set(b: &mut Batch, fam: Fam, table: &str, saddr: bool, items: &[
 
 /// Sends numgen's verdict map (`index : verdict`); its set id and name.
 pub fn verdict_map(b: &mut Batch, fam: Fam, table: &str, arms: &[(u32, i32, Option<String>)]) -> (u32, String) {
-    let id = b.new_anon_id();
-    let name = b.anon_name(MAP_NAME);
     let mut typeof_ = Udata::default();
     typeof_.u32(0, 1).put(1, &[]);
     let mut ud = Udata::default();
     ud.u32(0, 1).u32(1, 0).put(4, &typeof_.0).u32(6, 0);
-    let mut a = Attrs::default();
-    a.str(1, table)
-        .str(2, &name)
-        .be32(3, SET_ANONYMOUS | SET_CONSTANT | SET_MAP)
-        .be32(4, TYPE_INTEGER)
-        .be32(5, 4)
-        .be32(6, TYPE_VERDICT)
-        .be32(7, 0)
-        .be32(0xa, id)
-        .nest(9, |d| {
-            d.be32(1, arms.len() as u32);
-        })
-        .bytes(0xd, &ud.0);
-    b.push(NEWSET, NLM_F_CREATE, fam, &a);
-    let blobs: Vec<Attrs> = arms
-        .iter()
-        .map(|(k, code, chain)| {
-            let mut el = Attrs::default();
-            el.nest(1, |kk| {
-                kk.bytes(1, &k.to_ne_bytes());
-            });
-            el.nest(2, |d| super::expr::verdict_data(d, *code, chain.as_deref()));
-            el
-        })
-        .collect();
-    elements(b, fam, table, &name, id, &blobs);
-    (id, name)
+    let data = arms.iter().map(|(k, code, chain)| (*k, |d: &mut Attrs| super::expr::verdict_data(d, *code, chain.as_deref())));
+    numgen_map(b, fam, table, (TYPE_VERDICT, 0), &ud, data)
 }
 
 /// Sends the map of a NAT's numgen (`index : address . port`, each part padded to four
 /// bytes), as nft sends `dnat ip addr . port to numgen random mod N map { … }`'s; its set
 /// id and name.
 pub fn data_map(b: &mut Batch, fam: Fam, table: &str, arms: &[(u32, Vec<u8>)]) -> (u32, String) {
-    let id = b.new_anon_id();
-    let name = b.anon_name(MAP_NAME);
     // Key byte order host (numgen's integer), data byte order unset (a concatenation).
     let mut ud = Udata::default();
     ud.u32(0, 1).u32(1, 0).u32(6, 0);
-    let data_type = (fam.addr_type() << 6) | TYPE_INET_SERVICE;
+    let data_type = ((fam.addr_type() << 6) | TYPE_INET_SERVICE, fam.addr_len() + 4);
+    let data = arms.iter().map(|(k, bytes)| {
+        (*k, move |d: &mut Attrs| {
+            d.bytes(1, bytes);
+        })
+    });
+    numgen_map(b, fam, table, data_type, &ud, data)
+}
+
+/// An anonymous constant map keyed by numgen's 4-byte integer: the set (its data type
+/// and length, its user data) and its elements (each index and how to write its data).
+fn numgen_map<F: FnOnce(&mut Attrs)>(
+    b: &mut Batch,
+    fam: Fam,
+    table: &str,
+    (data_type, data_len): (u32, u32),
+    ud: &Udata,
+    arms: impl ExactSizeIterator<Item = (u32, F)>,
+) -> (u32, String) {
+    let id = b.new_anon_id();
+    let name = b.anon_name(MAP_NAME);
     let mut a = Attrs::default();
     a.str(1, table)
         .str(2, &name)
@@ -170,7 +161,7 @@ pub fn data_map(b: &mut Batch, fam: Fam, table: &str, arms: &[(u32, Vec<u8>)]) -
         .be32(4, TYPE_INTEGER)
         .be32(5, 4)
         .be32(6, data_type)
-        .be32(7, fam.addr_len() + 4)
+        .be32(7, data_len)
         .be32(0xa, id)
         .nest(9, |d| {
             d.be32(1, arms.len() as u32);
@@ -178,15 +169,12 @@ pub fn data_map(b: &mut Batch, fam: Fam, table: &str, arms: &[(u32, Vec<u8>)]) -
         .bytes(0xd, &ud.0);
     b.push(NEWSET, NLM_F_CREATE, fam, &a);
     let blobs: Vec<Attrs> = arms
-        .iter()
         .map(|(k, data)| {
             let mut el = Attrs::default();
             el.nest(1, |kk| {
                 kk.bytes(1, &k.to_ne_bytes());
             });
-            el.nest(2, |d| {
-                d.bytes(1, data);
-            });
+            el.nest(2, data);
             el
         })
         .collect();
