@@ -159,6 +159,9 @@ fn print_nftables(args: &SyncArgs, reports: &[crate::nftables::sync::Report]) ->
     let mut pending = false;
     for r in reports {
         let family = r.family.as_str();
+        if let Some(note) = &r.other_release {
+            eprintln!("svcproxy: warning: {family}: {note}");
+        }
         if args.dry_run {
             let Some(diff) = &r.diff else { continue };
             match args.output {

@@ -22,6 +22,7 @@ use super::apply::{Names, Nft, NftError};
 use super::listing::{self, Diff, Listing};
 use super::model::{self, Family, Form, Table};
 use super::{chunked, delta, staged};
+use super::names::{HAIRPIN_CONNECTIONS, MARK_MASQ};
 
 /// What one family's sync found and did.
 #[derive(Debug, Clone)]
@@ -49,12 +50,14 @@ pub struct Report {
     pub flushes: Vec<crate::netfilter::conntrack::Flush>,
     /// Which writer applied a partial sync's transaction (`None`: a full sync's, `nft`).
     pub via: Option<super::apply::Via>,
+    /// The kernel held the other of kube-proxy's two tables ([`other_release`]).
+    pub other_release: Option<String>,
     pub timings: Timings,
 }
 
 impl Report {
     pub(crate) fn new(family: Family) -> Self {
-        Report { family, diff: None, applied: false, lines: 0, batches: 0, kept: 0, refilled: 0, element_changes: 0, stale: Vec::new(), stale_error: None, flushes: Vec::new(), via: None, timings: Timings::default() }
+        Report { family, diff: None, applied: false, lines: 0, batches: 0, kept: 0, refilled: 0, element_changes: 0, stale: Vec::new(), stale_error: None, flushes: Vec::new(), via: None, other_release: None, timings: Timings::default() }
     }
 }
 
@@ -90,6 +93,11 @@ pub fn full(nft: &mut dyn Nft, table: &Table, dry_run: bool) -> Result<Report, N
     let stale_chains: Vec<&String> = names.chains.iter().filter(|c| !wanted_chains.contains(c.as_str())).collect();
     let stale_sets: Vec<&String> = names.sets.iter().filter(|s| !wanted_sets.contains(s.as_str())).collect();
     let existing: HashSet<&str> = names.chains.iter().map(String::as_str).collect();
+    let held_set = |n: &str| names.sets.iter().any(|s| s == n);
+    report.other_release = other_release(|c| existing.contains(c), held_set, table);
+    if let Some(note) = &report.other_release {
+        tracing::warn!(family = family.as_str(), "{note}");
+    }
     let plan = held.as_ref().map(|h| delta::plan(table, h));
     if let Some(p) = &plan {
         report.kept = p.same.len();
@@ -169,6 +177,27 @@ fn undeclare(nft: &mut dyn Nft, table: &Table, before: Option<&Names>) {
 }
 
 /// A dry run: the live table against the desired one, both as the kernel lists them.
+/// When the kernel holds the other of kube-proxy's two nftables tables (v1.34's, with its
+/// `mark-for-masquerade` chain, or v1.36's, with its `hairpin-connections` set) than the
+/// one `table` is: what the sync does about it and how to keep the kernel's, for the log
+/// (a node switching from kube-proxy with the wrong `--kube-proxy-version` sees its
+/// whole table rewritten).
+pub fn other_release(held_chain: impl Fn(&str) -> bool, held_set: impl Fn(&str) -> bool, table: &Table) -> Option<String> {
+    let wants_chain = |n: &str| table.objects.chains.iter().any(|c| c.name == n);
+    let wants_set = |n: &str| table.objects.sets.iter().any(|s| s.name == n);
+    if held_chain(MARK_MASQ) && !wants_chain(MARK_MASQ) {
+        return Some(format!(
+            "the kernel holds kube-proxy v1.34's nftables table (a {MARK_MASQ} chain, as kube-proxy v1.33 to v1.35 write it); a sync with this --kube-proxy-version (the default: 1.37) rewrites it as v1.36's; to keep it, pass --kube-proxy-version 1.35"
+        ));
+    }
+    if held_set(HAIRPIN_CONNECTIONS) && !wants_set(HAIRPIN_CONNECTIONS) {
+        return Some(format!(
+            "the kernel holds kube-proxy v1.36's nftables table (a {HAIRPIN_CONNECTIONS} set, as kube-proxy v1.36 and later write it); a sync with this --kube-proxy-version (1.33 to 1.35) rewrites it as v1.34's; to keep it, pass --kube-proxy-version 1.37"
+        ));
+    }
+    None
+}
+
 fn compare(nft: &mut dyn Nft, table: &Table) -> Result<Report, NftError> {
     let mut report = Report::new(table.family);
     let t = Instant::now();
@@ -176,6 +205,8 @@ fn compare(nft: &mut dyn Nft, table: &Table) -> Result<Report, NftError> {
     report.timings.render = t.elapsed();
     let t = Instant::now();
     let live = Listing::parse(&nft.list(table.family)?.unwrap_or_default());
+    let listed = |kind: &str, n: &str| live.objects.contains_key(&format!("{kind} {n}"));
+    report.other_release = other_release(|c| listed("chain", c), |n| listed("set", n), table);
     let desired = Listing::parse(&nft.canonical(table.family, &text)?);
     report.timings.read = t.elapsed();
     report.diff = Some(listing::diff(&live, &desired));
@@ -197,6 +228,28 @@ mod tests {
             o.rule(Rule::new(format!("service-{s}"), "accept"));
         }
         Table { family: Family::Ip, name: "kube-proxy", comment: "rules for kube-proxy", objects: o }
+    }
+
+    #[test]
+    fn the_other_kube_proxy_table_in_the_kernel_is_named() {
+        let mut v134 = table(&["a"]);
+        v134.objects.chain(Chain::regular(MARK_MASQ));
+        let mut v137 = table(&["a"]);
+        v137.objects.sets.push(crate::nftables::model::Set::plain(HAIRPIN_CONNECTIONS, "ipv4_addr", None));
+        let holds = |t: &Table| {
+            let chains: Vec<String> = t.objects.chains.iter().map(|c| c.name.clone()).collect();
+            let sets: Vec<String> = t.objects.sets.iter().map(|s| s.name.clone()).collect();
+            (chains, sets)
+        };
+        let note = |held: &Table, wanted: &Table| {
+            let (c, s) = holds(held);
+            other_release(|n| c.iter().any(|x| x == n), |n| s.iter().any(|x| x == n), wanted)
+        };
+        assert!(note(&v134, &v137).is_some_and(|n| n.contains("v1.34's") && n.contains("--kube-proxy-version 1.35")));
+        assert!(note(&v137, &v134).is_some_and(|n| n.contains("v1.36's") && n.contains("--kube-proxy-version 1.37")));
+        assert_eq!(note(&v137, &v137), None);
+        assert_eq!(note(&v134, &v134), None);
+        assert_eq!(note(&table(&[]), &v137), None, "an empty kernel");
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! table we could read: a node running kube-proxy's nftables mode, from a public
 //! write-up; chain and set bodies as `nft list table ip kube-proxy` printed them). The
 //! same cluster rendered by svcproxy (`--kube-proxy-version 1.37`) and loaded by `nft -f`
-//! lists those chains with the same rules, and those sets with the same elements.
+//! lists those chains with the same rules, and those sets with the same elements; a dry
+//! run for v1.34's table over it says which table the kernel holds.
 
 use std::collections::BTreeSet;
 
@@ -128,6 +129,10 @@ fn field_listing(ctx: &mut Ctx) -> CaseResult {
         ensure!(got == want, "set {set}: listed {got:?} where the node listed {want:?}");
     }
     ctx.log(format!("{} chains and {} sets list as on the kube-proxy node", CHAINS.len(), SETS.len()));
+    // A dry run for v1.34's table over it says which table the kernel holds and how to keep it.
+    let dry = run(lab.node(), Backend::Nft, &["sync", "--mode", "nftables", "--kube-proxy-version", "1.35", "--dry-run", "--from", path_str(&path)])?;
+    let err = String::from_utf8_lossy(&dry.stderr);
+    ensure!(err.contains("kube-proxy v1.36's nftables table") && err.contains("--kube-proxy-version 1.37"), "the dry run does not name the table the kernel holds: {err}");
     Ok(())
 }
 
