@@ -367,7 +367,7 @@ settings! {
     nfacct: bool, Rules, file none, flags ["nfacct"], Effect::Acts,
         "kube-proxy's nfacct counters";
     kube_proxy_version: KubeProxyVersion, Rules, file none, flags ["kube-proxy-version"], Effect::Acts,
-        "The kube-proxy release (1.33 to 1.37) whose rules to write, so that a node switching from it sees no rule change: nftables mode writes v1.34's table for 1.33 to 1.35 and v1.37's for 1.36 and 1.37; the other modes' rules are the same for all";
+        "The kube-proxy release (1.33 to 1.37; default 1.37, the newest) whose rules to write, so that a node switching from it sees no rule change: nftables mode writes v1.34's table for 1.33 to 1.35 and v1.37's for 1.36 and 1.37; the other modes' rules are the same for all";
     nft_netlink: bool, Node, file none, flags ["nft-netlink"], Effect::Acts,
         "nftables mode: send transactions as nf_tables netlink batches (false: every one through nft -f, as kube-proxy's knftables)";
     service_proxy_name: String, Rules, file none, flags ["service-proxy-name"], Effect::Acts,
