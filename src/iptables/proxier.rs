@@ -85,6 +85,8 @@ pub struct Proxier {
     /// Whether full syncs ensure the canaries (watch mode; a one-shot sync has no loop to
     /// check them).
     canaries: bool,
+    /// Lets a canary check skip a table the kernel says is unchanged (iptables-legacy).
+    gate: canary::Gate,
     restorer: Box<dyn Restorer + Send>,
     conntrack: Box<dyn Conntrack>,
 }
@@ -93,7 +95,7 @@ impl Proxier {
     pub fn new(config: &Config, trackers: &Trackers, restorer: Box<dyn Restorer + Send>, conntrack: Box<dyn Conntrack>) -> Self {
         let rulesets = render::render_families(config, trackers);
         let in_sync = vec![false; rulesets.len()];
-        Proxier { rulesets, reconciled: Vec::new(), in_sync, canaries: true, restorer, conntrack }
+        Proxier { rulesets, reconciled: Vec::new(), in_sync, canaries: true, gate: canary::Gate::default(), restorer, conntrack }
     }
 
     /// The same proxier, leaving the canaries alone (a one-shot sync).
@@ -190,9 +192,13 @@ impl Proxier {
         };
         // A parse error is the read's; a kernel call's error, the step that failed.
         let phase = kernel.failed().map_or(Phase::Read, |(phase, _)| phase);
+        if kernel.wrote() {
+            // Our own write changed the tables' summaries: the next canary check reads all.
+            self.gate.forget(family);
+        }
         let report = synced.map_err(|e| (e, phase))?;
         if full && pass == Pass::Apply && self.canaries {
-            let created = canary::ensure(self.restorer.as_mut(), family).map_err(|e| (e.into(), Phase::Other))?;
+            let created = self.gate.ensure(self.restorer.as_mut(), family).map_err(|e| (e.into(), Phase::Other))?;
             if !created.is_empty() {
                 tracing::debug!(?family, tables = ?created, "canaries created");
             }
@@ -214,7 +220,7 @@ impl Proxier {
             if !in_sync {
                 continue;
             }
-            if let Some(table) = canary::missing(self.restorer.as_mut(), rs.ctx.node.family)? {
+            if let Some(table) = self.gate.missing(self.restorer.as_mut(), rs.ctx.node.family)? {
                 return Ok(Some((rs.ctx.node.family, table)));
             }
         }

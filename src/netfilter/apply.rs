@@ -7,6 +7,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 
 use crate::net::IpFamily;
+use super::tableinfo::{ProbeError, TableInfo};
 
 /// Whether a sync sends what it computes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,6 +90,11 @@ pub trait Restorer {
     /// its chain or table is not). The cheapest query that reads one rule: on iptables-nft
     /// it fetches that one chain (BENCHMARKS.md: the canary check).
     fn check(&mut self, family: IpFamily, table: &str, chain: &str, rule: &[&str]) -> Result<bool, RestoreError>;
+    /// The kernel's summary of `table` (entry count, size, hook offsets), read without
+    /// copying a rule; only iptables-legacy has one ([`super::tableinfo`]).
+    fn table_info(&mut self, _family: IpFamily, _table: &str) -> Result<TableInfo, ProbeError> {
+        Err(ProbeError::Unsupported)
+    }
 }
 
 /// What the kernel holds could not be read.
@@ -264,6 +270,13 @@ impl Restorer for ExecRestorer {
             Some(0) => Ok(true),
             Some(1) => Ok(false),
             _ => Err(RestoreError::Failed { binary, message: String::from_utf8_lossy(&out.stderr).trim().to_string() }),
+        }
+    }
+
+    fn table_info(&mut self, family: IpFamily, table: &str) -> Result<TableInfo, ProbeError> {
+        match self.backend {
+            Backend::Legacy => super::tableinfo::probe(family, table),
+            Backend::Nft => Err(ProbeError::Unsupported),
         }
     }
 }

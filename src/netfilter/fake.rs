@@ -53,6 +53,9 @@ pub struct FakeIptables {
     pub fail_next: Option<String>,
     /// Makes the next save fail with this message (then clears it).
     pub fail_next_save: Option<String>,
+    /// Answers [`Restorer::table_info`] as iptables-legacy does (chains and rules as the
+    /// entry count, the saved text's length as the size); off: no summary, as on nft.
+    pub summaries: bool,
 }
 
 impl FakeIptables {
@@ -243,6 +246,15 @@ impl Restorer for FakeIptables {
         let rules = self.tables.get(&(family, table.to_string())).and_then(|t| t.chains.get(chain));
         Ok(rules.is_some_and(|rs| rs.contains(&wanted)))
     }
+
+    fn table_info(&mut self, family: IpFamily, table: &str) -> Result<crate::netfilter::tableinfo::TableInfo, crate::netfilter::tableinfo::ProbeError> {
+        if !self.summaries {
+            return Err(crate::netfilter::tableinfo::ProbeError::Unsupported);
+        }
+        let text = self.save_table(family, table);
+        let entries = text.lines().filter(|l| l.starts_with(':') || l.starts_with("-A")).count() as u32;
+        Ok(crate::netfilter::tableinfo::TableInfo { valid_hooks: 0, hook_entry: [0; 5], underflow: [0; 5], num_entries: entries, size: text.len() as u32 })
+    }
 }
 
 /// A fake kernel a test keeps a handle on after handing it to a proxier.
@@ -263,6 +275,9 @@ impl Restorer for SharedFake {
     }
     fn check(&mut self, family: IpFamily, table: &str, chain: &str, rule: &[&str]) -> Result<bool, RestoreError> {
         lock(self).check(family, table, chain, rule)
+    }
+    fn table_info(&mut self, family: IpFamily, table: &str) -> Result<crate::netfilter::tableinfo::TableInfo, crate::netfilter::tableinfo::ProbeError> {
+        lock(self).table_info(family, table)
     }
 }
 

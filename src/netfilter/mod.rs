@@ -20,6 +20,7 @@ pub mod nfacct;
 pub mod phase;
 pub mod rule;
 pub mod table;
+pub mod tableinfo;
 pub mod target;
 pub mod thin;
 pub mod view;

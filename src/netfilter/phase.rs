@@ -25,16 +25,23 @@ pub enum Phase {
 pub struct Watched<'a> {
     inner: &'a mut dyn Restorer,
     failed: Option<(Phase, IpFamily)>,
+    /// Whether a restore was attempted (the kernel's rules may have changed).
+    wrote: bool,
 }
 
 impl<'a> Watched<'a> {
     pub fn new(inner: &'a mut dyn Restorer) -> Self {
-        Watched { inner, failed: None }
+        Watched { inner, failed: None, wrote: false }
     }
 
     /// The first failed call's phase and family, if one failed.
     pub fn failed(&self) -> Option<(Phase, IpFamily)> {
         self.failed
+    }
+
+    /// Whether a restore was sent (refused or not): the tables may have changed.
+    pub fn wrote(&self) -> bool {
+        self.wrote
     }
 
     fn note<T>(&mut self, phase: Phase, family: IpFamily, result: Result<T, RestoreError>) -> Result<T, RestoreError> {
@@ -66,11 +73,13 @@ impl Restorer for Watched<'_> {
     }
 
     fn restore(&mut self, family: IpFamily, text: &str) -> Result<(), RestoreError> {
+        self.wrote = true;
         let r = self.inner.restore(family, text);
         self.note(Phase::Restore, family, r)
     }
 
     fn restore_from(&mut self, family: IpFamily, input: &Input) -> Result<(), RestoreError> {
+        self.wrote = true;
         let r = self.inner.restore_from(family, input);
         self.note(Phase::Restore, family, r)
     }
@@ -78,6 +87,11 @@ impl Restorer for Watched<'_> {
     fn check(&mut self, family: IpFamily, table: &str, chain: &str, rule: &[&str]) -> Result<bool, RestoreError> {
         let r = self.inner.check(family, table, chain, rule);
         self.note(Phase::Read, family, r)
+    }
+
+    // Not a step of the sync: a failed probe only means the canary check is not skipped.
+    fn table_info(&mut self, family: IpFamily, table: &str) -> Result<crate::netfilter::tableinfo::TableInfo, crate::netfilter::tableinfo::ProbeError> {
+        self.inner.table_info(family, table)
     }
 }
 

@@ -19,6 +19,7 @@ use crate::watch_e2e::{metric_at, until, Daemon};
 pub fn cases() -> Vec<Case> {
     let mut v = Vec::new();
     per_backend!(v, watch_repairs_a_wiped_nat_table_within_a_few_sync_periods, watch_runs_a_full_sync_every_full_sync_period);
+    v.push(Case::new("legacy_watch_skips_the_check_of_an_unchanged_table_and_still_notices_a_deleted_canary", legacy_skips_unchanged_and_notices_a_deleted_canary));
     v
 }
 
@@ -149,5 +150,47 @@ fn watch_runs_a_full_sync_every_full_sync_period(ctx: &mut Ctx, b: Backend) -> C
     // Between two full syncs 2 s apart, the 500 ms periodic syncs are partial.
     ensure!(p >= f, "{f} full and only {p} partial syncs\n{}", logs());
     ensure!(count("svcproxy_canary_lost_total") == 0.0, "no canary was lost\n{}", logs());
+    Ok(())
+}
+
+/// iptables-legacy: while nothing changes, the nat table's `-C` is skipped (its x_tables
+/// summary is what it was when the canary was last found); deleting the canary rule alone
+/// (not a flush) changes the summary, and the next check notices and repairs.
+fn legacy_skips_unchanged_and_notices_a_deleted_canary(ctx: &mut Ctx) -> CaseResult {
+    let b = Backend::Legacy;
+    ctx.require(&["ip", &b.bin(false, "restore"), &b.bin(false, "")])?;
+    let lab = Lab::new("legacyskip")?;
+    let file = crate::svcproxy::temp_yaml(CLUSTER)?;
+    let log = crate::svcproxy::temp_yaml("")?;
+    let node = lab.node().name.clone();
+    let child = Command::new("ip")
+        .args(["netns", "exec", &node, bin(), "sync", "--watch", "--from", &file.display().to_string(), "--iptables-backend", b.name()])
+        .args(["--hostname-override", "node-1", "--node-ip", NODE_IP4, "--ip-family", "ipv4", "--nfacct=false"])
+        .args(["--min-sync-period", "0s", "--sync-period", "500ms", "--metrics-bind-address", &format!("{NODE_IP4}:10249")])
+        .env("SVCPROXY_LOG", "info,svcproxy::netfilter::canary=debug")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(File::create(&log).map_err(|e| e.to_string())?)
+        .spawn()
+        .map_err(|e| format!("spawn svcproxy: {e}"))?;
+    let _daemon = Daemon(child);
+    let logs = || std::fs::read_to_string(&log).unwrap_or_default();
+    let with_log = |e: String| format!("{e}\nsvcproxy log:\n{}", logs());
+    let count = |name| metric(&node, name);
+    let lost = "svcproxy_canary_lost_total";
+    let full = "kubeproxy_sync_full_proxy_rules_duration_seconds_count{ip_family=\"IPv4\"}";
+    let skipped_nat = || logs().lines().filter(|l| l.contains("canary check skipped") && l.contains("nat")).count();
+
+    until("the nat check skipped twice", Duration::from_secs(20), || skipped_nat() >= 2).map_err(with_log)?;
+    ensure!(count(lost) == 0.0, "a canary lost while idle\n{}", logs());
+    let before = count(full);
+    let ipt = lab.iptables(b);
+    ipt.run(&["-t", "nat", "-D", "KUBE-PROXY-CANARY", "-j", "RETURN"])?;
+    let took = until("the check to notice the deleted canary", Duration::from_secs(10), || count(lost) >= 1.0).map_err(with_log)?;
+    // The full sync's metric is recorded after its canaries are back: wait for both.
+    until("a full sync after the loss", Duration::from_secs(10), || count(full) >= before + 1.0).map_err(with_log)?;
+    until("the canary to come back", Duration::from_secs(10), || ipt.run(&["-t", "nat", "-C", "KUBE-PROXY-CANARY", "-j", "RETURN"]).is_ok()).map_err(with_log)?;
+    ctx.log(format!("nat check skipped {} times while idle; the deleted canary noticed after {} ms", skipped_nat(), took.as_millis()));
+    ensure!(count(lost) == 1.0, "{} losses for one deletion\n{}", count(lost), logs());
     Ok(())
 }

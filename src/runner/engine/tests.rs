@@ -440,6 +440,45 @@ fn periodic_syncs_are_partial_and_check_the_canaries_instead_of_reading_the_kern
 }
 
 #[test]
+fn with_table_summaries_idle_checks_run_no_check_until_a_table_changes_or_a_sync_writes() {
+    let mut l = Loop::new();
+    l.kernel.lock().unwrap().summaries = true;
+    let base = std::time::Instant::now();
+    l.shared.schedule.lock().unwrap().set_ready(base);
+    l.wake();
+    let checks = |l: &Loop| calls(&l.kernel).iter().filter(|c| c.0 == "check").count();
+    checks(&l);
+    // The full sync created the canaries: the first check proves them, later ones skip.
+    l.wake();
+    assert_eq!(checks(&l), 6, "3 canaries in each of 2 families");
+    for _ in 0..3 {
+        l.wake();
+        assert_eq!(checks(&l), 0, "nothing changed: no -C");
+    }
+    // Someone else adds a rule to filter: that table alone is checked.
+    l.kernel.lock().unwrap().restore(crate::net::IpFamily::V4, "*filter\n:OTHER - [0:0]\n-A OTHER -j ACCEPT\nCOMMIT\n").unwrap();
+    let last = l.wake();
+    assert_eq!(checks(&l), 1);
+    // A partial sync that writes: its family's tables are all checked next time.
+    let mut web = slice(&demo_state(), "shop", "web");
+    web.endpoints.remove(0);
+    l.engine.apply(&[Event::SliceApplied(Arc::new(web))]);
+    l.shared.schedule.lock().unwrap().changed(last + std::time::Duration::from_secs(1));
+    l.wake();
+    assert!(calls(&l.kernel).iter().any(|c| c.0 == "restore"), "the change was sent");
+    l.wake();
+    let seen = checks(&l);
+    assert_eq!(seen, 3, "after our own write every table of that family is checked (without the forget, only nat, whose summary changed)");
+    l.wake();
+    assert_eq!(checks(&l), 0);
+    assert_eq!(l.metric("svcproxy_canary_lost_total"), 0);
+    // A flush is seen through the summary.
+    l.kernel.lock().unwrap().flush_table(crate::net::IpFamily::V4, "nat");
+    l.wake();
+    assert_eq!(l.metric("svcproxy_canary_lost_total"), 1);
+}
+
+#[test]
 fn a_flushed_nat_table_is_seen_at_the_next_check_and_a_full_sync_restores_it() {
     let mut l = Loop::new();
     let base = std::time::Instant::now();
