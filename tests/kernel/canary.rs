@@ -6,15 +6,13 @@
 //! full sync puts the rules back, and a ClusterIP answers again. With a short
 //! `--full-sync-period`, full syncs come back on their own.
 
-use std::fs::File;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::harness::{Case, CaseResult, Ctx};
 use crate::netns::{Backend, Lab, Proto, Where, NODE_IP4};
 use crate::netns::BackendTools as _;
-use crate::svcproxy::{bin, run};
-use crate::watch_e2e::{metric_at, until, Daemon};
+use crate::svcproxy::run;
+use crate::watch_e2e::{metric_at, spawn_svcproxy, until};
 
 pub fn cases() -> Vec<Case> {
     let mut v = Vec::new();
@@ -70,16 +68,11 @@ fn watch_repairs_a_wiped_nat_table_within_a_few_sync_periods(ctx: &mut Ctx, b: B
     let log = crate::svcproxy::temp_yaml("")?;
     let node = lab.node().name.clone();
     let common = ["--hostname-override", "node-1", "--node-ip", NODE_IP4, "--cluster-cidr", "198.18.0.0/16", "--ip-family", "ipv4", "--nfacct=false"];
-    let child = Command::new("ip")
-        .args(["netns", "exec", &node, bin(), "sync", "--watch", "--from", &from, "--iptables-backend", b.name()])
-        .args(common)
-        .args(["--min-sync-period", "0s", "--sync-period", "1s", "--metrics-bind-address", &format!("{NODE_IP4}:10249")])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(File::create(&log).map_err(|e| e.to_string())?)
-        .spawn()
-        .map_err(|e| format!("spawn svcproxy: {e}"))?;
-    let _daemon = Daemon(child);
+    let metrics = format!("{NODE_IP4}:10249");
+    let mut argv = vec!["sync", "--watch", "--from", &from, "--iptables-backend", b.name()];
+    argv.extend(common);
+    argv.extend(["--min-sync-period", "0s", "--sync-period", "1s", "--metrics-bind-address", &metrics]);
+    let _daemon = spawn_svcproxy(&node, &argv, &[], &log)?;
     let logs = || std::fs::read_to_string(&log).unwrap_or_default();
     let with_log = |e: String| format!("{e}\nsvcproxy log:\n{}", logs());
     let answers = || lab.connect(Where::Node, CIP, 80, Proto::Tcp, 1).map(|t| t.answered() == 1).unwrap_or(false);
@@ -129,17 +122,11 @@ fn watch_runs_a_full_sync_every_full_sync_period(ctx: &mut Ctx, b: Backend) -> C
     let file = crate::svcproxy::temp_yaml(CLUSTER)?;
     let log = crate::svcproxy::temp_yaml("")?;
     let node = lab.node().name.clone();
-    let child = Command::new("ip")
-        .args(["netns", "exec", &node, bin(), "sync", "--watch", "--from", &file.display().to_string(), "--iptables-backend", b.name()])
-        .args(["--hostname-override", "node-1", "--node-ip", NODE_IP4, "--ip-family", "ipv4", "--nfacct=false"])
-        .args(["--min-sync-period", "0s", "--sync-period", "500ms", "--full-sync-period", "2s"])
-        .args(["--metrics-bind-address", &format!("{NODE_IP4}:10249")])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(File::create(&log).map_err(|e| e.to_string())?)
-        .spawn()
-        .map_err(|e| format!("spawn svcproxy: {e}"))?;
-    let _daemon = Daemon(child);
+    let (from, metrics) = (file.display().to_string(), format!("{NODE_IP4}:10249"));
+    let argv = ["sync", "--watch", "--from", &from, "--iptables-backend", b.name(), "--hostname-override", "node-1", "--node-ip", NODE_IP4,
+        "--ip-family", "ipv4", "--nfacct=false", "--min-sync-period", "0s", "--sync-period", "500ms", "--full-sync-period", "2s",
+        "--metrics-bind-address", &metrics];
+    let _daemon = spawn_svcproxy(&node, &argv, &[], &log)?;
     let logs = || std::fs::read_to_string(&log).unwrap_or_default();
     let count = |name| metric(&node, name);
     let full = "kubeproxy_sync_full_proxy_rules_duration_seconds_count{ip_family=\"IPv4\"}";
@@ -163,17 +150,10 @@ fn legacy_skips_unchanged_and_notices_a_deleted_canary(ctx: &mut Ctx) -> CaseRes
     let file = crate::svcproxy::temp_yaml(CLUSTER)?;
     let log = crate::svcproxy::temp_yaml("")?;
     let node = lab.node().name.clone();
-    let child = Command::new("ip")
-        .args(["netns", "exec", &node, bin(), "sync", "--watch", "--from", &file.display().to_string(), "--iptables-backend", b.name()])
-        .args(["--hostname-override", "node-1", "--node-ip", NODE_IP4, "--ip-family", "ipv4", "--nfacct=false"])
-        .args(["--min-sync-period", "0s", "--sync-period", "500ms", "--metrics-bind-address", &format!("{NODE_IP4}:10249")])
-        .env("SVCPROXY_LOG", "info,svcproxy::netfilter::canary=debug")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(File::create(&log).map_err(|e| e.to_string())?)
-        .spawn()
-        .map_err(|e| format!("spawn svcproxy: {e}"))?;
-    let _daemon = Daemon(child);
+    let (from, metrics) = (file.display().to_string(), format!("{NODE_IP4}:10249"));
+    let argv = ["sync", "--watch", "--from", &from, "--iptables-backend", b.name(), "--hostname-override", "node-1", "--node-ip", NODE_IP4,
+        "--ip-family", "ipv4", "--nfacct=false", "--min-sync-period", "0s", "--sync-period", "500ms", "--metrics-bind-address", &metrics];
+    let _daemon = spawn_svcproxy(&node, &argv, &[("SVCPROXY_LOG", "info,svcproxy::netfilter::canary=debug")], &log)?;
     let logs = || std::fs::read_to_string(&log).unwrap_or_default();
     let with_log = |e: String| format!("{e}\nsvcproxy log:\n{}", logs());
     let count = |name| metric(&node, name);

@@ -5,15 +5,13 @@
 //! exactly those a one-shot sync compares against (`sync --dry-run` finds nothing), and
 //! the metrics must show that the steps were partial syncs, not full ones.
 
-use std::fs::File;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::harness::{Case, CaseResult, Ctx};
 use crate::netns::{Backend, Lab, NODE_IP4};
 use crate::netns::BackendTools as _;
-use crate::svcproxy::{bin, run};
-use crate::watch_e2e::{metric_at, until, Daemon};
+use crate::svcproxy::run;
+use crate::watch_e2e::{metric_at, spawn_svcproxy, until};
 
 pub fn cases() -> Vec<Case> {
     let mut v = Vec::new();
@@ -61,16 +59,10 @@ fn watch_partial_syncs_leave_what_a_full_sync_would(ctx: &mut Ctx, b: Backend) -
 
     let log = crate::svcproxy::temp_yaml("")?;
     let node = lab.node().name.clone();
-    let child = Command::new("ip")
-        .args(["netns", "exec", &node, bin(), "sync", "--watch", "--from", &file.display().to_string(),
-            "--iptables-backend", b.name(), "--nfacct=false", "--min-sync-period", "0s", "--sync-period", "1h",
-            "--healthz-bind-address", &format!("{NODE_IP4}:10256"), "--metrics-bind-address", &format!("{NODE_IP4}:10249")])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(File::create(&log).map_err(|e| e.to_string())?)
-        .spawn()
-        .map_err(|e| format!("spawn svcproxy: {e}"))?;
-    let _daemon = Daemon(child);
+    let (from, healthz, metrics) = (file.display().to_string(), format!("{NODE_IP4}:10256"), format!("{NODE_IP4}:10249"));
+    let argv = ["sync", "--watch", "--from", &from, "--iptables-backend", b.name(), "--nfacct=false", "--min-sync-period", "0s",
+        "--sync-period", "1h", "--healthz-bind-address", &healthz, "--metrics-bind-address", &metrics];
+    let _daemon = spawn_svcproxy(&node, &argv, &[], &log)?;
     let logs = || std::fs::read_to_string(&log).unwrap_or_default();
     let clean = |what: &str| -> Result<Duration, String> {
         let from = file.display().to_string();

@@ -14,7 +14,7 @@
 use crate::dataplane::{self, cluster_yaml, ep4, ep6, pod_ip4, svc, tcp, Port, Svc, CLIENT, CLIENT_IP4, EP_PORT, N, NODE};
 use crate::harness::{Case, CaseError, CaseResult, Ctx};
 use crate::netns::{self, Backend, Lab, Proto, Where};
-use crate::svcproxy::{self, path_str, run, run_expect, temp_yaml};
+use crate::svcproxy::{path_str, run, run_expect, temp_yaml};
 
 pub fn cases() -> Vec<Case> {
     vec![
@@ -249,17 +249,8 @@ fn cleanup_removes_tables(ctx: &mut Ctx) -> CaseResult {
 
 /// `svcproxy sync --watch --mode nftables` of the cluster file at `path`, its log at `log`.
 fn watch_daemon(lab: &Lab, path: &str, log: &std::path::Path) -> Result<crate::watch_e2e::Daemon, String> {
-    let mut argv = args(path, &["--watch", "--poll-interval", "100ms", "--healthz-bind-address", "127.0.0.1:10256"]);
-    argv.insert(0, svcproxy::bin());
-    let child = std::process::Command::new("ip")
-        .args(["netns", "exec", &lab.node().name])
-        .args(&argv)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(log).map_err(|e| e.to_string())?)
-        .spawn()
-        .map_err(|e| format!("spawn svcproxy --watch: {e}"))?;
-    Ok(crate::watch_e2e::Daemon(child))
+    let argv = args(path, &["--watch", "--poll-interval", "100ms", "--healthz-bind-address", "127.0.0.1:10256"]);
+    crate::watch_e2e::spawn_svcproxy(&lab.node().name, &argv, &[], log)
 }
 
 /// A watch daemon following a cluster file in the lab's node, past its first (full) sync;

@@ -100,11 +100,10 @@ ports:
 /// 127.0.0.1, probed from the namespace outside the node: 200 with the local endpoint
 /// count (two of three endpoints are on this node), 503 with a count of 0 once none is.
 fn hc_node_port_on_the_node_ip(ctx: &mut Ctx, b: Backend) -> CaseResult {
-    use std::process::{Command, Stdio};
     use std::time::Duration;
 
     use crate::netns::NODE_IP4;
-    use crate::watch_e2e::{http_get, in_netns, until, Daemon};
+    use crate::watch_e2e::{http_get, in_netns, spawn_svcproxy, until};
 
     let mut tools = vec!["ip".to_string()];
     tools.extend(b.tools());
@@ -114,16 +113,11 @@ fn hc_node_port_on_the_node_ip(ctx: &mut Ctx, b: Backend) -> CaseResult {
     let log = crate::svcproxy::temp_yaml("")?;
     let node = lab.node().name.clone();
     let ext = lab.external().name.clone();
-    let child = Command::new("ip")
-        .args(["netns", "exec", &node, bin(), "sync", "--watch", "--from", &file.display().to_string(), "--iptables-backend", b.name()])
-        .args(["--hostname-override", "node-1", "--node-ip", NODE_IP4, "--ip-family", "ipv4", "--nfacct=false", "--conntrack-max-per-core=0"])
-        .args(["--min-sync-period", "0s", "--healthz-bind-address", "127.0.0.1:10256", "--metrics-bind-address", "127.0.0.1:10249"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).map_err(|e| e.to_string())?)
-        .spawn()
-        .map_err(|e| format!("spawn svcproxy: {e}"))?;
-    let _daemon = Daemon(child);
+    let from = file.display().to_string();
+    let argv = ["sync", "--watch", "--from", &from, "--iptables-backend", b.name(), "--hostname-override", "node-1", "--node-ip", NODE_IP4,
+        "--ip-family", "ipv4", "--nfacct=false", "--conntrack-max-per-core=0", "--min-sync-period", "0s",
+        "--healthz-bind-address", "127.0.0.1:10256", "--metrics-bind-address", "127.0.0.1:10249"];
+    let _daemon = spawn_svcproxy(&node, &argv, &[], &log)?;
     let logs = || std::fs::read_to_string(&log).unwrap_or_default();
     let probe = || {
         let ext = ext.clone();

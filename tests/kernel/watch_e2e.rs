@@ -72,6 +72,25 @@ impl Drop for Daemon {
     }
 }
 
+/// `svcproxy ARGV` (`sync --watch …`) in the network namespace `node`, its stderr to
+/// `log`, with `env` set and nothing of a real cluster in its environment (no
+/// `KUBECONFIG`, no in-cluster variables): the daemon, killed when dropped.
+pub(crate) fn spawn_svcproxy(node: &str, argv: &[&str], env: &[(&str, &str)], log: &std::path::Path) -> Result<Daemon, String> {
+    let child = Command::new("ip")
+        .args(["netns", "exec", node, bin()])
+        .args(argv)
+        .envs(env.iter().copied())
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("KUBERNETES_SERVICE_PORT")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(File::create(log).map_err(|e| e.to_string())?)
+        .spawn()
+        .map_err(|e| format!("spawn svcproxy: {e}"))?;
+    Ok(Daemon(child))
+}
+
 pub(crate) fn until(what: &str, limit: Duration, cond: impl Fn() -> bool) -> Result<Duration, String> {
     let start = Instant::now();
     while !cond() {
@@ -124,22 +143,11 @@ fn e2e(ctx: &mut Ctx, b: Backend) -> CaseResult {
         kubeconfig.display()
     ))?;
     let log = crate::svcproxy::temp_yaml("")?;
-    let log_file = File::create(&log).map_err(|e| e.to_string())?;
-    let node = lab.node().name.clone();
-    let child = Command::new("ip")
-        .args(["netns", "exec", &node, bin(), "sync", "--watch", "--config", crate::svcproxy::path_str(&config), "--hostname-override", "node-1",
-            "--node-ip", NODE_IP, "--cluster-cidr", "198.18.0.0/16", "--ip-family", "ipv4", "--iptables-backend", b.name(),
-            "--healthz-bind-address", &format!("{NODE_IP}:10256"), "--metrics-bind-address", &format!("{NODE_IP}:10249"),
-            "--min-sync-period", "100ms", "--nfacct=false"])
-        .env_remove("KUBECONFIG")
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .env_remove("KUBERNETES_SERVICE_PORT")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log_file)
-        .spawn()
-        .map_err(|e| format!("spawn svcproxy: {e}"))?;
-    let mut daemon = Daemon(child);
+    let (healthz, metrics) = (format!("{NODE_IP}:10256"), format!("{NODE_IP}:10249"));
+    let argv = ["sync", "--watch", "--config", crate::svcproxy::path_str(&config), "--hostname-override", "node-1",
+        "--node-ip", NODE_IP, "--cluster-cidr", "198.18.0.0/16", "--ip-family", "ipv4", "--iptables-backend", b.name(),
+        "--healthz-bind-address", &healthz, "--metrics-bind-address", &metrics, "--min-sync-period", "100ms", "--nfacct=false"];
+    let mut daemon = spawn_svcproxy(&lab.node().name, &argv, &[], &log)?;
     let logs = || std::fs::read_to_string(&log).unwrap_or_default();
 
     // Follows the initial lists: connections spread over the two pods.
