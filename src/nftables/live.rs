@@ -76,7 +76,7 @@ fn rule(chain: &str, line: &str) -> Rule {
 /// `dnat ip to numgen random mod N map { 0 : A . P, 1 : … }` → `dnat ip addr . port to
 /// numgen random mod N map { 0 : A . P , 1 : … }` (`ip6` likewise). Words between are
 /// kept; spaces become single.
-fn renderer_words(stmts: &str) -> String {
+pub(crate) fn renderer_words(stmts: &str) -> String {
     let w: Vec<&str> = stmts.split_whitespace().collect();
     let mut out: Vec<&str> = Vec::with_capacity(w.len() + 4);
     let mut in_map = false;

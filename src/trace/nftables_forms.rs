@@ -1,11 +1,11 @@
 //! Statements of kube-proxy's v1.36+ `kube-proxy` table that the nftables tracer reads, in
-//! both the words svcproxy writes them and the words `nft list` prints them back:
+//! the words svcproxy writes them (a listed table is read back into these words by
+//! [`crate::nftables::live`], so the tracer reads one wording):
 //!
-//! * the masquerade mark: `mark set mark or M` / `meta mark set meta mark | M` (and `xor` /
-//!   `^`, which clears it), tested by `mark and M != 0` / `meta mark & M != 0x00000000`;
+//! * the masquerade mark: `mark set mark or M` (and `xor`, which clears it), tested by
+//!   `mark and M != 0`;
 //! * a DNAT: `dnat to IP:PORT`, or one endpoint of several picked at random,
-//!   `dnat ip addr . port to numgen random mod N map { 0 : IP . PORT , … }` (listed:
-//!   `dnat ip to numgen random mod N map { 0 : IP . PORT, … }`; `ip6` alike).
+//!   `dnat ip addr . port to numgen random mod N map { 0 : IP . PORT , … }` (`ip6` alike).
 //!
 //! Pure text → values; what they do to a packet is the tracer's business.
 
@@ -30,7 +30,7 @@ impl MarkSet {
     }
 }
 
-/// `mark and MASK OP VALUE` (or `meta mark & …`): whether the masked mark equals (`==`) or
+/// `mark and MASK OP VALUE`: whether the masked mark equals (`==`) or
 /// differs from (`!=`) the value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct MarkTest {
@@ -65,12 +65,12 @@ fn number(word: &str) -> Result<u32, String> {
 /// A mark statement at the start of `rest`, and what follows it; `None` when `rest` starts
 /// with none.
 pub(super) fn mark_set(rest: &str) -> Option<Result<(MarkSet, &str), String>> {
-    let r = rest.strip_prefix("mark set mark ").or_else(|| rest.strip_prefix("meta mark set meta mark "))?;
+    let r = rest.strip_prefix("mark set mark ")?;
     let (op, r) = first_word(r);
     let (value, after) = first_word(r);
     Some(number(value).and_then(|v| match op {
-        "or" | "|" => Ok((MarkSet::Or(v), after)),
-        "xor" | "^" => Ok((MarkSet::Xor(v), after)),
+        "or" => Ok((MarkSet::Or(v), after)),
+        "xor" => Ok((MarkSet::Xor(v), after)),
         _ => Err(format!("unknown mark operation {op:?}")),
     }))
 }
@@ -78,7 +78,7 @@ pub(super) fn mark_set(rest: &str) -> Option<Result<(MarkSet, &str), String>> {
 /// A mark test at the start of `rest`, and what follows it; `None` when `rest` starts with
 /// none.
 pub(super) fn mark_test(rest: &str) -> Option<Result<(MarkTest, &str), String>> {
-    let r = rest.strip_prefix("mark and ").or_else(|| rest.strip_prefix("meta mark & "))?;
+    let r = rest.strip_prefix("mark and ")?;
     let (mask, r) = first_word(r);
     let (op, r) = first_word(r);
     let (value, after) = first_word(r);
@@ -100,8 +100,7 @@ pub(super) fn dnat(rest: &str) -> Result<Dnat, String> {
     if family != "ip" && family != "ip6" {
         return Err(format!("unknown DNAT {rest:?}"));
     }
-    let r = r.strip_prefix("addr . port ").unwrap_or(r);
-    let r = r.strip_prefix("to numgen random mod ").ok_or_else(|| format!("unknown DNAT {rest:?}"))?;
+    let r = r.strip_prefix("addr . port to numgen random mod ").ok_or_else(|| format!("unknown DNAT {rest:?}"))?;
     let (modulus, r) = first_word(r);
     let modulus: usize = modulus.parse().map_err(|_| format!("bad numgen modulus {modulus:?}"))?;
     let body = r.strip_prefix("map {").and_then(|b| b.trim_end().strip_suffix('}')).ok_or_else(|| format!("expected map {{ … }} in {rest:?}"))?;
@@ -128,6 +127,7 @@ fn arms(body: &str, modulus: usize) -> Result<Vec<String>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::nftables::live::renderer_words;
 
     #[test]
     fn marks_as_written_and_as_listed() {
@@ -137,7 +137,8 @@ mod tests {
             ("mark set mark xor 0x4000 comment", MarkSet::Xor(0x4000)),
             ("meta mark set meta mark ^ 16384 comment", MarkSet::Xor(0x4000)),
         ] {
-            assert_eq!(mark_set(text).unwrap().unwrap(), (op, "comment"), "{text}");
+            let words = renderer_words(text);
+            assert_eq!(mark_set(&words).unwrap().unwrap(), (op, "comment"), "{text}");
         }
         assert_eq!(MarkSet::Xor(0x4000).apply(MarkSet::Or(0x4000).apply(0x1)), 0x1);
         assert!(mark_set("ip daddr 10.0.0.1").is_none());
@@ -147,7 +148,8 @@ mod tests {
             ("meta mark & 0x00004000 != 0x00000000 masquerade", true, false),
             ("mark and 0x4000 == 0 masquerade", false, true),
         ] {
-            let (test, after) = mark_test(text).unwrap().unwrap();
+            let words = renderer_words(text);
+            let (test, after) = mark_test(&words).unwrap().unwrap();
             assert_eq!((test.holds(0x4001), test.holds(0x1), after), (marked, unmarked, "masquerade"), "{text}");
         }
         assert!(mark_test("mark and 0x4000 > 0 x").unwrap().is_err());
@@ -155,6 +157,11 @@ mod tests {
 
     #[test]
     fn dnats_as_written_and_as_listed() {
+        // What follows `dnat ` in a rule, listed words read back by `live` first.
+        let dnat = |text: &str| {
+            let words = renderer_words(&format!("dnat {text}"));
+            super::dnat(words.strip_prefix("dnat ").unwrap_or(&words))
+        };
         assert_eq!(dnat("to 10.0.0.5:8080"), Ok(Dnat::To("10.0.0.5:8080".into())));
         let two = Dnat::Random(vec!["10.180.0.1:80".into(), "10.180.0.2:80".into()]);
         assert_eq!(dnat("ip addr . port to numgen random mod 2 map { 0 : 10.180.0.1 . 80 , 1 : 10.180.0.2 . 80 }"), Ok(two.clone()));
