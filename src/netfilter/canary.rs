@@ -45,12 +45,39 @@ fn holds(r: &mut dyn Restorer, family: IpFamily, table: &str) -> Result<bool, Re
 
 /// The first table of `family` whose canary is gone (`None`: all present).
 pub fn missing(r: &mut dyn Restorer, family: IpFamily) -> Result<Option<&'static str>, RestoreError> {
+    first_missing(r, |r, table| holds(r, family, table))
+}
+
+/// The first table in [`TABLES`] order that `holds` says lacks its canary.
+fn first_missing(
+    r: &mut dyn Restorer,
+    mut holds: impl FnMut(&mut dyn Restorer, &'static str) -> Result<bool, RestoreError>,
+) -> Result<Option<&'static str>, RestoreError> {
     for table in TABLES {
-        if !holds(r, family, table)? {
+        if !holds(r, table)? {
             return Ok(Some(table));
         }
     }
     Ok(None)
+}
+
+/// Creates the canaries that `holds` says are gone (one restore; nothing sent when all
+/// are there). Returns the tables where one was created.
+fn ensure_where(
+    r: &mut dyn Restorer,
+    family: IpFamily,
+    mut holds: impl FnMut(&mut dyn Restorer, &'static str) -> Result<bool, RestoreError>,
+) -> Result<Vec<&'static str>, RestoreError> {
+    let mut created = Vec::new();
+    for table in TABLES {
+        if !holds(r, table)? {
+            created.push(table);
+        }
+    }
+    if !created.is_empty() {
+        r.restore(family, &restore_text(&created))?;
+    }
+    Ok(created)
 }
 
 /// [`missing`] that skips a table the kernel says nothing changed in since the last check
@@ -83,33 +110,23 @@ pub struct Gate {
 impl Gate {
     /// The first table of `family` whose canary is gone (`None`: all present).
     pub fn missing(&mut self, r: &mut dyn Restorer, family: IpFamily) -> Result<Option<&'static str>, RestoreError> {
-        for table in TABLES {
+        first_missing(r, |r, table| {
             let now = summary(r, family, table);
             if now.is_some() && now.as_ref() == self.seen.get(&(family, table)) {
                 tracing::debug!(?family, table, "canary check skipped: the table is unchanged since the canary was last found");
-                continue;
+                return Ok(true);
             }
-            if !self.holds(r, family, table, now)? {
-                return Ok(Some(table));
-            }
-        }
-        Ok(None)
+            self.holds(r, family, table, now)
+        })
     }
 
     /// [`ensure`], remembering the summaries of the tables whose canary was there (a full
     /// sync has just checked them all: the first check after it need not again).
     pub fn ensure(&mut self, r: &mut dyn Restorer, family: IpFamily) -> Result<Vec<&'static str>, RestoreError> {
-        let mut created = Vec::new();
-        for table in TABLES {
+        ensure_where(r, family, |r, table| {
             let now = summary(r, family, table);
-            if !self.holds(r, family, table, now)? {
-                created.push(table);
-            }
-        }
-        if !created.is_empty() {
-            r.restore(family, &restore_text(&created))?;
-        }
-        Ok(created)
+            self.holds(r, family, table, now)
+        })
     }
 
     /// The `-C` of `table`, remembering `now` (read before it: a change between the two
@@ -139,16 +156,7 @@ fn summary(r: &mut dyn Restorer, family: IpFamily, table: &str) -> Option<TableI
 /// Creates the canaries of `family` that are gone (one restore; nothing sent when all are
 /// there). Returns the tables where one was created.
 pub fn ensure(r: &mut dyn Restorer, family: IpFamily) -> Result<Vec<&'static str>, RestoreError> {
-    let mut created = Vec::new();
-    for table in TABLES {
-        if !holds(r, family, table)? {
-            created.push(table);
-        }
-    }
-    if !created.is_empty() {
-        r.restore(family, &restore_text(&created))?;
-    }
-    Ok(created)
+    ensure_where(r, family, |r, table| holds(r, family, table))
 }
 
 /// Restore input (for `--noflush`) that (re)creates the canaries of `tables`.

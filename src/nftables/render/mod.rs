@@ -112,6 +112,13 @@ impl Hairpins {
     fn holds(&self, k: &Hairpin) -> bool {
         self.0.contains_key(k)
     }
+
+    /// Notes in `was` whether each of `keys` is held now, for those not noted yet.
+    fn note_presence(&self, keys: &[Hairpin], was: &mut BTreeMap<Hairpin, bool>) {
+        for h in keys {
+            was.entry(*h).or_insert_with(|| self.holds(h));
+        }
+    }
 }
 
 /// The `hairpin-connections` elements an update took away and brought.
@@ -152,31 +159,29 @@ impl Ruleset {
     /// services' ports are taken again from the trackers' maps. Returns the
     /// `hairpin-connections` elements that went and came.
     pub fn update(&mut self, services: &ServicePortMap, endpoints: &EndpointsMap, changed: &BTreeSet<NamespacedName>) -> HairpinChange {
-        let mut touched: BTreeSet<Hairpin> = BTreeSet::new();
-        let mut was: BTreeSet<Hairpin> = BTreeSet::new();
+        // Each touched element's presence before the update, noted when first touched.
+        let mut was: BTreeMap<Hairpin, bool> = BTreeMap::new();
         for id in changed {
             let stale: Vec<ServicePortName> = ports_of(&self.services, id).cloned().collect();
             for k in stale {
                 if let Some(old) = self.services.remove(&k) {
                     let keys = old.hairpins(&self.ctx);
-                    was.extend(keys.iter().filter(|h| self.hairpins.holds(h)));
-                    touched.extend(keys.iter().copied());
+                    self.hairpins.note_presence(&keys, &mut was);
                     self.hairpins.remove(keys);
                 }
             }
             for k in ports_of(services, id) {
                 if let Some(inputs) = inputs(k, services, endpoints) {
                     let keys = inputs.hairpins(&self.ctx);
-                    was.extend(keys.iter().filter(|h| self.hairpins.holds(h) && !touched.contains(h)));
-                    touched.extend(keys.iter().copied());
+                    self.hairpins.note_presence(&keys, &mut was);
                     self.hairpins.add(keys);
                     self.services.insert(k.clone(), inputs);
                 }
             }
         }
         let mut change = HairpinChange::default();
-        for h in touched {
-            match (was.contains(&h), self.hairpins.holds(&h)) {
+        for (h, before) in was {
+            match (before, self.hairpins.holds(&h)) {
                 (true, false) => change.gone.push(h),
                 (false, true) => change.came.push(h),
                 _ => {}
