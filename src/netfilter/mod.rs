@@ -8,6 +8,7 @@
 
 pub mod apply;
 pub mod canon;
+pub mod ctnetlink;
 pub mod canary;
 pub mod conntrack;
 pub mod delta;
@@ -16,6 +17,7 @@ pub mod dump;
 pub mod fake;
 pub mod jumps;
 pub mod names;
+pub mod nlattr;
 pub mod nfacct;
 pub mod phase;
 pub mod rule;
