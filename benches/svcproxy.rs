@@ -186,9 +186,7 @@ fn ipvs_sync_change(c: &mut Criterion, one: &mut OneEndpoint) {
         links: Box::new(FakeLinks::default()),
         ipset: Box::new(FakeIpset::default()),
         iptables: Box::new(svcproxy::netfilter::fake::FakeIptables::new()),
-        conntrack: Box::new(svcproxy::netfilter::conntrack::RecordingConntrack::default()),
         paths: Paths { grace_file: dir.join("grace"), grace_period_secs: 0, proc_sys: dir.join("sys") },
-        reconciled: Vec::new(),
         memory: None,
         canaries: false,
     };

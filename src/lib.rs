@@ -16,6 +16,7 @@
 pub mod bench;
 pub mod cli;
 pub mod config;
+pub mod conntrack;
 pub mod derive;
 #[cfg(any(test, feature = "bench"))]
 pub mod gen;

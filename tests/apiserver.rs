@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use support::apiserver::ApiServer;
 use svcproxy::config::Settings;
-use svcproxy::netfilter::conntrack::RecordingConntrack;
+use svcproxy::conntrack::table::fake::FakeFlows;
 use svcproxy::netfilter::fake::SharedFake;
 use svcproxy::net::IpFamily;
 use svcproxy::runner::watch;
@@ -62,7 +62,7 @@ fn engine_on_a_fake_kernel() -> (watch::Engine, SharedFake) {
     };
     let loaded = svcproxy::pipeline::load(ClusterState::default(), flags, Settings::default()).unwrap();
     let kernel = SharedFake::default();
-    let engine = watch::Engine::iptables(loaded.config, loaded.trackers, Box::new(kernel.clone()), Box::new(RecordingConntrack::default()));
+    let engine = watch::Engine::iptables(loaded.config, loaded.trackers, Box::new(kernel.clone()), Box::new(FakeFlows::default()));
     (engine, kernel)
 }
 
@@ -178,7 +178,7 @@ fn this_node_being_deleted_makes_healthz_unhealthy_and_its_labels_are_followed()
     let flags = Settings { hostname_override: Some("n1".into()), ip_family: Some(svcproxy::settings::kinds::Families::Ipv4), nfacct: Some(false), ..Settings::default() };
     let loaded = svcproxy::pipeline::load(ClusterState::default(), flags, Settings::default()).unwrap();
     let shared = Arc::new(Shared::new(Schedule::new(Timing { min_sync_period: Duration::from_millis(50), ..Timing::default() })));
-    let engine = watch::Engine::iptables(loaded.config, loaded.trackers, Box::new(SharedFake::default()), Box::new(RecordingConntrack::default()));
+    let engine = watch::Engine::iptables(loaded.config, loaded.trackers, Box::new(SharedFake::default()), Box::new(FakeFlows::default()));
     let watch = start_watch(&rt, plain_client(&rt, &server), Some("n1"), engine, shared.clone());
     let deleting = || shared.node_deleting.load(std::sync::atomic::Ordering::SeqCst);
     until("the first sync", || shared.schedule.lock().unwrap().last_sync().is_some());
@@ -233,7 +233,7 @@ fn the_config_files_kubeconfig_reaches_the_api_server_and_syncs() {
     let loaded = svcproxy::pipeline::load(ClusterState::default(), flags, file).unwrap();
     let shared = Arc::new(Shared::new(Schedule::new(Timing { min_sync_period: Duration::from_millis(50), ..Timing::default() })));
     let kernel = SharedFake::default();
-    let engine = watch::Engine::iptables(loaded.config, loaded.trackers, Box::new(kernel.clone()), Box::new(RecordingConntrack::default()));
+    let engine = watch::Engine::iptables(loaded.config, loaded.trackers, Box::new(kernel.clone()), Box::new(FakeFlows::default()));
     let client = rt.block_on(async { connect::client(&conn, connect::config(&conn).await.unwrap()).unwrap() });
     let watch = start_watch(&rt, client, None, engine, shared.clone());
     until("the rules of the listed service", || seps(&kernel) == 1);

@@ -25,7 +25,6 @@ use std::sync::{Arc, Mutex};
 use support::*;
 use svcproxy::config::Settings;
 use svcproxy::model::Protocol;
-use svcproxy::netfilter::conntrack::RecordingConntrack;
 use svcproxy::netfilter::fake::{Call, FakeIptables, SharedFake};
 use svcproxy::iptables::kube_proxy_restore::{self, Applied, SyncOptions};
 use svcproxy::iptables::proxier::Proxier;
@@ -100,7 +99,7 @@ fn run_scenario(path: &Path) -> Vec<Step> {
     let files = if path.is_dir() { yaml_files(path) } else { vec![path.to_path_buf()] };
     let mut loaded = load(&files[0], Settings::default());
     let kernel: SharedFake = Arc::new(Mutex::new(FakeIptables::new()));
-    let mut proxier = Proxier::new(&loaded.config, &loaded.trackers, Box::new(kernel.clone()), Box::new(RecordingConntrack::default()));
+    let mut proxier = Proxier::new(&loaded.config, &loaded.trackers, Box::new(kernel.clone()));
     let mut applied = vec![Applied::unknown(); proxier.rulesets.len()];
     let mut prev: Option<ClusterState> = None;
     let mut steps = Vec::new();

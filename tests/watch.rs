@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use svcproxy::config::Settings;
-use svcproxy::netfilter::conntrack::RecordingConntrack;
+use svcproxy::conntrack::table::fake::FakeFlows;
 use svcproxy::netfilter::fake::SharedFake;
 use svcproxy::net::IpFamily;
 use svcproxy::pipeline;
@@ -76,7 +76,7 @@ fn watch_follows_file_changes_coalesces_bursts_survives_bad_objects_and_reports_
     let timing = Timing { min_sync_period: Duration::from_millis(300), sync_period: Duration::from_secs(30), ..Timing::default() };
     let shared = Arc::new(Shared::new(Schedule::new(timing)));
     let kernel = SharedFake::default();
-    let engine = watch::Engine::iptables(loaded.config, loaded.trackers, Box::new(kernel.clone()), Box::new(RecordingConntrack::default()));
+    let engine = watch::Engine::iptables(loaded.config, loaded.trackers, Box::new(kernel.clone()), Box::new(FakeFlows::default()));
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let (health, metrics) = rt.block_on(async {

@@ -15,7 +15,6 @@ use std::sync::Arc;
 use crate::config::Settings;
 use crate::gen::{self, GenSpec};
 use crate::netfilter::apply::{Backend, RestoreError, Restorer};
-use crate::netfilter::conntrack::RecordingConntrack;
 use crate::netfilter::fake::FakeIptables;
 use crate::iptables::kube_proxy_restore::{self, Applied};
 use crate::iptables::proxier::Proxier;
@@ -193,7 +192,7 @@ impl OneEndpoint {
     /// svcproxy's watch-mode proxier over the cluster as generated, after its first (full)
     /// sync, into `kernel`.
     pub fn proxier(&self, kernel: Box<dyn Restorer + Send>) -> Result<Proxier, SyncError> {
-        let mut p = Proxier::new(&self.loaded.config, &self.loaded.trackers, kernel, Box::new(RecordingConntrack::default()));
+        let mut p = Proxier::new(&self.loaded.config, &self.loaded.trackers, kernel);
         let none = vec![Changes::default(); self.loaded.trackers.families.len()];
         p.sync(&self.loaded.trackers, &none, true)?;
         Ok(p)

@@ -5,7 +5,6 @@
 use std::sync::{Arc, Mutex};
 
 use super::OneEndpoint;
-use crate::netfilter::conntrack::RecordingConntrack;
 use crate::nftables::apply::{Names, Nft, NftError};
 use crate::nftables::model::Family;
 use crate::netfilter::apply::Pass;
@@ -45,7 +44,7 @@ impl Nft for Recorder {
 pub fn one_endpoint_partial(one: &mut OneEndpoint) -> anyhow::Result<Vec<String>> {
     let rec = Recorder::default();
     let loaded = &mut one.loaded;
-    let mut proxier = Proxier::new(&loaded.config, &loaded.trackers, Box::new(rec.clone()), Box::new(RecordingConntrack::default()));
+    let mut proxier = Proxier::new(&loaded.config, &loaded.trackers, Box::new(rec.clone()));
     let none = vec![Changes::default(); loaded.trackers.families.len()];
     proxier.sync_as(&loaded.trackers, &none, true, Pass::Apply)?;
     rec.take();

@@ -9,13 +9,13 @@ use clap::{Args, ValueEnum};
 use super::render::load_with;
 use super::{ConfigFlags, EXIT_CHANGES, EXIT_OK};
 use crate::netfilter::apply::Backend;
-use crate::netfilter::conntrack::Reconciled;
+use crate::conntrack::Reconciled;
 use crate::iptables::sync::SyncReport;
 use crate::netfilter::delta;
 use crate::net::IpFamily;
 use crate::node::sysctl::Change;
 use crate::netfilter::apply::Pass;
-use crate::runner::engine::{Detail, Engine, SyncFailure};
+use crate::runner::engine::{Detail, SyncFailure};
 
 pub const EXAMPLES: &str = "\
 Examples:
@@ -100,15 +100,19 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
     let backend = iptables.backend;
     let mut engine = crate::runner::node::engine(loaded.config, loaded.trackers, iptables, true).context("IPVS sync failed")?;
     let pending = match engine.sync_as(true, pass) {
-        Ok(outcome) => match &outcome.detail {
-            Detail::Iptables(reports) => print_iptables(args, backend, &outcome.sysctls, reports, &outcome.reconciled)?,
-            Detail::Ipvs(report) => print_ipvs(args, report)?,
-            Detail::Nftables(reports) => print_nftables(args, reports)?,
-        },
+        Ok(outcome) => {
+            let rules = match &outcome.detail {
+                Detail::Iptables(reports) => print_iptables(args, backend, &outcome.sysctls, reports)?,
+                Detail::Ipvs(report) => print_ipvs(args, report)?,
+                Detail::Nftables(reports) => print_nftables(args, reports)?,
+            };
+            print_reconciled(args, &outcome.reconciled)? || rules
+        }
         Err(SyncFailure::Iptables(mut failure)) => {
             // What the families that synced did is shown, then the error.
             let done = std::mem::take(&mut failure.failed.done);
-            print_iptables(args, backend, &failure.sysctls, &done, &reconciled(&engine))?;
+            print_iptables(args, backend, &failure.sysctls, &done)?;
+            print_reconciled(args, &engine.reconciled())?;
             let family = failure.failed.failures().map(|f| f.family.to_string()).collect::<Vec<_>>().join(" and ");
             return Err(anyhow::Error::new(*failure).context(format!(
                 "{family} sync with iptables-{} failed; the rules in place were left as they were",
@@ -148,9 +152,30 @@ fn print_ipvs(args: &SyncArgs, report: &crate::ipvs::sync::Report) -> anyhow::Re
     Ok(!report.is_empty())
 }
 
-/// The stale-flow cleanups of the engine's last sync.
-fn reconciled(engine: &Engine) -> Vec<Reconciled> {
-    engine.reconciled()
+/// The conntrack reconciler's runs, every mode's: for a dry run (diff output) the flows it
+/// would delete, else a line per family that deleted any, and any failure as a warning.
+/// Returns whether a dry run found flows to delete.
+fn print_reconciled(args: &SyncArgs, runs: &[Reconciled]) -> anyhow::Result<bool> {
+    let mut pending = false;
+    for r in runs {
+        if let Some(e) = &r.error {
+            eprintln!("svcproxy: warning: {}: stale UDP conntrack flows not cleared: {e}", r.family);
+            continue;
+        }
+        if args.dry_run {
+            if args.output == DryRunOutput::Diff && !r.stale.is_empty() {
+                let mut text = format!("# conntrack {}: {} stale UDP flow(s) would be deleted (of {} listed)\n", r.family, r.stale.len(), r.listed);
+                for f in &r.stale {
+                    text.push_str(&format!("-{f}\n"));
+                }
+                super::out(&text)?;
+                pending = true;
+            }
+        } else if let Some(n) = r.deleted.filter(|n| *n > 0) {
+            eprintln!("svcproxy: {}: {n} stale UDP conntrack flow(s) deleted of {} listed ({:.3} s)", r.family, r.listed, r.seconds);
+        }
+    }
+    Ok(pending)
 }
 
 /// Prints an nftables-mode sync: for a dry run each family's difference from the live
@@ -194,7 +219,7 @@ fn print_nftables(args: &SyncArgs, reports: &[crate::nftables::sync::Report]) ->
 /// Prints an iptables-mode sync: for a dry run the sysctls and each family's delta (as
 /// `--output` asks), else per family a cleanup warning if any and a summary line. Returns
 /// whether anything differed.
-fn print_iptables(args: &SyncArgs, backend: Backend, sysctls: &[Change], reports: &[(IpFamily, SyncReport)], reconciled: &[Reconciled]) -> anyhow::Result<bool> {
+fn print_iptables(args: &SyncArgs, backend: Backend, sysctls: &[Change], reports: &[(IpFamily, SyncReport)]) -> anyhow::Result<bool> {
     if args.dry_run && args.output == DryRunOutput::Diff && !sysctls.is_empty() {
         let mut text = String::from("# sysctl\n");
         for c in sysctls {
@@ -210,9 +235,6 @@ fn print_iptables(args: &SyncArgs, backend: Backend, sysctls: &[Change], reports
                 DryRunOutput::Restore => super::out(&report.delta.restore_text())?,
             }
             continue;
-        }
-        if let Some(e) = reconciled.iter().find(|r| r.family == family).and_then(|r| r.error.as_ref()) {
-            eprintln!("svcproxy: warning: stale UDP/SCTP conntrack entries not cleared: {e}");
         }
         let t = report.timings;
         eprintln!(

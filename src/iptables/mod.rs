@@ -2,9 +2,8 @@
 //! text, canonical form, delta, apply): the renderer, restore text in kube-proxy's order
 //! and the sync planners are pure. The kernel is reached behind traits with recording fakes for
 //! tests: `iptables-save`/`iptables-restore` through [`crate::netfilter::apply`], `nfacct`
-//! over netlink through [`crate::netfilter::nfacct`], and `conntrack` through the conntrack tool.
+//! over netlink through [`crate::netfilter::nfacct`] (stale flows are [`crate::conntrack`]'s, every mode's).
 
-pub mod conntrack;
 pub mod cleanup;
 pub mod jumps;
 // kube-proxy's partial-restore text: what upstream's tests assert on and the benchmarks'

@@ -15,12 +15,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::conntrack;
-use crate::netfilter::conntrack::Flush;
 use crate::netfilter::delta::{diff_positions, ChainChange, Delta, TablePlan, TABLES};
 use super::render::{Rendered, Ruleset, ServiceRules, TopCounts, TOP_CHAINS};
-use crate::model::{port_entries, ports_of, NamespacedName, Protocol, ServicePortName};
-use crate::netfilter::{Chain, Dump, Rule};
+use crate::model::{port_entries, ports_of, NamespacedName, ServicePortName};
+use crate::netfilter::{Chain, Rule};
 
 /// The rules the kernel holds for the service ports a commit touches, taken from the
 /// ruleset before it is updated.
@@ -43,11 +41,10 @@ impl Before {
     }
 }
 
-/// A partial sync's restore input, and the conntrack entries it makes stale.
+/// A partial sync's restore input.
 #[derive(Debug, Clone, Default)]
 pub struct Partial {
     pub delta: Delta,
-    pub flushes: Vec<Flush>,
 }
 
 /// The change from `before` (what the kernel holds) to `rs` (updated for the same
@@ -84,13 +81,7 @@ pub fn delta(before: &Before, rs: &Ruleset) -> Option<Partial> {
     }
     let tables = writers.into_iter().filter(|(_, w)| !w.is_empty()).map(|(t, w)| (t.to_string(), w)).collect();
     let delta = Delta { changes, tables };
-    // Only UDP and SCTP entries go stale (TCP connections end).
-    let flushes = if keys.iter().any(|k| k.protocol != Protocol::Tcp) {
-        conntrack::stale(&dump_of(before.rules.values()), &dump_of(keys.iter().filter_map(|k| rs.services.get(*k))))
-    } else {
-        Vec::new()
-    };
-    Some(Partial { delta, flushes })
+    Some(Partial { delta })
 }
 
 /// For each key (ascending), the number of lines the service ports before it hold in each
@@ -159,21 +150,6 @@ fn own_chains(old: Option<&ServiceRules>, new: Option<&ServiceRules>, w: &mut Ta
 fn change(table: &'static str, chain: &Chain, live: Option<&[&Rule]>, desired: Option<&[&Rule]>) -> ChainChange {
     let own = |l: &[&Rule]| l.iter().map(|r| r.to_line()).collect();
     ChainChange { table, chain: chain.clone(), live: live.map(own), desired: desired.map(own) }
-}
-
-/// A dump holding only these service ports' rules (for the conntrack comparison).
-fn dump_of<'a>(rules: impl Iterator<Item = &'a Rendered>) -> Dump {
-    let mut dump = Dump::default();
-    dump.table("filter");
-    dump.table("nat");
-    for r in rules {
-        let nat = dump.table("nat");
-        r.chains.iter().for_each(|c| nat.declare(c));
-        r.nat_top.iter().chain(&r.chain_rules).for_each(|rule| nat.append(rule));
-        let filter = dump.table("filter");
-        r.filter.iter().for_each(|rule| filter.append(rule));
-    }
-    dump
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 //!   only what the changed service ports need ([`super::partial`]): no kernel read, no
 //!   full render, input proportional to the change.
 //!
-//! Stale UDP/SCTP conntrack entries are cleared after either. A full sync also ensures
+//! A full sync also ensures
 //! the canaries ([`crate::netfilter::canary`]), which the loop checks between syncs to learn, cheaply,
 //! that the kernel lost rules and the next sync must be full.
 //!
@@ -22,7 +22,6 @@ use crate::netfilter::apply::{Pass, RestoreError, Restorer};
 pub use crate::netfilter::phase::Phase;
 use crate::netfilter::phase::Watched;
 use crate::netfilter::canary;
-use crate::netfilter::conntrack::{Conntrack, Flush, Reconciled};
 use super::partial::{self, Before};
 use super::render::{self, Ruleset};
 use super::sync::{self, SyncError, SyncReport, Timings};
@@ -78,8 +77,6 @@ impl std::error::Error for Failed {
 
 pub struct Proxier {
     pub rulesets: Vec<Ruleset>,
-    /// The stale-flow cleanups of the last sync, for the metrics.
-    pub reconciled: Vec<Reconciled>,
     /// Per family: the kernel holds `rulesets[i]` (set by a successful sync).
     in_sync: Vec<bool>,
     /// Whether full syncs ensure the canaries (watch mode; a one-shot sync has no loop to
@@ -88,14 +85,13 @@ pub struct Proxier {
     /// Lets a canary check skip a table the kernel says is unchanged (iptables-legacy).
     gate: canary::Gate,
     restorer: Box<dyn Restorer + Send>,
-    conntrack: Box<dyn Conntrack>,
 }
 
 impl Proxier {
-    pub fn new(config: &Config, trackers: &Trackers, restorer: Box<dyn Restorer + Send>, conntrack: Box<dyn Conntrack>) -> Self {
+    pub fn new(config: &Config, trackers: &Trackers, restorer: Box<dyn Restorer + Send>) -> Self {
         let rulesets = render::render_families(config, trackers);
         let in_sync = vec![false; rulesets.len()];
-        Proxier { rulesets, reconciled: Vec::new(), in_sync, canaries: true, gate: canary::Gate::default(), restorer, conntrack }
+        Proxier { rulesets, in_sync, canaries: true, gate: canary::Gate::default(), restorer }
     }
 
     /// The same proxier, leaving the canaries alone (a one-shot sync).
@@ -150,7 +146,6 @@ impl Proxier {
         let trusted: Vec<bool> = self.in_sync.iter().map(|s| !full && pass == Pass::Apply && *s).collect();
         let mut reports = Vec::with_capacity(self.rulesets.len());
         let mut failures = Vec::new();
-        self.reconciled.clear();
         for (i, before) in befores.iter().enumerate().filter(|(i, _)| go[*i]) {
             // The ruleset has moved on: until its sync succeeds, the kernel is not known to hold it.
             self.in_sync[i] = false;
@@ -165,9 +160,6 @@ impl Proxier {
             };
             if pass == Pass::Apply {
                 self.in_sync[i] = true;
-                if !report.flushes.is_empty() {
-                    self.clear_stale(i, &report.flushes);
-                }
             }
             report.timings.total = updating[i] + started.elapsed();
             reports.push((family, report));
@@ -204,12 +196,6 @@ impl Proxier {
             }
         }
         Ok(report)
-    }
-
-    /// Clears one family's stale UDP/SCTP flows and records how that went.
-    fn clear_stale(&mut self, i: usize, flushes: &[Flush]) {
-        let family = self.rulesets[i].ctx.node.family;
-        self.reconciled.push(crate::netfilter::conntrack::clear(self.conntrack.as_mut(), family, flushes));
     }
 
     /// The first canary found gone, as (family, table); `None` when every family's are
@@ -249,5 +235,5 @@ fn send(r: &mut dyn Restorer, family: crate::net::IpFamily, partial: partial::Pa
         sync::send(r, family, &partial.delta, sync::NFT_PARTIAL_CHUNK_SERVICES)?;
         timings.restore = t.elapsed();
     }
-    Ok(SyncReport { delta: partial.delta, applied, full_lines: 0, flushes: partial.flushes, timings })
+    Ok(SyncReport { delta: partial.delta, applied, full_lines: 0, timings })
 }

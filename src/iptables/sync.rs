@@ -23,8 +23,6 @@ pub struct SyncReport {
     /// Lines of the full restore input, for comparison with what was sent (0 after an
     /// partial sync, which writes none).
     pub full_lines: usize,
-    /// UDP/SCTP conntrack entries made stale by the change (to flush once applied).
-    pub flushes: Vec<crate::netfilter::conntrack::Flush>,
     /// Where the time went.
     pub timings: Timings,
 }
@@ -36,7 +34,7 @@ pub struct Timings {
     pub render: std::time::Duration,
     /// `iptables-save` of the tables we write, parsed.
     pub read: std::time::Duration,
-    /// Computing the delta (and the stale conntrack entries).
+    /// Computing the delta.
     pub compute: std::time::Duration,
     /// `iptables-restore` of the delta.
     pub restore: std::time::Duration,
@@ -101,7 +99,7 @@ pub fn sync(r: &mut dyn Restorer, rs: &Ruleset, dry_run: bool) -> Result<SyncRep
     let t = Instant::now();
     let live = apply::read(r, rs.ctx.node.family, &TABLES)?;
     timings.read = t.elapsed();
-    let (delta, flushes, full_lines) = if !dry_run && holds_none_of_ours(&live, rs) {
+    let (delta, full_lines) = if !dry_run && holds_none_of_ours(&live, rs) {
         into_fresh_kernel(&live, rs, &mut timings)
     } else {
         against_the_kernel(live, rs, dry_run, &mut timings)
@@ -112,10 +110,10 @@ pub fn sync(r: &mut dyn Restorer, rs: &Ruleset, dry_run: bool) -> Result<SyncRep
         send(r, rs.ctx.node.family, &delta, NFT_CHUNK_SERVICES)?;
         timings.restore = t.elapsed();
     }
-    Ok(SyncReport { delta, applied, full_lines, flushes, timings })
+    Ok(SyncReport { delta, applied, full_lines, timings })
 }
 
-type Planned = (Delta, Vec<crate::netfilter::conntrack::Flush>, usize);
+type Planned = (Delta, usize);
 
 /// Whether the kernel holds none of the chains a full render declares and none of the
 /// mode's per-service chains (a node's first sync, or after our tables were flushed).
@@ -126,8 +124,7 @@ fn holds_none_of_ours(live: &dump::Dump, rs: &Ruleset) -> bool {
 }
 
 /// Everything written whole, nothing compared: the rules go from the values into each
-/// chain's restore lines, with no [`dump::Dump`] of them, no canonical form and no
-/// stale conntrack entries (no service was routed).
+/// chain's restore lines, with no [`dump::Dump`] of them and no canonical form.
 fn into_fresh_kernel(live: &dump::Dump, rs: &Ruleset, timings: &mut Timings) -> Planned {
     let t = Instant::now();
     let (chains, full_lines) = restore::new_chains(rs, is_service_chain);
@@ -135,7 +132,7 @@ fn into_fresh_kernel(live: &dump::Dump, rs: &Ruleset, timings: &mut Timings) -> 
     let t = Instant::now();
     let delta = delta::compute_fresh(chains, live, rs.ctx.is_v6(), &needed_jumps(rs), is_service_chain);
     timings.compute = t.elapsed();
-    (delta, Vec::new(), full_lines)
+    (delta, full_lines)
 }
 
 /// The full render compared with what the kernel holds, chain by chain.
@@ -150,11 +147,10 @@ fn against_the_kernel(live: dump::Dump, rs: &Ruleset, dry_run: bool, timings: &m
     // Only a dry run prints the changed chains' lines.
     let lines = if dry_run { delta::Lines::Keep } else { delta::Lines::Names };
     let delta = delta::compute_with(&desired, &live, rs.ctx.is_v6(), &needed_jumps(rs), is_service_chain, lines);
-    let flushes = super::conntrack::stale(&live, &desired);
     timings.compute = t.elapsed();
     // The kernel's dump and the view are freed here, before the restore input is
     // written, so a full sync never holds them, the delta and the restore text at once.
-    (delta, flushes, full_lines)
+    (delta, full_lines)
 }
 
 #[cfg(test)]

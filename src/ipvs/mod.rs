@@ -17,7 +17,6 @@ pub mod partial;
 pub mod plan;
 pub mod proxier;
 pub mod reconcile;
-pub mod stale;
 pub mod sync;
 pub mod text;
 pub mod values;

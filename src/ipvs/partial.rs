@@ -60,7 +60,6 @@ pub fn sync(memory: &mut Memory, trackers: &Trackers, changes: &[Changes], k: &m
         ipsets,
         iptables,
         terminating: changes.terminating.len(),
-        flushes: super::stale::flows(&observed, &wanted, &changes),
         changes,
         timings: Timings { read, plan: plan + planned.elapsed(), ..Timings::default() },
         ..Report::default()

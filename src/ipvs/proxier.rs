@@ -5,9 +5,9 @@
 //! memory stands, plans only the changed services and sends only what moved
 //! ([`super::partial`]); any failure drops the memory, so the next sync is full. Draining
 //! real servers are kept in the memory (and the grace file, so a restart keeps them) and
-//! removed once drained or past the grace period. After a sync that applied, the UDP/SCTP
-//! conntrack entries its changes made stale are cleared, per family (kube-proxy's IPVS
-//! proxier runs its conntrack reconciler at the same point).
+//! removed once drained or past the grace period. Stale UDP flows are the engine's
+//! ([`crate::conntrack`]), run after this sync as kube-proxy's IPVS proxier runs its
+//! conntrack reconciler.
 
 use std::path::PathBuf;
 
@@ -20,7 +20,6 @@ use super::sync::{self, Kernel, Options, Report, SyncError, GRACE_FILE};
 use crate::config::Config;
 use crate::net::IpFamily;
 use crate::netfilter::apply::Restorer;
-use crate::netfilter::conntrack::{self, Conntrack, ExecConntrack, Reconciled};
 pub use crate::netfilter::phase::Phase;
 use crate::netfilter::phase::Watched;
 use crate::track::Trackers;
@@ -78,10 +77,7 @@ pub struct Proxier {
     pub links: Box<dyn Links + Send>,
     pub ipset: Box<dyn IpsetRunner + Send>,
     pub iptables: Box<dyn Restorer + Send>,
-    pub conntrack: Box<dyn Conntrack>,
     pub paths: Paths,
-    /// The stale-flow cleanups of the last sync, for the metrics.
-    pub reconciled: Vec<Reconciled>,
     /// What the kernel holds since the last full sync (`None`: the next sync is full).
     pub memory: Option<Memory>,
     /// Whether full syncs ensure the iptables canaries (watch mode; a one-shot sync has no
@@ -90,33 +86,25 @@ pub struct Proxier {
 }
 
 impl Proxier {
-    /// This node's kernel: netlink for IPVS and links, the `ipset`, `iptables` and
-    /// `conntrack` tools.
+    /// This node's kernel: netlink for IPVS and links, the `ipset` and `iptables` tools.
     pub fn on_node(iptables: Box<dyn Restorer + Send>) -> Result<Self, SyncError> {
         Ok(Proxier {
             ipvs: Box::new(NetlinkIpvs::connect()?),
             links: Box::new(RtNetlink::connect()?),
             ipset: Box::new(ExecIpset),
             iptables,
-            conntrack: Box::new(ExecConntrack),
             paths: Paths::node(),
-            reconciled: Vec::new(),
             memory: None,
             canaries: true,
         })
     }
 
-    /// Syncs (or, with `dry_run`, compares) every family of `cfg` with the kernel, then
-    /// (unless a dry run) clears the flows the sync made stale. Partial (from memory, for
-    /// the committed `changes`, per family) unless `full`, a dry run, or no memory.
+    /// Syncs (or, with `dry_run`, compares) every family of `cfg` with the kernel. Partial
+    /// (from memory, for the committed `changes`, per family) unless `full`, a dry run, or
+    /// no memory.
     pub fn sync(&mut self, cfg: &Config, trackers: &Trackers, changes: &[crate::track::Changes], full: bool, dry_run: bool) -> Result<Report, Failed> {
-        self.reconciled.clear();
         let memory = self.memory.take().filter(|_| !full && !dry_run);
-        let report = self.sync_kernel(cfg, trackers, changes, memory, dry_run)?;
-        if !dry_run {
-            self.clear_stale(&cfg.families, &report.flushes);
-        }
-        Ok(report)
+        self.sync_kernel(cfg, trackers, changes, memory, dry_run)
     }
 
     /// Whether the kernel lost what the memory trusts ([`super::canary::lost`]): `Some`
@@ -129,16 +117,6 @@ impl Proxier {
     /// Drops the memory: the next sync reads the kernel (the configuration changed).
     pub fn forget(&mut self) {
         self.memory = None;
-    }
-
-    /// Each family's stale flows, cleared and recorded (a family with none does no work).
-    fn clear_stale(&mut self, families: &[IpFamily], flushes: &[conntrack::Flush]) {
-        for family in families {
-            let mine: Vec<_> = flushes.iter().filter(|f| f.addr.ip.is_some_and(|ip| IpFamily::of(&ip) == *family)).cloned().collect();
-            if !mine.is_empty() {
-                self.reconciled.push(conntrack::clear(self.conntrack.as_mut(), *family, &mine));
-            }
-        }
     }
 
     /// The sync itself; a failure says whether it was an `iptables-restore` (and of which

@@ -88,8 +88,6 @@ pub struct Report {
     pub timeouts: Option<Timeouts>,
     /// Real servers still draining after this sync.
     pub terminating: usize,
-    /// UDP/SCTP conntrack entries the changes make stale (cleared once applied).
-    pub flushes: Vec<crate::netfilter::conntrack::Flush>,
     /// Where the time went.
     pub timings: Timings,
 }
@@ -196,7 +194,6 @@ pub fn full(cfg: &Config, trackers: &Trackers, k: &mut Kernel, opts: &Options) -
         sysctls: crate::node::sysctl::changes(&opts.proc_sys, &crate::node::sysctl::ipvs_for_this_kernel(cfg.ipvs.strict_arp)),
         timeouts: timeouts_change(&cfg, timeouts_now),
         terminating: changes.terminating.len(),
-        flushes: super::stale::flows(&observed, &wanted, &changes),
         changes,
         timings: Timings { read, plan: planned.elapsed(), ..Timings::default() },
     };

@@ -10,7 +10,6 @@ pub mod apply;
 pub mod canon;
 pub mod ctnetlink;
 pub mod canary;
-pub mod conntrack;
 pub mod delta;
 pub mod dump;
 #[cfg(any(test, feature = "testing"))]

@@ -12,7 +12,6 @@ pub mod apply;
 pub mod check;
 pub mod chunked;
 pub mod cleanup;
-pub mod conntrack;
 pub mod context;
 pub mod delta;
 #[cfg(any(test, feature = "testing"))]

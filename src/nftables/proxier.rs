@@ -14,8 +14,7 @@
 //! ([`super::netlink::NetlinkNft`]; `nft -f` when it holds what the encoder does not know,
 //! or with `--nft-netlink=false`).
 //!
-//! Stale UDP/SCTP conntrack entries (from the changed services' objects before and after,
-//! [`super::conntrack::stale`]) are cleared after either. A one-shot `svcproxy sync` is
+//! A one-shot `svcproxy sync` is
 //! this proxier's first sync; [`Pass::DryRun`] compares every family with the kernel and
 //! sends nothing.
 
@@ -26,9 +25,7 @@ use super::model::Objects;
 use super::render::{hairpin_objects, Hairpin, Ruleset};
 use super::sync::{self, Report};
 use crate::config::Config;
-use crate::netfilter::conntrack::{Conntrack, Flush};
 use crate::netfilter::apply::Pass;
-use crate::netfilter::conntrack::Reconciled;
 pub use crate::netfilter::phase::Phase;
 use super::watched::WatchedNft;
 use crate::track::{Changes, Trackers};
@@ -50,22 +47,19 @@ pub struct Failed {
 
 pub struct Proxier {
     pub rulesets: Vec<Ruleset>,
-    /// The stale-flow cleanups of the last sync, for the metrics.
-    pub reconciled: Vec<Reconciled>,
     /// Per family: the kernel holds `rulesets[i]` (set by a successful sync).
     in_sync: Vec<bool>,
     nft: Box<dyn Nft>,
-    conntrack: Box<dyn Conntrack>,
 }
 
 /// The changed services' objects before a commit, per family.
 type Before = Vec<Objects>;
 
 impl Proxier {
-    pub fn new(config: &Config, trackers: &Trackers, nft: Box<dyn Nft>, conntrack: Box<dyn Conntrack>) -> Self {
+    pub fn new(config: &Config, trackers: &Trackers, nft: Box<dyn Nft>) -> Self {
         let rulesets = super::render_all(config, trackers);
         let in_sync = vec![false; rulesets.len()];
-        Proxier { rulesets, reconciled: Vec::new(), in_sync, nft, conntrack }
+        Proxier { rulesets, in_sync, nft }
     }
 
     /// Renders everything again (the configuration changed, e.g. this node's zone); the
@@ -103,7 +97,6 @@ impl Proxier {
         }
         let go: Vec<bool> = self.in_sync.iter().enumerate().map(|(i, s)| !s || pass == Pass::DryRun || wanted.get(i).copied().unwrap_or(true)).collect();
         let trusted: Vec<bool> = self.in_sync.iter().map(|s| !full && pass == Pass::Apply && *s).collect();
-        self.reconciled.clear();
         let mut reports = Vec::with_capacity(self.rulesets.len());
         let mut failed: Vec<(crate::net::IpFamily, NftError, Phase)> = Vec::new();
         for (i, before) in befores.iter().enumerate().filter(|(i, _)| go[*i]) {
@@ -112,30 +105,23 @@ impl Proxier {
             let before: Vec<&Objects> = before.iter().collect();
             let mut nft = WatchedNft::new(self.nft.as_mut());
             // The changed ports' objects after the commit are rendered from the ruleset
-            // (it keeps none); for a full sync only once its table is gone, so that the
-            // two are not held at once (a first sync from the API server changes every
-            // service).
-            let (result, after) = if trusted[i] {
+            // (it keeps none).
+            let result = if trusted[i] {
                 let after = changed_objects(&self.rulesets[i], changes.get(i), &came[i]);
-                (send_partial(&mut nft, self.rulesets[i].ctx.family, &before, &after.iter().collect::<Vec<_>>()), Some(after))
+                send_partial(&mut nft, self.rulesets[i].ctx.family, &before, &after.iter().collect::<Vec<_>>())
             } else {
-                (sync::full(&mut nft, &self.rulesets[i].table(), pass == Pass::DryRun), None)
+                sync::full(&mut nft, &self.rulesets[i].table(), pass == Pass::DryRun)
             };
             let phase = nft.failed().unwrap_or(Phase::Other);
-            let mut report = match result {
+            let report = match result {
                 Ok(r) => r,
                 Err(error) => {
                     failed.push((family, error, phase));
                     continue;
                 }
             };
-            let after = after.unwrap_or_else(|| changed_objects(&self.rulesets[i], changes.get(i), &came[i]));
-            report.flushes = super::conntrack::stale(&before, &after.iter().collect::<Vec<_>>());
             if pass == Pass::Apply {
                 self.in_sync[i] = true;
-                if !report.flushes.is_empty() {
-                    self.clear_stale(i, &report.flushes);
-                }
             }
             reports.push(report);
         }
@@ -146,18 +132,6 @@ impl Proxier {
         }
     }
 
-    /// Clears one family's stale UDP/SCTP flows and records how that went.
-    fn clear_stale(&mut self, i: usize, flushes: &[Flush]) {
-        let v6 = self.rulesets[i].ctx.ip_family.is_v6();
-        let started = Instant::now();
-        let result = self.conntrack.flush(flushes, v6);
-        let seconds = started.elapsed().as_secs_f64();
-        if let Err(e) = &result {
-            tracing::warn!(error = %e, "stale UDP/SCTP conntrack entries not cleared");
-        }
-        let family = self.rulesets[i].ctx.ip_family;
-        self.reconciled.push(Reconciled { family, seconds, deleted: result.as_ref().ok().copied(), error: result.err() });
-    }
 }
 
 /// The objects of the changed services' ports, as the ruleset holds them now, and the

@@ -46,8 +46,6 @@ pub struct Report {
     pub stale: Vec<String>,
     /// Why deleting them failed (the next full sync finds and deletes them again).
     pub stale_error: Option<String>,
-    /// UDP/SCTP conntrack entries made stale by the change (to flush once applied).
-    pub flushes: Vec<crate::netfilter::conntrack::Flush>,
     /// Which writer applied a partial sync's transaction (`None`: a full sync's, `nft`).
     pub via: Option<super::apply::Via>,
     /// The kernel held the other of kube-proxy's two tables ([`other_release`]).
@@ -57,7 +55,7 @@ pub struct Report {
 
 impl Report {
     pub(crate) fn new(family: Family) -> Self {
-        Report { family, diff: None, applied: false, lines: 0, batches: 0, kept: 0, refilled: 0, element_changes: 0, stale: Vec::new(), stale_error: None, flushes: Vec::new(), via: None, other_release: None, timings: Timings::default() }
+        Report { family, diff: None, applied: false, lines: 0, batches: 0, kept: 0, refilled: 0, element_changes: 0, stale: Vec::new(), stale_error: None, via: None, other_release: None, timings: Timings::default() }
     }
 }
 

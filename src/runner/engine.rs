@@ -1,10 +1,11 @@
-//! The trackers and the proxier that keeps the kernel in step with them (iptables or IPVS
-//! mode). Synchronous. The loop in [`super::watch`] owns one; a one-shot `svcproxy sync`
-//! builds one the same way and runs its first (full) sync, or a [`Pass::DryRun`] of it.
+//! The trackers and the proxier that keeps the kernel in step with them (any mode), and
+//! the conntrack reconciler that runs after a sync that changed UDP endpoints, for every
+//! mode alike. Synchronous. The loop in [`super::watch`] owns one; a one-shot `svcproxy
+//! sync` builds one the same way and runs its first (full) sync, or a [`Pass::DryRun`] of it.
 
 use crate::config::Config;
 use crate::netfilter::apply::Restorer;
-use crate::netfilter::conntrack::Conntrack;
+use crate::conntrack::{FlowTable, Reconciled, Reconciler};
 use crate::netfilter::apply::Pass;
 use crate::track::{Event, Trackers};
 
@@ -63,8 +64,8 @@ pub struct Outcome {
     /// The families that synced in this pass, each as its kube-proxy proxier observes its
     /// own sync (a family with nothing to do is not among them).
     pub synced: Vec<FamilySync>,
-    /// Stale conntrack flows cleared, per family (iptables mode).
-    pub reconciled: Vec<crate::netfilter::conntrack::Reconciled>,
+    /// The conntrack reconciler's runs, per family (a dry run's list what they would delete).
+    pub reconciled: Vec<Reconciled>,
     /// The sysctls a full sync found differing (set them, or, for a dry run, would).
     pub sysctls: Vec<crate::node::sysctl::Change>,
     /// What the mode's sync found and did.
@@ -115,24 +116,28 @@ pub struct Engine {
     /// Per family, the trigger times the last pass took from the trackers (a failed pass's
     /// families that synced still observe theirs).
     pub last_trigger_times: Vec<(crate::net::IpFamily, Vec<std::time::SystemTime>)>,
+    /// kube-proxy's conntrack reconciler, every mode's.
+    conntrack: Reconciler,
+    /// Its runs in the last pass.
+    last_reconciled: Vec<Reconciled>,
 }
 
 impl Engine {
-    /// iptables mode, with the kernel reached through `restorer` and `conntrack`.
-    pub fn iptables(config: Config, trackers: Trackers, restorer: Box<dyn Restorer + Send>, conntrack: Box<dyn Conntrack>) -> Self {
-        let p = crate::iptables::proxier::Proxier::new(&config, &trackers, restorer, conntrack);
-        Engine::new(config, trackers, Proxier::Iptables(p))
+    /// iptables mode, with the kernel reached through `restorer`, its flows through `flows`.
+    pub fn iptables(config: Config, trackers: Trackers, restorer: Box<dyn Restorer + Send>, flows: Box<dyn FlowTable>) -> Self {
+        let p = crate::iptables::proxier::Proxier::new(&config, &trackers, restorer);
+        Engine::new(config, trackers, Proxier::Iptables(p), flows)
     }
 
     /// IPVS mode.
-    pub fn ipvs(config: Config, trackers: Trackers, proxier: crate::ipvs::proxier::Proxier) -> Self {
-        Engine::new(config, trackers, Proxier::Ipvs(Box::new(proxier)))
+    pub fn ipvs(config: Config, trackers: Trackers, proxier: crate::ipvs::proxier::Proxier, flows: Box<dyn FlowTable>) -> Self {
+        Engine::new(config, trackers, Proxier::Ipvs(Box::new(proxier)), flows)
     }
 
-    /// nftables mode, with the kernel reached through `nft` and `conntrack`.
-    pub fn nftables(config: Config, trackers: Trackers, nft: Box<dyn crate::nftables::apply::Nft>, conntrack: Box<dyn Conntrack>) -> Self {
-        let p = crate::nftables::proxier::Proxier::new(&config, &trackers, nft, conntrack);
-        Engine::new(config, trackers, Proxier::Nftables(p))
+    /// nftables mode, with the kernel reached through `nft`, its flows through `flows`.
+    pub fn nftables(config: Config, trackers: Trackers, nft: Box<dyn crate::nftables::apply::Nft>, flows: Box<dyn FlowTable>) -> Self {
+        let p = crate::nftables::proxier::Proxier::new(&config, &trackers, nft);
+        Engine::new(config, trackers, Proxier::Nftables(p), flows)
     }
 
     /// The same engine, leaving the canaries alone (a one-shot sync: no loop will check them).
@@ -148,8 +153,16 @@ impl Engine {
         Engine { proxier, ..self }
     }
 
-    fn new(config: Config, trackers: Trackers, proxier: Proxier) -> Self {
-        let mut engine = Engine { config, trackers, proxier, sysctl_root: None, no_local: Default::default(), unsynced: Default::default(), last_trigger_times: Vec::new() };
+    fn new(config: Config, trackers: Trackers, proxier: Proxier, flows: Box<dyn FlowTable>) -> Self {
+        // A process's first sync sees every endpoint as a change (kube-proxy's first
+        // `ConntrackCleanupRequired`), including those committed before the engine was built.
+        let mut conntrack = Reconciler::new(flows);
+        for t in &trackers.families {
+            if t.view().1.keys().any(|k| k.protocol == crate::model::Protocol::Udp) {
+                conntrack.owe(t.family);
+            }
+        }
+        let mut engine = Engine { config, trackers, proxier, sysctl_root: None, no_local: Default::default(), unsynced: Default::default(), last_trigger_times: Vec::new(), conntrack, last_reconciled: Vec::new() };
         let all: std::collections::BTreeSet<_> =
             engine.trackers.families.iter().flat_map(|t| t.view().0.keys().map(|k| k.service.clone())).collect();
         engine.update_no_local(&all);
@@ -211,6 +224,11 @@ impl Engine {
         let full = full || pass == Pass::DryRun;
         let wanted: Vec<bool> =
             self.trackers.families.iter().zip(&changes).map(|(t, c)| every || !c.is_empty() || self.unsynced.contains(&t.family)).collect();
+        for (t, c) in self.trackers.families.iter().zip(&changes) {
+            if c.udp_endpoints_changed {
+                self.conntrack.owe(t.family);
+            }
+        }
         let result = self.sync_changes(&changes, full, pass, &wanted);
         self.unsynced = match &result {
             Ok(_) => Default::default(),
@@ -218,7 +236,20 @@ impl Engine {
             Err(SyncFailure::Nftables(f)) => std::iter::once(f.family).chain(f.more.iter().map(|(family, ..)| *family)).collect(),
             Err(SyncFailure::Ipvs(_) | SyncFailure::Sysctl(_)) => self.trackers.families.iter().map(|t| t.family).collect(),
         };
-        Ok(Outcome { trigger_times, ..result? })
+        self.reconcile(pass);
+        Ok(Outcome { trigger_times, reconciled: self.last_reconciled.clone(), ..result? })
+    }
+
+    /// Runs the conntrack reconciler for each family owed a run whose rules are in place
+    /// (its last sync did not fail); a dry run lists what it would delete.
+    fn reconcile(&mut self, pass: Pass) {
+        self.last_reconciled.clear();
+        for t in &self.trackers.families {
+            if self.conntrack.is_owed(t.family) && !self.unsynced.contains(&t.family) {
+                let (s, e) = t.view();
+                self.last_reconciled.push(self.conntrack.run(t.family, s, e, pass == Pass::DryRun));
+            }
+        }
     }
 
     fn sync_changes(&mut self, changes: &[crate::track::Changes], full: bool, pass: Pass, wanted: &[bool]) -> Result<Outcome, SyncFailure> {
@@ -236,16 +267,15 @@ impl Engine {
                 let restore_lines = reports.iter().map(|(_, r)| r.delta.restore_lines()).sum();
                 // A partial sync writes no full restore input.
                 let synced = reports.iter().map(|(family, r)| FamilySync { family: *family, full: r.full_lines > 0, took: r.timings.total }).collect();
-                let (rules, reconciled) = (p.rule_counts(), p.reconciled.clone());
-                Ok(Outcome { restore_lines, rules, synced, reconciled, sysctls, detail: Detail::Iptables(reports), ..Outcome::default() })
+                let rules = p.rule_counts();
+                Ok(Outcome { restore_lines, rules, synced, sysctls, detail: Detail::Iptables(reports), ..Outcome::default() })
             }
             Proxier::Ipvs(p) => {
                 let r = p.sync(&self.config, &self.trackers, changes, full, pass == Pass::DryRun).map_err(|f| SyncFailure::Ipvs(Box::new(f)))?;
                 let restore_lines = r.iptables.iter().map(|(_, d)| d.restore_lines()).sum();
                 let whole = r.timings.read + r.timings.plan + r.timings.apply;
                 let synced = self.trackers.families.iter().zip(wanted).filter(|(_, w)| **w).map(|(t, _)| FamilySync { family: t.family, full, took: whole }).collect();
-                let reconciled = p.reconciled.clone();
-                Ok(Outcome { restore_lines, ipvs_ops: r.changes.ops.len(), synced, reconciled, detail: Detail::Ipvs(Box::new(r)), ..Outcome::default() })
+                Ok(Outcome { restore_lines, ipvs_ops: r.changes.ops.len(), synced, detail: Detail::Ipvs(Box::new(r)), ..Outcome::default() })
             }
             Proxier::Nftables(p) => {
                 let partial: Vec<bool> = (0..self.trackers.families.len()).map(|i| !full && pass == Pass::Apply && p.in_sync(i)).collect();
@@ -260,7 +290,7 @@ impl Engine {
                         FamilySync { family, full, took: r.timings.render + r.timings.read + r.timings.apply }
                     })
                     .collect();
-                Ok(Outcome { restore_lines, synced, reconciled: p.reconciled.clone(), detail: Detail::Nftables(reports), ..Outcome::default() })
+                Ok(Outcome { restore_lines, synced, detail: Detail::Nftables(reports), ..Outcome::default() })
             }
         }
     }
@@ -306,13 +336,9 @@ impl Engine {
         }
     }
 
-    /// The stale-flow cleanups of the last sync (IPVS mode's are in its outcome only).
-    pub fn reconciled(&self) -> Vec<crate::netfilter::conntrack::Reconciled> {
-        match &self.proxier {
-            Proxier::Iptables(p) => p.reconciled.clone(),
-            Proxier::Nftables(p) => p.reconciled.clone(),
-            Proxier::Ipvs(_) => Vec::new(),
-        }
+    /// The conntrack reconciler's runs in the last pass (a failed pass's too).
+    pub fn reconciled(&self) -> Vec<Reconciled> {
+        self.last_reconciled.clone()
     }
 
     /// Recounts the given services' ports (as committed) in every family.

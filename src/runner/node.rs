@@ -6,7 +6,7 @@
 
 use super::engine::Engine;
 use crate::config::{Config, Mode};
-use crate::netfilter::conntrack::ExecConntrack;
+use crate::conntrack::NetlinkFlows;
 use crate::netfilter::apply::{detect_backend, Backend, ExecRestorer, Pass};
 use crate::settings::kinds::ProxyMode;
 use crate::track::Trackers;
@@ -107,12 +107,12 @@ pub enum OnNodeError {
 pub fn engine(config: Config, trackers: Trackers, iptables: Iptables, one_shot: bool) -> Result<Engine, OnNodeError> {
     let restorer = Box::new(ExecRestorer { backend: iptables.backend, lock_wait_secs: iptables.lock_wait_secs });
     let mut engine = match config.mode {
-        Mode::Iptables => Engine::iptables(config, trackers, restorer, Box::new(ExecConntrack)),
-        Mode::Ipvs => Engine::ipvs(config, trackers, crate::ipvs::proxier::Proxier::on_node(restorer)?),
+        Mode::Iptables => Engine::iptables(config, trackers, restorer, Box::new(NetlinkFlows)),
+        Mode::Ipvs => Engine::ipvs(config, trackers, crate::ipvs::proxier::Proxier::on_node(restorer)?, Box::new(NetlinkFlows)),
         Mode::Nftables => {
             let nft: Box<dyn crate::nftables::apply::Nft> =
                 if config.nft_netlink { Box::new(crate::nftables::netlink::NetlinkNft::on_node()) } else { Box::new(crate::nftables::apply::ExecNft::default()) };
-            Engine::nftables(config, trackers, nft, Box::new(ExecConntrack))
+            Engine::nftables(config, trackers, nft, Box::new(NetlinkFlows))
         }
     };
     if one_shot {

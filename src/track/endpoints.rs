@@ -86,6 +86,9 @@ pub struct EndpointsCommit {
     /// The trigger times of the slice updates behind `updated` (kube-proxy's
     /// `LastChangeTriggerTimes`), for the network-programming SLI.
     pub trigger_times: Vec<SystemTime>,
+    /// Whether a UDP service port's endpoints changed, before or after (kube-proxy's
+    /// `ConntrackCleanupRequired`): the conntrack reconciler runs after such a sync.
+    pub udp_changed: bool,
 }
 
 impl EndpointsChangeTracker {
@@ -190,6 +193,7 @@ impl EndpointsChangeTracker {
             if previous == current {
                 continue;
             }
+            out.udp_changed |= previous.keys().chain(current.keys()).any(|k| k.protocol == crate::model::Protocol::Udp);
             for name in previous.keys() {
                 self.map.remove(name);
             }

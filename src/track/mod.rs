@@ -38,6 +38,8 @@ pub struct Changes {
     pub services: BTreeSet<NamespacedName>,
     /// Trigger times of the endpoint changes committed (network-programming SLI).
     pub trigger_times: Vec<std::time::SystemTime>,
+    /// A UDP service port's endpoints changed: the conntrack reconciler is owed a run.
+    pub udp_endpoints_changed: bool,
 }
 
 impl Changes {
@@ -70,6 +72,7 @@ impl FamilyTracker {
         Changes {
             services: s.updated.union(&e.updated).cloned().collect(),
             trigger_times: e.trigger_times,
+            udp_endpoints_changed: e.udp_changed,
         }
     }
 

@@ -36,6 +36,7 @@ macro_rules! per_backend {
 #[path = "../support/apiserver.rs"]
 mod apiserver;
 mod canary;
+mod ctnetlink;
 mod dataplane;
 mod faults;
 mod goldens;
@@ -86,6 +87,7 @@ fn main() {
     cases.extend(nft_mode::cases());
     cases.extend(nft_chunked::cases());
     cases.extend(nft_field::cases());
+    cases.extend(ctnetlink::cases());
     let code = harness::run(
         &cases,
         Options {

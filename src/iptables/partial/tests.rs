@@ -212,18 +212,6 @@ fn a_large_cluster_mode_flip_is_left_to_a_full_sync() {
     assert!(delta(&before, &node.rs).is_none());
 }
 
-#[test]
-fn a_removed_udp_endpoint_is_flushed() {
-    let state = demo();
-    let mut slice = slice_of(&state, "kube-system", "kube-dns");
-    let gone = slice.endpoints.remove(0).ip;
-    let mut node = Node::new(state);
-    let partial = node.change(&[Event::SliceApplied(Arc::new(slice))]);
-    let flushed: Vec<String> = partial.flushes.iter().map(|f| f.args().join(" ")).collect();
-    assert!(!flushed.is_empty());
-    assert!(flushed.iter().all(|f| f.starts_with("-D -p udp") && f.ends_with(&format!("--reply-src {gone}"))), "{flushed:?}");
-}
-
 /// What positions rest on: no fixed rule is written into a top-level chain before the
 /// services' rules.
 #[test]

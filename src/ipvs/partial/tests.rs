@@ -57,9 +57,7 @@ impl Fakes {
             links: Box::new(self.links.clone()),
             ipset: Box::new(self.ipset.clone()),
             iptables: Box::new(self.iptables.clone()),
-            conntrack: Box::new(crate::netfilter::conntrack::RecordingConntrack::default()),
             paths: Paths { grace_file: self.dir.join("grace"), grace_period_secs, proc_sys: self.dir.join("sys") },
-            reconciled: Vec::new(),
             memory: None,
             canaries: true,
         }
@@ -154,7 +152,7 @@ fn a_periodic_sync_of_the_engine_is_partial_and_reads_nothing() {
     let walk = Walk::new(20, 3, 9);
     let loaded = load(&walk);
     let fakes = Fakes::new(&dir);
-    let mut engine = Engine::ipvs(loaded.config, loaded.trackers, fakes.proxier(0));
+    let mut engine = Engine::ipvs(loaded.config, loaded.trackers, fakes.proxier(0), Box::new(crate::conntrack::table::fake::FakeFlows::default()));
     engine.sync(true).unwrap();
     let (ipvs_reads, link_reads, ipset_saves, iptables_saves) = fakes.reads();
     assert!(ipvs_reads > 0 && link_reads > 0 && ipset_saves == 1 && iptables_saves > 0, "the full sync read the kernel");
@@ -211,7 +209,7 @@ fn graceful_termination_runs_from_memory_and_is_persisted() {
     let walk = Walk::new(10, 3, 21);
     let loaded = load(&walk);
     let fakes = Fakes::new(&dir);
-    let mut engine = Engine::ipvs(loaded.config, loaded.trackers, fakes.proxier(3600));
+    let mut engine = Engine::ipvs(loaded.config, loaded.trackers, fakes.proxier(3600), Box::new(crate::conntrack::table::fake::FakeFlows::default()));
     engine.sync(true).unwrap();
     // A TCP service with several endpoints; its first endpoint has open connections.
     let (vs, gone, slice) = {
@@ -260,7 +258,7 @@ fn the_engine_notices_a_lost_canary_link_or_ipvs_table_and_syncs_fully() {
     let loaded = load(&walk);
     let fakes = Fakes::new(&dir);
     let family = loaded.config.families[0];
-    let mut engine = Engine::ipvs(loaded.config, loaded.trackers, fakes.proxier(0));
+    let mut engine = Engine::ipvs(loaded.config, loaded.trackers, fakes.proxier(0), Box::new(crate::conntrack::table::fake::FakeFlows::default()));
     assert!(engine.has_canaries());
     assert_eq!(engine.canary_lost().unwrap(), None, "no memory yet: the next sync is full anyway");
     engine.sync(true).unwrap();

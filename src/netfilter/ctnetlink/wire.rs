@@ -42,9 +42,12 @@ pub const IPPROTO_TCP: u8 = 6;
 pub const IPPROTO_UDP: u8 = 17;
 pub const IPPROTO_SCTP: u8 = 132;
 
-/// `IPS_SEEN_REPLY`, `IPS_CONFIRMED` (a created flow is confirmed by the kernel itself).
+/// Status bits (`IPS_*`).
 pub const IPS_SEEN_REPLY: u32 = 1 << 1;
 pub const IPS_ASSURED: u32 = 1 << 2;
+/// A flow created over ctnetlink is confirmed at once; the kernel refuses (`EBUSY`) a
+/// status that would change that bit, so a create carries it, as libnetfilter_conntrack's do.
+pub const IPS_CONFIRMED: u32 = 1 << 3;
 
 /// One direction of a flow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -67,6 +70,24 @@ pub struct Flow {
     pub status: u32,
     /// Seconds left.
     pub timeout: u32,
+}
+
+/// As `conntrack -L` shows a flow: protocol, original tuple, reply tuple, zone.
+impl std::fmt::Display for Flow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = match self.orig.proto {
+            IPPROTO_UDP => "udp".to_string(),
+            IPPROTO_TCP => "tcp".to_string(),
+            IPPROTO_SCTP => "sctp".to_string(),
+            p => p.to_string(),
+        };
+        let (o, r) = (&self.orig, &self.reply);
+        write!(f, "{name} src={} dst={} sport={} dport={} src={} dst={} sport={} dport={}", o.src, o.dst, o.sport, o.dport, r.src, r.dst, r.sport, r.dport)?;
+        if self.zone != 0 {
+            write!(f, " zone={}", self.zone)?;
+        }
+        Ok(())
+    }
 }
 
 /// Why a flow message could not be read.
@@ -126,7 +147,7 @@ pub fn create_request(out: &mut Vec<u8>, seq: u32, flow: &Flow) {
     let mut a = Attrs::default();
     tuple(&mut a, CTA_TUPLE_ORIG, &flow.orig);
     tuple(&mut a, CTA_TUPLE_REPLY, &flow.reply);
-    a.be32(CTA_STATUS, flow.status);
+    a.be32(CTA_STATUS, flow.status | IPS_CONFIRMED);
     a.be32(CTA_TIMEOUT, flow.timeout);
     if flow.zone != 0 {
         a.be16(CTA_ZONE, flow.zone);

@@ -2,7 +2,6 @@
 //! four bytes; nested ones flagged), messages (`nlmsghdr` + `nfgenmsg`) and the batch
 //! begin/end markers around them. Pure bytes, no I/O.
 
-const NLA_F_NESTED: u16 = 0x8000;
 pub const NFNL_SUBSYS_NFTABLES: u16 = 10;
 const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
 const NFNL_MSG_BATCH_END: u16 = 0x11;
@@ -11,57 +10,7 @@ pub const NLM_F_ACK: u16 = 0x4;
 pub const NLM_F_CREATE: u16 = 0x400;
 pub const NLM_F_APPEND: u16 = 0x800;
 
-/// Attributes appended to a buffer.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Attrs(pub Vec<u8>);
-
-impl Attrs {
-    pub fn bytes(&mut self, kind: u16, data: &[u8]) -> &mut Self {
-        let len = 4 + data.len();
-        self.0.extend_from_slice(&(len as u16).to_ne_bytes());
-        self.0.extend_from_slice(&kind.to_ne_bytes());
-        self.0.extend_from_slice(data);
-        self.pad();
-        self
-    }
-
-    /// A NUL-terminated string (as [`Attrs::bytes`] of its bytes and a NUL, written in place).
-    pub fn str(&mut self, kind: u16, s: &str) -> &mut Self {
-        let len = 4 + s.len() + 1;
-        self.0.reserve(len + 3);
-        self.0.extend_from_slice(&(len as u16).to_ne_bytes());
-        self.0.extend_from_slice(&kind.to_ne_bytes());
-        self.0.extend_from_slice(s.as_bytes());
-        self.0.push(0);
-        self.pad();
-        self
-    }
-
-    pub fn be32(&mut self, kind: u16, v: u32) -> &mut Self {
-        self.bytes(kind, &v.to_be_bytes())
-    }
-
-    pub fn be64(&mut self, kind: u16, v: u64) -> &mut Self {
-        self.bytes(kind, &v.to_be_bytes())
-    }
-
-    /// A nested attribute holding what `f` writes.
-    pub fn nest(&mut self, kind: u16, f: impl FnOnce(&mut Attrs)) -> &mut Self {
-        let start = self.0.len();
-        self.0.extend_from_slice(&[0, 0]);
-        self.0.extend_from_slice(&(kind | NLA_F_NESTED).to_ne_bytes());
-        f(self);
-        let len = (self.0.len() - start) as u16;
-        self.0[start..start + 2].copy_from_slice(&len.to_ne_bytes());
-        self
-    }
-
-    fn pad(&mut self) {
-        while !self.0.len().is_multiple_of(4) {
-            self.0.push(0);
-        }
-    }
-}
+pub use crate::netfilter::nlattr::Attrs;
 
 /// One nf_tables message of a batch.
 pub fn message(out: &mut Vec<u8>, kind: u16, flags: u16, seq: u32, family: u8, attrs: &Attrs) {
@@ -110,19 +59,5 @@ impl Udata {
 
     pub fn u32(&mut self, kind: u8, v: u32) -> &mut Self {
         self.put(kind, &v.to_ne_bytes())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn attributes_are_padded_and_nests_measured() {
-        let mut a = Attrs::default();
-        a.str(1, "x").nest(4, |n| {
-            n.be32(1, 3);
-        });
-        assert_eq!(a.0, [6, 0, 1, 0, b'x', 0, 0, 0, 12, 0, 4, 0x80, 8, 0, 1, 0, 0, 0, 0, 3]);
     }
 }

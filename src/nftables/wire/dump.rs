@@ -150,26 +150,7 @@ pub fn attrs(mut b: &[u8]) -> Vec<(u16, Vec<u8>)> {
     out
 }
 
-/// The attributes of a payload, borrowed: the same walk as [`attrs`] (the type without
-/// its flags; a malformed tail ends it).
-#[derive(Debug, Clone)]
-pub struct AttrIter<'a>(pub &'a [u8]);
-
-impl<'a> Iterator for AttrIter<'a> {
-    type Item = (u16, &'a [u8]);
-
-    fn next(&mut self) -> Option<Self::Item> {
-        let b = self.0;
-        let (Some(len), Some(kind)) = (half(b, 0), half(b, 2)) else { return None };
-        let len = len as usize;
-        if len < 4 || len > b.len() {
-            self.0 = &[];
-            return None;
-        }
-        self.0 = &b[((len + 3) & !3).min(b.len())..];
-        Some((kind & 0x3fff, &b[4..len]))
-    }
-}
+pub use crate::netfilter::nlattr::AttrIter;
 
 /// A chain's name in a `NEWCHAIN` message's payload, when it is a chain of `table`.
 pub fn chain_name<'a>(payload: &'a [u8], table: &str) -> Option<&'a str> {

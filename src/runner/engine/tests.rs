@@ -1,13 +1,14 @@
 //! The engine against fake kernels: partial syncs send only the change and never read the
-//! kernel; a failure makes the next sync compare with the kernel; stale UDP conntrack
-//! entries are cleared; IPVS mode follows changes too.
+//! kernel; a failure makes the next sync compare with the kernel; the conntrack reconciler
+//! deletes stale UDP flows in every mode; IPVS mode follows changes too.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use super::*;
 use crate::config::Settings;
-use crate::netfilter::conntrack::RecordingConntrack;
+use crate::conntrack::table::fake::FakeFlows;
+use crate::netfilter::ctnetlink::{wire::IPPROTO_UDP, Flow, Tuple};
 use crate::netfilter::fake::{Call, FakeIptables, SharedFake};
 use crate::iptables::sync::sync;
 use crate::ipvs::fake::{FakeIpset, FakeLinks};
@@ -26,13 +27,44 @@ fn slice(state: &ClusterState, ns: &str, service: &str) -> EndpointSlice {
     state.slices.iter().find(|s| s.service.namespace == ns && s.service.name == service).unwrap().clone()
 }
 
-fn iptables_engine(state: ClusterState) -> (Engine, SharedFake, RecordingConntrack) {
+fn iptables_engine(state: ClusterState) -> (Engine, SharedFake, FakeFlows) {
+    let conntrack = FakeFlows::default();
+    let (engine, kernel) = iptables_engine_over(state, conntrack.clone());
+    (engine, kernel, conntrack)
+}
+
+/// An iptables-mode engine over a new fake iptables and the given flow table.
+fn iptables_engine_over(state: ClusterState, conntrack: FakeFlows) -> (Engine, SharedFake) {
     let flags = Settings { nfacct: Some(false), ..Settings::default() };
     let loaded = pipeline::load(state, flags, Settings::default()).unwrap();
     let kernel: SharedFake = Arc::new(Mutex::new(FakeIptables::new()));
-    let conntrack = RecordingConntrack::default();
-    let engine = Engine::iptables(loaded.config, loaded.trackers, Box::new(kernel.clone()), Box::new(conntrack.clone()));
-    (engine, kernel, conntrack)
+    (Engine::iptables(loaded.config, loaded.trackers, Box::new(kernel.clone()), Box::new(conntrack)), kernel)
+}
+
+/// One UDP flow to each ClusterIP and UDP port of the service per endpoint, answered by
+/// that endpoint, in every family the engine serves (committed maps: after a sync).
+fn udp_flows_of(engine: &Engine, ns: &str, name: &str) -> Vec<Flow> {
+    let id = crate::model::NamespacedName::new(ns, name);
+    let mut out = Vec::new();
+    for t in &engine.trackers.families {
+        let (services, endpoints) = t.view();
+        let client: std::net::IpAddr = if t.family.is_v6() { "fd00:99::9".parse().unwrap() } else { "198.18.99.9".parse().unwrap() };
+        for (spn, sp) in services.iter().filter(|(k, sp)| k.service == id && sp.protocol == crate::model::Protocol::Udp) {
+            for ep in endpoints.get(spn).map(|e| e.as_slice()).unwrap_or_default() {
+                let sport = 40000 + out.len() as u16;
+                out.push(Flow {
+                    orig: Tuple { src: client, dst: sp.cluster_ip, proto: IPPROTO_UDP, sport, dport: sp.port },
+                    reply: Tuple { src: ep.ip, dst: client, proto: IPPROTO_UDP, sport: ep.port, dport: sport },
+                    zone: 0,
+                    id: out.len() as u32 + 1,
+                    status: 0,
+                    timeout: 30,
+                });
+            }
+        }
+    }
+    assert!(!out.is_empty(), "{ns}/{name} has UDP endpoints");
+    out
 }
 
 /// Calls since the last look, as ("save"|"restore", lines).
@@ -139,14 +171,54 @@ fn a_removed_udp_endpoint_has_its_conntrack_entries_cleared() {
     let mut dns = slice(&state, "kube-system", "kube-dns");
     let (mut engine, _, conntrack) = iptables_engine(state);
     engine.sync(true).unwrap();
-    assert!(conntrack.flushed.lock().unwrap().is_empty());
+    let healthy = udp_flows_of(&engine, "kube-system", "kube-dns");
+    healthy.iter().for_each(|f| conntrack.add(*f));
+    let first = engine.sync(true).unwrap();
+    assert!(first.reconciled.is_empty(), "no UDP endpoint changed: no run");
+    assert!(conntrack.deleted.lock().unwrap().is_empty());
 
     let gone = dns.endpoints.remove(0).ip;
     engine.apply(&[Event::SliceApplied(Arc::new(dns))]);
-    engine.sync(false).unwrap();
-    let flushed = conntrack.flushed.lock().unwrap();
-    assert!(!flushed.is_empty());
-    assert!(flushed.iter().all(|f| f.reply_src == Some(gone) && f.addr.protocol == crate::model::Protocol::Udp), "{flushed:?}");
+    let outcome = engine.sync(false).unwrap();
+    let deleted = conntrack.deleted.lock().unwrap().clone();
+    assert!(!deleted.is_empty());
+    assert!(deleted.iter().all(|f| f.reply.src == gone), "{deleted:?}");
+    assert_eq!(conntrack.flows.lock().unwrap().len(), healthy.len() - deleted.len(), "the other endpoints' flows stay");
+    let family = crate::net::IpFamily::of(&gone);
+    assert_eq!(outcome.reconciled.iter().map(|r| (r.family, r.deleted)).collect::<Vec<_>>(), [(family, Some(deleted.len()))]);
+}
+
+/// kube-proxy's reconciler runs after a process's first sync (every endpoint is a change):
+/// a flow cached before any rule (not NATed) or left by an endpoint that went while the
+/// proxy was down is deleted; a healthy flow is kept.
+#[test]
+fn a_first_sync_deletes_flows_no_serving_endpoint_answers_and_keeps_healthy_ones() {
+    let (mut engine, _, conntrack) = iptables_engine(demo_state());
+    // The maps are committed by a dry run, which also lists without deleting.
+    let dry = engine.sync_as(true, Pass::DryRun).unwrap();
+    assert!(dry.reconciled.iter().all(|r| r.stale.is_empty() && r.deleted.is_none()));
+    let healthy = udp_flows_of(&engine, "kube-system", "kube-dns");
+    let mut unnated = healthy[0];
+    unnated.reply.src = unnated.orig.dst;
+    unnated.orig.sport += 1000;
+    unnated.id = 1000;
+    let mut departed = healthy[0];
+    departed.reply.src = "198.18.250.250".parse().unwrap();
+    departed.orig.sport += 2000;
+    departed.id = 2000;
+    healthy.iter().chain([&unnated, &departed]).for_each(|f| conntrack.add(*f));
+
+    // A new process over the same kernel.
+    let (mut engine, _) = iptables_engine_over(demo_state(), conntrack.clone());
+    let dry = engine.sync_as(true, Pass::DryRun).unwrap();
+    let listed: Vec<Flow> = dry.reconciled.iter().flat_map(|r| r.stale.clone()).collect();
+    assert_eq!(listed, [unnated, departed], "a dry run lists them");
+    assert!(conntrack.deleted.lock().unwrap().is_empty(), "and deletes none");
+    let outcome = engine.sync(true).unwrap();
+    assert_eq!(*conntrack.deleted.lock().unwrap(), [unnated, departed]);
+    assert_eq!(*conntrack.flows.lock().unwrap(), healthy, "a restart keeps healthy flows");
+    assert_eq!(outcome.reconciled.iter().filter_map(|r| r.deleted).sum::<usize>(), 2);
+    assert!(engine.sync(false).unwrap().reconciled.is_empty(), "nothing changed: no run");
 }
 
 #[test]
@@ -168,8 +240,8 @@ fn ipvs_engine(state: ClusterState, dir: &std::path::Path) -> Engine {
     ipvs_engine_recording(state, dir).0
 }
 
-/// [`ipvs_engine`], with the recorder its stale flows are cleared through.
-fn ipvs_engine_recording(state: ClusterState, dir: &std::path::Path) -> (Engine, RecordingConntrack) {
+/// [`ipvs_engine`], with the flow table its reconciler works on.
+fn ipvs_engine_recording(state: ClusterState, dir: &std::path::Path) -> (Engine, FakeFlows) {
     let flags = Settings { mode: Some(crate::settings::kinds::ProxyMode::Ipvs), nfacct: Some(false), ..Settings::default() };
     let loaded = pipeline::load(state, flags, Settings::default()).unwrap();
     let sys = dir.join("sys");
@@ -178,19 +250,17 @@ fn ipvs_engine_recording(state: ClusterState, dir: &std::path::Path) -> (Engine,
         std::fs::create_dir_all(f.parent().unwrap()).unwrap();
         std::fs::write(&f, "0\n").unwrap();
     }
-    let conntrack = RecordingConntrack::default();
+    let conntrack = FakeFlows::default();
     let proxier = IpvsProxier {
         ipvs: Box::new(FakeIpvs::new()),
         links: Box::new(FakeLinks::default()),
         ipset: Box::new(FakeIpset::default()),
         iptables: Box::new(FakeIptables::new()),
-        conntrack: Box::new(conntrack.clone()),
         paths: Paths { grace_file: dir.join("grace"), grace_period_secs: 0, proc_sys: sys },
-        reconciled: Vec::new(),
         memory: None,
         canaries: true,
     };
-    (Engine::ipvs(loaded.config, loaded.trackers, proxier), conntrack)
+    (Engine::ipvs(loaded.config, loaded.trackers, proxier, Box::new(conntrack.clone())), conntrack)
 }
 
 /// Real servers in the fake IPVS kernel, over every virtual server.
@@ -235,19 +305,20 @@ fn ipvs_mode_clears_a_removed_udp_endpoints_flows_after_the_sync() {
     let (event, gone) = without_first_endpoint(&state, "kube-system", "kube-dns");
     let dir = std::env::temp_dir().join(format!("svcproxy-engine-ipvs-ct-{}", std::process::id()));
     let (mut engine, conntrack) = ipvs_engine_recording(state, &dir);
-    assert!(engine.sync(true).unwrap().reconciled.is_empty(), "a first sync has no flows to make stale");
+    let first = engine.sync(true).unwrap();
+    assert!(!first.reconciled.is_empty() && first.reconciled.iter().all(|r| r.deleted == Some(0)), "a first sync runs the reconciler: {:?}", first.reconciled);
+    udp_flows_of(&engine, "kube-system", "kube-dns").iter().for_each(|f| conntrack.add(*f));
 
     engine.apply(&[event]);
     let outcome = engine.sync(false).unwrap();
     let Proxier::Ipvs(p) = &mut engine.proxier else { panic!("ipvs mode") };
     let still = crate::ipvs::observe::services(p.ipvs.as_mut()).unwrap();
     assert!(still.iter().all(|(_, dests)| dests.iter().all(|d| d.rs.addr != gone)), "flows are cleared after IPVS lost the endpoint");
-    let flushed = conntrack.flushed.lock().unwrap().clone();
-    assert!(!flushed.is_empty());
-    // kube-dns serves DNS on UDP and TCP: only its UDP virtual servers' flows go.
-    assert!(flushed.iter().all(|f| f.reply_src == Some(gone) && f.addr.protocol == crate::model::Protocol::Udp && f.addr.port == 53), "{flushed:?}");
+    let deleted = conntrack.deleted.lock().unwrap().clone();
+    assert!(!deleted.is_empty());
+    assert!(deleted.iter().all(|f| f.reply.src == gone && f.orig.dport == 53), "{deleted:?}");
     let family = crate::net::IpFamily::of(&gone);
-    assert_eq!(outcome.reconciled.iter().map(|r| (r.family, r.deleted)).collect::<Vec<_>>(), [(family, Some(flushed.len()))]);
+    assert_eq!(outcome.reconciled.iter().map(|r| (r.family, r.deleted)).collect::<Vec<_>>(), [(family, Some(deleted.len()))]);
     assert!(engine.sync(false).unwrap().reconciled.is_empty(), "nothing more is stale");
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -262,7 +333,7 @@ fn ipvs_mode_clears_no_flows_for_a_removed_tcp_endpoint() {
     engine.apply(&[event]);
     let outcome = engine.sync(false).unwrap();
     assert!(outcome.ipvs_ops > 0, "the endpoint left IPVS");
-    assert!(outcome.reconciled.is_empty() && conntrack.flushed.lock().unwrap().is_empty());
+    assert!(outcome.reconciled.is_empty() && conntrack.deleted.lock().unwrap().is_empty(), "no UDP endpoint changed: no run");
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -273,14 +344,15 @@ fn an_ipvs_dry_run_finds_stale_flows_but_clears_none() {
     let dir = std::env::temp_dir().join(format!("svcproxy-engine-ipvs-ct-dry-{}", std::process::id()));
     let (mut engine, conntrack) = ipvs_engine_recording(state, &dir);
     engine.sync(true).unwrap();
+    udp_flows_of(&engine, "kube-system", "kube-dns").iter().for_each(|f| conntrack.add(*f));
     engine.apply(&[event]);
     let dry = engine.sync_as(false, Pass::DryRun).unwrap();
-    let Detail::Ipvs(report) = &dry.detail else { panic!("ipvs mode") };
-    assert!(!report.flushes.is_empty() && report.flushes.iter().all(|f| f.reply_src == Some(gone)), "{:?}", report.flushes);
-    assert!(dry.reconciled.is_empty() && conntrack.flushed.lock().unwrap().is_empty());
+    let listed: Vec<Flow> = dry.reconciled.iter().flat_map(|r| r.stale.clone()).collect();
+    assert!(!listed.is_empty() && listed.iter().all(|f| f.reply.src == gone), "{listed:?}");
+    assert!(dry.reconciled.iter().all(|r| r.deleted.is_none()) && conntrack.deleted.lock().unwrap().is_empty());
     // The sync that follows does what the dry run showed.
     engine.sync(false).unwrap();
-    assert_eq!(*conntrack.flushed.lock().unwrap(), report.flushes);
+    assert_eq!(*conntrack.deleted.lock().unwrap(), listed);
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -332,15 +404,17 @@ struct Loop {
     engine: Engine,
     kernel: SharedFake,
     shared: crate::serve::SharedState,
+    /// The engine's conntrack table (iptables mode's loop).
+    flows: FakeFlows,
 }
 
 impl Loop {
     fn new() -> Self {
-        let (engine, kernel, _) = iptables_engine(demo_state());
+        let (engine, kernel, flows) = iptables_engine(demo_state());
         let schedule = crate::schedule::Schedule::new(crate::schedule::Timing::default());
         let mut shared = crate::serve::Shared::new(schedule);
         shared.metrics.register_mode(crate::config::Mode::Iptables);
-        Loop { engine, kernel, shared: Arc::new(shared) }
+        Loop { engine, kernel, shared: Arc::new(shared), flows }
     }
 
     /// Runs the loop's next wake-up; returns when it was.
@@ -607,7 +681,7 @@ fn no_local_endpoint_counts_follow_changes_without_walking_every_service() {
 }
 
 /// kube-proxy's rule counts of the last sync (full syncs write every rule) and its conntrack
-/// reconciler's families (per IP family, from the stale flows a sync clears).
+/// reconciler's metrics (per IP family, each run observed, its deleted flows counted).
 #[test]
 fn a_full_sync_sets_the_last_rule_counts_and_a_cleared_flow_feeds_the_reconciler_families() {
     let mut l = Loop::new();
@@ -633,16 +707,20 @@ fn a_full_sync_sets_the_last_rule_counts_and_a_cleared_flow_feeds_the_reconciler
             v4_nat = nat;
         }
     }
-    assert_eq!(gauge(&l, "kubeproxy_conntrack_reconciler_sync_duration_seconds_count{ip_family=\"IPv4\"}"), None, "nothing stale yet");
+    assert_eq!(gauge(&l, "kubeproxy_conntrack_reconciler_sync_duration_seconds_count{ip_family=\"IPv4\"}"), Some("1".into()), "a first sync runs it");
+    assert_eq!(gauge(&l, "kubeproxy_conntrack_reconciler_deleted_entries_total{ip_family=\"IPv4\"}"), Some("0".into()));
+    udp_flows_of(&l.engine, "kube-system", "kube-dns").iter().for_each(|f| l.flows.add(*f));
 
     let mut dns = slice(&demo_state(), "kube-system", "kube-dns");
-    dns.endpoints.remove(0);
+    let gone = dns.endpoints.remove(0).ip;
+    assert!(gone.is_ipv4());
     l.engine.apply(&[Event::SliceApplied(Arc::new(dns))]);
     l.shared.schedule.lock().unwrap().changed(base + std::time::Duration::from_secs(1));
     l.wake();
-    assert_eq!(gauge(&l, "kubeproxy_conntrack_reconciler_sync_duration_seconds_count{ip_family=\"IPv4\"}"), Some("1".into()));
+    assert_eq!(gauge(&l, "kubeproxy_conntrack_reconciler_sync_duration_seconds_count{ip_family=\"IPv4\"}"), Some("2".into()));
     let deleted: u64 = gauge(&l, "kubeproxy_conntrack_reconciler_deleted_entries_total{ip_family=\"IPv4\"}").unwrap().parse().unwrap();
-    assert!(deleted > 0, "the recorder reports each flush as deleted");
+    assert_eq!(deleted as usize, l.flows.deleted.lock().unwrap().len());
+    assert!(deleted > 0);
     assert_eq!(gauge(&l, "kubeproxy_sync_proxy_rules_iptables_last{table=\"nat\",ip_family=\"IPv4\"}"), Some(v4_nat.to_string()), "a partial sync leaves the full sync's count");
 }
 
@@ -670,7 +748,7 @@ fn a_dry_run_compares_every_family_with_the_kernel_and_sends_nothing() {
     let seen = calls(&kernel);
     assert!(seen.iter().any(|c| c.0 == "save") && seen.iter().all(|c| c.0 == "save"), "read only: {seen:?}");
     assert!(!saved(&kernel, crate::net::IpFamily::V4, "nat").contains("KUBE-SERVICES"), "no rule reached the kernel");
-    assert!(conntrack.flushed.lock().unwrap().is_empty());
+    assert!(conntrack.deleted.lock().unwrap().is_empty());
 
     // Nothing was sent, so the kernel is not trusted: the next sync reads it and applies.
     let applied = engine.sync(false).unwrap();
@@ -687,12 +765,14 @@ fn a_dry_run_finds_stale_flows_but_clears_none() {
     let mut dns = slice(&state, "kube-system", "kube-dns");
     let (mut engine, _, conntrack) = iptables_engine(state);
     engine.sync(true).unwrap();
-    dns.endpoints.remove(0);
+    udp_flows_of(&engine, "kube-system", "kube-dns").iter().for_each(|f| conntrack.add(*f));
+    let gone = dns.endpoints.remove(0).ip;
     engine.apply(&[Event::SliceApplied(Arc::new(dns))]);
     let outcome = engine.sync_as(false, Pass::DryRun).unwrap();
-    assert!(reports(&outcome).iter().any(|(_, r)| !r.flushes.is_empty()), "{outcome:?}");
-    assert!(conntrack.flushed.lock().unwrap().is_empty());
-    assert!(outcome.reconciled.is_empty());
+    let listed: Vec<Flow> = outcome.reconciled.iter().flat_map(|r| r.stale.clone()).collect();
+    assert!(!listed.is_empty() && listed.iter().all(|f| f.reply.src == gone), "{outcome:?}");
+    assert!(conntrack.deleted.lock().unwrap().is_empty());
+    assert!(outcome.reconciled.iter().all(|r| r.deleted.is_none()));
 }
 
 #[test]
@@ -756,11 +836,11 @@ fn nftables_engine(state: ClusterState, version: KubeProxyVersion) -> (Engine, c
     (engine, nft)
 }
 
-fn nftables_engine_ct(state: ClusterState, version: KubeProxyVersion) -> (Engine, crate::nftables::fake::SharedNft, RecordingConntrack) {
+fn nftables_engine_ct(state: ClusterState, version: KubeProxyVersion) -> (Engine, crate::nftables::fake::SharedNft, FakeFlows) {
     let flags = Settings { mode: Some(crate::settings::kinds::ProxyMode::Nftables), kube_proxy_version: Some(version), ..Settings::default() };
     let loaded = pipeline::load(state, flags, Settings::default()).unwrap();
     let nft = crate::nftables::fake::FakeNft::shared();
-    let ct = RecordingConntrack::default();
+    let ct = FakeFlows::default();
     let engine = Engine::nftables(loaded.config, loaded.trackers, Box::new(nft.clone()), Box::new(ct.clone()));
     (engine, nft, ct)
 }
@@ -780,6 +860,7 @@ fn partial_syncs_send_only_the_change(version: KubeProxyVersion) {
     // The first sync cannot trust memory: full, even when asked for a partial one.
     let first = engine.sync(false).unwrap();
     assert!(nft_reports(&first)[0].lines > 100);
+    udp_flows_of(&engine, "kube-system", "kube-dns").iter().for_each(|f| ct.add(*f));
     nft.lock().unwrap().calls.clear();
 
     let gone = dns.endpoints.remove(0).ip;
@@ -795,8 +876,8 @@ fn partial_syncs_send_only_the_change(version: KubeProxyVersion) {
     assert_eq!(stale_endpoint_chain, !version.nftables_hairpin_set(), "{version}: {outcome:?}");
     let adds_gone = text.lines().any(|l| l.starts_with("add rule") && l.contains(&format!("{gone}")));
     assert!(text.contains("add rule ip kube-proxy service-") && !adds_gone, "{version}: the service chain is rewritten without {gone}: {text}");
-    let flushed = ct.flushed.lock().unwrap().clone();
-    assert!(!flushed.is_empty() && flushed.iter().all(|f| f.reply_src == Some(gone) && f.addr.protocol == crate::model::Protocol::Udp), "{flushed:?}");
+    let deleted = ct.deleted.lock().unwrap().clone();
+    assert!(!deleted.is_empty() && deleted.iter().all(|f| f.reply.src == gone), "{deleted:?}");
 
     // Nothing changed: nothing sent.
     engine.sync(false).unwrap();
@@ -883,7 +964,7 @@ fn an_ipvs_pass_is_observed_once_per_family() {
     let (_, kernel, _) = iptables_engine(demo_state());
     let mut shared = crate::serve::Shared::new(crate::schedule::Schedule::new(crate::schedule::Timing::default()));
     shared.metrics.register_mode(crate::config::Mode::Ipvs);
-    let mut l = Loop { engine: ipvs_engine(demo_state(), &dir), kernel, shared: Arc::new(shared) };
+    let mut l = Loop { engine: ipvs_engine(demo_state(), &dir), kernel, shared: Arc::new(shared), flows: FakeFlows::default() };
     l.shared.schedule.lock().unwrap().set_ready(std::time::Instant::now());
     l.wake();
     let _ = std::fs::remove_dir_all(&dir);
@@ -896,20 +977,20 @@ fn an_ipvs_pass_is_observed_once_per_family() {
     assert!(!text.contains("kubeproxy_sync_proxy_rules_iptables_total") && !text.contains("kubeproxy_sync_full_proxy_rules"), "not IPVS mode's families: {text}");
 }
 
-/// IPVS mode feeds kube-proxy's conntrack reconciler families from the flows it clears,
-/// in the family they were cleared in.
+/// IPVS mode runs kube-proxy's conntrack reconciler per family: after the first sync in
+/// every family with UDP endpoints, then only in the family whose UDP endpoints changed.
 #[test]
 fn an_ipvs_sync_clearing_flows_feeds_the_reconciler_families() {
     let dir = std::env::temp_dir().join(format!("svcproxy-engine-ipvs-reconciler-{}", std::process::id()));
     let (_, kernel, _) = iptables_engine(demo_state());
     let mut shared = crate::serve::Shared::new(crate::schedule::Schedule::new(crate::schedule::Timing::default()));
     shared.metrics.register_mode(crate::config::Mode::Ipvs);
-    let mut l = Loop { engine: ipvs_engine(demo_state(), &dir), kernel, shared: Arc::new(shared) };
+    let mut l = Loop { engine: ipvs_engine(demo_state(), &dir), kernel, shared: Arc::new(shared), flows: FakeFlows::default() };
     let base = std::time::Instant::now();
     l.shared.schedule.lock().unwrap().set_ready(base);
     l.wake();
     let reconciles = |l: &Loop, family| l.sample(&of("kubeproxy_conntrack_reconciler_sync_duration_seconds_count", family));
-    assert_eq!(reconciles(&l, "IPv4"), None, "nothing stale yet");
+    let first = (reconciles(&l, "IPv4"), reconciles(&l, "IPv6"));
 
     let (event, gone) = without_first_endpoint(&demo_state(), "kube-system", "kube-dns");
     l.engine.apply(&[event]);
@@ -917,9 +998,11 @@ fn an_ipvs_sync_clearing_flows_feeds_the_reconciler_families() {
     l.wake();
     let _ = std::fs::remove_dir_all(&dir);
     let (cleared, other) = if gone.is_ipv4() { ("IPv4", "IPv6") } else { ("IPv6", "IPv4") };
-    assert_eq!(reconciles(&l, cleared).as_deref(), Some("1"));
-    assert_eq!(reconciles(&l, other), None, "a family with nothing stale does no conntrack work");
-    assert!(l.metric(&of("kubeproxy_conntrack_reconciler_deleted_entries_total", cleared)) > 0, "the recorder reports each flush as deleted");
+    let count = |v: Option<String>| v.map_or(0, |v| v.parse::<u64>().unwrap());
+    let before = if cleared == "IPv4" { (first.0.clone(), first.1.clone()) } else { (first.1.clone(), first.0.clone()) };
+    assert!(count(before.0.clone()) >= 1, "the first sync ran it where the UDP endpoint is");
+    assert_eq!(count(reconciles(&l, cleared)), count(before.0) + 1);
+    assert_eq!(count(reconciles(&l, other)), count(before.1), "a family whose UDP endpoints did not change does no conntrack work");
 }
 
 /// kube-proxy's change counters count every event its trackers receive, changed or not: a
@@ -991,7 +1074,7 @@ fn an_ipvs_restore_failure_counts_against_its_family_and_a_failed_read_counts_no
     p.iptables = Box::new(kernel.clone());
     let mut shared = crate::serve::Shared::new(crate::schedule::Schedule::new(crate::schedule::Timing::default()));
     shared.metrics.register_mode(crate::config::Mode::Ipvs);
-    let mut l = Loop { engine, kernel, shared: Arc::new(shared) };
+    let mut l = Loop { engine, kernel, shared: Arc::new(shared), flows: FakeFlows::default() };
     l.shared.schedule.lock().unwrap().set_ready(std::time::Instant::now());
     let failures = |l: &Loop| ["IPv4", "IPv6"].map(|f| l.sample(&of("kubeproxy_sync_proxy_rules_iptables_restore_failures_total", f)));
     l.kernel.lock().unwrap().fail_next_save = Some("iptables-save: cannot read".into());
@@ -1013,7 +1096,7 @@ fn a_refused_nftables_transaction_counts_as_a_sync_failure_of_its_family() {
     let (_, kernel, _) = iptables_engine(demo_state());
     let mut shared = crate::serve::Shared::new(crate::schedule::Schedule::new(crate::schedule::Timing::default()));
     shared.metrics.register_mode(crate::config::Mode::Nftables);
-    let mut l = Loop { engine, kernel, shared: Arc::new(shared) };
+    let mut l = Loop { engine, kernel, shared: Arc::new(shared), flows: FakeFlows::default() };
     l.shared.schedule.lock().unwrap().set_ready(std::time::Instant::now());
     nft.lock().unwrap().fail_next = Some("Error: Could not process rule".into());
     l.wake();
@@ -1119,7 +1202,7 @@ fn an_ipvs_pass_for_one_familys_change_is_observed_in_that_family_alone() {
     let (_, kernel, _) = iptables_engine(demo_state());
     let mut shared = crate::serve::Shared::new(crate::schedule::Schedule::new(crate::schedule::Timing::default()));
     shared.metrics.register_mode(crate::config::Mode::Ipvs);
-    let mut l = Loop { engine: ipvs_engine(demo_state(), &dir), kernel, shared: Arc::new(shared) };
+    let mut l = Loop { engine: ipvs_engine(demo_state(), &dir), kernel, shared: Arc::new(shared), flows: FakeFlows::default() };
     l.shared.schedule.lock().unwrap().set_ready(std::time::Instant::now());
     l.wake();
     let mut web = slice(&demo_state(), "shop", "web");
@@ -1263,7 +1346,7 @@ fn nftables_partial_syncs_never_drift_from_a_full_sync_in_either_table() {
         let flags = Settings { mode: Some(crate::settings::kinds::ProxyMode::Nftables), kube_proxy_version: Some(version), ..Settings::default() };
         let loaded = pipeline::load(start.clone(), flags, Settings::default()).unwrap();
         let nft = crate::nftables::fake::FakeNft::shared();
-        let mut engine = Engine::nftables(loaded.config, loaded.trackers, Box::new(nft.clone()), Box::new(RecordingConntrack::default()));
+        let mut engine = Engine::nftables(loaded.config, loaded.trackers, Box::new(nft.clone()), Box::new(FakeFlows::default()));
         engine.sync(true).unwrap();
         let mut last = start;
         let mut hairpins_seen = 0;

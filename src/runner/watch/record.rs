@@ -82,7 +82,7 @@ fn families_synced(m: &Metrics, engine: &Engine, synced: &[FamilySync], rules: &
 }
 
 /// kube-proxy's conntrack reconciler families, from the flows a sync cleared.
-fn reconciled(m: &Metrics, list: &[crate::netfilter::conntrack::Reconciled]) {
+fn reconciled(m: &Metrics, list: &[crate::conntrack::Reconciled]) {
     for r in list {
         let family = FamilyLabel::of(r.family);
         m.conntrack_reconcile_duration.get_or_create(&family).observe(r.seconds);

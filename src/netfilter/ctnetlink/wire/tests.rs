@@ -100,7 +100,7 @@ fn a_protocol_filtered_dump_carries_the_protocol_and_the_filter_flags() {
 
 #[test]
 fn a_created_flow_reads_back_as_itself() {
-    let flow = Flow { orig: t("198.18.0.9", "198.19.0.1", IPPROTO_UDP, 1, 2), reply: t("198.18.5.5", "198.18.0.9", IPPROTO_UDP, 3, 1), zone: 0, id: 0, status: IPS_SEEN_REPLY, timeout: 60 };
+    let flow = Flow { orig: t("198.18.0.9", "198.19.0.1", IPPROTO_UDP, 1, 2), reply: t("198.18.5.5", "198.18.0.9", IPPROTO_UDP, 3, 1), zone: 0, id: 0, status: IPS_SEEN_REPLY | IPS_CONFIRMED, timeout: 60 };
     let mut m = Vec::new();
     create_request(&mut m, 1, &flow);
     let Some(Message::Data { body, .. }) = Messages(&m).next() else { panic!() };

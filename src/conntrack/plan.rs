@@ -1,0 +1,93 @@
+//! Which flows are stale, pure: kube-proxy's `CleanStaleEntries` rule. For every UDP
+//! service port with serving endpoints, a flow whose original destination is one of its
+//! addresses and port (ClusterIP, external IPs, load-balancer IPs) or whose original
+//! destination port is its NodePort (any address), and whose reply comes from no serving
+//! endpoint of it, is stale: it was DNATed to an endpoint that went, or (reply source =
+//! the service address) cached before any rule sent it anywhere. Traffic policies,
+//! topology and terminating state are not considered, as in kube-proxy: changing a
+//! Service must not move its flows. A port with no serving endpoint keeps its flows.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+
+use crate::model::{EndpointsMap, Protocol, ServicePortMap};
+use crate::netfilter::ctnetlink::{wire::IPPROTO_UDP, Flow};
+
+/// The serving endpoints of each UDP service address and NodePort of one family.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Targets {
+    /// (address, port) → index into `sets`.
+    addrs: HashMap<(IpAddr, u16), usize>,
+    /// NodePort → index into `sets`.
+    node_ports: HashMap<u16, usize>,
+    /// Sorted serving endpoint addresses, one set per service port.
+    sets: Vec<Vec<IpAddr>>,
+}
+
+impl Targets {
+    /// From the trackers' committed maps of one family.
+    pub fn new(services: &ServicePortMap, endpoints: &EndpointsMap) -> Self {
+        let mut t = Targets::default();
+        for (name, svc) in services {
+            if svc.protocol != Protocol::Udp {
+                continue;
+            }
+            let mut serving: Vec<IpAddr> = endpoints.get(name).map(|eps| eps.iter().filter(|e| e.serving).map(|e| e.ip).collect()).unwrap_or_default();
+            if serving.is_empty() {
+                continue;
+            }
+            serving.sort_unstable();
+            serving.dedup();
+            let set = t.sets.len();
+            t.sets.push(serving);
+            let addrs = std::iter::once(svc.cluster_ip).chain(svc.load_balancer_vips.iter().copied()).chain(svc.external_ips.iter().copied());
+            for ip in addrs {
+                t.insert_addr((ip, svc.port), set);
+            }
+            if svc.node_port != 0 {
+                let set = t.joined(t.node_ports.get(&svc.node_port).copied(), set);
+                t.node_ports.insert(svc.node_port, set);
+            }
+        }
+        t
+    }
+
+    fn insert_addr(&mut self, key: (IpAddr, u16), set: usize) {
+        let set = self.joined(self.addrs.get(&key).copied(), set);
+        self.addrs.insert(key, set);
+    }
+
+    /// Two service ports on one address and port, or one NodePort (possible only by
+    /// mistake, for a moment): a new set of both, so a flow to either's endpoints is kept
+    /// there (kube-proxy keeps whichever its map iterated last) and nowhere else.
+    fn joined(&mut self, other: Option<usize>, set: usize) -> usize {
+        match other {
+            Some(o) if o != set => {
+                let mut both: Vec<IpAddr> = self.sets[o].iter().chain(&self.sets[set]).copied().collect();
+                both.sort_unstable();
+                both.dedup();
+                self.sets.push(both);
+                self.sets.len() - 1
+            }
+            _ => set,
+        }
+    }
+
+    /// Whether no UDP service port has a serving endpoint (nothing can be stale).
+    pub fn is_empty(&self) -> bool {
+        self.sets.is_empty()
+    }
+
+    /// Whether kube-proxy's reconciler deletes this flow.
+    pub fn is_stale(&self, flow: &Flow) -> bool {
+        if flow.orig.proto != IPPROTO_UDP {
+            return false;
+        }
+        let not_serving = |set: usize| self.sets[set].binary_search(&flow.reply.src).is_err();
+        self.addrs.get(&(flow.orig.dst, flow.orig.dport)).is_some_and(|&s| not_serving(s))
+            || self.node_ports.get(&flow.orig.dport).is_some_and(|&s| not_serving(s))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,85 @@
+use std::sync::Arc;
+
+use super::table::fake::FakeFlows;
+use super::*;
+use crate::model::{Endpoint, NamespacedName, Protocol, ServicePort, ServicePortName};
+use crate::netfilter::ctnetlink::{wire::IPPROTO_UDP, Tuple};
+
+fn maps(endpoint: &str) -> (ServicePortMap, EndpointsMap) {
+    let spn = ServicePortName { service: NamespacedName::new("ns", "dns"), port: "dns".into(), protocol: Protocol::Udp };
+    let sp = ServicePort {
+        name: spn.clone(),
+        cluster_ip: "198.19.0.10".parse().unwrap(),
+        port: 53,
+        protocol: Protocol::Udp,
+        node_port: 0,
+        external_ips: vec![],
+        load_balancer_vips: vec![],
+        load_balancer_source_ranges: vec![],
+        session_affinity: None,
+        health_check_node_port: 0,
+        external_policy_local: false,
+        internal_policy_local: false,
+    };
+    let ep = Endpoint { ip: endpoint.parse().unwrap(), port: 5353, is_local: false, ready: true, serving: true, terminating: false, zone_hints: Default::default(), node_hints: Default::default() };
+    ([(spn.clone(), Arc::new(sp))].into_iter().collect(), [(spn, Arc::new(vec![ep]))].into_iter().collect())
+}
+
+fn flow(sport: u16, reply_src: &str) -> Flow {
+    let c = "198.18.0.9".parse().unwrap();
+    Flow {
+        orig: Tuple { src: c, dst: "198.19.0.10".parse().unwrap(), proto: IPPROTO_UDP, sport, dport: 53 },
+        reply: Tuple { src: reply_src.parse().unwrap(), dst: c, proto: IPPROTO_UDP, sport: 5353, dport: sport },
+        zone: 0,
+        id: sport as u32,
+        status: 0,
+        timeout: 30,
+    }
+}
+
+#[test]
+fn stale_flows_are_deleted_healthy_ones_kept_and_the_run_is_paid() {
+    let table = FakeFlows::default();
+    let (healthy, gone, unnated) = (flow(1, "198.18.1.2"), flow(2, "198.18.2.2"), flow(3, "198.19.0.10"));
+    for f in [healthy, gone, unnated] {
+        table.add(f);
+    }
+    let mut r = Reconciler::new(Box::new(table.clone()));
+    r.owe(IpFamily::V4);
+    let (s, e) = maps("198.18.1.2");
+    let out = r.run(IpFamily::V4, &s, &e, false);
+    assert_eq!((out.listed, out.deleted, &out.error), (3, Some(2), &None));
+    assert_eq!(out.stale, [gone, unnated]);
+    assert_eq!(*table.flows.lock().unwrap(), [healthy]);
+    assert!(!r.is_owed(IpFamily::V4));
+}
+
+#[test]
+fn a_dry_run_lists_and_deletes_nothing() {
+    let table = FakeFlows::default();
+    table.add(flow(2, "198.18.2.2"));
+    let mut r = Reconciler::new(Box::new(table.clone()));
+    r.owe(IpFamily::V4);
+    let (s, e) = maps("198.18.1.2");
+    let out = r.run(IpFamily::V4, &s, &e, true);
+    assert_eq!((out.stale.len(), out.deleted), (1, None));
+    assert_eq!(table.flows.lock().unwrap().len(), 1);
+    assert!(r.is_owed(IpFamily::V4), "a dry run pays nothing");
+}
+
+#[test]
+fn a_failed_listing_is_reported_and_leaves_the_run_owed() {
+    let table = FakeFlows::default();
+    table.add(flow(2, "198.18.2.2"));
+    *table.fail.lock().unwrap() = Some(libc::EPERM);
+    let mut r = Reconciler::new(Box::new(table.clone()));
+    r.owe(IpFamily::V4);
+    let (s, e) = maps("198.18.1.2");
+    let out = r.run(IpFamily::V4, &s, &e, false);
+    assert_eq!(out.deleted, None);
+    assert!(out.error.as_deref().is_some_and(|m| m.contains("dump") && m.contains("not permitted")), "{:?}", out.error);
+    assert!(r.is_owed(IpFamily::V4));
+    let again = r.run(IpFamily::V4, &s, &e, false);
+    assert_eq!((again.deleted, again.error), (Some(1), None));
+    assert!(!r.is_owed(IpFamily::V4));
+}
