@@ -1,11 +1,12 @@
-//! Which flows are stale, pure: kube-proxy's `CleanStaleEntries` rule. For every UDP
-//! service port with serving endpoints, a flow whose original destination is one of its
-//! addresses and port (ClusterIP, external IPs, load-balancer IPs) or whose original
-//! destination port is its NodePort (any address), and whose reply comes from no serving
-//! endpoint of it, is stale: it was DNATed to an endpoint that went, or (reply source =
-//! the service address) cached before any rule sent it anywhere. Traffic policies,
-//! topology and terminating state are not considered, as in kube-proxy: changing a
-//! Service must not move its flows. A port with no serving endpoint keeps its flows.
+//! Which flows are stale, pure: kube-proxy v1.37's `CleanStaleEntries` rule. For every
+//! UDP service port, a flow whose original destination is one of its addresses and port
+//! (ClusterIP, external IPs, load-balancer IPs) or whose original destination port is its
+//! NodePort (any address), and whose reply comes from no serving endpoint of it, is stale:
+//! it was DNATed to an endpoint that went, or (reply source = the service address) cached
+//! before any rule sent it anywhere. A port with no serving endpoint has every flow stale
+//! (v1.37, #139629: its REJECT never sees packets a cached DNAT sends to a gone pod; v1.34
+//! kept them). Traffic policies, topology and terminating state are not considered, as in
+//! kube-proxy: changing a Service must not move its flows.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -33,9 +34,6 @@ impl Targets {
                 continue;
             }
             let mut serving: Vec<IpAddr> = endpoints.get(name).map(|eps| eps.iter().filter(|e| e.serving).map(|e| e.ip).collect()).unwrap_or_default();
-            if serving.is_empty() {
-                continue;
-            }
             serving.sort_unstable();
             serving.dedup();
             let set = t.sets.len();
@@ -73,7 +71,7 @@ impl Targets {
         }
     }
 
-    /// Whether no UDP service port has a serving endpoint (nothing can be stale).
+    /// Whether there is no UDP service port (nothing can be stale).
     pub fn is_empty(&self) -> bool {
         self.sets.is_empty()
     }

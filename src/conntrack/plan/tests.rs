@@ -80,12 +80,14 @@ fn a_node_port_flow_on_any_address_is_stale_unless_an_endpoint_answers_it() {
 }
 
 #[test]
-fn tcp_services_and_udp_services_without_serving_endpoints_keep_their_flows() {
+fn tcp_services_keep_their_flows_and_udp_services_without_serving_endpoints_lose_all() {
     let t = targets();
     assert!(!t.is_stale(&flow("198.19.0.20", 80, "198.19.0.20", IPPROTO_UDP)), "the TCP service's port is no UDP target");
     assert!(!t.is_stale(&flow("198.19.0.10", 53, "198.19.0.10", 6)), "a TCP flow is never the reconciler's");
-    assert!(!t.is_stale(&flow("198.19.0.30", 53, "198.19.0.30", IPPROTO_UDP)), "no endpoints: nothing to move the flow to");
-    assert!(!t.is_stale(&flow("198.18.0.1", 30030, "198.18.0.1", IPPROTO_UDP)));
+    // kube-proxy v1.37 (#139629): a flow DNATed to a pod that went never reaches the REJECT.
+    assert!(t.is_stale(&flow("198.19.0.30", 53, "198.18.7.7", IPPROTO_UDP)), "no endpoints: every flow goes");
+    assert!(t.is_stale(&flow("198.19.0.30", 53, "198.19.0.30", IPPROTO_UDP)));
+    assert!(t.is_stale(&flow("198.18.0.1", 30030, "198.18.7.7", IPPROTO_UDP)));
     assert!(Targets::new(&ServicePortMap::new(), &EndpointsMap::new()).is_empty());
 }
 
