@@ -172,12 +172,9 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<ExitCode> {
     let packet = packet(args, &loaded, &BTreeSet::new())?;
     let dump = rules(args, &loaded, family)?;
     let env = Env { local_ips: local_ips(&loaded, family), affinity: args.affinity.iter().cloned().collect() };
-    let t = trace::trace(&dump, &env, packet, args.entry.entry());
-    match args.output {
-        TraceOutput::Json => super::out(&format!("{}\n", serde_json::to_string_pretty(&t)?))?,
-        TraceOutput::Text => super::out(&text(&t, args.entry))?,
-    }
-    Ok(ExitCode::from(EXIT_OK))
+    let t = trace::trace(&dump, &env, packet.clone(), args.entry.entry());
+    let cached = cached_flows(args, &packet, t.outcomes.iter().map(|o| &o.verdict))?;
+    print(args, &t, cached, text(&t, args.entry))
 }
 
 fn run_ipvs(args: &TraceArgs, loaded: &pipeline::Loaded, family: IpFamily) -> anyhow::Result<ExitCode> {
@@ -191,12 +188,9 @@ fn run_ipvs(args: &TraceArgs, loaded: &pipeline::Loaded, family: IpFamily) -> an
     local_ips.extend(bound.iter().copied());
     let packet = packet(args, loaded, &bound)?;
     let env = Env { local_ips, affinity: BTreeSet::new() };
-    let t = trace::ipvs::trace(&dump, &env, &sets, &table, packet, args.entry.entry());
-    match args.output {
-        TraceOutput::Json => super::out(&format!("{}\n", serde_json::to_string_pretty(&t)?))?,
-        TraceOutput::Text => super::out(&ipvs_text(&t, args.entry))?,
-    }
-    Ok(ExitCode::from(EXIT_OK))
+    let t = trace::ipvs::trace(&dump, &env, &sets, &table, packet.clone(), args.entry.entry());
+    let cached = cached_flows(args, &packet, t.outcomes.iter().map(|o| &o.verdict))?;
+    print(args, &t, cached, ipvs_text(&t, args.entry))
 }
 
 fn run_nftables(args: &TraceArgs, loaded: &pipeline::Loaded, family: IpFamily) -> anyhow::Result<ExitCode> {
@@ -206,11 +200,51 @@ fn run_nftables(args: &TraceArgs, loaded: &pipeline::Loaded, family: IpFamily) -
     let table = if args.live { live::nftables(family)? } else { rendered_nftables(loaded, family)? };
     let packet = packet(args, loaded, &BTreeSet::new())?;
     let env = Env { local_ips: local_ips(loaded, family), affinity: args.affinity.iter().cloned().collect() };
-    let t = trace::nftables::trace(&table, &env, packet, args.entry.entry())
+    let t = trace::nftables::trace(&table, &env, packet.clone(), args.entry.entry())
         .with_context(|| format!("cannot trace the {} {} table", table.family.as_str(), table.name))?;
+    let cached = cached_flows(args, &packet, t.outcomes.iter().map(|o| &o.verdict))?;
+    print(args, &t, cached, nftables_text(&t, args.entry))
+}
+
+/// With `--live`, the conntrack flows the packet matches (from `--src`'s port, if given),
+/// each with whether the rule walk's `verdicts` send it the same way; `None` otherwise.
+fn cached_flows<'a>(args: &TraceArgs, packet: &Packet, verdicts: impl Iterator<Item = &'a trace::Verdict> + Clone) -> anyhow::Result<Option<Vec<trace::conntrack::Cached>>> {
+    if !args.live {
+        return Ok(None);
+    }
+    let sport = match &args.src {
+        Some(s) => parse_addr(s, "--src")?.1,
+        None => None,
+    };
+    let flows = live::flows(packet)?;
+    Ok(Some(trace::conntrack::cached(packet, sport, &flows, verdicts)))
+}
+
+/// Prints a trace: its text (after the cached flows' lines), or its JSON (with a
+/// `conntrack` list of the cached flows when `--live`).
+fn print<T: serde::Serialize>(args: &TraceArgs, t: &T, cached: Option<Vec<trace::conntrack::Cached>>, text: String) -> anyhow::Result<ExitCode> {
     match args.output {
-        TraceOutput::Json => super::out(&format!("{}\n", serde_json::to_string_pretty(&t)?))?,
-        TraceOutput::Text => super::out(&nftables_text(&t, args.entry))?,
+        TraceOutput::Json => {
+            let json = match cached {
+                // The trace's own fields first, in their order, then the flows.
+                Some(c) => {
+                    #[derive(serde::Serialize)]
+                    struct Live<'a, T> {
+                        #[serde(flatten)]
+                        trace: &'a T,
+                        conntrack: Vec<trace::conntrack::Cached>,
+                    }
+                    serde_json::to_string_pretty(&Live { trace: t, conntrack: c })?
+                }
+                None => serde_json::to_string_pretty(t)?,
+            };
+            super::out(&format!("{json}\n"))?
+        }
+        TraceOutput::Text => {
+            let (first, rest) = text.split_once('\n').unwrap_or((&text, ""));
+            let flows = cached.as_deref().map(trace::conntrack::text).unwrap_or_default();
+            super::out(&format!("{first}\n{flows}{rest}"))?
+        }
     }
     Ok(ExitCode::from(EXIT_OK))
 }

@@ -1,7 +1,8 @@
 //! What this node's kernel holds, read for `svcproxy trace --live`: each mode's rules
 //! through its own reader (`iptables-save`; `ipset save` and the IPVS table over generic
-//! netlink; `nft list table`), as the values the tracer walks. cli/ calls these instead of
-//! opening kernel clients itself.
+//! netlink; `nft list table`), as the values the tracer walks, and the conntrack flows a
+//! packet may follow instead (ctnetlink). cli/ calls these instead of opening kernel
+//! clients itself.
 
 use crate::ipvs::ipset::{ExecIpset, IpsetError, IpsetRunner};
 use crate::ipvs::netlink::Error as IpvsError;
@@ -30,6 +31,21 @@ pub enum LiveError {
     NoTable { head: String },
     #[error("cannot read the kernel's table {head}")]
     NftRead { head: String, source: crate::nftables::live::LiveError },
+    #[error("--live reads the conntrack flows over ctnetlink")]
+    Conntrack(#[source] crate::netfilter::ctnetlink::CtError),
+}
+
+/// The conntrack flows of `packet`'s protocol from its source to its destination (the
+/// kernel filters by family and protocol; only those are kept).
+pub fn flows(packet: &crate::trace::Packet) -> Result<Vec<crate::netfilter::ctnetlink::Flow>, LiveError> {
+    use crate::netfilter::ctnetlink::{wire, Ctnetlink};
+    let af = if packet.dst.is_ipv6() { wire::AF_INET6 } else { wire::AF_INET };
+    let mut out = Vec::new();
+    let keep = |f: &crate::netfilter::ctnetlink::Flow| f.orig.src == packet.src && f.orig.dst == packet.dst && f.orig.dport == packet.dport;
+    Ctnetlink::open()
+        .and_then(|mut c| c.dump(af, Some(crate::trace::conntrack::proto_number(packet.protocol)), |f| if keep(f) { out.push(*f) }))
+        .map_err(LiveError::Conntrack)?;
+    Ok(out)
 }
 
 /// The family's iptables rules (`filter` and `nat`) with `backend`, or

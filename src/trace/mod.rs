@@ -12,6 +12,7 @@
 //! the hooks in the kernel's order, and the IPVS virtual server between them.
 //! [`nftables`] traces nftables mode: the `kube-proxy` table's base chains in hook order.
 
+pub mod conntrack;
 pub mod ipset;
 pub mod ipvs;
 pub mod nftables;

@@ -13,7 +13,10 @@ use crate::netns::Lab;
 use crate::watch_e2e::in_netns;
 
 pub fn cases() -> Vec<Case> {
-    vec![Case::new("ctnetlink_creates_dumps_and_deletes_real_flows", real_flows)]
+    vec![
+        Case::new("ctnetlink_creates_dumps_and_deletes_real_flows", real_flows),
+        Case::new("conntrack_trace_live_and_dry_run_show_stale_flows", trace_live_and_dry_run_show_stale_flows),
+    ]
 }
 
 fn flow(client: &str, svc: &str, dport: u16, reply_src: &str, sport: u16, proto: u8, zone: u16) -> Flow {
@@ -96,5 +99,76 @@ fn real_flows(ctx: &mut Ctx) -> CaseResult {
     crate::ensure!((missed.deleted, missed.gone) == (0, 1), "{missed:?}");
     let (still, _) = dump(wire::AF_INET)?;
     crate::ensure!(still.len() == 1 && still[0].id == left[0].id, "the flow survives: {still:?}");
+    Ok(())
+}
+
+/// A UDP Service with one endpoint, `198.18.2.2`.
+const DNS: &str = "apiVersion: v1
+kind: Service
+metadata: {name: dns, namespace: app}
+spec:
+  type: ClusterIP
+  clusterIP: \"198.19.0.10\"
+  clusterIPs: [\"198.19.0.10\"]
+  ipFamilies: [IPv4]
+  ipFamilyPolicy: SingleStack
+  ports:
+  - {name: dns, port: 53, protocol: UDP, targetPort: 5353}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: dns-v4
+  namespace: app
+  labels: {kubernetes.io/service-name: dns}
+addressType: IPv4
+endpoints:
+- addresses: [\"198.18.2.2\"]
+  conditions: {ready: true}
+  nodeName: node-1
+ports:
+- {name: dns, port: 5353, protocol: UDP}
+";
+
+/// `trace --live` names the cached flows a packet follows instead of the rules, and which
+/// of them the rules no longer send that way; `sync --dry-run` lists the stale ones and
+/// a sync deletes them (a process's first sync runs the reconciler), keeping the healthy.
+fn trace_live_and_dry_run_show_stale_flows(ctx: &mut Ctx) -> CaseResult {
+    use crate::netns::Backend;
+    ctx.require(&["ip", "conntrack", "iptables-nft-restore"])?;
+    let lab = Lab::new("cttrace")?;
+    let node = lab.node().name.clone();
+    let file = crate::svcproxy::temp_yaml(DNS)?;
+    let from = crate::svcproxy::path_str(&file).to_string();
+    let sync = ["sync", "--from", from.as_str(), "--hostname-override", "node-1"];
+    crate::svcproxy::run_expect(lab.node(), Backend::Nft, &sync, 0)?;
+    let udp = wire::IPPROTO_UDP;
+    let healthy = flow("198.18.0.5", "198.19.0.10", 53, "198.18.2.2", 40000, udp, 0);
+    let departed = flow("198.18.0.5", "198.19.0.10", 53, "198.18.1.2", 40001, udp, 0);
+    let mut unnated = flow("198.18.0.5", "198.19.0.10", 53, "198.19.0.10", 40002, udp, 0);
+    unnated.reply.sport = 53;
+    let made = vec![healthy, departed, unnated];
+    within(&node, move || Ctnetlink::open().and_then(|mut c| c.create(&made)).map_err(|e| e.to_string()))?;
+
+    let trace = |sport: u16| crate::svcproxy::run_expect(lab.node(), Backend::Nft, &["trace", "--from", &from, "--live", "--iptables-backend", "nft", "--src", &format!("198.18.0.5:{sport}"), "--dst", "198.19.0.10:53", "--proto", "udp"], 0);
+    let t = trace(40000)?;
+    ctx.log(&t);
+    crate::ensure!(t.contains("conntrack: 1 cached flow(s) match") && t.contains("to 198.18.2.2:5353, where the rules send it too"), "{t}");
+    let t = trace(40001)?;
+    crate::ensure!(t.contains("to 198.18.1.2:5353, where the rules no longer send it: a stale flow"), "{t}");
+    let t = trace(40002)?;
+    crate::ensure!(t.contains("to 198.19.0.10:53 as addressed: cached before any rule"), "{t}");
+
+    let dry = crate::svcproxy::run(lab.node(), Backend::Nft, &[&sync[..], &["--dry-run"]].concat())?;
+    let out = String::from_utf8_lossy(&dry.stdout);
+    ctx.log(&out);
+    crate::ensure!(dry.status.code() == Some(1), "a dry run with stale flows reports changes pending: {:?}", dry.status);
+    crate::ensure!(out.contains("# conntrack IPv4: 2 stale UDP flow(s) would be deleted") && out.contains("sport=40001") && out.contains("sport=40002") && !out.contains("sport=40000"), "{out}");
+
+    let done = crate::svcproxy::run(lab.node(), Backend::Nft, &sync)?;
+    let err = String::from_utf8_lossy(&done.stderr);
+    crate::ensure!(done.status.success() && err.contains("IPv4: 2 stale UDP conntrack flow(s) deleted"), "{err}");
+    let left = lab.node().run(&["conntrack", "-L", "-p", "udp"])?;
+    crate::ensure!(left.contains("sport=40000") && !left.contains("sport=40001") && !left.contains("sport=40002"), "only the healthy flow is left: {left}");
     Ok(())
 }
