@@ -7,16 +7,13 @@
 
 use netlink_sys::{protocols::NETLINK_NETFILTER, Socket, SocketAddr};
 
+use crate::netfilter::nlattr::{self, Message, NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL};
+
 const NFNL_SUBSYS_ACCT: u16 = 7;
 const NFNL_MSG_ACCT_NEW: u16 = 0;
 const NFNL_MSG_ACCT_GET: u16 = 1;
 const NFACCT_NAME: u16 = 1;
 const NFACCT_PKTS: u16 = 2;
-const NLM_F_REQUEST: u16 = 0x1;
-const NLM_F_ACK: u16 = 0x4;
-const NLM_F_EXCL: u16 = 0x200;
-const NLM_F_CREATE: u16 = 0x400;
-const NLMSG_ERROR: u16 = 2;
 const EEXIST: i32 = 17;
 const ENOENT: i32 = 2;
 
@@ -28,42 +25,20 @@ pub const COUNTERS: [&str; 2] = [NFACCT_LOCALHOST_NODEPORTS, NFACCT_INVALID_DROP
 
 /// `nlmsghdr` + `nfgenmsg` + `NFACCT_NAME`.
 pub fn request(cmd: u16, flags: u16, seq: u32, name: &str) -> Vec<u8> {
-    let mut nla = Vec::new();
-    let value_len = name.len() + 1;
-    nla.extend_from_slice(&((4 + value_len) as u16).to_ne_bytes());
-    nla.extend_from_slice(&NFACCT_NAME.to_ne_bytes());
-    nla.extend_from_slice(name.as_bytes());
-    nla.push(0);
-    while nla.len() % 4 != 0 {
-        nla.push(0);
-    }
-    let len = 16 + 4 + nla.len();
-    let mut msg = Vec::with_capacity(len);
-    msg.extend_from_slice(&(len as u32).to_ne_bytes());
-    msg.extend_from_slice(&((NFNL_SUBSYS_ACCT << 8) | cmd).to_ne_bytes());
-    msg.extend_from_slice(&(flags | NLM_F_REQUEST).to_ne_bytes());
-    msg.extend_from_slice(&seq.to_ne_bytes());
-    msg.extend_from_slice(&0u32.to_ne_bytes());
-    msg.extend_from_slice(&[0, 0, 0, 0]); // nfgenmsg: AF_UNSPEC, NFNETLINK_V0, res_id 0
-    msg.extend_from_slice(&nla);
+    let mut attrs = nlattr::Attrs::default();
+    attrs.str(NFACCT_NAME, name);
+    let mut msg = Vec::with_capacity(20 + attrs.0.len());
+    // nfgenmsg: AF_UNSPEC, NFNETLINK_V0, res_id 0.
+    nlattr::nfnl_message(&mut msg, NFNL_SUBSYS_ACCT, cmd, flags, seq, 0, &attrs.0);
     msg
 }
 
 /// The errno of the first NLMSG_ERROR in a reply (0 = ACK), or `None` if there is none.
 pub fn reply_errno(buf: &[u8]) -> Option<i32> {
-    let mut off = 0;
-    while off + 16 <= buf.len() {
-        let len = u32::from_ne_bytes(buf[off..off + 4].try_into().ok()?) as usize;
-        let kind = u16::from_ne_bytes(buf[off + 4..off + 6].try_into().ok()?);
-        if kind == NLMSG_ERROR && off + 20 <= buf.len() {
-            return Some(-i32::from_ne_bytes(buf[off + 16..off + 20].try_into().ok()?));
-        }
-        if len < 16 {
-            return None;
-        }
-        off += (len + 3) & !3;
-    }
-    None
+    nlattr::Messages(buf).find_map(|m| match m {
+        Message::Error { errno, .. } => Some(errno),
+        _ => None,
+    })
 }
 
 fn roundtrip(msg: &[u8]) -> std::io::Result<i32> {
@@ -107,41 +82,18 @@ pub fn exists() -> std::io::Result<bool> {
 /// `NFACCT_PKTS` attribute (a big-endian u64), `Ok(None)` when the kernel says it does not
 /// exist, `Err(errno)` for another error; `Err(0)` when the reply holds neither.
 pub fn reply_packets(buf: &[u8]) -> Result<Option<u64>, i32> {
-    let mut off = 0;
-    while off + 16 <= buf.len() {
-        let len = u32::from_ne_bytes(buf[off..off + 4].try_into().map_err(|_| 0)?) as usize;
-        let kind = u16::from_ne_bytes(buf[off + 4..off + 6].try_into().map_err(|_| 0)?);
-        if len < 16 || off + len > buf.len() {
-            return Err(0);
+    for m in nlattr::Messages(buf) {
+        match m {
+            Message::Error { errno: ENOENT, .. } => return Ok(None),
+            Message::Error { errno, .. } => return Err(errno),
+            Message::Data { kind, body, .. } if kind >> 8 == NFNL_SUBSYS_ACCT => {
+                let pkts = nlattr::AttrIter(body.get(4..).unwrap_or_default()).find(|(t, v)| *t == NFACCT_PKTS && v.len() == 8);
+                return pkts.map(|(_, v)| u64::from_be_bytes(v.try_into().unwrap_or_default())).map(Some).ok_or(0);
+            }
+            _ => {}
         }
-        if kind == NLMSG_ERROR && len >= 20 {
-            return match -i32::from_ne_bytes(buf[off + 16..off + 20].try_into().map_err(|_| 0)?) {
-                ENOENT => Ok(None),
-                errno => Err(errno),
-            };
-        }
-        if kind >> 8 == NFNL_SUBSYS_ACCT {
-            return attr_u64(&buf[off + 20..off + len], NFACCT_PKTS).map(Some).ok_or(0);
-        }
-        off += (len + 3) & !3;
     }
     Err(0)
-}
-
-/// A big-endian u64 attribute of type `want` among netlink attributes.
-fn attr_u64(mut attrs: &[u8], want: u16) -> Option<u64> {
-    while attrs.len() >= 4 {
-        let len = u16::from_ne_bytes([attrs[0], attrs[1]]) as usize;
-        let kind = u16::from_ne_bytes([attrs[2], attrs[3]]) & 0x3fff;
-        if len < 4 || len > attrs.len() {
-            return None;
-        }
-        if kind == want && len == 12 {
-            return Some(u64::from_be_bytes(attrs[4..12].try_into().ok()?));
-        }
-        attrs = &attrs[((len + 3) & !3).min(attrs.len())..];
-    }
-    None
 }
 
 /// The packets counted so far by the nfacct counter `name`: `Ok(None)` when it does not
@@ -162,6 +114,7 @@ pub fn packets(name: &str) -> std::io::Result<Option<u64>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::netfilter::nlattr::NLMSG_ERROR;
 
     #[test]
     fn new_counter_request_bytes() {

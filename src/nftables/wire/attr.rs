@@ -1,6 +1,6 @@
-//! Netlink framing for nf_tables batches: attributes (type, length, payload padded to
-//! four bytes; nested ones flagged), messages (`nlmsghdr` + `nfgenmsg`) and the batch
-//! begin/end markers around them. Pure bytes, no I/O.
+//! nf_tables batches on netlink's framing ([`crate::netfilter::nlattr`]): messages of
+//! the nf_tables subsystem, the batch begin/end markers around them, and nftnl's user
+//! data. Pure bytes, no I/O.
 
 pub const NFNL_SUBSYS_NFTABLES: u16 = 10;
 const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
@@ -10,32 +10,21 @@ pub const NLM_F_ACK: u16 = 0x4;
 pub const NLM_F_CREATE: u16 = 0x400;
 pub const NLM_F_APPEND: u16 = 0x800;
 
+use crate::netfilter::nlattr;
 pub use crate::netfilter::nlattr::Attrs;
 
 /// One nf_tables message of a batch.
 pub fn message(out: &mut Vec<u8>, kind: u16, flags: u16, seq: u32, family: u8, attrs: &Attrs) {
-    header(out, (NFNL_SUBSYS_NFTABLES << 8) | kind, flags | NLM_F_REQUEST, seq, family, 0, attrs.0.len());
-    out.extend_from_slice(&attrs.0);
-}
-
-fn header(out: &mut Vec<u8>, kind: u16, flags: u16, seq: u32, family: u8, res_id: u16, body: usize) {
-    let len = 16 + 4 + body;
-    out.extend_from_slice(&(len as u32).to_ne_bytes());
-    out.extend_from_slice(&kind.to_ne_bytes());
-    out.extend_from_slice(&flags.to_ne_bytes());
-    out.extend_from_slice(&seq.to_ne_bytes());
-    out.extend_from_slice(&0u32.to_ne_bytes());
-    out.extend_from_slice(&[family, 0]);
-    out.extend_from_slice(&res_id.to_be_bytes());
+    nlattr::nfnl_message(out, NFNL_SUBSYS_NFTABLES, kind, flags, seq, family, &attrs.0);
 }
 
 /// The batch begin marker (`seq`), for the nf_tables subsystem.
 pub fn begin(out: &mut Vec<u8>, seq: u32) {
-    header(out, NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, seq, 0, NFNL_SUBSYS_NFTABLES, 0);
+    nlattr::nfnl_header(out, NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, seq, 0, NFNL_SUBSYS_NFTABLES, 0);
 }
 
 pub fn end(out: &mut Vec<u8>, seq: u32) {
-    header(out, NFNL_MSG_BATCH_END, NLM_F_REQUEST, seq, 0, NFNL_SUBSYS_NFTABLES, 0);
+    nlattr::nfnl_header(out, NFNL_MSG_BATCH_END, NLM_F_REQUEST, seq, 0, NFNL_SUBSYS_NFTABLES, 0);
 }
 
 /// nftnl's user data: type-length-value with one-byte type and length.
