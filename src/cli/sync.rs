@@ -106,7 +106,12 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
                 Detail::Ipvs(report) => print_ipvs(args, report)?,
                 Detail::Nftables(reports) => print_nftables(args, reports)?,
             };
-            print_reconciled(args, &outcome.reconciled)? || rules
+            let pending = print_reconciled(args, &outcome.reconciled)? || rules;
+            if outcome.reconciled.iter().any(|r| r.error.is_some()) {
+                // The rules are in place, the flows are not: a failed kernel call, reported as one.
+                anyhow::bail!("the rules were synced, but stale UDP conntrack flows were not deleted (above)");
+            }
+            pending
         }
         Err(SyncFailure::Iptables(mut failure)) => {
             // What the families that synced did is shown, then the error.
@@ -159,12 +164,12 @@ fn print_reconciled(args: &SyncArgs, runs: &[Reconciled]) -> anyhow::Result<bool
     let mut pending = false;
     for r in runs {
         if let Some(e) = &r.error {
-            eprintln!("svcproxy: warning: {}: stale UDP conntrack flows not cleared: {e}", r.family);
+            eprintln!("svcproxy: warning: {}: stale UDP conntrack flows not cleared: {e}", r.family.api_name());
             continue;
         }
         if args.dry_run {
             if args.output == DryRunOutput::Diff && !r.stale.is_empty() {
-                let mut text = format!("# conntrack {}: {} stale UDP flow(s) would be deleted (of {} listed)\n", r.family, r.stale.len(), r.listed);
+                let mut text = format!("# conntrack {}: {} stale UDP flow(s) would be deleted (of {} listed)\n", r.family.api_name(), r.stale.len(), r.listed);
                 for f in &r.stale {
                     text.push_str(&format!("-{f}\n"));
                 }
@@ -172,7 +177,7 @@ fn print_reconciled(args: &SyncArgs, runs: &[Reconciled]) -> anyhow::Result<bool
                 pending = true;
             }
         } else if let Some(n) = r.deleted.filter(|n| *n > 0) {
-            eprintln!("svcproxy: {}: {n} stale UDP conntrack flow(s) deleted of {} listed ({:.3} s)", r.family, r.listed, r.seconds);
+            eprintln!("svcproxy: {}: {n} stale UDP conntrack flow(s) deleted of {} listed ({:.3} s)", r.family.api_name(), r.listed, r.seconds);
         }
     }
     Ok(pending)

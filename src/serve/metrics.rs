@@ -107,6 +107,9 @@ pub struct Metrics {
     pub rules_last: Family<TableLabel, Gauge>,
     pub conntrack_reconcile_duration: PerFamily,
     pub conntrack_deleted: Family<FamilyLabel, Counter>,
+    /// svcproxy's: conntrack reconciler runs that failed (the run stays owed, retried after
+    /// the family's next sync).
+    pub conntrack_failures: Family<FamilyLabel, Counter>,
     pub syncs: Family<ResultLabel, Counter>,
     pub malformed_objects: Counter,
     pub no_local_endpoints: Family<PolicyLabel, Gauge>,
@@ -165,6 +168,7 @@ impl Metrics {
             rules_last: Family::default(),
             conntrack_reconcile_duration: Family::new_with_constructor(seconds),
             conntrack_deleted: Family::default(),
+            conntrack_failures: Family::default(),
             syncs: Family::default(),
             malformed_objects: Counter::default(),
             no_local_endpoints: Family::default(),
@@ -200,6 +204,7 @@ impl Metrics {
         r.register("kubeproxy_proxy_livez", "Cumulative proxy livez HTTP status", self.livez.clone());
         r.register("svcproxy_syncs", "Syncs run, by result", self.syncs.clone());
         r.register("svcproxy_malformed_objects", "Objects skipped because they could not be read", self.malformed_objects.clone());
+        r.register("svcproxy_conntrack_reconciler_failures", "Conntrack reconciler runs that failed to list or delete flows (retried after the family's next sync)", self.conntrack_failures.clone());
         r.register("svcproxy_canary_checks", "Checks of the KUBE-PROXY-CANARY rules (iptables mode, once per sync period)", self.canary_checks.clone());
         r.register("svcproxy_canary_lost", "Checks that found a KUBE-PROXY-CANARY rule gone (each forces a full sync)", self.canary_lost.clone());
         r.register_collector(Box::new(super::process::ProcessCollector));

@@ -81,12 +81,16 @@ fn families_synced(m: &Metrics, engine: &Engine, synced: &[FamilySync], rules: &
     }
 }
 
-/// kube-proxy's conntrack reconciler families, from the flows a sync cleared.
+/// kube-proxy's conntrack reconciler families, from its runs, and svcproxy's count of
+/// those that failed.
 fn reconciled(m: &Metrics, list: &[crate::conntrack::Reconciled]) {
     for r in list {
         let family = FamilyLabel::of(r.family);
         m.conntrack_reconcile_duration.get_or_create(&family).observe(r.seconds);
         m.conntrack_deleted.get_or_create(&family).inc_by(r.deleted.unwrap_or(0) as u64);
+        if r.error.is_some() {
+            m.conntrack_failures.get_or_create(&family).inc();
+        }
     }
 }
 
