@@ -36,7 +36,7 @@ pub(crate) const NODE: &str = "node-1";
 pub(crate) const OTHER_NODE: &str = "node-2";
 const NS: &str = "dp";
 const CLUSTER_CIDRS: &str = "198.18.0.0/16,fd00:18::/32";
-const SVC_CIDR4: &str = "198.19.255.0/24";
+pub(crate) const SVC_CIDR4: &str = "198.19.255.0/24";
 pub(crate) const SVC_CIDR6: &str = "fd00:19:ff::/112";
 pub(crate) const EXT_CIDR4: &str = "198.19.2.0/24";
 pub(crate) const CLIENT: &str = "client";
@@ -255,7 +255,7 @@ pub(crate) fn cluster_yaml(svcs: &[Svc]) -> String {
 // ---------------------------------------------------------------------------
 // running svcproxy in the lab
 
-fn sync_args(path: &str, dry_run: bool) -> Vec<&str> {
+pub(crate) fn sync_args(path: &str, dry_run: bool) -> Vec<&str> {
     let mut a = vec![
         "sync",
         "--from",

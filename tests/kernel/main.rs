@@ -53,6 +53,7 @@ mod outside;
 mod selftest;
 mod svcproxy;
 mod trace_check;
+mod udp_flows;
 mod watch_e2e;
 
 use std::time::Duration;
@@ -88,6 +89,7 @@ fn main() {
     cases.extend(nft_chunked::cases());
     cases.extend(nft_field::cases());
     cases.extend(ctnetlink::cases());
+    cases.extend(udp_flows::cases());
     let code = harness::run(
         &cases,
         Options {

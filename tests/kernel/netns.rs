@@ -230,13 +230,22 @@ impl Ns {
     }
     /// Start a long-running process inside the namespace (stdio to /dev/null).
     pub fn spawn(&self, argv: &[&str]) -> Result<Child, String> {
+        self.spawn_stdout(argv, Stdio::null())
+    }
+    /// Like [`Ns::spawn`], its stdout written to `out` (created or truncated), for a
+    /// long-running process whose output the test reads while it runs.
+    pub fn spawn_logged(&self, argv: &[&str], out: &std::path::Path) -> Result<Child, String> {
+        let file = std::fs::File::create(out).map_err(|e| format!("{}: {e}", out.display()))?;
+        self.spawn_stdout(argv, Stdio::from(file))
+    }
+    fn spawn_stdout(&self, argv: &[&str], stdout: Stdio) -> Result<Child, String> {
         let prog = which(argv[0]).ok_or_else(|| format!("{}: not found", argv[0]))?;
         Command::new(which("ip").ok_or("ip: not found")?)
             .args(["netns", "exec", &self.name])
             .arg(prog)
             .args(&argv[1..])
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(stdout)
             .stderr(Stdio::null())
             .spawn()
             .map_err(|e| format!("[{}] spawn {}: {e}", self.name, argv.join(" ")))

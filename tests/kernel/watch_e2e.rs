@@ -91,7 +91,7 @@ pub(crate) fn spawn_svcproxy(node: &str, argv: &[&str], env: &[(&str, &str)], lo
     Ok(Daemon(child))
 }
 
-pub(crate) fn until(what: &str, limit: Duration, cond: impl Fn() -> bool) -> Result<Duration, String> {
+pub(crate) fn until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) -> Result<Duration, String> {
     let start = Instant::now();
     while !cond() {
         if start.elapsed() > limit {
