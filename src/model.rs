@@ -311,6 +311,27 @@ pub struct Node {
 
 pub const LABEL_ZONE: &str = "topology.kubernetes.io/zone";
 
+/// A ServiceCIDR object (`networking.k8s.io/v1`, cluster-scoped): ranges ClusterIPs are
+/// allocated from. kube-proxy's nftables mode drops traffic to their unallocated addresses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServiceCidr {
+    /// Its name (cluster-scoped: no namespace).
+    pub id: NamespacedName,
+    pub cidrs: Vec<Cidr>,
+}
+
+/// The cluster's ServiceCIDRs: every object's `spec.cidrs`, each once, in the order first
+/// read (kube-proxy passes a set; nft lists an anonymous set's elements sorted).
+pub fn service_cidrs(objects: &[ServiceCidr]) -> Vec<Cidr> {
+    let mut out: Vec<Cidr> = Vec::new();
+    for c in objects.iter().flat_map(|o| &o.cidrs) {
+        if !out.contains(c) {
+            out.push(*c);
+        }
+    }
+    out
+}
+
 /// kube-proxy's per-family service port info (`BaseServicePortInfo`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ServicePort {

@@ -31,7 +31,11 @@ pub fn load_objects(state: ClusterState, objects: &Objects, flags: Settings, fil
     let fixture = state.fixture.as_ref().map(Settings::from_fixture).unwrap_or_default();
     let settings = flags.over(file).over(fixture);
     let chosen = settings.ip_family.is_some_and(|f| f != crate::settings::kinds::Families::Auto);
-    let config = config::resolve(settings, &state.nodes)?;
+    let mut config = config::resolve(settings, &state.nodes)?;
+    // The ServiceCIDR objects, unless the `serviceCIDRs` option overrides them.
+    if config.service_cidrs.is_empty() {
+        config.service_cidrs = crate::model::service_cidrs(&state.service_cidrs);
+    }
     let mut notes = state.notes;
     if !chosen {
         notes.extend(family_left_out(&config.families, &objects.services));

@@ -136,8 +136,11 @@ pub struct Config {
     pub pod_interface_name_prefix: String,
     pub masquerade_bit: u32,
     pub masquerade_all: bool,
-    /// ServiceCIDRs (nftables mode drops traffic to their unallocated addresses).
+    /// ServiceCIDRs (nftables mode drops traffic to their unallocated addresses): the
+    /// `serviceCIDRs` option's, or else the ServiceCIDR objects'.
     pub service_cidrs: Vec<Cidr>,
+    /// Whether the `serviceCIDRs` option set them (ServiceCIDR objects then change nothing).
+    pub service_cidrs_option: bool,
     /// Overrides the formatted mark (kube-proxy's unit-test fake); normally `None`.
     pub masquerade_mark_text: Option<String>,
     /// The node's interface addresses, when known (else the node IPs and loopback).
@@ -302,6 +305,7 @@ pub fn resolve(s: Settings, nodes: &[Node]) -> Result<Config, ConfigError> {
         pod_interface_name_prefix: s.pod_interface_name_prefix.clone().unwrap_or_default(),
         masquerade_bit,
         masquerade_all: masquerade_all.unwrap_or_default(),
+        service_cidrs_option: !service_cidrs.is_empty(),
         service_cidrs,
         masquerade_mark_text: s.masquerade_mark.clone(),
         interface_addresses: match &s.interface_addresses {

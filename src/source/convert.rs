@@ -299,6 +299,13 @@ fn slice_endpoints(
     Ok(out)
 }
 
+/// A ServiceCIDR's name and `spec.cidrs` (its status is not read, as kube-proxy reads none).
+pub fn service_cidr(s: &k8s_openapi::api::networking::v1::ServiceCIDR) -> Result<crate::model::ServiceCidr> {
+    let name = s.metadata.name.clone().filter(|n| !n.is_empty()).ok_or_else(|| FieldError::new("metadata.name", "missing"))?;
+    let list = s.spec.as_ref().and_then(|sp| sp.cidrs.as_deref());
+    Ok(crate::model::ServiceCidr { id: NamespacedName::new(String::new(), name), cidrs: cidrs("spec.cidrs", list)? })
+}
+
 pub fn node(n: &core::Node) -> Result<Node> {
     let name = n.metadata.name.clone().filter(|s| !s.is_empty()).ok_or_else(|| FieldError::new("metadata.name", "missing"))?;
     // InternalIPs first, then ExternalIPs (the order kube-proxy's GetNodeHostIPs reads them).

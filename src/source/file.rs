@@ -42,6 +42,8 @@ pub struct ClusterState {
     pub services: Vec<Service>,
     pub slices: Vec<EndpointSlice>,
     pub nodes: Vec<Node>,
+    /// ServiceCIDR objects (nftables mode's drop rule for unallocated ClusterIPs).
+    pub service_cidrs: Vec<crate::model::ServiceCidr>,
     /// One line for everything skipped (other kinds, ignored fields).
     pub notes: Vec<Note>,
     /// Pods, legacy Endpoints and what the endpoint controllers read of each Service.
@@ -560,7 +562,7 @@ impl At<'_> {
 
 /// The lists read: `kind: List` (items carry their own kind) and the typed lists, whose
 /// items' kind follows from the list's.
-const LIST_KINDS: &[&str] = &["List", "ServiceList", "EndpointSliceList", "NodeList", "PodList", "EndpointsList"];
+const LIST_KINDS: &[&str] = &["List", "ServiceList", "EndpointSliceList", "NodeList", "PodList", "EndpointsList", "ServiceCIDRList"];
 
 /// Reads document number `doc` of `path`, which starts on line `line`.
 pub(super) fn read_doc(path: &Path, doc: usize, line: u64, value: Doc, state: &mut ClusterState) -> Result<(), SourceError> {
@@ -679,6 +681,15 @@ fn read_value(at: &At, value: Value, state: &mut ClusterState) -> Result<(), Sou
                 state.nodes.retain(|n| n.name != node.name);
             }
             state.nodes.push(node);
+            Ok(())
+        }
+        ("networking.k8s.io/v1" | "networking.k8s.io/v1beta1", "ServiceCIDR") => {
+            let sc: k8s_openapi::api::networking::v1::ServiceCIDR = typed(at, &kind, &object, value)?;
+            let sc = convert::service_cidr(&sc).map_err(|e| at.field_error(&kind, object.clone(), e))?;
+            if once(at, "ServiceCIDR", &sc.id, state) {
+                state.service_cidrs.retain(|s| s.id != sc.id);
+            }
+            state.service_cidrs.push(sc);
             Ok(())
         }
         ("", _) | (_, "") => Err(at.item_error(&object, "missing apiVersion or kind")),
@@ -851,6 +862,20 @@ mod tests {
         let text = SVC.replace("10.0.0.1", "10.0.0.300");
         let err = read(&text).unwrap_err().to_string();
         assert!(err.contains("Service ns/web: field spec.clusterIP: invalid IP address \"10.0.0.300\""), "{err}");
+    }
+
+    #[test]
+    fn service_cidrs_are_read_in_lists_and_alone_and_a_bad_one_names_its_field() {
+        let one = "apiVersion: networking.k8s.io/v1\nkind: ServiceCIDR\nmetadata: {name: kubernetes}\nspec: {cidrs: [10.96.0.0/16, 'fd00:10:96::/112']}\n";
+        let list = "apiVersion: networking.k8s.io/v1\nkind: ServiceCIDRList\nitems:\n- metadata: {name: more}\n  spec: {cidrs: [10.97.0.0/16, 10.96.0.0/16]}\n";
+        let st = read(&format!("{one}---\n{list}")).unwrap();
+        assert!(st.notes.is_empty(), "{:?}", st.notes);
+        let names: Vec<&str> = st.service_cidrs.iter().map(|c| c.id.name.as_str()).collect();
+        assert_eq!(names, ["kubernetes", "more"]);
+        let all: Vec<String> = crate::model::service_cidrs(&st.service_cidrs).iter().map(|c| c.to_string()).collect();
+        assert_eq!(all, ["10.96.0.0/16", "fd00:10:96::/112", "10.97.0.0/16"], "each once, in the order first read");
+        let err = read(&one.replace("10.96.0.0/16", "10.96.0.0/33")).unwrap_err().to_string();
+        assert!(err.contains("ServiceCIDR kubernetes: field spec.cidrs[0]: invalid CIDR \"10.96.0.0/33\""), "{err}");
     }
 
     #[test]

@@ -280,6 +280,8 @@ impl FileSet {
             }
             let node_owned = |n: &&crate::model::Node| owns(i, "Node", &NamespacedName::new(String::new(), n.name.clone()));
             m.state.nodes.extend(rest.nodes.iter().filter(node_owned).cloned());
+            let cidr_owned = |c: &&crate::model::ServiceCidr| owns(i, "ServiceCIDR", &c.id);
+            m.state.service_cidrs.extend(rest.service_cidrs.iter().filter(cidr_owned).cloned());
             let extra = &mut m.state.extra;
             extra.pods.extend(rest.extra.pods.iter().filter(|p| owns(i, "Pod", &p.id)).cloned());
             extra.endpoints.extend(rest.extra.endpoints.iter().filter(|e| owns(i, "Endpoints", &e.id)).cloned());

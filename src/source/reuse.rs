@@ -151,7 +151,7 @@ struct Marks {
     backends: usize,
     slice_refs: usize,
     /// Everything a document taken again may not have given.
-    others: [usize; 5],
+    others: [usize; 6],
     fixture: bool,
 }
 
@@ -163,7 +163,7 @@ impl Marks {
             slices: state.slices.len(),
             backends: extra.backends.len(),
             slice_refs: extra.slice_refs.len(),
-            others: [state.nodes.len(), state.notes.len(), state.duplicates.len(), extra.pods.len(), extra.endpoints.len()],
+            others: [state.nodes.len(), state.notes.len(), state.duplicates.len(), extra.pods.len(), extra.endpoints.len(), state.service_cidrs.len()],
             fixture: state.fixture.is_some(),
         }
     }
