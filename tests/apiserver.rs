@@ -384,3 +384,53 @@ fn latency_of_a_plain_change_and_of_a_change_in_a_410_gap() {
     eprintln!("change in a 410 gap → rules (ms): {}", ms(&gap));
     rig.stop();
 }
+
+/// The cluster's ServiceCIDR objects reach nftables mode's `cluster-ips-check` drop rule:
+/// one listed at start, one added, one changed and all deleted, each by the next sync.
+#[test]
+fn service_cidrs_from_the_api_server_reach_the_nftables_drop_rule() {
+    let rt = runtime();
+    let server = rt.block_on(ApiServer::start()).expect("the test API server starts");
+    let cidr = |name: &str, cidrs: &[&str]| json!({"apiVersion": "networking.k8s.io/v1", "kind": "ServiceCIDR", "metadata": {"name": name}, "spec": {"cidrs": cidrs}});
+    server.apply(cidr("kubernetes", &["198.19.0.0/16"]));
+    server.apply(service("web", "198.19.255.10", json!({})));
+    server.apply(slice("web-1", "web", &["198.18.1.2"], json!({})));
+
+    let flags = Settings {
+        mode: Some(svcproxy::settings::kinds::ProxyMode::Nftables),
+        hostname_override: Some("n1".into()),
+        node_ips: Some(vec!["198.19.1.1".into()]),
+        ip_family: Some(svcproxy::settings::kinds::Families::Ipv4),
+        ..Settings::default()
+    };
+    let loaded = svcproxy::pipeline::load(ClusterState::default(), flags, Settings::default()).unwrap();
+    let nft = svcproxy::nftables::fake::FakeNft::shared();
+    let engine = watch::Engine::nftables(loaded.config, loaded.trackers, Box::new(nft.clone()), Box::new(FakeFlows::default()));
+    let timing = Timing { min_sync_period: Duration::from_millis(100), sync_period: Duration::from_secs(30), ..Timing::default() };
+    let shared = Arc::new(Shared::new(Schedule::new(timing)));
+    let watch = start_watch(&rt, plain_client(&rt, &server), None, engine, shared);
+    let drop_rule = || {
+        let listed = nft.lock().unwrap().listing(svcproxy::nftables::model::Family::Ip).unwrap_or_default();
+        listed.lines().find(|l| l.contains("Drop traffic to unallocated ClusterIPs")).map(|l| l.trim().to_string())
+    };
+    // The drop rule's CIDRs (`ip daddr { A,B } drop …`), sorted; `None`: no drop rule.
+    let cidrs_dropped = move || {
+        let rule = drop_rule()?;
+        let inside = rule.split('{').nth(1)?.split('}').next()?;
+        let mut list: Vec<String> = inside.split(',').map(|c| c.trim().to_string()).collect();
+        list.sort();
+        Some(list)
+    };
+    let holds = move |want: Option<&'static [&'static str]>| move || cidrs_dropped() == want.map(|w| w.iter().map(|c| c.to_string()).collect());
+
+    until("the listed ServiceCIDR's drop rule", holds(Some(&["198.19.0.0/16"])));
+    server.apply(cidr("more", &["198.20.0.0/16"]));
+    until("a second ServiceCIDR", holds(Some(&["198.19.0.0/16", "198.20.0.0/16"])));
+    server.apply(cidr("more", &["198.21.0.0/16"]));
+    until("the changed ServiceCIDR", holds(Some(&["198.19.0.0/16", "198.21.0.0/16"])));
+    server.delete(cidr("more", &["198.21.0.0/16"]));
+    server.delete(cidr("kubernetes", &["198.19.0.0/16"]));
+    until("no ServiceCIDR: no drop rule", holds(None));
+    assert!(drop_rule().is_none());
+    watch.stop(&rt);
+}

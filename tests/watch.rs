@@ -229,6 +229,8 @@ fn watch_from_a_directory_follows_renames_and_deletions_file_by_file() {
                             svcproxy::track::Event::ServiceDeleted(id) => format!("delete service {id}"),
                             svcproxy::track::Event::SliceApplied(s) => format!("apply slice {}", s.id),
                             svcproxy::track::Event::SliceDeleted(s) => format!("delete slice {}", s.id),
+                            svcproxy::track::Event::ServiceCidrApplied(c) => format!("apply servicecidr {}", c.id),
+                            svcproxy::track::Event::ServiceCidrDeleted(c) => format!("delete servicecidr {}", c.id),
                         })
                         .collect();
                 }
@@ -251,6 +253,49 @@ fn watch_from_a_directory_follows_renames_and_deletions_file_by_file() {
     events.sort();
     assert_eq!(events, ["delete service a/web", "delete slice a/web-1"]);
 
+    drop(rx);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Watch mode from files: a ServiceCIDR object added, changed and deleted each sends the
+/// cluster's whole ServiceCIDR list once (the engine re-renders nftables mode's drop rule).
+#[test]
+fn watch_from_files_follows_service_cidr_objects() {
+    let dir: PathBuf = std::env::temp_dir().join(format!("svcproxy-watch-cidrs-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("a.yaml"), cluster(1, "")).unwrap();
+    let cidr = |c: &str| format!("apiVersion: networking.k8s.io/v1\nkind: ServiceCIDR\nmetadata: {{name: kubernetes}}\nspec: {{cidrs: ['{c}']}}\n");
+    std::fs::write(dir.join("cidr.yaml"), cidr("198.19.0.0/16")).unwrap();
+    let (initial, _, errors) = Start::read(&dir, &DERIVE);
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(initial.service_cidrs.iter().map(|c| c.to_string()).collect::<Vec<_>>(), ["198.19.0.0/16"]);
+
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<SourceMsg>(64);
+    rt.spawn(watch_files(dir.clone(), Duration::from_millis(20), initial, DERIVE, tx));
+    // The next ServiceCIDR list sent (or, with `ready`, the Ready message), as text.
+    let mut next = |ready: bool| -> Vec<String> {
+        rt.block_on(async {
+            loop {
+                let msg = tokio::time::timeout(Duration::from_secs(10), rx.recv()).await.expect("a message within 10s").expect("the source runs");
+                match msg {
+                    SourceMsg::Ready if ready => return Vec::new(),
+                    SourceMsg::ServiceCidrs(list) if !ready => return list.iter().map(|c| c.to_string()).collect(),
+                    _ => {}
+                }
+            }
+        })
+    };
+    assert!(next(true).is_empty(), "ready");
+    let mut next_cidrs = || next(false);
+    std::fs::write(dir.join("cidr.yaml"), cidr("198.18.0.0/15")).unwrap();
+    assert_eq!(next_cidrs(), ["198.18.0.0/15"]);
+    std::fs::write(dir.join("more.yaml"), cidr("fd00:10:96::/112").replace("kubernetes", "v6")).unwrap();
+    assert_eq!(next_cidrs(), ["198.18.0.0/15", "fd00:10:96::/112"]);
+    std::fs::remove_file(dir.join("cidr.yaml")).unwrap();
+    std::fs::remove_file(dir.join("more.yaml")).unwrap();
+    assert_eq!(next_cidrs(), Vec::<String>::new());
     drop(rx);
     let _ = std::fs::remove_dir_all(&dir);
 }

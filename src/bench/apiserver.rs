@@ -115,6 +115,7 @@ impl ApiServer {
             .route("/apis/discovery.k8s.io/v1/endpointslices", get(slices))
             .route("/api/v1/nodes/{name}", get(|| async { StatusCode::NOT_FOUND }))
             .route("/api/v1/nodes", get(nodes))
+            .route("/apis/networking.k8s.io/v1/servicecidrs", get(service_cidrs))
             .with_state(server.clone());
         tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -141,7 +142,8 @@ impl ApiServer {
         let _ = self.events.send(c);
     }
 
-    /// Creates or replaces (ADDED or MODIFIED) an object of kind `Service` or `EndpointSlice`.
+    /// Creates or replaces (ADDED or MODIFIED) an object of kind `Service`, `EndpointSlice`,
+    /// `Node` or `ServiceCIDR`.
     pub fn apply(&self, object: Value) {
         let kind = kind_of(&object);
         let (ns, name) = key(&object);
@@ -266,6 +268,7 @@ fn kind_of(object: &Value) -> &'static str {
     match object["kind"].as_str() {
         Some("Service") => "Service",
         Some("Node") => "Node",
+        Some("ServiceCIDR") => "ServiceCIDR",
         _ => "EndpointSlice",
     }
 }
@@ -297,6 +300,10 @@ async fn services(State(s): State<ApiServer>, headers: HeaderMap, Query(q): Quer
 
 async fn nodes(State(s): State<ApiServer>, headers: HeaderMap, Query(q): Query<BTreeMap<String, String>>) -> Response {
     serve(s, "Node", "v1", q, &headers).await
+}
+
+async fn service_cidrs(State(s): State<ApiServer>, headers: HeaderMap, Query(q): Query<BTreeMap<String, String>>) -> Response {
+    serve(s, "ServiceCIDR", "networking.k8s.io/v1", q, &headers).await
 }
 
 async fn slices(State(s): State<ApiServer>, headers: HeaderMap, Query(q): Query<BTreeMap<String, String>>) -> Response {

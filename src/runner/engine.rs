@@ -184,6 +184,23 @@ impl Engine {
         true
     }
 
+    /// The cluster's ServiceCIDRs (from its ServiceCIDR objects). Only nftables mode's
+    /// rules use them, and only when the `serviceCIDRs` option does not set them: then
+    /// every service is re-rendered (the next sync is full). Returns whether the rules change.
+    pub fn set_service_cidrs(&mut self, cidrs: Vec<crate::net::Cidr>) -> bool {
+        if self.config.service_cidrs_option || cidrs == self.config.service_cidrs {
+            return false;
+        }
+        self.config.service_cidrs = cidrs;
+        match &mut self.proxier {
+            Proxier::Nftables(p) => {
+                p.rerender(&self.config, &self.trackers);
+                true
+            }
+            Proxier::Iptables(_) | Proxier::Ipvs(_) => false,
+        }
+    }
+
     pub fn apply(&mut self, events: &[Event]) {
         for e in events {
             self.trackers.apply(e);

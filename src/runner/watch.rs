@@ -105,6 +105,12 @@ pub(crate) fn on_message(engine: &mut Engine, shared: &SharedState, msg: SourceM
                 tracing::info!(%note, "note on the input");
             }
         }
+        SourceMsg::ServiceCidrs(cidrs) => {
+            if engine.set_service_cidrs(cidrs) {
+                tracing::info!(service_cidrs = ?engine.config.service_cidrs, "the cluster's ServiceCIDRs changed: full re-render");
+                lock_schedule(shared).force_full(now);
+            }
+        }
         SourceMsg::Node { node, deleting } => {
             shared.node_deleting.store(deleting, std::sync::atomic::Ordering::SeqCst);
             if let Some(node) = node {

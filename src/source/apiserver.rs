@@ -38,7 +38,7 @@ use serde_json::Value;
 
 /// Every API call svcproxy makes, as RBAC sees it: (API group, resource, verb). The
 /// ClusterRole in deploy/ must grant exactly these (tests/deploy.rs checks it).
-pub const API_CALLS: [(&str, &str, &str); 7] = [
+pub const API_CALLS: [(&str, &str, &str); 9] = [
     ("", "services", "list"),
     ("", "services", "watch"),
     ("discovery.k8s.io", "endpointslices", "list"),
@@ -47,6 +47,9 @@ pub const API_CALLS: [(&str, &str, &str); 7] = [
     ("", "nodes", "get"),
     ("", "nodes", "list"),
     ("", "nodes", "watch"),
+    // The cluster's ServiceCIDRs (nftables mode's drop rule), as kube-proxy's informer.
+    ("networking.k8s.io", "servicecidrs", "list"),
+    ("networking.k8s.io", "servicecidrs", "watch"),
 ];
 
 /// kube-proxy's informer selector, or the one owning `proxy_name`'s objects.
@@ -169,6 +172,10 @@ trait Kind: Sized {
     fn id(&self) -> &NamespacedName;
     fn applied(obj: Arc<Self>) -> Event;
     fn deleted(obj: Arc<Self>) -> Event;
+    /// The identity of a raw object of this kind (a cluster-scoped kind has no namespace).
+    fn id_of(meta: &ObjectMeta) -> NamespacedName {
+        convert::object_id(meta)
+    }
     fn api_resource() -> ApiResource {
         ApiResource::erase::<Self::Kube>(&())
     }
@@ -209,6 +216,26 @@ impl Kind for EndpointSlice {
     }
 }
 
+impl Kind for crate::model::ServiceCidr {
+    type Kube = k8s_openapi::api::networking::v1::ServiceCIDR;
+    const KIND: &'static str = "ServiceCIDR";
+    fn convert(obj: &Self::Kube) -> Result<Option<Self>, FieldError> {
+        convert::service_cidr(obj).map(Some)
+    }
+    fn id(&self) -> &NamespacedName {
+        &self.id
+    }
+    fn id_of(meta: &ObjectMeta) -> NamespacedName {
+        NamespacedName::new(String::new(), meta.name.clone().unwrap_or_default())
+    }
+    fn applied(obj: Arc<Self>) -> Event {
+        Event::ServiceCidrApplied(obj)
+    }
+    fn deleted(obj: Arc<Self>) -> Event {
+        Event::ServiceCidrDeleted(obj)
+    }
+}
+
 impl<T> Default for Known<T> {
     fn default() -> Self {
         Known { current: BTreeSet::new(), relist: None, bad: BTreeMap::new(), relist_bad: BTreeSet::new(), listed: false }
@@ -217,7 +244,7 @@ impl<T> Default for Known<T> {
 
 /// Why one raw object cannot be used: "KIND NAMESPACE/NAME (resourceVersion RV): field PATH: REASON".
 fn decode<T: Kind>(raw: &Raw) -> Result<Option<T>, String> {
-    let id = convert::object_id(&raw.metadata);
+    let id = T::id_of(&raw.metadata);
     let rv = raw.metadata.resource_version.as_deref().unwrap_or("");
     let what = |field: &str, reason: &dyn std::fmt::Display| format!("{} {id} (resourceVersion {rv}): field {field}: {reason}", T::KIND);
     // List items carry no apiVersion/kind: the typed decoder does not need them.
@@ -231,7 +258,7 @@ fn decode<T: Kind>(raw: &Raw) -> Result<Option<T>, String> {
 impl<T: Kind> Known<T> {
     /// Decodes one raw object; an undecodable one is reported unless this version was.
     fn decode(&mut self, raw: &Raw, bad: &mut Vec<String>) -> Result<Option<Arc<T>>, NamespacedName> {
-        let id = convert::object_id(&raw.metadata);
+        let id = T::id_of(&raw.metadata);
         match decode::<T>(raw) {
             Ok(v) => {
                 self.bad.remove(&id);
@@ -288,7 +315,7 @@ impl<T: Kind> Known<T> {
                 }
             }
             WEvent::Delete(o) => {
-                let id = convert::object_id(&o.metadata);
+                let id = T::id_of(&o.metadata);
                 self.bad.remove(&id);
                 if let Some(old) = self.current.take(&id) {
                     out.push(T::deleted(old.0));
@@ -381,15 +408,21 @@ pub async fn run_with_node(client: Client, proxy_name: Option<String>, node_name
     let raw = |ar: ApiResource| Api::<Raw>::all_with(client.clone(), &ar);
     let services = backed_off(watcher::watcher(raw(Service::api_resource()), cfg.clone()), "Service").map(|e| Either::Service(Box::new(e)));
     let slices = backed_off(watcher::watcher(raw(EndpointSlice::api_resource()), cfg), "EndpointSlice").map(|e| Either::Slice(Box::new(e)));
-    let mut stream = std::pin::pin!(futures::stream::select(services, slices));
+    // kube-proxy's ServiceCIDR informer has no selector.
+    let cidr_objects = raw(crate::model::ServiceCidr::api_resource());
+    let cidrs = backed_off(watcher::watcher(cidr_objects, watcher::Config::default()), "ServiceCIDR").map(|e| Either::Cidr(Box::new(e)));
+    let mut stream = std::pin::pin!(futures::stream::select(futures::stream::select(services, slices), cidrs));
     let mut svc: Known<Service> = Known::default();
     let mut eps: Known<EndpointSlice> = Known::default();
+    let mut sc: Known<crate::model::ServiceCidr> = Known::default();
+    let mut cidr_list: Option<Vec<crate::net::Cidr>> = None;
     let mut ready = false;
     while let Some(item) = stream.next().await {
         let (mut out, mut bad) = (Vec::new(), Vec::new());
         match item {
             Either::Service(ev) => svc.step(*ev, &mut out, &mut bad),
             Either::Slice(ev) => eps.step(*ev, &mut out, &mut bad),
+            Either::Cidr(ev) => sc.step(*ev, &mut Vec::new(), &mut bad),
         }
         if !bad.is_empty() && tx.send(SourceMsg::Malformed(bad)).await.is_err() {
             return;
@@ -397,7 +430,18 @@ pub async fn run_with_node(client: Client, proxy_name: Option<String>, node_name
         if !out.is_empty() && tx.send(SourceMsg::Events(out)).await.is_err() {
             return;
         }
-        if !ready && svc.listed && eps.listed {
+        // The whole list, whenever it changes (once listed), as kube-proxy's handler gets it.
+        if sc.listed {
+            let objects: Vec<crate::model::ServiceCidr> = sc.current.iter().map(|o| (*o.0).clone()).collect();
+            let now = crate::model::service_cidrs(&objects);
+            if cidr_list.as_ref() != Some(&now) {
+                cidr_list = Some(now.clone());
+                if tx.send(SourceMsg::ServiceCidrs(now)).await.is_err() {
+                    return;
+                }
+            }
+        }
+        if !ready && svc.listed && eps.listed && sc.listed {
             ready = true;
             if tx.send(SourceMsg::Ready).await.is_err() {
                 return;
@@ -432,6 +476,7 @@ async fn watch_node(client: Client, name: String, tx: mpsc::Sender<SourceMsg>) {
 enum Either {
     Service(Box<WEvent<Raw>>),
     Slice(Box<WEvent<Raw>>),
+    Cidr(Box<WEvent<Raw>>),
 }
 
 #[cfg(test)]

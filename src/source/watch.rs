@@ -29,6 +29,8 @@ pub enum SourceMsg {
     /// derived slices, …), as one-shot commands print it: sent at start and whenever it
     /// differs from what was sent last, never on a poll that changes nothing.
     Notes(Vec<String>),
+    /// The cluster's ServiceCIDRs changed: the whole list, as kube-proxy's handler gets it.
+    ServiceCidrs(Vec<crate::net::Cidr>),
     /// This node changed (labels, addresses) or is being deleted.
     Node { node: Option<crate::model::Node>, deleting: bool },
 }
@@ -60,6 +62,8 @@ pub struct Start {
     pub files: FileSet,
     pub objects: Objects,
     pub notes: Vec<Note>,
+    /// The ServiceCIDRs of the start's read (the engine was loaded with them).
+    pub service_cidrs: Vec<crate::net::Cidr>,
 }
 
 impl Start {
@@ -70,7 +74,8 @@ impl Start {
         let (mut files, mut errors) = FileSet::read(path);
         let (Merged { objects, state }, more) = files.merge(finish);
         errors.extend(more);
-        (Start { files, objects, notes: state.notes.clone() }, state, errors)
+        let service_cidrs = crate::model::service_cidrs(&state.service_cidrs);
+        (Start { files, objects, notes: state.notes.clone(), service_cidrs }, state, errors)
     }
 }
 
@@ -87,7 +92,7 @@ impl Start {
 /// cluster. A file that no longer reads whole keeps the objects it lacks (see
 /// [`FileSet::update`]); one that is gone takes its objects with it.
 pub async fn watch_files(path: PathBuf, interval: Duration, initial: Start, finish: impl Finish, tx: mpsc::Sender<SourceMsg>) {
-    let Start { mut files, objects: mut state, notes: initial_notes } = initial;
+    let Start { mut files, objects: mut state, notes: initial_notes, service_cidrs: mut cidrs } = initial;
     let mut read_at = fingerprint(&path);
     let mut previous_poll = read_at.clone();
     let mut notes = Vec::new();
@@ -141,7 +146,14 @@ pub async fn watch_files(path: PathBuf, interval: Duration, initial: Start, fini
                 return;
             }
         }
+        let now_cidrs = crate::model::service_cidrs(&rest.service_cidrs);
         drop(rest);
+        if now_cidrs != cidrs {
+            cidrs.clone_from(&now_cidrs);
+            if tx.send(SourceMsg::ServiceCidrs(now_cidrs)).await.is_err() {
+                return;
+            }
+        }
         if !errors.is_empty() {
             let list = errors.iter().map(SourceError::to_string).collect();
             if tx.send(SourceMsg::Malformed(list)).await.is_err() {

@@ -22,6 +22,10 @@ pub enum Event {
     SliceApplied(Arc<EndpointSlice>),
     /// The last known state of a deleted slice (its service and family are needed).
     SliceDeleted(Arc<EndpointSlice>),
+    /// ServiceCIDR objects: no tracker's; the source sums them up for the engine
+    /// (`SourceMsg::ServiceCidrs`).
+    ServiceCidrApplied(Arc<crate::model::ServiceCidr>),
+    ServiceCidrDeleted(Arc<crate::model::ServiceCidr>),
 }
 
 /// Both trackers of one family.
@@ -63,6 +67,7 @@ impl FamilyTracker {
             Event::ServiceDeleted(id) => self.services.delete(id),
             Event::SliceApplied(s) => self.endpoints.update(s),
             Event::SliceDeleted(s) => self.endpoints.delete(s),
+            Event::ServiceCidrApplied(_) | Event::ServiceCidrDeleted(_) => {}
         }
     }
 

@@ -1387,3 +1387,29 @@ fn nftables_partial_syncs_never_drift_from_a_full_sync_in_either_table() {
         assert_eq!(hairpins_seen > 0, version.nftables_hairpin_set(), "the walk reached the shared hairpin");
     }
 }
+
+/// ServiceCIDR objects reach nftables mode's drop rule (a full re-render); the
+/// `serviceCIDRs` option overrides them; iptables mode's rules do not use them.
+#[test]
+fn service_cidrs_re_render_nftables_mode_unless_the_option_sets_them() {
+    let cidr: crate::net::Cidr = crate::net::Cidr::parse_sloppy("10.96.0.0/16").unwrap();
+    let (mut engine, nft) = nftables_engine(demo_state(), KubeProxyVersion::V1_37);
+    engine.sync(true).unwrap();
+    let listed = |nft: &crate::nftables::fake::SharedNft| nft.lock().unwrap().listing(crate::nftables::model::Family::Ip).unwrap_or_default();
+    assert!(!listed(&nft).contains("Drop traffic to unallocated ClusterIPs"));
+    assert!(engine.set_service_cidrs(vec![cidr]), "the rules change");
+    assert!(!engine.set_service_cidrs(vec![cidr]), "the same list changes nothing");
+    engine.sync(false).unwrap();
+    assert!(listed(&nft).contains("ip daddr { 10.96.0.0/16 } drop comment \"Drop traffic to unallocated ClusterIPs\""), "{}", listed(&nft));
+    assert!(engine.set_service_cidrs(Vec::new()));
+    engine.sync(false).unwrap();
+    assert!(!listed(&nft).contains("Drop traffic to unallocated ClusterIPs"));
+
+    let (mut iptables, _, _) = iptables_engine(demo_state());
+    assert!(!iptables.set_service_cidrs(vec![cidr]), "iptables mode's rules do not use them");
+    let flags = Settings { mode: Some(crate::settings::kinds::ProxyMode::Nftables), service_cidrs: Some(vec!["10.100.0.0/16".into()]), ..Settings::default() };
+    let loaded = pipeline::load(demo_state(), flags, Settings::default()).unwrap();
+    let mut fixed = Engine::nftables(loaded.config, loaded.trackers, Box::new(crate::nftables::fake::FakeNft::shared()), Box::new(FakeFlows::default()));
+    assert!(!fixed.set_service_cidrs(vec![cidr]), "the option overrides the objects");
+    assert_eq!(fixed.config.service_cidrs.iter().map(|c| c.to_string()).collect::<Vec<_>>(), ["10.100.0.0/16"]);
+}

@@ -214,6 +214,7 @@ pub(super) fn events_seen(m: &Metrics, engine: &Engine, events: &[Event]) {
         match e {
             Event::ServiceApplied(_) | Event::ServiceDeleted(_) => services += families.len() as u64,
             Event::SliceApplied(s) | Event::SliceDeleted(s) => slices += u64::from(families.contains(&s.family)),
+            Event::ServiceCidrApplied(_) | Event::ServiceCidrDeleted(_) => {}
         }
     }
     m.service_changes_total.inc_by(services);
