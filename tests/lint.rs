@@ -25,7 +25,7 @@ use support::{check_golden, repo, Failures};
 const RANGE: &str = "10.96.0.0/12";
 
 /// Each lint fixture: its name and the exit code it must give.
-const LINT_FIXTURES: &[(&str, i32)] = &[("clean", 0), ("kubernetes-missing", 1), ("kubernetes-wrong", 3), ("seeded", 3)];
+const LINT_FIXTURES: &[(&str, i32)] = &[("clean", 0), ("kubernetes-missing", 1), ("kubernetes-wrong", 3), ("seeded", 3), ("service-cidrs", 1)];
 
 fn lint(fixture: &str, output: &str) -> (String, i32) {
     let path = format!("fixtures/lint/{fixture}.yaml");

@@ -30,6 +30,7 @@ Exit codes: 0 no findings or only info, 1 warnings (no errors), 3 errors,
 Checks (code, severity):
   SP001 error    ClusterIP assigned to more than one Service
   SP002 error    ClusterIP outside --service-cluster-ip-range
+  SP003 warning  ClusterIP outside every ServiceCIDR
   SP010 error    NodePort assigned to more than one Service
   SP011 error    NodePort outside --service-node-port-range
   SP020 warning  the default/kubernetes Service is missing
@@ -55,7 +56,7 @@ Checks (code, severity):
   SP091 warning  service port has no endpoints in any of its EndpointSlices
   SP092 info     EndpointSlice of an IP family the Service does not have
 Pod checks (SP04x) run only when the input holds Pods; SP002 and SP021 only with
---service-cluster-ip-range.";
+--service-cluster-ip-range; SP003 only when it holds ServiceCIDR objects.";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LintOutput {

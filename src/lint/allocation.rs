@@ -14,6 +14,26 @@ fn svc_id(s: &Service) -> ObjectId {
     ObjectId::new("Service", &s.id)
 }
 
+/// SP003: with ServiceCIDR objects in the input, a ClusterIP none of them holds: no
+/// allocator gives one (its range was removed, or it was set by hand); it is still
+/// served, and nftables mode's `cluster-ips-check` drop rule does not cover it.
+pub fn outside_service_cidrs(input: &Input) -> Vec<Finding> {
+    let cidrs = crate::model::service_cidrs(&input.state.service_cidrs);
+    if cidrs.is_empty() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for svc in &input.state.services {
+        for ip in svc.cluster_ips.iter().filter(|ip| !cidrs.iter().any(|c| c.contains(ip))) {
+            let family = IpFamily::of(ip).api_name();
+            let same: Vec<String> = cidrs.iter().filter(|c| c.family() == IpFamily::of(ip)).map(|c| c.to_string()).collect();
+            let ranges = if same.is_empty() { format!("no ServiceCIDR has an {family} range") } else { format!("the {family} ServiceCIDRs are {}", same.join(", ")) };
+            out.push(Finding::new("SP003", vec![svc_id(svc)], format!("ClusterIP {ip} is in no ServiceCIDR ({ranges}): no allocator gave it; it is still served")));
+        }
+    }
+    out
+}
+
 /// SP001 (one finding per shared IP) and SP002 (one per IP out of range).
 pub fn cluster_ips(input: &Input) -> Vec<Finding> {
     let mut owners: BTreeMap<IpAddr, Vec<ObjectId>> = BTreeMap::new();

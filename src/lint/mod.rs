@@ -86,6 +86,7 @@ impl Finding {
 pub const CODES: &[(&str, Severity, &str)] = &[
     ("SP001", Severity::Error, "ClusterIP assigned to more than one Service"),
     ("SP002", Severity::Error, "ClusterIP outside --service-cluster-ip-range"),
+    ("SP003", Severity::Warning, "ClusterIP outside every ServiceCIDR"),
     ("SP010", Severity::Error, "NodePort assigned to more than one Service"),
     ("SP011", Severity::Error, "NodePort outside --service-node-port-range"),
     ("SP020", Severity::Warning, "the default/kubernetes Service is missing"),
@@ -123,6 +124,7 @@ pub struct Input<'a> {
 pub fn run(input: &Input) -> Vec<Finding> {
     let mut out = Vec::new();
     out.extend(allocation::cluster_ips(input));
+    out.extend(allocation::outside_service_cidrs(input));
     out.extend(allocation::node_ports(input));
     out.extend(kubernetes_service::check(input));
     out.extend(leftovers::check(input));
