@@ -383,7 +383,7 @@ settings! {
     node_labels: BTreeMap<String, String>, Rules, file none, flags [], Effect::Acts, "This node's labels";
     node_pod_cidrs: Vec<String>, Rules, file none, flags [], Effect::Acts, "This node's pod CIDRs";
     masquerade_mark: String, Rules, file none, flags [], Effect::Acts, "The mark text (kube-proxy's unit-test fake)";
-    service_cidrs: Vec<String>, Rules, file none, flags [], Effect::Acts, "ServiceCIDRs of the cluster (nftables mode drops traffic to their unallocated addresses)";
+    service_cidrs: Vec<String>, Rules, file none, flags [], Effect::Acts, "ServiceCIDRs of the cluster (nftables mode drops traffic to their unallocated addresses); set, it overrides the ServiceCIDR objects read";
     interface_addresses: Vec<String>, Rules, file none, flags [], Effect::Acts, "This node's interface addresses";
     large_cluster_endpoints_threshold: usize, Rules, file none, flags [], Effect::Acts, "Endpoints above which the large-cluster rules apply";
 }
