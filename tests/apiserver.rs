@@ -424,6 +424,9 @@ fn service_cidrs_from_the_api_server_reach_the_nftables_drop_rule() {
     let holds = move |want: Option<&'static [&'static str]>| move || cidrs_dropped() == want.map(|w| w.iter().map(|c| c.to_string()).collect());
 
     until("the listed ServiceCIDR's drop rule", holds(Some(&["198.19.0.0/16"])));
+    // Full syncs write the table whole (`add table`); the changes below each go partially.
+    let full_syncs = || nft.lock().unwrap().calls.iter().filter(|c| matches!(c, svcproxy::nftables::fake::Call::Run(t) if t.contains("add table"))).count();
+    let before = full_syncs();
     server.apply(cidr("more", &["198.20.0.0/16"]));
     until("a second ServiceCIDR", holds(Some(&["198.19.0.0/16", "198.20.0.0/16"])));
     server.apply(cidr("more", &["198.21.0.0/16"]));
@@ -432,5 +435,6 @@ fn service_cidrs_from_the_api_server_reach_the_nftables_drop_rule() {
     server.delete(cidr("kubernetes", &["198.19.0.0/16"]));
     until("no ServiceCIDR: no drop rule", holds(None));
     assert!(drop_rule().is_none());
+    assert_eq!(full_syncs(), before, "each change reached the kernel in a partial sync");
     watch.stop(&rt);
 }

@@ -49,6 +49,9 @@ pub struct Proxier {
     pub rulesets: Vec<Ruleset>,
     /// Per family: the kernel holds `rulesets[i]` (set by a successful sync).
     in_sync: Vec<bool>,
+    /// Per family: the `cluster-ips-check` chain changed (the ServiceCIDRs) since the
+    /// kernel last got it; a partial sync rewrites it.
+    check_changed: Vec<bool>,
     nft: Box<dyn Nft>,
 }
 
@@ -59,7 +62,25 @@ impl Proxier {
     pub fn new(config: &Config, trackers: &Trackers, nft: Box<dyn Nft>) -> Self {
         let rulesets = super::render_all(config, trackers);
         let in_sync = vec![false; rulesets.len()];
-        Proxier { rulesets, in_sync, nft }
+        let check_changed = vec![false; rulesets.len()];
+        Proxier { rulesets, in_sync, check_changed, nft }
+    }
+
+    /// The cluster's ServiceCIDRs changed (`config.service_cidrs`): each family whose
+    /// `cluster-ips-check` drop rule changes gets its fixed objects rendered again, and
+    /// its next sync, partial or full, writes the chain. Returns those families.
+    pub fn set_service_cidrs(&mut self, config: &Config) -> Vec<crate::net::IpFamily> {
+        let mut changed = Vec::new();
+        for (i, rs) in self.rulesets.iter_mut().enumerate() {
+            let cidrs: Vec<String> = config.service_cidrs.iter().filter(|c| c.family() == rs.ctx.ip_family).map(ToString::to_string).collect();
+            if cidrs != rs.ctx.service_cidrs {
+                rs.ctx.service_cidrs = cidrs;
+                rs.fixed = super::render::fixed::write(&rs.ctx);
+                self.check_changed[i] = true;
+                changed.push(rs.ctx.ip_family);
+            }
+        }
+        changed
     }
 
     /// Renders everything again (the configuration changed, e.g. this node's zone); the
@@ -67,6 +88,7 @@ impl Proxier {
     pub fn rerender(&mut self, config: &Config, trackers: &Trackers) {
         self.rulesets = super::render_all(config, trackers);
         self.in_sync.iter_mut().for_each(|s| *s = false);
+        self.check_changed.iter_mut().for_each(|s| *s = false);
     }
 
     /// Brings the rulesets up to date with a commit (`changes`, per family) and the kernel
@@ -107,7 +129,10 @@ impl Proxier {
             // The changed ports' objects after the commit are rendered from the ruleset
             // (it keeps none).
             let result = if trusted[i] {
-                let after = changed_objects(&self.rulesets[i], changes.get(i), &came[i]);
+                let mut after = changed_objects(&self.rulesets[i], changes.get(i), &came[i]);
+                if self.check_changed[i] {
+                    after.push(check_chain(&self.rulesets[i].fixed));
+                }
                 send_partial(&mut nft, self.rulesets[i].ctx.family, &before, &after.iter().collect::<Vec<_>>())
             } else {
                 sync::full(&mut nft, &self.rulesets[i].table(), pass == Pass::DryRun)
@@ -122,6 +147,7 @@ impl Proxier {
             };
             if pass == Pass::Apply {
                 self.in_sync[i] = true;
+                self.check_changed[i] = false;
             }
             reports.push(report);
         }
@@ -132,6 +158,17 @@ impl Proxier {
         }
     }
 
+}
+
+/// The `cluster-ips-check` chain and its rules, from the fixed objects (not the
+/// `cluster-ips` set its first rule looks in: a partial sync would flush it).
+fn check_chain(fixed: &Objects) -> Objects {
+    let name = super::names::CLUSTER_IPS_CHECK;
+    Objects {
+        chains: fixed.chains.iter().filter(|c| c.name == name).cloned().collect(),
+        rules: fixed.rules.iter().filter(|r| r.chain == name).cloned().collect(),
+        ..Objects::default()
+    }
 }
 
 /// The objects of the changed services' ports, as the ruleset holds them now, and the

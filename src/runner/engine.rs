@@ -120,6 +120,9 @@ pub struct Engine {
     conntrack: Reconciler,
     /// Its runs in the last pass.
     last_reconciled: Vec<Reconciled>,
+    /// Families whose rules changed outside the trackers (the ServiceCIDRs): they sync
+    /// in the next pass, changes or not.
+    resync: std::collections::BTreeSet<crate::net::IpFamily>,
 }
 
 impl Engine {
@@ -162,7 +165,7 @@ impl Engine {
                 conntrack.owe(t.family);
             }
         }
-        let mut engine = Engine { config, trackers, proxier, sysctl_root: None, no_local: Default::default(), unsynced: Default::default(), last_trigger_times: Vec::new(), conntrack, last_reconciled: Vec::new() };
+        let mut engine = Engine { config, trackers, proxier, sysctl_root: None, no_local: Default::default(), unsynced: Default::default(), last_trigger_times: Vec::new(), conntrack, last_reconciled: Vec::new(), resync: Default::default() };
         let all: std::collections::BTreeSet<_> =
             engine.trackers.families.iter().flat_map(|t| t.view().0.keys().map(|k| k.service.clone())).collect();
         engine.update_no_local(&all);
@@ -185,8 +188,9 @@ impl Engine {
     }
 
     /// The cluster's ServiceCIDRs (from its ServiceCIDR objects). Only nftables mode's
-    /// rules use them, and only when the `serviceCIDRs` option does not set them: then
-    /// every service is re-rendered (the next sync is full). Returns whether the rules change.
+    /// rules use them (its `cluster-ips-check` chain), and only when the `serviceCIDRs`
+    /// option does not set them: the families whose chain changes sync next, a partial
+    /// sync rewriting the chain. Returns whether the rules change.
     pub fn set_service_cidrs(&mut self, cidrs: Vec<crate::net::Cidr>) -> bool {
         if self.config.service_cidrs_option || cidrs == self.config.service_cidrs {
             return false;
@@ -194,8 +198,9 @@ impl Engine {
         self.config.service_cidrs = cidrs;
         match &mut self.proxier {
             Proxier::Nftables(p) => {
-                p.rerender(&self.config, &self.trackers);
-                true
+                let changed = p.set_service_cidrs(&self.config);
+                self.resync.extend(changed.iter().copied());
+                !changed.is_empty()
             }
             Proxier::Iptables(_) | Proxier::Ipvs(_) => false,
         }
@@ -239,8 +244,14 @@ impl Engine {
         let trigger_times: Vec<_> = self.trackers.families.iter().zip(&changes).map(|(t, c)| (t.family, c.trigger_times.clone())).collect();
         self.last_trigger_times.clone_from(&trigger_times);
         let full = full || pass == Pass::DryRun;
-        let wanted: Vec<bool> =
-            self.trackers.families.iter().zip(&changes).map(|(t, c)| every || !c.is_empty() || self.unsynced.contains(&t.family)).collect();
+        let resync = std::mem::take(&mut self.resync);
+        let wanted: Vec<bool> = self
+            .trackers
+            .families
+            .iter()
+            .zip(&changes)
+            .map(|(t, c)| every || !c.is_empty() || self.unsynced.contains(&t.family) || resync.contains(&t.family))
+            .collect();
         for (t, c) in self.trackers.families.iter().zip(&changes) {
             if c.udp_endpoints_changed {
                 self.conntrack.owe(t.family);

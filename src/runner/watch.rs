@@ -107,8 +107,8 @@ pub(crate) fn on_message(engine: &mut Engine, shared: &SharedState, msg: SourceM
         }
         SourceMsg::ServiceCidrs(cidrs) => {
             if engine.set_service_cidrs(cidrs) {
-                tracing::info!(service_cidrs = ?engine.config.service_cidrs, "the cluster's ServiceCIDRs changed: full re-render");
-                lock_schedule(shared).force_full(now);
+                tracing::info!(service_cidrs = ?engine.config.service_cidrs, "the cluster's ServiceCIDRs changed: cluster-ips-check is rewritten");
+                lock_schedule(shared).changed(now);
             }
         }
         SourceMsg::Node { node, deleting } => {

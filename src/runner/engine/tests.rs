@@ -1399,8 +1399,18 @@ fn service_cidrs_re_render_nftables_mode_unless_the_option_sets_them() {
     assert!(!listed(&nft).contains("Drop traffic to unallocated ClusterIPs"));
     assert!(engine.set_service_cidrs(vec![cidr]), "the rules change");
     assert!(!engine.set_service_cidrs(vec![cidr]), "the same list changes nothing");
-    engine.sync(false).unwrap();
+    // One partial sync of the family, with no tracker change: the chain rewritten, alone.
+    let runs = |nft: &crate::nftables::fake::SharedNft| -> Vec<String> {
+        std::mem::take(&mut nft.lock().unwrap().calls).into_iter().filter_map(|c| if let crate::nftables::fake::Call::Run(t) = c { Some(t) } else { None }).collect()
+    };
+    runs(&nft);
+    let outcome = engine.sync_families(false, false).unwrap();
+    assert_eq!(outcome.synced.iter().map(|s| (s.family, s.full)).collect::<Vec<_>>(), [(crate::net::IpFamily::V4, false)], "IPv4 alone, partially");
+    let sent = runs(&nft);
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert!(sent[0].contains("flush chain ip kube-proxy cluster-ips-check") && !sent[0].contains("add table") && !sent[0].contains("flush set"), "{}", sent[0]);
     assert!(listed(&nft).contains("ip daddr { 10.96.0.0/16 } drop comment \"Drop traffic to unallocated ClusterIPs\""), "{}", listed(&nft));
+    assert!(nft_reports(&engine.sync_as(true, Pass::DryRun).unwrap()).iter().all(|r| r.diff.as_ref().is_some_and(|d| d.is_empty())), "as a full sync would leave it");
     assert!(engine.set_service_cidrs(Vec::new()));
     engine.sync(false).unwrap();
     assert!(!listed(&nft).contains("Drop traffic to unallocated ClusterIPs"));
