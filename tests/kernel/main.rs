@@ -47,6 +47,7 @@ mod nft_field;
 mod nft_goldens;
 mod nft_live;
 mod nft_netlink;
+mod nft_service_cidrs;
 mod nft_mode;
 mod node_setup;
 mod outside;
@@ -90,6 +91,7 @@ fn main() {
     cases.extend(nft_field::cases());
     cases.extend(ctnetlink::cases());
     cases.extend(udp_flows::cases());
+    cases.extend(nft_service_cidrs::cases());
     let code = harness::run(
         &cases,
         Options {
