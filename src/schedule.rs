@@ -148,6 +148,13 @@ impl Schedule {
         if full_due || self.forced || self.failures > 0 { Kind::Full } else { Kind::Partial }
     }
 
+    /// Whether a full sync at `now` is due only to `full_sync_period` (not the first, not
+    /// forced, no failure to recover from): what kube-proxy v1.37's iptables mode skips in
+    /// large-cluster mode.
+    pub fn full_is_periodic(&self, now: Instant) -> bool {
+        !self.forced && self.failures == 0 && self.last_full.is_some_and(|t| now >= t + self.timing.full_sync_period)
+    }
+
     /// The next sync must be a full one (the kernel lost rules behind our back); it runs
     /// as soon as a change would (no earlier than `min_sync_period` after the last sync).
     pub fn force_full(&mut self, now: Instant) {
@@ -331,6 +338,21 @@ mod tests {
         let kind = s.begin(at);
         s.done(at, at, kind, true);
         (at, kind)
+    }
+
+    #[test]
+    fn a_full_sync_is_periodic_only_when_neither_first_forced_nor_a_retry() {
+        let base = Instant::now();
+        let timing = Timing { full_sync_period: Duration::from_secs(3600), ..Timing::default() };
+        let mut s = Schedule::new(timing);
+        s.set_ready(base);
+        assert!(!s.full_is_periodic(base), "the first full sync is not periodic");
+        s.begin(base);
+        s.done(base, t(base, 10), Kind::Full, true);
+        assert!(!s.full_is_periodic(t(base, 1_000)), "not due yet");
+        assert!(s.full_is_periodic(t(base, 3_600_100)));
+        s.force_full(t(base, 3_600_100));
+        assert!(!s.full_is_periodic(t(base, 3_600_100)), "forced (a canary lost) is not periodic");
     }
 
     #[test]

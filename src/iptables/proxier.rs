@@ -75,6 +75,21 @@ impl std::error::Error for Failed {
     }
 }
 
+/// Whether a sync is full: no, yes, or only because the full-sync period passed (which a
+/// family in large-cluster mode skips).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Full {
+    No,
+    Yes,
+    Periodic,
+}
+
+impl From<bool> for Full {
+    fn from(full: bool) -> Full {
+        if full { Full::Yes } else { Full::No }
+    }
+}
+
 pub struct Proxier {
     pub rulesets: Vec<Ruleset>,
     /// Per family: the kernel holds `rulesets[i]` (set by a successful sync).
@@ -118,7 +133,7 @@ impl Proxier {
     /// [`Proxier::sync`], each report with its family; a [`Pass::DryRun`] compares every
     /// family with the kernel and sends nothing. A failing family does not stop the others.
     pub fn sync_as(&mut self, trackers: &Trackers, changes: &[Changes], full: bool, pass: Pass) -> Result<Vec<(crate::net::IpFamily, SyncReport)>, Failed> {
-        self.sync_some(trackers, changes, full, pass, &vec![true; self.rulesets.len()])
+        self.sync_some(trackers, changes, Full::from(full), pass, &vec![true; self.rulesets.len()])
     }
 
     /// [`Proxier::sync_as`] for the `wanted` families (and any the kernel is not known to
@@ -129,7 +144,7 @@ impl Proxier {
         &mut self,
         trackers: &Trackers,
         changes: &[Changes],
-        full: bool,
+        full: Full,
         pass: Pass,
         wanted: &[bool],
     ) -> Result<Vec<(crate::net::IpFamily, SyncReport)>, Failed> {
@@ -143,7 +158,14 @@ impl Proxier {
             updating.push(started.elapsed());
         }
         let go: Vec<bool> = self.in_sync.iter().enumerate().map(|(i, s)| !s || pass == Pass::DryRun || wanted.get(i).copied().unwrap_or(true)).collect();
-        let trusted: Vec<bool> = self.in_sync.iter().map(|s| !full && pass == Pass::Apply && *s).collect();
+        // kube-proxy v1.37 (#138571): a family in large-cluster mode skips the full sync
+        // that is due only to the full-sync period (the canaries still catch a flush).
+        let full_in = |rs: &Ruleset| match full {
+            Full::No => false,
+            Full::Yes => true,
+            Full::Periodic => !rs.large_cluster,
+        };
+        let trusted: Vec<bool> = self.in_sync.iter().zip(&self.rulesets).map(|(s, rs)| !full_in(rs) && pass == Pass::Apply && *s).collect();
         let mut reports = Vec::with_capacity(self.rulesets.len());
         let mut failures = Vec::new();
         for (i, before) in befores.iter().enumerate().filter(|(i, _)| go[*i]) {

@@ -226,7 +226,7 @@ impl Engine {
     /// [`Engine::sync`], or with [`Pass::DryRun`] a full comparison that changes nothing
     /// (the proxier decides what is sent; a one-shot `--dry-run` only prints the outcome).
     pub fn sync_as(&mut self, full: bool, pass: Pass) -> Result<Outcome, SyncFailure> {
-        self.sync_pass(full, pass, true)
+        self.sync_pass(full, false, pass, true)
     }
 
     /// A watch-mode sync. kube-proxy runs one proxier per family, each syncing for its own
@@ -235,10 +235,17 @@ impl Engine {
     /// and nftables modes a family not syncing sends nothing; IPVS mode's one pass programs
     /// every family, observed for those that sync. A failing family does not stop the others.
     pub fn sync_families(&mut self, full: bool, every: bool) -> Result<Outcome, SyncFailure> {
-        self.sync_pass(full, Pass::Apply, every)
+        self.sync_pass(full, false, Pass::Apply, every)
     }
 
-    fn sync_pass(&mut self, full: bool, pass: Pass, every: bool) -> Result<Outcome, SyncFailure> {
+    /// [`Engine::sync_families`] of a full sync due only to the full-sync period: in
+    /// iptables mode a family in large-cluster mode syncs partially instead (kube-proxy
+    /// v1.37, #138571); the other modes sync fully.
+    pub fn sync_families_periodic_full(&mut self) -> Result<Outcome, SyncFailure> {
+        self.sync_pass(true, true, Pass::Apply, true)
+    }
+
+    fn sync_pass(&mut self, full: bool, periodic: bool, pass: Pass, every: bool) -> Result<Outcome, SyncFailure> {
         let changes = self.trackers.commit();
         self.update_no_local(&changes.iter().flat_map(|c| c.services.iter().cloned()).collect());
         let trigger_times: Vec<_> = self.trackers.families.iter().zip(&changes).map(|(t, c)| (t.family, c.trigger_times.clone())).collect();
@@ -257,7 +264,7 @@ impl Engine {
                 self.conntrack.owe(t.family);
             }
         }
-        let result = self.sync_changes(&changes, full, pass, &wanted);
+        let result = self.sync_changes(&changes, full, periodic, pass, &wanted);
         self.unsynced = match &result {
             Ok(_) => Default::default(),
             Err(SyncFailure::Iptables(f)) => f.failed.failures().map(|x| x.family).collect(),
@@ -280,7 +287,7 @@ impl Engine {
         }
     }
 
-    fn sync_changes(&mut self, changes: &[crate::track::Changes], full: bool, pass: Pass, wanted: &[bool]) -> Result<Outcome, SyncFailure> {
+    fn sync_changes(&mut self, changes: &[crate::track::Changes], full: bool, periodic: bool, pass: Pass, wanted: &[bool]) -> Result<Outcome, SyncFailure> {
         match &mut self.proxier {
             Proxier::Iptables(p) => {
                 // A full sync re-asserts the sysctls the rules need (someone may have reset
@@ -290,7 +297,7 @@ impl Engine {
                     _ => Vec::new(),
                 };
                 let reports = p
-                    .sync_some(&self.trackers, changes, full, pass, wanted)
+                    .sync_some(&self.trackers, changes, iptables_full(full, periodic && pass == Pass::Apply), pass, wanted)
                     .map_err(|failed| SyncFailure::Iptables(Box::new(IptablesFailure { failed, sysctls: sysctls.clone() })))?;
                 let restore_lines = reports.iter().map(|(_, r)| r.delta.restore_lines()).sum();
                 // A partial sync writes no full restore input.
@@ -321,6 +328,16 @@ impl Engine {
                 Ok(Outcome { restore_lines, synced, detail: Detail::Nftables(reports), ..Outcome::default() })
             }
         }
+    }
+}
+
+/// iptables mode's kind of full sync.
+fn iptables_full(full: bool, periodic: bool) -> crate::iptables::proxier::Full {
+    use crate::iptables::proxier::Full;
+    match (full, periodic) {
+        (false, _) => Full::No,
+        (true, false) => Full::Yes,
+        (true, true) => Full::Periodic,
     }
 }
 

@@ -208,14 +208,15 @@ fn lock_schedule(shared: &SharedState) -> std::sync::MutexGuard<'_, crate::sched
 /// family alone), as kube-proxy's per-family proxiers each sync for their own reasons.
 fn sync_once(engine: &mut Engine, shared: &SharedState, started: Instant, periodic: bool) {
     let clock = Instant::now();
-    let (kind, every, queued) = {
+    let (kind, every, queued, only_periodic) = {
         let mut s = lock_schedule(shared);
         let queued = s.pending_since();
         let every = periodic || s.every_family(started);
-        (s.begin(started), every, queued)
+        let only_periodic = s.full_is_periodic(started);
+        (s.begin(started), every, queued, only_periodic)
     };
     let full = kind == Kind::Full && every;
-    let result = tokio::task::block_in_place(|| engine.sync_families(full, every));
+    let result = tokio::task::block_in_place(|| if full && only_periodic { engine.sync_families_periodic_full() } else { engine.sync_families(full, every) });
     let wall = clock.elapsed();
     let finished = started + wall;
     let m = &shared.metrics;

@@ -1423,3 +1423,25 @@ fn service_cidrs_re_render_nftables_mode_unless_the_option_sets_them() {
     assert!(!fixed.set_service_cidrs(vec![cidr]), "the option overrides the objects");
     assert_eq!(fixed.config.service_cidrs.iter().map(|c| c.to_string()).collect::<Vec<_>>(), ["10.100.0.0/16"]);
 }
+
+/// kube-proxy v1.37 (#138571): in iptables mode a full sync due only to the full-sync
+/// period is partial for a family in large-cluster mode (no `iptables-save`), and full for
+/// one under the threshold; any other full sync stays full.
+#[test]
+fn a_periodic_full_sync_is_skipped_in_large_cluster_mode_only() {
+    for (threshold, large) in [(1, true), (1000, false)] {
+        let flags = Settings { nfacct: Some(false), large_cluster_endpoints_threshold: Some(threshold), ..Settings::default() };
+        let loaded = pipeline::load(demo_state(), flags, Settings::default()).unwrap();
+        let kernel: SharedFake = Arc::new(Mutex::new(FakeIptables::new()));
+        let mut engine = Engine::iptables(loaded.config, loaded.trackers, Box::new(kernel.clone()), Box::new(FakeFlows::default()));
+        engine.sync(true).unwrap();
+        calls(&kernel);
+        let outcome = engine.sync_families_periodic_full().unwrap();
+        let read = calls(&kernel).iter().any(|c| c.0 == "save");
+        assert_eq!(read, !large, "threshold {threshold}: the periodic full sync reads the kernel unless in large-cluster mode");
+        assert!(outcome.synced.iter().all(|s| s.full != large), "{:?}", outcome.synced);
+        engine.sync_families(true, true).unwrap();
+        assert!(calls(&kernel).iter().any(|c| c.0 == "save"), "threshold {threshold}: a forced or first full sync stays full");
+        assert_eq!(drift(&engine, &kernel), 0);
+    }
+}
