@@ -27,7 +27,7 @@ use crate::netfilter::ctnetlink::{wire, Ctnetlink, Flow, Tuple};
 use crate::source::ClusterState;
 
 /// What to build and run.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Spec {
     /// UDP flows to create (healthy and stale together).
     pub flows: usize,
@@ -45,6 +45,15 @@ pub struct Spec {
     /// Seconds every flow is created with (it must outlive the benchmark).
     pub timeout: u32,
     pub seed: u64,
+    /// The heap count of the binary's allocator, when it has one.
+    pub heap: Option<&'static (dyn HeapProbe + Sync)>,
+}
+
+/// A count of the heap bytes a stretch allocates and frees (the benchmark binary's global
+/// allocator): `stop` returns the highest net growth since `start` and the net at the end.
+pub trait HeapProbe {
+    fn start(&self);
+    fn stop(&self) -> (i64, i64);
 }
 
 /// Percent of a generated cluster's services whose ports are made UDP (the generator
@@ -221,6 +230,10 @@ pub struct Sample {
     pub sys: Duration,
     pub rss_kib: u64,
     pub hwm_kib: u64,
+    /// The most heap the stretch held beyond what it started with (bytes; 0 without a probe).
+    pub heap_peak: i64,
+    /// What it still held at its end.
+    pub heap_kept: i64,
 }
 
 impl Sample {
@@ -245,18 +258,20 @@ fn status_kib(key: &str) -> u64 {
     text.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()).unwrap_or(0)
 }
 
-/// Runs `f`, measured.
-pub fn measure<T>(f: impl FnOnce() -> T) -> (T, Sample) {
+/// Runs `f`, measured (its heap by `heap`, when given).
+pub fn measure<T>(heap: Option<&(dyn HeapProbe + Sync)>, f: impl FnOnce() -> T) -> (T, Sample) {
     // Resets VmHWM to the current RSS (Linux 4.0+), so the peak read after is this stretch's.
     let _ = std::fs::write("/proc/self/clear_refs", "5");
     let rss_kib = status_kib("VmRSS:");
     let (u0, s0) = rusage();
+    heap.inspect(|h| h.start());
     let start = Instant::now();
     let out = f();
     let wall = start.elapsed();
+    let (heap_peak, heap_kept) = heap.map_or((0, 0), |h| h.stop());
     let (u1, s1) = rusage();
     let hwm_kib = status_kib("VmHWM:");
-    (out, Sample { wall, user: u1.saturating_sub(u0), sys: s1.saturating_sub(s0), rss_kib, hwm_kib })
+    (out, Sample { wall, user: u1.saturating_sub(u0), sys: s1.saturating_sub(s0), rss_kib, hwm_kib, heap_peak, heap_kept })
 }
 
 /// What a dump of the table after a run found.
@@ -322,7 +337,7 @@ pub fn run(spec: &Spec, services: &ServicePortMap, endpoints: &EndpointsMap, log
     let before = check(&flows).context("the first dump (is ctnetlink there? nf_conntrack_netlink)")?;
     anyhow::ensure!(before == Found::default(), "the table is not empty ({before:?}): run in a fresh network namespace");
     let mut ct = Ctnetlink::open()?;
-    let (created, create_sample) = measure(|| -> anyhow::Result<usize> {
+    let (created, create_sample) = measure(spec.heap, || -> anyhow::Result<usize> {
         let mut n = 0;
         for set in [&flows.healthy, &flows.stale, &flows.tcp] {
             n += create(&mut ct, set).context("creating the flows (nf_conntrack_max reached?)")?;
@@ -341,7 +356,7 @@ pub fn run(spec: &Spec, services: &ServicePortMap, endpoints: &EndpointsMap, log
         if round > 0 {
             create(&mut ct, &flows.stale).context("creating the stale flows again")?;
         }
-        let (r, sample) = measure(|| {
+        let (r, sample) = measure(spec.heap, || {
             let mut rec = Reconciler::new(Box::new(NetlinkFlows));
             rec.owe(IpFamily::V4);
             let r = rec.run(IpFamily::V4, services, endpoints, false);
@@ -368,15 +383,15 @@ pub fn run(spec: &Spec, services: &ServicePortMap, endpoints: &EndpointsMap, log
 
     for round in 0..if spec.phases { spec.rounds } else { 0 } {
         create(&mut ct, &flows.stale).context("creating the stale flows again")?;
-        let (targets, s) = measure(|| Targets::new(services, endpoints));
+        let (targets, s) = measure(spec.heap, || Targets::new(services, endpoints));
         rows.push(Row { what: "plan", round, sample: s, listed: 0, stale: 0, deleted: 0 });
         // The stale test alone, over the flows as made (in memory: no kernel, no parsing).
-        let (n, s) = measure(|| flows.healthy.iter().chain(&flows.stale).filter(|f| targets.is_stale(f)).count());
+        let (n, s) = measure(spec.heap, || flows.healthy.iter().chain(&flows.stale).filter(|f| targets.is_stale(f)).count());
         rows.push(Row { what: "test_in_memory", round, sample: s, listed: flows.healthy.len() + n_stale, stale: n, deleted: 0 });
-        let (n, s) = measure(|| -> anyhow::Result<usize> { Ok(Ctnetlink::open()?.dump(wire::AF_INET, Some(wire::IPPROTO_UDP), |_| {})?.flows) });
+        let (n, s) = measure(spec.heap, || -> anyhow::Result<usize> { Ok(Ctnetlink::open()?.dump(wire::AF_INET, Some(wire::IPPROTO_UDP), |_| {})?.flows) });
         let n = n?;
         rows.push(Row { what: "dump", round, sample: s, listed: n, stale: 0, deleted: 0 });
-        let (found, s) = measure(|| -> anyhow::Result<(usize, Vec<Flow>)> {
+        let (found, s) = measure(spec.heap, || -> anyhow::Result<(usize, Vec<Flow>)> {
             let mut stale = Vec::new();
             let n = Ctnetlink::open()?
                 .dump(wire::AF_INET, Some(wire::IPPROTO_UDP), |f| {
@@ -389,12 +404,20 @@ pub fn run(spec: &Spec, services: &ServicePortMap, endpoints: &EndpointsMap, log
         });
         let (n, stale) = found?;
         rows.push(Row { what: "dump_filter", round, sample: s, listed: n, stale: stale.len(), deleted: 0 });
-        let (d, s) = measure(|| Ctnetlink::open().and_then(|mut c| c.delete(&stale)));
+        // One service's flows (the first stale flow's destination), then one NodePort's.
+        let one = flows.stale[0].orig;
+        let (n1, s) = measure(spec.heap, || targeted_dump(Some(one.dst), wire::IPPROTO_UDP, one.dport));
+        rows.push(Row { what: "dump_one_service", round, sample: s, listed: n1?, stale: 0, deleted: 0 });
+        if let Some(np) = flows.stale.iter().find(|f| f.orig.dst == IpAddr::V4(NODE_IP)) {
+            let (n2, s) = measure(spec.heap, || targeted_dump(None, wire::IPPROTO_UDP, np.orig.dport));
+            rows.push(Row { what: "dump_one_nodeport", round, sample: s, listed: n2?, stale: 0, deleted: 0 });
+        }
+        let (d, s) = measure(spec.heap, || Ctnetlink::open().and_then(|mut c| c.delete(&stale)));
         let d = d?;
         rows.push(Row { what: "delete", round, sample: s, listed: 0, stale: stale.len(), deleted: d.deleted });
         anyhow::ensure!(stale.len() == n_stale && d.deleted == n_stale, "phases {round}: stale {}, deleted {}, want {n_stale}", stale.len(), d.deleted);
         verify(&flows, &format!("after phase round {round}"))?;
-        log(&format!("phases {round}: {}", rows[rows.len() - 5..].iter().map(|r| format!("{} {:.1} ms CPU", r.what, ms(r.sample.cpu()))).collect::<Vec<_>>().join(", ")));
+        log(&format!("phases {round}: {}", rows.iter().filter(|r| r.round == round && r.what != "reconcile").map(|r| format!("{} {:.1} ms CPU", r.what, ms(r.sample.cpu()))).collect::<Vec<_>>().join(", ")));
     }
     if spec.leave_stale {
         create(&mut ct, &flows.stale).context("creating the stale flows again")?;
@@ -418,6 +441,67 @@ fn create(ct: &mut Ctnetlink, flows: &[Flow]) -> Result<usize, crate::netfilter:
     Ok(n)
 }
 
+/// A dump the kernel filters to one original destination (`CTA_FILTER`, Linux 5.8+):
+/// address, protocol and port, or (no address) protocol and port, as a NodePort's. Not
+/// what the reconciler does (one full UDP dump); measured beside it for what a dump of
+/// one changed service would cost the kernel in the same table. Returns the flows read.
+pub fn targeted_dump(dst: Option<IpAddr>, proto: u8, dport: u16) -> anyhow::Result<usize> {
+    use crate::netfilter::nlattr::{self, Attrs, Message, Messages};
+    use netlink_sys::{protocols::NETLINK_NETFILTER, Socket, SocketAddr};
+    const CTA_TUPLE_ORIG: u16 = 1;
+    const CTA_TUPLE_IP: u16 = 1;
+    const CTA_IP_V4_DST: u16 = 2;
+    const CTA_TUPLE_PROTO: u16 = 2;
+    const CTA_PROTO_NUM: u16 = 1;
+    const CTA_PROTO_DST_PORT: u16 = 3;
+    const CTA_FILTER: u16 = 25;
+    const CTA_FILTER_ORIG_FLAGS: u16 = 1;
+    const CTA_FILTER_REPLY_FLAGS: u16 = 2;
+    const F_IP_DST: u32 = 1 << 1;
+    const F_PROTO_NUM: u32 = 1 << 3;
+    const F_PROTO_DST_PORT: u32 = 1 << 5;
+    let mut a = Attrs::default();
+    a.nest(CTA_TUPLE_ORIG, |t| {
+        if let Some(IpAddr::V4(d)) = dst {
+            t.nest(CTA_TUPLE_IP, |ip| {
+                ip.bytes(CTA_IP_V4_DST, &d.octets());
+            });
+        }
+        t.nest(CTA_TUPLE_PROTO, |p| {
+            p.u8(CTA_PROTO_NUM, proto).be16(CTA_PROTO_DST_PORT, dport);
+        });
+    });
+    let flags = F_PROTO_NUM | F_PROTO_DST_PORT | if dst.is_some() { F_IP_DST } else { 0 };
+    a.nest(CTA_FILTER, |f| {
+        f.bytes(CTA_FILTER_ORIG_FLAGS, &flags.to_ne_bytes()).bytes(CTA_FILTER_REPLY_FLAGS, &0u32.to_ne_bytes());
+    });
+    let mut req = Vec::new();
+    let seq = 7;
+    nlattr::nfnl_message(&mut req, wire::NFNL_SUBSYS_CTNETLINK, wire::MSG_GET, nlattr::NLM_F_DUMP, seq, wire::AF_INET, &a.0);
+    let sock = Socket::new(NETLINK_NETFILTER)?;
+    sock.connect(&SocketAddr::new(0, 0))?;
+    sock.send(&req, 0)?;
+    let mut buf = vec![0u8; 1 << 16];
+    let mut n = 0;
+    loop {
+        let len = sock.recv(&mut &mut buf[..], 0)?;
+        anyhow::ensure!(len > 0, "targeted dump: end of stream");
+        for m in Messages(&buf[..len]) {
+            match m {
+                Message::Data { seq: s, body, .. } if s == seq => {
+                    let f = wire::parse_flow(body)?;
+                    anyhow::ensure!(f.orig.dport == dport && dst.is_none_or(|d| d == f.orig.dst), "targeted dump: the kernel sent {f}");
+                    n += 1;
+                }
+                Message::Done { seq: s } if s == seq => return Ok(n),
+                Message::Error { errno, seq: s } if s == seq && errno != 0 => anyhow::bail!("targeted dump: {}", std::io::Error::from_raw_os_error(errno)),
+                Message::Error { seq: s, .. } if s == seq => return Ok(n),
+                _ => {}
+            }
+        }
+    }
+}
+
 /// The benchmark creates flows in the namespace it runs in: never the host's. The initial
 /// namespace is kthreadd's (pid 2; pid 1's link may be unreadable in a container), else
 /// the one where `nf_conntrack_max` is writable (read-only in every other namespace).
@@ -439,8 +523,9 @@ fn refuse_root_netns() -> anyhow::Result<()> {
 /// The kinds of rows: the reconciler's runs, then its phases apart: `plan`
 /// ([`Targets::new`]), `test_in_memory` (the stale test over the flows as made, no
 /// kernel), `dump` (the UDP dump streamed and parsed, nothing done with a flow),
-/// `dump_filter` (the same with the stale test, the stale flows kept), `delete`.
-const WHATS: [&str; 6] = ["reconcile", "plan", "test_in_memory", "dump", "dump_filter", "delete"];
+/// `dump_filter` (the same with the stale test, the stale flows kept), `delete`; and,
+/// not the reconciler's, [`targeted_dump`]s of one service's and one NodePort's flows.
+const WHATS: [&str; 8] = ["reconcile", "plan", "test_in_memory", "dump", "dump_filter", "delete", "dump_one_service", "dump_one_nodeport"];
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
@@ -458,11 +543,11 @@ fn median(mut v: Vec<f64>) -> f64 {
 impl Results {
     /// The rows as TSV (one per run and phase).
     pub fn tsv(&self) -> String {
-        let mut out = String::from("what\tround\twall_ms\tuser_ms\tsys_ms\tcpu_ms\trss_kib\textra_rss_kib\tlisted\tstale\tdeleted\n");
+        let mut out = String::from("what\tround\twall_ms\tuser_ms\tsys_ms\tcpu_ms\trss_kib\textra_rss_kib\theap_peak_kib\theap_kept_kib\tlisted\tstale\tdeleted\n");
         for r in &self.rows {
             let s = &r.sample;
             out.push_str(&format!(
-                "{}\t{}\t{:.3}\t{:.3}\t{:.3}\t{:.3}\t{}\t{}\t{}\t{}\t{}\n",
+                "{}\t{}\t{:.3}\t{:.3}\t{:.3}\t{:.3}\t{}\t{}\t{:.1}\t{:.1}\t{}\t{}\t{}\n",
                 r.what,
                 r.round,
                 ms(s.wall),
@@ -471,6 +556,8 @@ impl Results {
                 ms(s.cpu()),
                 s.rss_kib,
                 s.extra_kib(),
+                s.heap_peak as f64 / 1024.0,
+                s.heap_kept as f64 / 1024.0,
                 r.listed,
                 r.stale,
                 r.deleted
@@ -498,6 +585,7 @@ impl Results {
             }
             let m = |f: &dyn Fn(&Sample) -> f64| median(rows.iter().map(|r| f(&r.sample)).collect());
             out.push_str(&format!("{what}_runs {}\n", rows.len()));
+            out.push_str(&format!("{what}_listed {}\n", rows[0].listed));
             out.push_str(&format!("{what}_wall_ms {:.1}\n", m(&|s| ms(s.wall))));
             out.push_str(&format!("{what}_user_ms {:.1}\n", m(&|s| ms(s.user))));
             out.push_str(&format!("{what}_sys_ms {:.1}\n", m(&|s| ms(s.sys))));
@@ -506,6 +594,8 @@ impl Results {
             out.push_str(&format!("{what}_cpu_ms_max {:.1}\n", rows.iter().map(|r| ms(r.sample.cpu())).fold(0.0, f64::max)));
             out.push_str(&format!("{what}_extra_rss_kib {}\n", median(rows.iter().map(|r| r.sample.extra_kib() as f64).collect())));
             out.push_str(&format!("{what}_rss_kib {}\n", median(rows.iter().map(|r| r.sample.rss_kib as f64).collect())));
+            out.push_str(&format!("{what}_heap_peak_kib {:.1}\n", median(rows.iter().map(|r| r.sample.heap_peak as f64 / 1024.0).collect())));
+            out.push_str(&format!("{what}_heap_kept_kib {:.1}\n", median(rows.iter().map(|r| r.sample.heap_kept as f64 / 1024.0).collect())));
         }
         out
     }
@@ -528,7 +618,7 @@ impl Results {
             f.stale_mix[2],
             f.tcp.len()
         );
-        out.push_str("| run (median) | runs | wall ms | user ms | sys ms | CPU ms | CPU ms / 100,000 UDP flows | RSS added KiB |\n|---|---:|---:|---:|---:|---:|---:|---:|\n");
+        out.push_str("| run (median) | runs | wall ms | user ms | sys ms | CPU ms | CPU ms / 100,000 UDP flows | RSS added KiB | heap peak KiB |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
         for what in WHATS {
             let rows: Vec<&Row> = self.rows.iter().filter(|r| r.what == what).collect();
             if rows.is_empty() {
@@ -537,14 +627,15 @@ impl Results {
             let m = |g: &dyn Fn(&Sample) -> f64| median(rows.iter().map(|r| g(&r.sample)).collect());
             let cpu = m(&|s| ms(s.cpu()));
             out.push_str(&format!(
-                "| {what} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} |\n",
+                "| {what} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} | {:.1} |\n",
                 rows.len(),
                 m(&|s| ms(s.wall)),
                 m(&|s| ms(s.user)),
                 m(&|s| ms(s.sys)),
                 cpu,
                 cpu * 100_000.0 / udp.max(1) as f64,
-                m(&|s| s.extra_kib() as f64)
+                m(&|s| s.extra_kib() as f64),
+                m(&|s| s.heap_peak as f64 / 1024.0)
             ));
         }
         out
@@ -556,7 +647,7 @@ mod tests {
     use super::*;
 
     fn spec(flows: usize, stale: usize, tcp: usize) -> Spec {
-        Spec { flows, stale, tcp, rounds: 1, phases: false, leave_stale: false, timeout: 60, seed: 1 }
+        Spec { flows, stale, tcp, rounds: 1, phases: false, leave_stale: false, timeout: 60, seed: 1, heap: None }
     }
 
     fn cluster(udp_percent: u8) -> crate::pipeline::Loaded {

@@ -412,6 +412,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 leave_stale: *leave_stale,
                 timeout: *timeout,
                 seed: *seed,
+                heap: Some(&crate::heap::Probe),
             };
             out(&conntrack(&spec, *services, *endpoints, from.as_deref(), *udp_percent, dir.as_deref())?)?;
         }
