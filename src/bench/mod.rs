@@ -5,6 +5,7 @@
 //! with the `bench` feature only: none of it is in the node binary.
 
 pub mod apiserver;
+pub mod conntrack;
 pub mod nft;
 pub mod plot;
 pub mod report;

@@ -229,6 +229,54 @@ pub enum BenchWhat {
         /// LABEL=DIR or LABEL=FILE, one per run
         runs: Vec<String>,
     },
+    /// The conntrack reconciler alone against a real kernel table (issue 34; root, in a
+    /// fresh network namespace, never the initial one: scripts/bench-conntrack runs it).
+    /// Creates --flows UDP flows over ctnetlink for the cluster (its service ports made
+    /// UDP), --stale of them stale, and --tcp TCP flows; runs the reconciler --rounds
+    /// times (the stale flows created again before each), then its phases apart as many
+    /// times; checks the table after each run (every stale flow gone, every other flow
+    /// there: a mismatch is an error). Prints a summary; with --dir writes DIR/runs.tsv,
+    /// DIR/figures.txt (medians) and DIR/summary.md
+    #[command(after_help = "Example:
+  ip netns add ctb; ip netns exec ctb svcproxy-bench conntrack --flows 100000 --dir out; ip netns del ctb")]
+    Conntrack {
+        #[arg(long, default_value_t = 10000)]
+        services: usize,
+        #[arg(long, default_value_t = 10)]
+        endpoints: usize,
+        /// A cluster file (YAML or JSON) instead of the generated cluster
+        #[arg(long, value_name = "PATH")]
+        from: Option<PathBuf>,
+        /// Percent of the services whose ports are made UDP (the generator writes TCP)
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u8).range(0..=100))]
+        udp_percent: u8,
+        /// UDP flows to create, healthy and stale together
+        #[arg(long, default_value_t = 100_000)]
+        flows: usize,
+        /// Stale UDP flows among them [default: 1% of --flows]
+        #[arg(long)]
+        stale: Option<usize>,
+        /// TCP flows besides (to the services, answered by no endpoint) [default: a tenth of --flows]
+        #[arg(long)]
+        tcp: Option<usize>,
+        /// Reconciler runs (and phase rounds)
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+        /// Skip the phase rounds
+        #[arg(long)]
+        no_phases: bool,
+        /// Create the stale flows again at the end (the table as each run read it, for
+        /// `conntrack -L` next)
+        #[arg(long)]
+        leave_stale: bool,
+        /// Seconds each flow is created with
+        #[arg(long, default_value_t = 7200)]
+        timeout: u32,
+        #[arg(long, default_value_t = bench::SEED)]
+        seed: u64,
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
     /// Print BENCHMARKS.md's results section from the benchmarks' output (for scripts/bench)
     #[command(hide = true)]
     Report {
@@ -354,9 +402,52 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             plot::soak_svg(&series, title, path)?;
         }
         BenchWhat::Sync(sync_args) => out(&timed_sync(sync_args)?)?,
+        BenchWhat::Conntrack { services, endpoints, from, udp_percent, flows, stale, tcp, rounds, no_phases, leave_stale, timeout, seed, dir } => {
+            let spec = bench::conntrack::Spec {
+                flows: *flows,
+                stale: stale.unwrap_or(flows / 100),
+                tcp: tcp.unwrap_or(flows / 10),
+                rounds: *rounds,
+                phases: !no_phases,
+                leave_stale: *leave_stale,
+                timeout: *timeout,
+                seed: *seed,
+                heap: Some(&crate::heap::Probe),
+            };
+            out(&conntrack(&spec, *services, *endpoints, from.as_deref(), *udp_percent, dir.as_deref())?)?;
+        }
         BenchWhat::Report { criterion, results } => out(&report::render(&report::Inputs::read(criterion, results)?))?,
     }
     Ok(ExitCode::from(EXIT_OK))
+}
+
+/// `svcproxy-bench conntrack`: the cluster loaded (its ports made UDP), then
+/// [`bench::conntrack::run`]; progress on stderr, the summary returned.
+fn conntrack(spec: &bench::conntrack::Spec, services: usize, endpoints: usize, from: Option<&Path>, udp_percent: u8, dir: Option<&Path>) -> anyhow::Result<String> {
+    let log = |s: &str| eprintln!("svcproxy-bench conntrack: {s}");
+    let t = Instant::now();
+    let mut state = match from {
+        Some(p) => svcproxy::source::read_path(p).with_context(|| format!("cannot read {}", p.display()))?,
+        None => {
+            let mut state = svcproxy::source::ClusterState::default();
+            svcproxy::source::file::read_str(Path::new("generated.yaml"), &bench::generated(services, endpoints), &mut state)?;
+            state
+        }
+    };
+    let made = bench::conntrack::make_udp(&mut state, udp_percent);
+    let loaded = bench::load(state)?;
+    log(&format!("cluster loaded in {:.1} s ({made} services made UDP)", t.elapsed().as_secs_f64()));
+    let family = loaded.trackers.families.iter().find(|f| f.family == svcproxy::net::IpFamily::V4).context("the cluster has no IPv4 family")?;
+    let (svc_map, ep_map) = family.view();
+    let results = bench::conntrack::run(spec, svc_map, ep_map, &mut |s| log(s))?;
+    let summary = results.summary();
+    if let Some(dir) = dir {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        std::fs::write(dir.join("runs.tsv"), results.tsv())?;
+        std::fs::write(dir.join("figures.txt"), results.figures())?;
+        std::fs::write(dir.join("summary.md"), &summary)?;
+    }
+    Ok(summary)
 }
 
 /// A one-shot iptables sync as `svcproxy sync` runs it, timed: `load` (read, parse,

@@ -4,7 +4,11 @@
 //! `bench` feature: `cargo build --release --features bench --bin svcproxy-bench`.
 
 mod commands;
+mod heap;
 mod load;
+
+#[global_allocator]
+static ALLOC: heap::Counting = heap::Counting;
 
 use std::process::ExitCode;
 
