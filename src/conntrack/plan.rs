@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 
 use crate::model::{EndpointsMap, Protocol, ServicePortMap};
-use crate::netfilter::ctnetlink::{wire::IPPROTO_UDP, Flow};
+use crate::netfilter::ctnetlink::{wire::DumpFilter, wire::IPPROTO_UDP, Flow};
 
 /// The serving endpoints of each UDP service address and NodePort of one family.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -85,6 +85,27 @@ impl Targets {
         self.addrs.get(&(flow.orig.dst, flow.orig.dport)).is_some_and(|&s| not_serving(s))
             || self.node_ports.get(&flow.orig.dport).is_some_and(|&s| not_serving(s))
     }
+}
+
+/// The dumps that read the flows of `changed` services' UDP ports: one per service
+/// address and port, one per NodePort (any address); `None` when more than `at_most`.
+pub fn destinations(services: &ServicePortMap, changed: &std::collections::BTreeSet<crate::model::NamespacedName>, at_most: usize) -> Option<Vec<DumpFilter>> {
+    let mut out: Vec<DumpFilter> = Vec::new();
+    let mut add = |f: DumpFilter| {
+        if !out.contains(&f) {
+            out.push(f);
+        }
+    };
+    for svc in services.iter().filter(|(n, s)| s.protocol == Protocol::Udp && changed.contains(&n.service)).map(|(_, s)| s) {
+        let addrs = std::iter::once(svc.cluster_ip).chain(svc.load_balancer_vips.iter().copied()).chain(svc.external_ips.iter().copied());
+        for ip in addrs {
+            add(DumpFilter { proto: IPPROTO_UDP, dst: Some(ip), dport: Some(svc.port) });
+        }
+        if svc.node_port != 0 {
+            add(DumpFilter { proto: IPPROTO_UDP, dst: None, dport: Some(svc.node_port) });
+        }
+    }
+    (out.len() <= at_most).then_some(out)
 }
 
 #[cfg(test)]

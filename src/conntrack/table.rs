@@ -1,13 +1,13 @@
-//! The kernel's flow table as the reconciler sees it: one family's UDP flows streamed,
-//! and flows deleted. [`NetlinkFlows`] is ctnetlink on the node; [`fake::FakeFlows`] an
+//! The kernel's flow table as the reconciler sees it: one family's flows streamed (all
+//! UDP ones, or those to one address and port, the kernel filtering), and flows deleted. [`NetlinkFlows`] is ctnetlink on the node; [`fake::FakeFlows`] an
 //! in-memory table for tests (feature `testing`).
 
 use crate::net::IpFamily;
-use crate::netfilter::ctnetlink::{wire, CtError, Ctnetlink, Deleted, Flow};
+use crate::netfilter::ctnetlink::{wire, wire::DumpFilter, CtError, Ctnetlink, Deleted, Flow};
 
 pub trait FlowTable: Send {
-    /// Streams one family's UDP flows to `each`; returns how many were read.
-    fn udp_flows(&mut self, family: IpFamily, each: &mut dyn FnMut(&Flow)) -> Result<usize, CtError>;
+    /// Streams one family's flows that `filter` keeps to `each`; returns how many were read.
+    fn flows(&mut self, family: IpFamily, filter: &DumpFilter, each: &mut dyn FnMut(&Flow)) -> Result<usize, CtError>;
     fn delete(&mut self, flows: &[Flow]) -> Result<Deleted, CtError>;
 }
 
@@ -17,9 +17,9 @@ pub trait FlowTable: Send {
 pub struct NetlinkFlows;
 
 impl FlowTable for NetlinkFlows {
-    fn udp_flows(&mut self, family: IpFamily, each: &mut dyn FnMut(&Flow)) -> Result<usize, CtError> {
+    fn flows(&mut self, family: IpFamily, filter: &DumpFilter, each: &mut dyn FnMut(&Flow)) -> Result<usize, CtError> {
         let af = if family.is_v6() { wire::AF_INET6 } else { wire::AF_INET };
-        Ok(Ctnetlink::open()?.dump(af, Some(wire::IPPROTO_UDP), each)?.flows)
+        Ok(Ctnetlink::open()?.dump_to(af, Some(*filter), each)?.flows)
     }
 
     fn delete(&mut self, flows: &[Flow]) -> Result<Deleted, CtError> {
@@ -40,6 +40,8 @@ pub mod fake {
         pub flows: Arc<Mutex<Vec<Flow>>>,
         pub deleted: Arc<Mutex<Vec<Flow>>>,
         pub fail: Arc<Mutex<Option<i32>>>,
+        /// Every dump asked for, in order.
+        pub dumps: Arc<Mutex<Vec<DumpFilter>>>,
     }
 
     impl FakeFlows {
@@ -49,12 +51,13 @@ pub mod fake {
     }
 
     impl FlowTable for FakeFlows {
-        fn udp_flows(&mut self, family: IpFamily, each: &mut dyn FnMut(&Flow)) -> Result<usize, CtError> {
+        fn flows(&mut self, family: IpFamily, filter: &DumpFilter, each: &mut dyn FnMut(&Flow)) -> Result<usize, CtError> {
             if let Some(errno) = self.fail.lock().unwrap_or_else(|e| e.into_inner()).take() {
                 return Err(CtError::Kernel { op: "dump", errno });
             }
+            self.dumps.lock().unwrap_or_else(|e| e.into_inner()).push(*filter);
             let flows = self.flows.lock().unwrap_or_else(|e| e.into_inner());
-            let mine = flows.iter().filter(|f| f.orig.proto == wire::IPPROTO_UDP && IpFamily::of(&f.orig.src) == family);
+            let mine = flows.iter().filter(|f| filter.matches(f) && IpFamily::of(&f.orig.src) == family);
             let mut n = 0;
             for f in mine {
                 each(f);

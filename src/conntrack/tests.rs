@@ -2,8 +2,9 @@ use std::sync::Arc;
 
 use super::table::fake::FakeFlows;
 use super::*;
-use crate::model::{Endpoint, NamespacedName, Protocol, ServicePort, ServicePortName};
-use crate::netfilter::ctnetlink::{wire::IPPROTO_UDP, Tuple};
+use crate::model::{Endpoint, Protocol, ServicePort, ServicePortName};
+use crate::model::NamespacedName;
+use crate::netfilter::ctnetlink::{wire::DumpFilter, wire::IPPROTO_UDP, Tuple};
 
 fn maps(endpoint: &str) -> (ServicePortMap, EndpointsMap) {
     let spn = ServicePortName { service: NamespacedName::new("ns", "dns"), port: "dns".into(), protocol: Protocol::Udp };
@@ -45,7 +46,7 @@ fn stale_flows_are_deleted_healthy_ones_kept_and_the_run_is_paid() {
         table.add(f);
     }
     let mut r = Reconciler::new(Box::new(table.clone()));
-    r.owe(IpFamily::V4);
+    r.owe_all(IpFamily::V4);
     let (s, e) = maps("198.18.1.2");
     let out = r.run(IpFamily::V4, &s, &e, false);
     assert_eq!((out.listed, out.deleted, &out.error), (3, Some(2), &None));
@@ -59,7 +60,7 @@ fn a_dry_run_lists_and_deletes_nothing() {
     let table = FakeFlows::default();
     table.add(flow(2, "198.18.2.2"));
     let mut r = Reconciler::new(Box::new(table.clone()));
-    r.owe(IpFamily::V4);
+    r.owe_all(IpFamily::V4);
     let (s, e) = maps("198.18.1.2");
     let out = r.run(IpFamily::V4, &s, &e, true);
     assert_eq!((out.stale.len(), out.deleted), (1, None));
@@ -73,7 +74,7 @@ fn a_failed_listing_is_reported_and_leaves_the_run_owed() {
     table.add(flow(2, "198.18.2.2"));
     *table.fail.lock().unwrap() = Some(libc::EPERM);
     let mut r = Reconciler::new(Box::new(table.clone()));
-    r.owe(IpFamily::V4);
+    r.owe_all(IpFamily::V4);
     let (s, e) = maps("198.18.1.2");
     let out = r.run(IpFamily::V4, &s, &e, false);
     assert_eq!(out.deleted, None);
@@ -82,4 +83,29 @@ fn a_failed_listing_is_reported_and_leaves_the_run_owed() {
     let again = r.run(IpFamily::V4, &s, &e, false);
     assert_eq!((again.deleted, again.error), (Some(1), None));
     assert!(!r.is_owed(IpFamily::V4));
+}
+
+#[test]
+fn after_a_first_run_of_every_flow_a_change_reads_only_the_changed_services_flows() {
+    let table = FakeFlows::default();
+    table.add(flow(1, "198.18.1.2"));
+    let mut r = Reconciler::new(Box::new(table.clone()));
+    let (s, e) = maps("198.18.1.2");
+    let dns = NamespacedName::new("ns", "dns");
+    // A first run reads every UDP flow, whatever it is owed.
+    r.owe(IpFamily::V4, [dns.clone()]);
+    assert_eq!(r.run(IpFamily::V4, &s, &e, false).scope, Scope::All);
+    assert_eq!(table.dumps.lock().unwrap().drain(..).collect::<Vec<_>>(), [DumpFilter::proto(IPPROTO_UDP)]);
+    // Then a change reads its service's address and port alone, the kernel filtering.
+    let (s2, e2) = maps("198.18.2.2");
+    r.owe(IpFamily::V4, [dns.clone()]);
+    let out = r.run(IpFamily::V4, &s2, &e2, false);
+    assert_eq!((out.scope, out.deleted), (Scope::Changed(1), Some(1)));
+    let want = DumpFilter { proto: IPPROTO_UDP, dst: Some("198.19.0.10".parse().unwrap()), dport: Some(53) };
+    assert_eq!(table.dumps.lock().unwrap().drain(..).collect::<Vec<_>>(), [want]);
+    // A failed run makes the next one read everything again.
+    *table.fail.lock().unwrap() = Some(libc::EIO);
+    r.owe(IpFamily::V4, [dns]);
+    assert!(r.run(IpFamily::V4, &s2, &e2, false).error.is_some());
+    assert_eq!(r.run(IpFamily::V4, &s2, &e2, false).scope, Scope::All);
 }

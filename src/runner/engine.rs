@@ -162,7 +162,7 @@ impl Engine {
         let mut conntrack = Reconciler::new(flows);
         for t in &trackers.families {
             if t.view().1.keys().any(|k| k.protocol == crate::model::Protocol::Udp) {
-                conntrack.owe(t.family);
+                conntrack.owe_all(t.family);
             }
         }
         let mut engine = Engine { config, trackers, proxier, sysctl_root: None, no_local: Default::default(), unsynced: Default::default(), last_trigger_times: Vec::new(), conntrack, last_reconciled: Vec::new(), resync: Default::default() };
@@ -261,7 +261,7 @@ impl Engine {
             .collect();
         for (t, c) in self.trackers.families.iter().zip(&changes) {
             if c.udp_endpoints_changed {
-                self.conntrack.owe(t.family);
+                self.conntrack.owe(t.family, c.services.iter().cloned());
             }
         }
         let result = self.sync_changes(&changes, full, periodic, pass, &wanted);

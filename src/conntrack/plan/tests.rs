@@ -102,3 +102,16 @@ fn two_ports_on_one_address_keep_the_flows_of_both() {
     assert!(!t.is_stale(&flow("198.18.201.1", 53, "198.18.2.2", IPPROTO_UDP)));
     assert!(t.is_stale(&flow("198.19.0.10", 53, "198.18.2.2", IPPROTO_UDP)), "the ClusterIP is a's alone");
 }
+
+#[test]
+fn a_changed_services_flows_are_read_by_address_and_port_and_nodeport() {
+    let dns = port("dns", Protocol::Udp, "198.19.0.10", 53, 30053, &["198.18.200.1"], &["198.18.201.1"]);
+    let tcp = port("dns", Protocol::Tcp, "198.19.0.10", 53, 30054, &[], &[]);
+    let other = port("other", Protocol::Udp, "198.19.0.20", 53, 0, &[], &[]);
+    let services: ServicePortMap = [dns, tcp, other].into_iter().collect();
+    let changed: std::collections::BTreeSet<NamespacedName> = [NamespacedName::new("ns", "dns")].into_iter().collect();
+    let got = destinations(&services, &changed, 4).unwrap();
+    let f = |dst: Option<&str>, dport| DumpFilter { proto: IPPROTO_UDP, dst: dst.map(|d| d.parse().unwrap()), dport: Some(dport) };
+    assert_eq!(got, [f(Some("198.19.0.10"), 53), f(Some("198.18.201.1"), 53), f(Some("198.18.200.1"), 53), f(None, 30053)], "the UDP port's addresses and NodePort; not the TCP port's, not another service's");
+    assert_eq!(destinations(&services, &changed, 3), None, "more than allowed: read everything instead");
+}

@@ -9,9 +9,11 @@ use netlink_sys::{protocols::NETLINK_NETFILTER, Socket, SocketAddr};
 use super::wire::{self, Flow, WireError};
 use crate::netfilter::nlattr::{Message, Messages};
 
-/// Messages per `send`: a batch of deletes is about 90 KiB for IPv4, within the socket's
-/// default buffers, and the kernel's answers to it (errors only) fit one `recv`.
-pub const BATCH: usize = 1024;
+/// Messages per `send`. The kernel queues every answer of a batch (a delete's error, a
+/// create's ack) before the first `recv`, each an skb of about 1 KiB against the socket's
+/// receive buffer (208 KiB by default): 128 answers fit it with room to spare, where 1,024
+/// overflowed it (ENOBUFS, found by the benchmark). The buffer is also raised where allowed.
+pub const BATCH: usize = 128;
 
 /// A dump's `recv` buffer: the kernel fills at most 32 KiB per dump message batch.
 const RECV_BUF: usize = 1 << 16;
@@ -66,6 +68,7 @@ impl Ctnetlink {
         sock.connect(&SocketAddr::new(0, 0)).map_err(CtError::io("connect"))?;
         // Errors echo only the header, not the request: a batch's answers stay small.
         sock.set_cap_ack(true).map_err(CtError::io("setsockopt"))?;
+        grow_receive_buffer(&sock);
         set_read_timeout(&sock);
         let seq = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_secs() as u32);
         Ok(Ctnetlink { sock, seq, buf: vec![0; RECV_BUF] })
@@ -78,21 +81,27 @@ impl Ctnetlink {
 
     /// Streams one family's flows (`AF_INET`/`AF_INET6`) to `each`; with `proto`, only that
     /// protocol's (filtered by the kernel where it can, else here).
-    pub fn dump(&mut self, family: u8, proto: Option<u8>, mut each: impl FnMut(&Flow)) -> Result<DumpStats, CtError> {
-        match self.dump_once(family, proto, true, &mut each) {
+    pub fn dump(&mut self, family: u8, proto: Option<u8>, each: impl FnMut(&Flow)) -> Result<DumpStats, CtError> {
+        self.dump_to(family, proto.map(wire::DumpFilter::proto), each)
+    }
+
+    /// [`Ctnetlink::dump`] of the flows `filter` keeps (protocol, destination port and
+    /// address), filtered by the kernel where it can, else here.
+    pub fn dump_to(&mut self, family: u8, filter: Option<wire::DumpFilter>, mut each: impl FnMut(&Flow)) -> Result<DumpStats, CtError> {
+        match self.dump_once(family, filter, true, &mut each) {
             // Before Linux 5.8 the kernel knows no CTA_FILTER; nothing was streamed yet.
-            Err(CtError::Kernel { errno, .. }) if proto.is_some() && (errno == libc::EINVAL || errno == libc::EOPNOTSUPP) => {
-                self.dump_once(family, proto, false, &mut each)
+            Err(CtError::Kernel { errno, .. }) if filter.is_some() && (errno == libc::EINVAL || errno == libc::EOPNOTSUPP) => {
+                self.dump_once(family, filter, false, &mut each)
             }
             other => other,
         }
     }
 
-    fn dump_once(&mut self, family: u8, proto: Option<u8>, kernel_filter: bool, each: &mut dyn FnMut(&Flow)) -> Result<DumpStats, CtError> {
+    fn dump_once(&mut self, family: u8, filter: Option<wire::DumpFilter>, kernel_filter: bool, each: &mut dyn FnMut(&Flow)) -> Result<DumpStats, CtError> {
         let seq = self.next_seq();
-        let request = wire::dump_request(seq, family, proto.filter(|_| kernel_filter));
+        let request = wire::dump_request_to(seq, family, filter.as_ref().filter(|_| kernel_filter));
         self.sock.send(&request, 0).map_err(CtError::io("dump request"))?;
-        let mut stats = DumpStats { kernel_filtered: kernel_filter && proto.is_some(), ..DumpStats::default() };
+        let mut stats = DumpStats { kernel_filtered: kernel_filter && filter.is_some(), ..DumpStats::default() };
         loop {
             let n = self.sock.recv(&mut &mut self.buf[..], 0).map_err(CtError::io("dump"))?;
             if n == 0 {
@@ -104,7 +113,7 @@ impl Ctnetlink {
                     Message::Data { kind, seq: s, body } if s == seq && kind == (wire::NFNL_SUBSYS_CTNETLINK << 8 | wire::MSG_NEW) => {
                         let flow = wire::parse_flow(body)?;
                         stats.flows += 1;
-                        if proto.is_none_or(|p| p == flow.orig.proto) {
+                        if filter.is_none_or(|f| f.matches(&flow)) {
                             each(&flow);
                         }
                     }
@@ -196,6 +205,19 @@ fn set_read_timeout(sock: &Socket) {
     // SAFETY: setsockopt on a socket we own, with a pointer to a timeval that outlives the call.
     unsafe {
         libc::setsockopt(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVTIMEO, (&tv as *const libc::timeval).cast(), std::mem::size_of::<libc::timeval>() as libc::socklen_t);
+    }
+}
+
+/// Room for a whole batch's answers and a dump's skbs: 1 MiB where the process may force
+/// it (CAP_NET_ADMIN, as on a node), else whatever `rmem_max` allows.
+fn grow_receive_buffer(sock: &Socket) {
+    let want: libc::c_int = 1 << 20;
+    let set = |opt| {
+        // SAFETY: setsockopt on a socket we own, with a pointer to an int that outlives the call.
+        unsafe { libc::setsockopt(sock.as_raw_fd(), libc::SOL_SOCKET, opt, (&want as *const libc::c_int).cast(), std::mem::size_of::<libc::c_int>() as libc::socklen_t) }
+    };
+    if set(libc::SO_RCVBUFFORCE) != 0 {
+        set(libc::SO_RCVBUF);
     }
 }
 

@@ -34,7 +34,9 @@ const CTA_PROTO_DST_PORT: u16 = 3;
 
 const CTA_FILTER_ORIG_FLAGS: u16 = 1;
 const CTA_FILTER_REPLY_FLAGS: u16 = 2;
+const CTA_FILTER_F_CTA_IP_DST: u32 = 1 << 1;
 const CTA_FILTER_F_CTA_PROTO_NUM: u32 = 1 << 3;
+const CTA_FILTER_F_CTA_PROTO_DST_PORT: u32 = 1 << 5;
 
 pub const AF_INET: u8 = 2;
 pub const AF_INET6: u8 = 10;
@@ -108,20 +110,62 @@ pub fn family_of(ip: &IpAddr) -> u8 {
     }
 }
 
+/// What a dump keeps, by the original tuple: a protocol, and optionally a destination
+/// port and address (a NodePort's flows: the port on any address).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DumpFilter {
+    pub proto: u8,
+    pub dst: Option<IpAddr>,
+    pub dport: Option<u16>,
+}
+
+impl DumpFilter {
+    pub fn proto(proto: u8) -> Self {
+        DumpFilter { proto, dst: None, dport: None }
+    }
+
+    /// Whether `flow` passes (what the kernel keeps; checked here on a kernel without filters).
+    pub fn matches(&self, flow: &Flow) -> bool {
+        flow.orig.proto == self.proto && self.dst.is_none_or(|d| d == flow.orig.dst) && self.dport.is_none_or(|p| p == flow.orig.dport)
+    }
+}
+
 /// Dumps the flows of one family (`AF_INET`/`AF_INET6`). With `proto`, the kernel returns
 /// only that protocol's flows (`CTA_FILTER` on the original tuple's protocol, Linux 5.8+);
 /// without, it is the request `conntrack -L -f FAMILY` sends.
 pub fn dump_request(seq: u32, family: u8, proto: Option<u8>) -> Vec<u8> {
+    dump_request_to(seq, family, proto.map(DumpFilter::proto).as_ref())
+}
+
+/// [`dump_request`] the kernel filters by `filter` (its protocol, destination port and
+/// address: `CTA_FILTER`'s original-tuple flags); the kernel still walks its whole table.
+pub fn dump_request_to(seq: u32, family: u8, filter: Option<&DumpFilter>) -> Vec<u8> {
     let mut a = Attrs::default();
-    if let Some(p) = proto {
+    if let Some(f) = filter {
+        let mut flags = CTA_FILTER_F_CTA_PROTO_NUM;
         a.nest(CTA_TUPLE_ORIG, |t| {
-            t.nest(CTA_TUPLE_PROTO, |p2| {
-                p2.u8(CTA_PROTO_NUM, p);
+            if let Some(dst) = f.dst {
+                flags |= CTA_FILTER_F_CTA_IP_DST;
+                t.nest(CTA_TUPLE_IP, |ip| match dst {
+                    IpAddr::V4(d) => {
+                        ip.bytes(CTA_IP_V4_DST, &d.octets());
+                    }
+                    IpAddr::V6(d) => {
+                        ip.bytes(CTA_IP_V6_DST, &d.octets());
+                    }
+                });
+            }
+            t.nest(CTA_TUPLE_PROTO, |p| {
+                p.u8(CTA_PROTO_NUM, f.proto);
+                if let Some(port) = f.dport {
+                    flags |= CTA_FILTER_F_CTA_PROTO_DST_PORT;
+                    p.be16(CTA_PROTO_DST_PORT, port);
+                }
             });
         });
-        a.nest(CTA_FILTER, |f| {
-            f.bytes(CTA_FILTER_ORIG_FLAGS, &CTA_FILTER_F_CTA_PROTO_NUM.to_ne_bytes());
-            f.bytes(CTA_FILTER_REPLY_FLAGS, &0u32.to_ne_bytes());
+        a.nest(CTA_FILTER, |n| {
+            n.bytes(CTA_FILTER_ORIG_FLAGS, &flags.to_ne_bytes());
+            n.bytes(CTA_FILTER_REPLY_FLAGS, &0u32.to_ne_bytes());
         });
     }
     let mut out = Vec::with_capacity(20 + a.0.len());

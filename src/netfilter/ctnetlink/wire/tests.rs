@@ -120,3 +120,24 @@ fn a_flow_without_its_tuples_is_an_error_naming_what_is_missing() {
     body.extend_from_slice(&a.0);
     assert_eq!(parse_flow(&body), Err(WireError::Length("IPv4 source", 2)));
 }
+
+#[test]
+fn a_dump_to_one_address_and_port_filters_by_them_in_the_kernel() {
+    let f = DumpFilter { proto: IPPROTO_UDP, dst: Some("fd00:19::10".parse().unwrap()), dport: Some(53) };
+    let r = dump_request_to(5, AF_INET6, Some(&f));
+    let attrs: Vec<_> = AttrIter(&r[20..]).collect();
+    let orig: Vec<_> = AttrIter(attrs[0].1).collect();
+    assert_eq!(orig.iter().map(|(k, _)| *k).collect::<Vec<_>>(), [CTA_TUPLE_IP, CTA_TUPLE_PROTO]);
+    let ip: Vec<_> = AttrIter(orig[0].1).collect();
+    assert_eq!(ip, [(CTA_IP_V6_DST, &"fd00:19::10".parse::<std::net::Ipv6Addr>().unwrap().octets()[..])]);
+    let proto: Vec<_> = AttrIter(orig[1].1).collect();
+    assert_eq!(proto, [(CTA_PROTO_NUM, &[17][..]), (CTA_PROTO_DST_PORT, &[0, 53][..])]);
+    let filter: Vec<_> = AttrIter(attrs[1].1).collect();
+    // CTA_FILTER_F_CTA_IP_DST | CTA_FILTER_F_CTA_PROTO_NUM | CTA_FILTER_F_CTA_PROTO_DST_PORT.
+    assert_eq!(filter[0], (CTA_FILTER_ORIG_FLAGS, &(2u32 | 8 | 32).to_ne_bytes()[..]));
+    let nodeport = DumpFilter { dst: None, dport: Some(30053), ..f };
+    let mut flow = Flow { orig: t("fd00:18::5", "fd00:19::99", IPPROTO_UDP, 1, 30053), reply: t("fd00:18:1::2", "fd00:18::5", IPPROTO_UDP, 5353, 1), zone: 0, id: 1, status: 0, timeout: 1 };
+    assert!(nodeport.matches(&flow) && !f.matches(&flow));
+    flow.orig.proto = IPPROTO_TCP;
+    assert!(!nodeport.matches(&flow));
+}
