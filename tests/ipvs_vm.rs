@@ -8,7 +8,11 @@
 //! (`dataplane-4.yaml`: an "outside" namespace beside the node: NodePort ETP Cluster and
 //! Local, external IP, LoadBalancer IPs in and out of their source ranges, hairpin, the
 //! health-check node port), and seeded random change sequences in watch mode, each step
-//! checked against a full sync (`walk-SEED-STEP.yaml`, written by [`write_walks`]).
+//! checked against a full sync (`walk-SEED-STEP.yaml`, written by [`write_walks`]),
+//! and issue 34's IPVS cell (`tests/rigs/ipvs-guest-udp.sh`, in namespaces of its own):
+//! a client reusing one UDP source port, answered by the right pod after svcproxy's
+//! conntrack reconciler runs (boot race over an un-NATed cached flow, zero -> one
+//! endpoint, an endpoint replaced while running, restarts with and without a change).
 //!
 //! Missing means (not root, no qemu, no tools) are reported as SKIPPED with the reason,
 //! and fail under CI (tests/support/ci.rs). The last line is `ipvs_vm: P passed, F failed, S skipped`.
@@ -23,14 +27,15 @@ use svcproxy::ipvs::walk::Walk;
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
-const GUEST_CHECKS: usize = 39;
+const GUEST_CHECKS: usize = 45;
 
 const MODULES: &str = "ip_set ip_set_hash_ip ip_set_hash_ipport ip_set_hash_ipportip ip_set_hash_ipportnet \
     ip_set_bitmap_port xt_set ip_tables iptable_nat iptable_filter ip6_tables ip6table_nat ip6table_filter iptable_mangle ip6table_mangle \
-    xt_comment xt_addrtype xt_mark xt_conntrack xt_MASQUERADE xt_physdev xt_ipvs xt_nat ipt_REJECT ip6t_REJECT";
+    xt_comment xt_addrtype xt_mark xt_conntrack xt_MASQUERADE xt_physdev xt_ipvs xt_nat ipt_REJECT ip6t_REJECT \
+    nf_conntrack_netlink";
 
 /// Host files the guest needs beside the rig's own (ipvsadm, ip, dash, busybox).
-const HOST_FILES: [&str; 10] = [
+const HOST_FILES: [&str; 11] = [
     "/etc/protocols",
     "/usr/bin/socat",
     "/usr/sbin/ipset",
@@ -41,6 +46,7 @@ const HOST_FILES: [&str; 10] = [
     "/usr/sbin/ip6tables-legacy",
     "/usr/sbin/ip6tables-legacy-save",
     "/usr/sbin/ip6tables-legacy-restore",
+    "/usr/sbin/conntrack",
 ];
 const XTABLES: &str = "/usr/lib/x86_64-linux-gnu/xtables";
 
@@ -66,7 +72,7 @@ fn missing_means() -> Option<String> {
     if !Path::new("/bin/busybox").exists() {
         return Some("/bin/busybox missing (apt-get install busybox-static)".into());
     }
-    HOST_FILES.iter().find(|f| !Path::new(f).exists()).map(|f| format!("{f} missing (apt-get install iptables ipset socat)"))
+    HOST_FILES.iter().find(|f| !Path::new(f).exists()).map(|f| format!("{f} missing (apt-get install iptables ipset socat conntrack)"))
 }
 
 /// The binary for the guest: `SVCPROXY_VM_BIN` (e.g. a release or musl build), else the
@@ -92,6 +98,8 @@ fn stage() -> std::io::Result<PathBuf> {
         let name = format!("dataplane-{i}.yaml");
         std::fs::copy(r.join("tests/rigs/ipvs-fixtures").join(&name), dir.join(&name))?;
     }
+    // Sourced by ipvs-guest-sync.sh from the data directory.
+    std::fs::copy(r.join("tests/rigs/ipvs-guest-udp.sh"), dir.join("ipvs-guest-udp.sh"))?;
     write_walks(&dir)?;
     Ok(dir)
 }

@@ -2,7 +2,7 @@
 # Guest side of the ipvs_vm test (run by ipvs-vm.sh as root, inside the VM).
 #   ipvs-guest-sync.sh SVCPROXY DATA_DIR
 # DATA_DIR holds demo.yaml, demo.ipvs (its golden), dataplane-{1,2,3,4}.yaml and
-# walk-SEED-STEP.yaml (random change sequences).
+# walk-SEED-STEP.yaml (random change sequences), and ipvs-guest-udp.sh (sourced last).
 # Prints "ok NAME" / "FAIL NAME: why" per check and "guest: P passed, F failed" last.
 set -u
 S=$1; D=$2
@@ -249,6 +249,10 @@ if [ $walk_ok = 1 ] && [ "$fulls" = 1 ] && [ "$partials" -ge $((steps / 2)) ]; t
   ok "walk: $steps random steps, each equal to a full sync ($fulls full, $partials partial)"
 elif [ $walk_ok = 1 ]; then bad "walk: only the first sync is full" "$steps steps, $fulls full, $partials partial: $(grep -E 'kind=' /tmp/walk.log | tail -5)"; fi
 kill -TERM $W; wait $W
+
+# ---- UDP flows from one source port: svcproxy's conntrack reconciler (issue 34) -------
+# In namespaces of their own (unode, upod1, upod2, uclient); see the script's header.
+. "$D/ipvs-guest-udp.sh"
 
 echo "guest: $PASS passed, $FAIL failed"
 [ $FAIL = 0 ]
