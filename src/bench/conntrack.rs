@@ -381,6 +381,34 @@ pub fn run(spec: &Spec, services: &ServicePortMap, endpoints: &EndpointsMap, log
         rows.push(Row { what: "reconcile", round, sample, listed, stale, deleted });
     }
 
+    // After a first run of every flow, a change to one service: its stale flows made again,
+    // a run owed that service alone reads its address and port (the kernel filtering).
+    let one = flows.stale[0].orig;
+    let changed = services
+        .iter()
+        .find(|(_, sp)| sp.cluster_ip == one.dst && sp.port == one.dport && sp.protocol == crate::model::Protocol::Udp)
+        .map(|(n, _)| n.service.clone())
+        .context("the first stale flow's service")?;
+    let its_stale: Vec<Flow> = flows.stale.iter().filter(|f| f.orig.dst == one.dst && f.orig.dport == one.dport).copied().collect();
+    let mut rec = Reconciler::new(Box::new(NetlinkFlows));
+    rec.owe_all(IpFamily::V4);
+    anyhow::ensure!(rec.run(IpFamily::V4, services, endpoints, false).error.is_none(), "the first run failed");
+    for round in 0..spec.rounds {
+        create(&mut ct, &its_stale).context("creating one service's stale flows again")?;
+        let (r, sample) = measure(spec.heap, || {
+            rec.owe(IpFamily::V4, [changed.clone()]);
+            let r = rec.run(IpFamily::V4, services, endpoints, false);
+            (r.scope, r.listed, r.stale.len(), r.deleted, r.error)
+        });
+        let (scope, listed, stale, deleted, error) = r;
+        anyhow::ensure!(error.is_none(), "changed round {round}: {}", error.unwrap_or_default());
+        let deleted = deleted.unwrap_or(0);
+        anyhow::ensure!(matches!(scope, crate::conntrack::Scope::Changed(_)), "changed round {round}: read {scope:?}");
+        anyhow::ensure!((stale, deleted) == (its_stale.len(), its_stale.len()), "changed round {round}: stale {stale}, deleted {deleted}, want {}", its_stale.len());
+        log(&format!("reconcile_changed {round}: {scope:?}, {:.1} ms wall, {:.1} ms CPU; listed {listed}, deleted {deleted}", ms(sample.wall), ms(sample.cpu())));
+        rows.push(Row { what: "reconcile_changed", round, sample, listed, stale, deleted });
+    }
+
     for round in 0..if spec.phases { spec.rounds } else { 0 } {
         create(&mut ct, &flows.stale).context("creating the stale flows again")?;
         let (targets, s) = measure(spec.heap, || Targets::new(services, endpoints));
@@ -473,7 +501,7 @@ fn refuse_root_netns() -> anyhow::Result<()> {
 /// kernel), `dump` (the UDP dump streamed and parsed, nothing done with a flow),
 /// `dump_filter` (the same with the stale test, the stale flows kept), `delete`; and,
 /// not the reconciler's, [`targeted_dump`]s of one service's and one NodePort's flows.
-const WHATS: [&str; 8] = ["reconcile", "plan", "test_in_memory", "dump", "dump_filter", "delete", "dump_one_service", "dump_one_nodeport"];
+const WHATS: [&str; 9] = ["reconcile", "reconcile_changed", "plan", "test_in_memory", "dump", "dump_filter", "delete", "dump_one_service", "dump_one_nodeport"];
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
