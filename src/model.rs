@@ -311,6 +311,17 @@ pub struct Node {
 
 pub const LABEL_ZONE: &str = "topology.kubernetes.io/zone";
 
+impl Node {
+    /// kube-proxy's `GetNodeHostIPs`: the first address (InternalIPs come first), and the
+    /// first of the other family if any. Empty when the Node has no address.
+    pub fn host_ips(&self) -> Vec<IpAddr> {
+        let Some(first) = self.addresses.first() else { return Vec::new() };
+        let mut out = vec![*first];
+        out.extend(self.addresses.iter().find(|a| a.is_ipv4() != first.is_ipv4()).copied());
+        out
+    }
+}
+
 /// A ServiceCIDR object (`networking.k8s.io/v1`, cluster-scoped): ranges ClusterIPs are
 /// allocated from. kube-proxy's nftables mode drops traffic to their unallocated addresses.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -438,3 +438,27 @@ fn service_cidrs_from_the_api_server_reach_the_nftables_drop_rule() {
     assert_eq!(full_syncs(), before, "each change reached the kernel in a partial sync");
     watch.stop(&rt);
 }
+
+/// kube-proxy v1.37 (#138183): when this Node's IPs change from those read at start, the
+/// watch ends (the process exits non-zero for its DaemonSet to restart it); a label change
+/// does not end it.
+#[test]
+fn this_nodes_ips_changing_ends_the_watch() {
+    let rt = runtime();
+    let server = rt.block_on(ApiServer::start()).expect("the test API server starts");
+    let node = |ip: &str, zone: &str| json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "labels": {"topology.kubernetes.io/zone": zone}}, "status": {"addresses": [{"type": "InternalIP", "address": ip}]}});
+    server.apply(node("198.19.1.1", "z1"));
+    let (mut engine, _) = engine_on_a_fake_kernel();
+    engine.node_ips_at_start = Some(vec!["198.19.1.1".parse().unwrap()]);
+    let shared = Arc::new(Shared::new(Schedule::new(Timing { min_sync_period: Duration::from_millis(50), ..Timing::default() })));
+    let watch = start_watch(&rt, plain_client(&rt, &server), Some("n1"), engine, shared.clone());
+    until("the first sync", || shared.schedule.lock().unwrap().last_sync().is_some());
+    server.apply(node("198.19.1.1", "z2"));
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(shared.exit.lock().unwrap().is_none(), "a label change keeps it running");
+    server.apply(node("198.19.1.7", "z2"));
+    until("the watch to end on the IP change", || watch.runner.is_finished());
+    let why = shared.exit.lock().unwrap().clone().unwrap_or_default();
+    assert!(why.contains("198.19.1.1") && why.contains("198.19.1.7"), "{why}");
+    watch.stop(&rt);
+}

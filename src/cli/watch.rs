@@ -116,6 +116,8 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Server
         }
     };
     let profiling = flags.enable_profiling.or(file.enable_profiling).unwrap_or(false);
+    // This Node's IPs at start, which kube-proxy v1.37 exits on seeing change (API server only).
+    let node_ips = state.nodes.first().map(crate::model::Node::host_ips).filter(|ips| !ips.is_empty() && matches!(origin, Origin::Api(_)));
     let loaded = pipeline::load_objects(state, &objects, flags, file).context("invalid configuration")?;
     drop(objects);
     crate::node::setup(&loaded.config)?;
@@ -140,8 +142,9 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Server
     let proxy_name = loaded.config.service_proxy_name.clone();
     let node_name = loaded.config.node_name.clone();
     let iptables = crate::runner::node::Iptables::on_node(loaded.config.mode, args.iptables_backend.chosen(), args.iptables_lock_wait);
-    let engine = crate::runner::node::engine(loaded.config, loaded.trackers, iptables, false)
+    let mut engine = crate::runner::node::engine(loaded.config, loaded.trackers, iptables, false)
         .context("cannot reach IPVS (is the ip_vs module loaded?)")?;
+    engine.node_ips_at_start = node_ips;
     let health = serve_on("health checks", servers.healthz, servers.hard_fail, serve::health_router(shared.clone())).await?;
     let metrics = serve_on("metrics", servers.metrics, servers.hard_fail, serve::metrics_router_with(shared.clone(), profiling)).await?;
     let (health, metrics) = (shown(health), shown(metrics));
@@ -158,7 +161,9 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Server
             tokio::spawn(apiserver::run_with_node(client, proxy_name, Some(node_name), tx));
         }
     }
-    watch::run_with(engine, rx, shared, watch::signals(), health_binds).await;
+    if let Some(why) = watch::run_with(engine, rx, shared, watch::signals(), health_binds).await {
+        anyhow::bail!("{why}; the rules in place stay until the restarted process syncs");
+    }
     Ok(())
 }
 

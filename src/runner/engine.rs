@@ -120,6 +120,8 @@ pub struct Engine {
     conntrack: Reconciler,
     /// Its runs in the last pass.
     last_reconciled: Vec<Reconciled>,
+    /// This Node's IPs as read at start (kube-proxy's `NodeManager`: `None`, not read).
+    pub node_ips_at_start: Option<Vec<std::net::IpAddr>>,
     /// Families whose rules changed outside the trackers (the ServiceCIDRs): they sync
     /// in the next pass, changes or not.
     resync: std::collections::BTreeSet<crate::net::IpFamily>,
@@ -165,7 +167,7 @@ impl Engine {
                 conntrack.owe_all(t.family);
             }
         }
-        let mut engine = Engine { config, trackers, proxier, sysctl_root: None, no_local: Default::default(), unsynced: Default::default(), last_trigger_times: Vec::new(), conntrack, last_reconciled: Vec::new(), resync: Default::default() };
+        let mut engine = Engine { config, trackers, proxier, sysctl_root: None, no_local: Default::default(), unsynced: Default::default(), last_trigger_times: Vec::new(), conntrack, last_reconciled: Vec::new(), resync: Default::default(), node_ips_at_start: None };
         let all: std::collections::BTreeSet<_> =
             engine.trackers.families.iter().flat_map(|t| t.view().0.keys().map(|k| k.service.clone())).collect();
         engine.update_no_local(&all);

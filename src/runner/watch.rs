@@ -20,21 +20,25 @@ use crate::source::watch::SourceMsg;
 
 /// Runs until `shutdown` resolves or the sources end.
 pub async fn run(engine: Engine, rx: mpsc::Receiver<SourceMsg>, shared: SharedState, shutdown: impl std::future::Future<Output = ()>) {
-    run_with(engine, rx, shared, shutdown, Vec::new()).await
+    let _ = run_with(engine, rx, shared, shutdown, Vec::new()).await;
 }
 
 /// [`run`], also serving the health-check node ports on `health_binds` (none: not served).
+/// Returns why it ended, when the process must exit non-zero ([`node_gone_or_moved`]).
 pub async fn run_with(
     mut engine: Engine,
     mut rx: mpsc::Receiver<SourceMsg>,
     shared: SharedState,
     shutdown: impl std::future::Future<Output = ()>,
     health_binds: Vec<std::net::IpAddr>,
-) {
+) -> Option<String> {
     let serve_health = !health_binds.is_empty();
     let mut health = crate::serve::healthcheck::HealthServers::new(health_binds);
     tokio::pin!(shutdown);
     loop {
+        if let Some(why) = exit_asked(&shared) {
+            return Some(why);
+        }
         let next = lock_schedule(&shared).next();
         let sleep = async {
             match next {
@@ -45,14 +49,17 @@ pub async fn run_with(
         tokio::select! {
             _ = &mut shutdown => {
                 tracing::info!("stopping; the rules stay in place");
-                return;
+                return None;
             }
             msg = rx.recv() => match msg {
                 Some(m) => on_message(&mut engine, &shared, m),
-                None => return,
+                None => return None,
             },
             _ = sleep => {
                 take_waiting(&mut engine, &shared, &mut rx);
+                if let Some(why) = exit_asked(&shared) {
+                    return Some(why);
+                }
                 wake(&mut engine, &shared, Instant::now());
                 if serve_health {
                     health.update(engine.health_check_counts()).await;
@@ -60,6 +67,11 @@ pub async fn run_with(
             }
         }
     }
+}
+
+/// Why the loop must end now, if a message said so (the rules stay in place).
+fn exit_asked(shared: &SharedState) -> Option<String> {
+    shared.exit.lock().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
 /// At most this many waiting messages are taken in before a sync.
@@ -80,6 +92,17 @@ pub(crate) fn take_waiting(engine: &mut Engine, shared: &SharedState, rx: &mut m
         taken += 1;
     }
     taken
+}
+
+/// kube-proxy v1.37's `NodeManager` (PR #138183): the process ends when this Node is
+/// deleted, or when its IPs (`GetNodeHostIPs`) differ from those read at start; a Node
+/// with no address yet changes nothing. (No IPs read at start: the first seen are taken,
+/// where kube-proxy, having waited 30 s for them, would exit.) The reason, if so.
+pub fn node_gone_or_moved(at_start: Option<&[std::net::IpAddr]>, node: Option<&crate::model::Node>) -> Option<String> {
+    let Some(node) = node else { return Some("this Node was deleted".into()) };
+    let now = node.host_ips();
+    let before = at_start?;
+    (!now.is_empty() && now != before).then(|| format!("this Node's IPs changed from {before:?} to {now:?}"))
 }
 
 pub(crate) fn on_message(engine: &mut Engine, shared: &SharedState, msg: SourceMsg) {
@@ -113,7 +136,16 @@ pub(crate) fn on_message(engine: &mut Engine, shared: &SharedState, msg: SourceM
         }
         SourceMsg::Node { node, deleting } => {
             shared.node_deleting.store(deleting, std::sync::atomic::Ordering::SeqCst);
+            if let Some(why) = node_gone_or_moved(engine.node_ips_at_start.as_deref(), node.as_ref()) {
+                tracing::error!("{why}: exiting, for the DaemonSet to restart svcproxy with this node's new state (kube-proxy v1.37 does the same)");
+                *shared.exit.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+                return;
+            }
             if let Some(node) = node {
+                if engine.node_ips_at_start.is_none() && !node.host_ips().is_empty() {
+                    tracing::info!(ips = ?node.host_ips(), "this Node's IPs, first read");
+                    engine.node_ips_at_start = Some(node.host_ips());
+                }
                 if engine.set_node_labels(node.labels) {
                     tracing::info!("this node's labels changed: full re-render");
                     lock_schedule(shared).force_full(now);

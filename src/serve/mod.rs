@@ -33,6 +33,9 @@ pub struct Shared {
     pub last_updated: Mutex<Option<SystemTime>>,
     /// This node is being deleted: `/healthz` says so (load balancers drain it).
     pub node_deleting: std::sync::atomic::AtomicBool,
+    /// Why the watch must end (this Node's IPs changed, or it was deleted): the loop
+    /// returns it and the process exits non-zero, for its DaemonSet to restart it.
+    pub exit: Mutex<Option<String>>,
     /// The proxy mode, for `/proxyMode`.
     pub proxy_mode: std::sync::OnceLock<String>,
     /// The effective configuration, for `/configz`.
@@ -48,6 +51,7 @@ impl Shared {
             metrics: Metrics::new(),
             last_updated: Mutex::new(None),
             node_deleting: std::sync::atomic::AtomicBool::new(false),
+            exit: Mutex::new(None),
             proxy_mode: std::sync::OnceLock::new(),
             configz: std::sync::OnceLock::new(),
             slis: slis::Slis::new(),

@@ -1445,3 +1445,17 @@ fn a_periodic_full_sync_is_skipped_in_large_cluster_mode_only() {
         assert_eq!(drift(&engine, &kernel), 0);
     }
 }
+
+/// kube-proxy v1.37's NodeManager: the process ends when this Node is deleted or its IPs
+/// (first address, and the first of the other family) change from those read at start.
+#[test]
+fn a_deleted_node_or_one_whose_ips_changed_ends_the_watch() {
+    use crate::runner::watch::node_gone_or_moved;
+    let node = |addrs: &[&str]| crate::model::Node { name: "n1".into(), labels: Default::default(), addresses: addrs.iter().map(|a| a.parse().unwrap()).collect(), pod_cidrs: Vec::new() };
+    let start: Vec<std::net::IpAddr> = vec!["198.19.1.1".parse().unwrap(), "fd00:19:1::1".parse().unwrap()];
+    assert_eq!(node_gone_or_moved(Some(&start), None).as_deref(), Some("this Node was deleted"));
+    assert_eq!(node_gone_or_moved(Some(&start), Some(&node(&["198.19.1.1", "198.19.1.9", "fd00:19:1::1"]))), None, "the same host IPs");
+    assert!(node_gone_or_moved(Some(&start), Some(&node(&["198.19.1.2", "fd00:19:1::1"]))).is_some_and(|w| w.contains("198.19.1.2")));
+    assert_eq!(node_gone_or_moved(Some(&start), Some(&node(&[]))), None, "a Node without addresses changes nothing");
+    assert_eq!(node_gone_or_moved(None, Some(&node(&["198.19.1.1"]))), None, "none read at start: the first seen are taken");
+}
