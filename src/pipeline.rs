@@ -40,12 +40,34 @@ pub fn load_objects(state: ClusterState, objects: &Objects, flags: Settings, fil
     if !chosen {
         notes.extend(family_left_out(&config.families, &objects.services));
     }
+    if !config.allow_external_ips {
+        notes.extend(external_ips_unserved(&objects.services));
+    }
     let mut trackers = Trackers::new(&config.families, &config.node_name, config.service_proxy_name.clone());
+    trackers.set_allow_external_ips(config.allow_external_ips);
     for e in objects.applied() {
         trackers.apply(&e);
     }
     trackers.commit();
     Ok(Loaded { config, trackers, notes })
+}
+
+/// A note when `AllowServiceExternalIPs=false` leaves Services' external IPs without rules
+/// (what `trace` and `render` then say about them).
+fn external_ips_unserved(services: &[Arc<crate::model::Service>]) -> Option<crate::source::Note> {
+    let with: Vec<&Arc<crate::model::Service>> = services.iter().filter(|s| !s.external_ips.is_empty()).collect();
+    let first = with.first()?;
+    let ips: Vec<String> = first.external_ips.iter().map(ToString::to_string).collect();
+    Some(crate::source::Note {
+        path: std::path::PathBuf::new(),
+        line: 0,
+        text: format!(
+            "{} Service(s) (first {}: {}) have spec.externalIPs, which get no rules: the feature gate AllowServiceExternalIPs is off (kube-proxy v1.37, KEP-5707)",
+            with.len(),
+            first.id,
+            ips.join(", ")
+        ),
+    })
 }
 
 /// A note when the families chosen automatically (from the node's IPs and cluster CIDRs)

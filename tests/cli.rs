@@ -419,9 +419,17 @@ fn feature_gates_are_checked_as_kube_proxy_checks_them() {
     assert!(stderr(&o).contains("must be iptables, nftables or blank"), "{}", stderr(&o));
     let o = run(&["render", "--from", "fixtures/demo.yaml", "--mode", "nftables", "--feature-gates=KubeProxyIPVS=false,NFTablesNetlink=false"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let o = run(&["render", "--from", "fixtures/demo.yaml", "--feature-gates=AllowServiceExternalIPs=false"]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("AllowServiceExternalIPs=false is not implemented"), "{}", stderr(&o));
+    // AllowServiceExternalIPs=false (KEP-5707): no rules for spec.externalIPs, in every mode.
+    for mode in ["iptables", "ipvs", "nftables"] {
+        let on = run(&["render", "--mode", mode, "--from", "fixtures/external-ips.yaml"]);
+        let off = run(&["render", "--mode", mode, "--from", "fixtures/external-ips.yaml", "--feature-gates=AllowServiceExternalIPs=false"]);
+        assert_eq!((on.status.code(), off.status.code()), (Some(0), Some(0)), "{mode}: {}", stderr(&off));
+        let text = |o: &std::process::Output| String::from_utf8_lossy(&o.stdout).into_owned();
+        assert!(text(&on).contains("198.51.100.25") && !text(&off).contains("198.51.100.25"), "{mode}: the external IP's rules go with the gate off");
+        assert!(text(&off).contains("10.96.115.47"), "{mode}: the ClusterIP stays");
+    }
+    let o = run(&["trace", "--from", "fixtures/external-ips.yaml", "--feature-gates=AllowServiceExternalIPs=false", "--src", "10.244.1.9", "--dst", "198.51.100.25:80"]);
+    assert!(stderr(&o).contains("apps/legacy-api: 198.51.100.25") && stderr(&o).contains("get no rules: the feature gate AllowServiceExternalIPs is off"), "trace says why: {}", stderr(&o));
     let o = run(&["render", "--from", "fixtures/demo.yaml", "--mode", "nftables", "--feature-gates=KubeProxyNFTablesLocalhostNodePorts=true"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("KubeProxyNFTablesLocalhostNodePorts"), "{}", stderr(&o));

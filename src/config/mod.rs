@@ -141,6 +141,9 @@ pub struct Config {
     pub service_cidrs: Vec<Cidr>,
     /// Whether the `serviceCIDRs` option set them (ServiceCIDR objects then change nothing).
     pub service_cidrs_option: bool,
+    /// The `AllowServiceExternalIPs` feature gate (default on): off, `spec.externalIPs`
+    /// get no rules in any mode (kube-proxy v1.37, KEP-5707).
+    pub allow_external_ips: bool,
     /// Overrides the formatted mark (kube-proxy's unit-test fake); normally `None`.
     pub masquerade_mark_text: Option<String>,
     /// The node's interface addresses, when known (else the node IPs and loopback).
@@ -306,6 +309,7 @@ pub fn resolve(s: Settings, nodes: &[Node]) -> Result<Config, ConfigError> {
         masquerade_bit,
         masquerade_all: masquerade_all.unwrap_or_default(),
         service_cidrs_option: !service_cidrs.is_empty(),
+        allow_external_ips: s.feature_gates.as_ref().is_none_or(|g| crate::settings::gates::enabled(g, "AllowServiceExternalIPs")),
         service_cidrs,
         masquerade_mark_text: s.masquerade_mark.clone(),
         interface_addresses: match &s.interface_addresses {

@@ -408,9 +408,6 @@ pub fn check_supported(gates: &std::collections::BTreeMap<String, bool>, mode: s
         // kube-proxy's validateProxyModeLinux: the modes it lists are sorted and joined by ", ".
         return Err("mode \"ipvs\": must be iptables, nftables or blank (blank means the best-available proxy [currently iptables]); ipvs mode is turned off by the KubeProxyIPVS feature gate".into());
     }
-    if !enabled(gates, "AllowServiceExternalIPs") {
-        return Err("feature gate AllowServiceExternalIPs=false is not implemented by svcproxy (kube-proxy v1.37 then programs no rules for spec.externalIPs)".into());
-    }
     if mode == ProxyMode::Nftables && enabled(gates, "KubeProxyNFTablesLocalhostNodePorts") {
         return Err("feature gate KubeProxyNFTablesLocalhostNodePorts (set, or turned on by AllAlpha) is not implemented by svcproxy in nftables mode (kube-proxy v1.37 then proxies localhost NodePorts in userspace and rejects the others)".into());
     }
@@ -461,8 +458,7 @@ mod tests {
         for mode in [ProxyMode::Iptables, ProxyMode::Ipvs, ProxyMode::Nftables] {
             assert_eq!(check_supported(&m(&[]), mode), Ok(()), "{mode:?}");
             assert_eq!(check_supported(&m(&[("NFTablesNetlink", false)]), mode), Ok(()), "{mode:?}");
-            let e = check_supported(&m(&[("AllowServiceExternalIPs", false)]), mode).unwrap_err();
-            assert!(e.contains("AllowServiceExternalIPs"), "{e}");
+            assert_eq!(check_supported(&m(&[("AllowServiceExternalIPs", false)]), mode), Ok(()), "{mode:?}: honoured since issue 35");
         }
         let e = check_supported(&m(&[("KubeProxyIPVS", false)]), ProxyMode::Ipvs).unwrap_err();
         assert!(e.starts_with("mode \"ipvs\": must be iptables, nftables or blank"), "{e}");

@@ -106,6 +106,14 @@ impl Trackers {
         }
     }
 
+    /// `AllowServiceExternalIPs` (kube-proxy v1.37; default on): off, no service port has
+    /// external IPs. Set before any event.
+    pub fn set_allow_external_ips(&mut self, allow: bool) {
+        for t in &mut self.families {
+            t.services.set_allow_external_ips(allow);
+        }
+    }
+
     pub fn commit(&mut self) -> Vec<Changes> {
         self.families.iter_mut().map(FamilyTracker::commit).collect()
     }

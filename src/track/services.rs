@@ -26,6 +26,8 @@ pub struct ServiceChangeTracker {
     /// range of it ([`port_entries`]), so no second map per service is kept.
     map: ServicePortMap,
     pending: BTreeMap<NamespacedName, PortsOf>,
+    /// `AllowServiceExternalIPs` (default on).
+    external_ips: bool,
 }
 
 /// What a commit changed.
@@ -41,12 +43,19 @@ impl ServiceChangeTracker {
             service_proxy_name,
             map: ServicePortMap::new(),
             pending: BTreeMap::new(),
+            external_ips: true,
         }
+    }
+
+    /// With `AllowServiceExternalIPs=false` (kube-proxy v1.37, KEP-5707) `spec.externalIPs`
+    /// are taken as empty: no rules for them in any mode. Set before the first update.
+    pub fn set_allow_external_ips(&mut self, allow: bool) {
+        self.external_ips = allow;
     }
 
     /// An added or updated Service.
     pub fn update(&mut self, svc: &Service) {
-        let ports = service_ports(svc, self.family, self.service_proxy_name.as_deref());
+        let ports = service_ports_with(svc, self.family, self.service_proxy_name.as_deref(), self.external_ips);
         self.set_pending(svc.id.clone(), ports);
     }
 
@@ -107,14 +116,21 @@ impl ServiceChangeTracker {
 /// nothing for ExternalName, headless or other-family-only services, or services that
 /// belong to another proxy.
 pub fn service_ports(svc: &Service, family: IpFamily, proxy_name: Option<&str>) -> PortsOf {
+    service_ports_with(svc, family, proxy_name, true)
+}
+
+/// [`service_ports`], with `spec.externalIPs` taken as empty unless `external_ips`
+/// (`AllowServiceExternalIPs`).
+pub fn service_ports_with(svc: &Service, family: IpFamily, proxy_name: Option<&str>, external_ips: bool) -> PortsOf {
     let mut out = BTreeMap::new();
+    let svc_external_ips: &[IpAddr] = if external_ips { &svc.external_ips } else { &[] };
     if !svc.proxy_labels.selected_by(proxy_name) || svc.service_type == ServiceType::ExternalName {
         return PortsOf::new();
     }
     let Some(cluster_ip) = svc.cluster_ip(family) else { return PortsOf::new() };
     let of_family = |ips: &[IpAddr]| -> Vec<IpAddr> { ips.iter().copied().filter(|ip| IpFamily::of(ip) == family).collect() };
     let externally_accessible = matches!(svc.service_type, ServiceType::LoadBalancer | ServiceType::NodePort)
-        || (svc.service_type == ServiceType::ClusterIP && !svc.external_ips.is_empty());
+        || (svc.service_type == ServiceType::ClusterIP && !svc_external_ips.is_empty());
     let vips: Vec<IpAddr> = svc.ingress.iter().filter(|i| !i.proxy_mode).map(|i| i.ip).collect();
     for p in &svc.ports {
         let name = ServicePortName { service: svc.id.clone(), port: p.name.clone(), protocol: p.protocol };
@@ -124,7 +140,7 @@ pub fn service_ports(svc: &Service, family: IpFamily, proxy_name: Option<&str>) 
             port: p.port,
             protocol: p.protocol,
             node_port: p.node_port,
-            external_ips: of_family(&svc.external_ips),
+            external_ips: of_family(svc_external_ips),
             load_balancer_vips: of_family(&vips),
             load_balancer_source_ranges: svc
                 .load_balancer_source_ranges
