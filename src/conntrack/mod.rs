@@ -101,9 +101,13 @@ impl Reconciler {
     pub fn run(&mut self, family: IpFamily, services: &ServicePortMap, endpoints: &EndpointsMap, dry_run: bool) -> Reconciled {
         let started = Instant::now();
         let owed = self.owed.get(&family).cloned().unwrap_or_default();
-        let targets = plan::Targets::new(services, endpoints);
         let all = owed.all || !self.ran.contains(&family);
         let dumps = if all { None } else { plan::destinations(services, &owed.services, MAX_TARGETED_DUMPS) };
+        // A run of a few dumps needs the plan of the ports those addresses and ports reach alone.
+        let targets = match &dumps {
+            None => plan::Targets::new(services, endpoints),
+            Some(list) => plan::Targets::new(&plan::reached_by(services, list), endpoints),
+        };
         let scope = dumps.as_ref().map_or(Scope::All, |d| Scope::Changed(d.len()));
         let mut stale = Vec::new();
         let mut keep = |f: &Flow| {

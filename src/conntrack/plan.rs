@@ -108,5 +108,22 @@ pub fn destinations(services: &ServicePortMap, changed: &std::collections::BTree
     (out.len() <= at_most).then_some(out)
 }
 
+/// The UDP service ports a flow read by `dumps` can be to (one of their addresses and
+/// ports, or their NodePort), every one of them: two ports sharing an address keep both's
+/// flows in the plan as in the whole one.
+pub fn reached_by(services: &ServicePortMap, dumps: &[DumpFilter]) -> ServicePortMap {
+    let hit = |svc: &crate::model::ServicePort| {
+        dumps.iter().any(|d| match (d.dst, d.dport) {
+            (None, Some(port)) => svc.node_port == port || svc.port == port,
+            (Some(ip), Some(port)) => {
+                svc.port == port && (svc.cluster_ip == ip || svc.load_balancer_vips.contains(&ip) || svc.external_ips.contains(&ip))
+                    || svc.node_port == port
+            }
+            _ => true,
+        })
+    };
+    services.iter().filter(|(_, s)| s.protocol == Protocol::Udp && hit(s)).map(|(k, v)| (k.clone(), v.clone())).collect()
+}
+
 #[cfg(test)]
 mod tests;

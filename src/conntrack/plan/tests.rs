@@ -115,3 +115,32 @@ fn a_changed_services_flows_are_read_by_address_and_port_and_nodeport() {
     assert_eq!(got, [f(Some("198.19.0.10"), 53), f(Some("198.18.201.1"), 53), f(Some("198.18.200.1"), 53), f(None, 30053)], "the UDP port's addresses and NodePort; not the TCP port's, not another service's");
     assert_eq!(destinations(&services, &changed, 3), None, "more than allowed: read everything instead");
 }
+
+#[test]
+fn the_plan_of_the_ports_a_dump_reaches_judges_its_flows_as_the_whole_plan_does() {
+    // A ClusterIP port equal to another service's NodePort, and a shared LB VIP.
+    let a = port("a", Protocol::Udp, "198.19.0.10", 53, 30053, &[], &["198.18.201.1"]);
+    let b = port("b", Protocol::Udp, "198.19.0.11", 30053, 0, &[], &["198.18.201.1"]);
+    let c = port("c", Protocol::Udp, "198.19.0.12", 53, 0, &[], &[]);
+    let services: ServicePortMap = [a.clone(), b.clone(), c.clone()].into_iter().collect();
+    let endpoints: EndpointsMap = [(a.0, Arc::new(vec![ep("198.18.1.2", true)])), (b.0, Arc::new(vec![ep("198.18.2.2", true)])), (c.0, Arc::new(vec![ep("198.18.3.2", true)]))].into_iter().collect();
+    let whole = Targets::new(&services, &endpoints);
+    let changed: std::collections::BTreeSet<NamespacedName> = [NamespacedName::new("ns", "a")].into_iter().collect();
+    let dumps = destinations(&services, &changed, 4).unwrap();
+    let part = Targets::new(&reached_by(&services, &dumps), &endpoints);
+    let dsts = ["198.19.0.10", "198.19.0.11", "198.18.201.1", "198.18.0.1"];
+    let replies = ["198.18.1.2", "198.18.2.2", "198.18.3.2", "198.18.9.9", "198.19.0.10", "198.19.0.11"];
+    let mut checked = 0;
+    for dst in dsts {
+        for dport in [53, 30053] {
+            for reply in replies {
+                let f = flow(dst, dport, reply, IPPROTO_UDP);
+                if dumps.iter().any(|d| d.matches(&f)) {
+                    assert_eq!(part.is_stale(&f), whole.is_stale(&f), "{dst}:{dport} answered by {reply}");
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert!(checked > 20, "{checked}");
+}
