@@ -357,7 +357,7 @@ pub fn run(spec: &Spec, services: &ServicePortMap, endpoints: &EndpointsMap, log
             create(&mut ct, &flows.stale).context("creating the stale flows again")?;
         }
         let (r, sample) = measure(spec.heap, || {
-            let mut rec = Reconciler::new(Box::new(NetlinkFlows));
+            let mut rec = Reconciler::new(Box::new(NetlinkFlows::default()));
             rec.owe_all(IpFamily::V4);
             let r = rec.run(IpFamily::V4, services, endpoints, false);
             (r.listed, r.stale.len(), r.deleted, r.error)
@@ -390,7 +390,7 @@ pub fn run(spec: &Spec, services: &ServicePortMap, endpoints: &EndpointsMap, log
         .map(|(n, _)| n.service.clone())
         .context("the first stale flow's service")?;
     let its_stale: Vec<Flow> = flows.stale.iter().filter(|f| f.orig.dst == one.dst && f.orig.dport == one.dport).copied().collect();
-    let mut rec = Reconciler::new(Box::new(NetlinkFlows));
+    let mut rec = Reconciler::new(Box::new(NetlinkFlows::default()));
     rec.owe_all(IpFamily::V4);
     anyhow::ensure!(rec.run(IpFamily::V4, services, endpoints, false).error.is_none(), "the first run failed");
     for round in 0..spec.rounds {

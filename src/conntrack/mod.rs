@@ -120,8 +120,9 @@ impl Reconciler {
             (None, false) => self.table.flows(family, &DumpFilter::proto(IPPROTO_UDP), &mut keep),
             (Some(list), false) => list.iter().try_fold(0, |n, f| Ok(n + self.table.flows(family, f, &mut keep)?)),
         };
-        // A flow to an address and port reached by two dumps (a NodePort on a ClusterIP's port) is read twice.
-        stale.sort_unstable_by_key(|f| (f.id, f.orig.sport, f.orig.src));
+        // Listed by destination, then client (a dry run prints them); a flow reached by two
+        // dumps (a NodePort equal to a ClusterIP's port) is read twice.
+        stale.sort_unstable_by_key(|f| (f.orig.dst, f.orig.dport, f.orig.src, f.orig.sport, f.id));
         stale.dedup();
         let result = listed.and_then(|listed| {
             let deleted = match (dry_run, stale.is_empty()) {

@@ -11,19 +11,36 @@ pub trait FlowTable: Send {
     fn delete(&mut self, flows: &[Flow]) -> Result<Deleted, CtError>;
 }
 
-/// ctnetlink, a socket opened for each run (the reconciler runs after a sync that changed
-/// a UDP service's endpoints; holding no socket between runs costs nothing idle).
-#[derive(Debug, Default)]
-pub struct NetlinkFlows;
+/// ctnetlink over one socket, opened at the first use and again after a failure (a run's
+/// dumps and deletes share it; idle, it is one file descriptor).
+#[derive(Default)]
+pub struct NetlinkFlows {
+    socket: Option<Ctnetlink>,
+}
+
+impl NetlinkFlows {
+    /// `f` over the socket; a failure drops it, so the next call starts on a fresh one.
+    fn with<T>(&mut self, f: impl FnOnce(&mut Ctnetlink) -> Result<T, CtError>) -> Result<T, CtError> {
+        let socket = match &mut self.socket {
+            Some(s) => s,
+            None => self.socket.insert(Ctnetlink::open()?),
+        };
+        let result = f(socket);
+        if result.is_err() {
+            self.socket = None;
+        }
+        result
+    }
+}
 
 impl FlowTable for NetlinkFlows {
     fn flows(&mut self, family: IpFamily, filter: &DumpFilter, each: &mut dyn FnMut(&Flow)) -> Result<usize, CtError> {
         let af = if family.is_v6() { wire::AF_INET6 } else { wire::AF_INET };
-        Ok(Ctnetlink::open()?.dump_to(af, Some(*filter), each)?.flows)
+        self.with(|c| Ok(c.dump_to(af, Some(*filter), each)?.flows))
     }
 
     fn delete(&mut self, flows: &[Flow]) -> Result<Deleted, CtError> {
-        Ctnetlink::open()?.delete(flows)
+        self.with(|c| c.delete(flows))
     }
 }
 

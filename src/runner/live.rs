@@ -43,7 +43,7 @@ pub fn flows(packet: &crate::trace::Packet) -> Result<Vec<crate::netfilter::ctne
     let mut out = Vec::new();
     let keep = |f: &crate::netfilter::ctnetlink::Flow| f.orig.src == packet.src && f.orig.dst == packet.dst && f.orig.dport == packet.dport;
     Ctnetlink::open()
-        .and_then(|mut c| c.dump(af, Some(crate::trace::conntrack::proto_number(packet.protocol)), |f| if keep(f) { out.push(*f) }))
+        .and_then(|mut c| c.dump(af, Some(packet.protocol.number() as u8), |f| if keep(f) { out.push(*f) }))
         .map_err(LiveError::Conntrack)?;
     Ok(out)
 }

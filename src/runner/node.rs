@@ -107,12 +107,12 @@ pub enum OnNodeError {
 pub fn engine(config: Config, trackers: Trackers, iptables: Iptables, one_shot: bool) -> Result<Engine, OnNodeError> {
     let restorer = Box::new(ExecRestorer { backend: iptables.backend, lock_wait_secs: iptables.lock_wait_secs });
     let mut engine = match config.mode {
-        Mode::Iptables => Engine::iptables(config, trackers, restorer, Box::new(NetlinkFlows)),
-        Mode::Ipvs => Engine::ipvs(config, trackers, crate::ipvs::proxier::Proxier::on_node(restorer)?, Box::new(NetlinkFlows)),
+        Mode::Iptables => Engine::iptables(config, trackers, restorer, Box::new(NetlinkFlows::default())),
+        Mode::Ipvs => Engine::ipvs(config, trackers, crate::ipvs::proxier::Proxier::on_node(restorer)?, Box::new(NetlinkFlows::default())),
         Mode::Nftables => {
             let nft: Box<dyn crate::nftables::apply::Nft> =
                 if config.nft_netlink { Box::new(crate::nftables::netlink::NetlinkNft::on_node()) } else { Box::new(crate::nftables::apply::ExecNft::default()) };
-            Engine::nftables(config, trackers, nft, Box::new(NetlinkFlows))
+            Engine::nftables(config, trackers, nft, Box::new(NetlinkFlows::default()))
         }
     };
     if one_shot {

@@ -8,9 +8,8 @@ use serde::Serialize;
 
 use super::verdict::Verdict;
 use super::Packet;
-use crate::model::Protocol;
 use crate::net::join_host_port;
-use crate::netfilter::ctnetlink::{wire, Flow};
+use crate::netfilter::ctnetlink::Flow;
 
 /// One cached flow the packet matches.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -25,20 +24,11 @@ pub struct Cached {
     pub follows_rules: bool,
 }
 
-/// The protocol's number in a flow's tuple.
-pub fn proto_number(p: Protocol) -> u8 {
-    match p {
-        Protocol::Tcp => wire::IPPROTO_TCP,
-        Protocol::Udp => wire::IPPROTO_UDP,
-        Protocol::Sctp => wire::IPPROTO_SCTP,
-    }
-}
-
 /// The flows `packet` (from source port `sport`, or any) matches, each with whether the
 /// rule walk's `verdicts` send a new flow the same way (a DNAT to the flow's reply
 /// source; for a flow that was not NATed, no DNAT at all).
 pub fn cached<'a>(packet: &Packet, sport: Option<u16>, flows: &[Flow], verdicts: impl Iterator<Item = &'a Verdict> + Clone) -> Vec<Cached> {
-    let proto = proto_number(packet.protocol);
+    let proto = packet.protocol.number() as u8;
     flows
         .iter()
         .filter(|f| f.orig.proto == proto && f.orig.src == packet.src && f.orig.dst == packet.dst && f.orig.dport == packet.dport)
@@ -82,6 +72,8 @@ pub fn text(cached: &[Cached]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Protocol;
+    use crate::netfilter::ctnetlink::wire;
     use crate::netfilter::ctnetlink::Tuple;
 
     fn flow(sport: u16, reply: &str, reply_port: u16) -> Flow {

@@ -77,12 +77,7 @@ pub struct Flow {
 /// As `conntrack -L` shows a flow: protocol, original tuple, reply tuple, zone.
 impl std::fmt::Display for Flow {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let name = match self.orig.proto {
-            IPPROTO_UDP => "udp".to_string(),
-            IPPROTO_TCP => "tcp".to_string(),
-            IPPROTO_SCTP => "sctp".to_string(),
-            p => p.to_string(),
-        };
+        let name = crate::model::Protocol::from_number(u16::from(self.orig.proto)).map_or_else(|| self.orig.proto.to_string(), |p| p.lower().to_string());
         let (o, r) = (&self.orig, &self.reply);
         write!(f, "{name} src={} dst={} sport={} dport={} src={} dst={} sport={} dport={}", o.src, o.dst, o.sport, o.dport, r.src, r.dst, r.sport, r.dport)?;
         if self.zone != 0 {
