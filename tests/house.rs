@@ -11,6 +11,8 @@
 //! Each setting is declared in one place too: its flags and its `KubeProxyConfiguration`
 //! path are spelled only in its row of the `settings!` table (`src/settings/mod.rs`);
 //! everything else reads them from `settings::TABLE` or uses the `Settings` field.
+//!
+//! And the imports follow the layers docs/architecture.md declares (`house/layers.rs`).
 
 use std::path::{Path, PathBuf};
 
@@ -267,4 +269,52 @@ fn the_scan_finds_a_literal_and_skips_comments() {
     assert!(!names("KUBE-SERVICES-X", "KUBE-SERVICES"));
     let qps = svcproxy::settings::TABLE.iter().find(|i| i.name == "kube_api_qps").expect("a row");
     assert!(spells_setting("--kube-api-qps=5", qps) && spells_setting("clientConnection.qps", qps) && !spells_setting("qps", qps));
+}
+
+#[path = "house/layers.rs"]
+mod layers;
+
+fn architecture_page() -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/architecture.md")).expect("read docs/architecture.md")
+}
+
+/// The imports docs/architecture.md declares are the code's, both ways: a module that
+/// imports one it may not fails, and so does a declared import no longer made.
+#[test]
+fn the_code_keeps_the_declared_layers() {
+    let sources = layers::product_sources(Path::new(env!("CARGO_MANIFEST_DIR")));
+    assert!(sources.len() > 100, "the scan read the source tree ({} files)", sources.len());
+    let problems = layers::check(&sources, &layers::declared(&architecture_page()));
+    assert!(problems.is_empty(), "the layers in docs/architecture.md and the code differ:\n{}", problems.join("\n"));
+}
+
+/// The scan resolves the path forms the code uses and ignores comments and literals; the
+/// check reports an undeclared import, a forbidden one and a stale declaration.
+#[test]
+fn the_layer_scan_resolves_paths_and_reports_each_difference() {
+    let source = |module: &str, text: &str| layers::Source {
+        file: format!("src/{}.rs", module.replace("::", "/")),
+        module: module.split("::").map(str::to_string).collect(),
+        code: layers::code_only(text),
+    };
+    let a = source(
+        "ipvs::plan::incremental",
+        "use crate::{model::Service, net::{IpFamily, Cidr}};\nuse super::super::netlink::Client;\n\
+         // crate::runner in a comment\nlet s = \"crate::serve\"; let c = '\"'; fn f<'a>() { self::inner::g(); }\n\
+         /* crate::cli */ let x = crate::track::Event::Gone;",
+    );
+    let paths: Vec<String> = layers::imports(&a).into_iter().map(|p| p.join("::")).collect();
+    assert_eq!(paths, ["ipvs::netlink", "ipvs::plan::incremental::inner::g", "model", "net", "track"]);
+
+    let page = "# x\n## Layers\n\n    ipvs: model net track wiring\n    ipvs::plan -/-> ipvs::netlink\n\n## Next\n";
+    let problems = layers::check(&[a], &layers::declared(page));
+    assert_eq!(problems.len(), 2, "{problems:#?}");
+    assert!(problems[0].contains("`ipvs::plan::incremental` imports `ipvs::netlink`: `ipvs::plan -/-> ipvs::netlink`"), "{}", problems[0]);
+    assert!(problems[1].contains("let `ipvs` import `wiring`, which it no longer does"), "{}", problems[1]);
+
+    let b = || source("track", "use crate::runner::Engine;");
+    let problems = layers::check(&[b()], &layers::declared("\n## Layers\n    track: model\n"));
+    assert!(problems[0].contains("`track` imports `runner`, which the layers do not allow"), "{problems:#?}");
+    let problems = layers::check(&[b()], &layers::declared(page));
+    assert!(problems.iter().any(|p| p.contains("`track` is not in the layers")), "{problems:#?}");
 }
