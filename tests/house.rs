@@ -288,6 +288,21 @@ fn the_code_keeps_the_declared_layers() {
     assert!(problems.is_empty(), "the layers in docs/architecture.md and the code differ:\n{}", problems.join("\n"));
 }
 
+/// docs/architecture.md names every module one level below the top (`ipvs::plan`), alone or
+/// in a group (`ipvs::{plan, sync}`), so a new module comes with its line.
+#[test]
+fn the_architecture_page_names_every_module() {
+    let sources = layers::product_sources(Path::new(env!("CARGO_MANIFEST_DIR")));
+    let named = layers::named_modules(&architecture_page());
+    let missing: Vec<String> = layers::second_level(&sources)
+        .into_iter()
+        .filter(|m| !named.iter().any(|n| n == m || n.starts_with(&format!("{m}::"))))
+        .collect();
+    assert!(missing.is_empty(), "docs/architecture.md names none of these modules: {missing:?}");
+    let groups = layers::named_modules("`a::{b, c::{d, e}, f}` and `g::h` but not `x`");
+    assert_eq!(groups.into_iter().collect::<Vec<_>>(), ["a::b", "a::c::d", "a::c::e", "a::f", "g::h"]);
+}
+
 /// The scan resolves the path forms the code uses and ignores comments and literals; the
 /// check reports an undeclared import, a forbidden one and a stale declaration.
 #[test]

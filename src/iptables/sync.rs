@@ -74,12 +74,10 @@ pub fn needed_jumps(rs: &Ruleset) -> Vec<crate::netfilter::jumps::Jump> {
 pub const NFT_CHUNK_SERVICES: usize = 50;
 
 /// Services per restore on iptables-nft in a partial sync. Every restore is one kernel
-/// commit, and each commit validates the whole table's jump graph (`nft_table_validate`:
-/// 76 % of the CPU of a 10,000-service soak at 50 endpoint changes per second, about a
-/// second per commit at 50,000 services), so a partial sync makes as few as it can: one,
-/// up to this many changed services (a restore of 250 services' chains costs iptables-nft
-/// about 0.75 s of its own). With the full sync's 50, the soak's syncs grew with the
-/// changes they fell behind on, and their latency with them (BENCHMARKS.md, the soak).
+/// commit, and each commit validates the whole table's jump graph (`nft_table_validate`,
+/// most of a soak's CPU), so a partial sync makes as few as it can: one, up to this many
+/// changed services. With the full sync's 50, the soak's syncs grew with the changes they
+/// fell behind on, and their latency with them (BENCHMARKS.md, the soak).
 pub const NFT_PARTIAL_CHUNK_SERVICES: usize = 250;
 
 /// Sends a delta: in one restore, or, on iptables-nft when it writes the chains of more

@@ -13,8 +13,8 @@
 //! in the middle of someone's reload; resyncing early is safe: whatever is flushed after
 //! it takes the canary with it and is seen at the next check).
 //!
-//! On iptables-legacy any `-C` copies the whole table out of the kernel (the nat table at
-//! 10,000 services: 40 MB, 0.6 s of CPU), so watch mode's check goes through a [`Gate`]:
+//! On iptables-legacy any `-C` copies the whole table out of the kernel, whose size grows
+//! with the services, so watch mode's check goes through a [`Gate`]:
 //! a table whose x_tables summary ([`super::tableinfo`]) is what it was at the last check
 //! that found its canary is not checked again.
 

@@ -107,10 +107,9 @@ impl Delta {
 
     /// The same input as several restores, applied in order, each writing the chains of
     /// at most `max_services` services: iptables-nft-restore's time grows with the square
-    /// of one input's size (1,000 services × 10 endpoints: about 11 s in one input, 1.2 s
-    /// in chunks of 50 services; see BENCHMARKS.md). First the nat chains that do not exist
+    /// of one input's size (BENCHMARKS.md). First the nat chains that do not exist
     /// yet are declared (empty), so every later jump finds its target; then the service
-    /// chains, a service's chains together (cut any other way, the same chunks restore 2–3×
+    /// chains, a service's chains together (cut any other way, the same chunks restore
     /// slower), none of them reachable yet from a top-level chain; last, in one restore,
     /// the filter table and everything else of nat: the top-level chains switch to the new
     /// rules at once and stale chains go. A failure part-way leaves consistent rules: new

@@ -3,7 +3,7 @@
 //! returns `struct ipt_getinfo` — the hooks, their entry and underflow offsets, the number
 //! of entries and the blob's size — and copies no rule, so it costs a few syscalls however
 //! large the table is, where any `iptables-legacy` query copies the whole table out
-//! (BENCHMARKS.md: 621-630 ms for the nat table at 10,000 services).
+//! (BENCHMARKS.md has the cost at 10,000 services).
 //!
 //! Watch mode uses it to skip the canary check of a table nothing changed
 //! ([`super::canary::Gate`]). It answers only for iptables-legacy: nf_tables tables are not

@@ -41,9 +41,8 @@ impl<const N: usize> Repr<N> {
                 // copies all of a `&str`'s bytes to `bytes[..len]` with `len` its length,
                 // and is never changed after (the fields are private to this module, no
                 // method takes `&mut self`; a clone copies the bytes as they are).
-                // Checking again (`str::from_utf8`) on every read was measured: it was
-                // 55 M of the 146 M instructions of writing a 2,000-service restore text
-                // (callgrind), +69 % for that phase.
+                // Checking again (`str::from_utf8`) on every read was a large share of
+                // writing a restore text (BENCHMARKS.md, the restore writer).
                 unsafe { std::str::from_utf8_unchecked(text) }
             }
             Repr::Heap(s) => s,

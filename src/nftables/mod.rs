@@ -1,8 +1,9 @@
 //! nftables mode (kube-proxy's `pkg/proxy/nftables`): cluster state → one `kube-proxy`
-//! table per family (`ip`, `ip6`) as values ([`model`]) → `nft -f` text, applied as one
-//! transaction per family through the `nft` binary ([`apply`]): full syncs ([`sync`]) and,
-//! between them, partial ones from the changed services alone ([`partial`]), driven by
-//! [`proxier`].
+//! table per family (`ip`, `ip6`) as values ([`model`], from [`render`]) → one transaction
+//! per family through [`apply::Nft`]: on the node a netlink batch ([`netlink`], encoded by
+//! [`wire`]), else `nft -f`. Full syncs ([`sync`]: over a live table only what differs,
+//! [`delta`]) and, between them, partial ones from the changed services alone
+//! ([`partial`]), driven by [`proxier`].
 
 pub mod anonfile;
 pub mod anonrecord;

@@ -3,8 +3,8 @@
 //! reached through [`Nft`].
 //!
 //! - A **full** sync (the first, a periodic one, any after a failure or a re-render) is
-//!   kube-proxy's full sync ([`super::sync::full`]): one transaction per family that
-//!   flushes and refills the whole table.
+//!   kube-proxy's full sync ([`super::sync::full`]): one switching transaction per family,
+//!   which over a live table the client can read sends only what differs.
 //! - A **partial** sync, while the kernel is known to hold the previous ruleset, sends one
 //!   transaction per family built from the changed services alone ([`super::partial`]):
 //!   their elements that changed and their chains, and the deletion of those that went;

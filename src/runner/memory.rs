@@ -1,14 +1,14 @@
 //! What svcproxy asks of the C allocator (glibc): few arenas, and freed memory handed
 //! back to the kernel after a full sync. A full sync's peak (the kernel's dump, the
 //! delta, the restore input) is freed when it ends, but glibc keeps freed pages that are
-//! not at the top of a heap; without a trim a 10k-service watch mode stayed near its peak
-//! (431 MiB resident against a 147 MB live heap, measured with heaptrack on 258d938).
+//! not at the top of a heap; without a trim a watch mode stayed resident near its peak,
+//! far above its live heap (BENCHMARKS.md).
 //! Other libcs: nothing to do.
 
 /// glibc gives threads that allocate their own malloc arenas (up to eight per core), and
 /// memory freed in one arena is never reused by another: the render threads would build
-/// the ruleset beside the garbage the parse left in the main arena. With two arenas a
-/// 10k-service render peaks at 140 MiB rather than 148 MiB (BENCHMARKS.md). A
+/// the ruleset beside the garbage the parse left in the main arena; two arenas lower a
+/// render's peak (BENCHMARKS.md). A
 /// `MALLOC_ARENA_MAX` in the environment still wins. Call it before any thread exists.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub fn limit_arenas() {

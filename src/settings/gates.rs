@@ -9,45 +9,8 @@
 //! gates every component-base feature gate knows; setting them sets every alpha / beta gate
 //! that was not set explicitly to the same value.
 //!
-//! # Version targeted: Kubernetes v1.37
-//!
-//! Each gate's state is the last versioned spec whose `Version` is <= 1.37 (the binary's own
-//! version, which is what `SetFromMap` uses unless `--emulated-version` is passed). Where two
-//! specs carry the same version (DRAFractionalCapacityRange), the later one wins, as in
-//! component-base.
-//!
-//! # Sources read
-//!
-//! * Every gate but client-go's: `test/compatibility_lifecycle/reference/versioned_feature_list.yaml`
-//!   of kubernetes/kubernetes at commit `736e3b684ef15171cbe0dc15d2b335131ed9a726` (53,074
-//!   chars; generated from the versioned specs of `pkg/features`, which also restates the
-//!   generic-apiserver, apiextensions, controller-manager and zpages gates, and of
-//!   component-base's logs and metrics gates). It is a late v1.37-development tree: it has
-//!   `"1.37"` specs and no `"1.38"` one, and still lists the gates v1.38.0-alpha.1 removed
-//!   (PodSchedulingReadiness, SeparateTaintEvictionController, KubeletTracing, ...,
-//!   CHANGELOG-1.38.md @5e9fea7). Its commit could not be placed on master.
-//! * Cross-checked against the same file at `7b8fb5ef2499a5cc09d1df1b9d03123d75a92762`, a
-//!   master merge of 2026-07-21 (PR #138427; named as master by the `Kubernetes-commit:`
-//!   trailers of the kubernetes/kube-proxy staging repository, after its v0.37.0-beta.0 tag).
-//!   Compared over all but the last 1,514 characters of 7b8fb5e's list (WatchListCompression
-//!   onwards), the two differ only by gates added or graduated in v1.37 after that date (e.g.
-//!   HostnameOverride and PodReadyToStartContainersCondition GA and locked, MemoryQoS and
-//!   PodsAPI beta, DefaultPodSysctls and SchedulerPreQueueingHints alpha), which the later
-//!   file has; no gate of the earlier list is missing from the later one.
-//! * client-go gates (they are not in the versioned list): `features/known_features.go` of
-//!   kubernetes/client-go at tag v0.37.0-beta.0. `pkg/features`'s `init()` adds them through
-//!   `clientAdapter`.
-//! * kube-proxy's `cmd/kube-proxy/app` `init()` adds component-base's logs and metrics gates;
-//!   `LoggingStableOptions` is declared there but never registered, so it is not a known gate.
-//!
-//! # Not verified
-//!
-//! * The v1.37.0 tag itself could not be read (the kubernetes/kubernetes snapshot is over the
-//!   fetch size limit and the index holds no release-1.37 commit that could be named as such).
-//!   A gate added, graduated or removed on release-1.37 after the tree read would be missed.
-//! * Whether every gate of the versioned list is registered in the kube-proxy binary: the
-//!   list is the repository's, and gates of components other than kube-proxy were not
-//!   filtered out (the v1.35 table was read from the packages kube-proxy links instead).
+//! The table is kube-proxy v1.37's; docs/feature-gates.md says which sources it was read
+//! from and what could not be verified.
 
 /// A feature gate as the targeted kube-proxy knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 //! hand-written manifests mostly are: block mappings and sequences, single-line flow
 //! collections, single-line plain and quoted scalars, comments and `---` document
 //! markers. It builds the same `serde_json::Value` per document (and the same start line
-//! of each top-level `items` element) that serde-saphyr does, about 5× faster.
+//! of each top-level `items` element) that serde-saphyr does, several times faster.
 //!
 //! Anything outside that subset — anchors, aliases, tags, block scalars (`|`, `>`),
 //! multi-line scalars or flow collections, directives, tabs, CR line ends, scalars whose

@@ -375,3 +375,47 @@ pub fn check(sources: &[Source], declared: &Declared) -> Vec<String> {
     }
     problems
 }
+
+/// The module paths a page names in backticks: `a::b`, and each member of a group
+/// `a::{b, c::d}`.
+pub fn named_modules(page: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for span in page.split('`').skip(1).step_by(2) {
+        expand(span.trim(), "", &mut out);
+    }
+    out
+}
+
+fn expand(span: &str, prefix: &str, out: &mut BTreeSet<String>) {
+    match span.split_once("::{") {
+        Some((head, rest)) => {
+            let base = format!("{prefix}{head}::");
+            let inner = rest.rsplit_once('}').map_or(rest, |(i, _)| i);
+            // Split at the group's own commas (not those of a nested group).
+            let (mut depth, mut start) = (0, 0);
+            for (i, c) in inner.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        expand(inner[start..i].trim(), &base, out);
+                        start = i + 1;
+                    }
+                    _ => {}
+                }
+            }
+            expand(inner[start..].trim(), &base, out);
+        }
+        None => {
+            let path = format!("{prefix}{span}");
+            if path.contains("::") && path.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':') {
+                out.insert(path);
+            }
+        }
+    }
+}
+
+/// The second-level modules of `src/` (`ipvs::plan`), from the product sources.
+pub fn second_level(sources: &[Source]) -> BTreeSet<String> {
+    sources.iter().filter(|s| s.module.len() >= 2).map(|s| format!("{}::{}", s.module[0], s.module[1])).collect()
+}
