@@ -18,6 +18,7 @@ pub mod cli;
 pub mod config;
 pub mod conntrack;
 pub mod derive;
+pub mod driver;
 #[cfg(any(test, feature = "bench"))]
 pub mod gen;
 pub mod intern;

@@ -10,9 +10,7 @@ use super::render::load_with;
 use super::{ConfigFlags, EXIT_CHANGES, EXIT_OK};
 use crate::netfilter::apply::Backend;
 use crate::conntrack::Reconciled;
-use crate::iptables::sync::SyncReport;
 use crate::netfilter::delta;
-use crate::net::IpFamily;
 use crate::node::sysctl::Change;
 use crate::netfilter::apply::Pass;
 use crate::runner::engine::{Detail, SyncFailure};
@@ -125,7 +123,7 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
             )));
         }
         Err(SyncFailure::Nftables(mut failure)) => {
-            let done = std::mem::take(&mut failure.done);
+            let done: Vec<_> = std::mem::take(&mut failure.done).into_iter().map(|s| s.report).collect();
             print_nftables(args, &done)?;
             return Err(anyhow::Error::new(*failure).context("the rules in place were left as they were (the transaction is all-or-nothing)"));
         }
@@ -224,7 +222,7 @@ fn print_nftables(args: &SyncArgs, reports: &[crate::nftables::sync::Report]) ->
 /// Prints an iptables-mode sync: for a dry run the sysctls and each family's delta (as
 /// `--output` asks), else per family a cleanup warning if any and a summary line. Returns
 /// whether anything differed.
-fn print_iptables(args: &SyncArgs, backend: Backend, sysctls: &[Change], reports: &[(IpFamily, SyncReport)]) -> anyhow::Result<bool> {
+fn print_iptables(args: &SyncArgs, backend: Backend, sysctls: &[Change], reports: &[crate::iptables::proxier::Synced]) -> anyhow::Result<bool> {
     if args.dry_run && args.output == DryRunOutput::Diff && !sysctls.is_empty() {
         let mut text = String::from("# sysctl\n");
         for c in sysctls {
@@ -232,8 +230,8 @@ fn print_iptables(args: &SyncArgs, backend: Backend, sysctls: &[Change], reports
         }
         super::out(&text)?;
     }
-    for (family, report) in reports {
-        let family = *family;
+    for synced in reports {
+        let (family, report) = (synced.family, &synced.report);
         if args.dry_run {
             match args.output {
                 DryRunOutput::Diff => super::out(&delta::dry_run_diff(&report.delta, &family.to_string()))?,
@@ -254,5 +252,5 @@ fn print_iptables(args: &SyncArgs, backend: Backend, sysctls: &[Change], reports
             t.restore.as_secs_f64(),
         );
     }
-    Ok(!sysctls.is_empty() || reports.iter().any(|(_, r)| !r.delta.is_empty()))
+    Ok(!sysctls.is_empty() || reports.iter().any(|s| !s.report.delta.is_empty()))
 }

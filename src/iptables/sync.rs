@@ -38,10 +38,6 @@ pub struct Timings {
     pub compute: std::time::Duration,
     /// `iptables-restore` of the delta.
     pub restore: std::time::Duration,
-    /// The family's whole sync in watch mode, as kube-proxy times one family's proxier:
-    /// updating its ruleset from the commit, the delta, the restore, the canaries and the
-    /// stale-flow cleanup (set by [`super::proxier::Proxier`]; zero from [`sync`] alone).
-    pub total: std::time::Duration,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -25,45 +25,56 @@ use super::model::Objects;
 use super::render::{hairpin_objects, Hairpin, Ruleset};
 use super::sync::{self, Report};
 use crate::config::Config;
+use crate::driver::{Driver, FamilyRules, Failure, Full};
 use crate::netfilter::apply::Pass;
 pub use crate::netfilter::phase::Phase;
 use super::watched::WatchedNft;
-use crate::track::{Changes, Trackers};
+use crate::track::{Changes, FamilyTracker, Trackers};
 
-/// A family's sync failed; `done` holds the reports of the families that synced (the
-/// families are independent, as kube-proxy's per-family proxiers are), `more` any later
-/// family that failed too.
+/// One family's failed sync, named by its family.
 #[derive(Debug, thiserror::Error)]
 #[error("{family} nftables sync failed")]
-pub struct Failed {
+pub struct FamilyError {
     pub family: crate::net::IpFamily,
     #[source]
     pub error: NftError,
-    /// Which step failed: kube-proxy counts only a failed transaction ([`Phase::Restore`]).
-    pub phase: Phase,
-    pub done: Vec<Report>,
-    pub more: Vec<(crate::net::IpFamily, NftError, Phase)>,
+}
+
+/// One family's synced table.
+pub type Synced = crate::driver::Synced<Report>;
+/// A sync in which at least one family failed; the others still synced (`done`).
+pub type Failed = crate::driver::Failed<FamilyError, Report>;
+
+/// One family's table as the syncs keep it.
+pub struct FamilyTable {
+    pub ruleset: Ruleset,
+    /// The `cluster-ips-check` chain changed (the ServiceCIDRs) since the kernel last got
+    /// it; a partial sync rewrites it.
+    check_changed: bool,
 }
 
 pub struct Proxier {
-    pub rulesets: Vec<Ruleset>,
-    /// Per family: the kernel holds `rulesets[i]` (set by a successful sync).
-    in_sync: Vec<bool>,
-    /// Per family: the `cluster-ips-check` chain changed (the ServiceCIDRs) since the
-    /// kernel last got it; a partial sync rewrites it.
-    check_changed: Vec<bool>,
+    pub families: Vec<FamilyTable>,
+    driver: Driver,
     nft: Box<dyn Nft>,
 }
 
-/// The changed services' objects before a commit, per family.
-type Before = Vec<Objects>;
+/// The changed services' objects before a commit, and the `hairpin-connections` elements
+/// the commit brought.
+pub struct Before {
+    objects: Vec<Objects>,
+    came: Vec<Hairpin>,
+}
 
 impl Proxier {
     pub fn new(config: &Config, trackers: &Trackers, nft: Box<dyn Nft>) -> Self {
-        let rulesets = super::render_all(config, trackers);
-        let in_sync = vec![false; rulesets.len()];
-        let check_changed = vec![false; rulesets.len()];
-        Proxier { rulesets, in_sync, check_changed, nft }
+        let families: Vec<FamilyTable> = super::render_all(config, trackers).into_iter().map(|ruleset| FamilyTable { ruleset, check_changed: false }).collect();
+        Proxier { driver: Driver::new(families.len()), families, nft }
+    }
+
+    /// The rendered tables, one per family.
+    pub fn rulesets(&self) -> impl Iterator<Item = &Ruleset> {
+        self.families.iter().map(|f| &f.ruleset)
     }
 
     /// The cluster's ServiceCIDRs changed (`config.service_cidrs`): each family whose
@@ -71,12 +82,13 @@ impl Proxier {
     /// its next sync, partial or full, writes the chain. Returns those families.
     pub fn set_service_cidrs(&mut self, config: &Config) -> Vec<crate::net::IpFamily> {
         let mut changed = Vec::new();
-        for (i, rs) in self.rulesets.iter_mut().enumerate() {
+        for f in &mut self.families {
+            let rs = &mut f.ruleset;
             let cidrs: Vec<String> = config.service_cidrs.iter().filter(|c| c.family() == rs.ctx.ip_family).map(ToString::to_string).collect();
             if cidrs != rs.ctx.service_cidrs {
                 rs.ctx.service_cidrs = cidrs;
                 rs.fixed = super::render::fixed::write(&rs.ctx);
-                self.check_changed[i] = true;
+                f.check_changed = true;
                 changed.push(rs.ctx.ip_family);
             }
         }
@@ -86,78 +98,73 @@ impl Proxier {
     /// Renders everything again (the configuration changed, e.g. this node's zone); the
     /// next sync is full.
     pub fn rerender(&mut self, config: &Config, trackers: &Trackers) {
-        self.rulesets = super::render_all(config, trackers);
-        self.in_sync.iter_mut().for_each(|s| *s = false);
-        self.check_changed.iter_mut().for_each(|s| *s = false);
+        self.families = super::render_all(config, trackers).into_iter().map(|ruleset| FamilyTable { ruleset, check_changed: false }).collect();
+        self.driver.forget();
     }
 
     /// Brings the rulesets up to date with a commit (`changes`, per family) and the kernel
     /// up to date with them: from the changed services alone unless `full` or the kernel's
     /// state is unknown (a [`Pass::DryRun`] compares everything and sends nothing). A
-    /// failure keeps the earlier families' reports.
-    pub fn sync_as(&mut self, trackers: &Trackers, changes: &[Changes], full: bool, pass: Pass) -> Result<Vec<Report>, Failed> {
-        self.sync_some(trackers, changes, full, pass, &vec![true; self.rulesets.len()])
-    }
-
-    /// Whether the kernel is known to hold family `i`'s ruleset (its next sync can be partial).
-    pub fn in_sync(&self, i: usize) -> bool {
-        self.in_sync.get(i).copied().unwrap_or(false)
+    /// failure keeps the other families' reports.
+    pub fn sync_as(&mut self, trackers: &Trackers, changes: &[Changes], full: bool, pass: Pass) -> Result<Vec<Synced>, Failed> {
+        self.sync_some(trackers, changes, full, pass, &vec![true; self.families.len()])
     }
 
     /// [`Proxier::sync_as`] for the `wanted` families and any the kernel is not known to
-    /// hold; one failing does not stop the others.
-    pub fn sync_some(&mut self, trackers: &Trackers, changes: &[Changes], full: bool, pass: Pass, wanted: &[bool]) -> Result<Vec<Report>, Failed> {
-        let mut befores: Vec<Before> = Vec::with_capacity(self.rulesets.len());
-        let mut came: Vec<Vec<Hairpin>> = Vec::with_capacity(self.rulesets.len());
-        for ((rs, t), ch) in self.rulesets.iter_mut().zip(&trackers.families).zip(changes) {
-            let mut before: Before = ch.services.iter().flat_map(|id| rs.objects_of(id)).collect();
-            let (s, e) = t.view();
-            let hairpins = rs.update(s, e, &ch.services);
-            before.push(hairpin_objects(&hairpins.gone));
-            befores.push(before);
-            came.push(hairpins.came);
-        }
-        let go: Vec<bool> = self.in_sync.iter().enumerate().map(|(i, s)| !s || pass == Pass::DryRun || wanted.get(i).copied().unwrap_or(true)).collect();
-        let trusted: Vec<bool> = self.in_sync.iter().map(|s| !full && pass == Pass::Apply && *s).collect();
-        let mut reports = Vec::with_capacity(self.rulesets.len());
-        let mut failed: Vec<(crate::net::IpFamily, NftError, Phase)> = Vec::new();
-        for (i, before) in befores.iter().enumerate().filter(|(i, _)| go[*i]) {
-            self.in_sync[i] = false;
-            let family = self.rulesets[i].ctx.ip_family;
-            let before: Vec<&Objects> = before.iter().collect();
-            let mut nft = WatchedNft::new(self.nft.as_mut());
-            // The changed ports' objects after the commit are rendered from the ruleset
-            // (it keeps none).
-            let result = if trusted[i] {
-                let mut after = changed_objects(&self.rulesets[i], changes.get(i), &came[i]);
-                if self.check_changed[i] {
-                    after.push(check_chain(&self.rulesets[i].fixed));
-                }
-                send_partial(&mut nft, self.rulesets[i].ctx.family, &before, &after.iter().collect::<Vec<_>>())
-            } else {
-                sync::full(&mut nft, &self.rulesets[i].table(), pass == Pass::DryRun)
-            };
-            let phase = nft.failed().unwrap_or(Phase::Other);
-            let report = match result {
-                Ok(r) => r,
-                Err(error) => {
-                    failed.push((family, error, phase));
-                    continue;
-                }
-            };
-            if pass == Pass::Apply {
-                self.in_sync[i] = true;
-                self.check_changed[i] = false;
-            }
-            reports.push(report);
-        }
-        let mut failed = failed.into_iter();
-        match failed.next() {
-            None => Ok(reports),
-            Some((family, error, phase)) => Err(Failed { family, error, phase, done: reports, more: failed.collect() }),
-        }
+    /// hold, through the [`Driver`].
+    pub fn sync_some(&mut self, trackers: &Trackers, changes: &[Changes], full: bool, pass: Pass, wanted: &[bool]) -> Result<Vec<Synced>, Failed> {
+        self.driver.sync(&mut self.families, self.nft.as_mut(), &trackers.families, changes, Full::from(full), pass, wanted)
+    }
+}
+
+impl FamilyRules for FamilyTable {
+    type Kernel = dyn Nft;
+    type Before = Before;
+    type Report = Report;
+    type Error = FamilyError;
+
+    fn family(&self) -> crate::net::IpFamily {
+        self.ruleset.ctx.ip_family
     }
 
+    fn update(&mut self, tracker: &FamilyTracker, changes: &Changes) -> Before {
+        let rs = &mut self.ruleset;
+        let mut objects: Vec<Objects> = changes.services.iter().flat_map(|id| rs.objects_of(id)).collect();
+        let (s, e) = tracker.view();
+        let hairpins = rs.update(s, e, &changes.services);
+        objects.push(hairpin_objects(&hairpins.gone));
+        Before { objects, came: hairpins.came }
+    }
+
+    // The changed ports' objects after the commit are rendered from the ruleset (it keeps none).
+    fn partial(&mut self, nft: &mut Self::Kernel, before: Before, changes: &Changes) -> Option<Result<Report, Failure<FamilyError>>> {
+        let mut after = changed_objects(&self.ruleset, changes, &before.came);
+        if self.check_changed {
+            after.push(check_chain(&self.ruleset.fixed));
+        }
+        let before: Vec<&Objects> = before.objects.iter().collect();
+        let family = self.ruleset.ctx.family;
+        Some(self.watched(nft, |nft| send_partial(nft, family, &before, &after.iter().collect::<Vec<_>>())))
+    }
+
+    fn full(&mut self, nft: &mut Self::Kernel, pass: Pass) -> Result<Report, Failure<FamilyError>> {
+        let table = self.ruleset.table();
+        self.watched(nft, |nft| sync::full(nft, &table, pass == Pass::DryRun))
+    }
+
+    fn synced(&mut self) {
+        self.check_changed = false;
+    }
+}
+
+impl FamilyTable {
+    /// Runs one family's transaction, recording which step failed.
+    fn watched(&self, nft: &mut dyn Nft, f: impl FnOnce(&mut dyn Nft) -> Result<Report, NftError>) -> Result<Report, Failure<FamilyError>> {
+        let mut nft = WatchedNft::new(nft);
+        let result = f(&mut nft);
+        let phase = nft.failed().unwrap_or(Phase::Other);
+        result.map_err(|error| Failure::new(FamilyError { family: self.ruleset.ctx.ip_family, error }, phase))
+    }
 }
 
 /// The `cluster-ips-check` chain and its rules, from the fixed objects (not the
@@ -173,8 +180,8 @@ fn check_chain(fixed: &Objects) -> Objects {
 
 /// The objects of the changed services' ports, as the ruleset holds them now, and the
 /// `hairpin-connections` elements that came with them.
-fn changed_objects(rs: &Ruleset, changes: Option<&Changes>, came: &[Hairpin]) -> Vec<Objects> {
-    let mut out: Vec<Objects> = changes.into_iter().flat_map(|ch| ch.services.iter().flat_map(|id| rs.objects_of(id))).collect();
+fn changed_objects(rs: &Ruleset, changes: &Changes, came: &[Hairpin]) -> Vec<Objects> {
+    let mut out: Vec<Objects> = changes.services.iter().flat_map(|id| rs.objects_of(id)).collect();
     out.push(hairpin_objects(came));
     out
 }

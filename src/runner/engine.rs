@@ -87,7 +87,7 @@ pub struct FamilySync {
 #[derive(Debug, Clone)]
 pub enum Detail {
     /// Per family, the iptables sync's report.
-    Iptables(Vec<(crate::net::IpFamily, crate::iptables::sync::SyncReport)>),
+    Iptables(Vec<crate::iptables::proxier::Synced>),
     Ipvs(Box<crate::ipvs::sync::Report>),
     /// Per family, the nftables sync's report.
     Nftables(Vec<crate::nftables::sync::Report>),
@@ -270,7 +270,7 @@ impl Engine {
         self.unsynced = match &result {
             Ok(_) => Default::default(),
             Err(SyncFailure::Iptables(f)) => f.failed.failures().map(|x| x.family).collect(),
-            Err(SyncFailure::Nftables(f)) => std::iter::once(f.family).chain(f.more.iter().map(|(family, ..)| *family)).collect(),
+            Err(SyncFailure::Nftables(f)) => f.failures().map(|x| x.family).collect(),
             Err(SyncFailure::Ipvs(_) | SyncFailure::Sysctl(_)) => self.trackers.families.iter().map(|t| t.family).collect(),
         };
         self.reconcile(pass);
@@ -301,9 +301,8 @@ impl Engine {
                 let reports = p
                     .sync_some(&self.trackers, changes, iptables_full(full, periodic && pass == Pass::Apply), pass, wanted)
                     .map_err(|failed| SyncFailure::Iptables(Box::new(IptablesFailure { failed, sysctls: sysctls.clone() })))?;
-                let restore_lines = reports.iter().map(|(_, r)| r.delta.restore_lines()).sum();
-                // A partial sync writes no full restore input.
-                let synced = reports.iter().map(|(family, r)| FamilySync { family: *family, full: r.full_lines > 0, took: r.timings.total }).collect();
+                let restore_lines = reports.iter().map(|s| s.report.delta.restore_lines()).sum();
+                let synced = reports.iter().map(|s| FamilySync { family: s.family, full: s.full, took: s.took }).collect();
                 let rules = p.rule_counts();
                 Ok(Outcome { restore_lines, rules, synced, sysctls, detail: Detail::Iptables(reports), ..Outcome::default() })
             }
@@ -315,19 +314,10 @@ impl Engine {
                 Ok(Outcome { restore_lines, ipvs_ops: r.changes.ops.len(), synced, detail: Detail::Ipvs(Box::new(r)), ..Outcome::default() })
             }
             Proxier::Nftables(p) => {
-                let partial: Vec<bool> = (0..self.trackers.families.len()).map(|i| !full && pass == Pass::Apply && p.in_sync(i)).collect();
                 let reports = p.sync_some(&self.trackers, changes, full, pass, wanted).map_err(|f| SyncFailure::Nftables(Box::new(f)))?;
-                let restore_lines = reports.iter().map(|r| r.lines).sum();
-                let synced = reports
-                    .iter()
-                    .map(|r| {
-                        let family = nft_family(r);
-                        let i = self.trackers.families.iter().position(|t| t.family == family);
-                        let full = !i.is_some_and(|i| partial[i]);
-                        FamilySync { family, full, took: r.timings.render + r.timings.read + r.timings.apply }
-                    })
-                    .collect();
-                Ok(Outcome { restore_lines, synced, detail: Detail::Nftables(reports), ..Outcome::default() })
+                let restore_lines = reports.iter().map(|s| s.report.lines).sum();
+                let synced = reports.iter().map(|s| FamilySync { family: s.family, full: s.full, took: s.took }).collect();
+                Ok(Outcome { restore_lines, synced, detail: Detail::Nftables(reports.into_iter().map(|s| s.report).collect()), ..Outcome::default() })
             }
         }
     }

@@ -366,7 +366,7 @@ fn a_failing_family_leaves_the_other_synced_and_only_itself_to_a_full_sync() {
     kernel.lock().unwrap().fail_next = Some("line 2 failed".into());
     let Err(SyncFailure::Iptables(failure)) = engine.sync(true) else { panic!("IPv4's restore fails") };
     assert_eq!((failure.failed.first.family, failure.failed.more.len()), (V4, 0));
-    assert_eq!(failure.failed.done.iter().map(|(f, _)| *f).collect::<Vec<_>>(), [V6], "IPv6 still synced");
+    assert_eq!(failure.failed.done.iter().map(|s| s.family).collect::<Vec<_>>(), [V6], "IPv6 still synced");
     assert!(saved(&kernel, V6, "nat").contains("KUBE-SERVICES") && !saved(&kernel, V4, "nat").contains("KUBE-SERVICES"));
     kernel.lock().unwrap().calls.clear();
     engine.sync(false).unwrap();
@@ -725,9 +725,9 @@ fn a_full_sync_sets_the_last_rule_counts_and_a_cleared_flow_feeds_the_reconciler
 }
 
 /// The per-family iptables reports of an outcome.
-fn reports(outcome: &Outcome) -> &[(crate::net::IpFamily, crate::iptables::sync::SyncReport)] {
+fn reports(outcome: &Outcome) -> Vec<(crate::net::IpFamily, &crate::iptables::sync::SyncReport)> {
     match &outcome.detail {
-        Detail::Iptables(r) => r,
+        Detail::Iptables(r) => r.iter().map(|s| (s.family, &s.report)).collect(),
         _ => panic!("iptables mode"),
     }
 }
@@ -806,8 +806,8 @@ fn a_failure_in_a_later_family_keeps_the_earlier_families_reports_and_sysctls() 
     let _ = std::fs::remove_dir_all(&root);
     assert_eq!(failure.failed.first.family, crate::net::IpFamily::V6);
     assert_eq!(failure.failed.done.len(), 1);
-    assert_eq!(failure.failed.done[0].0, crate::net::IpFamily::V4);
-    assert!(failure.failed.done[0].1.delta.is_empty(), "IPv4 was in sync");
+    assert_eq!(failure.failed.done[0].family, crate::net::IpFamily::V4);
+    assert!(failure.failed.done[0].report.delta.is_empty(), "IPv4 was in sync");
     assert_eq!(failure.sysctls.iter().map(|c| c.path.as_str()).collect::<Vec<_>>(), ["net/ipv4/conf/all/route_localnet"]);
     assert_eq!(failure.to_string(), failure.failed.first.error.to_string(), "shown as the family's error itself");
 }
@@ -919,7 +919,7 @@ fn one_transaction_per_family(version: KubeProxyVersion) {
     assert_eq!(outcome.restore_lines, runs.iter().map(|t| t.lines().count()).sum::<usize>());
     // The kernel holds what render prints.
     let Proxier::Nftables(p) = &engine.proxier else { panic!("nftables mode") };
-    let want = nft.lock().unwrap().canonical(Family::Ip, &crate::nftables::model::write(&p.rulesets[0].table(), crate::nftables::model::Form::Dump)).unwrap();
+    let want = nft.lock().unwrap().canonical(Family::Ip, &crate::nftables::model::write(&p.families[0].ruleset.table(), crate::nftables::model::Form::Dump)).unwrap();
     assert_eq!(nft.lock().unwrap().listing(Family::Ip).unwrap(), want);
     let clean = engine.sync_as(true, Pass::DryRun).unwrap();
     assert!(nft_reports(&clean).iter().all(|r| r.diff.as_ref().is_some_and(|d| d.is_empty())));
@@ -950,8 +950,8 @@ fn a_refused_nftables_transaction_keeps_the_previous_rules_and_says_which_family
     engine.apply(&[Event::SliceApplied(Arc::new(web))]);
     nft.lock().unwrap().fail_next = Some("Error: Could not process rule".into());
     let Err(SyncFailure::Nftables(failure)) = engine.sync(true) else { panic!("the IPv4 transaction fails") };
-    assert_eq!((failure.family, failure.done.len()), (crate::net::IpFamily::V4, 1), "IPv6 still synced");
-    assert!(failure.error.to_string().contains("Could not process rule"), "{failure}");
+    assert_eq!((failure.first.family, failure.done.len()), (crate::net::IpFamily::V4, 1), "IPv6 still synced");
+    assert!(failure.first.error.error.to_string().contains("Could not process rule"), "{failure}");
     assert_eq!(nft.lock().unwrap().listing(Family::Ip), before, "the previous rules still serve");
     engine.sync(true).unwrap();
     assert_ne!(nft.lock().unwrap().listing(Family::Ip), before, "the next sync applies the change");
@@ -1280,7 +1280,7 @@ fn the_nftables_ruleset_shares_the_trackers_ports_and_endpoints() {
     let shared = |engine: &Engine| {
         let Proxier::Nftables(p) = &engine.proxier else { panic!("nftables mode") };
         let mut ports = 0;
-        for (rs, t) in p.rulesets.iter().zip(&engine.trackers.families) {
+        for (rs, t) in p.rulesets().zip(&engine.trackers.families) {
             let (services, endpoints) = t.view();
             assert_eq!(rs.services.keys().collect::<Vec<_>>(), services.keys().collect::<Vec<_>>());
             for (k, inputs) in &rs.services {

@@ -109,22 +109,20 @@ pub(super) fn failed(m: &Metrics, engine: &Engine, kind: Kind, failure: &SyncFai
     let every = || families(engine).map(|f| (f, wall)).collect::<Timed>();
     let (done, failing, restore): (Vec<FamilySync>, Timed, Vec<IpFamily>) = match failure {
         SyncFailure::Iptables(f) => {
-            let done = f.failed.done.iter().map(|(family, r)| FamilySync { family: *family, full: r.full_lines > 0, took: r.timings.total }).collect();
+            let done = f.failed.done.iter().map(|s| FamilySync { family: s.family, full: s.full, took: s.took }).collect();
             let failing = f.failed.failures().map(|x| (x.family, x.took)).collect();
             let restore = f.failed.failures().filter(|x| x.phase == Phase::Restore).map(|x| x.family).collect();
             (done, failing, restore)
         }
         SyncFailure::Nftables(f) => {
-            let took = |r: &crate::nftables::sync::Report| r.timings.render + r.timings.read + r.timings.apply;
-            let done: Vec<FamilySync> = f.done.iter().map(|r| FamilySync { family: nft_family(r), full, took: took(r) }).collect();
-            let rest = wall.saturating_sub(done.iter().map(|s| s.took).sum());
-            nftables_reports(m, &f.done);
-            let all = std::iter::once((f.family, f.phase)).chain(f.more.iter().map(|(family, _, phase)| (*family, *phase)));
+            let done: Vec<FamilySync> = f.done.iter().map(|s| FamilySync { family: s.family, full: s.full, took: s.took }).collect();
+            let reports: Vec<_> = f.done.iter().map(|s| s.report.clone()).collect();
+            nftables_reports(m, &reports);
             let mut failing = Timed::new();
-            for (family, phase) in all {
-                failing.push((family, rest));
-                if phase == Phase::Restore {
-                    m.nftables_sync_failures.get_or_create(&FamilyLabel::of(family)).inc();
+            for x in f.failures() {
+                failing.push((x.family, x.took));
+                if x.phase == Phase::Restore {
+                    m.nftables_sync_failures.get_or_create(&FamilyLabel::of(x.family)).inc();
                 }
             }
             (done, failing, Vec::new())
