@@ -191,12 +191,12 @@ fn ipvs_sync_change(c: &mut Criterion, one: &mut OneEndpoint) {
         canaries: false,
     };
     let none: Vec<svcproxy::track::Changes> = one.loaded.trackers.families.iter().map(|_| Default::default()).collect();
-    p.sync(&one.loaded.config, &one.loaded.trackers, &none, true, false).expect("the first (full) sync");
+    p.sync(&one.loaded.config, &one.loaded.trackers, &none, true, svcproxy::netfilter::apply::Pass::Apply).expect("the first (full) sync");
     let sync = |one: &mut OneEndpoint, p: &mut Proxier, event: &Event| {
         one.loaded.trackers.apply(event);
         let changes = one.loaded.trackers.commit();
         let t = Instant::now();
-        black_box(p.sync(&one.loaded.config, &one.loaded.trackers, &changes, false, false).expect("a partial sync"));
+        black_box(p.sync(&one.loaded.config, &one.loaded.trackers, &changes, false, svcproxy::netfilter::apply::Pass::Apply).expect("a partial sync"));
         t.elapsed()
     };
     let (add, revert) = (one.add.clone(), one.revert.clone());

@@ -19,7 +19,7 @@ use super::reconcile;
 use super::sync::{self, Kernel, Options, Report, SyncError, GRACE_FILE};
 use crate::config::Config;
 use crate::net::IpFamily;
-use crate::netfilter::apply::Restorer;
+use crate::netfilter::apply::{Pass, Restorer};
 pub use crate::netfilter::phase::Phase;
 use crate::netfilter::phase::Watched;
 use crate::track::Trackers;
@@ -99,10 +99,11 @@ impl Proxier {
         })
     }
 
-    /// Syncs (or, with `dry_run`, compares) every family of `cfg` with the kernel. Partial
+    /// Syncs (or, with [`Pass::DryRun`], compares) every family of `cfg` with the kernel. Partial
     /// (from memory, for the committed `changes`, per family) unless `full`, a dry run, or
     /// no memory.
-    pub fn sync(&mut self, cfg: &Config, trackers: &Trackers, changes: &[crate::track::Changes], full: bool, dry_run: bool) -> Result<Report, Failed> {
+    pub fn sync(&mut self, cfg: &Config, trackers: &Trackers, changes: &[crate::track::Changes], full: bool, pass: Pass) -> Result<Report, Failed> {
+        let dry_run = pass == Pass::DryRun;
         let memory = self.memory.take().filter(|_| !full && !dry_run);
         self.sync_kernel(cfg, trackers, changes, memory, dry_run)
     }

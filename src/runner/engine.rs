@@ -307,7 +307,7 @@ impl Engine {
                 Ok(Outcome { restore_lines, rules, synced, sysctls, detail: Detail::Iptables(reports), ..Outcome::default() })
             }
             Proxier::Ipvs(p) => {
-                let r = p.sync(&self.config, &self.trackers, changes, full, pass == Pass::DryRun).map_err(|f| SyncFailure::Ipvs(Box::new(f)))?;
+                let r = p.sync(&self.config, &self.trackers, changes, full, pass).map_err(|f| SyncFailure::Ipvs(Box::new(f)))?;
                 let restore_lines = r.iptables.iter().map(|(_, d)| d.restore_lines()).sum();
                 let whole = r.timings.read + r.timings.plan + r.timings.apply;
                 let synced = self.trackers.families.iter().zip(wanted).filter(|(_, w)| **w).map(|(t, _)| FamilySync { family: t.family, full, took: whole }).collect();

@@ -14,6 +14,7 @@ use crate::ipvs::proxier::{Paths, Proxier};
 use crate::ipvs::sync::{self, Kernel, Options};
 use crate::ipvs::values::{Call, RealServer, VirtualServer};
 use crate::ipvs::walk::Walk;
+use crate::netfilter::apply::Pass;
 use crate::net::IpFamily;
 use crate::netfilter::apply::Restorer;
 use crate::netfilter::fake::SharedFake;
@@ -120,7 +121,7 @@ fn random_partial_syncs_never_drift_from_a_full_sync_and_read_nothing() {
         let fakes = Fakes::new(&dir);
         let mut p = fakes.proxier(0);
         let none: Vec<crate::track::Changes> = loaded.trackers.families.iter().map(|_| Default::default()).collect();
-        p.sync(&loaded.config, &loaded.trackers, &none, true, false).unwrap();
+        p.sync(&loaded.config, &loaded.trackers, &none, true, Pass::Apply).unwrap();
         let mut sent = 0;
         for step in 0..40 {
             for ev in walk.step(1 + step % 3) {
@@ -129,7 +130,7 @@ fn random_partial_syncs_never_drift_from_a_full_sync_and_read_nothing() {
             let changes = loaded.trackers.commit();
             let reads = fakes.reads();
             let logged = lock(&fakes.ipvs).log().len();
-            let report = p.sync(&loaded.config, &loaded.trackers, &changes, false, false).unwrap();
+            let report = p.sync(&loaded.config, &loaded.trackers, &changes, false, Pass::Apply).unwrap();
             sent += report.changes.ops.len();
             let after = fakes.reads();
             assert_eq!((after.1, after.2, after.3), (reads.1, reads.2, reads.3), "seed {seed} step {step}: a partial sync read links, ipsets or iptables");
@@ -138,7 +139,7 @@ fn random_partial_syncs_never_drift_from_a_full_sync_and_read_nothing() {
 
             assert_eq!(fakes.full_comparison(&loaded), "", "seed {seed} step {step}: a full sync would still change this");
             let fresh = Fakes::new(&dir.join("fresh"));
-            fresh.proxier(0).sync(&loaded.config, &loaded.trackers, &none, true, false).unwrap();
+            fresh.proxier(0).sync(&loaded.config, &loaded.trackers, &none, true, Pass::Apply).unwrap();
             assert_eq!(fakes.state(&loaded.config.families), fresh.state(&loaded.config.families), "seed {seed} step {step}");
         }
         assert!(sent > 40, "seed {seed}: the walk sent too little ({sent} IPVS operations)");
@@ -185,7 +186,7 @@ fn a_failed_partial_sync_makes_the_next_one_full() {
     let fakes = Fakes::new(&dir);
     let mut p = fakes.proxier(0);
     let none: Vec<crate::track::Changes> = loaded.trackers.families.iter().map(|_| Default::default()).collect();
-    p.sync(&loaded.config, &loaded.trackers, &none, true, false).unwrap();
+    p.sync(&loaded.config, &loaded.trackers, &none, true, Pass::Apply).unwrap();
     let mut slice = walk.state.slices[0].clone();
     let mut e = slice.endpoints[0].clone();
     e.ip = "10.202.0.7".parse().unwrap();
@@ -194,10 +195,10 @@ fn a_failed_partial_sync_makes_the_next_one_full() {
     let changes = loaded.trackers.commit();
     // The kernel refuses the new real server (someone deleted its virtual server).
     lock(&fakes.ipvs).fail_next(crate::ipvs::netlink::Errno::NoService);
-    assert!(p.sync(&loaded.config, &loaded.trackers, &changes, false, false).is_err());
+    assert!(p.sync(&loaded.config, &loaded.trackers, &changes, false, Pass::Apply).is_err());
     assert!(p.memory.is_none(), "a failure drops the memory");
     let saves = fakes.reads().2;
-    p.sync(&loaded.config, &loaded.trackers, &none, false, false).unwrap();
+    p.sync(&loaded.config, &loaded.trackers, &none, false, Pass::Apply).unwrap();
     assert_eq!(fakes.reads().2, saves + 1, "the sync after a failure is full");
     assert_eq!(fakes.full_comparison(&loaded), "");
     let _ = std::fs::remove_dir_all(dir);
