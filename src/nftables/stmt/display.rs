@@ -11,14 +11,24 @@ impl Display for AddRule {
     }
 }
 
-impl Display for Body {
+/// Statements without the comment: what `model::Rule::rule` holds.
+pub struct Stmts<'a>(pub &'a [Stmt]);
+
+impl Display for Stmts<'_> {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
-        for (i, s) in self.stmts.iter().enumerate() {
+        for (i, s) in self.0.iter().enumerate() {
             if i > 0 {
                 f.write_str(" ")?;
             }
             write!(f, "{s}")?;
         }
+        Ok(())
+    }
+}
+
+impl Display for Body {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        Stmts(&self.stmts).fmt(f)?;
         if let Some(c) = &self.comment {
             // nft reads the comment as one quoted string (kube-proxy's hold no quote).
             write!(f, " comment \"{c}\"")?;

@@ -15,6 +15,7 @@ mod tests;
 
 use std::net::IpAddr;
 
+pub use display::Stmts;
 pub use parse::{parse_add_rule, parse_body, Expected, ParseError};
 
 pub use crate::model::Protocol;

@@ -67,14 +67,14 @@ fn form(body: &Body) -> String {
 }
 
 /// Reads `line` and writes it back; a failure names the file and line.
-fn round_trip(origin: &str, line: &str, forms: &mut BTreeMap<String, usize>) -> Result<(), String> {
+fn round_trip(origin: &str, line: &str, forms: &mut BTreeMap<String, usize>) -> Result<Body, String> {
     let rule = parse_add_rule(line).map_err(|e| format!("{origin}: {e}\n  {line}"))?;
     let back = rule.to_string();
     if back != line {
         return Err(format!("{origin}: written back differently\n  read:    {line}\n  written: {back}"));
     }
     *forms.entry(form(&rule.body)).or_default() += 1;
-    Ok(())
+    Ok(rule.body)
 }
 
 /// The rule lines of every stored nftables text: svcproxy's goldens (kube-proxy v1.37's
@@ -117,7 +117,8 @@ fn every_stored_rule_reads_and_writes_back_byte_for_byte() {
 }
 
 /// Every rule the renderer makes, of every fixture (svcproxy's, and kube-proxy's nftables
-/// and iptables scenarios), in kube-proxy v1.34's table and in v1.36+'s.
+/// and iptables scenarios), in kube-proxy v1.34's table and in v1.36+'s; a rule it built as
+/// values reads back into the same values.
 #[test]
 fn every_rendered_rule_in_both_table_versions_reads_and_writes_back() {
     use crate::nftables::{context::Context, render};
@@ -137,7 +138,7 @@ fn every_rendered_rule_in_both_table_versions_reads_and_writes_back() {
     fixtures.sort();
     let mut forms = BTreeMap::new();
     let mut failures = Vec::new();
-    let (mut rules, mut versions) = (0, [0usize; 2]);
+    let (mut rules, mut valued, mut versions) = (0, 0, [0usize; 2]);
     for path in &fixtures {
         let state = crate::source::read_path(path).unwrap_or_else(|e| panic!("{e}"));
         let flags = Settings { mode: Some(ProxyMode::Nftables), ..Default::default() };
@@ -152,8 +153,12 @@ fn every_rendered_rule_in_both_table_versions_reads_and_writes_back() {
                     let mut line = String::new();
                     rule_line(&mut line, &head, r);
                     let origin = format!("{} (hairpin set: {hairpin_set})", path.strip_prefix(&root).unwrap().display());
-                    if let Err(e) = round_trip(&origin, line.trim_end_matches('\n'), &mut forms) {
-                        failures.push(e);
+                    match round_trip(&origin, line.trim_end_matches('\n'), &mut forms) {
+                        Err(e) => failures.push(e),
+                        Ok(read) if r.stmts.as_ref().is_some_and(|built| *built != read) => {
+                            failures.push(format!("{origin}: built {:?}, read back {read:?}", r.stmts));
+                        }
+                        Ok(_) => valued += usize::from(r.stmts.is_some()),
                     }
                     rules += 1;
                     versions[usize::from(hairpin_set)] += 1;
@@ -163,7 +168,8 @@ fn every_rendered_rule_in_both_table_versions_reads_and_writes_back() {
     }
     assert!(failures.is_empty(), "{} of {rules} rules:\n{}", failures.len(), failures.join("\n"));
     assert!(versions[0] > 0 && versions[1] > 0, "both table versions rendered: {versions:?}");
-    eprintln!("{} fixtures, {rules} rendered rules, {} forms", fixtures.len(), forms.len());
+    assert!(valued > 0, "no rule was built as values");
+    eprintln!("{} fixtures, {rules} rendered rules ({valued} built as values), {} forms", fixtures.len(), forms.len());
 }
 
 /// A value → text → the same value, for values built by hand (the renderer's side).
