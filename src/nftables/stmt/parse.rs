@@ -51,6 +51,8 @@ pub enum Expected {
     Comment,
     /// The quote closing a string.
     ClosingQuote,
+    /// One space between words, none before the first or after the last.
+    OneSpace,
     /// Nothing more (the comment ends a rule).
     End,
 }
@@ -78,6 +80,7 @@ impl fmt::Display for Expected {
             Expected::NumgenKey => f.write_str("a numgen key below the modulus, not repeated"),
             Expected::Comment => f.write_str("a double-quoted comment"),
             Expected::ClosingQuote => f.write_str("a closing double quote"),
+            Expected::OneSpace => f.write_str("one space between words, none before the first or after the last"),
             Expected::End => f.write_str("the end of the rule"),
         }
     }
@@ -135,20 +138,36 @@ struct Words<'a> {
 }
 
 impl<'a> Words<'a> {
+    /// Words are separated by one space, as the writer separates them, so that what is
+    /// read writes back as it was.
     fn new(text: &'a str) -> Result<Self, ParseError> {
         let mut toks = Vec::new();
-        let mut rest = text.trim_start();
+        let mut rest = text;
         while !rest.is_empty() {
+            let spacing = |toks: &Vec<Tok<'_>>, rest: &str| {
+                let found = rest.split_whitespace().next().map(str::to_owned);
+                ParseError { word: toks.len() + 1, found, expected: Expected::OneSpace }
+            };
+            if rest.starts_with(char::is_whitespace) {
+                return Err(spacing(&toks, rest));
+            }
             if let Some(q) = rest.strip_prefix('"') {
                 let Some(end) = q.find('"') else {
                     return Err(ParseError { word: toks.len() + 1, found: Some(rest.to_owned()), expected: Expected::ClosingQuote });
                 };
                 toks.push(Tok::Quoted(&q[..end]));
-                rest = q[end + 1..].trim_start();
+                rest = &q[end + 1..];
             } else {
                 let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
                 toks.push(Tok::Word(&rest[..end]));
-                rest = rest[end..].trim_start();
+                rest = &rest[end..];
+            }
+            if rest.is_empty() {
+                break;
+            }
+            match rest.strip_prefix(' ') {
+                Some(r) if !r.is_empty() => rest = r,
+                _ => return Err(spacing(&toks, rest)),
             }
         }
         Ok(Words { toks, at: 0 })

@@ -269,6 +269,16 @@ fn errors_name_the_word_and_what_was_expected() {
         let e = err(text);
         assert_eq!((e.word, e.found.as_deref(), e.expected), (word, found, expected), "{text}: {e}");
     }
+    for (text, word, found) in [
+        ("reject  drop", 2, Some("drop")),
+        (" reject", 1, Some("reject")),
+        ("reject ", 2, None),
+        ("reject\tdrop", 2, Some("drop")),
+        ("reject comment \"a\"drop", 4, Some("drop")),
+    ] {
+        let e = err(text);
+        assert_eq!((e.word, e.found.as_deref(), e.expected), (word, found, Expected::OneSpace), "{text:?}: {e}");
+    }
     let open = err("reject comment \"open");
     assert_eq!((open.word, open.expected), (3, Expected::ClosingQuote));
     assert_eq!(err("ct status new").to_string(), "word 3 \"new\": expected \"dnat\"");
