@@ -558,3 +558,21 @@ fn host_port(w: &str) -> Option<(IpAddr, u16)> {
     };
     Some((addr, decimal(port)?))
 }
+
+/// A number alone (a masquerade mark from the settings), as [`Words`] reads one.
+impl std::str::FromStr for Num {
+    type Err = ParseError;
+
+    fn from_str(s: &str) -> Result<Num, ParseError> {
+        number(s).ok_or_else(|| ParseError { word: 1, found: Some(s.to_owned()), expected: Expected::Number })
+    }
+}
+
+/// An address or prefix alone (a ServiceCIDR), as [`Words`] reads one.
+impl std::str::FromStr for Prefix {
+    type Err = ParseError;
+
+    fn from_str(s: &str) -> Result<Prefix, ParseError> {
+        prefix(s).ok_or_else(|| ParseError { word: 1, found: Some(s.to_owned()), expected: Expected::Prefix })
+    }
+}

@@ -283,6 +283,13 @@ fn errors_name_the_word_and_what_was_expected() {
     assert_eq!((open.word, open.expected), (3, Expected::ClosingQuote));
     assert_eq!(err("ct status new").to_string(), "word 3 \"new\": expected \"dnat\"");
     assert_eq!(err("fib daddr type").to_string(), "end of rule: expected \"local\"");
+    // The values the renderer's context will hold, read alone.
+    assert_eq!("0x00004000".parse::<Num>(), Ok(Num::Hex { value: 0x4000, digits: 8 }));
+    assert_eq!("16384".parse::<Num>(), Ok(Num::Dec(0x4000)));
+    assert_eq!("0x".parse::<Num>().unwrap_err().expected, Expected::Number);
+    assert_eq!("0x123456789".parse::<Num>().unwrap_err().expected, Expected::Number);
+    assert_eq!("fd00:10:96::/112".parse::<Prefix>().map(|p| p.to_string()).as_deref(), Ok("fd00:10:96::/112"));
+    assert_eq!("10.0.0.0/x".parse::<Prefix>().unwrap_err().found.as_deref(), Some("10.0.0.0/x"));
     let line = parse_add_rule("add rule inet kube-proxy services jump x").unwrap_err();
     assert_eq!((line.word, line.expected), (3, Expected::Family));
 }
