@@ -26,6 +26,7 @@ pub mod partial;
 pub mod proxier;
 pub mod render;
 pub mod staged;
+pub mod stmt;
 pub mod sync;
 pub mod watched;
 pub mod wire;

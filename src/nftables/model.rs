@@ -6,6 +6,8 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use super::stmt::{Body, Stmts};
+
 /// The nftables address family of a table (`ip` or `ip6`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -81,16 +83,37 @@ impl Set {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// A rule: its chain, its statements' text and its comment; and, for a rule the renderer
+/// built as values ([`Rule::of`]), those values, whose text `rule` and `comment` are.
+#[derive(Debug, Clone, Serialize)]
 pub struct Rule {
     pub chain: String,
     pub rule: String,
     pub comment: Option<String>,
+    /// `None` for a rule made of text (the renderer's rules still written with `format!`,
+    /// and every rule read back from a listing).
+    #[serde(skip)]
+    pub stmts: Option<Body>,
 }
+
+/// Rules are their text: the text is written from the values, so a rule built as values
+/// equals the same rule built as text (or read back from the kernel).
+impl PartialEq for Rule {
+    fn eq(&self, other: &Self) -> bool {
+        (&self.chain, &self.rule, &self.comment) == (&other.chain, &other.rule, &other.comment)
+    }
+}
+
+impl Eq for Rule {}
 
 impl Rule {
     pub fn new(chain: impl Into<String>, rule: impl Into<String>) -> Self {
-        Rule { chain: chain.into(), rule: rule.into(), comment: None }
+        Rule { chain: chain.into(), rule: rule.into(), comment: None, stmts: None }
+    }
+
+    /// A rule built as values; its text is written from them.
+    pub fn of(chain: impl Into<String>, body: Body) -> Self {
+        Rule { chain: chain.into(), rule: Stmts(&body.stmts).to_string(), comment: body.comment.clone(), stmts: Some(body) }
     }
 
     pub fn commented(chain: impl Into<String>, rule: impl Into<String>, comment: &str) -> Self {

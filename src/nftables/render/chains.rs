@@ -80,7 +80,7 @@ fn external_chain(ctx: &Context, p: &Wiring, out: &mut Objects) {
     if !p.svc.external_policy_local {
         // v1.36 comments the rule; v1.34 does not.
         let comment = ctx.hairpin_set.then_some("masquerade");
-        out.rule(Rule { chain: ext.to_owned(), rule: mark, comment: comment.map(str::to_owned) });
+        out.rule(Rule { comment: comment.map(str::to_owned), ..Rule::new(ext, mark) });
     } else {
         if let Some(d) = &ctx.detector {
             out.rule(Rule::commented(ext, format!("{} goto {cluster}", d.if_local), "short-circuit pod traffic"));

@@ -3,10 +3,15 @@
 //! chains (and, from kube-proxy v1.36, the `hairpin-connections` set and the ClusterIP
 //! masquerade rule of `services`), and the shared sets and verdict maps the services'
 //! elements go into.
+//!
+//! Its rules are built as statement values ([`crate::nftables::stmt`]), but for those
+//! made of the [`Context`]'s text (the mark, the local-traffic detector, the
+//! ServiceCIDRs), written with `format!` until the context holds them as values.
 
 use crate::nftables::context::Context;
 use crate::nftables::model::{Chain, Hook, Objects, Rule, Set};
 use crate::nftables::names::*;
+use crate::nftables::stmt::{Action, AddrValue, Body, Concat, Ct, Dir, Match, Prefix, Selector, Stmt, Verdict, Vmap};
 
 /// (name, type, hook, priority): `dstnat` is -100, `srcnat` 100, `filter` 0.
 const BASE_CHAINS: [(&str, &str, &str, i32); 8] = [
@@ -20,19 +25,19 @@ const BASE_CHAINS: [(&str, &str, &str, i32); 8] = [
     (NAT_POSTROUTING, "nat", "postrouting", 100),
 ];
 
-/// (chain jumped to, base chain, match before the jump), in kube-proxy's order.
-const JUMPS: [(&str, &str, &str); 11] = [
-    (NODEPORT_ENDPOINTS_CHECK, FILTER_INPUT, "ct state new"),
-    (SERVICE_ENDPOINTS_CHECK, FILTER_INPUT, "ct state new"),
-    (SERVICE_ENDPOINTS_CHECK, FILTER_FORWARD, "ct state new"),
-    (SERVICE_ENDPOINTS_CHECK, FILTER_OUTPUT, "ct state new"),
-    (FIREWALL_CHECK, FILTER_PREROUTING_PRE_DNAT, "ct state new"),
-    (FIREWALL_CHECK, FILTER_OUTPUT_PRE_DNAT, "ct state new"),
-    (SERVICES, NAT_OUTPUT, ""),
-    (SERVICES, NAT_PREROUTING, ""),
-    (MASQUERADING, NAT_POSTROUTING, ""),
-    (CLUSTER_IPS_CHECK, FILTER_FORWARD, "ct state new"),
-    (CLUSTER_IPS_CHECK, FILTER_OUTPUT, "ct state new"),
+/// (chain jumped to, base chain, only new connections: `ct state new`), in kube-proxy's order.
+const JUMPS: [(&str, &str, bool); 11] = [
+    (NODEPORT_ENDPOINTS_CHECK, FILTER_INPUT, true),
+    (SERVICE_ENDPOINTS_CHECK, FILTER_INPUT, true),
+    (SERVICE_ENDPOINTS_CHECK, FILTER_FORWARD, true),
+    (SERVICE_ENDPOINTS_CHECK, FILTER_OUTPUT, true),
+    (FIREWALL_CHECK, FILTER_PREROUTING_PRE_DNAT, true),
+    (FIREWALL_CHECK, FILTER_OUTPUT_PRE_DNAT, true),
+    (SERVICES, NAT_OUTPUT, false),
+    (SERVICES, NAT_PREROUTING, false),
+    (MASQUERADING, NAT_POSTROUTING, false),
+    (CLUSTER_IPS_CHECK, FILTER_FORWARD, true),
+    (CLUSTER_IPS_CHECK, FILTER_OUTPUT, true),
 ];
 
 pub fn write(ctx: &Context) -> Objects {
@@ -51,12 +56,12 @@ fn chains(ctx: &Context, out: &mut Objects) {
         out.chain(Chain { name: name.into(), hook: Some(Hook { kind, hook, priority }), comment: None });
     }
     let mut regular: Vec<&str> = Vec::new();
-    for (to, from, matches) in JUMPS {
+    for (to, from, new_only) in JUMPS {
         if !regular.contains(&to) {
             regular.push(to);
         }
-        let rule = if matches.is_empty() { format!("jump {to}") } else { format!("{matches} jump {to}") };
-        out.rule(Rule::new(from, rule));
+        let new = new_only.then_some(Stmt::Match(Match::Ct(Ct::StateNew)));
+        out.rule(Rule::of(from, body(new.into_iter().chain([Stmt::Verdict(Verdict::Jump(to.into()))]), None)));
     }
     let mark_chain = (!ctx.hairpin_set).then_some(MARK_MASQ);
     for name in regular.into_iter().chain(mark_chain) {
@@ -64,7 +69,7 @@ fn chains(ctx: &Context, out: &mut Objects) {
     }
     let comment = format!("helper for @{NO_ENDPOINT_SERVICES} / @{NO_ENDPOINT_NODEPORTS}");
     out.chain(Chain { name: REJECT_CHAIN.into(), hook: None, comment: Some(comment) });
-    out.rule(Rule::new(REJECT_CHAIN, "reject"));
+    out.rule(Rule::of(REJECT_CHAIN, body([Stmt::Action(Action::Reject)], None)));
 }
 
 fn masquerade(ctx: &Context, out: &mut Objects) {
@@ -89,30 +94,60 @@ fn masquerade(ctx: &Context, out: &mut Objects) {
 /// address in the ServiceCIDRs, dropped.
 fn cluster_ips(ctx: &Context, out: &mut Objects) {
     out.sets.push(Set::plain(CLUSTER_IPS, ctx.family.addr_type(), Some("Active ClusterIPs")));
-    let ip = ctx.ip();
-    out.rule(Rule::commented(CLUSTER_IPS_CHECK, format!("{ip} daddr @{CLUSTER_IPS} reject"), "Reject traffic to invalid ports of ClusterIPs"));
+    let reject = [daddr(ctx, false, AddrValue::Named(CLUSTER_IPS.into())), Stmt::Action(Action::Reject)];
+    out.rule(Rule::of(CLUSTER_IPS_CHECK, body(reject, Some("Reject traffic to invalid ports of ClusterIPs"))));
     if !ctx.service_cidrs.is_empty() {
-        let rule = format!("{ip} daddr {{ {} }} drop", ctx.service_cidrs.join(","));
+        let rule = format!("{} daddr {{ {} }} drop", ctx.ip(), ctx.service_cidrs.join(","));
         out.rule(Rule::commented(CLUSTER_IPS_CHECK, rule, "Drop traffic to unallocated ClusterIPs"));
     }
 }
 
+/// A rule's statements and comment.
+fn body(stmts: impl IntoIterator<Item = Stmt>, comment: Option<&str>) -> Body {
+    Body { stmts: stmts.into_iter().collect(), comment: comment.map(str::to_owned) }
+}
+
+/// `ip daddr VALUE` (`!=` when negated; `ip6` alike).
+fn daddr(ctx: &Context, negated: bool, value: AddrValue) -> Stmt {
+    Stmt::Match(Match::Addr { family: ctx.family, dir: Dir::Daddr, negated, value })
+}
+
+/// `KEY vmap @MAP`.
+fn vmap(key: Vec<Selector>, map: &str) -> Stmt {
+    Stmt::Vmap(Vmap::Named { key: Concat(key), map: map.into() })
+}
+
+/// `ip daddr . meta l4proto . th dport` (`ip6` alike): a service's address, protocol and port.
+fn address_key(ctx: &Context) -> Vec<Selector> {
+    vec![Selector::Addr(ctx.family, Dir::Daddr), Selector::L4proto, Selector::ThDport]
+}
+
+/// `meta l4proto . th dport`: a NodePort's protocol and port.
+fn port_key() -> Vec<Selector> {
+    vec![Selector::L4proto, Selector::ThDport]
+}
+
 /// `ip daddr != 127.0.0.0/8` (`ip6 daddr != ::1`): NodePorts are not on loopback.
-fn no_localhost(ctx: &Context) -> &'static str {
-    if ctx.ip_family.is_v6() { "ip6 daddr != ::1" } else { "ip daddr != 127.0.0.0/8" }
+fn no_localhost(ctx: &Context) -> Stmt {
+    let prefix = if ctx.ip_family.is_v6() {
+        Prefix { addr: std::net::Ipv6Addr::LOCALHOST.into(), len: None }
+    } else {
+        Prefix { addr: std::net::Ipv4Addr::new(127, 0, 0, 0).into(), len: Some(8) }
+    };
+    daddr(ctx, true, AddrValue::Prefix(prefix))
 }
 
 /// What selects NodePort traffic: every local address but loopback, or the
 /// `nodeport-ips` set (created and filled here) when nodePortAddresses narrows them.
-fn node_port_match(ctx: &Context, out: &mut Objects) -> String {
-    let Some(ips) = &ctx.node_port_ips else { return no_localhost(ctx).to_owned() };
+fn node_port_match(ctx: &Context, out: &mut Objects) -> Stmt {
+    let Some(ips) = &ctx.node_port_ips else { return no_localhost(ctx) };
     if !out.sets.iter().any(|s| s.name == NODEPORT_IPS) {
         out.sets.push(Set::plain(NODEPORT_IPS, ctx.family.addr_type(), Some("IPs that accept NodePort traffic")));
         for ip in ips.iter().filter(|ip| !ip.is_loopback()) {
             out.element(NODEPORT_IPS, vec![ip.to_string()], vec![], None);
         }
     }
-    format!("{} daddr @{NODEPORT_IPS}", ctx.ip())
+    daddr(ctx, false, AddrValue::Named(NODEPORT_IPS.into()))
 }
 
 fn addr_map_type(ctx: &Context) -> String {
@@ -126,16 +161,14 @@ fn no_endpoints(ctx: &Context, out: &mut Objects) {
         "inet_proto . inet_service : verdict",
         Some("vmap to drop or reject packets to service nodeports with no endpoints"),
     ));
-    let rule = format!("{} daddr . meta l4proto . th dport vmap @{NO_ENDPOINT_SERVICES}", ctx.ip());
-    out.rule(Rule::new(SERVICE_ENDPOINTS_CHECK, rule));
+    out.rule(Rule::of(SERVICE_ENDPOINTS_CHECK, body([vmap(address_key(ctx), NO_ENDPOINT_SERVICES)], None)));
     let m = node_port_match(ctx, out);
-    out.rule(Rule::new(NODEPORT_ENDPOINTS_CHECK, format!("{m} meta l4proto . th dport vmap @{NO_ENDPOINT_NODEPORTS}")));
+    out.rule(Rule::of(NODEPORT_ENDPOINTS_CHECK, body([m, vmap(port_key(), NO_ENDPOINT_NODEPORTS)], None)));
 }
 
 fn firewall(ctx: &Context, out: &mut Objects) {
     out.sets.push(Set::map(FIREWALL_IPS, addr_map_type(ctx), Some("destinations that are subject to LoadBalancerSourceRanges")));
-    let rule = format!("{} daddr . meta l4proto . th dport vmap @{FIREWALL_IPS}", ctx.ip());
-    out.rule(Rule::new(FIREWALL_CHECK, rule));
+    out.rule(Rule::of(FIREWALL_CHECK, body([vmap(address_key(ctx), FIREWALL_IPS)], None)));
 }
 
 fn dispatch(ctx: &Context, out: &mut Objects) {
@@ -144,12 +177,13 @@ fn dispatch(ctx: &Context, out: &mut Objects) {
     if ctx.hairpin_set {
         cluster_ip_masquerade(ctx, out);
     }
-    out.rule(Rule::new(SERVICES, format!("{} daddr . meta l4proto . th dport vmap @{SERVICE_IPS}", ctx.ip())));
-    let m = match ctx.node_port_ips {
-        None => format!("fib daddr type local {}", no_localhost(ctx)),
-        Some(_) => node_port_match(ctx, out),
+    out.rule(Rule::of(SERVICES, body([vmap(address_key(ctx), SERVICE_IPS)], None)));
+    let node_ports = vmap(port_key(), SERVICE_NODEPORTS);
+    let stmts = match ctx.node_port_ips {
+        None => vec![Stmt::Match(Match::FibLocal(Dir::Daddr)), no_localhost(ctx), node_ports],
+        Some(_) => vec![node_port_match(ctx, out), node_ports],
     };
-    out.rule(Rule::new(SERVICES, format!("{m} meta l4proto . th dport vmap @{SERVICE_NODEPORTS}")));
+    out.rule(Rule::of(SERVICES, body(stmts, None)));
 }
 
 /// kube-proxy v1.36 on: off-cluster (or, with masqueradeAll, all) traffic to any ClusterIP
