@@ -8,8 +8,22 @@ use std::time::{Duration, Instant};
 
 use crate::net::IpFamily;
 use crate::netfilter::apply::Pass;
-use crate::netfilter::phase::Phase;
 use crate::track::{Changes, FamilyTracker};
+
+/// The step of a family's sync that failed. kube-proxy counts a failed sync as a restore
+/// failure (`sync_proxy_rules_iptables_restore_failures_total`, nftables mode's
+/// `sync_proxy_rules_nftables_sync_failures_total`) only when the write itself was refused
+/// or failed; each mode's sync error says which step it came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Reading the kernel's rules (`iptables-save`, `nft list`) or parsing what it read.
+    Read,
+    /// Writing them: `iptables-restore` or the `nft` transaction refused or failed.
+    Restore,
+    /// Anything else the sync does around the write (the canaries, the sysctls, IPVS,
+    /// ipsets, links).
+    Other,
+}
 
 /// Whether a sync is full: no, yes, or only because the full-sync period passed (which a
 /// family may skip: [`FamilyRules::skips_periodic_full`]).

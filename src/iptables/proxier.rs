@@ -21,8 +21,7 @@ use std::time::Instant;
 use crate::driver::{Driver, FamilyRules, Failure};
 pub use crate::driver::Full;
 use crate::netfilter::apply::{Pass, RestoreError, Restorer};
-pub use crate::netfilter::phase::Phase;
-use crate::netfilter::phase::Watched;
+pub use crate::driver::Phase;
 use crate::netfilter::canary;
 use super::partial::{self, Before};
 use super::render::{self, Ruleset};
@@ -146,15 +145,17 @@ impl FamilyRules for Ruleset {
     fn partial(&mut self, kernel: &mut Kernel, before: Before, _: &Changes) -> Option<Result<SyncReport, Failure<SyncError>>> {
         let partial = partial::delta(&before, self)?;
         let family = self.ctx.node.family;
-        Some(kernel.watched(family, |k| send(k, family, partial)))
+        let synced = send(kernel.restorer.as_mut(), family, partial);
+        Some(kernel.after_write(family, synced))
     }
 
     // The full comparison, then the canaries.
     fn full(&mut self, kernel: &mut Kernel, pass: Pass) -> Result<SyncReport, Failure<SyncError>> {
         let family = self.ctx.node.family;
-        let report = kernel.watched(family, |k| sync::sync(k, self, pass == Pass::DryRun))?;
+        let synced = sync::sync(kernel.restorer.as_mut(), self, pass == Pass::DryRun);
+        let report = kernel.after_write(family, synced)?;
         if pass == Pass::Apply && kernel.canaries {
-            let created = kernel.gate.ensure(kernel.restorer.as_mut(), family).map_err(|e| Failure::new(e.into(), Phase::Other))?;
+            let created = kernel.gate.ensure(kernel.restorer.as_mut(), family).map_err(|e| Failure::new(SyncError::Canary(e), Phase::Other))?;
             if !created.is_empty() {
                 tracing::debug!(?family, tables = ?created, "canaries created");
             }
@@ -164,17 +165,20 @@ impl FamilyRules for Ruleset {
 }
 
 impl Kernel {
-    /// Runs one family's sync through the tools, recording which step failed.
-    fn watched(&mut self, family: crate::net::IpFamily, f: impl FnOnce(&mut dyn Restorer) -> Result<SyncReport, SyncError>) -> Result<SyncReport, Failure<SyncError>> {
-        let mut kernel = Watched::new(self.restorer.as_mut());
-        let synced = f(&mut kernel);
-        // A parse error is the read's; a kernel call's error, the step that failed.
-        let phase = kernel.failed().map_or(Phase::Read, |(phase, _)| phase);
-        if kernel.wrote() {
-            // Our own write changed the tables' summaries: the next canary check reads all.
+    /// A family's sync done: when it wrote (a restore was sent, refused or not), the tables'
+    /// summaries changed, so the next canary check reads them all.
+    fn after_write(&mut self, family: crate::net::IpFamily, synced: Result<SyncReport, SyncError>) -> Result<SyncReport, Failure<SyncError>> {
+        let wrote = match &synced {
+            Ok(report) => report.applied,
+            Err(e) => e.phase() == Phase::Restore,
+        };
+        if wrote {
             self.gate.forget(family);
         }
-        synced.map_err(|e| Failure::new(e, phase))
+        synced.map_err(|e| {
+            let phase = e.phase();
+            Failure::new(e, phase)
+        })
     }
 }
 
@@ -184,7 +188,7 @@ fn send(r: &mut dyn Restorer, family: crate::net::IpFamily, partial: partial::Pa
     let mut timings = Timings::default();
     if applied {
         let t = Instant::now();
-        sync::send(r, family, &partial.delta, sync::NFT_PARTIAL_CHUNK_SERVICES)?;
+        sync::send(r, family, &partial.delta, sync::NFT_PARTIAL_CHUNK_SERVICES).map_err(SyncError::Restore)?;
         timings.restore = t.elapsed();
     }
     Ok(SyncReport { delta: partial.delta, applied, full_lines: 0, timings })

@@ -13,6 +13,7 @@ use super::jumps::jumps;
 use super::render::Ruleset;
 use super::restore::{self, Scope};
 use crate::netfilter::dump;
+use crate::driver::Phase;
 
 /// What a sync found and did.
 #[derive(Debug, Clone)]
@@ -42,19 +43,37 @@ pub struct Timings {
 
 #[derive(Debug, thiserror::Error)]
 pub enum SyncError {
+    /// `iptables-save` failed.
     #[error(transparent)]
-    Restore(#[from] RestoreError),
+    Read(RestoreError),
     #[error("cannot parse iptables-save output of table {table}: {error}")]
     Parse {
         table: String,
         error: dump::ParseError,
     },
+    /// `iptables-restore` refused or failed: the write.
+    #[error(transparent)]
+    Restore(RestoreError),
+    /// Ensuring the canaries failed.
+    #[error(transparent)]
+    Canary(RestoreError),
+}
+
+impl SyncError {
+    /// The step that failed (kube-proxy counts only [`Phase::Restore`] as a restore failure).
+    pub fn phase(&self) -> Phase {
+        match self {
+            SyncError::Read(_) | SyncError::Parse { .. } => Phase::Read,
+            SyncError::Restore(_) => Phase::Restore,
+            SyncError::Canary(_) => Phase::Other,
+        }
+    }
 }
 
 impl From<ReadError> for SyncError {
     fn from(e: ReadError) -> Self {
         match e {
-            ReadError::Save(e) => SyncError::Restore(e),
+            ReadError::Save(e) => SyncError::Read(e),
             ReadError::Parse { table, error } => SyncError::Parse { table, error },
         }
     }
@@ -101,7 +120,7 @@ pub fn sync(r: &mut dyn Restorer, rs: &Ruleset, dry_run: bool) -> Result<SyncRep
     let applied = !dry_run && !delta.is_empty();
     if applied {
         let t = Instant::now();
-        send(r, rs.ctx.node.family, &delta, NFT_CHUNK_SERVICES)?;
+        send(r, rs.ctx.node.family, &delta, NFT_CHUNK_SERVICES).map_err(SyncError::Restore)?;
         timings.restore = t.elapsed();
     }
     Ok(SyncReport { delta, applied, full_lines, timings })

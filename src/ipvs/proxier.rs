@@ -20,8 +20,7 @@ use super::sync::{self, Kernel, Options, Report, SyncError, GRACE_FILE};
 use crate::config::Config;
 use crate::net::IpFamily;
 use crate::netfilter::apply::{Pass, Restorer};
-pub use crate::netfilter::phase::Phase;
-use crate::netfilter::phase::Watched;
+pub use crate::driver::Phase;
 use crate::track::Trackers;
 
 /// Where a sync keeps and finds its node-local state.
@@ -132,21 +131,22 @@ impl Proxier {
             proc_sys: self.paths.proc_sys.clone(),
         };
         let partial = memory.is_some();
-        let mut iptables = Watched::new(self.iptables.as_mut());
-        let mut k = Kernel { ipvs: self.ipvs.as_mut(), links: self.links.as_mut(), ipset: self.ipset.as_mut(), iptables: &mut iptables };
+        let mut k = Kernel { ipvs: self.ipvs.as_mut(), links: self.links.as_mut(), ipset: self.ipset.as_mut(), iptables: self.iptables.as_mut() };
         let result = match memory {
             Some(mut memory) => super::partial::sync(&mut memory, trackers, changes, &mut k, &opts).map(|report| (report, Some(memory))),
             None => sync::full(cfg, trackers, &mut k, &opts),
         };
-        let iptables = iptables.failed();
         let (report, memory) = result.map_err(|error| {
-            // Only an iptables call's own error is the iptables step's.
-            let failed = matches!(error, SyncError::Iptables(_)).then_some(iptables).flatten();
-            Failed { phase: failed.map_or(Phase::Other, |(p, _)| p), family: failed.map(|(_, f)| f), error }
+            let (phase, family) = match &error {
+                SyncError::IptablesRestore { family, .. } => (Phase::Restore, Some(*family)),
+                SyncError::IptablesRead(_) => (Phase::Read, None),
+                _ => (Phase::Other, None),
+            };
+            Failed { phase, family, error }
         })?;
         if !partial && memory.is_some() && self.canaries {
             super::canary::ensure(self.iptables.as_mut(), &cfg.families)
-                .map_err(|error| Failed { phase: Phase::Other, family: None, error: SyncError::from(error) })?;
+                .map_err(|error| Failed { phase: Phase::Other, family: None, error: SyncError::Canary(error) })?;
         }
         self.memory = memory;
         Ok(report)

@@ -36,8 +36,15 @@ pub enum SyncError {
     Refused(usize, String),
     #[error(transparent)]
     Ipset(#[from] ipset::IpsetError),
+    /// Reading the iptables rules failed.
     #[error(transparent)]
-    Iptables(#[from] RestoreError),
+    IptablesRead(RestoreError),
+    /// `iptables-restore` of a family's rules refused or failed.
+    #[error("{error}")]
+    IptablesRestore { family: IpFamily, error: RestoreError },
+    /// Ensuring the canaries failed.
+    #[error(transparent)]
+    Canary(RestoreError),
     #[error("cannot parse {what}: {reason}")]
     Parse { what: String, reason: String },
     #[error("{0} is missing right after it was created")]
@@ -51,7 +58,7 @@ pub enum SyncError {
 impl From<ReadError> for SyncError {
     fn from(e: ReadError) -> Self {
         match e {
-            ReadError::Save(e) => SyncError::Iptables(e),
+            ReadError::Save(e) => SyncError::IptablesRead(e),
             ReadError::Parse { table, error } => SyncError::Parse { what: format!("iptables-save -t {table}"), reason: error.to_string() },
         }
     }
@@ -277,7 +284,7 @@ pub(super) fn apply(k: &mut Kernel, report: &mut Report, index: u32) -> Result<(
     }
     for (family, d) in &report.iptables {
         if !d.is_empty() {
-            k.iptables.restore(*family, &d.restore_text())?;
+            k.iptables.restore(*family, &d.restore_text()).map_err(|error| SyncError::IptablesRestore { family: *family, error })?;
         }
     }
     if !report.ipsets.del.is_empty() {

@@ -18,7 +18,6 @@ pub mod jumps;
 pub mod names;
 pub mod nlattr;
 pub mod nfacct;
-pub mod phase;
 pub mod rule;
 pub mod table;
 pub mod tableinfo;

@@ -28,7 +28,6 @@ pub mod render;
 pub mod staged;
 pub mod stmt;
 pub mod sync;
-pub mod watched;
 pub mod wire;
 
 pub use context::Context;

@@ -27,8 +27,8 @@ use super::sync::{self, Report};
 use crate::config::Config;
 use crate::driver::{Driver, FamilyRules, Failure, Full};
 use crate::netfilter::apply::Pass;
-pub use crate::netfilter::phase::Phase;
-use super::watched::WatchedNft;
+pub use crate::driver::Phase;
+use super::sync::SyncError;
 use crate::track::{Changes, FamilyTracker, Trackers};
 
 /// One family's failed sync, named by its family.
@@ -144,12 +144,11 @@ impl FamilyRules for FamilyTable {
         }
         let before: Vec<&Objects> = before.objects.iter().collect();
         let family = self.ruleset.ctx.family;
-        Some(self.watched(nft, |nft| send_partial(nft, family, &before, &after.iter().collect::<Vec<_>>())))
+        Some(send_partial(nft, family, &before, &after.iter().collect::<Vec<_>>()).map_err(|e| self.failure(e)))
     }
 
     fn full(&mut self, nft: &mut Self::Kernel, pass: Pass) -> Result<Report, Failure<FamilyError>> {
-        let table = self.ruleset.table();
-        self.watched(nft, |nft| sync::full(nft, &table, pass == Pass::DryRun))
+        sync::full(nft, &self.ruleset.table(), pass == Pass::DryRun).map_err(|e| self.failure(e))
     }
 
     fn synced(&mut self) {
@@ -158,12 +157,8 @@ impl FamilyRules for FamilyTable {
 }
 
 impl FamilyTable {
-    /// Runs one family's transaction, recording which step failed.
-    fn watched(&self, nft: &mut dyn Nft, f: impl FnOnce(&mut dyn Nft) -> Result<Report, NftError>) -> Result<Report, Failure<FamilyError>> {
-        let mut nft = WatchedNft::new(nft);
-        let result = f(&mut nft);
-        let phase = nft.failed().unwrap_or(Phase::Other);
-        result.map_err(|error| Failure::new(FamilyError { family: self.ruleset.ctx.ip_family, error }, phase))
+    fn failure(&self, e: SyncError) -> Failure<FamilyError> {
+        Failure::new(FamilyError { family: self.ruleset.ctx.ip_family, error: e.error }, e.phase)
     }
 }
 
@@ -193,7 +188,7 @@ fn changed_objects(rs: &Ruleset, changes: &Changes, came: &[Hairpin]) -> Vec<Obj
 /// delete a chain in the transaction that drops its last reference (6.18 does; kube-proxy
 /// deletes stale chains in a later sync) refuses that transaction: then the change goes
 /// alone and the deletion right after it.
-fn send_partial(nft: &mut dyn Nft, family: super::model::Family, before: &[&Objects], after: &[&Objects]) -> Result<Report, NftError> {
+fn send_partial(nft: &mut dyn Nft, family: super::model::Family, before: &[&Objects], after: &[&Objects]) -> Result<Report, SyncError> {
     let t = Instant::now();
     let p = super::partial::partial(family, super::names::TABLE, before, after);
     let mut report = Report::new(family);
@@ -211,7 +206,7 @@ fn send_partial(nft: &mut dyn Nft, family: super::model::Family, before: &[&Obje
             report.via = Some(via);
         }
         None | Some(Err(NftError::Rejected { .. } | NftError::Refused { .. })) => {
-            report.via = Some(nft.run_partial(&p.text)?);
+            report.via = Some(nft.run_partial(&p.text).map_err(SyncError::write)?);
             if !p.delete.is_empty() {
                 if let Err(e) = nft.run_partial(&p.delete) {
                     tracing::warn!(family = family.as_str(), error = %e, "stale nftables chains not deleted; the next full sync deletes them");
@@ -219,7 +214,7 @@ fn send_partial(nft: &mut dyn Nft, family: super::model::Family, before: &[&Obje
                 }
             }
         }
-        Some(Err(e)) => return Err(e),
+        Some(Err(e)) => return Err(SyncError::write(e)),
     }
     report.applied = true;
     report.timings.apply = t.elapsed();

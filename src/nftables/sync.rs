@@ -23,6 +23,38 @@ use super::listing::{self, Diff, Listing};
 use super::model::{self, Family, Form, Table};
 use super::{chunked, delta, staged};
 use super::names::{HAIRPIN_CONNECTIONS, MARK_MASQ};
+use crate::driver::Phase;
+
+/// A sync's failed `nft` call, and the step it was (kube-proxy counts only a failed
+/// transaction, [`Phase::Restore`]).
+#[derive(Debug)]
+pub struct SyncError {
+    pub phase: Phase,
+    pub error: NftError,
+}
+
+impl SyncError {
+    pub fn read(error: NftError) -> Self {
+        SyncError { phase: Phase::Read, error }
+    }
+
+    pub fn write(error: NftError) -> Self {
+        SyncError { phase: Phase::Restore, error }
+    }
+}
+
+// Shown as the `nft` call's error itself.
+impl std::fmt::Display for SyncError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl std::error::Error for SyncError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        std::error::Error::source(&self.error)
+    }
+}
 
 /// What one family's sync found and did.
 #[derive(Debug, Clone)]
@@ -72,7 +104,7 @@ pub struct Timings {
 }
 
 /// Brings one family's `kube-proxy` table to `table` (or, with `dry_run`, says what differs).
-pub fn full(nft: &mut dyn Nft, table: &Table, dry_run: bool) -> Result<Report, NftError> {
+pub fn full(nft: &mut dyn Nft, table: &Table, dry_run: bool) -> Result<Report, SyncError> {
     if dry_run {
         return compare(nft, table);
     }
@@ -80,7 +112,7 @@ pub fn full(nft: &mut dyn Nft, table: &Table, dry_run: bool) -> Result<Report, N
     let mut report = Report::new(family);
     let t = Instant::now();
     // The names, and the live table to compare (netlink only: a chunked sync).
-    let read = nft.read_for_sync(family)?;
+    let read = nft.read_for_sync(family).map_err(SyncError::read)?;
     let existed = read.is_some();
     let (names, held) = read.unwrap_or_default();
     report.timings.read = t.elapsed();
@@ -119,11 +151,11 @@ pub fn full(nft: &mut dyn Nft, table: &Table, dry_run: bool) -> Result<Report, N
     report.batches = 1 + chunks.len() + usize::from(last.is_some());
     report.timings.render = t.elapsed();
     let t = Instant::now();
-    nft.run(&declare)?;
+    nft.run(&declare).map_err(SyncError::write)?;
     for part in chunks.iter().chain(last) {
         if let Err(e) = nft.run(part) {
             undeclare(nft, table, existed.then_some(&names));
-            return Err(e);
+            return Err(SyncError::write(e));
         }
     }
     report.applied = true;
@@ -196,16 +228,16 @@ pub fn other_release(held_chain: impl Fn(&str) -> bool, held_set: impl Fn(&str) 
     None
 }
 
-fn compare(nft: &mut dyn Nft, table: &Table) -> Result<Report, NftError> {
+fn compare(nft: &mut dyn Nft, table: &Table) -> Result<Report, SyncError> {
     let mut report = Report::new(table.family);
     let t = Instant::now();
     let text = model::write(table, Form::Dump);
     report.timings.render = t.elapsed();
     let t = Instant::now();
-    let live = Listing::parse(&nft.list(table.family)?.unwrap_or_default());
+    let live = Listing::parse(&nft.list(table.family).map_err(SyncError::read)?.unwrap_or_default());
     let listed = |kind: &str, n: &str| live.objects.contains_key(&format!("{kind} {n}"));
     report.other_release = other_release(|c| listed("chain", c), |n| listed("set", n), table);
-    let desired = Listing::parse(&nft.canonical(table.family, &text)?);
+    let desired = Listing::parse(&nft.canonical(table.family, &text).map_err(SyncError::read)?);
     report.timings.read = t.elapsed();
     report.diff = Some(listing::diff(&live, &desired));
     Ok(report)
@@ -377,7 +409,7 @@ mod tests {
         let mut broken = table(&["a", "b"]);
         broken.objects.rule(Rule::new("service-b", "jump nowhere"));
         let e = full(&mut nft, &broken, false).unwrap_err();
-        assert!(matches!(e, NftError::Rejected { .. }), "{e:?}");
+        assert!(matches!(e.error, NftError::Rejected { .. }) && e.phase == Phase::Restore, "{e:?}");
         assert_eq!(nft.listing(Family::Ip), before);
     }
 }

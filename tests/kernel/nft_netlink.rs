@@ -337,7 +337,7 @@ fn v137_full_sync_refills_nothing(ctx: &mut Ctx) -> CaseResult {
     let ts = tables.to_vec();
     let (runs, reused) = crate::nft_chunked::with_netlink(ns, CHUNK_LINES, move |nl| {
         let runs: Vec<Vec<sync::Report>> = (0..3).map(|_| ts.iter().map(|t| sync::full(nl, t, false)).collect::<Result<Vec<_>, _>>()).collect::<Result<_, _>>()?;
-        Ok::<_, svcproxy::nftables::apply::NftError>((runs, nl.anon_reused))
+        Ok::<_, svcproxy::nftables::sync::SyncError>((runs, nl.anon_reused))
     })?
     .map_err(|e| format!("the full syncs failed: {e}"))?;
     for (i, run) in runs.iter().enumerate().skip(1) {

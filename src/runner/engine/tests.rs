@@ -356,6 +356,19 @@ fn an_ipvs_dry_run_finds_stale_flows_but_clears_none() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A failed `iptables-save` is the read's failure (kube-proxy does not count it as a restore
+/// failure), and nothing is written.
+#[test]
+fn a_failed_read_is_the_reads_failure() {
+    let (mut engine, kernel, _) = iptables_engine(demo_state());
+    kernel.lock().unwrap().fail_next_save = Some("cannot read".into());
+    let Err(SyncFailure::Iptables(failure)) = engine.sync(true) else { panic!("the read fails") };
+    assert_eq!(failure.failed.first.phase, crate::driver::Phase::Read);
+    let failed = failure.failed.first.family;
+    let wrote = kernel.lock().unwrap().calls.iter().any(|c| matches!(c, crate::netfilter::fake::Call::Restore(f, _) if *f == failed));
+    assert!(!wrote, "the family whose read failed wrote nothing");
+}
+
 /// The families are independent, as kube-proxy's per-family proxiers are: IPv4's failed
 /// restore does not stop IPv6's sync, and only IPv4 compares with the kernel again next.
 #[test]
@@ -366,6 +379,7 @@ fn a_failing_family_leaves_the_other_synced_and_only_itself_to_a_full_sync() {
     kernel.lock().unwrap().fail_next = Some("line 2 failed".into());
     let Err(SyncFailure::Iptables(failure)) = engine.sync(true) else { panic!("IPv4's restore fails") };
     assert_eq!((failure.failed.first.family, failure.failed.more.len()), (V4, 0));
+    assert_eq!(failure.failed.first.phase, crate::driver::Phase::Restore, "a refused restore is the write's failure");
     assert_eq!(failure.failed.done.iter().map(|s| s.family).collect::<Vec<_>>(), [V6], "IPv6 still synced");
     assert!(saved(&kernel, V6, "nat").contains("KUBE-SERVICES") && !saved(&kernel, V4, "nat").contains("KUBE-SERVICES"));
     kernel.lock().unwrap().calls.clear();

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use super::super::engine::{nft_family, Detail, Engine, FamilySync, Outcome, SyncFailure};
 use crate::schedule::Kind;
 use crate::net::IpFamily;
-use crate::netfilter::phase::Phase;
+use crate::driver::Phase;
 use crate::serve::metrics::{FamilyLabel, Metrics, PolicyLabel, TableLabel, WriterLabel};
 use crate::track::Event;
 
