@@ -470,7 +470,7 @@ fn this_nodes_ips_changing_ends_the_watch() {
 #[test]
 fn the_watch_start_posts_kube_proxys_starting_event_once() {
     use svcproxy::source::client_metrics::ClientMetrics;
-    use svcproxy::source::events::{EventMetrics, Recorder, Source};
+    use svcproxy::source::events::{Clocks, EventMetrics, Recorder, Source};
     let rt = runtime();
     let server = rt.block_on(ApiServer::start()).expect("the test API server starts");
     server.apply(service("web", "198.19.255.10", json!({})));
@@ -491,7 +491,7 @@ fn the_watch_start_posts_kube_proxys_starting_event_once() {
     let source = Source { node: "n1".into(), instance: "kube-proxy-host-1".into() };
     let recorder = {
         let _guard = rt.enter();
-        Recorder::start_with(client.clone(), source, events.clone(), Duration::from_millis(50))
+        Recorder::start_with(client.clone(), source, events.clone(), Clocks { retry_sleep: Duration::from_millis(50), ..Clocks::default() })
     };
 
     let shared = Arc::new(Shared::new(Schedule::new(Timing { min_sync_period: Duration::from_millis(50), ..Timing::default() })));
@@ -540,7 +540,7 @@ fn the_watch_start_posts_kube_proxys_starting_event_once() {
 /// count: the refusal is not retried, and the rules sync as ever.
 #[test]
 fn a_refused_event_is_counted_and_syncing_goes_on() {
-    use svcproxy::source::events::{EventMetrics, NodeEvent, Recorder, Source};
+    use svcproxy::source::events::{Clocks, EventMetrics, NodeEvent, Recorder, Source};
     let rt = runtime();
     let server = rt.block_on(ApiServer::start()).expect("the test API server starts");
     server.forbid_events(true);
@@ -550,7 +550,7 @@ fn a_refused_event_is_counted_and_syncing_goes_on() {
     let events = EventMetrics::default();
     let recorder = {
         let _guard = rt.enter();
-        Recorder::start_with(client.clone(), Source { node: "n1".into(), instance: "kube-proxy-h".into() }, events.clone(), Duration::from_millis(10))
+        Recorder::start_with(client.clone(), Source { node: "n1".into(), instance: "kube-proxy-h".into() }, events.clone(), Clocks { retry_sleep: Duration::from_millis(10), ..Clocks::default() })
     };
     let shared = Arc::new(Shared::new(Schedule::new(Timing { min_sync_period: Duration::from_millis(50), ..Timing::default() })));
     let (engine, kernel) = engine_on_a_fake_kernel();
@@ -565,11 +565,12 @@ fn a_refused_event_is_counted_and_syncing_goes_on() {
     assert!(rt.block_on(recorder.flush(Duration::from_secs(10))));
     assert_eq!((events.get("rejected"), events.get("posted")), (1, 0));
     assert_eq!(server.request_count("Event POST"), 1, "a refusal is final: not retried");
-    // An Event the server would refuse as invalid (a note over 1 kB) is refused the same way.
+    // An Event the server would refuse as invalid (a note over 1 kB) is refused the same way
+    // (another reason: one like the first would be its series).
     server.forbid_events(false);
     {
         let _guard = rt.enter();
-        recorder.record(NodeEvent { note: "x".repeat(1025), ..NodeEvent::starting() });
+        recorder.record(NodeEvent { reason: "TooLong", note: "x".repeat(1025), ..NodeEvent::starting() });
     }
     assert!(rt.block_on(recorder.flush(Duration::from_secs(10))));
     assert_eq!(events.get("rejected"), 2);
@@ -578,4 +579,55 @@ fn a_refused_event_is_counted_and_syncing_goes_on() {
     until("the change", || seps(&kernel) == 2);
     let _ = stop.send(());
     rt.block_on(runner).unwrap();
+}
+
+/// A health-check node port that cannot listen: kube-proxy's `FailedToStartServiceHealthcheck`
+/// on the Service, once created and then, as it fails again every sync, a series whose count
+/// is patched; once the port listens, the series ends and its last count is written.
+#[test]
+fn a_health_check_port_that_cannot_listen_makes_one_event_and_a_series() {
+    use svcproxy::source::events::{Clocks, EventMetrics, Recorder, Source};
+    let rt = runtime();
+    let server = rt.block_on(ApiServer::start()).expect("the test API server starts");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    server.apply(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "lb", "namespace": "app"},
+        "spec": {"type": "LoadBalancer", "clusterIP": "198.19.255.20", "clusterIPs": ["198.19.255.20"], "externalTrafficPolicy": "Local",
+                 "healthCheckNodePort": port, "ports": [{"name": "http", "port": 80, "nodePort": 30080, "protocol": "TCP"}]}}));
+    server.apply(slice("lb-1", "lb", &["198.18.1.2"], json!({})));
+    let client = plain_client(&rt, &server);
+    let events = EventMetrics::default();
+    let clocks = Clocks { retry_sleep: Duration::from_millis(10), finish: Duration::from_millis(700), refresh: Duration::from_secs(3600) };
+    let recorder = {
+        let _guard = rt.enter();
+        Recorder::start_with(client.clone(), Source { node: "n1".into(), instance: "kube-proxy-h".into() }, events.clone(), clocks)
+    };
+    // Periodic syncs every 100 ms: each tries the port again.
+    let timing = Timing { min_sync_period: Duration::from_millis(20), sync_period: Duration::from_millis(100), ..Timing::default() };
+    let shared = Arc::new(Shared::new(Schedule::new(timing)));
+    let (engine, kernel) = engine_on_a_fake_kernel();
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    rt.spawn(apiserver::run(client, None, tx));
+    let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let health = vec!["127.0.0.1".parse().unwrap()];
+    let runner = rt.spawn(watch::run_with(engine, rx, shared, async { let _ = stop_rx.await; }, health, Some(recorder.clone())));
+    until("the rules", || seps(&kernel) == 1);
+    let count = |server: &ApiServer| server.events().first().and_then(|e| e["series"]["count"].as_u64()).unwrap_or(0);
+    until("a series of at least 3", || count(&server) >= 2 && events.get("series") >= 1);
+    let ev = server.events()[0].clone();
+    assert_eq!(server.events().len(), 1, "one Event, its series counted: {:?}", server.events());
+    assert_eq!((ev["type"].as_str(), ev["reason"].as_str(), ev["action"].as_str()), (Some("Warning"), Some("FailedToStartServiceHealthcheck"), Some("Listen")));
+    assert_eq!(ev["regarding"], json!({"apiVersion": "v1", "kind": "Service", "namespace": "app", "name": "lb"}));
+    assert_eq!(ev["metadata"]["namespace"], "app");
+    let note = ev["note"].as_str().unwrap();
+    assert!(note.starts_with(&format!("node n1 failed to start healthcheck \"app/lb\" on port {port}: listen tcp 127.0.0.1:{port}: bind: ")), "{note}");
+    assert_eq!(server.request_count("Event POST"), 1, "created once");
+    assert!(server.request_count("content-type=application/strategic-merge-patch+json") >= 1, "the series is patched");
+    // The port frees: it listens, the series goes quiet and ends with its last count written.
+    drop(taken);
+    until("the series to end", || events.get("series") + 2 == count(&server) && server.request_count("Event PATCH") >= 2);
+    let _ = stop.send(());
+    rt.block_on(runner).unwrap();
+    assert!(rt.block_on(recorder.flush(Duration::from_secs(10))));
+    assert_eq!(count(&server), events.get("series") + 2, "every failure counted: the first, the second (which made the series), and the rest");
 }

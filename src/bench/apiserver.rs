@@ -10,7 +10,9 @@
 //! Events are created as the real API server creates them (`POST
 //! /apis/events.k8s.io/v1/namespaces/NS/events`: checked as events.k8s.io/v1's validation
 //! checks a new Event, 201 with the stored object, 409 for a name taken) and kept
-//! ([`ApiServer::events`]); [`ApiServer::forbid_events`] answers 403, as a missing RBAC grant.
+//! ([`ApiServer::events`]); a series is patched (`PATCH …/events/NAME`, a strategic merge
+//! patch, merged as JSON; 404 for an unknown name); [`ApiServer::forbid_events`] answers 403,
+//! as a missing RBAC grant.
 //! Test tooling (feature `bench`): the tests, and the scale soak (`bench::soak`).
 
 use std::collections::{BTreeMap, VecDeque};
@@ -24,7 +26,7 @@ use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::extract::Path;
-use axum::routing::{get, post};
+use axum::routing::{get, patch, post};
 use axum::Router;
 use serde_json::{json, Value};
 use tokio::sync::broadcast;
@@ -134,6 +136,7 @@ impl ApiServer {
             .route("/api/v1/nodes", get(nodes))
             .route("/apis/networking.k8s.io/v1/servicecidrs", get(service_cidrs))
             .route("/apis/events.k8s.io/v1/namespaces/{namespace}/events", post(create_event))
+            .route("/apis/events.k8s.io/v1/namespaces/{namespace}/events/{name}", patch(patch_event))
             .with_state(server.clone());
         tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -260,6 +263,41 @@ fn event_invalid(ev: &Value, namespace: &str) -> Option<String> {
         return Some(format!("metadata.namespace: Invalid value: {namespace:?}: does not match event.namespace"));
     }
     ev["metadata"]["name"].as_str().filter(|n| !n.is_empty()).is_none().then(|| "metadata.name: Required value".into())
+}
+
+/// A merge of `patch` into `into`: objects merged key by key, `null` deletes, anything else
+/// replaces (a strategic merge patch of scalar and object fields, which an Event's series is).
+fn merge(into: &mut Value, patch: &Value) {
+    match (into.as_object_mut(), patch.as_object()) {
+        (Some(target), Some(fields)) => {
+            for (k, v) in fields {
+                if v.is_null() {
+                    target.remove(k);
+                } else {
+                    merge(target.entry(k.clone()).or_insert(Value::Null), v);
+                }
+            }
+        }
+        _ => *into = patch.clone(),
+    }
+}
+
+async fn patch_event(State(s): State<ApiServer>, Path((namespace, name)): Path<(String, String)>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("-").to_string();
+    let (kind, agent) = (header("content-type"), header("user-agent"));
+    lock(&s.requests).push(format!("Event PATCH namespace={namespace} name={name} content-type={kind} user-agent={agent}"));
+    if s.events_forbidden.load(std::sync::atomic::Ordering::SeqCst) {
+        return status(StatusCode::FORBIDDEN, "Forbidden", format!("events.events.k8s.io \"{name}\" is forbidden"));
+    }
+    let Ok(patch) = serde_json::from_slice::<Value>(&body) else {
+        return status(StatusCode::BAD_REQUEST, "BadRequest", "the body is not JSON".into());
+    };
+    let mut created = lock(&s.created_events);
+    let Some(ev) = created.iter_mut().find(|e| e["metadata"]["namespace"] == namespace.as_str() && e["metadata"]["name"] == name.as_str()) else {
+        return status(StatusCode::NOT_FOUND, "NotFound", format!("events.events.k8s.io \"{name}\" not found"));
+    };
+    merge(ev, &patch);
+    (StatusCode::OK, [("content-type", "application/json")], ev.to_string()).into_response()
 }
 
 async fn create_event(State(s): State<ApiServer>, Path(namespace): Path<String>, headers: HeaderMap, body: axum::body::Bytes) -> Response {

@@ -181,7 +181,7 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Server
             apiserver::start(client, proxy_name, Some(node_name), tx, recorder.as_ref());
         }
     }
-    if let Some(why) = watch::run_with(engine, rx, shared, watch::signals(), health_binds).await {
+    if let Some(why) = watch::run_with(engine, rx, shared, watch::signals(), health_binds, recorder).await {
         anyhow::bail!("{why}; the rules in place stay until the restarted process syncs");
     }
     Ok(())

@@ -38,7 +38,7 @@ use serde_json::Value;
 
 /// Every API call svcproxy makes, as RBAC sees it: (API group, resource, verb). The
 /// ClusterRole in deploy/ must grant exactly these (tests/deploy.rs checks it).
-pub const API_CALLS: [(&str, &str, &str); 10] = [
+pub const API_CALLS: [(&str, &str, &str); 11] = [
     ("", "services", "list"),
     ("", "services", "watch"),
     ("discovery.k8s.io", "endpointslices", "list"),
@@ -50,8 +50,9 @@ pub const API_CALLS: [(&str, &str, &str); 10] = [
     // The cluster's ServiceCIDRs (nftables mode's drop rule), as kube-proxy's informer.
     ("networking.k8s.io", "servicecidrs", "list"),
     ("networking.k8s.io", "servicecidrs", "watch"),
-    // kube-proxy's Events on this Node (`source::events`): created, never patched.
+    // kube-proxy's Events (`source::events`): created, and a series' count patched.
     ("events.k8s.io", "events", "create"),
+    ("events.k8s.io", "events", "patch"),
 ];
 
 /// kube-proxy's informer selector, or the one owning `proxy_name`'s objects.
