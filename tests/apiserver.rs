@@ -575,6 +575,16 @@ fn a_refused_event_is_counted_and_syncing_goes_on() {
     assert!(rt.block_on(recorder.flush(Duration::from_secs(10))));
     assert_eq!(events.get("rejected"), 2);
     assert!(server.events().is_empty());
+    // The refused Starting is still in the cache: one like it makes its series, whose PATCH
+    // finds no Event (404), so the Event is created with its count, as client-go does.
+    {
+        let _guard = rt.enter();
+        recorder.record(NodeEvent::starting());
+    }
+    assert!(rt.block_on(recorder.flush(Duration::from_secs(10))));
+    assert_eq!((events.get("posted"), server.request_count("Event PATCH"), server.request_count("Event POST")), (1, 1, 3));
+    let created = server.events();
+    assert_eq!((created.len(), created[0]["reason"].as_str(), created[0]["series"]["count"].as_u64()), (1, Some("Starting"), Some(2)), "{created:?}");
     server.apply(slice("web-1", "web", &["198.18.1.2", "198.18.2.2"], json!({})));
     until("the change", || seps(&kernel) == 2);
     let _ = stop.send(());
@@ -630,4 +640,32 @@ fn a_health_check_port_that_cannot_listen_makes_one_event_and_a_series() {
     rt.block_on(runner).unwrap();
     assert!(rt.block_on(recorder.flush(Duration::from_secs(10))));
     assert_eq!(count(&server), events.get("series") + 2, "every failure counted: the first, the second (which made the series), and the rest");
+}
+
+/// An API server that does not answer: each Event is tried client-go's 12 times, then given
+/// up and counted; nothing waits for it.
+#[test]
+fn an_unreachable_api_server_costs_twelve_tries_then_a_count() {
+    use svcproxy::source::events::{Clocks, EventMetrics, NodeEvent, Recorder, Source, MAX_TRIES};
+    let rt = runtime();
+    // A port nothing listens on.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let client = {
+        let _guard = rt.enter();
+        kube::Client::try_from(kube::Config::new(format!("http://{closed}").parse().unwrap())).unwrap()
+    };
+    let events = EventMetrics::default();
+    let recorder = {
+        let _guard = rt.enter();
+        Recorder::start_with(client, Source { node: "n1".into(), instance: "kube-proxy-h".into() }, events.clone(), Clocks { retry_sleep: Duration::from_millis(5), ..Clocks::default() })
+    };
+    let start = Instant::now();
+    {
+        let _guard = rt.enter();
+        recorder.record(NodeEvent::starting());
+    }
+    assert!(start.elapsed() < Duration::from_millis(100), "recording does not wait");
+    assert!(rt.block_on(recorder.flush(Duration::from_secs(20))), "given up within the bound");
+    assert_eq!((events.get("failed"), events.get("posted")), (1, 0));
+    assert!(start.elapsed() >= Duration::from_millis(5) * (MAX_TRIES - 1), "slept between the tries: {:?}", start.elapsed());
 }
