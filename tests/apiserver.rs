@@ -540,7 +540,7 @@ fn the_watch_start_posts_kube_proxys_starting_event_once() {
 /// count: the refusal is not retried, and the rules sync as ever.
 #[test]
 fn a_refused_event_is_counted_and_syncing_goes_on() {
-    use svcproxy::source::events::{Clocks, EventMetrics, NodeEvent, Recorder, Source};
+    use svcproxy::source::events::{Clocks, EventMetrics, ProxyEvent, Recorder, Source};
     let rt = runtime();
     let server = rt.block_on(ApiServer::start()).expect("the test API server starts");
     server.forbid_events(true);
@@ -570,7 +570,7 @@ fn a_refused_event_is_counted_and_syncing_goes_on() {
     server.forbid_events(false);
     {
         let _guard = rt.enter();
-        recorder.record(NodeEvent { reason: "TooLong", note: "x".repeat(1025), ..NodeEvent::starting() });
+        recorder.record(ProxyEvent { reason: "TooLong", note: "x".repeat(1025), ..ProxyEvent::starting() });
     }
     assert!(rt.block_on(recorder.flush(Duration::from_secs(10))));
     assert_eq!(events.get("rejected"), 2);
@@ -579,7 +579,7 @@ fn a_refused_event_is_counted_and_syncing_goes_on() {
     // finds no Event (404), so the Event is created with its count, as client-go does.
     {
         let _guard = rt.enter();
-        recorder.record(NodeEvent::starting());
+        recorder.record(ProxyEvent::starting());
     }
     assert!(rt.block_on(recorder.flush(Duration::from_secs(10))));
     assert_eq!((events.get("posted"), server.request_count("Event PATCH"), server.request_count("Event POST")), (1, 1, 3));
@@ -646,7 +646,7 @@ fn a_health_check_port_that_cannot_listen_makes_one_event_and_a_series() {
 /// up and counted; nothing waits for it.
 #[test]
 fn an_unreachable_api_server_costs_twelve_tries_then_a_count() {
-    use svcproxy::source::events::{Clocks, EventMetrics, NodeEvent, Recorder, Source, MAX_TRIES};
+    use svcproxy::source::events::{Clocks, EventMetrics, ProxyEvent, Recorder, Source, MAX_TRIES};
     let rt = runtime();
     // A port nothing listens on.
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
@@ -662,7 +662,7 @@ fn an_unreachable_api_server_costs_twelve_tries_then_a_count() {
     let start = Instant::now();
     {
         let _guard = rt.enter();
-        recorder.record(NodeEvent::starting());
+        recorder.record(ProxyEvent::starting());
     }
     assert!(start.elapsed() < Duration::from_millis(100), "recording does not wait");
     assert!(rt.block_on(recorder.flush(Duration::from_secs(20))), "given up within the bound");

@@ -23,7 +23,7 @@ use crate::schedule::{Schedule, Timing};
 use crate::serve::{self, Shared};
 use crate::derive::Completion;
 use crate::source::watch::{watch_files, SourceMsg, Start};
-use crate::source::events::{self, NodeEvent, Recorder};
+use crate::source::events::{self, ProxyEvent, Recorder};
 use crate::source::{apiserver, connect, ClusterState, Objects};
 
 /// Flags only watch mode uses.
@@ -154,14 +154,14 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Server
     engine.node_ips_at_start = node_ips;
     let health = serve_on("health checks", servers.healthz, servers.hard_fail, serve::health_router(shared.clone()))
         .await
-        .map_err(|e| e.record(recorder.as_ref(), NodeEvent::healthz_failed));
+        .map_err(|e| e.record(recorder.as_ref(), ProxyEvent::healthz_failed));
     let health = match health {
         Ok(h) => h,
         Err(e) => return Err(e.flushed(recorder.as_ref()).await),
     };
     let metrics = serve_on("metrics", servers.metrics, servers.hard_fail, serve::metrics_router_with(shared.clone(), profiling))
         .await
-        .map_err(|e| e.record(recorder.as_ref(), NodeEvent::metrics_failed));
+        .map_err(|e| e.record(recorder.as_ref(), ProxyEvent::metrics_failed));
     let metrics = match metrics {
         Ok(m) => m,
         Err(e) => return Err(e.flushed(recorder.as_ref()).await),
@@ -216,7 +216,7 @@ struct BindFailure {
 
 impl BindFailure {
     /// Records kube-proxy's Warning Event for it (`event` makes it), when there is a recorder.
-    fn record(self, recorder: Option<&Recorder>, event: fn(SocketAddr, &std::io::Error) -> NodeEvent) -> Self {
+    fn record(self, recorder: Option<&Recorder>, event: fn(SocketAddr, &std::io::Error) -> ProxyEvent) -> Self {
         if let Some(r) = recorder {
             r.record(event(self.addr, &self.error));
         }

@@ -16,7 +16,7 @@ pub use super::engine::Engine;
 use crate::schedule::Kind;
 use crate::serve::metrics::{FamilyLabel, ResultLabel};
 use crate::serve::SharedState;
-use crate::source::events::{NodeEvent, Recorder};
+use crate::source::events::{ProxyEvent, Recorder};
 use crate::source::watch::SourceMsg;
 
 /// Runs until `shutdown` resolves or the sources end.
@@ -68,7 +68,7 @@ pub async fn run_with(
                     let failures = health.update(engine.health_check_counts()).await;
                     if let Some(r) = &recorder {
                         for f in failures {
-                            r.record(NodeEvent::service_health_check_failed(r.node(), &f.service.namespace, &f.service.name, f.addr, &f.error));
+                            r.record(ProxyEvent::service_health_check_failed(r.node(), &f.service.namespace, &f.service.name, f.addr, &f.error));
                         }
                     }
                 }

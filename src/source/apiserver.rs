@@ -400,7 +400,7 @@ fn backed_off<T: Send + 'static>(
 pub fn start(client: Client, proxy_name: Option<String>, node_name: Option<String>, tx: mpsc::Sender<SourceMsg>, recorder: Option<&super::events::Recorder>) -> tokio::task::JoinHandle<()> {
     let task = tokio::spawn(run_with_node(client, proxy_name, node_name, tx));
     if let Some(r) = recorder {
-        r.record(super::events::NodeEvent::starting());
+        r.record(super::events::ProxyEvent::starting());
     }
     task
 }

@@ -85,9 +85,9 @@ pub enum Regarding {
     Service { namespace: String, name: String },
 }
 
-/// One Event, before it is an object.
+/// One of kube-proxy's Events, before it is an object.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NodeEvent {
+pub struct ProxyEvent {
     pub regarding: Regarding,
     pub kind: Kind,
     pub reason: &'static str,
@@ -96,30 +96,30 @@ pub struct NodeEvent {
     pub note: String,
 }
 
-impl NodeEvent {
+impl ProxyEvent {
     /// kube-proxy's "birth cry", once it runs: `Normal`, `Starting`, no note.
     pub fn starting() -> Self {
-        NodeEvent { regarding: Regarding::Node, kind: Kind::Normal, reason: "Starting", action: ACTION_START, note: String::new() }
+        ProxyEvent { regarding: Regarding::Node, kind: Kind::Normal, reason: "Starting", action: ACTION_START, note: String::new() }
     }
 
     /// The healthz server cannot listen and `bindAddressHardFail` is set (the process then
     /// exits): the note as kube-proxy words it around the listen error.
     pub fn healthz_failed(addr: std::net::SocketAddr, error: &std::io::Error) -> Self {
         let note = format!("healthz server failed: failed to start proxy healthz on {addr}: {}", listen_error(addr, error));
-        NodeEvent { regarding: Regarding::Node, kind: Kind::Warning, reason: "FailedToStartProxierHealthcheck", action: ACTION_START, note }
+        ProxyEvent { regarding: Regarding::Node, kind: Kind::Warning, reason: "FailedToStartProxierHealthcheck", action: ACTION_START, note }
     }
 
     /// The metrics server cannot listen and `bindAddressHardFail` is set.
     pub fn metrics_failed(addr: std::net::SocketAddr, error: &std::io::Error) -> Self {
         let note = format!("starting metrics server failed: {}", listen_error(addr, error));
-        NodeEvent { regarding: Regarding::Node, kind: Kind::Warning, reason: "FailedToStartMetricServer", action: ACTION_START, note }
+        ProxyEvent { regarding: Regarding::Node, kind: Kind::Warning, reason: "FailedToStartMetricServer", action: ACTION_START, note }
     }
 
     /// A health-check node port that cannot listen (kube-proxy's `SyncServices`; again each
     /// sync it stays so, which makes a series): about the Service, action `Listen`.
     pub fn service_health_check_failed(node: &str, namespace: &str, name: &str, addr: std::net::SocketAddr, error: &std::io::Error) -> Self {
         let note = format!("node {node} failed to start healthcheck \"{namespace}/{name}\" on port {}: {}", addr.port(), listen_error(addr, error));
-        NodeEvent {
+        ProxyEvent {
             regarding: Regarding::Service { namespace: namespace.into(), name: name.into() },
             kind: Kind::Warning,
             reason: "FailedToStartServiceHealthcheck",
@@ -160,7 +160,7 @@ fn hostname() -> String {
 }
 
 /// The object posted for `event`, recorded at `at` (client-go's `makeEvent`).
-pub fn object(source: &Source, event: &NodeEvent, at: jiff::Timestamp) -> Event {
+pub fn object(source: &Source, event: &ProxyEvent, at: jiff::Timestamp) -> Event {
     let nanos = at.as_nanosecond();
     let regarding = match &event.regarding {
         Regarding::Node => ObjectReference { api_version: Some("v1".into()), kind: Some("Node".into()), name: Some(source.node.clone()), ..ObjectReference::default() },
@@ -210,9 +210,9 @@ impl EventMetrics {
         self.outcomes.get_or_create(&OutcomeLabel { result: result.into() }).inc();
     }
 
-    /// How many ended with `result`.
+    /// How many ended with `result` (no series is made by asking).
     pub fn get(&self, result: &str) -> u64 {
-        self.outcomes.get_or_create(&OutcomeLabel { result: result.into() }).get()
+        self.outcomes.get(&OutcomeLabel { result: result.into() }).map_or(0, |c| c.get())
     }
 }
 
@@ -260,7 +260,7 @@ impl Recorder {
     }
 
     /// Queues `event`, stamped now; never waits.
-    pub fn record(&self, event: NodeEvent) {
+    pub fn record(&self, event: ProxyEvent) {
         let object = object(&self.source, &event, jiff::Timestamp::now());
         self.pending.count.fetch_add(1, Ordering::SeqCst);
         if self.tx.try_send(object).is_err() {
@@ -484,7 +484,7 @@ mod tests {
     #[test]
     fn the_birth_cry_is_kube_proxys_object() {
         let at: jiff::Timestamp = "2026-11-29T06:30:00.123456789Z".parse().unwrap();
-        let v = serde_json::to_value(object(&source(), &NodeEvent::starting(), at)).unwrap();
+        let v = serde_json::to_value(object(&source(), &ProxyEvent::starting(), at)).unwrap();
         assert_eq!(v["apiVersion"], "events.k8s.io/v1");
         assert_eq!(v["kind"], "Event");
         assert_eq!(v["metadata"]["name"], format!("node-1.{:x}", at.as_nanosecond()));
@@ -500,10 +500,10 @@ mod tests {
     fn a_server_that_cannot_listen_is_worded_as_kube_proxy_words_it() {
         let addr: std::net::SocketAddr = "0.0.0.0:10256".parse().unwrap();
         let e = std::io::Error::from_raw_os_error(libc::EADDRINUSE);
-        let h = NodeEvent::healthz_failed(addr, &e);
+        let h = ProxyEvent::healthz_failed(addr, &e);
         assert_eq!((h.kind, h.reason), (Kind::Warning, "FailedToStartProxierHealthcheck"));
         assert_eq!(h.note, "healthz server failed: failed to start proxy healthz on 0.0.0.0:10256: listen tcp 0.0.0.0:10256: bind: address already in use");
-        let m = NodeEvent::metrics_failed("127.0.0.1:10249".parse().unwrap(), &e);
+        let m = ProxyEvent::metrics_failed("127.0.0.1:10249".parse().unwrap(), &e);
         assert_eq!((m.reason, m.action), ("FailedToStartMetricServer", "StartKubeProxy"));
         assert_eq!(m.note, "starting metrics server failed: listen tcp 127.0.0.1:10249: bind: address already in use");
     }
@@ -518,7 +518,7 @@ mod tests {
     #[test]
     fn a_health_check_port_event_is_about_its_service() {
         let e = std::io::Error::from_raw_os_error(libc::EADDRINUSE);
-        let ev = NodeEvent::service_health_check_failed("node-1", "app", "web", "0.0.0.0:30100".parse().unwrap(), &e);
+        let ev = ProxyEvent::service_health_check_failed("node-1", "app", "web", "0.0.0.0:30100".parse().unwrap(), &e);
         let at: jiff::Timestamp = "2026-11-29T06:30:00Z".parse().unwrap();
         let v = serde_json::to_value(object(&source(), &ev, at)).unwrap();
         assert_eq!(v["metadata"]["namespace"], "app", "an Event lives in its object's namespace");
@@ -532,7 +532,7 @@ mod tests {
     fn isomorphic_events_become_a_series_as_client_go_makes_it() {
         let t = |s: u64| jiff::Timestamp::from_second(1_800_000_000 + s as i64).unwrap();
         let e = std::io::Error::from_raw_os_error(libc::EADDRINUSE);
-        let failed = |port| NodeEvent::service_health_check_failed("node-1", "app", "web", std::net::SocketAddr::from(([0, 0, 0, 0], port)), &e);
+        let failed = |port| ProxyEvent::service_health_check_failed("node-1", "app", "web", std::net::SocketAddr::from(([0, 0, 0, 0], port)), &e);
         let mut cache = Cache::default();
         let first = cache.observe(object(&source(), &failed(30100), t(0)), t(0)).expect("a new Event is created");
         assert!(first.series.is_none());
@@ -544,7 +544,7 @@ mod tests {
         assert!(cache.observe(object(&source(), &failed(30100), t(20)), t(20)).is_none(), "the third only counts");
         assert!(cache.observe(object(&source(), &failed(30100), t(30)), t(30)).is_none());
         // Another reason or object is another Event.
-        assert!(cache.observe(object(&source(), &NodeEvent::starting(), t(31)), t(31)).is_some());
+        assert!(cache.observe(object(&source(), &ProxyEvent::starting(), t(31)), t(31)).is_some());
         assert_eq!(cache.refresh().iter().map(|e| e.series.as_ref().map(|s| s.count)).collect::<Vec<_>>(), vec![Some(4)]);
         let six = Duration::from_secs(360);
         assert!(cache.finish(t(30 + 360), six).is_empty() && cache.len() == 2, "quiet for exactly 6 minutes: not yet ended");
