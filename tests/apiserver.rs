@@ -462,3 +462,210 @@ fn this_nodes_ips_changing_ends_the_watch() {
     assert!(why.contains("198.19.1.1") && why.contains("198.19.1.7"), "{why}");
     watch.stop(&rt);
 }
+
+/// svcproxy's watch start on an API server (`apiserver::start`, what `sync --watch` runs)
+/// records kube-proxy's birth cry: one events.k8s.io/v1 Event on this Node, posted through
+/// the client's stack (its POST in `rest_client_*`), while the rules sync; nothing more
+/// is posted while the watch runs.
+#[test]
+fn the_watch_start_posts_kube_proxys_starting_event_once() {
+    use svcproxy::source::client_metrics::ClientMetrics;
+    use svcproxy::source::events::{Clocks, EventMetrics, Recorder, Source};
+    let rt = runtime();
+    let server = rt.block_on(ApiServer::start()).expect("the test API server starts");
+    server.apply(service("web", "198.19.255.10", json!({})));
+    server.apply(slice("web-1", "web", &["198.18.1.2"], json!({})));
+    let conn = svcproxy::config::client::ClientConnection::resolve(
+        &Settings { master: Some(server.url()), ..Settings::default() },
+        &Settings::default(),
+        None,
+        Some(&server.url()),
+        None,
+    );
+    let client_metrics = Arc::new(ClientMetrics::default());
+    let client = rt.block_on(async {
+        let config = svcproxy::source::connect::config(&conn).await.unwrap();
+        svcproxy::source::connect::client_with_metrics(&conn, config, Some(client_metrics.clone())).unwrap()
+    });
+    let events = EventMetrics::default();
+    let source = Source { node: "n1".into(), instance: "kube-proxy-host-1".into() };
+    let recorder = {
+        let _guard = rt.enter();
+        Recorder::start_with(client.clone(), source, events.clone(), Clocks { retry_sleep: Duration::from_millis(50), ..Clocks::default() })
+    };
+
+    let shared = Arc::new(Shared::new(Schedule::new(Timing { min_sync_period: Duration::from_millis(50), ..Timing::default() })));
+    let (engine, kernel) = engine_on_a_fake_kernel();
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    let before = jiff::Timestamp::now();
+    {
+        let _guard = rt.enter();
+        apiserver::start(client, None, Some("n1".into()), tx, Some(&recorder));
+    }
+    let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let runner = rt.spawn(watch::run(engine, rx, shared, async { let _ = stop_rx.await; }));
+    until("the Starting Event", || !server.events().is_empty());
+    until("the rules", || seps(&kernel) == 1);
+    // The watch runs on (a change synced) and nothing more is posted.
+    server.apply(slice("web-1", "web", &["198.18.1.2", "198.18.2.2"], json!({})));
+    until("the change", || seps(&kernel) == 2);
+    assert!(rt.block_on(recorder.flush(Duration::from_secs(10))), "nothing left to post");
+    let _ = stop.send(());
+    rt.block_on(runner).unwrap();
+
+    let posted = server.events();
+    assert_eq!(posted.len(), 1, "one Event: {posted:?}");
+    assert_eq!(server.request_count("Event POST namespace=default"), 1, "one POST, to the Node's namespace (default)");
+    let ev = &posted[0];
+    assert_eq!((ev["type"].as_str(), ev["reason"].as_str(), ev["action"].as_str()), (Some("Normal"), Some("Starting"), Some("StartKubeProxy")));
+    assert_eq!(ev["regarding"], json!({"apiVersion": "v1", "kind": "Node", "name": "n1"}));
+    assert_eq!((ev["reportingController"].as_str(), ev["reportingInstance"].as_str()), (Some("kube-proxy"), Some("kube-proxy-host-1")));
+    assert!(ev.get("note").is_none(), "the birth cry has no note: {ev}");
+    let at: jiff::Timestamp = ev["eventTime"].as_str().unwrap().parse().unwrap();
+    assert!(at >= before.round(jiff::Unit::Microsecond).unwrap() - jiff::SignedDuration::from_micros(1) && at <= jiff::Timestamp::now(), "{at}");
+    let name = ev["metadata"]["name"].as_str().unwrap();
+    let (node, hex) = name.split_once('.').unwrap();
+    assert!(node == "n1" && i128::from_str_radix(hex, 16).is_ok(), "<node>.<nanoseconds in hex>: {name}");
+    assert_eq!(events.get("posted"), 1);
+
+    let mut registry = prometheus_client::registry::Registry::default();
+    client_metrics.register(&mut registry);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    assert!(text.lines().any(|l| l.starts_with("rest_client_request_duration_seconds_count{verb=\"POST\"") && l.ends_with(" 1")), "the POST is observed: {text}");
+    assert!(text.contains("rest_client_requests_total{code=\"201\""), "{text}");
+}
+
+/// An API server that refuses Events (no RBAC grant) costs nothing but a log line and a
+/// count: the refusal is not retried, and the rules sync as ever.
+#[test]
+fn a_refused_event_is_counted_and_syncing_goes_on() {
+    use svcproxy::source::events::{Clocks, EventMetrics, ProxyEvent, Recorder, Source};
+    let rt = runtime();
+    let server = rt.block_on(ApiServer::start()).expect("the test API server starts");
+    server.forbid_events(true);
+    server.apply(service("web", "198.19.255.10", json!({})));
+    server.apply(slice("web-1", "web", &["198.18.1.2"], json!({})));
+    let client = plain_client(&rt, &server);
+    let events = EventMetrics::default();
+    let recorder = {
+        let _guard = rt.enter();
+        Recorder::start_with(client.clone(), Source { node: "n1".into(), instance: "kube-proxy-h".into() }, events.clone(), Clocks { retry_sleep: Duration::from_millis(10), ..Clocks::default() })
+    };
+    let shared = Arc::new(Shared::new(Schedule::new(Timing { min_sync_period: Duration::from_millis(50), ..Timing::default() })));
+    let (engine, kernel) = engine_on_a_fake_kernel();
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    {
+        let _guard = rt.enter();
+        apiserver::start(client, None, None, tx, Some(&recorder));
+    }
+    let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let runner = rt.spawn(watch::run(engine, rx, shared, async { let _ = stop_rx.await; }));
+    until("the rules", || seps(&kernel) == 1);
+    assert!(rt.block_on(recorder.flush(Duration::from_secs(10))));
+    assert_eq!((events.get("rejected"), events.get("posted")), (1, 0));
+    assert_eq!(server.request_count("Event POST"), 1, "a refusal is final: not retried");
+    // An Event the server would refuse as invalid (a note over 1 kB) is refused the same way
+    // (another reason: one like the first would be its series).
+    server.forbid_events(false);
+    {
+        let _guard = rt.enter();
+        recorder.record(ProxyEvent { reason: "TooLong", note: "x".repeat(1025), ..ProxyEvent::starting() });
+    }
+    assert!(rt.block_on(recorder.flush(Duration::from_secs(10))));
+    assert_eq!(events.get("rejected"), 2);
+    assert!(server.events().is_empty());
+    // The refused Starting is still in the cache: one like it makes its series, whose PATCH
+    // finds no Event (404), so the Event is created with its count, as client-go does.
+    {
+        let _guard = rt.enter();
+        recorder.record(ProxyEvent::starting());
+    }
+    assert!(rt.block_on(recorder.flush(Duration::from_secs(10))));
+    assert_eq!((events.get("posted"), server.request_count("Event PATCH"), server.request_count("Event POST")), (1, 1, 3));
+    let created = server.events();
+    assert_eq!((created.len(), created[0]["reason"].as_str(), created[0]["series"]["count"].as_u64()), (1, Some("Starting"), Some(2)), "{created:?}");
+    server.apply(slice("web-1", "web", &["198.18.1.2", "198.18.2.2"], json!({})));
+    until("the change", || seps(&kernel) == 2);
+    let _ = stop.send(());
+    rt.block_on(runner).unwrap();
+}
+
+/// A health-check node port that cannot listen: kube-proxy's `FailedToStartServiceHealthcheck`
+/// on the Service, once created and then, as it fails again every sync, a series whose count
+/// is patched; once the port listens, the series ends and its last count is written.
+#[test]
+fn a_health_check_port_that_cannot_listen_makes_one_event_and_a_series() {
+    use svcproxy::source::events::{Clocks, EventMetrics, Recorder, Source};
+    let rt = runtime();
+    let server = rt.block_on(ApiServer::start()).expect("the test API server starts");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    server.apply(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "lb", "namespace": "app"},
+        "spec": {"type": "LoadBalancer", "clusterIP": "198.19.255.20", "clusterIPs": ["198.19.255.20"], "externalTrafficPolicy": "Local",
+                 "healthCheckNodePort": port, "ports": [{"name": "http", "port": 80, "nodePort": 30080, "protocol": "TCP"}]}}));
+    server.apply(slice("lb-1", "lb", &["198.18.1.2"], json!({})));
+    let client = plain_client(&rt, &server);
+    let events = EventMetrics::default();
+    let clocks = Clocks { retry_sleep: Duration::from_millis(10), finish: Duration::from_millis(700), refresh: Duration::from_secs(3600) };
+    let recorder = {
+        let _guard = rt.enter();
+        Recorder::start_with(client.clone(), Source { node: "n1".into(), instance: "kube-proxy-h".into() }, events.clone(), clocks)
+    };
+    // Periodic syncs every 100 ms: each tries the port again.
+    let timing = Timing { min_sync_period: Duration::from_millis(20), sync_period: Duration::from_millis(100), ..Timing::default() };
+    let shared = Arc::new(Shared::new(Schedule::new(timing)));
+    let (engine, kernel) = engine_on_a_fake_kernel();
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    rt.spawn(apiserver::run(client, None, tx));
+    let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let health = vec!["127.0.0.1".parse().unwrap()];
+    let runner = rt.spawn(watch::run_with(engine, rx, shared, async { let _ = stop_rx.await; }, health, Some(recorder.clone())));
+    until("the rules", || seps(&kernel) == 1);
+    let count = |server: &ApiServer| server.events().first().and_then(|e| e["series"]["count"].as_u64()).unwrap_or(0);
+    until("a series of at least 3", || count(&server) >= 2 && events.get("series") >= 1);
+    let ev = server.events()[0].clone();
+    assert_eq!(server.events().len(), 1, "one Event, its series counted: {:?}", server.events());
+    assert_eq!((ev["type"].as_str(), ev["reason"].as_str(), ev["action"].as_str()), (Some("Warning"), Some("FailedToStartServiceHealthcheck"), Some("Listen")));
+    assert_eq!(ev["regarding"], json!({"apiVersion": "v1", "kind": "Service", "namespace": "app", "name": "lb"}));
+    assert_eq!(ev["metadata"]["namespace"], "app");
+    let note = ev["note"].as_str().unwrap();
+    assert!(note.starts_with(&format!("node n1 failed to start healthcheck \"app/lb\" on port {port}: listen tcp 127.0.0.1:{port}: bind: ")), "{note}");
+    assert_eq!(server.request_count("Event POST"), 1, "created once");
+    assert!(server.request_count("content-type=application/strategic-merge-patch+json") >= 1, "the series is patched");
+    // The port frees: it listens, the series goes quiet and ends with its last count written.
+    drop(taken);
+    until("the series to end", || events.get("series") + 2 == count(&server) && server.request_count("Event PATCH") >= 2);
+    let _ = stop.send(());
+    rt.block_on(runner).unwrap();
+    assert!(rt.block_on(recorder.flush(Duration::from_secs(10))));
+    assert_eq!(count(&server), events.get("series") + 2, "every failure counted: the first, the second (which made the series), and the rest");
+}
+
+/// An API server that does not answer: each Event is tried client-go's 12 times, then given
+/// up and counted; nothing waits for it.
+#[test]
+fn an_unreachable_api_server_costs_twelve_tries_then_a_count() {
+    use svcproxy::source::events::{Clocks, EventMetrics, ProxyEvent, Recorder, Source, MAX_TRIES};
+    let rt = runtime();
+    // A port nothing listens on.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let client = {
+        let _guard = rt.enter();
+        kube::Client::try_from(kube::Config::new(format!("http://{closed}").parse().unwrap())).unwrap()
+    };
+    let events = EventMetrics::default();
+    let recorder = {
+        let _guard = rt.enter();
+        Recorder::start_with(client, Source { node: "n1".into(), instance: "kube-proxy-h".into() }, events.clone(), Clocks { retry_sleep: Duration::from_millis(5), ..Clocks::default() })
+    };
+    let start = Instant::now();
+    {
+        let _guard = rt.enter();
+        recorder.record(ProxyEvent::starting());
+    }
+    assert!(start.elapsed() < Duration::from_millis(100), "recording does not wait");
+    assert!(rt.block_on(recorder.flush(Duration::from_secs(20))), "given up within the bound");
+    assert_eq!((events.get("failed"), events.get("posted")), (1, 0));
+    assert!(start.elapsed() >= Duration::from_millis(5) * (MAX_TRIES - 1), "slept between the tries: {:?}", start.elapsed());
+}

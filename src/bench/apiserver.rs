@@ -7,6 +7,12 @@
 //! of one list is of the same snapshot; a continue token from before a compaction gets
 //! `410 Gone`), so a client's list holds one page at a time, as it would in a cluster.
 //! Objects are served as given, so a field can have the wrong type ([`ApiServer::apply_with`]).
+//! Events are created as the real API server creates them (`POST
+//! /apis/events.k8s.io/v1/namespaces/NS/events`: checked as events.k8s.io/v1's validation
+//! checks a new Event, 201 with the stored object, 409 for a name taken) and kept
+//! ([`ApiServer::events`]); a series is patched (`PATCH …/events/NAME`, a strategic merge
+//! patch, merged as JSON; 404 for an unknown name); [`ApiServer::forbid_events`] answers 403,
+//! as a missing RBAC grant.
 //! Test tooling (feature `bench`): the tests, and the scale soak (`bench::soak`).
 
 use std::collections::{BTreeMap, VecDeque};
@@ -19,7 +25,8 @@ use axum::body::Body;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::extract::Path;
+use axum::routing::{get, patch, post};
 use axum::Router;
 use serde_json::{json, Value};
 use tokio::sync::broadcast;
@@ -79,6 +86,10 @@ pub struct ApiServer {
     pub addr: SocketAddr,
     /// Every request line served, for assertions (`GET /api/v1/services?...`).
     pub requests: Arc<Mutex<Vec<String>>>,
+    /// The Events created, in order, as stored.
+    created_events: Arc<Mutex<Vec<Value>>>,
+    /// Answer every Event with 403 Forbidden.
+    events_forbidden: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// A lock, even after a handler panicked while holding it (its data is still usable).
@@ -109,13 +120,23 @@ impl ApiServer {
         let listener = tokio::net::TcpListener::bind(bind).await?;
         let addr = listener.local_addr()?;
         let store = Store { history: history.max(1), ..Store::default() };
-        let server = ApiServer { store: Arc::new(Mutex::new(store)), events, drops, addr, requests: Arc::default() };
+        let server = ApiServer {
+            store: Arc::new(Mutex::new(store)),
+            events,
+            drops,
+            addr,
+            requests: Arc::default(),
+            created_events: Arc::default(),
+            events_forbidden: Arc::default(),
+        };
         let app = Router::new()
             .route("/api/v1/services", get(services))
             .route("/apis/discovery.k8s.io/v1/endpointslices", get(slices))
             .route("/api/v1/nodes/{name}", get(|| async { StatusCode::NOT_FOUND }))
             .route("/api/v1/nodes", get(nodes))
             .route("/apis/networking.k8s.io/v1/servicecidrs", get(service_cidrs))
+            .route("/apis/events.k8s.io/v1/namespaces/{namespace}/events", post(create_event))
+            .route("/apis/events.k8s.io/v1/namespaces/{namespace}/events/{name}", patch(patch_event))
             .with_state(server.clone());
         tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -197,6 +218,120 @@ impl ApiServer {
     pub fn request_count(&self, needle: &str) -> usize {
         lock(&self.requests).iter().filter(|r| r.contains(needle)).count()
     }
+
+    /// The Events created so far, as stored (with the server's uid and resourceVersion).
+    pub fn events(&self) -> Vec<Value> {
+        lock(&self.created_events).clone()
+    }
+
+    /// From now on, answers every Event with 403 Forbidden (`forbid`) or creates it again.
+    pub fn forbid_events(&self, forbid: bool) {
+        self.events_forbidden.store(forbid, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+fn status(code: StatusCode, reason: &str, message: String) -> Response {
+    let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message, "reason": reason, "code": code.as_u16()});
+    (code, [("content-type", "application/json")], body.to_string()).into_response()
+}
+
+/// What events.k8s.io/v1's validation refuses in a new Event (`ValidateEventCreate`): the
+/// fields it requires, their lengths, the type, and the namespace (an Event about a
+/// cluster-scoped object lives in `default`).
+fn event_invalid(ev: &Value, namespace: &str) -> Option<String> {
+    let text = |field: &str| ev[field].as_str().unwrap_or("");
+    for field in ["reportingController", "reportingInstance", "action", "reason"] {
+        if text(field).is_empty() {
+            return Some(format!("{field}: Required value"));
+        }
+        if text(field).len() > 128 {
+            return Some(format!("{field}: Too long: may not be more than 128 bytes"));
+        }
+    }
+    if ev["eventTime"].as_str().is_none() {
+        return Some("eventTime: Required value".into());
+    }
+    if !matches!(text("type"), "Normal" | "Warning") {
+        return Some(format!("type: Unsupported value: {:?}", text("type")));
+    }
+    if text("note").len() > 1024 {
+        return Some("note: Too long: may not be more than 1024 bytes".into());
+    }
+    let regarding = ev["regarding"]["namespace"].as_str().unwrap_or("");
+    let wanted = if regarding.is_empty() { "default" } else { regarding };
+    if ev["metadata"]["namespace"].as_str().unwrap_or(namespace) != namespace || namespace != wanted {
+        return Some(format!("metadata.namespace: Invalid value: {namespace:?}: does not match event.namespace"));
+    }
+    ev["metadata"]["name"].as_str().filter(|n| !n.is_empty()).is_none().then(|| "metadata.name: Required value".into())
+}
+
+/// A merge of `patch` into `into`: objects merged key by key, `null` deletes, anything else
+/// replaces (a strategic merge patch of scalar and object fields, which an Event's series is).
+fn merge(into: &mut Value, patch: &Value) {
+    match (into.as_object_mut(), patch.as_object()) {
+        (Some(target), Some(fields)) => {
+            for (k, v) in fields {
+                if v.is_null() {
+                    target.remove(k);
+                } else {
+                    merge(target.entry(k.clone()).or_insert(Value::Null), v);
+                }
+            }
+        }
+        _ => *into = patch.clone(),
+    }
+}
+
+async fn patch_event(State(s): State<ApiServer>, Path((namespace, name)): Path<(String, String)>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("-").to_string();
+    let (kind, agent) = (header("content-type"), header("user-agent"));
+    lock(&s.requests).push(format!("Event PATCH namespace={namespace} name={name} content-type={kind} user-agent={agent}"));
+    if s.events_forbidden.load(std::sync::atomic::Ordering::SeqCst) {
+        return status(StatusCode::FORBIDDEN, "Forbidden", format!("events.events.k8s.io \"{name}\" is forbidden"));
+    }
+    let Ok(patch) = serde_json::from_slice::<Value>(&body) else {
+        return status(StatusCode::BAD_REQUEST, "BadRequest", "the body is not JSON".into());
+    };
+    let mut created = lock(&s.created_events);
+    let Some(ev) = created.iter_mut().find(|e| e["metadata"]["namespace"] == namespace.as_str() && e["metadata"]["name"] == name.as_str()) else {
+        return status(StatusCode::NOT_FOUND, "NotFound", format!("events.events.k8s.io \"{name}\" not found"));
+    };
+    merge(ev, &patch);
+    (StatusCode::OK, [("content-type", "application/json")], ev.to_string()).into_response()
+}
+
+async fn create_event(State(s): State<ApiServer>, Path(namespace): Path<String>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("-").to_string();
+    let (auth, agent) = (header("authorization"), header("user-agent"));
+    lock(&s.requests).push(format!("Event POST namespace={namespace} authorization={auth} user-agent={agent}"));
+    if s.events_forbidden.load(std::sync::atomic::Ordering::SeqCst) {
+        let message = format!("events.events.k8s.io is forbidden: cannot create resource \"events\" in API group \"events.k8s.io\" in the namespace \"{namespace}\"");
+        return status(StatusCode::FORBIDDEN, "Forbidden", message);
+    }
+    let Ok(mut ev) = serde_json::from_slice::<Value>(&body) else {
+        return status(StatusCode::BAD_REQUEST, "BadRequest", "the body is not JSON".into());
+    };
+    if ev["apiVersion"] != "events.k8s.io/v1" || ev["kind"] != "Event" {
+        return status(StatusCode::BAD_REQUEST, "BadRequest", format!("not an events.k8s.io/v1 Event: {} {}", ev["apiVersion"], ev["kind"]));
+    }
+    if let Some(why) = event_invalid(&ev, &namespace) {
+        return status(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", format!("Event is invalid: {why}"));
+    }
+    let name = ev["metadata"]["name"].as_str().unwrap_or("").to_string();
+    let mut created = lock(&s.created_events);
+    if created.iter().any(|e| e["metadata"]["namespace"] == namespace.as_str() && e["metadata"]["name"] == name.as_str()) {
+        return status(StatusCode::CONFLICT, "AlreadyExists", format!("events.events.k8s.io \"{name}\" already exists"));
+    }
+    let rv = {
+        let mut st = lock(&s.store);
+        st.rv += 1;
+        st.rv
+    };
+    ev["metadata"]["namespace"] = json!(namespace);
+    ev["metadata"]["uid"] = json!(format!("00000000-0000-4000-8000-{rv:012x}"));
+    ev["metadata"]["resourceVersion"] = json!(rv.to_string());
+    created.push(ev.clone());
+    (StatusCode::CREATED, [("content-type", "application/json")], ev.to_string()).into_response()
 }
 
 /// One page of a list: its snapshot's resourceVersion, its items and the continue token

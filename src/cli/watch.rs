@@ -23,6 +23,7 @@ use crate::schedule::{Schedule, Timing};
 use crate::serve::{self, Shared};
 use crate::derive::Completion;
 use crate::source::watch::{watch_files, SourceMsg, Start};
+use crate::source::events::{self, ProxyEvent, Recorder};
 use crate::source::{apiserver, connect, ClusterState, Objects};
 
 /// Flags only watch mode uses.
@@ -99,20 +100,23 @@ enum Origin {
 async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Servers, configz: serde_json::Value) -> anyhow::Result<()> {
     let w = &args.watch;
     let client_metrics = Arc::new(crate::source::client_metrics::ClientMetrics::default());
+    let event_metrics = events::EventMetrics::default();
     // One copy of the objects: the file source diffs each read against the `Arc`s the
     // trackers are loaded from (the API source keeps its own, also shared).
-    let (state, objects, origin, errors) = match &args.config.from {
+    let (state, objects, origin, errors, recorder) = match &args.config.from {
         Some(path) => {
             let finish = Completion { force: args.config.derive_endpoints };
             let (initial, state, errors) = Start::read(path, &finish);
             let objects = initial.objects.clone();
-            (state, objects, Origin::Files { path: path.clone(), initial: Box::new(initial) }, errors.len())
+            (state, objects, Origin::Files { path: path.clone(), initial: Box::new(initial) }, errors.len(), None)
         }
         None => {
             let client = client(&flags, &file, args.config.config.as_deref(), client_metrics.clone()).await?;
             let node_name = crate::config::resolve(flags.clone().over(file.clone()), &[])?.node_name;
             let state = this_node(&client, &node_name).await;
-            (state, Objects::default(), Origin::Api(client), 0)
+            // kube-proxy's Events on this Node go through the same client.
+            let recorder = Recorder::start(client.clone(), &node_name, event_metrics.clone());
+            (state, Objects::default(), Origin::Api(client), 0, Some(recorder))
         }
     };
     let profiling = flags.enable_profiling.or(file.enable_profiling).unwrap_or(false);
@@ -130,6 +134,9 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Server
     };
     let mut shared = Shared::new(Schedule::new(timing));
     client_metrics.register(&mut shared.metrics.registry);
+    if recorder.is_some() {
+        event_metrics.register(&mut shared.metrics.registry);
+    }
     crate::runner::node::register_metrics(&mut shared.metrics, loaded.config.mode);
     let shared = Arc::new(shared);
     let _ = shared.proxy_mode.set(match loaded.config.mode {
@@ -145,8 +152,20 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Server
     let mut engine = crate::runner::node::engine(loaded.config, loaded.trackers, iptables, false)
         .context("cannot reach IPVS (is the ip_vs module loaded?)")?;
     engine.node_ips_at_start = node_ips;
-    let health = serve_on("health checks", servers.healthz, servers.hard_fail, serve::health_router(shared.clone())).await?;
-    let metrics = serve_on("metrics", servers.metrics, servers.hard_fail, serve::metrics_router_with(shared.clone(), profiling)).await?;
+    let health = serve_on("health checks", servers.healthz, servers.hard_fail, serve::health_router(shared.clone()))
+        .await
+        .map_err(|e| e.record(recorder.as_ref(), ProxyEvent::healthz_failed));
+    let health = match health {
+        Ok(h) => h,
+        Err(e) => return Err(e.flushed(recorder.as_ref()).await),
+    };
+    let metrics = serve_on("metrics", servers.metrics, servers.hard_fail, serve::metrics_router_with(shared.clone(), profiling))
+        .await
+        .map_err(|e| e.record(recorder.as_ref(), ProxyEvent::metrics_failed));
+    let metrics = match metrics {
+        Ok(m) => m,
+        Err(e) => return Err(e.flushed(recorder.as_ref()).await),
+    };
     let (health, metrics) = (shown(health), shown(metrics));
     let (tx, rx) = mpsc::channel::<SourceMsg>(64);
     match origin {
@@ -158,10 +177,11 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Server
         }
         Origin::Api(client) => {
             tracing::info!(%health, %metrics, "watching the API server");
-            tokio::spawn(apiserver::run_with_node(client, proxy_name, Some(node_name), tx));
+            // The birth cry is recorded there, before the sync loop runs.
+            apiserver::start(client, proxy_name, Some(node_name), tx, recorder.as_ref());
         }
     }
-    if let Some(why) = watch::run_with(engine, rx, shared, watch::signals(), health_binds).await {
+    if let Some(why) = watch::run_with(engine, rx, shared, watch::signals(), health_binds, recorder).await {
         anyhow::bail!("{why}; the rules in place stay until the restarted process syncs");
     }
     Ok(())
@@ -184,13 +204,43 @@ async fn client(
     Ok(connect::client_with_metrics(&conn, config, Some(metrics))?)
 }
 
+/// How long an exit waits for its Warning Event to be posted.
+const EXIT_EVENT_WAIT: Duration = Duration::from_secs(5);
+
+/// A server that could not listen, with `bindAddressHardFail`: svcproxy stops.
+struct BindFailure {
+    addr: SocketAddr,
+    error: std::io::Error,
+    what: String,
+}
+
+impl BindFailure {
+    /// Records kube-proxy's Warning Event for it (`event` makes it), when there is a recorder.
+    fn record(self, recorder: Option<&Recorder>, event: fn(SocketAddr, &std::io::Error) -> ProxyEvent) -> Self {
+        if let Some(r) = recorder {
+            r.record(event(self.addr, &self.error));
+        }
+        self
+    }
+
+    /// The error the process exits with, once the Event is posted (or [`EXIT_EVENT_WAIT`] passed).
+    async fn flushed(self, recorder: Option<&Recorder>) -> anyhow::Error {
+        if let Some(r) = recorder {
+            if !r.flush(EXIT_EVENT_WAIT).await {
+                tracing::warn!("exiting before the Warning Event was posted");
+            }
+        }
+        anyhow::Error::new(self.error).context(format!("cannot serve {} on {} (bindAddressHardFail)", self.what, self.addr))
+    }
+}
+
 /// Serves `router` on `addr`. A port that cannot be bound stops svcproxy with
 /// `bindAddressHardFail`; otherwise, as kube-proxy does, it is logged and the proxy goes on.
-async fn serve_on(what: &str, addr: Option<SocketAddr>, hard_fail: bool, router: axum::Router) -> anyhow::Result<Option<SocketAddr>> {
+async fn serve_on(what: &str, addr: Option<SocketAddr>, hard_fail: bool, router: axum::Router) -> Result<Option<SocketAddr>, BindFailure> {
     let Some(addr) = addr else { return Ok(None) };
     match serve::spawn(addr, router).await {
         Ok(bound) => Ok(Some(bound)),
-        Err(e) if hard_fail => Err(anyhow::Error::new(e).context(format!("cannot serve {what} on {addr} (bindAddressHardFail)"))),
+        Err(error) if hard_fail => Err(BindFailure { addr, error, what: what.to_string() }),
         Err(e) => {
             tracing::error!(error = %e, %addr, "cannot serve {what}; going on without (bindAddressHardFail is false)");
             Ok(None)
@@ -228,12 +278,13 @@ mod tests {
         rt.block_on(async {
             let taken = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let addr = taken.local_addr().unwrap();
-            let soft = serve_on("metrics", Some(addr), false, axum::Router::new()).await.unwrap();
-            assert_eq!(soft, None, "logged, and the proxy goes on without that server");
-            let hard = serve_on("metrics", Some(addr), true, axum::Router::new()).await.unwrap_err();
+            let soft = serve_on("metrics", Some(addr), false, axum::Router::new()).await.ok();
+            assert_eq!(soft, Some(None), "logged, and the proxy goes on without that server");
+            let Err(hard) = serve_on("metrics", Some(addr), true, axum::Router::new()).await else { panic!("a taken port with hard fail is an error") };
+            let hard = hard.flushed(None).await;
             assert!(format!("{hard:#}").contains("bindAddressHardFail"), "{hard:#}");
-            let free = serve_on("metrics", Some("127.0.0.1:0".parse().unwrap()), true, axum::Router::new()).await.unwrap();
-            assert!(free.is_some());
+            let free = serve_on("metrics", Some("127.0.0.1:0".parse().unwrap()), true, axum::Router::new()).await.ok();
+            assert!(matches!(free, Some(Some(_))));
         });
     }
 }

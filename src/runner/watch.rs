@@ -16,14 +16,16 @@ pub use super::engine::Engine;
 use crate::schedule::Kind;
 use crate::serve::metrics::{FamilyLabel, ResultLabel};
 use crate::serve::SharedState;
+use crate::source::events::{ProxyEvent, Recorder};
 use crate::source::watch::SourceMsg;
 
 /// Runs until `shutdown` resolves or the sources end.
 pub async fn run(engine: Engine, rx: mpsc::Receiver<SourceMsg>, shared: SharedState, shutdown: impl std::future::Future<Output = ()>) {
-    let _ = run_with(engine, rx, shared, shutdown, Vec::new()).await;
+    let _ = run_with(engine, rx, shared, shutdown, Vec::new(), None).await;
 }
 
-/// [`run`], also serving the health-check node ports on `health_binds` (none: not served).
+/// [`run`], also serving the health-check node ports on `health_binds` (none: not served),
+/// a port that cannot listen recorded as kube-proxy's Event when there is a `recorder`.
 /// Returns why it ended, when the process must exit non-zero ([`node_gone_or_moved`]).
 pub async fn run_with(
     mut engine: Engine,
@@ -31,6 +33,7 @@ pub async fn run_with(
     shared: SharedState,
     shutdown: impl std::future::Future<Output = ()>,
     health_binds: Vec<std::net::IpAddr>,
+    recorder: Option<Recorder>,
 ) -> Option<String> {
     let serve_health = !health_binds.is_empty();
     let mut health = crate::serve::healthcheck::HealthServers::new(health_binds);
@@ -62,7 +65,12 @@ pub async fn run_with(
                 }
                 wake(&mut engine, &shared, Instant::now());
                 if serve_health {
-                    health.update(engine.health_check_counts()).await;
+                    let failures = health.update(engine.health_check_counts()).await;
+                    if let Some(r) = &recorder {
+                        for f in failures {
+                            r.record(ProxyEvent::service_health_check_failed(r.node(), &f.service.namespace, &f.service.name, f.addr, &f.error));
+                        }
+                    }
                 }
             }
         }

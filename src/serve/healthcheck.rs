@@ -46,6 +46,14 @@ pub fn local_counts(services: &ServicePortMap, endpoints: &EndpointsMap) -> BTre
 
 type Count = Arc<Mutex<(NamespacedName, usize)>>;
 
+/// A health-check node port that could not listen on an address.
+#[derive(Debug)]
+pub struct ListenFailure {
+    pub service: NamespacedName,
+    pub addr: SocketAddr,
+    pub error: std::io::Error,
+}
+
 /// The running servers: per port, its count and one listener per address.
 #[derive(Default)]
 pub struct HealthServers {
@@ -69,8 +77,11 @@ impl HealthServers {
         HealthServers { servers: BTreeMap::new(), binds }
     }
 
-    /// Starts, updates and stops servers to match `counts`. Needs a tokio runtime.
-    pub async fn update(&mut self, counts: BTreeMap<u16, (NamespacedName, usize)>) {
+    /// Starts, updates and stops servers to match `counts`. Needs a tokio runtime. Returns
+    /// each new port's first address that could not listen, with its service and error
+    /// (kube-proxy records an Event for it); a port no address took is tried again next time.
+    pub async fn update(&mut self, counts: BTreeMap<u16, (NamespacedName, usize)>) -> Vec<ListenFailure> {
+        let mut failures = Vec::new();
         let stale: Vec<u16> = self.servers.keys().filter(|p| !counts.contains_key(p)).copied().collect();
         for port in stale {
             if let Some((_, tasks)) = self.servers.remove(&port) {
@@ -94,13 +105,20 @@ impl HealthServers {
                     Ok(listener) => tasks.push(tokio::spawn(async move {
                         let _ = axum::serve(listener, router).await;
                     })),
-                    Err(e) => tracing::error!(%addr, error = %e, "cannot serve a health-check node port"),
+                    Err(error) => {
+                        tracing::error!(%addr, %error, "cannot serve a health-check node port");
+                        if !failures.iter().any(|f: &ListenFailure| f.addr.port() == port) {
+                            let service = count.lock().map(|c| c.0.clone()).unwrap_or_else(|_| NamespacedName::new("", ""));
+                            failures.push(ListenFailure { service, addr, error });
+                        }
+                    }
                 }
             }
             if !tasks.is_empty() {
                 self.servers.insert(port, (count, tasks));
             }
         }
+        failures
     }
 
     pub fn ports(&self) -> Vec<u16> {
@@ -159,5 +177,23 @@ mod tests {
         assert!(get(port).starts_with("HTTP/1.1 503"));
         rt.block_on(hs.update(BTreeMap::new()));
         assert!(hs.ports().is_empty());
+    }
+
+    #[test]
+    fn a_port_taken_is_reported_and_tried_again() {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = taken.local_addr().unwrap().port();
+        let mut hs = HealthServers::new(vec!["127.0.0.1".parse().unwrap()]);
+        let svc = NamespacedName::new("shop", "checkout");
+        for _ in 0..2 {
+            let failures = rt.block_on(hs.update([(port, (svc.clone(), 1))].into()));
+            assert_eq!(failures.len(), 1, "each update tries the port again");
+            assert_eq!((&failures[0].service, failures[0].addr.port()), (&svc, port));
+            assert_eq!(failures[0].error.kind(), std::io::ErrorKind::AddrInUse);
+        }
+        drop(taken);
+        assert!(rt.block_on(hs.update([(port, (svc, 1))].into())).is_empty(), "once free, it listens");
+        assert_eq!(hs.ports(), vec![port]);
     }
 }

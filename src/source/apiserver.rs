@@ -38,7 +38,7 @@ use serde_json::Value;
 
 /// Every API call svcproxy makes, as RBAC sees it: (API group, resource, verb). The
 /// ClusterRole in deploy/ must grant exactly these (tests/deploy.rs checks it).
-pub const API_CALLS: [(&str, &str, &str); 9] = [
+pub const API_CALLS: [(&str, &str, &str); 11] = [
     ("", "services", "list"),
     ("", "services", "watch"),
     ("discovery.k8s.io", "endpointslices", "list"),
@@ -50,6 +50,9 @@ pub const API_CALLS: [(&str, &str, &str); 9] = [
     // The cluster's ServiceCIDRs (nftables mode's drop rule), as kube-proxy's informer.
     ("networking.k8s.io", "servicecidrs", "list"),
     ("networking.k8s.io", "servicecidrs", "watch"),
+    // kube-proxy's Events (`source::events`): created, and a series' count patched.
+    ("events.k8s.io", "events", "create"),
+    ("events.k8s.io", "events", "patch"),
 ];
 
 /// kube-proxy's informer selector, or the one owning `proxy_name`'s objects.
@@ -390,6 +393,16 @@ fn backed_off<T: Send + 'static>(
             }
         }
     })
+}
+
+/// Watch mode's start on the API server: [`run_with_node`] spawned (needs a tokio runtime),
+/// then, as kube-proxy once its informers are started, its "birth cry" recorded.
+pub fn start(client: Client, proxy_name: Option<String>, node_name: Option<String>, tx: mpsc::Sender<SourceMsg>, recorder: Option<&super::events::Recorder>) -> tokio::task::JoinHandle<()> {
+    let task = tokio::spawn(run_with_node(client, proxy_name, node_name, tx));
+    if let Some(r) = recorder {
+        r.record(super::events::ProxyEvent::starting());
+    }
+    task
 }
 
 /// Follows the API server until the receiver goes away. Watch errors (the server

@@ -6,6 +6,7 @@ pub mod client_metrics;
 pub mod connect;
 pub mod convert;
 pub mod convert_extra;
+pub mod events;
 pub mod error;
 pub mod extra;
 pub mod file;

@@ -21,7 +21,70 @@ use crate::netns::BackendTools as _;
 use crate::svcproxy::bin;
 
 pub fn cases() -> Vec<Case> {
-    vec![Case::new("nft_watch_follows_the_api_server_with_real_connections", |c| e2e(c, Backend::Nft)).with_timeout(Duration::from_secs(240))]
+    vec![
+        Case::new("nft_watch_follows_the_api_server_with_real_connections", |c| e2e(c, Backend::Nft)).with_timeout(Duration::from_secs(240)),
+        Case::new("nft_watch_hard_fail_records_kube_proxys_warning_event", hard_fail_event).with_timeout(Duration::from_secs(60)),
+    ]
+}
+
+/// The API server in the lab's external namespace, reached at `API_IP`.
+fn api_server_in(ext: &str) -> Result<ApiServer, String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let _server_thread = in_netns(ext, move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        rt.block_on(async move {
+            let server = ApiServer::start_on(format!("{API_IP}:0").parse().unwrap()).await.expect("the test API server starts");
+            let _ = tx.send(server);
+            std::future::pending::<()>().await;
+        })
+    });
+    rx.recv_timeout(Duration::from_secs(10)).map_err(|e| format!("API server did not start: {e}"))
+}
+
+/// `bindAddressHardFail` with the metrics port taken: svcproxy exits, and before it does,
+/// the API server gets kube-proxy's `FailedToStartMetricServer` Warning on the Node, its
+/// note in kube-proxy's words; no `Starting` (svcproxy never started its watches).
+fn hard_fail_event(ctx: &mut Ctx) -> CaseResult {
+    let b = Backend::Nft;
+    ctx.require(&["ip", &b.bin(false, "restore")])?;
+    let lab = Lab::new(b.name())?;
+    let server = api_server_in(&lab.external().name.clone())?;
+    let metrics = format!("{NODE_IP}:10249");
+    let addr: SocketAddr = metrics.parse().unwrap();
+    let taken = in_netns(&lab.node().name.clone(), move || std::net::TcpListener::bind(addr))
+        .join()
+        .map_err(|_| "the port-taking thread panicked".to_string())??
+        .map_err(|e| format!("cannot take {addr}: {e}"))?;
+    let kubeconfig = crate::svcproxy::temp_yaml(&format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- cluster:\n    server: {}\n  name: c\ncontexts:\n- context:\n    cluster: c\n    user: u\n  name: c\ncurrent-context: c\nusers:\n- name: u\n  user: {{}}\n",
+        server.url()
+    ))?;
+    let config = crate::svcproxy::temp_yaml(&format!(
+        "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nclientConnection:\n  kubeconfig: {}\n",
+        kubeconfig.display()
+    ))?;
+    let log = crate::svcproxy::temp_yaml("")?;
+    let healthz = format!("{NODE_IP}:10256");
+    let argv = ["sync", "--watch", "--config", crate::svcproxy::path_str(&config), "--hostname-override", "node-1",
+        "--node-ip", NODE_IP, "--cluster-cidr", "198.18.0.0/16", "--ip-family", "ipv4", "--iptables-backend", b.name(),
+        "--healthz-bind-address", &healthz, "--metrics-bind-address", &metrics, "--bind-address-hard-fail", "--nfacct=false"];
+    let mut daemon = spawn_svcproxy(&lab.node().name, &argv, &[], &log)?;
+    let logs = || std::fs::read_to_string(&log).unwrap_or_default();
+    let mut status = None;
+    until("svcproxy to exit", Duration::from_secs(20), || {
+        status = daemon.0.try_wait().ok().flatten();
+        status.is_some()
+    })
+    .map_err(|e| format!("{e}\nsvcproxy log:\n{}", logs()))?;
+    drop(taken);
+    ensure!(status.is_some_and(|s| !s.success()), "a hard fail exits non-zero: {status:?}\n{}", logs());
+    let events = server.events();
+    ensure!(events.len() == 1, "one Event: {events:?}\nsvcproxy log:\n{}", logs());
+    let ev = &events[0];
+    ensure!(ev["type"] == "Warning" && ev["reason"] == "FailedToStartMetricServer" && ev["action"] == "StartKubeProxy", "{ev}");
+    ensure!(ev["regarding"] == json!({"apiVersion": "v1", "kind": "Node", "name": "node-1"}), "{ev}");
+    ensure!(ev["note"] == format!("starting metrics server failed: listen tcp {metrics}: bind: address already in use"), "{ev}");
+    Ok(())
 }
 
 const CIP: &str = "198.19.255.10";
