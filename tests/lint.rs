@@ -317,3 +317,35 @@ fn an_object_inside_a_list_is_located_at_its_item_not_the_lists_start() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// With kube-proxy's `AllowServiceExternalIPs` gate off, each Service with `spec.externalIPs`
+/// is reported once (SP052, a warning: its external IPs are not served); with the gate at its
+/// default, none is; a gate kube-proxy does not know stops lint as it stops kube-proxy.
+#[test]
+fn external_ips_are_reported_unserved_only_with_the_gate_off() {
+    let run = |gates: Option<&str>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_svcproxy"));
+        cmd.current_dir(repo()).args(["lint", "--from", "fixtures/lint/seeded.yaml", "--output", "json"]);
+        if let Some(g) = gates {
+            cmd.args(["--feature-gates", g]);
+        }
+        let out = cmd.output().expect("run svcproxy");
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let sp052 = |json: &str| -> Vec<String> {
+        let v: serde_json::Value = serde_json::from_str(json).expect("json");
+        v["findings"].as_array().expect("findings").iter().filter(|f| f["code"] == "SP052").map(|f| format!("{} {}", f["objects"][0]["name"], f["message"])).collect()
+    };
+    let (_, json, _) = run(None);
+    assert!(sp052(&json).is_empty(), "the gate is on by default: {:?}", sp052(&json));
+    let (_, json, _) = run(Some("AllowServiceExternalIPs=true"));
+    assert!(sp052(&json).is_empty());
+    let (code, json, _) = run(Some("AllowServiceExternalIPs=false"));
+    let found = sp052(&json);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].contains("external IPs 10.96.0.40 get no rules") && found[0].contains("AllowServiceExternalIPs is off"), "{found:?}");
+    assert_eq!(code, Some(3), "seeded still has its errors");
+    let (code, _, err) = run(Some("NoSuchGate=true"));
+    assert_eq!(code, Some(2));
+    assert!(err.contains("--feature-gates: unrecognized feature gate: NoSuchGate"), "{err}");
+}

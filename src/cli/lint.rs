@@ -50,13 +50,15 @@ Checks (code, severity):
   SP046 info     selected Pod runs on a Node the input does not hold
   SP050 error    external IP is another Service's ClusterIP
   SP051 error    load-balancer IP is a Service's ClusterIP
+  SP052 warning  external IPs get no rules (AllowServiceExternalIPs off)
   SP060 info     EndpointSlices derived from Pods or v1/Endpoints
   SP061 info     v1/Endpoints not mirrored
   SP090 info     skipped while reading
   SP091 warning  service port has no endpoints in any of its EndpointSlices
   SP092 info     EndpointSlice of an IP family the Service does not have
 Pod checks (SP04x) run only when the input holds Pods; SP002 and SP021 only with
---service-cluster-ip-range; SP003 only when it holds ServiceCIDR objects.";
+--service-cluster-ip-range; SP003 only when it holds ServiceCIDR objects; SP052 only
+with --feature-gates AllowServiceExternalIPs=false.";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LintOutput {
@@ -82,6 +84,11 @@ pub struct LintArgs {
     #[arg(long)]
     pub derive_endpoints: bool,
 
+    /// kube-proxy's feature gates (NAME=true|false,...), checked as kube-proxy checks them:
+    /// with AllowServiceExternalIPs=false, Services' external IPs are reported as unserved
+    #[arg(long, value_name = "NAME=BOOL,...")]
+    pub feature_gates: Option<String>,
+
     #[arg(long, value_enum, default_value = "text")]
     pub output: LintOutput,
 }
@@ -100,9 +107,19 @@ struct Report<'a> {
 }
 
 pub fn run(args: &LintArgs) -> anyhow::Result<ExitCode> {
+    let gates = match &args.feature_gates {
+        Some(text) => {
+            let gates = <std::collections::BTreeMap<String, bool> as crate::settings::value::SettingValue>::parse_flag(text)
+                .and_then(|g| crate::settings::gates::check(&g).map(|()| g))
+                .map_err(|e| anyhow::anyhow!("--feature-gates: {e}"))?;
+            gates
+        }
+        None => Default::default(),
+    };
     let options = Options {
         service_ranges: args.service_cluster_ip_range.as_deref().map(ServiceRanges::parse).transpose()?,
         node_port_range: NodePortRange::parse(&args.service_node_port_range)?,
+        external_ips_off: !crate::settings::gates::enabled(&gates, "AllowServiceExternalIPs"),
     };
     let mut state = source::read_path(&args.from)?;
     let derived = derive::complete(&mut state, args.derive_endpoints);

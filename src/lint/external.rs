@@ -6,6 +6,27 @@ use std::net::IpAddr;
 
 use super::{Finding, Input, ObjectId};
 
+/// SP052: with kube-proxy's `AllowServiceExternalIPs` gate off, a Service's `spec.externalIPs`
+/// get no rules in any mode (kube-proxy v1.37, KEP-5707): traffic to them is not served.
+pub fn unserved(input: &Input) -> Vec<Finding> {
+    if !input.options.external_ips_off {
+        return Vec::new();
+    }
+    let mut out: Vec<Finding> = input
+        .state
+        .services
+        .iter()
+        .filter(|svc| !svc.external_ips.is_empty())
+        .map(|svc| {
+            let ips: Vec<String> = svc.external_ips.iter().map(ToString::to_string).collect();
+            let msg = format!("external IPs {} get no rules: kube-proxy's feature gate AllowServiceExternalIPs is off", ips.join(", "));
+            Finding::new("SP052", vec![ObjectId::new("Service", &svc.id)], msg)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 /// SP050 (externalIPs) and SP051 (load-balancer ingress IPs), one per Service and IP.
 pub fn check(input: &Input) -> Vec<Finding> {
     let mut cluster: BTreeMap<IpAddr, Vec<ObjectId>> = BTreeMap::new();

@@ -106,6 +106,7 @@ pub const CODES: &[(&str, Severity, &str)] = &[
     ("SP046", Severity::Info, "selected Pod runs on a Node the input does not hold"),
     ("SP050", Severity::Error, "external IP is another Service's ClusterIP"),
     ("SP051", Severity::Error, "load-balancer IP is a Service's ClusterIP"),
+    ("SP052", Severity::Warning, "external IPs get no rules (AllowServiceExternalIPs off)"),
     ("SP060", Severity::Info, "EndpointSlices derived from Pods or v1/Endpoints"),
     ("SP061", Severity::Info, "v1/Endpoints not mirrored"),
     ("SP090", Severity::Info, "skipped while reading"),
@@ -130,6 +131,7 @@ pub fn run(input: &Input) -> Vec<Finding> {
     out.extend(leftovers::check(input));
     out.extend(pods::check(input));
     out.extend(external::check(input));
+    out.extend(external::unserved(input));
     out.extend(reading::check(input));
     for f in &mut out {
         // A finding about the input itself (a reader's note) carries its own place.

@@ -119,6 +119,9 @@ pub struct Options {
     /// `None`: the range checks (SP002, SP021) are skipped.
     pub service_ranges: Option<ServiceRanges>,
     pub node_port_range: NodePortRange,
+    /// kube-proxy's feature gate `AllowServiceExternalIPs` is off: `spec.externalIPs` get
+    /// no rules (SP052).
+    pub external_ips_off: bool,
 }
 
 #[cfg(test)]
