@@ -4,7 +4,7 @@
 
 use std::net::IpAddr;
 
-use super::{Config, LocalDetector};
+use super::{Config, IptablesDetector};
 use crate::model::LABEL_ZONE;
 use crate::net::IpFamily;
 use crate::select::Locality;
@@ -19,7 +19,7 @@ pub struct NodeContext {
     /// The masquerade mark, formatted (`0x00004000`).
     pub mark: String,
     pub masquerade_all: bool,
-    pub detector: Option<LocalDetector>,
+    pub detector: Option<IptablesDetector>,
     pub random_fully: bool,
 }
 
@@ -32,7 +32,7 @@ impl NodeContext {
             node_ip: cfg.node_ip(family),
             mark: cfg.masquerade_mark(),
             masquerade_all: cfg.masquerade_all,
-            detector: cfg.local_detector(family),
+            detector: cfg.local_detector(family).map(|d| d.iptables()),
             random_fully: cfg.random_fully,
         }
     }

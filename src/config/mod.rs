@@ -42,27 +42,32 @@ pub enum Mode {
 /// How traffic from local pods is recognised (`detectLocalMode`).
 pub use crate::settings::kinds::LocalMode as LocalDetectMode;
 
-/// How traffic from local pods is told apart (kube-proxy's `LocalTrafficDetector`):
-/// the match arguments for "is from a local pod" and "is not".
+/// How traffic from local pods is told apart (kube-proxy's `LocalTrafficDetector`); each
+/// mode writes its own match from it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LocalDetector {
+pub enum LocalDetector {
+    /// From the pods' CIDR (`ClusterCIDR`, `NodeCIDR`).
+    Source(Cidr),
+    /// In on a pod interface: one name, or (`wildcard`) every name starting with `name`.
+    Interface { name: String, wildcard: bool },
+}
+
+/// The detector as iptables match arguments: "is from a local pod" and "is not".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IptablesDetector {
     pub if_local: Vec<String>,
     pub if_not_local: Vec<String>,
 }
 
 impl LocalDetector {
-    fn source(cidr: &Cidr) -> Self {
-        LocalDetector {
-            if_local: vec!["-s".into(), cidr.to_string()],
-            if_not_local: vec!["!".into(), "-s".into(), cidr.to_string()],
-        }
-    }
-
-    fn interface(name: &str) -> Self {
-        LocalDetector {
-            if_local: vec!["-i".into(), name.into()],
-            if_not_local: vec!["!".into(), "-i".into(), name.into()],
-        }
+    /// iptables' words (`-s CIDR`, `-i NAME`, a wildcard written `NAME+`), as pkg/proxy/util's
+    /// detectors build them.
+    pub fn iptables(&self) -> IptablesDetector {
+        let (flag, value) = match self {
+            LocalDetector::Source(cidr) => ("-s", cidr.to_string()),
+            LocalDetector::Interface { name, wildcard } => ("-i", if *wildcard { format!("{name}+") } else { name.clone() }),
+        };
+        IptablesDetector { if_local: vec![flag.into(), value.clone()], if_not_local: vec!["!".into(), flag.into(), value] }
     }
 }
 
@@ -183,12 +188,10 @@ impl Config {
     pub fn local_detector(&self, family: IpFamily) -> Option<LocalDetector> {
         let of_family = |cidrs: &[Cidr]| cidrs.iter().find(|c| c.family() == family).copied();
         match self.detect_local_mode {
-            LocalDetectMode::ClusterCidr => of_family(&self.cluster_cidrs).map(|c| LocalDetector::source(&c)),
-            LocalDetectMode::NodeCidr => of_family(&self.node_pod_cidrs).map(|c| LocalDetector::source(&c)),
-            LocalDetectMode::BridgeInterface => Some(LocalDetector::interface(&self.pod_bridge_interface)),
-            LocalDetectMode::InterfaceNamePrefix => {
-                Some(LocalDetector::interface(&format!("{}+", self.pod_interface_name_prefix)))
-            }
+            LocalDetectMode::ClusterCidr => of_family(&self.cluster_cidrs).map(LocalDetector::Source),
+            LocalDetectMode::NodeCidr => of_family(&self.node_pod_cidrs).map(LocalDetector::Source),
+            LocalDetectMode::BridgeInterface => Some(LocalDetector::Interface { name: self.pod_bridge_interface.clone(), wildcard: false }),
+            LocalDetectMode::InterfaceNamePrefix => Some(LocalDetector::Interface { name: self.pod_interface_name_prefix.clone(), wildcard: true }),
             LocalDetectMode::None => None,
         }
     }
@@ -514,7 +517,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.node_ip(IpFamily::V4), "10.1.0.5".parse::<IpAddr>().unwrap());
-        assert_eq!(c.local_detector(IpFamily::V4).unwrap().if_not_local, ["!", "-s", "10.244.1.0/24"]);
+        assert_eq!(c.local_detector(IpFamily::V4).unwrap().iptables().if_not_local, ["!", "-s", "10.244.1.0/24"]);
         assert_eq!(c.node_labels["topology.kubernetes.io/zone"], "z1");
     }
 

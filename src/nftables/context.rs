@@ -18,20 +18,15 @@ pub struct NftDetector {
 }
 
 impl NftDetector {
-    /// The nft form of the detector iptables mode uses: a source CIDR (`ip saddr C`), or
-    /// an interface (`iifname NAME`, a `+` wildcard written `*`), as pkg/proxy/util's
-    /// detectors build both.
-    fn from_iptables(d: &LocalDetector, nft_family: &str) -> Option<Self> {
-        match d.if_local.as_slice() {
-            [flag, cidr] if flag == "-s" => Some(NftDetector {
-                if_local: format!("{nft_family} saddr {cidr}"),
-                if_not_local: format!("{nft_family} saddr != {cidr}"),
-            }),
-            [flag, iface] if flag == "-i" => {
-                let name = iface.strip_suffix('+').map_or_else(|| iface.clone(), |p| format!("{p}*"));
-                Some(NftDetector { if_local: format!("iifname {name}"), if_not_local: format!("iifname != {name}") })
+    /// The nft form of the detector: a source CIDR (`ip saddr C`), or an interface
+    /// (`iifname NAME`, a wildcard written `NAME*`), as pkg/proxy/util's detectors build both.
+    fn new(d: &LocalDetector, nft_family: &str) -> Self {
+        match d {
+            LocalDetector::Source(cidr) => NftDetector { if_local: format!("{nft_family} saddr {cidr}"), if_not_local: format!("{nft_family} saddr != {cidr}") },
+            LocalDetector::Interface { name, wildcard } => {
+                let name = if *wildcard { format!("{name}*") } else { name.clone() };
+                NftDetector { if_local: format!("iifname {name}"), if_not_local: format!("iifname != {name}") }
             }
-            _ => None,
         }
     }
 }
@@ -71,7 +66,7 @@ impl Context {
             node_ip: cfg.node_ip(ip_family),
             mark: cfg.masquerade_mark(),
             masquerade_all: cfg.masquerade_all,
-            detector: cfg.local_detector(ip_family).and_then(|d| NftDetector::from_iptables(&d, family.as_str())),
+            detector: cfg.local_detector(ip_family).map(|d| NftDetector::new(&d, family.as_str())),
             node_port_ips: (!cidrs.is_empty()).then(|| cfg.node_port_ips(ip_family)),
             service_cidrs: cfg.service_cidrs.iter().filter(|c| c.family() == ip_family).map(|c| c.to_string()).collect(),
             hairpin_set: cfg.kube_proxy_version.nftables_hairpin_set(),
@@ -100,13 +95,15 @@ mod tests {
 
     #[test]
     fn detectors_translate_to_kube_proxys_nft_fragments() {
-        let cidr = LocalDetector { if_local: vec!["-s".into(), "fd00:10::/64".into()], if_not_local: vec![] };
-        let d = NftDetector::from_iptables(&cidr, "ip6").unwrap();
+        let cidr = LocalDetector::Source(crate::net::Cidr::parse_sloppy("fd00:10::/64").unwrap());
+        let d = NftDetector::new(&cidr, "ip6");
         assert_eq!((d.if_local.as_str(), d.if_not_local.as_str()), ("ip6 saddr fd00:10::/64", "ip6 saddr != fd00:10::/64"));
-        let prefix = LocalDetector { if_local: vec!["-i".into(), "veth+".into()], if_not_local: vec![] };
-        let d = NftDetector::from_iptables(&prefix, "ip").unwrap();
+        assert_eq!(cidr.iptables().if_local, ["-s", "fd00:10::/64"]);
+        let prefix = LocalDetector::Interface { name: "veth".into(), wildcard: true };
+        let d = NftDetector::new(&prefix, "ip");
         assert_eq!((d.if_local.as_str(), d.if_not_local.as_str()), ("iifname veth*", "iifname != veth*"));
-        let bridge = LocalDetector { if_local: vec!["-i".into(), "cbr0".into()], if_not_local: vec![] };
-        assert_eq!(NftDetector::from_iptables(&bridge, "ip").unwrap().if_not_local, "iifname != cbr0");
+        assert_eq!(prefix.iptables().if_not_local, ["!", "-i", "veth+"]);
+        let bridge = LocalDetector::Interface { name: "cbr0".into(), wildcard: false };
+        assert_eq!(NftDetector::new(&bridge, "ip").if_not_local, "iifname != cbr0");
     }
 }
