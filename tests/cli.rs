@@ -410,6 +410,15 @@ fn feature_gates_are_checked_as_kube_proxy_checks_them() {
     let o = run(&["render", "--from", "fixtures/demo.yaml", "--feature-gates=Bogus=true"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("unrecognized feature gate: Bogus"), "{}", stderr(&o));
+    // v1.35+: an enabled gate needs its dependencies (AllAlpha alone turns on alpha gates whose beta dependency stays off).
+    let o = run(&["render", "--from", "fixtures/demo.yaml", "--feature-gates=TopologyAwareWorkloadScheduling=true"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("TopologyAwareWorkloadScheduling is enabled, but depends on features that are disabled: [GenericWorkload]"), "{}", stderr(&o));
+    let o = run(&["render", "--from", "fixtures/demo.yaml", "--feature-gates=AllAlpha=true"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("WorkloadWithJob is enabled, but depends on features that are disabled: [GenericWorkload]"), "{}", stderr(&o));
+    let o = run(&["render", "--from", "fixtures/demo.yaml", "--feature-gates=AllAlpha=true,AllBeta=true"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let o = run(&["render", "--from", "fixtures/demo.yaml", "--feature-gates=AllAlpha=false,PreferSameTrafficDistribution=true"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     // v1.37: KubeProxyIPVS=false turns ipvs mode off (the other modes render), and the gates
