@@ -86,7 +86,7 @@ pub static GATES: &[Gate] = &[
     Gate { name: "DRADeviceTaintRules", default: true, locked: false, stage: "GA" }, // k8s
     Gate { name: "DRADeviceTaints", default: true, locked: false, stage: "GA" }, // k8s
     Gate { name: "DRAExtendedResource", default: true, locked: true, stage: "GA" }, // k8s
-    Gate { name: "DRAFractionalCapacityRange", default: true, locked: false, stage: "BETA" }, // new since the v1.35 table (versioned list)
+    Gate { name: "DRAFractionalCapacityRange", default: false, locked: false, stage: "BETA" }, // new since the v1.35 table (versioned list); its on-by-default spec needs min-compatibility 1.37
     Gate { name: "DRAListTypeAttributes", default: false, locked: false, stage: "ALPHA" }, // new since the v1.35 table (versioned list)
     Gate { name: "DRANodeAllocatableResources", default: false, locked: false, stage: "ALPHA" }, // new since the v1.35 table (versioned list)
     Gate { name: "DRAOptionalNodeOperations", default: false, locked: false, stage: "ALPHA" }, // new since the v1.35 table (versioned list)
@@ -350,7 +350,7 @@ pub static DEPENDENCIES: &[(&str, &[&str])] = &[
 pub static PROXY_GATES: &[(&str, &str)] = &[
     (
         "AllowServiceExternalIPs",
-        "GA, on by default, not locked (KEP-5707, spec.externalIPs deprecated in 1.36): off, kube-proxy programs no rules for a Service's spec.externalIPs; svcproxy refuses `false` (not implemented)",
+        "GA, on by default, not locked (KEP-5707, spec.externalIPs deprecated in 1.36): off, kube-proxy programs no rules for a Service's spec.externalIPs; svcproxy does the same in every mode",
     ),
     (
         "KubeProxyIPVS",
@@ -583,6 +583,15 @@ mod tests {
     }
 
     #[test]
+    fn dra_fractional_capacity_range_is_off_at_min_compatibility_1_36() {
+        // Its two 1.37 specs: off, and on only from min-compatibility 1.37; kube-proxy runs at 1.36.
+        let g = find("DRAFractionalCapacityRange").expect("DRAFractionalCapacityRange");
+        assert!(!g.default && g.stage == "BETA");
+        assert_eq!(check(&m(&[("DRAConsumableCapacity", false)])), Ok(()));
+        assert!(check(&m(&[("DRAConsumableCapacity", false), ("AllBeta", true)])).is_err());
+    }
+
+    #[test]
     fn stages_and_locks_are_consistent() {
         for g in GATES {
             assert!(
@@ -631,6 +640,17 @@ mod tests {
         for (name, what) in PROXY_GATES {
             assert!(find(name).is_some(), "{name} not in GATES");
             assert!(!what.is_empty());
+        }
+    }
+
+    #[test]
+    fn proxy_gates_say_svcproxy_refuses_only_what_it_refuses() {
+        let modes = [ProxyMode::Iptables, ProxyMode::Ipvs, ProxyMode::Nftables];
+        for (name, what) in PROXY_GATES {
+            let refused = modes.iter().any(|mode| [true, false].iter().any(|v| check_supported(&m(&[(name, *v)]), *mode).is_err()));
+            // A refusal is svcproxy's own, or kube-proxy's validation it repeats.
+            let says = what.contains("svcproxy refuses") || (what.contains("fails validation") && what.contains("svcproxy does the same"));
+            assert_eq!(says, refused, "{name}: {what}");
         }
     }
 }
