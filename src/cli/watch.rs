@@ -89,6 +89,13 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(EXIT_OK))
 }
 
+/// `/flagz`: every flag with the command line's value, else its default, as kube-proxy's
+/// flag set prints them (a config file's values are not flags).
+fn flag_values(flags: &Settings) -> Vec<(String, String)> {
+    let defaults = settings::defaults::defaulted(Settings::default()).flag_values();
+    flags.flag_values().into_iter().zip(defaults).map(|((name, given, zero), (_, default, _))| (name.to_string(), given.or(default).unwrap_or(zero))).collect()
+}
+
 /// Where the cluster state comes from.
 enum Origin {
     /// `initial`: the first read's objects, which the trackers share.
@@ -116,6 +123,13 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Server
         }
     };
     let profiling = flags.enable_profiling.or(file.enable_profiling).unwrap_or(false);
+    let gates = flags.feature_gates.clone().or_else(|| file.feature_gates.clone()).unwrap_or_default();
+    let pages = serve::Pages {
+        profiling,
+        statusz: settings::gates::enabled(&gates, "ComponentStatusz"),
+        flagz: settings::gates::enabled(&gates, "ComponentFlagz"),
+    };
+    let flagz = flag_values(&flags);
     // This Node's IPs at start, which kube-proxy v1.37 exits on seeing change (API server only).
     let node_ips = state.nodes.first().map(crate::model::Node::host_ips).filter(|ips| !ips.is_empty() && matches!(origin, Origin::Api(_)));
     let loaded = pipeline::load_objects(state, &objects, flags, file).context("invalid configuration")?;
@@ -138,6 +152,8 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Server
         Mode::Nftables => "nftables".into(),
     });
     let _ = shared.configz.set(configz);
+    let _ = shared.flagz.set(flagz);
+    let _ = shared.emulation_version.set(loaded.config.kube_proxy_version.to_string());
     shared.metrics.malformed_objects.inc_by(errors as u64);
     let proxy_name = loaded.config.service_proxy_name.clone();
     let node_name = loaded.config.node_name.clone();
@@ -146,7 +162,7 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Server
         .context("cannot reach IPVS (is the ip_vs module loaded?)")?;
     engine.node_ips_at_start = node_ips;
     let health = serve_on("health checks", servers.healthz, servers.hard_fail, serve::health_router(shared.clone())).await?;
-    let metrics = serve_on("metrics", servers.metrics, servers.hard_fail, serve::metrics_router_with(shared.clone(), profiling)).await?;
+    let metrics = serve_on("metrics", servers.metrics, servers.hard_fail, serve::metrics_router_with(shared.clone(), pages)).await?;
     let (health, metrics) = (shown(health), shown(metrics));
     let (tx, rx) = mpsc::channel::<SourceMsg>(64);
     match origin {
