@@ -72,6 +72,9 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
     for note in notes.iter().chain(&flags.notes()) {
         tracing::info!("{note}");
     }
+    if let Some(warning) = unset_mode_warning(&effective) {
+        tracing::warn!("{warning}");
+    }
     if let Some(adj) = effective.oom_score_adj {
         // As kube-proxy: a failure is logged and the proxy goes on.
         match crate::runner::node::oom_score_adj(adj) {
@@ -87,6 +90,18 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
     let configz = settings::file::to_document(&settings::defaults::defaulted(effective), true);
     rt.block_on(watch(args, flags, file, servers, configz))?;
     Ok(ExitCode::from(EXIT_OK))
+}
+
+/// kube-proxy v1.37 warns when it defaults the proxy mode to iptables (PR #139957), the
+/// default being due to become nftables (KEP-5343). Its exact words could not be read.
+fn unset_mode_warning(effective: &Settings) -> Option<String> {
+    effective.mode.is_none().then(|| {
+        format!(
+            "Using iptables proxy: the proxy mode is not set ({} or the configuration file's {}), and its default will change from iptables to nftables in a future release (KEP-5343); set it explicitly to keep iptables",
+            settings::row::mode.flag(),
+            settings::row::mode.path()
+        )
+    })
 }
 
 /// `/flagz`: every flag with the command line's value, else its default, as kube-proxy's
@@ -237,6 +252,16 @@ async fn this_node(client: &kube::Client, name: &str) -> ClusterState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unset_proxy_mode_is_warned_about_as_kube_proxy_v1_37_does() {
+        let w = unset_mode_warning(&Settings::default()).expect("a warning when nothing sets the mode");
+        assert!(w.contains("--proxy-mode") && w.contains("configuration file's mode"), "{w}");
+        assert!(w.contains("nftables") && !w.contains('\n'), "one line: {w}");
+        let mut set = Settings::default();
+        set.set_from_flag("proxy-mode", "iptables").unwrap().unwrap();
+        assert_eq!(unset_mode_warning(&set), None, "set explicitly, even to the default");
+    }
 
     #[test]
     fn a_port_taken_stops_only_with_bind_address_hard_fail() {
