@@ -28,6 +28,7 @@ pub fn load(mut state: ClusterState, flags: Settings, file: Settings) -> Result<
 /// [`load`] of `objects` (with the rest of their read in `state`), whose `Arc`s the
 /// trackers then share with the caller (the file watch keeps them to diff the next read).
 pub fn load_objects(state: ClusterState, objects: &Objects, flags: Settings, file: Settings) -> Result<Loaded, ConfigError> {
+    config::check_log_flush_frequency(&flags, &file)?;
     let fixture = state.fixture.as_ref().map(Settings::from_fixture).unwrap_or_default();
     let settings = flags.over(file).over(fixture);
     let chosen = settings.ip_family.is_some_and(|f| f != crate::settings::kinds::Families::Auto);

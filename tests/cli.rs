@@ -336,6 +336,42 @@ fn mismatches(path: &str, expected: &serde_json::Value, got: &serde_json::Value,
     }
 }
 
+/// kube-proxy v1.37's validation refusals the `kube-proxy` command repeats, also with
+/// `--write-config-to` (kube-proxy validates before it writes).
+#[test]
+fn the_kube_proxy_command_refuses_what_kube_proxy_v1_37_validation_refuses() {
+    let dir = std::env::temp_dir().join(format!("svcproxy-validation-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kube_proxy = dir.join("kube-proxy");
+    let _ = std::fs::remove_file(&kube_proxy);
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_svcproxy"), &kube_proxy).unwrap();
+    let out = dir.join("out.yaml");
+    let run = |args: &[&str]| Command::new(&kube_proxy).args(args).arg("--write-config-to").arg(&out).output().unwrap();
+    for (args, needle) in [
+        (&["--log-flush-frequency=0s"][..], "logging.flushFrequency: Invalid value: \"0s\": Must be greater than zero"),
+        (&["--log-flush-frequency=-1s"][..], "Must be greater than zero"),
+        (&["--detect-local-mode=None"][..], "KubeProxyConfiguration.DetectLocalMode: Unsupported value: \"None\": supported values: \"ClusterCIDR\", \"NodeCIDR\", \"BridgeInterface\", \"InterfaceNamePrefix\", \"\""),
+    ] {
+        let o = run(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(needle), "{args:?}: {}", stderr(&o));
+    }
+    let o = run(&["--log-flush-frequency=5s", "--detect-local-mode=ClusterCIDR"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    // A repeated nodePortAddresses keyword is refused by every command.
+    let o = run_svcproxy(&["render", "--from", "fixtures/demo.yaml", "--nodeport-addresses", "primary,primary"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("KubeProxyConfiguration.NodePortAddresses[1]: Duplicate value: \"primary\""), "{}", stderr(&o));
+    // svcproxy's own commands keep detectLocalMode None (upstream's NoOp detector scenarios).
+    let o = run_svcproxy(&["render", "--from", "fixtures/detect-local-none.yaml"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn run_svcproxy(args: &[&str]) -> Output {
+    run(args)
+}
+
 /// The kube-proxy command lines and config files of real installers (fixtures/installers:
 /// each folder's SOURCE.md names what it was written from), run as `kube-proxy ARGS
 /// --write-config-to OUT` from the fixture's folder: every one starts, and its effective
@@ -410,6 +446,15 @@ fn feature_gates_are_checked_as_kube_proxy_checks_them() {
     let o = run(&["render", "--from", "fixtures/demo.yaml", "--feature-gates=Bogus=true"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("unrecognized feature gate: Bogus"), "{}", stderr(&o));
+    // v1.35+: an enabled gate needs its dependencies (AllAlpha alone turns on alpha gates whose beta dependency stays off).
+    let o = run(&["render", "--from", "fixtures/demo.yaml", "--feature-gates=TopologyAwareWorkloadScheduling=true"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("TopologyAwareWorkloadScheduling is enabled, but depends on features that are disabled: [GenericWorkload]"), "{}", stderr(&o));
+    let o = run(&["render", "--from", "fixtures/demo.yaml", "--feature-gates=AllAlpha=true"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("WorkloadWithJob is enabled, but depends on features that are disabled: [GenericWorkload]"), "{}", stderr(&o));
+    let o = run(&["render", "--from", "fixtures/demo.yaml", "--feature-gates=AllAlpha=true,AllBeta=true"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let o = run(&["render", "--from", "fixtures/demo.yaml", "--feature-gates=AllAlpha=false,PreferSameTrafficDistribution=true"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     // v1.37: KubeProxyIPVS=false turns ipvs mode off (the other modes render), and the gates

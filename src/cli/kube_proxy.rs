@@ -74,9 +74,18 @@ pub fn effective(cli: &KubeProxyCli) -> anyhow::Result<Settings> {
 }
 
 fn effective_of(flags: Settings, file: Settings) -> anyhow::Result<Settings> {
+    crate::config::check_log_flush_frequency(&flags, &file)?;
     let mut merged = flags.over(file);
     if let Some(gates) = &merged.feature_gates {
         crate::settings::gates::check(gates).map_err(|e| anyhow::anyhow!("featureGates: {e}"))?;
+    }
+    // kube-proxy's validateDetectLocalMode; svcproxy's own commands keep `None` (no local
+    // detection, kube-proxy's NoOp detector) for upstream's test scenarios.
+    if merged.detect_local_mode == Some(crate::settings::kinds::LocalMode::None) {
+        anyhow::bail!(
+            "{}: KubeProxyConfiguration.DetectLocalMode: Unsupported value: \"None\": supported values: \"ClusterCIDR\", \"NodeCIDR\", \"BridgeInterface\", \"InterfaceNamePrefix\", \"\"",
+            crate::settings::row::detect_local_mode.path()
+        );
     }
     // kube-proxy trims and lower-cases the node name (processHostnameOverrideFlag).
     merged.hostname_override = merged.hostname_override.map(|h| h.trim().to_lowercase()).filter(|h| !h.is_empty());

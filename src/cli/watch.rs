@@ -73,6 +73,9 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
     for note in notes.iter().chain(&flags.notes()) {
         tracing::info!("{note}");
     }
+    if let Some(warning) = unset_mode_warning(&effective) {
+        tracing::warn!("{warning}");
+    }
     if let Some(adj) = effective.oom_score_adj {
         // As kube-proxy: a failure is logged and the proxy goes on.
         match crate::runner::node::oom_score_adj(adj) {
@@ -88,6 +91,25 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
     let configz = settings::file::to_document(&settings::defaults::defaulted(effective), true);
     rt.block_on(watch(args, flags, file, servers, configz))?;
     Ok(ExitCode::from(EXIT_OK))
+}
+
+/// kube-proxy v1.37 warns when it defaults the proxy mode to iptables (PR #139957), the
+/// default being due to become nftables (KEP-5343). Its exact words could not be read.
+fn unset_mode_warning(effective: &Settings) -> Option<String> {
+    effective.mode.is_none().then(|| {
+        format!(
+            "Using iptables proxy: the proxy mode is not set ({} or the configuration file's {}), and its default will change from iptables to nftables in a future release (KEP-5343); set it explicitly to keep iptables",
+            settings::row::mode.flag(),
+            settings::row::mode.path()
+        )
+    })
+}
+
+/// `/flagz`: every flag with the command line's value, else its default, as kube-proxy's
+/// flag set prints them (a config file's values are not flags).
+fn flag_values(flags: &Settings) -> Vec<(String, String)> {
+    let defaults = settings::defaults::defaulted(Settings::default()).flag_values();
+    flags.flag_values().into_iter().zip(defaults).map(|((name, given, zero), (_, default, _))| (name.to_string(), given.or(default).unwrap_or(zero))).collect()
 }
 
 /// Where the cluster state comes from.
@@ -120,6 +142,13 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Server
         }
     };
     let profiling = flags.enable_profiling.or(file.enable_profiling).unwrap_or(false);
+    let gates = flags.feature_gates.clone().or_else(|| file.feature_gates.clone()).unwrap_or_default();
+    let pages = serve::Pages {
+        profiling,
+        statusz: settings::gates::enabled(&gates, "ComponentStatusz"),
+        flagz: settings::gates::enabled(&gates, "ComponentFlagz"),
+    };
+    let flagz = flag_values(&flags);
     // This Node's IPs at start, which kube-proxy v1.37 exits on seeing change (API server only).
     let node_ips = state.nodes.first().map(crate::model::Node::host_ips).filter(|ips| !ips.is_empty() && matches!(origin, Origin::Api(_)));
     let loaded = pipeline::load_objects(state, &objects, flags, file).context("invalid configuration")?;
@@ -145,6 +174,8 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Server
         Mode::Nftables => "nftables".into(),
     });
     let _ = shared.configz.set(configz);
+    let _ = shared.flagz.set(flagz);
+    let _ = shared.emulation_version.set(loaded.config.kube_proxy_version.to_string());
     shared.metrics.malformed_objects.inc_by(errors as u64);
     let proxy_name = loaded.config.service_proxy_name.clone();
     let node_name = loaded.config.node_name.clone();
@@ -159,7 +190,7 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Server
         Ok(h) => h,
         Err(e) => return Err(e.flushed(recorder.as_ref()).await),
     };
-    let metrics = serve_on("metrics", servers.metrics, servers.hard_fail, serve::metrics_router_with(shared.clone(), profiling))
+    let metrics = serve_on("metrics", servers.metrics, servers.hard_fail, serve::metrics_router_with(shared.clone(), pages))
         .await
         .map_err(|e| e.record(recorder.as_ref(), ProxyEvent::metrics_failed));
     let metrics = match metrics {
@@ -271,6 +302,16 @@ async fn this_node(client: &kube::Client, name: &str) -> ClusterState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unset_proxy_mode_is_warned_about_as_kube_proxy_v1_37_does() {
+        let w = unset_mode_warning(&Settings::default()).expect("a warning when nothing sets the mode");
+        assert!(w.contains("--proxy-mode") && w.contains("configuration file's mode"), "{w}");
+        assert!(w.contains("nftables") && !w.contains('\n'), "one line: {w}");
+        let mut set = Settings::default();
+        set.set_from_flag("proxy-mode", "iptables").unwrap().unwrap();
+        assert_eq!(unset_mode_warning(&set), None, "set explicitly, even to the default");
+    }
 
     #[test]
     fn a_port_taken_stops_only_with_bind_address_hard_fail() {

@@ -398,8 +398,62 @@ fn check_detector(c: &Config) -> Result<(), ConfigError> {
 /// `nodePortAddresses`: CIDRs and keywords in any combination (the newest kube-proxy's
 /// reading): `primary` (this node's primary IP of each family), `localhost` (127.0.0.0/8 and
 /// ::1/128) and `all` (0.0.0.0/0 and ::/0).
+/// kube-proxy's `validateKubeProxyNodePortAddress` (v1.37): each keyword at most once, every
+/// other entry a CIDR; every error, joined as Go's aggregate joins several.
+fn check_node_port_addresses(items: &[String]) -> Result<(), ConfigError> {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut errors = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let field = format!("KubeProxyConfiguration.NodePortAddresses[{i}]");
+        if matches!(item.as_str(), "primary" | "localhost" | "all") {
+            if !seen.insert(item.as_str()) {
+                errors.push(format!("{field}: Duplicate value: {item:?}"));
+            }
+        } else if Cidr::parse_sloppy(item).is_none() {
+            errors.push(format!("{field}: Invalid value: {item:?}: must be a valid CIDR or one of the keywords 'primary', 'localhost', 'all'"));
+        }
+    }
+    match errors.len() {
+        0 => Ok(()),
+        1 => Err(invalid(row::node_port_addresses.flag(), errors.remove(0))),
+        _ => Err(invalid(row::node_port_addresses.flag(), format!("[{}]", errors.join(", ")))),
+    }
+}
+
+/// kube-proxy's logging validation of `flushFrequency` (v1.35, PR #133540): the flag must
+/// be above zero; the file's `0` is defaulted (to 5s), a negative one refused.
+pub fn check_log_flush_frequency(flags: &Settings, file: &Settings) -> Result<(), ConfigError> {
+    let refused = |raw: &crate::settings::value::Raw, zero_refused: bool| {
+        let text = match &raw.0 {
+            serde_json::Value::String(t) => t.trim().to_string(),
+            // A number in the file is nanoseconds (component-base's TimeOrMetaDuration).
+            serde_json::Value::Number(n) => {
+                let ns = n.as_f64().unwrap_or(0.0);
+                let bad = ns < 0.0 || (zero_refused && ns == 0.0);
+                return bad.then(|| format!("logging.flushFrequency: Invalid value: {n}: Must be greater than zero"));
+            }
+            other => other.to_string(),
+        };
+        let (negative, magnitude) = match text.strip_prefix('-') {
+            Some(rest) => (true, rest),
+            None => (false, text.strip_prefix('+').unwrap_or(&text)),
+        };
+        let Ok(d) = crate::settings::value::parse_go_duration(magnitude) else { return None };
+        let bad = (negative && !d.is_zero()) || (zero_refused && d.is_zero());
+        bad.then(|| format!("logging.flushFrequency: Invalid value: {text:?}: Must be greater than zero"))
+    };
+    if let Some(e) = flags.log_flush_frequency.as_ref().and_then(|f| refused(f, true)) {
+        return Err(invalid(row::log_flush_frequency.flag(), e));
+    }
+    if let Some(e) = file.log_flush_frequency.as_ref().and_then(|f| refused(f, false)) {
+        return Err(invalid(row::log_flush_frequency.path(), e));
+    }
+    Ok(())
+}
+
 fn resolve_node_port_addresses(list: Option<&[String]>, node_ips: &[IpAddr]) -> Result<Vec<Cidr>, ConfigError> {
     let items: Vec<String> = list.unwrap_or_default().iter().flat_map(|s| split_list(s)).collect();
+    check_node_port_addresses(&items)?;
     let mut cidrs = Vec::new();
     for item in &items {
         match item.as_str() {
@@ -454,6 +508,52 @@ fn parse_families(f: Families, c: &Config) -> Vec<IpFamily> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn items(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn node_port_addresses_are_validated_as_kube_proxy_v1_37_does() {
+        assert!(check_node_port_addresses(&items(&["primary", "localhost", "all", "10.0.0.0/8"])).is_ok());
+        assert_eq!(
+            check_node_port_addresses(&items(&["primary", "primary"])).unwrap_err().to_string(),
+            "--nodeport-addresses: KubeProxyConfiguration.NodePortAddresses[1]: Duplicate value: \"primary\""
+        );
+        assert_eq!(
+            check_node_port_addresses(&items(&["10.0.0.0/8", "bogus", "all", "all"])).unwrap_err().to_string(),
+            "--nodeport-addresses: [KubeProxyConfiguration.NodePortAddresses[1]: Invalid value: \"bogus\": must be a valid CIDR or one of the keywords 'primary', 'localhost', 'all', \
+             KubeProxyConfiguration.NodePortAddresses[3]: Duplicate value: \"all\"]"
+        );
+        // A CIDR may repeat; only keywords may not.
+        assert!(check_node_port_addresses(&items(&["10.0.0.0/8", "10.0.0.0/8"])).is_ok());
+        let mut s = Settings::default();
+        s.set_from_flag("nodeport-addresses", "primary,primary").unwrap().unwrap();
+        assert!(resolve(s, &[]).unwrap_err().to_string().contains("Duplicate value: \"primary\""));
+    }
+
+    #[test]
+    fn log_flush_frequency_must_be_positive_as_in_component_base() {
+        let flag = |v: &str| {
+            let mut s = Settings::default();
+            s.set_from_flag("log-flush-frequency", v).unwrap().unwrap();
+            s
+        };
+        let file = |v: serde_json::Value| Settings { log_flush_frequency: Some(crate::settings::value::Raw(v)), ..Settings::default() };
+        let none = Settings::default();
+        assert!(check_log_flush_frequency(&flag("5s"), &none).is_ok());
+        assert_eq!(
+            check_log_flush_frequency(&flag("0s"), &none).unwrap_err().to_string(),
+            "--log-flush-frequency: logging.flushFrequency: Invalid value: \"0s\": Must be greater than zero"
+        );
+        assert!(check_log_flush_frequency(&flag("-1s"), &none).unwrap_err().to_string().contains("Invalid value: \"-1s\": Must be greater than zero"));
+        // The file's zero is defaulted; a negative one is refused.
+        assert!(check_log_flush_frequency(&none, &file(serde_json::json!(0))).is_ok());
+        assert!(check_log_flush_frequency(&none, &file(serde_json::json!("0s"))).is_ok());
+        assert!(check_log_flush_frequency(&none, &file(serde_json::json!("-2s"))).unwrap_err().to_string().starts_with("logging.flushFrequency: logging.flushFrequency: Invalid value"));
+        assert!(check_log_flush_frequency(&none, &file(serde_json::json!(-5))).is_err());
+        assert!(check_log_flush_frequency(&none, &file(serde_json::json!("5s"))).is_ok());
+    }
 
     fn cfg(s: Settings) -> Config {
         resolve(Settings { hostname_override: Some("n".into()), ..s }, &[]).unwrap()

@@ -1,8 +1,9 @@
 //! The HTTP endpoints of watch mode: `/healthz` and `/livez` on the health address, with
 //! kube-proxy's semantics (unhealthy once a queued change has waited more than twice the
 //! sync period; 503 before the first sync), and on the metrics address `/metrics`,
-//! `/metrics/slis`, `/proxyMode`, `/configz`, a `/healthz` ping and, with `--profiling`,
-//! `/debug/pprof/`, as kube-proxy's metrics port serves them.
+//! `/metrics/slis`, `/proxyMode`, `/configz`, a `/healthz` ping, `/statusz` and `/flagz`
+//! (each while its gate is on) and, with `--profiling`, `/debug/pprof/`, as kube-proxy's
+//! metrics port serves them.
 
 pub mod healthcheck;
 pub mod metrics;
@@ -10,6 +11,7 @@ pub mod nfacct;
 pub mod process;
 pub mod profiling;
 pub mod slis;
+pub mod zpages;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -42,6 +44,10 @@ pub struct Shared {
     pub configz: std::sync::OnceLock<serde_json::Value>,
     /// component-base's SLI registry (`/metrics/slis`).
     pub slis: slis::Slis,
+    /// Every flag and its value (the command line's, else its default), for `/flagz`.
+    pub flagz: std::sync::OnceLock<Vec<(String, String)>>,
+    /// The kube-proxy release emulated (`--kube-proxy-version`), for `/statusz`.
+    pub emulation_version: std::sync::OnceLock<String>,
 }
 
 impl Shared {
@@ -55,6 +61,8 @@ impl Shared {
             proxy_mode: std::sync::OnceLock::new(),
             configz: std::sync::OnceLock::new(),
             slis: slis::Slis::new(),
+            flagz: std::sync::OnceLock::new(),
+            emulation_version: std::sync::OnceLock::new(),
         }
     }
 }
@@ -170,17 +178,92 @@ async fn pprof_index() -> impl IntoResponse {
     (StatusCode::OK, TEXT, profiling::INDEX)
 }
 
+/// A zpage's answer: text, the `config.k8s.io` JSON (the content type names the kind, as
+/// apiserver's does), or 406.
+fn zpage(wanted: zpages::Wanted, kind: &str, text: impl FnOnce() -> String, json: impl FnOnce(bool) -> String) -> axum::response::Response {
+    match wanted {
+        zpages::Wanted::Text => (StatusCode::OK, [("content-type", "text/plain; charset=utf-8")], text()).into_response(),
+        zpages::Wanted::Json { v1alpha1 } => {
+            let version = if v1alpha1 { "v1alpha1" } else { "v1beta1" };
+            let content_type = format!("application/json;g=config.k8s.io;v={version};as={kind}");
+            let mut response = (StatusCode::OK, [("content-type", content_type)], json(v1alpha1)).into_response();
+            if v1alpha1 {
+                let warning = zpages::deprecated_warning(&kind.to_ascii_lowercase());
+                if let Ok(v) = axum::http::HeaderValue::from_str(&warning) {
+                    response.headers_mut().insert("warning", v);
+                }
+            }
+            response
+        }
+        zpages::Wanted::NotAcceptable => (StatusCode::NOT_ACCEPTABLE, [("content-type", "application/json")], zpages::not_acceptable()).into_response(),
+    }
+}
+
+fn accept(headers: &axum::http::HeaderMap) -> Option<&str> {
+    headers.get(axum::http::header::ACCEPT).and_then(|v| v.to_str().ok())
+}
+
+/// `/statusz`: when the process started, svcproxy's version, the release it emulates, the
+/// port's paths.
+async fn statusz(s: SharedState, headers: axum::http::HeaderMap, paths: Arc<Vec<String>>) -> axum::response::Response {
+    let now = SystemTime::now();
+    let started = process::start_time_seconds().map_or_else(|| now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()), |t| t as u64);
+    let status = zpages::Status {
+        started,
+        now,
+        binary_version: env!("CARGO_PKG_VERSION").to_string(),
+        emulation_version: s.emulation_version.get().cloned().unwrap_or_default(),
+        paths: paths.to_vec(),
+    };
+    zpage(zpages::negotiate(accept(&headers), "Statusz"), "Statusz", || status.text(zpages::random_delimiter()), |v1alpha1| status.json(v1alpha1))
+}
+
+/// `/flagz`: every flag and its value.
+async fn flagz(State(s): State<SharedState>, headers: axum::http::HeaderMap) -> axum::response::Response {
+    let flags = s.flagz.get().cloned().unwrap_or_default();
+    let json = |v1alpha1: bool| {
+        let map: serde_json::Map<String, serde_json::Value> = flags.iter().map(|(k, v)| (k.clone(), v.clone().into())).collect();
+        let version = if v1alpha1 { "config.k8s.io/v1alpha1" } else { "config.k8s.io/v1beta1" };
+        zpages::ordered_json(&[
+            ("kind", "Flagz".into()),
+            ("apiVersion", version.into()),
+            ("metadata", serde_json::json!({ "name": zpages::COMPONENT })),
+            ("flags", map.into()),
+        ])
+    };
+    zpage(zpages::negotiate(accept(&headers), "Flagz"), "Flagz", || zpages::flagz_text(&flags, zpages::random_delimiter()), json)
+}
+
 pub fn health_router(state: SharedState) -> Router {
     Router::new().route("/healthz", get(healthz)).route("/livez", get(livez)).with_state(state)
 }
 
-/// The metrics port without profiling.
-pub fn metrics_router(state: SharedState) -> Router {
-    metrics_router_with(state, false)
+/// What the metrics port serves besides its fixed paths.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Pages {
+    /// `--profiling`: `/debug/pprof/`.
+    pub profiling: bool,
+    /// The `ComponentStatusz` gate: `/statusz`.
+    pub statusz: bool,
+    /// The `ComponentFlagz` gate: `/flagz`.
+    pub flagz: bool,
 }
 
-/// The metrics port; `profiling` (`--profiling`) adds `/debug/pprof/`.
-pub fn metrics_router_with(state: SharedState, profiling: bool) -> Router {
+/// The metrics port without profiling or zpages.
+pub fn metrics_router(state: SharedState) -> Router {
+    metrics_router_with(state, Pages::default())
+}
+
+/// The metrics port with `pages`.
+pub fn metrics_router_with(state: SharedState, pages: Pages) -> Router {
+    // The paths `/statusz` lists: kube-proxy's mux's listed ones, first segment only
+    // (profiling's are unlisted; `/statusz` is installed after the list is taken).
+    let mut paths = vec!["/configz", "/healthz", "/metrics", "/proxyMode"];
+    if pages.flagz {
+        paths.push("/flagz");
+    }
+    paths.sort_unstable();
+    let paths = Arc::new(paths.into_iter().map(String::from).collect::<Vec<_>>());
     let router = Router::new()
         .route("/metrics", get(metrics))
         .route("/metrics/slis", get(slis_get).delete(slis_reset))
@@ -188,7 +271,13 @@ pub fn metrics_router_with(state: SharedState, profiling: bool) -> Router {
         .route("/configz", get(configz))
         .route("/healthz", get(ping))
         .route("/healthz/ping", get(ping_check));
-    let router = if profiling {
+    let router = if pages.flagz { router.route("/flagz", get(flagz)) } else { router };
+    let router = if pages.statusz {
+        router.route("/statusz", get(move |State(s): State<SharedState>, headers: axum::http::HeaderMap| statusz(s, headers, paths.clone())))
+    } else {
+        router
+    };
+    let router = if pages.profiling {
         router
             .route("/debug/pprof/", get(pprof_index))
             .route("/debug/pprof/profile", get(pprof_profile))
@@ -249,6 +338,64 @@ mod endpoint_tests {
         assert!(get(addr, "/debug/pprof/", "*/*").starts_with("HTTP/1.1 404"), "no profiling without --profiling");
     }
 
+    /// The body after the headers.
+    fn body(response: &str) -> &str {
+        response.split_once("\r\n\r\n").map_or("", |(_, b)| b)
+    }
+
+    #[test]
+    fn statusz_and_flagz_as_kube_proxy_v1_37_serves_them() {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let shared = Arc::new(Shared::new(Schedule::new(Timing::default())));
+        let _ = shared.emulation_version.set("1.37".into());
+        let _ = shared.flagz.set(vec![("proxy-mode".into(), "nftables".into()), ("cluster-cidr".into(), "[10.0.0.0/8]".into())]);
+        let pages = Pages { statusz: true, flagz: true, ..Pages::default() };
+        let addr = rt.block_on(spawn("127.0.0.1:0".parse().unwrap(), metrics_router_with(shared.clone(), pages))).unwrap();
+
+        // No Accept header: the text page, its delimiter one of apiserver's four.
+        let text = request(addr, "GET", "/statusz");
+        assert!(text.starts_with("HTTP/1.1 200") && text.contains("content-type: text/plain; charset=utf-8"), "{text}");
+        let page = body(&text);
+        assert!(page.starts_with("\nkube-proxy statusz\nWarning: This endpoint is not meant to be machine parseable"), "{page}");
+        let line = |name: &str| page.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("{name}: {page}")).to_string();
+        let delim = ["=", ": ", ":", " "].into_iter().find(|d| line("Started").starts_with(&format!("Started{d} "))).expect("a delimiter");
+        assert_eq!(line("Binary version"), format!("Binary version{delim} {}", env!("CARGO_PKG_VERSION")));
+        assert_eq!(line("Emulation version"), format!("Emulation version{delim} 1.37"));
+        assert_eq!(line("Paths"), format!("Paths{delim} /configz /flagz /healthz /metrics /proxyMode"));
+        assert!(line("Up").ends_with(" sec") && line("Up").contains(" hr "), "{page}");
+
+        // The structured form, asked for by kind, version and group.
+        let json = get(addr, "/statusz", "application/json;as=Statusz;v=v1beta1;g=config.k8s.io");
+        assert!(json.starts_with("HTTP/1.1 200") && json.contains("content-type: application/json;g=config.k8s.io;v=v1beta1;as=Statusz"), "{json}");
+        let v: serde_json::Value = serde_json::from_str(body(&json)).unwrap();
+        assert_eq!((v["kind"].as_str(), v["apiVersion"].as_str(), v["metadata"]["name"].as_str()), (Some("Statusz"), Some("config.k8s.io/v1beta1"), Some("kube-proxy")));
+        assert_eq!(v["emulationVersion"], "1.37");
+        assert!(v["startTime"].as_str().is_some_and(|t| t.ends_with('Z')) && v["uptimeSeconds"].is_u64(), "{v}");
+        let old = get(addr, "/statusz", "application/json;as=Statusz;v=v1alpha1;g=config.k8s.io");
+        assert!(old.contains("warning: 299 - \"This version of the statusz endpoint is deprecated."), "{old}");
+        assert!(get(addr, "/statusz", "application/json").starts_with("HTTP/1.1 406"));
+        assert!(get(addr, "/statusz", "application/vnd.kubernetes.protobuf").starts_with("HTTP/1.1 406"));
+
+        let flags = request(addr, "GET", "/flagz");
+        assert!(flags.starts_with("HTTP/1.1 200") && flags.contains("content-type: text/plain; charset=utf-8"), "{flags}");
+        let page = body(&flags);
+        assert!(page.starts_with("\nkube-proxy flagz\nWarning: "), "{page}");
+        let rest: Vec<&str> = page.lines().skip(3).collect();
+        assert_eq!(rest.len(), 2, "{page}");
+        assert!(rest[0].starts_with("cluster-cidr") && rest[0].ends_with("[10.0.0.0/8]") && rest[1].starts_with("proxy-mode"), "sorted: {page}");
+        let json = get(addr, "/flagz", "application/json;as=Flagz;v=v1beta1;g=config.k8s.io");
+        let v: serde_json::Value = serde_json::from_str(body(&json)).unwrap();
+        assert_eq!(v["flags"]["proxy-mode"], "nftables");
+
+        // Each page goes with its gate.
+        let off = rt.block_on(spawn("127.0.0.1:0".parse().unwrap(), metrics_router_with(shared.clone(), Pages::default()))).unwrap();
+        assert!(request(off, "GET", "/statusz").starts_with("HTTP/1.1 404"));
+        assert!(request(off, "GET", "/flagz").starts_with("HTTP/1.1 404"));
+        let statusz_only = rt.block_on(spawn("127.0.0.1:0".parse().unwrap(), metrics_router_with(shared, Pages { statusz: true, ..Pages::default() }))).unwrap();
+        assert!(request(statusz_only, "GET", "/flagz").starts_with("HTTP/1.1 404"));
+        assert!(body(&request(statusz_only, "GET", "/statusz")).contains(" /configz /healthz /metrics /proxyMode\n"), "no /flagz listed");
+    }
+
     fn request(addr: SocketAddr, method: &str, path: &str) -> String {
         let mut s = std::net::TcpStream::connect(addr).unwrap();
         write!(s, "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
@@ -261,7 +408,7 @@ mod endpoint_tests {
     fn a_delete_resets_the_slis_and_profiling_serves_a_cpu_profile() {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
         let shared = Arc::new(Shared::new(Schedule::new(Timing::default())));
-        let addr = rt.block_on(spawn("127.0.0.1:0".parse().unwrap(), metrics_router_with(shared.clone(), true))).unwrap();
+        let addr = rt.block_on(spawn("127.0.0.1:0".parse().unwrap(), metrics_router_with(shared.clone(), Pages { profiling: true, ..Pages::default() }))).unwrap();
         request(addr, "GET", "/healthz");
         assert!(request(addr, "DELETE", "/metrics/slis").ends_with("metrics reset\n"));
         assert!(!request(addr, "GET", "/metrics/slis").contains("name=\"ping\""));

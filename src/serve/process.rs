@@ -43,6 +43,11 @@ fn read() -> Option<Reading> {
     Some(Reading { cpu_seconds, resident_bytes, virtual_bytes, start_time_seconds, open_fds, max_fds })
 }
 
+/// When this process started, in seconds since the epoch (`None` without `/proc`).
+pub fn start_time_seconds() -> Option<f64> {
+    read().map(|r| r.start_time_seconds)
+}
+
 /// Registered once; reads `/proc/self` on every scrape.
 #[derive(Debug, Default)]
 pub struct ProcessCollector;

@@ -86,7 +86,7 @@ pub static GATES: &[Gate] = &[
     Gate { name: "DRADeviceTaintRules", default: true, locked: false, stage: "GA" }, // k8s
     Gate { name: "DRADeviceTaints", default: true, locked: false, stage: "GA" }, // k8s
     Gate { name: "DRAExtendedResource", default: true, locked: true, stage: "GA" }, // k8s
-    Gate { name: "DRAFractionalCapacityRange", default: true, locked: false, stage: "BETA" }, // new since the v1.35 table (versioned list)
+    Gate { name: "DRAFractionalCapacityRange", default: false, locked: false, stage: "BETA" }, // new since the v1.35 table (versioned list); its on-by-default spec needs min-compatibility 1.37
     Gate { name: "DRAListTypeAttributes", default: false, locked: false, stage: "ALPHA" }, // new since the v1.35 table (versioned list)
     Gate { name: "DRANodeAllocatableResources", default: false, locked: false, stage: "ALPHA" }, // new since the v1.35 table (versioned list)
     Gate { name: "DRAOptionalNodeOperations", default: false, locked: false, stage: "ALPHA" }, // new since the v1.35 table (versioned list)
@@ -284,6 +284,61 @@ pub static GATES: &[Gate] = &[
     Gate { name: "WorkloadWithJob", default: false, locked: false, stage: "ALPHA" }, // new since the v1.35 table (versioned list)
 ];
 
+/// What each gate needs: a gate that is enabled while one of its dependencies is disabled is
+/// an error, as `SetFromMap` checks since v1.35 (`defaultKubernetesFeatureGateDependencies` of
+/// `pkg/features`; component-base sorts each list). Only the gates with dependencies, sorted
+/// by name; docs/feature-gates.md says which tree it was read from.
+pub static DEPENDENCIES: &[(&str, &[&str])] = &[
+    ("ClusterTrustBundleProjection", &["ClusterTrustBundle"]),
+    ("CompositePodGroup", &["GenericWorkload", "TopologyAwareWorkloadScheduling"]),
+    ("DRAAdminAccess", &["DynamicResourceAllocation"]),
+    ("DRAConsumableCapacity", &["DynamicResourceAllocation"]),
+    ("DRADeviceBindingConditions", &["DRAResourceClaimDeviceStatus", "DynamicResourceAllocation"]),
+    ("DRADeviceTaintRules", &["DRADeviceTaints"]),
+    ("DRADeviceTaints", &["DynamicResourceAllocation"]),
+    ("DRAExtendedResource", &["DynamicResourceAllocation"]),
+    ("DRAFractionalCapacityRange", &["DRAConsumableCapacity"]),
+    ("DRAListTypeAttributes", &["DynamicResourceAllocation"]),
+    ("DRANodeAllocatableResources", &["DynamicResourceAllocation"]),
+    ("DRAPartitionableDevices", &["DynamicResourceAllocation"]),
+    ("DRAPrioritizedList", &["DynamicResourceAllocation"]),
+    ("DRAResourceClaimGranularStatusAuthorization", &["DRAResourceClaimDeviceStatus", "DynamicResourceAllocation"]),
+    ("DRAResourcePoolStatus", &["DynamicResourceAllocation"]),
+    ("DRASchedulerFilterTimeout", &["DynamicResourceAllocation"]),
+    ("DRAWorkloadResourceClaims", &["DynamicResourceAllocation", "GenericWorkload"]),
+    ("DeclarativeValidationBeta", &["DeclarativeValidation"]),
+    ("DeclarativeValidationTakeover", &["DeclarativeValidation"]),
+    ("DisableAllocatorDualWrite", &["MultiCIDRServiceAllocator"]),
+    ("ExtendWebSocketsToKubelet", &["NodeDeclaredFeatures"]),
+    ("GracefulNodeShutdownBasedOnPodPriority", &["GracefulNodeShutdown"]),
+    ("ImageVolumeWithDigest", &["ImageVolume"]),
+    ("InPlacePodLevelResourcesVerticalScaling", &["InPlacePodVerticalScaling", "NodeDeclaredFeatures", "PodLevelResources"]),
+    ("InPlacePodVerticalScalingExclusiveCPUs", &["InPlacePodVerticalScaling"]),
+    ("InPlacePodVerticalScalingExclusiveMemory", &["InPlacePodVerticalScaling"]),
+    ("InPlacePodVerticalScalingInitContainers", &["InPlacePodVerticalScaling", "NodeDeclaredFeatures"]),
+    ("InPlacePodVerticalScalingSchedulerPreemption", &["InPlacePodVerticalScaling"]),
+    ("MatchLabelKeysInPodTopologySpreadSelectorMerge", &["MatchLabelKeysInPodTopologySpread"]),
+    ("NodeControllerLeaseCircuitBreaker", &["AtomicFIFO"]),
+    ("PodGroupPreemptionPolicy", &["GenericWorkload"]),
+    ("PodLevelResourceManagers", &["PodLevelResources"]),
+    ("PodLevelResourcesFixKubeletQOSClass", &["PodLevelResources"]),
+    ("ProcMountType", &["UserNamespacesSupport"]),
+    ("ResourceHealthStatus", &["DynamicResourceAllocation"]),
+    ("ResourceHealthStatusMessage", &["ResourceHealthStatus"]),
+    ("RestartAllContainersOnContainerExits", &["ContainerRestartRules", "NodeDeclaredFeatures"]),
+    ("ServiceAccountTokenNodeBinding", &["ServiceAccountTokenNodeBindingValidation"]),
+    ("StaleControllerConsistencyDaemonSet", &["AtomicFIFO"]),
+    ("StaleControllerConsistencyHPA", &["AtomicFIFO"]),
+    ("StaleControllerConsistencyJob", &["AtomicFIFO"]),
+    ("StaleControllerConsistencyReplicaSet", &["AtomicFIFO"]),
+    ("StaleControllerConsistencyStatefulSet", &["AtomicFIFO"]),
+    ("StorageVersionAPI", &["APIServerIdentity"]),
+    ("TopologyAwareWorkloadScheduling", &["GenericWorkload"]),
+    ("UnknownVersionInteroperabilityProxy", &["APIServerIdentity"]),
+    ("UserNamespacesHostNetworkSupport", &["NodeDeclaredFeatures", "UserNamespacesSupport"]),
+    ("WorkloadWithJob", &["GenericWorkload"]),
+];
+
 /// The gates that change what kube-proxy programs or how it syncs (iptables/ipvs/nftables modes,
 /// endpoint selection, topology, health checks), with one line each on what they change.
 ///
@@ -295,7 +350,7 @@ pub static GATES: &[Gate] = &[
 pub static PROXY_GATES: &[(&str, &str)] = &[
     (
         "AllowServiceExternalIPs",
-        "GA, on by default, not locked (KEP-5707, spec.externalIPs deprecated in 1.36): off, kube-proxy programs no rules for a Service's spec.externalIPs; svcproxy refuses `false` (not implemented)",
+        "GA, on by default, not locked (KEP-5707, spec.externalIPs deprecated in 1.36): off, kube-proxy programs no rules for a Service's spec.externalIPs; svcproxy does the same in every mode",
     ),
     (
         "KubeProxyIPVS",
@@ -327,16 +382,38 @@ pub static PROXY_GATES: &[(&str, &str)] = &[
     ),
 ];
 
-/// Checks gates as kube-proxy's `SetFromMap` does: an unknown name, or a locked gate set to
-/// the other value, is an error (kube-proxy does not start).
+/// Checks gates as kube-proxy's `SetFromMap` does: an unknown name is an error on its own;
+/// else every locked gate set to the other value is one; else every enabled gate with a
+/// disabled dependency is one. Several errors are joined as Go's error aggregate joins them
+/// (sorted here: Go's order is its map's).
 pub fn check(gates: &std::collections::BTreeMap<String, bool>) -> Result<(), String> {
+    if let Some(name) = gates.keys().find(|n| find(n).is_none()) {
+        return Err(format!("unrecognized feature gate: {name}"));
+    }
+    let mut errors = Vec::new();
     for (name, value) in gates {
-        let gate = find(name).ok_or_else(|| format!("unrecognized feature gate: {name}"))?;
+        let gate = find(name).expect("known: checked above");
         if gate.locked && *value != gate.default {
-            return Err(format!("cannot set feature gate {name} to {value}, feature is locked to {}", gate.default));
+            errors.push(format!("cannot set feature gate {name} to {value}, feature is locked to {}", gate.default));
         }
     }
-    Ok(())
+    if errors.is_empty() {
+        for (gate, needs) in DEPENDENCIES {
+            if !enabled(gates, gate) {
+                continue;
+            }
+            let off: Vec<&str> = needs.iter().copied().filter(|d| !enabled(gates, d)).collect();
+            if !off.is_empty() {
+                // Go's `%v` of a slice: brackets, items separated by a space.
+                errors.push(format!("{gate} is enabled, but depends on features that are disabled: [{}]", off.join(" ")));
+            }
+        }
+    }
+    match errors.len() {
+        0 => Ok(()),
+        1 => Err(errors.remove(0)),
+        _ => Err(format!("[{}]", errors.join(", "))),
+    }
 }
 
 fn find(name: &str) -> Option<&'static Gate> {
@@ -437,6 +514,81 @@ mod tests {
         for w in GATES.windows(2) {
             assert!(w[0].name < w[1].name, "{} !< {}", w[0].name, w[1].name);
         }
+        for w in DEPENDENCIES.windows(2) {
+            assert!(w[0].0 < w[1].0, "{} !< {}", w[0].0, w[1].0);
+        }
+        for (gate, needs) in DEPENDENCIES {
+            assert!(find(gate).is_some(), "{gate} not in GATES");
+            assert!(!needs.is_empty(), "{gate}");
+            for w in needs.windows(2) {
+                assert!(w[0] < w[1], "{gate}: {} !< {}", w[0], w[1]);
+            }
+            for dep in *needs {
+                assert!(find(dep).is_some(), "{gate} needs {dep}, not in GATES");
+            }
+        }
+    }
+
+    #[test]
+    fn check_refuses_an_enabled_gate_whose_dependency_is_disabled() {
+        // The defaults are consistent (component-base refuses to register them otherwise).
+        assert_eq!(check(&m(&[])), Ok(()));
+        assert_eq!(
+            check(&m(&[("TopologyAwareWorkloadScheduling", true)])),
+            Err("TopologyAwareWorkloadScheduling is enabled, but depends on features that are disabled: [GenericWorkload]".into())
+        );
+        assert_eq!(check(&m(&[("TopologyAwareWorkloadScheduling", true), ("GenericWorkload", true)])), Ok(()));
+        // Turning a dependency off while its default-on dependent stays on.
+        assert_eq!(
+            check(&m(&[("APIServerIdentity", false)])),
+            Err("UnknownVersionInteroperabilityProxy is enabled, but depends on features that are disabled: [APIServerIdentity]".into())
+        );
+        assert_eq!(check(&m(&[("APIServerIdentity", false), ("UnknownVersionInteroperabilityProxy", false)])), Ok(()));
+        // Several errors: Go's aggregate, "[e1, e2]"; a gate's disabled dependencies in sorted order.
+        assert_eq!(
+            check(&m(&[("AllAlpha", true)])),
+            Err("[CompositePodGroup is enabled, but depends on features that are disabled: [GenericWorkload], \
+                 PodGroupPreemptionPolicy is enabled, but depends on features that are disabled: [GenericWorkload], \
+                 TopologyAwareWorkloadScheduling is enabled, but depends on features that are disabled: [GenericWorkload], \
+                 WorkloadWithJob is enabled, but depends on features that are disabled: [GenericWorkload]]"
+                .into())
+        );
+        assert_eq!(check(&m(&[("AllAlpha", true), ("AllBeta", true)])), Ok(()));
+        // A gate never depends on a less stable one, so turning every beta gate off passes.
+        assert_eq!(check(&m(&[("AllBeta", false)])), Ok(()));
+        assert_eq!(
+            check(&m(&[("CompositePodGroup", true), ("GenericWorkload", true)])),
+            Err("CompositePodGroup is enabled, but depends on features that are disabled: [TopologyAwareWorkloadScheduling]".into())
+        );
+        // Two disabled dependencies: Go's `%v` of the sorted list.
+        assert_eq!(
+            check(&m(&[("CompositePodGroup", true)])),
+            Err("CompositePodGroup is enabled, but depends on features that are disabled: [GenericWorkload TopologyAwareWorkloadScheduling]".into())
+        );
+        assert_eq!(
+            check(&m(&[("PodLevelResources", false)])),
+            Err("[InPlacePodLevelResourcesVerticalScaling is enabled, but depends on features that are disabled: [PodLevelResources], \
+                 PodLevelResourceManagers is enabled, but depends on features that are disabled: [PodLevelResources], \
+                 PodLevelResourcesFixKubeletQOSClass is enabled, but depends on features that are disabled: [PodLevelResources]]"
+                .into())
+        );
+        // Dependencies are checked only once every name and lock passed; lock errors are all reported.
+        assert_eq!(check(&m(&[("TopologyAwareWorkloadScheduling", true), ("NoSuchGate", true)])), Err("unrecognized feature gate: NoSuchGate".into()));
+        assert_eq!(
+            check(&m(&[("TopologyAwareWorkloadScheduling", true), ("PreferSameTrafficDistribution", false), ("NFTablesProxyMode", false)])),
+            Err("[cannot set feature gate NFTablesProxyMode to false, feature is locked to true, \
+                 cannot set feature gate PreferSameTrafficDistribution to false, feature is locked to true]"
+                .into())
+        );
+    }
+
+    #[test]
+    fn dra_fractional_capacity_range_is_off_at_min_compatibility_1_36() {
+        // Its two 1.37 specs: off, and on only from min-compatibility 1.37; kube-proxy runs at 1.36.
+        let g = find("DRAFractionalCapacityRange").expect("DRAFractionalCapacityRange");
+        assert!(!g.default && g.stage == "BETA");
+        assert_eq!(check(&m(&[("DRAConsumableCapacity", false)])), Ok(()));
+        assert!(check(&m(&[("DRAConsumableCapacity", false), ("AllBeta", true)])).is_err());
     }
 
     #[test]
@@ -488,6 +640,17 @@ mod tests {
         for (name, what) in PROXY_GATES {
             assert!(find(name).is_some(), "{name} not in GATES");
             assert!(!what.is_empty());
+        }
+    }
+
+    #[test]
+    fn proxy_gates_say_svcproxy_refuses_only_what_it_refuses() {
+        let modes = [ProxyMode::Iptables, ProxyMode::Ipvs, ProxyMode::Nftables];
+        for (name, what) in PROXY_GATES {
+            let refused = modes.iter().any(|mode| [true, false].iter().any(|v| check_supported(&m(&[(name, *v)]), *mode).is_err()));
+            // A refusal is svcproxy's own, or kube-proxy's validation it repeats.
+            let says = what.contains("svcproxy refuses") || (what.contains("fails validation") && what.contains("svcproxy does the same"));
+            assert_eq!(says, refused, "{name}: {what}");
         }
     }
 }

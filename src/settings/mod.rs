@@ -189,6 +189,25 @@ macro_rules! settings {
                 out
             }
 
+            /// Each setting that has a flag, as (its first flag, this layer's value as the
+            /// flag prints it back or `None`, how an unset flag of its type prints), for
+            /// the metrics port's `/flagz`.
+            pub fn flag_values(&self) -> Vec<(&'static str, Option<String>, String)> {
+                let mut out = Vec::new();
+                $(
+                    let flags: &[&'static str] = &[$($flag),*];
+                    if let Some(flag) = flags.first() {
+                        let zero = if matches!(<$ty as SettingValue>::SHAPE, value::FlagShape::List) {
+                            "[]".to_string()
+                        } else {
+                            value::flag_text(&<$ty as SettingValue>::zero_json())
+                        };
+                        out.push((*flag, self.$field.as_ref().map(|v| value::flag_text(&v.to_json())), zero));
+                    }
+                )*
+                out
+            }
+
             /// The name of every setting this layer has a non-zero value for.
             pub fn set_names(&self) -> Vec<&'static str> {
                 let mut out = Vec::new();
@@ -206,7 +225,7 @@ macro_rules! settings {
 settings! {
     // --- kube-proxy's KubeProxyConfiguration (v1alpha1), in its order ---
     feature_gates: BTreeMap<String, bool>, Rules, file "featureGates", flags ["feature-gates"], Effect::Acts,
-        "Feature gates (NAME=true|false,...), checked as kube-proxy v1.37 does: an unknown gate, or a locked one set against its value, stops it; KubeProxyIPVS=false refuses ipvs mode; AllowServiceExternalIPs=false programs no rules for spec.externalIPs; in nftables mode KubeProxyNFTablesLocalhostNodePorts=true is refused (not implemented)";
+        "Feature gates (NAME=true|false,...), checked as kube-proxy v1.37 does: an unknown gate, a locked one set against its value, or an enabled one whose dependency is off stops it; KubeProxyIPVS=false refuses ipvs mode; AllowServiceExternalIPs=false programs no rules for spec.externalIPs; in nftables mode KubeProxyNFTablesLocalhostNodePorts=true is refused (not implemented)";
     kubeconfig: String, Node, file "clientConnection.kubeconfig", flags ["kubeconfig"], Effect::Acts,
         "kubeconfig file for the API server";
     kube_api_accept_content_types: String, Node, file "clientConnection.acceptContentTypes", flags [], Effect::Acts,
@@ -463,6 +482,22 @@ impl Settings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn flag_values_print_each_flag_as_pflag_does() {
+        let mut s = Settings::default();
+        s.set_from_flag("proxy-mode", "nftables").unwrap().unwrap();
+        s.set_from_flag("nodeport-addresses", "primary,10.0.0.0/8").unwrap().unwrap();
+        s.set_from_flag("feature-gates", "B=false,A=true").unwrap().unwrap();
+        let values = s.flag_values();
+        let of = |flag: &str| values.iter().find(|(f, ..)| *f == flag).cloned().unwrap_or_else(|| panic!("{flag}"));
+        assert_eq!(of("proxy-mode"), ("proxy-mode", Some("nftables".into()), "".into()));
+        assert_eq!(of("nodeport-addresses"), ("nodeport-addresses", Some("[primary,10.0.0.0/8]".into()), "[]".into()));
+        assert_eq!(of("feature-gates").1.as_deref(), Some("A=true,B=false"));
+        assert_eq!(of("bind-address-hard-fail"), ("bind-address-hard-fail", None, "false".into()));
+        assert!(values.iter().all(|(f, ..)| !f.starts_with('-')), "names without dashes");
+        assert_eq!(values.len(), TABLE.iter().filter(|i| !i.flags.is_empty()).count());
+    }
 
     #[test]
     fn a_row_names_its_setting_by_flag_or_path() {

@@ -438,3 +438,39 @@ mod tests {
         assert_eq!(0.5f32.to_json(), Value::from(0.5));
     }
 }
+
+/// A value as pflag prints its flag back (`Value.String()`): lists in brackets, maps as
+/// sorted `k=v` pairs, whole floats without a fraction.
+pub fn flag_text(v: &Value) -> String {
+    match v {
+        Value::Null => String::new(),
+        Value::String(s) => s.clone(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => match n.as_f64() {
+            Some(f) if !n.is_i64() && !n.is_u64() && f.fract() == 0.0 && f.abs() < 1e15 => format!("{}", f as i64),
+            _ => n.to_string(),
+        },
+        Value::Array(items) => format!("[{}]", items.iter().map(flag_text).collect::<Vec<_>>().join(",")),
+        Value::Object(m) => {
+            let mut pairs: Vec<String> = m.iter().map(|(k, v)| format!("{k}={}", flag_text(v))).collect();
+            pairs.sort();
+            pairs.join(",")
+        }
+    }
+}
+
+#[cfg(test)]
+mod flag_text_tests {
+    use super::*;
+
+    #[test]
+    fn values_print_as_pflag_prints_them() {
+        assert_eq!(flag_text(&serde_json::json!("iptables")), "iptables");
+        assert_eq!(flag_text(&serde_json::json!(5.0)), "5");
+        assert_eq!(flag_text(&serde_json::json!(0.5)), "0.5");
+        assert_eq!(flag_text(&serde_json::json!(14)), "14");
+        assert_eq!(flag_text(&serde_json::json!(["primary", "10.0.0.0/8"])), "[primary,10.0.0.0/8]");
+        assert_eq!(flag_text(&serde_json::json!({"B": false, "A": true})), "A=true,B=false");
+        assert_eq!(flag_text(&serde_json::Value::Null), "");
+    }
+}
