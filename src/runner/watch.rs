@@ -34,6 +34,11 @@ pub async fn run_with(
 ) -> Option<String> {
     let serve_health = !health_binds.is_empty();
     let mut health = crate::serve::healthcheck::HealthServers::new(health_binds);
+    let mut localhost: Vec<crate::serve::localhost_nodeports::Proxies> = engine
+        .localhost_proxy_families()
+        .into_iter()
+        .map(|f| crate::serve::localhost_nodeports::Proxies::new(f, shared.metrics.localhost_nodeports.clone()))
+        .collect();
     tokio::pin!(shutdown);
     loop {
         if let Some(why) = exit_asked(&shared) {
@@ -63,6 +68,11 @@ pub async fn run_with(
                 wake(&mut engine, &shared, Instant::now());
                 if serve_health {
                     health.update(engine.health_check_counts()).await;
+                }
+                for p in &mut localhost {
+                    if let Some(specs) = engine.localhost_node_ports(p.family()) {
+                        p.update(&specs);
+                    }
                 }
             }
         }

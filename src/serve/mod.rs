@@ -5,6 +5,7 @@
 //! `/debug/pprof/`, as kube-proxy's metrics port serves them.
 
 pub mod healthcheck;
+pub mod localhost_nodeports;
 pub mod metrics;
 pub mod nfacct;
 pub mod process;
