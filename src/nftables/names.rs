@@ -40,6 +40,8 @@ pub const HAIRPIN_CONNECTIONS: &str = "hairpin-connections";
 /// `KubeProxyNFTablesLocalhostNodePorts` (kube-proxy v1.37): the `proto . NodePort` keys of
 /// localhost NodePorts kube-proxy rejects, each to its protocol's reject chain.
 pub const LOCALHOST_NODEPORT_REJECT_PORTS: &str = "localhost-nodeport-reject-ports";
+/// Its declaration after `add map FAMILY TABLE NAME`.
+pub const LOCALHOST_NODEPORT_REJECT_PORTS_SPEC: &str = "{ type inet_proto . inet_service : verdict ; comment \"localhost NodePorts rejected by kube-proxy\" ; }";
 
 /// The chain that counts and rejects one protocol's localhost NodePort traffic
 /// (`localhost-nodeport-reject-udp`).

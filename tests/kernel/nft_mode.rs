@@ -346,7 +346,7 @@ fn watch_partial(ctx: &mut Ctx) -> CaseResult {
 /// `kubeproxy_nftables_localhost_nodeport_rejected_packets_total`, is what shows the rule
 /// took it); the same UDP NodePort on the node IP still reaches its pods. Then, the control:
 /// with `--nodeport-addresses primary` no proxy runs, and TCP to 127.0.0.1 is rejected and
-/// counted as well.
+/// counted as well; with the gate off again, the chains and counters go.
 fn localhost_nodeports(ctx: &mut Ctx) -> CaseResult {
     use crate::watch_e2e::until;
     use std::time::Duration;
@@ -393,6 +393,12 @@ fn localhost_nodeports(ctx: &mut Ctx) -> CaseResult {
     ensure!(after - before >= 5.0, "no proxy: the TCP connections to 127.0.0.1 were not counted ({before} -> {after}):\n{}", w.log_text());
     let t = dataplane::connect(ctx, &lab, Where::External, netns::NODE_IP4, NODE_PORT, Proto::Tcp, N)?;
     dataplane::spread(&t, &["pod1", "pod2"], "no proxy: external -> node IP:NodePort (tcp)")?;
+    drop(w);
+
+    // The gate off again: its chains and counters go at the first full sync.
+    let w = Watching::start(&lab, &cluster_yaml(&[web(&[1, 2])]))?;
+    let l = listed(&lab, "ip")?;
+    ensure!(!l.contains("localhost-nodeport-reject"), "the gate's chains or counters stayed:\n{l}\n{}", w.log_text());
     Ok(())
 }
 
