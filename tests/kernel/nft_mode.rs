@@ -355,6 +355,8 @@ fn localhost_nodeports(ctx: &mut Ctx) -> CaseResult {
     let mut dns = svc("dns", "198.19.255.53", vec![Port { node_port: Some(30053), ..dataplane::udp("dns", 53) }], vec![ep4(1), ep4(2)]);
     dns.ty = "NodePort";
     let flags = ["--feature-gates", "KubeProxyNFTablesLocalhostNodePorts=true", "--nodeport-addresses", "primary,localhost"];
+    // A one-shot sync, then its dry run finds nothing to change (named counters compare).
+    sync_with(ctx, &lab, &[web(&[1, 2]), dns.clone()], &flags)?;
     let w = Watching::start_with(&lab, &cluster_yaml(&[web(&[1, 2]), dns]), &flags)?;
     let log_text = || w.log_text();
     let listeners = |family: &'static str| sync_count(&lab, family);
