@@ -457,8 +457,7 @@ fn feature_gates_are_checked_as_kube_proxy_checks_them() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let o = run(&["render", "--from", "fixtures/demo.yaml", "--feature-gates=AllAlpha=false,PreferSameTrafficDistribution=true"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    // v1.37: KubeProxyIPVS=false turns ipvs mode off (the other modes render), and the gates
-    // svcproxy does not implement are refused rather than ignored.
+    // v1.37: KubeProxyIPVS=false turns ipvs mode off (the other modes render).
     let o = run(&["render", "--from", "fixtures/demo.yaml", "--mode", "ipvs", "--feature-gates=KubeProxyIPVS=false"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("must be iptables, nftables or blank"), "{}", stderr(&o));
@@ -475,9 +474,16 @@ fn feature_gates_are_checked_as_kube_proxy_checks_them() {
     }
     let o = run(&["trace", "--from", "fixtures/external-ips.yaml", "--feature-gates=AllowServiceExternalIPs=false", "--src", "10.244.1.9", "--dst", "198.51.100.25:80"]);
     assert!(stderr(&o).contains("apps/legacy-api: 198.51.100.25") && stderr(&o).contains("get no rules: the feature gate AllowServiceExternalIPs is off"), "trace says why: {}", stderr(&o));
+    // KubeProxyNFTablesLocalhostNodePorts (KEP-6032): nftables mode rejects and counts
+    // localhost NodePorts; the other modes do not read it.
     let o = run(&["render", "--from", "fixtures/demo.yaml", "--mode", "nftables", "--feature-gates=KubeProxyNFTablesLocalhostNodePorts=true"]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("KubeProxyNFTablesLocalhostNodePorts"), "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("vmap @localhost-nodeport-reject-ports"));
+    for mode in ["iptables", "ipvs"] {
+        let on = run(&["render", "--from", "fixtures/demo.yaml", "--mode", mode, "--feature-gates=KubeProxyNFTablesLocalhostNodePorts=true"]);
+        let off = run(&["render", "--from", "fixtures/demo.yaml", "--mode", mode]);
+        assert_eq!((on.status.code(), on.stdout), (Some(0), off.stdout), "{mode}");
+    }
 }
 
 #[test]

@@ -149,6 +149,10 @@ pub struct Config {
     /// The `AllowServiceExternalIPs` feature gate (default on): off, `spec.externalIPs`
     /// get no rules in any mode (kube-proxy v1.37, KEP-5707).
     pub allow_external_ips: bool,
+    /// The `KubeProxyNFTablesLocalhostNodePorts` feature gate (alpha, default off): in
+    /// nftables mode, localhost NodePorts are rejected and counted, and TCP ones served by
+    /// a userspace proxy where `nodePortAddresses` names loopback (kube-proxy v1.37).
+    pub nft_localhost_node_ports: bool,
     /// Overrides the formatted mark (kube-proxy's unit-test fake); normally `None`.
     pub masquerade_mark_text: Option<String>,
     /// The node's interface addresses, when known (else the node IPs and loopback).
@@ -211,6 +215,14 @@ impl Config {
             return Vec::new();
         }
         cidrs
+    }
+
+    /// kube-proxy v1.37's `ContainsExplicitLoopback`: whether `nodePortAddresses` names a
+    /// loopback CIDR of this family (`localhost`, `127.0.0.1/32`, `::1/128`; not `all`, whose
+    /// zero CIDR only contains it). Where it does, nftables mode's userspace proxy serves
+    /// TCP NodePorts on that family's loopback address (with the gate on).
+    pub fn node_port_addresses_name_loopback(&self, family: IpFamily) -> bool {
+        self.node_port_addresses.iter().any(|c| c.family() == family && c.prefix() > 0 && c.addr().is_loopback())
     }
 
     /// Whether NodePorts answer on 127.0.0.1 for this family (never on IPv6; on IPv4 only
@@ -313,6 +325,7 @@ pub fn resolve(s: Settings, nodes: &[Node]) -> Result<Config, ConfigError> {
         masquerade_all: masquerade_all.unwrap_or_default(),
         service_cidrs_option: !service_cidrs.is_empty(),
         allow_external_ips: s.feature_gates.as_ref().is_none_or(|g| crate::settings::gates::enabled(g, "AllowServiceExternalIPs")),
+        nft_localhost_node_ports: s.feature_gates.as_ref().is_some_and(|g| crate::settings::gates::enabled(g, "KubeProxyNFTablesLocalhostNodePorts")),
         service_cidrs,
         masquerade_mark_text: s.masquerade_mark.clone(),
         interface_addresses: match &s.interface_addresses {

@@ -52,6 +52,24 @@ pub struct Context {
     /// chains only for session affinity. Else v1.34's (`mark-for-masquerade`, an endpoint
     /// chain per endpoint with its own hairpin rule).
     pub hairpin_set: bool,
+    /// `KubeProxyNFTablesLocalhostNodePorts` (kube-proxy v1.37): `None` when off; else
+    /// whether this family's userspace proxy serves TCP localhost NodePorts.
+    pub localhost: Option<LocalhostNodePorts>,
+}
+
+/// The gate's state in one family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LocalhostNodePorts {
+    /// `nodePortAddresses` names this family's loopback: TCP is served in userspace.
+    pub proxy: bool,
+}
+
+impl LocalhostNodePorts {
+    /// The protocols whose localhost NodePorts are rejected and counted (TCP, UDP, SCTP
+    /// order): those the proxy cannot serve, or all of them when it does not run.
+    pub fn rejected(self) -> &'static [&'static str] {
+        if self.proxy { &["udp", "sctp"] } else { &["tcp", "udp", "sctp"] }
+    }
 }
 
 impl Context {
@@ -70,6 +88,7 @@ impl Context {
             node_port_ips: (!cidrs.is_empty()).then(|| cfg.node_port_ips(ip_family)),
             service_cidrs: cfg.service_cidrs.iter().filter(|c| c.family() == ip_family).map(|c| c.to_string()).collect(),
             hairpin_set: cfg.kube_proxy_version.nftables_hairpin_set(),
+            localhost: cfg.nft_localhost_node_ports.then(|| LocalhostNodePorts { proxy: cfg.node_port_addresses_name_loopback(ip_family) }),
         }
     }
 

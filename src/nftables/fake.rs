@@ -32,6 +32,8 @@ struct Table {
     /// In order of creation, as nft lists them.
     chains: Vec<(String, Chain)>,
     sets: Vec<(String, Set)>,
+    /// Named counters, in order of creation (their counts are not faked).
+    counters: Vec<String>,
 }
 
 impl Table {
@@ -232,6 +234,18 @@ fn command(tables: &mut BTreeMap<&'static str, Table>, line: &str) -> Result<(),
                 t.sets.push((name.to_string(), Set { is_map: kind == "map", spec: inner(rest), elements: BTreeMap::new() }));
             }
         }
+        ("add", "counter") => {
+            if !t.counters.iter().any(|c| c == name) {
+                t.counters.push(name.to_string());
+            }
+        }
+        ("delete", "counter") => {
+            let i = t.counters.iter().position(|c| c == name).ok_or(MISSING)?;
+            if referenced(t, &format!("\"{name}\"")) {
+                return Err("Error: Device or resource busy".into());
+            }
+            t.counters.remove(i);
+        }
         ("flush", "chain") => t.chain(name).ok_or(MISSING)?.rules.clear(),
         ("flush", "set" | "map") => t.set(name).ok_or(MISSING)?.elements.clear(),
         ("delete", "chain") => {
@@ -248,6 +262,12 @@ fn command(tables: &mut BTreeMap<&'static str, Table>, line: &str) -> Result<(),
         ("add", "rule") => {
             for target in rest.split_whitespace().skip_while(|w| !matches!(*w, "jump" | "goto")).skip(1).take(1) {
                 if t.chain(target).is_none() {
+                    return Err(MISSING.into());
+                }
+            }
+            // `counter name "C"`: the named counter must exist.
+            if let Some(c) = rest.split_once("counter name \"").and_then(|(_, r)| r.split_once('"')).map(|(c, _)| c) {
+                if !t.counters.iter().any(|n| n == c) {
                     return Err(MISSING.into());
                 }
             }
@@ -302,11 +322,14 @@ fn element_value(e: &str) -> &str {
     e.rsplit_once(" : ").map_or("", |(_, v)| v.trim())
 }
 
-/// The table in `nft list table`'s layout: sets and maps, then chains.
+/// The table in `nft list table`'s layout: counters, sets and maps, then chains.
 fn list(family: Family, t: &Table) -> String {
     let mut out = format!("table {} kube-proxy {{\n", family.as_str());
     for part in t.spec.split(';').map(str::trim).filter(|p| !p.is_empty()) {
         out.push_str(&format!("\t{part}\n"));
+    }
+    for name in &t.counters {
+        out.push_str(&format!("\tcounter {name} {{\n\t}}\n"));
     }
     for (name, s) in &t.sets {
         out.push_str(&format!("\t{} {name} {{\n", if s.is_map { "map" } else { "set" }));

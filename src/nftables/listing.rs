@@ -1,5 +1,5 @@
 //! `nft list table` output read into values that compare: per object (the table's own
-//! properties, each chain, set and map) its lines in order (type, hook, flags, rules) and
+//! properties, each chain, set, map and named counter) its lines in order (type, hook, flags, rules) and
 //! its elements as a set. Counters' numbers and the elements the kernel adds to dynamic
 //! (session-affinity) sets are left out: they change with traffic, not with the rules.
 //! A dry run compares the live table with the desired one as the kernel lists it
@@ -15,7 +15,8 @@ pub struct Object {
     pub elements: BTreeSet<String>,
 }
 
-/// A listed table: objects by `chain NAME` / `set NAME` / `map NAME` / `table`.
+/// A listed table: objects by `chain NAME` / `set NAME` / `map NAME` / `counter NAME` /
+/// `table`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Listing {
     pub objects: BTreeMap<String, Object>,
@@ -55,6 +56,10 @@ impl Listing {
                 current = None;
                 continue;
             }
+            // A named counter's numbers change with traffic, not with the rules.
+            if current.as_deref().is_some_and(|k| k.starts_with("counter ")) && stmt.starts_with("packets ") {
+                continue;
+            }
             let key = current.clone().unwrap_or_else(|| "table".to_string());
             let obj = objects.entry(key).or_default();
             match stmt.strip_prefix("elements = {") {
@@ -77,7 +82,7 @@ impl Listing {
 
 fn opens_object(stmt: &str) -> bool {
     let mut words = stmt.split_whitespace();
-    matches!(words.next(), Some("chain" | "set" | "map")) && stmt.ends_with('{') && words.count() == 2
+    matches!(words.next(), Some("chain" | "set" | "map" | "counter")) && stmt.ends_with('{') && words.count() == 2
 }
 
 /// Braces opened and not closed, outside quotes.
@@ -243,6 +248,14 @@ mod tests {
 \tchain reject-chain {
 \t\treject counter packets 3 bytes 180
 \t}
+
+\tcounter localhost-nodeport-rejected-udp {
+\t\tpackets 7 bytes 420
+\t}
+
+\tchain localhost-nodeport-reject-udp {
+\t\tcounter name \"localhost-nodeport-rejected-udp\" reject
+\t}
 }
 ";
 
@@ -250,7 +263,12 @@ mod tests {
     fn a_listing_reads_into_objects_with_elements_as_sets() {
         let l = Listing::parse(LIVE);
         let keys: Vec<&str> = l.objects.keys().map(String::as_str).collect();
-        assert_eq!(keys, ["chain reject-chain", "chain services", "map service-ips", "set affinity-X", "set cluster-ips", "table"]);
+        assert_eq!(
+            keys,
+            ["chain localhost-nodeport-reject-udp", "chain reject-chain", "chain services", "counter localhost-nodeport-rejected-udp", "map service-ips", "set affinity-X", "set cluster-ips", "table"]
+        );
+        assert!(l.objects["counter localhost-nodeport-rejected-udp"].lines.is_empty(), "a named counter's numbers are not compared");
+        assert_eq!(l.objects["chain localhost-nodeport-reject-udp"].lines, ["counter name \"localhost-nodeport-rejected-udp\" reject"]);
         assert_eq!(l.objects["set cluster-ips"].elements.len(), 3);
         assert_eq!(l.objects["map service-ips"].elements.iter().next().unwrap(), "10.96.0.1 . tcp . 443 : goto service-B");
         assert!(l.objects["map service-ips"].elements.contains("10.96.0.10 . udp . 53 comment \"a, b\" : goto service-A"), "a comma in quotes");
@@ -263,7 +281,7 @@ mod tests {
     #[test]
     fn the_same_table_differs_in_nothing_and_a_change_is_named() {
         let live = Listing::parse(LIVE);
-        let reordered = LIVE.replace("10.96.0.1, 10.96.0.10,", "10.96.0.10, 10.96.0.1,").replace("packets 3 bytes 180", "packets 9 bytes 540");
+        let reordered = LIVE.replace("10.96.0.1, 10.96.0.10,", "10.96.0.10, 10.96.0.1,").replace("packets 3 bytes 180", "packets 9 bytes 540").replace("packets 7 bytes 420", "packets 8 bytes 480");
         assert!(diff(&live, &Listing::parse(&reordered)).is_empty(), "element order and counters do not count");
 
         let changed = LIVE.replace("10.100.12.34 }", "10.100.12.35 }").replace("mod 2 vmap { 0 : goto e1, 1 : goto e2 }", "mod 1 vmap { 0 : goto e1 }");
@@ -275,7 +293,7 @@ mod tests {
         assert!(!text.contains("jump") && !text.contains("vmap @service-ips"), "unchanged lines are not shown: {text}");
 
         let gone = diff(&live, &Listing::default());
-        assert_eq!(gone.len(), 6);
+        assert_eq!(gone.len(), 8, "every object, the named counter too");
         assert!(gone.text("ip kube-proxy").contains("chain services\n  - (removed)\n"));
         assert!(diff(&Listing::default(), &Listing::default()).text("x").is_empty());
     }

@@ -137,6 +137,9 @@ pub struct Objects {
     pub sets: Vec<Set>,
     pub rules: Vec<Rule>,
     pub elements: Vec<Element>,
+    /// Named counters (`add counter FAMILY TABLE NAME`): declared, never flushed, so a
+    /// sync keeps their counts.
+    pub counters: Vec<String>,
 }
 
 impl Objects {
@@ -157,6 +160,7 @@ impl Objects {
         self.sets.extend(other.sets.iter().cloned());
         self.rules.extend(other.rules.iter().cloned());
         self.elements.extend(other.elements.iter().cloned());
+        self.counters.extend(other.counters.iter().cloned());
     }
 }
 
@@ -201,7 +205,7 @@ pub fn write(table: &Table, form: Form) -> String {
     out
 }
 
-/// Writes the table, its chains and its sets and maps (`add` commands, which change
+/// Writes the table, its chains, its sets and maps and its named counters (`add` commands, which change
 /// nothing of an object that is already there); returns the `FAMILY TABLE` head.
 pub(crate) fn declare(out: &mut String, table: &Table) -> String {
     declare_but(out, table, |_| false)
@@ -222,6 +226,9 @@ pub(crate) fn declare_but(out: &mut String, table: &Table, leave_out: impl Fn(&s
     }
     for s in &o.sets {
         let _ = writeln!(out, "add {} {head} {} {}", kind_word(s), s.name, set_spec(s));
+    }
+    for c in &o.counters {
+        let _ = writeln!(out, "add counter {head} {c}");
     }
     head
 }

@@ -37,6 +37,24 @@ pub const MASQUERADING: &str = "masquerading";
 /// through a service), masqueraded in `masquerading`.
 pub const HAIRPIN_CONNECTIONS: &str = "hairpin-connections";
 
+/// `KubeProxyNFTablesLocalhostNodePorts` (kube-proxy v1.37): the `proto . NodePort` keys of
+/// localhost NodePorts kube-proxy rejects, each to its protocol's reject chain.
+pub const LOCALHOST_NODEPORT_REJECT_PORTS: &str = "localhost-nodeport-reject-ports";
+/// Its declaration after `add map FAMILY TABLE NAME`.
+pub const LOCALHOST_NODEPORT_REJECT_PORTS_SPEC: &str = "{ type inet_proto . inet_service : verdict ; comment \"localhost NodePorts rejected by kube-proxy\" ; }";
+
+/// The chain that counts and rejects one protocol's localhost NodePort traffic
+/// (`localhost-nodeport-reject-udp`).
+pub fn localhost_nodeport_reject_chain(proto: &str) -> String {
+    format!("localhost-nodeport-reject-{proto}")
+}
+
+/// The named counter of that chain, which `/metrics` reads back
+/// (`kubeproxy_nftables_localhost_nodeport_rejected_packets_total`).
+pub fn localhost_nodeport_rejected_counter(proto: &str) -> String {
+    format!("localhost-nodeport-rejected-{proto}")
+}
+
 /// knftables' NameLengthMax less the longest prefix (`chainNameBaseLengthMax`).
 const BASE_LENGTH_MAX: usize = 256 - 16;
 

@@ -318,6 +318,21 @@ pub fn read_table(family: Family) -> Result<Option<TableRead>, NftError> {
     Ok(Some(table_read(&chains, &sets)))
 }
 
+/// The `kube-proxy` table's named counters and their packets (`None`: no table), read
+/// over netlink (a dump of the table's stateful objects), for `/metrics`.
+pub fn read_counters(family: Family) -> Result<Option<Vec<(String, u64)>>, NftError> {
+    let io = |e: std::io::Error| NftError::Failed { command: "nf_tables netlink read".into(), message: e.to_string() };
+    let mut sock = Socket::new(NETLINK_NETFILTER).map_err(io)?;
+    sock.bind_auto().map_err(io)?;
+    set_read_timeout(&sock);
+    let replies = exchange(&mut sock, &dump::request(dump::GETOBJ, fam(family), TABLE, 1))?;
+    match replies.iter().find_map(|r| if let dump::Reply::Error(e) = r { Some(*e) } else { None }) {
+        Some(0) | None => Ok(Some(replies.iter().filter_map(|r| dump::counter_of(r, TABLE)).collect())),
+        Some(libc::ENOENT) => Ok(None),
+        Some(e) => Err(io(std::io::Error::from_raw_os_error(e))),
+    }
+}
+
 /// What a table's chain and set dumps name.
 fn table_read(chains: &[dump::Reply], sets: &[dump::Reply]) -> TableRead {
     table_read_of(chains.iter().filter_map(|r| dump::chain_of(r, TABLE)).collect(), sets)

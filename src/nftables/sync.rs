@@ -22,7 +22,7 @@ use super::apply::{Names, Nft, NftError};
 use super::listing::{self, Diff, Listing};
 use super::model::{self, Family, Form, Table};
 use super::{chunked, delta, staged};
-use super::names::{HAIRPIN_CONNECTIONS, MARK_MASQ};
+use super::names::{localhost_nodeport_rejected_counter, HAIRPIN_CONNECTIONS, LOCALHOST_NODEPORT_REJECT_PORTS, LOCALHOST_NODEPORT_REJECT_PORTS_SPEC, MARK_MASQ};
 use crate::driver::Phase;
 
 /// A sync's failed `nft` call, and the step it was (kube-proxy counts only a failed
@@ -159,10 +159,19 @@ pub fn full(nft: &mut dyn Nft, table: &Table, dry_run: bool) -> Result<Report, S
         }
     }
     report.applied = true;
-    let delete: String = stale_chains
-        .iter()
-        .map(|c| format!("delete chain {head} {c}\n"))
+    // A stale localhost NodePort reject chain's named counter goes after it (its rule, the
+    // counter's one reference, went in the flush above).
+    // Their map still sends NodePorts to them (a sync reads no map names): when the table
+    // no longer has it, it goes first, added and deleted as kube-proxy does.
+    let stale_counters = stale_chains.iter().filter_map(|c| c.strip_prefix("localhost-nodeport-reject-")).map(localhost_nodeport_rejected_counter);
+    let map_gone = stale_chains.iter().any(|c| c.starts_with("localhost-nodeport-reject-")) && !wanted_sets.contains(LOCALHOST_NODEPORT_REJECT_PORTS);
+    let map = format!("add map {head} {LOCALHOST_NODEPORT_REJECT_PORTS} {LOCALHOST_NODEPORT_REJECT_PORTS_SPEC}\ndelete map {head} {LOCALHOST_NODEPORT_REJECT_PORTS}\n");
+    let delete: String = map_gone
+        .then_some(map)
+        .into_iter()
+        .chain(stale_chains.iter().map(|c| format!("delete chain {head} {c}\n")))
         .chain(stale_sets.iter().map(|s| format!("delete set {head} {s}\n")))
+        .chain(stale_counters.map(|c| format!("delete counter {head} {c}\n")))
         .collect();
     report.stale = stale_chains.iter().map(|c| format!("chain {c}")).chain(stale_sets.iter().map(|s| format!("set {s}"))).collect();
     if !delete.is_empty() {
@@ -280,6 +289,23 @@ mod tests {
         assert_eq!(note(&v137, &v137), None);
         assert_eq!(note(&v134, &v134), None);
         assert_eq!(note(&table(&[]), &v137), None, "an empty kernel");
+    }
+
+    #[test]
+    fn a_localhost_reject_chain_gone_takes_its_counter_along() {
+        let mut with = table(&["a"]);
+        with.objects.chain(Chain::regular("localhost-nodeport-reject-udp"));
+        with.objects.rule(Rule::new("localhost-nodeport-reject-udp", "counter name \"localhost-nodeport-rejected-udp\" reject"));
+        with.objects.counters.push("localhost-nodeport-rejected-udp".into());
+        with.objects.sets.push(crate::nftables::model::Set::map(LOCALHOST_NODEPORT_REJECT_PORTS, "inet_proto . inet_service : verdict", Some("localhost NodePorts rejected by kube-proxy")));
+        with.objects.element(LOCALHOST_NODEPORT_REJECT_PORTS, vec!["udp".into(), "30053".into()], vec!["goto localhost-nodeport-reject-udp".into()], None);
+        let mut nft = FakeNft::new();
+        full(&mut nft, &with, false).unwrap();
+        assert!(nft.listing(Family::Ip).unwrap().contains("counter localhost-nodeport-rejected-udp"));
+        let r = full(&mut nft, &table(&["a"]), false).unwrap();
+        assert_eq!((r.stale.as_slice(), r.stale_error.as_deref()), (&["chain localhost-nodeport-reject-udp".to_owned()][..], None));
+        let listed = nft.listing(Family::Ip).unwrap();
+        assert!(!listed.contains("localhost-nodeport-reject"), "{listed}");
     }
 
     #[test]

@@ -419,6 +419,30 @@ impl Engine {
         }
     }
 
+    /// nftables mode with `KubeProxyNFTablesLocalhostNodePorts`: the families whose
+    /// userspace proxy serves TCP localhost NodePorts (their `nodePortAddresses` name
+    /// loopback), as kube-proxy v1.37 creates one per such family's proxier.
+    pub fn localhost_proxy_families(&self) -> Vec<crate::net::IpFamily> {
+        if self.config.mode != crate::config::Mode::Nftables || !self.config.nft_localhost_node_ports {
+            return Vec::new();
+        }
+        self.trackers.families.iter().map(|t| t.family).filter(|f| self.config.node_port_addresses_name_loopback(*f)).collect()
+    }
+
+    /// The TCP NodePorts `family`'s localhost proxy serves now, from the committed maps;
+    /// `None` when the family's last sync failed (kube-proxy updates its listeners only
+    /// after a sync that succeeded).
+    pub fn localhost_node_ports(&self, family: crate::net::IpFamily) -> Option<Vec<crate::serve::localhost_nodeports::Spec>> {
+        if self.unsynced.contains(&family) {
+            return None;
+        }
+        let t = self.trackers.families.iter().find(|t| t.family == family)?;
+        let (s, e) = t.view();
+        let zone = self.config.node_labels.get(crate::model::LABEL_ZONE).map(String::as_str);
+        let here = crate::select::Locality { node_name: &self.config.node_name, zone };
+        Some(crate::serve::localhost_nodeports::specs(s, e, here))
+    }
+
     /// Local endpoint counts per health-check node port, over all families.
     pub fn health_check_counts(&self) -> std::collections::BTreeMap<u16, (crate::model::NamespacedName, usize)> {
         let mut out = std::collections::BTreeMap::new();

@@ -87,11 +87,15 @@ pub fn oom_score_adj(adj: i32) -> Result<(), crate::node::NodeError> {
     crate::node::apply_oom_score_adj(std::path::Path::new("/proc"), adj)
 }
 
-/// The metrics `mode` reports, with this node's nfacct counters in iptables mode.
+/// The metrics `mode` reports, with this node's nfacct counters in iptables mode and its
+/// `kube-proxy` tables' named counters (localhost NodePort rejections) in nftables mode.
 pub fn register_metrics(metrics: &mut crate::serve::Metrics, mode: Mode) {
     metrics.register_mode(mode);
     if mode == Mode::Iptables {
         metrics.register_nfacct(crate::serve::nfacct::NfacctCollector::kernel());
+    }
+    if mode == Mode::Nftables {
+        metrics.register_localhost_rejected(crate::serve::localhost_nodeports::RejectedCollector::kernel());
     }
 }
 

@@ -37,6 +37,11 @@ pub async fn run_with(
 ) -> Option<String> {
     let serve_health = !health_binds.is_empty();
     let mut health = crate::serve::healthcheck::HealthServers::new(health_binds);
+    let mut localhost: Vec<crate::serve::localhost_nodeports::Proxies> = engine
+        .localhost_proxy_families()
+        .into_iter()
+        .map(|f| crate::serve::localhost_nodeports::Proxies::new(f, shared.metrics.localhost_nodeports.clone()))
+        .collect();
     tokio::pin!(shutdown);
     loop {
         if let Some(why) = exit_asked(&shared) {
@@ -70,6 +75,11 @@ pub async fn run_with(
                         for f in failures {
                             r.record(ProxyEvent::service_health_check_failed(r.node(), &f.service.namespace, &f.service.name, f.addr, &f.error));
                         }
+                    }
+                }
+                for p in &mut localhost {
+                    if let Some(specs) = engine.localhost_node_ports(p.family()) {
+                        p.update(&specs);
                     }
                 }
             }

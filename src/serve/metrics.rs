@@ -117,6 +117,8 @@ pub struct Metrics {
     pub livez: Family<CodeLabel, Counter>,
     pub canary_checks: Counter,
     pub canary_lost: Counter,
+    /// nftables mode's localhost NodePort proxy (`KubeProxyNFTablesLocalhostNodePorts`).
+    pub localhost_nodeports: super::localhost_nodeports::ProxyMetrics,
 }
 
 /// kube-proxy's sync-duration buckets: `ExponentialBuckets(0.001, 2, 15)` (1 ms to 16.384 s).
@@ -176,6 +178,7 @@ impl Metrics {
             livez: Family::default(),
             canary_checks: Counter::default(),
             canary_lost: Counter::default(),
+            localhost_nodeports: Default::default(),
         };
         m.register()
     }
@@ -235,6 +238,16 @@ impl Metrics {
             r.register("kubeproxy_sync_proxy_rules_nftables_sync_failures", "Cumulative proxy nftables sync failures", self.nftables_sync_failures.clone());
             r.register("kubeproxy_sync_proxy_rules_nftables_cleanup_failures", "Cumulative proxy nftables cleanup failures", self.nftables_cleanup_failures.clone());
             r.register(
+                "kubeproxy_nftables_localhost_nodeport_listeners",
+                "Number of active localhost NodePort userspace proxy listeners",
+                self.localhost_nodeports.listeners.clone(),
+            );
+            r.register(
+                "kubeproxy_nftables_localhost_nodeport_listener_creation_failures",
+                "Number of localhost NodePort userspace proxy listener creation failures",
+                self.localhost_nodeports.creation_failures.clone(),
+            );
+            r.register(
                 "svcproxy_nftables_partial_writes",
                 "nftables partial syncs' transactions by writer: netlink, or nft for what the netlink encoder does not know",
                 self.nftables_partial_writes.clone(),
@@ -242,6 +255,13 @@ impl Metrics {
         }
         r.register("kubeproxy_conntrack_reconciler_sync_duration_seconds", "ReconcileConntrackFlowsLatency latency in seconds", self.conntrack_reconcile_duration.clone());
         r.register("kubeproxy_conntrack_reconciler_deleted_entries", "Cumulative conntrack flows deleted by conntrack reconciler", self.conntrack_deleted.clone());
+    }
+
+    /// nftables mode's `kubeproxy_nftables_localhost_nodeport_rejected_packets_total`, read
+    /// from the kernel's named counters at each scrape (kube-proxy registers it in nftables
+    /// mode only).
+    pub fn register_localhost_rejected(&mut self, collector: super::localhost_nodeports::RejectedCollector) {
+        self.registry.register_collector(Box::new(collector));
     }
 
     /// iptables mode's nfacct-backed families, read from the kernel at each scrape (kube-proxy
@@ -368,7 +388,7 @@ mod upstream_tests {
 
     /// kube-proxy v1.34's families svcproxy registers (pkg/proxy/metrics/metrics.go): name
     /// as the classic text names it, type, help (prometheus-client adds a final period).
-    const KUBE_PROXY: [(&str, &str, &str); 21] = [
+    const KUBE_PROXY: [(&str, &str, &str); 23] = [
         ("kubeproxy_sync_proxy_rules_duration_seconds", "histogram", "SyncProxyRules latency in seconds"),
         ("kubeproxy_sync_full_proxy_rules_duration_seconds", "histogram", "SyncProxyRules latency in seconds for full resyncs"),
         ("kubeproxy_sync_partial_proxy_rules_duration_seconds", "histogram", "SyncProxyRules latency in seconds for partial resyncs"),
@@ -390,6 +410,8 @@ mod upstream_tests {
         ("kubeproxy_conntrack_reconciler_deleted_entries_total", "counter", "Cumulative conntrack flows deleted by conntrack reconciler"),
         ("kubeproxy_sync_proxy_rules_nftables_sync_failures_total", "counter", "Cumulative proxy nftables sync failures"),
         ("kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total", "counter", "Cumulative proxy nftables cleanup failures"),
+        ("kubeproxy_nftables_localhost_nodeport_listeners", "gauge", "Number of active localhost NodePort userspace proxy listeners"),
+        ("kubeproxy_nftables_localhost_nodeport_listener_creation_failures_total", "counter", "Number of localhost NodePort userspace proxy listener creation failures"),
     ];
 
     /// Every labelled family with a series (an empty family is not written at all, as
@@ -421,6 +443,8 @@ mod upstream_tests {
         let v4 = FamilyLabel::of(crate::net::IpFamily::V4);
         m.nftables_sync_failures.get_or_create(&v4).inc();
         m.nftables_cleanup_failures.get_or_create(&v4).inc();
+        m.localhost_nodeports.listeners.get_or_create(&v4).set(2);
+        m.localhost_nodeports.creation_failures.get_or_create(&v4).inc();
         m
     }
 

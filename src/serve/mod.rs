@@ -6,6 +6,7 @@
 //! metrics port serves them.
 
 pub mod healthcheck;
+pub mod localhost_nodeports;
 pub mod metrics;
 pub mod nfacct;
 pub mod process;

@@ -358,7 +358,7 @@ pub static PROXY_GATES: &[(&str, &str)] = &[
     ),
     (
         "KubeProxyNFTablesLocalhostNodePorts",
-        "alpha, off by default: on, nftables mode serves TCP NodePorts on loopback with a userspace proxy when nodePortAddresses names loopback, and rejects (and counts in named counters) the localhost NodePorts it does not serve; svcproxy refuses it on in nftables mode (not implemented)",
+        "alpha, off by default: on, nftables mode serves TCP NodePorts on loopback with a userspace proxy when nodePortAddresses names loopback, and rejects (and counts in named counters) the localhost NodePorts it does not serve; svcproxy does the same (no effect in the other modes, as in kube-proxy)",
     ),
     (
         "NFTablesNetlink",
@@ -448,9 +448,6 @@ pub fn check_supported(gates: &std::collections::BTreeMap<String, bool>, mode: s
         // kube-proxy's validateProxyModeLinux: the modes it lists are sorted and joined by ", ".
         return Err("mode \"ipvs\": must be iptables, nftables or blank (blank means the best-available proxy [currently iptables]); ipvs mode is turned off by the KubeProxyIPVS feature gate".into());
     }
-    if mode == ProxyMode::Nftables && enabled(gates, "KubeProxyNFTablesLocalhostNodePorts") {
-        return Err("feature gate KubeProxyNFTablesLocalhostNodePorts (set, or turned on by AllAlpha) is not implemented by svcproxy in nftables mode (kube-proxy v1.37 then proxies localhost NodePorts in userspace and rejects the others)".into());
-    }
     Ok(())
 }
 
@@ -503,10 +500,12 @@ mod tests {
         let e = check_supported(&m(&[("KubeProxyIPVS", false)]), ProxyMode::Ipvs).unwrap_err();
         assert!(e.starts_with("mode \"ipvs\": must be iptables, nftables or blank"), "{e}");
         assert_eq!(check_supported(&m(&[("KubeProxyIPVS", false)]), ProxyMode::Iptables), Ok(()));
+        // Honoured in nftables mode; kube-proxy's other modes do not read it.
         let on = m(&[("KubeProxyNFTablesLocalhostNodePorts", true)]);
-        assert!(check_supported(&on, ProxyMode::Nftables).unwrap_err().contains("KubeProxyNFTablesLocalhostNodePorts"));
-        assert_eq!(check_supported(&on, ProxyMode::Iptables), Ok(()));
-        assert!(check_supported(&m(&[("AllAlpha", true)]), ProxyMode::Nftables).is_err());
+        for mode in [ProxyMode::Iptables, ProxyMode::Ipvs, ProxyMode::Nftables] {
+            assert_eq!(check_supported(&on, mode), Ok(()), "{mode:?}");
+            assert_eq!(check_supported(&m(&[("AllAlpha", true)]), mode), Ok(()), "{mode:?}");
+        }
     }
 
     #[test]

@@ -225,7 +225,7 @@ macro_rules! settings {
 settings! {
     // --- kube-proxy's KubeProxyConfiguration (v1alpha1), in its order ---
     feature_gates: BTreeMap<String, bool>, Rules, file "featureGates", flags ["feature-gates"], Effect::Acts,
-        "Feature gates (NAME=true|false,...), checked as kube-proxy v1.37 does: an unknown gate, a locked one set against its value, or an enabled one whose dependency is off stops it; KubeProxyIPVS=false refuses ipvs mode; AllowServiceExternalIPs=false programs no rules for spec.externalIPs; in nftables mode KubeProxyNFTablesLocalhostNodePorts=true is refused (not implemented)";
+        "Feature gates (NAME=true|false,...), checked as kube-proxy v1.37 does: an unknown gate, a locked one set against its value, or an enabled one whose dependency is off stops it; KubeProxyIPVS=false refuses ipvs mode; AllowServiceExternalIPs=false programs no rules for spec.externalIPs; KubeProxyNFTablesLocalhostNodePorts=true rejects and counts localhost NodePorts in nftables mode, and serves TCP ones with a userspace proxy where nodePortAddresses names loopback";
     kubeconfig: String, Node, file "clientConnection.kubeconfig", flags ["kubeconfig"], Effect::Acts,
         "kubeconfig file for the API server";
     kube_api_accept_content_types: String, Node, file "clientConnection.acceptContentTypes", flags [], Effect::Acts,

@@ -242,6 +242,9 @@ fn reason_of(chain: &str, rule: &Rule) -> Option<String> {
     if let Some(c) = &rule.comment {
         return Some(c.clone());
     }
+    if chain.starts_with("localhost-nodeport-reject-") {
+        return Some("a localhost NodePort kube-proxy does not serve (KubeProxyNFTablesLocalhostNodePorts: only TCP, by its userspace proxy where nodePortAddresses names loopback)".to_owned());
+    }
     chain.starts_with("firewall-").then(|| "the source is outside the service's loadBalancerSourceRanges".to_owned())
 }
 
@@ -487,6 +490,12 @@ impl<'t> Walker<'t> {
             let (pattern, after) = first_word(r);
             let hit = p.in_interface.as_deref().is_some_and(|i| interface_matches(i, pattern));
             return Ok(if hit != negated { Step::Next(after) } else { Step::NoMatch });
+        }
+        if let Some(r) = rest.strip_prefix("counter name ") {
+            // A named counter counts the packet (kube-proxy v1.37's localhost NodePort
+            // rejections); the verdict is the next statement's.
+            let r = r.strip_prefix('"').and_then(|q| q.split_once('"')).ok_or("expected a quoted counter name")?.1;
+            return Ok(Step::Next(r.trim_start()));
         }
         if let Some(r) = rest.strip_prefix("update @") {
             return Ok(Step::Next(braces(first_word(r).1)?.1));

@@ -636,3 +636,41 @@ fn a_dnat_map_that_does_not_read_is_an_error() {
     let e = trace(&t, &node(), packet(POD, "172.30.0.10:53", Protocol::Udp, None), Entry::Prerouting).unwrap_err();
     assert!(matches!(&e, TraceError::Unreadable { chain, why, .. } if chain == "service-DNS" && why.contains("numgen map arm")), "{e}");
 }
+
+/// `KubeProxyNFTablesLocalhostNodePorts` (fixtures/nftables-localhost-nodeports.yaml,
+/// rendered, then read back as listed): from the node, UDP and SCTP to a loopback NodePort
+/// go through `localhost-nodeport-reject-ports` to their chain, are counted and rejected,
+/// and say why; TCP is left to the userspace proxy (no rule takes it), as is UDP to the
+/// node IP (DNATed to its endpoint).
+#[test]
+fn localhost_node_ports_are_rejected_but_tcp_passes() {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/nftables-localhost-nodeports.yaml")).unwrap();
+    let mut state = crate::source::ClusterState::default();
+    crate::source::file::read_str(std::path::Path::new("f.yaml"), &text, &mut state).unwrap();
+    let flags = crate::settings::Settings { mode: Some(crate::settings::kinds::ProxyMode::Nftables), ..Default::default() };
+    let loaded = crate::pipeline::load(state, flags, Default::default()).unwrap();
+    let rulesets = crate::nftables::render_all(&loaded.config, &loaded.trackers);
+    let written = crate::nftables::text(&rulesets, crate::nftables::model::Form::Transaction);
+    let local = env(&["192.168.10.11", "127.0.0.1", "fd00:192:168:10::11", "::1"], &[]);
+    for family in [Family::Ip, Family::Ip6] {
+        let (lo, node) = if family == Family::Ip { ("127.0.0.1", "192.168.10.11") } else { ("[::1]", "[fd00:192:168:10::11]") };
+        let src = if family == Family::Ip { "127.0.0.1" } else { "::1" };
+        let t = rendered(&written, family);
+        for (proto, port) in [(Protocol::Udp, 30053), (Protocol::Sctp, 30132)] {
+            if family == Family::Ip6 {
+                continue; // apps/dns and apps/sctp-feed are IPv4 only
+            }
+            let tr = run(&t, &local, src, &format!("{lo}:{port}"), proto, Entry::Output);
+            assert_eq!(tr.summary().0, "REJECT", "{family:?} {proto:?}: {tr:?}");
+            let o = &tr.outcomes[0];
+            assert!(o.reason.as_deref().is_some_and(|r| r.contains("localhost NodePort")), "{o:?}");
+            assert!(o.path.iter().any(|l| l.contains("counter name \"localhost-nodeport-rejected-")), "{:?}", o.path);
+        }
+        let tr = run(&t, &local, src, &format!("{lo}:30080"), Protocol::Tcp, Entry::Output);
+        assert_eq!(tr.summary().0, "", "{family:?}: TCP on loopback is the proxy's, no rule takes it: {tr:?}");
+        if family == Family::Ip {
+            let tr = run(&t, &local, src, &format!("{node}:30053"), Protocol::Udp, Entry::Output);
+            assert_eq!(tr.summary().0, "10.244.1.53:5353", "{tr:?}");
+        }
+    }
+}

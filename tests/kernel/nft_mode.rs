@@ -26,6 +26,7 @@ pub fn cases() -> Vec<Case> {
         Case::new("nftables_watch_partial_sync_follows_an_endpoint_change", watch_partial).with_timeout(std::time::Duration::from_secs(180)),
         Case::new("nftables_watch_clears_stale_udp_conntrack_entries", watch_udp_conntrack).with_timeout(std::time::Duration::from_secs(180)),
         Case::new("nftables_watch_refused_netlink_partial_sync_keeps_the_previous_rules", watch_refused_partial).with_timeout(std::time::Duration::from_secs(180)),
+        Case::new("nftables_localhost_nodeports_serve_tcp_and_reject_and_count_udp", localhost_nodeports).with_timeout(std::time::Duration::from_secs(180)),
     ]
 }
 
@@ -248,8 +249,10 @@ fn cleanup_removes_tables(ctx: &mut Ctx) -> CaseResult {
 }
 
 /// `svcproxy sync --watch --mode nftables` of the cluster file at `path`, its log at `log`.
-fn watch_daemon(lab: &Lab, path: &str, log: &std::path::Path) -> Result<crate::watch_e2e::Daemon, String> {
-    let argv = args(path, &["--watch", "--poll-interval", "100ms", "--healthz-bind-address", "127.0.0.1:10256"]);
+fn watch_daemon(lab: &Lab, path: &str, log: &std::path::Path, extra: &[&str]) -> Result<crate::watch_e2e::Daemon, String> {
+    let mut flags = vec!["--watch", "--poll-interval", "100ms", "--healthz-bind-address", "127.0.0.1:10256"];
+    flags.extend_from_slice(extra);
+    let argv = args(path, &flags);
     crate::watch_e2e::spawn_svcproxy(&lab.node().name, &argv, &[], log)
 }
 
@@ -265,10 +268,15 @@ struct Watching {
 
 impl Watching {
     fn start(lab: &Lab, yaml: &str) -> Result<Watching, String> {
+        Watching::start_with(lab, yaml, &[])
+    }
+
+    /// [`Watching::start`] with more flags.
+    fn start_with(lab: &Lab, yaml: &str, extra: &[&str]) -> Result<Watching, String> {
         let path = temp_yaml(yaml)?;
         let p = path_str(&path).to_string();
         let log = path.with_extension("log");
-        let daemon = Some(watch_daemon(lab, &p, &log)?);
+        let daemon = Some(watch_daemon(lab, &p, &log, extra)?);
         let w = Watching { path, p, log, daemon };
         crate::watch_e2e::until("the first (full) sync", std::time::Duration::from_secs(60), || sync_count(lab, FULL) >= 1.0)
             .map_err(|e| format!("{e}\n{}", w.log_text()))?;
@@ -326,6 +334,73 @@ fn watch_partial(ctx: &mut Ctx) -> CaseResult {
     let diff = run_expect(lab.node(), Backend::Nft, &args(p, &["--dry-run"]), 0).map_err(|e| format!("after the partial sync a dry run wants changes: {e}"))?;
     ensure!(diff.trim().is_empty(), "{diff}");
     ctx.log(log_text());
+    Ok(())
+}
+
+/// `KubeProxyNFTablesLocalhostNodePorts` with `--nodeport-addresses primary,localhost` (kube-proxy
+/// v1.37): a TCP connection from the node to 127.0.0.1:NODEPORT (and [::1]:NODEPORT) reaches
+/// the service's pods through the userspace proxy (the kernel has no rule for it: without
+/// the gate, nothing listens there and it is refused), its listeners counted per family;
+/// a UDP packet to 127.0.0.1:NODEPORT is rejected by `localhost-nodeport-reject-udp` (the
+/// node's stack would refuse it too, so the named counter, read back in
+/// `kubeproxy_nftables_localhost_nodeport_rejected_packets_total`, is what shows the rule
+/// took it); the same UDP NodePort on the node IP still reaches its pods. Then, the control:
+/// with `--nodeport-addresses primary` no proxy runs, and TCP to 127.0.0.1 is rejected and
+/// counted as well; with the gate off again, the chains and counters go.
+fn localhost_nodeports(ctx: &mut Ctx) -> CaseResult {
+    use crate::watch_e2e::until;
+    use std::time::Duration;
+    ctx.require(&["ip", "conntrack", "sysctl", "kill", "nft", "unshare"])?;
+    let lab = dataplane::lab(ctx, Backend::Nft, &[1, 2], true)?;
+    let mut dns = svc("dns", "198.19.255.53", vec![Port { node_port: Some(30053), ..dataplane::udp("dns", 53) }], vec![ep4(1), ep4(2)]);
+    dns.ty = "NodePort";
+    let flags = ["--feature-gates", "KubeProxyNFTablesLocalhostNodePorts=true", "--nodeport-addresses", "primary,localhost"];
+    // A one-shot sync, then its dry run finds nothing to change (named counters compare).
+    sync_with(ctx, &lab, &[web(&[1, 2]), dns.clone()], &flags)?;
+    let w = Watching::start_with(&lab, &cluster_yaml(&[web(&[1, 2]), dns]), &flags)?;
+    let log_text = || w.log_text();
+    let listeners = |family: &'static str| sync_count(&lab, family);
+    until("both families' listeners", Duration::from_secs(20), || {
+        listeners("kubeproxy_nftables_localhost_nodeport_listeners{ip_family=\"IPv4\"}") == 1.0 && listeners("kubeproxy_nftables_localhost_nodeport_listeners{ip_family=\"IPv6\"}") == 1.0
+    })
+    .map_err(|e| format!("{e}\n{}", log_text()))?;
+
+    let t = dataplane::connect(ctx, &lab, Where::Node, "127.0.0.1", NODE_PORT, Proto::Tcp, N)?;
+    dataplane::spread(&t, &["pod1", "pod2"], "node -> 127.0.0.1:NodePort (tcp, userspace proxy)")?;
+    let t = dataplane::connect(ctx, &lab, Where::Node, "::1", NODE_PORT, Proto::Tcp, N)?;
+    dataplane::spread(&t, &["pod1", "pod2"], "node -> [::1]:NodePort (tcp, userspace proxy)")?;
+
+    let rejected = "kubeproxy_nftables_localhost_nodeport_rejected_packets_total{ip_family=\"IPv4\",protocol=\"UDP\"}";
+    let before = sync_count(&lab, rejected);
+    let t = dataplane::connect(ctx, &lab, Where::Node, "127.0.0.1", 30053, Proto::Udp, 5)?;
+    dataplane::refused(&t, "node -> 127.0.0.1:NodePort (udp)")?;
+    let after = sync_count(&lab, rejected);
+    ensure!(after - before >= 5.0, "the 5 UDP packets to 127.0.0.1:30053 were not counted by the reject rule ({before} -> {after}):\n{}", listed(&lab, "ip")?);
+    let t = dataplane::connect(ctx, &lab, Where::External, netns::NODE_IP4, 30053, Proto::Udp, N)?;
+    dataplane::spread(&t, &["pod1", "pod2"], "external -> node IP:NodePort (udp)")?;
+    ctx.log(log_text());
+    drop(w);
+
+    // The control: the gate on, but nodePortAddresses without loopback: no proxy, so TCP is
+    // rejected on loopback too, and counted as such.
+    let mut dns = svc("dns", "198.19.255.53", vec![Port { node_port: Some(30053), ..dataplane::udp("dns", 53) }], vec![ep4(1), ep4(2)]);
+    dns.ty = "NodePort";
+    let flags = ["--feature-gates", "KubeProxyNFTablesLocalhostNodePorts=true", "--nodeport-addresses", "primary"];
+    let w = Watching::start_with(&lab, &cluster_yaml(&[web(&[1, 2]), dns]), &flags)?;
+    let tcp_rejected = "kubeproxy_nftables_localhost_nodeport_rejected_packets_total{ip_family=\"IPv4\",protocol=\"TCP\"}";
+    let before = sync_count(&lab, tcp_rejected);
+    let t = dataplane::connect(ctx, &lab, Where::Node, "127.0.0.1", NODE_PORT, Proto::Tcp, 5)?;
+    dataplane::refused(&t, "no proxy: node -> 127.0.0.1:NodePort (tcp)")?;
+    let after = sync_count(&lab, tcp_rejected);
+    ensure!(after - before >= 5.0, "no proxy: the TCP connections to 127.0.0.1 were not counted ({before} -> {after}):\n{}", w.log_text());
+    let t = dataplane::connect(ctx, &lab, Where::External, netns::NODE_IP4, NODE_PORT, Proto::Tcp, N)?;
+    dataplane::spread(&t, &["pod1", "pod2"], "no proxy: external -> node IP:NodePort (tcp)")?;
+    drop(w);
+
+    // The gate off again: its chains and counters go at the first full sync.
+    let w = Watching::start(&lab, &cluster_yaml(&[web(&[1, 2])]))?;
+    let l = listed(&lab, "ip")?;
+    ensure!(!l.contains("localhost-nodeport-reject"), "the gate's chains or counters stayed:\n{l}\n{}", w.log_text());
     Ok(())
 }
 

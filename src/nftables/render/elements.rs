@@ -5,14 +5,15 @@
 
 use super::wiring::Wiring;
 use crate::model::ServicePort;
+use crate::nftables::context::Context;
 use crate::nftables::model::Objects;
-use crate::nftables::names::{CLUSTER_IPS, FIREWALL_IPS, NO_ENDPOINT_NODEPORTS, NO_ENDPOINT_SERVICES, SERVICE_IPS, SERVICE_NODEPORTS};
+use crate::nftables::names::{localhost_nodeport_reject_chain, LOCALHOST_NODEPORT_REJECT_PORTS, CLUSTER_IPS, FIREWALL_IPS, NO_ENDPOINT_NODEPORTS, NO_ENDPOINT_SERVICES, SERVICE_IPS, SERVICE_NODEPORTS};
 
-pub fn write(p: &Wiring, out: &mut Objects) {
+pub fn write(ctx: &Context, p: &Wiring, out: &mut Objects) {
     cluster_ip(p, out);
     external_ips(p, out);
     load_balancer_ips(p, out);
-    node_port(p, out);
+    node_port(ctx, p, out);
 }
 
 /// `IP . proto . port`.
@@ -85,11 +86,15 @@ fn load_balancer_ips(p: &Wiring, out: &mut Objects) {
     }
 }
 
-fn node_port(p: &Wiring, out: &mut Objects) {
+fn node_port(ctx: &Context, p: &Wiring, out: &mut Objects) {
     if p.svc.node_port == 0 {
         return;
     }
     let key = || vec![p.proto.to_owned(), p.svc.node_port.to_string()];
+    // Rejected on loopback whether or not it has endpoints (kube-proxy v1.37, the gate on).
+    if ctx.localhost.is_some_and(|lh| lh.rejected().contains(&p.proto)) {
+        out.element(LOCALHOST_NODEPORT_REJECT_PORTS, key(), goto(&localhost_nodeport_reject_chain(p.proto)), None);
+    }
     if p.has_endpoints {
         out.element(SERVICE_NODEPORTS, key(), goto(&p.chains.external), None);
     }

@@ -46,6 +46,7 @@ pub fn write(ctx: &Context) -> Objects {
     masquerade(ctx, &mut out);
     cluster_ips(ctx, &mut out);
     no_endpoints(ctx, &mut out);
+    localhost_node_ports(ctx, &mut out);
     firewall(ctx, &mut out);
     dispatch(ctx, &mut out);
     out
@@ -164,6 +165,24 @@ fn no_endpoints(ctx: &Context, out: &mut Objects) {
     out.rule(Rule::of(SERVICE_ENDPOINTS_CHECK, body([vmap(address_key(ctx), NO_ENDPOINT_SERVICES)], None)));
     let m = node_port_match(ctx, out);
     out.rule(Rule::of(NODEPORT_ENDPOINTS_CHECK, body([m, vmap(port_key(), NO_ENDPOINT_NODEPORTS)], None)));
+}
+
+/// `KubeProxyNFTablesLocalhostNodePorts` (kube-proxy v1.37's `setupNFTables`): localhost
+/// NodePorts of the protocols the userspace proxy does not serve go, through the
+/// `localhost-nodeport-reject-ports` map, to a chain per protocol that counts them in a
+/// named counter (read back for `/metrics`) and rejects them. Nothing when the gate is off.
+fn localhost_node_ports(ctx: &Context, out: &mut Objects) {
+    let Some(lh) = ctx.localhost else { return };
+    out.sets.push(Set::map(LOCALHOST_NODEPORT_REJECT_PORTS, "inet_proto . inet_service : verdict", Some("localhost NodePorts rejected by kube-proxy")));
+    for proto in lh.rejected() {
+        let counter = localhost_nodeport_rejected_counter(proto);
+        let chain = localhost_nodeport_reject_chain(proto);
+        out.rule(Rule::new(&chain, format!("counter name \"{counter}\" reject")));
+        out.chain(Chain::regular(chain));
+        out.counters.push(counter);
+    }
+    let loopback = if ctx.ip_family.is_v6() { "ip6 daddr ::1" } else { "ip daddr 127.0.0.0/8" };
+    out.rule(Rule::new(NODEPORT_ENDPOINTS_CHECK, format!("{loopback} meta l4proto . th dport vmap @{LOCALHOST_NODEPORT_REJECT_PORTS}")));
 }
 
 fn firewall(ctx: &Context, out: &mut Objects) {

@@ -48,7 +48,7 @@ impl Inputs {
     fn write(&self, ctx: &Context, out: &mut Objects) {
         let eps = self.endpoints.as_deref().map(Vec::as_slice).unwrap_or_default();
         let p = wiring::Wiring::new(&self.service, eps, ctx.locality());
-        elements::write(&p, out);
+        elements::write(ctx, &p, out);
         chains::write(ctx, &p, out);
     }
 

@@ -203,6 +203,7 @@ impl Display for Action {
             Action::Dnat(d) => d.fmt(f),
             Action::Update { set, key } => write!(f, "update @{set} {{ {key} }}"),
             Action::Reject => f.write_str("reject"),
+            Action::Counter { name } => write!(f, "counter name \"{name}\""),
         }
     }
 }

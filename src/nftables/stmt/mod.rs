@@ -209,6 +209,8 @@ pub enum Action {
     Update { set: String, key: Concat },
     /// `reject` (the family's default: port unreachable).
     Reject,
+    /// `counter name "C"`: counts into the table's named counter `C`.
+    Counter { name: String },
 }
 
 /// A verdict, as a rule's last statement or a verdict map's value.

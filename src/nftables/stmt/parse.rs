@@ -49,6 +49,8 @@ pub enum Expected {
     NumgenKey,
     /// The comment's double-quoted string.
     Comment,
+    /// A named counter's double-quoted name.
+    CounterName,
     /// The quote closing a string.
     ClosingQuote,
     /// One space between words, none before the first or after the last.
@@ -79,6 +81,7 @@ impl fmt::Display for Expected {
             Expected::Verdict => f.write_str("a verdict (accept, drop, return, jump CHAIN, goto CHAIN)"),
             Expected::NumgenKey => f.write_str("a numgen key below the modulus, not repeated"),
             Expected::Comment => f.write_str("a double-quoted comment"),
+            Expected::CounterName => f.write_str("a double-quoted counter name"),
             Expected::ClosingQuote => f.write_str("a closing double quote"),
             Expected::OneSpace => f.write_str("one space between words, none before the first or after the last"),
             Expected::End => f.write_str("the end of the rule"),
@@ -311,6 +314,15 @@ impl<'a> Words<'a> {
                 Stmt::Action(Action::Update { set, key })
             }
             "reject" => Stmt::Action(Action::Reject),
+            "counter" => {
+                self.expect("name")?;
+                let name = match self.toks.get(self.at) {
+                    Some(Tok::Quoted(n)) if !n.is_empty() => (*n).to_owned(),
+                    _ => return Err(self.error(Expected::CounterName)),
+                };
+                self.at += 1;
+                Stmt::Action(Action::Counter { name })
+            }
             "accept" | "drop" | "return" | "jump" | "goto" => {
                 self.at = at;
                 Stmt::Verdict(self.verdict()?)

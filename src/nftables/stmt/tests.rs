@@ -239,9 +239,11 @@ fn values_write_and_read_back() {
 #[test]
 fn errors_name_the_word_and_what_was_expected() {
     let err = |text: &str| parse_body(text).unwrap_err();
-    let cases: [(&str, usize, Option<&str>, Expected); 24] = [
+    let cases: [(&str, usize, Option<&str>, Expected); 26] = [
         ("", 1, None, Expected::Statement),
-        ("counter jump x", 1, Some("counter"), Expected::Statement),
+        ("counter jump x", 2, Some("jump"), Expected::Word("name")),
+        ("counter name reject", 3, Some("reject"), Expected::CounterName),
+        ("flow jump x", 1, Some("flow"), Expected::Statement),
         ("ip daddr 10.0.0.1 jump", 5, None, Expected::Name),
         ("ip taddr 10.0.0.1", 2, Some("taddr"), Expected::Dir),
         ("ip daddr 10.0.0.01 drop", 3, Some("10.0.0.01"), Expected::AddrValue),

@@ -20,6 +20,10 @@ pub const NEWSET: u16 = 9;
 pub const DELSET: u16 = 11;
 pub const NEWSETELEM: u16 = 12;
 pub const DELSETELEM: u16 = 14;
+pub const NEWOBJ: u16 = 18;
+pub const DELOBJ: u16 = 20;
+/// `NFT_OBJECT_COUNTER`, the one stateful object kube-proxy names.
+const OBJECT_COUNTER: u32 = 1;
 
 /// What the netlink writer does not encode (the text goes to `nft` instead).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -243,6 +247,23 @@ fn command(b: &mut Batch, line: &str) -> Result<(), Unsupported> {
             b.push(DELSETELEM, 0, fam, &a);
             Ok(())
         }
+        // A named counter (kube-proxy v1.37's localhost NodePort rejections): created at
+        // zero, as nft sends it; deleted with an empty data attribute, as nft does.
+        ("add", "counter") | ("delete", "counter") => {
+            let name = one_name(&mut cur)?;
+            let mut a = Attrs::default();
+            a.str(1, table).str(2, name).be32(3, OBJECT_COUNTER);
+            if verb == "add" {
+                a.nest(4, |d| {
+                    d.be64(1, 0).be64(2, 0);
+                });
+                b.push(NEWOBJ, NLM_F_CREATE, fam, &a);
+            } else {
+                a.nest(4, |_| {});
+                b.push(DELOBJ, 0, fam, &a);
+            }
+            Ok(())
+        }
         ("delete", "set") | ("delete", "map") => {
             let name = one_name(&mut cur)?;
             let mut a = Attrs::default();
@@ -250,7 +271,7 @@ fn command(b: &mut Batch, line: &str) -> Result<(), Unsupported> {
             b.push(DELSET, 0, fam, &a);
             Ok(())
         }
-        _ => Err(unsupported("a command other than add/flush/delete of table, chain, set, map, rule, element")),
+        _ => Err(unsupported("a command other than add/flush/delete of table, chain, set, map, rule, element, counter")),
     }
 }
 
@@ -704,6 +725,18 @@ mod tests {
             assert_eq!(g, w, "message {}", i + 1);
         }
         assert_eq!(got.len(), want.len());
+    }
+
+    #[test]
+    fn localhost_node_port_forms_are_sent_byte_for_byte_as_nft_sends_them() {
+        // KubeProxyNFTablesLocalhostNodePorts: a named counter created (and deleted), a rule
+        // counting in it by name before `reject`, loopback matched (a /8 loads one byte,
+        // ::1 the whole address) before a concatenation looked up in a verdict map.
+        let data = include_str!("testdata/nft106-v137-localhost.txt");
+        let text: String = data.lines().filter_map(|l| l.strip_prefix("> ")).map(|l| format!("{l}\n")).collect();
+        let want: Vec<&str> = data.lines().filter_map(|l| l.strip_prefix("< ")).collect();
+        assert_eq!(want.len(), 18);
+        assert_eq!(printed(&text), want);
     }
 
     #[test]

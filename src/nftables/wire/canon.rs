@@ -176,7 +176,7 @@ fn expr(out: &mut Vec<u8>, name: &str, b: &[u8], resolve: &Resolve<'_>) -> Optio
         "cmp" => &[3],
         "immediate" => &[2],
         "bitwise" => &[4, 5],
-        "lookup" | "dynset" | "payload" | "meta" | "numgen" | "ct" | "fib" | "reject" | "masq" | "nat" => &[],
+        "lookup" | "dynset" | "payload" | "meta" | "numgen" | "ct" | "fib" | "reject" | "masq" | "nat" | "objref" => &[],
         _ => return None,
     };
     match name {
@@ -202,6 +202,9 @@ fn expr(out: &mut Vec<u8>, name: &str, b: &[u8], resolve: &Resolve<'_>) -> Optio
     for &(t, v) in a.sorted().as_slice() {
         if nested.contains(&t) {
             put_with(out, t, |out| data(out, v))?;
+        } else if name == "objref" && t == 2 {
+            // NFTA_OBJREF_IMM_NAME: nft sends it without its NUL, the kernel dumps it with.
+            put(out, t, strip_nul(v));
         } else if Some(t) == set_attr {
             let set = std::str::from_utf8(strip_nul(v)).ok()?;
             match resolve(set)? {
@@ -507,6 +510,7 @@ mod tests {
             ("dnat to 10.1.0.1:80", "dnat to 10.1.0.1:81"),
             ("ip daddr . meta l4proto . th dport vmap @service-ips", "ip daddr . meta l4proto . th dport vmap @service-nodeports"),
             ("reject comment \"why\"", "reject comment \"why not\""),
+            ("counter name \"localhost-nodeport-rejected-udp\" reject", "counter name \"localhost-nodeport-rejected-tcp\" reject"),
             ("jump a", "goto a"),
             ("jump a", "jump b"),
             ("mark and 0x4000 != 0 mark set mark xor 0x4000 masquerade fully-random", "mark and 0x4000 == 0 mark set mark xor 0x4000 masquerade fully-random"),

@@ -12,6 +12,9 @@ pub const GETSET: u16 = 10;
 pub const GETRULE: u16 = 7;
 pub const GETSETELEM: u16 = 13;
 pub const GETGEN: u16 = 16;
+/// Stateful objects (named counters): their dump, and each object's message.
+pub const GETOBJ: u16 = 19;
+pub const NEWOBJ: u16 = 18;
 pub const NEWGEN: u16 = 15;
 pub const NEWTABLE: u16 = 0;
 pub const NEWCHAIN: u16 = 3;
@@ -176,6 +179,19 @@ fn string(attrs: &[(u16, Vec<u8>)], kind: u16) -> Option<String> {
     String::from_utf8(v[..end].to_vec()).ok()
 }
 
+/// A named counter of `table` and its packets, when the message is one (`NFTA_OBJ_TYPE`
+/// `NFT_OBJECT_COUNTER`; `NFTA_OBJ_DATA` holding `NFTA_COUNTER_PACKETS`, big-endian).
+pub fn counter_of(reply: &Reply, table: &str) -> Option<(String, u64)> {
+    let Reply::Object { kind: NEWOBJ, attrs: a } = reply else { return None };
+    let is_counter = get(a, 3).and_then(|v| Some(u32::from_be_bytes(v.try_into().ok()?))) == Some(1);
+    if !is_counter || string(a, TABLE_ATTR)? != table {
+        return None;
+    }
+    let data = attrs(get(a, 4)?);
+    let packets = u64::from_be_bytes(get(&data, 2)?.try_into().ok()?);
+    Some((string(a, 2)?, packets))
+}
+
 /// A chain's name, when the message is a chain of `table`.
 pub fn chain_of(reply: &Reply, table: &str) -> Option<String> {
     let Reply::Object { kind: NEWCHAIN, attrs } = reply else { return None };
@@ -216,6 +232,23 @@ mod tests {
         let mut out = Vec::new();
         attr::message(&mut out, kind, 0, 1, 2, a);
         out
+    }
+
+    #[test]
+    fn named_counters_of_the_table_are_read_with_their_packets() {
+        let counter = |table: &str, name: &str, kind: u32, packets: u64| {
+            let mut a = Attrs::default();
+            a.str(1, table).str(2, name).be32(3, kind).nest(4, |d| {
+                d.be64(1, packets * 60).be64(2, packets);
+            });
+            replies(&object(NEWOBJ, &a)).remove(0)
+        };
+        assert_eq!(counter_of(&counter("kube-proxy", "localhost-nodeport-rejected-udp", 1, 7), "kube-proxy"), Some(("localhost-nodeport-rejected-udp".into(), 7)));
+        assert_eq!(counter_of(&counter("other", "c", 1, 7), "kube-proxy"), None, "another table's");
+        assert_eq!(counter_of(&counter("kube-proxy", "q", 2, 7), "kube-proxy"), None, "a quota, not a counter");
+        let req = request(GETOBJ, Fam::V6, "kube-proxy", 4);
+        assert_eq!(u16::from_ne_bytes([req[4], req[5]]), (10 << 8) | GETOBJ);
+        assert_eq!(u16::from_ne_bytes([req[6], req[7]]) & NLM_F_DUMP, NLM_F_DUMP);
     }
 
     #[test]

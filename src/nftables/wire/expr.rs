@@ -26,6 +26,8 @@ const META_L4PROTO: u32 = 16;
 const CT_STATE: u32 = 0;
 const CT_STATUS: u32 = 2;
 const NUMGEN_RANDOM: u32 = 1;
+/// `NFT_OBJECT_COUNTER` (an `objref`'s immediate type).
+const OBJECT_COUNTER: u32 = 1;
 pub const VERDICT_DROP: i32 = 0;
 pub const VERDICT_ACCEPT: i32 = 1;
 pub const VERDICT_JUMP: i32 = -3;
@@ -294,6 +296,15 @@ fn statement<'a>(b: &mut Batch, fam: Fam, table: &str, w: &'a str, cur: &mut Cur
             x.immediate(2, &port.to_be_bytes());
             x.expr("nat", |a| {
                 a.be32(1, 1).be32(2, fam.nfproto() as u32).be32(3, 1).be32(5, 2).be32(7, 2);
+            });
+        }
+        "counter" => {
+            // `counter name "C"`: a reference to the table's named counter C.
+            cur.expect("name")?;
+            let name = cur.quoted()?;
+            // nftnl puts the name without its NUL (unlike the other strings).
+            x.expr("objref", |a| {
+                a.be32(1, OBJECT_COUNTER).bytes(2, name.as_bytes());
             });
         }
         "reject" => {
