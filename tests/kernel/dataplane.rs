@@ -503,7 +503,7 @@ fn dp_external_ip(ctx: &mut Ctx, b: Backend) -> CaseResult {
     sources_are(&t, &[&masq4(&lab, "pod1"), &masq4(&lab, "pod2")], "external -> ExternalIP (masqueraded)")?;
     // From a pod the external IP is served too, and masqueraded as well: with
     // externalTrafficPolicy Cluster the EXT chain marks every packet, pods included.
-    let t = connect(ctx, &lab, Where::Pod(CLIENT), eip, 80, Proto::Tcp, 10)?;
+    let t = connect(ctx, &lab, Where::Pod(CLIENT), eip, 80, Proto::Tcp, N)?;
     spread(&t, &["pod1", "pod2"], "pod -> ExternalIP")?;
     sources_are(&t, &[&masq4(&lab, "pod1"), &masq4(&lab, "pod2")], "pod -> ExternalIP (masqueraded)")?;
     Ok(())
@@ -533,7 +533,7 @@ fn dp_lb_source_ranges(ctx: &mut Ctx, b: Backend) -> CaseResult {
     let t = connect_quiet(ctx, &mut lab, Where::External, lb_out, 80, Proto::Tcp, 2)?;
     dropped(&t, "external (not in range) -> LB IP")?;
     // The NodePort of a LoadBalancer is not subject to the source ranges.
-    let t = connect(ctx, &lab, Where::External, netns::NODE_IP4, 30051, Proto::Tcp, 10)?;
+    let t = connect(ctx, &lab, Where::External, netns::NODE_IP4, 30051, Proto::Tcp, N)?;
     spread(&t, &["pod1", "pod2"], "external -> NodePort of the source-ranged LB")?;
 
     // Narrow the first one: the same client is now dropped there too.
@@ -922,7 +922,7 @@ fn dp_cleanup(ctx: &mut Ctx, b: Backend) -> CaseResult {
     let empty = svc("empty", "198.19.255.122", vec![tcp("http", 80)], vec![]);
     sync(ctx, &lab, b, "web (dual-stack LB), dns, empty", &[web, dns, empty])?;
     for (dst, what) in [(cip4, "v4"), (cip6, "v6")] {
-        let t = connect(ctx, &lab, Where::Pod(CLIENT), dst, 80, Proto::Tcp, 10)?;
+        let t = connect(ctx, &lab, Where::Pod(CLIENT), dst, 80, Proto::Tcp, N)?;
         spread(&t, &["pod1", "pod2"], &format!("{what} ClusterIP before cleanup"))?;
     }
     for v6 in [false, true] {
