@@ -17,6 +17,7 @@
 
 mod support;
 
+use svcproxy::settings::kinds::NftablesTable;
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -327,11 +328,11 @@ fn packet_flows_reach_the_expected_endpoints() {
 /// answers differently from its iptables mode, `NAME.nft-flows` holds that flow's line
 /// (same columns, same name) with a comment saying why; every line there must name a flow
 /// of `.flows` and differ from it.
-fn nftables_flows(flows: &str, overrides: Option<&str>, hairpin_set: bool) -> Result<String, String> {
+fn nftables_flows(flows: &str, overrides: Option<&str>, table: NftablesTable) -> Result<String, String> {
     let name = |l: &str| l.split('|').next().unwrap_or("").trim().to_owned();
     let data = |t: &str| t.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(str::to_owned).collect::<Vec<_>>();
     let mut lines = data(flows);
-    for o in overrides.map(|t| for_table(t, hairpin_set)).map(|t| data(&t)).unwrap_or_default() {
+    for o in overrides.map(|t| for_table(t, table)).map(|t| data(&t)).unwrap_or_default() {
         let Some(l) = lines.iter_mut().find(|l| name(l) == name(&o)) else { return Err(format!("nft-flows: no flow {:?} in .flows", name(&o))) };
         let columns = |l: &str| l.split('|').map(str::trim).map(str::to_owned).collect::<Vec<_>>();
         if columns(l) == columns(&o) {
@@ -345,7 +346,7 @@ fn nftables_flows(flows: &str, overrides: Option<&str>, hairpin_set: bool) -> Re
 /// The `.nft-flows` lines that hold for one of kube-proxy's nftables tables: a line after
 /// a comment starting `# v1.36+:` holds for v1.36's table only (the default; v1.34's
 /// answers as `.flows` does).
-fn for_table(text: &str, hairpin_set: bool) -> String {
+fn for_table(text: &str, table: NftablesTable) -> String {
     let mut out = Vec::new();
     let mut only_v136 = false;
     for line in text.lines() {
@@ -354,7 +355,7 @@ fn for_table(text: &str, hairpin_set: bool) -> String {
             only_v136 = t.starts_with("# v1.36+:");
             continue;
         }
-        if !t.is_empty() && (hairpin_set || !only_v136) {
+        if !t.is_empty() && (table == NftablesTable::V136 || !only_v136) {
             out.push(t);
         }
     }
@@ -375,7 +376,7 @@ fn packet_flows_agree_in_nftables_mode() {
                 let mut config = step.loaded.config.clone();
                 config.kube_proxy_version = version;
                 let rulesets = svcproxy::nftables::render_all(&config, &step.loaded.trackers);
-                let text = nftables_flows(&flows, overrides.as_deref(), version.nftables_hairpin_set());
+                let text = nftables_flows(&flows, overrides.as_deref(), version.nftables_table());
                 match text.and_then(|text| check_nftables_flows(&rulesets, &local_ips(&step.loaded), &text)) {
                     Ok(flows) => n += flows,
                     Err(e) => f.push(format!("{} ({version}): {e}", base.display())),

@@ -41,6 +41,8 @@ pub enum Mode {
 
 /// How traffic from local pods is recognised (`detectLocalMode`).
 pub use crate::settings::kinds::LocalMode as LocalDetectMode;
+/// Which of kube-proxy's two nftables tables is written (from `--kube-proxy-version`).
+pub use crate::settings::kinds::NftablesTable;
 
 /// How traffic from local pods is told apart (kube-proxy's `LocalTrafficDetector`); each
 /// mode writes its own match from it.

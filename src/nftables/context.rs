@@ -9,6 +9,7 @@ use crate::net::IpFamily;
 use crate::nftables::model::Family;
 use crate::nftables::names::MARK_MASQ;
 use crate::select::Locality;
+pub use crate::config::NftablesTable;
 
 /// kube-proxy's `IfLocalNFT` / `IfNotLocalNFT` rule fragments.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,11 +48,8 @@ pub struct Context {
     pub node_port_ips: Option<Vec<IpAddr>>,
     /// ServiceCIDRs of this family.
     pub service_cidrs: Vec<String>,
-    /// The table of kube-proxy v1.36 and later (`--kube-proxy-version`): hairpin traffic
-    /// masqueraded through the `hairpin-connections` set, the mark set inline, endpoint
-    /// chains only for session affinity. Else v1.34's (`mark-for-masquerade`, an endpoint
-    /// chain per endpoint with its own hairpin rule).
-    pub hairpin_set: bool,
+    /// Which of kube-proxy's two tables is written (`--kube-proxy-version`).
+    pub table: NftablesTable,
     /// `KubeProxyNFTablesLocalhostNodePorts` (kube-proxy v1.37): `None` when off; else
     /// whether this family's userspace proxy serves TCP localhost NodePorts.
     pub localhost: Option<LocalhostNodePorts>,
@@ -87,7 +85,7 @@ impl Context {
             detector: cfg.local_detector(ip_family).map(|d| NftDetector::new(&d, family.as_str())),
             node_port_ips: (!cidrs.is_empty()).then(|| cfg.node_port_ips(ip_family)),
             service_cidrs: cfg.service_cidrs.iter().filter(|c| c.family() == ip_family).map(|c| c.to_string()).collect(),
-            hairpin_set: cfg.kube_proxy_version.nftables_hairpin_set(),
+            table: cfg.kube_proxy_version.nftables_table(),
             localhost: cfg.nft_localhost_node_ports.then(|| LocalhostNodePorts { proxy: cfg.node_port_addresses_name_loopback(ip_family) }),
         }
     }
@@ -99,7 +97,7 @@ impl Context {
     /// What sets the masquerade mark: v1.34's `jump mark-for-masquerade`, else the mark
     /// set inline (`mark set mark or M`).
     pub fn mark_masq(&self) -> String {
-        if self.hairpin_set { format!("mark set mark or {}", self.mark) } else { format!("jump {MARK_MASQ}") }
+        if self.table == NftablesTable::V136 { format!("mark set mark or {}", self.mark) } else { format!("jump {MARK_MASQ}") }
     }
 
     /// `ip` or `ip6`, as rules match addresses.

@@ -82,7 +82,7 @@ named!(
 named!(
     /// svcproxy's `--kube-proxy-version`: the kube-proxy release whose rules to write, so that
     /// a node switching from it sees no rule change. Only nftables mode's table differs
-    /// between them (see [`KubeProxyVersion::nftables_hairpin_set`]).
+    /// between them (see [`KubeProxyVersion::nftables_table`]).
     KubeProxyVersion { V1_33 = "1.33", V1_34 = "1.34", V1_35 = "1.35", V1_36 = "1.36", V1_37 = "1.37" }
 );
 
@@ -90,14 +90,25 @@ impl KubeProxyVersion {
     /// The newest release whose rules svcproxy writes, the default.
     pub const NEWEST: KubeProxyVersion = KubeProxyVersion::V1_37;
 
-    /// Whether kube-proxy's nftables table of this release masquerades hairpin traffic
-    /// through the `hairpin-connections` set, inline `mark set` rules and endpoint chains
-    /// for session affinity only (v1.36 on: kubernetes PR #135800, in v1.36.0-alpha.1, and
-    /// #136499; read at master 7b8fb5e), rather than through `mark-for-masquerade` and an
-    /// endpoint chain per endpoint (v1.34's table, read at 531be81; also v1.33 and v1.35).
-    pub fn nftables_hairpin_set(self) -> bool {
-        matches!(self, KubeProxyVersion::V1_36 | KubeProxyVersion::V1_37)
+    /// Which of kube-proxy's two nftables tables this release writes.
+    pub fn nftables_table(self) -> NftablesTable {
+        match self {
+            KubeProxyVersion::V1_33 | KubeProxyVersion::V1_34 | KubeProxyVersion::V1_35 => NftablesTable::V134,
+            KubeProxyVersion::V1_36 | KubeProxyVersion::V1_37 => NftablesTable::V136,
+        }
     }
+}
+
+/// kube-proxy's two nftables tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum NftablesTable {
+    /// v1.34's (also v1.33 and v1.35; read at 531be81): a `mark-for-masquerade` chain, an
+    /// endpoint chain per endpoint with its own hairpin rule.
+    V134,
+    /// v1.36's and later (kubernetes PR #135800, in v1.36.0-alpha.1, and #136499; read at
+    /// master 7b8fb5e): hairpin traffic masqueraded through the `hairpin-connections` set,
+    /// inline `mark set` rules, endpoint chains for session affinity only.
+    V136,
 }
 
 named!(
@@ -119,9 +130,9 @@ mod tests {
 
     #[test]
     fn kube_proxy_versions_split_at_the_nftables_masquerade_rework() {
-        let old: Vec<bool> = ["1.33", "1.34", "1.35"].iter().map(|v| KubeProxyVersion::parse(v).unwrap().nftables_hairpin_set()).collect();
-        let new: Vec<bool> = ["1.36", "1.37"].iter().map(|v| KubeProxyVersion::parse(v).unwrap().nftables_hairpin_set()).collect();
-        assert_eq!((old, new), (vec![false; 3], vec![true; 2]));
+        let old: Vec<NftablesTable> = ["1.33", "1.34", "1.35"].iter().map(|v| KubeProxyVersion::parse(v).unwrap().nftables_table()).collect();
+        let new: Vec<NftablesTable> = ["1.36", "1.37"].iter().map(|v| KubeProxyVersion::parse(v).unwrap().nftables_table()).collect();
+        assert_eq!((old, new), (vec![NftablesTable::V134; 3], vec![NftablesTable::V136; 2]));
         assert_eq!(KubeProxyVersion::NEWEST.as_str(), "1.37");
         assert_eq!(KubeProxyVersion::parse("1.32").unwrap_err(), "\"1.32\" is not 1.33, 1.34, 1.35, 1.36, 1.37");
     }

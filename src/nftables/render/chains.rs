@@ -4,6 +4,7 @@
 //! through them; v1.36 on, only a service with session affinity has them, the others DNAT
 //! straight from a random map.
 
+use crate::nftables::context::NftablesTable;
 use super::wiring::Wiring;
 use crate::model::Endpoint;
 use crate::nftables::context::Context;
@@ -50,7 +51,7 @@ pub fn write(ctx: &Context, p: &Wiring, out: &mut Objects) {
 
 /// v1.34's table gives every endpoint a chain; v1.36's only a session-affinity service's.
 fn uses_endpoint_chains(ctx: &Context, p: &Wiring) -> bool {
-    !ctx.hairpin_set || p.svc.session_affinity.is_some()
+    ctx.table == NftablesTable::V134 || p.svc.session_affinity.is_some()
 }
 
 /// (endpoint chain, affinity set).
@@ -61,7 +62,7 @@ fn names(p: &Wiring, ep: &Endpoint) -> (String, String) {
 /// Off-cluster (or, with masqueradeAll, all) traffic to the ClusterIP is masqueraded (v1.36
 /// on: by one rule of `services` for every ClusterIP, [`super::fixed`]).
 fn internal_masquerade(ctx: &Context, p: &Wiring, out: &mut Objects) {
-    if p.internal_refusal.is_some() || ctx.hairpin_set {
+    if p.internal_refusal.is_some() || ctx.table == NftablesTable::V136 {
         return;
     }
     let dest = format!("{} daddr {}", ctx.ip(), p.svc.cluster_ip);
@@ -79,7 +80,7 @@ fn external_chain(ctx: &Context, p: &Wiring, out: &mut Objects) {
     let mark = ctx.mark_masq();
     if !p.svc.external_policy_local {
         // v1.36 comments the rule; v1.34 does not.
-        let comment = ctx.hairpin_set.then_some("masquerade");
+        let comment = (ctx.table == NftablesTable::V136).then_some("masquerade");
         out.rule(Rule { comment: comment.map(str::to_owned), ..Rule::new(ext, mark) });
     } else {
         if let Some(d) = &ctx.detector {
@@ -144,7 +145,7 @@ fn dispatch_to_chains(ctx: &Context, p: &Wiring, chain: &str, eps: &[&Endpoint],
 
 fn endpoint_chain(ctx: &Context, p: &Wiring, ep: &Endpoint, out: &mut Objects) {
     let (chain, affinity) = names(p, ep);
-    if !ctx.hairpin_set {
+    if ctx.table == NftablesTable::V134 {
         out.rule(Rule::new(chain.clone(), format!("{} saddr {} jump {MARK_MASQ}", ctx.ip(), ep.ip)));
     }
     if p.svc.session_affinity.is_some() {

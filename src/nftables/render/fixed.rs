@@ -8,6 +8,7 @@
 //! made of the [`Context`]'s text (the mark, the local-traffic detector, the
 //! ServiceCIDRs), written with `format!` until the context holds them as values.
 
+use crate::nftables::context::NftablesTable;
 use crate::nftables::context::Context;
 use crate::nftables::model::{Chain, Hook, Objects, Rule, Set};
 use crate::nftables::names::*;
@@ -64,7 +65,7 @@ fn chains(ctx: &Context, out: &mut Objects) {
         let new = new_only.then_some(Stmt::Match(Match::Ct(Ct::StateNew)));
         out.rule(Rule::of(from, body(new.into_iter().chain([Stmt::Verdict(Verdict::Jump(to.into()))]), None)));
     }
-    let mark_chain = (!ctx.hairpin_set).then_some(MARK_MASQ);
+    let mark_chain = (ctx.table == NftablesTable::V134).then_some(MARK_MASQ);
     for name in regular.into_iter().chain(mark_chain) {
         out.chain(Chain::regular(name));
     }
@@ -75,7 +76,7 @@ fn chains(ctx: &Context, out: &mut Objects) {
 
 fn masquerade(ctx: &Context, out: &mut Objects) {
     let m = &ctx.mark;
-    if ctx.hairpin_set {
+    if ctx.table == NftablesTable::V136 {
         let addr = ctx.family.addr_type();
         let kind = format!("{addr} . {addr} . inet_proto . inet_service");
         out.sets.push(Set::plain(HAIRPIN_CONNECTIONS, kind, Some("service hairpin connections")));
@@ -193,7 +194,7 @@ fn firewall(ctx: &Context, out: &mut Objects) {
 fn dispatch(ctx: &Context, out: &mut Objects) {
     out.sets.push(Set::map(SERVICE_IPS, addr_map_type(ctx), Some("ClusterIP, ExternalIP and LoadBalancer IP traffic")));
     out.sets.push(Set::map(SERVICE_NODEPORTS, "inet_proto . inet_service : verdict", Some("NodePort traffic")));
-    if ctx.hairpin_set {
+    if ctx.table == NftablesTable::V136 {
         cluster_ip_masquerade(ctx, out);
     }
     out.rule(Rule::of(SERVICES, body([vmap(address_key(ctx), SERVICE_IPS)], None)));

@@ -20,6 +20,7 @@ pub mod elements;
 pub mod fixed;
 pub mod wiring;
 
+use crate::nftables::context::NftablesTable;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -55,7 +56,7 @@ impl Inputs {
     /// The port's `hairpin-connections` keys (kube-proxy v1.36 on): each endpoint on this
     /// node that its traffic policies reach.
     fn hairpins(&self, ctx: &Context) -> Vec<Hairpin> {
-        if !ctx.hairpin_set {
+        if ctx.table == NftablesTable::V134 {
             return Vec::new();
         }
         let eps = self.endpoints.as_deref().map(Vec::as_slice).unwrap_or_default();

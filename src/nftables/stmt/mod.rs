@@ -1,5 +1,5 @@
 //! The statements of a `kube-proxy` table's rules as typed values: every form svcproxy's
-//! renderer writes for kube-proxy v1.34's table and the v1.36+ one (`Context::hairpin_set`),
+//! renderer writes for kube-proxy v1.34's table and the v1.36+ one (`Context::table`),
 //! and the few more of kube-proxy's own test tables. One writer ([`display`]: the exact
 //! `nft -f` words) and one reader ([`parse`]: those words back, a [`ParseError`] naming the
 //! word it stopped at). There is no catch-all: a form not here is an error, so a new form

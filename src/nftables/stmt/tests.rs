@@ -145,14 +145,14 @@ fn every_rendered_rule_in_both_table_versions_reads_and_writes_back() {
         let loaded = crate::pipeline::load(state, flags, Default::default()).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         for t in &loaded.trackers.families {
             let (services, endpoints) = t.view();
-            for hairpin_set in [false, true] {
-                let ctx = Context { hairpin_set, ..Context::new(&loaded.config, t.family) };
+            for (n, table) in [crate::nftables::context::NftablesTable::V134, crate::nftables::context::NftablesTable::V136].into_iter().enumerate() {
+                let ctx = Context { table, ..Context::new(&loaded.config, t.family) };
                 let table = render::render(&ctx, services, endpoints).table();
                 let head = format!("{} {}", table.family.as_str(), table.name);
                 for r in &table.objects.rules {
                     let mut line = String::new();
                     rule_line(&mut line, &head, r);
-                    let origin = format!("{} (hairpin set: {hairpin_set})", path.strip_prefix(&root).unwrap().display());
+                    let origin = format!("{} ({table:?} table)", path.strip_prefix(&root).unwrap().display());
                     match round_trip(&origin, line.trim_end_matches('\n'), &mut forms) {
                         Err(e) => failures.push(e),
                         Ok(read) if r.stmts.as_ref().is_some_and(|built| *built != read) => {
@@ -161,7 +161,7 @@ fn every_rendered_rule_in_both_table_versions_reads_and_writes_back() {
                         Ok(_) => valued += usize::from(r.stmts.is_some()),
                     }
                     rules += 1;
-                    versions[usize::from(hairpin_set)] += 1;
+                    versions[n] += 1;
                 }
             }
         }

@@ -887,7 +887,7 @@ fn partial_syncs_send_only_the_change(version: KubeProxyVersion) {
     assert!(outcome.restore_lines > 0 && outcome.restore_lines < 40, "{outcome:?}");
     // v1.34's table has a chain per endpoint, which goes; v1.36's DNATs from the service chain.
     let stale_endpoint_chain = nft_reports(&outcome).iter().any(|r| r.stale.iter().any(|s| s.contains(&format!("__{gone}/"))));
-    assert_eq!(stale_endpoint_chain, !version.nftables_hairpin_set(), "{version}: {outcome:?}");
+    assert_eq!(stale_endpoint_chain, (version.nftables_table() == crate::nftables::context::NftablesTable::V134), "{version}: {outcome:?}");
     let adds_gone = text.lines().any(|l| l.starts_with("add rule") && l.contains(&format!("{gone}")));
     assert!(text.contains("add rule ip kube-proxy service-") && !adds_gone, "{version}: the service chain is rewritten without {gone}: {text}");
     let deleted = ct.deleted.lock().unwrap().clone();
@@ -947,7 +947,7 @@ fn one_transaction_per_family(version: KubeProxyVersion) {
     let synced = engine.sync(true).unwrap();
     // v1.34's table: its endpoint chain is stale and deleted; v1.36's has none.
     let stale = nft_reports(&synced)[0].stale.iter().filter(|s| s.contains(&format!("__{gone}/"))).count();
-    assert_eq!(stale, usize::from(!version.nftables_hairpin_set()), "{version}");
+    assert_eq!(stale, usize::from(version.nftables_table() == crate::nftables::context::NftablesTable::V134), "{version}");
     assert!(!nft.lock().unwrap().listing(Family::Ip).unwrap().contains(&format!("{gone}")), "{version}");
     assert!(nft_reports(&engine.sync_as(true, Pass::DryRun).unwrap()).iter().all(|r| r.diff.as_ref().is_some_and(|d| d.is_empty())));
 }
@@ -1394,11 +1394,11 @@ fn nftables_partial_syncs_never_drift_from_a_full_sync_in_either_table() {
             // 10.244.1.2 is local: reached by `a` or `c` when it lists 2, by `b` when b exists and lists 2.
             let reached = eps[0].contains(&2) || eps[2].contains(&2) || (with_b && eps[1].contains(&2));
             let held = listing.contains("10.244.1.2 . 10.244.1.2 . tcp . 8080");
-            assert_eq!(held, reached && version.nftables_hairpin_set(), "{version} step {step}: {eps:?} b={with_b}");
+            assert_eq!(held, reached && (version.nftables_table() == crate::nftables::context::NftablesTable::V136), "{version} step {step}: {eps:?} b={with_b}");
             hairpins_seen += usize::from(held);
             last = next;
         }
-        assert_eq!(hairpins_seen > 0, version.nftables_hairpin_set(), "the walk reached the shared hairpin");
+        assert_eq!(hairpins_seen > 0, (version.nftables_table() == crate::nftables::context::NftablesTable::V136), "the walk reached the shared hairpin");
     }
 }
 
