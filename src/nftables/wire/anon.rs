@@ -10,14 +10,15 @@ use super::Fam;
 
 pub const SET_NAME: &str = "__set%d";
 pub const MAP_NAME: &str = "__map%d";
-const SET_ANONYMOUS: u32 = 0x1;
-const SET_CONSTANT: u32 = 0x2;
-const SET_INTERVAL: u32 = 0x4;
-const SET_MAP: u32 = 0x8;
-const TYPE_INTEGER: u32 = 4;
-const TYPE_VERDICT: u32 = 0xffff_ff00;
-const TYPE_INET_SERVICE: u32 = 13;
-const ELEM_INTERVAL_END: u32 = 0x1;
+use super::nfta::{self, elem, set};
+const SET_ANONYMOUS: u32 = set::F_ANONYMOUS;
+const SET_CONSTANT: u32 = set::F_CONSTANT;
+const SET_INTERVAL: u32 = set::F_INTERVAL;
+const SET_MAP: u32 = set::F_MAP;
+const TYPE_INTEGER: u32 = nfta::datatype::INTEGER;
+const TYPE_VERDICT: u32 = nfta::datatype::VERDICT;
+const TYPE_INET_SERVICE: u32 = nfta::datatype::INET_SERVICE;
+const ELEM_INTERVAL_END: u32 = elem::F_INTERVAL_END;
 
 /// An address range as big-endian integers, inclusive.
 fn range(fam: Fam, s: &str) -> Option<(u128, u128)> {
@@ -83,31 +84,31 @@ pub fn interval_set(b: &mut Batch, fam: Fam, table: &str, saddr: bool, items: &[
     let mut ud = Udata::default();
     ud.u32(0, 2).u32(2, 1).put(3, &typeof_.0);
     let mut a = Attrs::default();
-    a.str(1, table)
-        .str(2, &name)
-        .be32(3, SET_ANONYMOUS | SET_CONSTANT | SET_INTERVAL)
-        .be32(4, fam.addr_type())
-        .be32(5, fam.addr_len())
-        .be32(0xa, id)
-        .nest(9, |d| {
-            d.be32(1, size as u32);
+    a.str(set::TABLE, table)
+        .str(set::NAME, &name)
+        .be32(set::FLAGS, SET_ANONYMOUS | SET_CONSTANT | SET_INTERVAL)
+        .be32(set::KEY_TYPE, fam.addr_type())
+        .be32(set::KEY_LEN, fam.addr_len())
+        .be32(set::ID, id)
+        .nest(set::DESC, |d| {
+            d.be32(set::DESC_SIZE, size as u32);
         })
-        .bytes(0xd, &ud.0);
+        .bytes(set::USERDATA, &ud.0);
     b.push(NEWSET, NLM_F_CREATE, fam, &a);
     let blobs: Vec<Attrs> = elems
         .iter()
         .map(|(k, end, open)| {
             let mut el = Attrs::default();
             if *end {
-                el.be32(3, ELEM_INTERVAL_END);
+                el.be32(elem::FLAGS, ELEM_INTERVAL_END);
             }
-            el.nest(1, |kk| {
-                kk.bytes(1, &key(fam, *k));
+            el.nest(elem::KEY, |kk| {
+                kk.bytes(nfta::expr::DATA_VALUE, &key(fam, *k));
             });
             if *open {
                 let mut u = Udata::default();
                 u.u32(1, 1);
-                el.bytes(6, &u.0);
+                el.bytes(elem::USERDATA, &u.0);
             }
             el
         })
@@ -136,7 +137,7 @@ pub fn data_map(b: &mut Batch, fam: Fam, table: &str, arms: &[(u32, Vec<u8>)]) -
     let data_type = ((fam.addr_type() << 6) | TYPE_INET_SERVICE, fam.addr_len() + 4);
     let data = arms.iter().map(|(k, bytes)| {
         (*k, move |d: &mut Attrs| {
-            d.bytes(1, bytes);
+            d.bytes(nfta::expr::DATA_VALUE, bytes);
         })
     });
     numgen_map(b, fam, table, data_type, &ud, data)
@@ -155,26 +156,26 @@ fn numgen_map<F: FnOnce(&mut Attrs)>(
     let id = b.new_anon_id();
     let name = b.anon_name(MAP_NAME);
     let mut a = Attrs::default();
-    a.str(1, table)
-        .str(2, &name)
-        .be32(3, SET_ANONYMOUS | SET_CONSTANT | SET_MAP)
-        .be32(4, TYPE_INTEGER)
-        .be32(5, 4)
-        .be32(6, data_type)
-        .be32(7, data_len)
-        .be32(0xa, id)
-        .nest(9, |d| {
-            d.be32(1, arms.len() as u32);
+    a.str(set::TABLE, table)
+        .str(set::NAME, &name)
+        .be32(set::FLAGS, SET_ANONYMOUS | SET_CONSTANT | SET_MAP)
+        .be32(set::KEY_TYPE, TYPE_INTEGER)
+        .be32(set::KEY_LEN, 4)
+        .be32(set::DATA_TYPE, data_type)
+        .be32(set::DATA_LEN, data_len)
+        .be32(set::ID, id)
+        .nest(set::DESC, |d| {
+            d.be32(set::DESC_SIZE, arms.len() as u32);
         })
-        .bytes(0xd, &ud.0);
+        .bytes(set::USERDATA, &ud.0);
     b.push(NEWSET, NLM_F_CREATE, fam, &a);
     let blobs: Vec<Attrs> = arms
         .map(|(k, data)| {
             let mut el = Attrs::default();
-            el.nest(1, |kk| {
-                kk.bytes(1, &k.to_ne_bytes());
+            el.nest(elem::KEY, |kk| {
+                kk.bytes(nfta::expr::DATA_VALUE, &k.to_ne_bytes());
             });
-            el.nest(2, data);
+            el.nest(elem::DATA, data);
             el
         })
         .collect();
@@ -198,7 +199,7 @@ fn elements(b: &mut Batch, fam: Fam, table: &str, name: &str, id: u32, blobs: &[
         }
         let end = end.max(at + 1);
         let mut e = Attrs::default();
-        e.str(1, table).str(2, name).be32(4, id).nest(3, |list| {
+        e.str(elem::LIST_TABLE, table).str(elem::LIST_SET, name).be32(elem::LIST_SET_ID, id).nest(elem::LIST_ELEMENTS, |list| {
             for blob in &blobs[at..end] {
                 number = number.wrapping_add(1);
                 list.nest(number, |el| el.0.extend_from_slice(&blob.0));

@@ -10,20 +10,8 @@ use super::expr;
 use super::tokens::{self, Cursor};
 use super::Fam;
 
-pub const NEWTABLE: u16 = 0;
-pub const DELTABLE: u16 = 2;
-pub const NEWCHAIN: u16 = 3;
-pub const DELCHAIN: u16 = 5;
-pub const NEWRULE: u16 = 6;
-pub const DELRULE: u16 = 8;
-pub const NEWSET: u16 = 9;
-pub const DELSET: u16 = 11;
-pub const NEWSETELEM: u16 = 12;
-pub const DELSETELEM: u16 = 14;
-pub const NEWOBJ: u16 = 18;
-pub const DELOBJ: u16 = 20;
-/// `NFT_OBJECT_COUNTER`, the one stateful object kube-proxy names.
-const OBJECT_COUNTER: u32 = 1;
+use super::nfta::{self, chain as ch, elem, obj, rule as rl, set as st};
+pub use super::nfta::msg::{DELCHAIN, DELOBJ, DELRULE, DELSET, DELSETELEM, DELTABLE, NEWCHAIN, NEWOBJ, NEWRULE, NEWSET, NEWSETELEM, NEWTABLE};
 
 /// What the netlink writer does not encode (the text goes to `nft` instead).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -219,7 +207,7 @@ fn command(b: &mut Batch, line: &str) -> Result<(), Unsupported> {
                 return Err(unsupported("words after the table"));
             }
             let mut a = Attrs::default();
-            a.str(1, table);
+            a.str(nfta::table::NAME, table);
             b.push(DELTABLE, 0, fam, &a);
             Ok(())
         }
@@ -230,12 +218,11 @@ fn command(b: &mut Batch, line: &str) -> Result<(), Unsupported> {
         ("flush", "chain") | ("delete", "chain") => {
             let name = one_name(&mut cur)?;
             let mut a = Attrs::default();
-            a.str(1, table);
             if verb == "flush" {
-                a.str(2, name);
+                a.str(rl::TABLE, table).str(rl::CHAIN, name);
                 b.push(DELRULE, 0, fam, &a);
             } else {
-                a.str(3, name);
+                a.str(ch::TABLE, table).str(ch::NAME, name);
                 b.push(DELCHAIN, 0, fam, &a);
             }
             Ok(())
@@ -243,7 +230,7 @@ fn command(b: &mut Batch, line: &str) -> Result<(), Unsupported> {
         ("flush", "set") | ("flush", "map") => {
             let name = one_name(&mut cur)?;
             let mut a = Attrs::default();
-            a.str(2, name).str(1, table);
+            a.str(elem::LIST_SET, name).str(elem::LIST_TABLE, table);
             b.push(DELSETELEM, 0, fam, &a);
             Ok(())
         }
@@ -252,14 +239,14 @@ fn command(b: &mut Batch, line: &str) -> Result<(), Unsupported> {
         ("add", "counter") | ("delete", "counter") => {
             let name = one_name(&mut cur)?;
             let mut a = Attrs::default();
-            a.str(1, table).str(2, name).be32(3, OBJECT_COUNTER);
+            a.str(obj::TABLE, table).str(obj::NAME, name).be32(obj::TYPE, obj::COUNTER);
             if verb == "add" {
-                a.nest(4, |d| {
-                    d.be64(1, 0).be64(2, 0);
+                a.nest(obj::DATA, |d| {
+                    d.be64(obj::COUNTER_BYTES, 0).be64(obj::COUNTER_PACKETS, 0);
                 });
                 b.push(NEWOBJ, NLM_F_CREATE, fam, &a);
             } else {
-                a.nest(4, |_| {});
+                a.nest(obj::DATA, |_| {});
                 b.push(DELOBJ, 0, fam, &a);
             }
             Ok(())
@@ -267,7 +254,7 @@ fn command(b: &mut Batch, line: &str) -> Result<(), Unsupported> {
         ("delete", "set") | ("delete", "map") => {
             let name = one_name(&mut cur)?;
             let mut a = Attrs::default();
-            a.str(1, table).str(2, name);
+            a.str(st::TABLE, table).str(st::NAME, name);
             b.push(DELSET, 0, fam, &a);
             Ok(())
         }
@@ -333,11 +320,11 @@ fn quoted_of(words: &[tokens::Tok<'_>]) -> Result<String, Unsupported> {
 
 fn add_table(b: &mut Batch, fam: Fam, table: &str, cur: &mut Cursor<'_>) -> Result<(), Unsupported> {
     let mut a = Attrs::default();
-    a.str(1, table).be32(2, 0);
+    a.str(nfta::table::NAME, table).be32(nfta::table::FLAGS, 0);
     for (key, words) in spec(cur)? {
         match key {
             "comment" => {
-                a.bytes(6, &comment_udata(&quoted_of(&words)?)?);
+                a.bytes(nfta::table::USERDATA, &comment_udata(&quoted_of(&words)?)?);
             }
             _ => return Err(unsupported("a table spec other than a comment")),
         }
@@ -360,7 +347,7 @@ fn hook_number(h: &str) -> Option<u32> {
 fn add_chain(b: &mut Batch, fam: Fam, table: &str, cur: &mut Cursor<'_>) -> Result<(), Unsupported> {
     let name = cur.word().ok_or_else(|| unsupported("no chain name"))?;
     let mut a = Attrs::default();
-    a.str(1, table).str(3, name);
+    a.str(ch::TABLE, table).str(ch::NAME, name);
     let mut comment = None;
     for (key, words) in spec(cur)? {
         match key {
@@ -369,8 +356,8 @@ fn add_chain(b: &mut Batch, fam: Fam, table: &str, cur: &mut Cursor<'_>) -> Resu
                 let [kind, "hook", hook, "priority", prio] = w.as_slice() else { return Err(unsupported("a chain type other than `type K hook H priority N`")) };
                 let hook = hook_number(hook).ok_or_else(|| unsupported("an unknown hook"))?;
                 let prio: i32 = prio.parse().map_err(|_| unsupported("a priority that is not a number"))?;
-                a.str(7, kind).nest(4, |h| {
-                    h.be32(1, hook).be32(2, prio as u32);
+                a.str(ch::TYPE, kind).nest(ch::HOOK, |h| {
+                    h.be32(ch::HOOK_HOOKNUM, hook).be32(ch::HOOK_PRIORITY, prio as u32);
                 });
             }
             "comment" => comment = Some(quoted_of(&words)?),
@@ -378,7 +365,7 @@ fn add_chain(b: &mut Batch, fam: Fam, table: &str, cur: &mut Cursor<'_>) -> Resu
         }
     }
     if let Some(c) = comment {
-        a.bytes(0xc, &comment_udata(&c)?);
+        a.bytes(ch::USERDATA, &comment_udata(&c)?);
     }
     b.push(NEWCHAIN, NLM_F_CREATE, fam, &a);
     Ok(())
@@ -457,30 +444,30 @@ fn add_set(b: &mut Batch, fam: Fam, table: &str, is_map: bool, cur: &mut Cursor<
     b.ids.insert((fam.nfproto(), name.to_owned()), id);
     let mut ud = Udata::default();
     let mut a = Attrs::default();
-    a.str(1, table).str(2, name);
+    a.str(st::TABLE, table).str(st::NAME, name);
     // nft's user data of a concatenated key: byte order unset, a "typeof" of a
     // concatenation (expression type 13) with no parts.
     let mut concat_typeof = Udata::default();
     concat_typeof.u32(0, 13).put(1, &[]);
     if is_map {
-        a.be32(3, flags | 0x8).be32(4, key_id).be32(5, key_len).be32(6, 0xffff_ff00).be32(7, 0);
+        a.be32(st::FLAGS, flags | st::F_MAP).be32(st::KEY_TYPE, key_id).be32(st::KEY_LEN, key_len).be32(st::DATA_TYPE, nfta::datatype::VERDICT).be32(st::DATA_LEN, 0);
         ud.u32(0, 0).u32(1, 0).put(3, &concat_typeof.0).u32(6, 0);
     } else if parts > 1 {
-        a.be32(3, flags).be32(4, key_id).be32(5, key_len);
+        a.be32(st::FLAGS, flags).be32(st::KEY_TYPE, key_id).be32(st::KEY_LEN, key_len);
         ud.u32(0, 0).put(3, &concat_typeof.0);
     } else {
-        a.be32(3, flags).be32(4, key_id).be32(5, key_len);
+        a.be32(st::FLAGS, flags).be32(st::KEY_TYPE, key_id).be32(st::KEY_LEN, key_len);
         ud.u32(0, 2);
     }
-    a.be32(0xa, id);
+    a.be32(st::ID, id);
     if let Some(t) = timeout {
-        a.be64(0xb, t);
+        a.be64(st::TIMEOUT, t);
     }
     if let Some(c) = comment {
         let c = comment_udata(&c)?;
         ud.put(7, &c[2..]);
     }
-    a.bytes(0xd, &ud.0);
+    a.bytes(st::USERDATA, &ud.0);
     b.push(NEWSET, NLM_F_CREATE, fam, &a);
     Ok(())
 }
@@ -489,9 +476,9 @@ fn add_rule(b: &mut Batch, fam: Fam, table: &str, cur: &mut Cursor<'_>) -> Resul
     let chain = cur.word().ok_or_else(|| unsupported("no chain"))?;
     let (exprs, comment) = expr::rule(b, fam, table, cur)?;
     let mut a = Attrs::default();
-    a.str(1, table).str(2, chain).nest(4, |n| n.0.extend_from_slice(&exprs.0));
+    a.str(rl::TABLE, table).str(rl::CHAIN, chain).nest(rl::EXPRESSIONS, |n| n.0.extend_from_slice(&exprs.0));
     if let Some(c) = comment {
-        a.bytes(7, &comment_udata(&c)?);
+        a.bytes(rl::USERDATA, &comment_udata(&c)?);
     }
     b.push(NEWRULE, NLM_F_CREATE | NLM_F_APPEND, fam, &a);
     Ok(())
@@ -551,23 +538,23 @@ fn element(b: &mut Batch, fam: Fam, table: &str, add: bool, cur: &mut Cursor<'_>
     let comment = comment.map(|c| comment_udata(&c)).transpose()?;
     let id = b.set_id(fam, set);
     let mut a = Attrs::default();
-    a.str(1, table).str(2, set);
+    a.str(elem::LIST_TABLE, table).str(elem::LIST_SET, set);
     if add {
         if let Some(id) = id {
-            a.be32(4, id);
+            a.be32(elem::LIST_SET_ID, id);
         }
     }
-    a.nest(3, |list| {
-        list.nest(1, |el| {
-            el.nest(1, |k| {
-                k.bytes(1, &key);
+    a.nest(elem::LIST_ELEMENTS, |list| {
+        list.nest(nfta::expr::LIST_ELEM, |el| {
+            el.nest(elem::KEY, |k| {
+                k.bytes(nfta::expr::DATA_VALUE, &key);
             });
             if add {
                 if let Some((code, chain)) = value {
-                    el.nest(2, |d| expr::verdict_data(d, code, chain));
+                    el.nest(elem::DATA, |d| expr::verdict_data(d, code, chain));
                 }
                 if let Some(c) = &comment {
-                    el.bytes(6, c);
+                    el.bytes(elem::USERDATA, c);
                 }
             }
         });

@@ -25,10 +25,8 @@ pub type Canon = Vec<u8>;
 /// A set's elements: each one's canonical form and its key's bytes.
 pub type Elements = Vec<(Canon, Vec<u8>)>;
 
-const NEWRULE: u16 = 6;
-const NEWSET: u16 = 9;
-const NEWSETELEM: u16 = 12;
-const SET_ANONYMOUS: u32 = 0x1;
+use super::nfta::msg::{NEWRULE, NEWSET, NEWSETELEM};
+use super::nfta::set::F_ANONYMOUS as SET_ANONYMOUS;
 
 /// Attributes of a payload (a nested attribute's, or a message's after `nfgenmsg`).
 pub fn parse(b: &[u8]) -> Vec<Attr> {

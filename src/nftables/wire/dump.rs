@@ -6,14 +6,8 @@
 use super::attr::{self, Attrs};
 use super::Fam;
 
-pub const GETTABLE: u16 = 1;
-pub const GETCHAIN: u16 = 4;
-pub const GETSET: u16 = 10;
-pub const GETRULE: u16 = 7;
-pub const GETSETELEM: u16 = 13;
-pub const GETGEN: u16 = 16;
-/// Stateful objects (named counters): their dump, and each object's message.
-pub const GETOBJ: u16 = 19;
+/// Stateful objects (named counters): `GETOBJ`, their dump, and each object's message.
+pub use super::nfta::msg::{GETCHAIN, GETGEN, GETOBJ, GETRULE, GETSET, GETSETELEM, GETTABLE};
 pub const NEWOBJ: u16 = 18;
 pub const NEWGEN: u16 = 15;
 pub const NEWTABLE: u16 = 0;

@@ -15,19 +15,15 @@ use super::batch::{Batch, Unsupported};
 use super::tokens::Cursor;
 use super::Fam;
 
-const NFT_REG_VERDICT: u32 = 0;
-const NFT_PAYLOAD_NETWORK: u32 = 1;
-const NFT_PAYLOAD_TRANSPORT: u32 = 2;
-const CMP_EQ: u32 = 0;
-const CMP_NEQ: u32 = 1;
-const META_MARK: u32 = 3;
-const META_IIFNAME: u32 = 6;
-const META_L4PROTO: u32 = 16;
-const CT_STATE: u32 = 0;
-const CT_STATUS: u32 = 2;
-const NUMGEN_RANDOM: u32 = 1;
-/// `NFT_OBJECT_COUNTER` (an `objref`'s immediate type).
-const OBJECT_COUNTER: u32 = 1;
+use super::nfta::{self, reg};
+
+const NFT_PAYLOAD_NETWORK: u32 = nfta::payload::NETWORK_HEADER;
+const NFT_PAYLOAD_TRANSPORT: u32 = nfta::payload::TRANSPORT_HEADER;
+const CMP_EQ: u32 = nfta::cmp::EQ;
+const CMP_NEQ: u32 = nfta::cmp::NEQ;
+const META_MARK: u32 = nfta::meta::MARK;
+const META_IIFNAME: u32 = nfta::meta::IIFNAME;
+const META_L4PROTO: u32 = nfta::meta::L4PROTO;
 pub const VERDICT_DROP: i32 = 0;
 pub const VERDICT_ACCEPT: i32 = 1;
 pub const VERDICT_JUMP: i32 = -3;
@@ -39,83 +35,92 @@ struct Exprs(Attrs);
 
 impl Exprs {
     fn expr(&mut self, name: &str, f: impl FnOnce(&mut Attrs)) {
-        self.0.nest(1, |e| {
-            e.str(1, name);
-            e.nest(2, f);
+        use nfta::expr as e;
+        self.0.nest(e::LIST_ELEM, |x| {
+            x.str(e::NAME, name);
+            x.nest(e::DATA, f);
         });
     }
 
     fn payload(&mut self, dreg: u32, base: u32, offset: u32, len: u32) {
+        use nfta::payload as p;
         self.expr("payload", |a| {
-            a.be32(1, dreg).be32(2, base).be32(3, offset).be32(4, len);
+            a.be32(p::DREG, dreg).be32(p::BASE, base).be32(p::OFFSET, offset).be32(p::LEN, len);
         });
     }
 
     fn cmp(&mut self, op: u32, data: &[u8]) {
+        use nfta::cmp as c;
         self.expr("cmp", |a| {
-            a.be32(1, 1).be32(2, op).nest(3, |d| {
-                d.bytes(1, data);
+            a.be32(c::SREG, reg::R1).be32(c::OP, op).nest(c::DATA, |d| {
+                d.bytes(nfta::expr::DATA_VALUE, data);
             });
         });
     }
 
     /// `with_op`: nft writes the boolean operation attribute for `mark` arithmetic only.
     fn bitwise(&mut self, mask: &[u8], xor: &[u8], with_op: bool) {
+        use nfta::bitwise as b;
         self.expr("bitwise", |a| {
-            a.be32(1, 1).be32(2, 1);
+            a.be32(b::SREG, reg::R1).be32(b::DREG, reg::R1);
             if with_op {
-                a.be32(6, 0);
+                a.be32(b::OP, b::BOOL);
             }
-            a.be32(3, mask.len() as u32).nest(4, |m| {
-                m.bytes(1, mask);
+            a.be32(b::LEN, mask.len() as u32).nest(b::MASK, |m| {
+                m.bytes(nfta::expr::DATA_VALUE, mask);
             });
-            a.nest(5, |x| {
-                x.bytes(1, xor);
+            a.nest(b::XOR, |x| {
+                x.bytes(nfta::expr::DATA_VALUE, xor);
             });
         });
     }
 
     fn meta_load(&mut self, key: u32, dreg: u32) {
+        use nfta::meta as m;
         self.expr("meta", |a| {
-            a.be32(2, key).be32(1, dreg);
+            a.be32(m::KEY, key).be32(m::DREG, dreg);
         });
     }
 
     fn verdict(&mut self, code: i32, chain: Option<&str>) {
+        use nfta::immediate as i;
         self.expr("immediate", |a| {
-            a.be32(1, NFT_REG_VERDICT).nest(2, |d| {
+            a.be32(i::DREG, reg::VERDICT).nest(i::DATA, |d| {
                 verdict_data(d, code, chain);
             });
         });
     }
 
     fn immediate(&mut self, dreg: u32, data: &[u8]) {
+        use nfta::immediate as i;
         self.expr("immediate", |a| {
-            a.be32(1, dreg).nest(2, |d| {
-                d.bytes(1, data);
+            a.be32(i::DREG, dreg).nest(i::DATA, |d| {
+                d.bytes(nfta::expr::DATA_VALUE, data);
             });
         });
     }
 
     /// `numgen random mod n` into register 1.
     fn numgen(&mut self, n: u32) {
+        use nfta::numgen as g;
         self.expr("numgen", |a| {
-            a.be32(1, 1).be32(2, n).be32(3, NUMGEN_RANDOM).be32(4, 0);
+            a.be32(g::DREG, reg::R1).be32(g::MODULUS, n).be32(g::TYPE, g::RANDOM).be32(g::OFFSET, 0);
         });
     }
 
     fn lookup(&mut self, set: &str, id: Option<u32>, dreg: Option<u32>, inverted: bool) {
+        use nfta::lookup as l;
         self.expr("lookup", |a| {
-            a.be32(2, 1);
+            a.be32(l::SREG, reg::R1);
             if let Some(d) = dreg {
-                a.be32(3, d);
+                a.be32(l::DREG, d);
             }
-            a.str(1, set);
+            a.str(l::SET, set);
             if let Some(id) = id {
-                a.be32(4, id);
+                a.be32(l::SET_ID, id);
             }
             if inverted {
-                a.be32(5, 1);
+                a.be32(l::FLAGS, l::F_INV);
             }
         });
     }
@@ -123,10 +128,11 @@ impl Exprs {
 
 /// `NFTA_DATA_VERDICT` inside a data attribute.
 pub fn verdict_data(d: &mut Attrs, code: i32, chain: Option<&str>) {
-    d.nest(2, |v| {
-        v.be32(1, code as u32);
+    use nfta::expr as e;
+    d.nest(e::DATA_VERDICT, |v| {
+        v.be32(e::VERDICT_CODE, code as u32);
         if let Some(c) = chain {
-            v.str(2, c);
+            v.str(e::VERDICT_CHAIN, c);
         }
     });
 }
@@ -150,9 +156,9 @@ pub fn verdict<'a>(word: &str, cur: &mut Cursor<'a>) -> Option<(i32, Option<&'a 
 
 pub fn proto_number(p: &str) -> Option<u8> {
     match p {
-        "tcp" => Some(6),
-        "udp" => Some(17),
-        "sctp" => Some(132),
+        "tcp" => Some(nfta::proto::TCP),
+        "udp" => Some(nfta::proto::UDP),
+        "sctp" => Some(nfta::proto::SCTP),
         _ => None,
     }
 }
@@ -202,13 +208,14 @@ fn statement<'a>(b: &mut Batch, fam: Fam, table: &str, w: &'a str, cur: &mut Cur
         "ct" => {
             // `ct state new` (NFT_CT_STATE, IP_CT_NEW's bit) / `ct status dnat`
             // (NFT_CT_STATUS, IPS_DST_NAT): the key loaded, its bit tested.
+            use nfta::ct;
             let (key, bit) = match (cur.word()?, cur.word()?) {
-                ("state", "new") => (CT_STATE, 8u32),
-                ("status", "dnat") => (CT_STATUS, 0x20u32),
+                ("state", "new") => (ct::STATE, ct::STATE_NEW),
+                ("status", "dnat") => (ct::STATUS, ct::STATUS_DNAT),
                 _ => return None,
             };
             x.expr("ct", |a| {
-                a.be32(2, key).be32(1, 1);
+                a.be32(ct::KEY, key).be32(ct::DREG, reg::R1);
             });
             x.bitwise(&bit.to_ne_bytes(), &[0; 4], false);
             x.cmp(CMP_NEQ, &[0; 4]);
@@ -225,22 +232,23 @@ fn statement<'a>(b: &mut Batch, fam: Fam, table: &str, w: &'a str, cur: &mut Cur
                 concat(b, fam, Sel::L4proto, cur, x)?;
             } else {
                 let p = proto_number(cur.word()?)?;
-                x.meta_load(META_L4PROTO, 1);
+                x.meta_load(META_L4PROTO, reg::R1);
                 x.cmp(CMP_EQ, &[p]);
             }
         }
         "fib" => {
+            use nfta::fib;
             let flags = match cur.word()? {
-                "saddr" => 1,
-                "daddr" => 2,
+                "saddr" => fib::F_SADDR,
+                "daddr" => fib::F_DADDR,
                 _ => return None,
             };
             cur.expect("type")?;
             cur.expect("local")?;
             x.expr("fib", |a| {
-                a.be32(3, flags).be32(2, 3).be32(1, 1);
+                a.be32(fib::FLAGS, flags).be32(fib::RESULT, fib::RESULT_ADDRTYPE).be32(fib::DREG, reg::R1);
             });
-            x.cmp(CMP_EQ, &2u32.to_ne_bytes());
+            x.cmp(CMP_EQ, &fib::RTN_LOCAL.to_ne_bytes());
         }
         "iifname" => {
             let neg = cur.eat("!=");
@@ -256,7 +264,7 @@ fn statement<'a>(b: &mut Batch, fam: Fam, table: &str, w: &'a str, cur: &mut Cur
                     v
                 }
             };
-            x.meta_load(META_IIFNAME, 1);
+            x.meta_load(META_IIFNAME, reg::R1);
             x.cmp(if neg { CMP_NEQ } else { CMP_EQ }, &data);
         }
         "numgen" => numgen(b, fam, table, cur, x)?,
@@ -269,21 +277,22 @@ fn statement<'a>(b: &mut Batch, fam: Fam, table: &str, w: &'a str, cur: &mut Cur
             }
             cur.expect("saddr")?;
             cur.expect("}")?;
-            x.payload(1, NFT_PAYLOAD_NETWORK, fam.saddr_off(), fam.addr_len());
+            x.payload(reg::R1, NFT_PAYLOAD_NETWORK, fam.saddr_off(), fam.addr_len());
             let id = b.set_id(fam, set);
+            use nfta::dynset as d;
             x.expr("dynset", |a| {
-                a.be32(4, 1).be32(3, 1).str(1, set);
+                a.be32(d::SREG_KEY, reg::R1).be32(d::OP, d::OP_UPDATE).str(d::SET_NAME, set);
                 if let Some(id) = id {
-                    a.be32(2, id);
+                    a.be32(d::SET_ID, id);
                 }
             });
         }
         "mark" => mark(cur, x)?,
         "masquerade" => {
-            let flags = if cur.eat("fully-random") { 0x10 } else { 0 };
+            let flags = if cur.eat("fully-random") { nfta::masq::RANDOM_FULLY } else { 0 };
             x.expr("masq", |a| {
                 if flags != 0 {
-                    a.be32(1, flags);
+                    a.be32(nfta::masq::FLAGS, flags);
                 }
             });
         }
@@ -292,10 +301,12 @@ fn statement<'a>(b: &mut Batch, fam: Fam, table: &str, w: &'a str, cur: &mut Cur
                 return dnat_map(b, fam, table, cur, x);
             }
             let (ip, port) = dnat_target(fam, cur.word()?)?;
-            x.immediate(1, &ip);
-            x.immediate(2, &port.to_be_bytes());
+            use nfta::nat;
+            x.immediate(reg::R1, &ip);
+            x.immediate(reg::R2, &port.to_be_bytes());
             x.expr("nat", |a| {
-                a.be32(1, 1).be32(2, fam.nfproto() as u32).be32(3, 1).be32(5, 2).be32(7, 2);
+                a.be32(nat::TYPE, nat::DNAT).be32(nat::FAMILY, fam.nfproto() as u32).be32(nat::REG_ADDR_MIN, reg::R1);
+                a.be32(nat::REG_PROTO_MIN, reg::R2).be32(nat::FLAGS, nat::PROTO_SPECIFIED);
             });
         }
         "counter" => {
@@ -304,13 +315,13 @@ fn statement<'a>(b: &mut Batch, fam: Fam, table: &str, w: &'a str, cur: &mut Cur
             let name = cur.quoted()?;
             // nftnl puts the name without its NUL (unlike the other strings).
             x.expr("objref", |a| {
-                a.be32(1, OBJECT_COUNTER).bytes(2, name.as_bytes());
+                a.be32(nfta::objref::IMM_TYPE, nfta::obj::COUNTER).bytes(nfta::objref::IMM_NAME, name.as_bytes());
             });
         }
         "reject" => {
             let code = fam.reject_code();
             x.expr("reject", |a| {
-                a.be32(1, 0).bytes(2, &[code]);
+                a.be32(nfta::reject::TYPE, nfta::reject::ICMP_UNREACH).bytes(nfta::reject::ICMP_CODE, &[code]);
             });
         }
         other => {
@@ -334,7 +345,7 @@ fn address_match(b: &mut Batch, fam: Fam, table: &str, cur: &mut Cursor<'_>, x: 
     let neg = cur.eat("!=");
     let value = cur.word()?;
     if let Some(set) = value.strip_prefix('@') {
-        x.payload(1, NFT_PAYLOAD_NETWORK, off, fam.addr_len());
+        x.payload(reg::R1, NFT_PAYLOAD_NETWORK, off, fam.addr_len());
         let id = b.set_id(fam, set);
         x.lookup(set, id, None, neg);
         return Some(());
@@ -345,7 +356,7 @@ fn address_match(b: &mut Batch, fam: Fam, table: &str, cur: &mut Cursor<'_>, x: 
             return compare(fam, off, items[0], neg, x);
         }
         let (id, name) = super::anon::interval_set(b, fam, table, saddr, &items)?;
-        x.payload(1, NFT_PAYLOAD_NETWORK, off, fam.addr_len());
+        x.payload(reg::R1, NFT_PAYLOAD_NETWORK, off, fam.addr_len());
         x.lookup(&name, Some(id), None, neg);
         return Some(());
     }
@@ -359,11 +370,11 @@ fn compare(fam: Fam, off: u32, value: &str, neg: bool, x: &mut Exprs) -> Option<
     let op = if neg { CMP_NEQ } else { CMP_EQ };
     if len % 8 == 0 && len > 0 {
         let n = (len / 8) as usize;
-        x.payload(1, NFT_PAYLOAD_NETWORK, off, n as u32);
+        x.payload(reg::R1, NFT_PAYLOAD_NETWORK, off, n as u32);
         x.cmp(op, &bytes[..n]);
     } else {
         let full = fam.addr_len();
-        x.payload(1, NFT_PAYLOAD_NETWORK, off, full);
+        x.payload(reg::R1, NFT_PAYLOAD_NETWORK, off, full);
         let mut mask = vec![0u8; full as usize];
         for (i, m) in mask.iter_mut().enumerate() {
             let bits = (len as usize).saturating_sub(i * 8).min(8);
@@ -413,6 +424,7 @@ impl Sel {
         match self {
             Sel::Addr(off) => x.payload(reg, NFT_PAYLOAD_NETWORK, off, fam.addr_len()),
             Sel::L4proto => x.meta_load(META_L4PROTO, reg),
+            // The destination port: bytes 2-3 of the TCP, UDP and SCTP headers alike.
             Sel::Dport => x.payload(reg, NFT_PAYLOAD_TRANSPORT, 2, 2),
         }
     }
@@ -436,7 +448,7 @@ fn concat(b: &mut Batch, fam: Fam, first: Sel, cur: &mut Cursor<'_>, x: &mut Exp
         at += p.len(fam);
     }
     // A set or map made in this batch is named by its id too, as nft does.
-    let dreg = cur.eat("vmap").then_some(NFT_REG_VERDICT);
+    let dreg = cur.eat("vmap").then_some(reg::VERDICT);
     let set = cur.word()?.strip_prefix('@')?;
     x.lookup(set, b.set_id(fam, set), dreg, false);
     Some(())
@@ -463,7 +475,7 @@ fn numgen(b: &mut Batch, fam: Fam, table: &str, cur: &mut Cursor<'_>, x: &mut Ex
     }
     let (id, name) = super::anon::verdict_map(b, fam, table, &arms);
     x.numgen(n);
-    x.lookup(&name, Some(id), Some(NFT_REG_VERDICT), false);
+    x.lookup(&name, Some(id), Some(reg::VERDICT), false);
     Some(())
 }
 
@@ -498,10 +510,11 @@ fn dnat_map(b: &mut Batch, fam: Fam, table: &str, cur: &mut Cursor<'_>, x: &mut 
     }
     let (id, name) = super::anon::data_map(b, fam, table, &arms);
     x.numgen(n);
-    x.lookup(&name, Some(id), Some(1), false);
+    x.lookup(&name, Some(id), Some(reg::R1), false);
     let port_reg = concat_reg(fam.addr_len());
+    use nfta::nat;
     x.expr("nat", |a| {
-        a.be32(1, 1).be32(2, fam.nfproto() as u32).be32(3, 1).be32(5, port_reg);
+        a.be32(nat::TYPE, nat::DNAT).be32(nat::FAMILY, fam.nfproto() as u32).be32(nat::REG_ADDR_MIN, reg::R1).be32(nat::REG_PROTO_MIN, port_reg);
     });
     Some(())
 }
@@ -514,7 +527,7 @@ fn mark(cur: &mut Cursor<'_>, x: &mut Exprs) -> Option<()> {
             None => s.parse().ok(),
         }
     };
-    x.meta_load(META_MARK, 1);
+    x.meta_load(META_MARK, reg::R1);
     if cur.eat("set") {
         cur.expect("mark")?;
         let op = cur.word()?;
@@ -526,7 +539,7 @@ fn mark(cur: &mut Cursor<'_>, x: &mut Exprs) -> Option<()> {
         };
         x.bitwise(&mask.to_ne_bytes(), &xor.to_ne_bytes(), true);
         x.expr("meta", |a| {
-            a.be32(2, META_MARK).be32(3, 1);
+            a.be32(nfta::meta::KEY, META_MARK).be32(nfta::meta::SREG, reg::R1);
         });
     } else {
         cur.expect("and")?;

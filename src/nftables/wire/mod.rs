@@ -11,6 +11,7 @@ pub mod batch;
 pub mod canon;
 pub mod dump;
 pub mod expr;
+pub mod nfta;
 pub mod tokens;
 
 pub use batch::{encode, encode_named, Batch, Unsupported};
