@@ -23,7 +23,7 @@ use super::anonrecord::{self, Recording, SetDump};
 use super::wire::{self, canon, dump, Batch};
 use crate::netfilter::apply::around;
 
-const NLMSG_ERROR: u16 = 2;
+use crate::netfilter::nlattr::NLMSG_ERROR;
 
 /// The environment variable that overrides a full sync's batch bound ([`NetlinkNft::on_node`]).
 pub const BATCH_LINES_ENV: &str = "SVCPROXY_NFT_BATCH_LINES";

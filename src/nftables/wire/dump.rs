@@ -16,8 +16,7 @@ pub const NEWSET: u16 = 9;
 pub const NEWRULE: u16 = 6;
 pub const NEWSETELEM: u16 = 12;
 pub const NLM_F_DUMP: u16 = 0x300;
-pub const NLMSG_ERROR: u16 = 2;
-pub const NLMSG_DONE: u16 = 3;
+pub use crate::netfilter::nlattr::{NLMSG_DONE, NLMSG_ERROR};
 
 /// `NFTA_TABLE_NAME`, `NFTA_CHAIN_TABLE`, `NFTA_SET_TABLE` (all 1).
 const TABLE_ATTR: u16 = 1;
@@ -85,14 +84,6 @@ pub enum Reply {
     Done,
 }
 
-fn word(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_ne_bytes(b.get(at..at + 4)?.try_into().ok()?))
-}
-
-fn half(b: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_ne_bytes(b.get(at..at + 2)?.try_into().ok()?))
-}
-
 /// The messages of one `recv`'s bytes (a truncated tail is dropped).
 pub fn replies(buf: &[u8]) -> Vec<Reply> {
     let mut out = Vec::new();
@@ -116,38 +107,24 @@ pub enum Borrowed<'a> {
 
 /// [`replies`] without copying: `each` gets every message of `buf` in order.
 pub fn each_reply<'a>(buf: &'a [u8], mut each: impl FnMut(Borrowed<'a>)) {
-    let mut off = 0;
-    while let (Some(len), Some(kind)) = (word(buf, off), half(buf, off + 4)) {
-        let len = len as usize;
-        if len < 16 || off + len > buf.len() {
-            break;
+    for m in Messages(buf) {
+        match m {
+            Message::Error { errno, .. } => each(Borrowed::Error(errno)),
+            Message::Done { .. } => each(Borrowed::Done),
+            // After `nfgenmsg`, the object's attributes.
+            Message::Data { kind, body, .. } if kind >> 8 == attr::NFNL_SUBSYS_NFTABLES => each(Borrowed::Object { kind: kind & 0xff, payload: body.get(4..).unwrap_or_default() }),
+            Message::Data { .. } => {}
         }
-        let msg = &buf[off..off + len];
-        match kind {
-            NLMSG_ERROR => each(Borrowed::Error(word(msg, 16).map_or(0, |e| -(e as i32)))),
-            NLMSG_DONE => each(Borrowed::Done),
-            k if k >> 8 == attr::NFNL_SUBSYS_NFTABLES => each(Borrowed::Object { kind: k & 0xff, payload: msg.get(20..).unwrap_or_default() }),
-            _ => {}
-        }
-        off += (len + 3) & !3;
     }
 }
 
-/// Top-level attributes (type without the nested/byte-order flags, payload).
-pub fn attrs(mut b: &[u8]) -> Vec<(u16, Vec<u8>)> {
-    let mut out = Vec::new();
-    while let (Some(len), Some(kind)) = (half(b, 0), half(b, 2)) {
-        let len = len as usize;
-        if len < 4 || len > b.len() {
-            break;
-        }
-        out.push((kind & 0x3fff, b[4..len].to_vec()));
-        b = &b[((len + 3) & !3).min(b.len())..];
-    }
-    out
+/// Top-level attributes (type without the nested/byte-order flags, payload), copied.
+pub fn attrs(b: &[u8]) -> Vec<(u16, Vec<u8>)> {
+    AttrIter(b).map(|(k, v)| (k, v.to_vec())).collect()
 }
 
 pub use crate::netfilter::nlattr::AttrIter;
+use crate::netfilter::nlattr::{Message, Messages};
 
 /// A chain's name in a `NEWCHAIN` message's payload, when it is a chain of `table`.
 pub fn chain_name<'a>(payload: &'a [u8], table: &str) -> Option<&'a str> {
