@@ -185,18 +185,18 @@ fn ipvs_sync_change(c: &mut Criterion, one: &mut OneEndpoint) {
         ipvs: Box::new(FakeIpvs::new()),
         links: Box::new(FakeLinks::default()),
         ipset: Box::new(FakeIpset::default()),
-        iptables: Box::new(svcproxy::netfilter::fake::FakeIptables::new()),
+        iptables: Box::new(svcproxy::xtables::fake::FakeIptables::new()),
         paths: Paths { grace_file: dir.join("grace"), grace_period_secs: 0, proc_sys: dir.join("sys") },
         memory: None,
         canaries: false,
     };
     let none: Vec<svcproxy::track::Changes> = one.loaded.trackers.families.iter().map(|_| Default::default()).collect();
-    p.sync(&one.loaded.config, &one.loaded.trackers, &none, true, svcproxy::netfilter::apply::Pass::Apply).expect("the first (full) sync");
+    p.sync(&one.loaded.config, &one.loaded.trackers, &none, true, svcproxy::driver::Pass::Apply).expect("the first (full) sync");
     let sync = |one: &mut OneEndpoint, p: &mut Proxier, event: &Event| {
         one.loaded.trackers.apply(event);
         let changes = one.loaded.trackers.commit();
         let t = Instant::now();
-        black_box(p.sync(&one.loaded.config, &one.loaded.trackers, &changes, false, svcproxy::netfilter::apply::Pass::Apply).expect("a partial sync"));
+        black_box(p.sync(&one.loaded.config, &one.loaded.trackers, &changes, false, svcproxy::driver::Pass::Apply).expect("a partial sync"));
         t.elapsed()
     };
     let (add, revert) = (one.add.clone(), one.revert.clone());

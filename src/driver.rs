@@ -7,8 +7,17 @@
 use std::time::{Duration, Instant};
 
 use crate::net::IpFamily;
-use crate::netfilter::apply::Pass;
 use crate::track::{Changes, FamilyTracker};
+
+/// Whether a sync sends what it computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pass {
+    /// Bring the kernel up to date (and clear stale flows).
+    Apply,
+    /// Compare everything with the kernel and change nothing: no restore, no canary, no
+    /// conntrack flush; the kernel is not trusted to hold the rulesets afterwards.
+    DryRun,
+}
 
 /// The step of a family's sync that failed. kube-proxy counts a failed sync as a restore
 /// failure (`sync_proxy_rules_iptables_restore_failures_total`, nftables mode's

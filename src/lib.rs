@@ -40,3 +40,4 @@ pub mod source;
 pub mod trace;
 pub mod track;
 pub mod wiring;
+pub mod xtables;

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use support::apiserver::ApiServer;
 use svcproxy::config::Settings;
 use svcproxy::conntrack::table::fake::FakeFlows;
-use svcproxy::netfilter::fake::SharedFake;
+use svcproxy::xtables::fake::SharedFake;
 use svcproxy::net::IpFamily;
 use svcproxy::runner::watch;
 use svcproxy::schedule::{Schedule, Timing};

@@ -187,7 +187,7 @@ fn upstream_scenarios_through_the_binary_equal_kube_proxy() {
             "--detect-local-mode", "ClusterCIDR", "--masquerade-bit", "14",
         ]);
         assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-        let normalised = check::sort_like_kube_proxy_tests(&svcproxy::netfilter::dump::parse(&stdout(&o)).unwrap());
+        let normalised = check::sort_like_kube_proxy_tests(&svcproxy::xtables::dump::parse(&stdout(&o)).unwrap());
         let expected = std::fs::read_to_string(repo().join(format!("golden/upstream/{name}.kube-proxy"))).unwrap();
         assert_eq!(normalised, expected, "{name}");
     }

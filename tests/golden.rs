@@ -26,13 +26,13 @@ use std::sync::{Arc, Mutex};
 use support::*;
 use svcproxy::config::Settings;
 use svcproxy::model::Protocol;
-use svcproxy::netfilter::fake::{Call, FakeIptables, SharedFake};
+use svcproxy::xtables::fake::{Call, FakeIptables, SharedFake};
 use svcproxy::iptables::kube_proxy_restore::{self, Applied, SyncOptions};
 use svcproxy::iptables::proxier::Proxier;
 use svcproxy::iptables::render::Ruleset;
 use support::iptables_check as check;
 use svcproxy::iptables::restore;
-use svcproxy::netfilter::dump;
+use svcproxy::xtables::dump;
 use svcproxy::pipeline::Loaded;
 use svcproxy::source::{self, ClusterState};
 use svcproxy::trace::{self, Entry, Env, Packet};
@@ -407,7 +407,7 @@ fn upstream_chain_assertions_hold() {
                         let mut s = format!("{} {}", r.op, r.chain);
                         for a in r.args.iter().chain(r.target.words()) {
                             s.push(' ');
-                            s.push_str(&svcproxy::netfilter::quote(a));
+                            s.push_str(&svcproxy::xtables::quote(a));
                         }
                         s
                     }).collect()

@@ -1,7 +1,7 @@
 //! The house's rules that a reader can check with `grep`, checked here so they stay true:
 //! each of kube-proxy's chain names is declared in one place. A string literal that is
 //! one of kube-proxy's iptables chain names (or a per-service prefix) appears only in
-//! `src/netfilter/names.rs`; one of IPVS mode's own chains only in
+//! `src/xtables/names.rs`; one of IPVS mode's own chains only in
 //! `src/ipvs/plan/rules.rs`; one of nftables mode's names only in `src/nftables/names.rs`.
 //! Everyone else imports the constant. Test code (a `tests.rs` or `*_tests.rs` file, a
 //! `tests/` folder, an inline `#[cfg(test)] mod … {` to the end of its file) and comments
@@ -16,7 +16,7 @@
 
 use std::path::{Path, PathBuf};
 
-/// kube-proxy's iptables chains and per-service prefixes (`netfilter::names`).
+/// kube-proxy's iptables chains and per-service prefixes (`xtables::names`).
 const IPTABLES: [&str; 14] = [
     "KUBE-SERVICES",
     "KUBE-EXTERNAL-SERVICES",
@@ -174,7 +174,7 @@ fn source_literals() -> Vec<Literal> {
 #[test]
 fn each_chain_name_is_declared_in_one_place() {
     let groups: [(&[&str], &str); 3] =
-        [(&IPTABLES, "src/netfilter/names.rs"), (&IPVS, "src/ipvs/plan/rules.rs"), (&NFTABLES, "src/nftables/names.rs")];
+        [(&IPTABLES, "src/xtables/names.rs"), (&IPVS, "src/ipvs/plan/rules.rs"), (&NFTABLES, "src/nftables/names.rs")];
     let mut found = Vec::new();
     let mut used = vec![false; EXCEPTIONS.len()];
     for Literal { file, line, text: lit } in source_literals() {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use svcproxy::config::Settings;
 use svcproxy::conntrack::table::fake::FakeFlows;
-use svcproxy::netfilter::fake::SharedFake;
+use svcproxy::xtables::fake::SharedFake;
 use svcproxy::net::IpFamily;
 use svcproxy::pipeline;
 use svcproxy::runner::watch;

@@ -15,13 +15,13 @@ use std::sync::Arc;
 
 use crate::config::Settings;
 use crate::gen::{self, GenSpec};
-use crate::netfilter::apply::{Backend, RestoreError, Restorer};
-use crate::netfilter::fake::FakeIptables;
+use crate::xtables::apply::{Backend, RestoreError, Restorer};
+use crate::xtables::fake::FakeIptables;
 use crate::iptables::kube_proxy_restore::{self, Applied};
 use crate::iptables::proxier::Proxier;
 use crate::iptables::render::Ruleset;
-use crate::netfilter::names::is_service_chain;
-use crate::netfilter::{delta, dump};
+use crate::xtables::names::is_service_chain;
+use crate::xtables::{delta, dump};
 use crate::iptables::restore::{self, Scope};
 use crate::iptables::sync::{self, SyncError, SyncReport};
 use crate::model::EndpointSlice;
@@ -269,18 +269,18 @@ pub fn restore_size(services: usize, endpoints: usize) -> anyhow::Result<Restore
 /// iptables-nft: the delta against nothing, cut by [`Delta::restore_chunks`] into restores
 /// of at most `per_chunk` services each (the benchmark measures the sync's own chunking).
 ///
-/// [`Delta::restore_chunks`]: crate::netfilter::delta::Delta::restore_chunks
+/// [`Delta::restore_chunks`]: crate::xtables::delta::Delta::restore_chunks
 pub fn split_by_service(text: &str, per_chunk: usize) -> Result<Vec<String>, dump::ParseError> {
     let desired = dump::parse(text)?;
     // Against an empty kernel the canonical form only labels the changes; v4 or v6 alike.
-    let delta = delta::compute(&desired, &crate::netfilter::Dump::default(), false, &[], is_service_chain);
+    let delta = delta::compute(&desired, &crate::xtables::Dump::default(), false, &[], is_service_chain);
     Ok(delta.restore_chunks(per_chunk))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::netfilter::dump::parse;
+    use crate::xtables::dump::parse;
 
     #[test]
     fn chunks_applied_in_order_leave_the_rules_of_the_single_input() {

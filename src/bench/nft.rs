@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use super::OneEndpoint;
 use crate::nftables::apply::{Names, Nft, NftError};
 use crate::nftables::model::Family;
-use crate::netfilter::apply::Pass;
+use crate::driver::Pass;
 use crate::nftables::proxier::Proxier;
 use crate::track::Changes;
 

@@ -8,11 +8,11 @@ use clap::{Args, ValueEnum};
 
 use super::render::load_with;
 use super::{ConfigFlags, EXIT_CHANGES, EXIT_OK};
-use crate::netfilter::apply::Backend;
+use crate::xtables::apply::Backend;
 use crate::conntrack::Reconciled;
-use crate::netfilter::delta;
+use crate::xtables::delta;
 use crate::node::sysctl::Change;
-use crate::netfilter::apply::Pass;
+use crate::driver::Pass;
 use crate::runner::engine::{Detail, SyncFailure};
 
 pub const EXAMPLES: &str = "\

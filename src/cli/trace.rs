@@ -19,7 +19,7 @@ use super::sync::BackendArg;
 use super::{ConfigFlags, EXIT_OK};
 use crate::config::Mode;
 use crate::iptables::restore::{self, Scope};
-use crate::netfilter::Dump;
+use crate::xtables::Dump;
 use crate::ipvs::plan::SetId;
 use crate::model::Protocol;
 use crate::net::{parse_ip_sloppy, IpFamily};

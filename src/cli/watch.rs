@@ -83,7 +83,7 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
             Err(e) => tracing::warn!("{e}"),
         }
     }
-    if let Err(e) = crate::runner::node::decide_nfacct(&mut flags, &file, crate::netfilter::apply::Pass::Apply) {
+    if let Err(e) = crate::runner::node::decide_nfacct(&mut flags, &file, crate::driver::Pass::Apply) {
         tracing::warn!(error = %e.io(), "cannot create kube-proxy's nfacct counters; the rules are written without them");
     }
     let servers = node::servers(&effective).context("invalid configuration")?;

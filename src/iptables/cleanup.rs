@@ -4,8 +4,8 @@
 //! kube-proxy leaves it.
 
 use super::render::fixed::{FILTER_CHAINS, NAT_CHAINS};
-use crate::netfilter::names::*;
-use crate::netfilter::{quote, Dump};
+use crate::xtables::names::*;
+use crate::xtables::{quote, Dump};
 
 const BUILTIN: [&str; 5] = ["PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"];
 
@@ -56,7 +56,7 @@ pub fn plan(live: &Dump) -> (String, Vec<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::netfilter::dump::parse;
+    use crate::xtables::dump::parse;
 
     #[test]
     fn removes_jumps_and_our_chains_but_not_kube_firewall_or_others() {

@@ -3,8 +3,8 @@
 //! kubelet's KUBE-FIREWALL jumps); svcproxy inserts the missing ones at position 1 in the
 //! same order, which leaves the kernel exactly as kube-proxy would.
 
-use crate::netfilter::names::*;
-use crate::netfilter::jumps::Jump;
+use crate::xtables::names::*;
+use crate::xtables::jumps::Jump;
 
 /// The jumps for one family. `kubelet_firewall`: also the KUBE-FIREWALL jumps (IPv4 with
 /// localhost NodePorts, when svcproxy writes that chain).

@@ -1,7 +1,7 @@
 //! iptables mode, standing on [`crate::netfilter`] (chain names, rule values, restore
 //! text, canonical form, delta, apply): the renderer, restore text in kube-proxy's order
 //! and the sync planners are pure. The kernel is reached behind traits with recording fakes for
-//! tests: `iptables-save`/`iptables-restore` through [`crate::netfilter::apply`], `nfacct`
+//! tests: `iptables-save`/`iptables-restore` through [`crate::xtables::apply`], `nfacct`
 //! over netlink through [`crate::netfilter::nfacct`] (stale flows are [`crate::conntrack`]'s, every mode's).
 
 pub mod cleanup;

@@ -15,10 +15,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::netfilter::delta::{diff_positions, ChainChange, Delta, TablePlan, TABLES};
+use crate::xtables::delta::{diff_positions, ChainChange, Delta, TablePlan, TABLES};
 use super::render::{Rendered, Ruleset, ServiceRules, TopCounts, TOP_CHAINS};
 use crate::model::{port_entries, ports_of, NamespacedName, ServicePortName};
-use crate::netfilter::{Chain, Rule};
+use crate::xtables::{Chain, Rule};
 
 /// The rules the kernel holds for the service ports a commit touches, taken from the
 /// ruleset before it is updated.

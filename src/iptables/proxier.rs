@@ -9,7 +9,7 @@
 //!   full render, input proportional to the change.
 //!
 //! A full sync also ensures
-//! the canaries ([`crate::netfilter::canary`]), which the loop checks between syncs to learn, cheaply,
+//! the canaries ([`crate::xtables::canary`]), which the loop checks between syncs to learn, cheaply,
 //! that the kernel lost rules and the next sync must be full.
 //!
 //! A one-shot `svcproxy sync` is this proxier's first (full) sync: [`Pass::DryRun`] computes
@@ -20,9 +20,10 @@ use std::time::Instant;
 
 use crate::driver::{Driver, FamilyRules, Failure};
 pub use crate::driver::Full;
-use crate::netfilter::apply::{Pass, RestoreError, Restorer};
+use crate::driver::Pass;
+use crate::xtables::apply::{RestoreError, Restorer};
 pub use crate::driver::Phase;
-use crate::netfilter::canary;
+use crate::xtables::canary;
 use super::partial::{self, Before};
 use super::render::{self, Ruleset};
 use super::sync::{self, SyncError, SyncReport, Timings};

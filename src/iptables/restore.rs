@@ -7,11 +7,11 @@ use std::collections::{BTreeSet, HashMap};
 
 use super::render::{fixed, Ruleset};
 use crate::model::NamespacedName;
-use crate::netfilter::delta::NewChain;
-use crate::netfilter::dump::{Dump, Op, Rule, TableDump};
-use crate::netfilter::Chain;
-use crate::netfilter::Rule as Value;
-use crate::netfilter::view::View;
+use crate::xtables::delta::NewChain;
+use crate::xtables::dump::{Dump, Op, Rule, TableDump};
+use crate::xtables::Chain;
+use crate::xtables::Rule as Value;
+use crate::xtables::view::View;
 
 /// Which services' own chains a restore includes.
 #[derive(Debug, Clone, Copy)]
@@ -67,7 +67,7 @@ pub fn dump(rs: &Ruleset, scope: Scope, stale: &[String]) -> Dump {
 }
 
 /// The rules of a ruleset as a [`View`]: each rule the ruleset holds borrowed, not copied
-/// (what a full sync compares with the kernel: [`crate::netfilter::delta::compute_with`]
+/// (what a full sync compares with the kernel: [`crate::xtables::delta::compute_with`]
 /// reads it as it reads the [`Dump`] of the same rules, which [`dump`] would build).
 pub fn view<'r>(rs: &'r Ruleset, scope: Scope) -> View<'r> {
     let mut b = ViewBuilder { view: View::default(), table: String::new() };
@@ -77,7 +77,7 @@ pub fn view<'r>(rs: &'r Ruleset, scope: Scope) -> View<'r> {
 
 /// The chains of a full render by table, in declaration order, each chain's rules written
 /// as restore lines, and the lines of the whole restore input: what a sync into a kernel
-/// holding none of our chains writes ([`crate::netfilter::delta::compute_fresh`]), built
+/// holding none of our chains writes ([`crate::xtables::delta::compute_fresh`]), built
 /// from the values without a [`Dump`] or a canonical form. `per_service` says whose jump
 /// targets are kept (for grouping by service).
 pub fn new_chains(rs: &Ruleset, per_service: impl Fn(&str) -> bool) -> (Vec<(String, Vec<NewChain>)>, usize) {
@@ -283,7 +283,7 @@ impl Out<'_> for DumpBuilder {
         self.line += rules.len();
         let t = self.current();
         for (i, r) in rules.iter().enumerate() {
-            t.push(Rule { op: Op::Append, chain: r.chain.clone(), args: r.args.clone(), target: r.target.clone(), line: crate::netfilter::dump::line_no(first + i) });
+            t.push(Rule { op: Op::Append, chain: r.chain.clone(), args: r.args.clone(), target: r.target.clone(), line: crate::xtables::dump::line_no(first + i) });
         }
     }
     fn delete(&mut self, chain: &str) {

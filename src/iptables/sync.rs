@@ -6,13 +6,13 @@
 
 use std::time::Instant;
 
-use crate::netfilter::apply::{self, Backend, ReadError, RestoreError, Restorer};
-use crate::netfilter::names::is_service_chain;
-use crate::netfilter::delta::{self, Delta, TABLES};
+use crate::xtables::apply::{self, Backend, ReadError, RestoreError, Restorer};
+use crate::xtables::names::is_service_chain;
+use crate::xtables::delta::{self, Delta, TABLES};
 use super::jumps::jumps;
 use super::render::Ruleset;
 use super::restore::{self, Scope};
-use crate::netfilter::dump;
+use crate::xtables::dump;
 use crate::driver::Phase;
 
 /// What a sync found and did.
@@ -80,7 +80,7 @@ impl From<ReadError> for SyncError {
 }
 
 /// The jumps this ruleset needs from built-in chains.
-pub fn needed_jumps(rs: &Ruleset) -> Vec<crate::netfilter::jumps::Jump> {
+pub fn needed_jumps(rs: &Ruleset) -> Vec<crate::xtables::jumps::Jump> {
     jumps(!rs.ctx.is_v6() && rs.ctx.localhost_node_ports)
 }
 

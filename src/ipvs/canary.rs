@@ -1,6 +1,6 @@
 //! How IPVS-mode watch mode notices, cheaply, that the kernel lost what its partial syncs
 //! trust (the memory of the last full sync): kube-proxy's iptables canaries
-//! ([`crate::netfilter::canary`]; kube-proxy's IPVS proxier monitors them too), kube-ipvs0
+//! ([`crate::xtables::canary`]; kube-proxy's IPVS proxier monitors them too), kube-ipvs0
 //! still being the link the memory names (deleting it takes every bound address), and
 //! one virtual server svcproxy holds still answering with its real servers (`ipvsadm -C`
 //! deletes them all). Each is one query; any loss means the next sync is full.
@@ -9,9 +9,9 @@ use super::link::Links;
 use super::memory::Memory;
 use super::netlink::Ipvs;
 use super::plan::DUMMY_LINK;
-use crate::netfilter::canary;
+use crate::xtables::canary;
 use crate::net::IpFamily;
-use crate::netfilter::apply::{RestoreError, Restorer};
+use crate::xtables::apply::{RestoreError, Restorer};
 
 /// What was found gone, as (family, where): an iptables table, `kube-ipvs0` or `ipvs`.
 pub fn lost(memory: &Memory, ipvs: &mut dyn Ipvs, links: &mut dyn Links, iptables: &mut dyn Restorer) -> Result<Option<(IpFamily, &'static str)>, RestoreError> {

@@ -13,7 +13,7 @@ use super::values::Op;
 use super::plan::rules::{self, OWN_CHAINS};
 use super::plan::DUMMY_LINK;
 use super::reconcile::DEFAULT_NODE_PORT_RANGE;
-use crate::netfilter::{quote, Dump};
+use crate::xtables::{quote, Dump};
 
 /// A chain IPVS mode declares in `table` and iptables mode does not (the shared ones are
 /// the iptables cleanup's).
@@ -114,7 +114,7 @@ pub fn link(links: &mut dyn Links, dry_run: bool) -> Result<Vec<String>, LinkErr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::netfilter::dump::parse;
+    use crate::xtables::dump::parse;
 
     #[test]
     fn ipvs_chains_and_their_jumps_go() {

@@ -1,5 +1,5 @@
 //! In-memory links and ipsets for IPVS-mode tests that need no root (the IPVS fake is
-//! [`super::netlink::FakeIpvs`]; iptables' is [`crate::netfilter::fake::FakeIptables`]),
+//! [`super::netlink::FakeIpvs`]; iptables' is [`crate::xtables::fake::FakeIptables`]),
 //! and [`Shared`] handles on all three that a test keeps after handing them to a proxier.
 //! Each counts what was read from it (links: `reads`; ipsets: `saves`; IPVS: its log).
 

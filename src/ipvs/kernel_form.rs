@@ -3,7 +3,7 @@
 //! node reads back. Pure.
 
 use super::values::Protocol;
-use crate::netfilter::{Dump, Rule, Table};
+use crate::xtables::{Dump, Rule, Table};
 
 /// The rules as the kernel holds them: the `ipvs` match as `iptables-save` prints it
 /// (libxt_ipvs: `--vproto` as a number, then `--vaddr`, then `--vport`), so a synced node
@@ -36,7 +36,7 @@ fn ipvs_match(rule: &Rule) -> Option<Rule> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::netfilter::Target;
+    use crate::xtables::Target;
 
     #[test]
     fn ipvs_match_in_kernel_form() {

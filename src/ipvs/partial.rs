@@ -20,8 +20,8 @@ use super::reconcile::{self, Observed, Timing, Wanted};
 use super::sync::{self, Kernel, Options, Report, SyncError, Timings};
 use super::values::{ObservedRealServer, ObservedVirtualServer, ServiceKey};
 use crate::net::IpFamily;
-use crate::netfilter::delta;
-use crate::netfilter::Table;
+use crate::xtables::delta;
+use crate::xtables::Table;
 use crate::track::{Changes, Trackers};
 
 /// Plans the commit `changes` (per family) into `memory`, reconciles, and applies it
@@ -116,7 +116,7 @@ fn desired<'a>(memory: &'a Memory, key: &ServiceKey) -> Option<&'a Desired> {
 fn rules_delta(memory: &Memory, family: IpFamily, old: &[Table]) -> delta::Delta {
     let plan: Option<&FamilyState> = memory.planners.iter().map(|p| p.plan()).find(|p| p.family == family);
     let new = plan.map(|p| kernel_form(&p.iptables)).unwrap_or_default();
-    delta::compute_with(&new, &kernel_form(old), family.is_v6(), &[], crate::netfilter::names::is_service_chain, delta::Lines::Names)
+    delta::compute_with(&new, &kernel_form(old), family.is_v6(), &[], crate::xtables::names::is_service_chain, delta::Lines::Names)
 }
 
 #[cfg(test)]

@@ -19,7 +19,8 @@ use super::reconcile;
 use super::sync::{self, Kernel, Options, Report, SyncError, GRACE_FILE};
 use crate::config::Config;
 use crate::net::IpFamily;
-use crate::netfilter::apply::{Pass, Restorer};
+use crate::driver::Pass;
+use crate::xtables::apply::Restorer;
 pub use crate::driver::Phase;
 use crate::track::Trackers;
 
@@ -109,7 +110,7 @@ impl Proxier {
 
     /// Whether the kernel lost what the memory trusts ([`super::canary::lost`]): `Some`
     /// means the next sync must be full. `None` without memory (the next one is full anyway).
-    pub fn lost(&mut self) -> Result<Option<(IpFamily, &'static str)>, crate::netfilter::apply::RestoreError> {
+    pub fn lost(&mut self) -> Result<Option<(IpFamily, &'static str)>, crate::xtables::apply::RestoreError> {
         let Some(memory) = &self.memory else { return Ok(None) };
         super::canary::lost(memory, self.ipvs.as_mut(), self.links.as_mut(), self.iptables.as_mut())
     }

@@ -20,9 +20,9 @@ use super::plan::incremental::FamilyPlanner;
 use super::plan::{Context, FamilyState, DUMMY_LINK};
 use super::reconcile::{self, Changes, Observed, Scope, Timing, Wanted};
 use crate::config::Config;
-use crate::netfilter::apply::{ReadError, RestoreError, Restorer};
-use crate::netfilter::delta::{self, Delta, TABLES};
-use crate::netfilter::dump::Dump;
+use crate::xtables::apply::{ReadError, RestoreError, Restorer};
+use crate::xtables::delta::{self, Delta, TABLES};
+use crate::xtables::dump::Dump;
 use crate::net::IpFamily;
 use crate::track::Trackers;
 
@@ -248,7 +248,7 @@ fn timeouts_change(cfg: &Config, have: Option<Timeouts>) -> Option<Timeouts> {
 
 /// `iptables-save` of the tables IPVS mode writes, per family.
 fn read_iptables(r: &mut dyn Restorer, families: &[IpFamily]) -> Result<Vec<(IpFamily, Dump)>, SyncError> {
-    families.iter().map(|family| Ok((*family, crate::netfilter::apply::read(r, *family, &TABLES)?))).collect()
+    families.iter().map(|family| Ok((*family, crate::xtables::apply::read(r, *family, &TABLES)?))).collect()
 }
 
 fn iptables_deltas(plans: &[&FamilyState], live: &[(IpFamily, Dump)]) -> Result<Vec<(IpFamily, Delta)>, SyncError> {
@@ -257,7 +257,7 @@ fn iptables_deltas(plans: &[&FamilyState], live: &[(IpFamily, Dump)]) -> Result<
     for plan in plans {
         let desired = kernel_form(&plan.iptables);
         let have = live.iter().find(|(f, _)| *f == plan.family).map_or(&empty, |(_, d)| d);
-        out.push((plan.family, delta::compute(&desired, have, plan.family.is_v6(), &rules::jumps(), crate::netfilter::names::is_service_chain)));
+        out.push((plan.family, delta::compute(&desired, have, plan.family.is_v6(), &rules::jumps(), crate::xtables::names::is_service_chain)));
     }
     Ok(out)
 }

@@ -125,7 +125,7 @@ pub fn render(plans: &[FamilyState]) -> String {
     }
     for plan in plans {
         out.push_str(if plan.family == IpFamily::V6 { "# ip6tables\n" } else { "# iptables\n" });
-        out.push_str(&crate::netfilter::table::write_all(&plan.iptables));
+        out.push_str(&crate::xtables::table::write_all(&plan.iptables));
     }
     out
 }

@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 
 use super::model::Family;
 use super::names::TABLE;
-use crate::netfilter::apply::{around, capped};
+use crate::xtables::apply::{around, capped};
 
 #[derive(Debug, thiserror::Error)]
 pub enum NftError {

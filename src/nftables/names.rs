@@ -3,7 +3,7 @@
 //! `endpoint-HASH-ns/name/proto/port__ip/port`), where HASH is the first 8 characters of
 //! the base32 SHA-256 of the rest (pkg/proxy/nftables/proxier.go, hashAndTruncate).
 
-use crate::netfilter::names::base32_sha256;
+use crate::xtables::names::base32_sha256;
 use crate::model::ServicePortName;
 
 pub const TABLE: &str = "kube-proxy";

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use super::anonfile::{self, AnonCache, Persisted};
 use super::anonrecord::{self, Recording, SetDump};
 use super::wire::{self, canon, dump, Batch};
-use crate::netfilter::apply::around;
+use crate::xtables::apply::around;
 
 use crate::netfilter::nlattr::NLMSG_ERROR;
 

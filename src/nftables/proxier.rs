@@ -26,7 +26,7 @@ use super::render::{hairpin_objects, Hairpin, Ruleset};
 use super::sync::{self, Report};
 use crate::config::Config;
 use crate::driver::{Driver, FamilyRules, Failure, Full};
-use crate::netfilter::apply::Pass;
+use crate::driver::Pass;
 pub use crate::driver::Phase;
 use super::sync::SyncError;
 use crate::track::{Changes, FamilyTracker, Trackers};

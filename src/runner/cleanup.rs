@@ -9,8 +9,8 @@ use crate::ipvs::cleanup::CleanupError as IpvsCleanupError;
 use crate::ipvs::ipset::IpsetError;
 use crate::ipvs::link::LinkError;
 use crate::net::IpFamily;
-use crate::netfilter::apply::{Backend, ExecRestorer, RestoreError, Restorer};
-use crate::netfilter::dump::{parse, Dump, ParseError};
+use crate::xtables::apply::{Backend, ExecRestorer, RestoreError, Restorer};
+use crate::xtables::dump::{parse, Dump, ParseError};
 
 /// One step's outcome: what it removed (or, for a dry run, would remove), or why it failed.
 #[derive(Debug)]

@@ -4,9 +4,9 @@
 //! sync` builds one the same way and runs its first (full) sync, or a [`Pass::DryRun`] of it.
 
 use crate::config::Config;
-use crate::netfilter::apply::Restorer;
+use crate::xtables::apply::Restorer;
 use crate::conntrack::{FlowTable, Reconciled, Reconciler};
-use crate::netfilter::apply::Pass;
+use crate::driver::Pass;
 use crate::track::{Event, Trackers};
 
 /// The mode's stateful half: what it keeps between syncs and the kernel it owns.
@@ -411,7 +411,7 @@ impl Engine {
     }
 
     /// Checks the canaries: `Some` when one is gone and the next sync must be full.
-    pub fn canary_lost(&mut self) -> Result<Option<CanaryLost>, crate::netfilter::apply::RestoreError> {
+    pub fn canary_lost(&mut self) -> Result<Option<CanaryLost>, crate::xtables::apply::RestoreError> {
         match &mut self.proxier {
             Proxier::Iptables(p) => Ok(p.canary_lost()?.map(|(family, table)| CanaryLost { family, table })),
             Proxier::Ipvs(p) => Ok(p.lost()?.map(|(family, table)| CanaryLost { family, table })),

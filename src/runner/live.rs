@@ -7,9 +7,9 @@
 use crate::ipvs::ipset::{ExecIpset, IpsetError, IpsetRunner};
 use crate::ipvs::netlink::Error as IpvsError;
 use crate::net::IpFamily;
-use crate::netfilter::apply::{ExecRestorer, ReadError};
-use crate::netfilter::delta::TABLES;
-use crate::netfilter::Dump;
+use crate::xtables::apply::{ExecRestorer, ReadError};
+use crate::xtables::delta::TABLES;
+use crate::xtables::Dump;
 use crate::nftables::apply::{ExecNft, Nft as _, NftError};
 use crate::nftables::model::{Family, Table as NftTable};
 use crate::trace::ipvs::{Table, Virtual};
@@ -50,12 +50,12 @@ pub fn flows(packet: &crate::trace::Packet) -> Result<Vec<crate::netfilter::ctne
 
 /// The family's iptables rules (`filter` and `nat`) with `backend`, or
 /// [`super::node::backend`]'s pick.
-pub fn iptables(backend: Option<crate::netfilter::apply::Backend>, family: IpFamily) -> Result<Dump, LiveError> {
-    Ok(crate::netfilter::apply::read(&mut ExecRestorer::new(super::node::backend(backend)), family, &TABLES)?)
+pub fn iptables(backend: Option<crate::xtables::apply::Backend>, family: IpFamily) -> Result<Dump, LiveError> {
+    Ok(crate::xtables::apply::read(&mut ExecRestorer::new(super::node::backend(backend)), family, &TABLES)?)
 }
 
 /// IPVS mode's state: its iptables rules, the ipsets and the IPVS virtual servers.
-pub fn ipvs(backend: Option<crate::netfilter::apply::Backend>, family: IpFamily) -> Result<(Dump, Sets, Table), LiveError> {
+pub fn ipvs(backend: Option<crate::xtables::apply::Backend>, family: IpFamily) -> Result<(Dump, Sets, Table), LiveError> {
     let dump = iptables(backend, family)?;
     let sets = Sets::parse_save(&ExecIpset.save()?);
     let mut ipvs = crate::ipvs::netlink::NetlinkIpvs::connect().map_err(LiveError::IpvsConnect)?;

@@ -7,7 +7,8 @@
 use super::engine::Engine;
 use crate::config::{Config, Mode};
 use crate::conntrack::NetlinkFlows;
-use crate::netfilter::apply::{detect_backend, Backend, ExecRestorer, Pass};
+use crate::driver::Pass;
+use crate::xtables::apply::{detect_backend, Backend, ExecRestorer};
 use crate::settings::kinds::ProxyMode;
 use crate::track::Trackers;
 

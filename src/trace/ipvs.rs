@@ -22,7 +22,7 @@ use std::net::IpAddr;
 use serde::Serialize;
 
 use super::{run_chain, Branch, Cx, Entry, Env, Flow, Packet, Sets, Verdict};
-use crate::netfilter::Dump;
+use crate::xtables::Dump;
 use crate::ipvs::values::{Forward, Protocol, RealServer, ServiceKey, VirtualServer};
 use crate::ipvs::plan::FamilyState;
 use crate::ipvs::text::{dest_line, service_line};
@@ -71,7 +71,7 @@ impl Table {
 /// and the jumps from the built-in chains, which kube-proxy (and svcproxy) prepend one by
 /// one in kube-proxy's order, so the last one comes first.
 pub fn rendered_rules(plan: &FamilyState) -> Dump {
-    let mut dump = crate::netfilter::table::dump_all(&plan.iptables);
+    let mut dump = crate::xtables::table::dump_all(&plan.iptables);
     for j in crate::ipvs::plan::rules::jumps().iter().rev() {
         if let Some(t) = dump.tables.get_mut(j.table) {
             t.append(&j.rule());

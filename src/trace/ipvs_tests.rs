@@ -8,7 +8,7 @@ use std::path::Path;
 use super::ipvs::{self, IpvsTrace, Table, Virtual};
 use super::{Entry, Env, Packet, Sets};
 use crate::config::Settings;
-use crate::netfilter::Dump;
+use crate::xtables::Dump;
 use crate::ipvs::values::{Protocol, RealServer, ServiceKey, VirtualServer};
 use crate::net::IpFamily;
 

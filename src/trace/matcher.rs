@@ -10,8 +10,8 @@ use serde::Serialize;
 
 use super::ipset::Sets;
 use super::Env;
-use crate::netfilter::dump::Rule;
-use crate::netfilter::rule::word_after;
+use crate::xtables::dump::Rule;
+use crate::xtables::rule::word_after;
 use crate::ipvs::values::ServiceKey;
 use crate::model::Protocol;
 use crate::net::{parse_ip_sloppy, Cidr};
@@ -220,9 +220,9 @@ mod tests {
     use super::*;
 
     fn rule(text: &str) -> Rule {
-        let words = crate::netfilter::dump::split_words(text).unwrap();
-        let (matches, target) = crate::netfilter::Target::split(&words);
-        Rule { op: crate::netfilter::Op::Append, chain: "C".into(), args: crate::netfilter::Args::new(matches), target, line: 1 }
+        let words = crate::xtables::dump::split_words(text).unwrap();
+        let (matches, target) = crate::xtables::Target::split(&words);
+        Rule { op: crate::xtables::Op::Append, chain: "C".into(), args: crate::xtables::Args::new(matches), target, line: 1 }
     }
 
     fn packet() -> Packet {

@@ -29,10 +29,10 @@ use std::net::IpAddr;
 
 use serde::Serialize;
 
-use crate::netfilter::dump::Rule;
-use crate::netfilter::names::{KUBE_EXTERNAL_SERVICES, KUBE_MARK_MASQ, KUBE_NODEPORTS, KUBE_PROXY_FIREWALL, KUBE_SERVICES};
-use crate::netfilter::Target;
-use crate::netfilter::{Dump, Op};
+use crate::xtables::dump::Rule;
+use crate::xtables::names::{KUBE_EXTERNAL_SERVICES, KUBE_MARK_MASQ, KUBE_NODEPORTS, KUBE_PROXY_FIREWALL, KUBE_SERVICES};
+use crate::xtables::Target;
+use crate::xtables::{Dump, Op};
 pub use ipset::Sets;
 pub use matcher::{Packet, State};
 pub use verdict::Verdict;
@@ -224,7 +224,7 @@ fn rule_text(table: &str, chain: &str, rule: &Rule) -> String {
     let mut text = format!("{table} -A {chain}");
     for a in rule.args.iter().chain(rule.target.words()) {
         text.push(' ');
-        text.push_str(&crate::netfilter::quote(a));
+        text.push_str(&crate::xtables::quote(a));
     }
     text
 }

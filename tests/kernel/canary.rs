@@ -153,7 +153,7 @@ fn legacy_skips_unchanged_and_notices_a_deleted_canary(ctx: &mut Ctx) -> CaseRes
     let (from, metrics) = (file.display().to_string(), format!("{NODE_IP4}:10249"));
     let argv = ["sync", "--watch", "--from", &from, "--iptables-backend", b.name(), "--hostname-override", "node-1", "--node-ip", NODE_IP4,
         "--ip-family", "ipv4", "--nfacct=false", "--min-sync-period", "0s", "--sync-period", "500ms", "--metrics-bind-address", &metrics];
-    let _daemon = spawn_svcproxy(&node, &argv, &[("SVCPROXY_LOG", "info,svcproxy::netfilter::canary=debug")], &log)?;
+    let _daemon = spawn_svcproxy(&node, &argv, &[("SVCPROXY_LOG", "info,svcproxy::xtables::canary=debug")], &log)?;
     let logs = || std::fs::read_to_string(&log).unwrap_or_default();
     let with_log = |e: String| format!("{e}\nsvcproxy log:\n{}", logs());
     let count = |name| metric(&node, name);

@@ -410,7 +410,7 @@ pub fn pid_alive(pid: u32) -> bool {
 
 /// Which iptables implementation: the library's own type; one Lab never mixes them
 /// (pitfall 2).
-pub use svcproxy::netfilter::apply::Backend;
+pub use svcproxy::xtables::apply::Backend;
 
 /// What the tests ask of a [`Backend`] beside the library's `binary(family, tool)`.
 pub trait BackendTools: Copy {

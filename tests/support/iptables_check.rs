@@ -5,9 +5,9 @@
 
 use std::collections::BTreeSet;
 
-use svcproxy::netfilter::names::*;
-use svcproxy::netfilter::dump::{Dump, Rule};
-use svcproxy::netfilter::quote;
+use svcproxy::xtables::names::*;
+use svcproxy::xtables::dump::{Dump, Rule};
+use svcproxy::xtables::quote;
 
 /// Chains that built-in chains jump to (the jumps are not in the restore text).
 const TOP_LEVEL: [&str; 7] =

@@ -15,7 +15,7 @@ use svcproxy::bench::{self, plot, report, soak, OneEndpoint};
 use svcproxy::cli::{out, render, sync::SyncArgs, EXIT_OK};
 use svcproxy::config::Mode;
 use svcproxy::gen::{self, GenSpec};
-use svcproxy::netfilter::apply::ExecRestorer;
+use svcproxy::xtables::apply::ExecRestorer;
 use svcproxy::iptables::sync::{self, Timings};
 use svcproxy::pipeline;
 

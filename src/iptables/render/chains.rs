@@ -6,9 +6,9 @@
 use super::context::Context;
 use super::wiring::Wiring;
 use super::ServiceRules;
-use crate::netfilter::names::{endpoint_chain, KUBE_MARK_MASQ};
+use crate::xtables::names::{endpoint_chain, KUBE_MARK_MASQ};
 use crate::model::Endpoint;
-use crate::netfilter::{Chain, Rule, Target};
+use crate::xtables::{Chain, Rule, Target};
 
 pub fn write(ctx: &Context, p: &Wiring, large_cluster: bool, out: &mut ServiceRules) {
     let eps = &p.endpoints;

@@ -4,8 +4,8 @@
 
 use super::context::Context;
 use crate::netfilter::nfacct::NFACCT_INVALID_DROPPED;
-use crate::netfilter::names::*;
-use crate::netfilter::{Rule, Target};
+use crate::xtables::names::*;
+use crate::xtables::{Rule, Target};
 
 pub const FILTER_CHAINS: [&str; 5] =
     [KUBE_SERVICES, KUBE_EXTERNAL_SERVICES, KUBE_FORWARD, KUBE_NODEPORTS, KUBE_PROXY_FIREWALL];

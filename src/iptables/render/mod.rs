@@ -16,9 +16,9 @@ use std::sync::Arc;
 
 pub use context::Context;
 
-use crate::netfilter::names::{KUBE_EXTERNAL_SERVICES, KUBE_FORWARD, KUBE_NODEPORTS, KUBE_PROXY_FIREWALL, KUBE_SERVICES};
+use crate::xtables::names::{KUBE_EXTERNAL_SERVICES, KUBE_FORWARD, KUBE_NODEPORTS, KUBE_PROXY_FIREWALL, KUBE_SERVICES};
 use crate::model::{EndpointsMap, NamespacedName, ServicePortMap, ServicePortName};
-use crate::netfilter::{Chain, Rule};
+use crate::xtables::{Chain, Rule};
 
 /// One service port's rules, as values.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

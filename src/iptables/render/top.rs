@@ -7,8 +7,8 @@ use super::context::Context;
 use crate::netfilter::nfacct::NFACCT_LOCALHOST_NODEPORTS;
 use super::wiring::{Wiring, Refusal};
 use super::ServiceRules;
-use crate::netfilter::names::{KUBE_EXTERNAL_SERVICES, KUBE_NODEPORTS, KUBE_PROXY_FIREWALL, KUBE_SERVICES};
-use crate::netfilter::{Rule, Target};
+use crate::xtables::names::{KUBE_EXTERNAL_SERVICES, KUBE_NODEPORTS, KUBE_PROXY_FIREWALL, KUBE_SERVICES};
+use crate::xtables::{Rule, Target};
 
 pub fn write(ctx: &Context, p: &Wiring, out: &mut ServiceRules) {
     cluster_ip(p, out);

@@ -3,8 +3,8 @@
 //! refusals (a filter-table `REJECT` or `DROP` and its comment).
 
 use crate::model::ServicePort;
-use crate::netfilter::names::ServiceChains;
-use crate::netfilter::{Chain, Target};
+use crate::xtables::names::ServiceChains;
+use crate::xtables::{Chain, Target};
 use crate::wiring::{Mode, NoEndpoint};
 
 /// A filter-table verdict for traffic with nowhere to go, and its comment.

@@ -5,11 +5,11 @@
 use std::path::Path;
 
 use crate::config::Settings;
-use crate::netfilter::fake::{Call, FakeIptables};
+use crate::xtables::fake::{Call, FakeIptables};
 use crate::iptables::render::Ruleset;
 use crate::iptables::sync::{needed_jumps, sync};
 use crate::iptables::restore;
-use crate::netfilter::apply::Restorer;
+use crate::xtables::apply::Restorer;
 use crate::pipeline;
 use crate::source;
 
@@ -28,7 +28,7 @@ fn expected_kernel(rs: &Ruleset) -> FakeIptables {
     let mut text = restore::write(rs, restore::Scope::Full, &[]);
     let mut jumps = String::new();
     for j in needed_jumps(rs) {
-        jumps.push_str(&format!("*{}\n-I {} 1 {}\nCOMMIT\n", j.table, j.from, j.words().iter().map(|a| crate::netfilter::quote(a)).collect::<Vec<_>>().join(" ")));
+        jumps.push_str(&format!("*{}\n-I {} 1 {}\nCOMMIT\n", j.table, j.from, j.words().iter().map(|a| crate::xtables::quote(a)).collect::<Vec<_>>().join(" ")));
     }
     text.push_str(&jumps);
     k.restore(rs.ctx.node.family, &text).unwrap();
@@ -162,9 +162,9 @@ fn a_big_delta_goes_to_iptables_nft_in_chunks_that_switch_the_top_level_chains_l
     for chunk in earlier.iter().filter(|c| c.contains("-A KUBE-")) {
         let declared: std::collections::BTreeSet<&str> =
             chunk.lines().filter_map(|l| l.strip_prefix(':')).filter_map(|l| l.split(' ').next()).collect();
-        let parsed = crate::netfilter::dump::parse(chunk).unwrap();
+        let parsed = crate::xtables::dump::parse(chunk).unwrap();
         for target in parsed.tables.values().flat_map(|t| &t.rules).filter_map(|r| r.target.chain()) {
-            if crate::netfilter::names::is_service_chain(target) {
+            if crate::xtables::names::is_service_chain(target) {
                 assert!(declared.contains(target), "{target} jumped to outside its chunk");
             }
         }
@@ -253,12 +253,12 @@ fn every_fixture() -> Vec<(String, Ruleset)> {
 
 #[test]
 fn into_a_kernel_holding_none_of_our_chains_the_delta_is_built_without_comparing_and_equals_the_compared_one() {
-    use crate::netfilter::delta::{compute_fresh, compute_with, Lines};
-    use crate::netfilter::dump::parse;
-    use crate::netfilter::names::is_service_chain;
+    use crate::xtables::delta::{compute_fresh, compute_with, Lines};
+    use crate::xtables::dump::parse;
+    use crate::xtables::names::is_service_chain;
     // Empty, and a node where other software (kubelet, a CNI) has chains of its own.
     let others = "*filter\n:INPUT ACCEPT [0:0]\n:KUBE-KUBELET-CANARY - [0:0]\n:CNI-FORWARD - [0:0]\n-A INPUT -j CNI-FORWARD\nCOMMIT\n*nat\n:PREROUTING ACCEPT [0:0]\n:KUBE-KUBELET-CANARY - [0:0]\n:CNI-HOSTPORT-DNAT - [0:0]\n-A PREROUTING -j CNI-HOSTPORT-DNAT\nCOMMIT\n";
-    let kernels = [crate::netfilter::dump::Dump::default(), parse(others).unwrap()];
+    let kernels = [crate::xtables::dump::Dump::default(), parse(others).unwrap()];
     let fixtures = every_fixture();
     assert!(fixtures.len() >= 40, "{} rulesets", fixtures.len());
     for (name, rs) in &fixtures {
@@ -297,8 +297,8 @@ fn a_sync_into_a_kernel_holding_none_of_our_chains_installs_the_full_render() {
 
 #[test]
 fn the_view_a_full_sync_compares_gives_the_delta_and_flushes_of_the_dump_of_the_same_rules() {
-    use crate::netfilter::delta::{compute_with, Lines};
-    use crate::netfilter::names::is_service_chain;
+    use crate::xtables::delta::{compute_with, Lines};
+    use crate::xtables::names::is_service_chain;
     let fixtures = every_fixture();
     assert!(fixtures.len() >= 40, "{} rulesets", fixtures.len());
     for (i, (name, rs)) in fixtures.iter().enumerate() {
@@ -317,14 +317,14 @@ fn the_view_a_full_sync_compares_gives_the_delta_and_flushes_of_the_dump_of_the_
             gone.sort_unstable();
             gone.dedup();
             let kept: Vec<_> = nat.rules.iter().enumerate().filter(|(n, _)| !gone.contains(n)).map(|(_, r)| r.clone()).collect();
-            let mut table = crate::netfilter::TableDump::default();
+            let mut table = crate::xtables::TableDump::default();
             nat.chains.iter().for_each(|c| table.declare(&c.name));
             kept.into_iter().for_each(|r| table.push(r));
             *nat = table;
         }
         let removed = damaged.lines() < dump.lines();
-        let kernels = [crate::netfilter::Dump::default(), dump.clone(), restore::dump(other, restore::Scope::Full, &[]), damaged];
-        let changes = |live: &crate::netfilter::Dump| compute_with(&view, live, rs.ctx.is_v6(), &needed_jumps(rs), is_service_chain, Lines::Names).changes.len();
+        let kernels = [crate::xtables::Dump::default(), dump.clone(), restore::dump(other, restore::Scope::Full, &[]), damaged];
+        let changes = |live: &crate::xtables::Dump| compute_with(&view, live, rs.ctx.is_v6(), &needed_jumps(rs), is_service_chain, Lines::Names).changes.len();
         if removed {
             assert!(changes(&kernels[3]) > changes(&kernels[1]), "{name}: the damage is seen");
         }

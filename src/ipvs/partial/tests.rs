@@ -14,10 +14,10 @@ use crate::ipvs::proxier::{Paths, Proxier};
 use crate::ipvs::sync::{self, Kernel, Options};
 use crate::ipvs::values::{Call, RealServer, VirtualServer};
 use crate::ipvs::walk::Walk;
-use crate::netfilter::apply::Pass;
+use crate::driver::Pass;
 use crate::net::IpFamily;
-use crate::netfilter::apply::Restorer;
-use crate::netfilter::fake::SharedFake;
+use crate::xtables::apply::Restorer;
+use crate::xtables::fake::SharedFake;
 use crate::pipeline::{self, Loaded};
 use crate::runner::engine::Engine;
 use crate::track::Event;
@@ -67,7 +67,7 @@ impl Fakes {
     /// Reads so far: (IPVS dumps and queries, link reads, `ipset save`s, `iptables-save`s).
     fn reads(&self) -> (usize, usize, usize, usize) {
         let ipvs = lock(&self.ipvs).log().iter().filter(|c| !matches!(c, Call::Op(_) | Call::Batch(_))).count();
-        let saves = self.iptables.lock().unwrap().calls.iter().filter(|c| matches!(c, crate::netfilter::fake::Call::Save(..))).count();
+        let saves = self.iptables.lock().unwrap().calls.iter().filter(|c| matches!(c, crate::xtables::fake::Call::Save(..))).count();
         (ipvs, lock(&self.links).reads, lock(&self.ipset).saves, saves)
     }
 

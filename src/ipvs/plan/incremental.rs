@@ -55,7 +55,7 @@ pub struct Update {
     pub add: Vec<(SetId, String)>,
     pub del: Vec<(SetId, String)>,
     /// The rules before, when the iptables rules changed.
-    pub iptables: Option<Vec<crate::netfilter::Table>>,
+    pub iptables: Option<Vec<crate::xtables::Table>>,
 }
 
 /// Counts one item up or down and remembers, the first time it is touched, whether it

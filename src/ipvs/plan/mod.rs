@@ -50,7 +50,7 @@ pub struct FamilyState {
     pub sets: BTreeMap<SetId, BTreeSet<String>>,
     pub no_node_access: BTreeSet<NoNodeAccess>,
     /// The iptables rules (nat, then filter).
-    pub iptables: Vec<crate::netfilter::Table>,
+    pub iptables: Vec<crate::xtables::Table>,
 }
 
 impl FamilyState {

@@ -3,9 +3,9 @@
 
 use super::ipsets::SetId;
 use super::{Context, FamilyState};
-use crate::netfilter::names::{KUBE_FORWARD, KUBE_MARK_MASQ, KUBE_POSTROUTING, KUBE_PROXY_FIREWALL, KUBE_SERVICES};
-use crate::netfilter::jumps::Jump;
-use crate::netfilter::{Rule, Table, Target};
+use crate::xtables::names::{KUBE_FORWARD, KUBE_MARK_MASQ, KUBE_POSTROUTING, KUBE_PROXY_FIREWALL, KUBE_SERVICES};
+use crate::xtables::jumps::Jump;
+use crate::xtables::{Rule, Table, Target};
 
 pub const KUBE_NODE_PORT: &str = "KUBE-NODE-PORT";
 pub const KUBE_LOAD_BALANCER: &str = "KUBE-LOAD-BALANCER";
@@ -13,7 +13,7 @@ pub const KUBE_SOURCE_RANGES_FIREWALL: &str = "KUBE-SOURCE-RANGES-FIREWALL";
 pub const KUBE_IPVS_FILTER: &str = "KUBE-IPVS-FILTER";
 pub const KUBE_IPVS_OUT_FILTER: &str = "KUBE-IPVS-OUT-FILTER";
 /// IPVS mode's own chains; the others it declares are kube-proxy's shared ones
-/// ([`crate::netfilter::names`]).
+/// ([`crate::xtables::names`]).
 pub const OWN_CHAINS: [&str; 5] = [KUBE_NODE_PORT, KUBE_LOAD_BALANCER, KUBE_SOURCE_RANGES_FIREWALL, KUBE_IPVS_FILTER, KUBE_IPVS_OUT_FILTER];
 
 /// nat chains, in kube-proxy's `iptablesChains` order.

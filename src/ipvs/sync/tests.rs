@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use super::*;
 use crate::config::Settings;
-use crate::netfilter::fake::FakeIptables;
+use crate::xtables::fake::FakeIptables;
 use crate::ipvs::fake::{FakeIpset, FakeLinks};
 use crate::ipvs::link::LinkAddress;
 use crate::ipvs::netlink::FakeIpvs;

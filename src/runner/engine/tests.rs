@@ -9,7 +9,7 @@ use super::*;
 use crate::config::Settings;
 use crate::conntrack::table::fake::FakeFlows;
 use crate::netfilter::ctnetlink::{wire::IPPROTO_UDP, Flow, Tuple};
-use crate::netfilter::fake::{Call, FakeIptables, SharedFake};
+use crate::xtables::fake::{Call, FakeIptables, SharedFake};
 use crate::iptables::sync::sync;
 use crate::ipvs::fake::{FakeIpset, FakeLinks};
 use crate::ipvs::netlink::FakeIpvs;
@@ -365,7 +365,7 @@ fn a_failed_read_is_the_reads_failure() {
     let Err(SyncFailure::Iptables(failure)) = engine.sync(true) else { panic!("the read fails") };
     assert_eq!(failure.failed.first.phase, crate::driver::Phase::Read);
     let failed = failure.failed.first.family;
-    let wrote = kernel.lock().unwrap().calls.iter().any(|c| matches!(c, crate::netfilter::fake::Call::Restore(f, _) if *f == failed));
+    let wrote = kernel.lock().unwrap().calls.iter().any(|c| matches!(c, crate::xtables::fake::Call::Restore(f, _) if *f == failed));
     assert!(!wrote, "the family whose read failed wrote nothing");
 }
 

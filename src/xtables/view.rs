@@ -189,7 +189,7 @@ impl<'a> Tables for View<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::netfilter::dump::parse;
+    use crate::xtables::dump::parse;
 
     fn words<C: Chains>(t: &C, chain: &str) -> Vec<String> {
         t.rules_of(chain).map(|r| format!("{} {:?}", r.args.words().join(" "), r.target)).collect()

@@ -247,13 +247,13 @@ impl Restorer for FakeIptables {
         Ok(rules.is_some_and(|rs| rs.contains(&wanted)))
     }
 
-    fn table_info(&mut self, family: IpFamily, table: &str) -> Result<crate::netfilter::tableinfo::TableInfo, crate::netfilter::tableinfo::ProbeError> {
+    fn table_info(&mut self, family: IpFamily, table: &str) -> Result<crate::xtables::tableinfo::TableInfo, crate::xtables::tableinfo::ProbeError> {
         if !self.summaries {
-            return Err(crate::netfilter::tableinfo::ProbeError::Unsupported);
+            return Err(crate::xtables::tableinfo::ProbeError::Unsupported);
         }
         let text = self.save_table(family, table);
         let entries = text.lines().filter(|l| l.starts_with(':') || l.starts_with("-A")).count() as u32;
-        Ok(crate::netfilter::tableinfo::TableInfo { valid_hooks: 0, hook_entry: [0; 5], underflow: [0; 5], num_entries: entries, size: text.len() as u32 })
+        Ok(crate::xtables::tableinfo::TableInfo { valid_hooks: 0, hook_entry: [0; 5], underflow: [0; 5], num_entries: entries, size: text.len() as u32 })
     }
 }
 
@@ -276,7 +276,7 @@ impl Restorer for SharedFake {
     fn check(&mut self, family: IpFamily, table: &str, chain: &str, rule: &[&str]) -> Result<bool, RestoreError> {
         lock(self).check(family, table, chain, rule)
     }
-    fn table_info(&mut self, family: IpFamily, table: &str) -> Result<crate::netfilter::tableinfo::TableInfo, crate::netfilter::tableinfo::ProbeError> {
+    fn table_info(&mut self, family: IpFamily, table: &str) -> Result<crate::xtables::tableinfo::TableInfo, crate::xtables::tableinfo::ProbeError> {
         lock(self).table_info(family, table)
     }
 }

@@ -158,7 +158,7 @@ pub fn canonical_target(t: &Target, v6: bool) -> Target {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::netfilter::dump::split_words;
+    use crate::xtables::dump::split_words;
 
     fn canon(s: &str, v6: bool) -> String {
         canonical(&split_words(s).unwrap(), v6).join(" ")

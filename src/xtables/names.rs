@@ -8,7 +8,7 @@
 use data_encoding::BASE32;
 use sha2::{Digest, Sha256};
 
-use crate::netfilter::Chain;
+use crate::xtables::Chain;
 
 pub const KUBE_SERVICES: &str = "KUBE-SERVICES";
 pub const KUBE_EXTERNAL_SERVICES: &str = "KUBE-EXTERNAL-SERVICES";

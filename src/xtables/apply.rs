@@ -9,16 +9,6 @@ use std::process::{Command, Stdio};
 use crate::net::IpFamily;
 use super::tableinfo::{ProbeError, TableInfo};
 
-/// Whether a sync sends what it computes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Pass {
-    /// Bring the kernel up to date (and clear stale flows).
-    Apply,
-    /// Compare everything with the kernel and change nothing: no restore, no canary, no
-    /// conntrack flush; the kernel is not trusted to hold the rulesets afterwards.
-    DryRun,
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Backend {

@@ -60,7 +60,7 @@ mod tests {
     fn a_table_is_framed_once_and_reads_back_the_same() {
         let mut nat = Table::new("nat");
         nat.chains.push("KUBE-SERVICES".into());
-        nat.rules.push(Rule::new("KUBE-SERVICES", ["-m", "comment", "--comment", "a b"], crate::netfilter::Target::Return));
+        nat.rules.push(Rule::new("KUBE-SERVICES", ["-m", "comment", "--comment", "a b"], crate::xtables::Target::Return));
         let filter = Table::new("filter");
         let text = write_all(&[nat.clone(), filter.clone()]);
         assert_eq!(text, "*nat\n:KUBE-SERVICES - [0:0]\n-A KUBE-SERVICES -m comment --comment \"a b\" -j RETURN\nCOMMIT\n*filter\nCOMMIT\n");

@@ -168,7 +168,7 @@ pub fn restore_text(tables: &[&'static str]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::netfilter::fake::{Call, FakeIptables};
+    use crate::xtables::fake::{Call, FakeIptables};
 
     #[test]
     fn ensure_creates_what_is_missing_and_then_sends_nothing() {
@@ -215,8 +215,8 @@ mod tests {
     }
 
     impl Restorer for Probed {
-        fn backend(&self) -> crate::netfilter::apply::Backend {
-            crate::netfilter::apply::Backend::Legacy
+        fn backend(&self) -> crate::xtables::apply::Backend {
+            crate::xtables::apply::Backend::Legacy
         }
         fn save(&mut self, family: IpFamily, table: &str) -> Result<String, RestoreError> {
             self.k.save(family, table)
