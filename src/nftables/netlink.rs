@@ -245,7 +245,7 @@ impl NetlinkNft {
             }
         };
         let mut persisted = anon.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        match rec.record(&mut persisted.cache, fam(family).nfproto(), &dump) {
+        match rec.record(&mut persisted.cache, family.nfproto(), &dump) {
             Some(n) => {
                 self.anon_recorded += n as u64;
                 persisted.after_read(true);
@@ -274,14 +274,6 @@ impl NetlinkNft {
     }
 }
 
-/// The message family of `family`'s table.
-fn fam(family: Family) -> wire::Fam {
-    match family {
-        Family::Ip => wire::Fam::V4,
-        Family::Ip6 => wire::Fam::V6,
-    }
-}
-
 /// How long a name read waits for the kernel's next answer.
 const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
@@ -295,7 +287,7 @@ pub fn read_names(family: Family) -> Result<Option<Names>, NftError> {
 
 /// [`read_names`], and the table's anonymous set numbers in use ([`TableRead`]).
 pub fn read_table(family: Family) -> Result<Option<TableRead>, NftError> {
-    let f = fam(family);
+    let f = family;
     let io = |e: std::io::Error| NftError::Failed { command: "nf_tables netlink read".into(), message: e.to_string() };
     let mut sock = Socket::new(NETLINK_NETFILTER).map_err(io)?;
     sock.bind_auto().map_err(io)?;
@@ -325,7 +317,7 @@ pub fn read_counters(family: Family) -> Result<Option<Vec<(String, u64)>>, NftEr
     let mut sock = Socket::new(NETLINK_NETFILTER).map_err(io)?;
     sock.bind_auto().map_err(io)?;
     set_read_timeout(&sock);
-    let replies = exchange(&mut sock, &dump::request(dump::GETOBJ, fam(family), TABLE, 1))?;
+    let replies = exchange(&mut sock, &dump::request(dump::GETOBJ, family, TABLE, 1))?;
     match replies.iter().find_map(|r| if let dump::Reply::Error(e) = r { Some(*e) } else { None }) {
         Some(0) | None => Ok(Some(replies.iter().filter_map(|r| dump::counter_of(r, TABLE)).collect())),
         Some(libc::ENOENT) => Ok(None),
@@ -364,7 +356,7 @@ pub fn read_live(family: Family) -> Result<Option<LiveTable>, NftError> {
 /// watch-mode process's periodic full syncs read only the anonymous sets made since the
 /// last one; with the cache persisted ([`anonfile`]), a restart too. `None`: no table.
 pub fn read_live_cached(family: Family, cache: &mut AnonCache) -> Result<Option<LiveRead>, NftError> {
-    let f = fam(family);
+    let f = family;
     let io = |e: std::io::Error| NftError::Failed { command: "nf_tables netlink read".into(), message: e.to_string() };
     let errno = |replies: &[dump::Reply]| replies.iter().find_map(|r| if let dump::Reply::Error(e) = r { (*e != 0).then_some(*e) } else { None });
     let mut sock = Socket::new(NETLINK_NETFILTER).map_err(io)?;
@@ -484,7 +476,7 @@ fn generation() -> Result<Option<u32>, NftError> {
 /// The table's anonymous sets (names and handles), between two reads of the generation
 /// ([`anonrecord`]); `None`: no table.
 fn set_dump(family: Family) -> Result<Option<SetDump>, NftError> {
-    let f = fam(family);
+    let f = family;
     let mut sock = read_socket()?;
     let generation_before = exchange(&mut sock, &dump::generation_request(1))?.iter().find_map(dump::generation_of);
     let table = exchange(&mut sock, &dump::request(dump::GETTABLE, f, TABLE, 2))?;

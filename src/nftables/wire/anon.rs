@@ -6,7 +6,7 @@
 use super::attr::{Attrs, Udata};
 use super::batch::{Batch, NEWSET, NEWSETELEM};
 use super::attr::NLM_F_CREATE;
-use super::Fam;
+use super::Family;
 
 pub const SET_NAME: &str = "__set%d";
 pub const MAP_NAME: &str = "__map%d";
@@ -21,7 +21,7 @@ const TYPE_INET_SERVICE: u32 = nfta::datatype::INET_SERVICE;
 const ELEM_INTERVAL_END: u32 = elem::F_INTERVAL_END;
 
 /// An address range as big-endian integers, inclusive.
-fn range(fam: Fam, s: &str) -> Option<(u128, u128)> {
+fn range(fam: Family, s: &str) -> Option<(u128, u128)> {
     let (a, len) = match s.split_once('/') {
         Some((a, l)) => (a, l.parse::<u32>().ok()?),
         None => (s, fam.addr_len() * 8),
@@ -36,14 +36,14 @@ fn range(fam: Fam, s: &str) -> Option<(u128, u128)> {
     Some((v & !host, v | host))
 }
 
-fn key(fam: Fam, v: u128) -> Vec<u8> {
+fn key(fam: Family, v: u128) -> Vec<u8> {
     let n = fam.addr_len() as usize;
     v.to_be_bytes()[16 - n..].to_vec()
 }
 
 /// Sends the interval set of `items` (addresses, prefixes); its set id.
 /// Its set id and name.
-pub fn interval_set(b: &mut Batch, fam: Fam, table: &str, saddr: bool, items: &[&str]) -> Option<(u32, String)> {
+pub fn interval_set(b: &mut Batch, fam: Family, table: &str, saddr: bool, items: &[&str]) -> Option<(u32, String)> {
     let mut ranges: Vec<(u128, u128)> = items.iter().map(|i| range(fam, i)).collect::<Option<_>>()?;
     ranges.sort();
     let mut merged: Vec<(u128, u128)> = Vec::new();
@@ -72,10 +72,10 @@ pub fn interval_set(b: &mut Batch, fam: Fam, table: &str, saddr: bool, items: &[
     let id = b.new_anon_id();
     let name = b.anon_name(SET_NAME);
     let (desc, field) = match (fam, saddr) {
-        (Fam::V4, true) => (12, 11),
-        (Fam::V4, false) => (12, 12),
-        (Fam::V6, true) => (13, 8),
-        (Fam::V6, false) => (13, 9),
+        (Family::Ip, true) => (12, 11),
+        (Family::Ip, false) => (12, 12),
+        (Family::Ip6, true) => (13, 8),
+        (Family::Ip6, false) => (13, 9),
     };
     let mut inner = Udata::default();
     inner.u32(0, desc).u32(1, field);
@@ -87,7 +87,7 @@ pub fn interval_set(b: &mut Batch, fam: Fam, table: &str, saddr: bool, items: &[
     a.str(set::TABLE, table)
         .str(set::NAME, &name)
         .be32(set::FLAGS, SET_ANONYMOUS | SET_CONSTANT | SET_INTERVAL)
-        .be32(set::KEY_TYPE, fam.addr_type())
+        .be32(set::KEY_TYPE, fam.addr_type_id())
         .be32(set::KEY_LEN, fam.addr_len())
         .be32(set::ID, id)
         .nest(set::DESC, |d| {
@@ -118,7 +118,7 @@ pub fn interval_set(b: &mut Batch, fam: Fam, table: &str, saddr: bool, items: &[
 }
 
 /// Sends numgen's verdict map (`index : verdict`); its set id and name.
-pub fn verdict_map(b: &mut Batch, fam: Fam, table: &str, arms: &[(u32, i32, Option<String>)]) -> (u32, String) {
+pub fn verdict_map(b: &mut Batch, fam: Family, table: &str, arms: &[(u32, i32, Option<String>)]) -> (u32, String) {
     let mut typeof_ = Udata::default();
     typeof_.u32(0, 1).put(1, &[]);
     let mut ud = Udata::default();
@@ -130,11 +130,11 @@ pub fn verdict_map(b: &mut Batch, fam: Fam, table: &str, arms: &[(u32, i32, Opti
 /// Sends the map of a NAT's numgen (`index : address . port`, each part padded to four
 /// bytes), as nft sends `dnat ip addr . port to numgen random mod N map { … }`'s; its set
 /// id and name.
-pub fn data_map(b: &mut Batch, fam: Fam, table: &str, arms: &[(u32, Vec<u8>)]) -> (u32, String) {
+pub fn data_map(b: &mut Batch, fam: Family, table: &str, arms: &[(u32, Vec<u8>)]) -> (u32, String) {
     // Key byte order host (numgen's integer), data byte order unset (a concatenation).
     let mut ud = Udata::default();
     ud.u32(0, 1).u32(1, 0).u32(6, 0);
-    let data_type = ((fam.addr_type() << 6) | TYPE_INET_SERVICE, fam.addr_len() + 4);
+    let data_type = ((fam.addr_type_id() << 6) | TYPE_INET_SERVICE, fam.addr_len() + 4);
     let data = arms.iter().map(|(k, bytes)| {
         (*k, move |d: &mut Attrs| {
             d.bytes(nfta::expr::DATA_VALUE, bytes);
@@ -147,7 +147,7 @@ pub fn data_map(b: &mut Batch, fam: Fam, table: &str, arms: &[(u32, Vec<u8>)]) -
 /// and length, its user data) and its elements (each index and how to write its data).
 fn numgen_map<F: FnOnce(&mut Attrs)>(
     b: &mut Batch,
-    fam: Fam,
+    fam: Family,
     table: &str,
     (data_type, data_len): (u32, u32),
     ud: &Udata,
@@ -187,7 +187,7 @@ fn numgen_map<F: FnOnce(&mut Attrs)>(
 /// `NEWSETELEM` messages as it takes to keep the element list under 64 KiB, numbered as
 /// libnftnl numbers them: from 1 on, across messages, the number of the element that did
 /// not fit into a message skipped (it is numbered again, one more, in the next).
-fn elements(b: &mut Batch, fam: Fam, table: &str, name: &str, id: u32, blobs: &[Attrs]) {
+fn elements(b: &mut Batch, fam: Family, table: &str, name: &str, id: u32, blobs: &[Attrs]) {
     let mut at = 0;
     let mut number: u16 = 0;
     while at < blobs.len() {
@@ -218,10 +218,10 @@ mod tests {
 
     #[test]
     fn ranges_clear_host_bits() {
-        assert_eq!(range(Fam::V4, "10.1.2.3/8"), Some((0x0a00_0000, 0x0aff_ffff)));
-        assert_eq!(range(Fam::V4, "10.1.2.3"), Some((0x0a01_0203, 0x0a01_0203)));
-        assert_eq!(range(Fam::V6, "::1/128").map(|r| r.0), Some(1));
-        assert_eq!(range(Fam::V4, "fd00::1"), None);
+        assert_eq!(range(Family::Ip, "10.1.2.3/8"), Some((0x0a00_0000, 0x0aff_ffff)));
+        assert_eq!(range(Family::Ip, "10.1.2.3"), Some((0x0a01_0203, 0x0a01_0203)));
+        assert_eq!(range(Family::Ip6, "::1/128").map(|r| r.0), Some(1));
+        assert_eq!(range(Family::Ip, "fd00::1"), None);
     }
 
     /// The attributes of `buf`: (type without flags, payload).
@@ -240,7 +240,7 @@ mod tests {
     /// The interval elements sent: (key, interval end, open-ended).
     fn sent(items: &[&str]) -> Vec<(Vec<u8>, bool, bool)> {
         let mut b = Batch::default();
-        interval_set(&mut b, Fam::V4, "t", true, items).unwrap();
+        interval_set(&mut b, Family::Ip, "t", true, items).unwrap();
         let (bytes, _) = b.finish().unwrap();
         // begin (20 bytes), NEWSET, NEWSETELEM, end.
         let newset = u32::from_ne_bytes(bytes[20..24].try_into().unwrap()) as usize;

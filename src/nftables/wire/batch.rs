@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use super::attr::{self, Attrs, Udata, NLM_F_APPEND, NLM_F_CREATE};
 use super::expr;
 use super::tokens::{self, Cursor};
-use super::Fam;
+use super::Family;
 
 use super::nfta::{self, chain as ch, elem, obj, rule as rl, set as st};
 pub use super::nfta::msg::{DELCHAIN, DELOBJ, DELRULE, DELSET, DELSETELEM, DELTABLE, NEWCHAIN, NEWOBJ, NEWRULE, NEWSET, NEWSETELEM, NEWTABLE};
@@ -66,11 +66,11 @@ impl Batch {
     }
 
     /// The id of a set this batch creates (nft names it beside the set's name).
-    pub fn set_id(&self, fam: Fam, name: &str) -> Option<u32> {
+    pub fn set_id(&self, fam: Family, name: &str) -> Option<u32> {
         self.ids.get(&(fam.nfproto(), name.to_owned())).copied()
     }
 
-    pub fn push(&mut self, kind: u16, flags: u16, fam: Fam, a: &Attrs) {
+    pub fn push(&mut self, kind: u16, flags: u16, fam: Family, a: &Attrs) {
         if self.bytes.is_empty() {
             attr::begin(&mut self.bytes, 0);
         }
@@ -195,8 +195,8 @@ fn command(b: &mut Batch, line: &str) -> Result<(), Unsupported> {
     let verb = cur.word().ok_or_else(|| unsupported("no verb"))?;
     let object = cur.word().ok_or_else(|| unsupported("no object"))?;
     let fam = match cur.word() {
-        Some("ip") => Fam::V4,
-        Some("ip6") => Fam::V6,
+        Some("ip") => Family::Ip,
+        Some("ip6") => Family::Ip6,
         _ => return Err(unsupported("a family other than ip, ip6")),
     };
     let table = cur.word().ok_or_else(|| unsupported("no table"))?;
@@ -318,7 +318,7 @@ fn quoted_of(words: &[tokens::Tok<'_>]) -> Result<String, Unsupported> {
     }
 }
 
-fn add_table(b: &mut Batch, fam: Fam, table: &str, cur: &mut Cursor<'_>) -> Result<(), Unsupported> {
+fn add_table(b: &mut Batch, fam: Family, table: &str, cur: &mut Cursor<'_>) -> Result<(), Unsupported> {
     let mut a = Attrs::default();
     a.str(nfta::table::NAME, table).be32(nfta::table::FLAGS, 0);
     for (key, words) in spec(cur)? {
@@ -344,7 +344,7 @@ fn hook_number(h: &str) -> Option<u32> {
     })
 }
 
-fn add_chain(b: &mut Batch, fam: Fam, table: &str, cur: &mut Cursor<'_>) -> Result<(), Unsupported> {
+fn add_chain(b: &mut Batch, fam: Family, table: &str, cur: &mut Cursor<'_>) -> Result<(), Unsupported> {
     let name = cur.word().ok_or_else(|| unsupported("no chain name"))?;
     let mut a = Attrs::default();
     a.str(ch::TABLE, table).str(ch::NAME, name);
@@ -372,7 +372,7 @@ fn add_chain(b: &mut Batch, fam: Fam, table: &str, cur: &mut Cursor<'_>) -> Resu
 }
 
 /// A set or map key type: (nft's type id, length in the key, its parts' ids).
-fn key_type(fam: Fam, words: &[&str]) -> Option<(u32, u32, usize)> {
+fn key_type(fam: Family, words: &[&str]) -> Option<(u32, u32, usize)> {
     let mut id = 0u32;
     let mut len = 0u32;
     let mut parts = 0;
@@ -384,8 +384,8 @@ fn key_type(fam: Fam, words: &[&str]) -> Option<(u32, u32, usize)> {
             continue;
         }
         let (t, l): (u32, u32) = match *w {
-            "ipv4_addr" if fam == Fam::V4 => (7, 4),
-            "ipv6_addr" if fam == Fam::V6 => (8, 16),
+            "ipv4_addr" if fam == Family::Ip => (7, 4),
+            "ipv6_addr" if fam == Family::Ip6 => (8, 16),
             "inet_proto" => (12, 1),
             "inet_service" => (13, 2),
             _ => return None,
@@ -397,7 +397,7 @@ fn key_type(fam: Fam, words: &[&str]) -> Option<(u32, u32, usize)> {
     (parts > 0).then_some((id, len, parts))
 }
 
-fn add_set(b: &mut Batch, fam: Fam, table: &str, is_map: bool, cur: &mut Cursor<'_>) -> Result<(), Unsupported> {
+fn add_set(b: &mut Batch, fam: Family, table: &str, is_map: bool, cur: &mut Cursor<'_>) -> Result<(), Unsupported> {
     let name = cur.word().ok_or_else(|| unsupported("no set name"))?;
     let mut flags = 0u32;
     let mut timeout = None;
@@ -472,7 +472,7 @@ fn add_set(b: &mut Batch, fam: Fam, table: &str, is_map: bool, cur: &mut Cursor<
     Ok(())
 }
 
-fn add_rule(b: &mut Batch, fam: Fam, table: &str, cur: &mut Cursor<'_>) -> Result<(), Unsupported> {
+fn add_rule(b: &mut Batch, fam: Family, table: &str, cur: &mut Cursor<'_>) -> Result<(), Unsupported> {
     let chain = cur.word().ok_or_else(|| unsupported("no chain"))?;
     let (exprs, comment) = expr::rule(b, fam, table, cur)?;
     let mut a = Attrs::default();
@@ -485,7 +485,7 @@ fn add_rule(b: &mut Batch, fam: Fam, table: &str, cur: &mut Cursor<'_>) -> Resul
 }
 
 /// One key part: an address (as is), a protocol or a port (padded to four bytes).
-fn key_part(fam: Fam, w: &str, concat: bool) -> Option<Vec<u8>> {
+fn key_part(fam: Family, w: &str, concat: bool) -> Option<Vec<u8>> {
     if let Some(a) = expr::addr(fam, w) {
         return Some(a);
     }
@@ -500,7 +500,7 @@ fn key_part(fam: Fam, w: &str, concat: bool) -> Option<Vec<u8>> {
     Some(vec![hi, lo, 0, 0])
 }
 
-fn element(b: &mut Batch, fam: Fam, table: &str, add: bool, cur: &mut Cursor<'_>) -> Result<(), Unsupported> {
+fn element(b: &mut Batch, fam: Family, table: &str, add: bool, cur: &mut Cursor<'_>) -> Result<(), Unsupported> {
     let set = cur.word().ok_or_else(|| unsupported("no set"))?;
     cur.expect("{").ok_or_else(|| unsupported("an element not in braces"))?;
     let mut key_words = Vec::new();

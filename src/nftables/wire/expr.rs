@@ -13,7 +13,7 @@ use std::net::IpAddr;
 use super::attr::Attrs;
 use super::batch::{Batch, Unsupported};
 use super::tokens::Cursor;
-use super::Fam;
+use super::Family;
 
 use super::nfta::{self, reg};
 
@@ -164,16 +164,16 @@ pub fn proto_number(p: &str) -> Option<u8> {
 }
 
 /// An address of the family, as bytes.
-pub fn addr(fam: Fam, s: &str) -> Option<Vec<u8>> {
+pub fn addr(fam: Family, s: &str) -> Option<Vec<u8>> {
     match (fam, s.parse::<IpAddr>().ok()?) {
-        (Fam::V4, IpAddr::V4(a)) => Some(a.octets().to_vec()),
-        (Fam::V6, IpAddr::V6(a)) => Some(a.octets().to_vec()),
+        (Family::Ip, IpAddr::V4(a)) => Some(a.octets().to_vec()),
+        (Family::Ip6, IpAddr::V6(a)) => Some(a.octets().to_vec()),
         _ => None,
     }
 }
 
 /// `ADDR` or `ADDR/LEN` → (bytes, prefix length), the host bits cleared.
-fn prefix(fam: Fam, s: &str) -> Option<(Vec<u8>, u32)> {
+fn prefix(fam: Family, s: &str) -> Option<(Vec<u8>, u32)> {
     let (a, len) = match s.split_once('/') {
         Some((a, l)) => (a, l.parse::<u32>().ok()?),
         None => (s, fam.addr_len() * 8),
@@ -190,7 +190,7 @@ fn prefix(fam: Fam, s: &str) -> Option<(Vec<u8>, u32)> {
 }
 
 /// Encodes one rule's words; anonymous sets it needs go into `b` first.
-pub fn rule(b: &mut Batch, fam: Fam, table: &str, cur: &mut Cursor<'_>) -> Result<(Attrs, Option<String>), Unsupported> {
+pub fn rule(b: &mut Batch, fam: Family, table: &str, cur: &mut Cursor<'_>) -> Result<(Attrs, Option<String>), Unsupported> {
     let mut x = Exprs(Attrs::default());
     let mut comment = None;
     while let Some(w) = cur.word() {
@@ -202,7 +202,7 @@ pub fn rule(b: &mut Batch, fam: Fam, table: &str, cur: &mut Cursor<'_>) -> Resul
     Ok((x.0, comment))
 }
 
-fn statement<'a>(b: &mut Batch, fam: Fam, table: &str, w: &'a str, cur: &mut Cursor<'a>, x: &mut Exprs, comment: &mut Option<String>) -> Option<()> {
+fn statement<'a>(b: &mut Batch, fam: Family, table: &str, w: &'a str, cur: &mut Cursor<'a>, x: &mut Exprs, comment: &mut Option<String>) -> Option<()> {
     match w {
         "comment" => *comment = Some(cur.quoted()?.to_owned()),
         "ct" => {
@@ -221,7 +221,7 @@ fn statement<'a>(b: &mut Batch, fam: Fam, table: &str, w: &'a str, cur: &mut Cur
             x.cmp(CMP_NEQ, &[0; 4]);
         }
         "ip" | "ip6" => {
-            if (w == "ip") != (fam == Fam::V4) {
+            if (w == "ip") != (fam == Family::Ip) {
                 return None;
             }
             address_match(b, fam, table, cur, x)?;
@@ -272,7 +272,7 @@ fn statement<'a>(b: &mut Batch, fam: Fam, table: &str, w: &'a str, cur: &mut Cur
             let set = cur.word()?.strip_prefix('@')?;
             cur.expect("{")?;
             let ip = cur.word()?;
-            if (ip == "ip") != (fam == Fam::V4) {
+            if (ip == "ip") != (fam == Family::Ip) {
                 return None;
             }
             cur.expect("saddr")?;
@@ -333,7 +333,7 @@ fn statement<'a>(b: &mut Batch, fam: Fam, table: &str, w: &'a str, cur: &mut Cur
 }
 
 /// `ip daddr|saddr …` after the family word.
-fn address_match(b: &mut Batch, fam: Fam, table: &str, cur: &mut Cursor<'_>, x: &mut Exprs) -> Option<()> {
+fn address_match(b: &mut Batch, fam: Family, table: &str, cur: &mut Cursor<'_>, x: &mut Exprs) -> Option<()> {
     let (off, saddr) = match cur.word()? {
         "saddr" => (fam.saddr_off(), true),
         "daddr" => (fam.daddr_off(), false),
@@ -365,7 +365,7 @@ fn address_match(b: &mut Batch, fam: Fam, table: &str, cur: &mut Cursor<'_>, x: 
 
 /// An address or prefix compared: a byte-aligned prefix loads only its bytes; another
 /// (`/0` too) loads the whole address and masks it.
-fn compare(fam: Fam, off: u32, value: &str, neg: bool, x: &mut Exprs) -> Option<()> {
+fn compare(fam: Family, off: u32, value: &str, neg: bool, x: &mut Exprs) -> Option<()> {
     let (bytes, len) = prefix(fam, value)?;
     let op = if neg { CMP_NEQ } else { CMP_EQ };
     if len % 8 == 0 && len > 0 {
@@ -399,9 +399,9 @@ enum Sel {
 
 impl Sel {
     /// The selector `first` (already taken) begins: `ip|ip6 saddr|daddr`, `meta l4proto`, `th dport`.
-    fn parse(fam: Fam, first: &str, cur: &mut Cursor<'_>) -> Option<Sel> {
+    fn parse(fam: Family, first: &str, cur: &mut Cursor<'_>) -> Option<Sel> {
         match first {
-            "ip" | "ip6" if (first == "ip") == (fam == Fam::V4) => match cur.word()? {
+            "ip" | "ip6" if (first == "ip") == (fam == Family::Ip) => match cur.word()? {
                 "saddr" => Some(Sel::Addr(fam.saddr_off())),
                 "daddr" => Some(Sel::Addr(fam.daddr_off())),
                 _ => None,
@@ -413,14 +413,14 @@ impl Sel {
     }
 
     /// Its bytes in a concatenation's key (each part padded to four).
-    fn len(self, fam: Fam) -> u32 {
+    fn len(self, fam: Family) -> u32 {
         match self {
             Sel::Addr(_) => fam.addr_len(),
             Sel::L4proto | Sel::Dport => 4,
         }
     }
 
-    fn load(self, fam: Fam, x: &mut Exprs, reg: u32) {
+    fn load(self, fam: Family, x: &mut Exprs, reg: u32) {
         match self {
             Sel::Addr(off) => x.payload(reg, NFT_PAYLOAD_NETWORK, off, fam.addr_len()),
             Sel::L4proto => x.meta_load(META_L4PROTO, reg),
@@ -433,7 +433,7 @@ impl Sel {
 /// A concatenation (`first . …`, the first `.` taken) looked up: `vmap @MAP` (a verdict)
 /// or `@SET` (a match). Each part is loaded, in order, into the register nft gives its
 /// byte offset in the key.
-fn concat(b: &mut Batch, fam: Fam, first: Sel, cur: &mut Cursor<'_>, x: &mut Exprs) -> Option<()> {
+fn concat(b: &mut Batch, fam: Family, first: Sel, cur: &mut Cursor<'_>, x: &mut Exprs) -> Option<()> {
     let mut parts = vec![first];
     loop {
         let w = cur.word()?;
@@ -455,7 +455,7 @@ fn concat(b: &mut Batch, fam: Fam, first: Sel, cur: &mut Cursor<'_>, x: &mut Exp
 }
 
 /// `numgen random mod N vmap { 0 : goto A , 1 : goto B }`.
-fn numgen(b: &mut Batch, fam: Fam, table: &str, cur: &mut Cursor<'_>, x: &mut Exprs) -> Option<()> {
+fn numgen(b: &mut Batch, fam: Family, table: &str, cur: &mut Cursor<'_>, x: &mut Exprs) -> Option<()> {
     cur.expect("random")?;
     cur.expect("mod")?;
     let n: u32 = cur.word()?.parse().ok()?;
@@ -482,9 +482,9 @@ fn numgen(b: &mut Batch, fam: Fam, table: &str, cur: &mut Cursor<'_>, x: &mut Ex
 /// `dnat ip addr . port to numgen random mod N map { 0 : A . P , … }` (`ip6` likewise),
 /// after `dnat`: numgen's index looked up in an anonymous map of address . port, the
 /// address and the port NAT'ed to from the registers the lookup fills.
-fn dnat_map(b: &mut Batch, fam: Fam, table: &str, cur: &mut Cursor<'_>, x: &mut Exprs) -> Option<()> {
+fn dnat_map(b: &mut Batch, fam: Family, table: &str, cur: &mut Cursor<'_>, x: &mut Exprs) -> Option<()> {
     let ip = cur.word()?;
-    if (ip == "ip") != (fam == Fam::V4) {
+    if (ip == "ip") != (fam == Family::Ip) {
         return None;
     }
     for w in ["addr", ".", "port", "to", "numgen", "random", "mod"] {
@@ -557,10 +557,10 @@ fn mark(cur: &mut Cursor<'_>, x: &mut Exprs) -> Option<()> {
 }
 
 /// `IP:PORT` (IPv4) or `[IP]:PORT` (IPv6).
-fn dnat_target(fam: Fam, s: &str) -> Option<(Vec<u8>, u16)> {
+fn dnat_target(fam: Family, s: &str) -> Option<(Vec<u8>, u16)> {
     let (ip, port) = match fam {
-        Fam::V4 => s.rsplit_once(':')?,
-        Fam::V6 => {
+        Family::Ip => s.rsplit_once(':')?,
+        Family::Ip6 => {
             let rest = s.strip_prefix('[')?;
             let (ip, port) = rest.split_once("]:")?;
             (ip, port)

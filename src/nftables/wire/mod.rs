@@ -16,56 +16,52 @@ pub mod tokens;
 
 pub use batch::{encode, encode_named, Batch, Unsupported};
 
-/// A table's family, with what its rules' encoding depends on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fam {
-    V4,
-    V6,
-}
+pub use super::model::Family;
 
-impl Fam {
+/// What a table's rules' encoding depends on, by family.
+impl Family {
     /// `NFPROTO_IPV4` / `NFPROTO_IPV6` (the message's family).
     pub fn nfproto(self) -> u8 {
         match self {
-            Fam::V4 => 2,
-            Fam::V6 => 10,
+            Family::Ip => 2,
+            Family::Ip6 => 10,
         }
     }
 
     pub fn addr_len(self) -> u32 {
         match self {
-            Fam::V4 => 4,
-            Fam::V6 => 16,
+            Family::Ip => 4,
+            Family::Ip6 => 16,
         }
     }
 
     pub fn saddr_off(self) -> u32 {
         match self {
-            Fam::V4 => 12,
-            Fam::V6 => 8,
+            Family::Ip => 12,
+            Family::Ip6 => 8,
         }
     }
 
     pub fn daddr_off(self) -> u32 {
         match self {
-            Fam::V4 => 16,
-            Fam::V6 => 24,
+            Family::Ip => 16,
+            Family::Ip6 => 24,
         }
     }
 
     /// nft's `ipv4_addr` / `ipv6_addr` type ids.
-    pub fn addr_type(self) -> u32 {
+    pub fn addr_type_id(self) -> u32 {
         match self {
-            Fam::V4 => 7,
-            Fam::V6 => 8,
+            Family::Ip => nfta::datatype::IPV4_ADDR,
+            Family::Ip6 => nfta::datatype::IPV6_ADDR,
         }
     }
 
     /// ICMP port unreachable / ICMPv6 port unreachable (what `reject` sends).
     pub fn reject_code(self) -> u8 {
         match self {
-            Fam::V4 => 3,
-            Fam::V6 => 4,
+            Family::Ip => 3,
+            Family::Ip6 => 4,
         }
     }
 }
