@@ -11,12 +11,10 @@
 use std::collections::HashMap;
 
 use super::anonfile::AnonCache;
-use super::wire::attr::NFNL_SUBSYS_NFTABLES;
+use crate::netfilter::nlattr::AttrIter;
 use super::wire::canon::{self, Canon};
 
-const NEWRULE: u16 = 6;
-const NEWSET: u16 = 9;
-const NEWSETELEM: u16 = 12;
+use super::wire::nfta::msg::{NEWRULE, NEWSET, NEWSETELEM};
 
 /// What one batch creates that the cache wants, read from its messages.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -36,7 +34,7 @@ pub fn created(bytes: &[u8]) -> Created {
     let mut out = Created::default();
     // Only the set messages are parsed (a full sync's batches are mostly rules and
     // named sets' elements); an element message's set name is looked up in place first.
-    for (kind, payload) in messages(bytes) {
+    for (kind, payload) in canon::objects(bytes) {
         match kind {
             NEWRULE => out.adds_rule = true,
             NEWSET => {
@@ -51,7 +49,7 @@ pub fn created(bytes: &[u8]) -> Created {
                 }
             }
             NEWSETELEM => {
-                let Some(name) = attr(payload, 2).map(|v| String::from_utf8_lossy(v.split(|&c| c == 0).next().unwrap_or(v)).into_owned()) else { continue };
+                let Some(name) = attr(payload, super::wire::nfta::elem::LIST_SET).map(|v| String::from_utf8_lossy(v.split(|&c| c == 0).next().unwrap_or(v)).into_owned()) else { continue };
                 if !headers.contains_key(&name) {
                     continue;
                 }
@@ -73,37 +71,9 @@ pub fn created(bytes: &[u8]) -> Created {
     out
 }
 
-/// The nf_tables messages of a batch: (kind, attributes after the `nfgenmsg` header).
-fn messages(buf: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
-    let mut off = 0;
-    std::iter::from_fn(move || loop {
-        let len = u32::from_ne_bytes(buf.get(off..off + 4)?.try_into().ok()?) as usize;
-        let kind = u16::from_ne_bytes(buf.get(off + 4..off + 6)?.try_into().ok()?);
-        if len < 20 || off + len > buf.len() {
-            return None;
-        }
-        let msg = &buf[off + 20..off + len];
-        off += (len + 3) & !3;
-        if kind >> 8 == NFNL_SUBSYS_NFTABLES {
-            return Some((kind & 0xff, msg));
-        }
-    })
-}
-
 /// A top-level attribute's payload, in place.
-fn attr(mut b: &[u8], want: u16) -> Option<&[u8]> {
-    while b.len() >= 4 {
-        let len = u16::from_ne_bytes([b[0], b[1]]) as usize;
-        let kind = u16::from_ne_bytes([b[2], b[3]]) & 0x3fff;
-        if len < 4 || len > b.len() {
-            return None;
-        }
-        if kind == want {
-            return Some(&b[4..len]);
-        }
-        b = &b[((len + 3) & !3).min(b.len())..];
-    }
-    None
+fn attr(b: &[u8], want: u16) -> Option<&[u8]> {
+    AttrIter(b).find(|(kind, _)| *kind == want).map(|(_, v)| v)
 }
 
 /// One family's full sync being recorded.

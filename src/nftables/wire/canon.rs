@@ -15,6 +15,7 @@
 use std::collections::HashMap;
 
 use super::dump::{self, Reply};
+use crate::netfilter::nlattr::{Message, Messages};
 
 /// One attribute: its type (without the nested/byte-order flags) and payload.
 pub type Attr = (u16, Vec<u8>);
@@ -396,18 +397,9 @@ pub fn messages(bytes: &[u8]) -> Vec<(u16, Vec<Attr>)> {
 /// The nf_tables messages of `bytes` (a batch, or dump replies), borrowed: (kind without
 /// the subsystem, attributes after `nfgenmsg`); as [`dump::replies`] frames them.
 pub fn objects(bytes: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
-    let mut off = 0;
-    std::iter::from_fn(move || loop {
-        let len = u32::from_ne_bytes(bytes.get(off..off + 4)?.try_into().ok()?) as usize;
-        let kind = u16::from_ne_bytes(bytes.get(off + 4..off + 6)?.try_into().ok()?);
-        if len < 16 || off + len > bytes.len() {
-            return None;
-        }
-        let msg = &bytes[off..off + len];
-        off += (len + 3) & !3;
-        if kind >> 8 == super::attr::NFNL_SUBSYS_NFTABLES {
-            return Some((kind & 0xff, msg.get(20..).unwrap_or_default()));
-        }
+    Messages(bytes).filter_map(|m| match m {
+        Message::Data { kind, body, .. } if kind >> 8 == super::attr::NFNL_SUBSYS_NFTABLES => Some((kind & 0xff, body.get(4..).unwrap_or_default())),
+        _ => None,
     })
 }
 

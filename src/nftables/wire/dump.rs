@@ -8,13 +8,7 @@ use super::Family;
 
 /// Stateful objects (named counters): `GETOBJ`, their dump, and each object's message.
 pub use super::nfta::msg::{GETCHAIN, GETGEN, GETOBJ, GETRULE, GETSET, GETSETELEM, GETTABLE};
-pub const NEWOBJ: u16 = 18;
-pub const NEWGEN: u16 = 15;
-pub const NEWTABLE: u16 = 0;
-pub const NEWCHAIN: u16 = 3;
-pub const NEWSET: u16 = 9;
-pub const NEWRULE: u16 = 6;
-pub const NEWSETELEM: u16 = 12;
+pub use super::nfta::msg::{NEWCHAIN, NEWGEN, NEWOBJ, NEWRULE, NEWSET, NEWSETELEM, NEWTABLE};
 pub const NLM_F_DUMP: u16 = 0x300;
 pub use crate::netfilter::nlattr::{NLMSG_DONE, NLMSG_ERROR};
 

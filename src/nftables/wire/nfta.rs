@@ -19,6 +19,7 @@ pub mod msg {
     pub const NEWSETELEM: u16 = 12;
     pub const GETSETELEM: u16 = 13;
     pub const DELSETELEM: u16 = 14;
+    pub const NEWGEN: u16 = 15;
     pub const GETGEN: u16 = 16;
     pub const NEWOBJ: u16 = 18;
     pub const GETOBJ: u16 = 19;
