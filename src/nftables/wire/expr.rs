@@ -1,12 +1,13 @@
-//! A rule's words (the vocabulary svcproxy's nftables renderer writes, as kube-proxy
-//! writes it) → nf_tables expressions, exactly as nft 1.0.6 encodes them, so that
-//! `nft list` prints the rule back as it prints nft's own: the register choice of
+//! A rule's statements ([`crate::nftables::stmt`]'s values, read once from the text
+//! svcproxy's renderer writes) → nf_tables expressions, exactly as nft 1.0.6 encodes them,
+//! so that `nft list` prints the rule back as it prints nft's own: the register choice of
 //! concatenations, prefixes loaded as whole bytes (or the whole address and masked), a
 //! one-element anonymous set turned into a comparison, merged intervals of an anonymous
 //! set, numgen's anonymous verdict map, and kube-proxy v1.37's forms (inline `mark set mark
 //! or M` after any match, `mark and M != 0`, `ct status dnat`, a concatenation looked up in
 //! a named set, `dnat ip addr . port to numgen … map { … }` with its anonymous map of
-//! address . port). Anything else is [`Unsupported`].
+//! address . port). Every statement is matched: a form the encoder does not send is
+//! refused by name ([`Unsupported`], so the transaction goes through `nft -f`).
 
 use std::net::IpAddr;
 
@@ -16,6 +17,7 @@ use super::tokens::Cursor;
 use super::Family;
 
 use super::nfta::{self, reg};
+use crate::nftables::stmt::{self, Action, AddrValue, Body, Concat, Dir, Dnat, Match, MarkOp, Selector, Stmt, Vmap};
 
 const NFT_PAYLOAD_NETWORK: u32 = nfta::payload::NETWORK_HEADER;
 const NFT_PAYLOAD_TRANSPORT: u32 = nfta::payload::TRANSPORT_HEADER;
@@ -189,180 +191,6 @@ fn prefix(fam: Family, s: &str) -> Option<(Vec<u8>, u32)> {
     Some((bytes, len))
 }
 
-/// Encodes one rule's words; anonymous sets it needs go into `b` first.
-pub fn rule(b: &mut Batch, fam: Family, table: &str, cur: &mut Cursor<'_>) -> Result<(Attrs, Option<String>), Unsupported> {
-    let mut x = Exprs(Attrs::default());
-    let mut comment = None;
-    while let Some(w) = cur.word() {
-        statement(b, fam, table, w, cur, &mut x, &mut comment).ok_or_else(|| Unsupported(format!("rule word {w:?}")))?;
-    }
-    if !cur.done() {
-        return Err(Unsupported("a quoted string where a word belongs".into()));
-    }
-    Ok((x.0, comment))
-}
-
-fn statement<'a>(b: &mut Batch, fam: Family, table: &str, w: &'a str, cur: &mut Cursor<'a>, x: &mut Exprs, comment: &mut Option<String>) -> Option<()> {
-    match w {
-        "comment" => *comment = Some(cur.quoted()?.to_owned()),
-        "ct" => {
-            // `ct state new` (NFT_CT_STATE, IP_CT_NEW's bit) / `ct status dnat`
-            // (NFT_CT_STATUS, IPS_DST_NAT): the key loaded, its bit tested.
-            use nfta::ct;
-            let (key, bit) = match (cur.word()?, cur.word()?) {
-                ("state", "new") => (ct::STATE, ct::STATE_NEW),
-                ("status", "dnat") => (ct::STATUS, ct::STATUS_DNAT),
-                _ => return None,
-            };
-            x.expr("ct", |a| {
-                a.be32(ct::KEY, key).be32(ct::DREG, reg::R1);
-            });
-            x.bitwise(&bit.to_ne_bytes(), &[0; 4], false);
-            x.cmp(CMP_NEQ, &[0; 4]);
-        }
-        "ip" | "ip6" => {
-            if (w == "ip") != (fam == Family::Ip) {
-                return None;
-            }
-            address_match(b, fam, table, cur, x)?;
-        }
-        "meta" => {
-            cur.expect("l4proto")?;
-            if cur.eat(".") {
-                concat(b, fam, Sel::L4proto, cur, x)?;
-            } else {
-                let p = proto_number(cur.word()?)?;
-                x.meta_load(META_L4PROTO, reg::R1);
-                x.cmp(CMP_EQ, &[p]);
-            }
-        }
-        "fib" => {
-            use nfta::fib;
-            let flags = match cur.word()? {
-                "saddr" => fib::F_SADDR,
-                "daddr" => fib::F_DADDR,
-                _ => return None,
-            };
-            cur.expect("type")?;
-            cur.expect("local")?;
-            x.expr("fib", |a| {
-                a.be32(fib::FLAGS, flags).be32(fib::RESULT, fib::RESULT_ADDRTYPE).be32(fib::DREG, reg::R1);
-            });
-            x.cmp(CMP_EQ, &fib::RTN_LOCAL.to_ne_bytes());
-        }
-        "iifname" => {
-            let neg = cur.eat("!=");
-            let name = cur.word()?;
-            let data = match name.strip_suffix('*') {
-                Some(p) => p.as_bytes().to_vec(),
-                None => {
-                    let mut v = name.as_bytes().to_vec();
-                    if v.len() >= 16 {
-                        return None;
-                    }
-                    v.resize(16, 0);
-                    v
-                }
-            };
-            x.meta_load(META_IIFNAME, reg::R1);
-            x.cmp(if neg { CMP_NEQ } else { CMP_EQ }, &data);
-        }
-        "numgen" => numgen(b, fam, table, cur, x)?,
-        "update" => {
-            let set = cur.word()?.strip_prefix('@')?;
-            cur.expect("{")?;
-            let ip = cur.word()?;
-            if (ip == "ip") != (fam == Family::Ip) {
-                return None;
-            }
-            cur.expect("saddr")?;
-            cur.expect("}")?;
-            x.payload(reg::R1, NFT_PAYLOAD_NETWORK, fam.saddr_off(), fam.addr_len());
-            let id = b.set_id(fam, set);
-            use nfta::dynset as d;
-            x.expr("dynset", |a| {
-                a.be32(d::SREG_KEY, reg::R1).be32(d::OP, d::OP_UPDATE).str(d::SET_NAME, set);
-                if let Some(id) = id {
-                    a.be32(d::SET_ID, id);
-                }
-            });
-        }
-        "mark" => mark(cur, x)?,
-        "masquerade" => {
-            let flags = if cur.eat("fully-random") { nfta::masq::RANDOM_FULLY } else { 0 };
-            x.expr("masq", |a| {
-                if flags != 0 {
-                    a.be32(nfta::masq::FLAGS, flags);
-                }
-            });
-        }
-        "dnat" => {
-            if !cur.eat("to") {
-                return dnat_map(b, fam, table, cur, x);
-            }
-            let (ip, port) = dnat_target(fam, cur.word()?)?;
-            use nfta::nat;
-            x.immediate(reg::R1, &ip);
-            x.immediate(reg::R2, &port.to_be_bytes());
-            x.expr("nat", |a| {
-                a.be32(nat::TYPE, nat::DNAT).be32(nat::FAMILY, fam.nfproto() as u32).be32(nat::REG_ADDR_MIN, reg::R1);
-                a.be32(nat::REG_PROTO_MIN, reg::R2).be32(nat::FLAGS, nat::PROTO_SPECIFIED);
-            });
-        }
-        "counter" => {
-            // `counter name "C"`: a reference to the table's named counter C.
-            cur.expect("name")?;
-            let name = cur.quoted()?;
-            // nftnl puts the name without its NUL (unlike the other strings).
-            x.expr("objref", |a| {
-                a.be32(nfta::objref::IMM_TYPE, nfta::obj::COUNTER).bytes(nfta::objref::IMM_NAME, name.as_bytes());
-            });
-        }
-        "reject" => {
-            let code = fam.reject_code();
-            x.expr("reject", |a| {
-                a.be32(nfta::reject::TYPE, nfta::reject::ICMP_UNREACH).bytes(nfta::reject::ICMP_CODE, &[code]);
-            });
-        }
-        other => {
-            let (code, chain) = verdict(other, cur)?;
-            x.verdict(code, chain);
-        }
-    }
-    Some(())
-}
-
-/// `ip daddr|saddr …` after the family word.
-fn address_match(b: &mut Batch, fam: Family, table: &str, cur: &mut Cursor<'_>, x: &mut Exprs) -> Option<()> {
-    let (off, saddr) = match cur.word()? {
-        "saddr" => (fam.saddr_off(), true),
-        "daddr" => (fam.daddr_off(), false),
-        _ => return None,
-    };
-    if cur.eat(".") {
-        return concat(b, fam, Sel::Addr(off), cur, x);
-    }
-    let neg = cur.eat("!=");
-    let value = cur.word()?;
-    if let Some(set) = value.strip_prefix('@') {
-        x.payload(reg::R1, NFT_PAYLOAD_NETWORK, off, fam.addr_len());
-        let id = b.set_id(fam, set);
-        x.lookup(set, id, None, neg);
-        return Some(());
-    }
-    if value == "{" {
-        let items = cur.braced()?;
-        if items.len() == 1 {
-            return compare(fam, off, items[0], neg, x);
-        }
-        let (id, name) = super::anon::interval_set(b, fam, table, saddr, &items)?;
-        x.payload(reg::R1, NFT_PAYLOAD_NETWORK, off, fam.addr_len());
-        x.lookup(&name, Some(id), None, neg);
-        return Some(());
-    }
-    compare(fam, off, value, neg, x)
-}
-
 /// An address or prefix compared: a byte-aligned prefix loads only its bytes; another
 /// (`/0` too) loads the whole address and masks it.
 fn compare(fam: Family, off: u32, value: &str, neg: bool, x: &mut Exprs) -> Option<()> {
@@ -398,20 +226,6 @@ enum Sel {
 }
 
 impl Sel {
-    /// The selector `first` (already taken) begins: `ip|ip6 saddr|daddr`, `meta l4proto`, `th dport`.
-    fn parse(fam: Family, first: &str, cur: &mut Cursor<'_>) -> Option<Sel> {
-        match first {
-            "ip" | "ip6" if (first == "ip") == (fam == Family::Ip) => match cur.word()? {
-                "saddr" => Some(Sel::Addr(fam.saddr_off())),
-                "daddr" => Some(Sel::Addr(fam.daddr_off())),
-                _ => None,
-            },
-            "meta" => cur.eat("l4proto").then_some(Sel::L4proto),
-            "th" => cur.eat("dport").then_some(Sel::Dport),
-            _ => None,
-        }
-    }
-
     /// Its bytes in a concatenation's key (each part padded to four).
     fn len(self, fam: Family) -> u32 {
         match self {
@@ -430,141 +244,233 @@ impl Sel {
     }
 }
 
-/// A concatenation (`first . …`, the first `.` taken) looked up: `vmap @MAP` (a verdict)
-/// or `@SET` (a match). Each part is loaded, in order, into the register nft gives its
+// ---------------------------------------------------------------------------------------
+// The statements. Every one of the vocabulary is matched here, so a new form does not
+// compile until it is encoded (or refused by name).
+
+/// Encodes one rule's statements; anonymous sets it needs go into `b` first.
+pub fn body(b: &mut Batch, fam: Family, table: &str, body: &Body) -> Result<Attrs, Unsupported> {
+    let mut x = Exprs(Attrs::default());
+    for st in &body.stmts {
+        stmt(b, fam, table, st, &mut x)?;
+    }
+    Ok(x.0)
+}
+
+fn refused(what: &str) -> Unsupported {
+    Unsupported(format!("{what} (not in the netlink encoder)"))
+}
+
+fn stmt(b: &mut Batch, fam: Family, table: &str, st: &Stmt, x: &mut Exprs) -> Result<(), Unsupported> {
+    let bad = |what: &str| Unsupported(what.to_owned());
+    match st {
+        Stmt::Match(m) => match m {
+            Match::Addr { family, dir, negated, value } => {
+                if *family != fam {
+                    return Err(bad("an address of the other family"));
+                }
+                let off = off_of(fam, *dir);
+                match value {
+                    AddrValue::Named(set) => {
+                        x.payload(reg::R1, NFT_PAYLOAD_NETWORK, off, fam.addr_len());
+                        x.lookup(set, b.set_id(fam, set), None, *negated);
+                    }
+                    AddrValue::Prefix(p) => compare(fam, off, &p.to_string(), *negated, x).ok_or_else(|| bad("an address"))?,
+                    AddrValue::Anon(set) if set.items().len() == 1 => {
+                        compare(fam, off, &set.items()[0].to_string(), *negated, x).ok_or_else(|| bad("an address"))?;
+                    }
+                    AddrValue::Anon(set) => {
+                        let items: Vec<String> = set.items().iter().map(ToString::to_string).collect();
+                        let items: Vec<&str> = items.iter().map(String::as_str).collect();
+                        let (id, name) = super::anon::interval_set(b, fam, table, *dir == Dir::Saddr, &items).ok_or_else(|| bad("an anonymous set"))?;
+                        x.payload(reg::R1, NFT_PAYLOAD_NETWORK, off, fam.addr_len());
+                        x.lookup(&name, Some(id), None, *negated);
+                    }
+                }
+            }
+            Match::L4proto(p) => {
+                x.meta_load(META_L4PROTO, reg::R1);
+                let n = match p {
+                    stmt::Protocol::Tcp => nfta::proto::TCP,
+                    stmt::Protocol::Udp => nfta::proto::UDP,
+                    stmt::Protocol::Sctp => nfta::proto::SCTP,
+                };
+                x.cmp(CMP_EQ, &[n]);
+            }
+            Match::Dport { .. } => return Err(refused("`PROTO dport N`")),
+            Match::Iifname { negated, name } => {
+                let data = if name.wildcard {
+                    name.name.as_bytes().to_vec()
+                } else {
+                    let mut v = name.name.as_bytes().to_vec();
+                    if v.len() >= 16 {
+                        return Err(bad("an interface name of 16 bytes or more"));
+                    }
+                    v.resize(16, 0);
+                    v
+                };
+                x.meta_load(META_IIFNAME, reg::R1);
+                x.cmp(if *negated { CMP_NEQ } else { CMP_EQ }, &data);
+            }
+            Match::FibLocal(dir) => {
+                use nfta::fib;
+                let flags = if *dir == Dir::Saddr { fib::F_SADDR } else { fib::F_DADDR };
+                x.expr("fib", |a| {
+                    a.be32(fib::FLAGS, flags).be32(fib::RESULT, fib::RESULT_ADDRTYPE).be32(fib::DREG, reg::R1);
+                });
+                x.cmp(CMP_EQ, &fib::RTN_LOCAL.to_ne_bytes());
+            }
+            Match::Ct(c) => {
+                use nfta::ct;
+                let (key, bit) = match c {
+                    stmt::Ct::StateNew => (ct::STATE, ct::STATE_NEW),
+                    stmt::Ct::StatusDnat => (ct::STATUS, ct::STATUS_DNAT),
+                };
+                x.expr("ct", |a| {
+                    a.be32(ct::KEY, key).be32(ct::DREG, reg::R1);
+                });
+                x.bitwise(&bit.to_ne_bytes(), &[0; 4], false);
+                x.cmp(CMP_NEQ, &[0; 4]);
+            }
+            Match::Mark { mask, negated, value } => {
+                x.meta_load(META_MARK, reg::R1);
+                x.bitwise(&mask.value().to_ne_bytes(), &[0; 4], true);
+                x.cmp(if *negated { CMP_NEQ } else { CMP_EQ }, &value.value().to_ne_bytes());
+            }
+            Match::InSet { key, set } => {
+                load_key(fam, key, x)?;
+                x.lookup(set, b.set_id(fam, set), None, false);
+            }
+        },
+        Stmt::Vmap(v) => match v {
+            Vmap::Named { key, map } => {
+                load_key(fam, key, x)?;
+                x.lookup(map, b.set_id(fam, map), Some(reg::VERDICT), false);
+            }
+            Vmap::Numgen { modulus, arms } => {
+                let arms: Vec<(u32, i32, Option<String>)> = arms.iter().map(|(k, v)| (*k, verdict_code(v).0, verdict_code(v).1.map(str::to_owned))).collect();
+                let (id, name) = super::anon::verdict_map(b, fam, table, &arms);
+                x.numgen(*modulus);
+                x.lookup(&name, Some(id), Some(reg::VERDICT), false);
+            }
+        },
+        Stmt::Action(a) => match a {
+            Action::MarkSet { op, value } => {
+                let m = value.value();
+                let (mask, xor) = match op {
+                    MarkOp::Or => (!m, m),
+                    MarkOp::Xor => (u32::MAX, m),
+                };
+                x.meta_load(META_MARK, reg::R1);
+                x.bitwise(&mask.to_ne_bytes(), &xor.to_ne_bytes(), true);
+                x.expr("meta", |a| {
+                    a.be32(nfta::meta::KEY, META_MARK).be32(nfta::meta::SREG, reg::R1);
+                });
+            }
+            Action::Masquerade { fully_random } => {
+                x.expr("masq", |a| {
+                    if *fully_random {
+                        a.be32(nfta::masq::FLAGS, nfta::masq::RANDOM_FULLY);
+                    }
+                });
+            }
+            Action::Dnat(Dnat::To { addr: ip, port }) => {
+                use nfta::nat;
+                let ip = addr(fam, &ip.to_string()).ok_or_else(|| bad("a DNAT address of the other family"))?;
+                x.immediate(reg::R1, &ip);
+                x.immediate(reg::R2, &port.to_be_bytes());
+                x.expr("nat", |a| {
+                    a.be32(nat::TYPE, nat::DNAT).be32(nat::FAMILY, fam.nfproto() as u32).be32(nat::REG_ADDR_MIN, reg::R1);
+                    a.be32(nat::REG_PROTO_MIN, reg::R2).be32(nat::FLAGS, nat::PROTO_SPECIFIED);
+                });
+            }
+            Action::Dnat(Dnat::Numgen { family, modulus, arms }) => {
+                if *family != fam {
+                    return Err(bad("a DNAT map of the other family"));
+                }
+                let mut data_arms = Vec::with_capacity(arms.len());
+                for (k, ip, port) in arms {
+                    let mut data = addr(fam, &ip.to_string()).ok_or_else(|| bad("a DNAT address of the other family"))?;
+                    data.extend(port.to_be_bytes());
+                    data.extend([0, 0]);
+                    data_arms.push((*k, data));
+                }
+                let (id, name) = super::anon::data_map(b, fam, table, &data_arms);
+                x.numgen(*modulus);
+                x.lookup(&name, Some(id), Some(reg::R1), false);
+                let port_reg = concat_reg(fam.addr_len());
+                use nfta::nat;
+                x.expr("nat", |a| {
+                    a.be32(nat::TYPE, nat::DNAT).be32(nat::FAMILY, fam.nfproto() as u32).be32(nat::REG_ADDR_MIN, reg::R1).be32(nat::REG_PROTO_MIN, port_reg);
+                });
+            }
+            Action::Update { set, key } => {
+                // nft's dynset of kube-proxy's affinity sets: the source address only.
+                let [Selector::Addr(family, Dir::Saddr)] = key.0.as_slice() else { return Err(refused("an update key other than the source address")) };
+                if *family != fam {
+                    return Err(bad("an update key of the other family"));
+                }
+                x.payload(reg::R1, NFT_PAYLOAD_NETWORK, fam.saddr_off(), fam.addr_len());
+                let id = b.set_id(fam, set);
+                use nfta::dynset as d;
+                x.expr("dynset", |a| {
+                    a.be32(d::SREG_KEY, reg::R1).be32(d::OP, d::OP_UPDATE).str(d::SET_NAME, set);
+                    if let Some(id) = id {
+                        a.be32(d::SET_ID, id);
+                    }
+                });
+            }
+            Action::Reject => {
+                let code = fam.reject_code();
+                x.expr("reject", |a| {
+                    a.be32(nfta::reject::TYPE, nfta::reject::ICMP_UNREACH).bytes(nfta::reject::ICMP_CODE, &[code]);
+                });
+            }
+            Action::Counter { name } => {
+                // nftnl puts the name without its NUL (unlike the other strings).
+                x.expr("objref", |a| {
+                    a.be32(nfta::objref::IMM_TYPE, nfta::obj::COUNTER).bytes(nfta::objref::IMM_NAME, name.as_bytes());
+                });
+            }
+        },
+        Stmt::Verdict(v) => {
+            let (code, chain) = verdict_code(v);
+            x.verdict(code, chain);
+        }
+    }
+    Ok(())
+}
+
+fn off_of(fam: Family, dir: Dir) -> u32 {
+    match dir {
+        Dir::Saddr => fam.saddr_off(),
+        Dir::Daddr => fam.daddr_off(),
+    }
+}
+
+fn verdict_code(v: &stmt::Verdict) -> (i32, Option<&str>) {
+    match v {
+        stmt::Verdict::Accept => (VERDICT_ACCEPT, None),
+        stmt::Verdict::Drop => (VERDICT_DROP, None),
+        stmt::Verdict::Return => (VERDICT_RETURN, None),
+        stmt::Verdict::Jump(c) => (VERDICT_JUMP, Some(c)),
+        stmt::Verdict::Goto(c) => (VERDICT_GOTO, Some(c)),
+    }
+}
+
+/// Each part of a concatenated key loaded, in order, into the register nft gives its
 /// byte offset in the key.
-fn concat(b: &mut Batch, fam: Family, first: Sel, cur: &mut Cursor<'_>, x: &mut Exprs) -> Option<()> {
-    let mut parts = vec![first];
-    loop {
-        let w = cur.word()?;
-        parts.push(Sel::parse(fam, w, cur)?);
-        if !cur.eat(".") {
-            break;
-        }
-    }
+fn load_key(fam: Family, key: &Concat, x: &mut Exprs) -> Result<(), Unsupported> {
     let mut at = 0;
-    for p in &parts {
-        p.load(fam, x, concat_reg(at));
-        at += p.len(fam);
-    }
-    // A set or map made in this batch is named by its id too, as nft does.
-    let dreg = cur.eat("vmap").then_some(reg::VERDICT);
-    let set = cur.word()?.strip_prefix('@')?;
-    x.lookup(set, b.set_id(fam, set), dreg, false);
-    Some(())
-}
-
-/// `numgen random mod N vmap { 0 : goto A , 1 : goto B }`.
-fn numgen(b: &mut Batch, fam: Family, table: &str, cur: &mut Cursor<'_>, x: &mut Exprs) -> Option<()> {
-    cur.expect("random")?;
-    cur.expect("mod")?;
-    let n: u32 = cur.word()?.parse().ok()?;
-    cur.expect("vmap")?;
-    cur.expect("{")?;
-    let mut arms = Vec::new();
-    loop {
-        let k: u32 = cur.word()?.parse().ok()?;
-        cur.expect(":")?;
-        let v = cur.word()?;
-        let (code, chain) = verdict(v, cur)?;
-        arms.push((k, code, chain.map(str::to_owned)));
-        if cur.eat("}") {
-            break;
-        }
-        cur.expect(",")?;
-    }
-    let (id, name) = super::anon::verdict_map(b, fam, table, &arms);
-    x.numgen(n);
-    x.lookup(&name, Some(id), Some(reg::VERDICT), false);
-    Some(())
-}
-
-/// `dnat ip addr . port to numgen random mod N map { 0 : A . P , … }` (`ip6` likewise),
-/// after `dnat`: numgen's index looked up in an anonymous map of address . port, the
-/// address and the port NAT'ed to from the registers the lookup fills.
-fn dnat_map(b: &mut Batch, fam: Family, table: &str, cur: &mut Cursor<'_>, x: &mut Exprs) -> Option<()> {
-    let ip = cur.word()?;
-    if (ip == "ip") != (fam == Family::Ip) {
-        return None;
-    }
-    for w in ["addr", ".", "port", "to", "numgen", "random", "mod"] {
-        cur.expect(w)?;
-    }
-    let n: u32 = cur.word()?.parse().ok()?;
-    cur.expect("map")?;
-    cur.expect("{")?;
-    let mut arms = Vec::new();
-    loop {
-        let k: u32 = cur.word()?.parse().ok()?;
-        cur.expect(":")?;
-        let mut data = addr(fam, cur.word()?)?;
-        cur.expect(".")?;
-        let port: u16 = cur.word()?.parse().ok()?;
-        data.extend(port.to_be_bytes());
-        data.extend([0, 0]);
-        arms.push((k, data));
-        if cur.eat("}") {
-            break;
-        }
-        cur.expect(",")?;
-    }
-    let (id, name) = super::anon::data_map(b, fam, table, &arms);
-    x.numgen(n);
-    x.lookup(&name, Some(id), Some(reg::R1), false);
-    let port_reg = concat_reg(fam.addr_len());
-    use nfta::nat;
-    x.expr("nat", |a| {
-        a.be32(nat::TYPE, nat::DNAT).be32(nat::FAMILY, fam.nfproto() as u32).be32(nat::REG_ADDR_MIN, reg::R1).be32(nat::REG_PROTO_MIN, port_reg);
-    });
-    Some(())
-}
-
-/// `mark set mark or|xor M` and `mark and M ==|!= V`.
-fn mark(cur: &mut Cursor<'_>, x: &mut Exprs) -> Option<()> {
-    let num = |s: &str| -> Option<u32> {
-        match s.strip_prefix("0x") {
-            Some(h) => u32::from_str_radix(h, 16).ok(),
-            None => s.parse().ok(),
-        }
-    };
-    x.meta_load(META_MARK, reg::R1);
-    if cur.eat("set") {
-        cur.expect("mark")?;
-        let op = cur.word()?;
-        let m = num(cur.word()?)?;
-        let (mask, xor) = match op {
-            "or" => (!m, m),
-            "xor" => (u32::MAX, m),
-            _ => return None,
+    for sel in &key.0 {
+        let s = match sel {
+            Selector::Addr(family, _) if *family != fam => return Err(Unsupported("a key part of the other family".into())),
+            Selector::Addr(_, dir) => Sel::Addr(off_of(fam, *dir)),
+            Selector::L4proto => Sel::L4proto,
+            Selector::ThDport => Sel::Dport,
         };
-        x.bitwise(&mask.to_ne_bytes(), &xor.to_ne_bytes(), true);
-        x.expr("meta", |a| {
-            a.be32(nfta::meta::KEY, META_MARK).be32(nfta::meta::SREG, reg::R1);
-        });
-    } else {
-        cur.expect("and")?;
-        let m = num(cur.word()?)?;
-        let op = match cur.word()? {
-            "==" => CMP_EQ,
-            "!=" => CMP_NEQ,
-            _ => return None,
-        };
-        let v = num(cur.word()?)?;
-        x.bitwise(&m.to_ne_bytes(), &[0; 4], true);
-        x.cmp(op, &v.to_ne_bytes());
+        s.load(fam, x, concat_reg(at));
+        at += s.len(fam);
     }
-    Some(())
-}
-
-/// `IP:PORT` (IPv4) or `[IP]:PORT` (IPv6).
-fn dnat_target(fam: Family, s: &str) -> Option<(Vec<u8>, u16)> {
-    let (ip, port) = match fam {
-        Family::Ip => s.rsplit_once(':')?,
-        Family::Ip6 => {
-            let rest = s.strip_prefix('[')?;
-            let (ip, port) = rest.split_once("]:")?;
-            (ip, port)
-        }
-    };
-    Some((addr(fam, ip)?, port.parse().ok()?))
+    Ok(())
 }
