@@ -65,7 +65,8 @@ fn vocabulary(n: usize) -> String {
         let arms: Vec<String> = (0..n)
             .map(|i| match fam {
                 "ip" => format!("{i} : 10.{}.{}.{} . 8080", 180 + i / 65536, (i / 256) % 256, i % 256),
-                _ => format!("{i} : fd00:10:180::{i:x} . 8080"),
+                // Written as the renderer writes addresses: canonical (`fd00:10:180::`, not `::0`).
+                _ => format!("{i} : {} . 8080", std::net::Ipv6Addr::new(0xfd00, 0x10, 0x180, 0, 0, 0, 0, i as u16)),
             })
             .collect();
         text.push_str(&format!("add chain {fam} kube-proxy service-long-{proto}
