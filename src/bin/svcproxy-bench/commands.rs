@@ -159,6 +159,14 @@ pub enum BenchWhat {
     /// encodable or the kernel refuses it (for scripts/bench-nft)
     #[command(hide = true)]
     NftNetlink,
+    /// Encode an `nft -f` text (stdin) as svcproxy's netlink writer does, ROUNDS times,
+    /// sending nothing; prints each round's CPU (user + sys, ms) and messages (for comparing
+    /// encoders side by side)
+    #[command(hide = true)]
+    NftEncode {
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+    },
     /// Split a full restore input (stdin) into several restores of at most N services each,
     /// a service's chains together in dependency order, top-level chains declared first and
     /// filled last; writes DIR/0000.restore, … and prints their count (for scripts/bench-kernel)
@@ -339,6 +347,15 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let runs = bench::nft::one_endpoint_partial(&mut one)?;
             anyhow::ensure!(runs.len() == 1, "the partial sync made {} nft runs, not one", runs.len());
             out(&runs.concat())?;
+        }
+        BenchWhat::NftEncode { rounds } => {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)?;
+            for round in 0..*rounds {
+                let (batch, sample) = svcproxy::bench::conntrack::measure(None, || svcproxy::nftables::wire::encode(&text));
+                let batch = batch?;
+                out(&format!("round {round}: cpu_ms {:.1} user_ms {:.1} sys_ms {:.1} wall_ms {:.1} bytes {}\n", sample.cpu().as_secs_f64() * 1e3, sample.user.as_secs_f64() * 1e3, sample.sys.as_secs_f64() * 1e3, sample.wall.as_secs_f64() * 1e3, batch.bytes().len()))?;
+            }
         }
         BenchWhat::NftNetlink => {
             let mut text = String::new();
