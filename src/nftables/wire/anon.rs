@@ -7,6 +7,7 @@ use super::attr::{Attrs, Udata};
 use super::batch::{Batch, NEWSET, NEWSETELEM};
 use super::attr::NLM_F_CREATE;
 use super::Family;
+use crate::nftables::stmt::Prefix;
 
 pub const SET_NAME: &str = "__set%d";
 pub const MAP_NAME: &str = "__map%d";
@@ -21,12 +22,9 @@ const TYPE_INET_SERVICE: u32 = nfta::datatype::INET_SERVICE;
 const ELEM_INTERVAL_END: u32 = elem::F_INTERVAL_END;
 
 /// An address range as big-endian integers, inclusive.
-fn range(fam: Family, s: &str) -> Option<(u128, u128)> {
-    let (a, len) = match s.split_once('/') {
-        Some((a, l)) => (a, l.parse::<u32>().ok()?),
-        None => (s, fam.addr_len() * 8),
-    };
-    let bytes = super::expr::addr(fam, a)?;
+fn range(fam: Family, p: &Prefix) -> Option<(u128, u128)> {
+    let len = p.len.map_or(fam.addr_len() * 8, u32::from);
+    let bytes = super::expr::ip_bytes(fam, p.addr)?;
     let bits = fam.addr_len() * 8;
     if len > bits {
         return None;
@@ -43,7 +41,7 @@ fn key(fam: Family, v: u128) -> Vec<u8> {
 
 /// Sends the interval set of `items` (addresses, prefixes); its set id.
 /// Its set id and name.
-pub fn interval_set(b: &mut Batch, fam: Family, table: &str, saddr: bool, items: &[&str]) -> Option<(u32, String)> {
+pub fn interval_set(b: &mut Batch, fam: Family, table: &str, saddr: bool, items: &[Prefix]) -> Option<(u32, String)> {
     let mut ranges: Vec<(u128, u128)> = items.iter().map(|i| range(fam, i)).collect::<Option<_>>()?;
     ranges.sort();
     let mut merged: Vec<(u128, u128)> = Vec::new();
@@ -218,10 +216,11 @@ mod tests {
 
     #[test]
     fn ranges_clear_host_bits() {
-        assert_eq!(range(Family::Ip, "10.1.2.3/8"), Some((0x0a00_0000, 0x0aff_ffff)));
-        assert_eq!(range(Family::Ip, "10.1.2.3"), Some((0x0a01_0203, 0x0a01_0203)));
-        assert_eq!(range(Family::Ip6, "::1/128").map(|r| r.0), Some(1));
-        assert_eq!(range(Family::Ip, "fd00::1"), None);
+        let p = |s: &str| s.parse::<Prefix>().unwrap();
+        assert_eq!(range(Family::Ip, &p("10.1.2.3/8")), Some((0x0a00_0000, 0x0aff_ffff)));
+        assert_eq!(range(Family::Ip, &p("10.1.2.3")), Some((0x0a01_0203, 0x0a01_0203)));
+        assert_eq!(range(Family::Ip6, &p("::1/128")).map(|r| r.0), Some(1));
+        assert_eq!(range(Family::Ip, &p("fd00::1")), None);
     }
 
     /// The attributes of `buf`: (type without flags, payload).
@@ -240,7 +239,8 @@ mod tests {
     /// The interval elements sent: (key, interval end, open-ended).
     fn sent(items: &[&str]) -> Vec<(Vec<u8>, bool, bool)> {
         let mut b = Batch::default();
-        interval_set(&mut b, Family::Ip, "t", true, items).unwrap();
+        let items: Vec<Prefix> = items.iter().map(|s| s.parse().unwrap()).collect();
+        interval_set(&mut b, Family::Ip, "t", true, &items).unwrap();
         let (bytes, _) = b.finish().unwrap();
         // begin (20 bytes), NEWSET, NEWSETELEM, end.
         let newset = u32::from_ne_bytes(bytes[20..24].try_into().unwrap()) as usize;

@@ -190,6 +190,10 @@ fn unsupported(what: &str) -> Unsupported {
 }
 
 fn command(b: &mut Batch, line: &str) -> Result<(), Unsupported> {
+    // Most lines are rules: read once, by the statement reader.
+    if line.trim_start().starts_with("add rule ") {
+        return add_rule(b, line);
+    }
     let toks = tokens::split(line).ok_or_else(|| unsupported("an unclosed quote"))?;
     let mut cur = Cursor::new(toks);
     let verb = cur.word().ok_or_else(|| unsupported("no verb"))?;
@@ -213,7 +217,6 @@ fn command(b: &mut Batch, line: &str) -> Result<(), Unsupported> {
         }
         ("add", "chain") => add_chain(b, fam, table, &mut cur),
         ("add", "set") | ("add", "map") => add_set(b, fam, table, object == "map", &mut cur),
-        ("add", "rule") => add_rule(b, fam, table, line),
         ("add", "element") | ("delete", "element") => element(b, fam, table, verb == "add", &mut cur),
         ("flush", "chain") | ("delete", "chain") => {
             let name = one_name(&mut cur)?;
@@ -473,11 +476,12 @@ fn add_set(b: &mut Batch, fam: Family, table: &str, is_map: bool, cur: &mut Curs
 }
 
 /// A rule line read into the statement vocabulary, then encoded from the values.
-fn add_rule(b: &mut Batch, fam: Family, table: &str, line: &str) -> Result<(), Unsupported> {
+fn add_rule(b: &mut Batch, line: &str) -> Result<(), Unsupported> {
     let rule = crate::nftables::stmt::parse_add_rule(line.trim()).map_err(|e| Unsupported(format!("rule: {e}")))?;
-    let exprs = expr::body(b, fam, table, &rule.body)?;
+    let fam = rule.family;
+    let exprs = expr::body(b, fam, &rule.table, &rule.body)?;
     let mut a = Attrs::default();
-    a.str(rl::TABLE, table).str(rl::CHAIN, &rule.chain).nest(rl::EXPRESSIONS, |n| n.0.extend_from_slice(&exprs.0));
+    a.str(rl::TABLE, &rule.table).str(rl::CHAIN, &rule.chain).nest(rl::EXPRESSIONS, |n| n.0.extend_from_slice(&exprs.0));
     if let Some(c) = rule.body.comment {
         a.bytes(rl::USERDATA, &comment_udata(&c)?);
     }

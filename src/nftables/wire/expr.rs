@@ -165,22 +165,25 @@ pub fn proto_number(p: &str) -> Option<u8> {
     }
 }
 
-/// An address of the family, as bytes.
-pub fn addr(fam: Family, s: &str) -> Option<Vec<u8>> {
-    match (fam, s.parse::<IpAddr>().ok()?) {
+/// An address of the family, as bytes (`None`: the other family's).
+pub fn ip_bytes(fam: Family, ip: IpAddr) -> Option<Vec<u8>> {
+    match (fam, ip) {
         (Family::Ip, IpAddr::V4(a)) => Some(a.octets().to_vec()),
         (Family::Ip6, IpAddr::V6(a)) => Some(a.octets().to_vec()),
         _ => None,
     }
 }
 
-/// `ADDR` or `ADDR/LEN` → (bytes, prefix length), the host bits cleared.
-fn prefix(fam: Family, s: &str) -> Option<(Vec<u8>, u32)> {
-    let (a, len) = match s.split_once('/') {
-        Some((a, l)) => (a, l.parse::<u32>().ok()?),
-        None => (s, fam.addr_len() * 8),
-    };
-    let mut bytes = addr(fam, a)?;
+/// An address written as text, as bytes.
+pub fn addr(fam: Family, s: &str) -> Option<Vec<u8>> {
+    ip_bytes(fam, s.parse().ok()?)
+}
+
+/// An address and prefix length (`None`: the whole address) → (bytes, length), the host
+/// bits cleared.
+fn prefix_bytes(fam: Family, p: &stmt::Prefix) -> Option<(Vec<u8>, u32)> {
+    let len = p.len.map_or(fam.addr_len() * 8, u32::from);
+    let mut bytes = ip_bytes(fam, p.addr)?;
     if len > fam.addr_len() * 8 {
         return None;
     }
@@ -193,8 +196,8 @@ fn prefix(fam: Family, s: &str) -> Option<(Vec<u8>, u32)> {
 
 /// An address or prefix compared: a byte-aligned prefix loads only its bytes; another
 /// (`/0` too) loads the whole address and masks it.
-fn compare(fam: Family, off: u32, value: &str, neg: bool, x: &mut Exprs) -> Option<()> {
-    let (bytes, len) = prefix(fam, value)?;
+fn compare(fam: Family, off: u32, value: &stmt::Prefix, neg: bool, x: &mut Exprs) -> Option<()> {
+    let (bytes, len) = prefix_bytes(fam, value)?;
     let op = if neg { CMP_NEQ } else { CMP_EQ };
     if len % 8 == 0 && len > 0 {
         let n = (len / 8) as usize;
@@ -275,14 +278,12 @@ fn stmt(b: &mut Batch, fam: Family, table: &str, st: &Stmt, x: &mut Exprs) -> Re
                         x.payload(reg::R1, NFT_PAYLOAD_NETWORK, off, fam.addr_len());
                         x.lookup(set, b.set_id(fam, set), None, *negated);
                     }
-                    AddrValue::Prefix(p) => compare(fam, off, &p.to_string(), *negated, x).ok_or_else(|| bad("an address"))?,
+                    AddrValue::Prefix(p) => compare(fam, off, p, *negated, x).ok_or_else(|| bad("an address"))?,
                     AddrValue::Anon(set) if set.items().len() == 1 => {
-                        compare(fam, off, &set.items()[0].to_string(), *negated, x).ok_or_else(|| bad("an address"))?;
+                        compare(fam, off, &set.items()[0], *negated, x).ok_or_else(|| bad("an address"))?;
                     }
                     AddrValue::Anon(set) => {
-                        let items: Vec<String> = set.items().iter().map(ToString::to_string).collect();
-                        let items: Vec<&str> = items.iter().map(String::as_str).collect();
-                        let (id, name) = super::anon::interval_set(b, fam, table, *dir == Dir::Saddr, &items).ok_or_else(|| bad("an anonymous set"))?;
+                        let (id, name) = super::anon::interval_set(b, fam, table, *dir == Dir::Saddr, set.items()).ok_or_else(|| bad("an anonymous set"))?;
                         x.payload(reg::R1, NFT_PAYLOAD_NETWORK, off, fam.addr_len());
                         x.lookup(&name, Some(id), None, *negated);
                     }
@@ -376,7 +377,7 @@ fn stmt(b: &mut Batch, fam: Family, table: &str, st: &Stmt, x: &mut Exprs) -> Re
             }
             Action::Dnat(Dnat::To { addr: ip, port }) => {
                 use nfta::nat;
-                let ip = addr(fam, &ip.to_string()).ok_or_else(|| bad("a DNAT address of the other family"))?;
+                let ip = ip_bytes(fam, *ip).ok_or_else(|| bad("a DNAT address of the other family"))?;
                 x.immediate(reg::R1, &ip);
                 x.immediate(reg::R2, &port.to_be_bytes());
                 x.expr("nat", |a| {
@@ -390,7 +391,7 @@ fn stmt(b: &mut Batch, fam: Family, table: &str, st: &Stmt, x: &mut Exprs) -> Re
                 }
                 let mut data_arms = Vec::with_capacity(arms.len());
                 for (k, ip, port) in arms {
-                    let mut data = addr(fam, &ip.to_string()).ok_or_else(|| bad("a DNAT address of the other family"))?;
+                    let mut data = ip_bytes(fam, *ip).ok_or_else(|| bad("a DNAT address of the other family"))?;
                     data.extend(port.to_be_bytes());
                     data.extend([0, 0]);
                     data_arms.push((*k, data));
