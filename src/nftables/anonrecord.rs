@@ -11,7 +11,6 @@
 use std::collections::HashMap;
 
 use super::anonfile::AnonCache;
-use crate::netfilter::nlattr::AttrIter;
 use super::wire::canon::{self, Canon};
 
 use super::wire::nfta::msg::{NEWRULE, NEWSET, NEWSETELEM};
@@ -32,6 +31,7 @@ pub fn created(bytes: &[u8]) -> Created {
     let mut headers: HashMap<String, Canon> = HashMap::new();
     let mut members: HashMap<String, canon::Elements> = HashMap::new();
     let mut out = Created::default();
+    let mut sets = canon::BatchSets::default();
     // Only the set messages are parsed (a full sync's batches are mostly rules and
     // named sets' elements); an element message's set name is looked up in place first.
     for (kind, payload) in canon::objects(bytes) {
@@ -42,14 +42,15 @@ pub fn created(bytes: &[u8]) -> Created {
                 if !canon::is_anonymous(&attrs) {
                     continue;
                 }
-                if let (Some(name), Some(header)) = (canon::set_name(&attrs), canon::set_header(&attrs)) {
+                let name = sets.created(attrs.iter().map(|(t, v)| (*t, v.as_slice())));
+                if let (Some(name), Some(header)) = (name, canon::set_header(&attrs)) {
                     if !name.contains('%') {
                         headers.insert(name, header);
                     }
                 }
             }
             NEWSETELEM => {
-                let Some(name) = attr(payload, super::wire::nfta::elem::LIST_SET).map(|v| String::from_utf8_lossy(v.split(|&c| c == 0).next().unwrap_or(v)).into_owned()) else { continue };
+                let Some(name) = sets.of_elements(canon::Attrs(payload)) else { continue };
                 if !headers.contains_key(&name) {
                     continue;
                 }
@@ -69,11 +70,6 @@ pub fn created(bytes: &[u8]) -> Created {
         out.anonymous.insert(name, canon::set_content(&header, &mut elems));
     }
     out
-}
-
-/// A top-level attribute's payload, in place.
-fn attr(b: &[u8], want: u16) -> Option<&[u8]> {
-    AttrIter(b).find(|(kind, _)| *kind == want).map(|(_, v)| v)
 }
 
 /// One family's full sync being recorded.

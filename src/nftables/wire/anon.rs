@@ -186,6 +186,7 @@ fn numgen_map<F: FnOnce(&mut Attrs)>(
 /// libnftnl numbers them: from 1 on, across messages, the number of the element that did
 /// not fit into a message skipped (it is numbered again, one more, in the next).
 fn elements(b: &mut Batch, fam: Family, table: &str, name: &str, id: u32, blobs: &[Attrs]) {
+    let numbered = b.anon_next.is_some();
     let mut at = 0;
     let mut number: u16 = 0;
     while at < blobs.len() {
@@ -197,7 +198,13 @@ fn elements(b: &mut Batch, fam: Family, table: &str, name: &str, id: u32, blobs:
         }
         let end = end.max(at + 1);
         let mut e = Attrs::default();
-        e.str(elem::LIST_TABLE, table).str(elem::LIST_SET, name).be32(elem::LIST_SET_ID, id).nest(elem::LIST_ELEMENTS, |list| {
+        e.str(elem::LIST_TABLE, table);
+        // Numbered by svcproxy, the set is found by its id alone: by name the kernel would
+        // walk the table's whole list of sets for each message (it tries the name first).
+        if !numbered {
+            e.str(elem::LIST_SET, name);
+        }
+        e.be32(elem::LIST_SET_ID, id).nest(elem::LIST_ELEMENTS, |list| {
             for blob in &blobs[at..end] {
                 number = number.wrapping_add(1);
                 list.nest(number, |el| el.0.extend_from_slice(&blob.0));
@@ -256,6 +263,25 @@ mod tests {
                 (key, a.iter().any(|(k, v)| *k == 3 && *v == [0, 0, 0, 1]), a.iter().any(|(k, _)| *k == 6))
             })
             .collect()
+    }
+
+    /// The top-level attributes of the `NEWSETELEM` message of a verdict map sent into `b`.
+    fn element_list_attrs(mut b: Batch) -> Vec<u16> {
+        verdict_map(&mut b, Family::Ip, "t", &[(0, -4, Some("a".into()))]);
+        let (bytes, _) = b.finish().unwrap();
+        let newset = u32::from_ne_bytes(bytes[20..24].try_into().unwrap()) as usize;
+        let at = 20 + newset;
+        let len = u32::from_ne_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+        attrs(&bytes[at + 20..at + len]).into_iter().map(|(k, _)| k).collect()
+    }
+
+    #[test]
+    fn a_numbered_sets_elements_name_it_by_id_alone() {
+        let (table, set, id) = (elem::LIST_TABLE, elem::LIST_SET, elem::LIST_SET_ID);
+        assert_eq!(element_list_attrs(Batch::default()), [table, set, id, elem::LIST_ELEMENTS], "nft's template: as nft sends it");
+        let mut numbered = Batch::default();
+        numbered.anon_next = Some(3);
+        assert_eq!(element_list_attrs(numbered), [table, id, elem::LIST_ELEMENTS]);
     }
 
     #[test]

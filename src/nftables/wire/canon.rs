@@ -330,6 +330,27 @@ fn set_name_of<'a>(attrs: impl Iterator<Item = (u16, &'a [u8])>) -> Option<Strin
     String::from_utf8(strip_nul(first(attrs, 2)?).to_vec()).ok()
 }
 
+/// The names of the sets a batch creates, by the ids it gives them: svcproxy's batches
+/// name an anonymous set's elements by id alone ([`super::anon`]).
+#[derive(Debug, Default)]
+pub struct BatchSets(HashMap<u32, String>);
+
+impl BatchSets {
+    /// Notes a `NEWSET` message's set; its name.
+    pub fn created<'a>(&mut self, attrs: impl Iterator<Item = (u16, &'a [u8])> + Clone) -> Option<String> {
+        let name = set_name_of(attrs.clone())?;
+        if let Some(id) = first(attrs, super::nfta::set::ID).and_then(be32) {
+            self.0.insert(id, name.clone());
+        }
+        Some(name)
+    }
+
+    /// The set a `NEWSETELEM` message adds to: by name, or by the id of a set of the batch.
+    pub fn of_elements<'a>(&self, attrs: impl Iterator<Item = (u16, &'a [u8])> + Clone) -> Option<String> {
+        set_name_of(attrs.clone()).or_else(|| self.0.get(&be32(first(attrs, super::nfta::elem::LIST_SET_ID)?)?).cloned())
+    }
+}
+
 /// One element, canonical, and its key's value bytes. Timeouts and expirations (a dynamic
 /// set's run-time state) are left out.
 pub fn element(b: &[u8]) -> Option<(Canon, Vec<u8>)> {
@@ -435,13 +456,14 @@ fn each_rule_of_text(text: &str, mut f: impl FnMut(&[u8], &Resolve<'_>) -> Optio
     let mut headers: Vec<(String, Canon)> = Vec::new();
     let mut members: HashMap<String, Elements> = HashMap::new();
     let mut anonymous: HashMap<String, Canon> = HashMap::new();
+    let mut sets = BatchSets::default();
     for (kind, payload) in objects(&bytes) {
         match kind {
             NEWSET if is_anonymous_of(Attrs(payload)) => {
-                headers.push((set_name_of(Attrs(payload))?, set_header_of(Attrs(payload))?));
+                headers.push((sets.created(Attrs(payload))?, set_header_of(Attrs(payload))?));
             }
             NEWSETELEM => {
-                let name = set_name_of(Attrs(payload))?;
+                let name = sets.of_elements(Attrs(payload))?;
                 if headers.iter().any(|(n, _)| *n == name) {
                     elements_into(members.entry(name).or_default(), Attrs(payload))?;
                 }
