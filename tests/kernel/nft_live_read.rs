@@ -1,0 +1,132 @@
+//! `trace --live`'s reader (`nftables::live::read`) on what the real kernel lists: every
+//! `golden/*.nft` is loaded by `nft -f` in a throwaway namespace, each family's table is
+//! listed by `nft list table` and read into values, and every chain's rules equal the
+//! golden's own (its `add rule` lines read by `stmt::parse_body`), value for value, in
+//! order. The one change allowed is the kernel's own to an anonymous set of addresses
+//! (sorted, adjacent addresses merged, a set of one listed as a plain value): those must
+//! cover exactly the addresses the golden wrote.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use svcproxy::nftables::live;
+use svcproxy::nftables::model::{Family, Rule};
+use svcproxy::nftables::stmt::{parse_body, AddrValue, Match, Prefix, Stmt};
+
+use crate::harness::{Case, CaseResult, Ctx};
+use crate::nft_chunked::clear;
+use crate::nft_goldens::goldens;
+
+pub fn cases() -> Vec<Case> {
+    vec![Case::new("nftables_every_golden_listed_reads_into_the_rendered_values", every_golden).with_timeout(Duration::from_secs(600))]
+}
+
+fn every_golden(ctx: &mut Ctx) -> CaseResult {
+    ctx.require(&["ip", "nft"])?;
+    let list = goldens();
+    ensure!(list.len() >= 30, "only {} nftables goldens", list.len());
+    let lab = crate::netns::Lab::new("nftliveread")?;
+    let ns = lab.node();
+    let (mut exact, mut merged) = (0, 0);
+    for golden in &list {
+        let stem = golden.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        let text = std::fs::read_to_string(golden).map_err(|e| format!("{}: {e}", golden.display()))?;
+        clear(ns);
+        ns.run_stdin(&["nft", "-f", "-"], Some(&text)).map_err(|e| format!("{stem}: nft -f: {e}"))?;
+        for family in [Family::Ip, Family::Ip6] {
+            let want = golden_rules(&text, family).map_err(|e| format!("{stem}: {e}"))?;
+            let Ok(listed) = ns.run(&["nft", "list", "table", family.as_str(), "kube-proxy"]) else {
+                ensure!(want.is_empty(), "{stem}: no {} table listed, the golden has {} chain(s) of rules", family.as_str(), want.len());
+                continue;
+            };
+            let table = live::read(&listed, family).map_err(|e| format!("{stem} {}: {e}", family.as_str()))?;
+            let mut got: BTreeMap<String, Vec<Rule>> = BTreeMap::new();
+            for r in table.objects.rules {
+                got.entry(r.chain.clone()).or_default().push(r);
+            }
+            ensure!(
+                got.keys().eq(want.keys()),
+                "{stem} {}: chains with rules differ: listed {:?}, golden {:?}",
+                family.as_str(),
+                got.keys().collect::<Vec<_>>(),
+                want.keys().collect::<Vec<_>>()
+            );
+            for (chain, want) in &want {
+                let got = &got[chain];
+                ensure!(got.len() == want.len(), "{stem} {chain}: {} rule(s) listed, {} in the golden", got.len(), want.len());
+                for (g, w) in got.iter().zip(want) {
+                    ensure!(g.stmts.is_some(), "{stem} {chain}: {:?} not read into values", g.rule);
+                    if g == w && g.stmts == w.stmts {
+                        exact += 1;
+                    } else if same_up_to_anonymous_sets(g, w) {
+                        merged += 1;
+                    } else {
+                        return Err(format!("{stem} {chain}:\n  listed: {} {:?}\n  golden: {} {:?}", g.rule, g.comment, w.rule, w.comment).into());
+                    }
+                }
+            }
+        }
+    }
+    clear(ns);
+    ensure!(exact > 1000 && merged > 0, "too little compared: {exact} equal rules, {merged} with a set the kernel rewrote");
+    ctx.log(format!("{} goldens listed and read: {exact} rules equal to the golden's values, {merged} equal up to the kernel's anonymous sets", list.len()));
+    Ok(())
+}
+
+/// The golden's rules of one family by chain, each read into values (in order).
+fn golden_rules(text: &str, family: Family) -> Result<BTreeMap<String, Vec<Rule>>, String> {
+    let head = format!("add rule {} kube-proxy ", family.as_str());
+    let mut out: BTreeMap<String, Vec<Rule>> = BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix(&head) else { continue };
+        let (chain, body) = rest.split_once(' ').ok_or_else(|| format!("{line:?}: no statements"))?;
+        let body = parse_body(body).map_err(|e| format!("{line:?}: {e}"))?;
+        out.entry(chain.to_owned()).or_default().push(Rule::of(chain, body));
+    }
+    Ok(out)
+}
+
+/// The same statements, but for address values that cover the same addresses.
+fn same_up_to_anonymous_sets(got: &Rule, want: &Rule) -> bool {
+    let (Some(g), Some(w)) = (&got.stmts, &want.stmts) else { return false };
+    g.comment == w.comment
+        && g.stmts.len() == w.stmts.len()
+        && g.stmts.iter().zip(&w.stmts).all(|(a, b)| match (a, b) {
+            (Stmt::Match(Match::Addr { family: fa, dir: da, negated: na, value: va }), Stmt::Match(Match::Addr { family: fb, dir: db, negated: nb, value: vb })) => {
+                (fa, da, na) == (fb, db, nb) && ranges(va).is_some() && ranges(va) == ranges(vb)
+            }
+            _ => a == b,
+        })
+}
+
+/// The addresses an address value covers, as sorted, merged inclusive ranges (`None` for
+/// a named set).
+fn ranges(v: &AddrValue) -> Option<Vec<(u128, u128)>> {
+    let items: Vec<Prefix> = match v {
+        AddrValue::Prefix(p) => vec![*p],
+        AddrValue::Anon(s) => s.items().to_vec(),
+        AddrValue::Named(_) => return None,
+    };
+    let mut r: Vec<(u128, u128)> = items
+        .iter()
+        .map(|p| {
+            let (addr, bits) = match p.addr {
+                IpAddr::V4(a) => (u128::from(u32::from(a)), 32),
+                IpAddr::V6(a) => (u128::from(a), 128),
+            };
+            let host = bits - u32::from(p.len.unwrap_or(bits as u8));
+            let span = if host >= 128 { u128::MAX } else { (1u128 << host) - 1 };
+            (addr & !span, (addr & !span) | span)
+        })
+        .collect();
+    r.sort();
+    let mut out: Vec<(u128, u128)> = Vec::new();
+    for (lo, hi) in r {
+        match out.last_mut() {
+            Some(last) if lo <= last.1.saturating_add(1) => last.1 = last.1.max(hi),
+            _ => out.push((lo, hi)),
+        }
+    }
+    Some(out)
+}
