@@ -17,7 +17,7 @@ pub enum LiveError {
     #[error("{object}: element {element:?} has no key")]
     Element { object: String, element: String },
     #[error("chain {chain}: rule {rule:?}: {source}")]
-    Rule { chain: String, rule: String, source: ParseError },
+    Rule { chain: String, rule: String, source: Box<ParseError> },
 }
 
 /// `nft list table FAMILY kube-proxy` output → the table's chains, sets, maps, rules and
@@ -65,7 +65,7 @@ pub fn read(text: &str, family: Family) -> Result<Table, LiveError> {
 
 /// A listed rule, read into the renderer's values and written from them.
 fn rule(chain: &str, line: &str) -> Result<Rule, LiveError> {
-    let body = parse_listed(line).map_err(|source| LiveError::Rule { chain: chain.to_owned(), rule: line.to_owned(), source })?;
+    let body = parse_listed(line).map_err(|e| LiveError::Rule { chain: chain.to_owned(), rule: line.to_owned(), source: Box::new(e) })?;
     Ok(Rule::of(chain, body))
 }
 
@@ -187,7 +187,7 @@ mod tests {
         let text = format!("table ip kube-proxy {{\n\tchain c {{\n\t\t{listed}\n\t}}\n}}\n");
         let t = read(&text, Family::Ip).unwrap_or_else(|e| panic!("{listed}: {e}"));
         let want = Rule::of("c", parse_body(rendered).unwrap_or_else(|e| panic!("{rendered}: {e}")));
-        assert_eq!(t.objects.rules, [want.clone()], "{listed}");
+        assert_eq!(t.objects.rules, std::slice::from_ref(&want), "{listed}");
         assert_eq!(t.objects.rules[0].rule, rendered.split(" comment \"").next().unwrap());
         assert_eq!(t.objects.rules[0].stmts, want.stmts);
     }
