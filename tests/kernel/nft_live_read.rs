@@ -1,8 +1,8 @@
 //! `trace --live`'s reader (`nftables::live::read`) on what the real kernel lists: every
-//! `golden/*.nft` is loaded by `nft -f` in a throwaway namespace, each family's table is
-//! listed by `nft list table` and read into values, and every chain's rules equal the
-//! golden's own (its `add rule` lines read by `stmt::parse_body`), value for value, in
-//! order. The one change allowed is the kernel's own to an anonymous set of addresses
+//! `golden/*.nft` (kube-proxy v1.37's table), and kube-proxy v1.34's table of each of their
+//! fixtures, is loaded by `nft -f` in a throwaway namespace, each family's table is listed
+//! by `nft list table` and read into values, and every chain's rules equal the written
+//! ones (the `add rule` lines read by `stmt::parse_body`), value for value, in order. The one change allowed is the kernel's own to an anonymous set of addresses
 //! (sorted, adjacent addresses merged, a set of one listed as a plain value): those must
 //! cover exactly the addresses the golden wrote.
 
@@ -10,13 +10,15 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::time::Duration;
 
-use svcproxy::nftables::live;
-use svcproxy::nftables::model::{Family, Rule};
+use svcproxy::nftables::{self, live};
+use svcproxy::nftables::model::{Family, Form, Rule};
+use svcproxy::settings::kinds::{KubeProxyVersion, ProxyMode};
+use svcproxy::settings::Settings;
 use svcproxy::nftables::stmt::{parse_body, AddrValue, Match, Prefix, Stmt};
 
 use crate::harness::{Case, CaseResult, Ctx};
 use crate::nft_chunked::clear;
-use crate::nft_goldens::goldens;
+use crate::nft_goldens::{goldens, with_fixtures};
 
 pub fn cases() -> Vec<Case> {
     vec![Case::new("nftables_every_golden_listed_reads_into_the_rendered_values", every_golden).with_timeout(Duration::from_secs(600))]
@@ -28,14 +30,21 @@ fn every_golden(ctx: &mut Ctx) -> CaseResult {
     ensure!(list.len() >= 30, "only {} nftables goldens", list.len());
     let lab = crate::netns::Lab::new("nftliveread")?;
     let ns = lab.node();
-    let (mut exact, mut merged) = (0, 0);
+    let mut sources = Vec::new();
     for golden in &list {
         let stem = golden.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-        let text = std::fs::read_to_string(golden).map_err(|e| format!("{}: {e}", golden.display()))?;
+        sources.push((stem, std::fs::read_to_string(golden).map_err(|e| format!("{}: {e}", golden.display()))?));
+    }
+    let goldens = sources.len();
+    for (stem, fixture, _) in with_fixtures()? {
+        sources.push((format!("{stem} (v1.34)"), render_v134(&fixture).map_err(|e| format!("{stem}: {e}"))?));
+    }
+    let (mut exact, mut merged) = (0, 0);
+    for (stem, text) in &sources {
         clear(ns);
-        ns.run_stdin(&["nft", "-f", "-"], Some(&text)).map_err(|e| format!("{stem}: nft -f: {e}"))?;
+        ns.run_stdin(&["nft", "-f", "-"], Some(text)).map_err(|e| format!("{stem}: nft -f: {e}"))?;
         for family in [Family::Ip, Family::Ip6] {
-            let want = golden_rules(&text, family).map_err(|e| format!("{stem}: {e}"))?;
+            let want = golden_rules(text, family).map_err(|e| format!("{stem}: {e}"))?;
             let Ok(listed) = ns.run(&["nft", "list", "table", family.as_str(), "kube-proxy"]) else {
                 ensure!(want.is_empty(), "{stem}: no {} table listed, the golden has {} chain(s) of rules", family.as_str(), want.len());
                 continue;
@@ -70,11 +79,23 @@ fn every_golden(ctx: &mut Ctx) -> CaseResult {
     }
     clear(ns);
     ensure!(exact > 1000 && merged > 0, "too little compared: {exact} equal rules, {merged} with a set the kernel rewrote");
-    ctx.log(format!("{} goldens listed and read: {exact} rules equal to the golden's values, {merged} equal up to the kernel's anonymous sets", list.len()));
+    ctx.log(format!(
+        "{goldens} goldens and {} v1.34 tables listed and read: {exact} rules equal to the written values, {merged} equal up to the kernel's anonymous sets",
+        sources.len() - goldens
+    ));
     Ok(())
 }
 
-/// The golden's rules of one family by chain, each read into values (in order).
+/// kube-proxy v1.34's table of `fixture` (its `mark-for-masquerade` chain, `dnat to`), as
+/// `svcproxy render --mode nftables --kube-proxy-version 1.34` writes it.
+fn render_v134(fixture: &std::path::Path) -> Result<String, String> {
+    let state = svcproxy::source::read_path(fixture).map_err(|e| e.to_string())?;
+    let flags = Settings { mode: Some(ProxyMode::Nftables), kube_proxy_version: Some(KubeProxyVersion::V1_34), ..Settings::default() };
+    let loaded = svcproxy::pipeline::load(state, flags, Settings::default()).map_err(|e| e.to_string())?;
+    Ok(nftables::text(&nftables::render_all(&loaded.config, &loaded.trackers), Form::Transaction))
+}
+
+/// The written rules of one family by chain, each read into values (in order).
 fn golden_rules(text: &str, family: Family) -> Result<BTreeMap<String, Vec<Rule>>, String> {
     let head = format!("add rule {} kube-proxy ", family.as_str());
     let mut out: BTreeMap<String, Vec<Rule>> = BTreeMap::new();
