@@ -11,6 +11,7 @@ use super::apply::{Names, Nft, NftError};
 use super::delta::{self, LiveTable};
 use super::listing;
 use super::model::Family;
+use super::stmt::{self, Action, Stmt, Verdict, Vmap};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct Chain {
@@ -39,6 +40,14 @@ struct Table {
 impl Table {
     fn chain(&mut self, name: &str) -> Option<&mut Chain> {
         self.chains.iter_mut().find(|(n, _)| n == name).map(|(_, c)| c)
+    }
+
+    /// For a jump or goto, whether its chain is here (`None`: another verdict).
+    fn chain_of(&self, v: &Verdict) -> Option<Option<&Chain>> {
+        match v {
+            Verdict::Jump(c) | Verdict::Goto(c) => Some(self.chains.iter().find(|(n, _)| n == c).map(|(_, c)| c)),
+            _ => None,
+        }
     }
 
     fn set(&mut self, name: &str) -> Option<&mut Set> {
@@ -260,14 +269,18 @@ fn command(tables: &mut BTreeMap<&'static str, Table>, line: &str) -> Result<(),
             t.sets.remove(i);
         }
         ("add", "rule") => {
-            for target in rest.split_whitespace().skip_while(|w| !matches!(*w, "jump" | "goto")).skip(1).take(1) {
-                if t.chain(target).is_none() {
-                    return Err(MISSING.into());
-                }
-            }
-            // `counter name "C"`: the named counter must exist.
-            if let Some(c) = rest.split_once("counter name \"").and_then(|(_, r)| r.split_once('"')).map(|(c, _)| c) {
-                if !t.counters.iter().any(|n| n == c) {
+            // Read as values (the renderer's words or the kernel's): every chain a verdict
+            // names and every named counter must exist. nft takes statements outside
+            // kube-proxy's vocabulary too; those are kept unchecked.
+            let stmts = stmt::parse_listed(rest).map(|b| b.stmts).unwrap_or_default();
+            for s in &stmts {
+                let missing = match s {
+                    Stmt::Verdict(v) => t.chain_of(v).is_some_and(|c| c.is_none()),
+                    Stmt::Vmap(Vmap::Numgen { arms, .. }) => arms.iter().any(|(_, v)| t.chain_of(v).is_some_and(|c| c.is_none())),
+                    Stmt::Action(Action::Counter { name }) => !t.counters.iter().any(|n| n == name),
+                    _ => false,
+                };
+                if missing {
                     return Err(MISSING.into());
                 }
             }
@@ -370,6 +383,19 @@ mod tests {
         assert_eq!(nft.listing(Family::Ip).unwrap(), before, "nothing of the refused transaction stays");
         assert!(before.contains("\tchain a {\n\t\taccept\n\t}\n"), "{before}");
         assert_eq!(nft.names(Family::Ip6).unwrap(), None);
+    }
+
+    #[test]
+    fn every_chain_and_counter_a_rule_names_must_exist() {
+        let mut nft = FakeNft::new();
+        nft.run("add table ip kube-proxy\nadd chain ip kube-proxy a\nadd chain ip kube-proxy b\nadd counter ip kube-proxy n\n").unwrap();
+        for missing in ["numgen random mod 2 vmap { 0 : goto a , 1 : goto gone }", "meta mark set meta mark | 0x00004000 jump gone", "counter name \"gone\" reject"] {
+            let e = nft.run(&format!("add rule ip kube-proxy b {missing}\n")).unwrap_err();
+            assert!(matches!(&e, NftError::Rejected { message, .. } if message == MISSING), "{missing}: {e:?}");
+        }
+        nft.run("add rule ip kube-proxy b numgen random mod 2 vmap { 0 : goto a , 1 : goto b }\nadd rule ip kube-proxy b counter name \"n\" reject\n").unwrap();
+        nft.run("add rule ip kube-proxy b counter\n").unwrap();
+        assert!(nft.listing(Family::Ip).unwrap().contains("\t\tcounter\n"), "a statement outside the vocabulary is kept as written");
     }
 
     #[test]

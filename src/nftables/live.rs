@@ -1,21 +1,23 @@
 //! The kernel's `kube-proxy` table, as `nft list table` prints it, read into the values
 //! the renderer makes ([`Table`]), so `trace --live` walks what the node really holds
 //! with the same tracer as the rendered table. Built on [`Listing`] (objects, their lines
-//! and elements). The statements the kernel words its own way that the tracer must read
-//! are put back in the renderer's words ([`renderer_words`]): `meta mark` arithmetic (an
-//! inline `mark set mark or M` masquerades in kube-proxy v1.37's table) and the dnat map
-//! of address . port (`dnat ip to numgen … map { 0 : A . P, … }`); the rest (numeric
-//! priorities, quoted interface names) is left as the kernel wrote it.
+//! and elements). Each rule is read once into the statement values ([`parse_listed`]: the
+//! kernel's `meta mark` arithmetic, numgen maps and quoted names included) and its text
+//! written from them, so a listed rule equals the rendered one; a rule outside the
+//! vocabulary is an error naming its chain and word.
 
 use super::listing::{split_elements, Listing};
 use super::model::{Chain, Element, Family, Objects, Rule, Set, Table};
 use super::names::{TABLE, TABLE_COMMENT};
+use super::stmt::{parse_listed, ParseError};
 
 /// Why a listed table cannot be read into values.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum LiveError {
     #[error("{object}: element {element:?} has no key")]
     Element { object: String, element: String },
+    #[error("chain {chain}: rule {rule:?}: {source}")]
+    Rule { chain: String, rule: String, source: Box<ParseError> },
 }
 
 /// `nft list table FAMILY kube-proxy` output → the table's chains, sets, maps, rules and
@@ -37,7 +39,7 @@ pub fn read(text: &str, family: Family) -> Result<Table, LiveError> {
                         chain.comment = Some(unquote(c).to_owned());
                         continue;
                     }
-                    objects.rule(rule(name, line));
+                    objects.rule(rule(name, line)?);
                 }
                 objects.chain(chain);
             }
@@ -61,53 +63,24 @@ pub fn read(text: &str, family: Family) -> Result<Table, LiveError> {
     Ok(Table { family, name: TABLE, comment: TABLE_COMMENT, objects })
 }
 
-/// A listed rule: its statements (in the renderer's words), and its trailing
-/// `comment "…"` apart.
-fn rule(chain: &str, line: &str) -> Rule {
-    match line.rfind(" comment \"") {
-        Some(at) if line.ends_with('"') => Rule::commented(chain, renderer_words(&line[..at]), unquote(&line[at + " comment ".len()..])),
-        _ => Rule::new(chain, renderer_words(line)),
-    }
+/// A listed rule, read into the renderer's values and written from them.
+fn rule(chain: &str, line: &str) -> Result<Rule, LiveError> {
+    let body = parse_listed(line).map_err(|e| LiveError::Rule { chain: chain.to_owned(), rule: line.to_owned(), source: Box::new(e) })?;
+    Ok(Rule::of(chain, body))
 }
 
-/// A rule's statements as `nft list` prints them → as svcproxy's renderer writes them, for
-/// the statements the kernel words otherwise: `meta mark set meta mark | M` (`^ M`) →
-/// `mark set mark or M` (`xor M`); `meta mark & M != 0x00000000` (`==`) → `mark and M != 0`;
-/// `dnat ip to numgen random mod N map { 0 : A . P, 1 : … }` → `dnat ip addr . port to
-/// numgen random mod N map { 0 : A . P , 1 : … }` (`ip6` likewise). Words between are
-/// kept; spaces become single.
+/// A listed statement text in the renderer's words, for `trace::nftables_forms`' tests
+/// alone (that module goes): the longest start of `stmts` that reads as values, written
+/// from them, and the words after it as they were.
+#[cfg(test)]
 pub(crate) fn renderer_words(stmts: &str) -> String {
-    let w: Vec<&str> = stmts.split_whitespace().collect();
-    let mut out: Vec<&str> = Vec::with_capacity(w.len() + 4);
-    let mut in_map = false;
-    let mut i = 0;
-    while i < w.len() {
-        match &w[i..] {
-            ["meta", "mark", "set", "meta", "mark", op @ ("|" | "^"), m, ..] => {
-                out.extend(["mark", "set", "mark", if *op == "|" { "or" } else { "xor" }, m]);
-                i += 7;
-            }
-            ["meta", "mark", "&", m, op @ ("==" | "!="), "0x00000000", ..] => {
-                out.extend(["mark", "and", m, op, "0"]);
-                i += 6;
-            }
-            ["dnat", fam @ ("ip" | "ip6"), "to", "numgen", ..] => {
-                out.extend(["dnat", fam, "addr", ".", "port", "to"]);
-                in_map = true;
-                i += 3;
-            }
-            [word, ..] => {
-                match word.strip_suffix(',') {
-                    Some(arm) if in_map && !arm.is_empty() => out.extend([arm, ","]),
-                    _ => out.push(word),
-                }
-                in_map &= *word != "}";
-                i += 1;
-            }
-            [] => break,
+    let words: Vec<&str> = stmts.split_whitespace().collect();
+    for n in (1..=words.len()).rev() {
+        if let Ok(body) = parse_listed(&words[..n].join(" ")) {
+            return std::iter::once(body.to_string()).chain(words[n..].iter().map(|w| (*w).to_owned())).collect::<Vec<_>>().join(" ");
         }
     }
-    out.join(" ")
+    words.join(" ")
 }
 
 /// `10.96.0.10 . tcp . 53 comment "ns/svc:port" : goto service-…` → key, value, comment.
@@ -152,6 +125,7 @@ fn unquote(s: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::nftables::stmt::parse_body;
 
     const LISTED: &str = r#"table ip kube-proxy {
 	comment "rules for kube-proxy"
@@ -177,7 +151,7 @@ mod tests {
 	}
 
 	chain cluster-ips-check {
-		ip daddr @cluster-ips counter packets 3 bytes 180 reject comment "Reject traffic to invalid ports of ClusterIPs"
+		ip daddr @cluster-ips reject comment "Reject traffic to invalid ports of ClusterIPs"
 	}
 
 	chain reject-chain {
@@ -195,7 +169,8 @@ mod tests {
         assert_eq!(chains, ["cluster-ips-check", "nat-prerouting", "reject-chain"]);
         assert_eq!(o.chains[2].comment.as_deref(), Some("helper for @no-endpoint-services / @no-endpoint-nodeports"));
         assert!(o.rules.contains(&Rule::new("nat-prerouting", "jump services")));
-        assert!(o.rules.contains(&Rule::commented("cluster-ips-check", "ip daddr @cluster-ips counter reject", "Reject traffic to invalid ports of ClusterIPs")));
+        assert!(o.rules.contains(&Rule::commented("cluster-ips-check", "ip daddr @cluster-ips reject", "Reject traffic to invalid ports of ClusterIPs")));
+        assert!(o.rules.iter().all(|r| r.stmts.is_some()), "every rule is read into values");
         assert!(o.rules.contains(&Rule::new("reject-chain", "reject")));
         let gone = o.elements.iter().find(|e| e.set == "no-endpoint-services").unwrap();
         assert_eq!((gone.key.join(" . "), gone.value.clone(), gone.comment.as_deref()), ("10.96.0.20 . tcp . 80".into(), vec!["goto reject-chain".into()], Some("ns/gone:http")));
@@ -204,6 +179,17 @@ mod tests {
         let ips: Vec<String> = o.elements.iter().filter(|e| e.set == "cluster-ips").map(|e| e.key.join(".")).collect();
         assert_eq!(ips, ["10.96.0.1", "10.96.0.10"]);
         assert!(o.sets.iter().any(|s| s.name == "service-ips" && s.is_map && s.kind.ends_with(": verdict")));
+    }
+
+    /// `listed` (a rule as nft 1.0.6 lists it) read from a table: the rule of the values
+    /// `rendered` parses to, with the same text.
+    fn reads_as(listed: &str, rendered: &str) {
+        let text = format!("table ip kube-proxy {{\n\tchain c {{\n\t\t{listed}\n\t}}\n}}\n");
+        let t = read(&text, Family::Ip).unwrap_or_else(|e| panic!("{listed}: {e}"));
+        let want = Rule::of("c", parse_body(rendered).unwrap_or_else(|e| panic!("{rendered}: {e}")));
+        assert_eq!(t.objects.rules, std::slice::from_ref(&want), "{listed}");
+        assert_eq!(t.objects.rules[0].rule, rendered.split(" comment \"").next().unwrap());
+        assert_eq!(t.objects.rules[0].stmts, want.stmts);
     }
 
     #[test]
@@ -215,14 +201,25 @@ mod tests {
             ("ct status dnat ip saddr . ip daddr . meta l4proto . th dport @hairpin-connections masquerade fully-random", "ct status dnat ip saddr . ip daddr . meta l4proto . th dport @hairpin-connections masquerade fully-random"),
             ("meta l4proto tcp dnat ip to numgen random mod 2 map { 0 : 10.244.0.10 . 9898, 1 : 10.244.0.8 . 9898 }", "meta l4proto tcp dnat ip addr . port to numgen random mod 2 map { 0 : 10.244.0.10 . 9898 , 1 : 10.244.0.8 . 9898 }"),
             ("meta l4proto udp dnat ip6 to numgen random mod 1 map { 0 : fd00:10:180::1 . 53 }", "meta l4proto udp dnat ip6 addr . port to numgen random mod 1 map { 0 : fd00:10:180::1 . 53 }"),
-            ("numgen random mod 2 vmap { 0 : goto a, 1 : goto b }", "numgen random mod 2 vmap { 0 : goto a, 1 : goto b }"),
+            ("numgen random mod 2 vmap { 0 : goto a, 1 : goto b }", "numgen random mod 2 vmap { 0 : goto a , 1 : goto b }"),
             ("meta l4proto tcp dnat to 10.0.0.5:8080", "meta l4proto tcp dnat to 10.0.0.5:8080"),
+            ("iifname \"veth*\" goto service-X comment \"short-circuit pod traffic\"", "iifname veth* goto service-X comment \"short-circuit pod traffic\""),
+            ("fib saddr type local meta mark set meta mark | 0x00004000 comment \"masquerade local traffic\"", "fib saddr type local mark set mark or 0x00004000 comment \"masquerade local traffic\""),
         ] {
-            assert_eq!(renderer_words(listed), rendered);
+            reads_as(listed, rendered);
         }
+        // Through the table's reader, as `trace --live` reads it.
         let listed = "table ip kube-proxy {\n chain external-X {\n fib saddr type local meta mark set meta mark | 0x00004000 comment \"masquerade local traffic\"\n }\n}\n";
         let t = read(listed, Family::Ip).unwrap();
         assert_eq!(t.objects.rules, [Rule::commented("external-X", "fib saddr type local mark set mark or 0x00004000", "masquerade local traffic")]);
+    }
+
+    #[test]
+    fn a_rule_outside_the_vocabulary_is_an_error_naming_its_chain_and_word() {
+        let text = "table ip kube-proxy {\n chain services {\n ip daddr 198.18.9.9 counter packets 3 bytes 180 drop\n }\n}\n";
+        let e = read(text, Family::Ip).unwrap_err();
+        assert!(matches!(&e, LiveError::Rule { chain, source, .. } if chain == "services" && source.found.as_deref() == Some("drop")), "{e:?}");
+        assert!(e.to_string().starts_with("chain services: rule \"ip daddr 198.18.9.9 counter drop\": word 5 \"drop\""), "{e}");
     }
 
     #[test]

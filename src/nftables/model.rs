@@ -83,15 +83,16 @@ impl Set {
     }
 }
 
-/// A rule: its chain, its statements' text and its comment; and, for a rule the renderer
-/// built as values ([`Rule::of`]), those values, whose text `rule` and `comment` are.
+/// A rule: its chain, its statements' text and its comment; and, for a rule built as
+/// values ([`Rule::of`]: by the renderer, or read from a listing), those values, whose
+/// text `rule` and `comment` are.
 #[derive(Debug, Clone, Serialize)]
 pub struct Rule {
     pub chain: String,
     pub rule: String,
     pub comment: Option<String>,
-    /// `None` for a rule made of text (the renderer's rules still written with `format!`,
-    /// and every rule read back from a listing).
+    /// `None` for a rule made of text (the renderer's rules still written with `format!`);
+    /// a rule read back from a listing (`live`) carries its values.
     #[serde(skip)]
     pub stmts: Option<Body>,
 }

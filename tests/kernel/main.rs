@@ -46,6 +46,7 @@ mod nft_chunked;
 mod nft_field;
 mod nft_goldens;
 mod nft_live;
+mod nft_live_read;
 mod nft_netlink;
 mod nft_service_cidrs;
 mod nft_mode;
@@ -77,6 +78,7 @@ fn main() {
     cases.extend(nft_goldens::cases());
     cases.extend(nft_netlink::cases());
     cases.extend(nft_live::cases());
+    cases.extend(nft_live_read::cases());
     cases.extend(nft_anonfile::cases());
     cases.extend(dataplane::cases());
     cases.extend(faults::cases());

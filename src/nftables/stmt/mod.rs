@@ -2,13 +2,15 @@
 //! renderer writes for kube-proxy v1.34's table and the v1.36+ one (`Context::table`),
 //! and the few more of kube-proxy's own test tables. One writer ([`display`]: the exact
 //! `nft -f` words) and one reader ([`parse`]: those words back, a [`ParseError`] naming the
-//! word it stopped at). There is no catch-all: a form not here is an error, so a new form
+//! word it stopped at), and [`listed`], the same values from a rule as `nft list` prints
+//! it. There is no catch-all: a form not here is an error, so a new form
 //! is added here first. Pure.
 //!
 //! Families are [`Family`] (`ip`/`ip6`), the word a rule spells, not `net::IpFamily`:
 //! the values are the table's text, and the table is already keyed by it.
 
 mod display;
+mod listed;
 mod parse;
 #[cfg(test)]
 mod tests;
@@ -16,6 +18,7 @@ mod tests;
 use std::net::IpAddr;
 
 pub use display::Stmts;
+pub use listed::parse_listed;
 pub use parse::{parse_add_rule, parse_body, Expected, ParseError};
 
 pub use crate::model::Protocol;

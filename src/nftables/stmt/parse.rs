@@ -514,7 +514,7 @@ impl<'a> Words<'a> {
     }
 }
 
-fn family_of(w: &str) -> Option<Family> {
+pub(super) fn family_of(w: &str) -> Option<Family> {
     match w {
         "ip" => Some(Family::Ip),
         "ip6" => Some(Family::Ip6),
@@ -522,7 +522,7 @@ fn family_of(w: &str) -> Option<Family> {
     }
 }
 
-fn protocol(w: &str) -> Option<Protocol> {
+pub(super) fn protocol(w: &str) -> Option<Protocol> {
     match w {
         "tcp" => Some(Protocol::Tcp),
         "udp" => Some(Protocol::Udp),
@@ -532,12 +532,12 @@ fn protocol(w: &str) -> Option<Protocol> {
 }
 
 /// Decimal digits as the writer writes them: no sign, no leading zero.
-fn decimal<T: std::str::FromStr>(w: &str) -> Option<T> {
+pub(super) fn decimal<T: std::str::FromStr>(w: &str) -> Option<T> {
     let canonical = !w.is_empty() && w.bytes().all(|b| b.is_ascii_digit()) && (w == "0" || !w.starts_with('0'));
     canonical.then(|| w.parse().ok()).flatten()
 }
 
-fn number(w: &str) -> Option<Num> {
+pub(super) fn number(w: &str) -> Option<Num> {
     match w.strip_prefix("0x") {
         Some(h) => {
             let ok = (1..=8).contains(&h.len()) && h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
