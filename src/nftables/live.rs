@@ -74,8 +74,9 @@ fn rule(chain: &str, line: &str) -> Rule {
 /// the statements the kernel words otherwise: `meta mark set meta mark | M` (`^ M`) →
 /// `mark set mark or M` (`xor M`); `meta mark & M != 0x00000000` (`==`) → `mark and M != 0`;
 /// `dnat ip to numgen random mod N map { 0 : A . P, 1 : … }` → `dnat ip addr . port to
-/// numgen random mod N map { 0 : A . P , 1 : … }` (`ip6` likewise). Words between are
-/// kept; spaces become single.
+/// numgen random mod N map { 0 : A . P , 1 : … }` (`ip6` likewise); `vmap { 0 : goto a, 1 : …
+/// }` → `vmap { 0 : goto a , 1 : … }`; `iifname "veth*"` → `iifname veth*`. Words between
+/// are kept; spaces become single.
 pub(crate) fn renderer_words(stmts: &str) -> String {
     let w: Vec<&str> = stmts.split_whitespace().collect();
     let mut out: Vec<&str> = Vec::with_capacity(w.len() + 4);
@@ -96,6 +97,19 @@ pub(crate) fn renderer_words(stmts: &str) -> String {
                 in_map = true;
                 i += 3;
             }
+            ["vmap", "{", ..] => {
+                out.extend(["vmap", "{"]);
+                in_map = true;
+                i += 2;
+            }
+            ["iifname", "!=", name, ..] if quoted(name).is_some() => {
+                out.extend(["iifname", "!=", quoted(name).unwrap_or(name)]);
+                i += 3;
+            }
+            ["iifname", name, ..] if quoted(name).is_some() => {
+                out.extend(["iifname", quoted(name).unwrap_or(name)]);
+                i += 2;
+            }
             [word, ..] => {
                 match word.strip_suffix(',') {
                     Some(arm) if in_map && !arm.is_empty() => out.extend([arm, ","]),
@@ -108,6 +122,11 @@ pub(crate) fn renderer_words(stmts: &str) -> String {
         }
     }
     out.join(" ")
+}
+
+/// A word's text inside its double quotes (`"veth*"`), when it is quoted.
+fn quoted(word: &str) -> Option<&str> {
+    word.strip_prefix('"')?.strip_suffix('"')
 }
 
 /// `10.96.0.10 . tcp . 53 comment "ns/svc:port" : goto service-…` → key, value, comment.
@@ -215,7 +234,9 @@ mod tests {
             ("ct status dnat ip saddr . ip daddr . meta l4proto . th dport @hairpin-connections masquerade fully-random", "ct status dnat ip saddr . ip daddr . meta l4proto . th dport @hairpin-connections masquerade fully-random"),
             ("meta l4proto tcp dnat ip to numgen random mod 2 map { 0 : 10.244.0.10 . 9898, 1 : 10.244.0.8 . 9898 }", "meta l4proto tcp dnat ip addr . port to numgen random mod 2 map { 0 : 10.244.0.10 . 9898 , 1 : 10.244.0.8 . 9898 }"),
             ("meta l4proto udp dnat ip6 to numgen random mod 1 map { 0 : fd00:10:180::1 . 53 }", "meta l4proto udp dnat ip6 addr . port to numgen random mod 1 map { 0 : fd00:10:180::1 . 53 }"),
-            ("numgen random mod 2 vmap { 0 : goto a, 1 : goto b }", "numgen random mod 2 vmap { 0 : goto a, 1 : goto b }"),
+            ("numgen random mod 2 vmap { 0 : goto a, 1 : goto b }", "numgen random mod 2 vmap { 0 : goto a , 1 : goto b }"),
+            ("ip6 daddr @cluster-ips iifname != \"veth*\" meta mark set meta mark | 0x00004000", "ip6 daddr @cluster-ips iifname != veth* mark set mark or 0x00004000"),
+            ("iifname \"cbr0\" goto x", "iifname cbr0 goto x"),
             ("meta l4proto tcp dnat to 10.0.0.5:8080", "meta l4proto tcp dnat to 10.0.0.5:8080"),
         ] {
             assert_eq!(renderer_words(listed), rendered);
