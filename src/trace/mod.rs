@@ -16,7 +16,6 @@ pub mod conntrack;
 pub mod ipset;
 pub mod ipvs;
 pub mod nftables;
-mod nftables_forms;
 #[cfg(test)]
 mod nftables_v137_tests;
 #[cfg(test)]
