@@ -19,6 +19,8 @@ pub mod nftables;
 #[cfg(test)]
 mod nftables_v137_tests;
 #[cfg(test)]
+mod nftables_golden_tests;
+#[cfg(test)]
 mod ipvs_tests;
 mod matcher;
 pub mod verdict;
