@@ -176,7 +176,7 @@ enum Then<'b, 't> {
     Dnat(&'b Dnat),
     /// `numgen random mod N vmap { … }`: every arm's verdict.
     Numgen(u32, &'b [(u32, stmt::Verdict)]),
-    /// A verdict map's element matched: the map and the element (its value is the verdict).
+    /// A verdict map's element matched (its value is the verdict).
     Element(&'t Element),
 }
 
@@ -598,6 +598,19 @@ mod tests {
         assert_eq!((t.summary().0.as_str(), t.outcomes[0].reason.as_deref()), ("DROP", Some("the service ns/gone:http has no endpoints")));
         let t = run(packet("10.0.0.9", "192.0.2.1", 80), &env(&[], &[]));
         assert_eq!((t.summary().0.as_str(), t.outcomes.len()), ("", 1), "nothing took it");
+    }
+
+    #[test]
+    fn accept_ends_the_base_chain_not_the_hook_and_ports_match() {
+        let mut t = table(Some("ip daddr 172.30.0.2 tcp dport 81 meta l4proto tcp dnat to 10.0.0.7:80"));
+        t.objects.rule(Rule::new(SERVICES, "ip daddr 172.30.0.2 accept"));
+        t.objects.rule(Rule::new(SERVICES, "ip daddr 172.30.0.2 meta l4proto tcp dnat to 10.0.0.8:80"));
+        let go = |dport| trace(&t, &env(&[], &[]), packet("10.0.0.9", "172.30.0.2", dport), Entry::Prerouting).unwrap();
+        assert_eq!(go(81).summary().0, "10.0.0.7:80");
+        let accepted = go(80);
+        assert_eq!(accepted.summary().0, "REJECT", "accepted in nat-prerouting, then filter-forward: {accepted:?}");
+        assert!(accepted.outcomes[0].path.iter().any(|l| l.ends_with("services ip daddr 172.30.0.2 accept")));
+        assert!(!accepted.outcomes[0].path.iter().any(|l| l.contains("10.0.0.8")), "the rule after accept is not reached");
     }
 
     #[test]
