@@ -69,20 +69,6 @@ fn rule(chain: &str, line: &str) -> Result<Rule, LiveError> {
     Ok(Rule::of(chain, body))
 }
 
-/// A listed statement text in the renderer's words, for `trace::nftables_forms`' tests
-/// alone (that module goes): the longest start of `stmts` that reads as values, written
-/// from them, and the words after it as they were.
-#[cfg(test)]
-pub(crate) fn renderer_words(stmts: &str) -> String {
-    let words: Vec<&str> = stmts.split_whitespace().collect();
-    for n in (1..=words.len()).rev() {
-        if let Ok(body) = parse_listed(&words[..n].join(" ")) {
-            return std::iter::once(body.to_string()).chain(words[n..].iter().map(|w| (*w).to_owned())).collect::<Vec<_>>().join(" ");
-        }
-    }
-    words.join(" ")
-}
-
 /// `10.96.0.10 . tcp . 53 comment "ns/svc:port" : goto service-…` → key, value, comment.
 fn element(set: &str, text: &str) -> Option<Element> {
     let text = text.trim();

@@ -16,9 +16,10 @@ pub mod conntrack;
 pub mod ipset;
 pub mod ipvs;
 pub mod nftables;
-mod nftables_forms;
 #[cfg(test)]
 mod nftables_v137_tests;
+#[cfg(test)]
+mod nftables_golden_tests;
 #[cfg(test)]
 mod ipvs_tests;
 mod matcher;

@@ -22,19 +22,22 @@
 //! table, marked for it (`jump mark-for-masquerade`, as kube-proxy's test tracer counts
 //! it); in v1.36+'s, masqueraded by `masquerading` (the mark that `mark set mark or M`
 //! sets, or a hairpin connection), so a marked packet that is dropped, rejected or
-//! delivered to the node is not. Only
-//! the rule forms the renderer writes (both tables) and their `nft list` wording are
-//! understood; anything else is an error. Pure.
+//! delivered to the node is not.
+//!
+//! It reads each rule's statements as values ([`crate::nftables::stmt`]) and matches on them
+//! without a catch-all, so a statement added to the vocabulary does not compile until the
+//! tracer knows what it does to a packet. Pure.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use serde::Serialize;
 
-use crate::net::Cidr;
-use crate::nftables::model::{Element, Rule, Table};
+use crate::net::{join_host_port, Cidr};
+use crate::nftables::model::{Element, Family, Rule, Table};
 use crate::nftables::names::*;
-use super::nftables_forms::{self as forms, first_word, Dnat, MarkSet};
+use crate::nftables::stmt::{self, AddrValue, Body, Concat, Ct, Dir, Dnat, Match, MarkOp, Num, Prefix, Selector, Stmt, Vmap};
 use super::{Entry, Env, Packet, Verdict};
 
 const MAX_DEPTH: usize = 64;
@@ -107,8 +110,48 @@ impl Branch {
     /// Sets the mark. Unlike `jump mark-for-masquerade` in the v1.34 table, it is not yet
     /// the masquerade: `masquerading` decides in postrouting, which a packet dropped,
     /// rejected or delivered to the node never reaches.
-    fn set_mark(&mut self, op: MarkSet) {
-        self.mark = op.apply(self.mark);
+    fn set_mark(&mut self, op: MarkOp, value: Num) {
+        self.mark = match op {
+            MarkOp::Or => self.mark | value.value(),
+            MarkOp::Xor => self.mark ^ value.value(),
+        };
+    }
+
+    fn family(&self) -> Family {
+        if self.packet.dst.is_ipv6() {
+            Family::Ip6
+        } else {
+            Family::Ip
+        }
+    }
+
+    fn addr(&self, dir: Dir) -> IpAddr {
+        match dir {
+            Dir::Saddr => self.packet.src,
+            Dir::Daddr => self.packet.dst,
+        }
+    }
+
+    /// The packet's key for `key`, as a set's elements spell it. A part of the other IP
+    /// family is an error: the table is one family's.
+    fn key(&self, key: &Concat) -> Result<Vec<String>, String> {
+        key.0
+            .iter()
+            .map(|part| match *part {
+                Selector::Addr(family, dir) => self.same_family(family).map(|()| self.addr(dir).to_string()),
+                Selector::L4proto => Ok(self.packet.protocol.lower().to_owned()),
+                Selector::ThDport => Ok(self.packet.dport.to_string()),
+            })
+            .collect()
+    }
+
+    fn same_family(&self, family: Family) -> Result<(), String> {
+        let own = self.family();
+        if family == own {
+            Ok(())
+        } else {
+            Err(format!("an {} match on an {} packet", family.as_str(), own.as_str()))
+        }
     }
 }
 
@@ -120,42 +163,45 @@ enum End {
     /// The chain is done without a verdict (`return`, its end, a `goto` that came back):
     /// the calling chain goes on.
     Return,
-    /// DNAT, drop or reject: the hook is done.
+    /// The base chain is done (accept, DNAT, masquerade, drop, reject); a drop or a
+    /// reject ends the hook too.
     Settled,
 }
 
-/// What a rule does once all its matches hold.
-enum Action<'t> {
-    Jump(String),
-    Goto(String),
-    Drop,
+/// What a matched rule ends with.
+enum Then<'b, 't> {
+    Verdict(&'b stmt::Verdict),
     Reject,
-    Return,
-    Dnat(String),
-    /// `dnat … to numgen random mod N map { … }`: every arm's `ip:port`.
-    DnatRandom(Vec<String>),
-    /// `masquerade`: the hook is done, the packet masqueraded.
     Masquerade,
-    /// `numgen random mod N vmap { … }`: every arm's chain.
-    Numgen(Vec<String>),
-    /// A verdict map's element matched: the map and the element (its value is the verdict).
-    Element(&'t str, &'t Element),
+    Dnat(&'b Dnat),
+    /// `numgen random mod N vmap { … }`: every arm's verdict.
+    Numgen(u32, &'b [(u32, stmt::Verdict)]),
+    /// A verdict map's element matched (its value is the verdict).
+    Element(&'t Element),
 }
 
-/// One statement of a rule read.
-enum Step<'r, 't> {
-    /// The match held; go on with the rest of the rule.
-    Next(&'r str),
-    /// The mark changes; go on with the rest of the rule.
-    Mark(MarkSet, &'r str),
-    /// A set lookup found this element (the path shows it after the rule); go on.
-    Member(&'t Element, &'r str),
-    /// The match failed: the next rule.
-    NoMatch,
-    Act(Action<'t>),
+/// What one test says of a branch.
+enum Test<'t> {
+    Holds,
+    /// It holds: a set lookup found this element (the path shows it after the rule).
+    Member(&'t Element),
+    Fails,
 }
 
 type Flows = Vec<(Branch, End)>;
+
+/// A rule's statements as values: those it carries, or its text read. The reading goes
+/// once every producer of rules (the renderer, the live reader) fills [`Rule::stmts`].
+fn statements<'r>(chain: &str, rule: &'r Rule) -> Result<Cow<'r, Body>, TraceError> {
+    match &rule.stmts {
+        Some(body) => Ok(Cow::Borrowed(body)),
+        None => stmt::parse_body(&rule.rule).map(Cow::Owned).map_err(|e| TraceError::Unreadable {
+            chain: chain.to_owned(),
+            rule: rule.rule.clone(),
+            why: format!("unreadable statements ({e})"),
+        }),
+    }
+}
 
 /// Traces `packet` through `table` from `entry`; `env` holds the node's addresses (`fib …
 /// type local`) and the affinity sets (or their endpoint chains) the source is already in.
@@ -188,51 +234,11 @@ pub fn trace(table: &Table, env: &Env, packet: Packet, entry: Entry) -> Result<T
     Ok(Trace { mode: "nftables", packet, entry, outcomes })
 }
 
-/// The address of `ip:port` or `[ip]:port`, and the port.
-fn host_port(endpoint: &str) -> Option<(IpAddr, u16)> {
-    let (host, port) = endpoint.rsplit_once(':')?;
-    Some((host.trim_start_matches('[').trim_end_matches(']').parse().ok()?, port.parse().ok()?))
-}
-
-/// Whether `ip` is, or is inside, `text` (an address or CIDR).
-fn matches_addr(ip: &IpAddr, text: &str) -> Result<bool, String> {
-    if text.contains('/') {
-        Cidr::parse_sloppy(text).map(|c| c.contains(ip)).ok_or_else(|| format!("bad CIDR {text}"))
-    } else {
-        text.parse::<IpAddr>().map(|a| a == *ip).map_err(|_| format!("bad address {text}"))
-    }
-}
-
-/// `{ a , b }` or `{ a,b }`: the members.
-fn set_members(body: &str) -> Vec<&str> {
-    body.split([',', ' ']).filter(|s| !s.is_empty()).collect()
-}
-
-/// The text between `{` and its `}` at the start of `rest`, and what follows.
-fn braces(rest: &str) -> Result<(&str, &str), String> {
-    let inner = rest.strip_prefix('{').ok_or("expected {")?;
-    let end = inner.find('}').ok_or("unclosed {")?;
-    Ok((inner[..end].trim(), inner[end + 1..].trim_start()))
-}
-
-/// `iifname` against an interface name pattern (`veth*`: a prefix).
-fn interface_matches(name: &str, pattern: &str) -> bool {
-    match pattern.trim_matches('"').strip_suffix('*') {
-        Some(prefix) => name.starts_with(prefix),
-        None => name == pattern.trim_matches('"'),
-    }
-}
-
-/// A verdict as a rule or a verdict map element states it.
-fn verdict(text: &str) -> Option<Action<'static>> {
-    let (word, target) = first_word(text.trim());
-    match (word, target) {
-        ("jump", t) if !t.is_empty() => Some(Action::Jump(t.to_owned())),
-        ("goto", t) if !t.is_empty() => Some(Action::Goto(t.to_owned())),
-        ("drop", "") => Some(Action::Drop),
-        ("reject", "") => Some(Action::Reject),
-        ("return", "") => Some(Action::Return),
-        _ => None,
+/// Whether `ip` is the address, or inside the prefix.
+fn in_prefix(p: &Prefix, ip: &IpAddr) -> Result<bool, String> {
+    match p.len {
+        None => Ok(p.addr == *ip),
+        Some(len) => Cidr::new(p.addr, len).map(|c| c.contains(ip)).ok_or_else(|| format!("bad prefix {}/{len}", p.addr)),
     }
 }
 
@@ -246,6 +252,17 @@ fn reason_of(chain: &str, rule: &Rule) -> Option<String> {
         return Some("a localhost NodePort kube-proxy does not serve (KubeProxyNFTablesLocalhostNodePorts: only TCP, by its userspace proxy where nodePortAddresses names loopback)".to_owned());
     }
     chain.starts_with("firewall-").then(|| "the source is outside the service's loadBalancerSourceRanges".to_owned())
+}
+
+/// A numgen map's arms in key order, each taking 1/N of the packets; every key below N
+/// must be there (the renderer writes them all).
+fn numgen_arms<T>(modulus: u32, arms: &[(u32, T)]) -> Result<(f64, Vec<&T>), String> {
+    if modulus == 0 || arms.len() != modulus as usize {
+        return Err(format!("numgen random mod {modulus}: the map does not hold every key"));
+    }
+    let mut sorted: Vec<&(u32, T)> = arms.iter().collect();
+    sorted.sort_by_key(|(k, _)| *k);
+    Ok((1.0 / f64::from(modulus), sorted.into_iter().map(|(_, t)| t).collect()))
 }
 
 struct Walker<'t> {
@@ -312,31 +329,77 @@ impl<'t> Walker<'t> {
 
     fn rule(&self, chain: &str, rule: &Rule, mut b: Branch, depth: usize) -> Result<Flows, TraceError> {
         let unreadable = |why: String| TraceError::Unreadable { chain: chain.to_owned(), rule: rule.rule.clone(), why };
-        let mut rest = rule.rule.strip_prefix("ct state new").unwrap_or(&rule.rule).trim_start();
+        let body = statements(chain, rule)?;
         let mut members: Vec<&Element> = Vec::new();
-        loop {
-            if rest.is_empty() {
-                // Matched, and only statements that change no verdict (`update @set`, a mark).
-                self.matched(chain, rule, &members, &mut b);
-                return Ok(vec![(b, End::Next)]);
-            }
-            match self.step(rest, &b).map_err(unreadable)? {
-                Step::Next(r) => rest = r,
-                Step::Mark(op, r) => {
-                    b.set_mark(op);
-                    rest = r;
-                }
-                Step::Member(e, r) => {
-                    members.push(e);
-                    rest = r;
-                }
-                Step::NoMatch => return Ok(vec![(b, End::Next)]),
-                Step::Act(action) => {
-                    self.matched(chain, rule, &members, &mut b);
-                    return self.act(chain, rule, action, b, depth);
-                }
-            }
+        for s in &body.stmts {
+            let then = match s {
+                Stmt::Match(m) => match self.test(m, &b).map_err(unreadable)? {
+                    Test::Holds => continue,
+                    Test::Member(e) => {
+                        members.push(e);
+                        continue;
+                    }
+                    Test::Fails => return Ok(vec![(b, End::Next)]),
+                },
+                Stmt::Vmap(Vmap::Named { key, map }) => match self.lookup(map, &b.key(key).map_err(unreadable)?) {
+                    Some(e) => Then::Element(e),
+                    None => return Ok(vec![(b, End::Next)]),
+                },
+                Stmt::Vmap(Vmap::Numgen { modulus, arms }) => Then::Numgen(*modulus, arms),
+                Stmt::Action(a) => match a {
+                    stmt::Action::MarkSet { op, value } => {
+                        b.set_mark(*op, *value);
+                        continue;
+                    }
+                    // They change no verdict: the rule goes on.
+                    stmt::Action::Update { .. } | stmt::Action::Counter { .. } => continue,
+                    stmt::Action::Masquerade { fully_random: _ } => Then::Masquerade,
+                    stmt::Action::Dnat(d) => Then::Dnat(d),
+                    stmt::Action::Reject => Then::Reject,
+                },
+                Stmt::Verdict(v) => Then::Verdict(v),
+            };
+            self.matched(chain, rule, &members, &mut b);
+            return self.then(chain, rule, then, b, depth);
         }
+        // Matched, and only statements that change no verdict (`update @set`, a mark).
+        self.matched(chain, rule, &members, &mut b);
+        Ok(vec![(b, End::Next)])
+    }
+
+    fn test(&self, m: &Match, b: &Branch) -> Result<Test<'t>, String> {
+        let holds = |hit: bool| if hit { Test::Holds } else { Test::Fails };
+        let p = &b.packet;
+        Ok(match m {
+            Match::Addr { family, dir, negated, value } => {
+                b.same_family(*family)?;
+                let ip = b.addr(*dir);
+                let hit = match value {
+                    AddrValue::Prefix(prefix) => in_prefix(prefix, &ip)?,
+                    AddrValue::Anon(set) => {
+                        let mut hit = false;
+                        for prefix in set.items() {
+                            hit |= in_prefix(prefix, &ip)?;
+                        }
+                        hit
+                    }
+                    AddrValue::Named(set) => self.has_member(set, &ip),
+                };
+                holds(hit != *negated)
+            }
+            Match::L4proto(proto) => holds(*proto == p.protocol),
+            Match::Dport { proto, port } => holds(*proto == p.protocol && *port == p.dport),
+            Match::Iifname { negated, name } => {
+                let hit = p.in_interface.as_deref().is_some_and(|i| if name.wildcard { i.starts_with(name.name.as_str()) } else { i == name.name });
+                holds(hit != *negated)
+            }
+            Match::FibLocal(dir) => holds(self.env.local_ips.contains(&b.addr(*dir))),
+            // Every packet traced opens a connection.
+            Match::Ct(Ct::StateNew) => Test::Holds,
+            Match::Ct(Ct::StatusDnat) => holds(b.dnat),
+            Match::Mark { mask, negated, value } => holds((b.mark & mask.value() == value.value()) != *negated),
+            Match::InSet { key, set } => self.lookup(set, &b.key(key)?).map_or(Test::Fails, Test::Member),
+        })
     }
 
     /// The path of a matched rule: its line, then the set elements it found.
@@ -356,74 +419,74 @@ impl<'t> Walker<'t> {
         format!("{} {set} {{ {}{comment}{value} }}", self.head, e.key.join(" . "))
     }
 
-    /// Does what a matched rule says.
-    fn act(&self, chain: &str, rule: &Rule, action: Action<'t>, mut b: Branch, depth: usize) -> Result<Flows, TraceError> {
-        let from_target = |flows: Flows, back: End| flows.into_iter().map(|(b, e)| (b, if e == End::Settled { e } else { back })).collect();
-        Ok(match action {
-            Action::Jump(target) if target == MARK_MASQ => {
-                b.masquerade = true;
-                vec![(b, End::Next)]
-            }
-            Action::Jump(target) => from_target(self.run(&target, b, depth + 1)?, End::Next),
-            Action::Goto(target) => from_target(self.run(&target, b, depth + 1)?, End::Return),
-            Action::Drop | Action::Reject => {
-                b.verdict = if matches!(action, Action::Drop) { Verdict::Drop } else { Verdict::Reject };
-                if b.reason.is_none() {
-                    b.reason = reason_of(chain, rule);
-                }
-                vec![(b, End::Settled)]
-            }
-            Action::Return => vec![(b, End::Return)],
-            Action::Dnat(target) => {
-                let (ip, port) = host_port(&target).ok_or_else(|| TraceError::Unreadable {
-                    chain: chain.to_owned(),
-                    rule: rule.rule.clone(),
-                    why: format!("bad DNAT target {target}"),
-                })?;
-                (b.packet.dst, b.packet.dport) = (ip, port);
-                b.dnat = true;
-                b.verdict = Verdict::Dnat(target);
-                vec![(b, End::Settled)]
-            }
-            Action::DnatRandom(targets) => {
-                let share = 1.0 / targets.len() as f64;
-                let mut out = Vec::new();
-                for target in targets {
-                    let mut nb = b.clone();
-                    nb.probability *= share;
-                    out.extend(self.act(chain, rule, Action::Dnat(target), nb, depth)?);
-                }
-                out
-            }
-            Action::Masquerade => {
+    /// Does what a matched rule ends with.
+    fn then(&self, chain: &str, rule: &Rule, then: Then<'_, 't>, mut b: Branch, depth: usize) -> Result<Flows, TraceError> {
+        let unreadable = |why: String| TraceError::Unreadable { chain: chain.to_owned(), rule: rule.rule.clone(), why };
+        Ok(match then {
+            Then::Verdict(v) => self.verdict(chain, rule, v, b, depth)?,
+            Then::Reject => self.refuse(chain, rule, Verdict::Reject, b),
+            Then::Masquerade => {
                 b.masquerade = true;
                 vec![(b, End::Settled)]
             }
-            Action::Numgen(arms) => {
-                let share = 1.0 / arms.len() as f64;
+            Then::Dnat(Dnat::To { addr, port }) => vec![dnat(b, *addr, *port)],
+            // The family is the table's; the arms' addresses are the packet's new destination.
+            Then::Dnat(Dnat::Numgen { family: _, modulus, arms }) => {
+                let targets: Vec<(u32, (IpAddr, u16))> = arms.iter().map(|&(k, addr, port)| (k, (addr, port))).collect();
+                let (share, targets) = numgen_arms(*modulus, &targets).map_err(unreadable)?;
+                targets.into_iter().map(|&(addr, port)| dnat(Branch { probability: b.probability * share, ..b.clone() }, addr, port)).collect()
+            }
+            Then::Numgen(modulus, arms) => {
+                let (share, verdicts) = numgen_arms(modulus, arms).map_err(unreadable)?;
                 let mut out = Vec::new();
-                for arm in arms {
-                    let mut nb = b.clone();
-                    nb.probability *= share;
-                    out.extend(self.act(chain, rule, Action::Goto(arm), nb, depth)?);
+                for v in verdicts {
+                    out.extend(self.verdict(chain, rule, v, Branch { probability: b.probability * share, ..b.clone() }, depth)?);
                 }
                 out
             }
-            Action::Element(map, e) => {
-                b.path.push(self.element_line(map, e));
-                if map == NO_ENDPOINT_SERVICES || map == NO_ENDPOINT_NODEPORTS {
+            Then::Element(e) => {
+                b.path.push(self.element_line(&e.set, e));
+                if e.set == NO_ENDPOINT_SERVICES || e.set == NO_ENDPOINT_NODEPORTS {
                     let service = e.comment.as_ref().map(|c| format!(" {c}")).unwrap_or_default();
                     b.reason = Some(format!("the service{service} has no endpoints"));
                 }
                 let text = e.value.join(" . ");
-                let action = verdict(&text).ok_or_else(|| TraceError::Unreadable {
-                    chain: chain.to_owned(),
-                    rule: rule.rule.clone(),
-                    why: format!("verdict map {map} holds {text:?}"),
-                })?;
-                self.act(chain, rule, action, b, depth)?
+                let v = match stmt::parse_body(&text) {
+                    Ok(Body { stmts, comment: None }) if stmts.len() == 1 => match stmts.into_iter().next() {
+                        Some(Stmt::Verdict(v)) => Some(v),
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                let v = v.ok_or_else(|| unreadable(format!("verdict map {} holds {text:?}", e.set)))?;
+                self.verdict(chain, rule, &v, b, depth)?
             }
         })
+    }
+
+    fn verdict(&self, chain: &str, rule: &Rule, v: &stmt::Verdict, mut b: Branch, depth: usize) -> Result<Flows, TraceError> {
+        // What a called chain's flows are in the caller: a settled one stays settled.
+        let back = |flows: Flows, back: End| flows.into_iter().map(|(b, e)| (b, if e == End::Settled { e } else { back })).collect();
+        Ok(match v {
+            stmt::Verdict::Accept => vec![(b, End::Settled)],
+            stmt::Verdict::Drop => self.refuse(chain, rule, Verdict::Drop, b),
+            stmt::Verdict::Return => vec![(b, End::Return)],
+            stmt::Verdict::Jump(target) if target == MARK_MASQ => {
+                b.masquerade = true;
+                vec![(b, End::Next)]
+            }
+            stmt::Verdict::Jump(target) => back(self.run(target, b, depth + 1)?, End::Next),
+            stmt::Verdict::Goto(target) => back(self.run(target, b, depth + 1)?, End::Return),
+        })
+    }
+
+    /// A drop or a reject, with why.
+    fn refuse(&self, chain: &str, rule: &Rule, verdict: Verdict, mut b: Branch) -> Flows {
+        b.verdict = verdict;
+        if b.reason.is_none() {
+            b.reason = reason_of(chain, rule);
+        }
+        vec![(b, End::Settled)]
     }
 
     fn lookup(&self, set: &str, key: &[String]) -> Option<&'t Element> {
@@ -438,114 +501,14 @@ impl<'t> Walker<'t> {
         });
         pinned || self.elements.iter().any(|e| e.set == set && e.key.len() == 1 && e.key[0] == ip.to_string())
     }
+}
 
-    fn step<'r>(&self, rest: &'r str, b: &Branch) -> Result<Step<'r, 't>, String> {
-        let p = &b.packet;
-        let ip = if p.dst.is_ipv6() { "ip6" } else { "ip" };
-        let dest_key = || vec![p.dst.to_string(), p.protocol.lower().to_owned(), p.dport.to_string()];
-        let port_key = || vec![p.protocol.lower().to_owned(), p.dport.to_string()];
-        if let Some(set) = rest.strip_prefix(&format!("{ip} saddr . {ip} daddr . meta l4proto . th dport @")) {
-            let (set, after) = first_word(set);
-            let key = vec![p.src.to_string(), p.dst.to_string(), p.protocol.lower().to_owned(), p.dport.to_string()];
-            return Ok(self.lookup(set, &key).map_or(Step::NoMatch, |e| Step::Member(e, after)));
-        }
-        if let Some(r) = rest.strip_prefix("ct status dnat") {
-            return Ok(if b.dnat { Step::Next(r.trim_start()) } else { Step::NoMatch });
-        }
-        if let Some(set) = forms::mark_set(rest) {
-            let (op, after) = set?;
-            return Ok(Step::Mark(op, after));
-        }
-        if let Some(test) = forms::mark_test(rest) {
-            let (test, after) = test?;
-            return Ok(if test.holds(b.mark) { Step::Next(after) } else { Step::NoMatch });
-        }
-        if let Some(r) = rest.strip_prefix("masquerade") {
-            let options = r.split_whitespace().all(|w| matches!(w, "fully-random" | "random" | "persistent"));
-            if r.is_empty() || (r.starts_with(' ') && options) {
-                return Ok(Step::Act(Action::Masquerade));
-            }
-        }
-        if let Some(map) = rest.strip_prefix(&format!("{ip} daddr . meta l4proto . th dport vmap @")) {
-            let map = map.trim();
-            return Ok(self.lookup(map, &dest_key()).map_or(Step::NoMatch, |e| Step::Act(Action::Element(&e.set, e))));
-        }
-        if let Some(map) = rest.strip_prefix("meta l4proto . th dport vmap @") {
-            let map = map.trim();
-            return Ok(self.lookup(map, &port_key()).map_or(Step::NoMatch, |e| Step::Act(Action::Element(&e.set, e))));
-        }
-        for (field, addr) in [("daddr", p.dst), ("saddr", p.src)] {
-            if let Some(r) = rest.strip_prefix(&format!("{ip} {field} ")) {
-                return self.address(r, &addr);
-            }
-            if let Some(r) = rest.strip_prefix(&format!("fib {field} type local")) {
-                return Ok(if self.env.local_ips.contains(&addr) { Step::Next(r.trim_start()) } else { Step::NoMatch });
-            }
-        }
-        if let Some(r) = rest.strip_prefix("iifname ") {
-            let (negated, r) = match r.strip_prefix("!= ") {
-                Some(r) => (true, r),
-                None => (false, r),
-            };
-            let (pattern, after) = first_word(r);
-            let hit = p.in_interface.as_deref().is_some_and(|i| interface_matches(i, pattern));
-            return Ok(if hit != negated { Step::Next(after) } else { Step::NoMatch });
-        }
-        if let Some(r) = rest.strip_prefix("counter name ") {
-            // A named counter counts the packet (kube-proxy v1.37's localhost NodePort
-            // rejections); the verdict is the next statement's.
-            let r = r.strip_prefix('"').and_then(|q| q.split_once('"')).ok_or("expected a quoted counter name")?.1;
-            return Ok(Step::Next(r.trim_start()));
-        }
-        if let Some(r) = rest.strip_prefix("update @") {
-            return Ok(Step::Next(braces(first_word(r).1)?.1));
-        }
-        if let Some(r) = rest.strip_prefix("numgen random mod ") {
-            let (_, r) = first_word(r);
-            let body = braces(r.strip_prefix("vmap ").ok_or("expected vmap")?)?.0;
-            let arms = body
-                .split(',')
-                .map(|arm| arm.split(" : goto ").nth(1).map(|t| t.trim().to_owned()).ok_or("bad numgen arm"))
-                .collect::<Result<Vec<_>, _>>()?;
-            return Ok(Step::Act(Action::Numgen(arms)));
-        }
-        if let Some(r) = rest.strip_prefix("meta l4proto ") {
-            let (proto, r) = first_word(r);
-            let dnat = forms::dnat(r.strip_prefix("dnat ").ok_or("expected dnat")?)?;
-            if proto != p.protocol.lower() {
-                return Ok(Step::NoMatch);
-            }
-            return Ok(Step::Act(match dnat {
-                Dnat::To(target) => Action::Dnat(target),
-                Dnat::Random(targets) => Action::DnatRandom(targets),
-            }));
-        }
-        verdict(rest).map(Step::Act).ok_or_else(|| format!("unknown statement {rest:?}"))
-    }
-
-    /// After `ip daddr ` / `ip saddr `: `@set`, `!= X`, `{ … }`, `!= { … }` or `X`.
-    fn address<'r>(&self, r: &'r str, addr: &IpAddr) -> Result<Step<'r, 't>, String> {
-        if let Some(set) = r.strip_prefix('@') {
-            let (name, after) = first_word(set);
-            return Ok(if self.has_member(name, addr) { Step::Next(after) } else { Step::NoMatch });
-        }
-        let (negated, r) = match r.strip_prefix("!= ") {
-            Some(r) => (true, r),
-            None => (false, r),
-        };
-        let (hit, after) = if r.starts_with('{') {
-            let (body, after) = braces(r)?;
-            let mut hit = false;
-            for m in set_members(body) {
-                hit |= matches_addr(addr, m)?;
-            }
-            (hit, after)
-        } else {
-            let (word, after) = first_word(r);
-            (matches_addr(addr, word)?, after)
-        };
-        Ok(if hit != negated { Step::Next(after) } else { Step::NoMatch })
-    }
+/// The branch DNATed to `addr:port`.
+fn dnat(mut b: Branch, addr: IpAddr, port: u16) -> (Branch, End) {
+    (b.packet.dst, b.packet.dport) = (addr, port);
+    b.dnat = true;
+    b.verdict = Verdict::Dnat(join_host_port(&addr, port));
+    (b, End::Settled)
 }
 
 #[cfg(test)]
@@ -638,8 +601,21 @@ mod tests {
     }
 
     #[test]
+    fn accept_ends_the_base_chain_not_the_hook_and_ports_match() {
+        let mut t = table(Some("ip daddr 172.30.0.2 tcp dport 81 meta l4proto tcp dnat to 10.0.0.7:80"));
+        t.objects.rule(Rule::new(SERVICES, "ip daddr 172.30.0.2 accept"));
+        t.objects.rule(Rule::new(SERVICES, "ip daddr 172.30.0.2 meta l4proto tcp dnat to 10.0.0.8:80"));
+        let go = |dport| trace(&t, &env(&[], &[]), packet("10.0.0.9", "172.30.0.2", dport), Entry::Prerouting).unwrap();
+        assert_eq!(go(81).summary().0, "10.0.0.7:80");
+        let accepted = go(80);
+        assert_eq!(accepted.summary().0, "REJECT", "accepted in nat-prerouting, then filter-forward: {accepted:?}");
+        assert!(accepted.outcomes[0].path.iter().any(|l| l.ends_with("services ip daddr 172.30.0.2 accept")));
+        assert!(!accepted.outcomes[0].path.iter().any(|l| l.contains("10.0.0.8")), "the rule after accept is not reached");
+    }
+
+    #[test]
     fn a_statement_it_does_not_know_is_an_error() {
         let e = trace(&table(Some("counter accept")), &env(&[], &[]), packet("10.0.0.9", "172.30.0.2", 80), Entry::Prerouting).unwrap_err();
-        assert!(matches!(&e, TraceError::Unreadable { why, .. } if why.contains("unknown statement")), "{e}");
+        assert!(matches!(&e, TraceError::Unreadable { chain, why, .. } if chain == "services" && why.contains("\"accept\": expected \"name\"")), "{e}");
     }
 }

@@ -1,0 +1,98 @@
+//! Every nftables golden's cluster traces, in kube-proxy v1.34's table and in v1.36+'s: a
+//! packet to each service address and port the table holds (its ClusterIPs, external and
+//! load-balancer IPs, firewalled destinations, NodePorts on the node's addresses), from
+//! outside the node and from the node, reaches a verdict without a trace error. So every
+//! statement the renderer writes is one the tracer reads.
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::path::Path;
+
+use super::nftables::trace;
+use super::{Entry, Env, Packet, Verdict};
+use crate::model::Protocol;
+use crate::nftables::model::Table;
+use crate::nftables::names::{FIREWALL_IPS, NODEPORT_IPS, NO_ENDPOINT_NODEPORTS, NO_ENDPOINT_SERVICES, SERVICE_IPS, SERVICE_NODEPORTS};
+use crate::settings::kinds::{KubeProxyVersion, ProxyMode};
+use crate::settings::Settings;
+
+/// The clusters with an nftables golden (`golden/NAME.nft` is `fixtures/NAME.yaml`'s).
+fn golden_fixtures() -> Vec<std::path::PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut stems: Vec<String> = std::fs::read_dir(root.join("golden"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "nft"))
+        .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
+        .collect();
+    stems.sort();
+    stems.into_iter().map(|s| root.join("fixtures").join(format!("{s}.yaml"))).collect()
+}
+
+/// Each service destination of `table`: address, protocol, port. NodePorts are on the
+/// `nodeport-ips` when the table has them, else on the node's addresses of its family.
+fn destinations(table: &Table, node: &[IpAddr]) -> BTreeSet<(IpAddr, Protocol, u16)> {
+    let nodeport_ips: Vec<IpAddr> = table.objects.elements.iter().filter(|e| e.set == NODEPORT_IPS).map(|e| e.key[0].parse().unwrap()).collect();
+    let nodeport_ips = if table.objects.sets.iter().any(|s| s.name == NODEPORT_IPS) { nodeport_ips } else { node.to_vec() };
+    let mut out = BTreeSet::new();
+    for e in &table.objects.elements {
+        let set = e.set.as_str();
+        let key: Vec<&str> = e.key.iter().map(String::as_str).collect();
+        match key[..] {
+            [addr, proto, port] if [SERVICE_IPS, NO_ENDPOINT_SERVICES, FIREWALL_IPS].contains(&set) => {
+                out.insert((addr.parse().unwrap(), Protocol::from_name(proto).unwrap(), port.parse().unwrap()));
+            }
+            [proto, port] if [SERVICE_NODEPORTS, NO_ENDPOINT_NODEPORTS].contains(&set) => {
+                for ip in &nodeport_ips {
+                    out.insert((*ip, Protocol::from_name(proto).unwrap(), port.parse().unwrap()));
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+#[test]
+fn every_golden_cluster_traces_to_a_verdict_in_both_tables() {
+    let fixtures = golden_fixtures();
+    let (mut traced, mut failures, mut tables) = (0, Vec::new(), BTreeSet::new());
+    for path in &fixtures {
+        let state = crate::source::read_path(path).unwrap_or_else(|e| panic!("{e}"));
+        let flags = Settings { mode: Some(ProxyMode::Nftables), ..Default::default() };
+        let loaded = crate::pipeline::load(state, flags, Default::default()).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let mut local: BTreeSet<IpAddr> = loaded.config.node_ips.iter().copied().collect();
+        local.extend(loaded.config.interface_addresses.iter().flatten().copied());
+        let env = Env { local_ips: local.iter().copied().chain(["127.0.0.1".parse().unwrap(), "::1".parse().unwrap()]).collect(), affinity: BTreeSet::new() };
+        for version in [KubeProxyVersion::V1_34, KubeProxyVersion::NEWEST] {
+            let mut config = loaded.config.clone();
+            config.kube_proxy_version = version;
+            for rs in crate::nftables::render_all(&config, &loaded.trackers) {
+                let table = rs.table();
+                let v6 = table.family == crate::nftables::model::Family::Ip6;
+                let node: Vec<IpAddr> = local.iter().copied().filter(|ip| ip.is_ipv6() == v6).collect();
+                let outside: IpAddr = if v6 { "2001:db8::9".parse().unwrap() } else { "203.0.113.9".parse().unwrap() };
+                let mut sources = vec![(outside, Entry::Prerouting)];
+                sources.extend(node.first().map(|&ip| (ip, Entry::Output)));
+                for (dst, protocol, dport) in destinations(&table, &node) {
+                    for &(src, entry) in &sources {
+                        let packet = Packet { src, dst, protocol, dport, in_interface: None };
+                        let what = format!("{} ({version}, {:?}): {src} -> {dst} {protocol:?} {dport} ({entry:?})", path.display(), table.family);
+                        match trace(&table, &env, packet, entry) {
+                            Ok(t) if !t.outcomes.is_empty() && t.outcomes.iter().all(|o| o.verdict != Verdict::Undecided) => {
+                                traced += 1;
+                                tables.insert((version.as_str(), table.family.as_str()));
+                            }
+                            Ok(t) => failures.push(format!("{what}: undecided: {:?}", t.outcomes)),
+                            Err(e) => failures.push(format!("{what}: {e}")),
+                        }
+                    }
+                }
+            }
+        }
+    }
+    eprintln!("{} goldens, {traced} packets traced", fixtures.len());
+    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+    assert!(fixtures.len() > 50 && traced > 500, "{} goldens, {traced} packets traced", fixtures.len());
+    assert_eq!(tables.len(), 4, "both tables of both families traced: {tables:?}");
+}
