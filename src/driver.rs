@@ -34,6 +34,24 @@ pub enum Phase {
     Other,
 }
 
+/// A commit of the trackers: every family's tracker and its changes (per family).
+#[derive(Debug, Clone, Copy)]
+pub struct Commit<'a> {
+    pub trackers: &'a [FamilyTracker],
+    pub changes: &'a [Changes],
+}
+
+/// What a sync is asked to do: full or not, sent or a dry run, and which families must go.
+#[derive(Debug, Clone, Copy)]
+pub struct Ask<'a> {
+    pub full: Full,
+    pub pass: Pass,
+    pub wanted: &'a [bool],
+}
+
+/// Every family's report, or the failures (and the others' reports).
+pub type Outcome<F> = Result<Vec<Synced<<F as FamilyRules>::Report>>, Failed<<F as FamilyRules>::Error, <F as FamilyRules>::Report>>;
+
 /// Whether a sync is full: no, yes, or only because the full-sync period passed (which a
 /// family may skip: [`FamilyRules::skips_periodic_full`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,16 +192,8 @@ impl Driver {
     /// `wanted` families and any the kernel is not known to hold (all of them for a dry
     /// run): from the changed services alone when the kernel holds the previous rules and
     /// the sync is not full, else fully. One failing family does not stop the others.
-    pub fn sync<F: FamilyRules>(
-        &mut self,
-        families: &mut [F],
-        kernel: &mut F::Kernel,
-        trackers: &[FamilyTracker],
-        changes: &[Changes],
-        full: Full,
-        pass: Pass,
-        wanted: &[bool],
-    ) -> Result<Vec<Synced<F::Report>>, Failed<F::Error, F::Report>> {
+    pub fn sync<F: FamilyRules>(&mut self, families: &mut [F], kernel: &mut F::Kernel, commit: Commit<'_>, ask: Ask<'_>) -> Outcome<F> {
+        let (Commit { trackers, changes }, Ask { full, pass, wanted }) = (commit, ask);
         self.in_sync.resize(families.len(), false);
         let none = Changes::default();
         let mut updated = Vec::with_capacity(families.len());

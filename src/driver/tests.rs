@@ -71,7 +71,7 @@ fn trackers() -> Vec<FamilyTracker> {
 fn run(d: &mut Driver, fams: &mut [Rec], full: Full, pass: Pass, wanted: &[bool]) -> Result<Vec<Synced<&'static str>>, Failed<String, &'static str>> {
     let mut kernel = Vec::new();
     let changes = vec![Changes::default(), Changes::default()];
-    let r = d.sync(fams, &mut kernel, &trackers(), &changes, full, pass, wanted);
+    let r = d.sync(fams, &mut kernel, Commit { trackers: &trackers(), changes: &changes }, Ask { full, pass, wanted });
     for f in fams.iter_mut() {
         f.calls.retain(|c| *c != "update");
     }

@@ -18,7 +18,7 @@
 
 use std::time::Instant;
 
-use crate::driver::{Driver, FamilyRules, Failure};
+use crate::driver::{Ask, Commit, Driver, FamilyRules, Failure};
 pub use crate::driver::Full;
 use crate::driver::Pass;
 use crate::xtables::apply::{RestoreError, Restorer};
@@ -89,7 +89,7 @@ impl Proxier {
     /// [`Proxier::sync_as`] for the `wanted` families (and any the kernel is not known to
     /// hold), through the [`Driver`].
     pub fn sync_some(&mut self, trackers: &Trackers, changes: &[Changes], full: Full, pass: Pass, wanted: &[bool]) -> Result<Vec<Synced>, Failed> {
-        self.driver.sync(&mut self.rulesets, &mut self.kernel, &trackers.families, changes, full, pass, wanted)
+        self.driver.sync(&mut self.rulesets, &mut self.kernel, Commit { trackers: &trackers.families, changes }, Ask { full, pass, wanted })
     }
 
     /// The first canary found gone, as (family, table); `None` when every family's are

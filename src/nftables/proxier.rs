@@ -25,7 +25,7 @@ use super::model::Objects;
 use super::render::{hairpin_objects, Hairpin, Ruleset};
 use super::sync::{self, Report};
 use crate::config::Config;
-use crate::driver::{Driver, FamilyRules, Failure, Full};
+use crate::driver::{Ask, Commit, Driver, FamilyRules, Failure, Full};
 use crate::driver::Pass;
 pub use crate::driver::Phase;
 use super::sync::SyncError;
@@ -113,7 +113,7 @@ impl Proxier {
     /// [`Proxier::sync_as`] for the `wanted` families and any the kernel is not known to
     /// hold, through the [`Driver`].
     pub fn sync_some(&mut self, trackers: &Trackers, changes: &[Changes], full: bool, pass: Pass, wanted: &[bool]) -> Result<Vec<Synced>, Failed> {
-        self.driver.sync(&mut self.families, self.nft.as_mut(), &trackers.families, changes, Full::from(full), pass, wanted)
+        self.driver.sync(&mut self.families, self.nft.as_mut(), Commit { trackers: &trackers.families, changes }, Ask { full: Full::from(full), pass, wanted })
     }
 }
 
