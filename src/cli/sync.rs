@@ -215,6 +215,9 @@ fn print_nftables(args: &SyncArgs, reports: &[crate::nftables::sync::Report]) ->
             t.read.as_secs_f64(),
             t.apply.as_secs_f64(),
         );
+        if let Some((chains, served)) = r.interim {
+            eprintln!("svcproxy: {family} (nftables): cold start: every Service served after {:.3} s of the apply by an interim table; then {chains} chain(s) converted to kube-proxy's rules", served.as_secs_f64());
+        }
     }
     Ok(pending)
 }

@@ -12,6 +12,7 @@ pub mod apply;
 #[cfg(any(test, feature = "testing"))]
 pub mod check;
 pub mod chunked;
+pub mod cold;
 pub mod cleanup;
 pub mod context;
 pub mod delta;

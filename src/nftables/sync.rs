@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use super::apply::{Names, Nft, NftError};
 use super::listing::{self, Diff, Listing};
 use super::model::{self, Family, Form, Table};
-use super::{chunked, delta, staged};
+use super::{chunked, cold, delta, staged};
 use super::names::{localhost_nodeport_rejected_counter, HAIRPIN_CONNECTIONS, LOCALHOST_NODEPORT_REJECT_PORTS, LOCALHOST_NODEPORT_REJECT_PORTS_SPEC, MARK_MASQ};
 use crate::driver::Phase;
 
@@ -82,12 +82,15 @@ pub struct Report {
     pub via: Option<super::apply::Via>,
     /// The kernel held the other of kube-proxy's two tables ([`other_release`]).
     pub other_release: Option<String>,
+    /// A cold start through the interim table ([`super::cold`]): the chains converted to
+    /// kube-proxy's rules after it served, and when it served (since the apply began).
+    pub interim: Option<(usize, Duration)>,
     pub timings: Timings,
 }
 
 impl Report {
     pub(crate) fn new(family: Family) -> Self {
-        Report { family, diff: None, applied: false, lines: 0, batches: 0, kept: 0, refilled: 0, element_changes: 0, stale: Vec::new(), stale_error: None, via: None, other_release: None, timings: Timings::default() }
+        Report { family, diff: None, applied: false, lines: 0, batches: 0, kept: 0, refilled: 0, element_changes: 0, stale: Vec::new(), stale_error: None, via: None, other_release: None, interim: None, timings: Timings::default() }
     }
 }
 
@@ -105,10 +108,16 @@ pub struct Timings {
 
 /// Brings one family's `kube-proxy` table to `table` (or, with `dry_run`, says what differs).
 pub fn full(nft: &mut dyn Nft, table: &Table, dry_run: bool) -> Result<Report, SyncError> {
+    full_with(nft, table, dry_run, interim_min())
+}
+
+/// [`full`], a cold start through the interim table from `interim_min` one-endpoint maps.
+fn full_with(nft: &mut dyn Nft, table: &Table, dry_run: bool, interim_min: usize) -> Result<Report, SyncError> {
     if dry_run {
         return compare(nft, table);
     }
     let family = table.family;
+    let final_table = table;
     let mut report = Report::new(family);
     let t = Instant::now();
     // The names, and the live table to compare (netlink only: a chunked sync).
@@ -128,6 +137,13 @@ pub fn full(nft: &mut dyn Nft, table: &Table, dry_run: bool) -> Result<Report, S
     if let Some(note) = &report.other_release {
         tracing::warn!(family = family.as_str(), "{note}");
     }
+    // A cold start over netlink: an interim table first when the kernel would walk its set
+    // list for many anonymous maps (the conversion to `table` follows once it serves).
+    let interim = match (names.chains.is_empty(), nft.batch_lines()) {
+        (true, Some(_)) => cold::interim(table, interim_min),
+        _ => None,
+    };
+    let table = interim.as_ref().map_or(table, |i| &i.table);
     let plan = held.as_ref().map(|h| delta::plan(table, h));
     if let Some(p) = &plan {
         report.kept = p.same.len();
@@ -159,6 +175,16 @@ pub fn full(nft: &mut dyn Nft, table: &Table, dry_run: bool) -> Result<Report, S
         }
     }
     report.applied = true;
+    if let Some(i) = &interim {
+        let served = t.elapsed();
+        for batch in cold::conversion(final_table, &i.chains, cold::CONVERSION_LINES) {
+            nft.run(&batch).map_err(SyncError::write)?;
+            report.batches += 1;
+            report.lines += batch.lines().count();
+        }
+        report.interim = Some((i.chains.len(), served));
+        tracing::info!(family = family.as_str(), chains = i.chains.len(), served_after = ?served, "cold start: the interim table served, then its chains were converted to kube-proxy's");
+    }
     // A stale localhost NodePort reject chain's named counter goes after it (its rule, the
     // counter's one reference, went in the flush above).
     // Their map still sends NodePorts to them (a sync reads no map names): when the table
@@ -183,6 +209,16 @@ pub fn full(nft: &mut dyn Nft, table: &Table, dry_run: bool) -> Result<Report, S
     nft.full_sync_done(family);
     report.timings.apply = t.elapsed();
     Ok(report)
+}
+
+/// [`cold::INTERIM_MIN`], or the number `SVCPROXY_NFT_INTERIM_MIN` names (a test and
+/// tuning knob, not a setting: 0 turns the interim table off).
+fn interim_min() -> usize {
+    match std::env::var("SVCPROXY_NFT_INTERIM_MIN").ok().and_then(|v| v.parse().ok()) {
+        Some(0) => usize::MAX,
+        Some(n) => n,
+        None => cold::INTERIM_MIN,
+    }
 }
 
 /// After a refused filling transaction: deletes what the declaring one created (the whole
@@ -342,6 +378,34 @@ mod tests {
         let mut one = FakeNft::new();
         one.run(&model::write(&table(&["HASHHASH-a", "HASHHASH-b", "HASHHASH-c"]), Form::Transaction)).unwrap();
         assert_eq!(nft.listing(Family::Ip), one.listing(Family::Ip));
+    }
+
+    #[test]
+    fn a_cold_start_serves_from_the_interim_table_then_converts_to_kube_proxys() {
+        let mut t = table(&["HASHHASH-a", "HASHHASH-b", "HASHHASH-c"]);
+        t.objects.chain(Chain::regular("endpoint-X"));
+        t.objects.rule(Rule::new("endpoint-X", "accept"));
+        for r in t.objects.rules.iter_mut().filter(|r| r.chain.starts_with("service-") && r.chain != "service-HASHHASH-c") {
+            *r = Rule::new(r.chain.clone(), "numgen random mod 1 vmap { 0 : goto endpoint-X }");
+        }
+        let mut nft = FakeNft::new();
+        nft.batch_lines = Some(1000);
+        let r = full_with(&mut nft, &t, false, 2).unwrap();
+        assert_eq!(r.interim.map(|i| i.0), Some(2));
+        let runs: Vec<String> = nft.calls.iter().filter_map(|c| if let Call::Run(t) = c { Some(t.clone()) } else { None }).collect();
+        let conversion = &runs[runs.len() - 1];
+        assert!(runs[..runs.len() - 1].iter().all(|r| !r.contains("numgen")) && runs.iter().any(|r| r.contains("service-HASHHASH-a goto endpoint-X")), "{runs:?}");
+        assert_eq!(conversion, "flush chain ip kube-proxy service-HASHHASH-a\nadd rule ip kube-proxy service-HASHHASH-a numgen random mod 1 vmap { 0 : goto endpoint-X }\nflush chain ip kube-proxy service-HASHHASH-b\nadd rule ip kube-proxy service-HASHHASH-b numgen random mod 1 vmap { 0 : goto endpoint-X }\n");
+        let mut one = FakeNft::new();
+        one.run(&model::write(&t, Form::Transaction)).unwrap();
+        assert_eq!(nft.listing(Family::Ip), one.listing(Family::Ip), "the end is the table");
+        // Over the table it made (not cold), or below the bound: no interim.
+        assert_eq!(full_with(&mut nft, &t, false, 2).unwrap().interim, None);
+        let mut fresh = FakeNft::new();
+        fresh.batch_lines = Some(1000);
+        assert_eq!(full_with(&mut fresh, &t, false, 3).unwrap().interim, None);
+        // Through `nft -f` (no netlink batches): the table as it is.
+        assert_eq!(full_with(&mut FakeNft::new(), &t, false, 2).unwrap().interim, None);
     }
 
     #[test]
