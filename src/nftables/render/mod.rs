@@ -20,6 +20,8 @@
 pub mod chains;
 pub mod elements;
 pub mod fixed;
+#[cfg(test)]
+mod tests;
 mod values;
 pub mod wiring;
 
