@@ -4,12 +4,13 @@
 //! through them; v1.36 on, only a service with session affinity has them, the others DNAT
 //! straight from a random map.
 
-use crate::nftables::context::NftablesTable;
+use super::values::{action, addr, body, daddr, goto, host, if_local, if_not_local, jump, mark_masq, named, rule, verdict, Piece};
 use super::wiring::Wiring;
 use crate::model::Endpoint;
-use crate::nftables::context::Context;
+use crate::nftables::context::{Context, NftablesTable};
 use crate::nftables::model::{Chain, Objects, Rule, Set};
 use crate::nftables::names::{endpoint_names, MARK_MASQ};
+use crate::nftables::stmt::{Action, AddrValue, AnonSet, Concat, Dir, Dnat, Match, Prefix, Selector, Sep, Stmt, Verdict, Vmap};
 
 pub fn write(ctx: &Context, p: &Wiring, out: &mut Objects) {
     let endpoint_chains = uses_endpoint_chains(ctx, p);
@@ -65,32 +66,33 @@ fn internal_masquerade(ctx: &Context, p: &Wiring, out: &mut Objects) {
     if p.internal_refusal.is_some() || ctx.table == NftablesTable::V136 {
         return;
     }
-    let dest = format!("{} daddr {}", ctx.ip(), p.svc.cluster_ip);
-    let rule = match (&ctx.detector, ctx.masquerade_all) {
-        (_, true) => format!("{dest} jump {MARK_MASQ}"),
-        (Some(d), false) => format!("{dest} {} jump {MARK_MASQ}", d.if_not_local),
+    let dest: Piece = daddr(ctx, false, host(p.svc.cluster_ip)).into();
+    let mark: Piece = jump(MARK_MASQ).into();
+    let pieces = match (if_not_local(ctx), ctx.masquerade_all) {
+        (_, true) => vec![dest, mark],
+        (Some(outside), false) => vec![dest, outside, mark],
         (None, false) => return,
     };
-    out.rule(Rule::new(p.internal_chain.clone(), rule));
+    out.rule(rule(&p.internal_chain, pieces, None));
 }
 
 fn external_chain(ctx: &Context, p: &Wiring, out: &mut Objects) {
     let ext = p.chains.external.as_str();
-    let cluster = &p.chains.cluster;
-    let mark = ctx.mark_masq();
+    let cluster = || -> Piece { goto(&p.chains.cluster).into() };
+    let from_host = || -> Piece { Stmt::Match(Match::FibLocal(Dir::Saddr)).into() };
     if !p.svc.external_policy_local {
         // v1.36 comments the rule; v1.34 does not.
         let comment = (ctx.table == NftablesTable::V136).then_some("masquerade");
-        out.rule(Rule { comment: comment.map(str::to_owned), ..Rule::new(ext, mark) });
+        out.rule(rule(ext, [mark_masq(ctx)], comment));
     } else {
-        if let Some(d) = &ctx.detector {
-            out.rule(Rule::commented(ext, format!("{} goto {cluster}", d.if_local), "short-circuit pod traffic"));
+        if let Some(local) = if_local(ctx) {
+            out.rule(rule(ext, [local, cluster()], Some("short-circuit pod traffic")));
         }
-        out.rule(Rule::commented(ext, format!("fib saddr type local {mark}"), "masquerade local traffic"));
-        out.rule(Rule::commented(ext, format!("fib saddr type local goto {cluster}"), "short-circuit local traffic"));
+        out.rule(rule(ext, [from_host(), mark_masq(ctx)], Some("masquerade local traffic")));
+        out.rule(rule(ext, [from_host(), cluster()], Some("short-circuit local traffic")));
     }
     if p.external_refusal.is_none() {
-        out.rule(Rule::new(ext, format!("goto {}", p.external_policy_chain)));
+        out.rule(Rule::of(ext, body([goto(&p.external_policy_chain)], None)));
     }
 }
 
@@ -98,12 +100,14 @@ fn external_chain(ctx: &Context, p: &Wiring, out: &mut Objects) {
 /// the node, lets the VIPs themselves through: a VIP bound locally loops back from it).
 fn firewall_chain(ctx: &Context, p: &Wiring, out: &mut Objects) {
     let ranges = &p.svc.load_balancer_source_ranges;
-    let mut sources: Vec<String> = ranges.iter().map(|c| c.to_string()).collect();
+    let mut sources: Vec<Prefix> = ranges.iter().map(|c| Prefix { addr: c.addr(), len: Some(c.prefix()) }).collect();
     if ranges.iter().any(|c| c.contains(&ctx.node_ip)) {
-        sources.extend(p.svc.load_balancer_vips.iter().map(|ip| ip.to_string()));
+        sources.extend(p.svc.load_balancer_vips.iter().map(|&ip| Prefix { addr: ip, len: None }));
     }
-    let rule = format!("{} saddr != {{ {} }} drop", ctx.ip(), sources.join(" , "));
-    out.rule(Rule::new(p.chains.firewall.clone(), rule));
+    // The chain is used only for a service with source ranges: never an empty set.
+    let Some(sources) = AnonSet::new(sources, Sep::Spaced) else { return };
+    let stmts = [addr(ctx, Dir::Saddr, true, AddrValue::Anon(sources)), verdict(Verdict::Drop)];
+    out.rule(Rule::of(p.chains.firewall.as_str(), body(stmts, None)));
 }
 
 fn affinity_sets(ctx: &Context, p: &Wiring, out: &mut Objects) {
@@ -126,9 +130,9 @@ fn dispatch(ctx: &Context, p: &Wiring, chain: &str, eps: &[&Endpoint], out: &mut
 
 /// One random DNAT map over the endpoints' addresses and ports.
 fn dispatch_to_endpoints(ctx: &Context, p: &Wiring, chain: &str, eps: &[&Endpoint], out: &mut Objects) {
-    let arms: Vec<String> = eps.iter().enumerate().map(|(i, e)| format!("{i} : {} . {}", e.ip, e.port)).collect();
-    let rule = format!("meta l4proto {} dnat {} addr . port to numgen random mod {} map {{ {} }}", p.proto, ctx.ip(), eps.len(), arms.join(" , "));
-    out.rule(Rule::new(chain, rule));
+    let arms = eps.iter().enumerate().map(|(i, e)| (i as u32, e.ip, e.port)).collect();
+    let dnat = Dnat::Numgen { family: ctx.family, modulus: eps.len() as u32, arms };
+    out.rule(Rule::of(chain, body([Stmt::Match(Match::L4proto(p.svc.protocol)), action(Action::Dnat(dnat))], None)));
 }
 
 /// Affinity checks, then one random verdict map over the endpoints' chains.
@@ -136,20 +140,22 @@ fn dispatch_to_chains(ctx: &Context, p: &Wiring, chain: &str, eps: &[&Endpoint],
     let names: Vec<(String, String)> = eps.iter().map(|e| names(p, e)).collect();
     if p.svc.session_affinity.is_some() {
         for (ep_chain, affinity) in &names {
-            out.rule(Rule::new(chain, format!("{} saddr @{affinity} goto {ep_chain}", ctx.ip())));
+            out.rule(Rule::of(chain, body([addr(ctx, Dir::Saddr, false, named(affinity)), goto(ep_chain)], None)));
         }
     }
-    let arms: Vec<String> = names.iter().enumerate().map(|(i, (c, _))| format!("{i} : goto {c}")).collect();
-    out.rule(Rule::new(chain, format!("numgen random mod {} vmap {{ {} }}", eps.len(), arms.join(" , "))));
+    let arms = names.into_iter().enumerate().map(|(i, (c, _))| (i as u32, Verdict::Goto(c))).collect();
+    out.rule(Rule::of(chain, body([Stmt::Vmap(Vmap::Numgen { modulus: eps.len() as u32, arms })], None)));
 }
 
 fn endpoint_chain(ctx: &Context, p: &Wiring, ep: &Endpoint, out: &mut Objects) {
     let (chain, affinity) = names(p, ep);
     if ctx.table == NftablesTable::V134 {
-        out.rule(Rule::new(chain.clone(), format!("{} saddr {} jump {MARK_MASQ}", ctx.ip(), ep.ip)));
+        out.rule(Rule::of(chain.as_str(), body([addr(ctx, Dir::Saddr, false, host(ep.ip)), jump(MARK_MASQ)], None)));
     }
     if p.svc.session_affinity.is_some() {
-        out.rule(Rule::new(chain.clone(), format!("update @{affinity} {{ {} saddr }}", ctx.ip())));
+        let key = Concat(vec![Selector::Addr(ctx.family, Dir::Saddr)]);
+        out.rule(Rule::of(chain.as_str(), body([action(Action::Update { set: affinity, key })], None)));
     }
-    out.rule(Rule::new(chain, format!("meta l4proto {} dnat to {}", p.proto, ep.addr_string())));
+    let dnat = Dnat::To { addr: ep.ip, port: ep.port };
+    out.rule(Rule::of(chain, body([Stmt::Match(Match::L4proto(p.svc.protocol)), action(Action::Dnat(dnat))], None)));
 }

@@ -3,16 +3,14 @@
 //! chains (and, from kube-proxy v1.36, the `hairpin-connections` set and the ClusterIP
 //! masquerade rule of `services`), and the shared sets and verdict maps the services'
 //! elements go into.
-//!
-//! Its rules are built as statement values ([`crate::nftables::stmt`]), but for those
-//! made of the [`Context`]'s text (the mark, the local-traffic detector, the
-//! ServiceCIDRs), written with `format!` until the context holds them as values.
 
 use crate::nftables::context::NftablesTable;
 use crate::nftables::context::Context;
 use crate::nftables::model::{Chain, Hook, Objects, Rule, Set};
 use crate::nftables::names::*;
-use crate::nftables::stmt::{Action, AddrValue, Body, Concat, Ct, Dir, Match, Prefix, Selector, Stmt, Verdict, Vmap};
+use crate::nftables::stmt::{Action, Concat, Ct, Dir, MarkOp, Match, Selector, Stmt, Verdict};
+
+use super::values::{action, address_key, body, daddr, jump, if_not_local, in_service_cidrs, loopback, mark_is_zero, mark_set, masquerade_fully_random, named, port_key, rule, verdict, vmap, Piece};
 
 /// (name, type, hook, priority): `dstnat` is -100, `srcnat` 100, `filter` 0.
 const BASE_CHAINS: [(&str, &str, &str, i32); 8] = [
@@ -63,7 +61,7 @@ fn chains(ctx: &Context, out: &mut Objects) {
             regular.push(to);
         }
         let new = new_only.then_some(Stmt::Match(Match::Ct(Ct::StateNew)));
-        out.rule(Rule::of(from, body(new.into_iter().chain([Stmt::Verdict(Verdict::Jump(to.into()))]), None)));
+        out.rule(Rule::of(from, body(new.into_iter().chain([jump(to)]), None)));
     }
     let mark_chain = (ctx.table == NftablesTable::V134).then_some(MARK_MASQ);
     for name in regular.into_iter().chain(mark_chain) {
@@ -75,81 +73,44 @@ fn chains(ctx: &Context, out: &mut Objects) {
 }
 
 fn masquerade(ctx: &Context, out: &mut Objects) {
-    let m = &ctx.mark;
     if ctx.table == NftablesTable::V136 {
         let addr = ctx.family.addr_type();
         let kind = format!("{addr} . {addr} . inet_proto . inet_service");
         out.sets.push(Set::plain(HAIRPIN_CONNECTIONS, kind, Some("service hairpin connections")));
-        out.rule(Rule::new(MASQUERADING, format!("mark and {m} != 0 mark set mark xor {m} masquerade fully-random")));
-        let ip = ctx.ip();
-        let hairpin = format!("ct status dnat {ip} saddr . {ip} daddr . meta l4proto . th dport @{HAIRPIN_CONNECTIONS} masquerade fully-random");
-        out.rule(Rule::new(MASQUERADING, hairpin));
+        out.rule(rule(MASQUERADING, [mark_is_zero(ctx, true), mark_set(ctx, MarkOp::Xor), masquerade_fully_random().into()], None));
+        let key = Concat(vec![Selector::Addr(ctx.family, Dir::Saddr), Selector::Addr(ctx.family, Dir::Daddr), Selector::L4proto, Selector::ThDport]);
+        let hairpin = [Stmt::Match(Match::Ct(Ct::StatusDnat)), Stmt::Match(Match::InSet { key, set: HAIRPIN_CONNECTIONS.into() }), masquerade_fully_random()];
+        out.rule(Rule::of(MASQUERADING, body(hairpin, None)));
         return;
     }
-    out.rule(Rule::new(MARK_MASQ, format!("mark set mark or {m}")));
-    out.rule(Rule::new(MASQUERADING, format!("mark and {m} == 0 return")));
-    out.rule(Rule::new(MASQUERADING, format!("mark set mark xor {m}")));
-    out.rule(Rule::new(MASQUERADING, "masquerade fully-random"));
+    out.rule(rule(MARK_MASQ, [mark_set(ctx, MarkOp::Or)], None));
+    out.rule(rule(MASQUERADING, [mark_is_zero(ctx, false), verdict(Verdict::Return).into()], None));
+    out.rule(rule(MASQUERADING, [mark_set(ctx, MarkOp::Xor)], None));
+    out.rule(Rule::of(MASQUERADING, body([masquerade_fully_random()], None)));
 }
 
 /// Traffic to a ClusterIP on a port no service has is rejected; to an unallocated
 /// address in the ServiceCIDRs, dropped.
 fn cluster_ips(ctx: &Context, out: &mut Objects) {
     out.sets.push(Set::plain(CLUSTER_IPS, ctx.family.addr_type(), Some("Active ClusterIPs")));
-    let reject = [daddr(ctx, false, AddrValue::Named(CLUSTER_IPS.into())), Stmt::Action(Action::Reject)];
+    let reject = [daddr(ctx, false, named(CLUSTER_IPS)), action(Action::Reject)];
     out.rule(Rule::of(CLUSTER_IPS_CHECK, body(reject, Some("Reject traffic to invalid ports of ClusterIPs"))));
-    if !ctx.service_cidrs.is_empty() {
-        let rule = format!("{} daddr {{ {} }} drop", ctx.ip(), ctx.service_cidrs.join(","));
-        out.rule(Rule::commented(CLUSTER_IPS_CHECK, rule, "Drop traffic to unallocated ClusterIPs"));
+    if let Some(cidrs) = in_service_cidrs(ctx) {
+        out.rule(rule(CLUSTER_IPS_CHECK, [cidrs, verdict(Verdict::Drop).into()], Some("Drop traffic to unallocated ClusterIPs")));
     }
-}
-
-/// A rule's statements and comment.
-fn body(stmts: impl IntoIterator<Item = Stmt>, comment: Option<&str>) -> Body {
-    Body { stmts: stmts.into_iter().collect(), comment: comment.map(str::to_owned) }
-}
-
-/// `ip daddr VALUE` (`!=` when negated; `ip6` alike).
-fn daddr(ctx: &Context, negated: bool, value: AddrValue) -> Stmt {
-    Stmt::Match(Match::Addr { family: ctx.family, dir: Dir::Daddr, negated, value })
-}
-
-/// `KEY vmap @MAP`.
-fn vmap(key: Vec<Selector>, map: &str) -> Stmt {
-    Stmt::Vmap(Vmap::Named { key: Concat(key), map: map.into() })
-}
-
-/// `ip daddr . meta l4proto . th dport` (`ip6` alike): a service's address, protocol and port.
-fn address_key(ctx: &Context) -> Vec<Selector> {
-    vec![Selector::Addr(ctx.family, Dir::Daddr), Selector::L4proto, Selector::ThDport]
-}
-
-/// `meta l4proto . th dport`: a NodePort's protocol and port.
-fn port_key() -> Vec<Selector> {
-    vec![Selector::L4proto, Selector::ThDport]
-}
-
-/// `ip daddr != 127.0.0.0/8` (`ip6 daddr != ::1`): NodePorts are not on loopback.
-fn no_localhost(ctx: &Context) -> Stmt {
-    let prefix = if ctx.ip_family.is_v6() {
-        Prefix { addr: std::net::Ipv6Addr::LOCALHOST.into(), len: None }
-    } else {
-        Prefix { addr: std::net::Ipv4Addr::new(127, 0, 0, 0).into(), len: Some(8) }
-    };
-    daddr(ctx, true, AddrValue::Prefix(prefix))
 }
 
 /// What selects NodePort traffic: every local address but loopback, or the
 /// `nodeport-ips` set (created and filled here) when nodePortAddresses narrows them.
 fn node_port_match(ctx: &Context, out: &mut Objects) -> Stmt {
-    let Some(ips) = &ctx.node_port_ips else { return no_localhost(ctx) };
+    let Some(ips) = &ctx.node_port_ips else { return loopback(ctx, true) };
     if !out.sets.iter().any(|s| s.name == NODEPORT_IPS) {
         out.sets.push(Set::plain(NODEPORT_IPS, ctx.family.addr_type(), Some("IPs that accept NodePort traffic")));
         for ip in ips.iter().filter(|ip| !ip.is_loopback()) {
             out.element(NODEPORT_IPS, vec![ip.to_string()], vec![], None);
         }
     }
-    daddr(ctx, false, AddrValue::Named(NODEPORT_IPS.into()))
+    daddr(ctx, false, named(NODEPORT_IPS))
 }
 
 fn addr_map_type(ctx: &Context) -> String {
@@ -178,12 +139,11 @@ fn localhost_node_ports(ctx: &Context, out: &mut Objects) {
     for proto in lh.rejected() {
         let counter = localhost_nodeport_rejected_counter(proto);
         let chain = localhost_nodeport_reject_chain(proto);
-        out.rule(Rule::new(&chain, format!("counter name \"{counter}\" reject")));
+        out.rule(Rule::of(&chain, body([action(Action::Counter { name: counter.clone() }), action(Action::Reject)], None)));
         out.chain(Chain::regular(chain));
         out.counters.push(counter);
     }
-    let loopback = if ctx.ip_family.is_v6() { "ip6 daddr ::1" } else { "ip daddr 127.0.0.0/8" };
-    out.rule(Rule::new(NODEPORT_ENDPOINTS_CHECK, format!("{loopback} meta l4proto . th dport vmap @{LOCALHOST_NODEPORT_REJECT_PORTS}")));
+    out.rule(Rule::of(NODEPORT_ENDPOINTS_CHECK, body([loopback(ctx, false), vmap(port_key(), LOCALHOST_NODEPORT_REJECT_PORTS)], None)));
 }
 
 fn firewall(ctx: &Context, out: &mut Objects) {
@@ -200,7 +160,7 @@ fn dispatch(ctx: &Context, out: &mut Objects) {
     out.rule(Rule::of(SERVICES, body([vmap(address_key(ctx), SERVICE_IPS)], None)));
     let node_ports = vmap(port_key(), SERVICE_NODEPORTS);
     let stmts = match ctx.node_port_ips {
-        None => vec![Stmt::Match(Match::FibLocal(Dir::Daddr)), no_localhost(ctx), node_ports],
+        None => vec![Stmt::Match(Match::FibLocal(Dir::Daddr)), loopback(ctx, true), node_ports],
         Some(_) => vec![node_port_match(ctx, out), node_ports],
     };
     out.rule(Rule::of(SERVICES, body(stmts, None)));
@@ -209,13 +169,11 @@ fn dispatch(ctx: &Context, out: &mut Objects) {
 /// kube-proxy v1.36 on: off-cluster (or, with masqueradeAll, all) traffic to any ClusterIP
 /// is marked for masquerade by one rule (v1.34 has one in each service chain).
 fn cluster_ip_masquerade(ctx: &Context, out: &mut Objects) {
-    let dest = format!("{} daddr @{CLUSTER_IPS}", ctx.ip());
-    let mark = ctx.mark_masq();
-    match (&ctx.detector, ctx.masquerade_all) {
-        (_, true) => out.rule(Rule::commented(SERVICES, format!("{dest} {mark}"), "masquerade all clusterIP traffic")),
-        (Some(d), false) => {
-            out.rule(Rule::commented(SERVICES, format!("{dest} {} {mark}", d.if_not_local), "masquerade clusterIP traffic from outside cluster"))
-        }
+    let dest: Piece = daddr(ctx, false, named(CLUSTER_IPS)).into();
+    let mark = mark_set(ctx, MarkOp::Or);
+    match (if_not_local(ctx), ctx.masquerade_all) {
+        (_, true) => out.rule(rule(SERVICES, [dest, mark], Some("masquerade all clusterIP traffic"))),
+        (Some(outside), false) => out.rule(rule(SERVICES, [dest, outside, mark], Some("masquerade clusterIP traffic from outside cluster"))),
         (None, false) => {}
     }
 }

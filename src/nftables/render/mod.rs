@@ -1,6 +1,8 @@
 //! The nftables renderer: cluster state in, one family's `kube-proxy` table out, as
 //! values ([`crate::nftables::model`]). Pure. Each service port's objects are rendered
-//! apart (as the iptables renderer keeps its lines), in service-port order.
+//! apart (as the iptables renderer keeps its lines), in service-port order. Every rule is
+//! built as statement values ([`crate::nftables::stmt`], through `values`), its text
+//! written from them.
 //!
 //! A [`Ruleset`] keeps what each service port was rendered *from* (the trackers' shared
 //! `Arc`s of the port and its endpoints), not the objects: a port's objects are a pure
@@ -18,6 +20,9 @@
 pub mod chains;
 pub mod elements;
 pub mod fixed;
+#[cfg(test)]
+mod tests;
+mod values;
 pub mod wiring;
 
 use crate::nftables::context::NftablesTable;
