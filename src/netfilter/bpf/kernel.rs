@@ -54,8 +54,8 @@ pub struct Attached {
 }
 
 /// Loads the object (its maps pinned under `pins`, reused when already there) and
-/// attaches every hook to the cgroup v2 directory `cgroup`, beside any other program
-/// there (`AllowMultiple`). A hook whose link pin exists was attached by an earlier run
+/// attaches every hook to the cgroup v2 directory `cgroup` through a `bpf_link`, beside
+/// any other program there. A hook whose link pin exists was attached by an earlier run
 /// to the same pinned maps and is kept.
 pub fn attach(pins: &Path, cgroup: &Path) -> Result<Attached, BpfError> {
     let elf = object()?;
@@ -78,7 +78,9 @@ pub fn attach(pins: &Path, cgroup: &Path) -> Result<Attached, BpfError> {
             .try_into()
             .map_err(prog_err(program, "not a cgroup sock_addr program"))?;
         prog.load().map_err(prog_err(program, "loading (verifier)"))?;
-        let id = prog.attach(&dir, CgroupAttachMode::AllowMultiple).map_err(prog_err(program, "attaching"))?;
+        // A bpf_link always shares the hook with other programs (the kernel attaches it
+        // multi); its create call refuses the prog-attach flags, so no mode flag is passed.
+        let id = prog.attach(&dir, CgroupAttachMode::Single).map_err(prog_err(program, "attaching"))?;
         let link: FdLink = prog
             .take_link(id)
             .map_err(prog_err(program, "taking the link"))?

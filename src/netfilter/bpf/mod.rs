@@ -17,12 +17,25 @@ pub enum BpfError {
          install clang and libbpf-dev and rebuild to use --socket-lb"
     )]
     NotBuilt,
-    #[error("loading the socket-LB object (maps pinned under {pins}): {source}")]
+    #[error("loading the socket-LB object (maps pinned under {pins}): {}", chain(&**source))]
     Load { pins: PathBuf, source: Box<aya::EbpfError> },
-    #[error("socket-LB program {program}: {what}: {source}")]
+    #[error("socket-LB program {program}: {what}: {}", chain(&**source))]
     Program { program: &'static str, what: &'static str, source: Box<dyn std::error::Error + Send + Sync> },
-    #[error("socket-LB map {map}: {what}: {source}")]
+    #[error("socket-LB map {map}: {what}: {}", chain(&**source))]
     Map { map: &'static str, what: &'static str, source: Box<aya::maps::MapError> },
     #[error("{what} {path}: {source}")]
     Io { what: &'static str, path: PathBuf, source: std::io::Error },
+}
+
+/// An error and its causes on one line: aya's errors name the call, their sources the
+/// kernel's errno (and the verifier's log).
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        out.push_str(": ");
+        out.push_str(&cause.to_string());
+        next = cause.source();
+    }
+    out
 }
