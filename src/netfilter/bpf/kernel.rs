@@ -129,6 +129,14 @@ pub struct Maps {
     counters: PerCpuArray<MapData, u64>,
 }
 
+fn gone_is_ok(r: Result<(), aya::maps::MapError>) -> Result<(), aya::maps::MapError> {
+    match r {
+        Err(aya::maps::MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+        Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+        other => other,
+    }
+}
+
 fn open(pins: &Path, name: &'static str) -> Result<Map, BpfError> {
     let data = MapData::from_pin(pins.join(name)).map_err(map_err(name, "opening the pin"))?;
     Map::from_map_data(data).map_err(map_err(name, "reading its type"))
@@ -169,8 +177,9 @@ impl Maps {
         self.services.insert(key.encode(), value.encode(), 0).map_err(map_err(maps::SERVICES, "update"))
     }
 
+    /// Deleting an entry that is not there is no error (an earlier, interrupted sync).
     pub fn delete_service(&mut self, key: &ServiceKey) -> Result<(), BpfError> {
-        self.services.remove(&key.encode()).map_err(map_err(maps::SERVICES, "delete"))
+        gone_is_ok(self.services.remove(&key.encode())).map_err(map_err(maps::SERVICES, "delete"))
     }
 
     pub fn put_backend(&mut self, key: &BackendKey, addr: SocketAddr) -> Result<(), BpfError> {
@@ -178,7 +187,7 @@ impl Maps {
     }
 
     pub fn delete_backend(&mut self, key: &BackendKey) -> Result<(), BpfError> {
-        self.backends.remove(&key.encode()).map_err(map_err(maps::BACKENDS, "delete"))
+        gone_is_ok(self.backends.remove(&key.encode())).map_err(map_err(maps::BACKENDS, "delete"))
     }
 
     /// A counter summed over the CPUs.
