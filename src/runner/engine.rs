@@ -443,6 +443,19 @@ impl Engine {
         Some(crate::serve::localhost_nodeports::specs(s, e, here))
     }
 
+    /// The socket-LB entries every family's committed maps want (one set of maps holds
+    /// both families, keyed by address).
+    pub fn socket_lb_wanted(&self) -> crate::socketlb::plan::Wanted {
+        let zone = self.config.node_labels.get(crate::model::LABEL_ZONE).map(String::as_str);
+        let here = crate::select::Locality { node_name: &self.config.node_name, zone };
+        let mut out = crate::socketlb::plan::Wanted::new();
+        for t in &self.trackers.families {
+            let (s, e) = t.view();
+            out.extend(crate::socketlb::plan::wanted(s, e, here));
+        }
+        out
+    }
+
     /// Local endpoint counts per health-check node port, over all families.
     pub fn health_check_counts(&self) -> std::collections::BTreeMap<u16, (crate::model::NamespacedName, usize)> {
         let mut out = std::collections::BTreeMap::new();

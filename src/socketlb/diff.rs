@@ -47,6 +47,12 @@ impl Held {
         held
     }
 
+    /// Where a new generation id search starts: past every held one, so an id freed by
+    /// this sync is not handed out again at once.
+    pub fn next_id(&self) -> u32 {
+        self.ids().last().map_or(1, |id| id.wrapping_add(1))
+    }
+
     fn ids(&self) -> BTreeSet<u32> {
         self.services.values().map(|(v, _)| v.backend_id).chain(self.orphans.iter().map(|k| k.backend_id)).collect()
     }
@@ -62,6 +68,19 @@ pub struct Change {
     pub service: Option<ServiceValue>,
     /// Then the old generation's slots.
     pub delete_backends: Vec<BackendKey>,
+}
+
+impl Change {
+    /// One line for `sync --dry-run`: `+` a Service entry written (its backends, or
+    /// "refused"), `-` one deleted.
+    pub fn line(&self) -> String {
+        let svc = format!("{}/{:?}", SocketAddr::new(self.key.addr, self.key.port), self.key.proto).to_lowercase();
+        match &self.service {
+            None => format!("- {svc}"),
+            Some(_) if self.put_backends.is_empty() => format!("+ {svc} refused (no endpoints)"),
+            Some(_) => format!("+ {svc} -> {}", self.put_backends.iter().map(|(_, a)| a.to_string()).collect::<Vec<_>>().join(" ")),
+        }
+    }
 }
 
 /// The changes that make `held` into `wanted`, and the orphan slots to delete.
@@ -219,6 +238,20 @@ mod tests {
         let after = applied(&held, &d);
         assert_eq!(after.services.len(), 49);
         assert!(after.orphans.is_empty());
+    }
+
+    #[test]
+    fn a_change_reads_as_one_line() {
+        let mut wanted = Wanted::new();
+        wanted.insert(key("10.0.0.1"), addrs(&["10.1.0.1:80", "10.1.0.2:80"]));
+        wanted.insert(key("10.0.0.2"), vec![]);
+        let d = diff(&Held::default(), &wanted, &mut 1);
+        let lines: Vec<String> = d.changes.iter().map(Change::line).collect();
+        assert_eq!(lines, vec!["+ 10.0.0.1:80/tcp -> 10.1.0.1:80 10.1.0.2:80", "+ 10.0.0.2:80/tcp refused (no endpoints)"]);
+        let held = applied(&Held::default(), &d);
+        assert_eq!(held.next_id(), 3);
+        let gone = diff(&held, &Wanted::new(), &mut 3);
+        assert_eq!(gone.changes.iter().map(Change::line).collect::<Vec<_>>(), vec!["- 10.0.0.1:80/tcp", "- 10.0.0.2:80/tcp"]);
     }
 
     #[test]

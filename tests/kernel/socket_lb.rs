@@ -17,8 +17,9 @@ use svcproxy::model::Protocol;
 use svcproxy::netfilter::bpf::kernel::{self, Maps};
 use svcproxy::netfilter::bpf::maps::{BackendKey, Counter, ServiceKey, ServiceValue};
 
+use crate::dataplane::{cluster_yaml, ep4, ep6, pod_ip4, pod_ip6, pod_name, svc, sync_args, tcp, udp};
 use crate::harness::{skip, Case, CaseResult, Ctx};
-use crate::netns::{run_bounded, run_ok, Lab, Ns};
+use crate::netns::{run_bounded, run_ok, Backend, Lab, Ns};
 
 pub const CLIENT_FLAG: &str = "__svk_socklb_client";
 
@@ -31,7 +32,10 @@ const POD_PORT: u16 = 8080;
 const ATTEMPT: Duration = Duration::from_millis(1500);
 
 pub fn cases() -> Vec<Case> {
-    vec![Case::new("socket_lb_cluster_ip_reached_by_socket_translation_alone", translation_alone)]
+    vec![
+        Case::new("socket_lb_cluster_ip_reached_by_socket_translation_alone", translation_alone),
+        Case::new("socket_lb_one_shot_sync_writes_the_maps_and_follows_endpoints", one_shot_sync),
+    ]
 }
 
 /// The test's own cgroup v2 and bpffs mounts, its child cgroup and the pin directory;
@@ -222,11 +226,34 @@ fn service(maps: &mut Maps, addr: &str, proto: Protocol, backend_id: u32, backen
     maps.put_service(&key, &value).map_err(|e| e.to_string())
 }
 
-fn translation_alone(ctx: &mut Ctx) -> CaseResult {
-    ctx.require(&["ip", "mount", "umount"])?;
+/// Root, the tools, and the programs in this build (else SKIPPED, saying which).
+fn require(ctx: &Ctx, tools: &[&str]) -> CaseResult {
+    ctx.require(tools)?;
     if !svcproxy::netfilter::bpf::object::built() {
         return Err(skip("svcproxy was built without clang: the socket-LB programs are not in this binary (apt-get install clang libbpf-dev, then rebuild)"));
     }
+    Ok(())
+}
+
+/// Which pods answered `count` attempts of `mode` to `svc`, each seeing the Service as its peer.
+fn answered_by(ctx: &Ctx, node: &Ns, procs: &str, mode: &str, svc: &str, count: u32) -> Result<std::collections::BTreeSet<String>, String> {
+    let answers = client(node, procs, mode, svc, count)?;
+    let want = SocketAddr::new(svc.parse().unwrap(), PORT);
+    let mut pods = std::collections::BTreeSet::new();
+    for ans in &answers {
+        match ans {
+            Answer::Ok { peer, pod } if *peer == want => {
+                pods.insert(pod.clone());
+            }
+            other => return Err(format!("{mode} to {svc}: {other:?} (want an answer from {want}; all: {answers:?})")),
+        }
+    }
+    ctx.log(format!("{mode} {svc}: {count} answers from {pods:?}"));
+    Ok(pods)
+}
+
+fn translation_alone(ctx: &mut Ctx) -> CaseResult {
+    require(ctx, &["ip", "mount", "umount"])?;
     let mut lab = Lab::new("socklb")?;
     let a = lab.add_pod("sl-a", "198.18.1.2", Some("fd00:18:1::2"))?;
     let b = lab.add_pod("sl-b", "198.18.1.3", Some("fd00:18:1::3"))?;
@@ -295,6 +322,69 @@ fn translation_alone(ctx: &mut Ctx) -> CaseResult {
     let after = client(&node, &procs, "tcp", SVC4, 2)?;
     crate::ensure!(after.iter().all(|a| *a == Answer::Unreachable), "after cleanup the programs are detached: {after:?}");
     crate::ensure!(!Path::new(&rig.pins).exists(), "the pin directory is gone");
+    drop(rig);
+    drop(lab);
+    Ok(())
+}
+
+/// `svcproxy sync --socket-lb` (iptables mode, one-shot) with the rig's cgroup and pin
+/// directory: the ClusterIP, unrouted in the node namespace so no rule can be what
+/// answers, is reached by TCP and UDP on both families; a dry run right after finds
+/// nothing to change; a second sync without one pod's endpoint moves every new socket
+/// to the other pod and leaves no slot of the old generation.
+fn one_shot_sync(ctx: &mut Ctx) -> CaseResult {
+    require(ctx, &["ip", "mount", "umount", "iptables-nft", "iptables-nft-restore"])?;
+    let mut lab = Lab::new("socklbsync")?;
+    for k in [1, 2] {
+        let pod = lab.add_pod(&pod_name(k), &pod_ip4(k), Some(&pod_ip6(k)))?;
+        pod.serve_tcp(crate::dataplane::EP_PORT)?;
+        pod.serve_udp(5353)?;
+    }
+    let rig = Rig::new()?;
+    let (svc4, svc6) = ("198.19.255.10", "fd00:19:ff::10");
+    let cluster = |pods: &[u8]| {
+        let mut s = svc("sl-web", svc4, vec![tcp("web", PORT), udp("dns", PORT)], pods.iter().map(|k| ep4(*k)).collect());
+        s.cluster_ips.push(svc6.to_string());
+        s.eps6 = pods.iter().map(|k| ep6(*k)).collect();
+        let empty = svc("sl-empty", "198.19.255.11", vec![tcp("web", PORT)], vec![]);
+        cluster_yaml(&[s, empty])
+    };
+    let (cg, pins) = (rig.cgroup.to_string_lossy().into_owned(), rig.pins.to_string_lossy().into_owned());
+    let sync = |text: &str, dry: bool, code: i32| -> Result<String, String> {
+        let path = crate::svcproxy::temp_yaml(text)?;
+        let p = crate::svcproxy::path_str(&path).to_string();
+        let mut args = sync_args(&p, dry);
+        args.extend_from_slice(&["--socket-lb", "--socket-lb-cgroup", &cg, "--socket-lb-pin-dir", &pins]);
+        let r = crate::svcproxy::run_expect(lab.node(), Backend::Nft, &args, code);
+        let _ = std::fs::remove_file(&path);
+        r
+    };
+    let pending = sync(&cluster(&[1, 2]), true, 1)?;
+    ctx.log(format!("dry run before: {pending}"));
+    crate::ensure!(pending.contains("+ 198.19.255.10:80/tcp -> 198.18.1.2:8080 198.18.2.2:8080"), "the dry run names the entries: {pending}");
+    crate::ensure!(!rig.pins.exists(), "a dry run attaches nothing");
+    sync(&cluster(&[1, 2]), false, 0)?;
+    sync(&cluster(&[1, 2]), true, 0).map_err(|e| format!("a dry run right after the sync wants changes: {e}"))?;
+
+    let node = lab.node().clone();
+    let procs = rig.procs();
+    for (mode, addr) in [("tcp", svc4), ("udp", svc4), ("tcp", svc6), ("udp-unconnected", svc6)] {
+        let pods = answered_by(ctx, &node, &procs, mode, addr, 16)?;
+        crate::ensure!(pods.len() == 2, "{mode} to {addr}: both pods answer: {pods:?}");
+    }
+    let refused = client(&node, &procs, "tcp", "198.19.255.11", 2)?;
+    crate::ensure!(refused.iter().all(|a| *a == Answer::Refused), "no endpoints: refused: {refused:?}");
+
+    sync(&cluster(&[2]), false, 0)?;
+    for (mode, addr) in [("tcp", svc4), ("udp", svc6)] {
+        let pods = answered_by(ctx, &node, &procs, mode, addr, 8)?;
+        crate::ensure!(pods.iter().eq([pod_name(2)].iter()), "{mode} to {addr}: only pod2 is left: {pods:?}");
+    }
+    let maps = Maps::open(&rig.pins).map_err(|e| e.to_string())?;
+    let held = svcproxy::socketlb::apply::read_held(&maps).map_err(|e| e.to_string())?;
+    crate::ensure!(held.orphans.is_empty(), "no slot of the old generation is left: {:?}", held.orphans);
+    crate::ensure!(held.services.len() == 5, "v4 and v6 TCP and UDP, and the empty Service: {:?}", held.services.keys());
+    drop(maps);
     drop(rig);
     drop(lab);
     Ok(())
