@@ -329,11 +329,11 @@ fn translation_alone(ctx: &mut Ctx) -> CaseResult {
 
 /// `svcproxy sync --socket-lb` (iptables mode, one-shot) with the rig's cgroup and pin
 /// directory: the ClusterIP, unrouted in the node namespace so no rule can be what
-/// answers, is reached by TCP and UDP on both families; a dry run right after finds
-/// nothing to change; a second sync without one pod's endpoint moves every new socket
+/// answers, is reached by TCP and UDP on both families, and conntrack holds no flow to it
+/// (no DNAT happened); a dry run right after finds nothing to change; a second sync without one pod's endpoint moves every new socket
 /// to the other pod and leaves no slot of the old generation.
 fn one_shot_sync(ctx: &mut Ctx) -> CaseResult {
-    require(ctx, &["ip", "mount", "umount", "iptables-nft", "iptables-nft-restore"])?;
+    require(ctx, &["ip", "mount", "umount", "conntrack", "iptables-nft", "iptables-nft-restore"])?;
     let mut lab = Lab::new("socklbsync")?;
     for k in [1, 2] {
         let pod = lab.add_pod(&pod_name(k), &pod_ip4(k), Some(&pod_ip6(k)))?;
@@ -360,7 +360,7 @@ fn one_shot_sync(ctx: &mut Ctx) -> CaseResult {
         r
     };
     let pending = sync(&cluster(&[1, 2]), true, 1)?;
-    ctx.log(format!("dry run before: {pending}"));
+    ctx.log(format!("dry run before: {}", pending.split("# socket-lb").nth(1).unwrap_or("(no socket-lb section)")));
     crate::ensure!(pending.contains("+ 198.19.255.10:80/tcp -> 198.18.1.2:8080 198.18.2.2:8080"), "the dry run names the entries: {pending}");
     crate::ensure!(!rig.pins.exists(), "a dry run attaches nothing");
     sync(&cluster(&[1, 2]), false, 0)?;
@@ -374,6 +374,15 @@ fn one_shot_sync(ctx: &mut Ctx) -> CaseResult {
     }
     let refused = client(&node, &procs, "tcp", "198.19.255.11", 2)?;
     crate::ensure!(refused.iter().all(|a| *a == Answer::Refused), "no endpoints: refused: {refused:?}");
+    // The rules are loaded, so conntrack tracks the node's flows: they name the pods, and
+    // none was DNATed from the ClusterIP (the socket carried the pod's address from the start).
+    for (family, addr, pod) in [("ipv4", svc4, pod_ip4(1)), ("ipv6", svc6, pod_ip6(1))] {
+        let to_svc = node.run(&["conntrack", "-L", "-f", family, "-d", addr])?;
+        let to_pod = node.run(&["conntrack", "-L", "-f", family, "-d", &pod])?;
+        ctx.log(format!("conntrack to {addr}: {to_svc:?}; to {pod}: {} flow(s)", to_pod.lines().count()));
+        crate::ensure!(to_svc.trim().is_empty(), "no flow to the ClusterIP {addr}: {to_svc}");
+        crate::ensure!(to_pod.lines().count() > 0, "the pod's flows are tracked (the check above can see flows)");
+    }
 
     sync(&cluster(&[2]), false, 0)?;
     for (mode, addr) in [("tcp", svc4), ("udp", svc6)] {
