@@ -163,9 +163,7 @@ fn print_socket_lb(args: &SyncArgs, report: &crate::runner::socketlb::Report) ->
         return Ok(pending);
     };
     if let Some(a) = &report.attached {
-        if a.attached > 0 {
-            eprintln!("svcproxy: socket-lb: {} program(s) attached", a.attached);
-        }
+        eprintln!("svcproxy: socket-lb: {} program(s) attached ({} replacing an earlier run's)", a.attached, a.replaced);
     }
     eprintln!("svcproxy: socket-lb: {} Service entries written or deleted, {} orphan slot(s) deleted", applied.services, report.diff.orphans.len());
     if !applied.failures.is_empty() {

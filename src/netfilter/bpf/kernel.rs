@@ -46,17 +46,19 @@ fn map_err(map: &'static str, what: &'static str) -> impl FnOnce(aya::maps::MapE
     move |e| BpfError::Map { map, what, source: Box::new(e) }
 }
 
-/// What [`attach`] did: hooks newly attached, and hooks an earlier run left attached.
+/// What [`attach`] did: hooks attached, and of those how many replaced an earlier run's.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Attached {
     pub attached: usize,
-    pub kept: usize,
+    pub replaced: usize,
 }
 
 /// Loads the object (its maps pinned under `pins`, reused when already there) and
 /// attaches every hook to the cgroup v2 directory `cgroup` through a `bpf_link`, beside
-/// any other program there. A hook whose link pin exists was attached by an earlier run
-/// to the same pinned maps and is kept.
+/// any other program there. An earlier run's link is replaced, not kept: this binary's
+/// programs and this cgroup are what the node gets. The new link is attached before the
+/// old one goes (its pin renamed over the old pin), so no socket finds the hook empty;
+/// meanwhile both run, and the second sees an address the first already translated.
 pub fn attach(pins: &Path, cgroup: &Path) -> Result<Attached, BpfError> {
     let elf = object()?;
     fs::create_dir_all(pins).map_err(io("creating the pin directory", pins))?;
@@ -68,10 +70,10 @@ pub fn attach(pins: &Path, cgroup: &Path) -> Result<Attached, BpfError> {
     let mut done = Attached::default();
     for program in PROGRAMS {
         let pin = link_pin(pins, program);
-        if pin.exists() {
-            done.kept += 1;
-            continue;
-        }
+        // bpffs refuses names with a dot.
+        let fresh = pins.join(format!("new_link_{program}"));
+        // A leftover of a run that stopped between pinning and renaming: its link goes.
+        let _ = fs::remove_file(&fresh);
         let prog: &mut CgroupSockAddr = ebpf
             .program_mut(program)
             .ok_or_else(|| prog_err(program, "not in the object")(aya::programs::ProgramError::NotLoaded))?
@@ -86,8 +88,11 @@ pub fn attach(pins: &Path, cgroup: &Path) -> Result<Attached, BpfError> {
             .map_err(prog_err(program, "taking the link"))?
             .try_into()
             .map_err(|e: LinkError| BpfError::Program { program, what: "link without an fd", source: Box::new(e) })?;
-        link.pin(&pin).map_err(|e| BpfError::Program { program, what: "pinning the link", source: Box::new(e) })?;
+        link.pin(&fresh).map_err(|e| BpfError::Program { program, what: "pinning the link", source: Box::new(e) })?;
+        let replaced = pin.exists();
+        fs::rename(&fresh, &pin).map_err(io("renaming the new link's pin over the old", &pin))?;
         done.attached += 1;
+        done.replaced += usize::from(replaced);
     }
     Ok(done)
 }
@@ -105,7 +110,11 @@ pub struct Cleaned {
 /// it. Files svcproxy did not name are left, and so is their directory.
 pub fn cleanup(pins: &Path) -> Result<Cleaned, BpfError> {
     let mut done = Cleaned::default();
-    let names = PROGRAMS.iter().map(|p| (link_pin(pins, p), true)).chain(maps::ALL.iter().map(|m| (pins.join(m), false)));
+    let names = PROGRAMS
+        .iter()
+        .map(|p| (link_pin(pins, p), true))
+        .chain(PROGRAMS.iter().map(|p| (pins.join(format!("new_link_{p}")), true)))
+        .chain(maps::ALL.iter().map(|m| (pins.join(m), false)));
     for (path, is_link) in names {
         match fs::remove_file(&path) {
             Ok(()) if is_link => done.links += 1,

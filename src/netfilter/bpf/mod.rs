@@ -33,8 +33,12 @@ fn chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut out = e.to_string();
     let mut next = e.source();
     while let Some(cause) = next {
-        out.push_str(": ");
-        out.push_str(&cause.to_string());
+        let text = cause.to_string();
+        // Some of aya's messages already end with their source's.
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
         next = cause.source();
     }
     out
