@@ -103,6 +103,22 @@ pub struct Cleaned {
     pub links: usize,
     pub maps: usize,
     pub dir_removed: bool,
+    /// Each pin removed, by path.
+    pub removed: Vec<String>,
+}
+
+/// svcproxy's pin names under `pins`, each with whether it is a link.
+fn own_names(pins: &Path) -> impl Iterator<Item = (PathBuf, bool)> + '_ {
+    PROGRAMS
+        .iter()
+        .map(move |p| (link_pin(pins, p), true))
+        .chain(PROGRAMS.iter().map(move |p| (pins.join(format!("new_link_{p}")), true)))
+        .chain(maps::ALL.iter().map(move |m| (pins.join(m), false)))
+}
+
+/// The pins [`cleanup`] would remove (for `cleanup --dry-run`).
+pub fn pinned(pins: &Path) -> Vec<String> {
+    own_names(pins).filter(|(p, _)| p.exists()).map(|(p, _)| p.display().to_string()).collect()
 }
 
 /// Detaches the programs and drops the maps by removing svcproxy's pins (a link or map
@@ -110,15 +126,16 @@ pub struct Cleaned {
 /// it. Files svcproxy did not name are left, and so is their directory.
 pub fn cleanup(pins: &Path) -> Result<Cleaned, BpfError> {
     let mut done = Cleaned::default();
-    let names = PROGRAMS
-        .iter()
-        .map(|p| (link_pin(pins, p), true))
-        .chain(PROGRAMS.iter().map(|p| (pins.join(format!("new_link_{p}")), true)))
-        .chain(maps::ALL.iter().map(|m| (pins.join(m), false)));
-    for (path, is_link) in names {
+    for (path, is_link) in own_names(pins) {
         match fs::remove_file(&path) {
-            Ok(()) if is_link => done.links += 1,
-            Ok(()) => done.maps += 1,
+            Ok(()) => {
+                if is_link {
+                    done.links += 1;
+                } else {
+                    done.maps += 1;
+                }
+                done.removed.push(path.display().to_string());
+            }
             Err(e) if e.kind() == ErrorKind::NotFound => {}
             Err(e) => return Err(io("removing the pin", &path)(e)),
         }
