@@ -104,6 +104,10 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
     let iptables = crate::runner::node::Iptables::on_node(loaded.config.mode, args.iptables_backend.chosen(), args.iptables_lock_wait);
     let backend = iptables.backend;
     let socket_lb = loaded.config.socket_lb.clone();
+    if socket_lb.is_some() {
+        // Before the rules change: a binary without the programs cannot carry the flag out.
+        crate::netfilter::bpf::object::object().context("--socket-lb")?;
+    }
     let mut engine = crate::runner::node::engine(loaded.config, loaded.trackers, iptables, true).context("IPVS sync failed")?;
     let pending = match engine.sync_as(true, pass) {
         Ok(outcome) => {
