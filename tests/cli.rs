@@ -690,10 +690,3 @@ fn ci_means_the_same_to_scripts_test_and_to_the_test_tiers() {
         assert_eq!(sh.status().expect("bash runs").success(), expected, "CI={value:?} in tests/support/ci.sh");
     }
 }
-
-#[test]
-fn socket_lb_in_watch_mode_is_refused_before_anything_starts() {
-    let o = run(&["sync", "--watch", "--from", "fixtures/demo.yaml", "--socket-lb"]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(stderr(&o).contains("--socket-lb is carried out by the one-shot sync only so far"), "{}", stderr(&o));
-}

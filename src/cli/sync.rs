@@ -106,7 +106,7 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
     let socket_lb = loaded.config.socket_lb.clone();
     if socket_lb.is_some() {
         // Before the rules change: a binary without the programs cannot carry the flag out.
-        crate::netfilter::bpf::object::object().context("--socket-lb")?;
+        crate::runner::socketlb::built().context(crate::settings::row::socket_lb.flag())?;
     }
     let mut engine = crate::runner::node::engine(loaded.config, loaded.trackers, iptables, true).context("IPVS sync failed")?;
     let pending = match engine.sync_as(true, pass) {
@@ -124,7 +124,7 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
             if let Some(cfg) = &socket_lb {
                 // After the rules: a socket the programs do not translate still finds them.
                 let report = crate::runner::socketlb::sync(cfg, &engine.socket_lb_wanted(), pass)
-                    .context("--socket-lb: the rules were synced, the socket-LB maps were not")?;
+                    .with_context(|| format!("{}: the rules were synced, the socket-LB maps were not", crate::settings::row::socket_lb.flag()))?;
                 pending |= print_socket_lb(args, &report)?;
             }
             pending
@@ -174,7 +174,7 @@ fn print_socket_lb(args: &SyncArgs, report: &crate::runner::socketlb::Report) ->
         for f in &applied.failures {
             eprintln!("svcproxy: warning: socket-lb: {f}");
         }
-        anyhow::bail!("--socket-lb: {} socket-LB map write(s) failed (above); those Services keep their previous backends", applied.failures.len());
+        anyhow::bail!("{} socket-LB map write(s) failed (above); those Services keep their previous backends", applied.failures.len());
     }
     Ok(false)
 }

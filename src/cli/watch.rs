@@ -70,9 +70,8 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
     };
     let effective = flags.clone().over(file.clone());
     if effective.socket_lb == Some(true) {
-        // Said before anything starts: a flag accepted and then not carried out would look
-        // like socket-level load balancing that silently is not there.
-        anyhow::bail!("--socket-lb is carried out by the one-shot sync only so far, not in watch mode (docs/socket-lb.md)");
+        // Before anything starts: a binary without the programs cannot carry the flag out.
+        crate::runner::socketlb::built().context(settings::row::socket_lb.flag())?;
     }
     init_logging(&node::logging(&effective).context("invalid configuration")?);
     for note in notes.iter().chain(&flags.notes()) {

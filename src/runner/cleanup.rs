@@ -66,7 +66,7 @@ pub fn run(dry_run: bool) -> Vec<Step> {
         Err(crate::nftables::apply::NftError::Spawn { .. }) => {}
         result => steps.push(Step { what: "nftables".into(), result: result.map_err(Into::into) }),
     }
-    steps.push(Step { what: "socket-lb".into(), result: socket_lb(dry_run) });
+    steps.push(Step { what: "socket LB".into(), result: socket_lb(dry_run) });
     steps
 }
 

@@ -125,6 +125,8 @@ pub struct Engine {
     /// Families whose rules changed outside the trackers (the ServiceCIDRs): they sync
     /// in the next pass, changes or not.
     resync: std::collections::BTreeSet<crate::net::IpFamily>,
+    /// `--socket-lb` in watch mode: synced after each pass that succeeded.
+    pub socket_lb: Option<crate::runner::socketlb::Live>,
 }
 
 impl Engine {
@@ -167,7 +169,7 @@ impl Engine {
                 conntrack.owe_all(t.family);
             }
         }
-        let mut engine = Engine { config, trackers, proxier, sysctl_root: None, no_local: Default::default(), unsynced: Default::default(), last_trigger_times: Vec::new(), conntrack, last_reconciled: Vec::new(), resync: Default::default(), node_ips_at_start: None };
+        let mut engine = Engine { config, trackers, proxier, sysctl_root: None, no_local: Default::default(), unsynced: Default::default(), last_trigger_times: Vec::new(), conntrack, last_reconciled: Vec::new(), resync: Default::default(), node_ips_at_start: None, socket_lb: None };
         let all: std::collections::BTreeSet<_> =
             engine.trackers.families.iter().flat_map(|t| t.view().0.keys().map(|k| k.service.clone())).collect();
         engine.update_no_local(&all);
@@ -441,6 +443,13 @@ impl Engine {
         let zone = self.config.node_labels.get(crate::model::LABEL_ZONE).map(String::as_str);
         let here = crate::select::Locality { node_name: &self.config.node_name, zone };
         Some(crate::serve::localhost_nodeports::specs(s, e, here))
+    }
+
+    /// Watch mode's socket-LB sync after a pass (`None`: `--socket-lb` is off).
+    pub fn sync_socket_lb(&mut self) -> Option<Result<crate::runner::socketlb::Report, crate::netfilter::bpf::BpfError>> {
+        self.socket_lb.as_ref()?;
+        let wanted = self.socket_lb_wanted();
+        self.socket_lb.as_mut().map(|live| live.sync(&wanted))
     }
 
     /// The socket-LB entries every family's committed maps want (one set of maps holds

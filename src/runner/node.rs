@@ -122,6 +122,10 @@ pub fn engine(config: Config, trackers: Trackers, iptables: Iptables, one_shot: 
     };
     if one_shot {
         engine = engine.without_canaries();
+    } else {
+        // Watch mode syncs the socket-LB maps after each pass (the one-shot sync does
+        // it once, from `cli::sync`).
+        engine.socket_lb = engine.config.socket_lb.clone().map(crate::runner::socketlb::Live::new);
     }
     engine.sysctl_root = Some(std::path::PathBuf::from("/proc/sys"));
     Ok(engine)

@@ -1,7 +1,7 @@
-//! `--socket-lb` on this node, after the mode's sync: the programs attached (once; their
-//! pinned links keep them there), then the maps brought to what the committed trackers
-//! want (`socketlb::{plan,diff,apply}`). A dry run reads the pinned maps, if any, and
-//! writes nothing.
+//! `--socket-lb` on this node, after the mode's sync: the programs attached (their pinned
+//! links keep them there), then the maps brought to what the committed trackers want
+//! (`socketlb::{plan,diff,apply}`). A one-shot sync reads the maps ([`sync`]; a dry run
+//! writes nothing); watch mode reads them once and then trusts what it wrote ([`Live`]).
 
 use crate::config::SocketLbConfig;
 use crate::driver::Pass;
@@ -21,6 +21,12 @@ pub struct Report {
     pub applied: Option<Applied>,
 }
 
+/// Whether this binary carries the programs: the reason when it does not (the CLI asks
+/// before the rules change).
+pub fn built() -> Result<(), BpfError> {
+    object::object().map(|_| ())
+}
+
 pub fn sync(cfg: &SocketLbConfig, wanted: &Wanted, pass: Pass) -> Result<Report, BpfError> {
     // First, so that a binary without the programs says so whatever else is missing.
     object::object()?;
@@ -35,4 +41,47 @@ pub fn sync(cfg: &SocketLbConfig, wanted: &Wanted, pass: Pass) -> Result<Report,
     let diff = diff(&held, wanted, &mut held.next_id());
     let applied = apply(&diff, &mut table);
     Ok(Report { attached: Some(attached), diff, applied: Some(applied) })
+}
+
+/// Watch mode's socket-LB state: the maps as last written, trusted between syncs (as the
+/// iptables partial sync trusts what it sent); after any failure the programs are
+/// attached and the maps read again at the next sync.
+pub struct Live {
+    cfg: SocketLbConfig,
+    table: Option<Maps>,
+    held: Option<Held>,
+    next_id: u32,
+}
+
+impl Live {
+    pub fn new(cfg: SocketLbConfig) -> Live {
+        Live { cfg, table: None, held: None, next_id: 1 }
+    }
+
+    /// One sync after the mode's: attaches first (and after a failure), then writes the
+    /// difference from what is held.
+    pub fn sync(&mut self, wanted: &Wanted) -> Result<Report, BpfError> {
+        let mut attached = None;
+        if self.table.is_none() {
+            attached = Some(kernel::attach(&self.cfg.pins, &self.cfg.cgroup)?);
+            self.table = Some(Maps::open(&self.cfg.pins)?);
+            self.held = None;
+        }
+        let table = self.table.as_mut().expect("opened above");
+        let held = match self.held.take() {
+            Some(h) => h,
+            None => read_held(table)?,
+        };
+        let mut next = self.next_id.max(held.next_id());
+        let diff = diff(&held, wanted, &mut next);
+        self.next_id = next;
+        let applied = apply(&diff, table);
+        if applied.failures.is_empty() {
+            self.held = Some(held.after(&diff));
+        } else {
+            // What the kernel holds is uncertain: attach and read everything again.
+            self.table = None;
+        }
+        Ok(Report { attached, diff, applied: Some(applied) })
+    }
 }

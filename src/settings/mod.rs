@@ -390,7 +390,7 @@ settings! {
     nft_netlink: bool, Node, file none, flags ["nft-netlink"], Effect::Acts,
         "nftables mode: send transactions as nf_tables netlink batches (false: every one through nft -f, as kube-proxy's knftables)";
     socket_lb: bool, Node, file none, flags ["socket-lb"], Effect::Acts,
-        "Socket-level load balancing (docs/socket-lb.md): cgroup eBPF programs send a local socket's connect() or sendmsg() to a ClusterIP straight to a backend, chosen as the rules choose, beside the mode's unchanged rules; one-shot sync only so far, and svcproxy must be built with clang";
+        "Socket-level load balancing (docs/socket-lb.md): cgroup eBPF programs send a local socket's connect() or sendmsg() to a ClusterIP straight to a backend, chosen as the rules choose, beside the mode's unchanged rules, after each sync (one-shot and watch); svcproxy must be built with clang";
     socket_lb_cgroup: String, Node, file none, flags ["socket-lb-cgroup"], Effect::Acts,
         "The cgroup v2 directory the socket-LB programs attach to: every process in it or below is translated";
     socket_lb_pin_dir: String, Node, file none, flags ["socket-lb-pin-dir"], Effect::Acts,

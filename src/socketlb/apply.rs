@@ -170,10 +170,12 @@ mod tests {
             wanted(&[("10.0.0.1", &["10.1.0.2:53", "10.1.0.4:53", "10.1.0.5:53"]), ("10.0.0.3", &[])]),
             wanted(&[("10.0.0.3", &["10.1.0.6:53"])]),
         ] {
-            let d = diff(&fake.held(), &w, &mut next);
+            let before = fake.held();
+            let d = diff(&before, &w, &mut next);
             let done = apply(&d, &mut fake);
             assert!(done.failures.is_empty(), "{done:?}");
             let held = fake.held();
+            assert_eq!(before.after(&d), held, "what watch mode keeps is what the maps hold");
             assert!(held.orphans.is_empty());
             let got: Wanted = held.services.into_iter().map(|(k, (_, b))| (k, b.unwrap())).collect();
             assert_eq!(got, w);

@@ -53,6 +53,24 @@ impl Held {
         self.ids().last().map_or(1, |id| id.wrapping_add(1))
     }
 
+    /// What the maps hold once `diff` is applied without a failure (watch mode keeps this
+    /// instead of reading the maps back every sync).
+    pub fn after(mut self, diff: &Diff) -> Held {
+        for c in &diff.changes {
+            match c.service {
+                Some(value) => {
+                    let backends = c.put_backends.iter().map(|(_, a)| *a).collect();
+                    self.services.insert(c.key, (value, Some(backends)));
+                }
+                None => {
+                    self.services.remove(&c.key);
+                }
+            }
+        }
+        self.orphans.retain(|k| !diff.orphans.contains(k));
+        self
+    }
+
     fn ids(&self) -> BTreeSet<u32> {
         self.services.values().map(|(v, _)| v.backend_id).chain(self.orphans.iter().map(|k| k.backend_id)).collect()
     }

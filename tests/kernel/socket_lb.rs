@@ -5,7 +5,9 @@
 //! connected UDP and unconnected UDP, IPv4 and IPv6, by the socket translation alone:
 //! both pods answer, and the client sees the Service address as its peer (getpeername,
 //! recvmsg). A Service with no endpoints refuses `connect()`. The same client outside the
-//! cgroup, and inside it after cleanup, finds the ClusterIP unreachable.
+//! cgroup, and inside it after cleanup, finds the ClusterIP unreachable. `svcproxy sync
+//! --socket-lb`, one-shot and in watch mode, writes the maps from a cluster file and
+//! follows its endpoint changes.
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
@@ -35,6 +37,7 @@ pub fn cases() -> Vec<Case> {
     vec![
         Case::new("socket_lb_cluster_ip_reached_by_socket_translation_alone", translation_alone),
         Case::new("socket_lb_one_shot_sync_writes_the_maps_and_follows_endpoints", one_shot_sync),
+        Case::new("socket_lb_watch_mode_follows_endpoint_changes", watch_mode),
     ]
 }
 
@@ -333,6 +336,19 @@ fn translation_alone(ctx: &mut Ctx) -> CaseResult {
     Ok(())
 }
 
+/// The cluster file of the `sync` cases: `sl-web` (TCP and UDP port 80, v4 and v6) with
+/// the endpoints of `pods`, and `sl-empty` with none.
+fn sync_cluster(pods: &[u8]) -> String {
+    let mut s = svc("sl-web", SYNC_SVC4, vec![tcp("web", PORT), udp("dns", PORT)], pods.iter().map(|k| ep4(*k)).collect());
+    s.cluster_ips.push(SYNC_SVC6.to_string());
+    s.eps6 = pods.iter().map(|k| ep6(*k)).collect();
+    let empty = svc("sl-empty", "198.19.255.11", vec![tcp("web", PORT)], vec![]);
+    cluster_yaml(&[s, empty])
+}
+
+const SYNC_SVC4: &str = "198.19.255.10";
+const SYNC_SVC6: &str = "fd00:19:ff::10";
+
 /// `svcproxy sync --socket-lb` (iptables mode, one-shot) with the rig's cgroup and pin
 /// directory: the ClusterIP, unrouted in the node namespace so no rule can be what
 /// answers, is reached by TCP and UDP on both families, and conntrack holds no flow to it
@@ -347,14 +363,8 @@ fn one_shot_sync(ctx: &mut Ctx) -> CaseResult {
         pod.serve_udp(5353)?;
     }
     let rig = Rig::new()?;
-    let (svc4, svc6) = ("198.19.255.10", "fd00:19:ff::10");
-    let cluster = |pods: &[u8]| {
-        let mut s = svc("sl-web", svc4, vec![tcp("web", PORT), udp("dns", PORT)], pods.iter().map(|k| ep4(*k)).collect());
-        s.cluster_ips.push(svc6.to_string());
-        s.eps6 = pods.iter().map(|k| ep6(*k)).collect();
-        let empty = svc("sl-empty", "198.19.255.11", vec![tcp("web", PORT)], vec![]);
-        cluster_yaml(&[s, empty])
-    };
+    let (svc4, svc6) = (SYNC_SVC4, SYNC_SVC6);
+    let cluster = sync_cluster;
     let (cg, pins) = (rig.cgroup.to_string_lossy().into_owned(), rig.pins.to_string_lossy().into_owned());
     let sync = |text: &str, dry: bool, code: i32| -> Result<String, String> {
         let path = crate::svcproxy::temp_yaml(text)?;
@@ -400,6 +410,65 @@ fn one_shot_sync(ctx: &mut Ctx) -> CaseResult {
     crate::ensure!(held.orphans.is_empty(), "no slot of the old generation is left: {:?}", held.orphans);
     crate::ensure!(held.services.len() == 5, "v4 and v6 TCP and UDP, and the empty Service: {:?}", held.services.keys());
     drop(maps);
+    drop(rig);
+    drop(lab);
+    Ok(())
+}
+
+/// `svcproxy sync --watch --socket-lb` from a cluster file: the maps are written after the
+/// first sync, and an endpoint removed from the file moves every new socket to the pod
+/// left, within a bounded wait.
+fn watch_mode(ctx: &mut Ctx) -> CaseResult {
+    require(ctx, &["ip", "mount", "umount", "iptables-nft", "iptables-nft-restore"])?;
+    let mut lab = Lab::new("socklbwatch")?;
+    for k in [1, 2] {
+        let pod = lab.add_pod(&pod_name(k), &pod_ip4(k), Some(&pod_ip6(k)))?;
+        pod.serve_tcp(crate::dataplane::EP_PORT)?;
+        pod.serve_udp(5353)?;
+    }
+    let rig = Rig::new()?;
+    let file = crate::svcproxy::temp_yaml(&sync_cluster(&[1, 2]))?;
+    let p = crate::svcproxy::path_str(&file).to_string();
+    let (cg, pins) = (rig.cgroup.to_string_lossy().into_owned(), rig.pins.to_string_lossy().into_owned());
+    let mut argv = sync_args(&p, false);
+    argv.extend_from_slice(&[
+        "--watch", "--poll-interval", "100ms", "--iptables-backend", "nft", "--min-sync-period", "0s",
+        "--healthz-bind-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0",
+        "--socket-lb", "--socket-lb-cgroup", &cg, "--socket-lb-pin-dir", &pins,
+    ]);
+    let log = rig.dir.join("svcproxy.log");
+    let node = lab.node().clone();
+    let daemon = crate::watch_e2e::spawn_svcproxy(&node.name, &argv, &[], &log)?;
+    let procs = rig.procs();
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    let waited = crate::watch_e2e::until("the first sync's socket-LB entries", Duration::from_secs(20), || {
+        matches!(answered_by(ctx, &node, &procs, "tcp", SYNC_SVC4, 8), Ok(p) if p.len() == 2)
+    })
+    .map_err(|e| format!("{e}; svcproxy log:\n{}", log_text()))?;
+    ctx.log(format!("both pods answer through the socket path {waited:?} after start"));
+    let pods = answered_by(ctx, &node, &procs, "udp", SYNC_SVC6, 16)?;
+    crate::ensure!(pods.len() == 2, "udp to {SYNC_SVC6}: both pods: {pods:?}");
+
+    // Rewritten in one rename, so the poller never reads half a file.
+    let tmp = file.with_extension("tmp");
+    std::fs::write(&tmp, sync_cluster(&[2])).map_err(|e| e.to_string())?;
+    std::fs::rename(&tmp, &file).map_err(|e| e.to_string())?;
+    let only2 = std::collections::BTreeSet::from([pod_name(2)]);
+    let waited = crate::watch_e2e::until("every socket on pod2 after pod1's endpoint went", Duration::from_secs(20), || {
+        matches!(answered_by(ctx, &node, &procs, "tcp", SYNC_SVC4, 8), Ok(p) if p == only2)
+    })
+    .map_err(|e| format!("{e}; svcproxy log:\n{}", log_text()))?;
+    ctx.log(format!("pod1's endpoint gone from the maps {waited:?} after the file changed"));
+    let pods = answered_by(ctx, &node, &procs, "udp-unconnected", SYNC_SVC6, 8)?;
+    crate::ensure!(pods == only2, "udp to {SYNC_SVC6}: only pod2: {pods:?}");
+    drop(daemon);
+    let maps = Maps::open(&rig.pins).map_err(|e| e.to_string())?;
+    let held = svcproxy::socketlb::apply::read_held(&maps).map_err(|e| e.to_string())?;
+    crate::ensure!(held.orphans.is_empty(), "no slot of an old generation is left: {:?}", held.orphans);
+    ctx.log(format!("svcproxy log:\n{}", log_text()));
+    crate::ensure!(log_text().contains("socket-lb programs attached"), "the attach is logged");
+    drop(maps);
+    let _ = std::fs::remove_file(&file);
     drop(rig);
     drop(lab);
     Ok(())
