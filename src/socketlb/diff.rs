@@ -139,10 +139,26 @@ fn old_slots(value: &ServiceValue) -> Vec<BackendKey> {
 
 /// The per-Service changes; `next_id` is advanced past the ids it hands out.
 pub fn diff(held: &Held, wanted: &Wanted, next_id: &mut u32) -> Diff {
+    let keys: BTreeSet<ServiceKey> = wanted.keys().chain(held.services.keys()).copied().collect();
+    let mut out = diff_keys(held, wanted, &keys, next_id);
+    out.orphans = held.orphans.clone();
+    out
+}
+
+/// [`diff`] of the Service keys in `keys` alone (watch mode: the ports of the Services a
+/// sync changed, as they were and as they are); `wanted` need hold only those. Held
+/// entries outside `keys` are not looked at, and orphan slots wait for a full diff.
+pub fn diff_keys(held: &Held, wanted: &Wanted, keys: &BTreeSet<ServiceKey>, next_id: &mut u32) -> Diff {
     let mut ids = Ids { used: held.ids(), next: *next_id };
-    let mut out = Diff { changes: Vec::new(), orphans: held.orphans.clone() };
-    for (key, backends) in wanted {
+    let mut out = Diff::default();
+    for key in keys {
         let old = held.services.get(key);
+        let Some(backends) = wanted.get(key) else {
+            if let Some((value, _)) = old {
+                out.changes.push(Change { key: *key, put_backends: Vec::new(), service: None, delete_backends: old_slots(value) });
+            }
+            continue;
+        };
         if old.is_some_and(|(_, b)| b.as_ref() == Some(backends)) {
             continue;
         }
@@ -155,11 +171,6 @@ pub fn diff(held: &Held, wanted: &Wanted, next_id: &mut u32) -> Diff {
             service: Some(ServiceValue { backend_id, count: count as u16, no_backends: count == 0 }),
             delete_backends: old.map_or_else(Vec::new, |(v, _)| old_slots(v)),
         });
-    }
-    for (key, (value, _)) in &held.services {
-        if !wanted.contains_key(key) {
-            out.changes.push(Change { key: *key, put_backends: Vec::new(), service: None, delete_backends: old_slots(value) });
-        }
     }
     *next_id = ids.next;
     out
@@ -270,6 +281,26 @@ mod tests {
         assert_eq!(held.next_id(), 3);
         let gone = diff(&held, &Wanted::new(), &mut 3);
         assert_eq!(gone.changes.iter().map(Change::line).collect::<Vec<_>>(), vec!["- 10.0.0.1:80/tcp", "- 10.0.0.2:80/tcp"]);
+    }
+
+    #[test]
+    fn a_scoped_diff_touches_its_keys_alone() {
+        let mut wanted = Wanted::new();
+        for ip in ["10.0.0.1", "10.0.0.2", "10.0.0.3"] {
+            wanted.insert(key(ip), addrs(&["10.1.0.1:80"]));
+        }
+        let mut next = 1;
+        let held = applied(&Held::default(), &diff(&Held::default(), &wanted, &mut next));
+        // 10.0.0.1 changed, 10.0.0.2 went, 10.0.0.3 is out of scope (and absent from the
+        // partial wanted map): only the first two change.
+        let mut part = Wanted::new();
+        part.insert(key("10.0.0.1"), addrs(&["10.1.0.2:80"]));
+        let scope: BTreeSet<ServiceKey> = [key("10.0.0.1"), key("10.0.0.2")].into_iter().collect();
+        let d = diff_keys(&held, &part, &scope, &mut next);
+        assert_eq!(d.changes.iter().map(Change::line).collect::<Vec<_>>(), vec!["+ 10.0.0.1:80/tcp -> 10.1.0.2:80", "- 10.0.0.2:80/tcp"]);
+        let after = applied(&held, &d);
+        assert_eq!(after.services.len(), 2);
+        assert_eq!(after, held.clone().after(&d));
     }
 
     #[test]

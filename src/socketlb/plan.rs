@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
-use crate::model::{EndpointsMap, Protocol, ServicePortMap};
+use crate::model::{port_entries, Endpoint, EndpointsMap, NamespacedName, Protocol, ServicePort, ServicePortMap};
 use crate::netfilter::bpf::maps::ServiceKey;
 use crate::select::{categorize, Locality};
 use crate::wiring::Reach;
@@ -23,26 +23,31 @@ pub type Wanted = BTreeMap<ServiceKey, Vec<SocketAddr>>;
 ///   drop that traffic; a refused connect would differ);
 /// - NodePorts, external and load-balancer IPs (ClusterIPs only in this step).
 pub fn wanted(services: &ServicePortMap, endpoints: &EndpointsMap, here: Locality) -> Wanted {
-    let none = Vec::new();
-    let mut out = Wanted::new();
-    for (name, svc) in services {
-        if svc.protocol == Protocol::Sctp || svc.session_affinity.is_some() || svc.cluster_ip.is_unspecified() {
-            continue;
-        }
-        let eps = endpoints.get(name).map_or(&none, |e| &**e);
-        let cat = categorize(eps, svc, here);
-        let reach = Reach::of(svc, &cat);
-        let backends: Vec<SocketAddr> = if reach.has_internal {
-            let chosen = if svc.internal_policy_local { &cat.local } else { &cat.cluster };
-            chosen.iter().map(|e| SocketAddr::new(e.ip, e.port)).collect()
-        } else if reach.has_endpoints {
-            continue;
-        } else {
-            Vec::new()
-        };
-        out.insert(ServiceKey { addr: svc.cluster_ip, port: svc.port, proto: svc.protocol }, backends);
+    services.iter().filter_map(|(name, svc)| entry(svc, endpoints.get(name).map(|e| &**e), here)).collect()
+}
+
+/// [`wanted`] of one Service's ports alone (what a sync that changed it re-plans).
+pub fn wanted_of(services: &ServicePortMap, endpoints: &EndpointsMap, here: Locality, id: &NamespacedName) -> Wanted {
+    port_entries(services, id).filter_map(|(name, svc)| entry(svc, endpoints.get(name).map(|e| &**e), here)).collect()
+}
+
+/// One Service port's entry, or `None` when the rules keep it (see [`wanted`]).
+fn entry(svc: &ServicePort, endpoints: Option<&Vec<Endpoint>>, here: Locality) -> Option<(ServiceKey, Vec<SocketAddr>)> {
+    if svc.protocol == Protocol::Sctp || svc.session_affinity.is_some() || svc.cluster_ip.is_unspecified() {
+        return None;
     }
-    out
+    let none = Vec::new();
+    let cat = categorize(endpoints.unwrap_or(&none), svc, here);
+    let reach = Reach::of(svc, &cat);
+    let backends: Vec<SocketAddr> = if reach.has_internal {
+        let chosen = if svc.internal_policy_local { &cat.local } else { &cat.cluster };
+        chosen.iter().map(|e| SocketAddr::new(e.ip, e.port)).collect()
+    } else if reach.has_endpoints {
+        return None;
+    } else {
+        Vec::new()
+    };
+    Some((ServiceKey { addr: svc.cluster_ip, port: svc.port, proto: svc.protocol }, backends))
 }
 
 #[cfg(test)]
@@ -50,7 +55,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::model::{Endpoint, NamespacedName, ServicePort, ServicePortName};
+    use crate::model::ServicePortName;
 
     const HERE: Locality = Locality { node_name: "n", zone: Some("z1") };
 
@@ -155,6 +160,19 @@ mod tests {
             (svc("headless", "0.0.0.0", Protocol::Tcp), vec![ep("10.1.0.1", false, true, false)]),
         ]);
         assert!(wanted(&s, &e, HERE).is_empty());
+    }
+
+    #[test]
+    fn one_services_ports_alone() {
+        let (s, e) = maps(vec![
+            (svc("a", "10.0.0.1", Protocol::Tcp), vec![ep("10.1.0.1", false, true, false)]),
+            (svc("a", "10.0.0.1", Protocol::Udp), vec![ep("10.1.0.1", false, true, false)]),
+            (svc("b", "10.0.0.2", Protocol::Tcp), vec![ep("10.1.0.2", false, true, false)]),
+        ]);
+        let a = wanted_of(&s, &e, HERE, &NamespacedName::new("ns", "a"));
+        assert_eq!(a.keys().copied().collect::<Vec<_>>(), vec![key("10.0.0.1", Protocol::Tcp), key("10.0.0.1", Protocol::Udp)]);
+        let all = wanted(&s, &e, HERE);
+        assert!(a.iter().all(|(k, v)| all[k] == *v));
     }
 
     #[test]

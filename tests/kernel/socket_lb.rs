@@ -417,7 +417,7 @@ fn one_shot_sync(ctx: &mut Ctx) -> CaseResult {
 
 /// `svcproxy sync --watch --socket-lb` from a cluster file: the maps are written after the
 /// first sync, and an endpoint removed from the file moves every new socket to the pod
-/// left, within a bounded wait.
+/// left, within a bounded wait, rewriting only that Service's entries.
 fn watch_mode(ctx: &mut Ctx) -> CaseResult {
     require(ctx, &["ip", "mount", "umount", "iptables-nft", "iptables-nft-restore"])?;
     let mut lab = Lab::new("socklbwatch")?;
@@ -448,6 +448,13 @@ fn watch_mode(ctx: &mut Ctx) -> CaseResult {
     ctx.log(format!("both pods answer through the socket path {waited:?} after start"));
     let pods = answered_by(ctx, &node, &procs, "udp", SYNC_SVC6, 16)?;
     crate::ensure!(pods.len() == 2, "udp to {SYNC_SVC6}: both pods: {pods:?}");
+    let read = || -> Result<svcproxy::socketlb::diff::Held, String> {
+        let maps = Maps::open(&rig.pins).map_err(|e| e.to_string())?;
+        svcproxy::socketlb::apply::read_held(&maps).map_err(|e| e.to_string())
+    };
+    let before = read()?;
+    let empty_key = ServiceKey { addr: "198.19.255.11".parse().unwrap(), port: PORT, proto: Protocol::Tcp };
+    let web_key = ServiceKey { addr: SYNC_SVC4.parse().unwrap(), port: PORT, proto: Protocol::Tcp };
 
     // Rewritten in one rename, so the poller never reads half a file.
     let tmp = file.with_extension("tmp");
@@ -462,12 +469,13 @@ fn watch_mode(ctx: &mut Ctx) -> CaseResult {
     let pods = answered_by(ctx, &node, &procs, "udp-unconnected", SYNC_SVC6, 8)?;
     crate::ensure!(pods == only2, "udp to {SYNC_SVC6}: only pod2: {pods:?}");
     drop(daemon);
-    let maps = Maps::open(&rig.pins).map_err(|e| e.to_string())?;
-    let held = svcproxy::socketlb::apply::read_held(&maps).map_err(|e| e.to_string())?;
+    let held = read()?;
     crate::ensure!(held.orphans.is_empty(), "no slot of an old generation is left: {:?}", held.orphans);
+    // Only the changed Service's entries were written: the other keeps its generation.
+    crate::ensure!(held.services.get(&empty_key) == before.services.get(&empty_key), "the unchanged Service's entry is untouched");
+    crate::ensure!(held.services[&web_key].0.backend_id != before.services[&web_key].0.backend_id, "the changed Service has a new generation");
     ctx.log(format!("svcproxy log:\n{}", log_text()));
     crate::ensure!(log_text().contains("socket-lb programs attached"), "the attach is logged");
-    drop(maps);
     let _ = std::fs::remove_file(&file);
     drop(rig);
     drop(lab);
