@@ -170,7 +170,7 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Server
     if recorder.is_some() {
         event_metrics.register(&mut shared.metrics.registry);
     }
-    crate::runner::node::register_metrics(&mut shared.metrics, loaded.config.mode);
+    crate::runner::node::register_metrics(&mut shared.metrics, loaded.config.mode, loaded.config.socket_lb.as_ref());
     let shared = Arc::new(shared);
     let _ = shared.proxy_mode.set(match loaded.config.mode {
         Mode::Iptables => "iptables".into(),

@@ -417,7 +417,8 @@ fn one_shot_sync(ctx: &mut Ctx) -> CaseResult {
 
 /// `svcproxy sync --watch --socket-lb` from a cluster file: the maps are written after the
 /// first sync, and an endpoint removed from the file moves every new socket to the pod
-/// left, within a bounded wait, rewriting only that Service's entries.
+/// left, within a bounded wait, rewriting only that Service's entries; `/metrics` shows
+/// the programs' counters.
 fn watch_mode(ctx: &mut Ctx) -> CaseResult {
     require(ctx, &["ip", "mount", "umount", "iptables-nft", "iptables-nft-restore"])?;
     let mut lab = Lab::new("socklbwatch")?;
@@ -468,6 +469,21 @@ fn watch_mode(ctx: &mut Ctx) -> CaseResult {
     ctx.log(format!("pod1's endpoint gone from the maps {waited:?} after the file changed"));
     let pods = answered_by(ctx, &node, &procs, "udp-unconnected", SYNC_SVC6, 8)?;
     crate::ensure!(pods == only2, "udp to {SYNC_SVC6}: only pod2: {pods:?}");
+    // The programs' counters on /metrics (the address the daemon logged).
+    let metrics: SocketAddr = log_text()
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("metrics=").and_then(|a| a.parse().ok()))
+        .ok_or_else(|| format!("no metrics address in the log:\n{}", log_text()))?;
+    let body = crate::watch_e2e::in_netns(&node.name, move || crate::watch_e2e::http_get(metrics, "/metrics"))
+        .join()
+        .map_err(|_| "the metrics scrape panicked".to_string())??;
+    let sample = |family: &str, result: &str| -> Option<f64> {
+        let head = format!("svcproxy_socket_lb_sockets_total{{ip_family=\"{family}\",result=\"{result}\"}} ");
+        body.lines().find_map(|l| l.strip_prefix(head.as_str()).and_then(|v| v.trim().parse().ok()))
+    };
+    ctx.log(format!("metrics: v4 translated {:?}, v6 translated {:?}, v6 reversed {:?}", sample("IPv4", "translated"), sample("IPv6", "translated"), sample("IPv6", "reversed")));
+    crate::ensure!(sample("IPv4", "translated").is_some_and(|v| v >= 16.0), "IPv4 translations on /metrics");
+    crate::ensure!(sample("IPv6", "reversed").is_some_and(|v| v >= 8.0), "IPv6 replies reversed on /metrics (unconnected UDP)");
     drop(daemon);
     let held = read()?;
     crate::ensure!(held.orphans.is_empty(), "no slot of an old generation is left: {:?}", held.orphans);
