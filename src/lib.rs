@@ -34,6 +34,7 @@ pub mod pipeline;
 pub mod runner;
 pub mod schedule;
 pub mod select;
+pub mod socketlb;
 pub mod serve;
 pub mod settings;
 pub mod source;

@@ -82,7 +82,14 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
         }
         return super::watch::run(args);
     }
-    let mut flags = args.config.settings();
+    // The one-shot sync takes the rule flags, and of the node flags those it acts on.
+    let node = &args.watch.node.0;
+    let mut flags = args.config.settings().over(crate::settings::Settings {
+        socket_lb: node.socket_lb,
+        socket_lb_cgroup: node.socket_lb_cgroup.clone(),
+        socket_lb_pin_dir: node.socket_lb_pin_dir.clone(),
+        ..Default::default()
+    });
     let pass = if args.dry_run { Pass::DryRun } else { Pass::Apply };
     let file = match &args.config.config {
         Some(p) => crate::settings::file::read(p)?.settings,
@@ -96,6 +103,11 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
     // sync, or a dry run of it. The engine also sets (or lists) the sysctls the rules need.
     let iptables = crate::runner::node::Iptables::on_node(loaded.config.mode, args.iptables_backend.chosen(), args.iptables_lock_wait);
     let backend = iptables.backend;
+    let socket_lb = loaded.config.socket_lb.clone();
+    if socket_lb.is_some() {
+        // Before the rules change: a binary without the programs cannot carry the flag out.
+        crate::runner::socketlb::built().context(crate::settings::row::socket_lb.flag())?;
+    }
     let mut engine = crate::runner::node::engine(loaded.config, loaded.trackers, iptables, true).context("IPVS sync failed")?;
     let pending = match engine.sync_as(true, pass) {
         Ok(outcome) => {
@@ -104,10 +116,16 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
                 Detail::Ipvs(report) => print_ipvs(args, report)?,
                 Detail::Nftables(reports) => print_nftables(args, reports)?,
             };
-            let pending = print_reconciled(args, &outcome.reconciled)? || rules;
+            let mut pending = print_reconciled(args, &outcome.reconciled)? || rules;
             if outcome.reconciled.iter().any(|r| r.error.is_some()) {
                 // The rules are in place, the flows are not: a failed kernel call, reported as one.
                 anyhow::bail!("the rules were synced, but stale UDP conntrack flows were not deleted (above)");
+            }
+            if let Some(cfg) = &socket_lb {
+                // After the rules: a socket the programs do not translate still finds them.
+                let report = crate::runner::socketlb::sync(cfg, &engine.socket_lb_wanted(), pass)
+                    .with_context(|| format!("{}: the rules were synced, the socket-LB maps were not", crate::settings::row::socket_lb.flag()))?;
+                pending |= print_socket_lb(args, &report)?;
             }
             pending
         }
@@ -131,6 +149,34 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
         Err(e) => return Err(e.into()),
     };
     Ok(ExitCode::from(if args.dry_run && pending { EXIT_CHANGES } else { EXIT_OK }))
+}
+
+/// Prints a socket-LB sync: for a dry run the map changes (diff output), else a summary
+/// line; failed map writes fail the command. Returns whether a dry run found changes.
+fn print_socket_lb(args: &SyncArgs, report: &crate::runner::socketlb::Report) -> anyhow::Result<bool> {
+    let pending = !report.diff.is_empty();
+    let Some(applied) = &report.applied else {
+        if args.output == DryRunOutput::Diff && pending {
+            let mut text = format!("# socket-lb: {} Service entries would change, {} orphan slot(s) go\n", report.diff.changes.len(), report.diff.orphans.len());
+            for c in &report.diff.changes {
+                text.push_str(&c.line());
+                text.push('\n');
+            }
+            super::out(&text)?;
+        }
+        return Ok(pending);
+    };
+    if let Some(a) = &report.attached {
+        eprintln!("svcproxy: socket-lb: {} program(s) attached ({} replacing an earlier run's)", a.attached, a.replaced);
+    }
+    eprintln!("svcproxy: socket-lb: {} Service entries written or deleted, {} orphan slot(s) deleted", applied.services, report.diff.orphans.len());
+    if !applied.failures.is_empty() {
+        for f in &applied.failures {
+            eprintln!("svcproxy: warning: socket-lb: {f}");
+        }
+        anyhow::bail!("{} socket-LB map write(s) failed (above); those Services keep their previous backends", applied.failures.len());
+    }
+    Ok(false)
 }
 
 /// Prints an IPVS-mode sync: for a dry run what would change, else a summary line. Returns

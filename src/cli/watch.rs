@@ -69,6 +69,10 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
         None => (Settings::default(), Vec::new()),
     };
     let effective = flags.clone().over(file.clone());
+    if effective.socket_lb == Some(true) {
+        // Before anything starts: a binary without the programs cannot carry the flag out.
+        crate::runner::socketlb::built().context(settings::row::socket_lb.flag())?;
+    }
     init_logging(&node::logging(&effective).context("invalid configuration")?);
     for note in notes.iter().chain(&flags.notes()) {
         tracing::info!("{note}");
@@ -166,7 +170,7 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Server
     if recorder.is_some() {
         event_metrics.register(&mut shared.metrics.registry);
     }
-    crate::runner::node::register_metrics(&mut shared.metrics, loaded.config.mode);
+    crate::runner::node::register_metrics(&mut shared.metrics, loaded.config.mode, loaded.config.socket_lb.as_ref());
     let shared = Arc::new(shared);
     let _ = shared.proxy_mode.set(match loaded.config.mode {
         Mode::Iptables => "iptables".into(),

@@ -127,6 +127,14 @@ fn given<T>(v: Option<T>, setting: &'static str) -> Result<T, ConfigError> {
     v.ok_or_else(|| invalid(setting, "has no value and no default (settings::defaults misses it)"))
 }
 
+/// Where the socket-LB programs attach (a cgroup v2 directory) and pin their maps and
+/// links (a bpffs directory svcproxy owns).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SocketLbConfig {
+    pub cgroup: std::path::PathBuf,
+    pub pins: std::path::PathBuf,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     pub mode: Mode,
@@ -166,6 +174,8 @@ pub struct Config {
     pub nfacct: bool,
     /// nftables mode: transactions as netlink batches (else through `nft -f`).
     pub nft_netlink: bool,
+    /// `--socket-lb`: where the socket-LB programs attach and pin (`None`: off).
+    pub socket_lb: Option<SocketLbConfig>,
     /// The kube-proxy release whose rules to write (`--kube-proxy-version`).
     pub kube_proxy_version: KubeProxyVersion,
     pub conntrack_tcp_be_liberal: bool,
@@ -339,6 +349,14 @@ pub fn resolve(s: Settings, nodes: &[Node]) -> Result<Config, ConfigError> {
         random_fully: given(s.random_fully, row::random_fully.flag())?,
         nfacct: given(s.nfacct, row::nfacct.flag())?,
         nft_netlink: given(s.nft_netlink, row::nft_netlink.flag())?,
+        socket_lb: if given(s.socket_lb, row::socket_lb.flag())? {
+            Some(SocketLbConfig {
+                cgroup: given(s.socket_lb_cgroup.clone(), row::socket_lb_cgroup.flag())?.into(),
+                pins: given(s.socket_lb_pin_dir.clone(), row::socket_lb_pin_dir.flag())?.into(),
+            })
+        } else {
+            None
+        },
         kube_proxy_version: given(s.kube_proxy_version, row::kube_proxy_version.flag())?,
         conntrack_tcp_be_liberal: s.conntrack_tcp_be_liberal.unwrap_or_default(),
         conntrack: ConntrackConfig::resolve(&s)?,

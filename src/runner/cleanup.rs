@@ -2,8 +2,8 @@
 //! svcproxy own, in every mode, both iptables backends and both families. IPVS mode first
 //! (its virtual servers, then its chains, before the chains both modes share go), then
 //! iptables mode's chains, then what only IPVS mode has (the sets no rule names any more,
-//! and kube-ipvs0), then nftables mode's `kube-proxy` tables. A backend, family, IPVS or
-//! nft this host does not have is skipped.
+//! and kube-ipvs0), then nftables mode's `kube-proxy` tables, then the socket-LB programs'
+//! pins. A backend, family, IPVS or nft this host does not have is skipped.
 
 use crate::ipvs::cleanup::CleanupError as IpvsCleanupError;
 use crate::ipvs::ipset::IpsetError;
@@ -36,6 +36,8 @@ pub enum CleanupError {
     Ipset(#[from] IpsetError),
     #[error(transparent)]
     Nft(#[from] crate::nftables::apply::NftError),
+    #[error(transparent)]
+    SocketLb(#[from] crate::netfilter::bpf::BpfError),
 }
 
 /// Every step, in order (`dry_run`: change nothing, list what would go).
@@ -64,7 +66,23 @@ pub fn run(dry_run: bool) -> Vec<Step> {
         Err(crate::nftables::apply::NftError::Spawn { .. }) => {}
         result => steps.push(Step { what: "nftables".into(), result: result.map_err(Into::into) }),
     }
+    steps.push(Step { what: "socket LB".into(), result: socket_lb(dry_run) });
     steps
+}
+
+/// `--socket-lb`'s programs and maps, at the default pin directory (cleanup takes no
+/// settings, as kube-proxy's `--cleanup` reads none): their pins removed, which detaches
+/// the programs. Nothing when the directory is not there.
+fn socket_lb(dry_run: bool) -> Result<Vec<String>, CleanupError> {
+    let pins = crate::settings::defaults::defaulted(crate::settings::Settings::default()).socket_lb_pin_dir.unwrap_or_default();
+    let pins = std::path::Path::new(&pins);
+    if pins.as_os_str().is_empty() || !pins.exists() {
+        return Ok(Vec::new());
+    }
+    if dry_run {
+        return Ok(crate::netfilter::bpf::kernel::pinned(pins));
+    }
+    Ok(crate::netfilter::bpf::kernel::cleanup(pins)?.removed)
 }
 
 /// One backend and family: what `plan` removes from the tables the kernel holds.

@@ -125,6 +125,10 @@ pub struct Engine {
     /// Families whose rules changed outside the trackers (the ServiceCIDRs): they sync
     /// in the next pass, changes or not.
     resync: std::collections::BTreeSet<crate::net::IpFamily>,
+    /// `--socket-lb` in watch mode: synced after each pass that succeeded.
+    pub socket_lb: Option<crate::runner::socketlb::Live>,
+    /// The Services changed since its last sync (it re-plans those alone).
+    socket_lb_changed: std::collections::BTreeSet<crate::model::NamespacedName>,
 }
 
 impl Engine {
@@ -167,7 +171,7 @@ impl Engine {
                 conntrack.owe_all(t.family);
             }
         }
-        let mut engine = Engine { config, trackers, proxier, sysctl_root: None, no_local: Default::default(), unsynced: Default::default(), last_trigger_times: Vec::new(), conntrack, last_reconciled: Vec::new(), resync: Default::default(), node_ips_at_start: None };
+        let mut engine = Engine { config, trackers, proxier, sysctl_root: None, no_local: Default::default(), unsynced: Default::default(), last_trigger_times: Vec::new(), conntrack, last_reconciled: Vec::new(), resync: Default::default(), node_ips_at_start: None, socket_lb: None, socket_lb_changed: Default::default() };
         let all: std::collections::BTreeSet<_> =
             engine.trackers.families.iter().flat_map(|t| t.view().0.keys().map(|k| k.service.clone())).collect();
         engine.update_no_local(&all);
@@ -181,6 +185,9 @@ impl Engine {
             return false;
         }
         self.config.node_labels = labels;
+        if let Some(live) = &mut self.socket_lb {
+            live.replan_all();
+        }
         match &mut self.proxier {
             Proxier::Iptables(p) => p.rerender(&self.config, &self.trackers),
             Proxier::Nftables(p) => p.rerender(&self.config, &self.trackers),
@@ -250,6 +257,9 @@ impl Engine {
     fn sync_pass(&mut self, full: bool, periodic: bool, pass: Pass, every: bool) -> Result<Outcome, SyncFailure> {
         let changes = self.trackers.commit();
         self.update_no_local(&changes.iter().flat_map(|c| c.services.iter().cloned()).collect());
+        if self.socket_lb.is_some() {
+            self.socket_lb_changed.extend(changes.iter().flat_map(|c| c.services.iter().cloned()));
+        }
         let trigger_times: Vec<_> = self.trackers.families.iter().zip(&changes).map(|(t, c)| (t.family, c.trigger_times.clone())).collect();
         self.last_trigger_times.clone_from(&trigger_times);
         let full = full || pass == Pass::DryRun;
@@ -441,6 +451,42 @@ impl Engine {
         let zone = self.config.node_labels.get(crate::model::LABEL_ZONE).map(String::as_str);
         let here = crate::select::Locality { node_name: &self.config.node_name, zone };
         Some(crate::serve::localhost_nodeports::specs(s, e, here))
+    }
+
+    /// Watch mode's socket-LB sync after a pass (`None`: `--socket-lb` is off): the
+    /// Services changed since the last one planned again, or every Service when it needs.
+    pub fn sync_socket_lb(&mut self) -> Option<Result<crate::runner::socketlb::Report, crate::netfilter::bpf::BpfError>> {
+        let changed = std::mem::take(&mut self.socket_lb_changed);
+        let names: std::collections::BTreeSet<crate::model::NamespacedName> = if self.socket_lb.as_ref()?.needs_all() {
+            self.trackers.families.iter().flat_map(|t| t.view().0.keys().map(|k| k.service.clone())).collect()
+        } else {
+            changed
+        };
+        let zone = self.config.node_labels.get(crate::model::LABEL_ZONE).map(String::as_str);
+        let here = crate::select::Locality { node_name: &self.config.node_name, zone };
+        let mut planned = std::collections::BTreeMap::new();
+        for name in names {
+            let mut wanted = crate::socketlb::plan::Wanted::new();
+            for t in &self.trackers.families {
+                let (s, e) = t.view();
+                wanted.extend(crate::socketlb::plan::wanted_of(s, e, here, &name));
+            }
+            planned.insert(name, wanted);
+        }
+        self.socket_lb.as_mut().map(|live| live.sync(planned))
+    }
+
+    /// The socket-LB entries every family's committed maps want (one set of maps holds
+    /// both families, keyed by address).
+    pub fn socket_lb_wanted(&self) -> crate::socketlb::plan::Wanted {
+        let zone = self.config.node_labels.get(crate::model::LABEL_ZONE).map(String::as_str);
+        let here = crate::select::Locality { node_name: &self.config.node_name, zone };
+        let mut out = crate::socketlb::plan::Wanted::new();
+        for t in &self.trackers.families {
+            let (s, e) = t.view();
+            out.extend(crate::socketlb::plan::wanted(s, e, here));
+        }
+        out
     }
 
     /// Local endpoint counts per health-check node port, over all families.

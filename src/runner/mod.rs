@@ -7,4 +7,5 @@ pub mod engine;
 pub mod live;
 pub mod memory;
 pub mod node;
+pub mod socketlb;
 pub mod watch;

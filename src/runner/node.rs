@@ -90,8 +90,11 @@ pub fn oom_score_adj(adj: i32) -> Result<(), crate::node::NodeError> {
 
 /// The metrics `mode` reports, with this node's nfacct counters in iptables mode and its
 /// `kube-proxy` tables' named counters (localhost NodePort rejections) in nftables mode.
-pub fn register_metrics(metrics: &mut crate::serve::Metrics, mode: Mode) {
+pub fn register_metrics(metrics: &mut crate::serve::Metrics, mode: Mode, socket_lb: Option<&crate::config::SocketLbConfig>) {
     metrics.register_mode(mode);
+    if let Some(cfg) = socket_lb {
+        metrics.register_socket_lb(crate::serve::socketlb::SocketLbCollector::kernel(cfg.pins.clone()));
+    }
     if mode == Mode::Iptables {
         metrics.register_nfacct(crate::serve::nfacct::NfacctCollector::kernel());
     }
@@ -122,6 +125,10 @@ pub fn engine(config: Config, trackers: Trackers, iptables: Iptables, one_shot: 
     };
     if one_shot {
         engine = engine.without_canaries();
+    } else {
+        // Watch mode syncs the socket-LB maps after each pass (the one-shot sync does
+        // it once, from `cli::sync`).
+        engine.socket_lb = engine.config.socket_lb.clone().map(crate::runner::socketlb::Live::new);
     }
     engine.sysctl_root = Some(std::path::PathBuf::from("/proc/sys"));
     Ok(engine)

@@ -285,6 +285,7 @@ fn sync_once(engine: &mut Engine, shared: &SharedState, started: Instant, period
                 *l = Some(SystemTime::now());
             }
             tracing::info!(?kind, seconds = wall.as_secs_f64(), restore_lines = outcome.restore_lines, ipvs_ops = outcome.ipvs_ops, "synced");
+            socket_lb(engine);
             true
         }
         Err(e) => {
@@ -304,6 +305,26 @@ fn sync_once(engine: &mut Engine, shared: &SharedState, started: Instant, period
     // keeps it resident between the live state's blocks until the next full sync.
     if kind == Kind::Full {
         super::memory::release_free();
+    }
+}
+
+/// `--socket-lb` after a pass that succeeded: its outcome logged; a failure leaves the
+/// rules serving, and the next pass attaches and reads the maps again.
+fn socket_lb(engine: &mut Engine) {
+    match tokio::task::block_in_place(|| engine.sync_socket_lb()) {
+        None => {}
+        Some(Ok(r)) => {
+            let failures = r.applied.as_ref().map_or(0, |a| a.failures.len());
+            if let Some(a) = &r.attached {
+                tracing::info!(attached = a.attached, replaced = a.replaced, "socket-lb programs attached");
+            }
+            if failures > 0 {
+                tracing::error!(failures, "socket-lb map writes failed; those Services keep their previous backends");
+            } else if !r.diff.is_empty() {
+                tracing::info!(changes = r.diff.changes.len(), orphans = r.diff.orphans.len(), "socket-lb synced");
+            }
+        }
+        Some(Err(e)) => tracing::error!(error = %with_sources(&e), "socket-lb sync failed; the rules serve meanwhile"),
     }
 }
 

@@ -264,6 +264,11 @@ impl Metrics {
         self.registry.register_collector(Box::new(collector));
     }
 
+    /// `--socket-lb`'s counters, read from the pinned maps at each scrape.
+    pub fn register_socket_lb(&mut self, collector: super::socketlb::SocketLbCollector) {
+        self.registry.register_collector(Box::new(collector));
+    }
+
     /// iptables mode's nfacct-backed families, read from the kernel at each scrape (kube-proxy
     /// registers them in iptables mode only).
     pub fn register_nfacct(&mut self, collector: super::nfacct::NfacctCollector) {

@@ -12,6 +12,7 @@ pub mod nfacct;
 pub mod process;
 pub mod profiling;
 pub mod slis;
+pub mod socketlb;
 pub mod zpages;
 
 use std::net::SocketAddr;

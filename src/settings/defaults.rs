@@ -90,6 +90,9 @@ pub fn defaulted(s: Settings) -> Settings {
         random_fully: Some(true),
         nfacct: Some(true),
         nft_netlink: Some(true),
+        socket_lb: Some(false),
+        socket_lb_cgroup: Some("/sys/fs/cgroup".into()),
+        socket_lb_pin_dir: Some("/sys/fs/bpf/svcproxy".into()),
         kube_proxy_version: Some(KubeProxyVersion::NEWEST),
         // kube-proxy's FullSyncPeriod, a constant there.
         full_sync_period: secs(3600),

@@ -389,6 +389,12 @@ settings! {
         "The kube-proxy release (1.33 to 1.37; default 1.37, the newest) whose rules to write, so that a node switching from it sees no rule change: nftables mode writes v1.34's table for 1.33 to 1.35 and v1.37's for 1.36 and 1.37; the other modes' rules are the same for all";
     nft_netlink: bool, Node, file none, flags ["nft-netlink"], Effect::Acts,
         "nftables mode: send transactions as nf_tables netlink batches (false: every one through nft -f, as kube-proxy's knftables)";
+    socket_lb: bool, Node, file none, flags ["socket-lb"], Effect::Acts,
+        "Socket-level load balancing (docs/socket-lb.md): cgroup eBPF programs send a local socket's connect() or sendmsg() to a ClusterIP straight to a backend, chosen as the rules choose, beside the mode's unchanged rules, after each sync (one-shot and watch); svcproxy must be built with clang";
+    socket_lb_cgroup: String, Node, file none, flags ["socket-lb-cgroup"], Effect::Acts,
+        "The cgroup v2 directory the socket-LB programs attach to: every process in it or below is translated";
+    socket_lb_pin_dir: String, Node, file none, flags ["socket-lb-pin-dir"], Effect::Acts,
+        "The bpffs directory holding the socket-LB maps and links, so that they outlive a one-shot sync and a restart finds them";
     service_proxy_name: String, Rules, file none, flags ["service-proxy-name"], Effect::Acts,
         "Proxy only objects labelled service.kubernetes.io/service-proxy-name=NAME";
     sync_period: Duration, Node, file none, flags ["sync-period"], Effect::Acts,

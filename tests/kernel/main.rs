@@ -53,6 +53,7 @@ mod nft_mode;
 mod node_setup;
 mod outside;
 mod selftest;
+mod socket_lb;
 mod svcproxy;
 mod trace_check;
 mod udp_flows;
@@ -65,6 +66,7 @@ use harness::Options;
 fn main() {
     // Connection clients and servers re-execute this binary inside a namespace.
     netns::helper_main_if_requested();
+    socket_lb::client_main_if_requested();
 
     // svcproxy processes the cases start persist nftables mode's anonymous-set cache here,
     // never in the node's /run/svcproxy (set before any thread starts).
@@ -94,6 +96,7 @@ fn main() {
     cases.extend(ctnetlink::cases());
     cases.extend(udp_flows::cases());
     cases.extend(nft_service_cidrs::cases());
+    cases.extend(socket_lb::cases());
     let code = harness::run(
         &cases,
         Options {

@@ -1,0 +1,251 @@
+// SPDX-License-Identifier: GPL-2.0 OR Apache-2.0
+/*
+ * svcproxy's socket-level load balancing (`--socket-lb`, docs/socket-lb.md).
+ *
+ * cgroup sock_addr programs rewrite a socket's destination once, when the process
+ * names it: a Service address:port becomes one backend's, so the packets carry the
+ * backend's address from the first one and no rule, DNAT or conntrack entry is needed.
+ * Only addresses the maps hold are touched; everything else passes unchanged.
+ *
+ * The key and value layouts are mirrored, byte for byte, by src/netfilter/bpf/maps.rs
+ * (its tests pin the bytes; the _Static_asserts below pin the C side).
+ */
+#include <linux/bpf.h>
+#include <linux/in.h>
+#include <bpf/bpf_helpers.h>
+
+/* Not in the UAPI headers a BPF build can include. */
+#define ECONNREFUSED 111
+
+#define FAMILY_V4 4
+#define FAMILY_V6 6
+
+/* svc_value.flags */
+#define SVC_F_NO_BACKENDS 1 /* the Service has no usable endpoint: connect() is refused */
+
+/* counters: index = family_slot * COUNTER_KINDS + kind, family_slot 0 = IPv4, 1 = IPv6 */
+#define COUNTER_TRANSLATED 0   /* a Service address rewritten to a backend's */
+#define COUNTER_NO_BACKEND 1   /* a Service with no endpoints refused */
+#define COUNTER_SLOT_MISSING 2 /* a picked slot absent: a planner bug, passed unchanged */
+#define COUNTER_REVERSED 3     /* a backend address shown as the Service's (recvmsg, getpeername) */
+#define COUNTER_KINDS 4
+
+/* A Service port: address (network order, IPv4 in addr[0], the rest zero), port
+ * (network order), IP protocol and family. */
+struct svc_key {
+	__u32 addr[4];
+	__u16 port;
+	__u8 proto;
+	__u8 family;
+};
+
+/* The backend set of one Service port: its slots live under backend_id, a fresh id per
+ * generation, so a new set is written beside the old one and swapped in by one update. */
+struct svc_value {
+	__u32 backend_id;
+	__u16 count;
+	__u16 flags;
+};
+
+struct backend_key {
+	__u32 backend_id;
+	__u32 slot;
+};
+
+struct backend_value {
+	__u32 addr[4];
+	__u16 port;
+	__u16 pad;
+};
+
+/* Per socket: the last translation, for the reverse direction (recvmsg, getpeername) and
+ * so that an unconnected UDP socket keeps its backend while the Service is unchanged. */
+struct revnat {
+	__u32 svc_addr[4];
+	__u32 be_addr[4];
+	__u16 svc_port;
+	__u16 be_port;
+	__u32 backend_id;
+	__u32 slot;
+	__u8 family;
+	__u8 pad[3];
+};
+
+_Static_assert(sizeof(struct svc_key) == 20, "svc_key layout is shared with maps.rs");
+_Static_assert(__builtin_offsetof(struct svc_key, port) == 16, "svc_key.port");
+_Static_assert(sizeof(struct svc_value) == 8, "svc_value layout is shared with maps.rs");
+_Static_assert(sizeof(struct backend_key) == 8, "backend_key layout is shared with maps.rs");
+_Static_assert(sizeof(struct backend_value) == 20, "backend_value layout is shared with maps.rs");
+_Static_assert(sizeof(struct revnat) == 48, "revnat layout is shared with maps.rs");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct svc_key);
+	__type(value, struct svc_value);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_services SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1048576);
+	__type(key, struct backend_key);
+	__type(value, struct backend_value);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_backends SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct revnat);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_revnat SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 2 * COUNTER_KINDS);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_counters SEC(".maps");
+
+static __always_inline void count(int family, __u32 kind)
+{
+	__u32 idx = (family == FAMILY_V6 ? COUNTER_KINDS : 0) + kind;
+	__u64 *c = bpf_map_lookup_elem(&lb_counters, &idx);
+
+	if (c)
+		*c += 1;
+}
+
+/* The address the process named, as a key's address words. */
+static __always_inline void read_addr(struct bpf_sock_addr *ctx, int family, __u32 addr[4])
+{
+	if (family == FAMILY_V4) {
+		addr[0] = ctx->user_ip4;
+	} else {
+		addr[0] = ctx->user_ip6[0];
+		addr[1] = ctx->user_ip6[1];
+		addr[2] = ctx->user_ip6[2];
+		addr[3] = ctx->user_ip6[3];
+	}
+}
+
+static __always_inline void write_addr(struct bpf_sock_addr *ctx, int family, const __u32 addr[4], __u16 port)
+{
+	if (family == FAMILY_V4) {
+		ctx->user_ip4 = addr[0];
+	} else {
+		ctx->user_ip6[0] = addr[0];
+		ctx->user_ip6[1] = addr[1];
+		ctx->user_ip6[2] = addr[2];
+		ctx->user_ip6[3] = addr[3];
+	}
+	ctx->user_port = port;
+}
+
+static __always_inline int same_addr(const __u32 a[4], const __u32 b[4])
+{
+	return a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && a[3] == b[3];
+}
+
+/* connect and sendmsg: a Service address:port becomes a backend's. Returns the hook's
+ * verdict: 1 lets the call go on (translated or not ours), 0 refuses it. */
+static __always_inline int translate(struct bpf_sock_addr *ctx, int family, int keep_pick)
+{
+	struct svc_key key = {};
+	struct svc_value *svc;
+	struct backend_key bkey = {};
+	struct backend_value *be;
+	struct revnat *rn;
+	__u32 slot;
+
+	read_addr(ctx, family, key.addr);
+	key.port = (__u16)ctx->user_port;
+	key.proto = (__u8)ctx->protocol;
+	key.family = family;
+	svc = bpf_map_lookup_elem(&lb_services, &key);
+	if (!svc)
+		return 1;
+	if (svc->count == 0 || (svc->flags & SVC_F_NO_BACKENDS)) {
+		count(family, COUNTER_NO_BACKEND);
+		/* The rules answer such a Service with a REJECT (ICMP port unreachable); the
+		 * socket's equivalent is ECONNREFUSED instead of the hook's default EPERM. */
+		bpf_set_retval(-ECONNREFUSED);
+		return 0;
+	}
+
+	rn = bpf_sk_storage_get(&lb_revnat, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	slot = bpf_get_prandom_u32() % svc->count;
+	/* An unconnected UDP socket sends each datagram through this hook: it keeps its pick
+	 * while the Service's backend set is the one it picked from. */
+	if (keep_pick && rn && rn->family == family && rn->svc_port == key.port && same_addr(rn->svc_addr, key.addr) &&
+	    rn->backend_id == svc->backend_id && rn->slot < svc->count)
+		slot = rn->slot;
+
+	bkey.backend_id = svc->backend_id;
+	bkey.slot = slot;
+	be = bpf_map_lookup_elem(&lb_backends, &bkey);
+	if (!be) {
+		count(family, COUNTER_SLOT_MISSING);
+		return 1;
+	}
+	if (rn) {
+		__builtin_memcpy(rn->svc_addr, key.addr, sizeof(rn->svc_addr));
+		__builtin_memcpy(rn->be_addr, be->addr, sizeof(rn->be_addr));
+		rn->svc_port = key.port;
+		rn->be_port = be->port;
+		rn->backend_id = svc->backend_id;
+		rn->slot = slot;
+		rn->family = family;
+	}
+	write_addr(ctx, family, be->addr, be->port);
+	count(family, COUNTER_TRANSLATED);
+	return 1;
+}
+
+/* recvmsg and getpeername: the backend the socket was sent to is shown as the Service
+ * address it named, so the application sees the peer it used. Always returns 1 (these
+ * hooks cannot refuse). */
+static __always_inline int reverse(struct bpf_sock_addr *ctx, int family)
+{
+	struct revnat *rn;
+	__u32 addr[4] = {};
+
+	rn = bpf_sk_storage_get(&lb_revnat, ctx->sk, 0, 0);
+	if (!rn || rn->family != family)
+		return 1;
+	read_addr(ctx, family, addr);
+	if ((__u16)ctx->user_port != rn->be_port || !same_addr(addr, rn->be_addr))
+		return 1;
+	write_addr(ctx, family, rn->svc_addr, rn->svc_port);
+	count(family, COUNTER_REVERSED);
+	return 1;
+}
+
+SEC("cgroup/connect4")
+int sock_connect4(struct bpf_sock_addr *ctx) { return translate(ctx, FAMILY_V4, 0); }
+
+SEC("cgroup/connect6")
+int sock_connect6(struct bpf_sock_addr *ctx) { return translate(ctx, FAMILY_V6, 0); }
+
+SEC("cgroup/sendmsg4")
+int sock_sendmsg4(struct bpf_sock_addr *ctx) { return translate(ctx, FAMILY_V4, 1); }
+
+SEC("cgroup/sendmsg6")
+int sock_sendmsg6(struct bpf_sock_addr *ctx) { return translate(ctx, FAMILY_V6, 1); }
+
+SEC("cgroup/recvmsg4")
+int sock_recvmsg4(struct bpf_sock_addr *ctx) { return reverse(ctx, FAMILY_V4); }
+
+SEC("cgroup/recvmsg6")
+int sock_recvmsg6(struct bpf_sock_addr *ctx) { return reverse(ctx, FAMILY_V6); }
+
+SEC("cgroup/getpeername4")
+int sock_getpeername4(struct bpf_sock_addr *ctx) { return reverse(ctx, FAMILY_V4); }
+
+SEC("cgroup/getpeername6")
+int sock_getpeername6(struct bpf_sock_addr *ctx) { return reverse(ctx, FAMILY_V6); }
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

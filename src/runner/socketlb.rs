@@ -1,0 +1,123 @@
+//! `--socket-lb` on this node, after the mode's sync: the programs attached (their pinned
+//! links keep them there), then the maps brought to what the committed trackers want
+//! (`socketlb::{plan,diff,apply}`). A one-shot sync reads the maps ([`sync`]; a dry run
+//! writes nothing); watch mode reads them once and then trusts what it wrote ([`Live`]).
+
+use crate::config::SocketLbConfig;
+use crate::driver::Pass;
+use crate::netfilter::bpf::kernel::{self, Attached, Maps};
+use crate::netfilter::bpf::{maps, object, BpfError};
+use crate::socketlb::apply::{apply, read_held, Applied};
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::model::NamespacedName;
+use crate::netfilter::bpf::maps::ServiceKey;
+use crate::socketlb::diff::{diff, diff_keys, Diff, Held};
+use crate::socketlb::plan::Wanted;
+
+/// What one socket-LB sync did (or, for a dry run, would do).
+#[derive(Debug)]
+pub struct Report {
+    /// `None` for a dry run.
+    pub attached: Option<Attached>,
+    pub diff: Diff,
+    /// `None` for a dry run.
+    pub applied: Option<Applied>,
+}
+
+/// Whether this binary carries the programs: the reason when it does not (the CLI asks
+/// before the rules change).
+pub fn built() -> Result<(), BpfError> {
+    object::object().map(|_| ())
+}
+
+pub fn sync(cfg: &SocketLbConfig, wanted: &Wanted, pass: Pass) -> Result<Report, BpfError> {
+    // First, so that a binary without the programs says so whatever else is missing.
+    object::object()?;
+    if pass == Pass::DryRun {
+        let held = if cfg.pins.join(maps::SERVICES).exists() { read_held(&Maps::open(&cfg.pins)?)? } else { Held::default() };
+        let diff = diff(&held, wanted, &mut held.next_id());
+        return Ok(Report { attached: None, diff, applied: None });
+    }
+    let attached = kernel::attach(&cfg.pins, &cfg.cgroup)?;
+    let mut table = Maps::open(&cfg.pins)?;
+    let held = read_held(&table)?;
+    let diff = diff(&held, wanted, &mut held.next_id());
+    let applied = apply(&diff, &mut table);
+    Ok(Report { attached: Some(attached), diff, applied: Some(applied) })
+}
+
+/// Watch mode's socket-LB state: the maps as last written, trusted between syncs (as the
+/// iptables partial sync trusts what it sent), and the Service keys each Service planned,
+/// so that a sync re-plans and compares only the Services it changed. The first sync, and
+/// the one after any failure, attaches, reads the maps and plans every Service.
+pub struct Live {
+    cfg: SocketLbConfig,
+    table: Option<Maps>,
+    held: Option<Held>,
+    next_id: u32,
+    keys: BTreeMap<NamespacedName, BTreeSet<ServiceKey>>,
+    replan: bool,
+}
+
+impl Live {
+    pub fn new(cfg: SocketLbConfig) -> Live {
+        Live { cfg, table: None, held: None, next_id: 1, keys: BTreeMap::new(), replan: true }
+    }
+
+    /// Whether the next [`Live::sync`] needs every Service planned, not only the changed ones.
+    pub fn needs_all(&self) -> bool {
+        self.replan || self.table.is_none() || self.held.is_none()
+    }
+
+    /// Every Service is planned again at the next sync (the node's zone changed).
+    pub fn replan_all(&mut self) {
+        self.replan = true;
+    }
+
+    /// One sync after the mode's. `planned` holds, per Service, its ports' wanted entries:
+    /// of every Service when [`Live::needs_all`], else of those changed since the last
+    /// sync (a Service gone, with none).
+    pub fn sync(&mut self, planned: BTreeMap<NamespacedName, Wanted>) -> Result<Report, BpfError> {
+        let all = self.needs_all();
+        let mut attached = None;
+        if self.table.is_none() {
+            self.held = None;
+            attached = Some(kernel::attach(&self.cfg.pins, &self.cfg.cgroup)?);
+            self.table = Some(Maps::open(&self.cfg.pins)?);
+        }
+        let table = self.table.as_mut().expect("opened above");
+        let held = match self.held.take() {
+            Some(h) => h,
+            None => read_held(table)?,
+        };
+        let mut next = self.next_id.max(held.next_id());
+        let diff = if all {
+            self.keys = planned.iter().map(|(n, w)| (n.clone(), w.keys().copied().collect())).collect();
+            let wanted: Wanted = planned.into_values().flatten().collect();
+            diff(&held, &wanted, &mut next)
+        } else {
+            let mut scope = BTreeSet::new();
+            let mut wanted = Wanted::new();
+            for (name, w) in planned {
+                scope.extend(self.keys.remove(&name).unwrap_or_default());
+                scope.extend(w.keys().copied());
+                if !w.is_empty() {
+                    self.keys.insert(name, w.keys().copied().collect());
+                }
+                wanted.extend(w);
+            }
+            diff_keys(&held, &wanted, &scope, &mut next)
+        };
+        self.next_id = next;
+        self.replan = false;
+        let applied = apply(&diff, table);
+        if applied.failures.is_empty() {
+            self.held = Some(held.after(&diff));
+        } else {
+            // What the kernel holds is uncertain: attach, read and plan everything again.
+            self.table = None;
+        }
+        Ok(Report { attached, diff, applied: Some(applied) })
+    }
+}

@@ -1,0 +1,499 @@
+//! `--socket-lb`'s programs (`netfilter::bpf`) against the real kernel: a cgroup v2 and a
+//! bpffs mounted at the test's own mount points, a child cgroup of the test's, the
+//! programs attached to it alone. A client process moved into that cgroup, in the lab's
+//! node namespace, reaches a ClusterIP that no rule and no route knows, over TCP,
+//! connected UDP and unconnected UDP, IPv4 and IPv6, by the socket translation alone:
+//! both pods answer, and the client sees the Service address as its peer (getpeername,
+//! recvmsg). A Service with no endpoints refuses `connect()`. The same client outside the
+//! cgroup, and inside it after cleanup, finds the ClusterIP unreachable. `svcproxy sync
+//! --socket-lb`, one-shot and in watch mode, writes the maps from a cluster file and
+//! follows its endpoint changes.
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use svcproxy::model::Protocol;
+use svcproxy::netfilter::bpf::kernel::{self, Maps};
+use svcproxy::netfilter::bpf::maps::{BackendKey, Counter, ServiceKey, ServiceValue};
+
+use crate::dataplane::{cluster_yaml, ep4, ep6, pod_ip4, pod_ip6, pod_name, svc, sync_args, tcp, udp};
+use crate::harness::{skip, Case, CaseResult, Ctx};
+use crate::netns::{run_bounded, run_ok, Backend, Lab, Ns};
+
+pub const CLIENT_FLAG: &str = "__svk_socklb_client";
+
+const SVC4: &str = "198.19.200.10";
+const SVC6: &str = "fd00:99::10";
+const EMPTY4: &str = "198.19.200.11";
+const PORT: u16 = 80;
+const POD_PORT: u16 = 8080;
+/// Each attempt's connect and read limit.
+const ATTEMPT: Duration = Duration::from_millis(1500);
+
+pub fn cases() -> Vec<Case> {
+    vec![
+        Case::new("socket_lb_cluster_ip_reached_by_socket_translation_alone", translation_alone),
+        Case::new("socket_lb_one_shot_sync_writes_the_maps_and_follows_endpoints", one_shot_sync),
+        Case::new("socket_lb_watch_mode_follows_endpoint_changes", watch_mode),
+    ]
+}
+
+/// The test's own cgroup v2 and bpffs mounts, its child cgroup and the pin directory;
+/// dropping it detaches, unpins, removes the cgroup and unmounts, whatever failed before.
+struct Rig {
+    dir: PathBuf,
+    cgroup_mount: PathBuf,
+    bpffs: PathBuf,
+    cgroup: PathBuf,
+    pins: PathBuf,
+    mounted: Vec<PathBuf>,
+}
+
+static RIGS: AtomicU32 = AtomicU32::new(0);
+
+impl Rig {
+    fn new() -> Result<Rig, String> {
+        let n = RIGS.fetch_add(1, Ordering::SeqCst);
+        let dir = std::env::temp_dir().join(format!("svk{}-socklb-{n}", std::process::id()));
+        let mut rig = Rig {
+            cgroup_mount: dir.join("cgroup"),
+            bpffs: dir.join("bpffs"),
+            cgroup: dir.join("cgroup").join(format!("svk{}-socklb-{n}", std::process::id())),
+            pins: dir.join("bpffs").join("svcproxy"),
+            dir,
+            mounted: vec![],
+        };
+        for d in [&rig.cgroup_mount, &rig.bpffs] {
+            std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+        }
+        let cg = rig.cgroup_mount.to_string_lossy().into_owned();
+        run_ok(&["mount", "-t", "cgroup2", "none", &cg], None)?;
+        rig.mounted.push(rig.cgroup_mount.clone());
+        let bpf = rig.bpffs.to_string_lossy().into_owned();
+        run_ok(&["mount", "-t", "bpf", "bpf", &bpf], None)?;
+        rig.mounted.push(rig.bpffs.clone());
+        std::fs::create_dir(&rig.cgroup).map_err(|e| format!("creating cgroup {}: {e}", rig.cgroup.display()))?;
+        Ok(rig)
+    }
+
+    fn procs(&self) -> String {
+        self.cgroup.join("cgroup.procs").to_string_lossy().into_owned()
+    }
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        if let Err(e) = kernel::cleanup(&self.pins) {
+            eprintln!("socket-lb rig: cleanup: {e}");
+        }
+        // The cgroup empties when the clients have exited: bounded retries.
+        for _ in 0..50 {
+            match std::fs::remove_dir(&self.cgroup) {
+                Ok(()) => break,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+        for m in self.mounted.iter().rev() {
+            let m = m.to_string_lossy().into_owned();
+            if let Err(e) = run_bounded(&["umount", &m], None, Duration::from_secs(10)) {
+                eprintln!("socket-lb rig: umount {m}: {e}");
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// What the client printed for one attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Answer {
+    /// The peer the socket reports (getpeername or recvfrom), the pod that answered.
+    Ok { peer: SocketAddr, pod: String },
+    Refused,
+    Unreachable,
+    Other(String),
+}
+
+/// Runs the client `count` times in `ns`, first moving itself into the cgroup whose
+/// `cgroup.procs` is `procs` ("-": stays where it is).
+fn client(ns: &Ns, procs: &str, mode: &str, dst: &str, count: u32) -> Result<Vec<Answer>, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?.to_string_lossy().into_owned();
+    let (port, n, ms) = (PORT.to_string(), count.to_string(), ATTEMPT.as_millis().to_string());
+    let limit = ATTEMPT * 2 * count + Duration::from_secs(5);
+    let out = ns.exec_limit(&[&exe, CLIENT_FLAG, procs, mode, dst, &port, &n, &ms], None, limit)?;
+    if !out.status.success() {
+        return Err(format!("socket-lb client failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr)));
+    }
+    let answers: Vec<Answer> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            match w.as_slice() {
+                ["ok", peer, pod, ..] => match peer.parse() {
+                    Ok(peer) => Answer::Ok { peer, pod: pod.to_string() },
+                    Err(_) => Answer::Other(l.to_string()),
+                },
+                ["refused"] => Answer::Refused,
+                ["unreachable"] => Answer::Unreachable,
+                _ => Answer::Other(l.to_string()),
+            }
+        })
+        .collect();
+    if answers.len() != count as usize {
+        return Err(format!("client reported {} of {count} attempts: {answers:?}", answers.len()));
+    }
+    Ok(answers)
+}
+
+/// Client mode: `PROCS tcp|udp|udp-unconnected IP PORT COUNT TIMEOUT_MS`; one line per
+/// attempt: `ok PEER POD`, `refused`, `unreachable`, `error WHAT`.
+pub fn client_main_if_requested() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) != Some(CLIENT_FLAG) {
+        return;
+    }
+    let parse = || -> Option<(String, String, SocketAddr, u32, Duration)> {
+        let ip: IpAddr = args.get(4)?.parse().ok()?;
+        let port: u16 = args.get(5)?.parse().ok()?;
+        let count: u32 = args.get(6)?.parse().ok()?;
+        let ms: u64 = args.get(7)?.parse().ok()?;
+        Some((args.get(2)?.clone(), args.get(3)?.clone(), SocketAddr::new(ip, port), count.min(200), Duration::from_millis(ms.clamp(10, 10_000))))
+    };
+    let Some((procs, mode, dst, count, timeout)) = parse() else {
+        eprintln!("usage: {CLIENT_FLAG} PROCS tcp|udp|udp-unconnected IP PORT COUNT TIMEOUT_MS");
+        std::process::exit(2);
+    };
+    // Into the test's cgroup before any socket exists: the hooks see this process's calls.
+    if procs != "-" {
+        if let Err(e) = std::fs::write(&procs, "0") {
+            eprintln!("joining {procs}: {e}");
+            std::process::exit(1);
+        }
+    }
+    let mut out = std::io::stdout().lock();
+    for _ in 0..count {
+        let line = match attempt(&mode, dst, timeout) {
+            Ok((peer, reply)) => format!("ok {peer} {}", reply.split_whitespace().next().unwrap_or("?")),
+            Err(e) => match e.kind() {
+                std::io::ErrorKind::ConnectionRefused => "refused".to_string(),
+                std::io::ErrorKind::NetworkUnreachable | std::io::ErrorKind::HostUnreachable => "unreachable".to_string(),
+                _ => format!("error {e}"),
+            },
+        };
+        let _ = writeln!(out, "{line}");
+    }
+    std::process::exit(0);
+}
+
+/// One attempt: the peer the socket reports, and the server's line (`<pod> <client ip>`).
+fn attempt(mode: &str, dst: SocketAddr, timeout: Duration) -> std::io::Result<(SocketAddr, String)> {
+    let any: SocketAddr = if dst.is_ipv4() { "0.0.0.0:0".parse().unwrap() } else { "[::]:0".parse().unwrap() };
+    let mut buf = [0u8; 512];
+    match mode {
+        "tcp" => {
+            let mut s = TcpStream::connect_timeout(&dst, timeout)?;
+            let peer = s.peer_addr()?;
+            s.set_read_timeout(Some(timeout))?;
+            let n = s.read(&mut buf)?;
+            Ok((peer, String::from_utf8_lossy(&buf[..n]).into_owned()))
+        }
+        "udp" => {
+            let s = UdpSocket::bind(any)?;
+            s.connect(dst)?;
+            let peer = s.peer_addr()?;
+            s.set_read_timeout(Some(timeout))?;
+            s.send(b"ping\n")?;
+            let n = s.recv(&mut buf)?;
+            Ok((peer, String::from_utf8_lossy(&buf[..n]).into_owned()))
+        }
+        "udp-unconnected" => {
+            let s = UdpSocket::bind(any)?;
+            s.set_read_timeout(Some(timeout))?;
+            s.send_to(b"ping\n", dst)?;
+            let (n, from) = s.recv_from(&mut buf)?;
+            Ok((from, String::from_utf8_lossy(&buf[..n]).into_owned()))
+        }
+        other => Err(std::io::Error::other(format!("unknown mode {other}"))),
+    }
+}
+
+fn service(maps: &mut Maps, addr: &str, proto: Protocol, backend_id: u32, backends: &[SocketAddr]) -> Result<(), String> {
+    for (slot, b) in backends.iter().enumerate() {
+        maps.put_backend(&BackendKey { backend_id, slot: slot as u32 }, *b).map_err(|e| e.to_string())?;
+    }
+    let key = ServiceKey { addr: addr.parse().unwrap(), port: PORT, proto };
+    let value = ServiceValue { backend_id, count: backends.len() as u16, no_backends: backends.is_empty() };
+    maps.put_service(&key, &value).map_err(|e| e.to_string())
+}
+
+/// Root, the tools, and the programs in this build (else SKIPPED, saying which).
+fn require(ctx: &Ctx, tools: &[&str]) -> CaseResult {
+    ctx.require(tools)?;
+    if !svcproxy::netfilter::bpf::object::built() {
+        return Err(skip("svcproxy was built without clang: the socket-LB programs are not in this binary (apt-get install clang libbpf-dev, then rebuild)"));
+    }
+    Ok(())
+}
+
+/// Which pods answered `count` attempts of `mode` to `svc`, each seeing the Service as its peer.
+fn answered_by(ctx: &Ctx, node: &Ns, procs: &str, mode: &str, svc: &str, count: u32) -> Result<std::collections::BTreeSet<String>, String> {
+    let answers = client(node, procs, mode, svc, count)?;
+    let want = SocketAddr::new(svc.parse().unwrap(), PORT);
+    let mut pods = std::collections::BTreeSet::new();
+    for ans in &answers {
+        match ans {
+            Answer::Ok { peer, pod } if *peer == want => {
+                pods.insert(pod.clone());
+            }
+            other => return Err(format!("{mode} to {svc}: {other:?} (want an answer from {want}; all: {answers:?})")),
+        }
+    }
+    ctx.log(format!("{mode} {svc}: {count} answers from {pods:?}"));
+    Ok(pods)
+}
+
+fn translation_alone(ctx: &mut Ctx) -> CaseResult {
+    require(ctx, &["ip", "mount", "umount"])?;
+    let mut lab = Lab::new("socklb")?;
+    let a = lab.add_pod("sl-a", "198.18.1.2", Some("fd00:18:1::2"))?;
+    let b = lab.add_pod("sl-b", "198.18.1.3", Some("fd00:18:1::3"))?;
+    for pod in [&a, &b] {
+        pod.serve_tcp(POD_PORT)?;
+        pod.serve_udp(POD_PORT)?;
+    }
+    let rig = Rig::new()?;
+    let done = kernel::attach(&rig.pins, &rig.cgroup).map_err(|e| e.to_string())?;
+    ctx.log(format!("attached: {done:?}"));
+    crate::ensure!(done.attached == 8 && done.replaced == 0, "every hook attached once: {done:?}");
+
+    let mut maps = Maps::open(&rig.pins).map_err(|e| e.to_string())?;
+    let v4: Vec<SocketAddr> = [a.ipv4, b.ipv4].iter().map(|ip| SocketAddr::new(IpAddr::V4(*ip), POD_PORT)).collect();
+    let v6: Vec<SocketAddr> = [a.ipv6.unwrap(), b.ipv6.unwrap()].iter().map(|ip| SocketAddr::new(IpAddr::V6(*ip), POD_PORT)).collect();
+    service(&mut maps, SVC4, Protocol::Tcp, 1, &v4)?;
+    service(&mut maps, SVC4, Protocol::Udp, 2, &v4)?;
+    service(&mut maps, SVC6, Protocol::Tcp, 3, &v6)?;
+    service(&mut maps, SVC6, Protocol::Udp, 4, &v6)?;
+    service(&mut maps, EMPTY4, Protocol::Tcp, 5, &[])?;
+    let held = maps.services().map_err(|e| e.to_string())?;
+    crate::ensure!(held.len() == 5, "five Service entries read back: {held:?}");
+
+    let node = lab.node().clone();
+    let procs = rig.procs();
+    let t0 = Instant::now();
+    for (mode, svc) in [("tcp", SVC4), ("udp", SVC4), ("udp-unconnected", SVC4), ("tcp", SVC6), ("udp", SVC6), ("udp-unconnected", SVC6)] {
+        let answers = client(&node, &procs, mode, svc, 16)?;
+        ctx.log(format!("{mode} {svc}: {answers:?}"));
+        let want: SocketAddr = SocketAddr::new(svc.parse().unwrap(), PORT);
+        let mut pods = std::collections::BTreeSet::new();
+        for ans in &answers {
+            match ans {
+                Answer::Ok { peer, pod } => {
+                    crate::ensure!(*peer == want, "{mode} to {svc}: the socket's peer is {peer}, not the Service's {want}");
+                    pods.insert(pod.clone());
+                }
+                other => return Err(format!("{mode} to {svc}: {other:?} (all: {answers:?})").into()),
+            }
+        }
+        // 16 random picks of two: both appear unless a 1-in-32768 chance.
+        crate::ensure!(pods.len() == 2, "{mode} to {svc}: answered only by {pods:?}");
+    }
+    ctx.log(format!("translated checks took {:?}", t0.elapsed()));
+
+    // A second attach (a restart, a newer binary) replaces every link, the maps kept.
+    let again = kernel::attach(&rig.pins, &rig.cgroup).map_err(|e| e.to_string())?;
+    crate::ensure!(again.attached == 8 && again.replaced == 8, "every hook replaced: {again:?}");
+    let pods = answered_by(ctx, &node, &procs, "tcp", SVC4, 16)?;
+    crate::ensure!(pods.len() == 2, "after the replacement both pods still answer: {pods:?}");
+
+    let refused = client(&node, &procs, "tcp", EMPTY4, 3)?;
+    crate::ensure!(refused.iter().all(|a| *a == Answer::Refused), "a Service with no endpoints refuses connect(): {refused:?}");
+
+    // Controls: outside the cgroup nothing translates, and no route knows the ClusterIP.
+    let outside = client(&node, "-", "tcp", SVC4, 2)?;
+    crate::ensure!(outside.iter().all(|a| *a == Answer::Unreachable), "outside the cgroup the ClusterIP is unreachable: {outside:?}");
+
+    let translated = maps.counter(false, Counter::Translated).map_err(|e| e.to_string())?;
+    let translated6 = maps.counter(true, Counter::Translated).map_err(|e| e.to_string())?;
+    let no_backend = maps.counter(false, Counter::NoBackend).map_err(|e| e.to_string())?;
+    ctx.log(format!("counters: translated v4 {translated} v6 {translated6}, no backend v4 {no_backend}"));
+    crate::ensure!(translated >= 64 && translated6 >= 48, "every translation counted: v4 {translated}, v6 {translated6}");
+    crate::ensure!(no_backend == 3, "three refusals counted: {no_backend}");
+
+    // Cleanup detaches: the same client in the cgroup now finds the ClusterIP unreachable,
+    // and nothing of svcproxy's is left under the bpffs.
+    drop(maps);
+    let cleaned = kernel::cleanup(&rig.pins).map_err(|e| e.to_string())?;
+    ctx.log(format!("cleanup: {cleaned:?}"));
+    crate::ensure!(cleaned.links == 8 && cleaned.maps == 4 && cleaned.dir_removed, "cleanup removed every pin: {cleaned:?}");
+    let after = client(&node, &procs, "tcp", SVC4, 2)?;
+    crate::ensure!(after.iter().all(|a| *a == Answer::Unreachable), "after cleanup the programs are detached: {after:?}");
+    crate::ensure!(!Path::new(&rig.pins).exists(), "the pin directory is gone");
+    drop(rig);
+    drop(lab);
+    Ok(())
+}
+
+/// The cluster file of the `sync` cases: `sl-web` (TCP and UDP port 80, v4 and v6) with
+/// the endpoints of `pods`, and `sl-empty` with none.
+fn sync_cluster(pods: &[u8]) -> String {
+    let mut s = svc("sl-web", SYNC_SVC4, vec![tcp("web", PORT), udp("dns", PORT)], pods.iter().map(|k| ep4(*k)).collect());
+    s.cluster_ips.push(SYNC_SVC6.to_string());
+    s.eps6 = pods.iter().map(|k| ep6(*k)).collect();
+    let empty = svc("sl-empty", "198.19.255.11", vec![tcp("web", PORT)], vec![]);
+    cluster_yaml(&[s, empty])
+}
+
+const SYNC_SVC4: &str = "198.19.255.10";
+const SYNC_SVC6: &str = "fd00:19:ff::10";
+
+/// `svcproxy sync --socket-lb` (iptables mode, one-shot) with the rig's cgroup and pin
+/// directory: the ClusterIP, unrouted in the node namespace so no rule can be what
+/// answers, is reached by TCP and UDP on both families, and conntrack holds no flow to it
+/// (no DNAT happened); a dry run right after finds nothing to change; a second sync without one pod's endpoint moves every new socket
+/// to the other pod and leaves no slot of the old generation.
+fn one_shot_sync(ctx: &mut Ctx) -> CaseResult {
+    require(ctx, &["ip", "mount", "umount", "conntrack", "iptables-nft", "iptables-nft-restore"])?;
+    let mut lab = Lab::new("socklbsync")?;
+    for k in [1, 2] {
+        let pod = lab.add_pod(&pod_name(k), &pod_ip4(k), Some(&pod_ip6(k)))?;
+        pod.serve_tcp(crate::dataplane::EP_PORT)?;
+        pod.serve_udp(5353)?;
+    }
+    let rig = Rig::new()?;
+    let (svc4, svc6) = (SYNC_SVC4, SYNC_SVC6);
+    let cluster = sync_cluster;
+    let (cg, pins) = (rig.cgroup.to_string_lossy().into_owned(), rig.pins.to_string_lossy().into_owned());
+    let sync = |text: &str, dry: bool, code: i32| -> Result<String, String> {
+        let path = crate::svcproxy::temp_yaml(text)?;
+        let p = crate::svcproxy::path_str(&path).to_string();
+        let mut args = sync_args(&p, dry);
+        args.extend_from_slice(&["--socket-lb", "--socket-lb-cgroup", &cg, "--socket-lb-pin-dir", &pins]);
+        let r = crate::svcproxy::run_expect(lab.node(), Backend::Nft, &args, code);
+        let _ = std::fs::remove_file(&path);
+        r
+    };
+    let pending = sync(&cluster(&[1, 2]), true, 1)?;
+    ctx.log(format!("dry run before: {}", pending.split("# socket-lb").nth(1).unwrap_or("(no socket-lb section)")));
+    crate::ensure!(pending.contains("+ 198.19.255.10:80/tcp -> 198.18.1.2:8080 198.18.2.2:8080"), "the dry run names the entries: {pending}");
+    crate::ensure!(!rig.pins.exists(), "a dry run attaches nothing");
+    sync(&cluster(&[1, 2]), false, 0)?;
+    sync(&cluster(&[1, 2]), true, 0).map_err(|e| format!("a dry run right after the sync wants changes: {e}"))?;
+
+    let node = lab.node().clone();
+    let procs = rig.procs();
+    for (mode, addr) in [("tcp", svc4), ("udp", svc4), ("tcp", svc6), ("udp-unconnected", svc6)] {
+        let pods = answered_by(ctx, &node, &procs, mode, addr, 16)?;
+        crate::ensure!(pods.len() == 2, "{mode} to {addr}: both pods answer: {pods:?}");
+    }
+    let refused = client(&node, &procs, "tcp", "198.19.255.11", 2)?;
+    crate::ensure!(refused.iter().all(|a| *a == Answer::Refused), "no endpoints: refused: {refused:?}");
+    // The rules are loaded, so conntrack tracks the node's flows: they name the pods, and
+    // none was DNATed from the ClusterIP (the socket carried the pod's address from the start).
+    for (family, addr, pod) in [("ipv4", svc4, pod_ip4(1)), ("ipv6", svc6, pod_ip6(1))] {
+        let to_svc = node.run(&["conntrack", "-L", "-f", family, "-d", addr])?;
+        let to_pod = node.run(&["conntrack", "-L", "-f", family, "-d", &pod])?;
+        ctx.log(format!("conntrack to {addr}: {to_svc:?}; to {pod}: {} flow(s)", to_pod.lines().count()));
+        crate::ensure!(to_svc.trim().is_empty(), "no flow to the ClusterIP {addr}: {to_svc}");
+        crate::ensure!(to_pod.lines().count() > 0, "the pod's flows are tracked (the check above can see flows)");
+    }
+
+    sync(&cluster(&[2]), false, 0)?;
+    for (mode, addr) in [("tcp", svc4), ("udp", svc6)] {
+        let pods = answered_by(ctx, &node, &procs, mode, addr, 8)?;
+        crate::ensure!(pods.iter().eq([pod_name(2)].iter()), "{mode} to {addr}: only pod2 is left: {pods:?}");
+    }
+    let maps = Maps::open(&rig.pins).map_err(|e| e.to_string())?;
+    let held = svcproxy::socketlb::apply::read_held(&maps).map_err(|e| e.to_string())?;
+    crate::ensure!(held.orphans.is_empty(), "no slot of the old generation is left: {:?}", held.orphans);
+    crate::ensure!(held.services.len() == 5, "v4 and v6 TCP and UDP, and the empty Service: {:?}", held.services.keys());
+    drop(maps);
+    drop(rig);
+    drop(lab);
+    Ok(())
+}
+
+/// `svcproxy sync --watch --socket-lb` from a cluster file: the maps are written after the
+/// first sync, and an endpoint removed from the file moves every new socket to the pod
+/// left, within a bounded wait, rewriting only that Service's entries; `/metrics` shows
+/// the programs' counters.
+fn watch_mode(ctx: &mut Ctx) -> CaseResult {
+    require(ctx, &["ip", "mount", "umount", "iptables-nft", "iptables-nft-restore"])?;
+    let mut lab = Lab::new("socklbwatch")?;
+    for k in [1, 2] {
+        let pod = lab.add_pod(&pod_name(k), &pod_ip4(k), Some(&pod_ip6(k)))?;
+        pod.serve_tcp(crate::dataplane::EP_PORT)?;
+        pod.serve_udp(5353)?;
+    }
+    let rig = Rig::new()?;
+    let file = crate::svcproxy::temp_yaml(&sync_cluster(&[1, 2]))?;
+    let p = crate::svcproxy::path_str(&file).to_string();
+    let (cg, pins) = (rig.cgroup.to_string_lossy().into_owned(), rig.pins.to_string_lossy().into_owned());
+    let mut argv = sync_args(&p, false);
+    argv.extend_from_slice(&[
+        "--watch", "--poll-interval", "100ms", "--iptables-backend", "nft", "--min-sync-period", "0s",
+        "--healthz-bind-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0",
+        "--socket-lb", "--socket-lb-cgroup", &cg, "--socket-lb-pin-dir", &pins,
+    ]);
+    let log = rig.dir.join("svcproxy.log");
+    let node = lab.node().clone();
+    let daemon = crate::watch_e2e::spawn_svcproxy(&node.name, &argv, &[], &log)?;
+    let procs = rig.procs();
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    let waited = crate::watch_e2e::until("the first sync's socket-LB entries", Duration::from_secs(20), || {
+        matches!(answered_by(ctx, &node, &procs, "tcp", SYNC_SVC4, 8), Ok(p) if p.len() == 2)
+    })
+    .map_err(|e| format!("{e}; svcproxy log:\n{}", log_text()))?;
+    ctx.log(format!("both pods answer through the socket path {waited:?} after start"));
+    let pods = answered_by(ctx, &node, &procs, "udp", SYNC_SVC6, 16)?;
+    crate::ensure!(pods.len() == 2, "udp to {SYNC_SVC6}: both pods: {pods:?}");
+    let read = || -> Result<svcproxy::socketlb::diff::Held, String> {
+        let maps = Maps::open(&rig.pins).map_err(|e| e.to_string())?;
+        svcproxy::socketlb::apply::read_held(&maps).map_err(|e| e.to_string())
+    };
+    let before = read()?;
+    let empty_key = ServiceKey { addr: "198.19.255.11".parse().unwrap(), port: PORT, proto: Protocol::Tcp };
+    let web_key = ServiceKey { addr: SYNC_SVC4.parse().unwrap(), port: PORT, proto: Protocol::Tcp };
+
+    // Rewritten in one rename, so the poller never reads half a file.
+    let tmp = file.with_extension("tmp");
+    std::fs::write(&tmp, sync_cluster(&[2])).map_err(|e| e.to_string())?;
+    std::fs::rename(&tmp, &file).map_err(|e| e.to_string())?;
+    let only2 = std::collections::BTreeSet::from([pod_name(2)]);
+    let waited = crate::watch_e2e::until("every socket on pod2 after pod1's endpoint went", Duration::from_secs(20), || {
+        matches!(answered_by(ctx, &node, &procs, "tcp", SYNC_SVC4, 8), Ok(p) if p == only2)
+    })
+    .map_err(|e| format!("{e}; svcproxy log:\n{}", log_text()))?;
+    ctx.log(format!("pod1's endpoint gone from the maps {waited:?} after the file changed"));
+    let pods = answered_by(ctx, &node, &procs, "udp-unconnected", SYNC_SVC6, 8)?;
+    crate::ensure!(pods == only2, "udp to {SYNC_SVC6}: only pod2: {pods:?}");
+    // The programs' counters on /metrics (the address the daemon logged).
+    let metrics: SocketAddr = log_text()
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("metrics=").and_then(|a| a.parse().ok()))
+        .ok_or_else(|| format!("no metrics address in the log:\n{}", log_text()))?;
+    let body = crate::watch_e2e::in_netns(&node.name, move || crate::watch_e2e::http_get(metrics, "/metrics"))
+        .join()
+        .map_err(|_| "the metrics scrape panicked".to_string())??;
+    let sample = |family: &str, result: &str| -> Option<f64> {
+        let head = format!("svcproxy_socket_lb_sockets_total{{ip_family=\"{family}\",result=\"{result}\"}} ");
+        body.lines().find_map(|l| l.strip_prefix(head.as_str()).and_then(|v| v.trim().parse().ok()))
+    };
+    ctx.log(format!("metrics: v4 translated {:?}, v6 translated {:?}, v6 reversed {:?}", sample("IPv4", "translated"), sample("IPv6", "translated"), sample("IPv6", "reversed")));
+    crate::ensure!(sample("IPv4", "translated").is_some_and(|v| v >= 16.0), "IPv4 translations on /metrics");
+    crate::ensure!(sample("IPv6", "reversed").is_some_and(|v| v >= 8.0), "IPv6 replies reversed on /metrics (unconnected UDP)");
+    drop(daemon);
+    let held = read()?;
+    crate::ensure!(held.orphans.is_empty(), "no slot of an old generation is left: {:?}", held.orphans);
+    // Only the changed Service's entries were written: the other keeps its generation.
+    crate::ensure!(held.services.get(&empty_key) == before.services.get(&empty_key), "the unchanged Service's entry is untouched");
+    crate::ensure!(held.services[&web_key].0.backend_id != before.services[&web_key].0.backend_id, "the changed Service has a new generation");
+    ctx.log(format!("svcproxy log:\n{}", log_text()));
+    crate::ensure!(log_text().contains("socket-lb programs attached"), "the attach is logged");
+    let _ = std::fs::remove_file(&file);
+    drop(rig);
+    drop(lab);
+    Ok(())
+}
