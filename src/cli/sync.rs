@@ -116,6 +116,15 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
                 Detail::Ipvs(report) => print_ipvs(args, report)?,
                 Detail::Nftables(reports) => print_nftables(args, reports)?,
             };
+            if engine.converting() {
+                // A cold start served from the interim table: the sync ends in kube-proxy's.
+                let started = std::time::Instant::now();
+                let mut chains = 0;
+                while engine.converting() {
+                    chains += engine.convert_step().context("converting the interim nftables table to kube-proxy's (it serves meanwhile)")?;
+                }
+                eprintln!("svcproxy: nftables: {chains} interim chain(s) converted to kube-proxy's rules in {:.3} s", started.elapsed().as_secs_f64());
+            }
             let mut pending = print_reconciled(args, &outcome.reconciled)? || rules;
             if outcome.reconciled.iter().any(|r| r.error.is_some()) {
                 // The rules are in place, the flows are not: a failed kernel call, reported as one.
@@ -261,8 +270,8 @@ fn print_nftables(args: &SyncArgs, reports: &[crate::nftables::sync::Report]) ->
             t.read.as_secs_f64(),
             t.apply.as_secs_f64(),
         );
-        if let Some((chains, served)) = r.interim {
-            eprintln!("svcproxy: {family} (nftables): cold start: every Service served after {:.3} s of the apply by an interim table; then {chains} chain(s) converted to kube-proxy's rules", served.as_secs_f64());
+        if let Some(i) = &r.interim {
+            eprintln!("svcproxy: {family} (nftables): cold start: every Service served after {:.3} s of the apply by an interim table; {} chain(s) to convert to kube-proxy's rules", i.served.as_secs_f64(), i.chains.len());
         }
     }
     Ok(pending)

@@ -13,6 +13,8 @@
 //! kube-proxy's table. Service ports with two or more endpoints keep their maps from the
 //! start.
 
+use std::collections::{HashMap, HashSet};
+
 use super::model::{Rule, Table};
 use super::stmt::{self, Action, Body, Dnat, Stmt, Vmap};
 
@@ -61,31 +63,50 @@ pub fn interim(table: &Table, min: usize) -> Option<Interim> {
 /// The conversion's batches: each of `chains` flushed and filled with `table`'s rules for
 /// it, whole chains per batch, a batch cut at `max_lines` (a longer chain goes alone).
 pub fn conversion(table: &Table, chains: &[String], max_lines: usize) -> Vec<String> {
-    let head = format!("{} {}", table.family.as_str(), table.name);
-    let mut by_chain: std::collections::HashMap<&str, Vec<&Rule>> = chains.iter().map(|c| (c.as_str(), Vec::new())).collect();
-    for r in &table.objects.rules {
-        if let Some(v) = by_chain.get_mut(r.chain.as_str()) {
-            v.push(r);
-        }
-    }
     let mut batches = Vec::new();
-    let (mut batch, mut lines) = (String::new(), 0);
-    for c in chains {
-        let rules = &by_chain[c.as_str()];
-        if lines > 0 && lines + rules.len() + 1 > max_lines {
-            batches.push(std::mem::take(&mut batch));
-            lines = 0;
+    let mut at = 0;
+    while at < chains.len() {
+        let (batch, taken) = next_batch(table, &chains[at..], max_lines);
+        at += taken;
+        if !batch.is_empty() {
+            batches.push(batch);
         }
-        batch.push_str(&format!("flush chain {head} {c}\n"));
-        for r in rules {
-            super::model::rule_line(&mut batch, &head, r);
-        }
-        lines += rules.len() + 1;
-    }
-    if !batch.is_empty() {
-        batches.push(batch);
     }
     batches
+}
+
+/// The first conversion batch of `chains` and how many of them it took (at least one).
+/// A chain `table` no longer declares (its service went since) is taken and skipped.
+pub fn next_batch(table: &Table, chains: &[String], max_lines: usize) -> (String, usize) {
+    let head = format!("{} {}", table.family.as_str(), table.name);
+    let declared: HashSet<&str> = table.objects.chains.iter().map(|c| c.name.as_str()).collect();
+    let mut rules: HashMap<&str, Vec<&Rule>> = HashMap::new();
+    let (mut batch, mut lines, mut taken, mut indexed) = (String::new(), 0, 0, false);
+    for c in chains {
+        if !declared.contains(c.as_str()) {
+            taken += 1;
+            continue;
+        }
+        if !indexed {
+            indexed = true;
+            // Indexed once, for the chains a batch can hold.
+            let want: HashSet<&str> = chains.iter().map(String::as_str).take(max_lines.max(1)).collect();
+            for r in table.objects.rules.iter().filter(|r| want.contains(r.chain.as_str())) {
+                rules.entry(r.chain.as_str()).or_default().push(r);
+            }
+        }
+        let of = rules.get(c.as_str()).map_or(&[][..], Vec::as_slice);
+        if lines > 0 && lines + of.len() + 1 > max_lines {
+            break;
+        }
+        batch.push_str(&format!("flush chain {head} {c}\n"));
+        for r in of {
+            super::model::rule_line(&mut batch, &head, r);
+        }
+        lines += of.len() + 1;
+        taken += 1;
+    }
+    (batch, taken)
 }
 
 fn body_of(r: &Rule) -> Option<Body> {
@@ -186,5 +207,9 @@ mod tests {
             ]
         );
         assert_eq!(conversion(&t, &chains, 100).len(), 1);
+        // A chain whose service went since is skipped.
+        let gone = vec!["service-Z".to_string(), "service-B".to_string()];
+        assert_eq!(next_batch(&t, &gone, 100), (b[1].clone(), 2));
+        assert_eq!(next_batch(&t, &gone[..1], 100), (String::new(), 1));
     }
 }

@@ -51,6 +51,9 @@ pub struct FamilyTable {
     /// The `cluster-ips-check` chain changed (the ServiceCIDRs) since the kernel last got
     /// it; a partial sync rewrites it.
     check_changed: bool,
+    /// After a cold start through the interim table ([`super::cold`]): the chains still to
+    /// convert to kube-proxy's rules, a batch at a time ([`Proxier::convert_step`]).
+    converting: Vec<String>,
 }
 
 pub struct Proxier {
@@ -68,7 +71,7 @@ pub struct Before {
 
 impl Proxier {
     pub fn new(config: &Config, trackers: &Trackers, nft: Box<dyn Nft>) -> Self {
-        let families: Vec<FamilyTable> = super::render_all(config, trackers).into_iter().map(|ruleset| FamilyTable { ruleset, check_changed: false }).collect();
+        let families: Vec<FamilyTable> = super::render_all(config, trackers).into_iter().map(|ruleset| FamilyTable { ruleset, check_changed: false, converting: Vec::new() }).collect();
         Proxier { driver: Driver::new(families.len()), families, nft }
     }
 
@@ -95,10 +98,37 @@ impl Proxier {
         changed
     }
 
+    /// Whether a cold start's interim table still has chains to convert.
+    pub fn converting(&self) -> bool {
+        self.families.iter().any(|f| !f.converting.is_empty())
+    }
+
+    /// Converts the next batch of a family's interim chains to kube-proxy's rules (as the
+    /// ruleset has them now: a chain a partial sync rewrote since is written again alike,
+    /// one whose service went is skipped). A failed batch leaves the interim chains
+    /// serving and ends the conversion: the next sync is full, and the full sync over the
+    /// live table refills what differs. Returns the chains converted.
+    pub fn convert_step(&mut self) -> Result<usize, FamilyError> {
+        let Some(f) = self.families.iter_mut().find(|f| !f.converting.is_empty()) else { return Ok(0) };
+        let table = f.ruleset.table();
+        let (batch, taken) = super::cold::next_batch(&table, &f.converting, super::cold::CONVERSION_LINES);
+        f.converting.drain(..taken);
+        if batch.is_empty() {
+            return Ok(taken);
+        }
+        if let Err(error) = self.nft.run(&batch) {
+            let family = f.ruleset.ctx.ip_family;
+            f.converting.clear();
+            self.driver.forget();
+            return Err(FamilyError { family, error });
+        }
+        Ok(taken)
+    }
+
     /// Renders everything again (the configuration changed, e.g. this node's zone); the
     /// next sync is full.
     pub fn rerender(&mut self, config: &Config, trackers: &Trackers) {
-        self.families = super::render_all(config, trackers).into_iter().map(|ruleset| FamilyTable { ruleset, check_changed: false }).collect();
+        self.families = super::render_all(config, trackers).into_iter().map(|ruleset| FamilyTable { ruleset, check_changed: false, converting: Vec::new() }).collect();
         self.driver.forget();
     }
 
@@ -148,7 +178,13 @@ impl FamilyRules for FamilyTable {
     }
 
     fn full(&mut self, nft: &mut Self::Kernel, pass: Pass) -> Result<Report, Failure<FamilyError>> {
-        sync::full(nft, &self.ruleset.table(), pass == Pass::DryRun).map_err(|e| self.failure(e))
+        let report = sync::full(nft, &self.ruleset.table(), pass == Pass::DryRun).map_err(|e| self.failure(e))?;
+        // A full sync over a table leaves it equal to the ruleset: nothing left to convert,
+        // unless it was a cold start through the interim table.
+        if report.applied {
+            self.converting = report.interim.as_ref().map(|i| i.chains.clone()).unwrap_or_default();
+        }
+        Ok(report)
     }
 
     fn synced(&mut self) {

@@ -82,9 +82,9 @@ pub struct Report {
     pub via: Option<super::apply::Via>,
     /// The kernel held the other of kube-proxy's two tables ([`other_release`]).
     pub other_release: Option<String>,
-    /// A cold start through the interim table ([`super::cold`]): the chains converted to
-    /// kube-proxy's rules after it served, and when it served (since the apply began).
-    pub interim: Option<(usize, Duration)>,
+    /// A cold start through the interim table ([`super::cold`]): the chains to convert to
+    /// kube-proxy's rules now that it serves, and when it served (since the apply began).
+    pub interim: Option<Interim>,
     pub timings: Timings,
 }
 
@@ -92,6 +92,13 @@ impl Report {
     pub(crate) fn new(family: Family) -> Self {
         Report { family, diff: None, applied: false, lines: 0, batches: 0, kept: 0, refilled: 0, element_changes: 0, stale: Vec::new(), stale_error: None, via: None, other_release: None, interim: None, timings: Timings::default() }
     }
+}
+
+/// A cold start's interim table, applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interim {
+    pub chains: Vec<String>,
+    pub served: Duration,
 }
 
 /// Wall time of each phase of one sync.
@@ -117,7 +124,6 @@ fn full_with(nft: &mut dyn Nft, table: &Table, dry_run: bool, interim_min: usize
         return compare(nft, table);
     }
     let family = table.family;
-    let final_table = table;
     let mut report = Report::new(family);
     let t = Instant::now();
     // The names, and the live table to compare (netlink only: a chunked sync).
@@ -175,15 +181,10 @@ fn full_with(nft: &mut dyn Nft, table: &Table, dry_run: bool, interim_min: usize
         }
     }
     report.applied = true;
-    if let Some(i) = &interim {
+    if let Some(i) = interim {
         let served = t.elapsed();
-        for batch in cold::conversion(final_table, &i.chains, cold::CONVERSION_LINES) {
-            nft.run(&batch).map_err(SyncError::write)?;
-            report.batches += 1;
-            report.lines += batch.lines().count();
-        }
-        report.interim = Some((i.chains.len(), served));
-        tracing::info!(family = family.as_str(), chains = i.chains.len(), served_after = ?served, "cold start: the interim table served, then its chains were converted to kube-proxy's");
+        tracing::info!(family = family.as_str(), chains = i.chains.len(), served_after = ?served, "cold start: the interim table serves every Service; its chains are converted to kube-proxy's next");
+        report.interim = Some(Interim { chains: i.chains, served });
     }
     // A stale localhost NodePort reject chain's named counter goes after it (its rule, the
     // counter's one reference, went in the flush above).
@@ -381,7 +382,7 @@ mod tests {
     }
 
     #[test]
-    fn a_cold_start_serves_from_the_interim_table_then_converts_to_kube_proxys() {
+    fn a_cold_start_serves_from_the_interim_table_whose_conversion_ends_in_the_table() {
         let mut t = table(&["HASHHASH-a", "HASHHASH-b", "HASHHASH-c"]);
         t.objects.chain(Chain::regular("endpoint-X"));
         t.objects.rule(Rule::new("endpoint-X", "accept"));
@@ -391,11 +392,13 @@ mod tests {
         let mut nft = FakeNft::new();
         nft.batch_lines = Some(1000);
         let r = full_with(&mut nft, &t, false, 2).unwrap();
-        assert_eq!(r.interim.map(|i| i.0), Some(2));
+        let chains = r.interim.map(|i| i.chains).unwrap();
+        assert_eq!(chains, ["service-HASHHASH-a", "service-HASHHASH-b"]);
         let runs: Vec<String> = nft.calls.iter().filter_map(|c| if let Call::Run(t) = c { Some(t.clone()) } else { None }).collect();
-        let conversion = &runs[runs.len() - 1];
-        assert!(runs[..runs.len() - 1].iter().all(|r| !r.contains("numgen")) && runs.iter().any(|r| r.contains("service-HASHHASH-a goto endpoint-X")), "{runs:?}");
-        assert_eq!(conversion, "flush chain ip kube-proxy service-HASHHASH-a\nadd rule ip kube-proxy service-HASHHASH-a numgen random mod 1 vmap { 0 : goto endpoint-X }\nflush chain ip kube-proxy service-HASHHASH-b\nadd rule ip kube-proxy service-HASHHASH-b numgen random mod 1 vmap { 0 : goto endpoint-X }\n");
+        assert!(runs.iter().all(|r| !r.contains("numgen")) && runs.iter().any(|r| r.contains("service-HASHHASH-a goto endpoint-X")), "{runs:?}");
+        for batch in cold::conversion(&t, &chains, 2) {
+            nft.run(&batch).unwrap();
+        }
         let mut one = FakeNft::new();
         one.run(&model::write(&t, Form::Transaction)).unwrap();
         assert_eq!(nft.listing(Family::Ip), one.listing(Family::Ip), "the end is the table");

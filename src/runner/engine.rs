@@ -221,6 +221,19 @@ impl Engine {
         }
     }
 
+    /// Whether a cold start's interim nftables table still has chains to convert.
+    pub fn converting(&self) -> bool {
+        matches!(&self.proxier, Proxier::Nftables(p) if p.converting())
+    }
+
+    /// Converts the next batch of interim chains (nftables mode); the chains converted.
+    pub fn convert_step(&mut self) -> Result<usize, crate::nftables::proxier::FamilyError> {
+        match &mut self.proxier {
+            Proxier::Nftables(p) => p.convert_step(),
+            _ => Ok(0),
+        }
+    }
+
     /// (service changes, endpoint changes) waiting for a commit.
     pub fn pending(&self) -> (usize, usize) {
         self.trackers.families.iter().map(|t| (t.services.pending(), t.endpoints.pending())).fold((0, 0), |a, b| (a.0.max(b.0), a.1.max(b.1)))

@@ -48,8 +48,12 @@ pub async fn run_with(
             return Some(why);
         }
         let next = lock_schedule(&shared).next();
+        // A cold start's interim table is converted a batch per turn of the loop, between
+        // syncs and messages.
+        let converting = engine.converting();
         let sleep = async {
             match next {
+                _ if converting => {}
                 Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
                 None => std::future::pending::<()>().await,
             }
@@ -64,6 +68,12 @@ pub async fn run_with(
                 None => return None,
             },
             _ = sleep => {
+                if converting {
+                    convert_step(&mut engine, &shared);
+                    if next.is_none_or(|at| at > Instant::now()) {
+                        continue;
+                    }
+                }
                 take_waiting(&mut engine, &shared, &mut rx);
                 if let Some(why) = exit_asked(&shared) {
                     return Some(why);
@@ -83,6 +93,19 @@ pub async fn run_with(
                     }
                 }
             }
+        }
+    }
+}
+
+/// One batch of the interim table's conversion; a failure leaves the interim rules serving
+/// and asks for a full sync (which refills what differs).
+fn convert_step(engine: &mut Engine, shared: &SharedState) {
+    match tokio::task::block_in_place(|| engine.convert_step()) {
+        Ok(n) if !engine.converting() => tracing::info!(chains = n, "the interim nftables table is kube-proxy's now"),
+        Ok(_) => {}
+        Err(e) => {
+            tracing::error!(error = %with_sources(&e), "converting the interim nftables table failed; its rules keep serving; a full sync follows");
+            lock_schedule(shared).force_full(Instant::now());
         }
     }
 }
