@@ -9,7 +9,8 @@
 //!   kernel lists what `nft -f` of kube-proxy's table lists in a fresh namespace.
 //! - the binary (`SVCPROXY_NFT_INTERIM_MIN=1`) says its cold start went through the
 //!   interim table for both families, lists as the direct apply, then serves every
-//!   Service; a dry run is clean, and a second sync (not cold) has no interim step.
+//!   Service; a dry run is clean, and a second sync (not cold) has no interim step and
+//!   refills no chain (its live read finds the converted chains as wanted).
 //!
 //! The cluster: one-endpoint Services (the ones rewritten: TCP, UDP, TCP+UDP with a
 //! NodePort, ClientIP affinity, dual-stack) and two-endpoint ones (keeping their maps),
@@ -52,6 +53,8 @@ fn cluster() -> Vec<Svc> {
     one_udp.eps6 = vec![ep6(2)];
     let mut one_both = svc("one-both", "198.19.255.12", vec![Port { node_port: Some(NP_CLUSTER), ..tcp("http", 80) }, udp("dns", 53)], vec![ep4(3)]);
     one_both.ty = "NodePort";
+    one_both.cluster_ips.push("fd00:19:ff::12".into());
+    one_both.eps6 = vec![ep6(3)];
     let mut two_tcp = svc("two-tcp", "198.19.255.13", vec![tcp("http", 80)], vec![ep4(1), ep4(2)]);
     two_tcp.cluster_ips.push("fd00:19:ff::13".into());
     two_tcp.eps6 = vec![ep6(1), ep6(2)];
@@ -85,12 +88,14 @@ fn targets() -> Vec<Target> {
         pod("fd00:19:ff::11", 53, Proto::Udp, &["pod2"]),
         pod("198.19.255.12", 80, Proto::Tcp, &["pod3"]),
         pod("198.19.255.12", 53, Proto::Udp, &["pod3"]),
+        pod("fd00:19:ff::12", 53, Proto::Udp, &["pod3"]),
         pod("198.19.255.13", 80, Proto::Tcp, &["pod1", "pod2"]),
         pod("fd00:19:ff::13", 80, Proto::Tcp, &["pod1", "pod2"]),
         pod("198.19.255.14", 53, Proto::Udp, &["pod2", "pod3"]),
         pod("198.19.255.15", 80, Proto::Tcp, &["pod1"]),
         pod("198.19.255.16", 80, Proto::Tcp, &["pod2", "pod3"]),
         Target { from: Where::External, dst: netns::NODE_IP4, port: NP_CLUSTER, proto: Proto::Tcp, pods: &["pod3"], kept: false },
+        Target { from: Where::External, dst: netns::NODE_IP6, port: NP_CLUSTER, proto: Proto::Tcp, pods: &["pod3"], kept: false },
         Target { from: Where::External, dst: netns::NODE_IP4, port: NP_LOCAL, proto: Proto::Tcp, pods: &["pod2"], kept: true },
     ]
 }
@@ -284,7 +289,10 @@ fn binary(ctx: &mut Ctx) -> CaseResult {
     ensure!(diff.trim().is_empty(), "a dry run after the cold start wants changes:\n{diff}");
     serves(ctx, &lab, "after the binary's cold start")?;
     let (_, again) = binary_sync(node, &p, &[])?;
+    ctx.log(&again);
     ensure!(!again.contains("cold start"), "a sync over the live table is no cold start:\n{again}");
+    let summaries: Vec<&str> = again.lines().filter(|l| l.contains("(nftables): ") && l.contains(" refilled")).collect();
+    ensure!(summaries.len() == 2 && summaries.iter().all(|l| l.contains(" 0 refilled, 0 element change(s)")), "the live read finds the converted chains as the table wants them (none refilled):\n{again}");
     let second = listing(node);
     ensure!(second == want, "the second sync changed the table, {}", first_difference(&second, &want));
     clear(node);
