@@ -11,6 +11,9 @@
 //!   interim table for both families, lists as the direct apply, then serves every
 //!   Service; a dry run is clean, and a second sync (not cold) has no interim step and
 //!   refills no chain (its live read finds the converted chains as wanted).
+//! - the binary with the default knobs over [`cold::INTERIM_MIN`] one-endpoint Services: the
+//!   interim table, a conversion in several batches, kube-proxy's table at the end, and a
+//!   sample of the Services served.
 //!
 //! The cluster: one-endpoint Services (the ones rewritten: TCP, UDP, TCP+UDP with a
 //! NodePort, ClientIP affinity, dual-stack) and two-endpoint ones (keeping their maps),
@@ -33,6 +36,7 @@ pub fn cases() -> Vec<Case> {
     vec![
         Case::new("nftables_cold_start_interim_serves_every_service_at_every_step", every_step).with_timeout(Duration::from_secs(480)),
         Case::new("nftables_cold_start_of_the_binary_goes_through_the_interim_table", binary).with_timeout(Duration::from_secs(180)),
+        Case::new("nftables_cold_start_over_the_default_bound_converts_in_several_batches", over_the_bound).with_timeout(Duration::from_secs(300)),
     ]
 }
 
@@ -295,6 +299,72 @@ fn binary(ctx: &mut Ctx) -> CaseResult {
     ensure!(summaries.len() == 2 && summaries.iter().all(|l| l.contains(" 0 refilled, 0 element change(s)")), "the live read finds the converted chains as the table wants them (none refilled):\n{again}");
     let second = listing(node);
     ensure!(second == want, "the second sync changed the table, {}", first_difference(&second, &want));
+    clear(node);
+    let _ = std::fs::remove_file(&path);
+    Ok(())
+}
+
+/// Over the default bound: every Service one endpoint, one ClusterIP of [`MANY_CIDR`].
+const MANY: usize = cold::INTERIM_MIN + 500;
+const MANY_CIDR: &str = "198.19.32.0/20";
+
+fn many_ip(i: usize) -> String {
+    format!("198.19.{}.{}", 32 + i / 250, 1 + i % 250)
+}
+
+fn many_pod(i: usize) -> u8 {
+    1 + (i % 3) as u8
+}
+
+/// `MANY` Services and their slices, written directly (the builders take static names).
+fn many_yaml() -> String {
+    let mut y = String::new();
+    for i in 0..MANY {
+        let (ip, ep) = (many_ip(i), dataplane::pod_ip4(many_pod(i)));
+        y.push_str(&format!(
+            "---\napiVersion: v1\nkind: Service\nmetadata: {{name: s{i}, namespace: many}}\nspec:\n  type: ClusterIP\n  clusterIP: \"{ip}\"\n  clusterIPs: [\"{ip}\"]\n  ipFamilies: [IPv4]\n  ports: [{{name: http, port: 80, protocol: TCP, targetPort: {port}}}]\n",
+            port = dataplane::EP_PORT
+        ));
+        y.push_str(&format!(
+            "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: s{i}-v4, namespace: many, labels: {{kubernetes.io/service-name: s{i}}}}}\naddressType: IPv4\nendpoints:\n- addresses: [\"{ep}\"]\n  conditions: {{ready: true, serving: true, terminating: false}}\n  nodeName: {NODE}\nports: [{{name: http, port: {port}, protocol: TCP}}]\n",
+            port = dataplane::EP_PORT
+        ));
+    }
+    y
+}
+
+/// The binary, no knob set: the interim table and a conversion of every Service's chain
+/// in batches of [`cold::CONVERSION_LINES`].
+fn over_the_bound(ctx: &mut Ctx) -> CaseResult {
+    let (lab, fresh) = lab(ctx)?;
+    lab.route_service_cidr(MANY_CIDR)?;
+    let node = lab.node();
+    let path = temp_yaml(&many_yaml())?;
+    let p = path_str(&path).to_string();
+    clear(node);
+    // The default bound: no knob, whatever this process's environment holds.
+    let mut argv = vec!["env", "-u", "SVCPROXY_NFT_INTERIM_MIN", "-u", "SVCPROXY_NFT_BATCH_LINES", bin()];
+    argv.extend(binary_args(&p));
+    let t = Instant::now();
+    let out = node.exec_limit(&argv, None, Duration::from_secs(120))?;
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    ctx.log(format!("sync of {MANY} Services: {} ms, exit {:?}\n{err}", t.elapsed().as_millis(), out.status.code()));
+    ensure!(out.status.code() == Some(0), "the sync failed: {err}");
+    let line = err.lines().find(|l| l.contains("ip (nftables): cold start: every Service served after")).ok_or(format!("no interim cold start for the ip family:\n{err}"))?;
+    ensure!(line.contains(&format!("then {MANY} chain(s) converted")), "every Service's chain is converted: {line}");
+    let summary = err.lines().find(|l| l.contains("ip (nftables): ") && l.contains(" batch(es)")).unwrap_or_default();
+    let batches: usize = summary.split(" batch(es)").next().and_then(|h| h.rsplit(' ').next()).and_then(|n| n.parse().ok()).unwrap_or(0);
+    // At least the declaring and filling batches, and the conversion's (two rules a chain at least).
+    ensure!(batches >= 2 + 2 * MANY / cold::CONVERSION_LINES, "the conversion goes in several batches: {summary}");
+    let want = direct(fresh.node(), &render(&path, "1.37")?)?;
+    let got = listing(node);
+    ensure!(got == want, "the binary's cold start lists otherwise than kube-proxy's table applied directly, {}", first_difference(&got, &want));
+    lab.conntrack_flush()?;
+    for i in [0, 1, 2, MANY / 2, MANY - 3, MANY - 2, MANY - 1] {
+        let pod = format!("pod{}", many_pod(i));
+        let tally = dataplane::connect(ctx, &lab, Where::Pod(CLIENT), &many_ip(i), 80, Proto::Tcp, 3)?;
+        dataplane::spread(&tally, &[pod.as_str()], &format!("service s{i}"))?;
+    }
     clear(node);
     let _ = std::fs::remove_file(&path);
     Ok(())
