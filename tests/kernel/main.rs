@@ -43,6 +43,7 @@ mod goldens;
 mod incremental;
 mod nft_anonfile;
 mod nft_chunked;
+mod nft_cold;
 mod nft_field;
 mod nft_goldens;
 mod nft_live;
@@ -92,6 +93,7 @@ fn main() {
     cases.extend(outside::cases());
     cases.extend(nft_mode::cases());
     cases.extend(nft_chunked::cases());
+    cases.extend(nft_cold::cases());
     cases.extend(nft_field::cases());
     cases.extend(ctnetlink::cases());
     cases.extend(udp_flows::cases());
