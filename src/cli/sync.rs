@@ -119,11 +119,12 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
             if engine.converting() {
                 // A cold start served from the interim table: the sync ends in kube-proxy's.
                 let started = std::time::Instant::now();
-                let mut chains = 0;
+                let (mut chains, mut batches) = (0, 0);
                 while engine.converting() {
                     chains += engine.convert_step().context("converting the interim nftables table to kube-proxy's (it serves meanwhile)")?;
+                    batches += 1;
                 }
-                eprintln!("svcproxy: nftables: {chains} interim chain(s) converted to kube-proxy's rules in {:.3} s", started.elapsed().as_secs_f64());
+                eprintln!("svcproxy: nftables: {chains} interim chain(s) converted to kube-proxy's rules in {batches} batch(es), {:.3} s", started.elapsed().as_secs_f64());
             }
             let mut pending = print_reconciled(args, &outcome.reconciled)? || rules;
             if outcome.reconciled.iter().any(|r| r.error.is_some()) {
