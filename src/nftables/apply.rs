@@ -75,6 +75,10 @@ pub trait Nft: Send {
     /// A full sync of `family` sent its last transaction (a client that records what it
     /// created does it here: [`super::netlink::NetlinkNft`]).
     fn full_sync_done(&mut self, _family: Family) {}
+    /// The batches that follow ([`Nft::run`]) are recorded as a full sync's are, until
+    /// [`Nft::full_sync_done`]: the interim table's conversion ([`super::cold`]), whose
+    /// anonymous sets a restart must not dump one by one.
+    fn record_from_here(&mut self) {}
     /// A full sync's read: the table's names ([`Nft::names`]; `None`: no table) and, when
     /// the client writes in bounded batches, its live contents ([`Nft::live`]; `None` when
     /// not read: a failure to read them is logged, and every chain is refilled). A client

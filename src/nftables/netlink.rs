@@ -206,6 +206,12 @@ impl Nft for NetlinkNft {
         self.record_created(family);
     }
 
+    fn record_from_here(&mut self) {
+        if self.recording.is_none() {
+            self.recording = self.anon.as_ref().map(|_| Recording::default());
+        }
+    }
+
     /// One read for both: the names and anonymous set numbers come from the live read's
     /// own chain and set dumps (no second dump of the chain list). A live read that fails
     /// falls back to the name read (logged): every chain is then refilled.

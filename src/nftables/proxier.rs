@@ -113,14 +113,18 @@ impl Proxier {
         let table = f.ruleset.table();
         let (batch, taken) = super::cold::next_batch(&table, &f.converting, super::cold::CONVERSION_LINES);
         f.converting.drain(..taken);
-        if batch.is_empty() {
-            return Ok(taken);
+        let family = f.ruleset.ctx.family;
+        if !batch.is_empty() {
+            self.nft.record_from_here();
+            if let Err(error) = self.nft.run(&batch) {
+                f.converting.clear();
+                self.driver.forget();
+                return Err(FamilyError { family: f.ruleset.ctx.ip_family, error });
+            }
         }
-        if let Err(error) = self.nft.run(&batch) {
-            let family = f.ruleset.ctx.ip_family;
-            f.converting.clear();
-            self.driver.forget();
-            return Err(FamilyError { family, error });
+        if f.converting.is_empty() {
+            // The anonymous sets the conversion created, recorded for the next read.
+            self.nft.full_sync_done(family);
         }
         Ok(taken)
     }
