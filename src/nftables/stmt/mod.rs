@@ -12,6 +12,7 @@
 mod display;
 mod listed;
 mod parse;
+mod reader;
 #[cfg(test)]
 mod tests;
 

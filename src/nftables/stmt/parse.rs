@@ -7,6 +7,7 @@ use std::fmt;
 use std::net::IpAddr;
 
 use super::*;
+use super::reader::Reader;
 
 /// What the parser wanted where it stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -140,6 +141,31 @@ struct Words<'a> {
     at: usize,
 }
 
+impl<'a> Reader<'a> for Words<'a> {
+    fn peek(&self) -> Option<&'a str> {
+        match self.toks.get(self.at) {
+            Some(Tok::Word(w)) => Some(w),
+            _ => None,
+        }
+    }
+
+    fn at(&self) -> usize {
+        self.at
+    }
+
+    fn seek(&mut self, at: usize) {
+        self.at = at;
+    }
+
+    fn error_at(&self, at: usize, expected: Expected) -> ParseError {
+        let found = self.toks.get(at).map(|t| match t {
+            Tok::Word(w) => (*w).to_owned(),
+            Tok::Quoted(q) => format!("\"{q}\""),
+        });
+        ParseError { word: at + 1, found, expected }
+    }
+}
+
 impl<'a> Words<'a> {
     /// Words are separated by one space, as the writer separates them, so that what is
     /// read writes back as it was.
@@ -174,52 +200,6 @@ impl<'a> Words<'a> {
             }
         }
         Ok(Words { toks, at: 0 })
-    }
-
-    /// An error at the next word.
-    fn error(&self, expected: Expected) -> ParseError {
-        self.error_at(self.at, expected)
-    }
-
-    fn error_at(&self, at: usize, expected: Expected) -> ParseError {
-        let found = self.toks.get(at).map(|t| match t {
-            Tok::Word(w) => (*w).to_owned(),
-            Tok::Quoted(q) => format!("\"{q}\""),
-        });
-        ParseError { word: at + 1, found, expected }
-    }
-
-    fn peek(&self) -> Option<&'a str> {
-        match self.toks.get(self.at) {
-            Some(Tok::Word(w)) => Some(w),
-            _ => None,
-        }
-    }
-
-    /// The next word (not a quoted string), or `expected` as the error.
-    fn word(&mut self, expected: Expected) -> Result<&'a str, ParseError> {
-        let w = self.peek().ok_or_else(|| self.error(expected))?;
-        self.at += 1;
-        Ok(w)
-    }
-
-    fn eat(&mut self, w: &str) -> bool {
-        let yes = self.peek() == Some(w);
-        if yes {
-            self.at += 1;
-        }
-        yes
-    }
-
-    fn expect(&mut self, w: &'static str) -> Result<(), ParseError> {
-        if self.eat(w) { Ok(()) } else { Err(self.error(Expected::Word(w))) }
-    }
-
-    /// Parses the next word with `f`, or fails with `expected` naming it.
-    fn value<T>(&mut self, expected: Expected, f: impl FnOnce(&'a str) -> Option<T>) -> Result<T, ParseError> {
-        let at = self.at;
-        let w = self.word(expected)?;
-        f(w).ok_or_else(|| self.error_at(at, expected))
     }
 
     fn body(&mut self) -> Result<Body, ParseError> {
@@ -335,61 +315,6 @@ impl<'a> Words<'a> {
         self.value(Expected::Family, family_of)
     }
 
-    fn dir(&mut self) -> Result<Dir, ParseError> {
-        self.value(Expected::Dir, |w| match w {
-            "saddr" => Some(Dir::Saddr),
-            "daddr" => Some(Dir::Daddr),
-            _ => None,
-        })
-    }
-
-    /// Whether a key goes on (` . `) or is looked up in a verdict map next.
-    fn continues_key(&self) -> bool {
-        matches!(self.peek(), Some(".") | Some("vmap"))
-    }
-
-    fn selector(&mut self) -> Result<Selector, ParseError> {
-        let at = self.at;
-        match self.word(Expected::Selector)? {
-            w @ ("ip" | "ip6") => Ok(Selector::Addr(family_of(w).expect("ip or ip6"), self.dir()?)),
-            "meta" => self.expect("l4proto").map(|()| Selector::L4proto),
-            "th" => self.expect("dport").map(|()| Selector::ThDport),
-            _ => Err(self.error_at(at, Expected::Selector)),
-        }
-    }
-
-    /// `A . B . C` from its first part.
-    fn concat(&mut self) -> Result<Concat, ParseError> {
-        let first = self.selector()?;
-        self.concat_from(first)
-    }
-
-    fn concat_from(&mut self, first: Selector) -> Result<Concat, ParseError> {
-        let mut parts = vec![first];
-        while self.eat(".") {
-            parts.push(self.selector()?);
-        }
-        Ok(Concat(parts))
-    }
-
-    /// A key from its first part (taken), then `vmap @MAP` or (two parts or more) `@SET`.
-    fn keyed(&mut self, first: Selector) -> Result<Stmt, ParseError> {
-        let key = self.concat_from(first)?;
-        if self.eat("vmap") {
-            return Ok(Stmt::Vmap(Vmap::Named { key, map: self.set_ref()? }));
-        }
-        let at = self.at;
-        let set = self.set_ref()?;
-        if key.0.len() < 2 {
-            return Err(self.error_at(at, Expected::OneOf(&[".", "vmap"])));
-        }
-        Ok(Stmt::Match(Match::InSet { key, set }))
-    }
-
-    fn set_ref(&mut self) -> Result<String, ParseError> {
-        self.value(Expected::SetRef, |w| w.strip_prefix('@').filter(|n| !n.is_empty()).map(str::to_owned))
-    }
-
     fn addr_value(&mut self) -> Result<AddrValue, ParseError> {
         let Some(w) = self.peek() else { return Err(self.error(Expected::AddrValue)) };
         if w.starts_with('@') {
@@ -448,13 +373,6 @@ impl<'a> Words<'a> {
         Ok(Stmt::Action(Action::MarkSet { op, value }))
     }
 
-    /// `random mod N`, after `numgen`.
-    fn numgen_mod(&mut self) -> Result<u32, ParseError> {
-        self.expect("random")?;
-        self.expect("mod")?;
-        self.value(Expected::Number, decimal)
-    }
-
     /// `{ K : V , … }`: each key below `modulus`, once; `arm` reads a value.
     fn arms<T>(&mut self, modulus: u32, mut arm: impl FnMut(&mut Self) -> Result<T, ParseError>) -> Result<Vec<(u32, T)>, ParseError> {
         self.expect("{")?;
@@ -501,17 +419,6 @@ impl<'a> Words<'a> {
         Ok(Dnat::Numgen { family, modulus, arms: arms.into_iter().map(|(k, (a, p))| (k, a, p)).collect() })
     }
 
-    fn verdict(&mut self) -> Result<Verdict, ParseError> {
-        let at = self.at;
-        Ok(match self.word(Expected::Verdict)? {
-            "accept" => Verdict::Accept,
-            "drop" => Verdict::Drop,
-            "return" => Verdict::Return,
-            "jump" => Verdict::Jump(self.word(Expected::Name)?.to_owned()),
-            "goto" => Verdict::Goto(self.word(Expected::Name)?.to_owned()),
-            _ => return Err(self.error_at(at, Expected::Verdict)),
-        })
-    }
 }
 
 pub(super) fn family_of(w: &str) -> Option<Family> {
