@@ -48,15 +48,15 @@ pub fn interim(table: &Table, min: usize) -> Option<Interim> {
     }
     let mut out = table.clone();
     let mut chains: Vec<String> = Vec::new();
+    let mut seen: HashSet<String> = HashSet::new();
     for (rule, direct) in out.objects.rules.iter_mut().zip(rewritten) {
         if let Some(d) = direct {
-            if chains.last() != Some(&rule.chain) {
+            if seen.insert(rule.chain.clone()) {
                 chains.push(rule.chain.clone());
             }
             *rule = d;
         }
     }
-    chains.dedup();
     Some(Interim { table: out, chains })
 }
 

@@ -54,6 +54,9 @@ pub struct FamilyTable {
     /// After a cold start through the interim table ([`super::cold`]): the chains still to
     /// convert to kube-proxy's rules, a batch at a time ([`Proxier::convert_step`]).
     converting: Vec<String>,
+    /// The table the conversion writes from, built once and dropped at any commit (a
+    /// partial sync's changes make it stale) or when the conversion ends.
+    converting_table: Option<super::model::Table>,
 }
 
 pub struct Proxier {
@@ -71,7 +74,7 @@ pub struct Before {
 
 impl Proxier {
     pub fn new(config: &Config, trackers: &Trackers, nft: Box<dyn Nft>) -> Self {
-        let families: Vec<FamilyTable> = super::render_all(config, trackers).into_iter().map(|ruleset| FamilyTable { ruleset, check_changed: false, converting: Vec::new() }).collect();
+        let families: Vec<FamilyTable> = super::render_all(config, trackers).into_iter().map(|ruleset| FamilyTable { ruleset, check_changed: false, converting: Vec::new(), converting_table: None }).collect();
         Proxier { driver: Driver::new(families.len()), families, nft }
     }
 
@@ -92,6 +95,7 @@ impl Proxier {
                 rs.ctx.service_cidrs = cidrs;
                 rs.fixed = super::render::fixed::write(&rs.ctx);
                 f.check_changed = true;
+                f.converting_table = None;
                 changed.push(rs.ctx.ip_family);
             }
         }
@@ -110,19 +114,21 @@ impl Proxier {
     /// live table refills what differs. Returns the chains converted.
     pub fn convert_step(&mut self) -> Result<usize, FamilyError> {
         let Some(f) = self.families.iter_mut().find(|f| !f.converting.is_empty()) else { return Ok(0) };
-        let table = f.ruleset.table();
-        let (batch, taken) = super::cold::next_batch(&table, &f.converting, super::cold::CONVERSION_LINES);
+        let table = f.converting_table.get_or_insert_with(|| f.ruleset.table());
+        let (batch, taken) = super::cold::next_batch(table, &f.converting, super::cold::CONVERSION_LINES);
         f.converting.drain(..taken);
         let family = f.ruleset.ctx.family;
         if !batch.is_empty() {
             self.nft.record_from_here();
             if let Err(error) = self.nft.run(&batch) {
                 f.converting.clear();
+                f.converting_table = None;
                 self.driver.forget();
                 return Err(FamilyError { family: f.ruleset.ctx.ip_family, error });
             }
         }
         if f.converting.is_empty() {
+            f.converting_table = None;
             // The anonymous sets the conversion created, recorded for the next read.
             self.nft.full_sync_done(family);
         }
@@ -132,7 +138,7 @@ impl Proxier {
     /// Renders everything again (the configuration changed, e.g. this node's zone); the
     /// next sync is full.
     pub fn rerender(&mut self, config: &Config, trackers: &Trackers) {
-        self.families = super::render_all(config, trackers).into_iter().map(|ruleset| FamilyTable { ruleset, check_changed: false, converting: Vec::new() }).collect();
+        self.families = super::render_all(config, trackers).into_iter().map(|ruleset| FamilyTable { ruleset, check_changed: false, converting: Vec::new(), converting_table: None }).collect();
         self.driver.forget();
     }
 
@@ -162,6 +168,7 @@ impl FamilyRules for FamilyTable {
     }
 
     fn update(&mut self, tracker: &FamilyTracker, changes: &Changes) -> Before {
+        self.converting_table = None;
         let rs = &mut self.ruleset;
         let mut objects: Vec<Objects> = changes.services.iter().flat_map(|id| rs.objects_of(id)).collect();
         let (s, e) = tracker.view();
@@ -187,6 +194,7 @@ impl FamilyRules for FamilyTable {
         // unless it was a cold start through the interim table.
         if report.applied {
             self.converting = report.interim.as_ref().map(|i| i.chains.clone()).unwrap_or_default();
+            self.converting_table = None;
         }
         Ok(report)
     }
