@@ -374,6 +374,29 @@ impl Soak {
         out
     }
 
+    /// One row per minute of the change and idle phases: that minute's p50 and p99 (the
+    /// observations between its first sample and the next minute's), and RSS at its end.
+    pub fn minutes(&self) -> Vec<Minute> {
+        let Some(first) = self.samples.first() else { return Vec::new() };
+        let minute_of = |s: &Sample| ((s.t - first.t) / 60.0).floor() as u32 + 1;
+        let mut out = Vec::new();
+        let mut before = first;
+        for (k, s) in self.samples.iter().enumerate().skip(1) {
+            if self.samples.get(k + 1).is_some_and(|next| minute_of(next) == minute_of(s)) {
+                continue;
+            }
+            out.push(Minute {
+                minute: minute_of(s),
+                phase: s.phase,
+                p50_s: quantile(&before.latency, &s.latency, 0.5),
+                p99_s: quantile(&before.latency, &s.latency, 0.99),
+                rss_mib: s.rss_kib as f64 / 1024.0,
+            });
+            before = s;
+        }
+        out
+    }
+
     /// What the run measured ([`Figures`]); `None` without samples.
     pub fn figures(&self) -> Option<Figures> {
         let (first, last) = (self.samples.first()?, self.samples.last()?);
@@ -414,8 +437,52 @@ impl Soak {
         }
         let _ = writeln!(out, "RSS: max {:.1} MiB, last {:.1} MiB", f.rss_max_mib, f.rss_last_mib);
         let _ = writeln!(out, "syncs after the first: {} full, {} partial", f.full_after_first, f.partial);
+        let (rss, p99) = trend(&self.minutes());
+        let per_min = |v: Option<f64>, unit: &str| v.map_or("-".into(), |v| format!("{v:+.3} {unit}/min"));
+        let _ = writeln!(out, "trend over the change phase after its first minute: RSS {}, p99 {}", per_min(rss, "MiB"), per_min(p99, "s"));
         out
     }
+}
+
+/// One minute of a soak.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Minute {
+    /// 1 for the first minute after the first sync.
+    pub minute: u32,
+    pub phase: &'static str,
+    pub p50_s: Option<f64>,
+    pub p99_s: Option<f64>,
+    pub rss_mib: f64,
+}
+
+/// The least-squares slope of `(x, y)` points per unit of x; `None` under three points.
+pub fn slope(points: &[(f64, f64)]) -> Option<f64> {
+    if points.len() < 3 {
+        return None;
+    }
+    let n = points.len() as f64;
+    let (mx, my) = (points.iter().map(|p| p.0).sum::<f64>() / n, points.iter().map(|p| p.1).sum::<f64>() / n);
+    let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    (sxx > 0.0).then(|| points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum::<f64>() / sxx)
+}
+
+/// minutes.tsv, then the change phase's trend after its first minute (the first minute
+/// still carries the first sync's allocations): RSS MiB/min and p99 s/min.
+pub fn minutes_tsv(minutes: &[Minute]) -> String {
+    let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.3}"));
+    let mut out = String::from("minute\tphase\tp50_s\tp99_s\trss_mib\n");
+    for m in minutes {
+        let _ = writeln!(out, "{}\t{}\t{}\t{}\t{:.1}", m.minute, m.phase, f(m.p50_s), f(m.p99_s), m.rss_mib);
+    }
+    out
+}
+
+/// The change phase's trend after its first minute: (RSS MiB/min, p99 s/min).
+pub fn trend(minutes: &[Minute]) -> (Option<f64>, Option<f64>) {
+    let changing: Vec<&Minute> = minutes.iter().filter(|m| m.phase == "changes" && m.minute > 1).collect();
+    let rss: Vec<(f64, f64)> = changing.iter().map(|m| (f64::from(m.minute), m.rss_mib)).collect();
+    let p99: Vec<(f64, f64)> = changing.iter().filter_map(|m| Some((f64::from(m.minute), m.p99_s?))).collect();
+    (slope(&rss), slope(&p99))
 }
 
 /// What one soak measured, as DIR/figures.tsv keeps it (`name<TAB>value`, `-` for a figure
@@ -591,6 +658,29 @@ mod tests {
             })
             .collect();
         Soak { spec_line: "test".into(), first_sync_s: 12.5, samples }
+    }
+
+    #[test]
+    fn minutes_take_their_own_observations_and_the_trend_is_the_slope() {
+        let h = |n: u64| vec![(1.0, n), (4.0, 2 * n), (f64::INFINITY, 2 * n)];
+        // Two samples a minute; the latency of minute 2 is all in the (1, 4] bucket.
+        let soak = run_of(vec![
+            (0.0, "changes", 100, 0.0, 0, h(0)),
+            (30.0, "changes", 100, 0.0, 0, h(5)),
+            (59.0, "changes", 101, 0.0, 0, h(10)),
+            (90.0, "changes", 102, 0.0, 0, vec![(1.0, 10), (4.0, 30), (f64::INFINITY, 30)]),
+            (119.0, "changes", 104, 0.0, 0, vec![(1.0, 10), (4.0, 40), (f64::INFINITY, 40)]),
+            (150.0, "idle", 106, 0.0, 0, vec![(1.0, 10), (4.0, 40), (f64::INFINITY, 40)]),
+        ]);
+        let m = soak.minutes();
+        assert_eq!(m.iter().map(|m| (m.minute, m.phase, m.rss_mib)).collect::<Vec<_>>(), vec![(1, "changes", 101.0), (2, "changes", 104.0), (3, "idle", 106.0)]);
+        assert_eq!(m[0].p50_s, Some(1.0), "minute 1: half its 20 observations at or under 1 s");
+        assert!(m[1].p50_s.is_some_and(|p| p > 1.0 && p < 4.0), "minute 2 sees only its own: {:?}", m[1].p50_s);
+        assert_eq!(m[2].p99_s, None, "nothing observed in the idle minute");
+        assert_eq!(slope(&[(1.0, 1.0), (2.0, 3.0), (3.0, 5.0)]), Some(2.0));
+        assert_eq!(slope(&[(1.0, 1.0), (2.0, 3.0)]), None, "two points are no trend");
+        assert_eq!(trend(&m), (None, None), "one change minute after the first is no trend");
+        assert!(minutes_tsv(&m).starts_with("minute\tphase\tp50_s\tp99_s\trss_mib\n1\tchanges\t1.000\t"), "{}", minutes_tsv(&m));
     }
 
     #[test]

@@ -393,6 +393,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let result = rt.block_on(soak::run(&spec))?;
             std::fs::write(dir.join("soak.tsv"), result.tsv())?;
             std::fs::write(dir.join("summary.txt"), result.summary())?;
+            std::fs::write(dir.join("minutes.tsv"), soak::minutes_tsv(&result.minutes()))?;
             if let Some(figures) = result.figures() {
                 std::fs::write(dir.join("figures.tsv"), figures.tsv())?;
             }
