@@ -64,6 +64,14 @@ fn the_daemonset_runs_watch_mode_on_every_node_with_probes_and_mounts() {
     assert_eq!((live.path.as_deref(), ready.path.as_deref()), (Some("/livez"), Some("/healthz")));
     let mounts: BTreeSet<String> = c.volume_mounts.clone().unwrap().into_iter().map(|m| m.mount_path).collect();
     assert!(mounts.contains("/run/xtables.lock") && mounts.contains("/lib/modules"));
+    // --socket-lb: the host's bpffs for the pins, and the host's cgroup v2 root where the
+    // flag points (the container's own /sys/fs/cgroup is its cgroup namespace's, not the node's).
+    let volumes = pod.volumes.clone().unwrap();
+    let host = |name: &str| volumes.iter().find(|v| v.name == name).and_then(|v| v.host_path.clone()).map(|h| h.path);
+    assert!(mounts.contains("/sys/fs/bpf") && host("bpffs").as_deref() == Some("/sys/fs/bpf"), "pins in the host's bpffs");
+    let cgroup = c.volume_mounts.clone().unwrap().into_iter().find(|m| m.name == "host-cgroup").expect("the host's cgroup mounted");
+    assert_eq!(host("host-cgroup").as_deref(), Some("/sys/fs/cgroup"));
+    assert!(cmd.contains(&format!("--socket-lb-cgroup={}", cgroup.mount_path)), "the flag names the host's cgroup root: {cmd}");
     assert_eq!(c.security_context.as_ref().unwrap().privileged, Some(true), "privileged like kube-proxy's: /proc/sys must be writable");
 }
 
