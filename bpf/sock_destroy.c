@@ -77,8 +77,8 @@ struct destroy_key {
 	__u8 pad[2];
 };
 
-/* socket_lb.c's per-socket record; only the fields read here, at its offsets (its
- * _Static_asserts and maps.rs pin the layout). */
+/* socket_lb.c's per-socket record, copied: a unit test (netfilter/bpf/destroy.rs) fails
+ * when the two declarations differ. */
 struct revnat {
 	__u32 svc_addr[4];
 	__u32 be_addr[4];

@@ -52,6 +52,7 @@ enum State {
 /// per process; a one-shot sync loads them only when a backend went).
 pub struct Closer {
     state: State,
+    load: fn(&Path) -> Result<Destroyer, crate::netfilter::bpf::BpfError>,
 }
 
 impl Default for Closer {
@@ -62,7 +63,7 @@ impl Default for Closer {
 
 impl Closer {
     pub fn new() -> Closer {
-        Closer { state: State::Untried }
+        Closer { state: State::Untried, load: Destroyer::load }
     }
 
     /// Closes the sockets of `targets` in the namespaces of the processes under `cgroup`
@@ -73,7 +74,7 @@ impl Closer {
         }
         let pairs = targets.len();
         if let State::Untried = self.state {
-            self.state = match Destroyer::load(pins) {
+            self.state = match (self.load)(pins) {
                 Ok(d) => State::Ready(Box::new(d)),
                 Err(e) => {
                     let why = e.to_string();
@@ -161,6 +162,30 @@ mod tests {
         let d = diff(&before, &wanted, &mut before.next_id());
         assert_eq!(d.changes.len(), 1);
         assert!(gone(&before, &d).is_empty());
+    }
+
+    #[test]
+    fn a_kernel_without_the_kfunc_is_tried_once_and_every_pair_left_open_is_counted() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static LOADS: AtomicUsize = AtomicUsize::new(0);
+        let mut c = Closer {
+            state: State::Untried,
+            load: |_| {
+                LOADS.fetch_add(1, Ordering::SeqCst);
+                Err(crate::netfilter::bpf::BpfError::Unsupported("this kernel has no bpf_sock_destroy (Linux 6.5 or later)".into()))
+            },
+        };
+        let t = Target { service: key("10.0.0.1", Protocol::Udp), backend: "10.1.0.1:53".parse().unwrap() };
+        let before = destroy::skipped();
+        for _ in 0..2 {
+            match c.close(Path::new("/nonexistent"), Path::new("/nonexistent"), &[t, t]) {
+                Outcome::Skipped { pairs: 2, why } => assert!(why.contains("no bpf_sock_destroy"), "{why}"),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(LOADS.load(Ordering::SeqCst), 1, "not loaded again after the kernel said no");
+        // Other tests may count too; these four pairs are among the counted.
+        assert!(destroy::skipped() >= before + 4);
     }
 
     #[test]
