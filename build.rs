@@ -1,20 +1,24 @@
-//! Builds the socket-LB programs (`bpf/socket_lb.c`, docs/socket-lb.md) with clang into
-//! `OUT_DIR`; the object is never checked in. `--socket-lb` is optional, so a machine
+//! Builds the socket-LB programs (`bpf/socket_lb.c`, and the iterators that close sockets
+//! of removed backends, `bpf/sock_destroy.c`; docs/socket-lb.md) with clang into
+//! `OUT_DIR`; the objects are never checked in. `--socket-lb` is optional, so a machine
 //! without clang or libbpf's headers still builds svcproxy: the build says so loudly and
 //! leaves `cfg(socket_lb_object)` unset, and `--socket-lb` then fails naming the cause.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const SOURCE: &str = "bpf/socket_lb.c";
+/// Each source and the object it becomes in `OUT_DIR`.
+const SOURCES: [(&str, &str); 2] = [("bpf/socket_lb.c", "socket_lb.o"), ("bpf/sock_destroy.c", "sock_destroy.o")];
 
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(socket_lb_object)");
-    println!("cargo::rerun-if-changed={SOURCE}");
+    for (source, _) in SOURCES {
+        println!("cargo::rerun-if-changed={source}");
+    }
     println!("cargo::rerun-if-env-changed=CLANG");
     println!("cargo::rerun-if-env-changed=SVCPROXY_NO_BPF");
-    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR")).join("socket_lb.o");
-    match build(&out) {
+    let dir = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    match SOURCES.iter().try_for_each(|(source, object)| build(source, &dir.join(object))) {
         Ok(()) => println!("cargo::rustc-cfg=socket_lb_object"),
         Err(why) => {
             println!("cargo::warning=svcproxy is built WITHOUT the socket-LB programs: {why}; --socket-lb will refuse to start");
@@ -24,7 +28,7 @@ fn main() {
 
 /// Ok when the object was written; Err(why) when this machine cannot build it. A source
 /// the compiler rejects is not a missing tool: that fails the build.
-fn build(out: &Path) -> Result<(), String> {
+fn build(source: &str, out: &Path) -> Result<(), String> {
     if std::env::var_os("SVCPROXY_NO_BPF").is_some_and(|v| v == "1") {
         return Err("SVCPROXY_NO_BPF=1".into());
     }
@@ -47,12 +51,12 @@ fn build(out: &Path) -> Result<(), String> {
         }
     }
     let status = Command::new(&clang)
-        .args(["-O2", "-g", "-Wall", "-Werror", "-target", "bpf", "-I", &include, "-c", SOURCE, "-o"])
+        .args(["-O2", "-g", "-Wall", "-Werror", "-target", "bpf", "-I", &include, "-c", source, "-o"])
         .arg(out)
         .status()
         .map_err(|e| format!("running `{clang}`: {e}"))?;
     if !status.success() {
-        panic!("{clang} failed on {SOURCE} ({status}); set SVCPROXY_NO_BPF=1 to build without the socket-LB programs");
+        panic!("{clang} failed on {source} ({status}); set SVCPROXY_NO_BPF=1 to build without the socket-LB programs");
     }
     Ok(())
 }

@@ -180,6 +180,16 @@ fn print_socket_lb(args: &SyncArgs, report: &crate::runner::socketlb::Report) ->
         eprintln!("svcproxy: socket-lb: {} program(s) attached ({} replacing an earlier run's)", a.attached, a.replaced);
     }
     eprintln!("svcproxy: socket-lb: {} Service entries written or deleted, {} orphan slot(s) deleted", applied.services, report.diff.orphans.len());
+    match &report.closed {
+        Some(crate::runner::socketlb::Outcome::Closed { pairs, done }) => eprintln!(
+            "svcproxy: socket-lb: {} socket(s) of {pairs} removed backend(s) closed in {} network namespace(s)",
+            done.sockets, done.namespaces
+        ),
+        Some(crate::runner::socketlb::Outcome::Skipped { pairs, why }) => {
+            eprintln!("svcproxy: warning: socket-lb: the sockets of {pairs} removed backend(s) are left open: {why}")
+        }
+        _ => {}
+    }
     if !applied.failures.is_empty() {
         for f in &applied.failures {
             eprintln!("svcproxy: warning: socket-lb: {f}");

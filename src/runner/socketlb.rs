@@ -8,6 +8,8 @@ use crate::driver::Pass;
 use crate::netfilter::bpf::kernel::{self, Attached, Maps};
 use crate::netfilter::bpf::{maps, object, BpfError};
 use crate::socketlb::apply::{apply, read_held, Applied};
+pub use crate::socketlb::destroy::Outcome;
+use crate::socketlb::destroy::{gone, Closer};
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::model::NamespacedName;
@@ -23,6 +25,14 @@ pub struct Report {
     pub diff: Diff,
     /// `None` for a dry run.
     pub applied: Option<Applied>,
+    /// The sockets of removed backends closed (`None` for a dry run, or when a map write
+    /// failed: which backends serve is then uncertain, and nothing is closed).
+    pub closed: Option<Outcome>,
+}
+
+/// After a sync whose writes all succeeded, the sockets of the backends it removed.
+fn close(closer: &mut Closer, cfg: &SocketLbConfig, held: &Held, diff: &Diff, applied: &Applied) -> Option<Outcome> {
+    applied.failures.is_empty().then(|| closer.close(&cfg.pins, &cfg.cgroup, &gone(held, diff)))
 }
 
 /// Whether this binary carries the programs: the reason when it does not (the CLI asks
@@ -37,14 +47,15 @@ pub fn sync(cfg: &SocketLbConfig, wanted: &Wanted, pass: Pass) -> Result<Report,
     if pass == Pass::DryRun {
         let held = if cfg.pins.join(maps::SERVICES).exists() { read_held(&Maps::open(&cfg.pins)?)? } else { Held::default() };
         let diff = diff(&held, wanted, &mut held.next_id());
-        return Ok(Report { attached: None, diff, applied: None });
+        return Ok(Report { attached: None, diff, applied: None, closed: None });
     }
     let attached = kernel::attach(&cfg.pins, &cfg.cgroup)?;
     let mut table = Maps::open(&cfg.pins)?;
     let held = read_held(&table)?;
     let diff = diff(&held, wanted, &mut held.next_id());
     let applied = apply(&diff, &mut table);
-    Ok(Report { attached: Some(attached), diff, applied: Some(applied) })
+    let closed = close(&mut Closer::new(), cfg, &held, &diff, &applied);
+    Ok(Report { attached: Some(attached), diff, applied: Some(applied), closed })
 }
 
 /// Watch mode's socket-LB state: the maps as last written, trusted between syncs (as the
@@ -58,11 +69,12 @@ pub struct Live {
     next_id: u32,
     keys: BTreeMap<NamespacedName, BTreeSet<ServiceKey>>,
     replan: bool,
+    closer: Closer,
 }
 
 impl Live {
     pub fn new(cfg: SocketLbConfig) -> Live {
-        Live { cfg, table: None, held: None, next_id: 1, keys: BTreeMap::new(), replan: true }
+        Live { cfg, table: None, held: None, next_id: 1, keys: BTreeMap::new(), replan: true, closer: Closer::new() }
     }
 
     /// Whether the next [`Live::sync`] needs every Service planned, not only the changed ones.
@@ -112,12 +124,13 @@ impl Live {
         self.next_id = next;
         self.replan = false;
         let applied = apply(&diff, table);
+        let closed = close(&mut self.closer, &self.cfg, &held, &diff, &applied);
         if applied.failures.is_empty() {
             self.held = Some(held.after(&diff));
         } else {
             // What the kernel holds is uncertain: attach, read and plan everything again.
             self.table = None;
         }
-        Ok(Report { attached, diff, applied: Some(applied) })
+        Ok(Report { attached, diff, applied: Some(applied), closed })
     }
 }

@@ -8,11 +8,14 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 
+use crate::netfilter::bpf::destroy;
 use crate::netfilter::bpf::kernel::Maps;
 use crate::netfilter::bpf::maps::Counter;
 
 pub const FAMILY: &str = "svcproxy_socket_lb_sockets";
-const HELP: &str = "Socket calls the socket-LB programs acted on, by result: translated (a Service address rewritten to a backend's), refused (a Service with no endpoints), slot_missing (a backend slot absent: passed on to the rules), reversed (a reply's or peer's address shown as the Service's)";
+const HELP: &str = "Socket calls the socket-LB programs acted on, by result: translated (a Service address rewritten to a backend's), refused (a Service with no endpoints), slot_missing (a backend slot absent: passed on to the rules), reversed (a reply's or peer's address shown as the Service's), destroyed (a socket connected to a removed backend closed), destroy_failed (the kernel refused to close one)";
+pub const SKIPPED_FAMILY: &str = "svcproxy_socket_lb_destroy_skipped";
+const SKIPPED_HELP: &str = "Removed (Service, backend) pairs whose sockets were left open: the kernel cannot close sockets (bpf_sock_destroy, Linux 6.5), or the closing failed";
 
 /// The results, as the label spells them, with the counter each is.
 const RESULTS: [(&str, Counter); 4] =
@@ -40,6 +43,11 @@ fn read_pinned(pins: &Path) -> Result<Vec<(bool, &'static str, u64)>, String> {
         for (label, kind) in RESULTS {
             out.push((ipv6, label, maps.counter(ipv6, kind).map_err(|e| e.to_string())?));
         }
+    }
+    // Pinned once sockets of a removed backend were first closed.
+    for (ipv6, destroyed, failed) in destroy::pinned_counts(pins).unwrap_or_default() {
+        out.push((ipv6, "destroyed", destroyed));
+        out.push((ipv6, "destroy_failed", failed));
     }
     Ok(out)
 }
@@ -70,6 +78,8 @@ impl Collector for SocketLbCollector {
             let c = ConstCounter::new(value);
             c.encode(metric.encode_family(&labels)?)?;
         }
+        let skipped = encoder.encode_descriptor(SKIPPED_FAMILY, SKIPPED_HELP, None, prometheus_client::metrics::MetricType::Counter)?;
+        ConstCounter::new(destroy::skipped()).encode(skipped)?;
         Ok(())
     }
 }
@@ -92,6 +102,8 @@ mod tests {
         assert!(out.contains("# TYPE svcproxy_socket_lb_sockets counter"), "{out}");
         assert!(out.contains("svcproxy_socket_lb_sockets_total{ip_family=\"IPv4\",result=\"translated\"} 48\n"), "{out}");
         assert!(out.contains("svcproxy_socket_lb_sockets_total{ip_family=\"IPv6\",result=\"refused\"} 3\n"), "{out}");
+        assert!(out.contains("# TYPE svcproxy_socket_lb_destroy_skipped counter"), "{out}");
+        assert!(out.contains("svcproxy_socket_lb_destroy_skipped_total "), "{out}");
     }
 
     #[test]

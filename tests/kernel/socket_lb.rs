@@ -7,7 +7,8 @@
 //! recvmsg). A Service with no endpoints refuses `connect()`. The same client outside the
 //! cgroup, and inside it after cleanup, finds the ClusterIP unreachable. `svcproxy sync
 //! --socket-lb`, one-shot and in watch mode, writes the maps from a cluster file and
-//! follows its endpoint changes.
+//! follows its endpoint changes; a one-shot sync that removes a backend closes the
+//! sockets a pod's clients had connected to it, so they move on within a second.
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
@@ -24,6 +25,10 @@ use crate::harness::{skip, Case, CaseResult, Ctx};
 use crate::netns::{run_bounded, run_ok, Backend, Lab, Ns};
 
 pub const CLIENT_FLAG: &str = "__svk_socklb_client";
+/// A client that keeps one socket and sends every 100 ms (`stream_main`).
+pub const STREAM_FLAG: &str = "__svk_socklb_stream";
+/// A TCP server that keeps each connection open and answers every line (`hold_main`).
+pub const HOLD_FLAG: &str = "__svk_socklb_hold";
 
 const SVC4: &str = "198.19.200.10";
 const SVC6: &str = "fd00:99::10";
@@ -38,6 +43,7 @@ pub fn cases() -> Vec<Case> {
         Case::new("socket_lb_cluster_ip_reached_by_socket_translation_alone", translation_alone),
         Case::new("socket_lb_one_shot_sync_writes_the_maps_and_follows_endpoints", one_shot_sync),
         Case::new("socket_lb_watch_mode_follows_endpoint_changes", watch_mode),
+        Case::new("socket_lb_removed_backend_sockets_are_closed", removed_backend_sockets_closed),
     ]
 }
 
@@ -152,8 +158,11 @@ fn client(ns: &Ns, procs: &str, mode: &str, dst: &str, count: u32) -> Result<Vec
 /// attempt: `ok PEER POD`, `refused`, `unreachable`, `error WHAT`.
 pub fn client_main_if_requested() {
     let args: Vec<String> = std::env::args().collect();
-    if args.get(1).map(String::as_str) != Some(CLIENT_FLAG) {
-        return;
+    match args.get(1).map(String::as_str) {
+        Some(STREAM_FLAG) => stream_main(&args),
+        Some(HOLD_FLAG) => hold_main(&args),
+        Some(CLIENT_FLAG) => {}
+        _ => return,
     }
     let parse = || -> Option<(String, String, SocketAddr, u32, Duration)> {
         let ip: IpAddr = args.get(4)?.parse().ok()?;
@@ -328,7 +337,15 @@ fn translation_alone(ctx: &mut Ctx) -> CaseResult {
     let cleaned = kernel::cleanup(&rig.pins).map_err(|e| e.to_string())?;
     ctx.log(format!("cleanup: {cleaned:?}"));
     crate::ensure!(cleaned.links == 8 && cleaned.maps == 4 && cleaned.dir_removed, "cleanup removed every pin: {cleaned:?}");
-    let after = client(&node, &procs, "tcp", SVC4, 2)?;
+    // The kernel frees an unpinned link in a work item: detached soon, not at once.
+    let mut after = Vec::new();
+    for _ in 0..20 {
+        after = client(&node, &procs, "tcp", SVC4, 2)?;
+        if after.iter().all(|a| *a == Answer::Unreachable) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
     crate::ensure!(after.iter().all(|a| *a == Answer::Unreachable), "after cleanup the programs are detached: {after:?}");
     crate::ensure!(!Path::new(&rig.pins).exists(), "the pin directory is gone");
     drop(rig);
@@ -484,6 +501,19 @@ fn watch_mode(ctx: &mut Ctx) -> CaseResult {
     ctx.log(format!("metrics: v4 translated {:?}, v6 translated {:?}, v6 reversed {:?}", sample("IPv4", "translated"), sample("IPv6", "translated"), sample("IPv6", "reversed")));
     crate::ensure!(sample("IPv4", "translated").is_some_and(|v| v >= 16.0), "IPv4 translations on /metrics");
     crate::ensure!(sample("IPv6", "reversed").is_some_and(|v| v >= 8.0), "IPv6 replies reversed on /metrics (unconnected UDP)");
+    // pod1's removal loads the socket iterators right after the maps are written (so
+    // maybe after the clients above saw it), and their counts join the programs' (no
+    // socket was open to close).
+    let destroyed = crate::watch_e2e::until("the closed sockets' count on /metrics", Duration::from_secs(10), || {
+        // A kernel before 6.5 cannot close sockets: said once, and no count.
+        if log_text().contains("closing sockets of removed backends unsupported") {
+            ctx.log("this kernel has no bpf_sock_destroy: no closed-socket count expected");
+            return true;
+        }
+        let scrape = crate::watch_e2e::in_netns(&node.name, move || crate::watch_e2e::http_get(metrics, "/metrics")).join();
+        matches!(scrape, Ok(Ok(b)) if b.contains("svcproxy_socket_lb_sockets_total{ip_family=\"IPv4\",result=\"destroyed\"} 0"))
+    });
+    destroyed.map_err(|e| format!("{e}; svcproxy log:\n{}", log_text()))?;
     drop(daemon);
     let held = read()?;
     crate::ensure!(held.orphans.is_empty(), "no slot of an old generation is left: {:?}", held.orphans);
@@ -493,6 +523,251 @@ fn watch_mode(ctx: &mut Ctx) -> CaseResult {
     ctx.log(format!("svcproxy log:\n{}", log_text()));
     crate::ensure!(log_text().contains("socket-lb programs attached"), "the attach is logged");
     let _ = std::fs::remove_file(&file);
+    drop(rig);
+    drop(lab);
+    Ok(())
+}
+
+/// Milliseconds since the epoch: the clients' lines and the test's instants on one clock.
+fn now_ms() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis())
+}
+
+/// Stream client: `PROCS udp|udp-unconnected|tcp IP PORT COUNT`. Joins the cgroup, keeps
+/// one socket, and every 100 ms sends a line and waits (300 ms) for the answer, printing
+/// `MS ok POD`, `MS err WHAT` or, after a socket error, `MS reconnect` (a real client's
+/// reaction: connect again, which picks a backend anew). Exits after COUNT sends.
+fn stream_main(args: &[String]) -> ! {
+    let parse = || -> Option<(String, String, SocketAddr, u32)> {
+        let ip: IpAddr = args.get(4)?.parse().ok()?;
+        let port: u16 = args.get(5)?.parse().ok()?;
+        Some((args.get(2)?.clone(), args.get(3)?.clone(), SocketAddr::new(ip, port), args.get(6)?.parse::<u32>().ok()?.min(300)))
+    };
+    let Some((procs, mode, dst, count)) = parse() else {
+        eprintln!("usage: {STREAM_FLAG} PROCS udp|udp-unconnected|tcp IP PORT COUNT");
+        std::process::exit(2);
+    };
+    if let Err(e) = std::fs::write(&procs, "0") {
+        eprintln!("joining {procs}: {e}");
+        std::process::exit(1);
+    }
+    let wait = Duration::from_millis(300);
+    let any: SocketAddr = if dst.is_ipv4() { "0.0.0.0:0".parse().unwrap() } else { "[::]:0".parse().unwrap() };
+    let mut out = std::io::stdout().lock();
+    let mut say = |line: String| {
+        let _ = writeln!(out, "{} {line}", now_ms());
+        let _ = out.flush();
+    };
+    enum Sock {
+        Udp(UdpSocket),
+        Tcp(TcpStream),
+    }
+    let open = || -> std::io::Result<Sock> {
+        if mode == "tcp" {
+            let s = TcpStream::connect_timeout(&dst, wait)?;
+            s.set_read_timeout(Some(wait))?;
+            return Ok(Sock::Tcp(s));
+        }
+        let s = UdpSocket::bind(any)?;
+        if mode == "udp" {
+            s.connect(dst)?;
+        }
+        s.set_read_timeout(Some(wait))?;
+        Ok(Sock::Udp(s))
+    };
+    let mut sock = open().ok();
+    let start = Instant::now();
+    for i in 0..count {
+        let tick = start + Duration::from_millis(100) * i;
+        std::thread::sleep(tick.saturating_duration_since(Instant::now()));
+        let Some(s) = &mut sock else {
+            say("reconnect".into());
+            sock = open().ok();
+            continue;
+        };
+        let mut buf = [0u8; 256];
+        let r = match s {
+            Sock::Udp(u) if mode == "udp" => u.send(b"ping\n").and_then(|_| u.recv(&mut buf)),
+            Sock::Udp(u) => u.send_to(b"ping\n", dst).and_then(|_| u.recv_from(&mut buf).map(|(n, _)| n)),
+            Sock::Tcp(t) => t.write_all(b"ping\n").and_then(|_| t.read(&mut buf)),
+        };
+        match r {
+            Ok(0) => {
+                say("err closed by the peer".into());
+                sock = None;
+            }
+            Ok(n) => say(format!("ok {}", String::from_utf8_lossy(&buf[..n]).split_whitespace().next().unwrap_or("?"))),
+            // A late answer is not a socket error: the next send tries again.
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => say(format!("err timeout {e}")),
+            Err(e) => {
+                say(format!("err {e}"));
+                sock = None;
+            }
+        }
+    }
+    std::process::exit(0)
+}
+
+/// Hold server: `IP PORT NAME`. Every connection is kept and each line it sends is
+/// answered with `NAME`; exits when its parent (the test) is gone.
+fn hold_main(args: &[String]) -> ! {
+    let (Some(ip), Some(port), Some(name)) = (args.get(2).and_then(|a| a.parse::<IpAddr>().ok()), args.get(3).and_then(|a| a.parse::<u16>().ok()), args.get(4).cloned()) else {
+        eprintln!("usage: {HOLD_FLAG} IP PORT NAME");
+        std::process::exit(2);
+    };
+    let parent = std::os::unix::process::parent_id();
+    std::thread::spawn(move || loop {
+        std::thread::sleep(Duration::from_millis(300));
+        if std::os::unix::process::parent_id() != parent {
+            std::process::exit(0);
+        }
+    });
+    let listener = std::net::TcpListener::bind(SocketAddr::new(ip, port)).unwrap_or_else(|e| {
+        eprintln!("bind {ip}:{port}: {e}");
+        std::process::exit(1)
+    });
+    // At most 64 connections at once (the case opens a handful).
+    let open = std::sync::Arc::new(AtomicU32::new(0));
+    for conn in listener.incoming() {
+        let Ok(mut c) = conn else { continue };
+        if open.load(Ordering::SeqCst) >= 64 {
+            continue;
+        }
+        open.fetch_add(1, Ordering::SeqCst);
+        let (name, open) = (name.clone(), open.clone());
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 256];
+            while let Ok(n) = c.read(&mut buf) {
+                if n == 0 || c.write_all(format!("{name}\n").as_bytes()).is_err() {
+                    break;
+                }
+            }
+            open.fetch_sub(1, Ordering::SeqCst);
+        });
+    }
+    std::process::exit(0)
+}
+
+/// One stream client's lines: (ms, what).
+fn stream_lines(path: &Path) -> Vec<(u128, String)> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_once(' ').and_then(|(t, rest)| Some((t.parse().ok()?, rest.to_string()))))
+        .collect()
+}
+
+/// A pod (its own network namespace, its process in the test's cgroup) streams to a
+/// ClusterIP over connected UDP (v4 and v6), unconnected UDP and TCP while the Service
+/// has pod1 alone; `svcproxy sync --socket-lb` then replaces pod1 by pod2. pod1 keeps
+/// serving, so only closing its sockets moves the clients: each connected client's
+/// socket fails (the TCP connection is aborted), it reconnects, and within 1 s of the
+/// sync every client is answered by pod2, and none by pod1 after it. A socket the same
+/// pod connected to pod1's own address is not the socket path's, and is left alone.
+fn removed_backend_sockets_closed(ctx: &mut Ctx) -> CaseResult {
+    require(ctx, &["ip", "mount", "umount", "iptables-nft", "iptables-nft-restore"])?;
+    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
+        return Err(skip("no /sys/kernel/btf/vmlinux: the socket iterators need the kernel's BTF"));
+    }
+    let mut lab = Lab::new("socklbdestroy")?;
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?.to_string_lossy().into_owned();
+    let mut children = Vec::new();
+    for k in [1, 2] {
+        let pod = lab.add_pod(&pod_name(k), &pod_ip4(k), Some(&pod_ip6(k)))?;
+        pod.serve_udp(5353)?;
+        for ip in [pod_ip4(k), pod_ip6(k)] {
+            children.push(pod.ns.spawn(&[&exe, HOLD_FLAG, &ip, &crate::dataplane::EP_PORT.to_string(), &pod_name(k)])?);
+        }
+    }
+    let client_pod = lab.add_pod("cl", "198.18.9.2", Some("fd00:18:9::2"))?;
+    let rig = Rig::new()?;
+    let (cg, pins) = (rig.cgroup.to_string_lossy().into_owned(), rig.pins.to_string_lossy().into_owned());
+    let node = lab.node().clone();
+    let sync = |pods: &[u8]| -> Result<String, String> {
+        let path = crate::svcproxy::temp_yaml(&sync_cluster(pods))?;
+        let p = crate::svcproxy::path_str(&path).to_string();
+        let mut args = sync_args(&p, false);
+        args.extend_from_slice(&["--socket-lb", "--socket-lb-cgroup", &cg, "--socket-lb-pin-dir", &pins]);
+        let out = crate::svcproxy::run(&node, Backend::Nft, &args)?;
+        let _ = std::fs::remove_file(&path);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        if !out.status.success() {
+            return Err(format!("svcproxy sync failed ({}): {stderr}", out.status));
+        }
+        Ok(stderr)
+    };
+    sync(&[1])?;
+
+    let streams = [("udp", SYNC_SVC4), ("udp", SYNC_SVC6), ("udp-unconnected", SYNC_SVC4), ("tcp", SYNC_SVC4)];
+    let procs = rig.procs();
+    let mut logs = Vec::new();
+    for (i, (mode, addr)) in streams.iter().enumerate() {
+        let log = rig.dir.join(format!("stream-{i}.log"));
+        // 60 sends, 6 s: started, then the sync, then at least 1 s after it.
+        children.push(client_pod.ns.spawn_logged(&[&exe, STREAM_FLAG, &procs, mode, addr, &PORT.to_string(), "60"], &log)?);
+        logs.push(log);
+    }
+    // A control: a socket connected to pod1's own address, never translated, is not closed.
+    let direct_log = rig.dir.join("stream-direct.log");
+    let direct = client_pod.ns.spawn_logged(&[&exe, STREAM_FLAG, &procs, "udp", &pod_ip4(1), "5353", "60"], &direct_log)?;
+    let all_on_pod1 = || logs.iter().chain([&direct_log]).all(|l| stream_lines(l).iter().filter(|(_, w)| *w == format!("ok {}", pod_name(1))).count() >= 5);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !all_on_pod1() {
+        if Instant::now() > deadline {
+            let seen: Vec<_> = logs.iter().map(|l| stream_lines(l)).collect();
+            return Err(format!("the clients are not all answered by pod1 before the change: {seen:?}").into());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    let t_start = now_ms();
+    let said = sync(&[2])?;
+    let t_synced = now_ms();
+    ctx.log(format!("sync removing pod1 took {} ms: {}", t_synced - t_start, said.trim()));
+    if said.contains("this kernel has no bpf_sock_destroy") {
+        return Err(skip("this kernel has no bpf_sock_destroy (Linux 6.5 or later): sockets of removed backends stay open"));
+    }
+    let closed: Option<u64> = said
+        .lines()
+        .find(|l| l.contains("removed backend(s) closed"))
+        .and_then(|l| l.split("socket-lb: ").nth(1)?.split_whitespace().next()?.parse().ok());
+    // Connected UDP v4 and v6 and the TCP connection: three sockets (the unconnected one has no peer).
+    crate::ensure!(closed.is_some_and(|n| n >= 3), "the sync closed the connected sockets on pod1: {said}");
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let first_client = children.len() - streams.len();
+    children.push(direct);
+    for c in &mut children[first_client..] {
+        while c.try_wait().map_err(|e| e.to_string())?.is_none() {
+            if Instant::now() > deadline {
+                return Err("a stream client did not finish in time".to_string().into());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let (pod1, pod2) = (format!("ok {}", pod_name(1)), format!("ok {}", pod_name(2)));
+    for ((mode, addr), log) in streams.iter().zip(&logs) {
+        let lines = stream_lines(log);
+        let after: Vec<&(u128, String)> = lines.iter().filter(|(t, _)| *t >= t_synced).collect();
+        ctx.log(format!("{mode} {addr}: {} lines after the sync: {:?}", after.len(), after.iter().take(6).collect::<Vec<_>>()));
+        crate::ensure!(!after.iter().any(|(_, w)| *w == pod1), "{mode} to {addr}: answered by pod1 after the sync removed it: {lines:?}");
+        let moved = after.iter().find(|(_, w)| *w == pod2).map(|(t, _)| t - t_synced);
+        crate::ensure!(moved.is_some_and(|ms| ms <= 1000), "{mode} to {addr}: pod2 answers within 1 s of the sync (after {moved:?} ms): {lines:?}");
+        let ahead = after.iter().rev().take(10).filter(|(_, w)| *w == pod2).count();
+        crate::ensure!(ahead == 10, "{mode} to {addr}: pod2 answers every send at the end: {lines:?}");
+        if *mode != "udp-unconnected" {
+            // The socket itself failed: the client saw it and connected again.
+            let failed = lines.iter().any(|(t, w)| *t >= t_start && w.starts_with("err") && !w.starts_with("err timeout"));
+            crate::ensure!(failed, "{mode} to {addr}: the socket on pod1 was closed under the client: {lines:?}");
+        }
+    }
+    let lines = stream_lines(&direct_log);
+    let untouched = lines.len() == 60 && lines.iter().all(|(_, w)| *w == pod1);
+    crate::ensure!(untouched, "the socket connected to pod1's address directly is left alone: {lines:?}");
+    for mut c in children {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
     drop(rig);
     drop(lab);
     Ok(())

@@ -113,7 +113,7 @@ fn own_names(pins: &Path) -> impl Iterator<Item = (PathBuf, bool)> + '_ {
         .iter()
         .map(move |p| (link_pin(pins, p), true))
         .chain(PROGRAMS.iter().map(move |p| (pins.join(format!("new_link_{p}")), true)))
-        .chain(maps::ALL.iter().map(move |m| (pins.join(m), false)))
+        .chain(maps::ALL.iter().chain(&super::destroy::PINNED).map(move |m| (pins.join(m), false)))
 }
 
 /// The pins [`cleanup`] would remove (for `cleanup --dry-run`).

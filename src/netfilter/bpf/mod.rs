@@ -1,8 +1,10 @@
 //! The socket-LB programs' kernel interface (docs/socket-lb.md), beside nf_tables and
 //! ctnetlink: the clang-built object ([`object`]), the map keys and values as the programs
 //! read them ([`maps`], pure), and loading, attaching to a cgroup v2 directory, pinning,
-//! map reads and writes and cleanup ([`kernel`], through aya).
+//! map reads and writes and cleanup ([`kernel`], through aya), and the socket iterators
+//! that close sockets of removed backends ([`destroy`]).
 
+pub mod destroy;
 pub mod kernel;
 pub mod maps;
 pub mod object;
@@ -23,6 +25,8 @@ pub enum BpfError {
     Program { program: &'static str, what: &'static str, source: Box<dyn std::error::Error + Send + Sync> },
     #[error("socket-LB map {map}: {what}: {}", chain(&**source))]
     Map { map: &'static str, what: &'static str, source: Box<aya::maps::MapError> },
+    #[error("closing sockets of removed backends is not possible on this kernel: {0}")]
+    Unsupported(String),
     #[error("{what} {path}: {source}")]
     Io { what: &'static str, path: PathBuf, source: std::io::Error },
 }
