@@ -225,7 +225,7 @@ fn service(maps: &mut Maps, addr: &str, proto: Protocol, backend_id: u32, backen
         maps.put_backend(&BackendKey { backend_id, slot: slot as u32 }, *b).map_err(|e| e.to_string())?;
     }
     let key = ServiceKey { addr: addr.parse().unwrap(), port: PORT, proto };
-    let value = ServiceValue { backend_id, count: backends.len() as u16, no_backends: backends.is_empty() };
+    let value = ServiceValue { backend_id, count: backends.len() as u16, no_backends: backends.is_empty(), affinity: None };
     maps.put_service(&key, &value).map_err(|e| e.to_string())
 }
 
@@ -327,7 +327,7 @@ fn translation_alone(ctx: &mut Ctx) -> CaseResult {
     drop(maps);
     let cleaned = kernel::cleanup(&rig.pins).map_err(|e| e.to_string())?;
     ctx.log(format!("cleanup: {cleaned:?}"));
-    crate::ensure!(cleaned.links == 8 && cleaned.maps == 4 && cleaned.dir_removed, "cleanup removed every pin: {cleaned:?}");
+    crate::ensure!(cleaned.links == 8 && cleaned.maps == 5 && cleaned.dir_removed, "cleanup removed every pin: {cleaned:?}");
     let after = client(&node, &procs, "tcp", SVC4, 2)?;
     crate::ensure!(after.iter().all(|a| *a == Answer::Unreachable), "after cleanup the programs are detached: {after:?}");
     crate::ensure!(!Path::new(&rig.pins).exists(), "the pin directory is gone");
