@@ -626,6 +626,27 @@ fn affinity(ctx: &mut Ctx) -> CaseResult {
     let picked: std::collections::BTreeSet<String> = first.iter().cloned().collect();
     crate::ensure!(named == picked, "the entries name the pods that answered: {named:?} vs {picked:?}");
 
+    // `trace --live --socket-lb` reads the same maps: the backends, the affinity, and both
+    // clients pinned, each entry followed.
+    let state = crate::svcproxy::temp_yaml(&affinity_cluster(&[1, 2, 3]))?;
+    let traced = crate::svcproxy::run_expect(
+        lab.node(),
+        Backend::Nft,
+        &[
+            "trace", "--from", crate::svcproxy::path_str(&state), "--live", "--iptables-backend", "nft", "--socket-lb", "--socket-lb-pin-dir", &pins,
+            "--src", CLIENTS[0].1, "--dst", &format!("{STICKY4}:{PORT}"), "--output", "json",
+        ],
+        0,
+    );
+    let _ = std::fs::remove_file(&state);
+    let traced = traced?;
+    let traced: serde_json::Value = serde_json::from_str(&traced).map_err(|e| format!("trace --live JSON: {e}: {traced}"))?;
+    let s = &traced["socket_lb"];
+    ctx.log(format!("trace --live --socket-lb: {s}"));
+    crate::ensure!(s["source"] == "maps" && s["affinity_seconds"] == 10800 && s["branches"].as_array().is_some_and(|b| b.len() == 3), "the live trace reads the maps: {traced}");
+    let pinned = s["pinned"].as_array().cloned().unwrap_or_default();
+    crate::ensure!(pinned.len() == 2 && pinned.iter().all(|p| p["followed"] == true), "both clients pinned and followed: {pinned:?}");
+
     // Client A's netns cookie: the one entry of a Service only A has used.
     let (a_ns, b_ns) = (&clients[0], &clients[1]);
     let brief4 = ServiceKey { addr: BRIEF4.parse().unwrap(), port: PORT, proto: Protocol::Tcp };
