@@ -22,6 +22,9 @@
 
 /* svc_value.flags */
 #define SVC_F_NO_BACKENDS 1 /* the Service has no usable endpoint: connect() is refused */
+#define SVC_F_AFFINITY 2    /* ClientIP session affinity, for svc_value.affinity_timeout seconds */
+
+#define NSEC_PER_SEC 1000000000ULL
 
 /* counters: index = family_slot * COUNTER_KINDS + kind, family_slot 0 = IPv4, 1 = IPv6 */
 #define COUNTER_TRANSLATED 0   /* a Service address rewritten to a backend's */
@@ -45,6 +48,7 @@ struct svc_value {
 	__u32 backend_id;
 	__u16 count;
 	__u16 flags;
+	__u32 affinity_timeout; /* seconds, with SVC_F_AFFINITY */
 };
 
 struct backend_key {
@@ -71,9 +75,33 @@ struct revnat {
 	__u8 pad[3];
 };
 
+/* ClientIP affinity: one client (a network namespace: a pod, or the node's own) and one
+ * Service port. The client's address is not known at connect() for an unbound socket (the
+ * kernel picks it after this hook), so its namespace stands for it, as in Cilium. */
+struct affinity_key {
+	__u64 netns_cookie;
+	struct svc_key svc;
+	__u32 pad;
+};
+
+/* The backend the client last went to, when, and where it sat in which generation. The
+ * address is what counts: a new generation is searched for it, so a backend still in the
+ * Service keeps its clients across endpoint changes, as the rules' per-endpoint lists do. */
+struct affinity_value {
+	__u64 last_used_ns; /* bpf_ktime_get_coarse_ns: CLOCK_MONOTONIC_COARSE */
+	__u32 backend_id;
+	__u32 slot;
+	struct backend_value backend;
+	__u32 pad;
+};
+
 _Static_assert(sizeof(struct svc_key) == 20, "svc_key layout is shared with maps.rs");
 _Static_assert(__builtin_offsetof(struct svc_key, port) == 16, "svc_key.port");
-_Static_assert(sizeof(struct svc_value) == 8, "svc_value layout is shared with maps.rs");
+_Static_assert(sizeof(struct svc_value) == 12, "svc_value layout is shared with maps.rs");
+_Static_assert(sizeof(struct affinity_key) == 32, "affinity_key layout is shared with maps.rs");
+_Static_assert(__builtin_offsetof(struct affinity_key, svc) == 8, "affinity_key.svc");
+_Static_assert(sizeof(struct affinity_value) == 40, "affinity_value layout is shared with maps.rs");
+_Static_assert(__builtin_offsetof(struct affinity_value, backend) == 16, "affinity_value.backend");
 _Static_assert(sizeof(struct backend_key) == 8, "backend_key layout is shared with maps.rs");
 _Static_assert(sizeof(struct backend_value) == 20, "backend_value layout is shared with maps.rs");
 _Static_assert(sizeof(struct revnat) == 48, "revnat layout is shared with maps.rs");
@@ -101,6 +129,14 @@ struct {
 	__type(value, struct revnat);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } lb_revnat SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct affinity_key);
+	__type(value, struct affinity_value);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_affinity SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -150,6 +186,54 @@ static __always_inline int same_addr(const __u32 a[4], const __u32 b[4])
 	return a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && a[3] == b[3];
 }
 
+/* bpf_loop's state: the slot of `backend` in generation `backend_id`, if it is there. */
+struct find_slot {
+	__u32 backend_id;
+	__u32 slot;
+	int found;
+	struct backend_value backend;
+};
+
+static long find_slot_step(__u32 i, void *data)
+{
+	struct find_slot *f = data;
+	struct backend_key k = { .backend_id = f->backend_id, .slot = i };
+	struct backend_value *be = bpf_map_lookup_elem(&lb_backends, &k);
+
+	if (be && be->port == f->backend.port && same_addr(be->addr, f->backend.addr)) {
+		f->slot = i;
+		f->found = 1;
+		return 1;
+	}
+	return 0;
+}
+
+/* The slot a client's affinity entry names in the Service's current set: only a fresh
+ * entry whose backend is still in the set counts. The same generation is checked by its
+ * slot; a newer one is searched for the address (once per client: the entry is rewritten). */
+static __always_inline int affinity_slot(const struct affinity_value *av, const struct svc_value *svc, __u64 now, __u32 *slot)
+{
+	struct backend_key bkey = { .backend_id = svc->backend_id, .slot = av->slot };
+	struct backend_value *be;
+	struct find_slot f = { .backend_id = svc->backend_id };
+
+	if (now - av->last_used_ns >= (__u64)svc->affinity_timeout * NSEC_PER_SEC)
+		return 0;
+	if (av->backend_id == svc->backend_id && av->slot < svc->count) {
+		be = bpf_map_lookup_elem(&lb_backends, &bkey);
+		if (be && be->port == av->backend.port && same_addr(be->addr, av->backend.addr)) {
+			*slot = av->slot;
+			return 1;
+		}
+	}
+	__builtin_memcpy(&f.backend, &av->backend, sizeof(f.backend));
+	bpf_loop(svc->count, find_slot_step, &f, 0);
+	if (!f.found)
+		return 0;
+	*slot = f.slot;
+	return 1;
+}
+
 /* connect and sendmsg: a Service address:port becomes a backend's. Returns the hook's
  * verdict: 1 lets the call go on (translated or not ours), 0 refuses it. */
 static __always_inline int translate(struct bpf_sock_addr *ctx, int family, int keep_pick)
@@ -159,7 +243,11 @@ static __always_inline int translate(struct bpf_sock_addr *ctx, int family, int 
 	struct backend_key bkey = {};
 	struct backend_value *be;
 	struct revnat *rn;
+	struct affinity_key akey = {};
+	struct affinity_value *av = 0;
+	__u64 now = 0;
 	__u32 slot;
+	int sticky = 0;
 
 	read_addr(ctx, family, key.addr);
 	key.port = (__u16)ctx->user_port;
@@ -178,9 +266,17 @@ static __always_inline int translate(struct bpf_sock_addr *ctx, int family, int 
 
 	rn = bpf_sk_storage_get(&lb_revnat, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	slot = bpf_get_prandom_u32() % svc->count;
+	if (svc->flags & SVC_F_AFFINITY) {
+		now = bpf_ktime_get_coarse_ns();
+		akey.netns_cookie = bpf_get_netns_cookie(ctx);
+		akey.svc = key;
+		av = bpf_map_lookup_elem(&lb_affinity, &akey);
+		if (av)
+			sticky = affinity_slot(av, svc, now, &slot);
+	}
 	/* An unconnected UDP socket sends each datagram through this hook: it keeps its pick
 	 * while the Service's backend set is the one it picked from. */
-	if (keep_pick && rn && rn->family == family && rn->svc_port == key.port && same_addr(rn->svc_addr, key.addr) &&
+	if (!sticky && keep_pick && rn && rn->family == family && rn->svc_port == key.port && same_addr(rn->svc_addr, key.addr) &&
 	    rn->backend_id == svc->backend_id && rn->slot < svc->count)
 		slot = rn->slot;
 
@@ -190,6 +286,13 @@ static __always_inline int translate(struct bpf_sock_addr *ctx, int family, int 
 	if (!be) {
 		count(family, COUNTER_SLOT_MISSING);
 		return 1;
+	}
+	if (svc->flags & SVC_F_AFFINITY) {
+		/* Every use refreshes the entry, as the rules' `recent --set` does per new flow. */
+		struct affinity_value nv = { .last_used_ns = now, .backend_id = svc->backend_id, .slot = slot };
+
+		__builtin_memcpy(&nv.backend, be, sizeof(nv.backend));
+		bpf_map_update_elem(&lb_affinity, &akey, &nv, BPF_ANY);
 	}
 	if (rn) {
 		__builtin_memcpy(rn->svc_addr, key.addr, sizeof(rn->svc_addr));

@@ -197,13 +197,14 @@ fn upstream_scenarios_through_the_binary_equal_kube_proxy() {
 /// outputs are pinned in golden/ (bless with SVCPROXY_BLESS=1 outside CI).
 #[test]
 fn trace_answers_the_demo_questions() {
-    let cases: [(&str, &[&str]); 6] = [
+    let cases: [(&str, &[&str]); 7] = [
         ("demo.trace-dns.txt", &["--src", "10.244.1.99", "--dst", "10.96.0.10:53", "--proto", "udp"]),
         ("demo.trace-lb-outside-ranges.txt", &["--src", "192.0.2.200", "--dst", "192.0.2.50:443", "--entry", "outside"]),
         ("demo.trace-ipvs-dns.txt", &["--mode", "ipvs", "--src", "10.244.1.99", "--dst", "10.96.0.10:53", "--proto", "udp"]),
         ("demo.trace-ipvs-lb-outside-ranges.txt", &["--mode", "ipvs", "--src", "192.0.2.200", "--dst", "192.0.2.50:443", "--entry", "outside"]),
         ("demo.trace-nft-dns.txt", &["--mode", "nftables", "--src", "10.244.1.99", "--dst", "10.96.0.10:53", "--proto", "udp"]),
         ("demo.trace-nft-lb-outside-ranges.txt", &["--mode", "nftables", "--src", "192.0.2.200", "--dst", "192.0.2.50:443", "--entry", "outside"]),
+        ("demo.trace-socket-lb-affinity.txt", &["--socket-lb", "--src", "10.244.1.99", "--dst", "10.100.50.5:80"]),
     ];
     for (golden, extra) in cases {
         let mut args = vec!["trace", "--from", "fixtures/demo.yaml"];
@@ -217,6 +218,35 @@ fn trace_answers_the_demo_questions() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let total: f64 = v["outcomes"].as_array().unwrap().iter().map(|o| o["probability"].as_f64().unwrap()).sum();
     assert!((total - 1.0).abs() < 1e-9, "branch probabilities add up to 1: {total}");
+}
+
+/// `--socket-lb`: a socket from a pod or the node to a ClusterIP is shown translated by
+/// the programs (the plan of the same state: backends, shares, affinity) before the
+/// rules; from outside, or to an address the programs leave to the rules, it is not.
+#[test]
+fn trace_socket_lb_shows_the_socket_path_first() {
+    let json = |extra: &[&str]| -> serde_json::Value {
+        let o = run(&[&["trace", "--socket-lb", "--from", "fixtures/demo.yaml", "--output", "json"][..], extra].concat());
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    for mode in ["iptables", "nftables", "ipvs"] {
+        let t = json(&["--mode", mode, "--src", "10.244.1.99", "--dst", "10.100.50.5:80"]);
+        let s = &t["socket_lb"];
+        assert_eq!((s["source"].as_str(), s["service"].as_str(), s["protocol"].as_str()), (Some("plan"), Some("10.100.50.5:80"), Some("tcp")), "{mode}: {t}");
+        assert_eq!(s["affinity_seconds"].as_u64(), Some(3600), "shop/cart's timeout");
+        let branches: Vec<(&str, f64)> = s["branches"].as_array().unwrap().iter().map(|b| (b["verdict"].as_str().unwrap(), b["probability"].as_f64().unwrap())).collect();
+        assert_eq!(branches, [("10.244.1.30:9000", 0.5), ("10.244.2.31:9000", 0.5)], "{mode}");
+        assert!(!t["outcomes"].as_array().unwrap().is_empty(), "{mode}: the rules' trace follows");
+    }
+    let dns = json(&["--entry", "node", "--dst", "10.96.0.10:53", "--proto", "udp"]);
+    assert!(dns["socket_lb"]["affinity_seconds"].is_null(), "no affinity: {dns}");
+    let outside = json(&["--entry", "outside", "--src", "192.0.2.200", "--dst", "10.100.50.5:80"]);
+    assert!(outside.get("socket_lb").is_none(), "from outside no local socket: {outside}");
+    let lb = json(&["--src", "10.244.1.99", "--dst", "192.0.2.50:443"]);
+    assert!(lb.get("socket_lb").is_none(), "a load-balancer IP stays with the rules: {lb}");
+    let off = run(&["trace", "--from", "fixtures/demo.yaml", "--src", "10.244.1.99", "--dst", "10.100.50.5:80"]);
+    assert!(!stdout(&off).contains("socket:"), "without --socket-lb no socket path");
 }
 
 /// `--mode ipvs` traces kube-proxy's IPVS mode, not the iptables-mode rules:

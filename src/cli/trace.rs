@@ -4,7 +4,8 @@
 //! (`--mode ipvs`) also the virtual server it hits, its scheduler, persistence and real
 //! servers with their weights and shares. In nftables mode (`--mode nftables`) the base
 //! chains, verdict map elements and chains of the `kube-proxy` table, each endpoint of a
-//! `numgen` dispatch with its share.
+//! `numgen` dispatch with its share. With `--socket-lb`, a socket from a pod or the node
+//! to an address the socket-LB programs translate is shown taking that path first.
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -26,6 +27,7 @@ use crate::net::{parse_ip_sloppy, IpFamily};
 use crate::pipeline;
 use crate::runner::live;
 use crate::trace::ipvs::{IpvsTrace, Table};
+use crate::trace::socketlb::{self, SocketTrace};
 use crate::trace::{self, Entry, Env, Packet, Sets, Trace, Verdict};
 
 pub const EXAMPLES: &str = "\
@@ -39,7 +41,9 @@ Examples:
   # In IPVS mode: the virtual server, its real servers and weights
   svcproxy trace --mode ipvs --from fixtures/demo.yaml --src 10.244.1.99 --dst 10.96.0.10:53 --proto udp
   # In nftables mode: the verdict maps and chains of the kube-proxy table
-  svcproxy trace --mode nftables --from fixtures/demo.yaml --src 10.244.1.99 --dst 10.96.0.10:53 --proto udp";
+  svcproxy trace --mode nftables --from fixtures/demo.yaml --src 10.244.1.99 --dst 10.96.0.10:53 --proto udp
+  # With socket-level load balancing: the socket is translated before the rules
+  svcproxy trace --socket-lb --from fixtures/demo.yaml --src 10.244.1.99 --dst 10.96.0.10:53 --proto udp";
 
 /// Where the traced packet comes from (`--entry`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
@@ -112,6 +116,16 @@ pub struct TraceArgs {
 
     #[arg(long, value_enum, default_value = "text")]
     pub output: TraceOutput,
+
+    /// The node load-balances local sockets (sync --socket-lb): a trace from a pod or the
+    /// node to an address the socket-LB programs hold shows that path before the rules
+    /// (from the plan of the same state; with --live, from the pinned maps)
+    #[arg(long)]
+    pub socket_lb: bool,
+
+    /// With --live --socket-lb: the directory of the pinned maps (default: sync's)
+    #[arg(long, value_name = "DIR")]
+    pub socket_lb_pin_dir: Option<std::path::PathBuf>,
 }
 
 fn parse_addr(s: &str, what: &str) -> anyhow::Result<(IpAddr, Option<u16>)> {
@@ -174,7 +188,8 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<ExitCode> {
     let env = Env { local_ips: local_ips(&loaded, family), affinity: args.affinity.iter().cloned().collect() };
     let t = trace::trace(&dump, &env, packet.clone(), args.entry.entry());
     let cached = cached_flows(args, &packet, t.outcomes.iter().map(|o| &o.verdict))?;
-    print(args, &t, cached, text(&t, args.entry))
+    let socket = socket_path(args, &loaded, &packet)?;
+    print(args, &t, cached, socket, text(&t, args.entry))
 }
 
 fn run_ipvs(args: &TraceArgs, loaded: &pipeline::Loaded, family: IpFamily) -> anyhow::Result<ExitCode> {
@@ -190,7 +205,8 @@ fn run_ipvs(args: &TraceArgs, loaded: &pipeline::Loaded, family: IpFamily) -> an
     let env = Env { local_ips, affinity: BTreeSet::new() };
     let t = trace::ipvs::trace(&dump, &env, &sets, &table, packet.clone(), args.entry.entry());
     let cached = cached_flows(args, &packet, t.outcomes.iter().map(|o| &o.verdict))?;
-    print(args, &t, cached, ipvs_text(&t, args.entry))
+    let socket = socket_path(args, loaded, &packet)?;
+    print(args, &t, cached, socket, ipvs_text(&t, args.entry))
 }
 
 fn run_nftables(args: &TraceArgs, loaded: &pipeline::Loaded, family: IpFamily) -> anyhow::Result<ExitCode> {
@@ -203,7 +219,8 @@ fn run_nftables(args: &TraceArgs, loaded: &pipeline::Loaded, family: IpFamily) -
     let t = trace::nftables::trace(&table, &env, packet.clone(), args.entry.entry())
         .with_context(|| format!("cannot trace the {} {} table", table.family.as_str(), table.name))?;
     let cached = cached_flows(args, &packet, t.outcomes.iter().map(|o| &o.verdict))?;
-    print(args, &t, cached, nftables_text(&t, args.entry))
+    let socket = socket_path(args, loaded, &packet)?;
+    print(args, &t, cached, socket, nftables_text(&t, args.entry))
 }
 
 /// With `--live`, the conntrack flows the packet matches (from `--src`'s port, if given),
@@ -220,33 +237,76 @@ fn cached_flows<'a>(args: &TraceArgs, packet: &Packet, verdicts: impl Iterator<I
     Ok(Some(trace::conntrack::cached(packet, sport, &flows, verdicts)))
 }
 
-/// Prints a trace: its text (after the cached flows' lines), or its JSON (with a
-/// `conntrack` list of the cached flows when `--live`).
-fn print<T: serde::Serialize>(args: &TraceArgs, t: &T, cached: Option<Vec<trace::conntrack::Cached>>, text: String) -> anyhow::Result<ExitCode> {
+/// With `--socket-lb`, what the socket-LB programs do with a socket from a pod or the
+/// node to the packet's destination (`None`: not on, from outside, or left to the rules).
+fn socket_path(args: &TraceArgs, loaded: &pipeline::Loaded, packet: &Packet) -> anyhow::Result<Option<SocketTrace>> {
+    if !args.socket_lb || args.entry == Origin::Outside {
+        return Ok(None);
+    }
+    if !args.live {
+        return Ok(trace::socketlb::trace(&pipeline::socket_lb_wanted(loaded), packet, socketlb::Source::Plan));
+    }
+    let pins = match &args.socket_lb_pin_dir {
+        Some(p) => p.clone(),
+        None => crate::settings::defaults::defaulted(crate::settings::Settings::default()).socket_lb_pin_dir.unwrap_or_default().into(),
+    };
+    let maps = live::socket_lb(&pins).with_context(|| format!("the socket-LB maps under {}", pins.display()))?;
+    Ok(trace::socketlb::trace(&maps.wanted, packet, socketlb::Source::Maps).map(|t| t.with_pinned(&maps.affinity, maps.now_ns)))
+}
+
+/// Prints a trace: its text (after the cached flows' lines and the socket path), or its
+/// JSON (with a `conntrack` list of the cached flows when `--live`, and the `socket_lb`
+/// path when a socket takes it).
+fn print<T: serde::Serialize>(args: &TraceArgs, t: &T, cached: Option<Vec<trace::conntrack::Cached>>, socket: Option<SocketTrace>, text: String) -> anyhow::Result<ExitCode> {
     match args.output {
         TraceOutput::Json => {
-            let json = match cached {
-                // The trace's own fields first, in their order, then the flows.
-                Some(c) => {
-                    #[derive(serde::Serialize)]
-                    struct Live<'a, T> {
-                        #[serde(flatten)]
-                        trace: &'a T,
-                        conntrack: Vec<trace::conntrack::Cached>,
-                    }
-                    serde_json::to_string_pretty(&Live { trace: t, conntrack: c })?
-                }
-                None => serde_json::to_string_pretty(t)?,
-            };
+            // The trace's own fields first, in their order, then the flows and the socket path.
+            #[derive(serde::Serialize)]
+            struct Out<'a, T> {
+                #[serde(flatten)]
+                trace: &'a T,
+                #[serde(skip_serializing_if = "Option::is_none")]
+                conntrack: Option<Vec<trace::conntrack::Cached>>,
+                #[serde(skip_serializing_if = "Option::is_none")]
+                socket_lb: Option<SocketTrace>,
+            }
+            let json = serde_json::to_string_pretty(&Out { trace: t, conntrack: cached, socket_lb: socket })?;
             super::out(&format!("{json}\n"))?
         }
         TraceOutput::Text => {
             let (first, rest) = text.split_once('\n').unwrap_or((&text, ""));
             let flows = cached.as_deref().map(trace::conntrack::text).unwrap_or_default();
-            super::out(&format!("{first}\n{flows}{rest}"))?
+            let socket = socket.as_ref().map(socket_text).unwrap_or_default();
+            super::out(&format!("{first}\n{flows}{socket}{rest}"))?
         }
     }
     Ok(ExitCode::from(EXIT_OK))
+}
+
+/// The socket path's lines: the translation with each backend's share, the affinity, the
+/// pinned clients, and that the rules after it see only sockets the programs do not.
+pub(crate) fn socket_text(t: &SocketTrace) -> String {
+    let from = match t.source {
+        socketlb::Source::Plan => "the plan",
+        socketlb::Source::Maps => "the pinned maps",
+    };
+    let mut out = format!("socket: connect()/sendmsg() to {}/{} is translated by the socket-LB programs before any packet ({from}):\n", t.service, t.protocol.lower());
+    for b in &t.branches {
+        let what = match &b.verdict {
+            Verdict::Reject => "REFUSED: connect() fails with ECONNREFUSED (the service has no endpoints)".to_string(),
+            v => format!("to {v}"),
+        };
+        out.push_str(&format!("{:6.2}%  {what}\n", b.probability * 100.0));
+    }
+    if let Some(s) = t.affinity_seconds {
+        out.push_str(&format!("         ClientIP affinity {s}s: a client (its network namespace: a pod, or the node) keeps its backend while it comes back within {s}s and the backend stays\n"));
+    }
+    for p in &t.pinned {
+        let state = if p.followed { "followed" } else { "expired or its backend gone: a new pick" };
+        out.push_str(&format!("         pinned: netns {} -> {} ({state})\n", p.netns_cookie, p.backend));
+    }
+    out.push_str("the rules below see only sockets outside the programs' cgroup, or with the programs detached:\n");
+    out
 }
 
 /// The family's `kube-proxy` table as svcproxy renders it from the cluster state.

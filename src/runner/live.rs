@@ -33,6 +33,25 @@ pub enum LiveError {
     NftRead { head: String, source: crate::nftables::live::LiveError },
     #[error("--live reads the conntrack flows over ctnetlink")]
     Conntrack(#[source] crate::netfilter::ctnetlink::CtError),
+    #[error("--live --socket-lb reads the pinned socket-LB maps")]
+    SocketLb(#[source] crate::netfilter::bpf::BpfError),
+}
+
+/// The socket-LB maps under `pins` as the programs read them: every complete Service
+/// entry (a Service whose slots are not all there is left out), the affinity map's
+/// entries, and the programs' clock now (`CLOCK_MONOTONIC_COARSE`, nanoseconds).
+pub fn socket_lb(pins: &std::path::Path) -> Result<crate::runner::socketlb::Pinned, LiveError> {
+    use crate::netfilter::bpf::kernel::Maps;
+    use crate::socketlb::plan::Entry;
+    let maps = Maps::open(pins).map_err(LiveError::SocketLb)?;
+    let held = crate::socketlb::apply::read_held(&maps).map_err(LiveError::SocketLb)?;
+    let wanted = held.services.into_iter().filter_map(|(k, (v, b))| Some((k, Entry { backends: b?, affinity: v.affinity }))).collect();
+    let affinity = maps.affinity().map_err(LiveError::SocketLb)?;
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid clock id and a timespec this frame owns.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    let now_ns = (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64);
+    Ok(crate::runner::socketlb::Pinned { wanted, affinity, now_ns })
 }
 
 /// The conntrack flows of `packet`'s protocol from its source to its destination (the

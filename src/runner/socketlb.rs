@@ -17,6 +17,14 @@ use crate::netfilter::bpf::maps::ServiceKey;
 use crate::socketlb::diff::{diff, diff_keys, Diff, Held};
 use crate::socketlb::plan::Wanted;
 
+/// The pinned maps as read for `trace --live` ([`crate::runner::live::socket_lb`]).
+#[derive(Debug)]
+pub struct Pinned {
+    pub wanted: Wanted,
+    pub affinity: Vec<(crate::netfilter::bpf::maps::AffinityKey, crate::netfilter::bpf::maps::AffinityValue)>,
+    pub now_ns: u64,
+}
+
 /// What one socket-LB sync did (or, for a dry run, would do).
 #[derive(Debug)]
 pub struct Report {

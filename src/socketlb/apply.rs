@@ -158,7 +158,7 @@ mod tests {
     }
 
     fn wanted(list: &[(&str, &[&str])]) -> Wanted {
-        list.iter().map(|(k, v)| (key(k), v.iter().map(|a| a.parse().unwrap()).collect())).collect()
+        list.iter().map(|(k, v)| (key(k), v.iter().map(|a| a.parse().unwrap()).collect::<Vec<SocketAddr>>().into())).collect()
     }
 
     #[test]
@@ -177,7 +177,7 @@ mod tests {
             let held = fake.held();
             assert_eq!(before.after(&d), held, "what watch mode keeps is what the maps hold");
             assert!(held.orphans.is_empty());
-            let got: Wanted = held.services.into_iter().map(|(k, (_, b))| (k, b.unwrap())).collect();
+            let got: Wanted = held.services.into_iter().map(|(k, (_, b))| (k, b.unwrap().into())).collect();
             assert_eq!(got, w);
         }
         assert!(fake.swaps_saw_complete_sets.iter().all(|c| *c), "{:?}", fake.swaps_saw_complete_sets);
@@ -202,6 +202,6 @@ mod tests {
         fake.fail_put_slot = None;
         let done = apply(&diff(&fake.held(), &second, &mut next), &mut fake);
         assert!(done.failures.is_empty() && done.services == 1);
-        assert_eq!(fake.held().services[&key("10.0.0.1")].1.as_ref(), Some(&second[&key("10.0.0.1")]));
+        assert_eq!(fake.held().services[&key("10.0.0.1")].1.as_ref(), Some(&second[&key("10.0.0.1")].backends));
     }
 }

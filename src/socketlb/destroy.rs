@@ -12,16 +12,18 @@ use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::Path;
 
+use crate::model::Protocol;
 use crate::netfilter::bpf::destroy::{self, Destroyed, Destroyer, Target};
 
 use super::diff::{Diff, Held};
 
 /// The (Service, backend) pairs `diff` removes from `held`: each backend of a changed
-/// or deleted Service entry that its new set does not hold. A Service whose held slots
-/// are incomplete (unknown backends) gives none.
+/// or deleted UDP Service entry that its new set does not hold. A Service whose held slots
+/// are incomplete (unknown backends) gives none. TCP is left to drain, as kube-proxy
+/// leaves it (it clears only UDP flows): a terminating pod finishes its connections.
 pub fn gone(held: &Held, diff: &Diff) -> Vec<Target> {
     let mut out = Vec::new();
-    for c in &diff.changes {
+    for c in diff.changes.iter().filter(|c| c.key.proto == Protocol::Udp) {
         let Some((_, Some(old))) = held.services.get(&c.key) else { continue };
         let new: BTreeSet<SocketAddr> = c.put_backends.iter().map(|(_, a)| *a).collect();
         out.extend(old.iter().filter(|a| !new.contains(a)).map(|a| Target { service: c.key, backend: *a }));
@@ -111,7 +113,6 @@ fn skipped(pairs: usize, why: String) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Protocol;
     use crate::netfilter::bpf::maps::{encode_backend, BackendKey, ServiceKey, ServiceValue};
     use crate::socketlb::diff::diff;
     use crate::socketlb::plan::Wanted;
@@ -124,7 +125,7 @@ mod tests {
         let mut services = Vec::new();
         let mut backends = Vec::new();
         for (k, id, list) in entries {
-            services.push((*k, ServiceValue { backend_id: *id, count: list.len() as u16, no_backends: list.is_empty() }));
+            services.push((*k, ServiceValue { backend_id: *id, count: list.len() as u16, no_backends: list.is_empty(), affinity: None }));
             for (slot, a) in list.iter().enumerate() {
                 backends.push((BackendKey { backend_id: *id, slot: slot as u32 }, encode_backend(a.parse().unwrap())));
             }
@@ -133,23 +134,21 @@ mod tests {
     }
 
     #[test]
-    fn the_backends_a_change_drops_go_per_service_and_the_kept_ones_stay() {
+    fn the_udp_backends_a_change_drops_go_per_service_and_tcp_drains() {
         let (udp, tcp, other) = (key("10.0.0.1", Protocol::Udp), key("10.0.0.1", Protocol::Tcp), key("10.0.0.2", Protocol::Udp));
         let before = held(&[(udp, 1, &["10.1.0.1:53", "10.1.0.2:53"]), (tcp, 2, &["10.1.0.1:80"]), (other, 3, &["10.1.0.1:53"])]);
         let mut wanted = Wanted::new();
-        wanted.insert(udp, vec!["10.1.0.2:53".parse().unwrap(), "10.1.0.3:53".parse().unwrap()]);
-        wanted.insert(other, vec!["10.1.0.1:53".parse().unwrap()]);
+        wanted.insert(udp, vec!["10.1.0.2:53".parse().unwrap(), "10.1.0.3:53".parse().unwrap()].into());
+        wanted.insert(other, vec!["10.1.0.1:53".parse::<SocketAddr>().unwrap()].into());
         // tcp is gone from the wanted set: its Service entry is deleted.
         let d = diff(&before, &wanted, &mut before.next_id());
         let got = gone(&before, &d);
         assert_eq!(
             got,
-            vec![
-                Target { service: tcp, backend: "10.1.0.1:80".parse().unwrap() },
-                Target { service: udp, backend: "10.1.0.1:53".parse().unwrap() },
-            ],
-            "the backend still serving `other` is not closed for it"
+            vec![Target { service: udp, backend: "10.1.0.1:53".parse().unwrap() }],
+            "the backend still serving `other` is not closed for it; the deleted TCP Service's connections drain"
         );
+        assert!(d.changes.iter().any(|c| c.key == tcp), "the TCP Service did change");
     }
 
     #[test]
@@ -157,8 +156,8 @@ mod tests {
         let udp = key("10.0.0.1", Protocol::Udp);
         let before = held(&[(udp, 1, &["10.1.0.1:53"])]);
         let mut wanted = Wanted::new();
-        wanted.insert(udp, vec!["10.1.0.1:53".parse().unwrap()]);
-        wanted.insert(key("10.0.0.9", Protocol::Udp), vec!["10.1.0.9:53".parse().unwrap()]);
+        wanted.insert(udp, vec!["10.1.0.1:53".parse::<SocketAddr>().unwrap()].into());
+        wanted.insert(key("10.0.0.9", Protocol::Udp), vec!["10.1.0.9:53".parse::<SocketAddr>().unwrap()].into());
         let d = diff(&before, &wanted, &mut before.next_id());
         assert_eq!(d.changes.len(), 1);
         assert!(gone(&before, &d).is_empty());

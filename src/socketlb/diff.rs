@@ -90,13 +90,19 @@ pub struct Change {
 
 impl Change {
     /// One line for `sync --dry-run`: `+` a Service entry written (its backends, or
-    /// "refused"), `-` one deleted.
+    /// "refused", and its affinity), `-` one deleted.
     pub fn line(&self) -> String {
         let svc = format!("{}/{:?}", SocketAddr::new(self.key.addr, self.key.port), self.key.proto).to_lowercase();
         match &self.service {
             None => format!("- {svc}"),
             Some(_) if self.put_backends.is_empty() => format!("+ {svc} refused (no endpoints)"),
-            Some(_) => format!("+ {svc} -> {}", self.put_backends.iter().map(|(_, a)| a.to_string()).collect::<Vec<_>>().join(" ")),
+            Some(v) => {
+                let backends = self.put_backends.iter().map(|(_, a)| a.to_string()).collect::<Vec<_>>().join(" ");
+                match v.affinity {
+                    Some(t) => format!("+ {svc} -> {backends} (ClientIP affinity {t}s)"),
+                    None => format!("+ {svc} -> {backends}"),
+                }
+            }
         }
     }
 }
@@ -153,22 +159,25 @@ pub fn diff_keys(held: &Held, wanted: &Wanted, keys: &BTreeSet<ServiceKey>, next
     let mut out = Diff::default();
     for key in keys {
         let old = held.services.get(key);
-        let Some(backends) = wanted.get(key) else {
+        let Some(want) = wanted.get(key) else {
             if let Some((value, _)) = old {
                 out.changes.push(Change { key: *key, put_backends: Vec::new(), service: None, delete_backends: old_slots(value) });
             }
             continue;
         };
-        if old.is_some_and(|(_, b)| b.as_ref() == Some(backends)) {
+        // A changed affinity timeout alone also takes a new generation: simpler than a
+        // second kind of change, and the clients' affinity entries follow by address.
+        if old.is_some_and(|(v, b)| b.as_ref() == Some(&want.backends) && v.affinity == want.affinity) {
             continue;
         }
+        let backends = &want.backends;
         // A count the map cannot hold is cut at u16::MAX slots (no Service has that many).
         let count = backends.len().min(u16::MAX as usize);
         let backend_id = ids.fresh();
         out.changes.push(Change {
             key: *key,
             put_backends: backends[..count].iter().enumerate().map(|(slot, b)| (BackendKey { backend_id, slot: slot as u32 }, *b)).collect(),
-            service: Some(ServiceValue { backend_id, count: count as u16, no_backends: count == 0 }),
+            service: Some(ServiceValue { backend_id, count: count as u16, no_backends: count == 0, affinity: want.affinity }),
             delete_backends: old.map_or_else(Vec::new, |(v, _)| old_slots(v)),
         });
     }
@@ -181,13 +190,14 @@ mod tests {
     use super::*;
     use crate::model::Protocol;
     use crate::netfilter::bpf::maps::encode_backend;
+    use crate::socketlb::plan::Entry;
 
     fn key(ip: &str) -> ServiceKey {
         ServiceKey { addr: ip.parse().unwrap(), port: 80, proto: Protocol::Tcp }
     }
 
-    fn addrs(v: &[&str]) -> Vec<SocketAddr> {
-        v.iter().map(|a| a.parse().unwrap()).collect()
+    fn addrs(v: &[&str]) -> Entry {
+        v.iter().map(|a| a.parse().unwrap()).collect::<Vec<SocketAddr>>().into()
     }
 
     /// What the maps would hold after applying `d` to `held` (the fake kernel's view).
@@ -225,11 +235,11 @@ mod tests {
         let first = diff(&Held::default(), &wanted, &mut next);
         assert_eq!(first.changes.len(), 1);
         let c = &first.changes[0];
-        assert_eq!(c.service, Some(ServiceValue { backend_id: 1, count: 2, no_backends: false }));
+        assert_eq!(c.service, Some(ServiceValue { backend_id: 1, count: 2, no_backends: false, affinity: None }));
         assert_eq!(c.put_backends.iter().map(|(k, _)| k.slot).collect::<Vec<_>>(), vec![0, 1]);
         assert!(c.delete_backends.is_empty());
         let held = applied(&Held::default(), &first);
-        assert_eq!(held.services[&key("10.0.0.1")].1.as_ref(), Some(&wanted[&key("10.0.0.1")]));
+        assert_eq!(held.services[&key("10.0.0.1")].1.as_ref(), Some(&wanted[&key("10.0.0.1")].backends));
 
         // Nothing changed: nothing to do.
         assert!(diff(&held, &wanted, &mut next).is_empty());
@@ -242,8 +252,31 @@ mod tests {
         assert!(c.put_backends.iter().all(|(k, _)| k.backend_id == 2));
         assert_eq!(c.delete_backends, vec![BackendKey { backend_id: 1, slot: 0 }, BackendKey { backend_id: 1, slot: 1 }]);
         let held = applied(&held, &second);
-        assert_eq!(held.services[&key("10.0.0.1")].1.as_ref(), Some(&wanted[&key("10.0.0.1")]));
+        assert_eq!(held.services[&key("10.0.0.1")].1.as_ref(), Some(&wanted[&key("10.0.0.1")].backends));
         assert!(held.orphans.is_empty());
+    }
+
+    #[test]
+    fn affinity_is_part_of_the_entry_and_a_new_timeout_rewrites_it() {
+        let sticky = |t| Entry { affinity: Some(t), ..addrs(&["10.1.0.1:80", "10.1.0.2:80"]) };
+        let mut wanted = Wanted::new();
+        wanted.insert(key("10.0.0.1"), sticky(10800));
+        let mut next = 1;
+        let d = diff(&Held::default(), &wanted, &mut next);
+        assert_eq!(d.changes[0].service.unwrap().affinity, Some(10800));
+        assert_eq!(d.changes[0].line(), "+ 10.0.0.1:80/tcp -> 10.1.0.1:80 10.1.0.2:80 (ClientIP affinity 10800s)");
+        let held = applied(&Held::default(), &d);
+        assert_eq!(held.services[&key("10.0.0.1")].0.affinity, Some(10800), "the held entry keeps it");
+        assert!(diff(&held, &wanted, &mut next).is_empty());
+
+        // Same backends, another timeout; then affinity dropped: each a new generation.
+        for want in [sticky(1), addrs(&["10.1.0.1:80", "10.1.0.2:80"])] {
+            wanted.insert(key("10.0.0.1"), want.clone());
+            let d = diff(&held, &wanted, &mut next);
+            assert_eq!(d.changes.len(), 1, "{d:?}");
+            assert_eq!(d.changes[0].service.unwrap().affinity, want.affinity);
+            assert_eq!(d.changes[0].delete_backends.len(), 2, "the old generation goes");
+        }
     }
 
     #[test]
@@ -255,7 +288,7 @@ mod tests {
         let mut next = 1;
         let held = applied(&Held::default(), &diff(&Held::default(), &wanted, &mut next));
         wanted.remove(&key("10.0.0.7"));
-        wanted.insert(key("10.0.0.9"), vec![]);
+        wanted.insert(key("10.0.0.9"), Entry::default());
         let d = diff(&held, &wanted, &mut next);
         assert_eq!(d.changes.len(), 2, "{d:?}");
         let gone = d.changes.iter().find(|c| c.key == key("10.0.0.7")).unwrap();
@@ -273,7 +306,7 @@ mod tests {
     fn a_change_reads_as_one_line() {
         let mut wanted = Wanted::new();
         wanted.insert(key("10.0.0.1"), addrs(&["10.1.0.1:80", "10.1.0.2:80"]));
-        wanted.insert(key("10.0.0.2"), vec![]);
+        wanted.insert(key("10.0.0.2"), Entry::default());
         let d = diff(&Held::default(), &wanted, &mut 1);
         let lines: Vec<String> = d.changes.iter().map(Change::line).collect();
         assert_eq!(lines, vec!["+ 10.0.0.1:80/tcp -> 10.1.0.1:80 10.1.0.2:80", "+ 10.0.0.2:80/tcp refused (no endpoints)"]);
@@ -306,7 +339,7 @@ mod tests {
     #[test]
     fn fresh_ids_skip_held_ones_and_zero() {
         let held = Held::from_entries(
-            vec![(key("10.0.0.1"), ServiceValue { backend_id: 5, count: 1, no_backends: false })],
+            vec![(key("10.0.0.1"), ServiceValue { backend_id: 5, count: 1, no_backends: false, affinity: None })],
             vec![(BackendKey { backend_id: 5, slot: 0 }, encode_backend("10.1.0.1:80".parse().unwrap()))],
         );
         let mut wanted = Wanted::new();
@@ -326,7 +359,7 @@ mod tests {
     fn orphan_slots_and_incomplete_sets_are_repaired() {
         let b = |s: &str| encode_backend(s.parse().unwrap());
         let held = Held::from_entries(
-            vec![(key("10.0.0.1"), ServiceValue { backend_id: 3, count: 2, no_backends: false })],
+            vec![(key("10.0.0.1"), ServiceValue { backend_id: 3, count: 2, no_backends: false, affinity: None })],
             vec![
                 (BackendKey { backend_id: 3, slot: 0 }, b("10.1.0.1:80")),
                 (BackendKey { backend_id: 9, slot: 0 }, b("10.1.0.9:80")),
@@ -341,7 +374,7 @@ mod tests {
         assert_eq!(d.orphans, vec![BackendKey { backend_id: 9, slot: 0 }]);
         assert_eq!(d.changes.len(), 1, "slot 1 of 2 missing: rewritten");
         let after = applied(&held, &d);
-        assert_eq!(after.services[&key("10.0.0.1")].1.as_ref(), Some(&wanted[&key("10.0.0.1")]));
+        assert_eq!(after.services[&key("10.0.0.1")].1.as_ref(), Some(&wanted[&key("10.0.0.1")].backends));
         assert!(after.orphans.is_empty(), "{after:?}");
     }
 }

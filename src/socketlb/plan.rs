@@ -1,8 +1,8 @@
 //! The wanted socket-LB entries of one IP family: per Service port a local socket can
 //! name, the backends its `connect()` or `sendmsg()` goes to, chosen as the rules choose
 //! (`select::categorize`, `wiring::Reach`: topology, traffic policies, the terminating
-//! fallback). What the programs cannot do as the rules do stays with the rules (no entry):
-//! see [`wanted`].
+//! fallback) and with `ClientIP` session affinity's timeout. What the programs cannot do
+//! as the rules do stays with the rules (no entry): see [`wanted`].
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -12,13 +12,27 @@ use crate::netfilter::bpf::maps::ServiceKey;
 use crate::select::{categorize, Locality};
 use crate::wiring::Reach;
 
-/// Per Service key, the backends in slot order (`ip:port` order, as the trackers keep
-/// them); an empty list refuses `connect()`, as the rules' REJECT does.
-pub type Wanted = BTreeMap<ServiceKey, Vec<SocketAddr>>;
+/// One Service port's wanted entry: its backends in slot order (`ip:port` order, as the
+/// trackers keep them; none refuses `connect()`, as the rules' REJECT does), and its
+/// `ClientIP` affinity timeout in seconds (`None`: no affinity).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Entry {
+    pub backends: Vec<SocketAddr>,
+    pub affinity: Option<u32>,
+}
+
+/// A Service port without affinity.
+impl From<Vec<SocketAddr>> for Entry {
+    fn from(backends: Vec<SocketAddr>) -> Entry {
+        Entry { backends, affinity: None }
+    }
+}
+
+/// Per Service key, its wanted entry.
+pub type Wanted = BTreeMap<ServiceKey, Entry>;
 
 /// The entries one family's committed maps want. Left to the rules, with no entry:
 /// - SCTP (the hooks this step attaches see TCP and UDP sockets);
-/// - `ClientIP` session affinity (the affinity map is a later step);
 /// - an `internalTrafficPolicy: Local` Service with endpoints elsewhere only (the rules
 ///   drop that traffic; a refused connect would differ);
 /// - NodePorts, external and load-balancer IPs (ClusterIPs only in this step).
@@ -32,8 +46,8 @@ pub fn wanted_of(services: &ServicePortMap, endpoints: &EndpointsMap, here: Loca
 }
 
 /// One Service port's entry, or `None` when the rules keep it (see [`wanted`]).
-fn entry(svc: &ServicePort, endpoints: Option<&Vec<Endpoint>>, here: Locality) -> Option<(ServiceKey, Vec<SocketAddr>)> {
-    if svc.protocol == Protocol::Sctp || svc.session_affinity.is_some() || svc.cluster_ip.is_unspecified() {
+fn entry(svc: &ServicePort, endpoints: Option<&Vec<Endpoint>>, here: Locality) -> Option<(ServiceKey, Entry)> {
+    if svc.protocol == Protocol::Sctp || svc.cluster_ip.is_unspecified() {
         return None;
     }
     let none = Vec::new();
@@ -47,7 +61,7 @@ fn entry(svc: &ServicePort, endpoints: Option<&Vec<Endpoint>>, here: Locality) -
     } else {
         Vec::new()
     };
-    Some((ServiceKey { addr: svc.cluster_ip, port: svc.port, proto: svc.protocol }, backends))
+    Some((ServiceKey { addr: svc.cluster_ip, port: svc.port, proto: svc.protocol }, Entry { backends, affinity: svc.session_affinity }))
 }
 
 #[cfg(test)]
@@ -107,8 +121,8 @@ mod tests {
         ServiceKey { addr: ip.parse().unwrap(), port: 80, proto }
     }
 
-    fn addrs(v: &[&str]) -> Vec<SocketAddr> {
-        v.iter().map(|a| format!("{a}:8080").parse().unwrap()).collect()
+    fn addrs(v: &[&str]) -> Entry {
+        v.iter().map(|a| format!("{a}:8080").parse().unwrap()).collect::<Vec<SocketAddr>>().into()
     }
 
     #[test]
@@ -121,7 +135,7 @@ mod tests {
         let w = wanted(&s, &e, HERE);
         assert_eq!(w[&key("10.0.0.1", Protocol::Tcp)], addrs(&["10.1.0.1"]));
         assert_eq!(w[&key("10.0.0.2", Protocol::Udp)], addrs(&["10.1.0.3"]));
-        assert_eq!(w[&key("10.0.0.3", Protocol::Tcp)], Vec::<SocketAddr>::new());
+        assert_eq!(w[&key("10.0.0.3", Protocol::Tcp)], Entry::default());
         assert_eq!(w.len(), 3);
     }
 
@@ -151,15 +165,27 @@ mod tests {
     }
 
     #[test]
-    fn sctp_affinity_and_headless_stay_with_the_rules() {
-        let mut sticky = svc("sticky", "10.0.0.2", Protocol::Tcp);
-        sticky.session_affinity = Some(10800);
+    fn sctp_and_headless_stay_with_the_rules() {
         let (s, e) = maps(vec![
             (svc("sctp", "10.0.0.1", Protocol::Sctp), vec![ep("10.1.0.1", false, true, false)]),
-            (sticky, vec![ep("10.1.0.1", false, true, false)]),
             (svc("headless", "0.0.0.0", Protocol::Tcp), vec![ep("10.1.0.1", false, true, false)]),
         ]);
         assert!(wanted(&s, &e, HERE).is_empty());
+    }
+
+    #[test]
+    fn client_ip_affinity_carries_its_timeout_with_the_same_backends() {
+        let mut sticky = svc("sticky", "10.0.0.2", Protocol::Tcp);
+        sticky.session_affinity = Some(10800);
+        let mut short = svc("short", "10.0.0.3", Protocol::Udp);
+        short.session_affinity = Some(1);
+        let eps = vec![ep("10.1.0.1", false, true, false), ep("10.1.0.2", false, true, false), ep("10.1.0.3", false, false, true)];
+        let (s, e) = maps(vec![(sticky, eps.clone()), (short, eps), (svc("plain", "10.0.0.4", Protocol::Tcp), vec![])]);
+        let w = wanted(&s, &e, HERE);
+        let ready = addrs(&["10.1.0.1", "10.1.0.2"]).backends;
+        assert_eq!(w[&key("10.0.0.2", Protocol::Tcp)], Entry { backends: ready.clone(), affinity: Some(10800) });
+        assert_eq!(w[&key("10.0.0.3", Protocol::Udp)], Entry { backends: ready, affinity: Some(1) });
+        assert_eq!(w[&key("10.0.0.4", Protocol::Tcp)].affinity, None);
     }
 
     #[test]
@@ -179,6 +205,6 @@ mod tests {
     fn ipv6_cluster_ips_are_keys_of_their_own_family() {
         let (s, e) = maps(vec![(svc("six", "fd00::10", Protocol::Udp), vec![ep("fd00:1::2", false, true, false)])]);
         let w = wanted(&s, &e, HERE);
-        assert_eq!(w[&key("fd00::10", Protocol::Udp)], vec!["[fd00:1::2]:8080".parse::<SocketAddr>().unwrap()]);
+        assert_eq!(w[&key("fd00::10", Protocol::Udp)], Entry::from(vec!["[fd00:1::2]:8080".parse::<SocketAddr>().unwrap()]));
     }
 }

@@ -11,6 +11,7 @@
 //! [`ipvs`] traces IPVS mode: the same rule walk (with ipset membership, [`Sets`]) through
 //! the hooks in the kernel's order, and the IPVS virtual server between them.
 //! [`nftables`] traces nftables mode: the `kube-proxy` table's base chains in hook order.
+//! [`socketlb`] says when a local socket is translated by the socket-LB programs first.
 
 pub mod conntrack;
 pub mod ipset;
@@ -23,6 +24,7 @@ mod nftables_golden_tests;
 #[cfg(test)]
 mod ipvs_tests;
 mod matcher;
+pub mod socketlb;
 pub mod verdict;
 
 use std::collections::BTreeSet;

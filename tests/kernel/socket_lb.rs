@@ -8,7 +8,10 @@
 //! cgroup, and inside it after cleanup, finds the ClusterIP unreachable. `svcproxy sync
 //! --socket-lb`, one-shot and in watch mode, writes the maps from a cluster file and
 //! follows its endpoint changes; a one-shot sync that removes a backend closes the
-//! sockets a pod's clients had connected to it, so they move on within a second.
+//! UDP sockets a pod's clients had connected to it, so they move on within a second.
+//! `ClientIP` session affinity: each client pod sticks to one backend as it does through
+//! the rules alone, an entry naming a backend that left the Service is not followed, and
+//! each use refreshes an entry's timeout.
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
@@ -18,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use svcproxy::model::Protocol;
 use svcproxy::netfilter::bpf::kernel::{self, Maps};
-use svcproxy::netfilter::bpf::maps::{BackendKey, Counter, ServiceKey, ServiceValue};
+use svcproxy::netfilter::bpf::maps::{AffinityKey, AffinityValue, BackendKey, Counter, ServiceKey, ServiceValue};
 
 use crate::dataplane::{cluster_yaml, ep4, ep6, pod_ip4, pod_ip6, pod_name, svc, sync_args, tcp, udp};
 use crate::harness::{skip, Case, CaseResult, Ctx};
@@ -44,6 +47,7 @@ pub fn cases() -> Vec<Case> {
         Case::new("socket_lb_one_shot_sync_writes_the_maps_and_follows_endpoints", one_shot_sync),
         Case::new("socket_lb_watch_mode_follows_endpoint_changes", watch_mode),
         Case::new("socket_lb_removed_backend_sockets_are_closed", removed_backend_sockets_closed),
+        Case::new("socket_lb_client_ip_affinity_sticks_as_the_rules_do", affinity),
     ]
 }
 
@@ -229,12 +233,44 @@ fn attempt(mode: &str, dst: SocketAddr, timeout: Duration) -> std::io::Result<(S
     }
 }
 
+/// Creates a hash map of the given shape and pins it at `path` (raw `bpf(2)`: what an
+/// older build would have left there).
+fn pin_hash_map(path: &Path, key: u32, value: u32, entries: u32) -> Result<(), String> {
+    use std::os::unix::ffi::OsStrExt as _;
+    const BPF_MAP_CREATE: libc::c_long = 0;
+    const BPF_OBJ_PIN: libc::c_long = 6;
+    const BPF_MAP_TYPE_HASH: u32 = 1;
+    // union bpf_attr, zeroed past the fields set (the kernel checks that).
+    let mut attr = [0u8; 128];
+    for (i, v) in [BPF_MAP_TYPE_HASH, key, value, entries].iter().enumerate() {
+        attr[i * 4..i * 4 + 4].copy_from_slice(&v.to_ne_bytes());
+    }
+    // SAFETY: bpf(2) reads `attr`, 128 bytes this frame owns.
+    let fd = unsafe { libc::syscall(libc::SYS_bpf, BPF_MAP_CREATE, attr.as_ptr(), attr.len()) };
+    if fd < 0 {
+        return Err(format!("BPF_MAP_CREATE: {}", std::io::Error::last_os_error()));
+    }
+    let cpath = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
+    let mut pin = [0u8; 128];
+    pin[..8].copy_from_slice(&(cpath.as_ptr() as u64).to_ne_bytes());
+    pin[8..12].copy_from_slice(&(fd as u32).to_ne_bytes());
+    // SAFETY: as above; `cpath` outlives the call.
+    let r = unsafe { libc::syscall(libc::SYS_bpf, BPF_OBJ_PIN, pin.as_ptr(), pin.len()) };
+    let err = std::io::Error::last_os_error();
+    // SAFETY: the fd was returned by BPF_MAP_CREATE above and is closed once.
+    unsafe { libc::close(fd as libc::c_int) };
+    if r < 0 {
+        return Err(format!("BPF_OBJ_PIN {}: {err}", path.display()));
+    }
+    Ok(())
+}
+
 fn service(maps: &mut Maps, addr: &str, proto: Protocol, backend_id: u32, backends: &[SocketAddr]) -> Result<(), String> {
     for (slot, b) in backends.iter().enumerate() {
         maps.put_backend(&BackendKey { backend_id, slot: slot as u32 }, *b).map_err(|e| e.to_string())?;
     }
     let key = ServiceKey { addr: addr.parse().unwrap(), port: PORT, proto };
-    let value = ServiceValue { backend_id, count: backends.len() as u16, no_backends: backends.is_empty() };
+    let value = ServiceValue { backend_id, count: backends.len() as u16, no_backends: backends.is_empty(), affinity: None };
     maps.put_service(&key, &value).map_err(|e| e.to_string())
 }
 
@@ -274,8 +310,14 @@ fn translation_alone(ctx: &mut Ctx) -> CaseResult {
         pod.serve_udp(POD_PORT)?;
     }
     let rig = Rig::new()?;
+    // An earlier build's `lb_services` (8-byte values) pinned where the maps go: the
+    // attach replaces it rather than loading programs the verifier would refuse with it.
+    std::fs::create_dir_all(&rig.pins).map_err(|e| e.to_string())?;
+    pin_hash_map(&rig.pins.join(svcproxy::netfilter::bpf::maps::SERVICES), 20, 8, 16)?;
     let done = kernel::attach(&rig.pins, &rig.cgroup).map_err(|e| e.to_string())?;
     ctx.log(format!("attached: {done:?}"));
+    let info = aya::maps::MapData::from_pin(rig.pins.join(svcproxy::netfilter::bpf::maps::SERVICES)).and_then(|m| m.info()).map_err(|e| e.to_string())?;
+    crate::ensure!(info.value_size() == 12 && info.max_entries() == 65536, "the misshapen pin was replaced: value {} entries {}", info.value_size(), info.max_entries());
     crate::ensure!(done.attached == 8 && done.replaced == 0, "every hook attached once: {done:?}");
 
     let mut maps = Maps::open(&rig.pins).map_err(|e| e.to_string())?;
@@ -336,7 +378,7 @@ fn translation_alone(ctx: &mut Ctx) -> CaseResult {
     drop(maps);
     let cleaned = kernel::cleanup(&rig.pins).map_err(|e| e.to_string())?;
     ctx.log(format!("cleanup: {cleaned:?}"));
-    crate::ensure!(cleaned.links == 8 && cleaned.maps == 4 && cleaned.dir_removed, "cleanup removed every pin: {cleaned:?}");
+    crate::ensure!(cleaned.links == 8 && cleaned.maps == 5 && cleaned.dir_removed, "cleanup removed every pin: {cleaned:?}");
     // The kernel frees an unpinned link in a work item: detached soon, not at once.
     let mut after = Vec::new();
     for _ in 0..20 {
@@ -660,10 +702,11 @@ fn stream_lines(path: &Path) -> Vec<(u128, String)> {
 /// A pod (its own network namespace, its process in the test's cgroup) streams to a
 /// ClusterIP over connected UDP (v4 and v6), unconnected UDP and TCP while the Service
 /// has pod1 alone; `svcproxy sync --socket-lb` then replaces pod1 by pod2. pod1 keeps
-/// serving, so only closing its sockets moves the clients: each connected client's
-/// socket fails (the TCP connection is aborted), it reconnects, and within 1 s of the
-/// sync every client is answered by pod2, and none by pod1 after it. A socket the same
-/// pod connected to pod1's own address is not the socket path's, and is left alone.
+/// serving, so only closing its sockets moves the UDP clients: each connected UDP
+/// client's socket fails, it reconnects, and within 1 s of the sync every UDP client is
+/// answered by pod2, and none by pod1 after it. The TCP connection drains on pod1, as
+/// kube-proxy leaves TCP. A socket the same pod connected to pod1's own address is not the
+/// socket path's, and is left alone.
 fn removed_backend_sockets_closed(ctx: &mut Ctx) -> CaseResult {
     require(ctx, &["ip", "mount", "umount", "iptables-nft", "iptables-nft-restore"])?;
     if !Path::new("/sys/kernel/btf/vmlinux").exists() {
@@ -731,8 +774,8 @@ fn removed_backend_sockets_closed(ctx: &mut Ctx) -> CaseResult {
         .lines()
         .find(|l| l.contains("removed backend(s) closed"))
         .and_then(|l| l.split("socket-lb: ").nth(1)?.split_whitespace().next()?.parse().ok());
-    // Connected UDP v4 and v6 and the TCP connection: three sockets (the unconnected one has no peer).
-    crate::ensure!(closed.is_some_and(|n| n >= 3), "the sync closed the connected sockets on pod1: {said}");
+    // Connected UDP v4 and v6: two sockets (the unconnected one has no peer; TCP drains).
+    crate::ensure!(closed.is_some_and(|n| n >= 2), "the sync closed the connected UDP sockets on pod1: {said}");
 
     let deadline = Instant::now() + Duration::from_secs(10);
     let first_client = children.len() - streams.len();
@@ -750,6 +793,11 @@ fn removed_backend_sockets_closed(ctx: &mut Ctx) -> CaseResult {
         let lines = stream_lines(log);
         let after: Vec<&(u128, String)> = lines.iter().filter(|(t, _)| *t >= t_synced).collect();
         ctx.log(format!("{mode} {addr}: {} lines after the sync: {:?}", after.len(), after.iter().take(6).collect::<Vec<_>>()));
+        if *mode == "tcp" {
+            let drained = !after.is_empty() && after.iter().all(|(_, w)| *w == pod1);
+            crate::ensure!(drained, "tcp to {addr}: the established connection drains on pod1, uncut: {lines:?}");
+            continue;
+        }
         crate::ensure!(!after.iter().any(|(_, w)| *w == pod1), "{mode} to {addr}: answered by pod1 after the sync removed it: {lines:?}");
         let moved = after.iter().find(|(_, w)| *w == pod2).map(|(t, _)| t - t_synced);
         crate::ensure!(moved.is_some_and(|ms| ms <= 1000), "{mode} to {addr}: pod2 answers within 1 s of the sync (after {moved:?} ms): {lines:?}");
@@ -768,6 +816,218 @@ fn removed_backend_sockets_closed(ctx: &mut Ctx) -> CaseResult {
         let _ = c.kill();
         let _ = c.wait();
     }
+    drop(rig);
+    drop(lab);
+    Ok(())
+}
+
+const STICKY4: &str = "198.19.255.40";
+const STICKY6: &str = "fd00:19:ff::40";
+const PLAIN4: &str = "198.19.255.41";
+const BRIEF4: &str = "198.19.255.42";
+/// The client pods of the affinity case, each in its own network namespace.
+const CLIENTS: [(&str, &str, &str); 2] = [("sl-ca", "198.18.101.2", "fd00:18:101::2"), ("sl-cb", "198.18.102.2", "fd00:18:102::2")];
+
+/// `sl-sticky` (ClientIP affinity, 10800 s; TCP and UDP port 80, v4 and v6), `sl-plain`
+/// (the same endpoints, no affinity) and `sl-brief` (affinity for 1 s, TCP v4), each with
+/// the endpoints of `pods`.
+fn affinity_cluster(pods: &[u8]) -> String {
+    let mut sticky = svc("sl-sticky", STICKY4, vec![tcp("web", PORT), udp("dns", PORT)], pods.iter().map(|k| ep4(*k)).collect());
+    sticky.cluster_ips.push(STICKY6.to_string());
+    sticky.eps6 = pods.iter().map(|k| ep6(*k)).collect();
+    sticky.affinity = true;
+    let plain = svc("sl-plain", PLAIN4, vec![tcp("web", PORT)], pods.iter().map(|k| ep4(*k)).collect());
+    let mut brief = svc("sl-brief", BRIEF4, vec![tcp("web", PORT)], pods.iter().map(|k| ep4(*k)).collect());
+    brief.affinity = true;
+    let brief = cluster_yaml(&[brief]).replace("timeoutSeconds: 10800", "timeoutSeconds: 1");
+    format!("{}---\n{brief}", cluster_yaml(&[sticky, plain]))
+}
+
+/// The one pod that answered every attempt, or why not.
+fn one_pod(ctx: &Ctx, ns: &Ns, procs: &str, mode: &str, svc: &str, count: u32) -> Result<String, String> {
+    let pods = answered_by(ctx, ns, procs, mode, svc, count)?;
+    match pods.len() {
+        1 => Ok(pods.into_iter().next().expect("one")),
+        _ => Err(format!("{mode} to {svc} from {}: {count} attempts answered by {pods:?}, not one pod", ns.name)),
+    }
+}
+
+/// The affinity map's entries of one Service key, per client netns cookie.
+fn affinity_of(pins: &Path, key: &ServiceKey) -> Result<std::collections::BTreeMap<u64, AffinityValue>, String> {
+    let maps = Maps::open(pins).map_err(|e| e.to_string())?;
+    Ok(maps.affinity().map_err(|e| e.to_string())?.into_iter().filter(|(k, _)| k.service == *key).map(|(k, v)| (k.netns_cookie, v)).collect())
+}
+
+/// Writes one affinity entry as the programs would (svcproxy itself never does).
+fn forge_affinity(pins: &Path, key: &AffinityKey, value: &AffinityValue) -> Result<(), String> {
+    let data = aya::maps::MapData::from_pin(pins.join(svcproxy::netfilter::bpf::maps::AFFINITY)).map_err(|e| e.to_string())?;
+    let mut map: aya::maps::HashMap<aya::maps::MapData, [u8; 32], [u8; 40]> =
+        aya::maps::Map::from_map_data(data).map_err(|e| e.to_string())?.try_into().map_err(|e: aya::maps::MapError| e.to_string())?;
+    map.insert(key.encode(), value.encode(), 0).map_err(|e| e.to_string())
+}
+
+fn pod_of(addr: SocketAddr) -> String {
+    (1..=3u8).find(|k| addr.ip().to_string() == pod_ip4(*k) || addr.ip().to_string() == pod_ip6(*k)).map(pod_name).unwrap_or_else(|| addr.to_string())
+}
+
+/// `ClientIP` affinity through the socket path, against the rules alone: three pods
+/// behind `sl-sticky`, two client pods. With the rules only, and then with
+/// `--socket-lb` (no conntrack flow to the ClusterIP: the socket path answered), every
+/// client lands on one pod for TCP, UDP (connected and not), v4 and v6, while the
+/// Service without affinity spreads; each client's entry names the pod that answered.
+/// A forged fresh entry is followed (found by address in the set); once its pod leaves
+/// the Service it is not, and a client whose pod stayed keeps it across the change.
+/// With a 1 s timeout, uses 300 ms apart keep one pod for longer than the timeout
+/// (each use refreshes); after 1.5 s idle the entry is rewritten (the pick then may
+/// differ, which is logged, not asserted).
+fn affinity(ctx: &mut Ctx) -> CaseResult {
+    require(ctx, &["ip", "mount", "umount", "conntrack", "iptables-nft", "iptables-nft-restore"])?;
+    let mut lab = Lab::new("socklbaff")?;
+    for k in [1, 2, 3] {
+        let pod = lab.add_pod(&pod_name(k), &pod_ip4(k), Some(&pod_ip6(k)))?;
+        pod.serve_tcp(crate::dataplane::EP_PORT)?;
+        pod.serve_udp(5353)?;
+    }
+    let mut clients = Vec::new();
+    for (name, v4, v6) in CLIENTS {
+        clients.push(lab.add_pod(name, v4, Some(v6))?.ns.clone());
+    }
+    let rig = Rig::new()?;
+    let (cg, pins) = (rig.cgroup.to_string_lossy().into_owned(), rig.pins.to_string_lossy().into_owned());
+    let sync = |text: &str, socket_lb: bool| -> Result<String, String> {
+        let path = crate::svcproxy::temp_yaml(text)?;
+        let p = crate::svcproxy::path_str(&path).to_string();
+        let mut args = sync_args(&p, false);
+        if socket_lb {
+            args.extend_from_slice(&["--socket-lb", "--socket-lb-cgroup", &cg, "--socket-lb-pin-dir", &pins]);
+        }
+        let r = crate::svcproxy::run_expect(lab.node(), Backend::Nft, &args, 0);
+        let _ = std::fs::remove_file(&path);
+        r
+    };
+    const N: u32 = 12;
+    let sticky_checks = [("tcp", STICKY4), ("udp", STICKY4), ("tcp", STICKY6), ("udp", STICKY6)];
+
+    // The rules alone (no program attached; the client stays outside the cgroup).
+    sync(&affinity_cluster(&[1, 2, 3]), false)?;
+    for ns in &clients {
+        for (mode, addr) in sticky_checks {
+            one_pod(ctx, ns, "-", mode, addr, N).map_err(|e| format!("rules only: {e}"))?;
+        }
+        let spread = answered_by(ctx, ns, "-", "tcp", PLAIN4, N)?;
+        crate::ensure!(spread.len() >= 2, "rules only: the Service without affinity spreads: {spread:?}");
+    }
+
+    // The socket path: the same answers, and no flow to a ClusterIP.
+    sync(&affinity_cluster(&[1, 2, 3]), true)?;
+    lab.conntrack_flush()?;
+    let procs = rig.procs();
+    let mut first = Vec::new();
+    for ns in &clients {
+        let mut got = Vec::new();
+        for (mode, addr) in sticky_checks.iter().copied().chain([("udp-unconnected", STICKY4), ("udp-unconnected", STICKY6)]) {
+            got.push(one_pod(ctx, ns, &procs, mode, addr, N).map_err(|e| format!("socket path: {e}"))?);
+        }
+        // Connected and unconnected UDP sockets of one pod share its entry.
+        crate::ensure!(got[1] == got[4] && got[3] == got[5], "{}: UDP sockets of one pod went to {got:?}", ns.name);
+        let spread = answered_by(ctx, ns, &procs, "tcp", PLAIN4, N)?;
+        crate::ensure!(spread.len() >= 2, "socket path: the Service without affinity spreads: {spread:?}");
+        first.push(got[0].clone());
+    }
+    for (family, addr) in [("ipv4", STICKY4), ("ipv6", STICKY6)] {
+        let to_svc = lab.node().run(&["conntrack", "-L", "-f", family, "-d", addr])?;
+        crate::ensure!(to_svc.trim().is_empty(), "no flow to the ClusterIP {addr}: the socket path answered, not the rules: {to_svc}");
+    }
+    let tcp4 = ServiceKey { addr: STICKY4.parse().unwrap(), port: PORT, proto: Protocol::Tcp };
+    let entries = affinity_of(&rig.pins, &tcp4)?;
+    ctx.log(format!("affinity entries of {STICKY4}/tcp: {entries:?}; first picks {first:?}"));
+    crate::ensure!(entries.len() == 2, "one entry per client pod (netns): {entries:?}");
+    let named: std::collections::BTreeSet<String> = entries.values().map(|v| pod_of(v.backend)).collect();
+    let picked: std::collections::BTreeSet<String> = first.iter().cloned().collect();
+    crate::ensure!(named == picked, "the entries name the pods that answered: {named:?} vs {picked:?}");
+
+    // `trace --live --socket-lb` reads the same maps: the backends, the affinity, and both
+    // clients pinned, each entry followed.
+    let state = crate::svcproxy::temp_yaml(&affinity_cluster(&[1, 2, 3]))?;
+    let traced = crate::svcproxy::run_expect(
+        lab.node(),
+        Backend::Nft,
+        &[
+            "trace", "--from", crate::svcproxy::path_str(&state), "--live", "--iptables-backend", "nft", "--socket-lb", "--socket-lb-pin-dir", &pins,
+            "--src", CLIENTS[0].1, "--dst", &format!("{STICKY4}:{PORT}"), "--output", "json",
+        ],
+        0,
+    );
+    let _ = std::fs::remove_file(&state);
+    let traced = traced?;
+    let traced: serde_json::Value = serde_json::from_str(&traced).map_err(|e| format!("trace --live JSON: {e}: {traced}"))?;
+    let s = &traced["socket_lb"];
+    ctx.log(format!("trace --live --socket-lb: {s}"));
+    crate::ensure!(s["source"] == "maps" && s["affinity_seconds"] == 10800 && s["branches"].as_array().is_some_and(|b| b.len() == 3), "the live trace reads the maps: {traced}");
+    let pinned = s["pinned"].as_array().cloned().unwrap_or_default();
+    crate::ensure!(pinned.len() == 2 && pinned.iter().all(|p| p["followed"] == true), "both clients pinned and followed: {pinned:?}");
+
+    // Client A's netns cookie: the one entry of a Service only A has used.
+    let (a_ns, b_ns) = (&clients[0], &clients[1]);
+    let brief4 = ServiceKey { addr: BRIEF4.parse().unwrap(), port: PORT, proto: Protocol::Tcp };
+    one_pod(ctx, a_ns, &procs, "tcp", BRIEF4, 1)?;
+    let only_a = affinity_of(&rig.pins, &brief4)?;
+    crate::ensure!(only_a.len() == 1, "one client, one entry: {only_a:?}");
+    let cookie_a = *only_a.keys().next().expect("one");
+    let value_a = *entries.get(&cookie_a).ok_or_else(|| format!("A's cookie {cookie_a} has no entry of {STICKY4}/tcp: {entries:?}"))?;
+    crate::ensure!(pod_of(value_a.backend) == first[0], "A's entry names A's pod: {value_a:?}, {}", first[0]);
+    // A fresh entry naming another pod, from no generation (found by its address): followed.
+    let other = (1..=3u8).map(pod_name).find(|p| *p != first[0]).expect("three pods");
+    let other_ip = pod_ip4((1..=3u8).find(|k| pod_name(*k) == other).expect("a pod"));
+    let forged = AffinityValue { backend_id: 0, slot: 0, backend: SocketAddr::new(other_ip.parse().unwrap(), crate::dataplane::EP_PORT), ..value_a };
+    forge_affinity(&rig.pins, &AffinityKey { netns_cookie: cookie_a, service: tcp4 }, &forged)?;
+    let a_now = one_pod(ctx, a_ns, &procs, "tcp", STICKY4, 4)?;
+    crate::ensure!(a_now == other, "a fresh entry naming {other} is followed: {a_now}");
+    let a_pod = a_now;
+    let b_pod = one_pod(ctx, b_ns, &procs, "tcp", STICKY4, 4)?;
+
+    // A's pod leaves the Service (it still serves): A moves to one other pod, B keeps its
+    // own pod unless it was A's.
+    let gone: u8 = (1..=3u8).find(|k| pod_name(*k) == a_pod).expect("a pod of the three");
+    let left: Vec<u8> = (1..=3u8).filter(|k| *k != gone).collect();
+    sync(&affinity_cluster(&left), true)?;
+    let a_after = one_pod(ctx, a_ns, &procs, "tcp", STICKY4, N)?;
+    crate::ensure!(a_after != a_pod, "the entry naming {a_pod}, no longer in the Service, is not followed: {a_after}");
+    let b_after = one_pod(ctx, b_ns, &procs, "tcp", STICKY4, N)?;
+    if b_pod != a_pod {
+        crate::ensure!(b_after == b_pod, "{b_pod} is still in the Service: B keeps it across the change: {b_after}");
+    }
+    let a6 = one_pod(ctx, a_ns, &procs, "udp", STICKY6, N)?;
+    crate::ensure!(a6 != a_pod, "v6: {a_pod} left the Service: {a6}");
+
+    // A 1 s timeout: uses 300 ms apart keep one pod for 2.4 s.
+    let mut seen = std::collections::BTreeSet::new();
+    let t0 = Instant::now();
+    // The longest time two consecutive uses can be apart: from the start of one attempt
+    // to the end of the next (a stalled host may stretch it past the timeout).
+    let (mut widest, mut last_start) = (Duration::ZERO, None::<Instant>);
+    for _ in 0..8 {
+        let start = Instant::now();
+        seen.insert(one_pod(ctx, a_ns, &procs, "tcp", BRIEF4, 1)?);
+        if let Some(prev) = last_start {
+            widest = widest.max(prev.elapsed());
+        }
+        last_start = Some(start);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let span = t0.elapsed();
+    if widest < Duration::from_millis(950) {
+        crate::ensure!(seen.len() == 1, "each use refreshes the 1 s entry: {seen:?} over {span:?}");
+    } else {
+        ctx.log(format!("two uses were up to {widest:?} apart (a loaded host): the stickiness over 1 s is not asserted"));
+    }
+    let before = affinity_of(&rig.pins, &brief4)?;
+    std::thread::sleep(Duration::from_millis(1500));
+    let again = one_pod(ctx, a_ns, &procs, "tcp", BRIEF4, 1)?;
+    let after = affinity_of(&rig.pins, &brief4)?;
+    ctx.log(format!("1 s affinity: {seen:?} for {span:?}; after 1.5 s idle: {again} (a new pick may differ)"));
+    let refreshed = after.iter().any(|(c, v)| before.get(c).is_some_and(|old| v.last_used_ns >= old.last_used_ns + 1_400_000_000) && pod_of(v.backend) == again);
+    crate::ensure!(refreshed, "the stale entry was rewritten by the next use: before {before:?}, after {after:?}");
     drop(rig);
     drop(lab);
     Ok(())

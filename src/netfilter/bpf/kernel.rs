@@ -13,7 +13,7 @@ use aya::programs::links::{FdLink, LinkError};
 use aya::programs::{CgroupAttachMode, CgroupSockAddr};
 use aya::EbpfLoader;
 
-use super::maps::{self, BackendKey, Counter, ServiceKey, ServiceValue};
+use super::maps::{self, AffinityKey, AffinityValue, BackendKey, Counter, ServiceKey, ServiceValue};
 use super::object::object;
 use super::BpfError;
 
@@ -62,6 +62,7 @@ pub struct Attached {
 pub fn attach(pins: &Path, cgroup: &Path) -> Result<Attached, BpfError> {
     let elf = object()?;
     fs::create_dir_all(pins).map_err(io("creating the pin directory", pins))?;
+    drop_misshapen_pins(pins)?;
     let mut ebpf = EbpfLoader::new()
         .default_map_pin_directory(pins)
         .load(elf)
@@ -95,6 +96,25 @@ pub fn attach(pins: &Path, cgroup: &Path) -> Result<Attached, BpfError> {
         done.replaced += usize::from(replaced);
     }
     Ok(done)
+}
+
+/// Unpins a map whose shape differs from this build's (an older build's layout): the
+/// programs could not use it, and the loader would reuse it by name. The sync after the
+/// attach writes every entry again into the new map.
+fn drop_misshapen_pins(pins: &Path) -> Result<(), BpfError> {
+    for (name, key, value, entries) in maps::SHAPES {
+        let path = pins.join(name);
+        if !path.exists() {
+            continue;
+        }
+        let info = MapData::from_pin(&path).and_then(|m| m.info()).map_err(map_err(name, "reading the pinned map's shape"))?;
+        let found = (info.key_size(), info.value_size(), info.max_entries());
+        if found != (key, value, entries) {
+            tracing::warn!(target: "socketlb", "map {name}: pinned with (key, value, entries) {found:?}, this build's are {:?}: replacing it", (key, value, entries));
+            fs::remove_file(&path).map_err(io("removing a misshapen map's pin", &path))?;
+        }
+    }
+    Ok(())
 }
 
 /// What [`cleanup`] removed.
@@ -150,9 +170,10 @@ pub fn cleanup(pins: &Path) -> Result<Cleaned, BpfError> {
 
 /// The pinned maps, opened by path (a loaded object is not needed to read or write them).
 pub struct Maps {
-    services: HashMap<MapData, [u8; 20], [u8; 8]>,
+    services: HashMap<MapData, [u8; 20], [u8; 12]>,
     backends: HashMap<MapData, [u8; 8], [u8; 20]>,
     counters: PerCpuArray<MapData, u64>,
+    affinity: HashMap<MapData, [u8; 32], [u8; 40]>,
 }
 
 fn gone_is_ok(r: Result<(), aya::maps::MapError>) -> Result<(), aya::maps::MapError> {
@@ -174,7 +195,20 @@ impl Maps {
             services: open(pins, maps::SERVICES)?.try_into().map_err(map_err(maps::SERVICES, "type"))?,
             backends: open(pins, maps::BACKENDS)?.try_into().map_err(map_err(maps::BACKENDS, "type"))?,
             counters: open(pins, maps::COUNTERS)?.try_into().map_err(map_err(maps::COUNTERS, "type"))?,
+            affinity: open(pins, maps::AFFINITY)?.try_into().map_err(map_err(maps::AFFINITY, "type"))?,
         })
+    }
+
+    /// Every client's affinity entry (the programs write them; svcproxy only reads).
+    pub fn affinity(&self) -> Result<Vec<(AffinityKey, AffinityValue)>, BpfError> {
+        let mut out = Vec::new();
+        for kv in self.affinity.iter() {
+            let (k, v) = kv.map_err(map_err(maps::AFFINITY, "iterating"))?;
+            if let Some(key) = AffinityKey::decode(&k) {
+                out.push((key, AffinityValue::decode(&v, key.service.addr.is_ipv6())));
+            }
+        }
+        Ok(out)
     }
 
     /// Every Service entry; entries svcproxy cannot read (never written by it) are skipped.
