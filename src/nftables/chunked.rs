@@ -192,7 +192,7 @@ mod tests {
         o.chain(Chain::regular("mark-for-masquerade"));
         o.sets.push(Set::map("service-ips", "ipv4_addr . inet_proto . inet_service : verdict", None));
         o.rule(Rule::new("services", "ip daddr . meta l4proto . th dport vmap @service-ips"));
-        o.rule(Rule::new("mark-for-masquerade", "meta mark set meta mark | 0x00004000"));
+        o.rule(Rule::new("mark-for-masquerade", "mark set mark or 0x00004000"));
         for s in 0..n {
             let svc = svc_chain(s);
             o.chain(Chain::regular(svc.clone()));

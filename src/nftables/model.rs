@@ -1,5 +1,5 @@
 //! nftables objects as knftables models them, as values: a table's chains, sets, maps,
-//! rules (chain + rule text + optional comment) and elements (set or map + key + value +
+//! rules (chain + statement values, and the text written from them) and elements (set or map + key + value +
 //! comment). [`write`] is the one place that frames them as `nft -f` input.
 
 use std::fmt::Write as _;
@@ -83,22 +83,22 @@ impl Set {
     }
 }
 
-/// A rule: its chain, its statements' text and its comment; and, for a rule built as
-/// values ([`Rule::of`]: by the renderer, or read from a listing), those values, whose
-/// text `rule` and `comment` are.
+/// A rule: its chain and its statements' values ([`Rule::of`]: by the renderer, or read
+/// from a listing); `rule` and `comment` are the text written from them, kept beside them
+/// because rules are compared, hashed into chains' equality and written by that text.
 #[derive(Debug, Clone, Serialize)]
 pub struct Rule {
     pub chain: String,
+    /// The statements' words, without the comment (derived from `stmts`).
     pub rule: String,
+    /// The comment (derived from `stmts`).
     pub comment: Option<String>,
-    /// `None` for a rule made of text (the renderer's rules still written with `format!`);
-    /// a rule read back from a listing (`live`) carries its values.
     #[serde(skip)]
-    pub stmts: Option<Body>,
+    pub stmts: Body,
 }
 
-/// Rules are their text: the text is written from the values, so a rule built as values
-/// equals the same rule built as text (or read back from the kernel).
+/// Rules are their text: the text is written from the values, so a rule equals the same
+/// rule read back from the kernel.
 impl PartialEq for Rule {
     fn eq(&self, other: &Self) -> bool {
         (&self.chain, &self.rule, &self.comment) == (&other.chain, &other.rule, &other.comment)
@@ -108,17 +108,25 @@ impl PartialEq for Rule {
 impl Eq for Rule {}
 
 impl Rule {
-    pub fn new(chain: impl Into<String>, rule: impl Into<String>) -> Self {
-        Rule { chain: chain.into(), rule: rule.into(), comment: None, stmts: None }
-    }
-
     /// A rule built as values; its text is written from them.
     pub fn of(chain: impl Into<String>, body: Body) -> Self {
-        Rule { chain: chain.into(), rule: Stmts(&body.stmts).to_string(), comment: body.comment.clone(), stmts: Some(body) }
+        Rule { chain: chain.into(), rule: Stmts(&body.stmts).to_string(), comment: body.comment.clone(), stmts: body }
     }
 
-    pub fn commented(chain: impl Into<String>, rule: impl Into<String>, comment: &str) -> Self {
-        Rule { comment: Some(comment.to_owned()), ..Rule::new(chain, rule) }
+    /// Tests: a rule written as `nft -f` words, read into values (a form outside the
+    /// vocabulary panics, naming the word).
+    #[cfg(any(test, feature = "testing"))]
+    pub fn new(chain: impl Into<String>, rule: impl AsRef<str>) -> Self {
+        let rule = rule.as_ref();
+        let body = super::stmt::parse_body(rule).unwrap_or_else(|e| panic!("{rule:?}: {e}"));
+        Rule::of(chain, body)
+    }
+
+    /// Tests: [`Rule::new`] with a comment.
+    #[cfg(any(test, feature = "testing"))]
+    pub fn commented(chain: impl Into<String>, rule: impl AsRef<str>, comment: &str) -> Self {
+        let Rule { chain, stmts, .. } = Rule::new(chain, rule);
+        Rule::of(chain, Body { comment: Some(comment.to_owned()), ..stmts })
     }
 }
 

@@ -90,7 +90,7 @@ impl Proxier {
         let mut changed = Vec::new();
         for f in &mut self.families {
             let rs = &mut f.ruleset;
-            let cidrs: Vec<String> = config.service_cidrs.iter().filter(|c| c.family() == rs.ctx.ip_family).map(ToString::to_string).collect();
+            let cidrs = crate::nftables::context::service_cidrs_of(config, rs.ctx.ip_family);
             if cidrs != rs.ctx.service_cidrs {
                 rs.ctx.service_cidrs = cidrs;
                 rs.fixed = super::render::fixed::write(&rs.ctx);

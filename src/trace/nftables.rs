@@ -28,7 +28,6 @@
 //! without a catch-all, so a statement added to the vocabulary does not compile until the
 //! tracer knows what it does to a packet. Pure.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
@@ -190,19 +189,6 @@ enum Test<'t> {
 
 type Flows = Vec<(Branch, End)>;
 
-/// A rule's statements as values: those it carries, or its text read. The reading goes
-/// once every producer of rules (the renderer, the live reader) fills [`Rule::stmts`].
-fn statements<'r>(chain: &str, rule: &'r Rule) -> Result<Cow<'r, Body>, TraceError> {
-    match &rule.stmts {
-        Some(body) => Ok(Cow::Borrowed(body)),
-        None => stmt::parse_body(&rule.rule).map(Cow::Owned).map_err(|e| TraceError::Unreadable {
-            chain: chain.to_owned(),
-            rule: rule.rule.clone(),
-            why: format!("unreadable statements ({e})"),
-        }),
-    }
-}
-
 /// Traces `packet` through `table` from `entry`; `env` holds the node's addresses (`fib …
 /// type local`) and the affinity sets (or their endpoint chains) the source is already in.
 pub fn trace(table: &Table, env: &Env, packet: Packet, entry: Entry) -> Result<Trace, TraceError> {
@@ -329,7 +315,7 @@ impl<'t> Walker<'t> {
 
     fn rule(&self, chain: &str, rule: &Rule, mut b: Branch, depth: usize) -> Result<Flows, TraceError> {
         let unreadable = |why: String| TraceError::Unreadable { chain: chain.to_owned(), rule: rule.rule.clone(), why };
-        let body = statements(chain, rule)?;
+        let body = &rule.stmts;
         let mut members: Vec<&Element> = Vec::new();
         for s in &body.stmts {
             let then = match s {
@@ -611,11 +597,5 @@ mod tests {
         assert_eq!(accepted.summary().0, "REJECT", "accepted in nat-prerouting, then filter-forward: {accepted:?}");
         assert!(accepted.outcomes[0].path.iter().any(|l| l.ends_with("services ip daddr 172.30.0.2 accept")));
         assert!(!accepted.outcomes[0].path.iter().any(|l| l.contains("10.0.0.8")), "the rule after accept is not reached");
-    }
-
-    #[test]
-    fn a_statement_it_does_not_know_is_an_error() {
-        let e = trace(&table(Some("counter accept")), &env(&[], &[]), packet("10.0.0.9", "172.30.0.2", 80), Entry::Prerouting).unwrap_err();
-        assert!(matches!(&e, TraceError::Unreadable { chain, why, .. } if chain == "services" && why.contains("\"accept\": expected \"name\"")), "{e}");
     }
 }
