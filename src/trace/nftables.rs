@@ -251,6 +251,24 @@ fn numgen_arms<T>(modulus: u32, arms: &[(u32, T)]) -> Result<(f64, Vec<&T>), Str
     Ok((1.0 / f64::from(modulus), sorted.into_iter().map(|(_, t)| t).collect()))
 }
 
+/// Tests: each statement of each rule of `table` run by the tracer on its own, as a rule
+/// of that one statement (so no test before it stops the walk), on `packet`: a verdict
+/// follows its chain to the end. The number of statements run.
+#[cfg(test)]
+pub(crate) fn each_statement(table: &Table, env: &Env, packet: &Packet) -> Result<usize, TraceError> {
+    let w = Walker::new(table, env);
+    let mut n = 0;
+    for r in &table.objects.rules {
+        for s in &r.stmts.stmts {
+            let alone = Rule::of(r.chain.clone(), Body { stmts: vec![s.clone()], comment: r.comment.clone() });
+            let start = Branch { packet: packet.clone(), probability: 1.0, masquerade: false, mark: 0, dnat: false, verdict: Verdict::Undecided, reason: None, path: Vec::new() };
+            w.rule(&r.chain, &alone, start, 0)?;
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
 struct Walker<'t> {
     /// `ip kube-proxy`: what every path line starts with.
     head: String,
