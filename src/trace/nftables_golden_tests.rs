@@ -69,7 +69,13 @@ fn every_golden_cluster_traces_to_a_verdict_in_both_tables() {
             config.kube_proxy_version = version;
             for rs in crate::nftables::render_all(&config, &loaded.trackers) {
                 let table = rs.table();
-                let v6 = table.family == crate::nftables::model::Family::Ip6;
+                let script = crate::nftables::model::script(&table, crate::nftables::model::Form::Transaction);
+            match (crate::nftables::wire::encode_script(&script, None), crate::nftables::wire::encode(script.text())) {
+                (Ok(values), Ok(text)) if values.bytes() == text.bytes() && values.lines == text.lines => {}
+                (Ok(_), Ok(_)) => failures.push(format!("{} ({:?}): the values encode otherwise than the text", path.display(), table.family)),
+                (Err(e), _) | (_, Err(e)) => failures.push(format!("{} ({:?}): {e}", path.display(), table.family)),
+            }
+            let v6 = table.family == crate::nftables::model::Family::Ip6;
                 let node: Vec<IpAddr> = local.iter().copied().filter(|ip| ip.is_ipv6() == v6).collect();
                 let outside: IpAddr = if v6 { "2001:db8::9".parse().unwrap() } else { "203.0.113.9".parse().unwrap() };
                 let mut sources = vec![(outside, Entry::Prerouting)];
@@ -99,7 +105,9 @@ fn every_golden_cluster_traces_to_a_verdict_in_both_tables() {
 
 /// Every rule of every nftables golden (the table rendered for its cluster, whose `add
 /// rule` lines are the golden's, byte for byte) is values that its text reads back into,
-/// that the netlink encoder encodes, and whose every statement the tracer runs.
+/// that the netlink encoder encodes (the table's transaction encoded from its rules' values
+/// is the batch its text encodes into, byte for byte), and whose every statement the
+/// tracer runs.
 #[test]
 fn every_golden_rule_reads_back_encodes_and_traces() {
     use crate::nftables::model::rule_line;
@@ -135,6 +143,12 @@ fn every_golden_rule_reads_back_encodes_and_traces() {
                 }
                 got.push(line);
                 rules += 1;
+            }
+            let script = crate::nftables::model::script(&table, crate::nftables::model::Form::Transaction);
+            match (crate::nftables::wire::encode_script(&script, None), crate::nftables::wire::encode(script.text())) {
+                (Ok(values), Ok(text)) if values.bytes() == text.bytes() && values.lines == text.lines => {}
+                (Ok(_), Ok(_)) => failures.push(format!("{} ({:?}): the values encode otherwise than the text", path.display(), table.family)),
+                (Err(e), _) | (_, Err(e)) => failures.push(format!("{} ({:?}): {e}", path.display(), table.family)),
             }
             let v6 = table.family == crate::nftables::model::Family::Ip6;
             let (src, dst) = if v6 { ("2001:db8::9", "fd00:10:96::1") } else { ("203.0.113.9", "10.96.0.1") };
