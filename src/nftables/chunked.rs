@@ -46,7 +46,6 @@ use std::collections::{HashMap, HashSet};
 
 use super::delta::Plan;
 use super::model::{self, Rule, Script, Table};
-use super::staged::binds_anonymous;
 
 /// The default bound of a chunk, in lines (commands) of `nft -f` text: long enough that
 /// the per-commit cost is paid rarely, short enough that the bind walk stays small
@@ -116,7 +115,7 @@ pub fn write<'t>(table: &'t Table, existing: &HashSet<&str>, max_lines: usize, p
         chunks.push(chunk);
     }
 
-    let anonymous = |i: usize| by_chain[i].iter().any(|r| binds_anonymous(&r.rule));
+    let anonymous = |i: usize| by_chain[i].iter().any(|r| r.stmts.binds_anonymous_set());
     let kept = |i: usize| plan.is_some_and(|p| p.same.contains(&o.chains[i].name));
     let old: Vec<usize> = (0..o.chains.len()).filter(|&i| !fresh(i) && !kept(i)).collect();
     let mut last = script();

@@ -31,11 +31,6 @@ pub struct Staged<'t> {
     pub fill: Script<'t>,
 }
 
-/// Whether a rule holds an anonymous set or map (`{ … }` inline).
-pub(crate) fn binds_anonymous(rule: &str) -> bool {
-    rule.contains('{')
-}
-
 /// `table`'s full sync as two transactions (see the module documentation).
 pub fn write(table: &Table) -> Staged<'_> {
     let mut declare = String::new();
@@ -51,7 +46,7 @@ pub fn write(table: &Table) -> Staged<'_> {
             None => orphans.push(r),
         }
     }
-    let anonymous: Vec<bool> = by_chain.iter().map(|rules| rules.iter().any(|r| binds_anonymous(&r.rule))).collect();
+    let anonymous: Vec<bool> = by_chain.iter().map(|rules| rules.iter().any(|r| r.stmts.binds_anonymous_set())).collect();
     let order = (0..o.chains.len()).filter(|&i| anonymous[i]).chain((0..o.chains.len()).filter(|&i| !anonymous[i]));
     let mut fill = Script::new(table.family, table.name);
     fill.text_mut().reserve(declare.len() * 3);
