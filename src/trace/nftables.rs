@@ -36,7 +36,7 @@ use serde::Serialize;
 use crate::net::{join_host_port, Cidr};
 use crate::nftables::model::{Element, Family, Rule, Table};
 use crate::nftables::names::*;
-use crate::nftables::stmt::{self, AddrValue, Body, Concat, Ct, Dir, Dnat, Match, MarkOp, Num, Prefix, Selector, Stmt, Vmap};
+use crate::nftables::stmt::{self, AddrValue, Concat, Ct, Dir, Dnat, Match, MarkOp, Num, Prefix, Selector, Stmt, Vmap};
 use super::{Entry, Env, Packet, Verdict};
 
 const MAX_DEPTH: usize = 64;
@@ -260,7 +260,7 @@ pub(crate) fn each_statement(table: &Table, env: &Env, packet: &Packet) -> Resul
     let mut n = 0;
     for r in &table.objects.rules {
         for s in &r.stmts.stmts {
-            let alone = Rule::of(r.chain.clone(), Body { stmts: vec![s.clone()], comment: r.comment.clone() });
+            let alone = Rule::of(r.chain.clone(), stmt::Body { stmts: vec![s.clone()], comment: r.comment.clone() });
             let start = Branch { packet: packet.clone(), probability: 1.0, masquerade: false, mark: 0, dnat: false, verdict: Verdict::Undecided, reason: None, path: Vec::new() };
             w.rule(&r.chain, &alone, start, 0)?;
             n += 1;
@@ -455,14 +455,7 @@ impl<'t> Walker<'t> {
                     b.reason = Some(format!("the service{service} has no endpoints"));
                 }
                 let text = e.value.join(" . ");
-                let v = match stmt::parse_body(&text) {
-                    Ok(Body { stmts, comment: None }) if stmts.len() == 1 => match stmts.into_iter().next() {
-                        Some(Stmt::Verdict(v)) => Some(v),
-                        _ => None,
-                    },
-                    _ => None,
-                };
-                let v = v.ok_or_else(|| unreadable(format!("verdict map {} holds {text:?}", e.set)))?;
+                let v = stmt::parse_verdict(&text).map_err(|err| unreadable(format!("verdict map {} holds {text:?} ({err})", e.set)))?;
                 self.verdict(chain, rule, &v, b, depth)?
             }
         })

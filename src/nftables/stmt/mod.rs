@@ -20,7 +20,7 @@ use std::net::IpAddr;
 
 pub use display::Stmts;
 pub use listed::parse_listed;
-pub use parse::{parse_add_rule, parse_body, Expected, ParseError};
+pub use parse::{parse_add_rule, parse_body, parse_verdict, Expected, ParseError};
 
 pub use crate::model::Protocol;
 pub use crate::nftables::model::Family;
