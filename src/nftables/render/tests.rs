@@ -65,7 +65,7 @@ fn check(origin: &str, table: &Table, forms: &mut BTreeSet<&'static str>, failur
     }
 }
 
-/// The forms made of the context's text, or only under a gate: each must be seen.
+/// The forms made of the context's values, or only under a gate: each must be seen.
 fn form(s: &Stmt) -> Option<&'static str> {
     Some(match s {
         Stmt::Match(Match::Addr { value: AddrValue::Anon(a), .. }) if a.sep() == Sep::Tight && a.items().len() > 1 => "ServiceCIDRs",
