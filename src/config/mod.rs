@@ -123,6 +123,15 @@ impl ConntrackConfig {
 
 /// A setting the defaulted layer always has; `None` means `settings::defaults` lacks its
 /// default, which is reported rather than replaced by a second default here.
+/// A 32-bit number in one of the forms nftables mode's rules are read back in: decimal
+/// without leading zeros, or `0x` and one to eight lowercase hex digits.
+fn nft_number(w: &str) -> bool {
+    match w.strip_prefix("0x") {
+        Some(h) => (1..=8).contains(&h.len()) && h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)),
+        None => !w.is_empty() && w.bytes().all(|b| b.is_ascii_digit()) && (w == "0" || !w.starts_with('0')) && w.parse::<u32>().is_ok(),
+    }
+}
+
 fn given<T>(v: Option<T>, setting: &'static str) -> Result<T, ConfigError> {
     v.ok_or_else(|| invalid(setting, "has no value and no default (settings::defaults misses it)"))
 }
@@ -307,6 +316,11 @@ pub fn resolve(s: Settings, nodes: &[Node]) -> Result<Config, ConfigError> {
     let masquerade_bit = given(masquerade_bit, row::masquerade_bit.path())?;
     if masquerade_bit > 31 {
         return Err(invalid("--masquerade-bit", format!("{masquerade_bit} is not in 0-31")));
+    }
+    if let (ProxyMode::Nftables, Some(m)) = (proxy_mode, &s.masquerade_mark) {
+        if !nft_number(m) {
+            return Err(invalid(row::masquerade_mark.path(), format!("{m:?} is not a number as nftables rules write it (decimal, or 0x and 1-8 lowercase hex digits)")));
+        }
     }
     let node_port_addresses = resolve_node_port_addresses(s.node_port_addresses.as_deref(), &node_ips)?;
     if let Some(gates) = &s.feature_gates {
@@ -620,6 +634,24 @@ mod tests {
         assert_eq!((ipvs.sync_period, ipvs.min_sync_period), (Duration::from_secs(30), Duration::ZERO));
         let flag = cfg(Settings { mode: Some(ProxyMode::Ipvs), min_sync_period: Some(Duration::from_secs(2)), ..Default::default() });
         assert_eq!(flag.min_sync_period, Duration::from_secs(2), "--min-sync-period wins");
+    }
+
+    /// nftables mode reads the mark text once into a rule's number: one it cannot write
+    /// back as it was given is refused, naming the setting.
+    #[test]
+    fn nftables_mode_refuses_a_mark_text_its_rules_cannot_write() {
+        let nft = |m: &str| {
+            let s = Settings { mode: Some(ProxyMode::Nftables), masquerade_mark: Some(m.into()), hostname_override: Some("n".into()), ..Default::default() };
+            resolve(s, &[]).map(|c| c.masquerade_mark())
+        };
+        assert_eq!(nft("0x4000").unwrap(), "0x4000");
+        assert_eq!(nft("16384").unwrap(), "16384");
+        for odd in ["0X4000", "0x4000A", "016384", "0x", "4294967296", "0x000000001"] {
+            let e = nft(odd).unwrap_err().to_string();
+            assert!(e.contains("masquerade") && e.contains(odd), "{odd}: {e}");
+        }
+        let ipt = Settings { mode: Some(ProxyMode::Iptables), masquerade_mark: Some("0X4000".into()), hostname_override: Some("n".into()), ..Default::default() };
+        assert_eq!(resolve(ipt, &[]).unwrap().masquerade_mark(), "0X4000", "iptables mode passes its text on");
     }
 
     #[test]

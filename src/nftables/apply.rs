@@ -9,7 +9,7 @@
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use super::model::Family;
+use super::model::{Family, Script};
 use super::names::TABLE;
 use crate::xtables::apply::{around, capped};
 
@@ -51,6 +51,15 @@ pub trait Nft: Send {
     /// writer applied it.
     fn run_partial(&mut self, text: &str) -> Result<Via, NftError> {
         self.run(text).map(|()| Via::Nft)
+    }
+    /// [`Nft::run`] of a transaction svcproxy wrote: its text, unless the client encodes
+    /// the rules' values themselves ([`super::netlink::NetlinkNft`]).
+    fn run_script(&mut self, script: &Script<'_>) -> Result<(), NftError> {
+        self.run(script.text())
+    }
+    /// [`Nft::run_partial`] of a transaction svcproxy wrote, as [`Nft::run_script`].
+    fn run_partial_script(&mut self, script: &Script<'_>) -> Result<Via, NftError> {
+        self.run_partial(script.text())
     }
     /// How long (in lines of `nft -f` text) a full sync's batches may be
     /// ([`super::chunked`]), when each transaction costs only its own commit; `None`

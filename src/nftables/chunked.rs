@@ -45,8 +45,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::delta::Plan;
-use super::model::{self, Rule, Table};
-use super::staged::binds_anonymous;
+use super::model::{self, Rule, Script, Table};
 
 /// The default bound of a chunk, in lines (commands) of `nft -f` text: long enough that
 /// the per-commit cost is paid rarely, short enough that the bind walk stays small
@@ -55,10 +54,10 @@ pub const CHUNK_LINES: usize = 20_000;
 
 /// A full sync's batches (see the module documentation).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Chunked {
+pub struct Chunked<'t> {
     pub declare: String,
-    pub chunks: Vec<String>,
-    pub last: String,
+    pub chunks: Vec<Script<'t>>,
+    pub last: Script<'t>,
 }
 
 /// Whether `chain` is one of a service port's (`service-`, `local-`, `external-`,
@@ -77,7 +76,7 @@ fn per_service(chain: &str) -> bool {
 /// (empty when there is none); `max_lines`: a chunk's bound (a chain longer than that
 /// still goes whole, in a chunk of its own). With a `plan` (the live table compared), only
 /// what differs (module documentation).
-pub fn write(table: &Table, existing: &HashSet<&str>, max_lines: usize, plan: Option<&Plan>) -> Chunked {
+pub fn write<'t>(table: &'t Table, existing: &HashSet<&str>, max_lines: usize, plan: Option<&Plan>) -> Chunked<'t> {
     let mut declare = String::new();
     // Over a live table compared, without the `add chain` lines of regular chains that exist.
     let head = model::declare_but(&mut declare, table, |name| plan.is_some() && existing.contains(name));
@@ -92,20 +91,21 @@ pub fn write(table: &Table, existing: &HashSet<&str>, max_lines: usize, plan: Op
         }
     }
     let fresh = |i: usize| per_service(&o.chains[i].name) && !existing.contains(o.chains[i].name.as_str());
-    let chain_text = |out: &mut String, i: usize| {
+    let chain_text = |out: &mut Script<'t>, i: usize| {
         out.push_str(&format!("flush chain {head} {}\n", o.chains[i].name));
         for r in &by_chain[i] {
-            model::rule_line(out, &head, r);
+            out.rule(r);
         }
     };
+    let script = || Script::new(table.family, table.name);
 
     let mut chunks = Vec::new();
-    let mut chunk = String::new();
+    let mut chunk = script();
     let mut lines = 0;
     for i in (0..o.chains.len()).filter(|&i| fresh(i)) {
         let n = by_chain[i].len() + 1;
         if lines > 0 && lines + n > max_lines {
-            chunks.push(std::mem::take(&mut chunk));
+            chunks.push(std::mem::replace(&mut chunk, script()));
             lines = 0;
         }
         chain_text(&mut chunk, i);
@@ -115,17 +115,17 @@ pub fn write(table: &Table, existing: &HashSet<&str>, max_lines: usize, plan: Op
         chunks.push(chunk);
     }
 
-    let anonymous = |i: usize| by_chain[i].iter().any(|r| binds_anonymous(&r.rule));
+    let anonymous = |i: usize| by_chain[i].iter().any(|r| r.stmts.binds_anonymous_set());
     let kept = |i: usize| plan.is_some_and(|p| p.same.contains(&o.chains[i].name));
     let old: Vec<usize> = (0..o.chains.len()).filter(|&i| !fresh(i) && !kept(i)).collect();
-    let mut last = String::new();
+    let mut last = script();
     for &i in old.iter().filter(|&&i| anonymous(i)).chain(old.iter().filter(|&&i| !anonymous(i))) {
         chain_text(&mut last, i);
     }
     // A rule for a chain the table does not declare: the kernel refuses it, as in one
     // transaction.
     for r in orphans {
-        model::rule_line(&mut last, &head, r);
+        last.rule(r);
     }
     match plan {
         None => {
@@ -141,13 +141,13 @@ pub fn write(table: &Table, existing: &HashSet<&str>, max_lines: usize, plan: Op
 
 /// The sets' and maps' changes in the last batch: element deletes of the diffed sets and
 /// flushes of the others first, then the others' elements and the diffed sets' adds.
-fn set_changes(last: &mut String, table: &Table, head: &str, plan: &Plan) {
+fn set_changes(last: &mut Script<'_>, table: &Table, head: &str, plan: &Plan) {
     let o = &table.objects;
     let (diffed, whole): (Vec<&model::Set>, Vec<&model::Set>) = o.sets.iter().partition(|s| plan.sets.contains_key(&s.name));
     for s in &diffed {
         for l in &plan.sets[&s.name].deletes {
             last.push_str(l);
-            last.push('\n');
+            last.push_str("\n");
         }
     }
     let whole: Vec<model::Set> = whole.into_iter().cloned().collect();
@@ -158,7 +158,7 @@ fn set_changes(last: &mut String, table: &Table, head: &str, plan: &Plan) {
     for s in &diffed {
         for l in &plan.sets[&s.name].adds {
             last.push_str(l);
-            last.push('\n');
+            last.push_str("\n");
         }
     }
 }
@@ -192,7 +192,7 @@ mod tests {
         o.chain(Chain::regular("mark-for-masquerade"));
         o.sets.push(Set::map("service-ips", "ipv4_addr . inet_proto . inet_service : verdict", None));
         o.rule(Rule::new("services", "ip daddr . meta l4proto . th dport vmap @service-ips"));
-        o.rule(Rule::new("mark-for-masquerade", "meta mark set meta mark | 0x00004000"));
+        o.rule(Rule::new("mark-for-masquerade", "mark set mark or 0x00004000"));
         for s in 0..n {
             let svc = svc_chain(s);
             o.chain(Chain::regular(svc.clone()));

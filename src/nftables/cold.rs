@@ -16,7 +16,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::model::{Rule, Table};
-use super::stmt::{self, Action, Body, Dnat, Stmt, Vmap};
+use super::stmt::{Action, Body, Dnat, Stmt, Vmap};
 
 /// Fewer one-endpoint maps than this: the table is filled as it is (the kernel's walks
 /// cost little below it, and a small table converges in one step).
@@ -39,7 +39,7 @@ pub fn interim(table: &Table, min: usize) -> Option<Interim> {
     let mut rewritten: Vec<Option<Rule>> = Vec::with_capacity(table.objects.rules.len());
     let mut count = 0;
     for r in &table.objects.rules {
-        let direct = body_of(r).and_then(|b| direct(&b)).map(|b| Rule::of(r.chain.clone(), b));
+        let direct = direct(&r.stmts).map(|b| Rule::of(r.chain.clone(), b));
         count += usize::from(direct.is_some());
         rewritten.push(direct);
     }
@@ -107,13 +107,6 @@ pub fn next_batch(table: &Table, chains: &[String], max_lines: usize) -> (String
         taken += 1;
     }
     (batch, taken)
-}
-
-fn body_of(r: &Rule) -> Option<Body> {
-    match &r.stmts {
-        Some(b) => Some(b.clone()),
-        None => stmt::parse_body(&r.rule).ok(),
-    }
 }
 
 /// The rule without its one-arm numgen map (`None`: it binds no such map).

@@ -7,29 +7,32 @@ use crate::config::{Config, LocalDetector};
 use crate::model::LABEL_ZONE;
 use crate::net::IpFamily;
 use crate::nftables::model::Family;
-use crate::nftables::names::MARK_MASQ;
+use crate::nftables::stmt::{AddrValue, Dir, Ifname, Match, Num, Prefix};
 use crate::select::Locality;
 pub use crate::config::NftablesTable;
 
-/// kube-proxy's `IfLocalNFT` / `IfNotLocalNFT` rule fragments.
+/// kube-proxy's `IfLocalNFT` / `IfNotLocalNFT` rule fragments, as statement values.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NftDetector {
-    pub if_local: String,
-    pub if_not_local: String,
+    pub if_local: Match,
+    pub if_not_local: Match,
 }
 
 impl NftDetector {
     /// The nft form of the detector: a source CIDR (`ip saddr C`), or an interface
     /// (`iifname NAME`, a wildcard written `NAME*`), as pkg/proxy/util's detectors build both.
-    fn new(d: &LocalDetector, nft_family: &str) -> Self {
-        match d {
-            LocalDetector::Source(cidr) => NftDetector { if_local: format!("{nft_family} saddr {cidr}"), if_not_local: format!("{nft_family} saddr != {cidr}") },
-            LocalDetector::Interface { name, wildcard } => {
-                let name = if *wildcard { format!("{name}*") } else { name.clone() };
-                NftDetector { if_local: format!("iifname {name}"), if_not_local: format!("iifname != {name}") }
-            }
-        }
+    pub fn new(d: &LocalDetector, family: Family) -> Self {
+        let test = |negated| match d {
+            LocalDetector::Source(cidr) => Match::Addr { family, dir: Dir::Saddr, negated, value: AddrValue::Prefix(prefix_of(cidr)) },
+            LocalDetector::Interface { name, wildcard } => Match::Iifname { negated, name: Ifname { name: name.clone(), wildcard: *wildcard } },
+        };
+        NftDetector { if_local: test(false), if_not_local: test(true) }
     }
+}
+
+/// A CIDR as a rule writes it (`10.0.0.0/8`: always with its length).
+pub fn prefix_of(cidr: &crate::net::Cidr) -> Prefix {
+    Prefix { addr: cidr.addr(), len: Some(cidr.prefix()) }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -40,14 +43,14 @@ pub struct Context {
     pub zone: Option<String>,
     /// The node's primary IP of this family (for the load-balancer source-range check).
     pub node_ip: IpAddr,
-    /// The masquerade mark, formatted (`0x00004000`).
-    pub mark: String,
+    /// The masquerade mark, as written (`0x00004000`).
+    pub mark: Num,
     pub masquerade_all: bool,
     pub detector: Option<NftDetector>,
     /// `None`: NodePorts on every local address; else the node addresses they are on.
     pub node_port_ips: Option<Vec<IpAddr>>,
     /// ServiceCIDRs of this family.
-    pub service_cidrs: Vec<String>,
+    pub service_cidrs: Vec<Prefix>,
     /// Which of kube-proxy's two tables is written (`--kube-proxy-version`).
     pub table: NftablesTable,
     /// `KubeProxyNFTablesLocalhostNodePorts` (kube-proxy v1.37): `None` when off; else
@@ -80,11 +83,11 @@ impl Context {
             node_name: cfg.node_name.clone(),
             zone: cfg.node_labels.get(LABEL_ZONE).cloned(),
             node_ip: cfg.node_ip(ip_family),
-            mark: cfg.masquerade_mark(),
+            mark: mark_of(cfg),
             masquerade_all: cfg.masquerade_all,
-            detector: cfg.local_detector(ip_family).map(|d| NftDetector::new(&d, family.as_str())),
+            detector: cfg.local_detector(ip_family).map(|d| NftDetector::new(&d, family)),
             node_port_ips: (!cidrs.is_empty()).then(|| cfg.node_port_ips(ip_family)),
-            service_cidrs: cfg.service_cidrs.iter().filter(|c| c.family() == ip_family).map(|c| c.to_string()).collect(),
+            service_cidrs: service_cidrs_of(cfg, ip_family),
             table: cfg.kube_proxy_version.nftables_table(),
             localhost: cfg.nft_localhost_node_ports.then(|| LocalhostNodePorts { proxy: cfg.node_port_addresses_name_loopback(ip_family) }),
         }
@@ -94,16 +97,21 @@ impl Context {
         Locality { node_name: &self.node_name, zone: self.zone.as_deref() }
     }
 
-    /// What sets the masquerade mark: v1.34's `jump mark-for-masquerade`, else the mark
-    /// set inline (`mark set mark or M`).
-    pub fn mark_masq(&self) -> String {
-        if self.table == NftablesTable::V136 { format!("mark set mark or {}", self.mark) } else { format!("jump {MARK_MASQ}") }
-    }
-
     /// `ip` or `ip6`, as rules match addresses.
     pub fn ip(&self) -> &'static str {
         self.family.as_str()
     }
+}
+
+/// The masquerade mark read once into the number rules write. The config refuses a mark
+/// text that is not one (`Config::masquerade_mark`), so the fallback is the bit's mark.
+fn mark_of(cfg: &Config) -> Num {
+    cfg.masquerade_mark().parse().unwrap_or(Num::Hex { value: 1 << cfg.masquerade_bit, digits: 8 })
+}
+
+/// The cluster's ServiceCIDRs of one family.
+pub fn service_cidrs_of(cfg: &Config, ip_family: IpFamily) -> Vec<Prefix> {
+    cfg.service_cidrs.iter().filter(|c| c.family() == ip_family).map(prefix_of).collect()
 }
 
 #[cfg(test)]
@@ -113,14 +121,14 @@ mod tests {
     #[test]
     fn detectors_translate_to_kube_proxys_nft_fragments() {
         let cidr = LocalDetector::Source(crate::net::Cidr::parse_sloppy("fd00:10::/64").unwrap());
-        let d = NftDetector::new(&cidr, "ip6");
-        assert_eq!((d.if_local.as_str(), d.if_not_local.as_str()), ("ip6 saddr fd00:10::/64", "ip6 saddr != fd00:10::/64"));
+        let d = NftDetector::new(&cidr, Family::Ip6);
+        assert_eq!((d.if_local.to_string(), d.if_not_local.to_string()), ("ip6 saddr fd00:10::/64".into(), "ip6 saddr != fd00:10::/64".into()));
         assert_eq!(cidr.iptables().if_local, ["-s", "fd00:10::/64"]);
         let prefix = LocalDetector::Interface { name: "veth".into(), wildcard: true };
-        let d = NftDetector::new(&prefix, "ip");
-        assert_eq!((d.if_local.as_str(), d.if_not_local.as_str()), ("iifname veth*", "iifname != veth*"));
+        let d = NftDetector::new(&prefix, Family::Ip);
+        assert_eq!((d.if_local.to_string(), d.if_not_local.to_string()), ("iifname veth*".into(), "iifname != veth*".into()));
         assert_eq!(prefix.iptables().if_not_local, ["!", "-i", "veth+"]);
         let bridge = LocalDetector::Interface { name: "cbr0".into(), wildcard: false };
-        assert_eq!(NftDetector::new(&bridge, "ip").if_not_local, "iifname != cbr0");
+        assert_eq!(NftDetector::new(&bridge, Family::Ip).if_not_local.to_string(), "iifname != cbr0");
     }
 }

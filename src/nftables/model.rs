@@ -1,5 +1,5 @@
 //! nftables objects as knftables models them, as values: a table's chains, sets, maps,
-//! rules (chain + rule text + optional comment) and elements (set or map + key + value +
+//! rules (chain + statement values, and the text written from them) and elements (set or map + key + value +
 //! comment). [`write`] is the one place that frames them as `nft -f` input.
 
 use std::fmt::Write as _;
@@ -83,22 +83,22 @@ impl Set {
     }
 }
 
-/// A rule: its chain, its statements' text and its comment; and, for a rule built as
-/// values ([`Rule::of`]: by the renderer, or read from a listing), those values, whose
-/// text `rule` and `comment` are.
+/// A rule: its chain and its statements' values ([`Rule::of`]: by the renderer, or read
+/// from a listing); `rule` and `comment` are the text written from them, kept beside them
+/// because rules are compared, hashed into chains' equality and written by that text.
 #[derive(Debug, Clone, Serialize)]
 pub struct Rule {
     pub chain: String,
+    /// The statements' words, without the comment (derived from `stmts`).
     pub rule: String,
+    /// The comment (derived from `stmts`).
     pub comment: Option<String>,
-    /// `None` for a rule made of text (the renderer's rules still written with `format!`);
-    /// a rule read back from a listing (`live`) carries its values.
     #[serde(skip)]
-    pub stmts: Option<Body>,
+    pub stmts: Body,
 }
 
-/// Rules are their text: the text is written from the values, so a rule built as values
-/// equals the same rule built as text (or read back from the kernel).
+/// Rules are their text: the text is written from the values, so a rule equals the same
+/// rule read back from the kernel.
 impl PartialEq for Rule {
     fn eq(&self, other: &Self) -> bool {
         (&self.chain, &self.rule, &self.comment) == (&other.chain, &other.rule, &other.comment)
@@ -108,17 +108,25 @@ impl PartialEq for Rule {
 impl Eq for Rule {}
 
 impl Rule {
-    pub fn new(chain: impl Into<String>, rule: impl Into<String>) -> Self {
-        Rule { chain: chain.into(), rule: rule.into(), comment: None, stmts: None }
-    }
-
     /// A rule built as values; its text is written from them.
     pub fn of(chain: impl Into<String>, body: Body) -> Self {
-        Rule { chain: chain.into(), rule: Stmts(&body.stmts).to_string(), comment: body.comment.clone(), stmts: Some(body) }
+        Rule { chain: chain.into(), rule: Stmts(&body.stmts).to_string(), comment: body.comment.clone(), stmts: body }
     }
 
-    pub fn commented(chain: impl Into<String>, rule: impl Into<String>, comment: &str) -> Self {
-        Rule { comment: Some(comment.to_owned()), ..Rule::new(chain, rule) }
+    /// Tests: a rule written as `nft -f` words, read into values (a form outside the
+    /// vocabulary panics, naming the word).
+    #[cfg(any(test, feature = "testing"))]
+    pub fn new(chain: impl Into<String>, rule: impl AsRef<str>) -> Self {
+        let rule = rule.as_ref();
+        let body = super::stmt::parse_body(rule).unwrap_or_else(|e| panic!("{rule:?}: {e}"));
+        Rule::of(chain, body)
+    }
+
+    /// Tests: [`Rule::new`] with a comment.
+    #[cfg(any(test, feature = "testing"))]
+    pub fn commented(chain: impl Into<String>, rule: impl AsRef<str>, comment: &str) -> Self {
+        let Rule { chain, stmts, .. } = Rule::new(chain, rule);
+        Rule::of(chain, Body { comment: Some(comment.to_owned()), ..stmts })
     }
 }
 
@@ -188,8 +196,13 @@ pub enum Form {
 /// Writes `table` as `nft` commands: the table, chains, sets and maps, (flushes), rules,
 /// elements.
 pub fn write(table: &Table, form: Form) -> String {
-    let mut out = String::new();
-    let head = declare(&mut out, table);
+    script(table, form).into_text()
+}
+
+/// [`write`], its rules kept as values beside the text ([`Script`]).
+pub fn script(table: &Table, form: Form) -> Script<'_> {
+    let mut out = Script::new(table.family, table.name);
+    let head = declare(out.text_mut(), table);
     let o = &table.objects;
     if form == Form::Transaction {
         for c in &o.chains {
@@ -198,12 +211,95 @@ pub fn write(table: &Table, form: Form) -> String {
         flush_sets(&mut out, &head, &o.sets);
     }
     for r in &o.rules {
-        rule_line(&mut out, &head, r);
+        out.rule(r);
     }
     for e in &o.elements {
         element_line(&mut out, &head, e);
     }
     out
+}
+
+/// One transaction of one table: its `nft -f` text, and each of its `add rule` lines' rule,
+/// the values the line was written from, so that the netlink encoder encodes those values
+/// instead of reading the words again. Only appended to: the lines it records stay where
+/// they are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Script<'r> {
+    family: Family,
+    table: String,
+    text: String,
+    /// Each rule line's byte offset in `text`, and its rule, in the order of the text.
+    rules: Vec<(usize, &'r Rule)>,
+}
+
+impl<'r> Script<'r> {
+    pub fn new(family: Family, table: &str) -> Self {
+        Script { family, table: table.to_owned(), text: String::new(), rules: Vec::new() }
+    }
+
+    pub fn family(&self) -> Family {
+        self.family
+    }
+
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    pub fn into_text(self) -> String {
+        self.text
+    }
+
+    /// The text, for lines that hold no rule (appended only).
+    pub(crate) fn text_mut(&mut self) -> &mut String {
+        &mut self.text
+    }
+
+    /// The rule lines: byte offset in [`Script::text`] and rule, in order.
+    pub fn rules(&self) -> &[(usize, &'r Rule)] {
+        &self.rules
+    }
+
+    pub fn push_str(&mut self, s: &str) {
+        self.text.push_str(s);
+    }
+
+    /// `add rule FAMILY TABLE CHAIN …`, `r` recorded for that line.
+    pub fn rule(&mut self, r: &'r Rule) {
+        self.rules.push((self.text.len(), r));
+        rule_line(&mut self.text, format_args!("{} {}", self.family.as_str(), self.table), r);
+    }
+
+    /// `other` (of the same table) after this one's lines.
+    pub fn append(&mut self, other: &Script<'r>) {
+        let at = self.text.len();
+        self.text.push_str(&other.text);
+        self.rules.extend(other.rules.iter().map(|&(off, r)| (at + off, r)));
+    }
+}
+
+impl std::ops::Deref for Script<'_> {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.text
+    }
+}
+
+impl std::fmt::Display for Script<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl std::fmt::Write for Script<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.text.push_str(s);
+        Ok(())
+    }
 }
 
 /// Writes the table, its chains, its sets and maps and its named counters (`add` commands, which change
@@ -235,13 +331,13 @@ pub(crate) fn declare_but(out: &mut String, table: &Table, leave_out: impl Fn(&s
 }
 
 /// Flushes every set and map but the dynamic (session-affinity) ones.
-pub(crate) fn flush_sets(out: &mut String, head: &str, sets: &[Set]) {
+pub(crate) fn flush_sets(out: &mut impl std::fmt::Write, head: &str, sets: &[Set]) {
     for s in sets.iter().filter(|s| !s.is_dynamic()) {
         let _ = writeln!(out, "flush {} {head} {}", kind_word(s), s.name);
     }
 }
 
-pub(crate) fn rule_line(out: &mut String, head: &str, r: &Rule) {
+pub(crate) fn rule_line(out: &mut String, head: impl std::fmt::Display, r: &Rule) {
     let _ = write!(out, "add rule {head} {} {}", r.chain, r.rule);
     if let Some(c) = &r.comment {
         let _ = write!(out, " comment {}", quote(c));
@@ -249,7 +345,7 @@ pub(crate) fn rule_line(out: &mut String, head: &str, r: &Rule) {
     out.push('\n');
 }
 
-pub(crate) fn element_line(out: &mut String, head: &str, e: &Element) {
+pub(crate) fn element_line(out: &mut impl std::fmt::Write, head: &str, e: &Element) {
     let _ = writeln!(out, "add element {head} {} {{ {} }}", e.set, element_body(e));
 }
 

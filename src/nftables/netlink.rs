@@ -14,7 +14,7 @@ use std::collections::HashMap;
 
 use super::apply::{ExecNft, Names, Nft, NftError, Via};
 use super::delta::LiveTable;
-use super::model::Family;
+use super::model::{Family, Script};
 use super::names::TABLE;
 use std::sync::{Arc, Mutex};
 
@@ -132,11 +132,15 @@ impl NetlinkNft {
 
     /// One transaction: a netlink batch, or `nft -f` when not encodable. A full sync's
     /// batch (`full`) is recorded when a recording is under way ([`anonrecord`]).
-    fn write(&mut self, text: &str, full: bool) -> Result<Via, NftError> {
+    fn write(&mut self, text: &str, script: Option<&Script<'_>>, full: bool) -> Result<Via, NftError> {
         if !full {
             self.recording = None;
         }
-        match wire::encode_named(text, self.anon_next) {
+        let encoded = match script {
+            Some(s) => wire::encode_script(s, self.anon_next),
+            None => wire::encode_named(text, self.anon_next),
+        };
+        match encoded {
             Ok(mut batch) => {
                 // Refused or not, the numbers used stay used: the counter only grows.
                 self.anon_next = batch.anon_next;
@@ -172,11 +176,19 @@ impl NetlinkNft {
 
 impl Nft for NetlinkNft {
     fn run(&mut self, text: &str) -> Result<(), NftError> {
-        self.write(text, true).map(|_| ())
+        self.write(text, None, true).map(|_| ())
     }
 
     fn run_partial(&mut self, text: &str) -> Result<Via, NftError> {
-        self.write(text, false)
+        self.write(text, None, false)
+    }
+
+    fn run_script(&mut self, script: &Script<'_>) -> Result<(), NftError> {
+        self.write(script.text(), Some(script), true).map(|_| ())
+    }
+
+    fn run_partial_script(&mut self, script: &Script<'_>) -> Result<Via, NftError> {
+        self.write(script.text(), Some(script), false)
     }
 
     fn batch_lines(&self) -> Option<usize> {
@@ -685,6 +697,35 @@ mod tests {
         let calls = fake.lock().unwrap().calls.clone();
         assert_eq!(calls.iter().filter(|c| **c == Call::Run(odd.to_string())).count(), 2, "{calls:?}");
         assert!(nl.list(Family::Ip).unwrap().is_some(), "reads are nft's");
+    }
+
+    /// A transaction svcproxy wrote goes as the values of its rules: the words of a rule
+    /// line are not read again (here they are not even kube-proxy's), and the batch is the
+    /// one the rule's own words encode into.
+    #[test]
+    fn a_scripts_rules_are_encoded_from_their_values() {
+        use crate::nftables::model::{Chain, Objects, Rule, Table};
+        let sent: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
+        let record = sent.clone();
+        let mut nl = NetlinkNft::new(Box::new(FakeNft::shared()), Box::new(move |b: &mut Batch, _: &str| {
+            record.lock().unwrap().push(b.bytes().to_vec());
+            Ok(())
+        }));
+        let mut o = Objects::default();
+        o.chain(Chain::regular("a"));
+        o.chain(Chain::regular("c"));
+        o.rule(Rule::commented("c", "ip saddr 10.0.0.0/8 numgen random mod 1 vmap { 0 : goto a }", "why"));
+        let table = Table { family: Family::Ip, name: TABLE, comment: "t", objects: o };
+        let whole = crate::nftables::model::write(&table, crate::nftables::model::Form::Transaction);
+        let mut odd = table.clone();
+        odd.objects.rules[0].rule = "counter".into();
+        let script = crate::nftables::model::script(&odd, crate::nftables::model::Form::Transaction);
+        assert!(script.text().contains("add rule ip kube-proxy c counter comment"), "{script}");
+        assert_eq!(nl.run_partial_script(&script).unwrap(), Via::Netlink);
+        nl.run_script(&script).unwrap();
+        assert_eq!((nl.sent, nl.fallbacks), (2, 0));
+        let want = wire::encode(&whole).unwrap().bytes().to_vec();
+        assert_eq!(*sent.lock().unwrap(), [want.clone(), want]);
     }
 
     #[test]

@@ -9,13 +9,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
-use super::model::{self, Family, Objects};
+use super::model::{self, Family, Objects, Script};
 
 /// What a partial sync sends.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Partial {
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Partial<'a> {
     /// The transaction (empty: nothing changed).
-    pub text: String,
+    pub text: Script<'a>,
     /// Chains and sets that went (`chain NAME`, `set NAME`): flushed in `text`, deleted after.
     pub stale: Vec<String>,
     /// The commands that delete them (empty when none went).
@@ -35,9 +35,9 @@ fn elements<'a>(objects: &[&'a Objects]) -> Elements<'a> {
 
 /// The transaction that takes the kernel from the `before` objects of the changed services
 /// to their `after` objects.
-pub fn partial(family: Family, table: &str, before: &[&Objects], after: &[&Objects]) -> Partial {
+pub fn partial<'a>(family: Family, table: &str, before: &[&Objects], after: &[&'a Objects]) -> Partial<'a> {
     let head = format!("{} {table}", family.as_str());
-    let mut text = String::new();
+    let mut text = Script::new(family, table);
     let (old, new) = (elements(before), elements(after));
     for ((set, key), value) in &old {
         if new.get(&(*set, key.clone())) != Some(value) {
@@ -46,17 +46,21 @@ pub fn partial(family: Family, table: &str, before: &[&Objects], after: &[&Objec
     }
     let new_chains: BTreeSet<&str> = after.iter().flat_map(|o| &o.chains).map(|c| c.name.as_str()).collect();
     let new_sets: BTreeSet<&str> = after.iter().flat_map(|o| &o.sets).map(|s| s.name.as_str()).collect();
-    let mut rewritten = Objects::default();
+    let mut declared = Objects::default();
     for o in after {
-        rewritten.chains.extend(o.chains.iter().cloned());
-        rewritten.sets.extend(o.sets.iter().cloned());
-        rewritten.rules.extend(o.rules.iter().cloned());
+        declared.chains.extend(o.chains.iter().cloned());
+        declared.sets.extend(o.sets.iter().cloned());
     }
-    let table_value = model::Table { family, name: super::names::TABLE, comment: super::names::TABLE_COMMENT, objects: rewritten };
+    let table_value = model::Table { family, name: super::names::TABLE, comment: super::names::TABLE_COMMENT, objects: declared };
     // The changed services' chains and sets, flushed and refilled (the table line dropped:
     // it exists, a partial sync runs only while the kernel is known to hold the table).
     let body = model::write(&table_value, model::Form::Transaction);
-    text.extend(body.lines().skip(1).map(|l| format!("{l}\n")));
+    for l in body.lines().skip(1) {
+        let _ = writeln!(text, "{l}");
+    }
+    for r in after.iter().flat_map(|o| &o.rules) {
+        text.rule(r);
+    }
     let mut stale = Vec::new();
     let mut delete = String::new();
     for c in before.iter().flat_map(|o| &o.chains).filter(|c| !new_chains.contains(c.name.as_str())) {

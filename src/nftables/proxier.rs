@@ -90,7 +90,7 @@ impl Proxier {
         let mut changed = Vec::new();
         for f in &mut self.families {
             let rs = &mut f.ruleset;
-            let cidrs: Vec<String> = config.service_cidrs.iter().filter(|c| c.family() == rs.ctx.ip_family).map(ToString::to_string).collect();
+            let cidrs = crate::nftables::context::service_cidrs_of(config, rs.ctx.ip_family);
             if cidrs != rs.ctx.service_cidrs {
                 rs.ctx.service_cidrs = cidrs;
                 rs.fixed = super::render::fixed::write(&rs.ctx);
@@ -247,14 +247,18 @@ fn send_partial(nft: &mut dyn Nft, family: super::model::Family, before: &[&Obje
     let t = Instant::now();
     report.lines = p.text.lines().count();
     report.stale = p.stale;
-    let together = if p.delete.is_empty() { None } else { Some(format!("{}{}", p.text, p.delete)) };
-    match together.map(|text| nft.run_partial(&text)) {
+    let together = (!p.delete.is_empty()).then(|| {
+        let mut both = p.text.clone();
+        both.push_str(&p.delete);
+        both
+    });
+    match together.map(|script| nft.run_partial_script(&script)) {
         Some(Ok(via)) => {
             report.lines += p.delete.lines().count();
             report.via = Some(via);
         }
         None | Some(Err(NftError::Rejected { .. } | NftError::Refused { .. })) => {
-            report.via = Some(nft.run_partial(&p.text).map_err(SyncError::write)?);
+            report.via = Some(nft.run_partial_script(&p.text).map_err(SyncError::write)?);
             if !p.delete.is_empty() {
                 if let Err(e) = nft.run_partial(&p.delete) {
                     tracing::warn!(family = family.as_str(), error = %e, "stale nftables chains not deleted; the next full sync deletes them");

@@ -20,24 +20,19 @@
 //! leaves the previous rules serving (beside, at most, new empty chains and sets from the
 //! first, which the next full sync uses or deletes as stale).
 
-use super::model::{self, Table};
+use super::model::{self, Script, Table};
 
 /// A full sync's two transactions.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Staged {
+pub struct Staged<'t> {
     /// The table, chains, sets and maps, declared.
     pub declare: String,
     /// Every chain flushed and refilled, every non-dynamic set and map flushed and refilled.
-    pub fill: String,
-}
-
-/// Whether a rule holds an anonymous set or map (`{ … }` inline).
-pub(crate) fn binds_anonymous(rule: &str) -> bool {
-    rule.contains('{')
+    pub fill: Script<'t>,
 }
 
 /// `table`'s full sync as two transactions (see the module documentation).
-pub fn write(table: &Table) -> Staged {
+pub fn write(table: &Table) -> Staged<'_> {
     let mut declare = String::new();
     let head = model::declare(&mut declare, table);
     let o = &table.objects;
@@ -51,18 +46,19 @@ pub fn write(table: &Table) -> Staged {
             None => orphans.push(r),
         }
     }
-    let anonymous: Vec<bool> = by_chain.iter().map(|rules| rules.iter().any(|r| binds_anonymous(&r.rule))).collect();
+    let anonymous: Vec<bool> = by_chain.iter().map(|rules| rules.iter().any(|r| r.stmts.binds_anonymous_set())).collect();
     let order = (0..o.chains.len()).filter(|&i| anonymous[i]).chain((0..o.chains.len()).filter(|&i| !anonymous[i]));
-    let mut fill = String::with_capacity(declare.len() * 3);
+    let mut fill = Script::new(table.family, table.name);
+    fill.text_mut().reserve(declare.len() * 3);
     for i in order {
         fill.push_str(&format!("flush chain {head} {}\n", o.chains[i].name));
         for r in &by_chain[i] {
-            model::rule_line(&mut fill, &head, r);
+            fill.rule(r);
         }
     }
     // A rule for a chain the table does not declare: nft refuses it, as in one transaction.
     for r in orphans {
-        model::rule_line(&mut fill, &head, r);
+        fill.rule(r);
     }
     model::flush_sets(&mut fill, &head, &o.sets);
     for e in &o.elements {

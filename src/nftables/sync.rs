@@ -175,7 +175,7 @@ fn full_with(nft: &mut dyn Nft, table: &Table, dry_run: bool, interim_min: usize
     let t = Instant::now();
     nft.run(&declare).map_err(SyncError::write)?;
     for part in chunks.iter().chain(last) {
-        if let Err(e) = nft.run(part) {
+        if let Err(e) = nft.run_script(part) {
             undeclare(nft, table, existed.then_some(&names));
             return Err(SyncError::write(e));
         }

@@ -69,7 +69,13 @@ fn every_golden_cluster_traces_to_a_verdict_in_both_tables() {
             config.kube_proxy_version = version;
             for rs in crate::nftables::render_all(&config, &loaded.trackers) {
                 let table = rs.table();
-                let v6 = table.family == crate::nftables::model::Family::Ip6;
+                let script = crate::nftables::model::script(&table, crate::nftables::model::Form::Transaction);
+            match (crate::nftables::wire::encode_script(&script, None), crate::nftables::wire::encode(script.text())) {
+                (Ok(values), Ok(text)) if values.bytes() == text.bytes() && values.lines == text.lines => {}
+                (Ok(_), Ok(_)) => failures.push(format!("{} ({:?}): the values encode otherwise than the text", path.display(), table.family)),
+                (Err(e), _) | (_, Err(e)) => failures.push(format!("{} ({:?}): {e}", path.display(), table.family)),
+            }
+            let v6 = table.family == crate::nftables::model::Family::Ip6;
                 let node: Vec<IpAddr> = local.iter().copied().filter(|ip| ip.is_ipv6() == v6).collect();
                 let outside: IpAddr = if v6 { "2001:db8::9".parse().unwrap() } else { "203.0.113.9".parse().unwrap() };
                 let mut sources = vec![(outside, Entry::Prerouting)];
@@ -95,4 +101,67 @@ fn every_golden_cluster_traces_to_a_verdict_in_both_tables() {
     assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
     assert!(fixtures.len() > 50 && traced > 500, "{} goldens, {traced} packets traced", fixtures.len());
     assert_eq!(tables.len(), 4, "both tables of both families traced: {tables:?}");
+}
+
+/// Every rule of every nftables golden (the table rendered for its cluster, whose `add
+/// rule` lines are the golden's, byte for byte) is values that its text reads back into,
+/// that the netlink encoder encodes (the table's transaction encoded from its rules' values
+/// is the batch its text encodes into, byte for byte), and whose every statement the
+/// tracer runs.
+#[test]
+fn every_golden_rule_reads_back_encodes_and_traces() {
+    use crate::nftables::model::rule_line;
+    use crate::nftables::stmt::parse_add_rule;
+    use crate::nftables::wire::{expr, Batch};
+
+    let fixtures = golden_fixtures();
+    let (mut rules, mut statements, mut failures) = (0, 0, Vec::new());
+    for path in &fixtures {
+        let golden = std::fs::read_to_string(path.with_extension("nft").to_string_lossy().replace("/fixtures/", "/golden/")).unwrap();
+        let want: Vec<&str> = golden.lines().filter(|l| l.starts_with("add rule ")).collect();
+        let state = crate::source::read_path(path).unwrap_or_else(|e| panic!("{e}"));
+        let flags = Settings { mode: Some(ProxyMode::Nftables), ..Default::default() };
+        let loaded = crate::pipeline::load(state, flags, Default::default()).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let env = Env { local_ips: loaded.config.node_ips.iter().copied().collect(), affinity: BTreeSet::new() };
+        let mut got = Vec::new();
+        for rs in crate::nftables::render_all(&loaded.config, &loaded.trackers) {
+            let table = rs.table();
+            let head = format!("{} {}", table.family.as_str(), table.name);
+            let mut batch = Batch::default();
+            for r in &table.objects.rules {
+                let mut line = String::new();
+                rule_line(&mut line, &head, r);
+                let line = line.trim_end_matches('\n').to_owned();
+                let what = format!("{}: {line}", path.display());
+                match parse_add_rule(&line) {
+                    Ok(read) if read.body == r.stmts && read.chain == r.chain => {}
+                    Ok(read) => failures.push(format!("{what}: reads back as {:?}", read.body)),
+                    Err(e) => failures.push(format!("{what}: {e}")),
+                }
+                if let Err(e) = expr::body(&mut batch, table.family, table.name, &r.stmts) {
+                    failures.push(format!("{what}: {e}"));
+                }
+                got.push(line);
+                rules += 1;
+            }
+            let script = crate::nftables::model::script(&table, crate::nftables::model::Form::Transaction);
+            match (crate::nftables::wire::encode_script(&script, None), crate::nftables::wire::encode(script.text())) {
+                (Ok(values), Ok(text)) if values.bytes() == text.bytes() && values.lines == text.lines => {}
+                (Ok(_), Ok(_)) => failures.push(format!("{} ({:?}): the values encode otherwise than the text", path.display(), table.family)),
+                (Err(e), _) | (_, Err(e)) => failures.push(format!("{} ({:?}): {e}", path.display(), table.family)),
+            }
+            let v6 = table.family == crate::nftables::model::Family::Ip6;
+            let (src, dst) = if v6 { ("2001:db8::9", "fd00:10:96::1") } else { ("203.0.113.9", "10.96.0.1") };
+            let packet = Packet { src: src.parse().unwrap(), dst: dst.parse().unwrap(), protocol: Protocol::Tcp, dport: 80, in_interface: None };
+            match super::nftables::each_statement(&table, &env, &packet) {
+                Ok(n) => statements += n,
+                Err(e) => failures.push(format!("{} ({:?}): {e}", path.display(), table.family)),
+            }
+        }
+        if got != want {
+            failures.push(format!("{}: the rendered rules are not the golden's ({} rendered, {} in the golden)", path.display(), got.len(), want.len()));
+        }
+    }
+    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+    assert!(fixtures.len() > 50 && rules > 1000 && statements > rules, "{} goldens, {rules} rules, {statements} statements", fixtures.len());
 }

@@ -4,7 +4,7 @@
 //! through them; v1.36 on, only a service with session affinity has them, the others DNAT
 //! straight from a random map.
 
-use super::values::{action, addr, body, daddr, goto, host, if_local, if_not_local, jump, mark_masq, named, rule, verdict, Piece};
+use super::values::{action, addr, body, daddr, goto, host, if_local, if_not_local, jump, mark_masq, named, rule, verdict};
 use super::wiring::Wiring;
 use crate::model::Endpoint;
 use crate::nftables::context::{Context, NftablesTable};
@@ -66,8 +66,8 @@ fn internal_masquerade(ctx: &Context, p: &Wiring, out: &mut Objects) {
     if p.internal_refusal.is_some() || ctx.table == NftablesTable::V136 {
         return;
     }
-    let dest: Piece = daddr(ctx, false, host(p.svc.cluster_ip)).into();
-    let mark: Piece = jump(MARK_MASQ).into();
+    let dest = daddr(ctx, false, host(p.svc.cluster_ip));
+    let mark = jump(MARK_MASQ);
     let pieces = match (if_not_local(ctx), ctx.masquerade_all) {
         (_, true) => vec![dest, mark],
         (Some(outside), false) => vec![dest, outside, mark],
@@ -78,8 +78,8 @@ fn internal_masquerade(ctx: &Context, p: &Wiring, out: &mut Objects) {
 
 fn external_chain(ctx: &Context, p: &Wiring, out: &mut Objects) {
     let ext = p.chains.external.as_str();
-    let cluster = || -> Piece { goto(&p.chains.cluster).into() };
-    let from_host = || -> Piece { Stmt::Match(Match::FibLocal(Dir::Saddr)).into() };
+    let cluster = || goto(&p.chains.cluster);
+    let from_host = || Stmt::Match(Match::FibLocal(Dir::Saddr));
     if !p.svc.external_policy_local {
         // v1.36 comments the rule; v1.34 does not.
         let comment = (ctx.table == NftablesTable::V136).then_some("masquerade");

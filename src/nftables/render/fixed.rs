@@ -10,7 +10,7 @@ use crate::nftables::model::{Chain, Hook, Objects, Rule, Set};
 use crate::nftables::names::*;
 use crate::nftables::stmt::{Action, Concat, Ct, Dir, MarkOp, Match, Selector, Stmt, Verdict};
 
-use super::values::{action, address_key, body, daddr, jump, if_not_local, in_service_cidrs, loopback, mark_is_zero, mark_set, masquerade_fully_random, named, port_key, rule, verdict, vmap, Piece};
+use super::values::{action, address_key, body, daddr, jump, if_not_local, in_service_cidrs, loopback, mark_is_zero, mark_set, masquerade_fully_random, named, port_key, rule, verdict, vmap};
 
 /// (name, type, hook, priority): `dstnat` is -100, `srcnat` 100, `filter` 0.
 const BASE_CHAINS: [(&str, &str, &str, i32); 8] = [
@@ -77,14 +77,14 @@ fn masquerade(ctx: &Context, out: &mut Objects) {
         let addr = ctx.family.addr_type();
         let kind = format!("{addr} . {addr} . inet_proto . inet_service");
         out.sets.push(Set::plain(HAIRPIN_CONNECTIONS, kind, Some("service hairpin connections")));
-        out.rule(rule(MASQUERADING, [mark_is_zero(ctx, true), mark_set(ctx, MarkOp::Xor), masquerade_fully_random().into()], None));
+        out.rule(rule(MASQUERADING, [mark_is_zero(ctx, true), mark_set(ctx, MarkOp::Xor), masquerade_fully_random()], None));
         let key = Concat(vec![Selector::Addr(ctx.family, Dir::Saddr), Selector::Addr(ctx.family, Dir::Daddr), Selector::L4proto, Selector::ThDport]);
         let hairpin = [Stmt::Match(Match::Ct(Ct::StatusDnat)), Stmt::Match(Match::InSet { key, set: HAIRPIN_CONNECTIONS.into() }), masquerade_fully_random()];
         out.rule(Rule::of(MASQUERADING, body(hairpin, None)));
         return;
     }
     out.rule(rule(MARK_MASQ, [mark_set(ctx, MarkOp::Or)], None));
-    out.rule(rule(MASQUERADING, [mark_is_zero(ctx, false), verdict(Verdict::Return).into()], None));
+    out.rule(rule(MASQUERADING, [mark_is_zero(ctx, false), verdict(Verdict::Return)], None));
     out.rule(rule(MASQUERADING, [mark_set(ctx, MarkOp::Xor)], None));
     out.rule(Rule::of(MASQUERADING, body([masquerade_fully_random()], None)));
 }
@@ -96,7 +96,7 @@ fn cluster_ips(ctx: &Context, out: &mut Objects) {
     let reject = [daddr(ctx, false, named(CLUSTER_IPS)), action(Action::Reject)];
     out.rule(Rule::of(CLUSTER_IPS_CHECK, body(reject, Some("Reject traffic to invalid ports of ClusterIPs"))));
     if let Some(cidrs) = in_service_cidrs(ctx) {
-        out.rule(rule(CLUSTER_IPS_CHECK, [cidrs, verdict(Verdict::Drop).into()], Some("Drop traffic to unallocated ClusterIPs")));
+        out.rule(rule(CLUSTER_IPS_CHECK, [cidrs, verdict(Verdict::Drop)], Some("Drop traffic to unallocated ClusterIPs")));
     }
 }
 
@@ -169,7 +169,7 @@ fn dispatch(ctx: &Context, out: &mut Objects) {
 /// kube-proxy v1.36 on: off-cluster (or, with masqueradeAll, all) traffic to any ClusterIP
 /// is marked for masquerade by one rule (v1.34 has one in each service chain).
 fn cluster_ip_masquerade(ctx: &Context, out: &mut Objects) {
-    let dest: Piece = daddr(ctx, false, named(CLUSTER_IPS)).into();
+    let dest = daddr(ctx, false, named(CLUSTER_IPS));
     let mark = mark_set(ctx, MarkOp::Or);
     match (if_not_local(ctx), ctx.masquerade_all) {
         (_, true) => out.rule(rule(SERVICES, [dest, mark], Some("masquerade all clusterIP traffic"))),

@@ -5,9 +5,8 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use super::values::{rule, Piece};
 use crate::net::IpFamily;
-use crate::nftables::context::{Context, LocalhostNodePorts, NftDetector, NftablesTable};
+use crate::nftables::context::{Context, LocalhostNodePorts, NftablesTable};
 use crate::nftables::model::{rule_line, Table};
 use crate::nftables::stmt::{parse_add_rule, Action, AddrValue, Match, Sep, Stmt, Verdict, Vmap};
 
@@ -44,18 +43,15 @@ fn all_gates(ctx: &Context, proxy: bool) -> Context {
         IpFamily::V4 => ["10.96.0.0/16", "10.97.0.0/16"],
         IpFamily::V6 => ["fd00:10:96::/112", "fd00:10:97::/112"],
     };
-    let service_cidrs = if ctx.service_cidrs.is_empty() { cidrs.map(str::to_owned).to_vec() } else { ctx.service_cidrs.clone() };
+    let service_cidrs = if ctx.service_cidrs.is_empty() { cidrs.map(|c| c.parse().unwrap()).to_vec() } else { ctx.service_cidrs.clone() };
     Context { localhost: Some(LocalhostNodePorts { proxy }), service_cidrs, masquerade_all: !ctx.masquerade_all, ..ctx.clone() }
 }
 
-/// Failures of `table`: rules of text, and rules whose line reads back otherwise.
+/// Failures of `table`: rules whose line reads back otherwise.
 fn check(origin: &str, table: &Table, forms: &mut BTreeSet<&'static str>, failures: &mut Vec<String>) {
     let head = format!("{} {}", table.family.as_str(), table.name);
     for r in &table.objects.rules {
-        let Some(built) = &r.stmts else {
-            failures.push(format!("{origin}: {} {:?}: text, not values", r.chain, r.rule));
-            continue;
-        };
+        let built = &r.stmts;
         let mut line = String::new();
         rule_line(&mut line, &head, r);
         match parse_add_rule(line.trim_end_matches('\n')) {
@@ -69,7 +65,7 @@ fn check(origin: &str, table: &Table, forms: &mut BTreeSet<&'static str>, failur
     }
 }
 
-/// The forms made of the context's text, or only under a gate: each must be seen.
+/// The forms made of the context's values, or only under a gate: each must be seen.
 fn form(s: &Stmt) -> Option<&'static str> {
     Some(match s {
         Stmt::Match(Match::Addr { value: AddrValue::Anon(a), .. }) if a.sep() == Sep::Tight && a.items().len() > 1 => "ServiceCIDRs",
@@ -133,37 +129,4 @@ fn every_rule_of_every_golden_cluster_is_built_as_values_that_read_back() {
     let missing: Vec<&str> = wanted.into_iter().filter(|f| !forms.contains(f)).collect();
     assert!(missing.is_empty(), "forms no golden cluster rendered: {missing:?}");
     assert!(clusters.len() > 100 && rules > 10_000, "{} clusters, {rules} rules", clusters.len());
-}
-
-/// The context's text the vocabulary does not read stays text, in the words it always had
-/// (`nft -f` judges them); the rest of the table is still values.
-#[test]
-fn context_text_the_vocabulary_does_not_read_stays_text() {
-    let loaded = load(&repo().join("fixtures/clusterip-basic.yaml"));
-    let base = Context::new(&loaded.config, IpFamily::V4);
-    let odd = Context {
-        table: NftablesTable::V136,
-        mark: "0X4000".into(),
-        detector: Some(NftDetector { if_local: "iifname we*rd".into(), if_not_local: "iifname != we*rd".into() }),
-        service_cidrs: vec!["10.96.0.0/16".into(), "10.097.0.0/16".into()],
-        ..base
-    };
-    let fixed = super::fixed::write(&odd);
-    let text: Vec<(&str, &str)> = fixed.rules.iter().filter(|r| r.stmts.is_none()).map(|r| (r.chain.as_str(), r.rule.as_str())).collect();
-    assert_eq!(
-        text,
-        [
-            ("masquerading", "mark and 0X4000 != 0 mark set mark xor 0X4000 masquerade fully-random"),
-            ("cluster-ips-check", "ip daddr { 10.96.0.0/16,10.097.0.0/16 } drop"),
-            ("services", "ip daddr @cluster-ips iifname != we*rd mark set mark or 0X4000"),
-        ]
-    );
-    assert!(fixed.rules.len() > text.len() + 10, "the other rules are values");
-
-    // A piece of text makes the rule text; values alone make values.
-    let drop = Piece::Value(Stmt::Verdict(Verdict::Drop));
-    let r = rule("c", [Piece::Text("iifname we*rd".into()), drop.clone()], Some("why"));
-    assert_eq!((r.rule.as_str(), r.comment.as_deref(), r.stmts.is_none()), ("iifname we*rd drop", Some("why"), true));
-    let r = rule("c", [drop], None);
-    assert_eq!((r.rule.as_str(), r.stmts.is_some()), ("drop", true));
 }

@@ -20,7 +20,7 @@ use std::net::IpAddr;
 
 pub use display::Stmts;
 pub use listed::parse_listed;
-pub use parse::{parse_add_rule, parse_body, Expected, ParseError};
+pub use parse::{parse_add_rule, parse_body, parse_verdict, Expected, ParseError};
 
 pub use crate::model::Protocol;
 pub use crate::nftables::model::Family;
@@ -30,6 +30,24 @@ pub use crate::nftables::model::Family;
 pub struct Body {
     pub stmts: Vec<Stmt>,
     pub comment: Option<String>,
+}
+
+impl Body {
+    /// Whether the rule binds an anonymous set or map, which the kernel creates with it:
+    /// an address set of two or more items, a `numgen` verdict map or DNAT map.
+    pub fn binds_anonymous_set(&self) -> bool {
+        self.stmts.iter().any(|s| match s {
+            Stmt::Match(Match::Addr { value: AddrValue::Anon(set), .. }) => set.items().len() > 1,
+            Stmt::Match(Match::Addr { value: AddrValue::Prefix(_) | AddrValue::Named(_), .. }) => false,
+            Stmt::Match(
+                Match::L4proto(_) | Match::Dport { .. } | Match::Iifname { .. } | Match::FibLocal(_) | Match::Ct(_) | Match::Mark { .. } | Match::InSet { .. },
+            ) => false,
+            Stmt::Vmap(Vmap::Numgen { .. }) | Stmt::Action(Action::Dnat(Dnat::Numgen { .. })) => true,
+            Stmt::Vmap(Vmap::Named { .. }) | Stmt::Action(Action::Dnat(Dnat::To { .. })) => false,
+            Stmt::Action(Action::MarkSet { .. } | Action::Masquerade { .. } | Action::Update { .. } | Action::Reject | Action::Counter { .. }) => false,
+            Stmt::Verdict(_) => false,
+        })
+    }
 }
 
 /// `add rule FAMILY TABLE CHAIN BODY`: one line of `nft -f` input.

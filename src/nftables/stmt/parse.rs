@@ -117,6 +117,16 @@ pub fn parse_body(text: &str) -> Result<Body, ParseError> {
     Ok(body)
 }
 
+/// Reads a verdict alone (`goto C`, `drop`): a verdict map element's value.
+pub fn parse_verdict(text: &str) -> Result<Verdict, ParseError> {
+    let mut p = Words::new(text)?;
+    let v = p.verdict()?;
+    if p.at < p.toks.len() {
+        return Err(p.error(Expected::End));
+    }
+    Ok(v)
+}
+
 /// Reads one `add rule FAMILY TABLE CHAIN BODY` line.
 pub fn parse_add_rule(line: &str) -> Result<AddRule, ParseError> {
     let mut p = Words::new(line)?;

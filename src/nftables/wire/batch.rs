@@ -9,6 +9,8 @@ use super::attr::{self, Attrs, Udata, NLM_F_APPEND, NLM_F_CREATE};
 use super::expr;
 use super::tokens::{self, Cursor};
 use super::Family;
+use crate::nftables::model::{Rule, Script};
+use crate::nftables::stmt::Body;
 
 use super::nfta::{self, chain as ch, elem, obj, rule as rl, set as st};
 pub use super::nfta::msg::{DELCHAIN, DELOBJ, DELRULE, DELSET, DELSETELEM, DELTABLE, NEWCHAIN, NEWOBJ, NEWRULE, NEWSET, NEWSETELEM, NEWTABLE};
@@ -130,11 +132,25 @@ pub fn encode(text: &str) -> Result<Batch, Unsupported> {
 /// ones, and each run of `add element` lines to one set (nft collapses them into one
 /// command and splits it again) sent first line first, then the others last to second.
 pub fn encode_named(text: &str, anon_next: Option<u32>) -> Result<Batch, Unsupported> {
+    encode_lines(text, None, anon_next)
+}
+
+/// [`encode_named`] of a transaction svcproxy wrote: its rule lines encoded from the
+/// values they were written from (the words are not read again), the other lines from
+/// their text.
+pub fn encode_script(script: &Script<'_>, anon_next: Option<u32>) -> Result<Batch, Unsupported> {
+    encode_lines(script.text(), Some(script), anon_next)
+}
+
+fn encode_lines(text: &str, script: Option<&Script<'_>>, anon_next: Option<u32>) -> Result<Batch, Unsupported> {
     let named = text.lines().filter(|l| declares_set(l)).count();
     let mut b = Batch { anon_next, next_anon_id: named as u32, ..Batch::default() };
     let mut run: Vec<(usize, &str)> = Vec::new();
     let mut run_target = None;
+    let mut rules = script.map_or(&[][..], |s| s.rules()).iter().peekable();
     for (n, line) in text.lines().enumerate() {
+        let at = line.as_ptr() as usize - text.as_ptr() as usize;
+        let valued = rules.next_if(|(off, _)| *off == at).map(|&(_, r)| r);
         if line.trim().is_empty() || line.trim_start().starts_with('#') {
             continue;
         }
@@ -143,10 +159,13 @@ pub fn encode_named(text: &str, anon_next: Option<u32>) -> Result<Batch, Unsuppo
             send_run(&mut b, &mut run)?;
             run_target = target;
         }
-        if target.is_some() {
-            run.push((n, line));
-        } else {
-            one_line(&mut b, n, line)?;
+        match (valued, script) {
+            (Some(rule), Some(s)) => {
+                b.line = n + 1;
+                rule_values(&mut b, s.family(), s.table(), rule).map_err(|Unsupported(why)| Unsupported(format!("line {}: {why}: {line:?}", n + 1)))?;
+            }
+            _ if target.is_some() => run.push((n, line)),
+            _ => one_line(&mut b, n, line)?,
         }
     }
     send_run(&mut b, &mut run)?;
@@ -475,15 +494,24 @@ fn add_set(b: &mut Batch, fam: Family, table: &str, is_map: bool, cur: &mut Curs
     Ok(())
 }
 
-/// A rule line read into the statement vocabulary, then encoded from the values.
+/// A rule line of text (an `nft -f` file, a test) read into the statement vocabulary,
+/// then encoded from the values.
 fn add_rule(b: &mut Batch, line: &str) -> Result<(), Unsupported> {
     let rule = crate::nftables::stmt::parse_add_rule(line.trim()).map_err(|e| Unsupported(format!("rule: {e}")))?;
-    let fam = rule.family;
-    let exprs = expr::body(b, fam, &rule.table, &rule.body)?;
+    encode_rule(b, rule.family, &rule.table, &rule.chain, &rule.body)
+}
+
+/// A rule svcproxy built, encoded from its values.
+fn rule_values(b: &mut Batch, fam: Family, table: &str, rule: &Rule) -> Result<(), Unsupported> {
+    encode_rule(b, fam, table, &rule.chain, &rule.stmts)
+}
+
+fn encode_rule(b: &mut Batch, fam: Family, table: &str, chain: &str, body: &Body) -> Result<(), Unsupported> {
+    let exprs = expr::body(b, fam, table, body)?;
     let mut a = Attrs::default();
-    a.str(rl::TABLE, &rule.table).str(rl::CHAIN, &rule.chain).nest(rl::EXPRESSIONS, |n| n.0.extend_from_slice(&exprs.0));
-    if let Some(c) = rule.body.comment {
-        a.bytes(rl::USERDATA, &comment_udata(&c)?);
+    a.str(rl::TABLE, table).str(rl::CHAIN, chain).nest(rl::EXPRESSIONS, |n| n.0.extend_from_slice(&exprs.0));
+    if let Some(c) = &body.comment {
+        a.bytes(rl::USERDATA, &comment_udata(c)?);
     }
     b.push(NEWRULE, NLM_F_CREATE | NLM_F_APPEND, fam, &a);
     Ok(())

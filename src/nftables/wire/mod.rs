@@ -14,7 +14,7 @@ pub mod expr;
 pub mod nfta;
 pub mod tokens;
 
-pub use batch::{encode, encode_named, Batch, Unsupported};
+pub use batch::{encode, encode_named, encode_script, Batch, Unsupported};
 
 pub use super::model::Family;
 
