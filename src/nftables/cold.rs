@@ -15,7 +15,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::model::{Rule, Table};
+use super::model::{Rule, Script, Table};
 use super::stmt::{Action, Body, Dnat, Stmt, Vmap};
 
 /// Fewer one-endpoint maps than this: the table is filled as it is (the kernel's walks
@@ -69,7 +69,7 @@ pub fn conversion(table: &Table, chains: &[String], max_lines: usize) -> Vec<Str
         let (batch, taken) = next_batch(table, &chains[at..], max_lines);
         at += taken;
         if !batch.is_empty() {
-            batches.push(batch);
+            batches.push(batch.into_text());
         }
     }
     batches
@@ -77,11 +77,11 @@ pub fn conversion(table: &Table, chains: &[String], max_lines: usize) -> Vec<Str
 
 /// The first conversion batch of `chains` and how many of them it took (at least one).
 /// A chain `table` no longer declares (its service went since) is taken and skipped.
-pub fn next_batch(table: &Table, chains: &[String], max_lines: usize) -> (String, usize) {
+pub fn next_batch<'t>(table: &'t Table, chains: &[String], max_lines: usize) -> (Script<'t>, usize) {
     let head = format!("{} {}", table.family.as_str(), table.name);
     let declared: HashSet<&str> = table.objects.chains.iter().map(|c| c.name.as_str()).collect();
     let mut rules: HashMap<&str, Vec<&Rule>> = HashMap::new();
-    let (mut batch, mut lines, mut taken, mut indexed) = (String::new(), 0, 0, false);
+    let (mut batch, mut lines, mut taken, mut indexed) = (Script::new(table.family, &table.name), 0, 0, false);
     for c in chains {
         if !declared.contains(c.as_str()) {
             taken += 1;
@@ -101,7 +101,7 @@ pub fn next_batch(table: &Table, chains: &[String], max_lines: usize) -> (String
         }
         batch.push_str(&format!("flush chain {head} {c}\n"));
         for r in of {
-            super::model::rule_line(&mut batch, &head, r);
+            batch.rule(r);
         }
         lines += of.len() + 1;
         taken += 1;
@@ -202,7 +202,9 @@ mod tests {
         assert_eq!(conversion(&t, &chains, 100).len(), 1);
         // A chain whose service went since is skipped.
         let gone = vec!["service-Z".to_string(), "service-B".to_string()];
-        assert_eq!(next_batch(&t, &gone, 100), (b[1].clone(), 2));
-        assert_eq!(next_batch(&t, &gone[..1], 100), (String::new(), 1));
+        let (batch, taken) = next_batch(&t, &gone, 100);
+        assert_eq!((batch.text(), taken), (b[1].as_str(), 2));
+        let (batch, taken) = next_batch(&t, &gone[..1], 100);
+        assert_eq!((batch.text(), taken), ("", 1));
     }
 }

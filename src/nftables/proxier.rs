@@ -116,16 +116,21 @@ impl Proxier {
         let Some(f) = self.families.iter_mut().find(|f| !f.converting.is_empty()) else { return Ok(0) };
         let table = f.converting_table.get_or_insert_with(|| f.ruleset.table());
         let (batch, taken) = super::cold::next_batch(table, &f.converting, super::cold::CONVERSION_LINES);
-        f.converting.drain(..taken);
         let family = f.ruleset.ctx.family;
-        if !batch.is_empty() {
+        // Encoded from the rules' values, as a sync's transactions are.
+        let ran = if batch.is_empty() {
+            Ok(())
+        } else {
             self.nft.record_from_here();
-            if let Err(error) = self.nft.run(&batch) {
-                f.converting.clear();
-                f.converting_table = None;
-                self.driver.forget();
-                return Err(FamilyError { family: f.ruleset.ctx.ip_family, error });
-            }
+            self.nft.run_script(&batch)
+        };
+        drop(batch);
+        f.converting.drain(..taken);
+        if let Err(error) = ran {
+            f.converting.clear();
+            f.converting_table = None;
+            self.driver.forget();
+            return Err(FamilyError { family: f.ruleset.ctx.ip_family, error });
         }
         if f.converting.is_empty() {
             f.converting_table = None;
