@@ -56,8 +56,12 @@ pub fn cluster(services: usize, endpoints: usize, target: usize, pods: &[Ipv4Add
             s,
             "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: svc-{i}-abcde\n  namespace: bench\n  labels:\n    kubernetes.io/service-name: svc-{i}\naddressType: IPv4\nendpoints:\n"
         );
-        for j in 0..endpoints {
-            let (addr, node) = if i == target { (pods[j], "node-0") } else { (unanswered_endpoint(i, j, endpoints), "node-1") };
+        let addrs: Vec<(Ipv4Addr, &str)> = if i == target {
+            pods.iter().map(|p| (*p, "node-0")).collect()
+        } else {
+            (0..endpoints).map(|j| (unanswered_endpoint(i, j, endpoints), "node-1")).collect()
+        };
+        for (addr, node) in addrs {
             let _ = write!(s, "- addresses: [{addr}]\n  conditions: {{ready: true, serving: true, terminating: false}}\n  nodeName: {node}\n");
         }
         let _ = write!(s, "ports:\n- name: web\n  port: {TCP_TARGET}\n  protocol: TCP\n- name: dns\n  port: {UDP_TARGET}\n  protocol: UDP\n");
