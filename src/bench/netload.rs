@@ -2,7 +2,7 @@
 //! addresses stay in 198.18.0.0/15 and one of whose Services is backed by real pods; the
 //! echo server those pods run; and the load generator, several threads each with one
 //! request in flight, counting new TCP connections (connect, small request, reply read to
-//! the server's close) or UDP request/response pairs (one unconnected socket per thread,
+//! the server's close, then an abortive close) or UDP request/response pairs (one unconnected socket per thread,
 //! `sendto` per request) over a fixed time.
 
 use std::fmt::Write as _;
@@ -70,9 +70,9 @@ pub fn cluster(services: usize, endpoints: usize, target: usize, pods: &[Ipv4Add
 }
 
 /// Runs the echo server on `ip` until `stop` is set: `tcp_threads` threads accepting on
-/// one listener (each connection: read the request, write the reply, close, so this side
-/// holds the TIME_WAIT and the client's ports free at once), and one thread answering each
-/// UDP datagram with its own bytes.
+/// one listener (each connection: read the request, write the reply, close; the client's
+/// reset then ends it, so no side keeps a TIME_WAIT), and one thread answering each UDP
+/// datagram with its own bytes.
 pub fn serve(ip: Ipv4Addr, tcp_threads: usize, stop: Arc<AtomicBool>) -> anyhow::Result<()> {
     let listener = TcpListener::bind((ip, TCP_TARGET)).map_err(|e| anyhow::anyhow!("bind {ip}:{TCP_TARGET}/tcp: {e}"))?;
     let udp = UdpSocket::bind((ip, UDP_TARGET)).map_err(|e| anyhow::anyhow!("bind {ip}:{UDP_TARGET}/udp: {e}"))?;
@@ -114,7 +114,11 @@ pub fn serve_on(listener: TcpListener, udp: UdpSocket, tcp_threads: usize, stop:
 /// What the generator measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
-    /// New TCP connections: connect, send the request, read the reply to EOF, close.
+    /// New TCP connections: connect, send the request, read the reply to EOF, close with a
+    /// reset (SO_LINGER 0). Neither side keeps a TIME_WAIT: a server's TIME_WAIT for a
+    /// 4-tuple that the next connection reaches through DNAT (whose sequence numbers the
+    /// client derived from the ClusterIP) holds that connect a whole SYN retry, which would
+    /// measure the TIME_WAIT table instead of the path.
     Tcp,
     /// UDP request/response: `sendto` on the thread's unconnected socket, `recvfrom`.
     Udp,
@@ -230,7 +234,19 @@ fn tcp_once(dst: SocketAddr, timeout: Duration, buf: &mut [u8]) -> bool {
             Err(_) => return false,
         }
     }
-    &buf[..got] == REPLY
+    let answered = &buf[..got] == REPLY;
+    abort(&s);
+    answered
+}
+
+/// SO_LINGER 0: the close that follows sends a reset and keeps no TIME_WAIT.
+fn abort(s: &TcpStream) {
+    use std::os::fd::AsRawFd as _;
+    let l = libc::linger { l_onoff: 1, l_linger: 0 };
+    // SAFETY: a valid socket and a linger struct of the size given.
+    unsafe {
+        libc::setsockopt(s.as_raw_fd(), libc::SOL_SOCKET, libc::SO_LINGER, (&raw const l).cast(), std::mem::size_of::<libc::linger>() as libc::socklen_t);
+    }
 }
 
 fn udp_once(s: &UdpSocket, dst: SocketAddr, buf: &mut [u8]) -> bool {
