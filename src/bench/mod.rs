@@ -6,6 +6,7 @@
 
 pub mod apiserver;
 pub mod conntrack;
+pub mod netload;
 pub mod nft;
 pub mod plot;
 pub mod report;

@@ -81,7 +81,7 @@ pub fn next_batch<'t>(table: &'t Table, chains: &[String], max_lines: usize) -> 
     let head = format!("{} {}", table.family.as_str(), table.name);
     let declared: HashSet<&str> = table.objects.chains.iter().map(|c| c.name.as_str()).collect();
     let mut rules: HashMap<&str, Vec<&Rule>> = HashMap::new();
-    let (mut batch, mut lines, mut taken, mut indexed) = (Script::new(table.family, &table.name), 0, 0, false);
+    let (mut batch, mut lines, mut taken, mut indexed) = (Script::new(table.family, table.name), 0, 0, false);
     for c in chains {
         if !declared.contains(c.as_str()) {
             taken += 1;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
 
-use svcproxy::bench::{self, plot, report, soak, OneEndpoint};
+use svcproxy::bench::{self, netload, plot, report, soak, OneEndpoint};
 use svcproxy::cli::{out, render, sync::SyncArgs, EXIT_OK};
 use svcproxy::config::Mode;
 use svcproxy::gen::{self, GenSpec};
@@ -32,6 +32,14 @@ pub struct Cli {
 pub enum Change {
     /// one more (ready) endpoint for the middle service
     OneEndpoint,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LoadKind {
+    /// new TCP connections: connect, request, reply, close
+    Tcp,
+    /// UDP request/response on an unconnected socket per thread
+    Udp,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -285,6 +293,59 @@ pub enum BenchWhat {
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
     },
+    /// Write the packet-path benchmark's cluster (scripts/bench-socketlb): Services with a
+    /// TCP (80 → 8080) and a UDP (53 → 5353) port, ClusterIPs from 198.19.128.1, Service
+    /// --target backed by the pods --pods; prints the target's ClusterIP
+    #[command(hide = true)]
+    SocketlbCluster {
+        #[arg(long, default_value_t = 10000)]
+        services: usize,
+        /// Endpoints per Service (the number of --pods)
+        #[arg(long, default_value_t = 10)]
+        endpoints: usize,
+        /// The Service the pods back [default: the middle one]
+        #[arg(long)]
+        target: Option<usize>,
+        /// The pods' IPv4 addresses, comma list
+        #[arg(long, value_delimiter = ',', required = true)]
+        pods: Vec<std::net::Ipv4Addr>,
+        #[arg(long, value_name = "PATH")]
+        write: PathBuf,
+    },
+    /// The packet-path benchmark's echo server on IP (TCP 8080: read, reply, close; UDP 5353:
+    /// echo), for at most --for seconds (scripts/bench-socketlb runs one in each pod)
+    #[command(hide = true)]
+    NetServe {
+        ip: std::net::Ipv4Addr,
+        /// Threads accepting TCP connections
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+        /// Seconds before the server exits on its own
+        #[arg(long = "for", default_value_t = 3600)]
+        lifetime: u64,
+    },
+    /// The packet-path benchmark's load generator: --threads threads, one request in flight
+    /// each, for --seconds, round-robin over the targets; prints one line of `key value`
+    /// pairs: ops, errors, secs, rate, the generator's user and sys CPU seconds and the
+    /// machine's busy CPU seconds over the run (scripts/bench-socketlb)
+    #[command(hide = true)]
+    NetLoad {
+        #[arg(value_enum)]
+        kind: LoadKind,
+        /// IP:PORT targets, comma list
+        #[arg(value_delimiter = ',', required = true)]
+        targets: Vec<std::net::SocketAddr>,
+        #[arg(long, default_value_t = 4)]
+        threads: usize,
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        /// Milliseconds one request may take before it counts as an error
+        #[arg(long, default_value_t = 1000)]
+        timeout_ms: u64,
+        /// Join this cgroup (its cgroup.procs file) before opening any socket
+        #[arg(long, value_name = "PATH")]
+        cgroup_procs: Option<PathBuf>,
+    },
     /// Print BENCHMARKS.md's results section from the benchmarks' output (for scripts/bench)
     #[command(hide = true)]
     Report {
@@ -433,6 +494,55 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 heap: Some(&crate::heap::Probe),
             };
             out(&conntrack(&spec, *services, *endpoints, from.as_deref(), *udp_percent, dir.as_deref())?)?;
+        }
+        BenchWhat::SocketlbCluster { services, endpoints, target, pods, write } => {
+            let target = target.unwrap_or(services / 2);
+            let text = netload::cluster(*services, *endpoints, target, pods)?;
+            std::fs::write(write, text).with_context(|| format!("cannot write {}", write.display()))?;
+            out(&format!("{}\n", netload::cluster_ip(target)))?;
+        }
+        BenchWhat::NetServe { ip, threads, lifetime } => {
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let lifetime = Duration::from_secs(*lifetime);
+            // Bounded: the process exits after its lifetime whatever the threads do.
+            std::thread::spawn(move || {
+                std::thread::sleep(lifetime);
+                std::process::exit(0);
+            });
+            netload::serve(*ip, *threads, stop)?;
+        }
+        BenchWhat::NetLoad { kind, targets, threads, seconds, timeout_ms, cgroup_procs } => {
+            if let Some(procs) = cgroup_procs {
+                // Before any socket exists: the socket hooks see the cgroup a socket was made in.
+                std::fs::write(procs, "0").with_context(|| format!("cannot join the cgroup of {}", procs.display()))?;
+            }
+            anyhow::ensure!(*seconds > 0.0 && *seconds <= 600.0, "--seconds: more than 0, at most 600");
+            let load = netload::Load {
+                kind: match kind {
+                    LoadKind::Tcp => netload::Kind::Tcp,
+                    LoadKind::Udp => netload::Kind::Udp,
+                },
+                targets: targets.clone(),
+                threads: *threads,
+                duration: Duration::from_secs_f64(*seconds),
+                timeout: Duration::from_millis(*timeout_ms),
+            };
+            let (busy0, _) = netload::machine_cpu();
+            let (outcome, cpu) = bench::conntrack::measure(None, || netload::run(&load));
+            let (busy1, _) = netload::machine_cpu();
+            let outcome = outcome?;
+            // SAFETY: sysconf has no preconditions.
+            let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+            out(&format!(
+                "ops {} errors {} secs {:.3} rate {:.1} user {:.3} sys {:.3} machine_busy {:.3}\n",
+                outcome.ops,
+                outcome.errors,
+                outcome.elapsed.as_secs_f64(),
+                outcome.rate(),
+                cpu.user.as_secs_f64(),
+                cpu.sys.as_secs_f64(),
+                busy1.saturating_sub(busy0) as f64 / hz
+            ))?;
         }
         BenchWhat::Report { criterion, results } => out(&report::render(&report::Inputs::read(criterion, results)?))?,
     }
