@@ -1084,14 +1084,14 @@ fn external_addresses(ctx: &mut Ctx) -> CaseResult {
     let client_ns = lab.add_pod("sl-cx", "198.18.103.2", Some("fd00:18:103::2"))?.ns.clone();
     let rig = Rig::new()?;
     let (cg, pins) = (rig.cgroup.to_string_lossy().into_owned(), rig.pins.to_string_lossy().into_owned());
-    let sync = |socket_lb: bool| -> Result<String, String> {
+    let sync_as = |socket_lb: bool, dry: bool, code: i32| -> Result<String, String> {
         let path = crate::svcproxy::temp_yaml(&external_cluster())?;
         let p = crate::svcproxy::path_str(&path).to_string();
-        let mut args = sync_args(&p, false);
+        let mut args = sync_args(&p, dry);
         if socket_lb {
             args.extend_from_slice(&["--socket-lb", "--socket-lb-cgroup", &cg, "--socket-lb-pin-dir", &pins]);
         }
-        let r = crate::svcproxy::run_expect(lab.node(), Backend::Nft, &args, 0);
+        let r = crate::svcproxy::run_expect(lab.node(), Backend::Nft, &args, code);
         let _ = std::fs::remove_file(&path);
         r
     };
@@ -1099,7 +1099,14 @@ fn external_addresses(ctx: &mut Ctx) -> CaseResult {
     const N: u32 = 16;
     let both: std::collections::BTreeSet<String> = [pod_name(1), pod_name(2)].into();
 
+    let sync = |socket_lb: bool| sync_as(socket_lb, false, 0);
     sync(false)?;
+    // The dry run lists the external addresses' entries, and not the source-ranged one.
+    let pending = sync_as(true, true, 1)?;
+    for want in ["+ 198.19.2.60:80/tcp -> 198.18.1.2:8080 198.18.2.2:8080", "+ 198.19.2.61:80/udp -> 198.18.1.2:5353 198.18.2.2:5353"] {
+        crate::ensure!(pending.contains(want), "the dry run names {want}: {pending}");
+    }
+    crate::ensure!(!pending.contains(FW_IP4), "no entry for {FW_IP4}: {pending}");
     let mut rules = Vec::new();
     for (mode, addr) in &checks {
         let pods = answered_by(ctx, &client_ns, "-", mode, addr, N).map_err(|e| format!("rules only: {e}"))?;
