@@ -1091,9 +1091,7 @@ fn external_addresses(ctx: &mut Ctx) -> CaseResult {
         if socket_lb {
             args.extend_from_slice(&["--socket-lb", "--socket-lb-cgroup", &cg, "--socket-lb-pin-dir", &pins]);
         }
-        let t = Instant::now();
         let r = crate::svcproxy::run_expect(lab.node(), Backend::Nft, &args, code);
-        eprintln!("sync socket_lb={socket_lb} dry={dry}: {:?}", t.elapsed());
         let _ = std::fs::remove_file(&path);
         r
     };
