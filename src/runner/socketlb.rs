@@ -169,3 +169,45 @@ impl Live {
         Ok(Report { attached, diff, applied: Some(applied), closed })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Protocol;
+    use crate::socketlb::plan::Entry;
+
+    fn key(ip: &str) -> ServiceKey {
+        ServiceKey { addr: ip.parse().unwrap(), port: 80, proto: Protocol::Tcp }
+    }
+
+    fn want(keys: &[(&str, &str)]) -> Wanted {
+        keys.iter().map(|(k, b)| (key(k), Entry::from(vec![format!("{b}:8080").parse().unwrap()]))).collect()
+    }
+
+    #[test]
+    fn a_key_two_services_claim_stays_with_the_first_until_released() {
+        let (mut keys, mut owners) = (BTreeMap::new(), BTreeMap::new());
+        let (a, b) = (NamespacedName::new("ns", "a"), NamespacedName::new("ns", "b"));
+        let mut wanted = Wanted::new();
+        let got = claim(&mut keys, &mut owners, a.clone(), want(&[("10.0.0.1", "10.1.0.1"), ("192.0.2.1", "10.1.0.1")]), &mut wanted);
+        assert_eq!(got.len(), 2);
+        let got = claim(&mut keys, &mut owners, b.clone(), want(&[("10.0.0.2", "10.1.0.2"), ("192.0.2.1", "10.1.0.2")]), &mut wanted);
+        assert_eq!(got, BTreeSet::from([key("10.0.0.2")]), "b does not take a's external address");
+        assert_eq!(wanted[&key("192.0.2.1")].backends[0].to_string(), "10.1.0.1:8080");
+        // A later pass with b alone changed: a still holds the address.
+        let mut wanted = Wanted::new();
+        keys.remove(&b).unwrap().iter().for_each(|k| {
+            owners.remove(k);
+        });
+        let got = claim(&mut keys, &mut owners, b.clone(), want(&[("10.0.0.2", "10.1.0.2"), ("192.0.2.1", "10.1.0.2")]), &mut wanted);
+        assert_eq!(got, BTreeSet::from([key("10.0.0.2")]));
+        assert_eq!(owners[&key("192.0.2.1")], a);
+        // Once a lets it go, b may take it.
+        keys.remove(&a).unwrap().iter().for_each(|k| {
+            owners.remove(k);
+        });
+        let got = claim(&mut keys, &mut owners, b.clone(), want(&[("192.0.2.1", "10.1.0.2")]), &mut Wanted::new());
+        assert_eq!(got, BTreeSet::from([key("192.0.2.1")]));
+        assert_eq!(owners[&key("192.0.2.1")], b);
+    }
+}
