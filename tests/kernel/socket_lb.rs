@@ -1066,16 +1066,25 @@ fn external_cluster() -> String {
     cluster_yaml(&[ext, lb, fw])
 }
 
-/// A client pod (its own network namespace) reaches an external IP and a load-balancer IP
-/// over TCP, connected and unconnected UDP: with the rules alone (the client outside the
-/// cgroup) and then with `--socket-lb` (inside it) the same pods answer (with
+/// In iptables and nftables mode: a client pod (its own network namespace) reaches an
+/// external IP and a load-balancer IP over TCP, connected and unconnected UDP: with the
+/// rules alone (the client outside the cgroup) and then with `--socket-lb` (inside it) the same pods answer (with
 /// `externalTrafficPolicy: Local`, both: local traffic is short-circuited to every
 /// endpoint), each reply seen from the Service address, and with the socket path no
 /// conntrack flow to either address. A load-balancer IP whose source ranges leave the
 /// pod out has no map entry and is dropped by the rules either way.
 fn external_addresses(ctx: &mut Ctx) -> CaseResult {
-    require(ctx, &["ip", "mount", "umount", "conntrack", "iptables-nft", "iptables-nft-restore"])?;
-    let mut lab = Lab::new("socklbext")?;
+    require(ctx, &["ip", "mount", "umount", "conntrack", "iptables-nft", "iptables-nft-restore", "nft"])?;
+    for mode in ["iptables", "nftables"] {
+        external_addresses_in(ctx, mode)?;
+    }
+    Ok(())
+}
+
+/// [`external_addresses`] in one proxy mode (its own lab: no other mode's rules).
+fn external_addresses_in(ctx: &mut Ctx, proxy_mode: &str) -> CaseResult {
+    ctx.log(format!("{proxy_mode} mode"));
+    let mut lab = Lab::new(if proxy_mode == "nftables" { "socklbextn" } else { "socklbext" })?;
     for k in [1, 2] {
         let pod = lab.add_pod(&pod_name(k), &pod_ip4(k), Some(&pod_ip6(k)))?;
         pod.serve_tcp(crate::dataplane::EP_PORT)?;
@@ -1088,6 +1097,7 @@ fn external_addresses(ctx: &mut Ctx) -> CaseResult {
         let path = crate::svcproxy::temp_yaml(&external_cluster())?;
         let p = crate::svcproxy::path_str(&path).to_string();
         let mut args = sync_args(&p, dry);
+        args.extend_from_slice(&["--proxy-mode", proxy_mode]);
         if socket_lb {
             args.extend_from_slice(&["--socket-lb", "--socket-lb-cgroup", &cg, "--socket-lb-pin-dir", &pins]);
         }
