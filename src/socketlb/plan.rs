@@ -47,8 +47,9 @@ pub enum External {
     /// Local` the node's traffic is short-circuited but pods' is not, and the programs do
     /// not tell them apart, so such a Service's external addresses stay with the rules.
     NodeOnly,
-    /// IPVS mode: the external policy's endpoints (the local ones for `Local`), for
-    /// every source; a policy with none stays with the rules.
+    /// IPVS mode: the virtual server's real servers, for every source: the local
+    /// endpoints for `Local`, or the cluster-wide ones when there are none here (so that
+    /// local pods still reach the Service, as kube-proxy's IPVS proxier does).
     Policy,
 }
 
@@ -130,7 +131,7 @@ fn add(out: &mut Wanted, svc: &ServicePort, endpoints: Option<&Vec<Endpoint>>, s
         put(svc.cluster_ip, Vec::new());
     }
     let external = match (scope.external, svc.external_policy_local) {
-        (External::Policy, true) => &cat.local,
+        (External::Policy, true) if !cat.local.is_empty() => &cat.local,
         (External::NodeOnly, true) => return,
         _ => &cat.cluster,
     };
@@ -331,7 +332,8 @@ mod tests {
         assert_eq!(w[&key("198.51.100.1", Protocol::Tcp)], addrs(&["10.1.0.2"]), "IPVS: the local endpoints");
         assert_eq!(w[&key("10.0.0.1", Protocol::Tcp)], addrs(&["10.1.0.1", "10.1.0.2"]));
         let (s, e) = maps(vec![(external("remote", true), vec![ep("10.1.0.1", false, true, false)])]);
-        assert_eq!(wanted(&s, &e, scope(External::Policy)).len(), 1, "IPVS with no local endpoint: the rules");
+        let w = wanted(&s, &e, scope(External::Policy));
+        assert_eq!(w[&key("198.51.100.1", Protocol::Tcp)], addrs(&["10.1.0.1"]), "IPVS with no local endpoint: the cluster-wide ones");
         let (s, e) = maps(vec![(external("cluster", false), eps)]);
         for ext in [External::NodeOnly, External::Policy] {
             assert_eq!(wanted(&s, &e, scope(ext))[&key("203.0.113.1", Protocol::Tcp)], addrs(&["10.1.0.1", "10.1.0.2"]));
