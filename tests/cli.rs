@@ -252,8 +252,9 @@ fn trace_socket_lb_shows_the_socket_path_first() {
 /// `--socket-lb` and a local socket to an external or load-balancer IP: translated to the
 /// backends the rules short-circuit such traffic to (the same shares), or left to the
 /// rules where the programs could not answer as they do (no local-traffic detector with
-/// `externalTrafficPolicy: Local`, source ranges); an `ipMode: Proxy` ingress is no
-/// Service address at all. One case is pinned in golden/.
+/// `externalTrafficPolicy: Local`, source ranges); in IPVS mode, the virtual server's real
+/// servers. An `ipMode: Proxy` ingress is no Service address at all. One case is pinned
+/// in golden/.
 #[test]
 fn trace_socket_lb_external_addresses_answer_as_the_rules_do() {
     let json = |fixture: &str, extra: &[&str]| -> serde_json::Value {
@@ -280,7 +281,12 @@ fn trace_socket_lb_external_addresses_answer_as_the_rules_do() {
             assert!(!socket.is_empty(), "{fixture} {args:?} {mode}: {t}");
             assert_eq!(socket, pairs(&t["outcomes"]), "{fixture} {args:?} {mode}: the rules' answer");
         }
+        // IPVS mode: the virtual server's real servers (for `Local`, the local ones).
+        let t = json(fixture, &[&args[..], &["--mode", "ipvs"]].concat());
+        assert_eq!(pairs(&t["socket_lb"]["branches"]), pairs(&t["outcomes"]), "{fixture} {args:?} ipvs: {t}");
     }
+    let t = json("external-ips-etp-local", &["--mode", "ipvs", "--entry", "node", "--dst", "198.51.100.26:80"]);
+    assert_eq!(pairs(&t["socket_lb"]["branches"]), [("10.244.1.122:8080".to_string(), 1.0)], "ipvs: the local endpoint: {t}");
     let left = [
         ("external-ips-etp-local", vec!["--src", "10.244.1.99", "--dst", "198.51.100.27:80", "--detect-local-mode", "None"]),
         ("loadbalancer-source-ranges", vec!["--src", "10.244.1.99", "--dst", "192.0.2.30:80"]),
