@@ -9,12 +9,15 @@ use std::process::Command;
 
 /// Each source and the object it becomes in `OUT_DIR`.
 const SOURCES: [(&str, &str); 2] = [("bpf/socket_lb.c", "socket_lb.o"), ("bpf/sock_destroy.c", "sock_destroy.o")];
+/// What both sources include (`#include "…"`, found beside them).
+const SHARED: &str = "bpf/socket_lb_shared.h";
 
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(socket_lb_object)");
     for (source, _) in SOURCES {
         println!("cargo::rerun-if-changed={source}");
     }
+    println!("cargo::rerun-if-changed={SHARED}");
     println!("cargo::rerun-if-env-changed=CLANG");
     println!("cargo::rerun-if-env-changed=SVCPROXY_NO_BPF");
     let dir = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));

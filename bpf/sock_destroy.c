@@ -20,10 +20,10 @@
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 
+#include "socket_lb_shared.h"
+
 #define AF_INET 2
 #define AF_INET6 10
-#define FAMILY_V4 4
-#define FAMILY_V6 6
 
 /* The loader rewrites `call SOCK_DESTROY_PLACEHOLDER` (a helper id no kernel has) into
  * `call bpf_sock_destroy` (src/netfilter/bpf/destroy.rs: SOCK_DESTROY_PLACEHOLDER). */
@@ -77,23 +77,7 @@ struct destroy_key {
 	__u8 pad[2];
 };
 
-/* socket_lb.c's per-socket record, copied: a unit test (netfilter/bpf/destroy.rs) fails
- * when the two declarations differ. */
-struct revnat {
-	__u32 svc_addr[4];
-	__u32 be_addr[4];
-	__u16 svc_port;
-	__u16 be_port;
-	__u32 backend_id;
-	__u32 slot;
-	__u8 family;
-	__u8 pad[3];
-};
-
 _Static_assert(sizeof(struct destroy_key) == 40, "destroy_key layout is shared with maps.rs");
-_Static_assert(sizeof(struct revnat) == 48, "revnat is socket_lb.c's");
-_Static_assert(__builtin_offsetof(struct revnat, svc_port) == 32, "revnat.svc_port");
-_Static_assert(__builtin_offsetof(struct revnat, family) == 44, "revnat.family");
 
 /* Not pinned: only the process that loaded the iterators writes and reads it. */
 struct {
@@ -111,15 +95,6 @@ struct {
 	__type(value, __u64);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } lb_destroyed SEC(".maps");
-
-/* socket_lb.c's map, shared through its pin. */
-struct {
-	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct revnat);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} lb_revnat SEC(".maps");
 
 static __always_inline void count(int family, __u32 kind)
 {

@@ -14,11 +14,10 @@
 #include <linux/in.h>
 #include <bpf/bpf_helpers.h>
 
+#include "socket_lb_shared.h"
+
 /* Not in the UAPI headers a BPF build can include. */
 #define ECONNREFUSED 111
-
-#define FAMILY_V4 4
-#define FAMILY_V6 6
 
 /* svc_value.flags */
 #define SVC_F_NO_BACKENDS 1 /* the Service has no usable endpoint: connect() is refused */
@@ -62,19 +61,6 @@ struct backend_value {
 	__u16 pad;
 };
 
-/* Per socket: the last translation, for the reverse direction (recvmsg, getpeername) and
- * so that an unconnected UDP socket keeps its backend while the Service is unchanged. */
-struct revnat {
-	__u32 svc_addr[4];
-	__u32 be_addr[4];
-	__u16 svc_port;
-	__u16 be_port;
-	__u32 backend_id;
-	__u32 slot;
-	__u8 family;
-	__u8 pad[3];
-};
-
 /* ClientIP affinity: one client (a network namespace: a pod, or the node's own) and one
  * Service port. The client's address is not known at connect() for an unbound socket (the
  * kernel picks it after this hook), so its namespace stands for it, as in Cilium. */
@@ -104,7 +90,6 @@ _Static_assert(sizeof(struct affinity_value) == 40, "affinity_value layout is sh
 _Static_assert(__builtin_offsetof(struct affinity_value, backend) == 16, "affinity_value.backend");
 _Static_assert(sizeof(struct backend_key) == 8, "backend_key layout is shared with maps.rs");
 _Static_assert(sizeof(struct backend_value) == 20, "backend_value layout is shared with maps.rs");
-_Static_assert(sizeof(struct revnat) == 48, "revnat layout is shared with maps.rs");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -121,14 +106,6 @@ struct {
 	__type(value, struct backend_value);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } lb_backends SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct revnat);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} lb_revnat SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);

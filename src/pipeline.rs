@@ -93,12 +93,10 @@ fn family_left_out(families: &[IpFamily], services: &[Arc<crate::model::Service>
 /// The socket-LB entries the committed trackers want, every family's (what `sync
 /// --socket-lb` writes; `trace --socket-lb` reads them).
 pub fn socket_lb_wanted(loaded: &Loaded) -> crate::socketlb::plan::Wanted {
-    let zone = loaded.config.node_labels.get(crate::model::LABEL_ZONE).map(String::as_str);
-    let here = crate::select::Locality { node_name: &loaded.config.node_name, zone };
     let mut out = crate::socketlb::plan::Wanted::new();
     for t in &loaded.trackers.families {
         let (s, e) = t.view();
-        out.extend(crate::socketlb::plan::wanted(s, e, here));
+        out.extend(crate::socketlb::plan::wanted(s, e, crate::socketlb::plan::Scope::of(&loaded.config, t.family)));
     }
     out
 }

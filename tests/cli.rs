@@ -244,9 +244,62 @@ fn trace_socket_lb_shows_the_socket_path_first() {
     let outside = json(&["--entry", "outside", "--src", "192.0.2.200", "--dst", "10.100.50.5:80"]);
     assert!(outside.get("socket_lb").is_none(), "from outside no local socket: {outside}");
     let lb = json(&["--src", "10.244.1.99", "--dst", "192.0.2.50:443"]);
-    assert!(lb.get("socket_lb").is_none(), "a load-balancer IP stays with the rules: {lb}");
+    assert!(lb.get("socket_lb").is_none(), "a load-balancer IP with source ranges stays with the rules: {lb}");
     let off = run(&["trace", "--from", "fixtures/demo.yaml", "--src", "10.244.1.99", "--dst", "10.100.50.5:80"]);
     assert!(!stdout(&off).contains("socket:"), "without --socket-lb no socket path");
+}
+
+/// `--socket-lb` and a local socket to an external or load-balancer IP: translated to the
+/// backends the rules short-circuit such traffic to (the same shares), or left to the
+/// rules where the programs could not answer as they do (no local-traffic detector with
+/// `externalTrafficPolicy: Local`, source ranges); in IPVS mode, the virtual server's real
+/// servers. An `ipMode: Proxy` ingress is no Service address at all. One case is pinned
+/// in golden/.
+#[test]
+fn trace_socket_lb_external_addresses_answer_as_the_rules_do() {
+    let json = |fixture: &str, extra: &[&str]| -> serde_json::Value {
+        let f = format!("fixtures/{fixture}.yaml");
+        let o = run(&[&["trace", "--socket-lb", "--from", f.as_str(), "--output", "json"][..], extra].concat());
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let pairs = |v: &serde_json::Value| -> Vec<(String, f64)> {
+        v.as_array().unwrap().iter().map(|b| (b["verdict"].as_str().unwrap().to_string(), b["probability"].as_f64().unwrap())).collect()
+    };
+    let translated = [
+        ("external-ips-etp-local", vec!["--src", "10.244.1.99", "--dst", "198.51.100.27:80"], 2),
+        ("external-ips-etp-local", vec!["--entry", "node", "--dst", "198.51.100.26:80"], 2),
+        ("external-ips", vec!["--entry", "node", "--dst", "192.168.10.11:8080"], 2),
+        ("loadbalancer", vec!["--entry", "node", "--dst", "192.0.2.20:80"], 2),
+        ("loadbalancer-ipmode-proxy", vec!["--src", "10.244.1.99", "--dst", "192.0.2.50:80"], 1),
+    ];
+    for (fixture, args, n) in translated {
+        for mode in ["iptables", "nftables"] {
+            let t = json(fixture, &[&args[..], &["--mode", mode]].concat());
+            let socket = pairs(&t["socket_lb"]["branches"]);
+            assert_eq!(socket.len(), n, "{fixture} {args:?} {mode}: {t}");
+            assert!(!socket.is_empty(), "{fixture} {args:?} {mode}: {t}");
+            assert_eq!(socket, pairs(&t["outcomes"]), "{fixture} {args:?} {mode}: the rules' answer");
+        }
+        // IPVS mode: the virtual server's real servers (for `Local`, the local ones).
+        let t = json(fixture, &[&args[..], &["--mode", "ipvs"]].concat());
+        assert_eq!(pairs(&t["socket_lb"]["branches"]), pairs(&t["outcomes"]), "{fixture} {args:?} ipvs: {t}");
+    }
+    let t = json("external-ips-etp-local", &["--mode", "ipvs", "--entry", "node", "--dst", "198.51.100.26:80"]);
+    assert_eq!(pairs(&t["socket_lb"]["branches"]), [("10.244.1.122:8080".to_string(), 1.0)], "ipvs: the local endpoint: {t}");
+    let left = [
+        ("external-ips-etp-local", vec!["--src", "10.244.1.99", "--dst", "198.51.100.27:80", "--detect-local-mode", "None"]),
+        ("loadbalancer-source-ranges", vec!["--src", "10.244.1.99", "--dst", "192.0.2.30:80"]),
+        ("loadbalancer-ipmode-proxy", vec!["--src", "10.244.1.99", "--dst", "192.0.2.51:80"]),
+        ("loadbalancer", vec!["--entry", "node", "--dst", "192.168.10.11:31000"]),
+    ];
+    for (fixture, args) in left {
+        let t = json(fixture, &args);
+        assert!(t.get("socket_lb").is_none(), "{fixture} {args:?}: left to the rules: {t}");
+    }
+    let o = run(&["trace", "--socket-lb", "--from", "fixtures/external-ips-etp-local.yaml", "--src", "10.244.1.99", "--dst", "198.51.100.27:80"]);
+    let path = repo().join("golden").join("external-ips-etp-local.trace-socket-lb.txt");
+    support::check_golden(&path, &stdout(&o)).unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// `--mode ipvs` traces kube-proxy's IPVS mode, not the iptables-mode rules:

@@ -475,14 +475,13 @@ impl Engine {
         } else {
             changed
         };
-        let zone = self.config.node_labels.get(crate::model::LABEL_ZONE).map(String::as_str);
-        let here = crate::select::Locality { node_name: &self.config.node_name, zone };
         let mut planned = std::collections::BTreeMap::new();
         for name in names {
             let mut wanted = crate::socketlb::plan::Wanted::new();
             for t in &self.trackers.families {
                 let (s, e) = t.view();
-                wanted.extend(crate::socketlb::plan::wanted_of(s, e, here, &name));
+                let scope = crate::socketlb::plan::Scope::of(&self.config, t.family);
+                wanted.extend(crate::socketlb::plan::wanted_of(s, e, scope, &name));
             }
             planned.insert(name, wanted);
         }
@@ -492,12 +491,10 @@ impl Engine {
     /// The socket-LB entries every family's committed maps want (one set of maps holds
     /// both families, keyed by address).
     pub fn socket_lb_wanted(&self) -> crate::socketlb::plan::Wanted {
-        let zone = self.config.node_labels.get(crate::model::LABEL_ZONE).map(String::as_str);
-        let here = crate::select::Locality { node_name: &self.config.node_name, zone };
         let mut out = crate::socketlb::plan::Wanted::new();
         for t in &self.trackers.families {
             let (s, e) = t.view();
-            out.extend(crate::socketlb::plan::wanted(s, e, here));
+            out.extend(crate::socketlb::plan::wanted(s, e, crate::socketlb::plan::Scope::of(&self.config, t.family)));
         }
         out
     }

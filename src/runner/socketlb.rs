@@ -66,6 +66,25 @@ pub fn sync(cfg: &SocketLbConfig, wanted: &Wanted, pass: Pass) -> Result<Report,
     Ok(Report { attached: Some(attached), diff, applied: Some(applied), closed })
 }
 
+/// `name`'s entries into `wanted`, but for keys another Service holds (an external
+/// address two Services claim stays with the first until a full plan); the keys
+/// claimed.
+fn claim(keys: &mut BTreeMap<NamespacedName, BTreeSet<ServiceKey>>, owners: &mut BTreeMap<ServiceKey, NamespacedName>, name: NamespacedName, w: Wanted, wanted: &mut Wanted) -> BTreeSet<ServiceKey> {
+    let mut mine = BTreeSet::new();
+    for (key, entry) in w {
+        if owners.get(&key).is_some_and(|o| *o != name) || wanted.contains_key(&key) {
+            continue;
+        }
+        owners.insert(key, name.clone());
+        wanted.insert(key, entry);
+        mine.insert(key);
+    }
+    if !mine.is_empty() {
+        keys.insert(name, mine.clone());
+    }
+    mine
+}
+
 /// Watch mode's socket-LB state: the maps as last written, trusted between syncs (as the
 /// iptables partial sync trusts what it sent), and the Service keys each Service planned,
 /// so that a sync re-plans and compares only the Services it changed. The first sync, and
@@ -76,13 +95,15 @@ pub struct Live {
     held: Option<Held>,
     next_id: u32,
     keys: BTreeMap<NamespacedName, BTreeSet<ServiceKey>>,
+    /// Which Service holds each key of `keys`.
+    owners: BTreeMap<ServiceKey, NamespacedName>,
     replan: bool,
     closer: Closer,
 }
 
 impl Live {
     pub fn new(cfg: SocketLbConfig) -> Live {
-        Live { cfg, table: None, held: None, next_id: 1, keys: BTreeMap::new(), replan: true, closer: Closer::new() }
+        Live { cfg, table: None, held: None, next_id: 1, keys: BTreeMap::new(), owners: BTreeMap::new(), replan: true, closer: Closer::new() }
     }
 
     /// Whether the next [`Live::sync`] needs every Service planned, not only the changed ones.
@@ -113,19 +134,25 @@ impl Live {
         };
         let mut next = self.next_id.max(held.next_id());
         let diff = if all {
-            self.keys = planned.iter().map(|(n, w)| (n.clone(), w.keys().copied().collect())).collect();
-            let wanted: Wanted = planned.into_values().flatten().collect();
+            self.keys.clear();
+            self.owners.clear();
+            let mut wanted = Wanted::new();
+            for (name, w) in planned {
+                claim(&mut self.keys, &mut self.owners, name, w, &mut wanted);
+            }
             diff(&held, &wanted, &mut next)
         } else {
             let mut scope = BTreeSet::new();
             let mut wanted = Wanted::new();
-            for (name, w) in planned {
-                scope.extend(self.keys.remove(&name).unwrap_or_default());
-                scope.extend(w.keys().copied());
-                if !w.is_empty() {
-                    self.keys.insert(name, w.keys().copied().collect());
+            // Every changed Service's keys released first, so one may take another's.
+            for name in planned.keys() {
+                for key in self.keys.remove(name).unwrap_or_default() {
+                    self.owners.remove(&key);
+                    scope.insert(key);
                 }
-                wanted.extend(w);
+            }
+            for (name, w) in planned {
+                scope.extend(claim(&mut self.keys, &mut self.owners, name, w, &mut wanted));
             }
             diff_keys(&held, &wanted, &scope, &mut next)
         };
@@ -140,5 +167,47 @@ impl Live {
             self.table = None;
         }
         Ok(Report { attached, diff, applied: Some(applied), closed })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Protocol;
+    use crate::socketlb::plan::Entry;
+
+    fn key(ip: &str) -> ServiceKey {
+        ServiceKey { addr: ip.parse().unwrap(), port: 80, proto: Protocol::Tcp }
+    }
+
+    fn want(keys: &[(&str, &str)]) -> Wanted {
+        keys.iter().map(|(k, b)| (key(k), Entry::from(vec![format!("{b}:8080").parse().unwrap()]))).collect()
+    }
+
+    #[test]
+    fn a_key_two_services_claim_stays_with_the_first_until_released() {
+        let (mut keys, mut owners) = (BTreeMap::new(), BTreeMap::new());
+        let (a, b) = (NamespacedName::new("ns", "a"), NamespacedName::new("ns", "b"));
+        let mut wanted = Wanted::new();
+        let got = claim(&mut keys, &mut owners, a.clone(), want(&[("10.0.0.1", "10.1.0.1"), ("192.0.2.1", "10.1.0.1")]), &mut wanted);
+        assert_eq!(got.len(), 2);
+        let got = claim(&mut keys, &mut owners, b.clone(), want(&[("10.0.0.2", "10.1.0.2"), ("192.0.2.1", "10.1.0.2")]), &mut wanted);
+        assert_eq!(got, BTreeSet::from([key("10.0.0.2")]), "b does not take a's external address");
+        assert_eq!(wanted[&key("192.0.2.1")].backends[0].to_string(), "10.1.0.1:8080");
+        // A later pass with b alone changed: a still holds the address.
+        let mut wanted = Wanted::new();
+        keys.remove(&b).unwrap().iter().for_each(|k| {
+            owners.remove(k);
+        });
+        let got = claim(&mut keys, &mut owners, b.clone(), want(&[("10.0.0.2", "10.1.0.2"), ("192.0.2.1", "10.1.0.2")]), &mut wanted);
+        assert_eq!(got, BTreeSet::from([key("10.0.0.2")]));
+        assert_eq!(owners[&key("192.0.2.1")], a);
+        // Once a lets it go, b may take it.
+        keys.remove(&a).unwrap().iter().for_each(|k| {
+            owners.remove(k);
+        });
+        let got = claim(&mut keys, &mut owners, b.clone(), want(&[("192.0.2.1", "10.1.0.2")]), &mut Wanted::new());
+        assert_eq!(got, BTreeSet::from([key("192.0.2.1")]));
+        assert_eq!(owners[&key("192.0.2.1")], b);
     }
 }

@@ -11,7 +11,9 @@
 //! UDP sockets a pod's clients had connected to it, so they move on within a second.
 //! `ClientIP` session affinity: each client pod sticks to one backend as it does through
 //! the rules alone, an entry naming a backend that left the Service is not followed, and
-//! each use refreshes an entry's timeout.
+//! each use refreshes an entry's timeout. A pod reaches an external IP and a
+//! load-balancer IP through the socket path with the answers of the rules alone, and a
+//! restart of svcproxy drops no flow and refuses no new socket.
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
@@ -48,6 +50,8 @@ pub fn cases() -> Vec<Case> {
         Case::new("socket_lb_watch_mode_follows_endpoint_changes", watch_mode),
         Case::new("socket_lb_removed_backend_sockets_are_closed", removed_backend_sockets_closed),
         Case::new("socket_lb_client_ip_affinity_sticks_as_the_rules_do", affinity),
+        Case::new("socket_lb_external_and_load_balancer_ips_answer_as_the_rules_do", external_addresses),
+        Case::new("socket_lb_restart_drops_nothing", restart),
     ]
 }
 
@@ -630,7 +634,11 @@ fn stream_main(args: &[String]) -> ! {
         let mut buf = [0u8; 256];
         let r = match s {
             Sock::Udp(u) if mode == "udp" => u.send(b"ping\n").and_then(|_| u.recv(&mut buf)),
-            Sock::Udp(u) => u.send_to(b"ping\n", dst).and_then(|_| u.recv_from(&mut buf).map(|(n, _)| n)),
+            // The reply must seem to come from the address sent to (recvmsg's reversal).
+            Sock::Udp(u) => u.send_to(b"ping\n", dst).and_then(|_| u.recv_from(&mut buf)).and_then(|(n, from)| match from == dst {
+                true => Ok(n),
+                false => Err(std::io::Error::other(format!("a reply from {from}, not {dst}"))),
+            }),
             Sock::Tcp(t) => t.write_all(b"ping\n").and_then(|_| t.read(&mut buf)),
         };
         match r {
@@ -1028,6 +1036,265 @@ fn affinity(ctx: &mut Ctx) -> CaseResult {
     ctx.log(format!("1 s affinity: {seen:?} for {span:?}; after 1.5 s idle: {again} (a new pick may differ)"));
     let refreshed = after.iter().any(|(c, v)| before.get(c).is_some_and(|old| v.last_used_ns >= old.last_used_ns + 1_400_000_000) && pod_of(v.backend) == again);
     crate::ensure!(refreshed, "the stale entry was rewritten by the next use: before {before:?}, after {after:?}");
+    drop(rig);
+    drop(lab);
+    Ok(())
+}
+
+const EXT_CLUSTER4: &str = "198.19.255.60";
+const EXT_IP4: &str = "198.19.2.60";
+const LB_CLUSTER4: &str = "198.19.255.61";
+const LB_IP4: &str = "198.19.2.61";
+const FW_CLUSTER4: &str = "198.19.255.62";
+const FW_IP4: &str = "198.19.2.62";
+
+/// `sl-ext`: an external IP with `externalTrafficPolicy: Local`, pod2 on another node (so
+/// only the short-circuit of local traffic reaches it); `sl-lb`: a load-balancer IP;
+/// `sl-fw`: a load-balancer IP whose source ranges leave the lab's pods out. TCP and UDP.
+fn external_cluster() -> String {
+    let both = || vec![tcp("web", PORT), udp("dns", PORT)];
+    let mut ext = svc("sl-ext", EXT_CLUSTER4, both(), vec![ep4(1), ep4(2).on(crate::dataplane::OTHER_NODE)]);
+    ext.external_ips = vec![EXT_IP4.to_string()];
+    ext.etp_local = true;
+    let mut lb = svc("sl-lb", LB_CLUSTER4, both(), vec![ep4(1), ep4(2)]);
+    lb.ty = "LoadBalancer";
+    lb.lb_ips = vec![LB_IP4.to_string()];
+    let mut fw = svc("sl-fw", FW_CLUSTER4, both(), vec![ep4(1), ep4(2)]);
+    fw.ty = "LoadBalancer";
+    fw.lb_ips = vec![FW_IP4.to_string()];
+    fw.source_ranges = vec!["203.0.113.0/24".to_string()];
+    cluster_yaml(&[ext, lb, fw])
+}
+
+/// In iptables and nftables mode: a client pod (its own network namespace) reaches an
+/// external IP and a load-balancer IP over TCP, connected and unconnected UDP: with the
+/// rules alone (the client outside the cgroup) and then with `--socket-lb` (inside it) the same pods answer (with
+/// `externalTrafficPolicy: Local`, both: local traffic is short-circuited to every
+/// endpoint), each reply seen from the Service address, and with the socket path no
+/// conntrack flow to either address. A load-balancer IP whose source ranges leave the
+/// pod out has no map entry and is dropped by the rules either way.
+fn external_addresses(ctx: &mut Ctx) -> CaseResult {
+    require(ctx, &["ip", "mount", "umount", "conntrack", "iptables-nft", "iptables-nft-restore", "nft"])?;
+    for mode in ["iptables", "nftables"] {
+        external_addresses_in(ctx, mode)?;
+    }
+    Ok(())
+}
+
+/// [`external_addresses`] in one proxy mode (its own lab: no other mode's rules).
+fn external_addresses_in(ctx: &mut Ctx, proxy_mode: &str) -> CaseResult {
+    ctx.log(format!("{proxy_mode} mode"));
+    let mut lab = Lab::new(if proxy_mode == "nftables" { "socklbextn" } else { "socklbext" })?;
+    for k in [1, 2] {
+        let pod = lab.add_pod(&pod_name(k), &pod_ip4(k), Some(&pod_ip6(k)))?;
+        pod.serve_tcp(crate::dataplane::EP_PORT)?;
+        pod.serve_udp(5353)?;
+    }
+    let client_ns = lab.add_pod("sl-cx", "198.18.103.2", Some("fd00:18:103::2"))?.ns.clone();
+    let rig = Rig::new()?;
+    let (cg, pins) = (rig.cgroup.to_string_lossy().into_owned(), rig.pins.to_string_lossy().into_owned());
+    let sync_as = |socket_lb: bool, dry: bool, code: i32| -> Result<String, String> {
+        let path = crate::svcproxy::temp_yaml(&external_cluster())?;
+        let p = crate::svcproxy::path_str(&path).to_string();
+        let mut args = sync_args(&p, dry);
+        args.extend_from_slice(&["--proxy-mode", proxy_mode]);
+        if socket_lb {
+            args.extend_from_slice(&["--socket-lb", "--socket-lb-cgroup", &cg, "--socket-lb-pin-dir", &pins]);
+        }
+        let r = crate::svcproxy::run_expect(lab.node(), Backend::Nft, &args, code);
+        let _ = std::fs::remove_file(&path);
+        r
+    };
+    let checks: Vec<(&str, &str)> = ["tcp", "udp", "udp-unconnected"].iter().flat_map(|m| [(*m, EXT_IP4), (*m, LB_IP4)]).collect();
+    const N: u32 = 16;
+    let both: std::collections::BTreeSet<String> = [pod_name(1), pod_name(2)].into();
+
+    let sync = |socket_lb: bool| sync_as(socket_lb, false, 0);
+    sync(false)?;
+    // The dry run lists the external addresses' entries, and not the source-ranged one.
+    let pending = sync_as(true, true, 1)?;
+    for want in ["+ 198.19.2.60:80/tcp -> 198.18.1.2:8080 198.18.2.2:8080", "+ 198.19.2.61:80/udp -> 198.18.1.2:5353 198.18.2.2:5353"] {
+        crate::ensure!(pending.contains(want), "the dry run names {want}: {pending}");
+    }
+    crate::ensure!(!pending.contains(FW_IP4), "no entry for {FW_IP4}: {pending}");
+    let mut rules = Vec::new();
+    for (mode, addr) in &checks {
+        let pods = answered_by(ctx, &client_ns, "-", mode, addr, N).map_err(|e| format!("rules only: {e}"))?;
+        crate::ensure!(pods == both, "rules only: {mode} to {addr}: local traffic short-circuited to both pods: {pods:?}");
+        rules.push(pods);
+    }
+    let fw = client(&client_ns, "-", "tcp", FW_IP4, 1)?;
+    crate::ensure!(!matches!(fw[0], Answer::Ok { .. }), "rules only: the source ranges drop the pod's traffic: {fw:?}");
+
+    sync(true)?;
+    lab.conntrack_flush()?;
+    let procs = rig.procs();
+    for ((mode, addr), by_rules) in checks.iter().zip(&rules) {
+        let pods = answered_by(ctx, &client_ns, &procs, mode, addr, N).map_err(|e| format!("socket path: {e}"))?;
+        crate::ensure!(pods == *by_rules, "socket path: {mode} to {addr}: {pods:?}, the rules: {by_rules:?}");
+    }
+    for addr in [EXT_IP4, LB_IP4] {
+        let to_svc = lab.node().run(&["conntrack", "-L", "-f", "ipv4", "-d", addr])?;
+        crate::ensure!(to_svc.trim().is_empty(), "no flow to {addr}: the socket path answered, not the rules: {to_svc}");
+    }
+    let to_pod = lab.node().run(&["conntrack", "-L", "-f", "ipv4", "-d", &pod_ip4(1)])?;
+    crate::ensure!(to_pod.lines().count() > 0, "the pods' flows are tracked (the check above can see flows)");
+    let held = svcproxy::socketlb::apply::read_held(&Maps::open(&rig.pins).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+    let key = |addr: &str, proto| ServiceKey { addr: addr.parse().unwrap(), port: PORT, proto };
+    for addr in [EXT_IP4, LB_IP4] {
+        for proto in [Protocol::Tcp, Protocol::Udp] {
+            let entry = held.services.get(&key(addr, proto)).and_then(|(_, b)| b.clone());
+            crate::ensure!(entry.is_some_and(|b| b.len() == 2), "{addr}/{proto:?} holds both pods: {:?}", held.services.keys());
+        }
+    }
+    crate::ensure!(!held.services.contains_key(&key(FW_IP4, Protocol::Tcp)), "a source-ranged load-balancer IP is left to the rules: {:?}", held.services.keys());
+    let fw = client(&client_ns, &procs, "tcp", FW_IP4, 1)?;
+    crate::ensure!(!matches!(fw[0], Answer::Ok { .. }), "socket path: not translated, so the rules drop it: {fw:?}");
+    ctx.log(format!("socket path and rules agree on {} checks; {FW_IP4}: {fw:?}", checks.len()));
+    drop(rig);
+    drop(lab);
+    Ok(())
+}
+
+/// A fresh stream client of `count` sends (a new socket, `connect()` for TCP and
+/// connected UDP), run to its end: the pods that answered, or why not every send was.
+fn fresh_stream(rig: &Rig, ns: &Ns, mode: &str, addr: &str, count: u32) -> Result<std::collections::BTreeSet<String>, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?.to_string_lossy().into_owned();
+    let n = RIGS.fetch_add(1, Ordering::SeqCst);
+    let log = rig.dir.join(format!("fresh-{n}.log"));
+    let mut child = ns.spawn_logged(&[&exe, STREAM_FLAG, &rig.procs(), mode, addr, &PORT.to_string(), &count.to_string()], &log)?;
+    let deadline = Instant::now() + Duration::from_millis(500) * count + Duration::from_secs(5);
+    while child.try_wait().map_err(|e| e.to_string())?.is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("{mode} to {addr}: a fresh client did not finish"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let lines = stream_lines(&log);
+    let pods: std::collections::BTreeSet<String> = lines.iter().filter_map(|(_, w)| w.strip_prefix("ok ").map(str::to_string)).collect();
+    if lines.len() != count as usize || lines.iter().any(|(_, w)| !w.starts_with("ok ")) {
+        return Err(format!("{mode} to {addr}: a fresh client's sends not all answered: {lines:?}"));
+    }
+    Ok(pods)
+}
+
+/// A restart drops nothing: `svcproxy sync --watch --socket-lb` is running; a client pod
+/// keeps a TCP connection, a connected UDP socket and an unconnected one to a ClusterIP,
+/// each sending every 100 ms; svcproxy is stopped (SIGTERM) and a new process started
+/// with the same settings (the pinned maps and links stay). Every send before, during and
+/// after the restart is answered, each socket by the same pod throughout (the
+/// unconnected one seeing the Service as the reply's source); new sockets connect while
+/// no svcproxy runs and after the new one synced; no flow to the ClusterIP is tracked
+/// (the socket path, not the rules, answered them all); the new process's first sync
+/// writes no entry (it found the maps as wanted).
+fn restart(ctx: &mut Ctx) -> CaseResult {
+    require(ctx, &["ip", "mount", "umount", "conntrack", "iptables-nft", "iptables-nft-restore"])?;
+    let mut lab = Lab::new("socklbrestart")?;
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?.to_string_lossy().into_owned();
+    let mut children = Vec::new();
+    for k in [1, 2] {
+        let pod = lab.add_pod(&pod_name(k), &pod_ip4(k), Some(&pod_ip6(k)))?;
+        pod.serve_udp(5353)?;
+        children.push(pod.ns.spawn(&[&exe, HOLD_FLAG, &pod_ip4(k), &crate::dataplane::EP_PORT.to_string(), &pod_name(k)])?);
+    }
+    let client_pod = lab.add_pod("sl-cr", "198.18.104.2", Some("fd00:18:104::2"))?;
+    let rig = Rig::new()?;
+    let file = crate::svcproxy::temp_yaml(&sync_cluster(&[1, 2]))?;
+    let p = crate::svcproxy::path_str(&file).to_string();
+    let (cg, pins) = (rig.cgroup.to_string_lossy().into_owned(), rig.pins.to_string_lossy().into_owned());
+    let mut argv = sync_args(&p, false);
+    argv.extend_from_slice(&[
+        "--watch", "--poll-interval", "100ms", "--iptables-backend", "nft", "--min-sync-period", "0s",
+        "--healthz-bind-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0",
+        "--socket-lb", "--socket-lb-cgroup", &cg, "--socket-lb-pin-dir", &pins,
+    ]);
+    let node = lab.node().clone();
+    let procs = rig.procs();
+    let (log1, log2) = (rig.dir.join("svcproxy-1.log"), rig.dir.join("svcproxy-2.log"));
+    let read_log = |l: &Path| std::fs::read_to_string(l).unwrap_or_default();
+    let first = crate::watch_e2e::spawn_svcproxy(&node.name, &argv, &[], &log1)?;
+    crate::watch_e2e::until("the first process's socket-LB entries", Duration::from_secs(20), || {
+        matches!(answered_by(ctx, &client_pod.ns, &procs, "udp", SYNC_SVC4, 8), Ok(p) if p.len() == 2)
+    })
+    .map_err(|e| format!("{e}; svcproxy log:\n{}", read_log(&log1)))?;
+    lab.conntrack_flush()?;
+
+    let streams = [("tcp", SYNC_SVC4), ("udp", SYNC_SVC4), ("udp-unconnected", SYNC_SVC4), ("udp", SYNC_SVC6)];
+    let mut logs = Vec::new();
+    let first_stream = children.len();
+    for (i, (mode, addr)) in streams.iter().enumerate() {
+        let log = rig.dir.join(format!("restart-stream-{i}.log"));
+        // 100 sends, 10 s: before, across and after the restart.
+        children.push(client_pod.ns.spawn_logged(&[&exe, STREAM_FLAG, &procs, mode, addr, &PORT.to_string(), "100"], &log)?);
+        logs.push(log);
+    }
+    let answered = |n: usize| logs.iter().all(|l| stream_lines(l).iter().filter(|(_, w)| w.starts_with("ok ")).count() >= n);
+    crate::watch_e2e::until("every stream answered before the restart", Duration::from_secs(5), || answered(5))?;
+
+    // Stopped as a node stops it; the pins stay.
+    let t_stop = now_ms();
+    // SAFETY: kill(2) on the daemon's pid, a child of this process not yet reaped.
+    unsafe { libc::kill(first.0.id() as libc::pid_t, libc::SIGTERM) };
+    let mut first = first;
+    let stopped = crate::watch_e2e::until("the first process to exit on SIGTERM", Duration::from_secs(10), || first.0.try_wait().ok().flatten().is_some());
+    if stopped.is_err() {
+        let _ = first.0.kill();
+    }
+    drop(first);
+    let t_gone = now_ms();
+    crate::ensure!(rig.pins.join("link_sock_connect4").exists(), "the links stay pinned after the process exits");
+    // New sockets while no svcproxy runs: the programs and maps still answer.
+    for mode in ["tcp", "udp", "udp-unconnected"] {
+        let pods = fresh_stream(&rig, &client_pod.ns, mode, SYNC_SVC4, 3).map_err(|e| format!("while stopped: {e}"))?;
+        ctx.log(format!("while stopped: a new {mode} socket answered by {pods:?}"));
+    }
+    let t_start = now_ms();
+    let second = crate::watch_e2e::spawn_svcproxy(&node.name, &argv, &[], &log2)?;
+    crate::watch_e2e::until("the second process's socket-LB pass", Duration::from_secs(20), || read_log(&log2).contains("socket-lb programs attached"))
+        .map_err(|e| format!("{e}; svcproxy log:\n{}", read_log(&log2)))?;
+    let t_synced = now_ms();
+    for mode in ["tcp", "udp", "udp-unconnected"] {
+        let pods = fresh_stream(&rig, &client_pod.ns, mode, SYNC_SVC4, 3).map_err(|e| format!("after the restart: {e}"))?;
+        ctx.log(format!("after the restart: a new {mode} socket answered by {pods:?}"));
+    }
+    ctx.log(format!("stopped at +0 ms, gone at +{} ms, restarted at +{} ms, attached at +{} ms", t_gone - t_stop, t_start - t_stop, t_synced - t_stop));
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for c in &mut children[first_stream..] {
+        while c.try_wait().map_err(|e| e.to_string())?.is_none() {
+            if Instant::now() > deadline {
+                return Err("a stream client did not finish in time".to_string().into());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    for ((mode, addr), log) in streams.iter().zip(&logs) {
+        let lines = stream_lines(log);
+        let bad: Vec<&(u128, String)> = lines.iter().filter(|(_, w)| !w.starts_with("ok ")).collect();
+        crate::ensure!(lines.len() == 100 && bad.is_empty(), "{mode} to {addr}: every send answered across the restart: {bad:?} of {} lines", lines.len());
+        let pods: std::collections::BTreeSet<&str> = lines.iter().map(|(_, w)| w.as_str()).collect();
+        crate::ensure!(pods.len() == 1, "{mode} to {addr}: one pod throughout: {pods:?}");
+        let after = lines.iter().filter(|(t, _)| *t > t_synced).count();
+        crate::ensure!(after >= 10, "{mode} to {addr}: data exchanged after the new process synced ({after} sends)");
+        let during = lines.iter().filter(|(t, _)| *t >= t_gone && *t <= t_start).count();
+        ctx.log(format!("{mode} {addr}: {} sends, all answered by {pods:?}; {during} while no svcproxy ran, {after} after the restart", lines.len()));
+    }
+    for (family, addr) in [("ipv4", SYNC_SVC4), ("ipv6", SYNC_SVC6)] {
+        let to_svc = node.run(&["conntrack", "-L", "-f", family, "-d", addr])?;
+        crate::ensure!(to_svc.trim().is_empty(), "no flow to the ClusterIP {addr}: the socket path answered throughout: {to_svc}");
+    }
+    let said = read_log(&log2);
+    ctx.log(format!("second svcproxy log:\n{said}"));
+    crate::ensure!(said.contains("replaced=8"), "the new process replaced the eight links: {said}");
+    crate::ensure!(!said.contains("socket-lb synced"), "the new process found the maps as wanted, writing nothing: {said}");
+    drop(second);
+    for mut c in children {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    let _ = std::fs::remove_file(&file);
     drop(rig);
     drop(lab);
     Ok(())
