@@ -15,6 +15,8 @@
 //! each with a second cluster of the same shape whose anonymous maps hold other
 //! addresses (the same set handles, other contents: a stale entry believed would keep
 //! the wrong rules), the sync always ends with the wanted table:
+//! - another process commits between a full sync's batches: the sets that sync created
+//!   are not recorded (the next read dumps them);
 //! - another process replaces a service chain's anonymous map (`nft -f`): the new set
 //!   has a new handle, the chain is refilled;
 //! - the table deleted and made again (the other cluster, the same set handles): the new
@@ -146,6 +148,42 @@ fn restart(ctx: &mut Ctx) -> CaseResult {
     result
 }
 
+/// A client's fill of `fixture` in small batches (persisting to `file`) with another
+/// process's commit (`nft add table ip intruder`) right after its second batch, among
+/// the IPv4 table's chunks.
+fn fill_with_a_commit_between(ns: &Ns, fixture: &Path, file: &Path) -> Result<Round, String> {
+    let ts = tables(fixture)?;
+    let file = file.to_path_buf();
+    in_netns(&ns.name, move || -> Result<Round, String> {
+        let mut nl = netlink::NetlinkNft::on_node_with(Some(file));
+        nl.batch_lines = 5;
+        let mut send = std::mem::replace(&mut nl.sender, Box::new(|_: &mut _, _: &str| Ok(())));
+        let mut sent = 0;
+        nl.sender = Box::new(move |batch, text| {
+            send(batch, text)?;
+            sent += 1;
+            if sent == 2 {
+                // A child of this thread is in its network namespace.
+                let out = std::process::Command::new("nft").args(["add", "table", "ip", "intruder"]).output();
+                if !out.as_ref().is_ok_and(|o| o.status.success()) {
+                    return Err(svcproxy::nftables::apply::NftError::Failed { command: "nft add table ip intruder".into(), message: format!("{out:?}") });
+                }
+            }
+            Ok(())
+        });
+        let mut round = Round::default();
+        for t in &ts {
+            let r = sync::full(&mut nl, t, false).map_err(|e| format!("the full sync failed: {e}"))?;
+            round.kept += r.kept;
+            round.refilled += r.refilled;
+        }
+        (round.reused, round.dumped, round.recorded) = (nl.anon_reused, nl.anon_dumped, nl.anon_recorded);
+        Ok(round)
+    })
+    .join()
+    .map_err(|_| "the netlink thread panicked".to_string())??
+}
+
 /// `demo.yaml` with every endpoint moved to other addresses: the same table shape (chains,
 /// sets, anonymous maps in the same order), other anonymous map contents.
 fn moved_endpoints() -> Result<PathBuf, String> {
@@ -208,6 +246,20 @@ fn changes(ctx: &mut Ctx) -> CaseResult {
         let recorded = fresh_fill(ns, &a, &file)?;
         let want = listing(ns);
         let id = identity_in(ns)?;
+
+        // Another process commits between the batches of the IPv4 table's fill: its sets
+        // are not recorded; the next client dumps exactly those and refills nothing.
+        clear(ns);
+        let _ = std::fs::remove_file(&file);
+        let cut = fill_with_a_commit_between(ns, &a, &file)?;
+        ctx.log(format!("a fill another process committed between: {cut:?}"));
+        ensure!(cut.recorded < recorded.len() as u64 && cut.dumped == 0, "a fill cut by another commit recorded {} of {} set(s)", cut.recorded, recorded.len());
+        let r = new_client_syncs(ns, &a, &file)?;
+        ctx.log(format!("the next client: {r:?}"));
+        ensure!(r.reused == cut.recorded && r.dumped == recorded.len() as u64 - cut.recorded && r.refilled == 0, "after a cut fill: {r:?}");
+        ensure!(listing(ns) == want, "the table lists otherwise after a cut fill:\n{}", listing(ns));
+        ns.run(&["nft", "delete", "table", "ip", "intruder"])?;
+        let recorded = fresh_fill(ns, &a, &file)?;
 
         // Another process replaces a service chain's anonymous map: a new set, a new handle.
         let line = want.lines().map(str::trim).find(|l| l.contains("numgen random mod 2 map")).ok_or("demo has no two-endpoint map")?;
