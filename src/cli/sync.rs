@@ -75,6 +75,19 @@ pub struct SyncArgs {
     pub watch: super::watch::WatchFlags,
 }
 
+/// The one-shot sync takes the rule flags, and of the node flags those it acts on: the
+/// socket-LB ones and the nftables writer (`--nft-netlink`).
+fn one_shot_flags(args: &SyncArgs) -> crate::settings::Settings {
+    let node = &args.watch.node.0;
+    args.config.settings().over(crate::settings::Settings {
+        socket_lb: node.socket_lb,
+        socket_lb_cgroup: node.socket_lb_cgroup.clone(),
+        socket_lb_pin_dir: node.socket_lb_pin_dir.clone(),
+        nft_netlink: node.nft_netlink,
+        ..Default::default()
+    })
+}
+
 pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
     if args.watch.watch {
         if args.dry_run {
@@ -82,14 +95,7 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
         }
         return super::watch::run(args);
     }
-    // The one-shot sync takes the rule flags, and of the node flags those it acts on.
-    let node = &args.watch.node.0;
-    let mut flags = args.config.settings().over(crate::settings::Settings {
-        socket_lb: node.socket_lb,
-        socket_lb_cgroup: node.socket_lb_cgroup.clone(),
-        socket_lb_pin_dir: node.socket_lb_pin_dir.clone(),
-        ..Default::default()
-    });
+    let mut flags = one_shot_flags(args);
     let pass = if args.dry_run { Pass::DryRun } else { Pass::Apply };
     let file = match &args.config.config {
         Some(p) => crate::settings::file::read(p)?.settings,
@@ -322,4 +328,27 @@ fn print_iptables(args: &SyncArgs, backend: Backend, sysctls: &[Change], reports
         );
     }
     Ok(!sysctls.is_empty() || reports.iter().any(|s| !s.report.delta.is_empty()))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+
+    fn sync_args(extra: &[&str]) -> SyncArgs {
+        let cli = crate::cli::Cli::try_parse_from(["svcproxy", "sync", "--from", "x.yaml"].iter().chain(extra)).unwrap();
+        match cli.command {
+            crate::cli::Command::Sync(a) => *a,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_one_shot_sync_takes_the_nftables_writer_flag() {
+        assert_eq!(one_shot_flags(&sync_args(&["--nft-netlink=false"])).nft_netlink, Some(false));
+        assert_eq!(one_shot_flags(&sync_args(&["--nft-netlink", "false", "--proxy-mode", "nftables"])).nft_netlink, Some(false));
+        assert_eq!(one_shot_flags(&sync_args(&[])).nft_netlink, None, "not given: the default");
+        assert_eq!(one_shot_flags(&sync_args(&["--socket-lb"])).socket_lb, Some(true));
+    }
 }

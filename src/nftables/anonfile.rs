@@ -4,8 +4,13 @@
 //!
 //! Identity is exact, never a guess: a bound anonymous set cannot change and a set handle
 //! is never reused within a table; a table handle is never reused within one network
-//! namespace's life; a network namespace is named uniquely for the boot by its cookie
-//! (`SO_NETNS_COOKIE`, Linux ≥ 5.14) and the boot by `/proc/sys/kernel/random/boot_id`.
+//! namespace's life (the kernel counts them per namespace, from 1: a new namespace's
+//! tables repeat another's handles, so the cookie is what tells them apart); a network
+//! namespace is named uniquely for the boot by its cookie (`SO_NETNS_COOKIE`, Linux ≥
+//! 5.14) and the boot by `/proc/sys/kernel/random/boot_id`. The kernel tier checks each
+//! way the kernel can change under a file (`tests/kernel/nft_anonfile.rs`). Not detected:
+//! a reload of a modular nf_tables (only possible once no namespace holds a NAT chain),
+//! which restarts the handle count in a living namespace.
 //! So the file is for one (boot id, netns cookie) and its entries are keyed by (family,
 //! table handle, set handle). A file for another boot or namespace, of another version,
 //! truncated or damaged is ignored (logged at debug) and rewritten: never an error that

@@ -63,8 +63,7 @@ pub trait Nft: Send {
     }
     /// How long (in lines of `nft -f` text) a full sync's batches may be
     /// ([`super::chunked`]), when each transaction costs only its own commit; `None`
-    /// (`nft -f`, which reads the whole table before every run): two transactions
-    /// ([`super::staged`]).
+    /// (`nft -f`, which reads the whole table before every run): two transactions.
     fn batch_lines(&self) -> Option<usize> {
         None
     }

@@ -1,29 +1,32 @@
-//! A full sync as several bounded netlink batches instead of one filling transaction.
+//! A full sync's transactions, pure, for both writers: the declarations, then (over
+//! netlink) bounded batches filling the new service chains, then one transaction that
+//! switches. Through `nft -f`, whose every run reads the whole table first, there are no
+//! chunks: two transactions, declare and switch.
 //!
 //! Why: the kernel (6.18 measured) walks the transaction's whole list of changes every time
 //! a rule binds an anonymous set (`__nft_set_trans_bind`; every service chain's `numgen
-//! random mod N vmap { … }`), so one filling transaction costs (anonymous sets) × (its
-//! length): quadratic in the cluster (BENCHMARKS.md, nftables mode). Batches of bounded
-//! length make that part linear. (What they cannot remove: each anonymous set's creation
+//! random mod N vmap { … }`), so one kube-proxy-shaped transaction costs (anonymous sets) ×
+//! (its length): quadratic in the cluster (BENCHMARKS.md, nftables mode). Declaring first
+//! takes the chain creations out of the switching transaction's list; batches of bounded
+//! length make the rest linear. (What they cannot remove: each anonymous set's creation
 //! and lookups also walk the *table's* whole set list, O(sets²) per table whatever the
-//! batches; at 10,000 services that is most of the kernel's time now.) Only batches that
-//! cost no whole-table read may be split this way: over netlink each batch is just its
-//! own commit; through `nft -f` every run reads the whole table first
-//! ([`super::staged`] keeps two transactions there).
+//! batches.) Only batches that cost no whole-table read may be split this way: over
+//! netlink each batch is just its own commit.
 //!
 //! The batches, in order:
 //! 1. **declare** ([`Chunked::declare`]): the table, every chain, set and map (`add`
 //!    changes nothing of what is already there: it only creates what is new, empty and
 //!    unreferenced);
-//! 2. **chunks** ([`Chunked::chunks`]): the service ports' chains that are *new* (not in the
-//!    live table before this sync), each flushed and filled whole inside one chunk, chunks
-//!    cut at [`Chunked`]'s line bound. Nothing reaches a new chain yet: only the map
+//! 2. **chunks** ([`Chunked::chunks`], netlink only): the service ports' chains that are
+//!    *new* (not in the live table before this sync), each flushed and filled whole inside
+//!    one chunk, chunks cut at a line bound. Nothing reaches a new chain yet: only the map
 //!    elements, the fixed chains and the existing chains lead to service chains, and all
 //!    of those change in the last batch; so a packet never meets a half-filled chain;
 //! 3. **last** ([`Chunked::last`]): the fixed chains and every chain that *already existed*
-//!    (flushed and refilled, the ones binding anonymous sets first, as [`super::staged`]
-//!    orders them), then the sets' and maps' flushes and elements. This one transaction
-//!    switches what serves packets, atomically, as kube-proxy's full sync does.
+//!    (every chain, without chunks), flushed and refilled, the ones binding anonymous sets
+//!    first (so each bind walks a short list), then the sets' and maps' flushes and
+//!    elements (which bind no anonymous set). This one transaction switches what serves
+//!    packets, atomically, as kube-proxy's full sync does.
 //!
 //! Chains that exist and change content are refilled in the last batch, not in a chunk
 //! under their own name or a new one: kube-proxy's chain names are part of the table
@@ -72,11 +75,11 @@ fn per_service(chain: &str) -> bool {
     })
 }
 
-/// `table`'s full sync as bounded batches. `existing`: the chains the live table holds
-/// (empty when there is none); `max_lines`: a chunk's bound (a chain longer than that
-/// still goes whole, in a chunk of its own). With a `plan` (the live table compared), only
-/// what differs (module documentation).
-pub fn write<'t>(table: &'t Table, existing: &HashSet<&str>, max_lines: usize, plan: Option<&Plan>) -> Chunked<'t> {
+/// `table`'s full sync as batches. `existing`: the chains the live table holds (empty when
+/// there is none); `max_lines`: a chunk's bound (a chain longer than that still goes
+/// whole, in a chunk of its own; `None`: no chunks, for `nft -f`). With a `plan` (the live
+/// table compared), only what differs (module documentation).
+pub fn write<'t>(table: &'t Table, existing: &HashSet<&str>, max_lines: Option<usize>, plan: Option<&Plan>) -> Chunked<'t> {
     let mut declare = String::new();
     // Over a live table compared, without the `add chain` lines of regular chains that exist.
     let head = model::declare_but(&mut declare, table, |name| plan.is_some() && existing.contains(name));
@@ -90,7 +93,8 @@ pub fn write<'t>(table: &'t Table, existing: &HashSet<&str>, max_lines: usize, p
             None => orphans.push(r),
         }
     }
-    let fresh = |i: usize| per_service(&o.chains[i].name) && !existing.contains(o.chains[i].name.as_str());
+    let fresh = |i: usize| max_lines.is_some() && per_service(&o.chains[i].name) && !existing.contains(o.chains[i].name.as_str());
+    let max_lines = max_lines.unwrap_or(usize::MAX);
     let chain_text = |out: &mut Script<'t>, i: usize| {
         out.push_str(&format!("flush chain {head} {}\n", o.chains[i].name));
         for r in &by_chain[i] {
@@ -119,6 +123,7 @@ pub fn write<'t>(table: &'t Table, existing: &HashSet<&str>, max_lines: usize, p
     let kept = |i: usize| plan.is_some_and(|p| p.same.contains(&o.chains[i].name));
     let old: Vec<usize> = (0..o.chains.len()).filter(|&i| !fresh(i) && !kept(i)).collect();
     let mut last = script();
+    last.text_mut().reserve(if chunks.is_empty() { declare.len() * 3 } else { 0 });
     for &i in old.iter().filter(|&&i| anonymous(i)).chain(old.iter().filter(|&&i| !anonymous(i))) {
         chain_text(&mut last, i);
     }
@@ -219,7 +224,7 @@ mod tests {
     #[test]
     fn new_service_chains_go_in_bounded_chunks_and_the_last_batch_switches() {
         let t = table(10);
-        let c = write(&t, &HashSet::new(), 12, None);
+        let c = write(&t, &HashSet::new(), Some(12), None);
         // Each service is 3 chains, 7 lines; 12 lines hold one service's chains and a part
         // of the next's, chains whole.
         assert!(c.chunks.len() >= 6, "{}", c.chunks.len());
@@ -238,7 +243,7 @@ mod tests {
         let t = table(3);
         let (svc1, ep11, ep12) = (svc_chain(1), ep_chain(1, 1), ep_chain(1, 2));
         let existing: HashSet<&str> = ["services", "mark-for-masquerade", svc1.as_str(), ep11.as_str()].into_iter().collect();
-        let c = write(&t, &existing, 1000, None);
+        let c = write(&t, &existing, Some(1000), None);
         assert_eq!(c.chunks.len(), 1);
         assert!(!c.chunks[0].contains(&svc1) && !c.chunks[0].contains(&ep11), "{}", c.chunks[0]);
         assert!(c.chunks[0].contains(&format!("flush chain ip kube-proxy {ep12}\n")), "a new endpoint of an existing service: {}", c.chunks[0]);
@@ -254,12 +259,12 @@ mod tests {
         one.run(&model::write(&t, Form::Transaction)).unwrap();
         for bound in [1, 5, 12, 1000] {
             let mut chunked = FakeNft::new();
-            apply(&mut chunked, &write(&t, &HashSet::new(), bound, None));
+            apply(&mut chunked, &write(&t, &HashSet::new(), Some(bound), None));
             assert_eq!(chunked.listing(Family::Ip), one.listing(Family::Ip), "bound {bound}");
             // Again over the live table (every chain exists now).
             let names: Vec<String> = t.objects.chains.iter().map(|c| c.name.clone()).collect();
             let existing: HashSet<&str> = names.iter().map(String::as_str).collect();
-            let again = write(&t, &existing, bound, None);
+            let again = write(&t, &existing, Some(bound), None);
             assert!(again.chunks.is_empty());
             apply(&mut chunked, &again);
             assert_eq!(chunked.listing(Family::Ip), one.listing(Family::Ip), "bound {bound}, again");
@@ -269,13 +274,37 @@ mod tests {
     #[test]
     fn every_command_of_the_one_transaction_is_in_the_batches() {
         let t = table(4);
-        let c = write(&t, &HashSet::new(), 5, None);
         let whole = model::write(&t, Form::Transaction);
         let mut one: Vec<&str> = whole.lines().collect();
-        let mut all: Vec<&str> = c.declare.lines().chain(c.chunks.iter().flat_map(|s| s.lines())).chain(c.last.lines()).collect();
         one.sort_unstable();
-        all.sort_unstable();
-        assert_eq!(one, all);
+        for bound in [Some(5), None] {
+            let c = write(&t, &HashSet::new(), bound, None);
+            let mut all: Vec<&str> = c.declare.lines().chain(c.chunks.iter().flat_map(|s| s.lines())).chain(c.last.lines()).collect();
+            all.sort_unstable();
+            assert_eq!(one, all, "bound {bound:?}");
+        }
+    }
+
+    #[test]
+    fn without_a_bound_two_transactions_declare_then_switch_anonymous_binds_first() {
+        let mut t = table(3);
+        t.objects.sets.push(Set { flags: vec!["dynamic", "timeout"], timeout: Some(10800), ..Set::plain("affinity-a", "ipv4_addr", None) });
+        let c = write(&t, &HashSet::new(), None, None);
+        assert!(c.chunks.is_empty());
+        assert!(c.declare.lines().all(|l| ["add table", "add chain", "add set", "add map"].iter().any(|p| l.starts_with(p))), "{}", c.declare);
+        // The chains binding an anonymous map come first, each flush right before its rules.
+        assert!(c.last.starts_with(&format!("flush chain ip kube-proxy {}\nadd rule ip kube-proxy {} ip saddr", svc_chain(0), svc_chain(0))), "{}", c.last);
+        let first_other = c.last.find("flush chain ip kube-proxy services\n").unwrap();
+        assert!((0..3).all(|s| c.last.find(&format!("flush chain ip kube-proxy {}\n", svc_chain(s))).unwrap() < first_other), "{}", c.last);
+        assert!(c.last.find("flush map ip kube-proxy service-ips").unwrap() < c.last.find("add element").unwrap());
+        assert!(!c.last.contains("flush set ip kube-proxy affinity-a"), "a dynamic set keeps its elements: {}", c.last);
+        let mut one = FakeNft::new();
+        one.run(&model::write(&t, Form::Transaction)).unwrap();
+        let mut two = FakeNft::new();
+        for _ in 0..2 {
+            apply(&mut two, &c);
+            assert_eq!(two.listing(Family::Ip), one.listing(Family::Ip), "into an empty kernel, then over the live table");
+        }
     }
 
     #[test]

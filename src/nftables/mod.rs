@@ -26,7 +26,6 @@ pub mod netlink;
 pub mod partial;
 pub mod proxier;
 pub mod render;
-pub mod staged;
 pub mod stmt;
 pub mod sync;
 pub mod wire;

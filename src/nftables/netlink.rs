@@ -66,7 +66,8 @@ pub struct LiveRead {
 /// cannot encode, through `nft`.
 pub struct NetlinkNft {
     nft: Box<dyn Nft>,
-    sender: Sender,
+    /// Sends each batch (the kernel tier wraps it to commit between a full sync's batches).
+    pub sender: Sender,
     /// The name read; `None`: `nft`'s.
     reader: Option<Reader>,
     /// The full sync's read ([`Nft::read_for_sync`], [`Nft::live`]); `None`: the names

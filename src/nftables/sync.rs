@@ -3,9 +3,9 @@
 //! every set and map but the session-affinity ones to their new rules and elements —
 //! preceded by one that creates the table, chains, sets and maps that are missing (what
 //! kube-proxy's transaction creates in its own first lines), and, over netlink, by bounded
-//! batches that fill the new service chains nothing reaches yet ([`super::chunked`];
-//! through `nft -f`, whose every run reads the whole table, by nothing:
-//! [`super::staged`]). Chains and sets of the table that the ruleset no longer has
+//! batches that fill the new service chains nothing reaches yet (through `nft -f`, whose
+//! every run reads the whole table, by nothing); one writer makes both
+//! ([`super::chunked`]). Chains and sets of the table that the ruleset no longer has
 //! (a deleted service's) are flushed in the switching transaction and deleted in another one
 //! right after (kube-proxy deletes stale chains after the transaction that removes what
 //! refers to them). Over a live table that the client can read rule by rule (netlink:
@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use super::apply::{Names, Nft, NftError};
 use super::listing::{self, Diff, Listing};
 use super::model::{self, Family, Form, Table};
-use super::{chunked, cold, delta, staged};
+use super::{chunked, cold, delta};
 use super::names::{localhost_nodeport_rejected_counter, HAIRPIN_CONNECTIONS, LOCALHOST_NODEPORT_REJECT_PORTS, LOCALHOST_NODEPORT_REJECT_PORTS_SPEC, MARK_MASQ};
 use crate::driver::Phase;
 
@@ -156,13 +156,7 @@ fn full_with(nft: &mut dyn Nft, table: &Table, dry_run: bool, interim_min: usize
         report.element_changes = p.element_changes();
     }
     report.refilled = o.chains.iter().filter(|c| existing.contains(c.name.as_str()) && !plan.as_ref().is_some_and(|p| p.same.contains(&c.name))).count();
-    let chunked::Chunked { declare, chunks, last: mut text } = match nft.batch_lines() {
-        Some(bound) => chunked::write(table, &existing, bound, plan.as_ref()),
-        None => {
-            let s = staged::write(table);
-            chunked::Chunked { declare: s.declare, chunks: Vec::new(), last: s.fill }
-        }
-    };
+    let chunked::Chunked { declare, chunks, last: mut text } = chunked::write(table, &existing, nft.batch_lines(), plan.as_ref());
     let head = format!("{} {}", family.as_str(), table.name);
     for c in &stale_chains {
         text.push_str(&format!("flush chain {head} {c}\n"));

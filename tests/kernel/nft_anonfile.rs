@@ -10,11 +10,28 @@
 //! - a file written for another network namespace (another cookie, the same boot) is
 //!   ignored: every anonymous set is dumped again, nothing is refilled for it, and the
 //!   file is rewritten for this namespace.
+//!
+//! And the ways the kernel changes under a file (`the_kernel_changing_under_the_file`),
+//! each with a second cluster of the same shape whose anonymous maps hold other
+//! addresses (the same set handles, other contents: a stale entry believed would keep
+//! the wrong rules), the sync always ends with the wanted table:
+//! - another process commits between a full sync's batches: the sets that sync created
+//!   are not recorded (the next read dumps them);
+//! - another process replaces a service chain's anonymous map (`nft -f`): the new set
+//!   has a new handle, the chain is refilled;
+//! - the table deleted and made again (the other cluster, the same set handles): the new
+//!   table's handle differs, no entry is used;
+//! - another network namespace holding the other cluster with exactly the file's table
+//!   and set handles (a control shows such a file is believed under the namespace's own
+//!   identity): a file of the first namespace's identity is ignored;
+//! - a reboot (the cookie counted again from the boot, so it may repeat): a file of
+//!   another boot id is ignored.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use svcproxy::nftables::anonfile::{self, Identity};
+use svcproxy::nftables::listing::Listing;
 use svcproxy::nftables::{netlink, sync};
 
 use crate::harness::{skip, Case, CaseResult, Ctx};
@@ -24,7 +41,10 @@ use crate::svcproxy::repo;
 use crate::watch_e2e::in_netns;
 
 pub fn cases() -> Vec<Case> {
-    vec![Case::new("nftables_a_restart_reads_known_anonymous_sets_from_the_file", restart).with_timeout(Duration::from_secs(240))]
+    vec![
+        Case::new("nftables_a_restart_reads_known_anonymous_sets_from_the_file", restart).with_timeout(Duration::from_secs(240)),
+        Case::new("nftables_the_kernel_changing_under_the_anonymous_set_file", changes).with_timeout(Duration::from_secs(300)),
+    ]
 }
 
 /// What one client's full sync of both families did.
@@ -40,10 +60,15 @@ struct Round {
 /// One client, as a new process would be (nothing in memory), persisting to `file`: a
 /// full sync of `fixture` over what `ns` holds.
 fn new_client_syncs(ns: &Ns, fixture: &Path, file: &Path) -> Result<Round, String> {
+    client_syncs(ns, fixture, Some(file))
+}
+
+/// [`new_client_syncs`], persisting to `file` or (`None`) to nothing.
+fn client_syncs(ns: &Ns, fixture: &Path, file: Option<&Path>) -> Result<Round, String> {
     let ts = tables(fixture)?;
-    let file = file.to_path_buf();
+    let file = file.map(Path::to_path_buf);
     in_netns(&ns.name, move || -> Result<Round, String> {
-        let mut nl = netlink::NetlinkNft::on_node_with(Some(file));
+        let mut nl = netlink::NetlinkNft::on_node_with(file);
         let mut round = Round::default();
         for t in &ts {
             let r = sync::full(&mut nl, t, false).map_err(|e| format!("the full sync failed: {e}"))?;
@@ -120,5 +145,189 @@ fn restart(ctx: &mut Ctx) -> CaseResult {
     })();
     clear(ns);
     let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+/// A client's fill of `fixture` in small batches (persisting to `file`) with another
+/// process's commit (`nft add table ip intruder`) right after its second batch, among
+/// the IPv4 table's chunks.
+fn fill_with_a_commit_between(ns: &Ns, fixture: &Path, file: &Path) -> Result<Round, String> {
+    let ts = tables(fixture)?;
+    let file = file.to_path_buf();
+    in_netns(&ns.name, move || -> Result<Round, String> {
+        let mut nl = netlink::NetlinkNft::on_node_with(Some(file));
+        nl.batch_lines = 5;
+        let mut send = std::mem::replace(&mut nl.sender, Box::new(|_: &mut _, _: &str| Ok(())));
+        let mut sent = 0;
+        nl.sender = Box::new(move |batch, text| {
+            send(batch, text)?;
+            sent += 1;
+            if sent == 2 {
+                // A child of this thread is in its network namespace.
+                let out = std::process::Command::new("nft").args(["add", "table", "ip", "intruder"]).output();
+                if !out.as_ref().is_ok_and(|o| o.status.success()) {
+                    return Err(svcproxy::nftables::apply::NftError::Failed { command: "nft add table ip intruder".into(), message: format!("{out:?}") });
+                }
+            }
+            Ok(())
+        });
+        let mut round = Round::default();
+        for t in &ts {
+            let r = sync::full(&mut nl, t, false).map_err(|e| format!("the full sync failed: {e}"))?;
+            round.kept += r.kept;
+            round.refilled += r.refilled;
+        }
+        (round.reused, round.dumped, round.recorded) = (nl.anon_reused, nl.anon_dumped, nl.anon_recorded);
+        Ok(round)
+    })
+    .join()
+    .map_err(|_| "the netlink thread panicked".to_string())??
+}
+
+/// `demo.yaml` with every endpoint moved to other addresses: the same table shape (chains,
+/// sets, anonymous maps in the same order), other anonymous map contents.
+fn moved_endpoints() -> Result<PathBuf, String> {
+    let demo = std::fs::read_to_string(repo().join("fixtures").join("demo.yaml")).map_err(|e| e.to_string())?;
+    let moved = demo.replace("- addresses: [10.244.", "- addresses: [10.245.").replace("- addresses: [\"fd00:10:244:", "- addresses: [\"fd00:10:245:").replace("- addresses: [fd00:10:244:", "- addresses: [fd00:10:245:");
+    if moved == demo {
+        return Err("demo.yaml has no endpoint addresses to move".into());
+    }
+    crate::svcproxy::temp_yaml(&moved)
+}
+
+/// `ns` cleared and filled with `fixture` by a client persisting to `file`: the file's
+/// entries, the table and set handles of the new tables.
+fn fresh_fill(ns: &Ns, fixture: &Path, file: &Path) -> Result<anonfile::AnonCache, String> {
+    clear(ns);
+    let _ = std::fs::remove_file(file);
+    let r = new_client_syncs(ns, fixture, file)?;
+    let cache = anonfile::load(file, &identity_in(ns)?);
+    if r.recorded == 0 || cache.len() as u64 != r.recorded {
+        return Err(format!("the fill recorded {} anonymous set(s), the file holds {}", r.recorded, cache.len()));
+    }
+    Ok(cache)
+}
+
+/// `recorded`'s contents under the table handles `live` has, per family: a file that,
+/// when the set handles repeat, names exactly the live sets with another cluster's contents.
+fn relabelled(recorded: &anonfile::AnonCache, live: &anonfile::AnonCache) -> anonfile::AnonCache {
+    let table_of = |family: u8| live.keys().find(|k| k.0 == family).map(|k| k.1);
+    recorded.iter().filter_map(|(k, v)| Some(((k.0, table_of(k.0)?, k.2), v.clone()))).collect()
+}
+
+/// The same objects (chains, sets, maps with their contents), in whatever order the
+/// kernel lists them: a chain made by a later sync is listed after the older ones.
+fn same(a: &str, b: &str) -> bool {
+    Listing::parse(a).objects == Listing::parse(b).objects
+}
+
+fn set_handles(c: &anonfile::AnonCache) -> std::collections::BTreeSet<(u8, u64)> {
+    c.keys().map(|k| (k.0, k.2)).collect()
+}
+
+fn table_handles(c: &anonfile::AnonCache) -> std::collections::BTreeSet<(u8, u64)> {
+    c.keys().map(|k| (k.0, k.1)).collect()
+}
+
+fn changes(ctx: &mut Ctx) -> CaseResult {
+    ctx.require(&["ip", "nft"])?;
+    if let Err(e) = Identity::here() {
+        return Err(skip(format!("this kernel gives no network namespace identity (nothing is persisted): {e}")));
+    }
+    let dir: PathBuf = std::env::temp_dir().join(format!("svk-anonk-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (file, other) = (dir.join("nft-anonymous-sets"), dir.join("other-cluster"));
+    let a = repo().join("fixtures").join("demo.yaml");
+    let b = moved_endpoints()?;
+    let lab = Lab::new("nftanonk")?;
+    let lab2 = Lab::new("nftanonk2")?;
+    let (ns, ns2) = (lab.node(), lab2.node());
+    let result = (|| -> CaseResult {
+        let recorded = fresh_fill(ns, &a, &file)?;
+        let want = listing(ns);
+        let id = identity_in(ns)?;
+
+        // Another process commits between the batches of the IPv4 table's fill: its sets
+        // are not recorded; the next client dumps exactly those and refills nothing.
+        clear(ns);
+        let _ = std::fs::remove_file(&file);
+        let cut = fill_with_a_commit_between(ns, &a, &file)?;
+        ctx.log(format!("a fill another process committed between: {cut:?}"));
+        ensure!(cut.recorded < recorded.len() as u64 && cut.dumped == 0, "a fill cut by another commit recorded {} of {} set(s)", cut.recorded, recorded.len());
+        let r = new_client_syncs(ns, &a, &file)?;
+        ctx.log(format!("the next client: {r:?}"));
+        ensure!(r.reused == cut.recorded && r.dumped == recorded.len() as u64 - cut.recorded && r.refilled == 0, "after a cut fill: {r:?}");
+        ensure!(listing(ns) == want, "the table lists otherwise after a cut fill:\n{}", listing(ns));
+        ns.run(&["nft", "delete", "table", "ip", "intruder"])?;
+        let recorded = fresh_fill(ns, &a, &file)?;
+
+        // Another process replaces a service chain's anonymous map: a new set, a new handle.
+        let line = want.lines().map(str::trim).find(|l| l.contains("numgen random mod 2 map")).ok_or("demo has no two-endpoint map")?;
+        let chain = want
+            .lines()
+            .scan(String::new(), |c, l| {
+                if let Some(n) = l.trim().strip_prefix("chain ") {
+                    *c = n.trim_end_matches(" {").to_string();
+                }
+                Some((c.clone(), l.trim()))
+            })
+            .find(|(_, l)| *l == line)
+            .map(|(c, _)| c)
+            .ok_or("the map's chain")?;
+        let one = line.split(" map {").next().unwrap_or_default().replace("mod 2", "mod 1");
+        let arm = line.split(", 1 :").next().unwrap_or_default().split(" map { ").nth(1).unwrap_or_default();
+        ns.run_stdin(&["nft", "-f", "-"], Some(&format!("flush chain ip kube-proxy {chain}\nadd rule ip kube-proxy {chain} {one} map {{ {arm} }}\n")))?;
+        ensure!(listing(ns) != want, "the replacement changed nothing");
+        let r = new_client_syncs(ns, &a, &file)?;
+        ctx.log(format!("after another process replaced {chain}'s map: {r:?}"));
+        ensure!(r.refilled == 1 && r.dumped == 1, "the sync refilled {} chain(s) and dumped {} set(s); want the replaced one", r.refilled, r.dumped);
+        ensure!(listing(ns) == want, "the table lists otherwise after the replacement was repaired:\n{}", listing(ns));
+
+        // The table deleted and made again, by the other cluster: the old entries' table handle is gone.
+        let before = fresh_fill(ns, &a, &file)?;
+        let theirs = fresh_fill(ns, &b, &other)?;
+        ensure!(listing(ns) != want, "the other cluster lists as demo");
+        ensure!(table_handles(&theirs).is_disjoint(&table_handles(&before)), "a table made again has the old table's handle");
+        ctx.log(format!("the table made again: set handles {} those of the deleted one", if set_handles(&theirs) == set_handles(&before) { "repeat" } else { "differ from" }));
+        let r = new_client_syncs(ns, &a, &file)?;
+        ctx.log(format!("over the table made again, with the old table's file: {r:?}"));
+        ensure!(r.reused == 0 && r.dumped > 0 && r.refilled > 0, "with entries of a deleted table: {r:?}");
+        ensure!(same(&listing(ns), &want), "the table lists otherwise after the sync over the table made again:\n{}", listing(ns));
+
+        // Another network namespace holding the other cluster under the first one's handles.
+        let theirs = fresh_fill(ns2, &b, &other)?;
+        let id2 = identity_in(ns2)?;
+        ensure!(id2.netns_cookie != id.netns_cookie, "two namespaces, one cookie");
+        ctx.log(format!("a new namespace: its table and set handles {} those the first namespace recorded", if theirs.keys().collect::<std::collections::BTreeSet<_>>() == recorded.keys().collect() { "equal" } else { "differ from" }));
+        let lie = relabelled(&recorded, &theirs);
+        ensure!(set_handles(&lie) == set_handles(&theirs), "the other cluster's sets were made with other handles: the lie names no live set");
+        // The control: the lie under this namespace's own identity is believed (the chains
+        // binding the other cluster's maps are kept: a wrong table).
+        anonfile::store(&file, &id2, &lie).map_err(|e| e.to_string())?;
+        let r = new_client_syncs(ns2, &a, &file)?;
+        ctx.log(format!("the control, the lie under this namespace's identity: {r:?}"));
+        ensure!(r.reused as usize == lie.len() && !same(&listing(ns2), &want), "the control: a file naming the live sets under this namespace's identity is believed ({r:?})");
+        anonfile::store(&file, &id, &lie).map_err(|e| e.to_string())?;
+        let r = new_client_syncs(ns2, &a, &file)?;
+        ctx.log(format!("another namespace, the first namespace's file: {r:?}"));
+        ensure!(r.reused == 0 && r.refilled > 0, "the first namespace's file was used in another: {r:?}");
+        ensure!(same(&listing(ns2), &want), "the table lists otherwise in the other namespace:\n{}", listing(ns2));
+
+        // A reboot: the same cookie, another boot id.
+        let theirs = fresh_fill(ns2, &b, &other)?;
+        let lie = relabelled(&recorded, &theirs);
+        let mut boot_id = id2.boot_id;
+        boot_id[0] ^= 0xff;
+        anonfile::store(&file, &Identity { boot_id, netns_cookie: id2.netns_cookie }, &lie).map_err(|e| e.to_string())?;
+        let r = new_client_syncs(ns2, &a, &file)?;
+        ctx.log(format!("a file of another boot, the same cookie: {r:?}"));
+        ensure!(r.reused == 0 && r.refilled > 0, "another boot's file was used: {r:?}");
+        ensure!(same(&listing(ns2), &want), "the table lists otherwise after another boot's file:\n{}", listing(ns2));
+        Ok(())
+    })();
+    clear(ns);
+    clear(ns2);
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_file(&b);
     result
 }

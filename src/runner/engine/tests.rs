@@ -927,7 +927,7 @@ fn one_transaction_per_family(version: KubeProxyVersion) {
 
     let outcome = engine.sync(true).unwrap();
     let runs: Vec<String> = nft.lock().unwrap().calls.iter().filter_map(|c| if let Call::Run(t) = c { Some(t.clone()) } else { None }).collect();
-    assert_eq!(runs.len(), 4, "per family, one transaction that declares and one that fills (nftables::staged)");
+    assert_eq!(runs.len(), 4, "per family, one transaction that declares and one that fills (nftables::chunked, without a bound)");
     assert!(runs[0].starts_with("add table ip kube-proxy") && runs[2].starts_with("add table ip6 kube-proxy"));
     assert!(runs[1].starts_with("flush chain ip kube-proxy") && runs[3].starts_with("flush chain ip6 kube-proxy"));
     assert_eq!(outcome.restore_lines, runs.iter().map(|t| t.lines().count()).sum::<usize>());
