@@ -14,7 +14,8 @@
 //! the comparison (only a rule with nothing but tests before its map is rewritten: a
 //! statement that acts would act once per rule tried) and its comment on each copy; rules
 //! before it (session affinity's) and after it keep their place. The table serves as
-//! kube-proxy's would, created in linear time. The conversion then replaces each interim
+//! kube-proxy's would, created without a walk per map (its named sets, the affinity sets
+//! among them, are still created and looked up by name). The conversion then replaces each interim
 //! chain's rules by kube-proxy's (flush and refill, one transaction per batch of chains):
 //! every step serves every Service, and the end is kube-proxy's table.
 
