@@ -5,21 +5,27 @@
 //! Why: the kernel (6.18) keeps a table's sets in a list and walks it whole for each new
 //! set (its name looked up, then checked unique) and for each rule that binds one (the
 //! lookup by name), so kube-proxy's table, one anonymous map per service port, costs
-//! O(sets²) to create. A service port with one endpoint needs no map to choose: its
-//! `numgen random mod 1` map selects that endpoint always, so the interim rule DNATs (or
-//! jumps) to it directly; the table serves as kube-proxy's would, in linear time. The
-//! conversion then replaces each interim chain's rules by kube-proxy's (flush and refill,
-//! one transaction per batch of chains): every step serves every Service, and the end is
-//! kube-proxy's table. Service ports with two or more endpoints keep their maps from the
-//! start.
+//! O(sets²) to create. The interim chooses an endpoint without a map: a rule whose
+//! `numgen random mod N` map (verdict or DNAT) has arms 0..N-1 becomes N rules, arm i
+//! (in key order) behind `numgen random mod (N-i) == 0` and the last arm alone, as
+//! kube-proxy's iptables mode chains `statistic` rules. The kernel draws a fresh number
+//! for each rule a packet reaches, so each arm takes 1/N of the packets, as the map gives
+//! them; a one-arm map becomes the DNAT or verdict it selects. The rule's tests stay before
+//! the comparison (only a rule with nothing but tests before its map is rewritten: a
+//! statement that acts would act once per rule tried) and its comment on each copy; rules
+//! before it (session affinity's) and after it keep their place. The table serves as
+//! kube-proxy's would, created without a walk per map (its named sets, the affinity sets
+//! among them, are still created and looked up by name). The conversion then replaces each interim
+//! chain's rules by kube-proxy's (flush and refill, one transaction per batch of chains):
+//! every step serves every Service, and the end is kube-proxy's table.
 
 use std::collections::{HashMap, HashSet};
 
 use super::model::{Rule, Script, Table};
-use super::stmt::{Action, Body, Dnat, Stmt, Vmap};
+use super::stmt::{Action, Body, Dnat, Match, Stmt, Vmap};
 
-/// Fewer one-endpoint maps than this: the table is filled as it is (the kernel's walks
-/// cost little below it, and a small table converges in one step).
+/// Fewer numgen maps than this: the table is filled as it is (the kernel's walks cost
+/// little below it, and a small table converges in one step).
 pub const INTERIM_MIN: usize = 2_000;
 
 /// A conversion batch's bound: each rule binding a new set walks the batch's list of
@@ -33,15 +39,15 @@ pub struct Interim {
     pub chains: Vec<String>,
 }
 
-/// `table` with each one-arm numgen map replaced by the verdict or DNAT it selects, when
-/// at least `min` rules bind one; `None` otherwise.
+/// `table` with each rule binding a numgen map replaced by rules that bind none (see the
+/// module doc), when at least `min` rules bind one; `None` otherwise.
 pub fn interim(table: &Table, min: usize) -> Option<Interim> {
-    let mut rewritten: Vec<Option<Rule>> = Vec::with_capacity(table.objects.rules.len());
+    let mut rewritten: Vec<Option<Vec<Body>>> = Vec::with_capacity(table.objects.rules.len());
     let mut count = 0;
     for r in &table.objects.rules {
-        let direct = direct(&r.stmts).map(|b| Rule::of(r.chain.clone(), b));
-        count += usize::from(direct.is_some());
-        rewritten.push(direct);
+        let unrolled = unrolled(&r.stmts);
+        count += usize::from(unrolled.is_some());
+        rewritten.push(unrolled);
     }
     if count < min || count == 0 {
         return None;
@@ -49,14 +55,20 @@ pub fn interim(table: &Table, min: usize) -> Option<Interim> {
     let mut out = table.clone();
     let mut chains: Vec<String> = Vec::new();
     let mut seen: HashSet<String> = HashSet::new();
-    for (rule, direct) in out.objects.rules.iter_mut().zip(rewritten) {
-        if let Some(d) = direct {
-            if seen.insert(rule.chain.clone()) {
-                chains.push(rule.chain.clone());
+    let extra: usize = rewritten.iter().flatten().map(|b| b.len() - 1).sum();
+    let mut rules = Vec::with_capacity(table.objects.rules.len() + extra);
+    for (rule, unrolled) in std::mem::take(&mut out.objects.rules).into_iter().zip(rewritten) {
+        match unrolled {
+            Some(bodies) => {
+                if seen.insert(rule.chain.clone()) {
+                    chains.push(rule.chain.clone());
+                }
+                rules.extend(bodies.into_iter().map(|b| Rule::of(rule.chain.clone(), b)));
             }
-            *rule = d;
+            None => rules.push(rule),
         }
     }
+    out.objects.rules = rules;
     Some(Interim { table: out, chains })
 }
 
@@ -109,28 +121,44 @@ pub fn next_batch<'t>(table: &'t Table, chains: &[String], max_lines: usize) -> 
     (batch, taken)
 }
 
-/// The rule without its one-arm numgen map (`None`: it binds no such map).
-fn direct(b: &Body) -> Option<Body> {
-    let mut out = b.clone();
-    let mut changed = false;
-    for s in &mut out.stmts {
-        let one = match s {
-            Stmt::Vmap(Vmap::Numgen { modulus: 1, arms }) => match arms.as_slice() {
-                [(0, verdict)] => Some(Stmt::Verdict(verdict.clone())),
-                _ => None,
-            },
-            Stmt::Action(Action::Dnat(Dnat::Numgen { modulus: 1, arms, .. })) => match arms.as_slice() {
-                [(0, addr, port)] => Some(Stmt::Action(Action::Dnat(Dnat::To { addr: *addr, port: *port }))),
-                _ => None,
-            },
-            _ => None,
-        };
-        if let Some(one) = one {
-            *s = one;
-            changed = true;
-        }
+/// The rules that replace `b` (`None`: it binds no numgen map, or one kept): one per arm
+/// of its numgen map, each but the last behind its random comparison.
+fn unrolled(b: &Body) -> Option<Vec<Body>> {
+    let at = b.stmts.iter().position(|s| matches!(s, Stmt::Vmap(Vmap::Numgen { .. }) | Stmt::Action(Action::Dnat(Dnat::Numgen { .. }))))?;
+    let (before, after) = (&b.stmts[..at], &b.stmts[at + 1..]);
+    // Tests only before the map: they hold or fail alike in every copy.
+    if !before.iter().all(|s| matches!(s, Stmt::Match(_))) {
+        return None;
     }
-    changed.then_some(out)
+    // No other set bound (it would be bound once per copy).
+    let rest = Body { stmts: before.iter().chain(after).cloned().collect(), comment: None };
+    if rest.binds_anonymous_set() {
+        return None;
+    }
+    let (modulus, mut arms): (u32, Vec<(u32, Stmt)>) = match &b.stmts[at] {
+        Stmt::Vmap(Vmap::Numgen { modulus, arms }) => (*modulus, arms.iter().map(|(k, v)| (*k, Stmt::Verdict(v.clone()))).collect()),
+        Stmt::Action(Action::Dnat(Dnat::Numgen { modulus, arms, .. })) => {
+            (*modulus, arms.iter().map(|&(k, addr, port)| (k, Stmt::Action(Action::Dnat(Dnat::To { addr, port })))).collect())
+        }
+        _ => unreachable!("the position found a numgen map"),
+    };
+    // Every key below N, once (a missing key would let its share fall through the rule).
+    arms.sort_by_key(|(k, _)| *k);
+    if arms.is_empty() || !arms.iter().enumerate().all(|(i, (k, _))| *k as usize == i) || arms.len() != modulus as usize {
+        return None;
+    }
+    let n = arms.len() as u32;
+    let bodies = arms
+        .into_iter()
+        .enumerate()
+        .map(|(i, (_, arm))| {
+            let left = n - i as u32;
+            let draw = (left > 1).then_some(Stmt::Match(Match::Numgen { modulus: left, value: 0 }));
+            let stmts = before.iter().cloned().chain(draw).chain(std::iter::once(arm)).chain(after.iter().cloned()).collect();
+            Body { stmts, comment: b.comment.clone() }
+        })
+        .collect();
+    Some(bodies)
 }
 
 #[cfg(test)]
@@ -151,28 +179,63 @@ mod tests {
         Table { family: Family::Ip, name: "kube-proxy", comment: "", objects: o }
     }
 
+    fn rules(t: &Table) -> Vec<String> {
+        t.objects.rules.iter().map(|r| format!("{}: {}{}", r.chain, r.rule, r.comment.as_ref().map(|c| format!(" comment \"{c}\"")).unwrap_or_default())).collect()
+    }
+
     #[test]
-    fn one_endpoint_maps_become_the_dnat_or_verdict_they_select() {
+    fn numgen_maps_of_any_arity_become_rules_without_a_set() {
         let t = table(&[
             ("service-A", "ip daddr 10.0.0.1 jump mark-for-masquerade"),
             ("service-A", "meta l4proto tcp dnat ip addr . port to numgen random mod 1 map { 0 : 10.1.0.1 . 80 }"),
             ("service-B", "numgen random mod 1 vmap { 0 : goto endpoint-X }"),
-            ("service-C", "meta l4proto tcp dnat ip addr . port to numgen random mod 2 map { 0 : 10.1.0.1 . 80 , 1 : 10.1.0.2 . 80 }"),
+            ("service-C", "meta l4proto tcp dnat ip addr . port to numgen random mod 2 map { 1 : 10.1.0.2 . 80 , 0 : 10.1.0.1 . 80 }"),
+            ("other", "ip daddr { 10.0.0.0/8,192.168.0.0/16 } drop"),
         ]);
-        assert_eq!(interim(&t, 3), None, "fewer than the bound");
-        let i = interim(&t, 2).unwrap();
-        let rules: Vec<&str> = i.table.objects.rules.iter().map(|r| r.rule.as_str()).collect();
+        assert_eq!(interim(&t, 4), None, "fewer than the bound");
+        let i = interim(&t, 3).unwrap();
         assert_eq!(
-            rules,
+            rules(&i.table),
             [
-                "ip daddr 10.0.0.1 jump mark-for-masquerade",
-                "meta l4proto tcp dnat to 10.1.0.1:80",
-                "goto endpoint-X",
-                "meta l4proto tcp dnat ip addr . port to numgen random mod 2 map { 0 : 10.1.0.1 . 80 , 1 : 10.1.0.2 . 80 }",
+                "service-A: ip daddr 10.0.0.1 jump mark-for-masquerade",
+                "service-A: meta l4proto tcp dnat to 10.1.0.1:80",
+                "service-B: goto endpoint-X",
+                // Key order, whatever the map's order.
+                "service-C: meta l4proto tcp numgen random mod 2 == 0 dnat to 10.1.0.1:80",
+                "service-C: meta l4proto tcp dnat to 10.1.0.2:80",
+                "other: ip daddr { 10.0.0.0/8,192.168.0.0/16 } drop",
             ]
         );
-        assert_eq!(i.chains, ["service-A", "service-B"]);
+        assert_eq!(i.chains, ["service-A", "service-B", "service-C"]);
         assert_eq!(i.table.objects.chains, t.objects.chains);
+        assert!(!i.table.objects.rules.iter().any(|r| matches!(r.stmts.stmts.last(), Some(Stmt::Vmap(_)))), "no map left");
+    }
+
+    #[test]
+    fn an_endpoint_chain_map_becomes_a_chain_of_draws_after_the_affinity_rules() {
+        // Each arm's share: 1/4; then 3/4 * 1/3; then 3/4 * 2/3 * 1/2; then the rest.
+        let mut t = table(&[
+            ("service-A", "ip saddr @affinity-a goto endpoint-a"),
+            ("service-A", "ip saddr @affinity-b goto endpoint-b"),
+            ("service-A", "numgen random mod 4 vmap { 0 : goto endpoint-a , 1 : goto endpoint-b , 2 : goto endpoint-c , 3 : goto endpoint-d }"),
+            ("service-A", "reject"),
+        ]);
+        t.objects.rules[2] = Rule::commented("service-A", t.objects.rules[2].rule.clone(), "ns/a:p");
+        let i = interim(&t, 1).unwrap();
+        assert_eq!(
+            rules(&i.table),
+            [
+                "service-A: ip saddr @affinity-a goto endpoint-a",
+                "service-A: ip saddr @affinity-b goto endpoint-b",
+                "service-A: numgen random mod 4 == 0 goto endpoint-a comment \"ns/a:p\"",
+                "service-A: numgen random mod 3 == 0 goto endpoint-b comment \"ns/a:p\"",
+                "service-A: numgen random mod 2 == 0 goto endpoint-c comment \"ns/a:p\"",
+                "service-A: goto endpoint-d comment \"ns/a:p\"",
+                "service-A: reject",
+            ]
+        );
+        assert_eq!(i.chains, ["service-A"]);
+        assert!(i.table.objects.rules.iter().all(|r| !r.stmts.binds_anonymous_set()));
     }
 
     #[test]
@@ -180,6 +243,26 @@ mod tests {
         let mut t = table(&[("service-A", "meta l4proto udp dnat ip6 addr . port to numgen random mod 1 map { 0 : fd00::1 . 53 }")]);
         t.family = Family::Ip6;
         assert_eq!(interim(&t, 1).unwrap().table.objects.rules[0].rule, "meta l4proto udp dnat to [fd00::1]:53");
+        let mut t = table(&[("service-A", "meta l4proto udp dnat ip6 addr . port to numgen random mod 2 map { 0 : fd00::1 . 53 , 1 : fd00::2 . 53 }")]);
+        t.family = Family::Ip6;
+        assert_eq!(
+            rules(&interim(&t, 1).unwrap().table),
+            ["service-A: meta l4proto udp numgen random mod 2 == 0 dnat to [fd00::1]:53", "service-A: meta l4proto udp dnat to [fd00::2]:53"]
+        );
+    }
+
+    #[test]
+    fn a_map_the_rewrite_would_change_is_kept() {
+        for rule in [
+            // An action before the map would act once per rule tried.
+            "mark set mark or 0x4000 numgen random mod 2 vmap { 0 : goto a , 1 : goto b }",
+            // A key missing: its share falls through the rule, as the arms would not say.
+            "numgen random mod 3 vmap { 0 : goto a , 1 : goto b }",
+            // Another anonymous set, which every copy would bind.
+            "ip saddr { 10.0.0.0/8,192.168.0.0/16 } numgen random mod 2 vmap { 0 : goto a , 1 : goto b }",
+        ] {
+            assert_eq!(interim(&table(&[("s", rule)]), 1), None, "{rule}");
+        }
     }
 
     #[test]

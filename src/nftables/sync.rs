@@ -118,7 +118,7 @@ pub fn full(nft: &mut dyn Nft, table: &Table, dry_run: bool) -> Result<Report, S
     full_with(nft, table, dry_run, interim_min())
 }
 
-/// [`full`], a cold start through the interim table from `interim_min` one-endpoint maps.
+/// [`full`], a cold start through the interim table from `interim_min` `numgen` maps on.
 fn full_with(nft: &mut dyn Nft, table: &Table, dry_run: bool, interim_min: usize) -> Result<Report, SyncError> {
     if dry_run {
         return compare(nft, table);

@@ -16,7 +16,8 @@
 //!
 //! Every endpoint of a `numgen random mod N` dispatch (a verdict map of endpoint chains, or
 //! v1.36+'s `dnat … to numgen random mod N map { … }`) is its own branch with 1/N of its
-//! parent's probability. Each branch keeps the rules and map or set elements it matched
+//! parent's probability; a comparison `numgen random mod N == K` (the cold start's interim
+//! table) splits a branch in two, 1/N going on in the rule and the rest to the next rule. Each branch keeps the rules and map or set elements it matched
 //! (its path), its verdict (the DNAT target, `DROP`, `REJECT`, or empty when no rule
 //! decided), why it was dropped or rejected, and whether it is masqueraded: in the v1.34
 //! table, marked for it (`jump mark-for-masquerade`, as kube-proxy's test tracer counts
@@ -185,6 +186,9 @@ enum Test<'t> {
     /// It holds: a set lookup found this element (the path shows it after the rule).
     Member(&'t Element),
     Fails,
+    /// It holds for this share of the packets, whatever the packet (a random number
+    /// compared): the branch splits.
+    Chance(f64),
 }
 
 type Flows = Vec<(Branch, End)>;
@@ -331,11 +335,15 @@ impl<'t> Walker<'t> {
         Ok(out)
     }
 
-    fn rule(&self, chain: &str, rule: &Rule, mut b: Branch, depth: usize) -> Result<Flows, TraceError> {
+    fn rule(&self, chain: &str, rule: &Rule, b: Branch, depth: usize) -> Result<Flows, TraceError> {
+        self.rule_from(chain, rule, 0, b, Vec::new(), depth)
+    }
+
+    /// The rule from its statement `from` on, `members` the set elements found before.
+    fn rule_from(&self, chain: &str, rule: &Rule, from: usize, mut b: Branch, mut members: Vec<&'t Element>, depth: usize) -> Result<Flows, TraceError> {
         let unreadable = |why: String| TraceError::Unreadable { chain: chain.to_owned(), rule: rule.rule.clone(), why };
         let body = &rule.stmts;
-        let mut members: Vec<&Element> = Vec::new();
-        for s in &body.stmts {
+        for (at, s) in body.stmts.iter().enumerate().skip(from) {
             let then = match s {
                 Stmt::Match(m) => match self.test(m, &b).map_err(unreadable)? {
                     Test::Holds => continue,
@@ -344,6 +352,19 @@ impl<'t> Walker<'t> {
                         continue;
                     }
                     Test::Fails => return Ok(vec![(b, End::Next)]),
+                    // The share that fails goes on to the next rule; the rest of the rule
+                    // runs on the share that holds.
+                    Test::Chance(share) => {
+                        let mut out = Vec::new();
+                        if share > 0.0 {
+                            let hit = Branch { probability: b.probability * share, ..b.clone() };
+                            out.extend(self.rule_from(chain, rule, at + 1, hit, members, depth)?);
+                        }
+                        if share < 1.0 {
+                            out.push((Branch { probability: b.probability * (1.0 - share), ..b }, End::Next));
+                        }
+                        return Ok(out);
+                    }
                 },
                 Stmt::Vmap(Vmap::Named { key, map }) => match self.lookup(map, &b.key(key).map_err(unreadable)?) {
                     Some(e) => Then::Element(e),
@@ -403,6 +424,10 @@ impl<'t> Walker<'t> {
             Match::Ct(Ct::StatusDnat) => holds(b.dnat),
             Match::Mark { mask, negated, value } => holds((b.mark & mask.value() == value.value()) != *negated),
             Match::InSet { key, set } => self.lookup(set, &b.key(key)?).map_or(Test::Fails, Test::Member),
+            // A number below N is K for 1/N of the packets; never when K >= N.
+            Match::Numgen { modulus: 0, .. } => return Err("numgen random mod 0".to_owned()),
+            Match::Numgen { modulus, value } if value >= modulus => Test::Fails,
+            Match::Numgen { modulus, .. } => Test::Chance(1.0 / f64::from(*modulus)),
         })
     }
 
@@ -595,6 +620,37 @@ mod tests {
         assert_eq!((t.summary().0.as_str(), t.outcomes[0].reason.as_deref()), ("DROP", Some("the service ns/gone:http has no endpoints")));
         let t = run(packet("10.0.0.9", "192.0.2.1", 80), &env(&[], &[]));
         assert_eq!((t.summary().0.as_str(), t.outcomes.len()), ("", 1), "nothing took it");
+    }
+
+    #[test]
+    fn a_numgen_comparison_splits_the_branch_and_a_chain_of_them_shares_equally() {
+        let mut t = table(None);
+        for r in [
+            "ip daddr 172.30.0.3 numgen random mod 3 == 0 meta l4proto tcp dnat to 10.0.0.5:80",
+            "ip daddr 172.30.0.3 meta l4proto tcp numgen random mod 2 == 0 dnat to 10.0.0.6:80",
+            "ip daddr 172.30.0.3 meta l4proto tcp dnat to 10.0.0.7:80",
+        ] {
+            t.objects.rule(Rule::new(SERVICES, r));
+        }
+        let got = trace(&t, &env(&[], &[]), packet("10.0.0.9", "172.30.0.3", 80), Entry::Prerouting).unwrap();
+        let shares: Vec<(String, f64)> = got.outcomes.iter().map(|o| (o.verdict.to_string(), o.probability)).collect();
+        assert_eq!(shares.len(), 3, "{shares:?}");
+        for ((v, p), want) in shares.iter().zip(["10.0.0.5:80", "10.0.0.6:80", "10.0.0.7:80"]) {
+            assert_eq!(v, want);
+            assert!((p - 1.0 / 3.0).abs() < 1e-12, "{v}: {p}");
+        }
+        // The second endpoint's path: the first rule did not match (its number was not 0).
+        let second = &got.outcomes[1].path;
+        assert!(second.iter().any(|l| l.ends_with("services ip daddr 172.30.0.3 meta l4proto tcp numgen random mod 2 == 0 dnat to 10.0.0.6:80")), "{second:?}");
+        assert!(!second.iter().any(|l| l.contains("mod 3")), "{second:?}");
+        // A test before the comparison that fails: no split.
+        let other = trace(&t, &env(&[], &[]), packet("10.0.0.9", "172.30.0.4", 80), Entry::Prerouting).unwrap();
+        assert_eq!((other.outcomes.len(), other.outcomes[0].probability), (1, 1.0));
+        // mod 1 == 0 always holds: one branch, whole.
+        let mut t = table(None);
+        t.objects.rule(Rule::new(SERVICES, "ip daddr 172.30.0.3 numgen random mod 1 == 0 meta l4proto tcp dnat to 10.0.0.5:80"));
+        let one = trace(&t, &env(&[], &[]), packet("10.0.0.9", "172.30.0.3", 80), Entry::Prerouting).unwrap();
+        assert_eq!((one.summary().0.as_str(), one.outcomes.len(), one.outcomes[0].probability), ("10.0.0.5:80", 1, 1.0));
     }
 
     #[test]

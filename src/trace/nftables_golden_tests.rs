@@ -165,3 +165,84 @@ fn every_golden_rule_reads_back_encodes_and_traces() {
     assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
     assert!(fixtures.len() > 50 && rules > 1000 && statements > rules, "{} goldens, {rules} rules, {statements} statements", fixtures.len());
 }
+
+/// The cold start's interim table of every golden cluster (every numgen map rewritten, in
+/// both table versions and families) sends each packet of [`destinations`] where
+/// kube-proxy's table sends it, with the same shares: the same verdicts, masquerade and
+/// probabilities (to rounding), from outside and from the node, with and without the
+/// source in an affinity set. It binds no numgen map, and its rules encode.
+#[test]
+fn every_golden_clusters_interim_table_traces_as_kube_proxys() {
+    use std::collections::BTreeMap;
+
+    use crate::nftables::cold;
+    use crate::nftables::stmt::{Match, Stmt};
+    use crate::nftables::wire::{expr, Batch};
+
+    /// Each (verdict, masquerade)'s share.
+    fn shares(t: &super::nftables::Trace) -> BTreeMap<(String, bool), f64> {
+        let mut out = BTreeMap::new();
+        for o in &t.outcomes {
+            *out.entry((o.verdict.to_string(), o.masquerade)).or_insert(0.0) += o.probability;
+        }
+        out
+    }
+
+    let fixtures = golden_fixtures();
+    let (mut compared, mut draws, mut failures) = (0, 0, Vec::new());
+    for path in &fixtures {
+        let state = crate::source::read_path(path).unwrap_or_else(|e| panic!("{e}"));
+        let flags = Settings { mode: Some(ProxyMode::Nftables), ..Default::default() };
+        let loaded = crate::pipeline::load(state, flags, Default::default()).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let local: BTreeSet<IpAddr> = loaded.config.node_ips.iter().copied().chain(["127.0.0.1".parse().unwrap(), "::1".parse().unwrap()]).collect();
+        for version in [KubeProxyVersion::V1_34, KubeProxyVersion::NEWEST] {
+            let mut config = loaded.config.clone();
+            config.kube_proxy_version = version;
+            for rs in crate::nftables::render_all(&config, &loaded.trackers) {
+                let table = rs.table();
+                let Some(interim) = cold::interim(&table, 1) else { continue };
+                let what = format!("{} ({version}, {:?})", path.display(), table.family);
+                let mut batch = Batch::default();
+                for r in &interim.table.objects.rules {
+                    if r.stmts.binds_anonymous_set() && r.rule.contains("numgen") {
+                        failures.push(format!("{what}: the interim binds a numgen map: {}", r.rule));
+                    }
+                    draws += r.stmts.stmts.iter().filter(|s| matches!(s, Stmt::Match(Match::Numgen { .. }))).count();
+                    if let Err(e) = expr::body(&mut batch, table.family, table.name, &r.stmts) {
+                        failures.push(format!("{what}: {}: {e}", r.rule));
+                    }
+                }
+                let v6 = table.family == crate::nftables::model::Family::Ip6;
+                let node: Vec<IpAddr> = local.iter().copied().filter(|ip| ip.is_ipv6() == v6).collect();
+                let outside: IpAddr = if v6 { "2001:db8::9".parse().unwrap() } else { "203.0.113.9".parse().unwrap() };
+                let mut sources = vec![(outside, Entry::Prerouting)];
+                sources.extend(node.first().map(|&ip| (ip, Entry::Output)));
+                // The first affinity set's endpoint pinned, as `--affinity` pins one.
+                let pinned: BTreeSet<String> = table.objects.sets.iter().find(|s| s.name.starts_with("affinity-")).map(|s| s.name.clone()).into_iter().collect();
+                for affinity in [BTreeSet::new(), pinned] {
+                    let env = Env { local_ips: local.clone(), affinity };
+                    for (dst, protocol, dport) in destinations(&table, &node) {
+                        for &(src, entry) in &sources {
+                            let packet = Packet { src, dst, protocol, dport, in_interface: None };
+                            let (want, got) = match (trace(&table, &env, packet.clone(), entry), trace(&interim.table, &env, packet, entry)) {
+                                (Ok(w), Ok(g)) => (shares(&w), shares(&g)),
+                                (Err(e), _) | (_, Err(e)) => {
+                                    failures.push(format!("{what}: {src} -> {dst}:{dport}: {e}"));
+                                    continue;
+                                }
+                            };
+                            let same = want.len() == got.len() && want.iter().zip(&got).all(|((wk, wp), (gk, gp))| wk == gk && (wp - gp).abs() < 1e-9);
+                            if !same {
+                                failures.push(format!("{what}: {src} -> {dst} {protocol:?} {dport} ({entry:?}): kube-proxy's table {want:?}, the interim {got:?}"));
+                            }
+                            compared += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    eprintln!("{} goldens, {compared} packets traced through both, {draws} numgen comparisons", fixtures.len());
+    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+    assert!(compared > 500 && draws > 50, "{compared} packets compared, {draws} numgen comparisons");
+}

@@ -1,10 +1,11 @@
 //! Issue 37's cold start on the real kernel (`nftables_cold_start_*`): "a cold start's
 //! interim state serves every Service at every step", with real packets.
 //! - `cold::interim` of the rendered tables (kube-proxy v1.37's and v1.34's, both
-//!   families), each one-endpoint `numgen random mod 1` map replaced by what it selects, is
-//!   applied into an empty kernel over netlink; then every ClusterIP port (TCP and UDP, v4
-//!   and v6) from a pod and both NodePorts from outside reach exactly their Service's
-//!   endpoints. Then each batch of `cold::conversion` (a small bound: one chain a batch) is
+//!   families), each `numgen random mod N` map replaced by rules that bind no set (N = 1:
+//!   what it selects; N ≥ 2: `numgen random mod (N-i) == 0` draws), is applied into an
+//!   empty kernel over netlink; then every ClusterIP port (TCP and UDP, v4 and v6) from a
+//!   pod and both NodePorts from outside reach exactly their Service's endpoints (each of
+//!   two or three at least once; with ClientIP affinity, one). Then each batch of `cold::conversion` (a small bound: one chain a batch) is
 //!   applied alone, and after each the same connections are made again. At the end the
 //!   kernel lists what `nft -f` of kube-proxy's table lists in a fresh namespace.
 //! - the binary (`SVCPROXY_NFT_INTERIM_MIN=1`) says its cold start went through the
@@ -15,9 +16,10 @@
 //!   interim table, a conversion in several batches, kube-proxy's table at the end, and a
 //!   sample of the Services served.
 //!
-//! The cluster: one-endpoint Services (the ones rewritten: TCP, UDP, TCP+UDP with a
-//! NodePort, ClientIP affinity, dual-stack) and two-endpoint ones (keeping their maps),
-//! and an `externalTrafficPolicy: Local` NodePort whose `local-` chain has one endpoint.
+//! The cluster: one-endpoint Services (TCP, UDP, TCP+UDP with a NodePort, ClientIP
+//! affinity, dual-stack), two- and three-endpoint ones (dual-stack; one with ClientIP
+//! affinity), and an `externalTrafficPolicy: Local` NodePort whose `local-` chain has one
+//! endpoint and its cluster chain two.
 
 use std::time::{Duration, Instant};
 
@@ -69,7 +71,14 @@ fn cluster() -> Vec<Svc> {
     let mut local = svc("local-np", "198.19.255.16", vec![Port { node_port: Some(NP_LOCAL), ..tcp("http", 80) }], vec![ep4(2), ep4(3).on(OTHER_NODE)]);
     local.ty = "NodePort";
     local.etp_local = true;
-    vec![one_tcp, one_udp, one_both, two_tcp, two_udp, sticky, local]
+    let mut three_tcp = svc("three-tcp", "198.19.255.17", vec![tcp("http", 80)], vec![ep4(1), ep4(2), ep4(3)]);
+    three_tcp.cluster_ips.push("fd00:19:ff::17".into());
+    three_tcp.eps6 = vec![ep6(1), ep6(2), ep6(3)];
+    let mut sticky_two = svc("sticky-two", "198.19.255.18", vec![tcp("http", 80)], vec![ep4(1), ep4(3)]);
+    sticky_two.affinity = true;
+    sticky_two.cluster_ips.push("fd00:19:ff::18".into());
+    sticky_two.eps6 = vec![ep6(1), ep6(3)];
+    vec![one_tcp, one_udp, one_both, two_tcp, two_udp, sticky, local, three_tcp, sticky_two]
 }
 
 /// A connection target and the pods that may (and, with two or more, each must) answer.
@@ -81,10 +90,13 @@ struct Target {
     pods: &'static [&'static str],
     /// Whether the pods see the client's own address (else the node's: masqueraded).
     kept: bool,
+    /// ClientIP affinity: one of `pods` answers every attempt.
+    sticky: bool,
 }
 
 fn targets() -> Vec<Target> {
-    let pod = |dst, port, proto, pods| Target { from: Where::Pod(CLIENT), dst, port, proto, pods, kept: true };
+    let pod = |dst, port, proto, pods| Target { from: Where::Pod(CLIENT), dst, port, proto, pods, kept: true, sticky: false };
+    let sticky = |dst, pods| Target { sticky: true, ..pod(dst, 80, Proto::Tcp, pods) };
     vec![
         pod("198.19.255.10", 80, Proto::Tcp, &["pod1"]),
         pod("fd00:19:ff::10", 80, Proto::Tcp, &["pod1"]),
@@ -98,9 +110,13 @@ fn targets() -> Vec<Target> {
         pod("198.19.255.14", 53, Proto::Udp, &["pod2", "pod3"]),
         pod("198.19.255.15", 80, Proto::Tcp, &["pod1"]),
         pod("198.19.255.16", 80, Proto::Tcp, &["pod2", "pod3"]),
-        Target { from: Where::External, dst: netns::NODE_IP4, port: NP_CLUSTER, proto: Proto::Tcp, pods: &["pod3"], kept: false },
-        Target { from: Where::External, dst: netns::NODE_IP6, port: NP_CLUSTER, proto: Proto::Tcp, pods: &["pod3"], kept: false },
-        Target { from: Where::External, dst: netns::NODE_IP4, port: NP_LOCAL, proto: Proto::Tcp, pods: &["pod2"], kept: true },
+        pod("198.19.255.17", 80, Proto::Tcp, &["pod1", "pod2", "pod3"]),
+        pod("fd00:19:ff::17", 80, Proto::Tcp, &["pod1", "pod2", "pod3"]),
+        sticky("198.19.255.18", &["pod1", "pod3"]),
+        sticky("fd00:19:ff::18", &["pod1", "pod3"]),
+        Target { from: Where::External, dst: netns::NODE_IP4, port: NP_CLUSTER, proto: Proto::Tcp, pods: &["pod3"], kept: false, sticky: false },
+        Target { from: Where::External, dst: netns::NODE_IP6, port: NP_CLUSTER, proto: Proto::Tcp, pods: &["pod3"], kept: false, sticky: false },
+        Target { from: Where::External, dst: netns::NODE_IP4, port: NP_LOCAL, proto: Proto::Tcp, pods: &["pod2"], kept: true, sticky: false },
     ]
 }
 
@@ -111,11 +127,23 @@ fn serves(ctx: &Ctx, lab: &Lab, step: &str) -> CaseResult {
     let t0 = Instant::now();
     let all = targets();
     for t in &all {
-        // Two endpoints: each answers at least once (missed by chance 2 in 2^16).
-        let n = if t.pods.len() > 1 { 16 } else { 4 };
+        // Each endpoint answers at least once: one of two misses by chance 2 in 2^24, one of
+        // three 3 in (3/2)^40 (one in 3.7 million); a run makes a few hundred such checks.
+        let n = match t.pods.len() {
+            _ if t.sticky => 6,
+            1 => 4,
+            2 => 24,
+            _ => 40,
+        };
         let tally = dataplane::connect(ctx, lab, t.from, t.dst, t.port, t.proto, n)?;
         let what = format!("{step}: {} {:?} -> {}:{}", t.proto.name(), t.from, t.dst, t.port);
-        dataplane::spread(&tally, t.pods, &what)?;
+        if t.sticky {
+            let chosen: Vec<&str> = t.pods.iter().copied().filter(|p| tally.count(p) > 0).collect();
+            ensure!(chosen.len() == 1, "{what}: ClientIP affinity, one endpoint of {:?} answers every attempt: {tally}", t.pods);
+            dataplane::spread(&tally, &chosen, &what)?;
+        } else {
+            dataplane::spread(&tally, t.pods, &what)?;
+        }
         let v6 = t.dst.contains(':');
         let sources: Vec<String> = match (t.kept, t.from) {
             (true, Where::External) => vec![(if v6 { netns::EXT_IP6 } else { netns::EXT_IP4 }).to_string()],
@@ -232,8 +260,11 @@ fn every_step(ctx: &mut Ctx) -> CaseResult {
             interims.push(i);
         }
         let interim_listing = listing(node);
-        ensure!(!interim_listing.contains("numgen random mod 1 "), "{version}: the interim table still binds a one-endpoint map:\n{interim_listing}");
-        ensure!(interim_listing.contains("numgen random mod 2 "), "{version}: the two-endpoint Services lost their maps:\n{interim_listing}");
+        ensure!(!interim_listing.contains(" vmap {") && !interim_listing.contains(" map {"), "{version}: the interim table still binds a numgen map:\n{interim_listing}");
+        // The kernel lists a draw without `==`.
+        for draw in ["numgen random mod 3 0 ", "numgen random mod 2 0 "] {
+            ensure!(interim_listing.contains(draw), "{version}: the interim table lacks {draw:?}:\n{interim_listing}");
+        }
         serves(ctx, &lab, &format!("{version} interim"))?;
         let mut steps = 0;
         for (t, i) in tables.iter().zip(&interims) {
@@ -251,7 +282,8 @@ fn every_step(ctx: &mut Ctx) -> CaseResult {
         let converted = listing(node);
         let want = direct(fresh.node(), &tables)?;
         ensure!(converted == want, "{version}: the converted table lists otherwise than kube-proxy's applied directly, {}", first_difference(&converted, &want));
-        ensure!(converted.contains("numgen random mod 1 "), "{version}: the converted table lacks kube-proxy's one-endpoint maps");
+        ensure!(converted.contains("numgen random mod 1 ") && converted.contains("numgen random mod 3 "), "{version}: the converted table lacks kube-proxy's maps");
+        ensure!(!converted.contains("numgen random mod 2 0 "), "{version}: a draw of the interim is left");
         ctx.log(format!("{version}: interim and {steps} conversion batches each served every Service; the end lists as kube-proxy's table ({} lines)", converted.lines().count()));
     }
     clear(node);

@@ -214,12 +214,13 @@ fn every_golden(ctx: &mut Ctx) -> CaseResult {
     add(same_listing(ns, "nft_netlink_vocabulary.nft", &vocabulary)?);
     ensure!(both > 0 && lines > 1000 && compared > 1000, "too little compared: {lines} listed lines, {compared} chains and sets read, {both} dual-stack goldens");
     // The read tells a change apart: the vocabulary's table against texts that differ in
-    // one dnat map arm, one hairpin element, one mark comparison.
+    // one dnat map arm, one hairpin element, one mark comparison, one numgen comparison.
     ns.run_stdin(&["nft", "-f", "-"], Some(&vocabulary)).map_err(|e| format!("nft -f: {e}"))?;
     for (from, to) in [
         ("10.180.0.2 . 80 }", "10.180.0.2 . 81 }"),
         ("fd00:10:180::3 . fd00:10:180::3 . sctp . 65535", "fd00:10:180::3 . fd00:10:180::3 . sctp . 65534"),
         ("mark and 0x00004000 != 0", "mark and 0x00004000 == 0"),
+        ("numgen random mod 3 == 0", "numgen random mod 3 == 1"),
     ] {
         ensure!(vocabulary.contains(from), "the vocabulary has no {from:?}");
         let changed = vocabulary.replacen(from, to, 1);

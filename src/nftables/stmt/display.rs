@@ -153,6 +153,7 @@ impl Display for Match {
                 write!(f, "mark and {mask} {} {value}", if *negated { "!=" } else { "==" })
             }
             Match::InSet { key, set } => write!(f, "{key} @{set}"),
+            Match::Numgen { modulus, value } => write!(f, "numgen random mod {modulus} == {value}"),
         }
     }
 }

@@ -3,7 +3,8 @@
 //! words. The kernel words some statements its own way: `meta mark set meta mark | M`
 //! (`^`) for `mark set mark or M` (`xor`), `meta mark & M != 0x00000000` for
 //! `mark and M != 0`, `dnat ip to numgen … map { 0 : A . P, 1 : … }` without
-//! `addr . port`, `, ` between a set's or a map's items, quoted interface names. The
+//! `addr . port`, `numgen random mod N K` without `==`, `, ` between a set's or a map's
+//! items, quoted interface names. The
 //! renderer's own words are read too (the fake nft lists rules as they were written).
 //! Unlike [`super::parse`] it is lenient about spacing and writing (addresses and numbers
 //! are taken as values), since it reads what a kernel prints; a statement outside the
@@ -199,8 +200,13 @@ impl<'a> Cursor<'a> {
             }
             "numgen" => {
                 let modulus = self.numgen_mod()?;
-                self.expect("vmap")?;
-                Stmt::Vmap(Vmap::Numgen { modulus, arms: self.arms(modulus, Self::verdict)? })
+                if self.eat("vmap") {
+                    Stmt::Vmap(Vmap::Numgen { modulus, arms: self.arms(modulus, Self::verdict)? })
+                } else {
+                    // The kernel lists the comparison without `==` (`numgen random mod 2 0`).
+                    self.eat("==");
+                    Stmt::Match(Match::Numgen { modulus, value: self.numgen_key(modulus)? })
+                }
             }
             "masquerade" => Stmt::Action(Action::Masquerade { fully_random: self.eat("fully-random") }),
             "dnat" => Stmt::Action(Action::Dnat(self.dnat()?)),
@@ -396,6 +402,9 @@ mod tests {
             ("counter name \"localhost-nodeport-rejected-udp\" reject", "counter name \"localhost-nodeport-rejected-udp\" reject"),
             ("fib daddr type local ct state new jump x", "fib daddr type local ct state new jump x"),
             ("udp dport 53 accept", "udp dport 53 accept"),
+            ("numgen random mod 2 0 goto endpoint-a", "numgen random mod 2 == 0 goto endpoint-a"),
+            ("meta l4proto tcp numgen random mod 3 2 dnat to 10.0.0.5:8080", "meta l4proto tcp numgen random mod 3 == 2 dnat to 10.0.0.5:8080"),
+            ("meta l4proto udp numgen random mod 2 1 dnat to [fd00::5]:53 comment \"a, b\"", "meta l4proto udp numgen random mod 2 == 1 dnat to [fd00::5]:53 comment \"a, b\""),
         ] {
             assert_eq!(words(listed), rendered, "{listed}");
         }
@@ -412,6 +421,7 @@ mod tests {
             "ip daddr { 10.96.0.0/16,10.97.0.0/16 } reject",
             "ip saddr != { 10.0.0.0/8 , 192.168.0.1 } drop",
             "numgen random mod 2 vmap { 0 : goto a , 1 : goto b } comment \"x, y\"",
+            "numgen random mod 65536 == 65535 meta l4proto tcp dnat to 10.0.0.1:80",
         ] {
             assert_eq!(parse_listed(rendered), parse_body(rendered), "{rendered}");
         }
@@ -425,6 +435,10 @@ mod tests {
         assert_eq!((e.word, e.found.as_deref(), e.expected), (5, Some("drop"), Expected::Word("name")), "an anonymous counter is not kube-proxy's");
         let e = parse_listed("meta l4proto tcp dnat ip to numgen random mod 2 map { 0 : 10.0.0.1 . 80, 0 : 10.0.0.2 . 80 }").unwrap_err();
         assert_eq!((e.found.as_deref(), e.expected), (Some("0"), Expected::NumgenKey), "{e}");
+        let e = parse_listed("numgen random mod 2 2 goto a").unwrap_err();
+        assert_eq!((e.word, e.found.as_deref(), e.expected), (5, Some("2"), Expected::NumgenKey), "a value never drawn");
+        let e = parse_listed("numgen random mod 2 goto a").unwrap_err();
+        assert_eq!((e.word, e.found.as_deref(), e.expected), (5, Some("goto"), Expected::NumgenKey));
         let e = parse_listed("meta mark set meta mark & 0x4000").unwrap_err();
         assert!(e.to_string().contains("\"&\""), "{e}");
         assert_eq!(parse_listed("").unwrap_err().expected, Expected::Statement);

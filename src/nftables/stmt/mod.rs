@@ -42,6 +42,8 @@ impl Body {
             Stmt::Match(
                 Match::L4proto(_) | Match::Dport { .. } | Match::Iifname { .. } | Match::FibLocal(_) | Match::Ct(_) | Match::Mark { .. } | Match::InSet { .. },
             ) => false,
+            // Compared in a register: no set.
+            Stmt::Match(Match::Numgen { .. }) => false,
             Stmt::Vmap(Vmap::Numgen { .. }) | Stmt::Action(Action::Dnat(Dnat::Numgen { .. })) => true,
             Stmt::Vmap(Vmap::Named { .. }) | Stmt::Action(Action::Dnat(Dnat::To { .. })) => false,
             Stmt::Action(Action::MarkSet { .. } | Action::Masquerade { .. } | Action::Update { .. } | Action::Reject | Action::Counter { .. }) => false,
@@ -192,6 +194,9 @@ pub enum Match {
     /// `ip saddr . ip daddr . meta l4proto . th dport @set`: a key of two or more parts in
     /// a named set (one address part is [`Match::Addr`]).
     InSet { key: Concat, set: String },
+    /// `numgen random mod N == K`: a fresh random number below N (one per expression the
+    /// kernel evaluates) is K, so it holds for 1/N of the packets.
+    Numgen { modulus: u32, value: u32 },
 }
 
 /// A verdict map.

@@ -293,7 +293,7 @@ impl<'a> Words<'a> {
                 Stmt::Match(Match::Ct(ct))
             }
             "mark" => self.mark()?,
-            "numgen" => self.numgen_vmap()?,
+            "numgen" => self.numgen()?,
             "masquerade" => Stmt::Action(Action::Masquerade { fully_random: self.eat("fully-random") }),
             "dnat" => Stmt::Action(Action::Dnat(self.dnat()?)),
             "update" => {
@@ -403,11 +403,14 @@ impl<'a> Words<'a> {
         }
     }
 
-    fn numgen_vmap(&mut self) -> Result<Stmt, ParseError> {
+    /// After `numgen`: `random mod N == K` or `random mod N vmap { … }`.
+    fn numgen(&mut self) -> Result<Stmt, ParseError> {
         let modulus = self.numgen_mod()?;
-        self.expect("vmap")?;
-        let arms = self.arms(modulus, Self::verdict)?;
-        Ok(Stmt::Vmap(Vmap::Numgen { modulus, arms }))
+        match self.word(Expected::OneOf(&["==", "vmap"]))? {
+            "==" => self.numgen_key(modulus).map(|value| Stmt::Match(Match::Numgen { modulus, value })),
+            "vmap" => Ok(Stmt::Vmap(Vmap::Numgen { modulus, arms: self.arms(modulus, Self::verdict)? })),
+            _ => Err(self.error_at(self.at - 1, Expected::OneOf(&["==", "vmap"]))),
+        }
     }
 
     fn dnat(&mut self) -> Result<Dnat, ParseError> {

@@ -106,6 +106,16 @@ pub(super) trait Reader<'a> {
         self.value(Expected::Number, decimal)
     }
 
+    /// A numgen value compared (`== K`): below the modulus, so that it can hold.
+    fn numgen_key(&mut self, modulus: u32) -> Result<u32, ParseError> {
+        let at = self.at();
+        let k: u32 = self.value(Expected::NumgenKey, decimal)?;
+        if k >= modulus {
+            return Err(self.error_at(at, Expected::NumgenKey));
+        }
+        Ok(k)
+    }
+
     fn verdict(&mut self) -> Result<Verdict, ParseError> {
         let at = self.at();
         Ok(match self.word(Expected::Verdict)? {

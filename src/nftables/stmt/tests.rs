@@ -46,6 +46,7 @@ fn form(body: &Body) -> String {
             Stmt::Match(Match::Iifname { negated, name }) => format!("iifname{} NAME{}", if *negated { " !=" } else { "" }, if name.wildcard { "*" } else { "" }),
             Stmt::Match(Match::Mark { negated, .. }) => format!("mark and M {} V", if *negated { "!=" } else { "==" }),
             Stmt::Match(Match::InSet { key, .. }) => format!("{key} @SET"),
+            Stmt::Match(Match::Numgen { .. }) => "numgen random mod N == K".into(),
             Stmt::Match(m) => m.to_string(),
             Stmt::Vmap(Vmap::Named { key, .. }) => format!("{key} vmap @MAP"),
             Stmt::Vmap(Vmap::Numgen { .. }) => "numgen random mod N vmap { … }".into(),
@@ -79,13 +80,14 @@ fn round_trip(origin: &str, line: &str, forms: &mut BTreeMap<String, usize>) -> 
 
 /// The rule lines of every stored nftables text: svcproxy's goldens (kube-proxy v1.37's
 /// table), kube-proxy's expected tables (v1.34's) and its sort test's, the netlink
-/// vocabulary test's and the captured batch's text.
+/// vocabulary test's and the captured batches' text.
 fn stored_rule_lines() -> Vec<(String, String)> {
     let root = root();
     let mut files = Vec::new();
     files_under(&root.join("golden"), &|p| p.extension().is_some_and(|e| e == "nft") || p.to_string_lossy().contains("upstream-nftables"), &mut files);
     files.push(root.join("tests/kernel/nft_netlink_vocabulary.nft"));
     files.push(root.join("src/nftables/wire/testdata/nft106-v137.txt"));
+    files.push(root.join("src/nftables/wire/testdata/nft106-numgen-cmp.txt"));
     let mut lines = Vec::new();
     for f in files {
         let text = std::fs::read_to_string(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
@@ -217,6 +219,14 @@ fn values_write_and_read_back() {
             comment: None,
         },
         Body { stmts: vec![Stmt::Action(Action::Dnat(Dnat::To { addr: "fd00::1".parse().unwrap(), port: 53 }))], comment: None },
+        Body {
+            stmts: vec![
+                Stmt::Match(Match::L4proto(Protocol::Tcp)),
+                Stmt::Match(Match::Numgen { modulus: 3, value: 0 }),
+                Stmt::Action(Action::Dnat(Dnat::To { addr: v4("10.0.0.1"), port: 80 })),
+            ],
+            comment: Some("ns/svc:http".into()),
+        },
     ];
     let texts = [
         "ip daddr { 10.96.0.0/12,10.0.0.0/8 } drop comment \"Drop traffic to unallocated ClusterIPs\"",
@@ -224,6 +234,7 @@ fn values_write_and_read_back() {
         "meta l4proto udp dnat ip6 addr . port to numgen random mod 2 map { 0 : fd00::1 . 53 , 1 : fd00::2 . 53 }",
         "iifname != veth* update @aff { ip saddr } numgen random mod 2 vmap { 0 : goto a , 1 : jump b }",
         "dnat to [fd00::1]:53",
+        "meta l4proto tcp numgen random mod 3 == 0 dnat to 10.0.0.1:80 comment \"ns/svc:http\"",
     ];
     for (body, text) in cases.iter().zip(texts) {
         assert_eq!(body.to_string(), text);
@@ -239,7 +250,7 @@ fn values_write_and_read_back() {
 #[test]
 fn errors_name_the_word_and_what_was_expected() {
     let err = |text: &str| parse_body(text).unwrap_err();
-    let cases: [(&str, usize, Option<&str>, Expected); 26] = [
+    let cases: [(&str, usize, Option<&str>, Expected); 30] = [
         ("", 1, None, Expected::Statement),
         ("counter jump x", 2, Some("jump"), Expected::Word("name")),
         ("counter name reject", 3, Some("reject"), Expected::CounterName),
@@ -261,6 +272,10 @@ fn errors_name_the_word_and_what_was_expected() {
         ("mark set mark and 0x4000", 4, Some("and"), Expected::OneOf(&["or", "xor"])),
         ("numgen random mod 2 vmap { 0 : goto a , 2 : goto b }", 12, Some("2"), Expected::NumgenKey),
         ("numgen random mod 2 vmap { 0 : goto a , 0 : goto b }", 12, Some("0"), Expected::NumgenKey),
+        ("numgen random mod 2 == 2 goto a", 6, Some("2"), Expected::NumgenKey),
+        ("numgen random mod 0 == 0 goto a", 6, Some("0"), Expected::NumgenKey),
+        ("numgen random mod 2 == 01 goto a", 6, Some("01"), Expected::NumgenKey),
+        ("numgen random mod 2 0 goto a", 5, Some("0"), Expected::OneOf(&["==", "vmap"])),
         ("dnat to 10.0.0.1", 3, Some("10.0.0.1"), Expected::HostPort),
         ("dnat to fd00::1:53", 3, Some("fd00::1:53"), Expected::HostPort),
         ("dnat inet addr . port to numgen random mod 1 map { 0 : 1.1.1.1 . 80 }", 2, Some("inet"), Expected::OneOf(&["to", "ip", "ip6"])),

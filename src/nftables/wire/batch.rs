@@ -760,6 +760,18 @@ mod tests {
     }
 
     #[test]
+    fn numgen_comparisons_are_sent_byte_for_byte_as_nft_sends_them() {
+        // `numgen random mod N == K` (the cold start's interim table): numgen into register
+        // 1, compared equal with K in host order; before a verdict, before and after a test
+        // then a DNAT, both families, the largest key of a 16-bit modulus.
+        let data = include_str!("testdata/nft106-numgen-cmp.txt");
+        let text: String = data.lines().filter_map(|l| l.strip_prefix("> ")).map(|l| format!("{l}\n")).collect();
+        let want: Vec<&str> = data.lines().filter_map(|l| l.strip_prefix("< ")).collect();
+        assert_eq!(want.len(), 12);
+        assert_eq!(printed(&text), want);
+    }
+
+    #[test]
     fn a_run_of_elements_to_one_set_is_sent_first_then_last_to_second() {
         let text = "add element ip t a { 10.0.0.1 }\nadd element ip t a { 10.0.0.2 }\nadd element ip t a { 10.0.0.3 }\n\
                     add element ip t b { 10.0.1.1 }\nadd element ip t a { 10.0.0.4 }\nadd element ip t a { 10.0.0.5 }\n\

@@ -6,8 +6,9 @@
 //! set, numgen's anonymous verdict map, and kube-proxy v1.37's forms (inline `mark set mark
 //! or M` after any match, `mark and M != 0`, `ct status dnat`, a concatenation looked up in
 //! a named set, `dnat ip addr . port to numgen … map { … }` with its anonymous map of
-//! address . port). Every statement is matched: a form the encoder does not send is
-//! refused by name ([`Unsupported`], so the transaction goes through `nft -f`).
+//! address . port), and `numgen random mod N == K` (the cold start's interim table).
+//! Every statement is matched: a form the encoder does not send is refused by name
+//! ([`Unsupported`], so the transaction goes through `nft -f`).
 
 use std::net::IpAddr;
 
@@ -341,6 +342,11 @@ fn stmt(b: &mut Batch, fam: Family, table: &str, st: &Stmt, x: &mut Exprs) -> Re
             Match::InSet { key, set } => {
                 load_key(fam, key, x)?;
                 x.lookup(set, b.set_id(fam, set), None, false);
+            }
+            Match::Numgen { modulus, value } => {
+                // The random number is a host-order integer in the register.
+                x.numgen(*modulus);
+                x.cmp(CMP_EQ, &value.to_ne_bytes());
             }
         },
         Stmt::Vmap(v) => match v {
