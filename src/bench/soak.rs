@@ -440,6 +440,8 @@ impl Soak {
         let (rss, p99) = trend(&self.minutes());
         let per_min = |v: Option<f64>, unit: &str| v.map_or("-".into(), |v| format!("{v:+.3} {unit}/min"));
         let _ = writeln!(out, "trend over the change phase after its first minute: RSS {}, p99 {}", per_min(rss, "MiB"), per_min(p99, "s"));
+        let (rss, p99) = trend_second_half(&self.minutes());
+        let _ = writeln!(out, "trend over the change phase's second half: RSS {}, p99 {}", per_min(rss, "MiB"), per_min(p99, "s"));
         out
     }
 }
@@ -483,6 +485,14 @@ pub fn trend(minutes: &[Minute]) -> (Option<f64>, Option<f64>) {
     let rss: Vec<(f64, f64)> = changing.iter().map(|m| (f64::from(m.minute), m.rss_mib)).collect();
     let p99: Vec<(f64, f64)> = changing.iter().filter_map(|m| Some((f64::from(m.minute), m.p99_s?))).collect();
     (slope(&rss), slope(&p99))
+}
+
+/// The trend over the change phase's second half: a memory that climbs and then levels
+/// off (an allocator re-filling its heap) slopes over the whole phase but not here.
+pub fn trend_second_half(minutes: &[Minute]) -> (Option<f64>, Option<f64>) {
+    let last = minutes.iter().filter(|m| m.phase == "changes").map(|m| m.minute).max().unwrap_or(0);
+    let later: Vec<Minute> = minutes.iter().filter(|m| m.phase == "changes" && m.minute > last / 2 && m.minute > 1).cloned().collect();
+    trend(&later)
 }
 
 /// What one soak measured, as DIR/figures.tsv keeps it (`name<TAB>value`, `-` for a figure
@@ -680,6 +690,13 @@ mod tests {
         assert_eq!(slope(&[(1.0, 1.0), (2.0, 3.0), (3.0, 5.0)]), Some(2.0));
         assert_eq!(slope(&[(1.0, 1.0), (2.0, 3.0)]), None, "two points are no trend");
         assert_eq!(trend(&m), (None, None), "one change minute after the first is no trend");
+        let levels_off: Vec<Minute> = [60.0, 64.0, 68.0, 72.0, 72.0, 72.0, 72.0, 72.0]
+            .iter()
+            .enumerate()
+            .map(|(i, &rss_mib)| Minute { minute: i as u32 + 1, phase: "changes", p50_s: None, p99_s: None, rss_mib })
+            .collect();
+        assert!(trend(&levels_off).0.is_some_and(|s| s > 1.0), "the whole phase slopes up");
+        assert_eq!(trend_second_half(&levels_off).0, Some(0.0), "its second half is flat");
         assert!(minutes_tsv(&m).starts_with("minute\tphase\tp50_s\tp99_s\trss_mib\n1\tchanges\t1.000\t"), "{}", minutes_tsv(&m));
     }
 
