@@ -21,7 +21,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::model::{Rule, Script, Table};
+use super::model::{NftFamily, Rule, Script, Table};
 use super::stmt::{Action, Body, Dnat, Match, Stmt, Vmap};
 
 /// Fewer numgen maps than this: the table is filled as it is (the kernel's walks cost
@@ -90,7 +90,7 @@ pub fn conversion(table: &Table, chains: &[String], max_lines: usize) -> Vec<Str
 /// The first conversion batch of `chains` and how many of them it took (at least one).
 /// A chain `table` no longer declares (its service went since) is taken and skipped.
 pub fn next_batch<'t>(table: &'t Table, chains: &[String], max_lines: usize) -> (Script<'t>, usize) {
-    let head = format!("{} {}", table.family.as_str(), table.name);
+    let head = format!("{} {}", table.family.nft_word(), table.name);
     let declared: HashSet<&str> = table.objects.chains.iter().map(|c| c.name.as_str()).collect();
     let mut rules: HashMap<&str, Vec<&Rule>> = HashMap::new();
     let (mut batch, mut lines, mut taken, mut indexed) = (Script::new(table.family, table.name), 0, 0, false);
@@ -164,7 +164,8 @@ fn unrolled(b: &Body) -> Option<Vec<Body>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nftables::model::{Chain, Family, Objects};
+    use crate::nftables::model::{Chain, Objects};
+    use crate::net::IpFamily;
 
     fn table(rules: &[(&str, &str)]) -> Table {
         let mut o = Objects::default();
@@ -176,7 +177,7 @@ mod tests {
         for (c, r) in rules {
             o.rule(Rule::new(*c, *r));
         }
-        Table { family: Family::Ip, name: "kube-proxy", comment: "", objects: o }
+        Table { family: IpFamily::V4, name: "kube-proxy", comment: "", objects: o }
     }
 
     fn rules(t: &Table) -> Vec<String> {
@@ -241,10 +242,10 @@ mod tests {
     #[test]
     fn ipv6_dnat_is_bracketed() {
         let mut t = table(&[("service-A", "meta l4proto udp dnat ip6 addr . port to numgen random mod 1 map { 0 : fd00::1 . 53 }")]);
-        t.family = Family::Ip6;
+        t.family = IpFamily::V6;
         assert_eq!(interim(&t, 1).unwrap().table.objects.rules[0].rule, "meta l4proto udp dnat to [fd00::1]:53");
         let mut t = table(&[("service-A", "meta l4proto udp dnat ip6 addr . port to numgen random mod 2 map { 0 : fd00::1 . 53 , 1 : fd00::2 . 53 }")]);
-        t.family = Family::Ip6;
+        t.family = IpFamily::V6;
         assert_eq!(
             rules(&interim(&t, 1).unwrap().table),
             ["service-A: meta l4proto udp numgen random mod 2 == 0 dnat to [fd00::1]:53", "service-A: meta l4proto udp dnat to [fd00::2]:53"]

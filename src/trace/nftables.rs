@@ -35,7 +35,8 @@ use std::net::IpAddr;
 use serde::Serialize;
 
 use crate::net::{join_host_port, Cidr};
-use crate::nftables::model::{Element, Family, Rule, Table};
+use crate::nftables::model::{Element, NftFamily, Rule, Table};
+use crate::net::IpFamily;
 use crate::nftables::names::*;
 use crate::nftables::stmt::{self, AddrValue, Concat, Ct, Dir, Dnat, Match, MarkOp, Num, Prefix, Selector, Stmt, Vmap};
 use super::{Entry, Env, Packet, Verdict};
@@ -117,11 +118,11 @@ impl Branch {
         };
     }
 
-    fn family(&self) -> Family {
+    fn family(&self) -> IpFamily {
         if self.packet.dst.is_ipv6() {
-            Family::Ip6
+            IpFamily::V6
         } else {
-            Family::Ip
+            IpFamily::V4
         }
     }
 
@@ -145,12 +146,12 @@ impl Branch {
             .collect()
     }
 
-    fn same_family(&self, family: Family) -> Result<(), String> {
+    fn same_family(&self, family: IpFamily) -> Result<(), String> {
         let own = self.family();
         if family == own {
             Ok(())
         } else {
-            Err(format!("an {} match on an {} packet", family.as_str(), own.as_str()))
+            Err(format!("an {} match on an {} packet", family.nft_word(), own.nft_word()))
         }
     }
 }
@@ -287,7 +288,7 @@ impl<'t> Walker<'t> {
         for r in &table.objects.rules {
             chains.entry(r.chain.as_str()).or_default().push(r);
         }
-        Walker { head: format!("{} {}", table.family.as_str(), table.name), chains, elements: &table.objects.elements, env }
+        Walker { head: format!("{} {}", table.family.nft_word(), table.name), chains, elements: &table.objects.elements, env }
     }
 
     /// Runs the base chains of one hook, in priority order, on `b`: the branches that
@@ -537,7 +538,8 @@ fn dnat(mut b: Branch, addr: IpAddr, port: u16) -> (Branch, End) {
 mod tests {
 
     use super::*;
-    use crate::nftables::model::{Chain, Family, Objects};
+    use crate::nftables::model::{Chain, Objects};
+    use crate::net::IpFamily;
 
     fn table(extra_rule: Option<&str>) -> Table {
         let mut o = Objects::default();
@@ -562,7 +564,7 @@ mod tests {
         o.element(SERVICE_IPS, vec!["172.30.0.1".into(), "tcp".into(), "80".into()], vec!["goto svc".into()], None);
         o.element(FIREWALL_IPS, vec!["172.30.0.9".into(), "tcp".into(), "80".into()], vec!["goto firewall-svc".into()], None);
         o.element(NO_ENDPOINT_SERVICES, vec!["192.168.0.2".into(), "tcp".into(), "80".into()], vec!["drop".into()], Some("ns/gone:http"));
-        Table { family: Family::Ip, name: TABLE, comment: TABLE_COMMENT, objects: o }
+        Table { family: IpFamily::V4, name: TABLE, comment: TABLE_COMMENT, objects: o }
     }
 
     fn packet(src: &str, dst: &str, dport: u16) -> Packet {
