@@ -181,7 +181,7 @@ mod tests {
     }
 
     fn rules(t: &Table) -> Vec<String> {
-        t.objects.rules.iter().map(|r| format!("{}: {}{}", r.chain, r.rule, r.comment.as_ref().map(|c| format!(" comment \"{c}\"")).unwrap_or_default())).collect()
+        t.objects.rules.iter().map(|r| format!("{}: {}{}", r.chain, r.text(), r.comment().map(|c| format!(" comment \"{c}\"")).unwrap_or_default())).collect()
     }
 
     #[test]
@@ -221,7 +221,7 @@ mod tests {
             ("service-A", "numgen random mod 4 vmap { 0 : goto endpoint-a , 1 : goto endpoint-b , 2 : goto endpoint-c , 3 : goto endpoint-d }"),
             ("service-A", "reject"),
         ]);
-        t.objects.rules[2] = Rule::commented("service-A", t.objects.rules[2].rule.clone(), "ns/a:p");
+        t.objects.rules[2] = Rule::commented("service-A", t.objects.rules[2].text(), "ns/a:p");
         let i = interim(&t, 1).unwrap();
         assert_eq!(
             rules(&i.table),
@@ -243,7 +243,7 @@ mod tests {
     fn ipv6_dnat_is_bracketed() {
         let mut t = table(&[("service-A", "meta l4proto udp dnat ip6 addr . port to numgen random mod 1 map { 0 : fd00::1 . 53 }")]);
         t.family = IpFamily::V6;
-        assert_eq!(interim(&t, 1).unwrap().table.objects.rules[0].rule, "meta l4proto udp dnat to [fd00::1]:53");
+        assert_eq!(interim(&t, 1).unwrap().table.objects.rules[0].text(), "meta l4proto udp dnat to [fd00::1]:53");
         let mut t = table(&[("service-A", "meta l4proto udp dnat ip6 addr . port to numgen random mod 2 map { 0 : fd00::1 . 53 , 1 : fd00::2 . 53 }")]);
         t.family = IpFamily::V6;
         assert_eq!(

@@ -99,14 +99,15 @@ impl Set {
 
 /// A rule: its chain and its statements' values ([`Rule::of`]: by the renderer, or read
 /// from a listing); `rule` and `comment` are the text written from them, kept beside them
-/// because rules are compared, hashed into chains' equality and written by that text.
+/// because rules are compared, hashed into chains' equality and written by that text
+/// (private, read with [`Rule::text`] and [`Rule::comment`], so they cannot disagree).
 #[derive(Debug, Clone, Serialize)]
 pub struct Rule {
     pub chain: String,
-    /// The statements' words, without the comment (derived from `stmts`).
-    pub rule: String,
-    /// The comment (derived from `stmts`).
-    pub comment: Option<String>,
+    /// The statements' words, without the comment (written from `stmts`).
+    rule: String,
+    /// The comment (written from `stmts`).
+    comment: Option<String>,
     #[serde(skip)]
     pub stmts: Body,
 }
@@ -127,6 +128,15 @@ impl Rule {
         Rule { chain: chain.into(), rule: Stmts(&body.stmts).to_string(), comment: body.comment.clone(), stmts: body }
     }
 
+    /// The statements' words as `nft -f` takes them, without the comment.
+    pub fn text(&self) -> &str {
+        &self.rule
+    }
+
+    pub fn comment(&self) -> Option<&str> {
+        self.comment.as_deref()
+    }
+
     /// Tests: a rule written as `nft -f` words, read into values (a form outside the
     /// vocabulary panics, naming the word).
     #[cfg(any(test, feature = "testing"))]
@@ -134,6 +144,13 @@ impl Rule {
         let rule = rule.as_ref();
         let body = super::stmt::parse_body(rule).unwrap_or_else(|e| panic!("{rule:?}: {e}"));
         Rule::of(chain, body)
+    }
+
+    /// Tests: this rule with `text` for its words, which need not say what its values
+    /// do (to show that a writer encodes the values, not the words).
+    #[cfg(test)]
+    pub fn with_text(self, text: &str) -> Self {
+        Rule { rule: text.to_owned(), ..self }
     }
 
     /// Tests: [`Rule::new`] with a comment.

@@ -720,7 +720,7 @@ mod tests {
         let table = Table { family: IpFamily::V4, name: TABLE, comment: "t", objects: o };
         let whole = crate::nftables::model::write(&table, crate::nftables::model::Form::Transaction);
         let mut odd = table.clone();
-        odd.objects.rules[0].rule = "counter".into();
+        odd.objects.rules[0] = odd.objects.rules[0].clone().with_text("counter");
         let script = crate::nftables::model::script(&odd, crate::nftables::model::Form::Transaction);
         assert!(script.text().contains("add rule ip kube-proxy c counter comment"), "{script}");
         assert_eq!(nl.run_partial_script(&script).unwrap(), Via::Netlink);

@@ -236,8 +236,8 @@ fn in_prefix(p: &Prefix, ip: &IpAddr) -> Result<bool, String> {
 /// Why a rule drops or rejects, when nothing before it said: its comment, or what its
 /// chain is for.
 fn reason_of(chain: &str, rule: &Rule) -> Option<String> {
-    if let Some(c) = &rule.comment {
-        return Some(c.clone());
+    if let Some(c) = rule.comment() {
+        return Some(c.to_owned());
     }
     if chain.starts_with("localhost-nodeport-reject-") {
         return Some("a localhost NodePort kube-proxy does not serve (KubeProxyNFTablesLocalhostNodePorts: only TCP, by its userspace proxy where nodePortAddresses names loopback)".to_owned());
@@ -265,7 +265,7 @@ pub(crate) fn each_statement(table: &Table, env: &Env, packet: &Packet) -> Resul
     let mut n = 0;
     for r in &table.objects.rules {
         for s in &r.stmts.stmts {
-            let alone = Rule::of(r.chain.clone(), stmt::Body { stmts: vec![s.clone()], comment: r.comment.clone() });
+            let alone = Rule::of(r.chain.clone(), stmt::Body { stmts: vec![s.clone()], comment: r.comment().map(str::to_owned) });
             let start = Branch { packet: packet.clone(), probability: 1.0, masquerade: false, mark: 0, dnat: false, verdict: Verdict::Undecided, reason: None, path: Vec::new() };
             w.rule(&r.chain, &alone, start, 0)?;
             n += 1;
@@ -342,7 +342,7 @@ impl<'t> Walker<'t> {
 
     /// The rule from its statement `from` on, `members` the set elements found before.
     fn rule_from(&self, chain: &str, rule: &Rule, from: usize, mut b: Branch, mut members: Vec<&'t Element>, depth: usize) -> Result<Flows, TraceError> {
-        let unreadable = |why: String| TraceError::Unreadable { chain: chain.to_owned(), rule: rule.rule.clone(), why };
+        let unreadable = |why: String| TraceError::Unreadable { chain: chain.to_owned(), rule: rule.text().to_owned(), why };
         let body = &rule.stmts;
         for (at, s) in body.stmts.iter().enumerate().skip(from) {
             let then = match s {
@@ -439,8 +439,8 @@ impl<'t> Walker<'t> {
     }
 
     fn rule_line(&self, chain: &str, rule: &Rule) -> String {
-        let comment = rule.comment.as_ref().map(|c| format!(" comment \"{c}\"")).unwrap_or_default();
-        format!("{} {chain} {}{comment}", self.head, rule.rule)
+        let comment = rule.comment().map(|c| format!(" comment \"{c}\"")).unwrap_or_default();
+        format!("{} {chain} {}{comment}", self.head, rule.text())
     }
 
     fn element_line(&self, set: &str, e: &Element) -> String {
@@ -451,7 +451,7 @@ impl<'t> Walker<'t> {
 
     /// Does what a matched rule ends with.
     fn then(&self, chain: &str, rule: &Rule, then: Then<'_, 't>, mut b: Branch, depth: usize) -> Result<Flows, TraceError> {
-        let unreadable = |why: String| TraceError::Unreadable { chain: chain.to_owned(), rule: rule.rule.clone(), why };
+        let unreadable = |why: String| TraceError::Unreadable { chain: chain.to_owned(), rule: rule.text().to_owned(), why };
         Ok(match then {
             Then::Verdict(v) => self.verdict(chain, rule, v, b, depth)?,
             Then::Reject => self.refuse(chain, rule, Verdict::Reject, b),

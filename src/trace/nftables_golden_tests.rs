@@ -204,12 +204,12 @@ fn every_golden_clusters_interim_table_traces_as_kube_proxys() {
                 let what = format!("{} ({version}, {:?})", path.display(), table.family);
                 let mut batch = Batch::default();
                 for r in &interim.table.objects.rules {
-                    if r.stmts.binds_anonymous_set() && r.rule.contains("numgen") {
-                        failures.push(format!("{what}: the interim binds a numgen map: {}", r.rule));
+                    if r.stmts.binds_anonymous_set() && r.text().contains("numgen") {
+                        failures.push(format!("{what}: the interim binds a numgen map: {}", r.text()));
                     }
                     draws += r.stmts.stmts.iter().filter(|s| matches!(s, Stmt::Match(Match::Numgen { .. }))).count();
                     if let Err(e) = expr::body(&mut batch, table.family, table.name, &r.stmts) {
-                        failures.push(format!("{what}: {}: {e}", r.rule));
+                        failures.push(format!("{what}: {}: {e}", r.text()));
                     }
                 }
                 let v6 = table.family == crate::net::IpFamily::V6;

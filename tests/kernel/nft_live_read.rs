@@ -71,7 +71,7 @@ fn every_golden(ctx: &mut Ctx) -> CaseResult {
                     } else if same_up_to_anonymous_sets(g, w) {
                         merged += 1;
                     } else {
-                        return Err(format!("{stem} {chain}:\n  listed: {} {:?}\n  golden: {} {:?}", g.rule, g.comment, w.rule, w.comment).into());
+                        return Err(format!("{stem} {chain}:\n  listed: {} {:?}\n  golden: {} {:?}", g.text(), g.comment(), w.text(), w.comment()).into());
                     }
                 }
             }
