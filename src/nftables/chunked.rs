@@ -119,7 +119,7 @@ pub fn write<'t>(table: &'t Table, existing: &HashSet<&str>, max_lines: Option<u
         chunks.push(chunk);
     }
 
-    let anonymous = |i: usize| by_chain[i].iter().any(|r| r.stmts.binds_anonymous_set());
+    let anonymous = |i: usize| by_chain[i].iter().any(|r| r.stmts().binds_anonymous_set());
     let kept = |i: usize| plan.is_some_and(|p| p.same.contains(&o.chains[i].name));
     let old: Vec<usize> = (0..o.chains.len()).filter(|&i| !fresh(i) && !kept(i)).collect();
     let mut last = script();

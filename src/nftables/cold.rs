@@ -45,7 +45,7 @@ pub fn interim(table: &Table, min: usize) -> Option<Interim> {
     let mut rewritten: Vec<Option<Vec<Body>>> = Vec::with_capacity(table.objects.rules.len());
     let mut count = 0;
     for r in &table.objects.rules {
-        let unrolled = unrolled(&r.stmts);
+        let unrolled = unrolled(r.stmts());
         count += usize::from(unrolled.is_some());
         rewritten.push(unrolled);
     }
@@ -209,7 +209,7 @@ mod tests {
         );
         assert_eq!(i.chains, ["service-A", "service-B", "service-C"]);
         assert_eq!(i.table.objects.chains, t.objects.chains);
-        assert!(!i.table.objects.rules.iter().any(|r| matches!(r.stmts.stmts.last(), Some(Stmt::Vmap(_)))), "no map left");
+        assert!(!i.table.objects.rules.iter().any(|r| matches!(r.stmts().stmts.last(), Some(Stmt::Vmap(_)))), "no map left");
     }
 
     #[test]
@@ -236,7 +236,7 @@ mod tests {
             ]
         );
         assert_eq!(i.chains, ["service-A"]);
-        assert!(i.table.objects.rules.iter().all(|r| !r.stmts.binds_anonymous_set()));
+        assert!(i.table.objects.rules.iter().all(|r| !r.stmts().binds_anonymous_set()));
     }
 
     #[test]

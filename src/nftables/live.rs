@@ -175,7 +175,7 @@ mod tests {
         let want = Rule::of("c", parse_body(rendered).unwrap_or_else(|e| panic!("{rendered}: {e}")));
         assert_eq!(t.objects.rules, std::slice::from_ref(&want), "{listed}");
         assert_eq!(t.objects.rules[0].text(), rendered.split(" comment \"").next().unwrap());
-        assert_eq!(t.objects.rules[0].stmts, want.stmts);
+        assert_eq!(t.objects.rules[0].stmts(), want.stmts());
     }
 
     #[test]

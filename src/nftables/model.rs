@@ -100,7 +100,8 @@ impl Set {
 /// A rule: its chain and its statements' values ([`Rule::of`]: by the renderer, or read
 /// from a listing); `rule` and `comment` are the text written from them, kept beside them
 /// because rules are compared, hashed into chains' equality and written by that text
-/// (private, read with [`Rule::text`] and [`Rule::comment`], so they cannot disagree).
+/// (all three private, read with [`Rule::stmts`], [`Rule::text`] and [`Rule::comment`],
+/// so that the values and the text cannot disagree).
 #[derive(Debug, Clone, Serialize)]
 pub struct Rule {
     pub chain: String,
@@ -109,7 +110,7 @@ pub struct Rule {
     /// The comment (written from `stmts`).
     comment: Option<String>,
     #[serde(skip)]
-    pub stmts: Body,
+    stmts: Body,
 }
 
 /// Rules are their text: the text is written from the values, so a rule equals the same
@@ -135,6 +136,11 @@ impl Rule {
 
     pub fn comment(&self) -> Option<&str> {
         self.comment.as_deref()
+    }
+
+    /// The statements' values the text was written from.
+    pub fn stmts(&self) -> &Body {
+        &self.stmts
     }
 
     /// Tests: a rule written as `nft -f` words, read into values (a form outside the

@@ -264,7 +264,7 @@ pub(crate) fn each_statement(table: &Table, env: &Env, packet: &Packet) -> Resul
     let w = Walker::new(table, env);
     let mut n = 0;
     for r in &table.objects.rules {
-        for s in &r.stmts.stmts {
+        for s in &r.stmts().stmts {
             let alone = Rule::of(r.chain.clone(), stmt::Body { stmts: vec![s.clone()], comment: r.comment().map(str::to_owned) });
             let start = Branch { packet: packet.clone(), probability: 1.0, masquerade: false, mark: 0, dnat: false, verdict: Verdict::Undecided, reason: None, path: Vec::new() };
             w.rule(&r.chain, &alone, start, 0)?;
@@ -343,7 +343,7 @@ impl<'t> Walker<'t> {
     /// The rule from its statement `from` on, `members` the set elements found before.
     fn rule_from(&self, chain: &str, rule: &Rule, from: usize, mut b: Branch, mut members: Vec<&'t Element>, depth: usize) -> Result<Flows, TraceError> {
         let unreadable = |why: String| TraceError::Unreadable { chain: chain.to_owned(), rule: rule.text().to_owned(), why };
-        let body = &rule.stmts;
+        let body = rule.stmts();
         for (at, s) in body.stmts.iter().enumerate().skip(from) {
             let then = match s {
                 Stmt::Match(m) => match self.test(m, &b).map_err(unreadable)? {

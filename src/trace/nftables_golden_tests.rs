@@ -134,11 +134,11 @@ fn every_golden_rule_reads_back_encodes_and_traces() {
                 let line = line.trim_end_matches('\n').to_owned();
                 let what = format!("{}: {line}", path.display());
                 match parse_add_rule(&line) {
-                    Ok(read) if read.body == r.stmts && read.chain == r.chain => {}
+                    Ok(read) if read.body == *r.stmts() && read.chain == r.chain => {}
                     Ok(read) => failures.push(format!("{what}: reads back as {:?}", read.body)),
                     Err(e) => failures.push(format!("{what}: {e}")),
                 }
-                if let Err(e) = expr::body(&mut batch, table.family, table.name, &r.stmts) {
+                if let Err(e) = expr::body(&mut batch, table.family, table.name, r.stmts()) {
                     failures.push(format!("{what}: {e}"));
                 }
                 got.push(line);
@@ -204,11 +204,11 @@ fn every_golden_clusters_interim_table_traces_as_kube_proxys() {
                 let what = format!("{} ({version}, {:?})", path.display(), table.family);
                 let mut batch = Batch::default();
                 for r in &interim.table.objects.rules {
-                    if r.stmts.binds_anonymous_set() && r.text().contains("numgen") {
+                    if r.stmts().binds_anonymous_set() && r.text().contains("numgen") {
                         failures.push(format!("{what}: the interim binds a numgen map: {}", r.text()));
                     }
-                    draws += r.stmts.stmts.iter().filter(|s| matches!(s, Stmt::Match(Match::Numgen { .. }))).count();
-                    if let Err(e) = expr::body(&mut batch, table.family, table.name, &r.stmts) {
+                    draws += r.stmts().stmts.iter().filter(|s| matches!(s, Stmt::Match(Match::Numgen { .. }))).count();
+                    if let Err(e) = expr::body(&mut batch, table.family, table.name, r.stmts()) {
                         failures.push(format!("{what}: {}: {e}", r.text()));
                     }
                 }

@@ -66,7 +66,7 @@ fn every_golden(ctx: &mut Ctx) -> CaseResult {
                 let got = &got[chain];
                 ensure!(got.len() == want.len(), "{stem} {chain}: {} rule(s) listed, {} in the golden", got.len(), want.len());
                 for (g, w) in got.iter().zip(want) {
-                    if g == w && g.stmts == w.stmts {
+                    if g == w && g.stmts() == w.stmts() {
                         exact += 1;
                     } else if same_up_to_anonymous_sets(g, w) {
                         merged += 1;
@@ -110,7 +110,7 @@ fn golden_rules(text: &str, family: IpFamily) -> Result<BTreeMap<String, Vec<Rul
 
 /// The same statements, but for address values that cover the same addresses.
 fn same_up_to_anonymous_sets(got: &Rule, want: &Rule) -> bool {
-    let (g, w) = (&got.stmts, &want.stmts);
+    let (g, w) = (got.stmts(), want.stmts());
     g.comment == w.comment
         && g.stmts.len() == w.stmts.len()
         && g.stmts.iter().zip(&w.stmts).all(|(a, b)| match (a, b) {

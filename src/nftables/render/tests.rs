@@ -51,7 +51,7 @@ fn all_gates(ctx: &Context, proxy: bool) -> Context {
 fn check(origin: &str, table: &Table, forms: &mut BTreeSet<&'static str>, failures: &mut Vec<String>) {
     let head = format!("{} {}", table.family.nft_word(), table.name);
     for r in &table.objects.rules {
-        let built = &r.stmts;
+        let built = r.stmts();
         let mut line = String::new();
         rule_line(&mut line, &head, r);
         match parse_add_rule(line.trim_end_matches('\n')) {

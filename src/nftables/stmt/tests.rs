@@ -157,8 +157,8 @@ fn every_rendered_rule_in_both_table_versions_reads_and_writes_back() {
                     let origin = format!("{} ({table:?} table)", path.strip_prefix(&root).unwrap().display());
                     match round_trip(&origin, line.trim_end_matches('\n'), &mut forms) {
                         Err(e) => failures.push(e),
-                        Ok(read) if r.stmts != read => {
-                            failures.push(format!("{origin}: built {:?}, read back {read:?}", r.stmts));
+                        Ok(read) if *r.stmts() != read => {
+                            failures.push(format!("{origin}: built {:?}, read back {read:?}", r.stmts()));
                         }
                         Ok(_) => valued += 1,
                     }

@@ -500,7 +500,7 @@ fn add_rule(b: &mut Batch, line: &str) -> Result<(), Unsupported> {
 
 /// A rule svcproxy built, encoded from its values.
 fn rule_values(b: &mut Batch, fam: IpFamily, table: &str, rule: &Rule) -> Result<(), Unsupported> {
-    encode_rule(b, fam, table, &rule.chain, &rule.stmts)
+    encode_rule(b, fam, table, &rule.chain, rule.stmts())
 }
 
 fn encode_rule(b: &mut Batch, fam: IpFamily, table: &str, chain: &str, body: &Body) -> Result<(), Unsupported> {
