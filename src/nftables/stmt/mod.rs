@@ -23,7 +23,7 @@ pub use listed::parse_listed;
 pub use parse::{parse_add_rule, parse_body, parse_verdict, Expected, ParseError};
 
 pub use crate::model::Protocol;
-pub use crate::net::IpFamily;
+use crate::net::IpFamily;
 
 /// A rule's statements in order, and its comment (`comment "…"`, written last).
 #[derive(Debug, Clone, PartialEq, Eq)]
