@@ -410,7 +410,7 @@ fn service_cidrs_from_the_api_server_reach_the_nftables_drop_rule() {
     let shared = Arc::new(Shared::new(Schedule::new(timing)));
     let watch = start_watch(&rt, plain_client(&rt, &server), None, engine, shared);
     let drop_rule = || {
-        let listed = nft.lock().unwrap().listing(svcproxy::nftables::model::Family::Ip).unwrap_or_default();
+        let listed = nft.lock().unwrap().listing(svcproxy::net::IpFamily::V4).unwrap_or_default();
         listed.lines().find(|l| l.contains("Drop traffic to unallocated ClusterIPs")).map(|l| l.trim().to_string())
     };
     // The drop rule's CIDRs (`ip daddr { A,B } drop …`), sorted; `None`: no drop rule.

@@ -587,7 +587,7 @@ fn check_nftables_flows(rulesets: &[svcproxy::nftables::Ruleset], local: &BTreeS
         let parsed = (c.len() == 7).then(|| (c[1].parse::<IpAddr>(), c[3].parse::<IpAddr>(), c[4].parse::<u16>()));
         let Some((Ok(src), Ok(dst), Ok(dport))) = parsed else { return Err(format!("bad flow line: {line}")) };
         let (expected, masq) = (if c[5] == "-" { "" } else { c[5] }, c[6] == "true");
-        let Some(rs) = rulesets.iter().find(|r| r.ctx.ip_family == svcproxy::net::IpFamily::of(&dst)) else {
+        let Some(rs) = rulesets.iter().find(|r| r.ctx.family == svcproxy::net::IpFamily::of(&dst)) else {
             return Err(format!("{}: no ruleset for {dst}", c[0]));
         };
         let Some(protocol) = Protocol::from_name(&c[2].to_lowercase()) else { return Err(format!("{}: bad protocol {}", c[0], c[2])) };

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use super::OneEndpoint;
 use crate::nftables::apply::{Names, Nft, NftError};
-use crate::nftables::model::Family;
+use crate::net::IpFamily;
 use crate::driver::Pass;
 use crate::nftables::proxier::Proxier;
 use crate::track::Changes;
@@ -28,13 +28,13 @@ impl Nft for Recorder {
         }
         Ok(())
     }
-    fn list(&mut self, _family: Family) -> Result<Option<String>, NftError> {
+    fn list(&mut self, _family: IpFamily) -> Result<Option<String>, NftError> {
         Ok(None)
     }
-    fn names(&mut self, _family: Family) -> Result<Option<Names>, NftError> {
+    fn names(&mut self, _family: IpFamily) -> Result<Option<Names>, NftError> {
         Ok(None)
     }
-    fn canonical(&mut self, _family: Family, _text: &str) -> Result<String, NftError> {
+    fn canonical(&mut self, _family: IpFamily, _text: &str) -> Result<String, NftError> {
         Ok(String::new())
     }
 }

@@ -13,6 +13,7 @@ use crate::conntrack::Reconciled;
 use crate::xtables::delta;
 use crate::node::sysctl::Change;
 use crate::driver::Pass;
+use crate::nftables::model::NftFamily;
 use crate::runner::engine::{Detail, SyncFailure};
 
 pub const EXAMPLES: &str = "\
@@ -258,7 +259,7 @@ fn print_reconciled(args: &SyncArgs, runs: &[Reconciled]) -> anyhow::Result<bool
 fn print_nftables(args: &SyncArgs, reports: &[crate::nftables::sync::Report]) -> anyhow::Result<bool> {
     let mut pending = false;
     for r in reports {
-        let family = r.family.as_str();
+        let family = r.family.nft_word();
         if let Some(note) = &r.other_release {
             eprintln!("svcproxy: warning: {family}: {note}");
         }

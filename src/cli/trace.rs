@@ -24,6 +24,7 @@ use crate::xtables::Dump;
 use crate::ipvs::plan::SetId;
 use crate::model::Protocol;
 use crate::net::{parse_ip_sloppy, IpFamily};
+use crate::nftables::model::NftFamily;
 use crate::pipeline;
 use crate::runner::live;
 use crate::trace::ipvs::{IpvsTrace, Table};
@@ -217,7 +218,7 @@ fn run_nftables(args: &TraceArgs, loaded: &pipeline::Loaded, family: IpFamily) -
     let packet = packet(args, loaded, &BTreeSet::new())?;
     let env = Env { local_ips: local_ips(loaded, family), affinity: args.affinity.iter().cloned().collect() };
     let t = trace::nftables::trace(&table, &env, packet.clone(), args.entry.entry())
-        .with_context(|| format!("cannot trace the {} {} table", table.family.as_str(), table.name))?;
+        .with_context(|| format!("cannot trace the {} {} table", table.family.nft_word(), table.name))?;
     let cached = cached_flows(args, &packet, t.outcomes.iter().map(|o| &o.verdict))?;
     let socket = socket_path(args, loaded, &packet)?;
     print(args, &t, cached, socket, nftables_text(&t, args.entry))
@@ -313,7 +314,7 @@ pub(crate) fn socket_text(t: &SocketTrace) -> String {
 fn rendered_nftables(loaded: &pipeline::Loaded, family: IpFamily) -> anyhow::Result<crate::nftables::model::Table> {
     Ok(crate::nftables::render_all(&loaded.config, &loaded.trackers)
         .into_iter()
-        .find(|rs| rs.ctx.ip_family == family)
+        .find(|rs| rs.ctx.family == family)
         .with_context(|| format!("no {family} table: the cluster state is rendered for other families (see --ip-family)"))?
         .table())
 }

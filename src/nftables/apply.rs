@@ -9,7 +9,8 @@
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use super::model::{Family, Script};
+use super::model::{NftFamily, Script};
+use crate::net::IpFamily;
 use super::names::TABLE;
 use crate::xtables::apply::{around, capped};
 
@@ -68,21 +69,21 @@ pub trait Nft: Send {
         None
     }
     /// `nft list table FAMILY kube-proxy`; `None` when there is no such table.
-    fn list(&mut self, family: Family) -> Result<Option<String>, NftError>;
+    fn list(&mut self, family: IpFamily) -> Result<Option<String>, NftError>;
     /// The `kube-proxy` table's chains and sets; `None` when there is no such table.
-    fn names(&mut self, family: Family) -> Result<Option<Names>, NftError>;
+    fn names(&mut self, family: IpFamily) -> Result<Option<Names>, NftError>;
     /// How the kernel lists the `kube-proxy` table that `text` creates from nothing
     /// (applied in a scratch network namespace: the node's rules are not touched).
-    fn canonical(&mut self, family: Family, text: &str) -> Result<String, NftError>;
+    fn canonical(&mut self, family: IpFamily, text: &str) -> Result<String, NftError>;
     /// The `kube-proxy` table read for a full sync's comparison ([`super::delta`]); `None`
     /// when there is no table or the client cannot read it that way (then a full sync
     /// refills every chain).
-    fn live(&mut self, _family: Family) -> Result<Option<super::delta::LiveTable>, NftError> {
+    fn live(&mut self, _family: IpFamily) -> Result<Option<super::delta::LiveTable>, NftError> {
         Ok(None)
     }
     /// A full sync of `family` sent its last transaction (a client that records what it
     /// created does it here: [`super::netlink::NetlinkNft`]).
-    fn full_sync_done(&mut self, _family: Family) {}
+    fn full_sync_done(&mut self, _family: IpFamily) {}
     /// The batches that follow ([`Nft::run`]) are recorded as a full sync's are, until
     /// [`Nft::full_sync_done`]: the interim table's conversion ([`super::cold`]), whose
     /// anonymous sets a restart must not dump one by one.
@@ -91,13 +92,13 @@ pub trait Nft: Send {
     /// the client writes in bounded batches, its live contents ([`Nft::live`]; `None` when
     /// not read: a failure to read them is logged, and every chain is refilled). A client
     /// that reads both from the same dumps says so by overriding this.
-    fn read_for_sync(&mut self, family: Family) -> Result<Option<(Names, Option<super::delta::LiveTable>)>, NftError> {
+    fn read_for_sync(&mut self, family: IpFamily) -> Result<Option<(Names, Option<super::delta::LiveTable>)>, NftError> {
         let Some(names) = self.names(family)? else { return Ok(None) };
         if self.batch_lines().is_none() {
             return Ok(Some((names, None)));
         }
         let live = self.live(family).unwrap_or_else(|e| {
-            tracing::warn!(family = family.as_str(), error = %e, "the live nftables table was not read; every chain is refilled");
+            tracing::warn!(family = family.nft_word(), error = %e, "the live nftables table was not read; every chain is refilled");
             None
         });
         Ok(Some((names, live)))
@@ -156,23 +157,23 @@ impl Nft for ExecNft {
         Err(rejected(text, &String::from_utf8_lossy(&out.stderr)))
     }
 
-    fn list(&mut self, family: Family) -> Result<Option<String>, NftError> {
-        self.list_cmd(&["list", "table", family.as_str(), TABLE])
+    fn list(&mut self, family: IpFamily) -> Result<Option<String>, NftError> {
+        self.list_cmd(&["list", "table", family.nft_word(), TABLE])
     }
 
-    fn names(&mut self, family: Family) -> Result<Option<Names>, NftError> {
-        let f = family.as_str();
+    fn names(&mut self, family: IpFamily) -> Result<Option<Names>, NftError> {
+        let f = family.nft_word();
         let Some(chains) = self.list_cmd(&["list", "chains", f])? else { return Ok(None) };
         // Terse: the sets without their elements.
         let sets = self.list_cmd(&["-t", "list", "sets", f])?.unwrap_or_default();
         Ok(table_names(&chains, "chain").map(|chains| Names { chains, sets: table_names(&sets, "set").unwrap_or_default() }))
     }
 
-    fn canonical(&mut self, family: Family, text: &str) -> Result<String, NftError> {
+    fn canonical(&mut self, family: IpFamily, text: &str) -> Result<String, NftError> {
         // One shell in one new network namespace: apply, then list what the kernel made.
         let script = "\"$0\" -f - && \"$0\" list table \"$1\" \"$2\"";
         let out = Command::new("unshare")
-            .args(["--net", "sh", "-c", script, &self.binary, family.as_str(), TABLE])
+            .args(["--net", "sh", "-c", script, &self.binary, family.nft_word(), TABLE])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -119,7 +119,7 @@ pub fn write<'t>(table: &'t Table, existing: &HashSet<&str>, max_lines: Option<u
         chunks.push(chunk);
     }
 
-    let anonymous = |i: usize| by_chain[i].iter().any(|r| r.stmts.binds_anonymous_set());
+    let anonymous = |i: usize| by_chain[i].iter().any(|r| r.stmts().binds_anonymous_set());
     let kept = |i: usize| plan.is_some_and(|p| p.same.contains(&o.chains[i].name));
     let old: Vec<usize> = (0..o.chains.len()).filter(|&i| !fresh(i) && !kept(i)).collect();
     let mut last = script();
@@ -173,7 +173,8 @@ mod tests {
     use super::*;
     use crate::nftables::apply::Nft as _;
     use crate::nftables::fake::FakeNft;
-    use crate::nftables::model::{Chain, Family, Form, Objects, Set};
+    use crate::nftables::model::{Chain, Form, Objects, Set};
+    use crate::net::IpFamily;
     use crate::nftables::names;
 
     /// An 8-character base32-like hash: `tag` and `k` in four letters.
@@ -210,7 +211,7 @@ mod tests {
             o.rule(Rule::new(svc.clone(), format!("numgen random mod 2 vmap {{ 0 : goto {} , 1 : goto {} }}", ep_chain(s, 1), ep_chain(s, 2))));
             o.element("service-ips", vec![format!("10.0.{s}.1"), "tcp".into(), "80".into()], vec![format!("goto {svc}")], None);
         }
-        Table { family: Family::Ip, name: "kube-proxy", comment: "c", objects: o }
+        Table { family: IpFamily::V4, name: "kube-proxy", comment: "c", objects: o }
     }
 
     fn apply(nft: &mut FakeNft, c: &Chunked) {
@@ -260,14 +261,14 @@ mod tests {
         for bound in [1, 5, 12, 1000] {
             let mut chunked = FakeNft::new();
             apply(&mut chunked, &write(&t, &HashSet::new(), Some(bound), None));
-            assert_eq!(chunked.listing(Family::Ip), one.listing(Family::Ip), "bound {bound}");
+            assert_eq!(chunked.listing(IpFamily::V4), one.listing(IpFamily::V4), "bound {bound}");
             // Again over the live table (every chain exists now).
             let names: Vec<String> = t.objects.chains.iter().map(|c| c.name.clone()).collect();
             let existing: HashSet<&str> = names.iter().map(String::as_str).collect();
             let again = write(&t, &existing, Some(bound), None);
             assert!(again.chunks.is_empty());
             apply(&mut chunked, &again);
-            assert_eq!(chunked.listing(Family::Ip), one.listing(Family::Ip), "bound {bound}, again");
+            assert_eq!(chunked.listing(IpFamily::V4), one.listing(IpFamily::V4), "bound {bound}, again");
         }
     }
 
@@ -303,7 +304,7 @@ mod tests {
         let mut two = FakeNft::new();
         for _ in 0..2 {
             apply(&mut two, &c);
-            assert_eq!(two.listing(Family::Ip), one.listing(Family::Ip), "into an empty kernel, then over the live table");
+            assert_eq!(two.listing(IpFamily::V4), one.listing(IpFamily::V4), "into an empty kernel, then over the live table");
         }
     }
 

@@ -2,18 +2,19 @@
 //! each family is deleted (one transaction each); a family without one is not an error.
 
 use super::apply::{Nft, NftError};
-use super::model::Family;
+use super::model::NftFamily;
+use crate::net::IpFamily;
 use super::names::TABLE;
 
 /// Deletes (or, with `dry_run`, only finds) the `kube-proxy` tables; returns what went,
 /// as `table ip kube-proxy`.
 pub fn tables(nft: &mut dyn Nft, dry_run: bool) -> Result<Vec<String>, NftError> {
     let mut removed = Vec::new();
-    for family in [Family::Ip, Family::Ip6] {
+    for family in [IpFamily::V4, IpFamily::V6] {
         if nft.names(family)?.is_none() {
             continue;
         }
-        let what = format!("table {} {TABLE}", family.as_str());
+        let what = format!("table {} {TABLE}", family.nft_word());
         if !dry_run {
             nft.run(&format!("delete {what}\n"))?;
         }
@@ -33,8 +34,8 @@ mod tests {
         assert!(tables(&mut nft, false).unwrap().is_empty());
         nft.run("add table ip kube-proxy\nadd chain ip kube-proxy c\nadd table ip6 kube-proxy\n").unwrap();
         assert_eq!(tables(&mut nft, true).unwrap(), ["table ip kube-proxy", "table ip6 kube-proxy"]);
-        assert!(nft.listing(Family::Ip).is_some(), "a dry run deletes nothing");
+        assert!(nft.listing(IpFamily::V4).is_some(), "a dry run deletes nothing");
         assert_eq!(tables(&mut nft, false).unwrap().len(), 2);
-        assert_eq!((nft.listing(Family::Ip), nft.listing(Family::Ip6)), (None, None));
+        assert_eq!((nft.listing(IpFamily::V4), nft.listing(IpFamily::V6)), (None, None));
     }
 }

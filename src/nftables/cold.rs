@@ -21,7 +21,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::model::{Rule, Script, Table};
+use super::model::{NftFamily, Rule, Script, Table};
 use super::stmt::{Action, Body, Dnat, Match, Stmt, Vmap};
 
 /// Fewer numgen maps than this: the table is filled as it is (the kernel's walks cost
@@ -45,7 +45,7 @@ pub fn interim(table: &Table, min: usize) -> Option<Interim> {
     let mut rewritten: Vec<Option<Vec<Body>>> = Vec::with_capacity(table.objects.rules.len());
     let mut count = 0;
     for r in &table.objects.rules {
-        let unrolled = unrolled(&r.stmts);
+        let unrolled = unrolled(r.stmts());
         count += usize::from(unrolled.is_some());
         rewritten.push(unrolled);
     }
@@ -90,7 +90,7 @@ pub fn conversion(table: &Table, chains: &[String], max_lines: usize) -> Vec<Str
 /// The first conversion batch of `chains` and how many of them it took (at least one).
 /// A chain `table` no longer declares (its service went since) is taken and skipped.
 pub fn next_batch<'t>(table: &'t Table, chains: &[String], max_lines: usize) -> (Script<'t>, usize) {
-    let head = format!("{} {}", table.family.as_str(), table.name);
+    let head = format!("{} {}", table.family.nft_word(), table.name);
     let declared: HashSet<&str> = table.objects.chains.iter().map(|c| c.name.as_str()).collect();
     let mut rules: HashMap<&str, Vec<&Rule>> = HashMap::new();
     let (mut batch, mut lines, mut taken, mut indexed) = (Script::new(table.family, table.name), 0, 0, false);
@@ -164,7 +164,8 @@ fn unrolled(b: &Body) -> Option<Vec<Body>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nftables::model::{Chain, Family, Objects};
+    use crate::nftables::model::{Chain, Objects};
+    use crate::net::IpFamily;
 
     fn table(rules: &[(&str, &str)]) -> Table {
         let mut o = Objects::default();
@@ -176,11 +177,11 @@ mod tests {
         for (c, r) in rules {
             o.rule(Rule::new(*c, *r));
         }
-        Table { family: Family::Ip, name: "kube-proxy", comment: "", objects: o }
+        Table { family: IpFamily::V4, name: "kube-proxy", comment: "", objects: o }
     }
 
     fn rules(t: &Table) -> Vec<String> {
-        t.objects.rules.iter().map(|r| format!("{}: {}{}", r.chain, r.rule, r.comment.as_ref().map(|c| format!(" comment \"{c}\"")).unwrap_or_default())).collect()
+        t.objects.rules.iter().map(|r| format!("{}: {}{}", r.chain, r.text(), r.comment().map(|c| format!(" comment \"{c}\"")).unwrap_or_default())).collect()
     }
 
     #[test]
@@ -208,7 +209,7 @@ mod tests {
         );
         assert_eq!(i.chains, ["service-A", "service-B", "service-C"]);
         assert_eq!(i.table.objects.chains, t.objects.chains);
-        assert!(!i.table.objects.rules.iter().any(|r| matches!(r.stmts.stmts.last(), Some(Stmt::Vmap(_)))), "no map left");
+        assert!(!i.table.objects.rules.iter().any(|r| matches!(r.stmts().stmts.last(), Some(Stmt::Vmap(_)))), "no map left");
     }
 
     #[test]
@@ -220,7 +221,7 @@ mod tests {
             ("service-A", "numgen random mod 4 vmap { 0 : goto endpoint-a , 1 : goto endpoint-b , 2 : goto endpoint-c , 3 : goto endpoint-d }"),
             ("service-A", "reject"),
         ]);
-        t.objects.rules[2] = Rule::commented("service-A", t.objects.rules[2].rule.clone(), "ns/a:p");
+        t.objects.rules[2] = Rule::commented("service-A", t.objects.rules[2].text(), "ns/a:p");
         let i = interim(&t, 1).unwrap();
         assert_eq!(
             rules(&i.table),
@@ -235,16 +236,16 @@ mod tests {
             ]
         );
         assert_eq!(i.chains, ["service-A"]);
-        assert!(i.table.objects.rules.iter().all(|r| !r.stmts.binds_anonymous_set()));
+        assert!(i.table.objects.rules.iter().all(|r| !r.stmts().binds_anonymous_set()));
     }
 
     #[test]
     fn ipv6_dnat_is_bracketed() {
         let mut t = table(&[("service-A", "meta l4proto udp dnat ip6 addr . port to numgen random mod 1 map { 0 : fd00::1 . 53 }")]);
-        t.family = Family::Ip6;
-        assert_eq!(interim(&t, 1).unwrap().table.objects.rules[0].rule, "meta l4proto udp dnat to [fd00::1]:53");
+        t.family = IpFamily::V6;
+        assert_eq!(interim(&t, 1).unwrap().table.objects.rules[0].text(), "meta l4proto udp dnat to [fd00::1]:53");
         let mut t = table(&[("service-A", "meta l4proto udp dnat ip6 addr . port to numgen random mod 2 map { 0 : fd00::1 . 53 , 1 : fd00::2 . 53 }")]);
-        t.family = Family::Ip6;
+        t.family = IpFamily::V6;
         assert_eq!(
             rules(&interim(&t, 1).unwrap().table),
             ["service-A: meta l4proto udp numgen random mod 2 == 0 dnat to [fd00::1]:53", "service-A: meta l4proto udp dnat to [fd00::2]:53"]

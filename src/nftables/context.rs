@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use crate::config::{Config, LocalDetector};
 use crate::model::LABEL_ZONE;
 use crate::net::IpFamily;
-use crate::nftables::model::Family;
+use crate::nftables::model::NftFamily;
 use crate::nftables::stmt::{AddrValue, Dir, Ifname, Match, Num, Prefix};
 use crate::select::Locality;
 pub use crate::config::NftablesTable;
@@ -21,7 +21,7 @@ pub struct NftDetector {
 impl NftDetector {
     /// The nft form of the detector: a source CIDR (`ip saddr C`), or an interface
     /// (`iifname NAME`, a wildcard written `NAME*`), as pkg/proxy/util's detectors build both.
-    pub fn new(d: &LocalDetector, family: Family) -> Self {
+    pub fn new(d: &LocalDetector, family: IpFamily) -> Self {
         let test = |negated| match d {
             LocalDetector::Source(cidr) => Match::Addr { family, dir: Dir::Saddr, negated, value: AddrValue::Prefix(prefix_of(cidr)) },
             LocalDetector::Interface { name, wildcard } => Match::Iifname { negated, name: Ifname { name: name.clone(), wildcard: *wildcard } },
@@ -37,8 +37,7 @@ pub fn prefix_of(cidr: &crate::net::Cidr) -> Prefix {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Context {
-    pub ip_family: IpFamily,
-    pub family: Family,
+    pub family: IpFamily,
     pub node_name: String,
     pub zone: Option<String>,
     /// The node's primary IP of this family (for the load-balancer source-range check).
@@ -74,22 +73,20 @@ impl LocalhostNodePorts {
 }
 
 impl Context {
-    pub fn new(cfg: &Config, ip_family: IpFamily) -> Self {
-        let family = if ip_family.is_v6() { Family::Ip6 } else { Family::Ip };
-        let cidrs = cfg.node_port_cidrs(ip_family);
+    pub fn new(cfg: &Config, family: IpFamily) -> Self {
+        let cidrs = cfg.node_port_cidrs(family);
         Context {
-            ip_family,
             family,
             node_name: cfg.node_name.clone(),
             zone: cfg.node_labels.get(LABEL_ZONE).cloned(),
-            node_ip: cfg.node_ip(ip_family),
+            node_ip: cfg.node_ip(family),
             mark: mark_of(cfg),
             masquerade_all: cfg.masquerade_all,
-            detector: cfg.local_detector(ip_family).map(|d| NftDetector::new(&d, family)),
-            node_port_ips: (!cidrs.is_empty()).then(|| cfg.node_port_ips(ip_family)),
-            service_cidrs: service_cidrs_of(cfg, ip_family),
+            detector: cfg.local_detector(family).map(|d| NftDetector::new(&d, family)),
+            node_port_ips: (!cidrs.is_empty()).then(|| cfg.node_port_ips(family)),
+            service_cidrs: service_cidrs_of(cfg, family),
             table: cfg.kube_proxy_version.nftables_table(),
-            localhost: cfg.nft_localhost_node_ports.then(|| LocalhostNodePorts { proxy: cfg.node_port_addresses_name_loopback(ip_family) }),
+            localhost: cfg.nft_localhost_node_ports.then(|| LocalhostNodePorts { proxy: cfg.node_port_addresses_name_loopback(family) }),
         }
     }
 
@@ -99,7 +96,7 @@ impl Context {
 
     /// `ip` or `ip6`, as rules match addresses.
     pub fn ip(&self) -> &'static str {
-        self.family.as_str()
+        self.family.nft_word()
     }
 }
 
@@ -121,14 +118,14 @@ mod tests {
     #[test]
     fn detectors_translate_to_kube_proxys_nft_fragments() {
         let cidr = LocalDetector::Source(crate::net::Cidr::parse_sloppy("fd00:10::/64").unwrap());
-        let d = NftDetector::new(&cidr, Family::Ip6);
+        let d = NftDetector::new(&cidr, IpFamily::V6);
         assert_eq!((d.if_local.to_string(), d.if_not_local.to_string()), ("ip6 saddr fd00:10::/64".into(), "ip6 saddr != fd00:10::/64".into()));
         assert_eq!(cidr.iptables().if_local, ["-s", "fd00:10::/64"]);
         let prefix = LocalDetector::Interface { name: "veth".into(), wildcard: true };
-        let d = NftDetector::new(&prefix, Family::Ip);
+        let d = NftDetector::new(&prefix, IpFamily::V4);
         assert_eq!((d.if_local.to_string(), d.if_not_local.to_string()), ("iifname veth*".into(), "iifname != veth*".into()));
         assert_eq!(prefix.iptables().if_not_local, ["!", "-i", "veth+"]);
         let bridge = LocalDetector::Interface { name: "cbr0".into(), wildcard: false };
-        assert_eq!(NftDetector::new(&bridge, Family::Ip).if_not_local.to_string(), "iifname != cbr0");
+        assert_eq!(NftDetector::new(&bridge, IpFamily::V4).if_not_local.to_string(), "iifname != cbr0");
     }
 }

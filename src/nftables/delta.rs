@@ -12,7 +12,8 @@ use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use super::model::{self, Family, Table};
+use super::model::{self, NftFamily, Table};
+use crate::net::IpFamily;
 use super::wire::canon::{self, Canon};
 
 /// What a full sync read of the live table: canonical rules by chain, canonical elements
@@ -49,7 +50,7 @@ impl Plan {
 
 /// Compares the desired `table` with what the kernel holds (`live`).
 pub fn plan(table: &Table, live: &LiveTable) -> Plan {
-    let head = format!("{} {}", table.family.as_str(), table.name);
+    let head = format!("{} {}", table.family.nft_word(), table.name);
     let o = &table.objects;
     // Each chain's rules, by the chain's first declaration (a chain's text is written
     // when it is compared, into one buffer: not 143,000 strings at 10,000 services).
@@ -93,7 +94,7 @@ pub fn plan(table: &Table, live: &LiveTable) -> Plan {
 
 /// The changes that bring `held` to the elements `text` adds; `None` when one cannot be
 /// proved or written (the set is then flushed and refilled).
-fn set_delta(text: &str, held: &[(Canon, Vec<u8>)], kind: &str, family: Family, target: &str) -> Option<SetDelta> {
+fn set_delta(text: &str, held: &[(Canon, Vec<u8>)], kind: &str, family: IpFamily, target: &str) -> Option<SetDelta> {
     let lines: Vec<&str> = text.lines().collect();
     let want = canon::elements_of_text(text)?;
     if want.len() != lines.len() {
@@ -117,15 +118,15 @@ fn set_delta(text: &str, held: &[(Canon, Vec<u8>)], kind: &str, family: Family, 
 
 /// An element's key bytes as `nft` text, for a set of type `kind` (`ipv4_addr . inet_proto
 /// . inet_service : verdict`); `None` for anything else.
-pub fn key_text(kind: &str, key: &[u8], family: Family) -> Option<String> {
+pub fn key_text(kind: &str, key: &[u8], family: IpFamily) -> Option<String> {
     let parts: Vec<&str> = kind.split(':').next()?.split('.').map(str::trim).collect();
     let concat = parts.len() > 1;
     let mut out = String::new();
     let mut at = 0;
     for (i, p) in parts.iter().enumerate() {
         let (len, width) = match (*p, family) {
-            ("ipv4_addr", Family::Ip) => (4, 4),
-            ("ipv6_addr", Family::Ip6) => (16, 16),
+            ("ipv4_addr", IpFamily::V4) => (4, 4),
+            ("ipv6_addr", IpFamily::V6) => (16, 16),
             ("inet_proto", _) if concat => (1, 4),
             ("inet_service", _) if concat => (2, 4),
             _ => return None,
@@ -183,7 +184,7 @@ mod tests {
             o.element("service-ips", vec![(*ip).into(), "tcp".into(), "80".into()], vec![format!("goto {chain}")], Some("ns/a:p"));
             o.element("cluster-ips", vec![(*ip).into()], vec![], None);
         }
-        Table { family: Family::Ip, name: "kube-proxy", comment: "c", objects: o }
+        Table { family: IpFamily::V4, name: "kube-proxy", comment: "c", objects: o }
     }
 
     /// What the kernel would hold after a full sync of `t`.
@@ -250,14 +251,14 @@ mod tests {
 
     #[test]
     fn keys_are_written_back_as_nft_reads_them() {
-        assert_eq!(key_text("ipv4_addr . inet_proto . inet_service : verdict", &[10, 0, 0, 1, 17, 0, 0, 0, 0, 53, 0, 0], Family::Ip).as_deref(), Some("10.0.0.1 . udp . 53"));
-        assert_eq!(key_text("ipv4_addr", &[10, 0, 0, 1], Family::Ip).as_deref(), Some("10.0.0.1"));
+        assert_eq!(key_text("ipv4_addr . inet_proto . inet_service : verdict", &[10, 0, 0, 1, 17, 0, 0, 0, 0, 53, 0, 0], IpFamily::V4).as_deref(), Some("10.0.0.1 . udp . 53"));
+        assert_eq!(key_text("ipv4_addr", &[10, 0, 0, 1], IpFamily::V4).as_deref(), Some("10.0.0.1"));
         let mut v6 = vec![0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
-        assert_eq!(key_text("ipv6_addr", &v6, Family::Ip6).as_deref(), Some("fd00::1"));
+        assert_eq!(key_text("ipv6_addr", &v6, IpFamily::V6).as_deref(), Some("fd00::1"));
         v6.extend([6, 0, 0, 0, 1, 0xbb, 0, 0]);
-        assert_eq!(key_text("ipv6_addr . inet_proto . inet_service", &v6, Family::Ip6).as_deref(), Some("fd00::1 . tcp . 443"));
-        assert_eq!(key_text("ipv4_addr . inet_proto . inet_service", &[10, 0, 0, 1, 47, 0, 0, 0, 0, 53, 0, 0], Family::Ip), None, "an unknown protocol");
-        assert_eq!(key_text("ipv4_addr", &[10, 0, 0, 1, 0], Family::Ip), None, "a longer key");
-        assert_eq!(key_text("ether_addr", &[0; 6], Family::Ip), None);
+        assert_eq!(key_text("ipv6_addr . inet_proto . inet_service", &v6, IpFamily::V6).as_deref(), Some("fd00::1 . tcp . 443"));
+        assert_eq!(key_text("ipv4_addr . inet_proto . inet_service", &[10, 0, 0, 1, 47, 0, 0, 0, 0, 53, 0, 0], IpFamily::V4), None, "an unknown protocol");
+        assert_eq!(key_text("ipv4_addr", &[10, 0, 0, 1, 0], IpFamily::V4), None, "a longer key");
+        assert_eq!(key_text("ether_addr", &[0; 6], IpFamily::V4), None);
     }
 }

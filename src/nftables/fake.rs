@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex};
 use super::apply::{Names, Nft, NftError};
 use super::delta::{self, LiveTable};
 use super::listing;
-use super::model::Family;
+use super::model::NftFamily;
+use crate::net::IpFamily;
 use super::stmt::{self, Action, Stmt, Verdict, Vmap};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -59,9 +60,9 @@ impl Table {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Call {
     Run(String),
-    List(Family),
-    Names(Family),
-    Canonical(Family),
+    List(IpFamily),
+    Names(IpFamily),
+    Canonical(IpFamily),
 }
 
 #[derive(Debug, Clone, Default)]
@@ -92,8 +93,8 @@ impl FakeNft {
     }
 
     /// The table as `nft list table` prints it (`None`: no table).
-    pub fn listing(&self, family: Family) -> Option<String> {
-        self.tables.get(family.as_str()).map(|t| list(family, t))
+    pub fn listing(&self, family: IpFamily) -> Option<String> {
+        self.tables.get(family.nft_word()).map(|t| list(family, t))
     }
 
     /// Applies `text` all-or-nothing.
@@ -128,31 +129,31 @@ impl Nft for FakeNft {
         self.batch_lines
     }
 
-    fn list(&mut self, family: Family) -> Result<Option<String>, NftError> {
+    fn list(&mut self, family: IpFamily) -> Result<Option<String>, NftError> {
         self.calls.push(Call::List(family));
         Ok(self.listing(family))
     }
 
-    fn names(&mut self, family: Family) -> Result<Option<Names>, NftError> {
+    fn names(&mut self, family: IpFamily) -> Result<Option<Names>, NftError> {
         self.calls.push(Call::Names(family));
-        Ok(self.tables.get(family.as_str()).map(|t| Names {
+        Ok(self.tables.get(family.nft_word()).map(|t| Names {
             chains: t.chains.iter().map(|(n, _)| n.clone()).collect(),
             sets: t.sets.iter().filter(|(_, s)| !s.is_map).map(|(n, _)| n.clone()).collect(),
         }))
     }
 
-    fn live(&mut self, family: Family) -> Result<Option<LiveTable>, NftError> {
+    fn live(&mut self, family: IpFamily) -> Result<Option<LiveTable>, NftError> {
         if !self.live_reads {
             return Ok(None);
         }
-        let Some(t) = self.tables.get(family.as_str()) else { return Ok(None) };
-        let head = format!("{} kube-proxy", family.as_str());
+        let Some(t) = self.tables.get(family.nft_word()) else { return Ok(None) };
+        let head = format!("{} kube-proxy", family.nft_word());
         let chains = t.chains.iter().map(|(n, c)| (n.as_str(), c.rules.iter().map(|r| format!("add rule {head} {n} {r}\n")).collect::<String>()));
         let sets = t.sets.iter().filter(|(_, s)| !s.spec.contains("dynamic")).map(|(n, s)| (n.as_str(), s.elements.values().map(|e| format!("add element {head} {n} {{ {e} }}\n")).collect::<String>()));
         Ok(Some(delta::from_text(chains, sets)))
     }
 
-    fn canonical(&mut self, family: Family, text: &str) -> Result<String, NftError> {
+    fn canonical(&mut self, family: IpFamily, text: &str) -> Result<String, NftError> {
         self.calls.push(Call::Canonical(family));
         let mut scratch = FakeNft::new();
         scratch.apply(text)?;
@@ -167,16 +168,16 @@ impl Nft for SharedNft {
     fn batch_lines(&self) -> Option<usize> {
         lock(self).batch_lines
     }
-    fn list(&mut self, family: Family) -> Result<Option<String>, NftError> {
+    fn list(&mut self, family: IpFamily) -> Result<Option<String>, NftError> {
         lock(self).list(family)
     }
-    fn names(&mut self, family: Family) -> Result<Option<Names>, NftError> {
+    fn names(&mut self, family: IpFamily) -> Result<Option<Names>, NftError> {
         lock(self).names(family)
     }
-    fn live(&mut self, family: Family) -> Result<Option<LiveTable>, NftError> {
+    fn live(&mut self, family: IpFamily) -> Result<Option<LiveTable>, NftError> {
         lock(self).live(family)
     }
-    fn canonical(&mut self, family: Family, text: &str) -> Result<String, NftError> {
+    fn canonical(&mut self, family: IpFamily, text: &str) -> Result<String, NftError> {
         lock(self).canonical(family, text)
     }
 }
@@ -336,8 +337,8 @@ fn element_value(e: &str) -> &str {
 }
 
 /// The table in `nft list table`'s layout: counters, sets and maps, then chains.
-fn list(family: Family, t: &Table) -> String {
-    let mut out = format!("table {} kube-proxy {{\n", family.as_str());
+fn list(family: IpFamily, t: &Table) -> String {
+    let mut out = format!("table {} kube-proxy {{\n", family.nft_word());
     for part in t.spec.split(';').map(str::trim).filter(|p| !p.is_empty()) {
         out.push_str(&format!("\t{part}\n"));
     }
@@ -377,12 +378,12 @@ mod tests {
     fn a_transaction_is_all_or_nothing_and_names_the_refused_line() {
         let mut nft = FakeNft::new();
         nft.run("add table ip kube-proxy { comment \"x\" ; }\nadd chain ip kube-proxy a\nadd rule ip kube-proxy a accept\n").unwrap();
-        let before = nft.listing(Family::Ip).unwrap();
+        let before = nft.listing(IpFamily::V4).unwrap();
         let e = nft.run("flush chain ip kube-proxy a\nadd rule ip kube-proxy a jump nowhere\n").unwrap_err();
         assert!(matches!(e, NftError::Rejected { line: 2, .. }), "{e:?}");
-        assert_eq!(nft.listing(Family::Ip).unwrap(), before, "nothing of the refused transaction stays");
+        assert_eq!(nft.listing(IpFamily::V4).unwrap(), before, "nothing of the refused transaction stays");
         assert!(before.contains("\tchain a {\n\t\taccept\n\t}\n"), "{before}");
-        assert_eq!(nft.names(Family::Ip6).unwrap(), None);
+        assert_eq!(nft.names(IpFamily::V6).unwrap(), None);
     }
 
     #[test]
@@ -395,7 +396,7 @@ mod tests {
         }
         nft.run("add rule ip kube-proxy b numgen random mod 2 vmap { 0 : goto a , 1 : goto b }\nadd rule ip kube-proxy b counter name \"n\" reject\n").unwrap();
         nft.run("add rule ip kube-proxy b counter\n").unwrap();
-        assert!(nft.listing(Family::Ip).unwrap().contains("\t\tcounter\n"), "a statement outside the vocabulary is kept as written");
+        assert!(nft.listing(IpFamily::V4).unwrap().contains("\t\tcounter\n"), "a statement outside the vocabulary is kept as written");
     }
 
     #[test]
@@ -406,6 +407,6 @@ mod tests {
         assert!(nft.run("add element ip kube-proxy m { 10.0.0.1 : drop }\n").is_err(), "same key, other value");
         assert!(nft.run("delete chain ip kube-proxy c\n").is_err(), "still in a map element");
         nft.run("delete element ip kube-proxy m { 10.0.0.1 }\ndelete chain ip kube-proxy c\n").unwrap();
-        assert_eq!(nft.names(Family::Ip).unwrap().unwrap(), Names::default());
+        assert_eq!(nft.names(IpFamily::V4).unwrap().unwrap(), Names::default());
     }
 }

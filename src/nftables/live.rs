@@ -7,7 +7,8 @@
 //! vocabulary is an error naming its chain and word.
 
 use super::listing::{split_elements, Listing};
-use super::model::{Chain, Element, Family, Objects, Rule, Set, Table};
+use super::model::{Chain, Element, Objects, Rule, Set, Table};
+use crate::net::IpFamily;
 use super::names::{TABLE, TABLE_COMMENT};
 use super::stmt::{parse_listed, ParseError};
 
@@ -23,7 +24,7 @@ pub enum LiveError {
 /// `nft list table FAMILY kube-proxy` output → the table's chains, sets, maps, rules and
 /// elements, in the kernel's order. Counters and dynamic sets' run-time members are left
 /// out (as [`Listing`] leaves them out).
-pub fn read(text: &str, family: Family) -> Result<Table, LiveError> {
+pub fn read(text: &str, family: IpFamily) -> Result<Table, LiveError> {
     let listing = Listing::parse(text);
     let mut objects = Objects::default();
     for (key, obj) in &listing.objects {
@@ -149,7 +150,7 @@ mod tests {
 
     #[test]
     fn a_listed_table_reads_into_the_renderers_values() {
-        let t = read(LISTED, Family::Ip).unwrap();
+        let t = read(LISTED, IpFamily::V4).unwrap();
         let o = &t.objects;
         let chains: Vec<&str> = o.chains.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(chains, ["cluster-ips-check", "nat-prerouting", "reject-chain"]);
@@ -170,11 +171,11 @@ mod tests {
     /// `rendered` parses to, with the same text.
     fn reads_as(listed: &str, rendered: &str) {
         let text = format!("table ip kube-proxy {{\n\tchain c {{\n\t\t{listed}\n\t}}\n}}\n");
-        let t = read(&text, Family::Ip).unwrap_or_else(|e| panic!("{listed}: {e}"));
+        let t = read(&text, IpFamily::V4).unwrap_or_else(|e| panic!("{listed}: {e}"));
         let want = Rule::of("c", parse_body(rendered).unwrap_or_else(|e| panic!("{rendered}: {e}")));
         assert_eq!(t.objects.rules, std::slice::from_ref(&want), "{listed}");
-        assert_eq!(t.objects.rules[0].rule, rendered.split(" comment \"").next().unwrap());
-        assert_eq!(t.objects.rules[0].stmts, want.stmts);
+        assert_eq!(t.objects.rules[0].text(), rendered.split(" comment \"").next().unwrap());
+        assert_eq!(t.objects.rules[0].stmts(), want.stmts());
     }
 
     #[test]
@@ -195,14 +196,14 @@ mod tests {
         }
         // Through the table's reader, as `trace --live` reads it.
         let listed = "table ip kube-proxy {\n chain external-X {\n fib saddr type local meta mark set meta mark | 0x00004000 comment \"masquerade local traffic\"\n }\n}\n";
-        let t = read(listed, Family::Ip).unwrap();
+        let t = read(listed, IpFamily::V4).unwrap();
         assert_eq!(t.objects.rules, [Rule::commented("external-X", "fib saddr type local mark set mark or 0x00004000", "masquerade local traffic")]);
     }
 
     #[test]
     fn a_rule_outside_the_vocabulary_is_an_error_naming_its_chain_and_word() {
         let text = "table ip kube-proxy {\n chain services {\n ip daddr 198.18.9.9 counter packets 3 bytes 180 drop\n }\n}\n";
-        let e = read(text, Family::Ip).unwrap_err();
+        let e = read(text, IpFamily::V4).unwrap_err();
         assert!(matches!(&e, LiveError::Rule { chain, source, .. } if chain == "services" && source.found.as_deref() == Some("drop")), "{e:?}");
         assert!(e.to_string().starts_with("chain services: rule \"ip daddr 198.18.9.9 counter drop\": word 5 \"drop\""), "{e}");
     }
@@ -210,7 +211,7 @@ mod tests {
     #[test]
     fn an_element_without_a_key_is_an_error_naming_its_object() {
         let text = "table ip kube-proxy {\n map service-ips {\n type ipv4_addr : verdict\n elements = { : drop }\n }\n}\n";
-        let e = read(text, Family::Ip).unwrap_err();
+        let e = read(text, IpFamily::V4).unwrap_err();
         assert!(e.to_string().starts_with("map service-ips: element"), "{e}");
     }
 }

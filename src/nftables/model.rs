@@ -7,30 +7,44 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::stmt::{Body, Stmts};
+use crate::net::IpFamily;
 
-/// The nftables address family of a table (`ip` or `ip6`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Family {
-    Ip,
-    Ip6,
+/// What nftables calls an IP family: the table family word (`ip`, `ip6`) and the set/map
+/// key type of one address. A trait here, because `net` knows nothing of nftables.
+pub trait NftFamily {
+    fn nft_word(self) -> &'static str;
+    /// The set/map key type of one address (`ipv4_addr`/`ipv6_addr`).
+    fn addr_type(self) -> &'static str;
 }
 
-impl Family {
-    pub fn as_str(self) -> &'static str {
+impl NftFamily for IpFamily {
+    fn nft_word(self) -> &'static str {
         match self {
-            Family::Ip => "ip",
-            Family::Ip6 => "ip6",
+            IpFamily::V4 => "ip",
+            IpFamily::V6 => "ip6",
         }
     }
 
-    /// The set/map key type of one address (`ipv4_addr`/`ipv6_addr`).
-    pub fn addr_type(self) -> &'static str {
+    fn addr_type(self) -> &'static str {
         match self {
-            Family::Ip => "ipv4_addr",
-            Family::Ip6 => "ipv6_addr",
+            IpFamily::V4 => "ipv4_addr",
+            IpFamily::V6 => "ipv6_addr",
         }
     }
+}
+
+/// The IP family a table family word names (`ip`, `ip6`); `None` for any other word.
+pub fn family_of_word(w: &str) -> Option<IpFamily> {
+    match w {
+        "ip" => Some(IpFamily::V4),
+        "ip6" => Some(IpFamily::V6),
+        _ => None,
+    }
+}
+
+/// A table's family as `nft` words it (`render --output json` writes `"family": "ip"`).
+fn serialize_nft_word<S: serde::Serializer>(family: &IpFamily, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(family.nft_word())
 }
 
 /// A base chain's hook: what kind, where, and at which priority (as a number, the form
@@ -85,16 +99,18 @@ impl Set {
 
 /// A rule: its chain and its statements' values ([`Rule::of`]: by the renderer, or read
 /// from a listing); `rule` and `comment` are the text written from them, kept beside them
-/// because rules are compared, hashed into chains' equality and written by that text.
+/// because rules are compared, hashed into chains' equality and written by that text
+/// (all three private, read with [`Rule::stmts`], [`Rule::text`] and [`Rule::comment`],
+/// so that the values and the text cannot disagree).
 #[derive(Debug, Clone, Serialize)]
 pub struct Rule {
     pub chain: String,
-    /// The statements' words, without the comment (derived from `stmts`).
-    pub rule: String,
-    /// The comment (derived from `stmts`).
-    pub comment: Option<String>,
+    /// The statements' words, without the comment (written from `stmts`).
+    rule: String,
+    /// The comment (written from `stmts`).
+    comment: Option<String>,
     #[serde(skip)]
-    pub stmts: Body,
+    stmts: Body,
 }
 
 /// Rules are their text: the text is written from the values, so a rule equals the same
@@ -113,6 +129,20 @@ impl Rule {
         Rule { chain: chain.into(), rule: Stmts(&body.stmts).to_string(), comment: body.comment.clone(), stmts: body }
     }
 
+    /// The statements' words as `nft -f` takes them, without the comment.
+    pub fn text(&self) -> &str {
+        &self.rule
+    }
+
+    pub fn comment(&self) -> Option<&str> {
+        self.comment.as_deref()
+    }
+
+    /// The statements' values the text was written from.
+    pub fn stmts(&self) -> &Body {
+        &self.stmts
+    }
+
     /// Tests: a rule written as `nft -f` words, read into values (a form outside the
     /// vocabulary panics, naming the word).
     #[cfg(any(test, feature = "testing"))]
@@ -120,6 +150,13 @@ impl Rule {
         let rule = rule.as_ref();
         let body = super::stmt::parse_body(rule).unwrap_or_else(|e| panic!("{rule:?}: {e}"));
         Rule::of(chain, body)
+    }
+
+    /// Tests: this rule with `text` for its words, which need not say what its values
+    /// do (to show that a writer encodes the values, not the words).
+    #[cfg(test)]
+    pub fn with_text(self, text: &str) -> Self {
+        Rule { rule: text.to_owned(), ..self }
     }
 
     /// Tests: [`Rule::new`] with a comment.
@@ -176,7 +213,8 @@ impl Objects {
 /// A table: its family, name and comment, and its objects.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Table {
-    pub family: Family,
+    #[serde(serialize_with = "serialize_nft_word")]
+    pub family: IpFamily,
     pub name: &'static str,
     pub comment: &'static str,
     pub objects: Objects,
@@ -225,7 +263,7 @@ pub fn script(table: &Table, form: Form) -> Script<'_> {
 /// they are.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Script<'r> {
-    family: Family,
+    family: IpFamily,
     table: String,
     text: String,
     /// Each rule line's byte offset in `text`, and its rule, in the order of the text.
@@ -233,11 +271,11 @@ pub struct Script<'r> {
 }
 
 impl<'r> Script<'r> {
-    pub fn new(family: Family, table: &str) -> Self {
+    pub fn new(family: IpFamily, table: &str) -> Self {
         Script { family, table: table.to_owned(), text: String::new(), rules: Vec::new() }
     }
 
-    pub fn family(&self) -> Family {
+    pub fn family(&self) -> IpFamily {
         self.family
     }
 
@@ -270,7 +308,7 @@ impl<'r> Script<'r> {
     /// `add rule FAMILY TABLE CHAIN …`, `r` recorded for that line.
     pub fn rule(&mut self, r: &'r Rule) {
         self.rules.push((self.text.len(), r));
-        rule_line(&mut self.text, format_args!("{} {}", self.family.as_str(), self.table), r);
+        rule_line(&mut self.text, format_args!("{} {}", self.family.nft_word(), self.table), r);
     }
 
     /// `other` (of the same table) after this one's lines.
@@ -311,7 +349,7 @@ pub(crate) fn declare(out: &mut String, table: &Table) -> String {
 /// [`declare`] without the lines of the regular chains (no hook, no comment: the line is
 /// `add chain HEAD NAME`) that `leave_out` names.
 pub(crate) fn declare_but(out: &mut String, table: &Table, leave_out: impl Fn(&str) -> bool) -> String {
-    let head = format!("{} {}", table.family.as_str(), table.name);
+    let head = format!("{} {}", table.family.nft_word(), table.name);
     let _ = writeln!(out, "add table {head} {{ comment {} ; }}", quote(table.comment));
     let o = &table.objects;
     for c in &o.chains {
@@ -409,7 +447,7 @@ mod tests {
         o.rule(Rule::commented("reject-chain", "reject", "why"));
         o.element("cluster-ips", vec!["10.0.0.1".into()], vec![], None);
         o.element("service-ips", vec!["10.0.0.1".into(), "tcp".into(), "80".into()], vec!["goto x".into()], Some("ns/a:p"));
-        Table { family: Family::Ip, name: "kube-proxy", comment: "rules for kube-proxy", objects: o }
+        Table { family: IpFamily::V4, name: "kube-proxy", comment: "rules for kube-proxy", objects: o }
     }
 
     #[test]

@@ -14,13 +14,14 @@ use std::collections::HashMap;
 
 use super::apply::{ExecNft, Names, Nft, NftError, Via};
 use super::delta::LiveTable;
-use super::model::{Family, Script};
+use super::model::{NftFamily, Script};
+use crate::net::IpFamily;
 use super::names::TABLE;
 use std::sync::{Arc, Mutex};
 
 use super::anonfile::{self, AnonCache, Persisted};
 use super::anonrecord::{self, Recording, SetDump};
-use super::wire::{self, canon, dump, Batch};
+use super::wire::{self, canon, dump, Batch, WireFamily};
 use crate::xtables::apply::around;
 
 use crate::netfilter::nlattr::NLMSG_ERROR;
@@ -32,11 +33,11 @@ pub const BATCH_LINES_ENV: &str = "SVCPROXY_NFT_BATCH_LINES";
 pub type Sender = Box<dyn FnMut(&mut Batch, &str) -> Result<(), NftError> + Send>;
 
 /// Reads one family's table names (the real one: [`read_table`]).
-pub type Reader = Box<dyn FnMut(Family) -> Result<Option<TableRead>, NftError> + Send>;
+pub type Reader = Box<dyn FnMut(IpFamily) -> Result<Option<TableRead>, NftError> + Send>;
 
 /// Reads one family's table for a full sync: its names and its live contents (the real
 /// one: [`read_live_cached`] with the persisted cache, [`super::anonfile`]).
-pub type LiveReader = Box<dyn FnMut(Family) -> Result<Option<LiveRead>, NftError> + Send>;
+pub type LiveReader = Box<dyn FnMut(IpFamily) -> Result<Option<LiveRead>, NftError> + Send>;
 
 /// What the full sync's read finds in a table.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -196,26 +197,26 @@ impl Nft for NetlinkNft {
         Some(self.batch_lines)
     }
 
-    fn list(&mut self, family: Family) -> Result<Option<String>, NftError> {
+    fn list(&mut self, family: IpFamily) -> Result<Option<String>, NftError> {
         self.nft.list(family)
     }
 
-    fn names(&mut self, family: Family) -> Result<Option<Names>, NftError> {
+    fn names(&mut self, family: IpFamily) -> Result<Option<Names>, NftError> {
         let Some(read) = &mut self.reader else { return self.nft.names(family) };
         let found = read(family)?;
         self.note_anon_next(found.as_ref());
         Ok(found.map(|t| t.names))
     }
 
-    fn canonical(&mut self, family: Family, text: &str) -> Result<String, NftError> {
+    fn canonical(&mut self, family: IpFamily, text: &str) -> Result<String, NftError> {
         self.nft.canonical(family, text)
     }
 
-    fn live(&mut self, family: Family) -> Result<Option<LiveTable>, NftError> {
+    fn live(&mut self, family: IpFamily) -> Result<Option<LiveTable>, NftError> {
         Ok(self.live_read(family)?.and_then(|r| r.live))
     }
 
-    fn full_sync_done(&mut self, family: Family) {
+    fn full_sync_done(&mut self, family: IpFamily) {
         self.record_created(family);
     }
 
@@ -228,7 +229,7 @@ impl Nft for NetlinkNft {
     /// One read for both: the names and anonymous set numbers come from the live read's
     /// own chain and set dumps (no second dump of the chain list). A live read that fails
     /// falls back to the name read (logged): every chain is then refilled.
-    fn read_for_sync(&mut self, family: Family) -> Result<Option<(Names, Option<LiveTable>)>, NftError> {
+    fn read_for_sync(&mut self, family: IpFamily) -> Result<Option<(Names, Option<LiveTable>)>, NftError> {
         if self.live_reader.is_none() {
             return Ok(self.names(family)?.map(|n| (n, None)));
         }
@@ -239,7 +240,7 @@ impl Nft for NetlinkNft {
                 Ok(read.map(|r| (r.table.names, r.live)))
             }
             Err(e) => {
-                tracing::warn!(family = family.as_str(), error = %e, "the live nftables table was not read; every chain is refilled");
+                tracing::warn!(family = family.nft_word(), error = %e, "the live nftables table was not read; every chain is refilled");
                 Ok(self.names(family)?.map(|n| (n, None)))
             }
         }
@@ -250,7 +251,7 @@ impl NetlinkNft {
     /// After a full sync's last batch: the anonymous sets it created, recorded in the
     /// cache (and its file) from one dump of the table's set list, when exact
     /// ([`anonrecord`]); else nothing (the next read dumps them).
-    fn record_created(&mut self, family: Family) {
+    fn record_created(&mut self, family: IpFamily) {
         let (Some(rec), Some(anon)) = (self.recording.take(), &self.anon) else { return };
         if rec.start.is_none() {
             return;
@@ -259,7 +260,7 @@ impl NetlinkNft {
             Ok(Some(d)) => d,
             Ok(None) => return,
             Err(e) => {
-                tracing::debug!(family = family.as_str(), error = %e, "the anonymous sets a full sync created are not recorded");
+                tracing::debug!(family = family.nft_word(), error = %e, "the anonymous sets a full sync created are not recorded");
                 return;
             }
         };
@@ -268,20 +269,20 @@ impl NetlinkNft {
             Some(n) => {
                 self.anon_recorded += n as u64;
                 persisted.after_read(true);
-                tracing::debug!(family = family.as_str(), recorded = n, "nftables anonymous sets a full sync created, recorded");
+                tracing::debug!(family = family.nft_word(), recorded = n, "nftables anonymous sets a full sync created, recorded");
             }
-            None => tracing::debug!(family = family.as_str(), "another commit came between: the anonymous sets a full sync created are not recorded"),
+            None => tracing::debug!(family = family.nft_word(), "another commit came between: the anonymous sets a full sync created are not recorded"),
         }
     }
 
     /// The live reader's read, its cache use counted.
-    fn live_read(&mut self, family: Family) -> Result<Option<LiveRead>, NftError> {
+    fn live_read(&mut self, family: IpFamily) -> Result<Option<LiveRead>, NftError> {
         let Some(read) = &mut self.live_reader else { return Ok(None) };
         let found = read(family)?;
         if let Some(r) = &found {
             self.anon_reused += r.reused as u64;
             self.anon_dumped += r.dumped as u64;
-            tracing::debug!(family = family.as_str(), reused = r.reused, dumped = r.dumped, "nftables anonymous sets read");
+            tracing::debug!(family = family.nft_word(), reused = r.reused, dumped = r.dumped, "nftables anonymous sets read");
         }
         Ok(found)
     }
@@ -300,12 +301,12 @@ const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 /// [`ExecNft::names`] reads with `nft list chains` and `nft -t list sets`, without `nft`'s
 /// fill of its whole-table cache: a table lookup (`None`: no table), then a dump of the
 /// family's chains and one of the table's sets.
-pub fn read_names(family: Family) -> Result<Option<Names>, NftError> {
+pub fn read_names(family: IpFamily) -> Result<Option<Names>, NftError> {
     read_table(family).map(|t| t.map(|t| t.names))
 }
 
 /// [`read_names`], and the table's anonymous set numbers in use ([`TableRead`]).
-pub fn read_table(family: Family) -> Result<Option<TableRead>, NftError> {
+pub fn read_table(family: IpFamily) -> Result<Option<TableRead>, NftError> {
     let f = family;
     let io = |e: std::io::Error| NftError::Failed { command: "nf_tables netlink read".into(), message: e.to_string() };
     let mut sock = Socket::new(NETLINK_NETFILTER).map_err(io)?;
@@ -331,7 +332,7 @@ pub fn read_table(family: Family) -> Result<Option<TableRead>, NftError> {
 
 /// The `kube-proxy` table's named counters and their packets (`None`: no table), read
 /// over netlink (a dump of the table's stateful objects), for `/metrics`.
-pub fn read_counters(family: Family) -> Result<Option<Vec<(String, u64)>>, NftError> {
+pub fn read_counters(family: IpFamily) -> Result<Option<Vec<(String, u64)>>, NftError> {
     let io = |e: std::io::Error| NftError::Failed { command: "nf_tables netlink read".into(), message: e.to_string() };
     let mut sock = Socket::new(NETLINK_NETFILTER).map_err(io)?;
     sock.bind_auto().map_err(io)?;
@@ -362,7 +363,7 @@ fn table_read_of(chains: Vec<String>, sets: &[dump::Reply]) -> TableRead {
 /// every named set and map but the dynamic ones (one element dump each). `None`: no
 /// table, or the ruleset changed while it was read (its generation differs before and
 /// after: nothing read is trusted, every chain is refilled).
-pub fn read_live(family: Family) -> Result<Option<LiveTable>, NftError> {
+pub fn read_live(family: IpFamily) -> Result<Option<LiveTable>, NftError> {
     Ok(read_live_cached(family, &mut AnonCache::new())?.and_then(|r| r.live))
 }
 
@@ -374,7 +375,7 @@ pub fn read_live(family: Family) -> Result<Option<LiveTable>, NftError> {
 /// whole set list twice, by name: most of a read's kernel time at 10,000 services). A
 /// watch-mode process's periodic full syncs read only the anonymous sets made since the
 /// last one; with the cache persisted ([`anonfile`]), a restart too. `None`: no table.
-pub fn read_live_cached(family: Family, cache: &mut AnonCache) -> Result<Option<LiveRead>, NftError> {
+pub fn read_live_cached(family: IpFamily, cache: &mut AnonCache) -> Result<Option<LiveRead>, NftError> {
     let f = family;
     let io = |e: std::io::Error| NftError::Failed { command: "nf_tables netlink read".into(), message: e.to_string() };
     let errno = |replies: &[dump::Reply]| replies.iter().find_map(|r| if let dump::Reply::Error(e) = r { (*e != 0).then_some(*e) } else { None });
@@ -456,7 +457,7 @@ pub fn read_live_cached(family: Family, cache: &mut AnonCache) -> Result<Option<
     }
     let after = generation(&mut sock, next())?;
     if before.is_none() || before != after {
-        tracing::info!(family = family.as_str(), "the ruleset changed while it was read; every chain is refilled");
+        tracing::info!(family = family.nft_word(), "the ruleset changed while it was read; every chain is refilled");
         return Ok(Some(read));
     }
     read.live = Some(live);
@@ -494,7 +495,7 @@ fn generation() -> Result<Option<u32>, NftError> {
 
 /// The table's anonymous sets (names and handles), between two reads of the generation
 /// ([`anonrecord`]); `None`: no table.
-fn set_dump(family: Family) -> Result<Option<SetDump>, NftError> {
+fn set_dump(family: IpFamily) -> Result<Option<SetDump>, NftError> {
     let f = family;
     let mut sock = read_socket()?;
     let generation_before = exchange(&mut sock, &dump::generation_request(1))?.iter().find_map(dump::generation_of);
@@ -697,7 +698,7 @@ mod tests {
         assert_eq!(sent.lock().unwrap().len(), 2, "the sender saw only the encodable ones");
         let calls = fake.lock().unwrap().calls.clone();
         assert_eq!(calls.iter().filter(|c| **c == Call::Run(odd.to_string())).count(), 2, "{calls:?}");
-        assert!(nl.list(Family::Ip).unwrap().is_some(), "reads are nft's");
+        assert!(nl.list(IpFamily::V4).unwrap().is_some(), "reads are nft's");
     }
 
     /// A transaction svcproxy wrote goes as the values of its rules: the words of a rule
@@ -716,10 +717,10 @@ mod tests {
         o.chain(Chain::regular("a"));
         o.chain(Chain::regular("c"));
         o.rule(Rule::commented("c", "ip saddr 10.0.0.0/8 numgen random mod 1 vmap { 0 : goto a }", "why"));
-        let table = Table { family: Family::Ip, name: TABLE, comment: "t", objects: o };
+        let table = Table { family: IpFamily::V4, name: TABLE, comment: "t", objects: o };
         let whole = crate::nftables::model::write(&table, crate::nftables::model::Form::Transaction);
         let mut odd = table.clone();
-        odd.objects.rules[0].rule = "counter".into();
+        odd.objects.rules[0] = odd.objects.rules[0].clone().with_text("counter");
         let script = crate::nftables::model::script(&odd, crate::nftables::model::Form::Transaction);
         assert!(script.text().contains("add rule ip kube-proxy c counter comment"), "{script}");
         assert_eq!(nl.run_partial_script(&script).unwrap(), Via::Netlink);
@@ -743,13 +744,13 @@ mod tests {
         nl.run(vmap).unwrap();
         assert!(holds(0, b"__map%d\0"), "no read yet: nft's template");
         nl.reader = Some(Box::new(|_| Ok(Some(TableRead { names: Names::default(), anon_next: 7 }))));
-        nl.names(Family::Ip).unwrap();
+        nl.names(IpFamily::V4).unwrap();
         nl.run(vmap).unwrap();
         nl.run_partial(vmap).unwrap();
         assert!(holds(1, b"__map7\0") && holds(2, b"__map8\0"), "numbered from the read on, across batches");
         // A table with fewer anonymous sets (the other family) does not lower the counter.
         nl.reader = Some(Box::new(|_| Ok(Some(TableRead { names: Names::default(), anon_next: 2 }))));
-        nl.names(Family::Ip6).unwrap();
+        nl.names(IpFamily::V6).unwrap();
         nl.run(vmap).unwrap();
         assert!(holds(3, b"__map9\0"));
         // nft -f names its sets through the kernel: the template again until the next read.
@@ -771,16 +772,16 @@ mod tests {
         let names = Names { chains: vec!["services".into()], sets: vec!["cluster-ips".into()] };
         let table = TableRead { names: names.clone(), anon_next: 9 };
         nl.live_reader = Some(Box::new(move |_| Ok(Some(LiveRead { table: table.clone(), live: Some(LiveTable::default()), reused: 3, dumped: 1, changed: true }))));
-        let (got, live) = nl.read_for_sync(Family::Ip).unwrap().unwrap();
+        let (got, live) = nl.read_for_sync(IpFamily::V4).unwrap().unwrap();
         assert_eq!((got, live.is_some()), (names, true));
         assert_eq!(*names_read.lock().unwrap(), 0, "no second dump of the chain list");
         assert_eq!((nl.anon_reused, nl.anon_dumped, nl.anon_next), (3, 1, Some(9)));
         // No table: none.
         nl.live_reader = Some(Box::new(|_| Ok(None)));
-        assert!(nl.read_for_sync(Family::Ip6).unwrap().is_none());
+        assert!(nl.read_for_sync(IpFamily::V6).unwrap().is_none());
         // A live read that fails: the name read, and every chain refilled.
         nl.live_reader = Some(Box::new(|_| Err(NftError::Failed { command: "read".into(), message: "EINTR".into() })));
-        let (_, live) = nl.read_for_sync(Family::Ip).unwrap().unwrap();
+        let (_, live) = nl.read_for_sync(IpFamily::V4).unwrap().unwrap();
         assert!(live.is_none());
         assert_eq!(*names_read.lock().unwrap(), 1);
     }

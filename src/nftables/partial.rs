@@ -9,7 +9,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
-use super::model::{self, Family, Objects, Script};
+use super::model::{self, NftFamily, Objects, Script};
+use crate::net::IpFamily;
 
 /// What a partial sync sends.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,8 +36,8 @@ fn elements<'a>(objects: &[&'a Objects]) -> Elements<'a> {
 
 /// The transaction that takes the kernel from the `before` objects of the changed services
 /// to their `after` objects.
-pub fn partial<'a>(family: Family, table: &str, before: &[&Objects], after: &[&'a Objects]) -> Partial<'a> {
-    let head = format!("{} {table}", family.as_str());
+pub fn partial<'a>(family: IpFamily, table: &str, before: &[&Objects], after: &[&'a Objects]) -> Partial<'a> {
+    let head = format!("{} {table}", family.nft_word());
     let mut text = Script::new(family, table);
     let (old, new) = (elements(before), elements(after));
     for ((set, key), value) in &old {
@@ -112,7 +113,7 @@ mod tests {
         for s in services {
             objects.extend(s);
         }
-        model::write(&Table { family: Family::Ip, name: "kube-proxy", comment: "c", objects }, model::Form::Transaction)
+        model::write(&Table { family: IpFamily::V4, name: "kube-proxy", comment: "c", objects }, model::Form::Transaction)
     }
 
     #[test]
@@ -121,24 +122,24 @@ mod tests {
         let b2 = service("bb", &["10.1.0.3", "10.1.0.4"]);
         let mut nft = FakeNft::new();
         nft.run(&full(&[&a, &b1])).unwrap();
-        let p = partial(Family::Ip, "kube-proxy", &[&b1], &[&b2]);
+        let p = partial(IpFamily::V4, "kube-proxy", &[&b1], &[&b2]);
         assert!(!p.text.contains("service-a") && !p.text.contains("add table"), "{}", p.text);
         assert_eq!(p.stale, ["chain endpoint-bb-10.1.0.2"]);
         nft.run(&p.text).unwrap();
         nft.run(&p.delete).unwrap();
         let mut want = FakeNft::new();
         want.run(&full(&[&a, &b2])).unwrap();
-        let listed = |n: &FakeNft| crate::nftables::listing::Listing::parse(&n.listing(Family::Ip).unwrap());
+        let listed = |n: &FakeNft| crate::nftables::listing::Listing::parse(&n.listing(IpFamily::V4).unwrap());
         assert_eq!(crate::nftables::listing::diff(&listed(&nft), &listed(&want)).text("ip"), "");
 
         // A service that goes: its elements are deleted, its chains flushed then deleted.
-        let p = partial(Family::Ip, "kube-proxy", &[&b2], &[]);
+        let p = partial(IpFamily::V4, "kube-proxy", &[&b2], &[]);
         assert!(p.text.starts_with("delete element ip kube-proxy cluster-ips { 10.0.0.2 }\n"), "{}", p.text);
         nft.run(&p.text).unwrap();
         nft.run(&p.delete).unwrap();
         let mut want = FakeNft::new();
         want.run(&full(&[&a])).unwrap();
         assert_eq!(crate::nftables::listing::diff(&listed(&nft), &listed(&want)).text("ip"), "");
-        assert_eq!(partial(Family::Ip, "kube-proxy", &[&a], &[&a]).stale.len(), 0);
+        assert_eq!(partial(IpFamily::V4, "kube-proxy", &[&a], &[&a]).stale.len(), 0);
     }
 }

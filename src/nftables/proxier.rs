@@ -21,7 +21,7 @@
 use std::time::Instant;
 
 use super::apply::{Nft, NftError};
-use super::model::Objects;
+use super::model::{NftFamily, Objects};
 use super::render::{hairpin_objects, Hairpin, Ruleset};
 use super::sync::{self, Report};
 use crate::config::Config;
@@ -90,13 +90,13 @@ impl Proxier {
         let mut changed = Vec::new();
         for f in &mut self.families {
             let rs = &mut f.ruleset;
-            let cidrs = crate::nftables::context::service_cidrs_of(config, rs.ctx.ip_family);
+            let cidrs = crate::nftables::context::service_cidrs_of(config, rs.ctx.family);
             if cidrs != rs.ctx.service_cidrs {
                 rs.ctx.service_cidrs = cidrs;
                 rs.fixed = super::render::fixed::write(&rs.ctx);
                 f.check_changed = true;
                 f.converting_table = None;
-                changed.push(rs.ctx.ip_family);
+                changed.push(rs.ctx.family);
             }
         }
         changed
@@ -130,7 +130,7 @@ impl Proxier {
             f.converting.clear();
             f.converting_table = None;
             self.driver.forget();
-            return Err(FamilyError { family: f.ruleset.ctx.ip_family, error });
+            return Err(FamilyError { family: f.ruleset.ctx.family, error });
         }
         if f.converting.is_empty() {
             f.converting_table = None;
@@ -169,7 +169,7 @@ impl FamilyRules for FamilyTable {
     type Error = FamilyError;
 
     fn family(&self) -> crate::net::IpFamily {
-        self.ruleset.ctx.ip_family
+        self.ruleset.ctx.family
     }
 
     fn update(&mut self, tracker: &FamilyTracker, changes: &Changes) -> Before {
@@ -211,7 +211,7 @@ impl FamilyRules for FamilyTable {
 
 impl FamilyTable {
     fn failure(&self, e: SyncError) -> Failure<FamilyError> {
-        Failure::new(FamilyError { family: self.ruleset.ctx.ip_family, error: e.error }, e.phase)
+        Failure::new(FamilyError { family: self.ruleset.ctx.family, error: e.error }, e.phase)
     }
 }
 
@@ -241,7 +241,7 @@ fn changed_objects(rs: &Ruleset, changes: &Changes, came: &[Hairpin]) -> Vec<Obj
 /// delete a chain in the transaction that drops its last reference (6.18 does; kube-proxy
 /// deletes stale chains in a later sync) refuses that transaction: then the change goes
 /// alone and the deletion right after it.
-fn send_partial(nft: &mut dyn Nft, family: super::model::Family, before: &[&Objects], after: &[&Objects]) -> Result<Report, SyncError> {
+fn send_partial(nft: &mut dyn Nft, family: crate::net::IpFamily, before: &[&Objects], after: &[&Objects]) -> Result<Report, SyncError> {
     let t = Instant::now();
     let p = super::partial::partial(family, super::names::TABLE, before, after);
     let mut report = Report::new(family);
@@ -266,7 +266,7 @@ fn send_partial(nft: &mut dyn Nft, family: super::model::Family, before: &[&Obje
             report.via = Some(nft.run_partial_script(&p.text).map_err(SyncError::write)?);
             if !p.delete.is_empty() {
                 if let Err(e) = nft.run_partial(&p.delete) {
-                    tracing::warn!(family = family.as_str(), error = %e, "stale nftables chains not deleted; the next full sync deletes them");
+                    tracing::warn!(family = family.nft_word(), error = %e, "stale nftables chains not deleted; the next full sync deletes them");
                     report.stale_error = Some(e.to_string());
                 }
             }

@@ -20,7 +20,8 @@ use std::time::{Duration, Instant};
 
 use super::apply::{Names, Nft, NftError};
 use super::listing::{self, Diff, Listing};
-use super::model::{self, Family, Form, Table};
+use super::model::{self, NftFamily, Form, Table};
+use crate::net::IpFamily;
 use super::{chunked, cold, delta};
 use super::names::{localhost_nodeport_rejected_counter, HAIRPIN_CONNECTIONS, LOCALHOST_NODEPORT_REJECT_PORTS, LOCALHOST_NODEPORT_REJECT_PORTS_SPEC, MARK_MASQ};
 use crate::driver::Phase;
@@ -59,7 +60,7 @@ impl std::error::Error for SyncError {
 /// What one family's sync found and did.
 #[derive(Debug, Clone)]
 pub struct Report {
-    pub family: Family,
+    pub family: IpFamily,
     /// A dry run's comparison of the live table with the desired one.
     pub diff: Option<Diff>,
     /// Whether a transaction was sent.
@@ -89,7 +90,7 @@ pub struct Report {
 }
 
 impl Report {
-    pub(crate) fn new(family: Family) -> Self {
+    pub(crate) fn new(family: IpFamily) -> Self {
         Report { family, diff: None, applied: false, lines: 0, batches: 0, kept: 0, refilled: 0, element_changes: 0, stale: Vec::new(), stale_error: None, via: None, other_release: None, interim: None, timings: Timings::default() }
     }
 }
@@ -141,7 +142,7 @@ fn full_with(nft: &mut dyn Nft, table: &Table, dry_run: bool, interim_min: usize
     let held_set = |n: &str| names.sets.iter().any(|s| s == n);
     report.other_release = other_release(|c| existing.contains(c), held_set, table);
     if let Some(note) = &report.other_release {
-        tracing::warn!(family = family.as_str(), "{note}");
+        tracing::warn!(family = family.nft_word(), "{note}");
     }
     // A cold start over netlink: an interim table first when the kernel would walk its set
     // list for many anonymous maps (the conversion to `table` follows once it serves).
@@ -157,7 +158,7 @@ fn full_with(nft: &mut dyn Nft, table: &Table, dry_run: bool, interim_min: usize
     }
     report.refilled = o.chains.iter().filter(|c| existing.contains(c.name.as_str()) && !plan.as_ref().is_some_and(|p| p.same.contains(&c.name))).count();
     let chunked::Chunked { declare, chunks, last: mut text } = chunked::write(table, &existing, nft.batch_lines(), plan.as_ref());
-    let head = format!("{} {}", family.as_str(), table.name);
+    let head = format!("{} {}", family.nft_word(), table.name);
     for c in &stale_chains {
         text.push_str(&format!("flush chain {head} {c}\n"));
     }
@@ -177,7 +178,7 @@ fn full_with(nft: &mut dyn Nft, table: &Table, dry_run: bool, interim_min: usize
     report.applied = true;
     if let Some(i) = interim {
         let served = t.elapsed();
-        tracing::info!(family = family.as_str(), chains = i.chains.len(), served_after = ?served, "cold start: the interim table serves every Service; its chains are converted to kube-proxy's next");
+        tracing::info!(family = family.nft_word(), chains = i.chains.len(), served_after = ?served, "cold start: the interim table serves every Service; its chains are converted to kube-proxy's next");
         report.interim = Some(Interim { chains: i.chains, served });
     }
     // A stale localhost NodePort reject chain's named counter goes after it (its rule, the
@@ -197,7 +198,7 @@ fn full_with(nft: &mut dyn Nft, table: &Table, dry_run: bool, interim_min: usize
     report.stale = stale_chains.iter().map(|c| format!("chain {c}")).chain(stale_sets.iter().map(|s| format!("set {s}"))).collect();
     if !delete.is_empty() {
         if let Err(e) = nft.run(&delete) {
-            tracing::warn!(family = family.as_str(), error = %e, "stale nftables chains not deleted; the next full sync tries again");
+            tracing::warn!(family = family.nft_word(), error = %e, "stale nftables chains not deleted; the next full sync tries again");
             report.stale_error = Some(e.to_string());
         }
     }
@@ -221,7 +222,7 @@ fn interim_min() -> usize {
 /// a refused sync leaves the table as it was. Best effort: what stays is empty and
 /// unreferenced, and the next full sync uses or deletes it.
 fn undeclare(nft: &mut dyn Nft, table: &Table, before: Option<&Names>) {
-    let head = format!("{} {}", table.family.as_str(), table.name);
+    let head = format!("{} {}", table.family.nft_word(), table.name);
     let text = match before {
         None => format!("delete table {head}\n"),
         Some(names) => {
@@ -242,7 +243,7 @@ fn undeclare(nft: &mut dyn Nft, table: &Table, before: Option<&Names>) {
         return;
     }
     if let Err(e) = nft.run(&text) {
-        tracing::warn!(family = table.family.as_str(), error = %e, "empty nftables chains and sets of a refused sync not deleted; the next full sync does");
+        tracing::warn!(family = table.family.nft_word(), error = %e, "empty nftables chains and sets of a refused sync not deleted; the next full sync does");
     }
 }
 
@@ -297,7 +298,7 @@ mod tests {
             o.rule(Rule::new("services", format!("jump service-{s}")));
             o.rule(Rule::new(format!("service-{s}"), "accept"));
         }
-        Table { family: Family::Ip, name: "kube-proxy", comment: "rules for kube-proxy", objects: o }
+        Table { family: IpFamily::V4, name: "kube-proxy", comment: "rules for kube-proxy", objects: o }
     }
 
     #[test]
@@ -332,10 +333,10 @@ mod tests {
         with.objects.element(LOCALHOST_NODEPORT_REJECT_PORTS, vec!["udp".into(), "30053".into()], vec!["goto localhost-nodeport-reject-udp".into()], None);
         let mut nft = FakeNft::new();
         full(&mut nft, &with, false).unwrap();
-        assert!(nft.listing(Family::Ip).unwrap().contains("counter localhost-nodeport-rejected-udp"));
+        assert!(nft.listing(IpFamily::V4).unwrap().contains("counter localhost-nodeport-rejected-udp"));
         let r = full(&mut nft, &table(&["a"]), false).unwrap();
         assert_eq!((r.stale.as_slice(), r.stale_error.as_deref()), (&["chain localhost-nodeport-reject-udp".to_owned()][..], None));
-        let listed = nft.listing(Family::Ip).unwrap();
+        let listed = nft.listing(IpFamily::V4).unwrap();
         assert!(!listed.contains("localhost-nodeport-reject"), "{listed}");
     }
 
@@ -356,7 +357,7 @@ mod tests {
         assert_eq!(runs.len(), 3, "{runs:?}");
         assert!(runs[1].contains("flush chain ip kube-proxy service-b\n") && !runs[1].contains("delete"));
         assert_eq!(runs[2], "delete chain ip kube-proxy service-b\n");
-        let listed = nft.listing(Family::Ip).unwrap();
+        let listed = nft.listing(IpFamily::V4).unwrap();
         assert!(!listed.contains("service-b") && listed.contains("service-a"), "{listed}");
     }
 
@@ -372,7 +373,7 @@ mod tests {
         assert!(runs[4].starts_with("flush chain ip kube-proxy services\n") && runs[4].contains("jump service-HASHHASH-c"), "{}", runs[4]);
         let mut one = FakeNft::new();
         one.run(&model::write(&table(&["HASHHASH-a", "HASHHASH-b", "HASHHASH-c"]), Form::Transaction)).unwrap();
-        assert_eq!(nft.listing(Family::Ip), one.listing(Family::Ip));
+        assert_eq!(nft.listing(IpFamily::V4), one.listing(IpFamily::V4));
     }
 
     #[test]
@@ -395,7 +396,7 @@ mod tests {
         }
         let mut one = FakeNft::new();
         one.run(&model::write(&t, Form::Transaction)).unwrap();
-        assert_eq!(nft.listing(Family::Ip), one.listing(Family::Ip), "the end is the table");
+        assert_eq!(nft.listing(IpFamily::V4), one.listing(IpFamily::V4), "the end is the table");
         // Over the table it made (not cold), or below the bound: no interim.
         assert_eq!(full_with(&mut nft, &t, false, 2).unwrap().interim, None);
         let mut fresh = FakeNft::new();
@@ -412,14 +413,14 @@ mod tests {
             nft.batch_lines = Some(2);
             nft.live_reads = live_reads;
             full(&mut nft, &table(&["HASHHASH-a"]), false).unwrap();
-            let before = nft.listing(Family::Ip);
+            let before = nft.listing(IpFamily::V4);
             // declare, chunks b and c, last: the failure hits chunk b, chunk c or the last.
             nft.fail_after = Some(fail_after);
             let e = full(&mut nft, &table(&["HASHHASH-a", "HASHHASH-b", "HASHHASH-c"]), false).unwrap_err();
             assert!(e.to_string().contains("injected failure"), "{e}");
-            assert_eq!(nft.listing(Family::Ip), before, "failing after {fail_after} batches (live read: {live_reads})");
+            assert_eq!(nft.listing(IpFamily::V4), before, "failing after {fail_after} batches (live read: {live_reads})");
             full(&mut nft, &table(&["HASHHASH-a", "HASHHASH-b", "HASHHASH-c"]), false).unwrap();
-            assert!(nft.listing(Family::Ip).unwrap().contains("service-HASHHASH-c"), "the retry goes through");
+            assert!(nft.listing(IpFamily::V4).unwrap().contains("service-HASHHASH-c"), "the retry goes through");
         }
     }
 
@@ -429,7 +430,7 @@ mod tests {
         let dry = full(&mut nft, &table(&["a"]), true).unwrap();
         assert!(!dry.applied && dry.diff.as_ref().is_some_and(|d| !d.is_empty()));
         assert!(nft.calls.iter().all(|c| !matches!(c, Call::Run(_))), "{:?}", nft.calls);
-        assert_eq!(nft.listing(Family::Ip), None);
+        assert_eq!(nft.listing(IpFamily::V4), None);
         full(&mut nft, &table(&["a"]), false).unwrap();
         assert!(full(&mut nft, &table(&["a"]), true).unwrap().diff.unwrap().is_empty());
         let d = full(&mut nft, &table(&["a", "b"]), true).unwrap().diff.unwrap();
@@ -449,7 +450,7 @@ mod tests {
         nft.batch_lines = Some(1000);
         nft.live_reads = true;
         full(&mut nft, &t, false).unwrap();
-        let want = nft.listing(Family::Ip);
+        let want = nft.listing(IpFamily::V4);
         nft.calls.clear();
 
         // Equal: the declaring batch alone, without the existing chains; nothing refilled.
@@ -458,7 +459,7 @@ mod tests {
         let sent = runs(&nft);
         assert_eq!(sent.len(), 1, "{sent:?}");
         assert!(!sent[0].contains("add chain") && !sent[0].contains("flush") && !sent[0].contains("element"), "{}", sent[0]);
-        assert_eq!(nft.listing(Family::Ip), want);
+        assert_eq!(nft.listing(IpFamily::V4), want);
 
         // Someone else: a rule deleted, an element removed, a foreign rule added.
         nft.run("flush chain ip kube-proxy service-HASHHASH-a\ndelete element ip kube-proxy cluster-ips { 10.0.0.1 }\nadd rule ip kube-proxy service-HASHHASH-b drop\n").unwrap();
@@ -468,7 +469,7 @@ mod tests {
         let sent = runs(&nft);
         assert_eq!(sent.len(), 2, "{sent:?}");
         assert_eq!(sent[1], "flush chain ip kube-proxy service-HASHHASH-a\nadd rule ip kube-proxy service-HASHHASH-a accept\nflush chain ip kube-proxy service-HASHHASH-b\nadd rule ip kube-proxy service-HASHHASH-b accept\nadd element ip kube-proxy cluster-ips { 10.0.0.1 }\n");
-        assert_eq!(nft.listing(Family::Ip), want);
+        assert_eq!(nft.listing(IpFamily::V4), want);
 
         // A stale element and a stale service: deleted by difference, the chain as before.
         nft.run("add element ip kube-proxy cluster-ips { 10.0.0.9 }\n").unwrap();
@@ -485,18 +486,18 @@ mod tests {
         assert!(sent[1].contains("delete element ip kube-proxy cluster-ips { 10.0.0.9 }\n") && !sent[1].contains("flush set"), "{}", sent[1]);
         let mut one = FakeNft::new();
         one.run(&model::write(&smaller, Form::Transaction)).unwrap();
-        assert_eq!(nft.listing(Family::Ip), one.listing(Family::Ip));
+        assert_eq!(nft.listing(IpFamily::V4), one.listing(IpFamily::V4));
     }
 
     #[test]
     fn a_refused_transaction_leaves_the_table_as_it_was() {
         let mut nft = FakeNft::new();
         full(&mut nft, &table(&["a"]), false).unwrap();
-        let before = nft.listing(Family::Ip);
+        let before = nft.listing(IpFamily::V4);
         let mut broken = table(&["a", "b"]);
         broken.objects.rule(Rule::new("service-b", "jump nowhere"));
         let e = full(&mut nft, &broken, false).unwrap_err();
         assert!(matches!(e.error, NftError::Rejected { .. }) && e.phase == Phase::Restore, "{e:?}");
-        assert_eq!(nft.listing(Family::Ip), before);
+        assert_eq!(nft.listing(IpFamily::V4), before);
     }
 }

@@ -356,14 +356,6 @@ fn iptables_full(full: bool, periodic: bool) -> crate::iptables::proxier::Full {
     }
 }
 
-/// The IP family of an nftables report.
-pub fn nft_family(r: &crate::nftables::sync::Report) -> crate::net::IpFamily {
-    match r.family {
-        crate::nftables::model::Family::Ip => crate::net::IpFamily::V4,
-        crate::nftables::model::Family::Ip6 => crate::net::IpFamily::V6,
-    }
-}
-
 /// iptables mode's sysctls that differ under `root`: set (and returned), or for a dry run
 /// only returned.
 fn iptables_sysctls(root: &std::path::Path, config: &Config, pass: Pass) -> Result<Vec<crate::node::sysctl::Change>, SyncFailure> {

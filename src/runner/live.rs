@@ -11,7 +11,7 @@ use crate::xtables::apply::{ExecRestorer, ReadError};
 use crate::xtables::delta::TABLES;
 use crate::xtables::Dump;
 use crate::nftables::apply::{ExecNft, Nft as _, NftError};
-use crate::nftables::model::{Family, Table as NftTable};
+use crate::nftables::model::{NftFamily, Table as NftTable};
 use crate::trace::ipvs::{Table, Virtual};
 use crate::trace::Sets;
 
@@ -87,12 +87,8 @@ pub fn ipvs(backend: Option<crate::xtables::apply::Backend>, family: IpFamily) -
 
 /// The family's `kube-proxy` table (`nft list table`).
 pub fn nftables(family: IpFamily) -> Result<NftTable, LiveError> {
-    let nft_family = match family {
-        IpFamily::V4 => Family::Ip,
-        IpFamily::V6 => Family::Ip6,
-    };
-    let head = format!("{} {}", nft_family.as_str(), crate::nftables::names::TABLE);
-    let text = ExecNft::default().list(nft_family).map_err(|source| LiveError::NftList { head: head.clone(), source })?;
+    let head = format!("{} {}", family.nft_word(), crate::nftables::names::TABLE);
+    let text = ExecNft::default().list(family).map_err(|source| LiveError::NftList { head: head.clone(), source })?;
     let text = text.ok_or_else(|| LiveError::NoTable { head: head.clone() })?;
-    crate::nftables::live::read(&text, nft_family).map_err(|source| LiveError::NftRead { head, source })
+    crate::nftables::live::read(&text, family).map_err(|source| LiveError::NftRead { head, source })
 }

@@ -28,6 +28,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use super::metrics::FamilyLabel;
 use crate::model::{EndpointsMap, Protocol, ServicePortMap};
 use crate::net::IpFamily;
+use crate::nftables::model::NftFamily;
 use crate::select::{categorize, Locality};
 
 /// How long a connection to an endpoint may take (kube-proxy's `dialTimeout`).
@@ -262,7 +263,7 @@ async fn pipe(from: tokio::net::tcp::OwnedReadHalf, to: tokio::net::tcp::OwnedWr
 }
 
 /// Reads one family's named counters of the `kube-proxy` table (`Ok(None)`: no table).
-pub type CounterReader = fn(crate::nftables::model::Family) -> std::io::Result<Option<Vec<(String, u64)>>>;
+pub type CounterReader = fn(crate::net::IpFamily) -> std::io::Result<Option<Vec<(String, u64)>>>;
 
 /// `kubeproxy_nftables_localhost_nodeport_rejected_packets_total{ip_family,protocol}`: at
 /// each scrape, the packets of each family's `localhost-nodeport-rejected-P` counter. A
@@ -297,20 +298,19 @@ struct RejectedLabels {
 
 impl Collector for RejectedCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        use crate::nftables::model::Family as Nf;
         let mut samples = Vec::new();
-        for (family, api) in [(Nf::Ip, IpFamily::V4), (Nf::Ip6, IpFamily::V6)] {
+        for family in [IpFamily::V4, IpFamily::V6] {
             let counters = match (self.read)(family) {
                 Ok(Some(c)) => c,
                 Ok(None) => continue,
                 Err(e) => {
-                    tracing::debug!(family = family.as_str(), error = %e, "cannot read the kube-proxy table's counters; no sample");
+                    tracing::debug!(family = family.nft_word(), error = %e, "cannot read the kube-proxy table's counters; no sample");
                     continue;
                 }
             };
             for (name, packets) in counters {
                 let Some(proto) = name.strip_prefix("localhost-nodeport-rejected-") else { continue };
-                let labels = RejectedLabels { ip_family: api.api_name().to_owned(), protocol: proto.to_uppercase() };
+                let labels = RejectedLabels { ip_family: family.api_name().to_owned(), protocol: proto.to_uppercase() };
                 samples.push((labels, packets));
             }
         }
@@ -466,8 +466,8 @@ mod tests {
     fn rejected_packets_are_each_familys_counters_by_protocol() {
         let out = scrape(|f| {
             Ok(Some(match f {
-                crate::nftables::model::Family::Ip => vec![("localhost-nodeport-rejected-udp".into(), 7), ("localhost-nodeport-rejected-sctp".into(), 3), ("other".into(), 9)],
-                crate::nftables::model::Family::Ip6 => vec![("localhost-nodeport-rejected-tcp".into(), 2)],
+                crate::net::IpFamily::V4 => vec![("localhost-nodeport-rejected-udp".into(), 7), ("localhost-nodeport-rejected-sctp".into(), 3), ("other".into(), 9)],
+                crate::net::IpFamily::V6 => vec![("localhost-nodeport-rejected-tcp".into(), 2)],
             }))
         });
         assert!(out.contains(&format!("# TYPE {REJECTED_FAMILY} counter")), "{out}");

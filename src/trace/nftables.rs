@@ -35,7 +35,8 @@ use std::net::IpAddr;
 use serde::Serialize;
 
 use crate::net::{join_host_port, Cidr};
-use crate::nftables::model::{Element, Family, Rule, Table};
+use crate::nftables::model::{Element, NftFamily, Rule, Table};
+use crate::net::IpFamily;
 use crate::nftables::names::*;
 use crate::nftables::stmt::{self, AddrValue, Concat, Ct, Dir, Dnat, Match, MarkOp, Num, Prefix, Selector, Stmt, Vmap};
 use super::{Entry, Env, Packet, Verdict};
@@ -117,11 +118,11 @@ impl Branch {
         };
     }
 
-    fn family(&self) -> Family {
+    fn family(&self) -> IpFamily {
         if self.packet.dst.is_ipv6() {
-            Family::Ip6
+            IpFamily::V6
         } else {
-            Family::Ip
+            IpFamily::V4
         }
     }
 
@@ -145,12 +146,12 @@ impl Branch {
             .collect()
     }
 
-    fn same_family(&self, family: Family) -> Result<(), String> {
+    fn same_family(&self, family: IpFamily) -> Result<(), String> {
         let own = self.family();
         if family == own {
             Ok(())
         } else {
-            Err(format!("an {} match on an {} packet", family.as_str(), own.as_str()))
+            Err(format!("an {} match on an {} packet", family.nft_word(), own.nft_word()))
         }
     }
 }
@@ -235,8 +236,8 @@ fn in_prefix(p: &Prefix, ip: &IpAddr) -> Result<bool, String> {
 /// Why a rule drops or rejects, when nothing before it said: its comment, or what its
 /// chain is for.
 fn reason_of(chain: &str, rule: &Rule) -> Option<String> {
-    if let Some(c) = &rule.comment {
-        return Some(c.clone());
+    if let Some(c) = rule.comment() {
+        return Some(c.to_owned());
     }
     if chain.starts_with("localhost-nodeport-reject-") {
         return Some("a localhost NodePort kube-proxy does not serve (KubeProxyNFTablesLocalhostNodePorts: only TCP, by its userspace proxy where nodePortAddresses names loopback)".to_owned());
@@ -263,8 +264,8 @@ pub(crate) fn each_statement(table: &Table, env: &Env, packet: &Packet) -> Resul
     let w = Walker::new(table, env);
     let mut n = 0;
     for r in &table.objects.rules {
-        for s in &r.stmts.stmts {
-            let alone = Rule::of(r.chain.clone(), stmt::Body { stmts: vec![s.clone()], comment: r.comment.clone() });
+        for s in &r.stmts().stmts {
+            let alone = Rule::of(r.chain.clone(), stmt::Body { stmts: vec![s.clone()], comment: r.comment().map(str::to_owned) });
             let start = Branch { packet: packet.clone(), probability: 1.0, masquerade: false, mark: 0, dnat: false, verdict: Verdict::Undecided, reason: None, path: Vec::new() };
             w.rule(&r.chain, &alone, start, 0)?;
             n += 1;
@@ -287,7 +288,7 @@ impl<'t> Walker<'t> {
         for r in &table.objects.rules {
             chains.entry(r.chain.as_str()).or_default().push(r);
         }
-        Walker { head: format!("{} {}", table.family.as_str(), table.name), chains, elements: &table.objects.elements, env }
+        Walker { head: format!("{} {}", table.family.nft_word(), table.name), chains, elements: &table.objects.elements, env }
     }
 
     /// Runs the base chains of one hook, in priority order, on `b`: the branches that
@@ -341,8 +342,8 @@ impl<'t> Walker<'t> {
 
     /// The rule from its statement `from` on, `members` the set elements found before.
     fn rule_from(&self, chain: &str, rule: &Rule, from: usize, mut b: Branch, mut members: Vec<&'t Element>, depth: usize) -> Result<Flows, TraceError> {
-        let unreadable = |why: String| TraceError::Unreadable { chain: chain.to_owned(), rule: rule.rule.clone(), why };
-        let body = &rule.stmts;
+        let unreadable = |why: String| TraceError::Unreadable { chain: chain.to_owned(), rule: rule.text().to_owned(), why };
+        let body = rule.stmts();
         for (at, s) in body.stmts.iter().enumerate().skip(from) {
             let then = match s {
                 Stmt::Match(m) => match self.test(m, &b).map_err(unreadable)? {
@@ -438,8 +439,8 @@ impl<'t> Walker<'t> {
     }
 
     fn rule_line(&self, chain: &str, rule: &Rule) -> String {
-        let comment = rule.comment.as_ref().map(|c| format!(" comment \"{c}\"")).unwrap_or_default();
-        format!("{} {chain} {}{comment}", self.head, rule.rule)
+        let comment = rule.comment().map(|c| format!(" comment \"{c}\"")).unwrap_or_default();
+        format!("{} {chain} {}{comment}", self.head, rule.text())
     }
 
     fn element_line(&self, set: &str, e: &Element) -> String {
@@ -450,7 +451,7 @@ impl<'t> Walker<'t> {
 
     /// Does what a matched rule ends with.
     fn then(&self, chain: &str, rule: &Rule, then: Then<'_, 't>, mut b: Branch, depth: usize) -> Result<Flows, TraceError> {
-        let unreadable = |why: String| TraceError::Unreadable { chain: chain.to_owned(), rule: rule.rule.clone(), why };
+        let unreadable = |why: String| TraceError::Unreadable { chain: chain.to_owned(), rule: rule.text().to_owned(), why };
         Ok(match then {
             Then::Verdict(v) => self.verdict(chain, rule, v, b, depth)?,
             Then::Reject => self.refuse(chain, rule, Verdict::Reject, b),
@@ -537,7 +538,8 @@ fn dnat(mut b: Branch, addr: IpAddr, port: u16) -> (Branch, End) {
 mod tests {
 
     use super::*;
-    use crate::nftables::model::{Chain, Family, Objects};
+    use crate::nftables::model::{Chain, Objects};
+    use crate::net::IpFamily;
 
     fn table(extra_rule: Option<&str>) -> Table {
         let mut o = Objects::default();
@@ -562,7 +564,7 @@ mod tests {
         o.element(SERVICE_IPS, vec!["172.30.0.1".into(), "tcp".into(), "80".into()], vec!["goto svc".into()], None);
         o.element(FIREWALL_IPS, vec!["172.30.0.9".into(), "tcp".into(), "80".into()], vec!["goto firewall-svc".into()], None);
         o.element(NO_ENDPOINT_SERVICES, vec!["192.168.0.2".into(), "tcp".into(), "80".into()], vec!["drop".into()], Some("ns/gone:http"));
-        Table { family: Family::Ip, name: TABLE, comment: TABLE_COMMENT, objects: o }
+        Table { family: IpFamily::V4, name: TABLE, comment: TABLE_COMMENT, objects: o }
     }
 
     fn packet(src: &str, dst: &str, dport: u16) -> Packet {

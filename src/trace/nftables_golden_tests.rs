@@ -11,7 +11,7 @@ use std::path::Path;
 use super::nftables::trace;
 use super::{Entry, Env, Packet, Verdict};
 use crate::model::Protocol;
-use crate::nftables::model::Table;
+use crate::nftables::model::{NftFamily, Table};
 use crate::nftables::names::{FIREWALL_IPS, NODEPORT_IPS, NO_ENDPOINT_NODEPORTS, NO_ENDPOINT_SERVICES, SERVICE_IPS, SERVICE_NODEPORTS};
 use crate::settings::kinds::{KubeProxyVersion, ProxyMode};
 use crate::settings::Settings;
@@ -75,7 +75,7 @@ fn every_golden_cluster_traces_to_a_verdict_in_both_tables() {
                 (Ok(_), Ok(_)) => failures.push(format!("{} ({:?}): the values encode otherwise than the text", path.display(), table.family)),
                 (Err(e), _) | (_, Err(e)) => failures.push(format!("{} ({:?}): {e}", path.display(), table.family)),
             }
-            let v6 = table.family == crate::nftables::model::Family::Ip6;
+            let v6 = table.family == crate::net::IpFamily::V6;
                 let node: Vec<IpAddr> = local.iter().copied().filter(|ip| ip.is_ipv6() == v6).collect();
                 let outside: IpAddr = if v6 { "2001:db8::9".parse().unwrap() } else { "203.0.113.9".parse().unwrap() };
                 let mut sources = vec![(outside, Entry::Prerouting)];
@@ -87,7 +87,7 @@ fn every_golden_cluster_traces_to_a_verdict_in_both_tables() {
                         match trace(&table, &env, packet, entry) {
                             Ok(t) if !t.outcomes.is_empty() && t.outcomes.iter().all(|o| o.verdict != Verdict::Undecided) => {
                                 traced += 1;
-                                tables.insert((version.as_str(), table.family.as_str()));
+                                tables.insert((version.as_str(), table.family.nft_word()));
                             }
                             Ok(t) => failures.push(format!("{what}: undecided: {:?}", t.outcomes)),
                             Err(e) => failures.push(format!("{what}: {e}")),
@@ -126,7 +126,7 @@ fn every_golden_rule_reads_back_encodes_and_traces() {
         let mut got = Vec::new();
         for rs in crate::nftables::render_all(&loaded.config, &loaded.trackers) {
             let table = rs.table();
-            let head = format!("{} {}", table.family.as_str(), table.name);
+            let head = format!("{} {}", table.family.nft_word(), table.name);
             let mut batch = Batch::default();
             for r in &table.objects.rules {
                 let mut line = String::new();
@@ -134,11 +134,11 @@ fn every_golden_rule_reads_back_encodes_and_traces() {
                 let line = line.trim_end_matches('\n').to_owned();
                 let what = format!("{}: {line}", path.display());
                 match parse_add_rule(&line) {
-                    Ok(read) if read.body == r.stmts && read.chain == r.chain => {}
+                    Ok(read) if read.body == *r.stmts() && read.chain == r.chain => {}
                     Ok(read) => failures.push(format!("{what}: reads back as {:?}", read.body)),
                     Err(e) => failures.push(format!("{what}: {e}")),
                 }
-                if let Err(e) = expr::body(&mut batch, table.family, table.name, &r.stmts) {
+                if let Err(e) = expr::body(&mut batch, table.family, table.name, r.stmts()) {
                     failures.push(format!("{what}: {e}"));
                 }
                 got.push(line);
@@ -150,7 +150,7 @@ fn every_golden_rule_reads_back_encodes_and_traces() {
                 (Ok(_), Ok(_)) => failures.push(format!("{} ({:?}): the values encode otherwise than the text", path.display(), table.family)),
                 (Err(e), _) | (_, Err(e)) => failures.push(format!("{} ({:?}): {e}", path.display(), table.family)),
             }
-            let v6 = table.family == crate::nftables::model::Family::Ip6;
+            let v6 = table.family == crate::net::IpFamily::V6;
             let (src, dst) = if v6 { ("2001:db8::9", "fd00:10:96::1") } else { ("203.0.113.9", "10.96.0.1") };
             let packet = Packet { src: src.parse().unwrap(), dst: dst.parse().unwrap(), protocol: Protocol::Tcp, dport: 80, in_interface: None };
             match super::nftables::each_statement(&table, &env, &packet) {
@@ -204,15 +204,15 @@ fn every_golden_clusters_interim_table_traces_as_kube_proxys() {
                 let what = format!("{} ({version}, {:?})", path.display(), table.family);
                 let mut batch = Batch::default();
                 for r in &interim.table.objects.rules {
-                    if r.stmts.binds_anonymous_set() && r.rule.contains("numgen") {
-                        failures.push(format!("{what}: the interim binds a numgen map: {}", r.rule));
+                    if r.stmts().binds_anonymous_set() && r.text().contains("numgen") {
+                        failures.push(format!("{what}: the interim binds a numgen map: {}", r.text()));
                     }
-                    draws += r.stmts.stmts.iter().filter(|s| matches!(s, Stmt::Match(Match::Numgen { .. }))).count();
-                    if let Err(e) = expr::body(&mut batch, table.family, table.name, &r.stmts) {
-                        failures.push(format!("{what}: {}: {e}", r.rule));
+                    draws += r.stmts().stmts.iter().filter(|s| matches!(s, Stmt::Match(Match::Numgen { .. }))).count();
+                    if let Err(e) = expr::body(&mut batch, table.family, table.name, r.stmts()) {
+                        failures.push(format!("{what}: {}: {e}", r.text()));
                     }
                 }
-                let v6 = table.family == crate::nftables::model::Family::Ip6;
+                let v6 = table.family == crate::net::IpFamily::V6;
                 let node: Vec<IpAddr> = local.iter().copied().filter(|ip| ip.is_ipv6() == v6).collect();
                 let outside: IpAddr = if v6 { "2001:db8::9".parse().unwrap() } else { "203.0.113.9".parse().unwrap() };
                 let mut sources = vec![(outside, Entry::Prerouting)];

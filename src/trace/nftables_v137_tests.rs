@@ -12,7 +12,8 @@ use crate::model::Protocol;
 use crate::nftables::apply::Nft as _;
 use crate::nftables::fake::FakeNft;
 use crate::nftables::live;
-use crate::nftables::model::{Family, Table};
+use crate::nftables::model::Table;
+use crate::net::IpFamily;
 
 /// The v1.36+ `ip` table as svcproxy writes it (`nft -f` input): node 192.168.0.2, pods in
 /// 10.0.0.0/8 (the local-traffic detector), the masquerade mark 0x00004000, and
@@ -403,23 +404,23 @@ const LISTED_V6: &str = r#"table ip6 kube-proxy {
 
 /// The table `text` (`nft -f` input) makes, read back as values (through the fake nft, which
 /// lists rules in the words they were written in).
-fn rendered(text: &str, family: Family) -> Table {
+fn rendered(text: &str, family: IpFamily) -> Table {
     let mut nft = FakeNft::new();
     nft.run(text).unwrap();
     live::read(&nft.listing(family).unwrap(), family).unwrap()
 }
 
-fn listed(text: &str, family: Family) -> Table {
+fn listed(text: &str, family: IpFamily) -> Table {
     live::read(text, family).unwrap()
 }
 
 /// Both wordings of a table: as written, as listed.
-fn both(rendered_text: &str, listed_text: &str, family: Family) -> [(&'static str, Table); 2] {
+fn both(rendered_text: &str, listed_text: &str, family: IpFamily) -> [(&'static str, Table); 2] {
     [("rendered", rendered(rendered_text, family)), ("listed", listed(listed_text, family))]
 }
 
 fn v4() -> [(&'static str, Table); 2] {
-    both(RENDERED_V4, LISTED_V4, Family::Ip)
+    both(RENDERED_V4, LISTED_V4, IpFamily::V4)
 }
 
 fn env(local: &[&str], affinity: &[&str]) -> Env {
@@ -469,7 +470,7 @@ fn a_clusterip_from_a_pod_is_spread_over_its_endpoints_unmasqueraded() {
         let got = tcp(&t, POD, "172.30.0.41:80", Entry::Prerouting);
         assert_eq!(branches(&got), want(&[("10.180.0.1:80", 0.5, false), ("10.180.0.2:80", 0.5, false)]), "{form}");
     }
-    let got = tcp(&rendered(RENDERED_V4, Family::Ip), POD, "172.30.0.41:80", Entry::Prerouting);
+    let got = tcp(&rendered(RENDERED_V4, IpFamily::V4), POD, "172.30.0.41:80", Entry::Prerouting);
     assert_eq!(
         got.outcomes[1].path,
         [
@@ -493,14 +494,14 @@ fn a_clusterip_from_outside_the_cluster_or_the_node_is_marked_and_masqueraded() 
             assert_eq!(branches(&got), want(&[("10.180.0.1:80", 0.5, true), ("10.180.0.2:80", 0.5, true)]), "{form} from {src}");
         }
     }
-    let got = tcp(&rendered(RENDERED_V4, Family::Ip), OUTSIDE, "172.30.0.41:80", Entry::Prerouting);
+    let got = tcp(&rendered(RENDERED_V4, IpFamily::V4), OUTSIDE, "172.30.0.41:80", Entry::Prerouting);
     let path = &got.outcomes[0].path;
     assert_eq!(
         path[2],
         "ip kube-proxy services ip daddr @cluster-ips ip saddr != 10.0.0.0/8 mark set mark or 0x00004000 comment \"masquerade clusterIP traffic from outside cluster\""
     );
     assert_eq!(path.last().unwrap(), "ip kube-proxy masquerading mark and 0x00004000 != 0 mark set mark xor 0x00004000 masquerade fully-random");
-    let listed = tcp(&listed(LISTED_V4, Family::Ip), OUTSIDE, "172.30.0.41:80", Entry::Prerouting);
+    let listed = tcp(&listed(LISTED_V4, IpFamily::V4), OUTSIDE, "172.30.0.41:80", Entry::Prerouting);
     assert_eq!(
         listed.outcomes[0].path.last().unwrap(),
         "ip kube-proxy masquerading mark and 0x00004000 != 0 mark set mark xor 0x00004000 masquerade fully-random",
@@ -524,7 +525,7 @@ fn masquerade_all_marks_a_pods_clusterip_traffic_too() {
     let listed_from = "ip daddr @cluster-ips ip saddr != 10.0.0.0/8 meta mark set meta mark | 0x00004000 comment \"masquerade clusterIP traffic from outside cluster\"";
     let listed_to = "ip daddr @cluster-ips meta mark set meta mark | 0x00004000 comment \"masquerade all clusterIP traffic\"";
     assert!(RENDERED_V4.contains(from) && LISTED_V4.contains(listed_from));
-    for (form, t) in both(&RENDERED_V4.replace(from, to), &LISTED_V4.replace(listed_from, listed_to), Family::Ip) {
+    for (form, t) in both(&RENDERED_V4.replace(from, to), &LISTED_V4.replace(listed_from, listed_to), IpFamily::V4) {
         let got = tcp(&t, POD, "172.30.0.41:80", Entry::Prerouting);
         assert_eq!(branches(&got), want(&[("10.180.0.1:80", 0.5, true), ("10.180.0.2:80", 0.5, true)]), "{form}");
         assert!(got.outcomes[0].path.iter().any(|l| l.ends_with("comment \"masquerade all clusterIP traffic\"")), "{form}: {:?}", got.outcomes[0].path);
@@ -598,7 +599,7 @@ fn session_affinity_keeps_endpoint_chains_without_the_old_hairpin_rule() {
 #[test]
 fn ipv6_dnat_maps_and_hairpins() {
     let v6 = |src: &str, iface: &str, t: &Table| trace(t, &env(&["fd00:192:168::2"], &[]), packet(src, "[fd00:172:30::41]:80", Protocol::Sctp, Some(iface)), Entry::Prerouting).unwrap();
-    for (form, t) in both(RENDERED_V6, LISTED_V6, Family::Ip6) {
+    for (form, t) in both(RENDERED_V6, LISTED_V6, IpFamily::V6) {
         let got = v6("fd00:10:180::9", "veth9", &t);
         assert_eq!(branches(&got), want(&[("[fd00:10:180::1]:80", 0.5, false), ("[fd00:10:180::2]:80", 0.5, false)]), "{form}");
         let got = v6("2001:db8::9", "eth0", &t);
@@ -635,7 +636,7 @@ fn a_dnat_map_that_does_not_read_is_an_error() {
     // Read into values before any trace: the table does not read, naming the chain and word.
     let mut nft = FakeNft::new();
     nft.run(&RENDERED_V4.replace(good, "map { 0 : 10.180.0.3:53 }")).unwrap();
-    let e = live::read(&nft.listing(Family::Ip).unwrap(), Family::Ip).unwrap_err();
+    let e = live::read(&nft.listing(IpFamily::V4).unwrap(), IpFamily::V4).unwrap_err();
     assert!(matches!(&e, live::LiveError::Rule { chain, source, .. } if chain == "service-DNS" && source.found.as_deref() == Some("10.180.0.3:53")), "{e}");
 }
 
@@ -654,12 +655,12 @@ fn localhost_node_ports_are_rejected_but_tcp_passes() {
     let rulesets = crate::nftables::render_all(&loaded.config, &loaded.trackers);
     let written = crate::nftables::text(&rulesets, crate::nftables::model::Form::Transaction);
     let local = env(&["192.168.10.11", "127.0.0.1", "fd00:192:168:10::11", "::1"], &[]);
-    for family in [Family::Ip, Family::Ip6] {
-        let (lo, node) = if family == Family::Ip { ("127.0.0.1", "192.168.10.11") } else { ("[::1]", "[fd00:192:168:10::11]") };
-        let src = if family == Family::Ip { "127.0.0.1" } else { "::1" };
+    for family in [IpFamily::V4, IpFamily::V6] {
+        let (lo, node) = if family == IpFamily::V4 { ("127.0.0.1", "192.168.10.11") } else { ("[::1]", "[fd00:192:168:10::11]") };
+        let src = if family == IpFamily::V4 { "127.0.0.1" } else { "::1" };
         let t = rendered(&written, family);
         for (proto, port) in [(Protocol::Udp, 30053), (Protocol::Sctp, 30132)] {
-            if family == Family::Ip6 {
+            if family == IpFamily::V6 {
                 continue; // apps/dns and apps/sctp-feed are IPv4 only
             }
             let tr = run(&t, &local, src, &format!("{lo}:{port}"), proto, Entry::Output);
@@ -670,7 +671,7 @@ fn localhost_node_ports_are_rejected_but_tcp_passes() {
         }
         let tr = run(&t, &local, src, &format!("{lo}:30080"), Protocol::Tcp, Entry::Output);
         assert_eq!(tr.summary().0, "", "{family:?}: TCP on loopback is the proxy's, no rule takes it: {tr:?}");
-        if family == Family::Ip {
+        if family == IpFamily::V4 {
             let tr = run(&t, &local, src, &format!("{node}:30053"), Protocol::Udp, Entry::Output);
             assert_eq!(tr.summary().0, "10.244.1.53:5353", "{tr:?}");
         }

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use svcproxy::config::Settings;
 use svcproxy::nftables::apply::{ExecNft, Nft};
-use svcproxy::nftables::model::Family;
+use svcproxy::net::IpFamily;
 use svcproxy::nftables::{self, netlink, sync};
 
 use crate::dataplane::{self, cluster_yaml, ep4, pod_ip4, svc, tcp, CLIENT, N, NODE};
@@ -63,8 +63,8 @@ pub(crate) fn tables(fixture: &std::path::Path) -> Result<Vec<svcproxy::nftables
 
 /// The names netlink and nft read of both families, side by side.
 fn names_agree(ns: &Ns) -> Result<usize, String> {
-    let by_netlink = in_netns(&ns.name, || [Family::Ip, Family::Ip6].map(netlink::read_names)).join().map_err(|_| "panicked")??;
-    let by_nft = in_netns(&ns.name, || [Family::Ip, Family::Ip6].map(|f| ExecNft::default().names(f))).join().map_err(|_| "panicked")??;
+    let by_netlink = in_netns(&ns.name, || [IpFamily::V4, IpFamily::V6].map(netlink::read_names)).join().map_err(|_| "panicked")??;
+    let by_nft = in_netns(&ns.name, || [IpFamily::V4, IpFamily::V6].map(|f| ExecNft::default().names(f))).join().map_err(|_| "panicked")??;
     let mut n = 0;
     // A family without the table: both say so.
     for (a, b) in by_netlink.into_iter().zip(by_nft) {

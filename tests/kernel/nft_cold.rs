@@ -25,7 +25,8 @@ use std::time::{Duration, Instant};
 
 use svcproxy::config::Settings;
 use svcproxy::nftables::apply::Nft;
-use svcproxy::nftables::model::{self, Form, Table};
+use svcproxy::net::IpFamily;
+use svcproxy::nftables::model::{self, Form, NftFamily, Table};
 use svcproxy::nftables::{self, cold};
 
 use crate::dataplane::{self, cluster_yaml, ep4, ep6, svc, tcp, udp, Port, Svc, CLIENT, CLIENT_IP4, CLIENT_IP6, NODE, OTHER_NODE};
@@ -197,7 +198,7 @@ fn apply(ns: &Ns, table: &Table, text: String) -> Result<(), String> {
 fn direct(fresh: &Ns, tables: &[Table]) -> Result<String, String> {
     clear(fresh);
     for t in tables {
-        fresh.run_stdin(&["nft", "-f", "-"], Some(&model::write(t, Form::Transaction))).map_err(|e| format!("nft -f of the {} table: {e}", t.family.as_str()))?;
+        fresh.run_stdin(&["nft", "-f", "-"], Some(&model::write(t, Form::Transaction))).map_err(|e| format!("nft -f of the {} table: {e}", t.family.nft_word()))?;
     }
     let listed = listing(fresh);
     clear(fresh);
@@ -253,10 +254,10 @@ fn every_step(ctx: &mut Ctx) -> CaseResult {
         ensure!(tables.len() == 2, "{version}: {} tables rendered, want ip and ip6", tables.len());
         let mut interims = Vec::new();
         for t in &tables {
-            let i = cold::interim(t, 1).ok_or(format!("{version} {}: no one-endpoint map to rewrite", t.family.as_str()))?;
+            let i = cold::interim(t, 1).ok_or(format!("{version} {}: no one-endpoint map to rewrite", t.family.nft_word()))?;
             ensure!(i.table.objects.chains == t.objects.chains, "{version}: the interim table has other chains");
-            ctx.log(format!("{version} {}: interim chains {:?}", t.family.as_str(), i.chains));
-            apply(node, t, model::write(&i.table, Form::Transaction)).map_err(|e| format!("{version}: the interim {} table: {e}", t.family.as_str()))?;
+            ctx.log(format!("{version} {}: interim chains {:?}", t.family.nft_word(), i.chains));
+            apply(node, t, model::write(&i.table, Form::Transaction)).map_err(|e| format!("{version}: the interim {} table: {e}", t.family.nft_word()))?;
             interims.push(i);
         }
         let interim_listing = listing(node);
@@ -269,13 +270,13 @@ fn every_step(ctx: &mut Ctx) -> CaseResult {
         let mut steps = 0;
         for (t, i) in tables.iter().zip(&interims) {
             let batches = cold::conversion(t, &i.chains, SMALL_BATCHES);
-            ensure!(batches.len() >= 2 && batches.len() <= MAX_BATCHES, "{version} {}: {} conversion batches, want several (one chain each)", t.family.as_str(), batches.len());
-            if t.family == model::Family::Ip {
+            ensure!(batches.len() >= 2 && batches.len() <= MAX_BATCHES, "{version} {}: {} conversion batches, want several (one chain each)", t.family.nft_word(), batches.len());
+            if t.family == IpFamily::V4 {
                 ensure!(batches.len() == i.chains.len() && i.chains.len() >= 5, "{version}: {} batches for {} chains", batches.len(), i.chains.len());
             }
             for (k, b) in batches.iter().enumerate() {
-                apply(node, t, b.clone()).map_err(|e| format!("{version} {} batch {}: {e}\n{b}", t.family.as_str(), k + 1))?;
-                serves(ctx, &lab, &format!("{version} {} after batch {}/{}", t.family.as_str(), k + 1, batches.len()))?;
+                apply(node, t, b.clone()).map_err(|e| format!("{version} {} batch {}: {e}\n{b}", t.family.nft_word(), k + 1))?;
+                serves(ctx, &lab, &format!("{version} {} after batch {}/{}", t.family.nft_word(), k + 1, batches.len()))?;
                 steps += 1;
             }
         }

@@ -11,7 +11,8 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use svcproxy::nftables::{self, live};
-use svcproxy::nftables::model::{Family, Form, Rule};
+use svcproxy::net::IpFamily;
+use svcproxy::nftables::model::{Form, NftFamily, Rule};
 use svcproxy::settings::kinds::{KubeProxyVersion, ProxyMode};
 use svcproxy::settings::Settings;
 use svcproxy::nftables::stmt::{parse_body, AddrValue, Match, Prefix, Stmt};
@@ -43,13 +44,13 @@ fn every_golden(ctx: &mut Ctx) -> CaseResult {
     for (stem, text) in &sources {
         clear(ns);
         ns.run_stdin(&["nft", "-f", "-"], Some(text)).map_err(|e| format!("{stem}: nft -f: {e}"))?;
-        for family in [Family::Ip, Family::Ip6] {
+        for family in [IpFamily::V4, IpFamily::V6] {
             let want = golden_rules(text, family).map_err(|e| format!("{stem}: {e}"))?;
-            let Ok(listed) = ns.run(&["nft", "list", "table", family.as_str(), "kube-proxy"]) else {
-                ensure!(want.is_empty(), "{stem}: no {} table listed, the golden has {} chain(s) of rules", family.as_str(), want.len());
+            let Ok(listed) = ns.run(&["nft", "list", "table", family.nft_word(), "kube-proxy"]) else {
+                ensure!(want.is_empty(), "{stem}: no {} table listed, the golden has {} chain(s) of rules", family.nft_word(), want.len());
                 continue;
             };
-            let table = live::read(&listed, family).map_err(|e| format!("{stem} {}: {e}", family.as_str()))?;
+            let table = live::read(&listed, family).map_err(|e| format!("{stem} {}: {e}", family.nft_word()))?;
             let mut got: BTreeMap<String, Vec<Rule>> = BTreeMap::new();
             for r in table.objects.rules {
                 got.entry(r.chain.clone()).or_default().push(r);
@@ -57,7 +58,7 @@ fn every_golden(ctx: &mut Ctx) -> CaseResult {
             ensure!(
                 got.keys().eq(want.keys()),
                 "{stem} {}: chains with rules differ: listed {:?}, golden {:?}",
-                family.as_str(),
+                family.nft_word(),
                 got.keys().collect::<Vec<_>>(),
                 want.keys().collect::<Vec<_>>()
             );
@@ -65,12 +66,12 @@ fn every_golden(ctx: &mut Ctx) -> CaseResult {
                 let got = &got[chain];
                 ensure!(got.len() == want.len(), "{stem} {chain}: {} rule(s) listed, {} in the golden", got.len(), want.len());
                 for (g, w) in got.iter().zip(want) {
-                    if g == w && g.stmts == w.stmts {
+                    if g == w && g.stmts() == w.stmts() {
                         exact += 1;
                     } else if same_up_to_anonymous_sets(g, w) {
                         merged += 1;
                     } else {
-                        return Err(format!("{stem} {chain}:\n  listed: {} {:?}\n  golden: {} {:?}", g.rule, g.comment, w.rule, w.comment).into());
+                        return Err(format!("{stem} {chain}:\n  listed: {} {:?}\n  golden: {} {:?}", g.text(), g.comment(), w.text(), w.comment()).into());
                     }
                 }
             }
@@ -95,8 +96,8 @@ fn render_v134(fixture: &std::path::Path) -> Result<String, String> {
 }
 
 /// The written rules of one family by chain, each read into values (in order).
-fn golden_rules(text: &str, family: Family) -> Result<BTreeMap<String, Vec<Rule>>, String> {
-    let head = format!("add rule {} kube-proxy ", family.as_str());
+fn golden_rules(text: &str, family: IpFamily) -> Result<BTreeMap<String, Vec<Rule>>, String> {
+    let head = format!("add rule {} kube-proxy ", family.nft_word());
     let mut out: BTreeMap<String, Vec<Rule>> = BTreeMap::new();
     for line in text.lines() {
         let Some(rest) = line.strip_prefix(&head) else { continue };
@@ -109,7 +110,7 @@ fn golden_rules(text: &str, family: Family) -> Result<BTreeMap<String, Vec<Rule>
 
 /// The same statements, but for address values that cover the same addresses.
 fn same_up_to_anonymous_sets(got: &Rule, want: &Rule) -> bool {
-    let (g, w) = (&got.stmts, &want.stmts);
+    let (g, w) = (got.stmts(), want.stmts());
     g.comment == w.comment
         && g.stmts.len() == w.stmts.len()
         && g.stmts.iter().zip(&w.stmts).all(|(a, b)| match (a, b) {

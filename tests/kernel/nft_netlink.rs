@@ -14,7 +14,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use svcproxy::nftables::chunked::CHUNK_LINES;
-use svcproxy::nftables::model::{self, Chain, Family, Rule, Set, Table};
+use svcproxy::net::IpFamily;
+use svcproxy::nftables::model::{self, Chain, Rule, Set, Table};
 use svcproxy::nftables::names::{TABLE, TABLE_COMMENT};
 use svcproxy::nftables::sync;
 use svcproxy::nftables::wire::canon;
@@ -121,7 +122,7 @@ fn wanted(text: &str, fam: &str) -> Wanted {
 /// equal (and holds no other); the number of chains and sets compared.
 fn read_equal(ns: &Ns, name: &str, text: &str) -> Result<usize, String> {
     let mut compared = 0;
-    for (fam, family) in [("ip", Family::Ip), ("ip6", Family::Ip6)] {
+    for (fam, family) in [("ip", IpFamily::V4), ("ip6", IpFamily::V6)] {
         let (chains, sets) = wanted(text, fam);
         let live = in_netns(&ns.name, move || netlink::read_live(family).map_err(|e| e.to_string()))
             .join()
@@ -265,10 +266,10 @@ fn refused_changes_nothing(ctx: &mut Ctx) -> CaseResult {
 /// masquerade marks (set lookup with each detector, masqueradeAll, external chains),
 /// `mark and M != 0`, `ct status dnat` and the hairpin set, dnat maps of 1 and 2
 /// endpoints and one of `big` (tcp, udp, sctp); `port` is the tcp map's first endpoint's port.
-fn v137_table(family: Family, big: usize, port: u16) -> Table {
+fn v137_table(family: IpFamily, big: usize, port: u16) -> Table {
     let (ip, addr, cidr, ep): (&str, &str, &str, fn(usize) -> String) = match family {
-        Family::Ip => ("ip", "ipv4_addr", "10.0.0.0/8", |i| format!("10.180.{}.{}", i / 256, i % 256)),
-        Family::Ip6 => ("ip6", "ipv6_addr", "fd00:10::/64", |i| format!("fd00:10:180::{:x}", i + 1)),
+        IpFamily::V4 => ("ip", "ipv4_addr", "10.0.0.0/8", |i| format!("10.180.{}.{}", i / 256, i % 256)),
+        IpFamily::V6 => ("ip6", "ipv6_addr", "fd00:10::/64", |i| format!("fd00:10:180::{:x}", i + 1)),
     };
     let mut o = model::Objects::default();
     for c in ["services", "masquerading", "external-X", "service-tcp", "service-udp", "local-sctp"] {
@@ -318,7 +319,7 @@ fn v137_full_sync_refills_nothing(ctx: &mut Ctx) -> CaseResult {
     ctx.require(&["ip", "nft"])?;
     let lab = Lab::new("nftnl137")?;
     let ns = lab.node();
-    let tables = [v137_table(Family::Ip, 2500, 80), v137_table(Family::Ip6, 2500, 80)];
+    let tables = [v137_table(IpFamily::V4, 2500, 80), v137_table(IpFamily::V6, 2500, 80)];
     let text: String = tables.iter().map(|t| model::write(t, model::Form::Transaction)).collect();
     let chains: usize = tables.iter().map(|t| t.objects.chains.len()).sum();
     for writer in ["nft -f", "netlink"] {
@@ -348,7 +349,7 @@ fn v137_full_sync_refills_nothing(ctx: &mut Ctx) -> CaseResult {
     }
     ensure!(reused >= 12, "the client reused {reused} recorded anonymous maps; want its 6 maps' records in each of 2 syncs");
     ctx.log(format!("one client: syncs 2 and 3 kept every chain, {reused} anonymous maps' records reused"));
-    let changed = [v137_table(Family::Ip, 2500, 81), v137_table(Family::Ip6, 2500, 80)];
+    let changed = [v137_table(IpFamily::V4, 2500, 81), v137_table(IpFamily::V6, 2500, 80)];
     let (kept, refilled, changes) = full_sync(ns, &changed)?;
     ensure!(refilled == 1 && kept == chains - 1 && changes == 0, "one port changed: kept {kept}, refilled {refilled}, changed {changes} elements");
     ensure!(listing(ns).contains("10.180.0.0 . 81"), "the changed port was not written");

@@ -8,7 +8,7 @@ use super::values::{action, addr, body, daddr, goto, host, if_local, if_not_loca
 use super::wiring::Wiring;
 use crate::model::Endpoint;
 use crate::nftables::context::{Context, NftablesTable};
-use crate::nftables::model::{Chain, Objects, Rule, Set};
+use crate::nftables::model::{Chain, NftFamily, Objects, Rule, Set};
 use crate::nftables::names::{endpoint_names, MARK_MASQ};
 use crate::nftables::stmt::{Action, AddrValue, AnonSet, Concat, Dir, Dnat, Match, Prefix, Selector, Sep, Stmt, Verdict, Vmap};
 

@@ -6,7 +6,7 @@
 
 use crate::nftables::context::NftablesTable;
 use crate::nftables::context::Context;
-use crate::nftables::model::{Chain, Hook, Objects, Rule, Set};
+use crate::nftables::model::{Chain, Hook, NftFamily, Objects, Rule, Set};
 use crate::nftables::names::*;
 use crate::nftables::stmt::{Action, Concat, Ct, Dir, MarkOp, Match, Selector, Stmt, Verdict};
 

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use crate::net::IpFamily;
 use crate::nftables::context::{Context, LocalhostNodePorts, NftablesTable};
-use crate::nftables::model::{rule_line, Table};
+use crate::nftables::model::{rule_line, NftFamily, Table};
 use crate::nftables::stmt::{parse_add_rule, Action, AddrValue, Match, Sep, Stmt, Verdict, Vmap};
 
 fn yaml_under(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -39,7 +39,7 @@ fn golden_clusters() -> Vec<PathBuf> {
 /// userspace, not rejected), ServiceCIDRs (two, so the set's separator shows), and
 /// masqueradeAll flipped.
 fn all_gates(ctx: &Context, proxy: bool) -> Context {
-    let cidrs = match ctx.ip_family {
+    let cidrs = match ctx.family {
         IpFamily::V4 => ["10.96.0.0/16", "10.97.0.0/16"],
         IpFamily::V6 => ["fd00:10:96::/112", "fd00:10:97::/112"],
     };
@@ -49,9 +49,9 @@ fn all_gates(ctx: &Context, proxy: bool) -> Context {
 
 /// Failures of `table`: rules whose line reads back otherwise.
 fn check(origin: &str, table: &Table, forms: &mut BTreeSet<&'static str>, failures: &mut Vec<String>) {
-    let head = format!("{} {}", table.family.as_str(), table.name);
+    let head = format!("{} {}", table.family.nft_word(), table.name);
     for r in &table.objects.rules {
-        let built = &r.stmts;
+        let built = r.stmts();
         let mut line = String::new();
         rule_line(&mut line, &head, r);
         match parse_add_rule(line.trim_end_matches('\n')) {

@@ -56,7 +56,7 @@ pub fn port_key() -> Vec<Selector> {
 
 /// `ip daddr 127.0.0.0/8` (`ip6 daddr ::1`), or `!=` when negated: loopback.
 pub fn loopback(ctx: &Context, negated: bool) -> Stmt {
-    let prefix = if ctx.ip_family.is_v6() {
+    let prefix = if ctx.family.is_v6() {
         Prefix { addr: Ipv6Addr::LOCALHOST.into(), len: None }
     } else {
         Prefix { addr: Ipv4Addr::new(127, 0, 0, 0).into(), len: Some(8) }

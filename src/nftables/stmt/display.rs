@@ -4,10 +4,11 @@ use std::fmt::{self, Display, Formatter};
 
 use super::*;
 use crate::net::join_host_port;
+use crate::nftables::model::NftFamily;
 
 impl Display for AddRule {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
-        write!(f, "add rule {} {} {} {}", self.family.as_str(), self.table, self.chain, self.body)
+        write!(f, "add rule {} {} {} {}", self.family.nft_word(), self.table, self.chain, self.body)
     }
 }
 
@@ -60,7 +61,7 @@ impl Display for Dir {
 impl Display for Selector {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
         match self {
-            Selector::Addr(fam, dir) => write!(f, "{} {dir}", fam.as_str()),
+            Selector::Addr(fam, dir) => write!(f, "{} {dir}", fam.nft_word()),
             Selector::L4proto => f.write_str("meta l4proto"),
             Selector::ThDport => f.write_str("th dport"),
         }
@@ -142,7 +143,7 @@ fn not(negated: bool) -> &'static str {
 impl Display for Match {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
         match self {
-            Match::Addr { family, dir, negated, value } => write!(f, "{} {dir} {}{value}", family.as_str(), not(*negated)),
+            Match::Addr { family, dir, negated, value } => write!(f, "{} {dir} {}{value}", family.nft_word(), not(*negated)),
             Match::L4proto(p) => write!(f, "meta l4proto {}", p.lower()),
             Match::Dport { proto, port } => write!(f, "{} dport {port}", proto.lower()),
             Match::Iifname { negated, name } => write!(f, "iifname {}{name}", not(*negated)),
@@ -181,7 +182,7 @@ impl Display for Dnat {
         match self {
             Dnat::To { addr, port } => write!(f, "dnat to {}", join_host_port(addr, *port)),
             Dnat::Numgen { family, modulus, arms } => {
-                write!(f, "dnat {} addr . port to numgen random mod {modulus} map {{ ", family.as_str())?;
+                write!(f, "dnat {} addr . port to numgen random mod {modulus} map {{ ", family.nft_word())?;
                 for (i, (k, addr, port)) in arms.iter().enumerate() {
                     if i > 0 {
                         f.write_str(" , ")?;

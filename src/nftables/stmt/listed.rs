@@ -16,7 +16,8 @@
 
 use std::net::IpAddr;
 
-use super::parse::{decimal, family_of, number, protocol};
+use super::parse::{decimal, number, protocol};
+use crate::nftables::model::family_of_word;
 use super::*;
 use super::reader::Reader;
 
@@ -146,7 +147,7 @@ impl<'a> Cursor<'a> {
         let first = self.word(Expected::Statement)?;
         Ok(match first {
             "ip" | "ip6" => {
-                let family = family_of(first).expect("ip or ip6");
+                let family = family_of_word(first).expect("ip or ip6");
                 let dir = self.dir()?;
                 if self.continues_key() {
                     self.keyed(Selector::Addr(family, dir))?
@@ -334,7 +335,7 @@ impl<'a> Cursor<'a> {
             let (addr, port) = self.value(Expected::HostPort, host_port)?;
             return Ok(Dnat::To { addr, port });
         }
-        let family = self.value(Expected::OneOf(&["to", "ip", "ip6"]), family_of)?;
+        let family = self.value(Expected::OneOf(&["to", "ip", "ip6"]), family_of_word)?;
         if self.eat("addr") {
             self.expect(".")?;
             self.expect("port")?;

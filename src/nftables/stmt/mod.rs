@@ -6,8 +6,8 @@
 //! it. There is no catch-all: a form not here is an error, so a new form
 //! is added here first. Pure.
 //!
-//! Families are [`Family`] (`ip`/`ip6`), the word a rule spells, not `net::IpFamily`:
-//! the values are the table's text, and the table is already keyed by it.
+//! Families are `net::IpFamily`; the word a rule spells for one (`ip`/`ip6`) is
+//! [`crate::nftables::model::NftFamily`]'s.
 
 mod display;
 mod listed;
@@ -23,7 +23,7 @@ pub use listed::parse_listed;
 pub use parse::{parse_add_rule, parse_body, parse_verdict, Expected, ParseError};
 
 pub use crate::model::Protocol;
-pub use crate::nftables::model::Family;
+use crate::net::IpFamily;
 
 /// A rule's statements in order, and its comment (`comment "…"`, written last).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,7 +55,7 @@ impl Body {
 /// `add rule FAMILY TABLE CHAIN BODY`: one line of `nft -f` input.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AddRule {
-    pub family: Family,
+    pub family: IpFamily,
     pub table: String,
     pub chain: String,
     pub body: Body,
@@ -83,7 +83,7 @@ pub enum Dir {
 /// What one part of a key loads: `ip saddr`, `ip6 daddr`, `meta l4proto`, `th dport`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Selector {
-    Addr(Family, Dir),
+    Addr(IpFamily, Dir),
     L4proto,
     ThDport,
 }
@@ -179,7 +179,7 @@ impl Num {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Match {
     /// `ip daddr 10.0.0.1`, `ip saddr != 10.0.0.0/8`, `ip daddr { a,b }`, `ip6 daddr @set`.
-    Addr { family: Family, dir: Dir, negated: bool, value: AddrValue },
+    Addr { family: IpFamily, dir: Dir, negated: bool, value: AddrValue },
     /// `meta l4proto tcp`.
     L4proto(Protocol),
     /// `tcp dport 80`.
@@ -221,7 +221,7 @@ pub enum Dnat {
     /// `dnat to 10.0.0.1:80`, `dnat to [fd00::1]:53`.
     To { addr: IpAddr, port: u16 },
     /// `dnat ip addr . port to numgen random mod N map { 0 : A . P , … }`.
-    Numgen { family: Family, modulus: u32, arms: Vec<(u32, IpAddr, u16)> },
+    Numgen { family: IpFamily, modulus: u32, arms: Vec<(u32, IpAddr, u16)> },
 }
 
 /// A statement that acts.

@@ -8,6 +8,7 @@ use std::net::IpAddr;
 
 use super::*;
 use super::reader::Reader;
+use crate::nftables::model::family_of_word;
 
 /// What the parser wanted where it stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -240,7 +241,7 @@ impl<'a> Words<'a> {
         let first = self.word(Expected::Statement)?;
         Ok(match first {
             "ip" | "ip6" => {
-                let family = family_of(first).expect("ip or ip6");
+                let family = family_of_word(first).expect("ip or ip6");
                 let dir = self.dir()?;
                 if self.continues_key() {
                     self.keyed(Selector::Addr(family, dir))?
@@ -321,8 +322,8 @@ impl<'a> Words<'a> {
         })
     }
 
-    fn family(&mut self) -> Result<Family, ParseError> {
-        self.value(Expected::Family, family_of)
+    fn family(&mut self) -> Result<IpFamily, ParseError> {
+        self.value(Expected::Family, family_of_word)
     }
 
     fn addr_value(&mut self) -> Result<AddrValue, ParseError> {
@@ -418,7 +419,7 @@ impl<'a> Words<'a> {
             let (addr, port) = self.value(Expected::HostPort, host_port)?;
             return Ok(Dnat::To { addr, port });
         }
-        let family = self.value(Expected::OneOf(&["to", "ip", "ip6"]), family_of)?;
+        let family = self.value(Expected::OneOf(&["to", "ip", "ip6"]), family_of_word)?;
         for w in ["addr", ".", "port", "to", "numgen"] {
             self.expect(w)?;
         }
@@ -432,14 +433,6 @@ impl<'a> Words<'a> {
         Ok(Dnat::Numgen { family, modulus, arms: arms.into_iter().map(|(k, (a, p))| (k, a, p)).collect() })
     }
 
-}
-
-pub(super) fn family_of(w: &str) -> Option<Family> {
-    match w {
-        "ip" => Some(Family::Ip),
-        "ip6" => Some(Family::Ip6),
-        _ => None,
-    }
 }
 
 pub(super) fn protocol(w: &str) -> Option<Protocol> {

@@ -1,7 +1,8 @@
 //! What the two readers of rule words share (`parse`: the renderer's words; `listed`: the
 //! kernel's): the cursor's steps and the parts of the grammar both spell alike.
 
-use super::parse::{decimal, family_of};
+use super::parse::decimal;
+use crate::nftables::model::family_of_word;
 use super::{Concat, Dir, Expected, Match, ParseError, Selector, Stmt, Verdict, Vmap};
 
 pub(super) trait Reader<'a> {
@@ -60,7 +61,7 @@ pub(super) trait Reader<'a> {
     fn selector(&mut self) -> Result<Selector, ParseError> {
         let at = self.at();
         match self.word(Expected::Selector)? {
-            w @ ("ip" | "ip6") => Ok(Selector::Addr(family_of(w).expect("ip or ip6"), self.dir()?)),
+            w @ ("ip" | "ip6") => Ok(Selector::Addr(family_of_word(w).expect("ip or ip6"), self.dir()?)),
             "meta" => self.expect("l4proto").map(|()| Selector::L4proto),
             "th" => self.expect("dport").map(|()| Selector::ThDport),
             _ => Err(self.error_at(at, Expected::Selector)),

@@ -6,7 +6,8 @@
 use super::attr::{Attrs, Udata};
 use super::batch::{Batch, NEWSET, NEWSETELEM};
 use super::attr::NLM_F_CREATE;
-use super::Family;
+use super::WireFamily;
+use crate::net::IpFamily;
 use crate::nftables::stmt::Prefix;
 
 pub const SET_NAME: &str = "__set%d";
@@ -22,7 +23,7 @@ const TYPE_INET_SERVICE: u32 = nfta::datatype::INET_SERVICE;
 const ELEM_INTERVAL_END: u32 = elem::F_INTERVAL_END;
 
 /// An address range as big-endian integers, inclusive.
-fn range(fam: Family, p: &Prefix) -> Option<(u128, u128)> {
+fn range(fam: IpFamily, p: &Prefix) -> Option<(u128, u128)> {
     let len = p.len.map_or(fam.addr_len() * 8, u32::from);
     let bytes = super::expr::ip_bytes(fam, p.addr)?;
     let bits = fam.addr_len() * 8;
@@ -34,14 +35,14 @@ fn range(fam: Family, p: &Prefix) -> Option<(u128, u128)> {
     Some((v & !host, v | host))
 }
 
-fn key(fam: Family, v: u128) -> Vec<u8> {
+fn key(fam: IpFamily, v: u128) -> Vec<u8> {
     let n = fam.addr_len() as usize;
     v.to_be_bytes()[16 - n..].to_vec()
 }
 
 /// Sends the interval set of `items` (addresses, prefixes); its set id.
 /// Its set id and name.
-pub fn interval_set(b: &mut Batch, fam: Family, table: &str, saddr: bool, items: &[Prefix]) -> Option<(u32, String)> {
+pub fn interval_set(b: &mut Batch, fam: IpFamily, table: &str, saddr: bool, items: &[Prefix]) -> Option<(u32, String)> {
     let mut ranges: Vec<(u128, u128)> = items.iter().map(|i| range(fam, i)).collect::<Option<_>>()?;
     ranges.sort();
     let mut merged: Vec<(u128, u128)> = Vec::new();
@@ -70,10 +71,10 @@ pub fn interval_set(b: &mut Batch, fam: Family, table: &str, saddr: bool, items:
     let id = b.new_anon_id();
     let name = b.anon_name(SET_NAME);
     let (desc, field) = match (fam, saddr) {
-        (Family::Ip, true) => (12, 11),
-        (Family::Ip, false) => (12, 12),
-        (Family::Ip6, true) => (13, 8),
-        (Family::Ip6, false) => (13, 9),
+        (IpFamily::V4, true) => (12, 11),
+        (IpFamily::V4, false) => (12, 12),
+        (IpFamily::V6, true) => (13, 8),
+        (IpFamily::V6, false) => (13, 9),
     };
     let mut inner = Udata::default();
     inner.u32(0, desc).u32(1, field);
@@ -116,7 +117,7 @@ pub fn interval_set(b: &mut Batch, fam: Family, table: &str, saddr: bool, items:
 }
 
 /// Sends numgen's verdict map (`index : verdict`); its set id and name.
-pub fn verdict_map(b: &mut Batch, fam: Family, table: &str, arms: &[(u32, i32, Option<String>)]) -> (u32, String) {
+pub fn verdict_map(b: &mut Batch, fam: IpFamily, table: &str, arms: &[(u32, i32, Option<String>)]) -> (u32, String) {
     let mut typeof_ = Udata::default();
     typeof_.u32(0, 1).put(1, &[]);
     let mut ud = Udata::default();
@@ -128,7 +129,7 @@ pub fn verdict_map(b: &mut Batch, fam: Family, table: &str, arms: &[(u32, i32, O
 /// Sends the map of a NAT's numgen (`index : address . port`, each part padded to four
 /// bytes), as nft sends `dnat ip addr . port to numgen random mod N map { … }`'s; its set
 /// id and name.
-pub fn data_map(b: &mut Batch, fam: Family, table: &str, arms: &[(u32, Vec<u8>)]) -> (u32, String) {
+pub fn data_map(b: &mut Batch, fam: IpFamily, table: &str, arms: &[(u32, Vec<u8>)]) -> (u32, String) {
     // Key byte order host (numgen's integer), data byte order unset (a concatenation).
     let mut ud = Udata::default();
     ud.u32(0, 1).u32(1, 0).u32(6, 0);
@@ -145,7 +146,7 @@ pub fn data_map(b: &mut Batch, fam: Family, table: &str, arms: &[(u32, Vec<u8>)]
 /// and length, its user data) and its elements (each index and how to write its data).
 fn numgen_map<F: FnOnce(&mut Attrs)>(
     b: &mut Batch,
-    fam: Family,
+    fam: IpFamily,
     table: &str,
     (data_type, data_len): (u32, u32),
     ud: &Udata,
@@ -185,7 +186,7 @@ fn numgen_map<F: FnOnce(&mut Attrs)>(
 /// `NEWSETELEM` messages as it takes to keep the element list under 64 KiB, numbered as
 /// libnftnl numbers them: from 1 on, across messages, the number of the element that did
 /// not fit into a message skipped (it is numbered again, one more, in the next).
-fn elements(b: &mut Batch, fam: Family, table: &str, name: &str, id: u32, blobs: &[Attrs]) {
+fn elements(b: &mut Batch, fam: IpFamily, table: &str, name: &str, id: u32, blobs: &[Attrs]) {
     let numbered = b.anon_next.is_some();
     let mut at = 0;
     let mut number: u16 = 0;
@@ -224,10 +225,10 @@ mod tests {
     #[test]
     fn ranges_clear_host_bits() {
         let p = |s: &str| s.parse::<Prefix>().unwrap();
-        assert_eq!(range(Family::Ip, &p("10.1.2.3/8")), Some((0x0a00_0000, 0x0aff_ffff)));
-        assert_eq!(range(Family::Ip, &p("10.1.2.3")), Some((0x0a01_0203, 0x0a01_0203)));
-        assert_eq!(range(Family::Ip6, &p("::1/128")).map(|r| r.0), Some(1));
-        assert_eq!(range(Family::Ip, &p("fd00::1")), None);
+        assert_eq!(range(IpFamily::V4, &p("10.1.2.3/8")), Some((0x0a00_0000, 0x0aff_ffff)));
+        assert_eq!(range(IpFamily::V4, &p("10.1.2.3")), Some((0x0a01_0203, 0x0a01_0203)));
+        assert_eq!(range(IpFamily::V6, &p("::1/128")).map(|r| r.0), Some(1));
+        assert_eq!(range(IpFamily::V4, &p("fd00::1")), None);
     }
 
     /// The attributes of `buf`: (type without flags, payload).
@@ -247,7 +248,7 @@ mod tests {
     fn sent(items: &[&str]) -> Vec<(Vec<u8>, bool, bool)> {
         let mut b = Batch::default();
         let items: Vec<Prefix> = items.iter().map(|s| s.parse().unwrap()).collect();
-        interval_set(&mut b, Family::Ip, "t", true, &items).unwrap();
+        interval_set(&mut b, IpFamily::V4, "t", true, &items).unwrap();
         let (bytes, _) = b.finish().unwrap();
         // begin (20 bytes), NEWSET, NEWSETELEM, end.
         let newset = u32::from_ne_bytes(bytes[20..24].try_into().unwrap()) as usize;
@@ -267,7 +268,7 @@ mod tests {
 
     /// The top-level attributes of the `NEWSETELEM` message of a verdict map sent into `b`.
     fn element_list_attrs(mut b: Batch) -> Vec<u16> {
-        verdict_map(&mut b, Family::Ip, "t", &[(0, -4, Some("a".into()))]);
+        verdict_map(&mut b, IpFamily::V4, "t", &[(0, -4, Some("a".into()))]);
         let (bytes, _) = b.finish().unwrap();
         let newset = u32::from_ne_bytes(bytes[20..24].try_into().unwrap()) as usize;
         let at = 20 + newset;

@@ -8,8 +8,9 @@ use std::collections::HashMap;
 use super::attr::{self, Attrs, Udata, NLM_F_APPEND, NLM_F_CREATE};
 use super::expr;
 use super::tokens::{self, Cursor};
-use super::Family;
-use crate::nftables::model::{Rule, Script};
+use super::WireFamily;
+use crate::net::IpFamily;
+use crate::nftables::model::{family_of_word, Rule, Script};
 use crate::nftables::stmt::Body;
 
 use super::nfta::{self, chain as ch, elem, obj, rule as rl, set as st};
@@ -68,11 +69,11 @@ impl Batch {
     }
 
     /// The id of a set this batch creates (nft names it beside the set's name).
-    pub fn set_id(&self, fam: Family, name: &str) -> Option<u32> {
+    pub fn set_id(&self, fam: IpFamily, name: &str) -> Option<u32> {
         self.ids.get(&(fam.nfproto(), name.to_owned())).copied()
     }
 
-    pub fn push(&mut self, kind: u16, flags: u16, fam: Family, a: &Attrs) {
+    pub fn push(&mut self, kind: u16, flags: u16, fam: IpFamily, a: &Attrs) {
         if self.bytes.is_empty() {
             attr::begin(&mut self.bytes, 0);
         }
@@ -217,11 +218,7 @@ fn command(b: &mut Batch, line: &str) -> Result<(), Unsupported> {
     let mut cur = Cursor::new(toks);
     let verb = cur.word().ok_or_else(|| unsupported("no verb"))?;
     let object = cur.word().ok_or_else(|| unsupported("no object"))?;
-    let fam = match cur.word() {
-        Some("ip") => Family::Ip,
-        Some("ip6") => Family::Ip6,
-        _ => return Err(unsupported("a family other than ip, ip6")),
-    };
+    let fam = cur.word().and_then(family_of_word).ok_or_else(|| unsupported("a family other than ip, ip6"))?;
     let table = cur.word().ok_or_else(|| unsupported("no table"))?;
     match (verb, object) {
         ("add", "table") => add_table(b, fam, table, &mut cur),
@@ -340,7 +337,7 @@ fn quoted_of(words: &[tokens::Tok<'_>]) -> Result<String, Unsupported> {
     }
 }
 
-fn add_table(b: &mut Batch, fam: Family, table: &str, cur: &mut Cursor<'_>) -> Result<(), Unsupported> {
+fn add_table(b: &mut Batch, fam: IpFamily, table: &str, cur: &mut Cursor<'_>) -> Result<(), Unsupported> {
     let mut a = Attrs::default();
     a.str(nfta::table::NAME, table).be32(nfta::table::FLAGS, 0);
     for (key, words) in spec(cur)? {
@@ -366,7 +363,7 @@ fn hook_number(h: &str) -> Option<u32> {
     })
 }
 
-fn add_chain(b: &mut Batch, fam: Family, table: &str, cur: &mut Cursor<'_>) -> Result<(), Unsupported> {
+fn add_chain(b: &mut Batch, fam: IpFamily, table: &str, cur: &mut Cursor<'_>) -> Result<(), Unsupported> {
     let name = cur.word().ok_or_else(|| unsupported("no chain name"))?;
     let mut a = Attrs::default();
     a.str(ch::TABLE, table).str(ch::NAME, name);
@@ -394,7 +391,7 @@ fn add_chain(b: &mut Batch, fam: Family, table: &str, cur: &mut Cursor<'_>) -> R
 }
 
 /// A set or map key type: (nft's type id, length in the key, its parts' ids).
-fn key_type(fam: Family, words: &[&str]) -> Option<(u32, u32, usize)> {
+fn key_type(fam: IpFamily, words: &[&str]) -> Option<(u32, u32, usize)> {
     let mut id = 0u32;
     let mut len = 0u32;
     let mut parts = 0;
@@ -406,8 +403,8 @@ fn key_type(fam: Family, words: &[&str]) -> Option<(u32, u32, usize)> {
             continue;
         }
         let (t, l): (u32, u32) = match *w {
-            "ipv4_addr" if fam == Family::Ip => (7, 4),
-            "ipv6_addr" if fam == Family::Ip6 => (8, 16),
+            "ipv4_addr" if fam == IpFamily::V4 => (7, 4),
+            "ipv6_addr" if fam == IpFamily::V6 => (8, 16),
             "inet_proto" => (12, 1),
             "inet_service" => (13, 2),
             _ => return None,
@@ -419,7 +416,7 @@ fn key_type(fam: Family, words: &[&str]) -> Option<(u32, u32, usize)> {
     (parts > 0).then_some((id, len, parts))
 }
 
-fn add_set(b: &mut Batch, fam: Family, table: &str, is_map: bool, cur: &mut Cursor<'_>) -> Result<(), Unsupported> {
+fn add_set(b: &mut Batch, fam: IpFamily, table: &str, is_map: bool, cur: &mut Cursor<'_>) -> Result<(), Unsupported> {
     let name = cur.word().ok_or_else(|| unsupported("no set name"))?;
     let mut flags = 0u32;
     let mut timeout = None;
@@ -502,11 +499,11 @@ fn add_rule(b: &mut Batch, line: &str) -> Result<(), Unsupported> {
 }
 
 /// A rule svcproxy built, encoded from its values.
-fn rule_values(b: &mut Batch, fam: Family, table: &str, rule: &Rule) -> Result<(), Unsupported> {
-    encode_rule(b, fam, table, &rule.chain, &rule.stmts)
+fn rule_values(b: &mut Batch, fam: IpFamily, table: &str, rule: &Rule) -> Result<(), Unsupported> {
+    encode_rule(b, fam, table, &rule.chain, rule.stmts())
 }
 
-fn encode_rule(b: &mut Batch, fam: Family, table: &str, chain: &str, body: &Body) -> Result<(), Unsupported> {
+fn encode_rule(b: &mut Batch, fam: IpFamily, table: &str, chain: &str, body: &Body) -> Result<(), Unsupported> {
     let exprs = expr::body(b, fam, table, body)?;
     let mut a = Attrs::default();
     a.str(rl::TABLE, table).str(rl::CHAIN, chain).nest(rl::EXPRESSIONS, |n| n.0.extend_from_slice(&exprs.0));
@@ -518,7 +515,7 @@ fn encode_rule(b: &mut Batch, fam: Family, table: &str, chain: &str, body: &Body
 }
 
 /// One key part: an address (as is), a protocol or a port (padded to four bytes).
-fn key_part(fam: Family, w: &str, concat: bool) -> Option<Vec<u8>> {
+fn key_part(fam: IpFamily, w: &str, concat: bool) -> Option<Vec<u8>> {
     if let Some(a) = expr::addr(fam, w) {
         return Some(a);
     }
@@ -533,7 +530,7 @@ fn key_part(fam: Family, w: &str, concat: bool) -> Option<Vec<u8>> {
     Some(vec![hi, lo, 0, 0])
 }
 
-fn element(b: &mut Batch, fam: Family, table: &str, add: bool, cur: &mut Cursor<'_>) -> Result<(), Unsupported> {
+fn element(b: &mut Batch, fam: IpFamily, table: &str, add: bool, cur: &mut Cursor<'_>) -> Result<(), Unsupported> {
     let set = cur.word().ok_or_else(|| unsupported("no set"))?;
     cur.expect("{").ok_or_else(|| unsupported("an element not in braces"))?;
     let mut key_words = Vec::new();

@@ -4,7 +4,8 @@
 //! without `nft`'s whole-table cache fill. [`super::super::netlink`] sends them.
 
 use super::attr::{self, Attrs};
-use super::Family;
+use super::WireFamily;
+use crate::net::IpFamily;
 
 /// Stateful objects (named counters): `GETOBJ`, their dump, and each object's message.
 pub use super::nfta::msg::{GETCHAIN, GETGEN, GETOBJ, GETRULE, GETSET, GETSETELEM, GETTABLE};
@@ -22,7 +23,7 @@ const SET_ANONYMOUS: u32 = 0x1;
 const SET_MAP: u32 = 0x8;
 
 /// One request: `kind` (`GET…`) for `table` of `fam`; a dump unless `kind` is [`GETTABLE`].
-pub fn request(kind: u16, fam: Family, table: &str, seq: u32) -> Vec<u8> {
+pub fn request(kind: u16, fam: IpFamily, table: &str, seq: u32) -> Vec<u8> {
     let mut a = Attrs::default();
     a.str(TABLE_ATTR, table);
     let flags = if kind == GETTABLE { attr::NLM_F_ACK } else { NLM_F_DUMP };
@@ -33,14 +34,14 @@ pub fn request(kind: u16, fam: Family, table: &str, seq: u32) -> Vec<u8> {
 
 /// A dump of `table`'s rules of one chain (`GETRULE`), or of one set's elements
 /// (`GETSETELEM`): the table and the chain or set named (both attributes 1 and 2).
-pub fn request_of(kind: u16, fam: Family, table: &str, name: &str, seq: u32) -> Vec<u8> {
+pub fn request_of(kind: u16, fam: IpFamily, table: &str, name: &str, seq: u32) -> Vec<u8> {
     let mut out = Vec::new();
     request_of_into(&mut out, kind, fam, table, name, seq);
     out
 }
 
 /// [`request_of`], appended to `out`.
-pub fn request_of_into(out: &mut Vec<u8>, kind: u16, fam: Family, table: &str, name: &str, seq: u32) {
+pub fn request_of_into(out: &mut Vec<u8>, kind: u16, fam: IpFamily, table: &str, name: &str, seq: u32) {
     let mut a = Attrs::default();
     a.str(TABLE_ATTR, table).str(2, name);
     attr::message(out, kind, NLM_F_DUMP, seq, fam.nfproto(), &a);
@@ -211,14 +212,14 @@ mod tests {
         assert_eq!(counter_of(&counter("kube-proxy", "localhost-nodeport-rejected-udp", 1, 7), "kube-proxy"), Some(("localhost-nodeport-rejected-udp".into(), 7)));
         assert_eq!(counter_of(&counter("other", "c", 1, 7), "kube-proxy"), None, "another table's");
         assert_eq!(counter_of(&counter("kube-proxy", "q", 2, 7), "kube-proxy"), None, "a quota, not a counter");
-        let req = request(GETOBJ, Family::Ip6, "kube-proxy", 4);
+        let req = request(GETOBJ, IpFamily::V6, "kube-proxy", 4);
         assert_eq!(u16::from_ne_bytes([req[4], req[5]]), (10 << 8) | GETOBJ);
         assert_eq!(u16::from_ne_bytes([req[6], req[7]]) & NLM_F_DUMP, NLM_F_DUMP);
     }
 
     #[test]
     fn a_dump_request_names_the_table_and_asks_for_a_dump() {
-        let r = request(GETCHAIN, Family::Ip, "kube-proxy", 7);
+        let r = request(GETCHAIN, IpFamily::V4, "kube-proxy", 7);
         assert_eq!(u32::from_ne_bytes(r[0..4].try_into().unwrap()) as usize, r.len());
         assert_eq!(u16::from_ne_bytes([r[4], r[5]]), (10 << 8) | GETCHAIN);
         assert_eq!(u16::from_ne_bytes([r[6], r[7]]), NLM_F_DUMP | attr::NLM_F_REQUEST);

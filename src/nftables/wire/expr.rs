@@ -15,7 +15,8 @@ use std::net::IpAddr;
 use super::attr::Attrs;
 use super::batch::{Batch, Unsupported};
 use super::tokens::Cursor;
-use super::Family;
+use super::WireFamily;
+use crate::net::IpFamily;
 
 use super::nfta::{self, reg};
 use crate::nftables::stmt::{self, Action, AddrValue, Body, Concat, Dir, Dnat, Match, MarkOp, Selector, Stmt, Vmap};
@@ -167,22 +168,22 @@ pub fn proto_number(p: &str) -> Option<u8> {
 }
 
 /// An address of the family, as bytes (`None`: the other family's).
-pub fn ip_bytes(fam: Family, ip: IpAddr) -> Option<Vec<u8>> {
+pub fn ip_bytes(fam: IpFamily, ip: IpAddr) -> Option<Vec<u8>> {
     match (fam, ip) {
-        (Family::Ip, IpAddr::V4(a)) => Some(a.octets().to_vec()),
-        (Family::Ip6, IpAddr::V6(a)) => Some(a.octets().to_vec()),
+        (IpFamily::V4, IpAddr::V4(a)) => Some(a.octets().to_vec()),
+        (IpFamily::V6, IpAddr::V6(a)) => Some(a.octets().to_vec()),
         _ => None,
     }
 }
 
 /// An address written as text, as bytes.
-pub fn addr(fam: Family, s: &str) -> Option<Vec<u8>> {
+pub fn addr(fam: IpFamily, s: &str) -> Option<Vec<u8>> {
     ip_bytes(fam, s.parse().ok()?)
 }
 
 /// An address and prefix length (`None`: the whole address) → (bytes, length), the host
 /// bits cleared.
-fn prefix_bytes(fam: Family, p: &stmt::Prefix) -> Option<(Vec<u8>, u32)> {
+fn prefix_bytes(fam: IpFamily, p: &stmt::Prefix) -> Option<(Vec<u8>, u32)> {
     let len = p.len.map_or(fam.addr_len() * 8, u32::from);
     let mut bytes = ip_bytes(fam, p.addr)?;
     if len > fam.addr_len() * 8 {
@@ -197,7 +198,7 @@ fn prefix_bytes(fam: Family, p: &stmt::Prefix) -> Option<(Vec<u8>, u32)> {
 
 /// An address or prefix compared: a byte-aligned prefix loads only its bytes; another
 /// (`/0` too) loads the whole address and masks it.
-fn compare(fam: Family, off: u32, value: &stmt::Prefix, neg: bool, x: &mut Exprs) -> Option<()> {
+fn compare(fam: IpFamily, off: u32, value: &stmt::Prefix, neg: bool, x: &mut Exprs) -> Option<()> {
     let (bytes, len) = prefix_bytes(fam, value)?;
     let op = if neg { CMP_NEQ } else { CMP_EQ };
     if len % 8 == 0 && len > 0 {
@@ -231,14 +232,14 @@ enum Sel {
 
 impl Sel {
     /// Its bytes in a concatenation's key (each part padded to four).
-    fn len(self, fam: Family) -> u32 {
+    fn len(self, fam: IpFamily) -> u32 {
         match self {
             Sel::Addr(_) => fam.addr_len(),
             Sel::L4proto | Sel::Dport => 4,
         }
     }
 
-    fn load(self, fam: Family, x: &mut Exprs, reg: u32) {
+    fn load(self, fam: IpFamily, x: &mut Exprs, reg: u32) {
         match self {
             Sel::Addr(off) => x.payload(reg, NFT_PAYLOAD_NETWORK, off, fam.addr_len()),
             Sel::L4proto => x.meta_load(META_L4PROTO, reg),
@@ -253,7 +254,7 @@ impl Sel {
 // compile until it is encoded (or refused by name).
 
 /// Encodes one rule's statements; anonymous sets it needs go into `b` first.
-pub fn body(b: &mut Batch, fam: Family, table: &str, body: &Body) -> Result<Attrs, Unsupported> {
+pub fn body(b: &mut Batch, fam: IpFamily, table: &str, body: &Body) -> Result<Attrs, Unsupported> {
     let mut x = Exprs(Attrs::default());
     for st in &body.stmts {
         stmt(b, fam, table, st, &mut x)?;
@@ -265,7 +266,7 @@ fn refused(what: &str) -> Unsupported {
     Unsupported(format!("{what} (not in the netlink encoder)"))
 }
 
-fn stmt(b: &mut Batch, fam: Family, table: &str, st: &Stmt, x: &mut Exprs) -> Result<(), Unsupported> {
+fn stmt(b: &mut Batch, fam: IpFamily, table: &str, st: &Stmt, x: &mut Exprs) -> Result<(), Unsupported> {
     let bad = |what: &str| Unsupported(what.to_owned());
     match st {
         Stmt::Match(m) => match m {
@@ -448,7 +449,7 @@ fn stmt(b: &mut Batch, fam: Family, table: &str, st: &Stmt, x: &mut Exprs) -> Re
     Ok(())
 }
 
-fn off_of(fam: Family, dir: Dir) -> u32 {
+fn off_of(fam: IpFamily, dir: Dir) -> u32 {
     match dir {
         Dir::Saddr => fam.saddr_off(),
         Dir::Daddr => fam.daddr_off(),
@@ -467,7 +468,7 @@ fn verdict_code(v: &stmt::Verdict) -> (i32, Option<&str>) {
 
 /// Each part of a concatenated key loaded, in order, into the register nft gives its
 /// byte offset in the key.
-fn load_key(fam: Family, key: &Concat, x: &mut Exprs) -> Result<(), Unsupported> {
+fn load_key(fam: IpFamily, key: &Concat, x: &mut Exprs) -> Result<(), Unsupported> {
     let mut at = 0;
     for sel in &key.0 {
         let s = match sel {

@@ -16,52 +16,62 @@ pub mod tokens;
 
 pub use batch::{encode, encode_named, encode_script, Batch, Unsupported};
 
-pub use super::model::Family;
+use crate::net::IpFamily;
 
-/// What a table's rules' encoding depends on, by family.
-impl Family {
+/// What a table's rules' encoding depends on, by family (a trait here: `net` knows
+/// nothing of nf_tables).
+pub trait WireFamily {
     /// `NFPROTO_IPV4` / `NFPROTO_IPV6` (the message's family).
-    pub fn nfproto(self) -> u8 {
-        match self {
-            Family::Ip => 2,
-            Family::Ip6 => 10,
-        }
-    }
-
-    pub fn addr_len(self) -> u32 {
-        match self {
-            Family::Ip => 4,
-            Family::Ip6 => 16,
-        }
-    }
-
-    pub fn saddr_off(self) -> u32 {
-        match self {
-            Family::Ip => 12,
-            Family::Ip6 => 8,
-        }
-    }
-
-    pub fn daddr_off(self) -> u32 {
-        match self {
-            Family::Ip => 16,
-            Family::Ip6 => 24,
-        }
-    }
-
+    fn nfproto(self) -> u8;
+    fn addr_len(self) -> u32;
+    fn saddr_off(self) -> u32;
+    fn daddr_off(self) -> u32;
     /// nft's `ipv4_addr` / `ipv6_addr` type ids.
-    pub fn addr_type_id(self) -> u32 {
+    fn addr_type_id(self) -> u32;
+    /// ICMP port unreachable / ICMPv6 port unreachable (what `reject` sends).
+    fn reject_code(self) -> u8;
+}
+
+impl WireFamily for IpFamily {
+    fn nfproto(self) -> u8 {
         match self {
-            Family::Ip => nfta::datatype::IPV4_ADDR,
-            Family::Ip6 => nfta::datatype::IPV6_ADDR,
+            IpFamily::V4 => 2,
+            IpFamily::V6 => 10,
         }
     }
 
-    /// ICMP port unreachable / ICMPv6 port unreachable (what `reject` sends).
-    pub fn reject_code(self) -> u8 {
+    fn addr_len(self) -> u32 {
         match self {
-            Family::Ip => 3,
-            Family::Ip6 => 4,
+            IpFamily::V4 => 4,
+            IpFamily::V6 => 16,
+        }
+    }
+
+    fn saddr_off(self) -> u32 {
+        match self {
+            IpFamily::V4 => 12,
+            IpFamily::V6 => 8,
+        }
+    }
+
+    fn daddr_off(self) -> u32 {
+        match self {
+            IpFamily::V4 => 16,
+            IpFamily::V6 => 24,
+        }
+    }
+
+    fn addr_type_id(self) -> u32 {
+        match self {
+            IpFamily::V4 => nfta::datatype::IPV4_ADDR,
+            IpFamily::V6 => nfta::datatype::IPV6_ADDR,
+        }
+    }
+
+    fn reject_code(self) -> u8 {
+        match self {
+            IpFamily::V4 => 3,
+            IpFamily::V6 => 4,
         }
     }
 }

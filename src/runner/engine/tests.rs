@@ -917,7 +917,7 @@ fn an_nftables_sync_is_one_transaction_per_family_and_a_dry_run_after_it_finds_n
 fn one_transaction_per_family(version: KubeProxyVersion) {
     use crate::nftables::apply::Nft as _;
     use crate::nftables::fake::Call;
-    use crate::nftables::model::Family;
+    use crate::net::IpFamily;
     let state = demo_state();
     let mut web = slice(&state, "shop", "web");
     let (mut engine, nft) = nftables_engine(state, version);
@@ -933,8 +933,8 @@ fn one_transaction_per_family(version: KubeProxyVersion) {
     assert_eq!(outcome.restore_lines, runs.iter().map(|t| t.lines().count()).sum::<usize>());
     // The kernel holds what render prints.
     let Proxier::Nftables(p) = &engine.proxier else { panic!("nftables mode") };
-    let want = nft.lock().unwrap().canonical(Family::Ip, &crate::nftables::model::write(&p.families[0].ruleset.table(), crate::nftables::model::Form::Dump)).unwrap();
-    assert_eq!(nft.lock().unwrap().listing(Family::Ip).unwrap(), want);
+    let want = nft.lock().unwrap().canonical(IpFamily::V4, &crate::nftables::model::write(&p.families[0].ruleset.table(), crate::nftables::model::Form::Dump)).unwrap();
+    assert_eq!(nft.lock().unwrap().listing(IpFamily::V4).unwrap(), want);
     let clean = engine.sync_as(true, Pass::DryRun).unwrap();
     assert!(nft_reports(&clean).iter().all(|r| r.diff.as_ref().is_some_and(|d| d.is_empty())));
 
@@ -948,27 +948,27 @@ fn one_transaction_per_family(version: KubeProxyVersion) {
     // v1.34's table: its endpoint chain is stale and deleted; v1.36's has none.
     let stale = nft_reports(&synced)[0].stale.iter().filter(|s| s.contains(&format!("__{gone}/"))).count();
     assert_eq!(stale, usize::from(version.nftables_table() == crate::nftables::context::NftablesTable::V134), "{version}");
-    assert!(!nft.lock().unwrap().listing(Family::Ip).unwrap().contains(&format!("{gone}")), "{version}");
+    assert!(!nft.lock().unwrap().listing(IpFamily::V4).unwrap().contains(&format!("{gone}")), "{version}");
     assert!(nft_reports(&engine.sync_as(true, Pass::DryRun).unwrap()).iter().all(|r| r.diff.as_ref().is_some_and(|d| d.is_empty())));
 }
 
 #[test]
 fn a_refused_nftables_transaction_keeps_the_previous_rules_and_says_which_family() {
-    use crate::nftables::model::Family;
+    use crate::net::IpFamily;
     let state = demo_state();
     let mut web = slice(&state, "shop", "web");
     let (mut engine, nft) = nftables_engine(state, KubeProxyVersion::NEWEST);
     engine.sync(true).unwrap();
-    let before = nft.lock().unwrap().listing(Family::Ip);
+    let before = nft.lock().unwrap().listing(IpFamily::V4);
     web.endpoints.remove(0);
     engine.apply(&[Event::SliceApplied(Arc::new(web))]);
     nft.lock().unwrap().fail_next = Some("Error: Could not process rule".into());
     let Err(SyncFailure::Nftables(failure)) = engine.sync(true) else { panic!("the IPv4 transaction fails") };
     assert_eq!((failure.first.family, failure.done.len()), (crate::net::IpFamily::V4, 1), "IPv6 still synced");
     assert!(failure.first.error.error.to_string().contains("Could not process rule"), "{failure}");
-    assert_eq!(nft.lock().unwrap().listing(Family::Ip), before, "the previous rules still serve");
+    assert_eq!(nft.lock().unwrap().listing(IpFamily::V4), before, "the previous rules still serve");
     engine.sync(true).unwrap();
-    assert_ne!(nft.lock().unwrap().listing(Family::Ip), before, "the next sync applies the change");
+    assert_ne!(nft.lock().unwrap().listing(IpFamily::V4), before, "the next sync applies the change");
 }
 
 /// IPVS mode syncs its families in one pass: each family is observed, with the pass's time.
@@ -1351,7 +1351,7 @@ fn hairpin_state(eps: [&[u8]; 3], with_b: bool) -> ClusterState {
 /// of a pod two services reach stays while either does.
 #[test]
 fn nftables_partial_syncs_never_drift_from_a_full_sync_in_either_table() {
-    use crate::nftables::model::Family;
+    use crate::net::IpFamily;
     for version in [KubeProxyVersion::V1_34, KubeProxyVersion::V1_37] {
         let mut rng = crate::gen::Rng::new(7);
         let pick = |rng: &mut crate::gen::Rng| -> Vec<u8> { (2..8u8).filter(|_| rng.below(2) == 0).collect() };
@@ -1390,7 +1390,7 @@ fn nftables_partial_syncs_never_drift_from_a_full_sync_in_either_table() {
                 let d = r.diff.as_ref().unwrap();
                 assert!(d.is_empty(), "{version} step {step}: a partial sync drifted:\n{}", d.text("ip kube-proxy"));
             }
-            let listing = nft.lock().unwrap().listing(Family::Ip).unwrap();
+            let listing = nft.lock().unwrap().listing(IpFamily::V4).unwrap();
             // 10.244.1.2 is local: reached by `a` or `c` when it lists 2, by `b` when b exists and lists 2.
             let reached = eps[0].contains(&2) || eps[2].contains(&2) || (with_b && eps[1].contains(&2));
             let held = listing.contains("10.244.1.2 . 10.244.1.2 . tcp . 8080");
@@ -1409,7 +1409,7 @@ fn service_cidrs_re_render_nftables_mode_unless_the_option_sets_them() {
     let cidr: crate::net::Cidr = crate::net::Cidr::parse_sloppy("10.96.0.0/16").unwrap();
     let (mut engine, nft) = nftables_engine(demo_state(), KubeProxyVersion::V1_37);
     engine.sync(true).unwrap();
-    let listed = |nft: &crate::nftables::fake::SharedNft| nft.lock().unwrap().listing(crate::nftables::model::Family::Ip).unwrap_or_default();
+    let listed = |nft: &crate::nftables::fake::SharedNft| nft.lock().unwrap().listing(crate::net::IpFamily::V4).unwrap_or_default();
     assert!(!listed(&nft).contains("Drop traffic to unallocated ClusterIPs"));
     assert!(engine.set_service_cidrs(vec![cidr]), "the rules change");
     assert!(!engine.set_service_cidrs(vec![cidr]), "the same list changes nothing");

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::super::engine::{nft_family, Detail, Engine, FamilySync, Outcome, SyncFailure};
+use super::super::engine::{Detail, Engine, FamilySync, Outcome, SyncFailure};
 use crate::schedule::Kind;
 use crate::net::IpFamily;
 use crate::driver::Phase;
@@ -152,11 +152,11 @@ pub(super) fn failed(m: &Metrics, engine: &Engine, kind: Kind, failure: &SyncFai
 /// deleted), and which writer applied each partial sync's transaction (svcproxy's).
 pub(super) fn nftables_reports(m: &Metrics, reports: &[crate::nftables::sync::Report]) {
     for r in reports.iter().filter(|r| r.stale_error.is_some()) {
-        m.nftables_cleanup_failures.get_or_create(&FamilyLabel::of(nft_family(r))).inc();
+        m.nftables_cleanup_failures.get_or_create(&FamilyLabel::of(r.family)).inc();
     }
     for r in reports {
         if let Some(via) = r.via {
-            m.nftables_partial_writes.get_or_create(&WriterLabel::of(nft_family(r), via)).inc();
+            m.nftables_partial_writes.get_or_create(&WriterLabel::of(r.family, via)).inc();
         }
     }
 }
@@ -227,12 +227,12 @@ mod tests {
     /// deleted counts one; a family whose deletion went through counts none.
     #[test]
     fn a_failed_stale_chain_deletion_counts_against_its_family() {
-        use crate::nftables::{model::Family, sync::Report};
+        use crate::{net::IpFamily, nftables::sync::Report};
         let mut m = Metrics::new();
         m.register_mode(crate::config::Mode::Nftables);
-        let mut v6 = Report::new(Family::Ip6);
+        let mut v6 = Report::new(IpFamily::V6);
         v6.stale_error = Some("Error: Could not process rule: Device or resource busy".into());
-        nftables_reports(&m, &[Report::new(Family::Ip), v6]);
+        nftables_reports(&m, &[Report::new(IpFamily::V4), v6]);
         let text = m.encode();
         assert!(text.lines().any(|l| l == "kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total{ip_family=\"IPv6\"} 1"), "{text}");
         assert!(!text.contains("nftables_cleanup_failures_total{ip_family=\"IPv4\"}"), "{text}");
@@ -241,14 +241,14 @@ mod tests {
     /// Each partial sync counts its writer; a full sync (no writer recorded) counts none.
     #[test]
     fn partial_syncs_count_their_writer() {
-        use crate::nftables::{apply::Via, model::Family, sync::Report};
+        use crate::{net::IpFamily, nftables::{apply::Via, sync::Report}};
         let mut m = Metrics::new();
         m.register_mode(crate::config::Mode::Nftables);
-        let mut v4 = Report::new(Family::Ip);
+        let mut v4 = Report::new(IpFamily::V4);
         v4.via = Some(Via::Netlink);
-        let mut v6 = Report::new(Family::Ip6);
+        let mut v6 = Report::new(IpFamily::V6);
         v6.via = Some(Via::Nft);
-        nftables_reports(&m, &[v4.clone(), v6, Report::new(Family::Ip)]);
+        nftables_reports(&m, &[v4.clone(), v6, Report::new(IpFamily::V4)]);
         nftables_reports(&m, &[v4]);
         let text = m.encode();
         assert!(text.lines().any(|l| l == "svcproxy_nftables_partial_writes_total{ip_family=\"IPv4\",writer=\"netlink\"} 2"), "{text}");
