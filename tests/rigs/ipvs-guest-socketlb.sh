@@ -117,7 +117,18 @@ ct_count() { # ct_count LAB: conntrack entries to a Service address, and all; th
     END { printf "%d %d\n", s, n }'
   ip netns exec "$1-node" conntrack -F > /dev/null 2>&1
 }
+# IPVS keeps its own connection table (not conntrack): an entry lives 10 s after a reset,
+# and a direct connection whose source port one of them holds has its reply rewritten to
+# the ClusterIP (the client resets it, then times out). Each run in the IPVS lab starts with
+# no TCP entry there (bounded wait), so a run does not measure the previous run's leftovers.
+ipvs_tcp_conns() { ip netns exec ipvs-node awk 'NR > 1 && $1 == "TCP"' /proc/net/ip_vs_conn | wc -l; }
+drain() { # drain ROUND MODE NAME
+  w0=$(up) left=$(ipvs_tcp_conns) n=0
+  while [ "$left" -gt 0 ] && [ $n -lt 60 ]; do sleep 0.5; left=$(ipvs_tcp_conns); n=$((n + 1)); done
+  record drain "$1" "$2" "$3" "$(awk -v a="$w0" -v b="$(up)" 'BEGIN { printf "%.1f", b - a }')" "$left"
+}
 measure() { # measure ROUND MODE NAME LAB CGROUP KIND TARGETS
+  [ "$4" = ipvs ] && drain "$1" "$2" "$3"
   ip netns exec "$4-node" conntrack -F > /dev/null 2>&1
   net_load "$4" "$5" "$6" "$7" "$THREADS" "$SECS"
   ct=$(ct_count "$4")
