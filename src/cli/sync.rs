@@ -128,7 +128,7 @@ pub fn run(args: &SyncArgs) -> anyhow::Result<ExitCode> {
                 let started = std::time::Instant::now();
                 let (mut chains, mut batches) = (0, 0);
                 while engine.converting() {
-                    chains += engine.convert_step().context("converting the interim nftables table to kube-proxy's (it serves meanwhile)")?;
+                    chains += engine.convert_step(false).context("converting the interim nftables table to kube-proxy's (it serves meanwhile)")?;
                     batches += 1;
                 }
                 eprintln!("svcproxy: nftables: {chains} interim chain(s) converted to kube-proxy's rules in {batches} batch(es), {:.3} s", started.elapsed().as_secs_f64());

@@ -20,6 +20,7 @@
 //! every step serves every Service, and the end is kube-proxy's table.
 
 use std::collections::{HashMap, HashSet};
+use std::time::Duration;
 
 use super::model::{NftFamily, Rule, Script, Table};
 use super::stmt::{Action, Body, Dnat, Match, Stmt, Vmap};
@@ -31,6 +32,28 @@ pub const INTERIM_MIN: usize = 2_000;
 /// A conversion batch's bound: each rule binding a new set walks the batch's list of
 /// changes once in the kernel, so short batches keep that part linear.
 pub const CONVERSION_LINES: usize = 2_000;
+
+/// What a watch-mode conversion batch aims to cost: it holds the loop, so a change that
+/// arrives meanwhile waits for it. The kernel's cost per converted chain grows with the
+/// table, so the bound is found by measuring, not fixed.
+pub const CONVERSION_STEP: Duration = Duration::from_millis(500);
+
+/// The fewest lines a conversion batch is bounded to (one service chain's rules fit).
+pub const CONVERSION_MIN_LINES: usize = 16;
+
+/// The next batch's line bound after a batch of `lines` took `took`: halved while batches
+/// run over [`CONVERSION_STEP`], doubled while they run under a quarter of it, within
+/// [`CONVERSION_MIN_LINES`]..=[`CONVERSION_LINES`].
+pub fn next_bound(lines: usize, took: Duration) -> usize {
+    let next = if took > CONVERSION_STEP {
+        lines / 2
+    } else if took < CONVERSION_STEP / 4 {
+        lines.saturating_mul(2)
+    } else {
+        lines
+    };
+    next.clamp(CONVERSION_MIN_LINES, CONVERSION_LINES)
+}
 
 /// The interim table and the chains whose rules it replaced.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -291,4 +314,15 @@ mod tests {
         let (batch, taken) = next_batch(&t, &gone[..1], 100);
         assert_eq!((batch.text(), taken), ("", 1));
     }
+
+    #[test]
+    fn a_conversion_batch_bound_follows_what_batches_cost() {
+        let ms = Duration::from_millis;
+        assert_eq!(next_bound(CONVERSION_LINES, ms(20_000)), CONVERSION_LINES / 2, "a long batch halves the next");
+        assert_eq!(next_bound(CONVERSION_MIN_LINES, ms(20_000)), CONVERSION_MIN_LINES, "never below one chain's rules");
+        assert_eq!(next_bound(100, ms(50)), 200, "a short batch doubles the next");
+        assert_eq!(next_bound(CONVERSION_LINES, ms(1)), CONVERSION_LINES, "never above the fixed bound");
+        assert_eq!(next_bound(300, ms(300)), 300, "near the aim: kept");
+    }
 }
+

@@ -61,6 +61,8 @@ pub struct FamilyTable {
 
 pub struct Proxier {
     pub families: Vec<FamilyTable>,
+    /// The next conversion batch's line bound ([`super::cold::next_bound`]).
+    conversion_lines: usize,
     driver: Driver,
     nft: Box<dyn Nft>,
 }
@@ -75,7 +77,7 @@ pub struct Before {
 impl Proxier {
     pub fn new(config: &Config, trackers: &Trackers, nft: Box<dyn Nft>) -> Self {
         let families: Vec<FamilyTable> = super::render_all(config, trackers).into_iter().map(|ruleset| FamilyTable { ruleset, check_changed: false, converting: Vec::new(), converting_table: None }).collect();
-        Proxier { driver: Driver::new(families.len()), families, nft }
+        Proxier { driver: Driver::new(families.len()), families, nft, conversion_lines: super::cold::CONVERSION_LINES }
     }
 
     /// The rendered tables, one per family.
@@ -112,10 +114,14 @@ impl Proxier {
     /// one whose service went is skipped). A failed batch leaves the interim chains
     /// serving and ends the conversion: the next sync is full, and the full sync over the
     /// live table refills what differs. Returns the chains converted.
-    pub fn convert_step(&mut self) -> Result<usize, FamilyError> {
+    /// `paced`: the batch is bounded by what earlier batches cost ([`super::cold::next_bound`]),
+    /// else by the fixed [`super::cold::CONVERSION_LINES`].
+    pub fn convert_step(&mut self, paced: bool) -> Result<usize, FamilyError> {
         let Some(f) = self.families.iter_mut().find(|f| !f.converting.is_empty()) else { return Ok(0) };
         let table = f.converting_table.get_or_insert_with(|| f.ruleset.table());
-        let (batch, taken) = super::cold::next_batch(table, &f.converting, super::cold::CONVERSION_LINES);
+        let bound = if paced { self.conversion_lines } else { super::cold::CONVERSION_LINES };
+        let (batch, taken) = super::cold::next_batch(table, &f.converting, bound);
+        let started = Instant::now();
         let family = f.ruleset.ctx.family;
         // Encoded from the rules' values, as a sync's transactions are.
         let ran = if batch.is_empty() {
@@ -125,6 +131,9 @@ impl Proxier {
             self.nft.run_script(&batch)
         };
         drop(batch);
+        if paced {
+            self.conversion_lines = super::cold::next_bound(bound, started.elapsed());
+        }
         f.converting.drain(..taken);
         if let Err(error) = ran {
             f.converting.clear();

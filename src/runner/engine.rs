@@ -227,9 +227,11 @@ impl Engine {
     }
 
     /// Converts the next batch of interim chains (nftables mode); the chains converted.
-    pub fn convert_step(&mut self) -> Result<usize, crate::nftables::proxier::FamilyError> {
+    /// `paced`: batches sized to a short time (a watch, where changes wait behind them),
+    /// else to the fixed line bound (a one-shot sync, where nothing waits).
+    pub fn convert_step(&mut self, paced: bool) -> Result<usize, crate::nftables::proxier::FamilyError> {
         match &mut self.proxier {
-            Proxier::Nftables(p) => p.convert_step(),
+            Proxier::Nftables(p) => p.convert_step(paced),
             _ => Ok(0),
         }
     }

@@ -100,7 +100,7 @@ pub async fn run_with(
 /// One batch of the interim table's conversion; a failure leaves the interim rules serving
 /// and asks for a full sync (which refills what differs).
 fn convert_step(engine: &mut Engine, shared: &SharedState) {
-    match tokio::task::block_in_place(|| engine.convert_step()) {
+    match tokio::task::block_in_place(|| engine.convert_step(true)) {
         Ok(n) if !engine.converting() => tracing::info!(chains = n, "the interim nftables table is kube-proxy's now"),
         Ok(_) => {}
         Err(e) => {
