@@ -393,14 +393,20 @@ mod tests {
         assert_eq!(nft.listing(IpFamily::V4), one.listing(IpFamily::V4));
     }
 
-    #[test]
-    fn a_cold_start_serves_from_the_interim_table_whose_conversion_ends_in_the_table() {
+    /// Three services, two of whose chains bind a numgen map.
+    fn two_numgen_maps() -> Table {
         let mut t = table(&["HASHHASH-a", "HASHHASH-b", "HASHHASH-c"]);
         t.objects.chain(Chain::regular("endpoint-X"));
         t.objects.rule(Rule::new("endpoint-X", "accept"));
         for r in t.objects.rules.iter_mut().filter(|r| r.chain.starts_with("service-") && r.chain != "service-HASHHASH-c") {
             *r = Rule::new(r.chain.clone(), "numgen random mod 1 vmap { 0 : goto endpoint-X }");
         }
+        t
+    }
+
+    #[test]
+    fn a_cold_start_serves_from_the_interim_table_whose_conversion_ends_in_the_table() {
+        let t = two_numgen_maps();
         let mut nft = FakeNft::new();
         nft.batch_lines = Some(1000);
         let r = full_with(&mut nft, &t, false, 2).unwrap();
@@ -425,12 +431,7 @@ mod tests {
 
     #[test]
     fn a_sync_over_a_half_converted_table_keeps_the_interim_chains_and_resumes_the_conversion() {
-        let mut t = table(&["HASHHASH-a", "HASHHASH-b", "HASHHASH-c"]);
-        t.objects.chain(Chain::regular("endpoint-X"));
-        t.objects.rule(Rule::new("endpoint-X", "accept"));
-        for r in t.objects.rules.iter_mut().filter(|r| r.chain.starts_with("service-") && r.chain != "service-HASHHASH-c") {
-            *r = Rule::new(r.chain.clone(), "numgen random mod 1 vmap { 0 : goto endpoint-X }");
-        }
+        let t = two_numgen_maps();
         let mut nft = FakeNft::new();
         nft.batch_lines = Some(1000);
         nft.live_reads = true;
