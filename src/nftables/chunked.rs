@@ -173,7 +173,7 @@ mod tests {
     use super::*;
     use crate::nftables::apply::Nft as _;
     use crate::nftables::fake::FakeNft;
-    use crate::nftables::model::{Chain, Form, Objects, Set};
+    use crate::nftables::model::{Chain, Element, Form, Objects, Set};
     use crate::net::IpFamily;
     use crate::nftables::names;
 
@@ -209,7 +209,7 @@ mod tests {
             }
             o.rule(Rule::new(svc.clone(), "ip saddr != 10.0.0.0/8 jump mark-for-masquerade"));
             o.rule(Rule::new(svc.clone(), format!("numgen random mod 2 vmap {{ 0 : goto {} , 1 : goto {} }}", ep_chain(s, 1), ep_chain(s, 2))));
-            o.element("service-ips", vec![format!("10.0.{s}.1"), "tcp".into(), "80".into()], vec![format!("goto {svc}")], None);
+            o.elements.push(Element::parsed("service-ips", &format!("10.0.{s}.1 . tcp . 80 : goto {svc}")));
         }
         Table { family: IpFamily::V4, name: "kube-proxy", comment: "c", objects: o }
     }

@@ -9,10 +9,8 @@
 //! be written back as text; anything else is rewritten as before.
 
 use std::collections::{HashMap, HashSet};
-use std::fmt::Write as _;
-use std::net::{Ipv4Addr, Ipv6Addr};
 
-use super::model::{self, NftFamily, Table};
+use super::model::{self, Key, NftFamily, Table};
 use crate::net::IpFamily;
 use super::wire::canon::{self, Canon};
 
@@ -105,7 +103,7 @@ fn set_delta(text: &str, held: &[(Canon, Vec<u8>)], kind: &str, family: IpFamily
     let mut d = SetDelta::default();
     for (c, key) in held {
         if !wanted.contains(c) {
-            d.deletes.push(format!("delete element {target} {{ {} }}", key_text(kind, key, family)?));
+            d.deletes.push(format!("delete element {target} {{ {} }}", Key::decode(kind, key, family)?));
         }
     }
     for ((c, _), line) in want.iter().zip(&lines) {
@@ -114,45 +112,6 @@ fn set_delta(text: &str, held: &[(Canon, Vec<u8>)], kind: &str, family: IpFamily
         }
     }
     Some(d)
-}
-
-/// An element's key bytes as `nft` text, for a set of type `kind` (`ipv4_addr . inet_proto
-/// . inet_service : verdict`); `None` for anything else.
-pub fn key_text(kind: &str, key: &[u8], family: IpFamily) -> Option<String> {
-    let parts: Vec<&str> = kind.split(':').next()?.split('.').map(str::trim).collect();
-    let concat = parts.len() > 1;
-    let mut out = String::new();
-    let mut at = 0;
-    for (i, p) in parts.iter().enumerate() {
-        let (len, width) = match (*p, family) {
-            ("ipv4_addr", IpFamily::V4) => (4, 4),
-            ("ipv6_addr", IpFamily::V6) => (16, 16),
-            ("inet_proto", _) if concat => (1, 4),
-            ("inet_service", _) if concat => (2, 4),
-            _ => return None,
-        };
-        let field = key.get(at..at + width)?;
-        if field[len..].iter().any(|b| *b != 0) {
-            return None;
-        }
-        let v = &field[..len];
-        if i > 0 {
-            out.push_str(" . ");
-        }
-        match *p {
-            "ipv4_addr" => write!(out, "{}", Ipv4Addr::from(<[u8; 4]>::try_from(v).ok()?)).ok()?,
-            "ipv6_addr" => write!(out, "{}", Ipv6Addr::from(<[u8; 16]>::try_from(v).ok()?)).ok()?,
-            "inet_proto" => out.push_str(match v[0] {
-                6 => "tcp",
-                17 => "udp",
-                132 => "sctp",
-                _ => return None,
-            }),
-            _ => write!(out, "{}", u16::from_be_bytes([v[0], v[1]])).ok()?,
-        }
-        at += width;
-    }
-    (at == key.len()).then_some(out)
 }
 
 /// The live table as [`plan`] reads it, from `nft -f` text of what a table holds (`add
@@ -168,7 +127,7 @@ pub fn from_text<'a>(chains: impl IntoIterator<Item = (&'a str, String)>, sets: 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nftables::model::{Chain, Objects, Rule, Set};
+    use crate::nftables::model::{Chain, Element, Objects, Rule, Set};
 
     fn table(endpoint: &str, elements: &[(&str, &str)]) -> Table {
         let mut o = Objects::default();
@@ -181,8 +140,8 @@ mod tests {
         o.rule(Rule::new("service-a", "numgen random mod 1 vmap { 0 : goto endpoint-a }"));
         o.rule(Rule::new("endpoint-a", format!("dnat to {endpoint}")));
         for (ip, chain) in elements {
-            o.element("service-ips", vec![(*ip).into(), "tcp".into(), "80".into()], vec![format!("goto {chain}")], Some("ns/a:p"));
-            o.element("cluster-ips", vec![(*ip).into()], vec![], None);
+            o.elements.push(Element::parsed("service-ips", &format!("{ip} . tcp . 80 comment \"ns/a:p\" : goto {chain}")));
+            o.elements.push(Element::parsed("cluster-ips", ip));
         }
         Table { family: IpFamily::V4, name: "kube-proxy", comment: "c", objects: o }
     }
@@ -247,18 +206,5 @@ mod tests {
         extra.push_str("add rule ip kube-proxy service-a drop\n");
         live.chains.insert("service-a".into(), canon::chain_of_text(&extra));
         assert!(!plan(&t, &live).same.contains("service-a"));
-    }
-
-    #[test]
-    fn keys_are_written_back_as_nft_reads_them() {
-        assert_eq!(key_text("ipv4_addr . inet_proto . inet_service : verdict", &[10, 0, 0, 1, 17, 0, 0, 0, 0, 53, 0, 0], IpFamily::V4).as_deref(), Some("10.0.0.1 . udp . 53"));
-        assert_eq!(key_text("ipv4_addr", &[10, 0, 0, 1], IpFamily::V4).as_deref(), Some("10.0.0.1"));
-        let mut v6 = vec![0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
-        assert_eq!(key_text("ipv6_addr", &v6, IpFamily::V6).as_deref(), Some("fd00::1"));
-        v6.extend([6, 0, 0, 0, 1, 0xbb, 0, 0]);
-        assert_eq!(key_text("ipv6_addr . inet_proto . inet_service", &v6, IpFamily::V6).as_deref(), Some("fd00::1 . tcp . 443"));
-        assert_eq!(key_text("ipv4_addr . inet_proto . inet_service", &[10, 0, 0, 1, 47, 0, 0, 0, 0, 53, 0, 0], IpFamily::V4), None, "an unknown protocol");
-        assert_eq!(key_text("ipv4_addr", &[10, 0, 0, 1, 0], IpFamily::V4), None, "a longer key");
-        assert_eq!(key_text("ether_addr", &[0; 6], IpFamily::V4), None);
     }
 }

@@ -1,12 +1,12 @@
 //! nftables objects as knftables models them, as values: a table's chains, sets, maps,
 //! rules (chain + statement values, and the text written from them) and elements (set or map + key + value +
-//! comment). [`write`] is the one place that frames them as `nft -f` input.
+//! comment, values of [`super::element`]). [`write`] is the one place that frames them as `nft -f` input.
 
 use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::stmt::{Body, Stmts};
+use super::stmt::{Body, Stmts, Verdict};
 use crate::net::IpFamily;
 
 /// What nftables calls an IP family: the table family word (`ip`, `ip6`) and the set/map
@@ -167,14 +167,7 @@ impl Rule {
     }
 }
 
-/// An element of a set (`value` empty) or of a map.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Element {
-    pub set: String,
-    pub key: Vec<String>,
-    pub value: Vec<String>,
-    pub comment: Option<String>,
-}
+pub use super::element::{Element, Key, Part};
 
 /// Everything of one family's `kube-proxy` table, in the order it was declared.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
@@ -197,7 +190,8 @@ impl Objects {
         self.rules.push(r);
     }
 
-    pub fn element(&mut self, set: &str, key: Vec<String>, value: Vec<String>, comment: Option<&str>) {
+    /// An element of `set`: a map's when it has a `value`.
+    pub fn element(&mut self, set: &str, key: Key, value: Option<Verdict>, comment: Option<&str>) {
         self.elements.push(Element { set: set.to_owned(), key, value, comment: comment.map(str::to_owned) });
     }
 
@@ -384,7 +378,7 @@ pub(crate) fn rule_line(out: &mut String, head: impl std::fmt::Display, r: &Rule
 }
 
 pub(crate) fn element_line(out: &mut impl std::fmt::Write, head: &str, e: &Element) {
-    let _ = writeln!(out, "add element {head} {} {{ {} }}", e.set, element_body(e));
+    let _ = writeln!(out, "add element {head} {} {{ {e} }}", e.set);
 }
 
 fn kind_word(s: &Set) -> &'static str {
@@ -416,17 +410,6 @@ fn set_spec(s: &Set) -> String {
     format!("{{ {} ; }}", parts.join(" ; "))
 }
 
-pub(crate) fn element_body(e: &Element) -> String {
-    let mut s = e.key.join(" . ");
-    if let Some(c) = &e.comment {
-        let _ = write!(s, " comment {}", quote(c));
-    }
-    if !e.value.is_empty() {
-        let _ = write!(s, " : {}", e.value.join(" . "));
-    }
-    s
-}
-
 /// A comment as nft reads it: in double quotes (kube-proxy's comments hold none).
 fn quote(s: &str) -> String {
     format!("\"{s}\"")
@@ -445,8 +428,8 @@ mod tests {
         o.sets.push(Set::map("service-ips", "ipv4_addr . inet_proto . inet_service : verdict", None));
         o.rule(Rule::new("nat-output", "jump services"));
         o.rule(Rule::commented("reject-chain", "reject", "why"));
-        o.element("cluster-ips", vec!["10.0.0.1".into()], vec![], None);
-        o.element("service-ips", vec!["10.0.0.1".into(), "tcp".into(), "80".into()], vec!["goto x".into()], Some("ns/a:p"));
+        o.elements.push(Element::parsed("cluster-ips", "10.0.0.1"));
+        o.elements.push(Element::parsed("service-ips", "10.0.0.1 . tcp . 80 comment \"ns/a:p\" : goto x"));
         Table { family: IpFamily::V4, name: "kube-proxy", comment: "rules for kube-proxy", objects: o }
     }
 
