@@ -136,7 +136,7 @@ pub fn write<'t>(table: &'t Table, existing: &HashSet<&str>, max_lines: Option<u
         None => {
             model::flush_sets(&mut last, &head, &o.sets);
             for e in &o.elements {
-                model::element_line(&mut last, &head, e);
+                last.element(e);
             }
         }
         Some(p) => set_changes(&mut last, table, &head, p),
@@ -146,7 +146,7 @@ pub fn write<'t>(table: &'t Table, existing: &HashSet<&str>, max_lines: Option<u
 
 /// The sets' and maps' changes in the last batch: element deletes of the diffed sets and
 /// flushes of the others first, then the others' elements and the diffed sets' adds.
-fn set_changes(last: &mut Script<'_>, table: &Table, head: &str, plan: &Plan) {
+fn set_changes<'t>(last: &mut Script<'t>, table: &'t Table, head: &str, plan: &Plan) {
     let o = &table.objects;
     let (diffed, whole): (Vec<&model::Set>, Vec<&model::Set>) = o.sets.iter().partition(|s| plan.sets.contains_key(&s.name));
     for s in &diffed {
@@ -158,7 +158,7 @@ fn set_changes(last: &mut Script<'_>, table: &Table, head: &str, plan: &Plan) {
     let whole: Vec<model::Set> = whole.into_iter().cloned().collect();
     model::flush_sets(last, head, &whole);
     for e in o.elements.iter().filter(|e| !plan.sets.contains_key(&e.set)) {
-        model::element_line(last, head, e);
+        last.element(e);
     }
     for s in &diffed {
         for l in &plan.sets[&s.name].adds {

@@ -246,15 +246,15 @@ pub fn script(table: &Table, form: Form) -> Script<'_> {
         out.rule(r);
     }
     for e in &o.elements {
-        element_line(&mut out, &head, e);
+        out.element(e);
     }
     out
 }
 
-/// One transaction of one table: its `nft -f` text, and each of its `add rule` lines' rule,
-/// the values the line was written from, so that the netlink encoder encodes those values
-/// instead of reading the words again. Only appended to: the lines it records stay where
-/// they are.
+/// One transaction of one table: its `nft -f` text, and each of its `add rule` lines' rule
+/// and `add element`/`delete element` lines' element, the values the line was written
+/// from, so that the netlink encoder encodes those values instead of reading the words
+/// again. Only appended to: the lines it records stay where they are.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Script<'r> {
     family: IpFamily,
@@ -262,11 +262,31 @@ pub struct Script<'r> {
     text: String,
     /// Each rule line's byte offset in `text`, and its rule, in the order of the text.
     rules: Vec<(usize, &'r Rule)>,
+    /// Each element line's byte offset in `text`, and its element, in the order of the text.
+    elements: Vec<(usize, ElementOp<'r>)>,
+}
+
+/// What an element line does: add an element, or delete the one of this set and key
+/// (only they are written; boxed, so that the many adds take two words each).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ElementOp<'r> {
+    Add(&'r Element),
+    Delete(Box<Element>),
+}
+
+impl ElementOp<'_> {
+    /// The element added, or the one whose set and key are deleted.
+    pub fn element(&self) -> &Element {
+        match self {
+            ElementOp::Add(e) => e,
+            ElementOp::Delete(e) => e.as_ref(),
+        }
+    }
 }
 
 impl<'r> Script<'r> {
     pub fn new(family: IpFamily, table: &str) -> Self {
-        Script { family, table: table.to_owned(), text: String::new(), rules: Vec::new() }
+        Script { family, table: table.to_owned(), text: String::new(), rules: Vec::new(), elements: Vec::new() }
     }
 
     pub fn family(&self) -> IpFamily {
@@ -305,11 +325,30 @@ impl<'r> Script<'r> {
         rule_line(&mut self.text, format_args!("{} {}", self.family.nft_word(), self.table), r);
     }
 
+    /// The element lines: byte offset in [`Script::text`] and what the line does, in order.
+    pub fn elements(&self) -> &[(usize, ElementOp<'r>)] {
+        &self.elements
+    }
+
+    /// `add element FAMILY TABLE SET { … }`, `e` recorded for that line.
+    pub fn element(&mut self, e: &'r Element) {
+        self.elements.push((self.text.len(), ElementOp::Add(e)));
+        element_line(&mut self.text, format_args!("{} {}", self.family.nft_word(), self.table), e);
+    }
+
+    /// `delete element FAMILY TABLE SET { KEY }`, recorded.
+    pub fn delete_element(&mut self, set: &str, key: Key) {
+        let (at, e) = (self.text.len(), Element { set: set.to_owned(), key, value: None, comment: None });
+        let _ = writeln!(self.text, "delete element {} {} {} {{ {e} }}", self.family.nft_word(), self.table, e.set);
+        self.elements.push((at, ElementOp::Delete(Box::new(e))));
+    }
+
     /// `other` (of the same table) after this one's lines.
     pub fn append(&mut self, other: &Script<'r>) {
         let at = self.text.len();
         self.text.push_str(&other.text);
         self.rules.extend(other.rules.iter().map(|&(off, r)| (at + off, r)));
+        self.elements.extend(other.elements.iter().map(|(off, e)| (at + off, e.clone())));
     }
 }
 
@@ -377,7 +416,7 @@ pub(crate) fn rule_line(out: &mut String, head: impl std::fmt::Display, r: &Rule
     out.push('\n');
 }
 
-pub(crate) fn element_line(out: &mut impl std::fmt::Write, head: &str, e: &Element) {
+pub(crate) fn element_line(out: &mut impl std::fmt::Write, head: impl std::fmt::Display, e: &Element) {
     let _ = writeln!(out, "add element {head} {} {{ {e} }}", e.set);
 }
 

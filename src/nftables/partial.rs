@@ -38,7 +38,7 @@ pub fn partial<'a>(family: IpFamily, table: &str, before: &[&'a Objects], after:
     let (old, new) = (elements(before), elements(after));
     for (k, e) in &old {
         if new.get(k) != Some(e) {
-            let _ = writeln!(text, "delete element {head} {} {{ {} }}", k.0, k.1);
+            text.delete_element(k.0, k.1.clone());
         }
     }
     let new_chains: BTreeSet<&str> = after.iter().flat_map(|o| &o.chains).map(|c| c.name.as_str()).collect();
@@ -69,9 +69,9 @@ pub fn partial<'a>(family: IpFamily, table: &str, before: &[&'a Objects], after:
         let _ = writeln!(delete, "delete set {head} {}", s.name);
         stale.push(format!("set {}", s.name));
     }
-    for (k, e) in &new {
-        if old.get(k) != Some(e) {
-            model::element_line(&mut text, &head, e);
+    for (k, &e) in &new {
+        if old.get(k) != Some(&e) {
+            text.element(e);
         }
     }
     Partial { text, stale, delete }
