@@ -150,9 +150,8 @@ fn set_changes<'t>(last: &mut Script<'t>, table: &'t Table, head: &str, plan: &P
     let o = &table.objects;
     let (diffed, whole): (Vec<&model::Set>, Vec<&model::Set>) = o.sets.iter().partition(|s| plan.sets.contains_key(&s.name));
     for s in &diffed {
-        for l in &plan.sets[&s.name].deletes {
-            last.push_str(l);
-            last.push_str("\n");
+        for k in &plan.sets[&s.name].deletes {
+            last.delete_element(&s.name, k.clone());
         }
     }
     let whole: Vec<model::Set> = whole.into_iter().cloned().collect();
@@ -161,9 +160,8 @@ fn set_changes<'t>(last: &mut Script<'t>, table: &'t Table, head: &str, plan: &P
         last.element(e);
     }
     for s in &diffed {
-        for l in &plan.sets[&s.name].adds {
-            last.push_str(l);
-            last.push_str("\n");
+        for &i in &plan.sets[&s.name].adds {
+            last.element(&o.elements[i]);
         }
     }
 }

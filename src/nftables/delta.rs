@@ -10,7 +10,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::model::{self, Key, NftFamily, Table};
+use super::model::{self, Element, Key, NftFamily, Table};
 use crate::net::IpFamily;
 use super::wire::canon::{self, Canon};
 
@@ -23,11 +23,13 @@ pub struct LiveTable {
     pub sets: HashMap<String, Option<canon::Elements>>,
 }
 
-/// One set's or map's element changes (`delete element` lines, then `add element` lines).
+/// One set's or map's element changes: the keys the kernel holds and the table does not
+/// (deleted first), then the table's elements the kernel does not hold (their indices in
+/// the table's elements, added).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SetDelta {
-    pub deletes: Vec<String>,
-    pub adds: Vec<String>,
+    pub deletes: Vec<Key>,
+    pub adds: Vec<usize>,
 }
 
 /// What a full sync over the live table needs to send.
@@ -75,42 +77,38 @@ pub fn plan(table: &Table, live: &LiveTable) -> Plan {
             same.insert(c.name.clone());
         }
     }
-    let mut elements: HashMap<&str, String> = HashMap::new();
-    for e in &o.elements {
-        model::element_line(elements.entry(e.set.as_str()).or_default(), &head, e);
+    let mut by_set: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (i, e) in o.elements.iter().enumerate() {
+        by_set.entry(e.set.as_str()).or_default().push(i);
     }
     let mut sets = HashMap::new();
     for s in o.sets.iter().filter(|s| !s.is_dynamic()) {
         let Some(Some(held)) = live.sets.get(&s.name) else { continue };
-        let text = elements.get(s.name.as_str()).map_or("", String::as_str);
-        if let Some(d) = set_delta(text, held, &s.kind, table.family, &format!("{head} {}", s.name)) {
+        let want = by_set.get(s.name.as_str()).map_or(&[][..], Vec::as_slice);
+        if let Some(d) = set_delta(&o.elements, want, held, &s.kind, table.family, table.name) {
             sets.insert(s.name.clone(), d);
         }
     }
     Plan { same, sets }
 }
 
-/// The changes that bring `held` to the elements `text` adds; `None` when one cannot be
-/// proved or written (the set is then flushed and refilled).
-fn set_delta(text: &str, held: &[(Canon, Vec<u8>)], kind: &str, family: IpFamily, target: &str) -> Option<SetDelta> {
-    let lines: Vec<&str> = text.lines().collect();
-    let want = canon::elements_of_text(text)?;
-    if want.len() != lines.len() {
+/// The changes that bring `held` to `want`, the table's elements of one set (their
+/// indices in `elements`); `None` when one cannot be proved or written (the set is then
+/// flushed and refilled).
+fn set_delta(elements: &[Element], want: &[usize], held: &[(Canon, Vec<u8>)], kind: &str, family: IpFamily, table: &str) -> Option<SetDelta> {
+    let canon = canon::elements_of(family, table, want.iter().map(|&i| &elements[i]))?;
+    if canon.len() != want.len() {
         return None;
     }
-    let wanted: HashSet<&Canon> = want.iter().map(|(c, _)| c).collect();
+    let wanted: HashSet<&Canon> = canon.iter().map(|(c, _)| c).collect();
     let have: HashSet<&Canon> = held.iter().map(|(c, _)| c).collect();
     let mut d = SetDelta::default();
     for (c, key) in held {
         if !wanted.contains(c) {
-            d.deletes.push(format!("delete element {target} {{ {} }}", Key::decode(kind, key, family)?));
+            d.deletes.push(Key::decode(kind, key, family)?);
         }
     }
-    for ((c, _), line) in want.iter().zip(&lines) {
-        if !have.contains(c) {
-            d.adds.push((*line).to_owned());
-        }
-    }
+    d.adds = canon.iter().zip(want).filter(|((c, _), _)| !have.contains(c)).map(|(_, &i)| i).collect();
     Some(d)
 }
 
@@ -180,14 +178,15 @@ mod tests {
         same.sort_unstable();
         assert_eq!(same, ["service-a", "services"]);
         let m = &p.sets["service-ips"];
-        let mut deletes = m.deletes.clone();
+        let mut deletes: Vec<String> = m.deletes.iter().map(Key::to_string).collect();
         deletes.sort();
-        assert_eq!(deletes, ["delete element ip kube-proxy service-ips { 10.0.0.1 . tcp . 80 }", "delete element ip kube-proxy service-ips { 10.0.0.2 . tcp . 80 }"]);
-        assert_eq!(m.adds.len(), 2, "{:?}", m.adds);
-        assert!(m.adds[0].contains("10.0.0.1 . tcp . 80 comment \"ns/a:p\" : goto endpoint-a"), "{:?}", m.adds);
+        assert_eq!(deletes, ["10.0.0.1 . tcp . 80", "10.0.0.2 . tcp . 80"]);
+        let adds: Vec<String> = m.adds.iter().map(|&i| after.objects.elements[i].to_string()).collect();
+        assert_eq!(adds, ["10.0.0.1 . tcp . 80 comment \"ns/a:p\" : goto endpoint-a", "10.0.0.3 . tcp . 80 comment \"ns/a:p\" : goto service-a"]);
         let s = &p.sets["cluster-ips"];
-        assert_eq!(s.deletes, ["delete element ip kube-proxy cluster-ips { 10.0.0.2 }"]);
-        assert_eq!(s.adds, ["add element ip kube-proxy cluster-ips { 10.0.0.3 }"]);
+        assert_eq!(s.deletes.iter().map(Key::to_string).collect::<Vec<_>>(), ["10.0.0.2"]);
+        assert_eq!(after.objects.elements[s.adds[0]].to_string(), "10.0.0.3");
+        assert_eq!(s.adds.len(), 1);
     }
 
     #[test]

@@ -560,7 +560,7 @@ fn key_bytes(fam: IpFamily, key: &Key) -> Result<Vec<u8>, Unsupported> {
 }
 
 /// One element added (key, verdict, comment) or deleted (key), from its values.
-fn set_element(b: &mut Batch, fam: IpFamily, table: &str, add: bool, e: &Element) -> Result<(), Unsupported> {
+pub(crate) fn set_element(b: &mut Batch, fam: IpFamily, table: &str, add: bool, e: &Element) -> Result<(), Unsupported> {
     let key = key_bytes(fam, &e.key)?;
     let comment = e.comment.as_deref().filter(|_| add).map(comment_udata).transpose()?;
     let id = b.set_id(fam, &e.set).filter(|_| add);
