@@ -612,7 +612,7 @@ fn check_nftables_elements(rulesets: &[svcproxy::nftables::Ruleset], text: &str)
     for line in text.lines().filter(|l| !l.trim().is_empty() && !l.starts_with('#')) {
         let mut words = line.splitn(3, ' ');
         let (want, set, key) = (words.next().unwrap_or(""), words.next().unwrap_or(""), words.next().unwrap_or(""));
-        let found = tables.iter().flat_map(|t| &t.objects.elements).any(|e| e.set == set && e.key.join(" . ") == key);
+        let found = tables.iter().flat_map(|t| &t.objects.elements).any(|e| e.set == set && e.key.to_string() == key);
         match (want, found) {
             ("present", true) | ("absent", false) => checked += 1,
             ("present", false) | ("absent", true) => return Err(format!("{line}: does not hold")),

@@ -136,7 +136,7 @@ pub fn write<'t>(table: &'t Table, existing: &HashSet<&str>, max_lines: Option<u
         None => {
             model::flush_sets(&mut last, &head, &o.sets);
             for e in &o.elements {
-                model::element_line(&mut last, &head, e);
+                last.element(e);
             }
         }
         Some(p) => set_changes(&mut last, table, &head, p),
@@ -146,24 +146,22 @@ pub fn write<'t>(table: &'t Table, existing: &HashSet<&str>, max_lines: Option<u
 
 /// The sets' and maps' changes in the last batch: element deletes of the diffed sets and
 /// flushes of the others first, then the others' elements and the diffed sets' adds.
-fn set_changes(last: &mut Script<'_>, table: &Table, head: &str, plan: &Plan) {
+fn set_changes<'t>(last: &mut Script<'t>, table: &'t Table, head: &str, plan: &Plan) {
     let o = &table.objects;
     let (diffed, whole): (Vec<&model::Set>, Vec<&model::Set>) = o.sets.iter().partition(|s| plan.sets.contains_key(&s.name));
     for s in &diffed {
-        for l in &plan.sets[&s.name].deletes {
-            last.push_str(l);
-            last.push_str("\n");
+        for k in &plan.sets[&s.name].deletes {
+            last.delete_element(&s.name, k.clone());
         }
     }
     let whole: Vec<model::Set> = whole.into_iter().cloned().collect();
     model::flush_sets(last, head, &whole);
     for e in o.elements.iter().filter(|e| !plan.sets.contains_key(&e.set)) {
-        model::element_line(last, head, e);
+        last.element(e);
     }
     for s in &diffed {
-        for l in &plan.sets[&s.name].adds {
-            last.push_str(l);
-            last.push_str("\n");
+        for &i in &plan.sets[&s.name].adds {
+            last.element(&o.elements[i]);
         }
     }
 }
@@ -173,7 +171,7 @@ mod tests {
     use super::*;
     use crate::nftables::apply::Nft as _;
     use crate::nftables::fake::FakeNft;
-    use crate::nftables::model::{Chain, Form, Objects, Set};
+    use crate::nftables::model::{Chain, Element, Form, Objects, Set};
     use crate::net::IpFamily;
     use crate::nftables::names;
 
@@ -209,7 +207,7 @@ mod tests {
             }
             o.rule(Rule::new(svc.clone(), "ip saddr != 10.0.0.0/8 jump mark-for-masquerade"));
             o.rule(Rule::new(svc.clone(), format!("numgen random mod 2 vmap {{ 0 : goto {} , 1 : goto {} }}", ep_chain(s, 1), ep_chain(s, 2))));
-            o.element("service-ips", vec![format!("10.0.{s}.1"), "tcp".into(), "80".into()], vec![format!("goto {svc}")], None);
+            o.elements.push(Element::parsed("service-ips", &format!("10.0.{s}.1 . tcp . 80 : goto {svc}")));
         }
         Table { family: IpFamily::V4, name: "kube-proxy", comment: "c", objects: o }
     }

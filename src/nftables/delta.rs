@@ -9,10 +9,8 @@
 //! be written back as text; anything else is rewritten as before.
 
 use std::collections::{HashMap, HashSet};
-use std::fmt::Write as _;
-use std::net::{Ipv4Addr, Ipv6Addr};
 
-use super::model::{self, NftFamily, Table};
+use super::model::{self, Element, Key, NftFamily, Table};
 use crate::net::IpFamily;
 use super::wire::canon::{self, Canon};
 
@@ -25,11 +23,13 @@ pub struct LiveTable {
     pub sets: HashMap<String, Option<canon::Elements>>,
 }
 
-/// One set's or map's element changes (`delete element` lines, then `add element` lines).
+/// One set's or map's element changes: the keys the kernel holds and the table does not
+/// (deleted first), then the table's elements the kernel does not hold (their indices in
+/// the table's elements, added).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SetDelta {
-    pub deletes: Vec<String>,
-    pub adds: Vec<String>,
+    pub deletes: Vec<Key>,
+    pub adds: Vec<usize>,
 }
 
 /// What a full sync over the live table needs to send.
@@ -77,82 +77,39 @@ pub fn plan(table: &Table, live: &LiveTable) -> Plan {
             same.insert(c.name.clone());
         }
     }
-    let mut elements: HashMap<&str, String> = HashMap::new();
-    for e in &o.elements {
-        model::element_line(elements.entry(e.set.as_str()).or_default(), &head, e);
+    let mut by_set: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (i, e) in o.elements.iter().enumerate() {
+        by_set.entry(e.set.as_str()).or_default().push(i);
     }
     let mut sets = HashMap::new();
     for s in o.sets.iter().filter(|s| !s.is_dynamic()) {
         let Some(Some(held)) = live.sets.get(&s.name) else { continue };
-        let text = elements.get(s.name.as_str()).map_or("", String::as_str);
-        if let Some(d) = set_delta(text, held, &s.kind, table.family, &format!("{head} {}", s.name)) {
+        let want = by_set.get(s.name.as_str()).map_or(&[][..], Vec::as_slice);
+        if let Some(d) = set_delta(&o.elements, want, held, &s.kind, table.family, table.name) {
             sets.insert(s.name.clone(), d);
         }
     }
     Plan { same, sets }
 }
 
-/// The changes that bring `held` to the elements `text` adds; `None` when one cannot be
-/// proved or written (the set is then flushed and refilled).
-fn set_delta(text: &str, held: &[(Canon, Vec<u8>)], kind: &str, family: IpFamily, target: &str) -> Option<SetDelta> {
-    let lines: Vec<&str> = text.lines().collect();
-    let want = canon::elements_of_text(text)?;
-    if want.len() != lines.len() {
+/// The changes that bring `held` to `want`, the table's elements of one set (their
+/// indices in `elements`); `None` when one cannot be proved or written (the set is then
+/// flushed and refilled).
+fn set_delta(elements: &[Element], want: &[usize], held: &[(Canon, Vec<u8>)], kind: &str, family: IpFamily, table: &str) -> Option<SetDelta> {
+    let canon = canon::elements_of(family, table, want.iter().map(|&i| &elements[i]))?;
+    if canon.len() != want.len() {
         return None;
     }
-    let wanted: HashSet<&Canon> = want.iter().map(|(c, _)| c).collect();
+    let wanted: HashSet<&Canon> = canon.iter().map(|(c, _)| c).collect();
     let have: HashSet<&Canon> = held.iter().map(|(c, _)| c).collect();
     let mut d = SetDelta::default();
     for (c, key) in held {
         if !wanted.contains(c) {
-            d.deletes.push(format!("delete element {target} {{ {} }}", key_text(kind, key, family)?));
+            d.deletes.push(Key::decode(kind, key, family)?);
         }
     }
-    for ((c, _), line) in want.iter().zip(&lines) {
-        if !have.contains(c) {
-            d.adds.push((*line).to_owned());
-        }
-    }
+    d.adds = canon.iter().zip(want).filter(|((c, _), _)| !have.contains(c)).map(|(_, &i)| i).collect();
     Some(d)
-}
-
-/// An element's key bytes as `nft` text, for a set of type `kind` (`ipv4_addr . inet_proto
-/// . inet_service : verdict`); `None` for anything else.
-pub fn key_text(kind: &str, key: &[u8], family: IpFamily) -> Option<String> {
-    let parts: Vec<&str> = kind.split(':').next()?.split('.').map(str::trim).collect();
-    let concat = parts.len() > 1;
-    let mut out = String::new();
-    let mut at = 0;
-    for (i, p) in parts.iter().enumerate() {
-        let (len, width) = match (*p, family) {
-            ("ipv4_addr", IpFamily::V4) => (4, 4),
-            ("ipv6_addr", IpFamily::V6) => (16, 16),
-            ("inet_proto", _) if concat => (1, 4),
-            ("inet_service", _) if concat => (2, 4),
-            _ => return None,
-        };
-        let field = key.get(at..at + width)?;
-        if field[len..].iter().any(|b| *b != 0) {
-            return None;
-        }
-        let v = &field[..len];
-        if i > 0 {
-            out.push_str(" . ");
-        }
-        match *p {
-            "ipv4_addr" => write!(out, "{}", Ipv4Addr::from(<[u8; 4]>::try_from(v).ok()?)).ok()?,
-            "ipv6_addr" => write!(out, "{}", Ipv6Addr::from(<[u8; 16]>::try_from(v).ok()?)).ok()?,
-            "inet_proto" => out.push_str(match v[0] {
-                6 => "tcp",
-                17 => "udp",
-                132 => "sctp",
-                _ => return None,
-            }),
-            _ => write!(out, "{}", u16::from_be_bytes([v[0], v[1]])).ok()?,
-        }
-        at += width;
-    }
-    (at == key.len()).then_some(out)
 }
 
 /// The live table as [`plan`] reads it, from `nft -f` text of what a table holds (`add
@@ -168,7 +125,7 @@ pub fn from_text<'a>(chains: impl IntoIterator<Item = (&'a str, String)>, sets: 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nftables::model::{Chain, Objects, Rule, Set};
+    use crate::nftables::model::{Chain, Element, Objects, Rule, Set};
 
     fn table(endpoint: &str, elements: &[(&str, &str)]) -> Table {
         let mut o = Objects::default();
@@ -181,8 +138,8 @@ mod tests {
         o.rule(Rule::new("service-a", "numgen random mod 1 vmap { 0 : goto endpoint-a }"));
         o.rule(Rule::new("endpoint-a", format!("dnat to {endpoint}")));
         for (ip, chain) in elements {
-            o.element("service-ips", vec![(*ip).into(), "tcp".into(), "80".into()], vec![format!("goto {chain}")], Some("ns/a:p"));
-            o.element("cluster-ips", vec![(*ip).into()], vec![], None);
+            o.elements.push(Element::parsed("service-ips", &format!("{ip} . tcp . 80 comment \"ns/a:p\" : goto {chain}")));
+            o.elements.push(Element::parsed("cluster-ips", ip));
         }
         Table { family: IpFamily::V4, name: "kube-proxy", comment: "c", objects: o }
     }
@@ -221,14 +178,15 @@ mod tests {
         same.sort_unstable();
         assert_eq!(same, ["service-a", "services"]);
         let m = &p.sets["service-ips"];
-        let mut deletes = m.deletes.clone();
+        let mut deletes: Vec<String> = m.deletes.iter().map(Key::to_string).collect();
         deletes.sort();
-        assert_eq!(deletes, ["delete element ip kube-proxy service-ips { 10.0.0.1 . tcp . 80 }", "delete element ip kube-proxy service-ips { 10.0.0.2 . tcp . 80 }"]);
-        assert_eq!(m.adds.len(), 2, "{:?}", m.adds);
-        assert!(m.adds[0].contains("10.0.0.1 . tcp . 80 comment \"ns/a:p\" : goto endpoint-a"), "{:?}", m.adds);
+        assert_eq!(deletes, ["10.0.0.1 . tcp . 80", "10.0.0.2 . tcp . 80"]);
+        let adds: Vec<String> = m.adds.iter().map(|&i| after.objects.elements[i].to_string()).collect();
+        assert_eq!(adds, ["10.0.0.1 . tcp . 80 comment \"ns/a:p\" : goto endpoint-a", "10.0.0.3 . tcp . 80 comment \"ns/a:p\" : goto service-a"]);
         let s = &p.sets["cluster-ips"];
-        assert_eq!(s.deletes, ["delete element ip kube-proxy cluster-ips { 10.0.0.2 }"]);
-        assert_eq!(s.adds, ["add element ip kube-proxy cluster-ips { 10.0.0.3 }"]);
+        assert_eq!(s.deletes.iter().map(Key::to_string).collect::<Vec<_>>(), ["10.0.0.2"]);
+        assert_eq!(after.objects.elements[s.adds[0]].to_string(), "10.0.0.3");
+        assert_eq!(s.adds.len(), 1);
     }
 
     #[test]
@@ -247,18 +205,5 @@ mod tests {
         extra.push_str("add rule ip kube-proxy service-a drop\n");
         live.chains.insert("service-a".into(), canon::chain_of_text(&extra));
         assert!(!plan(&t, &live).same.contains("service-a"));
-    }
-
-    #[test]
-    fn keys_are_written_back_as_nft_reads_them() {
-        assert_eq!(key_text("ipv4_addr . inet_proto . inet_service : verdict", &[10, 0, 0, 1, 17, 0, 0, 0, 0, 53, 0, 0], IpFamily::V4).as_deref(), Some("10.0.0.1 . udp . 53"));
-        assert_eq!(key_text("ipv4_addr", &[10, 0, 0, 1], IpFamily::V4).as_deref(), Some("10.0.0.1"));
-        let mut v6 = vec![0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
-        assert_eq!(key_text("ipv6_addr", &v6, IpFamily::V6).as_deref(), Some("fd00::1"));
-        v6.extend([6, 0, 0, 0, 1, 0xbb, 0, 0]);
-        assert_eq!(key_text("ipv6_addr . inet_proto . inet_service", &v6, IpFamily::V6).as_deref(), Some("fd00::1 . tcp . 443"));
-        assert_eq!(key_text("ipv4_addr . inet_proto . inet_service", &[10, 0, 0, 1, 47, 0, 0, 0, 0, 53, 0, 0], IpFamily::V4), None, "an unknown protocol");
-        assert_eq!(key_text("ipv4_addr", &[10, 0, 0, 1, 0], IpFamily::V4), None, "a longer key");
-        assert_eq!(key_text("ether_addr", &[0; 6], IpFamily::V4), None);
     }
 }

@@ -6,8 +6,9 @@
 //! written from them, so a listed rule equals the rendered one; a rule outside the
 //! vocabulary is an error naming its chain and word.
 
-use super::listing::{split_elements, Listing};
-use super::model::{Chain, Element, Objects, Rule, Set, Table};
+use super::element::{self, ElementError};
+use super::listing::Listing;
+use super::model::{Chain, Objects, Rule, Set, Table};
 use crate::net::IpFamily;
 use super::names::{TABLE, TABLE_COMMENT};
 use super::stmt::{parse_listed, ParseError};
@@ -15,8 +16,8 @@ use super::stmt::{parse_listed, ParseError};
 /// Why a listed table cannot be read into values.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum LiveError {
-    #[error("{object}: element {element:?} has no key")]
-    Element { object: String, element: String },
+    #[error("{object}: element {element:?}: {source}")]
+    Element { object: String, element: String, source: ElementError },
     #[error("chain {chain}: rule {rule:?}: {source}")]
     Rule { chain: String, rule: String, source: Box<ParseError> },
 }
@@ -54,7 +55,8 @@ pub fn read(text: &str, family: IpFamily) -> Result<Table, LiveError> {
                     }
                 }
                 for e in &obj.elements {
-                    objects.elements.push(element(name, e).ok_or_else(|| LiveError::Element { object: key.clone(), element: e.clone() })?);
+                    let read = element::parse(name, e).map_err(|source| LiveError::Element { object: key.clone(), element: e.clone(), source })?;
+                    objects.elements.push(read);
                 }
                 objects.sets.push(set);
             }
@@ -70,41 +72,6 @@ fn rule(chain: &str, line: &str) -> Result<Rule, LiveError> {
     Ok(Rule::of(chain, body))
 }
 
-/// `10.96.0.10 . tcp . 53 comment "ns/svc:port" : goto service-…` → key, value, comment.
-fn element(set: &str, text: &str) -> Option<Element> {
-    let text = text.trim();
-    if text.starts_with(':') {
-        return None;
-    }
-    let (key, value) = match split_outside_quotes(text, " : ") {
-        Some((k, v)) => (k, split_elements(v).into_iter().next().unwrap_or_default()),
-        None => (text, String::new()),
-    };
-    let (key, comment) = match key.find(" comment \"") {
-        Some(at) => (&key[..at], Some(unquote(&key[at + " comment ".len()..]).to_owned())),
-        None => (key, None),
-    };
-    let key: Vec<String> = key.split(" . ").map(|w| w.trim().to_owned()).filter(|w| !w.is_empty()).collect();
-    if key.is_empty() {
-        return None;
-    }
-    let value = if value.is_empty() { Vec::new() } else { vec![value] };
-    Some(Element { set: set.to_owned(), key, value, comment })
-}
-
-/// The first `sep` in `s` outside double quotes.
-fn split_outside_quotes<'a>(s: &'a str, sep: &str) -> Option<(&'a str, &'a str)> {
-    let mut quoted = false;
-    for (i, c) in s.char_indices() {
-        if c == '"' {
-            quoted = !quoted;
-        } else if !quoted && s[i..].starts_with(sep) {
-            return Some((&s[..i], &s[i + sep.len()..]));
-        }
-    }
-    None
-}
-
 fn unquote(s: &str) -> &str {
     s.trim().trim_start_matches('"').trim_end_matches('"')
 }
@@ -112,7 +79,8 @@ fn unquote(s: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nftables::stmt::parse_body;
+    use crate::nftables::model::Element;
+    use crate::nftables::stmt::{parse_body, Verdict};
 
     const LISTED: &str = r#"table ip kube-proxy {
 	comment "rules for kube-proxy"
@@ -159,10 +127,10 @@ mod tests {
         assert!(o.rules.contains(&Rule::commented("cluster-ips-check", "ip daddr @cluster-ips reject", "Reject traffic to invalid ports of ClusterIPs")));
         assert!(o.rules.contains(&Rule::new("reject-chain", "reject")));
         let gone = o.elements.iter().find(|e| e.set == "no-endpoint-services").unwrap();
-        assert_eq!((gone.key.join(" . "), gone.value.clone(), gone.comment.as_deref()), ("10.96.0.20 . tcp . 80".into(), vec!["goto reject-chain".into()], Some("ns/gone:http")));
+        assert_eq!(gone, &Element::parsed("no-endpoint-services", "10.96.0.20 . tcp . 80 comment \"ns/gone:http\" : goto reject-chain"));
         let dns = o.elements.iter().find(|e| e.set == "service-ips").unwrap();
-        assert_eq!(dns.value, ["goto service-FY5PMXPG-kube-system/kube-dns/udp/dns"]);
-        let ips: Vec<String> = o.elements.iter().filter(|e| e.set == "cluster-ips").map(|e| e.key.join(".")).collect();
+        assert_eq!(dns.value, Some(Verdict::Goto("service-FY5PMXPG-kube-system/kube-dns/udp/dns".into())));
+        let ips: Vec<String> = o.elements.iter().filter(|e| e.set == "cluster-ips").map(|e| e.key.to_string()).collect();
         assert_eq!(ips, ["10.96.0.1", "10.96.0.10"]);
         assert!(o.sets.iter().any(|s| s.name == "service-ips" && s.is_map && s.kind.ends_with(": verdict")));
     }

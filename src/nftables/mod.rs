@@ -16,6 +16,7 @@ pub mod cold;
 pub mod cleanup;
 pub mod context;
 pub mod delta;
+pub mod element;
 #[cfg(any(test, feature = "testing"))]
 pub mod fake;
 pub mod listing;

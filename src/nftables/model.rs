@@ -1,12 +1,12 @@
 //! nftables objects as knftables models them, as values: a table's chains, sets, maps,
 //! rules (chain + statement values, and the text written from them) and elements (set or map + key + value +
-//! comment). [`write`] is the one place that frames them as `nft -f` input.
+//! comment, values of [`super::element`]). [`write`] is the one place that frames them as `nft -f` input.
 
 use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::stmt::{Body, Stmts};
+use super::stmt::{Body, Stmts, Verdict};
 use crate::net::IpFamily;
 
 /// What nftables calls an IP family: the table family word (`ip`, `ip6`) and the set/map
@@ -167,14 +167,7 @@ impl Rule {
     }
 }
 
-/// An element of a set (`value` empty) or of a map.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Element {
-    pub set: String,
-    pub key: Vec<String>,
-    pub value: Vec<String>,
-    pub comment: Option<String>,
-}
+pub use super::element::{Element, Key, Part};
 
 /// Everything of one family's `kube-proxy` table, in the order it was declared.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
@@ -197,7 +190,8 @@ impl Objects {
         self.rules.push(r);
     }
 
-    pub fn element(&mut self, set: &str, key: Vec<String>, value: Vec<String>, comment: Option<&str>) {
+    /// An element of `set`: a map's when it has a `value`.
+    pub fn element(&mut self, set: &str, key: Key, value: Option<Verdict>, comment: Option<&str>) {
         self.elements.push(Element { set: set.to_owned(), key, value, comment: comment.map(str::to_owned) });
     }
 
@@ -252,15 +246,15 @@ pub fn script(table: &Table, form: Form) -> Script<'_> {
         out.rule(r);
     }
     for e in &o.elements {
-        element_line(&mut out, &head, e);
+        out.element(e);
     }
     out
 }
 
-/// One transaction of one table: its `nft -f` text, and each of its `add rule` lines' rule,
-/// the values the line was written from, so that the netlink encoder encodes those values
-/// instead of reading the words again. Only appended to: the lines it records stay where
-/// they are.
+/// One transaction of one table: its `nft -f` text, and each of its `add rule` lines' rule
+/// and `add element`/`delete element` lines' element, the values the line was written
+/// from, so that the netlink encoder encodes those values instead of reading the words
+/// again. Only appended to: the lines it records stay where they are.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Script<'r> {
     family: IpFamily,
@@ -268,11 +262,31 @@ pub struct Script<'r> {
     text: String,
     /// Each rule line's byte offset in `text`, and its rule, in the order of the text.
     rules: Vec<(usize, &'r Rule)>,
+    /// Each element line's byte offset in `text`, and its element, in the order of the text.
+    elements: Vec<(usize, ElementOp<'r>)>,
+}
+
+/// What an element line does: add an element, or delete the one of this set and key
+/// (only they are written; boxed, so that the many adds take two words each).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ElementOp<'r> {
+    Add(&'r Element),
+    Delete(Box<Element>),
+}
+
+impl ElementOp<'_> {
+    /// The element added, or the one whose set and key are deleted.
+    pub fn element(&self) -> &Element {
+        match self {
+            ElementOp::Add(e) => e,
+            ElementOp::Delete(e) => e.as_ref(),
+        }
+    }
 }
 
 impl<'r> Script<'r> {
     pub fn new(family: IpFamily, table: &str) -> Self {
-        Script { family, table: table.to_owned(), text: String::new(), rules: Vec::new() }
+        Script { family, table: table.to_owned(), text: String::new(), rules: Vec::new(), elements: Vec::new() }
     }
 
     pub fn family(&self) -> IpFamily {
@@ -311,11 +325,30 @@ impl<'r> Script<'r> {
         rule_line(&mut self.text, format_args!("{} {}", self.family.nft_word(), self.table), r);
     }
 
+    /// The element lines: byte offset in [`Script::text`] and what the line does, in order.
+    pub fn elements(&self) -> &[(usize, ElementOp<'r>)] {
+        &self.elements
+    }
+
+    /// `add element FAMILY TABLE SET { … }`, `e` recorded for that line.
+    pub fn element(&mut self, e: &'r Element) {
+        self.elements.push((self.text.len(), ElementOp::Add(e)));
+        element_line(&mut self.text, format_args!("{} {}", self.family.nft_word(), self.table), e);
+    }
+
+    /// `delete element FAMILY TABLE SET { KEY }`, recorded.
+    pub fn delete_element(&mut self, set: &str, key: Key) {
+        let (at, e) = (self.text.len(), Element { set: set.to_owned(), key, value: None, comment: None });
+        let _ = writeln!(self.text, "delete element {} {} {} {{ {e} }}", self.family.nft_word(), self.table, e.set);
+        self.elements.push((at, ElementOp::Delete(Box::new(e))));
+    }
+
     /// `other` (of the same table) after this one's lines.
     pub fn append(&mut self, other: &Script<'r>) {
         let at = self.text.len();
         self.text.push_str(&other.text);
         self.rules.extend(other.rules.iter().map(|&(off, r)| (at + off, r)));
+        self.elements.extend(other.elements.iter().map(|(off, e)| (at + off, e.clone())));
     }
 }
 
@@ -383,8 +416,8 @@ pub(crate) fn rule_line(out: &mut String, head: impl std::fmt::Display, r: &Rule
     out.push('\n');
 }
 
-pub(crate) fn element_line(out: &mut impl std::fmt::Write, head: &str, e: &Element) {
-    let _ = writeln!(out, "add element {head} {} {{ {} }}", e.set, element_body(e));
+pub(crate) fn element_line(out: &mut impl std::fmt::Write, head: impl std::fmt::Display, e: &Element) {
+    let _ = writeln!(out, "add element {head} {} {{ {e} }}", e.set);
 }
 
 fn kind_word(s: &Set) -> &'static str {
@@ -416,17 +449,6 @@ fn set_spec(s: &Set) -> String {
     format!("{{ {} ; }}", parts.join(" ; "))
 }
 
-pub(crate) fn element_body(e: &Element) -> String {
-    let mut s = e.key.join(" . ");
-    if let Some(c) = &e.comment {
-        let _ = write!(s, " comment {}", quote(c));
-    }
-    if !e.value.is_empty() {
-        let _ = write!(s, " : {}", e.value.join(" . "));
-    }
-    s
-}
-
 /// A comment as nft reads it: in double quotes (kube-proxy's comments hold none).
 fn quote(s: &str) -> String {
     format!("\"{s}\"")
@@ -445,8 +467,8 @@ mod tests {
         o.sets.push(Set::map("service-ips", "ipv4_addr . inet_proto . inet_service : verdict", None));
         o.rule(Rule::new("nat-output", "jump services"));
         o.rule(Rule::commented("reject-chain", "reject", "why"));
-        o.element("cluster-ips", vec!["10.0.0.1".into()], vec![], None);
-        o.element("service-ips", vec!["10.0.0.1".into(), "tcp".into(), "80".into()], vec!["goto x".into()], Some("ns/a:p"));
+        o.elements.push(Element::parsed("cluster-ips", "10.0.0.1"));
+        o.elements.push(Element::parsed("service-ips", "10.0.0.1 . tcp . 80 comment \"ns/a:p\" : goto x"));
         Table { family: IpFamily::V4, name: "kube-proxy", comment: "rules for kube-proxy", objects: o }
     }
 

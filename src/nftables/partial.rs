@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
-use super::model::{self, NftFamily, Objects, Script};
+use super::model::{self, Element, Key, NftFamily, Objects, Script};
 use crate::net::IpFamily;
 
 /// What a partial sync sends.
@@ -23,26 +23,22 @@ pub struct Partial<'a> {
     pub delete: String,
 }
 
-/// An element by (set, key): its value and comment.
-type Elements<'a> = BTreeMap<(&'a str, String), (String, Option<&'a str>)>;
+/// The elements by (set, key).
+type Elements<'a> = BTreeMap<(&'a str, &'a Key), &'a Element>;
 
 fn elements<'a>(objects: &[&'a Objects]) -> Elements<'a> {
-    objects
-        .iter()
-        .flat_map(|o| &o.elements)
-        .map(|e| ((e.set.as_str(), e.key.join(" . ")), (e.value.join(" . "), e.comment.as_deref())))
-        .collect()
+    objects.iter().flat_map(|o| &o.elements).map(|e| ((e.set.as_str(), &e.key), e)).collect()
 }
 
 /// The transaction that takes the kernel from the `before` objects of the changed services
 /// to their `after` objects.
-pub fn partial<'a>(family: IpFamily, table: &str, before: &[&Objects], after: &[&'a Objects]) -> Partial<'a> {
+pub fn partial<'a>(family: IpFamily, table: &str, before: &[&'a Objects], after: &[&'a Objects]) -> Partial<'a> {
     let head = format!("{} {table}", family.nft_word());
     let mut text = Script::new(family, table);
     let (old, new) = (elements(before), elements(after));
-    for ((set, key), value) in &old {
-        if new.get(&(*set, key.clone())) != Some(value) {
-            let _ = writeln!(text, "delete element {head} {set} {{ {key} }}");
+    for (k, e) in &old {
+        if new.get(k) != Some(e) {
+            text.delete_element(k.0, k.1.clone());
         }
     }
     let new_chains: BTreeSet<&str> = after.iter().flat_map(|o| &o.chains).map(|c| c.name.as_str()).collect();
@@ -73,10 +69,9 @@ pub fn partial<'a>(family: IpFamily, table: &str, before: &[&Objects], after: &[
         let _ = writeln!(delete, "delete set {head} {}", s.name);
         stale.push(format!("set {}", s.name));
     }
-    for ((set, key), value) in &new {
-        if old.get(&(*set, key.clone())) != Some(value) {
-            let e = model::Element { set: set.to_string(), key: vec![key.clone()], value: if value.0.is_empty() { vec![] } else { vec![value.0.clone()] }, comment: value.1.map(str::to_owned) };
-            let _ = writeln!(text, "add element {head} {set} {{ {} }}", model::element_body(&e));
+    for (k, &e) in &new {
+        if old.get(k) != Some(&e) {
+            text.element(e);
         }
     }
     Partial { text, stale, delete }
@@ -93,8 +88,8 @@ mod tests {
         let mut o = Objects::default();
         let chain = format!("service-{name}");
         o.chain(Chain::regular(&chain));
-        o.element("cluster-ips", vec![format!("10.0.0.{}", name.len())], vec![], None);
-        o.element("service-ips", vec![format!("10.0.0.{}", name.len()), "tcp".into(), "80".into()], vec![format!("goto {chain}")], Some(name));
+        o.elements.push(Element::parsed("cluster-ips", &format!("10.0.0.{}", name.len())));
+        o.elements.push(Element::parsed("service-ips", &format!("10.0.0.{} . tcp . 80 comment \"{name}\" : goto {chain}", name.len())));
         for e in endpoints {
             let ep = format!("endpoint-{name}-{e}");
             o.chain(Chain::regular(&ep));

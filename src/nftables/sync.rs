@@ -305,7 +305,7 @@ fn compare(nft: &mut dyn Nft, table: &Table) -> Result<Report, SyncError> {
 mod tests {
     use super::*;
     use crate::nftables::fake::{Call, FakeNft};
-    use crate::nftables::model::{Chain, Objects, Rule};
+    use crate::nftables::model::{Chain, Element, Objects, Rule};
 
     fn table(services: &[&str]) -> Table {
         let mut o = Objects::default();
@@ -347,7 +347,7 @@ mod tests {
         with.objects.rule(Rule::new("localhost-nodeport-reject-udp", "counter name \"localhost-nodeport-rejected-udp\" reject"));
         with.objects.counters.push("localhost-nodeport-rejected-udp".into());
         with.objects.sets.push(crate::nftables::model::Set::map(LOCALHOST_NODEPORT_REJECT_PORTS, "inet_proto . inet_service : verdict", Some("localhost NodePorts rejected by kube-proxy")));
-        with.objects.element(LOCALHOST_NODEPORT_REJECT_PORTS, vec!["udp".into(), "30053".into()], vec!["goto localhost-nodeport-reject-udp".into()], None);
+        with.objects.elements.push(Element::parsed(LOCALHOST_NODEPORT_REJECT_PORTS, "udp . 30053 : goto localhost-nodeport-reject-udp"));
         let mut nft = FakeNft::new();
         full(&mut nft, &with, false).unwrap();
         assert!(nft.listing(IpFamily::V4).unwrap().contains("counter localhost-nodeport-rejected-udp"));
@@ -497,7 +497,7 @@ mod tests {
     fn over_a_live_table_only_what_differs_is_sent() {
         let mut t = table(&["HASHHASH-a", "HASHHASH-b"]);
         t.objects.sets.push(model::Set::plain("cluster-ips", "ipv4_addr", None));
-        t.objects.element("cluster-ips", vec!["10.0.0.1".into()], vec![], None);
+        t.objects.elements.push(Element::parsed("cluster-ips", "10.0.0.1"));
         let mut nft = FakeNft::new();
         nft.batch_lines = Some(1000);
         nft.live_reads = true;
@@ -528,7 +528,7 @@ mod tests {
         let smaller = {
             let mut s = table(&["HASHHASH-a"]);
             s.objects.sets.push(model::Set::plain("cluster-ips", "ipv4_addr", None));
-            s.objects.element("cluster-ips", vec!["10.0.0.1".into()], vec![], None);
+            s.objects.elements.push(Element::parsed("cluster-ips", "10.0.0.1"));
             s
         };
         nft.calls.clear();

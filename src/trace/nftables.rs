@@ -35,7 +35,7 @@ use std::net::IpAddr;
 use serde::Serialize;
 
 use crate::net::{join_host_port, Cidr};
-use crate::nftables::model::{Element, NftFamily, Rule, Table};
+use crate::nftables::model::{Element, NftFamily, Part, Rule, Table};
 use crate::net::IpFamily;
 use crate::nftables::names::*;
 use crate::nftables::stmt::{self, AddrValue, Concat, Ct, Dir, Dnat, Match, MarkOp, Num, Prefix, Selector, Stmt, Vmap};
@@ -133,17 +133,21 @@ impl Branch {
         }
     }
 
-    /// The packet's key for `key`, as a set's elements spell it. A part of the other IP
-    /// family is an error: the table is one family's.
-    fn key(&self, key: &Concat) -> Result<Vec<String>, String> {
-        key.0
-            .iter()
-            .map(|part| match *part {
-                Selector::Addr(family, dir) => self.same_family(family).map(|()| self.addr(dir).to_string()),
-                Selector::L4proto => Ok(self.packet.protocol.lower().to_owned()),
-                Selector::ThDport => Ok(self.packet.dport.to_string()),
-            })
-            .collect()
+    /// Whether the packet's `key` is an element's key `parts`.
+    fn has_key(&self, key: &Concat, parts: &[Part]) -> bool {
+        key.0.len() == parts.len() && key.0.iter().zip(parts).all(|(sel, part)| self.has_part(*sel, *part))
+    }
+
+    /// Whether what `sel` loads from the packet is `part`. Every selector and every kind
+    /// of part is named: a new one does not compile until the tracer knows it.
+    fn has_part(&self, sel: Selector, part: Part) -> bool {
+        match (sel, part) {
+            (Selector::Addr(_, dir), Part::Addr(ip)) => self.addr(dir) == ip,
+            (Selector::L4proto, Part::Proto(p)) => p == self.packet.protocol,
+            (Selector::ThDport, Part::Port(n)) => n == self.packet.dport,
+            // A part of another kind than the selector loads.
+            (Selector::Addr(..) | Selector::L4proto | Selector::ThDport, Part::Addr(_) | Part::Proto(_) | Part::Port(_)) => false,
+        }
     }
 
     fn same_family(&self, family: IpFamily) -> Result<(), String> {
@@ -367,7 +371,7 @@ impl<'t> Walker<'t> {
                         return Ok(out);
                     }
                 },
-                Stmt::Vmap(Vmap::Named { key, map }) => match self.lookup(map, &b.key(key).map_err(unreadable)?) {
+                Stmt::Vmap(Vmap::Named { key, map }) => match self.lookup(map, key, &b).map_err(unreadable)? {
                     Some(e) => Then::Element(e),
                     None => return Ok(vec![(b, End::Next)]),
                 },
@@ -424,7 +428,7 @@ impl<'t> Walker<'t> {
             Match::Ct(Ct::StateNew) => Test::Holds,
             Match::Ct(Ct::StatusDnat) => holds(b.dnat),
             Match::Mark { mask, negated, value } => holds((b.mark & mask.value() == value.value()) != *negated),
-            Match::InSet { key, set } => self.lookup(set, &b.key(key)?).map_or(Test::Fails, Test::Member),
+            Match::InSet { key, set } => self.lookup(set, key, b)?.map_or(Test::Fails, Test::Member),
             // A number below N is K for 1/N of the packets; never when K >= N.
             Match::Numgen { modulus: 0, .. } => return Err("numgen random mod 0".to_owned()),
             Match::Numgen { modulus, value } if value >= modulus => Test::Fails,
@@ -435,7 +439,7 @@ impl<'t> Walker<'t> {
     /// The path of a matched rule: its line, then the set elements it found.
     fn matched(&self, chain: &str, rule: &Rule, members: &[&Element], b: &mut Branch) {
         b.path.push(self.rule_line(chain, rule));
-        b.path.extend(members.iter().map(|e| self.element_line(&e.set, e)));
+        b.path.extend(members.iter().map(|e| self.element_line(e)));
     }
 
     fn rule_line(&self, chain: &str, rule: &Rule) -> String {
@@ -443,10 +447,8 @@ impl<'t> Walker<'t> {
         format!("{} {chain} {}{comment}", self.head, rule.text())
     }
 
-    fn element_line(&self, set: &str, e: &Element) -> String {
-        let comment = e.comment.as_ref().map(|c| format!(" comment \"{c}\"")).unwrap_or_default();
-        let value = if e.value.is_empty() { String::new() } else { format!(" : {}", e.value.join(" . ")) };
-        format!("{} {set} {{ {}{comment}{value} }}", self.head, e.key.join(" . "))
+    fn element_line(&self, e: &Element) -> String {
+        format!("{} {} {{ {e} }}", self.head, e.set)
     }
 
     /// Does what a matched rule ends with.
@@ -475,14 +477,13 @@ impl<'t> Walker<'t> {
                 out
             }
             Then::Element(e) => {
-                b.path.push(self.element_line(&e.set, e));
+                b.path.push(self.element_line(e));
                 if e.set == NO_ENDPOINT_SERVICES || e.set == NO_ENDPOINT_NODEPORTS {
                     let service = e.comment.as_ref().map(|c| format!(" {c}")).unwrap_or_default();
                     b.reason = Some(format!("the service{service} has no endpoints"));
                 }
-                let text = e.value.join(" . ");
-                let v = stmt::parse_verdict(&text).map_err(|err| unreadable(format!("verdict map {} holds {text:?} ({err})", e.set)))?;
-                self.verdict(chain, rule, &v, b, depth)?
+                let v = e.value.as_ref().ok_or_else(|| unreadable(format!("verdict map {} holds {} without a verdict", e.set, e.key)))?;
+                self.verdict(chain, rule, v, b, depth)?
             }
         })
     }
@@ -512,8 +513,15 @@ impl<'t> Walker<'t> {
         vec![(b, End::Settled)]
     }
 
-    fn lookup(&self, set: &str, key: &[String]) -> Option<&'t Element> {
-        self.elements.iter().find(|e| e.set == set && e.key == key)
+    /// The element of `set` whose key is the packet's `key`. A part of the other IP
+    /// family is an error: the table is one family's.
+    fn lookup(&self, set: &str, key: &Concat, b: &Branch) -> Result<Option<&'t Element>, String> {
+        for sel in &key.0 {
+            if let Selector::Addr(family, _) = sel {
+                b.same_family(*family)?;
+            }
+        }
+        Ok(self.elements.iter().find(|e| e.set == set && b.has_key(key, e.key.parts())))
     }
 
     /// Whether `ip` is in `set`: an element, or an affinity set `--affinity` names (by its
@@ -522,7 +530,7 @@ impl<'t> Walker<'t> {
         let pinned = set.strip_prefix("affinity-").is_some_and(|base| {
             self.env.affinity.contains(set) || self.env.affinity.contains(&format!("endpoint-{base}"))
         });
-        pinned || self.elements.iter().any(|e| e.set == set && e.key.len() == 1 && e.key[0] == ip.to_string())
+        pinned || self.elements.iter().any(|e| e.set == set && e.key.parts() == [Part::Addr(*ip)])
     }
 }
 
@@ -561,9 +569,9 @@ mod tests {
         if let Some(r) = extra_rule {
             o.rule(Rule::new(SERVICES, r));
         }
-        o.element(SERVICE_IPS, vec!["172.30.0.1".into(), "tcp".into(), "80".into()], vec!["goto svc".into()], None);
-        o.element(FIREWALL_IPS, vec!["172.30.0.9".into(), "tcp".into(), "80".into()], vec!["goto firewall-svc".into()], None);
-        o.element(NO_ENDPOINT_SERVICES, vec!["192.168.0.2".into(), "tcp".into(), "80".into()], vec!["drop".into()], Some("ns/gone:http"));
+        o.elements.push(Element::parsed(SERVICE_IPS, "172.30.0.1 . tcp . 80 : goto svc"));
+        o.elements.push(Element::parsed(FIREWALL_IPS, "172.30.0.9 . tcp . 80 : goto firewall-svc"));
+        o.elements.push(Element::parsed(NO_ENDPOINT_SERVICES, "192.168.0.2 . tcp . 80 comment \"ns/gone:http\" : drop"));
         Table { family: IpFamily::V4, name: TABLE, comment: TABLE_COMMENT, objects: o }
     }
 

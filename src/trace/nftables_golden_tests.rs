@@ -11,7 +11,7 @@ use std::path::Path;
 use super::nftables::trace;
 use super::{Entry, Env, Packet, Verdict};
 use crate::model::Protocol;
-use crate::nftables::model::{NftFamily, Table};
+use crate::nftables::model::{NftFamily, Part, Table};
 use crate::nftables::names::{FIREWALL_IPS, NODEPORT_IPS, NO_ENDPOINT_NODEPORTS, NO_ENDPOINT_SERVICES, SERVICE_IPS, SERVICE_NODEPORTS};
 use crate::settings::kinds::{KubeProxyVersion, ProxyMode};
 use crate::settings::Settings;
@@ -32,19 +32,27 @@ fn golden_fixtures() -> Vec<std::path::PathBuf> {
 /// Each service destination of `table`: address, protocol, port. NodePorts are on the
 /// `nodeport-ips` when the table has them, else on the node's addresses of its family.
 fn destinations(table: &Table, node: &[IpAddr]) -> BTreeSet<(IpAddr, Protocol, u16)> {
-    let nodeport_ips: Vec<IpAddr> = table.objects.elements.iter().filter(|e| e.set == NODEPORT_IPS).map(|e| e.key[0].parse().unwrap()).collect();
+    let nodeport_ips: Vec<IpAddr> = table
+        .objects
+        .elements
+        .iter()
+        .filter(|e| e.set == NODEPORT_IPS)
+        .filter_map(|e| match e.key.parts() {
+            [Part::Addr(ip)] => Some(*ip),
+            _ => None,
+        })
+        .collect();
     let nodeport_ips = if table.objects.sets.iter().any(|s| s.name == NODEPORT_IPS) { nodeport_ips } else { node.to_vec() };
     let mut out = BTreeSet::new();
     for e in &table.objects.elements {
         let set = e.set.as_str();
-        let key: Vec<&str> = e.key.iter().map(String::as_str).collect();
-        match key[..] {
-            [addr, proto, port] if [SERVICE_IPS, NO_ENDPOINT_SERVICES, FIREWALL_IPS].contains(&set) => {
-                out.insert((addr.parse().unwrap(), Protocol::from_name(proto).unwrap(), port.parse().unwrap()));
+        match *e.key.parts() {
+            [Part::Addr(addr), Part::Proto(proto), Part::Port(port)] if [SERVICE_IPS, NO_ENDPOINT_SERVICES, FIREWALL_IPS].contains(&set) => {
+                out.insert((addr, proto, port));
             }
-            [proto, port] if [SERVICE_NODEPORTS, NO_ENDPOINT_NODEPORTS].contains(&set) => {
+            [Part::Proto(proto), Part::Port(port)] if [SERVICE_NODEPORTS, NO_ENDPOINT_NODEPORTS].contains(&set) => {
                 for ip in &nodeport_ips {
-                    out.insert((*ip, Protocol::from_name(proto).unwrap(), port.parse().unwrap()));
+                    out.insert((*ip, proto, port));
                 }
             }
             _ => {}

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use svcproxy::nftables::chunked::CHUNK_LINES;
 use svcproxy::net::IpFamily;
-use svcproxy::nftables::model::{self, Chain, Rule, Set, Table};
+use svcproxy::nftables::model::{self, Chain, Element, Rule, Set, Table};
 use svcproxy::nftables::names::{TABLE, TABLE_COMMENT};
 use svcproxy::nftables::sync;
 use svcproxy::nftables::wire::canon;
@@ -278,8 +278,8 @@ fn v137_table(family: IpFamily, big: usize, port: u16) -> Table {
     o.sets.push(Set::plain("cluster-ips", addr, Some("Active ClusterIPs")));
     o.sets.push(Set::plain("hairpin-connections", format!("{addr} . {addr} . inet_proto . inet_service"), Some("service hairpin connections")));
     for (i, proto) in ["tcp", "udp", "sctp"].iter().enumerate() {
-        o.element("hairpin-connections", vec![ep(i), ep(i), (*proto).into(), "80".into()], vec![], None);
-        o.element("cluster-ips", vec![ep(1000 + i)], vec![], None);
+        o.elements.push(Element::parsed("hairpin-connections", &format!("{} . {} . {proto} . 80", ep(i), ep(i))));
+        o.elements.push(Element::parsed("cluster-ips", &ep(1000 + i)));
     }
     let m = "mark set mark or 0x00004000";
     for detector in [format!("{ip} saddr != {cidr} "), "iifname != cbr0 ".into(), "iifname != veth* ".into()] {

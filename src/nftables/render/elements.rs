@@ -3,11 +3,14 @@
 //! `service-ips`/`service-nodeports` (or, with nowhere to go, in the `no-endpoint-*` maps),
 //! load-balancer IPs with source ranges in `firewall-ips`.
 
+use std::net::IpAddr;
+
 use super::wiring::Wiring;
 use crate::model::ServicePort;
 use crate::nftables::context::Context;
-use crate::nftables::model::Objects;
+use crate::nftables::model::{Key, Objects, Part};
 use crate::nftables::names::{localhost_nodeport_reject_chain, LOCALHOST_NODEPORT_REJECT_PORTS, CLUSTER_IPS, FIREWALL_IPS, NO_ENDPOINT_NODEPORTS, NO_ENDPOINT_SERVICES, SERVICE_IPS, SERVICE_NODEPORTS};
+use crate::nftables::stmt::Verdict;
 
 pub fn write(ctx: &Context, p: &Wiring, out: &mut Objects) {
     cluster_ip(p, out);
@@ -17,17 +20,17 @@ pub fn write(ctx: &Context, p: &Wiring, out: &mut Objects) {
 }
 
 /// `IP . proto . port`.
-fn ip_key(ip: &std::net::IpAddr, p: &Wiring) -> Vec<String> {
-    vec![ip.to_string(), p.proto.to_owned(), p.svc.port.to_string()]
+fn ip_key(ip: IpAddr, p: &Wiring) -> Key {
+    Key::of([Part::Addr(ip), Part::Proto(p.svc.protocol), Part::Port(p.svc.port)])
 }
 
-fn goto(chain: &str) -> Vec<String> {
-    vec![format!("goto {chain}")]
+fn goto(chain: &str) -> Option<Verdict> {
+    Some(Verdict::Goto(chain.to_owned()))
 }
 
 /// An element of a `no-endpoint-*` map, commented with the service port.
-fn refuse(out: &mut Objects, map: &str, key: Vec<String>, verdict: &str, p: &Wiring) {
-    out.element(map, key, vec![verdict.to_owned()], Some(element_comment(&p.spn)));
+fn refuse(out: &mut Objects, map: &str, key: Key, verdict: &Verdict, p: &Wiring) {
+    out.element(map, key, Some(verdict.clone()), Some(element_comment(&p.spn)));
 }
 
 /// The longest comment nft accepts ("comment too long, 128 characters maximum allowed";
@@ -52,20 +55,20 @@ fn element_comment(spn: &str) -> &str {
 
 fn cluster_ip(p: &Wiring, out: &mut Objects) {
     let svc: &ServicePort = p.svc;
-    out.element(CLUSTER_IPS, vec![svc.cluster_ip.to_string()], vec![], None);
+    out.element(CLUSTER_IPS, Key::of([Part::Addr(svc.cluster_ip)]), None, None);
     match &p.internal_refusal {
-        None => out.element(SERVICE_IPS, ip_key(&svc.cluster_ip, p), goto(&p.internal_chain), None),
-        Some(v) => refuse(out, NO_ENDPOINT_SERVICES, ip_key(&svc.cluster_ip, p), v, p),
+        None => out.element(SERVICE_IPS, ip_key(svc.cluster_ip, p), goto(&p.internal_chain), None),
+        Some(v) => refuse(out, NO_ENDPOINT_SERVICES, ip_key(svc.cluster_ip, p), v, p),
     }
 }
 
 fn external_ips(p: &Wiring, out: &mut Objects) {
     for ip in &p.svc.external_ips {
         if p.has_endpoints {
-            out.element(SERVICE_IPS, ip_key(ip, p), goto(&p.chains.external), None);
+            out.element(SERVICE_IPS, ip_key(*ip, p), goto(&p.chains.external), None);
         }
         if let Some(v) = &p.external_refusal {
-            refuse(out, NO_ENDPOINT_SERVICES, ip_key(ip, p), v, p);
+            refuse(out, NO_ENDPOINT_SERVICES, ip_key(*ip, p), v, p);
         }
     }
 }
@@ -73,15 +76,15 @@ fn external_ips(p: &Wiring, out: &mut Objects) {
 fn load_balancer_ips(p: &Wiring, out: &mut Objects) {
     for ip in &p.svc.load_balancer_vips {
         if p.has_endpoints {
-            out.element(SERVICE_IPS, ip_key(ip, p), goto(&p.chains.external), None);
+            out.element(SERVICE_IPS, ip_key(*ip, p), goto(&p.chains.external), None);
         }
         if p.uses_firewall_chain {
-            out.element(FIREWALL_IPS, ip_key(ip, p), goto(&p.chains.firewall), None);
+            out.element(FIREWALL_IPS, ip_key(*ip, p), goto(&p.chains.firewall), None);
         }
     }
     if let Some(v) = &p.external_refusal {
         for ip in &p.svc.load_balancer_vips {
-            refuse(out, NO_ENDPOINT_SERVICES, ip_key(ip, p), v, p);
+            refuse(out, NO_ENDPOINT_SERVICES, ip_key(*ip, p), v, p);
         }
     }
 }
@@ -90,7 +93,7 @@ fn node_port(ctx: &Context, p: &Wiring, out: &mut Objects) {
     if p.svc.node_port == 0 {
         return;
     }
-    let key = || vec![p.proto.to_owned(), p.svc.node_port.to_string()];
+    let key = || Key::of([Part::Proto(p.svc.protocol), Part::Port(p.svc.node_port)]);
     // Rejected on loopback whether or not it has endpoints (kube-proxy v1.37, the gate on).
     if ctx.localhost.is_some_and(|lh| lh.rejected().contains(&p.proto)) {
         out.element(LOCALHOST_NODEPORT_REJECT_PORTS, key(), goto(&localhost_nodeport_reject_chain(p.proto)), None);

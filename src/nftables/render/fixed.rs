@@ -6,7 +6,7 @@
 
 use crate::nftables::context::NftablesTable;
 use crate::nftables::context::Context;
-use crate::nftables::model::{Chain, Hook, NftFamily, Objects, Rule, Set};
+use crate::nftables::model::{Chain, Hook, Key, NftFamily, Objects, Part, Rule, Set};
 use crate::nftables::names::*;
 use crate::nftables::stmt::{Action, Concat, Ct, Dir, MarkOp, Match, Selector, Stmt, Verdict};
 
@@ -107,7 +107,7 @@ fn node_port_match(ctx: &Context, out: &mut Objects) -> Stmt {
     if !out.sets.iter().any(|s| s.name == NODEPORT_IPS) {
         out.sets.push(Set::plain(NODEPORT_IPS, ctx.family.addr_type(), Some("IPs that accept NodePort traffic")));
         for ip in ips.iter().filter(|ip| !ip.is_loopback()) {
-            out.element(NODEPORT_IPS, vec![ip.to_string()], vec![], None);
+            out.element(NODEPORT_IPS, Key::of([Part::Addr(*ip)]), None, None);
         }
     }
     daddr(ctx, false, named(NODEPORT_IPS))

@@ -30,9 +30,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use crate::model::{ports_of, Endpoint, EndpointsMap, NamespacedName, ServicePort, ServicePortMap, ServicePortName};
+use crate::model::{ports_of, Endpoint, EndpointsMap, NamespacedName, Protocol, ServicePort, ServicePortMap, ServicePortName};
 use crate::nftables::context::Context;
-use crate::nftables::model::{Objects, Rule, Table};
+use crate::nftables::model::{Key, Objects, Part, Rule, Table};
 use crate::nftables::names::{HAIRPIN_CONNECTIONS, TABLE, TABLE_COMMENT};
 
 /// What one service port's objects are rendered from: the port and its endpoints, as the
@@ -66,22 +66,35 @@ impl Inputs {
         }
         let eps = self.endpoints.as_deref().map(Vec::as_slice).unwrap_or_default();
         let p = wiring::Wiring::new(&self.service, eps, ctx.locality());
-        p.endpoints.all_reachable.iter().filter(|e| e.is_local).map(|e| Hairpin { ip: e.ip, proto: p.proto, port: e.port }).collect()
+        p.endpoints.all_reachable.iter().filter(|e| e.is_local).map(|e| Hairpin { ip: e.ip, proto: p.svc.protocol, port: e.port }).collect()
     }
 }
 
 /// A `hairpin-connections` element: `IP . IP . proto . port`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Hairpin {
     pub ip: IpAddr,
-    pub proto: &'static str,
+    pub proto: Protocol,
     pub port: u16,
+}
+
+/// In the order of their words (`sctp` before `tcp`), the order the table lists them in.
+impl Ord for Hairpin {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.ip, self.proto.lower(), self.port).cmp(&(other.ip, other.proto.lower(), other.port))
+    }
+}
+
+impl PartialOrd for Hairpin {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
 }
 
 impl Hairpin {
     fn write(&self, out: &mut Objects) {
-        let ip = self.ip.to_string();
-        out.element(HAIRPIN_CONNECTIONS, vec![ip.clone(), ip, self.proto.to_owned(), self.port.to_string()], vec![], None);
+        let key = Key::of([Part::Addr(self.ip), Part::Addr(self.ip), Part::Proto(self.proto), Part::Port(self.port)]);
+        out.element(HAIRPIN_CONNECTIONS, key, None, None);
     }
 }
 

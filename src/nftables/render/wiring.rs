@@ -4,6 +4,7 @@
 
 use crate::model::ServicePort;
 use crate::nftables::names::{ServiceChains, REJECT_CHAIN};
+use crate::nftables::stmt::Verdict;
 use crate::wiring::{Mode, NoEndpoint};
 
 /// nftables mode's side of the wiring.
@@ -13,7 +14,7 @@ pub struct Nftables;
 impl Mode for Nftables {
     type Chain = String;
     type Chains = ServiceChains;
-    type Refusal = String;
+    type Refusal = Verdict;
     /// kube-proxy's nftables proxier fills `firewall-ips` for every load-balancer IP with
     /// source ranges, whether the service port has endpoints or not (`usesFWChain` there
     /// does not look at `hasEndpoints`).
@@ -27,10 +28,10 @@ impl Mode for Nftables {
         (&chains.cluster, &chains.local)
     }
 
-    fn refusal(_: &str, why: NoEndpoint) -> String {
+    fn refusal(_: &str, why: NoEndpoint) -> Verdict {
         match why {
-            NoEndpoint::Anywhere => format!("goto {REJECT_CHAIN}"),
-            NoEndpoint::Here => "drop".to_owned(),
+            NoEndpoint::Anywhere => Verdict::Goto(REJECT_CHAIN.to_owned()),
+            NoEndpoint::Here => Verdict::Drop,
         }
     }
 }

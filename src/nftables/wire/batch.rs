@@ -10,7 +10,8 @@ use super::expr;
 use super::tokens::{self, Cursor};
 use super::WireFamily;
 use crate::net::IpFamily;
-use crate::nftables::model::{family_of_word, Rule, Script};
+use crate::nftables::element::{self, Element, Key, Part};
+use crate::nftables::model::{family_of_word, ElementOp, NftFamily, Rule, Script};
 use crate::nftables::stmt::Body;
 
 use super::nfta::{self, chain as ch, elem, obj, rule as rl, set as st};
@@ -136,9 +137,9 @@ pub fn encode_named(text: &str, anon_next: Option<u32>) -> Result<Batch, Unsuppo
     encode_lines(text, None, anon_next)
 }
 
-/// [`encode_named`] of a transaction svcproxy wrote: its rule lines encoded from the
-/// values they were written from (the words are not read again), the other lines from
-/// their text.
+/// [`encode_named`] of a transaction svcproxy wrote: its rule and element lines encoded
+/// from the values they were written from (the words are not read again), the other
+/// lines from their text.
 pub fn encode_script(script: &Script<'_>, anon_next: Option<u32>) -> Result<Batch, Unsupported> {
     encode_lines(script.text(), Some(script), anon_next)
 }
@@ -146,16 +147,23 @@ pub fn encode_script(script: &Script<'_>, anon_next: Option<u32>) -> Result<Batc
 fn encode_lines(text: &str, script: Option<&Script<'_>>, anon_next: Option<u32>) -> Result<Batch, Unsupported> {
     let named = text.lines().filter(|l| declares_set(l)).count();
     let mut b = Batch { anon_next, next_anon_id: named as u32, ..Batch::default() };
-    let mut run: Vec<(usize, &str)> = Vec::new();
+    let mut run: Vec<Line<'_>> = Vec::new();
     let mut run_target = None;
     let mut rules = script.map_or(&[][..], |s| s.rules()).iter().peekable();
+    let mut elements = script.map_or(&[][..], |s| s.elements()).iter().peekable();
     for (n, line) in text.lines().enumerate() {
         let at = line.as_ptr() as usize - text.as_ptr() as usize;
         let valued = rules.next_if(|(off, _)| *off == at).map(|&(_, r)| r);
+        let element = elements.next_if(|(off, _)| *off == at).map(|(_, e)| e);
         if line.trim().is_empty() || line.trim_start().starts_with('#') {
             continue;
         }
-        let target = element_target(line);
+        let l = Line { n, text: line, script, element };
+        let target = match (script, element) {
+            (Some(s), Some(ElementOp::Add(e))) => Some([s.family().nft_word(), s.table(), e.set.as_str()]),
+            (_, Some(ElementOp::Delete(_))) => None,
+            _ => element_target(line),
+        };
         if target.is_none() || target != run_target {
             send_run(&mut b, &mut run)?;
             run_target = target;
@@ -165,24 +173,40 @@ fn encode_lines(text: &str, script: Option<&Script<'_>>, anon_next: Option<u32>)
                 b.line = n + 1;
                 rule_values(&mut b, s.family(), s.table(), rule).map_err(|Unsupported(why)| Unsupported(format!("line {}: {why}: {line:?}", n + 1)))?;
             }
-            _ if target.is_some() => run.push((n, line)),
-            _ => one_line(&mut b, n, line)?,
+            _ if target.is_some() => run.push(l),
+            _ => one_line(&mut b, l)?,
         }
     }
     send_run(&mut b, &mut run)?;
     Ok(b)
 }
 
-fn one_line(b: &mut Batch, n: usize, line: &str) -> Result<(), Unsupported> {
-    b.line = n + 1;
-    command(b, line).map_err(|Unsupported(why)| Unsupported(format!("line {}: {why}: {line:?}", n + 1)))
+/// A line of the text: its number (from 0), its words, and the element values the script
+/// recorded for it.
+#[derive(Clone, Copy)]
+struct Line<'a> {
+    n: usize,
+    text: &'a str,
+    script: Option<&'a Script<'a>>,
+    element: Option<&'a ElementOp<'a>>,
+}
+
+/// One line: an element line from its values when the script recorded them, any other
+/// from its text.
+fn one_line(b: &mut Batch, l: Line<'_>) -> Result<(), Unsupported> {
+    b.line = l.n + 1;
+    let sent = match (l.script, l.element) {
+        (Some(s), Some(op)) => set_element(b, s.family(), s.table(), matches!(op, ElementOp::Add(_)), op.element()),
+        _ => command(b, l.text),
+    };
+    sent.map_err(|Unsupported(why)| Unsupported(format!("line {}: {why}: {:?}", l.n + 1, l.text)))
 }
 
 /// A run of `add element` lines to one set, in nft's order (first, then last to second).
-fn send_run(b: &mut Batch, run: &mut Vec<(usize, &str)>) -> Result<(), Unsupported> {
+fn send_run(b: &mut Batch, run: &mut Vec<Line<'_>>) -> Result<(), Unsupported> {
     if let Some((first, rest)) = run.split_first() {
-        for &(n, line) in std::iter::once(first).chain(rest.iter().rev()) {
-            one_line(b, n, line)?;
+        for &l in std::iter::once(first).chain(rest.iter().rev()) {
+            one_line(b, l)?;
         }
     }
     run.clear();
@@ -210,9 +234,14 @@ fn unsupported(what: &str) -> Unsupported {
 }
 
 fn command(b: &mut Batch, line: &str) -> Result<(), Unsupported> {
-    // Most lines are rules: read once, by the statement reader.
-    if line.trim_start().starts_with("add rule ") {
+    // Most lines are rules: read once, by the statement reader; element lines by theirs.
+    let l = line.trim_start();
+    if l.starts_with("add rule ") {
         return add_rule(b, line);
+    }
+    if l.starts_with("add element ") || l.starts_with("delete element ") {
+        let e = element::parse_line(line).map_err(|e| Unsupported(format!("an element: {e}")))?;
+        return set_element(b, e.family, &e.table, e.add, &e.element);
     }
     let toks = tokens::split(line).ok_or_else(|| unsupported("an unclosed quote"))?;
     let mut cur = Cursor::new(toks);
@@ -233,7 +262,6 @@ fn command(b: &mut Batch, line: &str) -> Result<(), Unsupported> {
         }
         ("add", "chain") => add_chain(b, fam, table, &mut cur),
         ("add", "set") | ("add", "map") => add_set(b, fam, table, object == "map", &mut cur),
-        ("add", "element") | ("delete", "element") => element(b, fam, table, verb == "add", &mut cur),
         ("flush", "chain") | ("delete", "chain") => {
             let name = one_name(&mut cur)?;
             let mut a = Attrs::default();
@@ -514,78 +542,44 @@ fn encode_rule(b: &mut Batch, fam: IpFamily, table: &str, chain: &str, body: &Bo
     Ok(())
 }
 
-/// One key part: an address (as is), a protocol or a port (padded to four bytes).
-fn key_part(fam: IpFamily, w: &str, concat: bool) -> Option<Vec<u8>> {
-    if let Some(a) = expr::addr(fam, w) {
-        return Some(a);
+/// An element's key as the kernel holds it: an address as it is; in a concatenation, a
+/// protocol or a port padded to four bytes.
+fn key_bytes(fam: IpFamily, key: &Key) -> Result<Vec<u8>, Unsupported> {
+    let concat = key.parts().len() > 1;
+    let mut out = Vec::with_capacity(4 * key.parts().len() + 12);
+    for part in key.parts() {
+        match *part {
+            Part::Addr(ip) => out.extend(expr::ip_bytes(fam, ip).ok_or_else(|| unsupported("an address of the other family"))?),
+            Part::Proto(p) if concat => out.extend([expr::proto_byte(p), 0, 0, 0]),
+            Part::Port(n) if concat => out.extend(n.to_be_bytes().into_iter().chain([0, 0])),
+            // Alone, nft sends them unpadded; no set of kube-proxy's has such a key.
+            Part::Proto(_) | Part::Port(_) => return Err(unsupported("a key of one protocol or port")),
+        }
     }
-    if !concat {
-        return None;
-    }
-    if let Some(p) = expr::proto_number(w) {
-        return Some(vec![p, 0, 0, 0]);
-    }
-    let port: u16 = w.parse().ok()?;
-    let [hi, lo] = port.to_be_bytes();
-    Some(vec![hi, lo, 0, 0])
+    Ok(out)
 }
 
-fn element(b: &mut Batch, fam: IpFamily, table: &str, add: bool, cur: &mut Cursor<'_>) -> Result<(), Unsupported> {
-    let set = cur.word().ok_or_else(|| unsupported("no set"))?;
-    cur.expect("{").ok_or_else(|| unsupported("an element not in braces"))?;
-    let mut key_words = Vec::new();
-    let mut comment = None;
-    let mut value = None;
-    loop {
-        if let Some(q) = cur.quoted() {
-            if key_words.last() != Some(&"comment") {
-                return Err(unsupported("a string outside a comment"));
-            }
-            key_words.pop();
-            comment = Some(q.to_owned());
-            continue;
-        }
-        match cur.word() {
-            None => return Err(unsupported("an unclosed element")),
-            Some("}") => break,
-            Some(",") => return Err(unsupported("several elements on one line")),
-            Some(":") => {
-                let v = cur.word().ok_or_else(|| unsupported("no value"))?;
-                value = Some(expr::verdict(v, cur).ok_or_else(|| unsupported("a value that is not a verdict"))?);
-            }
-            Some(w) => key_words.push(w),
-        }
-    }
-    if !cur.done() {
-        return Err(unsupported("words after an element"));
-    }
-    let parts: Vec<&str> = key_words.iter().copied().filter(|w| *w != ".").collect();
-    let concat = parts.len() > 1;
-    let mut key = Vec::new();
-    for p in &parts {
-        key.extend(key_part(fam, p, concat).ok_or_else(|| unsupported("a key part outside kube-proxy's"))?);
-    }
-    let comment = comment.map(|c| comment_udata(&c)).transpose()?;
-    let id = b.set_id(fam, set);
+/// One element added (key, verdict, comment) or deleted (key), from its values.
+pub(crate) fn set_element(b: &mut Batch, fam: IpFamily, table: &str, add: bool, e: &Element) -> Result<(), Unsupported> {
+    let key = key_bytes(fam, &e.key)?;
+    let comment = e.comment.as_deref().filter(|_| add).map(comment_udata).transpose()?;
+    let id = b.set_id(fam, &e.set).filter(|_| add);
     let mut a = Attrs::default();
-    a.str(elem::LIST_TABLE, table).str(elem::LIST_SET, set);
-    if add {
-        if let Some(id) = id {
-            a.be32(elem::LIST_SET_ID, id);
-        }
+    a.str(elem::LIST_TABLE, table).str(elem::LIST_SET, &e.set);
+    if let Some(id) = id {
+        a.be32(elem::LIST_SET_ID, id);
     }
     a.nest(elem::LIST_ELEMENTS, |list| {
         list.nest(nfta::expr::LIST_ELEM, |el| {
             el.nest(elem::KEY, |k| {
                 k.bytes(nfta::expr::DATA_VALUE, &key);
             });
-            if add {
-                if let Some((code, chain)) = value {
-                    el.nest(elem::DATA, |d| expr::verdict_data(d, code, chain));
-                }
-                if let Some(c) = &comment {
-                    el.bytes(elem::USERDATA, c);
-                }
+            if let Some(v) = e.value.as_ref().filter(|_| add) {
+                let (code, chain) = expr::verdict_code(v);
+                el.nest(elem::DATA, |d| expr::verdict_data(d, code, chain));
+            }
+            if let Some(c) = &comment {
+                el.bytes(elem::USERDATA, c);
             }
         });
     });
@@ -779,6 +773,23 @@ mod tests {
         let mut b = encode(text).unwrap();
         assert_eq!((1..=8).map(|s| b.line_of(s).unwrap()).collect::<Vec<_>>(), [1, 3, 2, 4, 5, 6, 7, 8], "each message still names its line");
         assert!(b.finish().is_some());
+    }
+
+    /// A script's element lines go as their values: the same bytes their words encode
+    /// into, and an element whose words would not read back (a quote in its comment) too.
+    #[test]
+    fn a_scripts_elements_are_encoded_from_their_values() {
+        let e = Element::parsed("service-ips", "10.0.0.1 . tcp . 80 comment \"ns/a:p\" : goto x");
+        let mut s = Script::new(IpFamily::V4, "kube-proxy");
+        s.element(&e);
+        s.delete_element("cluster-ips", Key::of([Part::Addr("10.0.0.2".parse().unwrap())]));
+        let bytes = |b: Result<Batch, Unsupported>| b.unwrap().finish().unwrap().0;
+        assert_eq!(bytes(encode_script(&s, None)), bytes(encode(s.text())));
+        let odd = Element { comment: Some("a \"b\" c".into()), ..e.clone() };
+        let mut s = Script::new(IpFamily::V4, "kube-proxy");
+        s.element(&odd);
+        assert!(encode(s.text()).is_err(), "{}", s.text());
+        assert!(contains(&bytes(encode_script(&s, None)), b"a \"b\" c\0"));
     }
 
     #[test]

@@ -15,7 +15,9 @@
 use std::collections::HashMap;
 
 use super::dump::{self, Reply};
+use crate::net::IpFamily;
 use crate::netfilter::nlattr::{Message, Messages};
+use crate::nftables::model::Element;
 
 /// One attribute: its type (without the nested/byte-order flags) and payload.
 pub type Attr = (u16, Vec<u8>);
@@ -502,6 +504,24 @@ pub fn elements_of_text(text: &str) -> Option<Elements> {
     Some(by_line.into_iter().map(|(_, e)| e).collect())
 }
 
+/// The canonical elements (and keys) of `elements` added to their sets of `family`'s
+/// `table`, in order; `None` when one is not encodable.
+pub fn elements_of<'e>(family: IpFamily, table: &str, elements: impl IntoIterator<Item = &'e Element>) -> Option<Elements> {
+    let mut batch = super::Batch::default();
+    for e in elements {
+        super::batch::set_element(&mut batch, family, table, true, e).ok()?;
+    }
+    let Some((bytes, _)) = batch.finish() else { return Some(Vec::new()) };
+    let mut out = Vec::new();
+    for (kind, payload) in objects(&bytes) {
+        if kind != NEWSETELEM {
+            return None;
+        }
+        elements_into(&mut out, Attrs(payload))?;
+    }
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -604,6 +624,15 @@ mod tests {
         let text: String = (1..=4).map(|i| format!("add element ip kube-proxy cluster-ips {{ 10.0.0.{i} }}\n")).collect();
         let keys: Vec<Vec<u8>> = elements_of_text(&text).unwrap().into_iter().map(|(_, k)| k).collect();
         assert_eq!(keys, (1..=4).map(|i| vec![10, 0, 0, i]).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn elements_of_values_are_those_of_their_text() {
+        let lines = ["10.0.0.1 . tcp . 80 comment \"ns/a:p\" : goto service-a", "10.0.0.2 . udp . 53 : drop"];
+        let values: Vec<Element> = lines.iter().map(|l| Element::parsed("service-ips", l)).collect();
+        let text: String = lines.iter().map(|l| format!("add element ip kube-proxy service-ips {{ {l} }}\n")).collect();
+        assert_eq!(elements_of(IpFamily::V4, "kube-proxy", &values), elements_of_text(&text));
+        assert_eq!(elements_of(IpFamily::V6, "kube-proxy", &values), None, "an address of the other family");
     }
 
     #[test]

@@ -14,7 +14,6 @@ use std::net::IpAddr;
 
 use super::attr::Attrs;
 use super::batch::{Batch, Unsupported};
-use super::tokens::Cursor;
 use super::WireFamily;
 use crate::net::IpFamily;
 
@@ -146,24 +145,12 @@ fn concat_reg(offset: u32) -> u32 {
     if offset.is_multiple_of(16) { 1 + offset / 16 } else { 8 + offset / 4 }
 }
 
-/// `verdict [chain]` words → (code, chain).
-pub fn verdict<'a>(word: &str, cur: &mut Cursor<'a>) -> Option<(i32, Option<&'a str>)> {
-    Some(match word {
-        "jump" => (VERDICT_JUMP, Some(cur.word()?)),
-        "goto" => (VERDICT_GOTO, Some(cur.word()?)),
-        "drop" => (VERDICT_DROP, None),
-        "accept" => (VERDICT_ACCEPT, None),
-        "return" => (VERDICT_RETURN, None),
-        _ => return None,
-    })
-}
-
-pub fn proto_number(p: &str) -> Option<u8> {
+/// A protocol's number (`meta l4proto`, an `inet_proto` key part).
+pub fn proto_byte(p: stmt::Protocol) -> u8 {
     match p {
-        "tcp" => Some(nfta::proto::TCP),
-        "udp" => Some(nfta::proto::UDP),
-        "sctp" => Some(nfta::proto::SCTP),
-        _ => None,
+        stmt::Protocol::Tcp => nfta::proto::TCP,
+        stmt::Protocol::Udp => nfta::proto::UDP,
+        stmt::Protocol::Sctp => nfta::proto::SCTP,
     }
 }
 
@@ -174,11 +161,6 @@ pub fn ip_bytes(fam: IpFamily, ip: IpAddr) -> Option<Vec<u8>> {
         (IpFamily::V6, IpAddr::V6(a)) => Some(a.octets().to_vec()),
         _ => None,
     }
-}
-
-/// An address written as text, as bytes.
-pub fn addr(fam: IpFamily, s: &str) -> Option<Vec<u8>> {
-    ip_bytes(fam, s.parse().ok()?)
 }
 
 /// An address and prefix length (`None`: the whole address) → (bytes, length), the host
@@ -293,12 +275,7 @@ fn stmt(b: &mut Batch, fam: IpFamily, table: &str, st: &Stmt, x: &mut Exprs) -> 
             }
             Match::L4proto(p) => {
                 x.meta_load(META_L4PROTO, reg::R1);
-                let n = match p {
-                    stmt::Protocol::Tcp => nfta::proto::TCP,
-                    stmt::Protocol::Udp => nfta::proto::UDP,
-                    stmt::Protocol::Sctp => nfta::proto::SCTP,
-                };
-                x.cmp(CMP_EQ, &[n]);
+                x.cmp(CMP_EQ, &[proto_byte(*p)]);
             }
             Match::Dport { .. } => return Err(refused("`PROTO dport N`")),
             Match::Iifname { negated, name } => {
@@ -456,7 +433,8 @@ fn off_of(fam: IpFamily, dir: Dir) -> u32 {
     }
 }
 
-fn verdict_code(v: &stmt::Verdict) -> (i32, Option<&str>) {
+/// A verdict's code and chain, as `NFTA_DATA_VERDICT` holds them.
+pub fn verdict_code(v: &stmt::Verdict) -> (i32, Option<&str>) {
     match v {
         stmt::Verdict::Accept => (VERDICT_ACCEPT, None),
         stmt::Verdict::Drop => (VERDICT_DROP, None),
