@@ -211,8 +211,19 @@ static __always_inline int affinity_slot(const struct affinity_value *av, const 
 	return 1;
 }
 
+/* Whether the socket's record is its last pick for this Service port in the Service's
+ * current generation (an unconnected UDP socket keeps that pick). */
+static __always_inline int kept_pick(const struct revnat *rn, int family, const struct svc_key *key, const struct svc_value *svc)
+{
+	return rn->family == family && rn->svc_port == key->port && same_addr(rn->svc_addr, key->addr) && rn->backend_id == svc->backend_id &&
+	       rn->slot < svc->count;
+}
+
 /* connect and sendmsg: a Service address:port becomes a backend's. Returns the hook's
- * verdict: 1 lets the call go on (translated or not ours), 0 refuses it. */
+ * verdict: 1 lets the call go on (translated or not ours), 0 refuses it.
+ * An unconnected UDP socket runs this for every datagram, so the path of a datagram that
+ * keeps its pick writes nothing it would write unchanged (no random draw, no record
+ * rewrite, the affinity entry's time set in place instead of a map update). */
 static __always_inline int translate(struct bpf_sock_addr *ctx, int family, int keep_pick)
 {
 	struct svc_key key = {};
@@ -223,8 +234,8 @@ static __always_inline int translate(struct bpf_sock_addr *ctx, int family, int 
 	struct affinity_key akey = {};
 	struct affinity_value *av = 0;
 	__u64 now = 0;
-	__u32 slot;
-	int sticky = 0;
+	__u32 slot = 0;
+	int sticky = 0, kept = 0;
 
 	read_addr(ctx, family, key.addr);
 	key.port = (__u16)ctx->user_port;
@@ -242,7 +253,6 @@ static __always_inline int translate(struct bpf_sock_addr *ctx, int family, int 
 	}
 
 	rn = bpf_sk_storage_get(&lb_revnat, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-	slot = bpf_get_prandom_u32() % svc->count;
 	if (svc->flags & SVC_F_AFFINITY) {
 		now = bpf_ktime_get_coarse_ns();
 		akey.netns_cookie = bpf_get_netns_cookie(ctx);
@@ -253,9 +263,12 @@ static __always_inline int translate(struct bpf_sock_addr *ctx, int family, int 
 	}
 	/* An unconnected UDP socket sends each datagram through this hook: it keeps its pick
 	 * while the Service's backend set is the one it picked from. */
-	if (!sticky && keep_pick && rn && rn->family == family && rn->svc_port == key.port && same_addr(rn->svc_addr, key.addr) &&
-	    rn->backend_id == svc->backend_id && rn->slot < svc->count)
+	if (!sticky && keep_pick && rn && kept_pick(rn, family, &key, svc)) {
 		slot = rn->slot;
+		kept = 1;
+	}
+	if (!sticky && !kept)
+		slot = bpf_get_prandom_u32() % svc->count;
 
 	bkey.backend_id = svc->backend_id;
 	bkey.slot = slot;
@@ -265,20 +278,36 @@ static __always_inline int translate(struct bpf_sock_addr *ctx, int family, int 
 		return 1;
 	}
 	if (svc->flags & SVC_F_AFFINITY) {
-		/* Every use refreshes the entry, as the rules' `recent --set` does per new flow. */
-		struct affinity_value nv = { .last_used_ns = now, .backend_id = svc->backend_id, .slot = slot };
+		if (sticky && av && av->backend_id == svc->backend_id && av->slot == slot) {
+			/* The entry already names this backend in this generation: only its time
+			 * moves (every use refreshes it, as the rules' `recent --set` does per new
+			 * flow). Written in place, once per clock tick: a map update per datagram
+			 * costs an LRU node and a bucket lock. */
+			if (av->last_used_ns != now)
+				av->last_used_ns = now;
+		} else {
+			struct affinity_value nv = { .last_used_ns = now, .backend_id = svc->backend_id, .slot = slot };
 
-		__builtin_memcpy(&nv.backend, be, sizeof(nv.backend));
-		bpf_map_update_elem(&lb_affinity, &akey, &nv, BPF_ANY);
+			__builtin_memcpy(&nv.backend, be, sizeof(nv.backend));
+			bpf_map_update_elem(&lb_affinity, &akey, &nv, BPF_ANY);
+		}
 	}
 	if (rn) {
-		__builtin_memcpy(rn->svc_addr, key.addr, sizeof(rn->svc_addr));
-		__builtin_memcpy(rn->be_addr, be->addr, sizeof(rn->be_addr));
-		rn->svc_port = key.port;
-		rn->be_port = be->port;
-		rn->backend_id = svc->backend_id;
-		rn->slot = slot;
-		rn->family = family;
+		/* Rewritten only when it differs: a kept (or affinity-followed) pick's record
+		 * can differ in the backend alone, since a generation id can be handed out
+		 * again (after a restart) with other addresses in its slots. */
+		int same = (kept || (kept_pick(rn, family, &key, svc) && rn->slot == slot)) && rn->be_port == be->port &&
+			   same_addr(rn->be_addr, be->addr);
+
+		if (!same) {
+			__builtin_memcpy(rn->svc_addr, key.addr, sizeof(rn->svc_addr));
+			__builtin_memcpy(rn->be_addr, be->addr, sizeof(rn->be_addr));
+			rn->svc_port = key.port;
+			rn->be_port = be->port;
+			rn->backend_id = svc->backend_id;
+			rn->slot = slot;
+			rn->family = family;
+		}
 	}
 	write_addr(ctx, family, be->addr, be->port);
 	count(family, COUNTER_TRANSLATED);

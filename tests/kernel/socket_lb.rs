@@ -11,7 +11,8 @@
 //! UDP sockets a pod's clients had connected to it, so they move on within a second.
 //! `ClientIP` session affinity: each client pod sticks to one backend as it does through
 //! the rules alone, an entry naming a backend that left the Service is not followed, and
-//! each use refreshes an entry's timeout. A pod reaches an external IP and a
+//! each use refreshes an entry's timeout. An unconnected UDP socket that keeps its pick
+//! still sees replies from the Service address after its backend changes. A pod reaches an external IP and a
 //! load-balancer IP through the socket path with the answers of the rules alone, and a
 //! restart of svcproxy drops no flow and refuses no new socket.
 
@@ -49,6 +50,7 @@ pub fn cases() -> Vec<Case> {
         Case::new("socket_lb_one_shot_sync_writes_the_maps_and_follows_endpoints", one_shot_sync),
         Case::new("socket_lb_watch_mode_follows_endpoint_changes", watch_mode),
         Case::new("socket_lb_removed_backend_sockets_are_closed", removed_backend_sockets_closed),
+        Case::new("socket_lb_unconnected_udp_replies_follow_backend_changes", unconnected_follows_changes),
         Case::new("socket_lb_client_ip_affinity_sticks_as_the_rules_do", affinity),
         Case::new("socket_lb_external_and_load_balancer_ips_answer_as_the_rules_do", external_addresses),
         Case::new("socket_lb_restart_drops_nothing", restart),
@@ -829,6 +831,93 @@ fn removed_backend_sockets_closed(ctx: &mut Ctx) -> CaseResult {
     Ok(())
 }
 
+/// An unconnected UDP socket keeps its pick per datagram without rewriting its record,
+/// so the record must still follow a change: one socket sends to a ClusterIP every 100 ms
+/// (each reply checked to come from the Service address: recvmsg's reversal) while the
+/// maps change under it. First the Service's generation keeps its id while its one slot
+/// is rewritten from pod a to pod b (what a generation id handed out again after a restart
+/// looks like to a socket that kept its pick); then a new generation holds pod a again.
+/// Within 1 s of each change the other pod answers, and no reply ever shows a pod's own
+/// address.
+fn unconnected_follows_changes(ctx: &mut Ctx) -> CaseResult {
+    require(ctx, &["ip", "mount", "umount"])?;
+    let mut lab = Lab::new("socklbkeep")?;
+    let a = lab.add_pod("sl-ka", "198.18.1.2", None)?;
+    let b = lab.add_pod("sl-kb", "198.18.1.3", None)?;
+    for pod in [&a, &b] {
+        pod.serve_udp(POD_PORT)?;
+    }
+    let rig = Rig::new()?;
+    kernel::attach(&rig.pins, &rig.cgroup).map_err(|e| e.to_string())?;
+    let mut maps = Maps::open(&rig.pins).map_err(|e| e.to_string())?;
+    let (to_a, to_b) = (SocketAddr::new(IpAddr::V4(a.ipv4), POD_PORT), SocketAddr::new(IpAddr::V4(b.ipv4), POD_PORT));
+    service(&mut maps, SVC4, Protocol::Udp, 7, &[to_a])?;
+
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?.to_string_lossy().into_owned();
+    let log = rig.dir.join("keep.log");
+    // 50 sends, 5 s: the two changes and at least 1 s after each.
+    let mut child = lab.node().spawn_logged(&[&exe, STREAM_FLAG, &rig.procs(), "udp-unconnected", SVC4, &PORT.to_string(), "50"], &log)?;
+    let answered_since = |pod: &str, since: u128| stream_lines(&log).iter().filter(|(t, w)| *t >= since && *w == format!("ok {pod}")).count();
+    let wait_for = |pod: &str, since: u128, what: &str| -> Result<u128, String> {
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while answered_since(pod, since) < 3 {
+            if Instant::now() > deadline {
+                return Err(format!("{what}: {pod} does not answer the socket: {:?}", stream_lines(&log)));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let first = stream_lines(&log).iter().find(|(t, w)| *t >= since && *w == format!("ok {pod}")).map_or(0, |(t, _)| *t);
+        Ok(first - since)
+    };
+    wait_for(&a.name, 0, "before any change")?;
+
+    // The same generation id and slot, another backend.
+    let t1 = now_ms();
+    maps.put_backend(&BackendKey { backend_id: 7, slot: 0 }, to_b).map_err(|e| e.to_string())?;
+    let moved = wait_for(&b.name, t1, "slot 0 of generation 7 rewritten")?;
+    ctx.log(format!("the reused generation's new backend answered after {moved} ms"));
+    crate::ensure!(moved <= 1000, "pod b answers within 1 s of the slot's rewrite ({moved} ms)");
+
+    // A new generation: pod a again.
+    let t2 = now_ms();
+    service(&mut maps, SVC4, Protocol::Udp, 8, &[to_a])?;
+    maps.delete_backend(&BackendKey { backend_id: 7, slot: 0 }).map_err(|e| e.to_string())?;
+    let back = wait_for(&a.name, t2, "generation 8")?;
+    ctx.log(format!("the new generation's backend answered after {back} ms"));
+    crate::ensure!(back <= 1000, "pod a answers within 1 s of the new generation ({back} ms)");
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while child.try_wait().map_err(|e| e.to_string())?.is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            return Err("the stream client did not finish in time".to_string().into());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let lines = stream_lines(&log);
+    ctx.log(format!("{} lines: {:?}", lines.len(), lines.iter().map(|(_, w)| w.as_str()).collect::<Vec<_>>()));
+    crate::ensure!(lines.len() == 50, "the client reported every send: {lines:?}");
+    let unreversed: Vec<_> = lines.iter().filter(|(_, w)| w.contains("a reply from")).collect();
+    crate::ensure!(unreversed.is_empty(), "every reply is seen from the Service address: {unreversed:?}");
+    // From a pod's first answer after a change to the next change, no other pod answers
+    // (a late reply, on a loaded host, is a timeout, not a wrong answer).
+    let (ok_a, ok_b) = (format!("ok {}", a.name), format!("ok {}", b.name));
+    let first = |pod: &str, since: u128| lines.iter().find(|(t, w)| *t >= since && w == pod).map_or(u128::MAX, |(t, _)| *t);
+    let (b_from, a_from) = (first(&ok_b, t1), first(&ok_a, t2));
+    let stray: Vec<_> = lines
+        .iter()
+        .filter(|(t, w)| (*t >= b_from && *t < t2 && w.starts_with("ok") && *w != ok_b) || (*t >= a_from && w.starts_with("ok") && *w != ok_a) || (*t < t1 && *w != ok_a && !w.starts_with("err timeout")))
+        .collect();
+    crate::ensure!(stray.is_empty(), "the socket keeps one pick while the set is unchanged: {stray:?} (all: {lines:?})");
+    let reversed = maps.counter(false, Counter::Reversed).map_err(|e| e.to_string())?;
+    let ok = lines.iter().filter(|(_, w)| w.starts_with("ok")).count() as u64;
+    crate::ensure!(reversed >= ok, "each answered datagram counted as reversed: {reversed} < {ok}");
+    drop(maps);
+    drop(rig);
+    drop(lab);
+    Ok(())
+}
+
 const STICKY4: &str = "198.19.255.40";
 const STICKY6: &str = "fd00:19:ff::40";
 const PLAIN4: &str = "198.19.255.41";
@@ -886,7 +975,7 @@ fn pod_of(addr: SocketAddr) -> String {
 /// A forged fresh entry is followed (found by address in the set); once its pod leaves
 /// the Service it is not, and a client whose pod stayed keeps it across the change.
 /// With a 1 s timeout, uses 300 ms apart keep one pod for longer than the timeout
-/// (each use refreshes); after 1.5 s idle the entry is rewritten (the pick then may
+/// (each use moves the entry's time, its backend kept); after 1.5 s idle the entry is rewritten (the pick then may
 /// differ, which is logged, not asserted).
 fn affinity(ctx: &mut Ctx) -> CaseResult {
     require(ctx, &["ip", "mount", "umount", "conntrack", "iptables-nft", "iptables-nft-restore"])?;
@@ -1014,22 +1103,36 @@ fn affinity(ctx: &mut Ctx) -> CaseResult {
     // The longest time two consecutive uses can be apart: from the start of one attempt
     // to the end of the next (a stalled host may stretch it past the timeout).
     let (mut widest, mut last_start) = (Duration::ZERO, None::<Instant>);
-    for _ in 0..8 {
+    let mut first_use = None;
+    for i in 0..8 {
         let start = Instant::now();
         seen.insert(one_pod(ctx, a_ns, &procs, "tcp", BRIEF4, 1)?);
         if let Some(prev) = last_start {
             widest = widest.max(prev.elapsed());
         }
         last_start = Some(start);
+        if i == 0 {
+            first_use = affinity_of(&rig.pins, &brief4)?.get(&cookie_a).copied();
+        }
         std::thread::sleep(Duration::from_millis(300));
     }
     let span = t0.elapsed();
+    let before = affinity_of(&rig.pins, &brief4)?;
     if widest < Duration::from_millis(950) {
         crate::ensure!(seen.len() == 1, "each use refreshes the 1 s entry: {seen:?} over {span:?}");
+        // The entry that kept the pod is the first use's, its time moved by the uses that
+        // followed it (refreshed in place, the backend unchanged).
+        let (first_use, last) = (
+            first_use.ok_or_else(|| "no entry of A after its first use".to_string())?,
+            before.get(&cookie_a).copied().ok_or_else(|| "no entry of A after its uses".to_string())?,
+        );
+        crate::ensure!(
+            last.backend == first_use.backend && last.last_used_ns >= first_use.last_used_ns + 1_500_000_000,
+            "the uses refreshed the entry's time: after the first {first_use:?}, after the last {last:?}"
+        );
     } else {
         ctx.log(format!("two uses were up to {widest:?} apart (a loaded host): the stickiness over 1 s is not asserted"));
     }
-    let before = affinity_of(&rig.pins, &brief4)?;
     std::thread::sleep(Duration::from_millis(1500));
     let again = one_pod(ctx, a_ns, &procs, "tcp", BRIEF4, 1)?;
     let after = affinity_of(&rig.pins, &brief4)?;
