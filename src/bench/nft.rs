@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use super::OneEndpoint;
 use crate::nftables::apply::{Names, Nft, NftError};
+use crate::nftables::delta::LiveTable;
 use crate::net::IpFamily;
 use crate::driver::Pass;
 use crate::nftables::proxier::Proxier;
@@ -36,6 +37,9 @@ impl Nft for Recorder {
     }
     fn canonical(&mut self, _family: IpFamily, _text: &str) -> Result<String, NftError> {
         Ok(String::new())
+    }
+    fn read_for_sync(&mut self, _family: IpFamily) -> Result<Option<(Names, Option<LiveTable>)>, NftError> {
+        Ok(None)
     }
 }
 

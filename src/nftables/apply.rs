@@ -9,6 +9,7 @@
 use std::io::Write;
 use std::process::{Command, Stdio};
 
+use super::delta::LiveTable;
 use super::model::{NftFamily, Script};
 use crate::net::IpFamily;
 use super::names::TABLE;
@@ -75,12 +76,6 @@ pub trait Nft: Send {
     /// How the kernel lists the `kube-proxy` table that `text` creates from nothing
     /// (applied in a scratch network namespace: the node's rules are not touched).
     fn canonical(&mut self, family: IpFamily, text: &str) -> Result<String, NftError>;
-    /// The `kube-proxy` table read for a full sync's comparison ([`super::delta`]); `None`
-    /// when there is no table or the client cannot read it that way (then a full sync
-    /// refills every chain).
-    fn live(&mut self, _family: IpFamily) -> Result<Option<super::delta::LiveTable>, NftError> {
-        Ok(None)
-    }
     /// A full sync of `family` sent its last transaction (a client that records what it
     /// created does it here: [`super::netlink::NetlinkNft`]).
     fn full_sync_done(&mut self, _family: IpFamily) {}
@@ -89,20 +84,9 @@ pub trait Nft: Send {
     /// anonymous sets a restart must not dump one by one.
     fn record_from_here(&mut self) {}
     /// A full sync's read: the table's names ([`Nft::names`]; `None`: no table) and, when
-    /// the client writes in bounded batches, its live contents ([`Nft::live`]; `None` when
-    /// not read: a failure to read them is logged, and every chain is refilled). A client
-    /// that reads both from the same dumps says so by overriding this.
-    fn read_for_sync(&mut self, family: IpFamily) -> Result<Option<(Names, Option<super::delta::LiveTable>)>, NftError> {
-        let Some(names) = self.names(family)? else { return Ok(None) };
-        if self.batch_lines().is_none() {
-            return Ok(Some((names, None)));
-        }
-        let live = self.live(family).unwrap_or_else(|e| {
-            tracing::warn!(family = family.nft_word(), error = %e, "the live nftables table was not read; every chain is refilled");
-            None
-        });
-        Ok(Some((names, live)))
-    }
+    /// the client reads the table rule by rule (netlink: [`super::delta`]), its live
+    /// contents (`None`: not read, and every chain is refilled).
+    fn read_for_sync(&mut self, family: IpFamily) -> Result<Option<(Names, Option<LiveTable>)>, NftError>;
 }
 
 /// Runs the real `nft`.
@@ -167,6 +151,10 @@ impl Nft for ExecNft {
         // Terse: the sets without their elements.
         let sets = self.list_cmd(&["-t", "list", "sets", f])?.unwrap_or_default();
         Ok(table_names(&chains, "chain").map(|chains| Names { chains, sets: table_names(&sets, "set").unwrap_or_default() }))
+    }
+
+    fn read_for_sync(&mut self, family: IpFamily) -> Result<Option<(Names, Option<LiveTable>)>, NftError> {
+        Ok(self.names(family)?.map(|names| (names, None)))
     }
 
     fn canonical(&mut self, family: IpFamily, text: &str) -> Result<String, NftError> {

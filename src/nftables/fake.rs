@@ -76,7 +76,8 @@ pub struct FakeNft {
     pub fail_after: Option<usize>,
     /// What [`Nft::batch_lines`] answers (`None`: two transactions, as through `nft -f`).
     pub batch_lines: Option<usize>,
-    /// Whether [`Nft::live`] reads the table (as the netlink client does) or says `None`.
+    /// Whether [`Nft::read_for_sync`] reads the table's contents (as the netlink client
+    /// does) or its names alone.
     pub live_reads: bool,
 }
 
@@ -117,6 +118,15 @@ impl FakeNft {
         self.tables = next;
         Ok(())
     }
+
+    /// The table as the netlink client reads it for a full sync, when [`FakeNft::live_reads`].
+    fn live(&self, family: IpFamily) -> Option<LiveTable> {
+        let t = self.tables.get(family.nft_word()).filter(|_| self.live_reads)?;
+        let head = format!("{} kube-proxy", family.nft_word());
+        let chains = t.chains.iter().map(|(n, c)| (n.as_str(), c.rules.iter().map(|r| format!("add rule {head} {n} {r}\n")).collect::<String>()));
+        let sets = t.sets.iter().filter(|(_, s)| !s.spec.contains("dynamic")).map(|(n, s)| (n.as_str(), s.elements.values().map(|e| format!("add element {head} {n} {{ {e} }}\n")).collect::<String>()));
+        Some(delta::from_text(chains, sets))
+    }
 }
 
 impl Nft for FakeNft {
@@ -142,15 +152,9 @@ impl Nft for FakeNft {
         }))
     }
 
-    fn live(&mut self, family: IpFamily) -> Result<Option<LiveTable>, NftError> {
-        if !self.live_reads {
-            return Ok(None);
-        }
-        let Some(t) = self.tables.get(family.nft_word()) else { return Ok(None) };
-        let head = format!("{} kube-proxy", family.nft_word());
-        let chains = t.chains.iter().map(|(n, c)| (n.as_str(), c.rules.iter().map(|r| format!("add rule {head} {n} {r}\n")).collect::<String>()));
-        let sets = t.sets.iter().filter(|(_, s)| !s.spec.contains("dynamic")).map(|(n, s)| (n.as_str(), s.elements.values().map(|e| format!("add element {head} {n} {{ {e} }}\n")).collect::<String>()));
-        Ok(Some(delta::from_text(chains, sets)))
+    fn read_for_sync(&mut self, family: IpFamily) -> Result<Option<(Names, Option<LiveTable>)>, NftError> {
+        let Some(names) = self.names(family)? else { return Ok(None) };
+        Ok(Some((names, self.live(family))))
     }
 
     fn canonical(&mut self, family: IpFamily, text: &str) -> Result<String, NftError> {
@@ -174,8 +178,8 @@ impl Nft for SharedNft {
     fn names(&mut self, family: IpFamily) -> Result<Option<Names>, NftError> {
         lock(self).names(family)
     }
-    fn live(&mut self, family: IpFamily) -> Result<Option<LiveTable>, NftError> {
-        lock(self).live(family)
+    fn read_for_sync(&mut self, family: IpFamily) -> Result<Option<(Names, Option<LiveTable>)>, NftError> {
+        lock(self).read_for_sync(family)
     }
     fn canonical(&mut self, family: IpFamily, text: &str) -> Result<String, NftError> {
         lock(self).canonical(family, text)

@@ -71,7 +71,7 @@ pub struct NetlinkNft {
     pub sender: Sender,
     /// The name read; `None`: `nft`'s.
     reader: Option<Reader>,
-    /// The full sync's read ([`Nft::read_for_sync`], [`Nft::live`]); `None`: the names
+    /// The full sync's read ([`Nft::read_for_sync`]); `None`: the names
     /// alone (every chain is refilled).
     pub live_reader: Option<LiveReader>,
     /// Anonymous sets the live reads took from the cache, those they dumped, and those
@@ -210,10 +210,6 @@ impl Nft for NetlinkNft {
 
     fn canonical(&mut self, family: IpFamily, text: &str) -> Result<String, NftError> {
         self.nft.canonical(family, text)
-    }
-
-    fn live(&mut self, family: IpFamily) -> Result<Option<LiveTable>, NftError> {
-        Ok(self.live_read(family)?.and_then(|r| r.live))
     }
 
     fn full_sync_done(&mut self, family: IpFamily) {

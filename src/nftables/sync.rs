@@ -9,7 +9,7 @@
 //! (a deleted service's) are flushed in the switching transaction and deleted in another one
 //! right after (kube-proxy deletes stale chains after the transaction that removes what
 //! refers to them). Over a live table that the client can read rule by rule (netlink:
-//! [`Nft::live`]), only what differs is sent ([`super::delta`]): chains the kernel holds
+//! [`Nft::read_for_sync`]), only what differs is sent ([`super::delta`]): chains the kernel holds
 //! exactly are not refilled, named sets and maps change by element difference. A refused transaction changes nothing that serves packets: the
 //! previous rules keep serving, and what the sync created is deleted again. A dry run
 //! reads the live table and the desired one as the kernel lists it
