@@ -5,8 +5,9 @@
 use std::sync::{Arc, Mutex};
 
 use super::OneEndpoint;
-use crate::nftables::apply::{Names, Nft, NftError};
+use crate::nftables::apply::{Names, Nft, NftError, Part, Via};
 use crate::nftables::delta::LiveTable;
+use crate::nftables::model::Script;
 use crate::net::IpFamily;
 use crate::driver::Pass;
 use crate::nftables::proxier::Proxier;
@@ -23,12 +24,19 @@ impl Recorder {
 }
 
 impl Nft for Recorder {
-    fn run(&mut self, text: &str) -> Result<(), NftError> {
+    fn run(&mut self, text: &str, _: Part) -> Result<Via, NftError> {
         if let Ok(mut v) = self.0.lock() {
             v.push(text.to_owned());
         }
-        Ok(())
+        Ok(Via::Nft)
     }
+    fn run_script(&mut self, script: &Script<'_>, part: Part) -> Result<Via, NftError> {
+        self.run(script.text(), part)
+    }
+    fn batch_lines(&self) -> Option<usize> {
+        None
+    }
+    fn full_sync_done(&mut self, _family: IpFamily) {}
     fn list(&mut self, _family: IpFamily) -> Result<Option<String>, NftError> {
         Ok(None)
     }

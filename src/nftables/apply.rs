@@ -44,31 +44,34 @@ pub enum Via {
     Netlink,
 }
 
+/// What a transaction is to a full write of a table (a full sync's transactions; after a
+/// cold start, the conversion's batches too), which a writer may record until
+/// [`Nft::full_sync_done`] (netlink: the anonymous sets it creates, [`super::anonrecord`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// Not part of one (a partial sync's transaction, cleanup's): it ends any under way.
+    Alone,
+    /// A full sync's first transaction: a full write begins.
+    First,
+    /// A full write's next transaction (the conversion's begins one when none is under way).
+    Next,
+}
+
 /// Reads and writes one node's nftables.
 pub trait Nft: Send {
-    /// Runs `text` as one `nft -f -` transaction.
-    fn run(&mut self, text: &str) -> Result<(), NftError>;
-    /// Runs a partial sync's transaction, atomic like [`Nft::run`] (which it is, unless the
-    /// client has a faster writer for it: [`super::netlink::NetlinkNft`]); says which
-    /// writer applied it.
-    fn run_partial(&mut self, text: &str) -> Result<Via, NftError> {
-        self.run(text).map(|()| Via::Nft)
-    }
-    /// [`Nft::run`] of a transaction svcproxy wrote: its text, unless the client encodes
+    /// Runs `text` as one transaction (atomic: the kernel takes all of it or none); says
+    /// which writer applied it.
+    fn run(&mut self, text: &str, part: Part) -> Result<Via, NftError>;
+    /// [`Nft::run`] of a transaction svcproxy wrote: its text, unless the writer encodes
     /// the rules' values themselves ([`super::netlink::NetlinkNft`]).
-    fn run_script(&mut self, script: &Script<'_>) -> Result<(), NftError> {
-        self.run(script.text())
-    }
-    /// [`Nft::run_partial`] of a transaction svcproxy wrote, as [`Nft::run_script`].
-    fn run_partial_script(&mut self, script: &Script<'_>) -> Result<Via, NftError> {
-        self.run_partial(script.text())
-    }
+    fn run_script(&mut self, script: &Script<'_>, part: Part) -> Result<Via, NftError>;
     /// How long (in lines of `nft -f` text) a full sync's batches may be
     /// ([`super::chunked`]), when each transaction costs only its own commit; `None`
     /// (`nft -f`, which reads the whole table before every run): two transactions.
-    fn batch_lines(&self) -> Option<usize> {
-        None
-    }
+    fn batch_lines(&self) -> Option<usize>;
+    /// The full write of `family` sent its last transaction ([`Part`]): a writer that
+    /// records what it created does it now ([`super::netlink::NetlinkNft`]).
+    fn full_sync_done(&mut self, family: IpFamily);
     /// `nft list table FAMILY kube-proxy`; `None` when there is no such table.
     fn list(&mut self, family: IpFamily) -> Result<Option<String>, NftError>;
     /// The `kube-proxy` table's chains and sets; `None` when there is no such table.
@@ -76,13 +79,6 @@ pub trait Nft: Send {
     /// How the kernel lists the `kube-proxy` table that `text` creates from nothing
     /// (applied in a scratch network namespace: the node's rules are not touched).
     fn canonical(&mut self, family: IpFamily, text: &str) -> Result<String, NftError>;
-    /// A full sync of `family` sent its last transaction (a client that records what it
-    /// created does it here: [`super::netlink::NetlinkNft`]).
-    fn full_sync_done(&mut self, _family: IpFamily) {}
-    /// The batches that follow ([`Nft::run`]) are recorded as a full sync's are, until
-    /// [`Nft::full_sync_done`]: the interim table's conversion ([`super::cold`]), whose
-    /// anonymous sets a restart must not dump one by one.
-    fn record_from_here(&mut self) {}
     /// A full sync's read: the table's names ([`Nft::names`]; `None`: no table) and, when
     /// the client reads the table rule by rule (netlink: [`super::delta`]), its live
     /// contents (`None`: not read, and every chain is refilled).
@@ -133,13 +129,23 @@ impl ExecNft {
 }
 
 impl Nft for ExecNft {
-    fn run(&mut self, text: &str) -> Result<(), NftError> {
+    fn run(&mut self, text: &str, _: Part) -> Result<Via, NftError> {
         let out = self.output(&["-f", "-"], Some(text))?;
         if out.status.success() {
-            return Ok(());
+            return Ok(Via::Nft);
         }
         Err(rejected(text, &String::from_utf8_lossy(&out.stderr)))
     }
+
+    fn run_script(&mut self, script: &Script<'_>, part: Part) -> Result<Via, NftError> {
+        self.run(script.text(), part)
+    }
+
+    fn batch_lines(&self) -> Option<usize> {
+        None
+    }
+
+    fn full_sync_done(&mut self, _: IpFamily) {}
 
     fn list(&mut self, family: IpFamily) -> Result<Option<String>, NftError> {
         self.list_cmd(&["list", "table", family.nft_word(), TABLE])

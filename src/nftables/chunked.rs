@@ -171,7 +171,6 @@ fn set_changes(last: &mut Script<'_>, table: &Table, head: &str, plan: &Plan) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nftables::apply::Nft as _;
     use crate::nftables::fake::FakeNft;
     use crate::nftables::model::{Chain, Form, Objects, Set};
     use crate::net::IpFamily;

@@ -7,10 +7,10 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use super::apply::{Names, Nft, NftError};
+use super::apply::{Names, Nft, NftError, Part, Via};
 use super::delta::{self, LiveTable};
 use super::listing;
-use super::model::NftFamily;
+use super::model::{NftFamily, Script};
 use crate::net::IpFamily;
 use super::stmt::{self, Action, Stmt, Verdict, Vmap};
 
@@ -98,6 +98,12 @@ impl FakeNft {
         self.tables.get(family.nft_word()).map(|t| list(family, t))
     }
 
+    /// Runs `text` as one transaction, recorded in [`FakeNft::calls`].
+    pub fn run(&mut self, text: &str) -> Result<(), NftError> {
+        self.calls.push(Call::Run(text.to_string()));
+        self.apply(text)
+    }
+
     /// Applies `text` all-or-nothing.
     fn apply(&mut self, text: &str) -> Result<(), NftError> {
         if let Some(message) = self.fail_next.take() {
@@ -130,14 +136,19 @@ impl FakeNft {
 }
 
 impl Nft for FakeNft {
-    fn run(&mut self, text: &str) -> Result<(), NftError> {
-        self.calls.push(Call::Run(text.to_string()));
-        self.apply(text)
+    fn run(&mut self, text: &str, _: Part) -> Result<Via, NftError> {
+        FakeNft::run(self, text).map(|()| Via::Nft)
+    }
+
+    fn run_script(&mut self, script: &Script<'_>, _: Part) -> Result<Via, NftError> {
+        FakeNft::run(self, script).map(|()| Via::Nft)
     }
 
     fn batch_lines(&self) -> Option<usize> {
         self.batch_lines
     }
+
+    fn full_sync_done(&mut self, _: IpFamily) {}
 
     fn list(&mut self, family: IpFamily) -> Result<Option<String>, NftError> {
         self.calls.push(Call::List(family));
@@ -165,12 +176,19 @@ impl Nft for FakeNft {
     }
 }
 
+// Every method forwarded to the fake's own (none left to a default).
 impl Nft for SharedNft {
-    fn run(&mut self, text: &str) -> Result<(), NftError> {
-        lock(self).run(text)
+    fn run(&mut self, text: &str, part: Part) -> Result<Via, NftError> {
+        Nft::run(&mut *lock(self), text, part)
+    }
+    fn run_script(&mut self, script: &Script<'_>, part: Part) -> Result<Via, NftError> {
+        lock(self).run_script(script, part)
     }
     fn batch_lines(&self) -> Option<usize> {
-        lock(self).batch_lines
+        lock(self).batch_lines()
+    }
+    fn full_sync_done(&mut self, family: IpFamily) {
+        lock(self).full_sync_done(family)
     }
     fn list(&mut self, family: IpFamily) -> Result<Option<String>, NftError> {
         lock(self).list(family)

@@ -1,5 +1,5 @@
-//! The netlink writer behind [`Nft`]: every transaction, a full sync's ([`Nft::run`]) or a
-//! partial one's ([`Nft::run_partial`]), is encoded by [`super::wire`] and sent as one
+//! The netlink writer behind [`Nft`]: every transaction ([`Nft::run`]), a full sync's or a
+//! partial one's, is encoded by [`super::wire`] and sent as one
 //! nf_tables batch (atomic, like `nft -f`: the kernel commits all of it or none),
 //! skipping nft's parse and the whole-table read every `nft` run starts with. A
 //! transaction outside the encoder's vocabulary goes to `nft -f` instead (logged once,
@@ -12,7 +12,7 @@ use netlink_sys::{protocols::NETLINK_NETFILTER, Socket};
 
 use std::collections::HashMap;
 
-use super::apply::{ExecNft, Names, Nft, NftError, Via};
+use super::apply::{ExecNft, Names, Nft, NftError, Part, Via};
 use super::delta::LiveTable;
 use super::model::{NftFamily, Script};
 use crate::net::IpFamily;
@@ -81,7 +81,8 @@ pub struct NetlinkNft {
     pub anon_recorded: u64,
     /// The cache the live reader uses (on the node), for the sets full syncs create.
     anon: Option<Arc<Mutex<Persisted>>>,
-    /// The full sync under way since [`Nft::read_for_sync`], recording its anonymous sets.
+    /// The full write under way since its first transaction ([`Part`]), recording its
+    /// anonymous sets.
     recording: Option<Recording>,
     /// Transactions sent over netlink.
     pub sent: u64,
@@ -132,11 +133,14 @@ impl NetlinkNft {
         NetlinkNft { nft, sender, reader: None, live_reader: None, anon_reused: 0, anon_dumped: 0, anon_recorded: 0, anon: None, recording: None, anon_next: None, sent: 0, fallbacks: 0, batch_lines: super::chunked::CHUNK_LINES, warned: false }
     }
 
-    /// One transaction: a netlink batch, or `nft -f` when not encodable. A full sync's
-    /// batch (`full`) is recorded when a recording is under way ([`anonrecord`]).
-    fn write(&mut self, text: &str, script: Option<&Script<'_>>, full: bool) -> Result<Via, NftError> {
-        if !full {
+    /// One transaction: a netlink batch, or `nft -f` when not encodable. A full write's
+    /// batch is recorded (on the node: [`anonrecord`]); any other ends the recording.
+    fn write(&mut self, text: &str, script: Option<&Script<'_>>, part: Part) -> Result<Via, NftError> {
+        if part != Part::Next {
             self.recording = None;
+        }
+        if part != Part::Alone && self.recording.is_none() {
+            self.recording = self.anon.as_ref().map(|_| Recording::default());
         }
         let encoded = match script {
             Some(s) => wire::encode_script(s, self.anon_next),
@@ -170,27 +174,19 @@ impl NetlinkNft {
                 self.fallbacks += 1;
                 self.anon_next = None;
                 self.recording = None;
-                self.nft.run(text).map(|()| Via::Nft)
+                self.nft.run(text, part)
             }
         }
     }
 }
 
 impl Nft for NetlinkNft {
-    fn run(&mut self, text: &str) -> Result<(), NftError> {
-        self.write(text, None, true).map(|_| ())
+    fn run(&mut self, text: &str, part: Part) -> Result<Via, NftError> {
+        self.write(text, None, part)
     }
 
-    fn run_partial(&mut self, text: &str) -> Result<Via, NftError> {
-        self.write(text, None, false)
-    }
-
-    fn run_script(&mut self, script: &Script<'_>) -> Result<(), NftError> {
-        self.write(script.text(), Some(script), true).map(|_| ())
-    }
-
-    fn run_partial_script(&mut self, script: &Script<'_>) -> Result<Via, NftError> {
-        self.write(script.text(), Some(script), false)
+    fn run_script(&mut self, script: &Script<'_>, part: Part) -> Result<Via, NftError> {
+        self.write(script.text(), Some(script), part)
     }
 
     fn batch_lines(&self) -> Option<usize> {
@@ -216,12 +212,6 @@ impl Nft for NetlinkNft {
         self.record_created(family);
     }
 
-    fn record_from_here(&mut self) {
-        if self.recording.is_none() {
-            self.recording = self.anon.as_ref().map(|_| Recording::default());
-        }
-    }
-
     /// One read for both: the names and anonymous set numbers come from the live read's
     /// own chain and set dumps (no second dump of the chain list). A live read that fails
     /// falls back to the name read (logged): every chain is then refilled.
@@ -229,7 +219,6 @@ impl Nft for NetlinkNft {
         if self.live_reader.is_none() {
             return Ok(self.names(family)?.map(|n| (n, None)));
         }
-        self.recording = self.anon.as_ref().map(|_| Recording::default());
         match self.live_read(family) {
             Ok(read) => {
                 self.note_anon_next(read.as_ref().map(|r| &r.table));
@@ -682,14 +671,14 @@ mod tests {
             record.lock().unwrap().push(b.messages);
             Ok(())
         }));
-        assert_eq!(nl.run_partial("add chain ip kube-proxy c\nflush chain ip kube-proxy c\n").unwrap(), Via::Netlink);
-        nl.run("add table ip kube-proxy\n").unwrap();
+        assert_eq!(nl.run("add chain ip kube-proxy c\nflush chain ip kube-proxy c\n", Part::Alone).unwrap(), Via::Netlink);
+        nl.run("add table ip kube-proxy\n", Part::First).unwrap();
         assert_eq!(*sent.lock().unwrap(), [2, 1], "a partial and a full sync's transaction, both as batches");
         // Not kube-proxy's vocabulary: nft -f runs it (the fake needs its table first).
         fake.lock().unwrap().run("add table ip kube-proxy\nadd chain ip kube-proxy c\n").unwrap();
         let odd = "add rule ip kube-proxy c counter\n";
-        assert_eq!(nl.run_partial(odd).unwrap(), Via::Nft);
-        nl.run(odd).unwrap();
+        assert_eq!(nl.run(odd, Part::Alone).unwrap(), Via::Nft);
+        nl.run(odd, Part::Next).unwrap();
         assert_eq!((nl.sent, nl.fallbacks), (2, 2));
         assert_eq!(sent.lock().unwrap().len(), 2, "the sender saw only the encodable ones");
         let calls = fake.lock().unwrap().calls.clone();
@@ -719,8 +708,8 @@ mod tests {
         odd.objects.rules[0] = odd.objects.rules[0].clone().with_text("counter");
         let script = crate::nftables::model::script(&odd, crate::nftables::model::Form::Transaction);
         assert!(script.text().contains("add rule ip kube-proxy c counter comment"), "{script}");
-        assert_eq!(nl.run_partial_script(&script).unwrap(), Via::Netlink);
-        nl.run_script(&script).unwrap();
+        assert_eq!(nl.run_script(&script, Part::Alone).unwrap(), Via::Netlink);
+        nl.run_script(&script, Part::Next).unwrap();
         assert_eq!((nl.sent, nl.fallbacks), (2, 0));
         let want = wire::encode(&whole).unwrap().bytes().to_vec();
         assert_eq!(*sent.lock().unwrap(), [want.clone(), want]);
@@ -737,23 +726,42 @@ mod tests {
         }));
         let vmap = "add table ip kube-proxy\nadd chain ip kube-proxy a\nadd chain ip kube-proxy b\nadd rule ip kube-proxy b numgen random mod 1 vmap { 0 : goto a }\n";
         let holds = |i: usize, name: &[u8]| sent.lock().unwrap()[i].windows(name.len()).any(|w| w == name);
-        nl.run(vmap).unwrap();
+        nl.run(vmap, Part::Next).unwrap();
         assert!(holds(0, b"__map%d\0"), "no read yet: nft's template");
         nl.reader = Some(Box::new(|_| Ok(Some(TableRead { names: Names::default(), anon_next: 7 }))));
         nl.names(IpFamily::V4).unwrap();
-        nl.run(vmap).unwrap();
-        nl.run_partial(vmap).unwrap();
+        nl.run(vmap, Part::Next).unwrap();
+        nl.run(vmap, Part::Alone).unwrap();
         assert!(holds(1, b"__map7\0") && holds(2, b"__map8\0"), "numbered from the read on, across batches");
         // A table with fewer anonymous sets (the other family) does not lower the counter.
         nl.reader = Some(Box::new(|_| Ok(Some(TableRead { names: Names::default(), anon_next: 2 }))));
         nl.names(IpFamily::V6).unwrap();
-        nl.run(vmap).unwrap();
+        nl.run(vmap, Part::Next).unwrap();
         assert!(holds(3, b"__map9\0"));
         // nft -f names its sets through the kernel: the template again until the next read.
         fake.lock().unwrap().run("add table ip kube-proxy\nadd chain ip kube-proxy c\n").unwrap();
-        nl.run("add rule ip kube-proxy c counter\n").unwrap();
-        nl.run(vmap).unwrap();
+        nl.run("add rule ip kube-proxy c counter\n", Part::Next).unwrap();
+        nl.run(vmap, Part::Next).unwrap();
         assert!(holds(4, b"__map%d\0"));
+    }
+
+    /// On the node (a cache to record into), a full sync's first transaction begins a
+    /// recording, a conversion batch goes on with one or begins it, one alone ends it.
+    #[test]
+    fn a_full_write_is_recorded_from_its_first_transaction_to_one_alone() {
+        let mut nl = NetlinkNft::new(Box::new(FakeNft::shared()), Box::new(|_: &mut Batch, _: &str| Ok(())));
+        nl.anon = Some(Arc::new(Mutex::new(Persisted::new(None))));
+        let start = |nl: &NetlinkNft| nl.recording.as_ref().map(|r| r.start);
+        let text = "add table ip kube-proxy\n";
+        nl.run(text, Part::Next).unwrap();
+        assert_eq!(start(&nl), Some(None), "a conversion batch begins one");
+        nl.recording.as_mut().unwrap().start = Some(4);
+        nl.run(text, Part::Next).unwrap();
+        assert_eq!(start(&nl), Some(Some(4)), "and the next goes on with it");
+        nl.run(text, Part::First).unwrap();
+        assert_eq!(start(&nl), Some(None), "a full sync begins anew");
+        nl.run(text, Part::Alone).unwrap();
+        assert_eq!(start(&nl), None);
     }
 
     #[test]

@@ -85,7 +85,6 @@ pub fn partial<'a>(family: IpFamily, table: &str, before: &[&Objects], after: &[
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nftables::apply::Nft as _;
     use crate::nftables::fake::FakeNft;
     use crate::nftables::model::{Chain, Rule, Table};
 

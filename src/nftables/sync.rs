@@ -18,7 +18,7 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use super::apply::{Names, Nft, NftError};
+use super::apply::{Names, Nft, NftError, Part};
 use super::listing::{self, Diff, Listing};
 use super::model::{self, NftFamily, Form, Table};
 use crate::net::IpFamily;
@@ -168,9 +168,9 @@ fn full_with(nft: &mut dyn Nft, table: &Table, dry_run: bool, interim_min: usize
     report.batches = 1 + chunks.len() + usize::from(last.is_some());
     report.timings.render = t.elapsed();
     let t = Instant::now();
-    nft.run(&declare).map_err(SyncError::write)?;
+    nft.run(&declare, Part::First).map_err(SyncError::write)?;
     for part in chunks.iter().chain(last) {
-        if let Err(e) = nft.run_script(part) {
+        if let Err(e) = nft.run_script(part, Part::Next) {
             undeclare(nft, table, existed.then_some(&names));
             return Err(SyncError::write(e));
         }
@@ -197,7 +197,7 @@ fn full_with(nft: &mut dyn Nft, table: &Table, dry_run: bool, interim_min: usize
         .collect();
     report.stale = stale_chains.iter().map(|c| format!("chain {c}")).chain(stale_sets.iter().map(|s| format!("set {s}"))).collect();
     if !delete.is_empty() {
-        if let Err(e) = nft.run(&delete) {
+        if let Err(e) = nft.run(&delete, Part::Next) {
             tracing::warn!(family = family.nft_word(), error = %e, "stale nftables chains not deleted; the next full sync tries again");
             report.stale_error = Some(e.to_string());
         }
@@ -242,7 +242,7 @@ fn undeclare(nft: &mut dyn Nft, table: &Table, before: Option<&Names>) {
     if text.is_empty() {
         return;
     }
-    if let Err(e) = nft.run(&text) {
+    if let Err(e) = nft.run(&text, Part::Next) {
         tracing::warn!(family = table.family.nft_word(), error = %e, "empty nftables chains and sets of a refused sync not deleted; the next full sync does");
     }
 }
