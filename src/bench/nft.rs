@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 
 use super::OneEndpoint;
-use crate::nftables::apply::{Names, Nft, NftError, Part, Via};
+use crate::nftables::apply::{Names, NftError, NftRead, NftWrite, Part, Via};
 use crate::nftables::delta::LiveTable;
 use crate::nftables::model::Script;
 use crate::net::IpFamily;
@@ -23,7 +23,7 @@ impl Recorder {
     }
 }
 
-impl Nft for Recorder {
+impl NftWrite for Recorder {
     fn run(&mut self, text: &str, _: Part) -> Result<Via, NftError> {
         if let Ok(mut v) = self.0.lock() {
             v.push(text.to_owned());
@@ -37,6 +37,9 @@ impl Nft for Recorder {
         None
     }
     fn full_sync_done(&mut self, _family: IpFamily) {}
+}
+
+impl NftRead for Recorder {
     fn list(&mut self, _family: IpFamily) -> Result<Option<String>, NftError> {
         Ok(None)
     }

@@ -1,10 +1,10 @@
 //! The only code that runs `nft`: one transaction per call (`nft -f -`, atomic: the
 //! kernel takes all of it or none), the live `kube-proxy` table as `nft list` prints it,
 //! the names of its chains and sets, and how the kernel would list a ruleset (applied in
-//! a scratch network namespace, so nothing of the node's changes) — behind the [`Nft`]
-//! trait, with [`super::fake::FakeNft`] for tests. The binary, as kube-proxy's knftables
-//! runs it; on the node the transactions go over netlink instead ([`super::netlink`],
-//! unless `--nft-netlink=false`).
+//! a scratch network namespace, so nothing of the node's changes) — behind the
+//! [`NftWrite`] and [`NftRead`] traits ([`Nft`]: both), with [`super::fake::FakeNft`]
+//! for tests. The binary, as kube-proxy's knftables runs it; on the node the
+//! transactions go over netlink instead ([`super::netlink`], unless `--nft-netlink=false`).
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -46,7 +46,7 @@ pub enum Via {
 
 /// What a transaction is to a full write of a table (a full sync's transactions; after a
 /// cold start, the conversion's batches too), which a writer may record until
-/// [`Nft::full_sync_done`] (netlink: the anonymous sets it creates, [`super::anonrecord`]).
+/// [`NftWrite::full_sync_done`] (netlink: the anonymous sets it creates, [`super::anonrecord`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Part {
     /// Not part of one (a partial sync's transaction, cleanup's): it ends any under way.
@@ -57,13 +57,13 @@ pub enum Part {
     Next,
 }
 
-/// Reads and writes one node's nftables.
-pub trait Nft: Send {
-    /// Runs `text` as one transaction (atomic: the kernel takes all of it or none); says
-    /// which writer applied it.
+/// Writes one node's nftables, a transaction at a time (atomic: the kernel takes all of
+/// it or none).
+pub trait NftWrite {
+    /// Runs `text` as one transaction; says which writer applied it.
     fn run(&mut self, text: &str, part: Part) -> Result<Via, NftError>;
-    /// [`Nft::run`] of a transaction svcproxy wrote: its text, unless the writer encodes
-    /// the rules' values themselves ([`super::netlink::NetlinkNft`]).
+    /// [`NftWrite::run`] of a transaction svcproxy wrote: its text, unless the writer
+    /// encodes the rules' values themselves ([`super::netlink::NetlinkNft`]).
     fn run_script(&mut self, script: &Script<'_>, part: Part) -> Result<Via, NftError>;
     /// How long (in lines of `nft -f` text) a full sync's batches may be
     /// ([`super::chunked`]), when each transaction costs only its own commit; `None`
@@ -72,6 +72,10 @@ pub trait Nft: Send {
     /// The full write of `family` sent its last transaction ([`Part`]): a writer that
     /// records what it created does it now ([`super::netlink::NetlinkNft`]).
     fn full_sync_done(&mut self, family: IpFamily);
+}
+
+/// Reads one node's `kube-proxy` tables.
+pub trait NftRead {
     /// `nft list table FAMILY kube-proxy`; `None` when there is no such table.
     fn list(&mut self, family: IpFamily) -> Result<Option<String>, NftError>;
     /// The `kube-proxy` table's chains and sets; `None` when there is no such table.
@@ -79,11 +83,16 @@ pub trait Nft: Send {
     /// How the kernel lists the `kube-proxy` table that `text` creates from nothing
     /// (applied in a scratch network namespace: the node's rules are not touched).
     fn canonical(&mut self, family: IpFamily, text: &str) -> Result<String, NftError>;
-    /// A full sync's read: the table's names ([`Nft::names`]; `None`: no table) and, when
-    /// the client reads the table rule by rule (netlink: [`super::delta`]), its live
+    /// A full sync's read: the table's names ([`NftRead::names`]; `None`: no table) and,
+    /// when the client reads the table rule by rule (netlink: [`super::delta`]), its live
     /// contents (`None`: not read, and every chain is refilled).
     fn read_for_sync(&mut self, family: IpFamily) -> Result<Option<(Names, Option<LiveTable>)>, NftError>;
 }
+
+/// One node's nftables, read and written (a sync does both).
+pub trait Nft: NftRead + NftWrite + Send {}
+
+impl<T: NftRead + NftWrite + Send> Nft for T {}
 
 /// Runs the real `nft`.
 #[derive(Debug, Clone)]
@@ -128,7 +137,7 @@ impl ExecNft {
     }
 }
 
-impl Nft for ExecNft {
+impl NftWrite for ExecNft {
     fn run(&mut self, text: &str, _: Part) -> Result<Via, NftError> {
         let out = self.output(&["-f", "-"], Some(text))?;
         if out.status.success() {
@@ -146,7 +155,9 @@ impl Nft for ExecNft {
     }
 
     fn full_sync_done(&mut self, _: IpFamily) {}
+}
 
+impl NftRead for ExecNft {
     fn list(&mut self, family: IpFamily) -> Result<Option<String>, NftError> {
         self.list_cmd(&["list", "table", family.nft_word(), TABLE])
     }

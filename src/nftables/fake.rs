@@ -1,13 +1,14 @@
-//! An in-memory nftables behind [`Nft`] for tests that need no root: it runs the commands
-//! svcproxy writes (`add`/`flush`/`delete` of tables, chains, sets, maps, rules and
-//! elements), all-or-nothing per transaction like the kernel, refuses what the kernel
-//! refuses (a rule in a missing chain, a flush of a missing set, a map key added twice
-//! with another value), records every call, and lists a table in `nft list`'s layout.
+//! An in-memory nftables behind [`NftWrite`] and [`NftRead`] for tests that need no root:
+//! it runs the commands svcproxy writes (`add`/`flush`/`delete` of tables, chains, sets,
+//! maps, rules and elements), all-or-nothing per transaction like the kernel, refuses what
+//! the kernel refuses (a rule in a missing chain, a flush of a missing set, a map key
+//! added twice with another value), records every call, and lists a table in `nft list`'s
+//! layout.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use super::apply::{Names, Nft, NftError, Part, Via};
+use super::apply::{Names, NftError, NftRead, NftWrite, Part, Via};
 use super::delta::{self, LiveTable};
 use super::listing;
 use super::model::{NftFamily, Script};
@@ -74,9 +75,9 @@ pub struct FakeNft {
     pub fail_next: Option<String>,
     /// After this many more successful `run`s, one fails (changing nothing).
     pub fail_after: Option<usize>,
-    /// What [`Nft::batch_lines`] answers (`None`: two transactions, as through `nft -f`).
+    /// What [`NftWrite::batch_lines`] answers (`None`: two transactions, as through `nft -f`).
     pub batch_lines: Option<usize>,
-    /// Whether [`Nft::read_for_sync`] reads the table's contents (as the netlink client
+    /// Whether [`NftRead::read_for_sync`] reads the table's contents (as the netlink client
     /// does) or its names alone.
     pub live_reads: bool,
 }
@@ -135,7 +136,7 @@ impl FakeNft {
     }
 }
 
-impl Nft for FakeNft {
+impl NftWrite for FakeNft {
     fn run(&mut self, text: &str, _: Part) -> Result<Via, NftError> {
         FakeNft::run(self, text).map(|()| Via::Nft)
     }
@@ -149,7 +150,9 @@ impl Nft for FakeNft {
     }
 
     fn full_sync_done(&mut self, _: IpFamily) {}
+}
 
+impl NftRead for FakeNft {
     fn list(&mut self, family: IpFamily) -> Result<Option<String>, NftError> {
         self.calls.push(Call::List(family));
         Ok(self.listing(family))
@@ -177,9 +180,9 @@ impl Nft for FakeNft {
 }
 
 // Every method forwarded to the fake's own (none left to a default).
-impl Nft for SharedNft {
+impl NftWrite for SharedNft {
     fn run(&mut self, text: &str, part: Part) -> Result<Via, NftError> {
-        Nft::run(&mut *lock(self), text, part)
+        NftWrite::run(&mut *lock(self), text, part)
     }
     fn run_script(&mut self, script: &Script<'_>, part: Part) -> Result<Via, NftError> {
         lock(self).run_script(script, part)
@@ -190,6 +193,9 @@ impl Nft for SharedNft {
     fn full_sync_done(&mut self, family: IpFamily) {
         lock(self).full_sync_done(family)
     }
+}
+
+impl NftRead for SharedNft {
     fn list(&mut self, family: IpFamily) -> Result<Option<String>, NftError> {
         lock(self).list(family)
     }

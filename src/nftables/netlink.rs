@@ -1,10 +1,10 @@
-//! The netlink writer behind [`Nft`]: every transaction ([`Nft::run`]), a full sync's or a
-//! partial one's, is encoded by [`super::wire`] and sent as one
-//! nf_tables batch (atomic, like `nft -f`: the kernel commits all of it or none),
-//! skipping nft's parse and the whole-table read every `nft` run starts with. A
-//! transaction outside the encoder's vocabulary goes to `nft -f` instead (logged once,
-//! counted). The full sync's name read ([`Nft::names`]) is netlink too ([`read_names`]);
-//! the other reads (`list`, `canonical`: a dry run, `trace --live`) are `nft`'s.
+//! The netlink writer behind [`NftWrite`]: every transaction ([`NftWrite::run`]), a full
+//! sync's or a partial one's, is encoded by [`super::wire`] and sent as one nf_tables
+//! batch (atomic, like `nft -f`: the kernel commits all of it or none), skipping nft's
+//! parse and the whole-table read every `nft` run starts with. A transaction outside the
+//! encoder's vocabulary goes to `nft -f` instead (logged once, counted). The full sync's
+//! read ([`NftRead::read_for_sync`], [`read_live_cached`]) is netlink too; the other
+//! reads (`list`, `canonical`: a dry run, `trace --live`) are `nft`'s.
 
 use std::os::fd::AsRawFd;
 
@@ -12,7 +12,7 @@ use netlink_sys::{protocols::NETLINK_NETFILTER, Socket};
 
 use std::collections::HashMap;
 
-use super::apply::{ExecNft, Names, Nft, NftError, Part, Via};
+use super::apply::{ExecNft, Names, Nft, NftError, NftRead, NftWrite, Part, Via};
 use super::delta::LiveTable;
 use super::model::{NftFamily, Script};
 use crate::net::IpFamily;
@@ -71,7 +71,7 @@ pub struct NetlinkNft {
     pub sender: Sender,
     /// The name read; `None`: `nft`'s.
     reader: Option<Reader>,
-    /// The full sync's read ([`Nft::read_for_sync`]); `None`: the names
+    /// The full sync's read ([`NftRead::read_for_sync`]); `None`: the names
     /// alone (every chain is refilled).
     pub live_reader: Option<LiveReader>,
     /// Anonymous sets the live reads took from the cache, those they dumped, and those
@@ -88,10 +88,10 @@ pub struct NetlinkNft {
     pub sent: u64,
     /// Transactions that went to `nft -f` instead (not encodable).
     pub fallbacks: u64,
-    /// A full sync's batch bound ([`Nft::batch_lines`]; [`super::chunked::CHUNK_LINES`]).
+    /// A full sync's batch bound ([`NftWrite::batch_lines`]; [`super::chunked::CHUNK_LINES`]).
     pub batch_lines: usize,
     /// The number the next anonymous set is named with, above every one the tables held
-    /// when last read ([`Nft::names`]; one counter for both families' tables): naming them
+    /// when last read ([`NftRead::names`]; one counter for both families' tables): naming them
     /// spares the kernel its scan of every set of the table for a free `__set%d` number.
     /// `None` (no read yet, or `nft -f` ran since: it lets the kernel name its sets):
     /// nft's template.
@@ -180,7 +180,7 @@ impl NetlinkNft {
     }
 }
 
-impl Nft for NetlinkNft {
+impl NftWrite for NetlinkNft {
     fn run(&mut self, text: &str, part: Part) -> Result<Via, NftError> {
         self.write(text, None, part)
     }
@@ -193,6 +193,12 @@ impl Nft for NetlinkNft {
         Some(self.batch_lines)
     }
 
+    fn full_sync_done(&mut self, family: IpFamily) {
+        self.record_created(family);
+    }
+}
+
+impl NftRead for NetlinkNft {
     fn list(&mut self, family: IpFamily) -> Result<Option<String>, NftError> {
         self.nft.list(family)
     }
@@ -206,10 +212,6 @@ impl Nft for NetlinkNft {
 
     fn canonical(&mut self, family: IpFamily, text: &str) -> Result<String, NftError> {
         self.nft.canonical(family, text)
-    }
-
-    fn full_sync_done(&mut self, family: IpFamily) {
-        self.record_created(family);
     }
 
     /// One read for both: the names and anonymous set numbers come from the live read's

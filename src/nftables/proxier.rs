@@ -20,7 +20,7 @@
 
 use std::time::Instant;
 
-use super::apply::{Nft, NftError, Part};
+use super::apply::{Nft, NftError, NftWrite, Part};
 use super::model::{NftFamily, Objects};
 use super::render::{hairpin_objects, Hairpin, Ruleset};
 use super::sync::{self, Report};
@@ -243,13 +243,13 @@ fn changed_objects(rs: &Ruleset, changes: &Changes, came: &[Hairpin]) -> Vec<Obj
 }
 
 /// One family's partial sync: one transaction that also deletes the chains and sets that
-/// went, through [`Nft::run_script`] (on the node: one netlink batch, or, when not
+/// went, through [`NftWrite::run_script`] (on the node: one netlink batch, or, when not
 /// encodable, one `nft` run, which lists the whole table for its cache first: one run,
 /// not two). A kernel that will not
 /// delete a chain in the transaction that drops its last reference (6.18 does; kube-proxy
 /// deletes stale chains in a later sync) refuses that transaction: then the change goes
 /// alone and the deletion right after it.
-fn send_partial(nft: &mut dyn Nft, family: crate::net::IpFamily, before: &[&Objects], after: &[&Objects]) -> Result<Report, SyncError> {
+fn send_partial(nft: &mut dyn NftWrite, family: crate::net::IpFamily, before: &[&Objects], after: &[&Objects]) -> Result<Report, SyncError> {
     let t = Instant::now();
     let p = super::partial::partial(family, super::names::TABLE, before, after);
     let mut report = Report::new(family);

@@ -9,16 +9,16 @@
 //! (a deleted service's) are flushed in the switching transaction and deleted in another one
 //! right after (kube-proxy deletes stale chains after the transaction that removes what
 //! refers to them). Over a live table that the client can read rule by rule (netlink:
-//! [`Nft::read_for_sync`]), only what differs is sent ([`super::delta`]): chains the kernel holds
+//! [`NftRead::read_for_sync`]), only what differs is sent ([`super::delta`]): chains the kernel holds
 //! exactly are not refilled, named sets and maps change by element difference. A refused transaction changes nothing that serves packets: the
 //! previous rules keep serving, and what the sync created is deleted again. A dry run
 //! reads the live table and the desired one as the kernel lists it
-//! ([`Nft::canonical`]) and compares them ([`super::listing`]); it sends nothing.
+//! ([`NftRead::canonical`]) and compares them ([`super::listing`]); it sends nothing.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use super::apply::{Names, Nft, NftError, Part};
+use super::apply::{Names, Nft, NftError, NftRead, NftWrite, Part};
 use super::listing::{self, Diff, Listing};
 use super::model::{self, NftFamily, Form, Table};
 use crate::net::IpFamily;
@@ -221,7 +221,7 @@ fn interim_min() -> usize {
 /// table when there was none, else the chains and sets `before` did not have), so that
 /// a refused sync leaves the table as it was. Best effort: what stays is empty and
 /// unreferenced, and the next full sync uses or deletes it.
-fn undeclare(nft: &mut dyn Nft, table: &Table, before: Option<&Names>) {
+fn undeclare(nft: &mut dyn NftWrite, table: &Table, before: Option<&Names>) {
     let head = format!("{} {}", table.family.nft_word(), table.name);
     let text = match before {
         None => format!("delete table {head}\n"),
@@ -269,7 +269,7 @@ pub fn other_release(held_chain: impl Fn(&str) -> bool, held_set: impl Fn(&str) 
     None
 }
 
-fn compare(nft: &mut dyn Nft, table: &Table) -> Result<Report, SyncError> {
+fn compare(nft: &mut dyn NftRead, table: &Table) -> Result<Report, SyncError> {
     let mut report = Report::new(table.family);
     let t = Instant::now();
     let text = model::write(table, Form::Dump);

@@ -24,7 +24,7 @@
 use std::time::{Duration, Instant};
 
 use svcproxy::config::Settings;
-use svcproxy::nftables::apply::{Nft, Part};
+use svcproxy::nftables::apply::{NftRead, NftWrite, Part};
 use svcproxy::net::IpFamily;
 use svcproxy::nftables::model::{self, Form, NftFamily, Table};
 use svcproxy::nftables::{self, cold};

@@ -915,7 +915,7 @@ fn an_nftables_sync_is_one_transaction_per_family_and_a_dry_run_after_it_finds_n
 }
 
 fn one_transaction_per_family(version: KubeProxyVersion) {
-    use crate::nftables::apply::Nft as _;
+    use crate::nftables::apply::NftRead as _;
     use crate::nftables::fake::Call;
     use crate::net::IpFamily;
     let state = demo_state();
