@@ -294,41 +294,29 @@ pub fn read_names(family: IpFamily) -> Result<Option<Names>, NftError> {
 
 /// [`read_names`], and the table's anonymous set numbers in use ([`TableRead`]).
 pub fn read_table(family: IpFamily) -> Result<Option<TableRead>, NftError> {
-    let f = family;
-    let io = |e: std::io::Error| NftError::Failed { command: "nf_tables netlink read".into(), message: e.to_string() };
-    let mut sock = Socket::new(NETLINK_NETFILTER).map_err(io)?;
-    sock.bind_auto().map_err(io)?;
-    set_read_timeout(&sock);
-    let table = exchange(&mut sock, &dump::request(dump::GETTABLE, f, TABLE, 1))?;
-    match table.iter().find_map(|r| if let dump::Reply::Error(e) = r { Some(*e) } else { None }) {
-        Some(0) | None => {}
+    let mut sock = read_socket()?;
+    let table = exchange(&mut sock, &dump::request(dump::GETTABLE, family, TABLE, 1))?;
+    match errno(&table) {
+        None => {}
         Some(libc::ENOENT) => return Ok(None),
-        Some(e) => return Err(io(std::io::Error::from_raw_os_error(e))),
+        Some(e) => return Err(os_error(e)),
     }
-    let chains = exchange(&mut sock, &dump::request(dump::GETCHAIN, f, TABLE, 2))?;
-    let sets = exchange(&mut sock, &dump::request(dump::GETSET, f, TABLE, 3))?;
-    for r in chains.iter().chain(&sets) {
-        if let dump::Reply::Error(e) = r {
-            if *e != 0 {
-                return Err(io(std::io::Error::from_raw_os_error(*e)));
-            }
-        }
+    let chains = exchange(&mut sock, &dump::request(dump::GETCHAIN, family, TABLE, 2))?;
+    let sets = exchange(&mut sock, &dump::request(dump::GETSET, family, TABLE, 3))?;
+    match errno(&chains).or(errno(&sets)) {
+        None => Ok(Some(table_read(&chains, &sets))),
+        Some(e) => Err(os_error(e)),
     }
-    Ok(Some(table_read(&chains, &sets)))
 }
 
 /// The `kube-proxy` table's named counters and their packets (`None`: no table), read
 /// over netlink (a dump of the table's stateful objects), for `/metrics`.
 pub fn read_counters(family: IpFamily) -> Result<Option<Vec<(String, u64)>>, NftError> {
-    let io = |e: std::io::Error| NftError::Failed { command: "nf_tables netlink read".into(), message: e.to_string() };
-    let mut sock = Socket::new(NETLINK_NETFILTER).map_err(io)?;
-    sock.bind_auto().map_err(io)?;
-    set_read_timeout(&sock);
-    let replies = exchange(&mut sock, &dump::request(dump::GETOBJ, family, TABLE, 1))?;
-    match replies.iter().find_map(|r| if let dump::Reply::Error(e) = r { Some(*e) } else { None }) {
-        Some(0) | None => Ok(Some(replies.iter().filter_map(|r| dump::counter_of(r, TABLE)).collect())),
+    let replies = exchange(&mut read_socket()?, &dump::request(dump::GETOBJ, family, TABLE, 1))?;
+    match errno(&replies) {
+        None => Ok(Some(replies.iter().filter_map(|r| dump::counter_of(r, TABLE)).collect())),
         Some(libc::ENOENT) => Ok(None),
-        Some(e) => Err(io(std::io::Error::from_raw_os_error(e))),
+        Some(e) => Err(os_error(e)),
     }
 }
 
@@ -364,11 +352,7 @@ pub fn read_live(family: IpFamily) -> Result<Option<LiveTable>, NftError> {
 /// last one; with the cache persisted ([`anonfile`]), a restart too. `None`: no table.
 pub fn read_live_cached(family: IpFamily, cache: &mut AnonCache) -> Result<Option<LiveRead>, NftError> {
     let f = family;
-    let io = |e: std::io::Error| NftError::Failed { command: "nf_tables netlink read".into(), message: e.to_string() };
-    let errno = |replies: &[dump::Reply]| replies.iter().find_map(|r| if let dump::Reply::Error(e) = r { (*e != 0).then_some(*e) } else { None });
-    let mut sock = Socket::new(NETLINK_NETFILTER).map_err(io)?;
-    sock.bind_auto().map_err(io)?;
-    set_read_timeout(&sock);
+    let mut sock = read_socket()?;
     let mut seq = 0u32;
     let mut next = || {
         seq += 1;
@@ -380,7 +364,7 @@ pub fn read_live_cached(family: IpFamily, cache: &mut AnonCache) -> Result<Optio
     match errno(&table) {
         None => {}
         Some(libc::ENOENT) => return Ok(None),
-        Some(e) => return Err(io(std::io::Error::from_raw_os_error(e))),
+        Some(e) => return Err(os_error(e)),
     }
     // One buffer for every reply of this read, parsed in place (133,000 chains at
     // 10,000 services: the chain list, then one rule dump each).
@@ -393,7 +377,7 @@ pub fn read_live_cached(family: IpFamily, cache: &mut AnonCache) -> Result<Optio
         }
     })?;
     if let Some(e) = errno(&sets).or(chains_failed) {
-        return Err(io(std::io::Error::from_raw_os_error(e)));
+        return Err(os_error(e));
     }
     let elements = |sock: &mut Socket, buf: &mut [u8], name: &str, seq: u32| -> Result<Option<canon::Elements>, NftError> {
         let mut out = Vec::new();
@@ -468,11 +452,23 @@ pub fn read_live_cached(family: IpFamily, cache: &mut AnonCache) -> Result<Optio
 
 /// A socket for reads, its `recv`s bounded.
 fn read_socket() -> Result<Socket, NftError> {
-    let io = |e: std::io::Error| NftError::Failed { command: "nf_tables netlink read".into(), message: e.to_string() };
-    let mut sock = Socket::new(NETLINK_NETFILTER).map_err(io)?;
-    sock.bind_auto().map_err(io)?;
+    let mut sock = Socket::new(NETLINK_NETFILTER).map_err(read_failed)?;
+    sock.bind_auto().map_err(read_failed)?;
     set_read_timeout(&sock);
     Ok(sock)
+}
+
+fn read_failed(e: std::io::Error) -> NftError {
+    NftError::Failed { command: "nf_tables netlink read".into(), message: e.to_string() }
+}
+
+fn os_error(errno: i32) -> NftError {
+    read_failed(std::io::Error::from_raw_os_error(errno))
+}
+
+/// The first error the kernel answered with (`None`: none, or only acknowledgements).
+fn errno(replies: &[dump::Reply]) -> Option<i32> {
+    replies.iter().find_map(|r| if let dump::Reply::Error(e) = r { (*e != 0).then_some(*e) } else { None })
 }
 
 /// The ruleset's generation (one more per commit).
@@ -490,7 +486,7 @@ fn set_dump(family: IpFamily) -> Result<Option<SetDump>, NftError> {
     let Some(handle) = table.iter().find_map(|r| dump::handle(r, dump::NEWTABLE, 4)) else { return Ok(None) };
     let sets = exchange(&mut sock, &dump::request(dump::GETSET, f, TABLE, 3))?;
     let generation_after = exchange(&mut sock, &dump::generation_request(4))?.iter().find_map(dump::generation_of);
-    if sets.iter().any(|r| matches!(r, dump::Reply::Error(e) if *e != 0)) {
+    if errno(&sets).is_some() {
         return Ok(None);
     }
     let anonymous = sets
@@ -509,7 +505,7 @@ fn set_dump(family: IpFamily) -> Result<Option<SetDump>, NftError> {
 /// Sends one request and reads its replies up to the end of the dump, or the
 /// acknowledgement or error of a lookup.
 fn exchange(sock: &mut Socket, request: &[u8]) -> Result<Vec<dump::Reply>, NftError> {
-    let io = |e: std::io::Error| NftError::Failed { command: "nf_tables netlink read".into(), message: e.to_string() };
+    let io = read_failed;
     sock.send(request, 0).map_err(io)?;
     let mut out = Vec::new();
     let mut buf = vec![0u8; RECV_BUF];
@@ -535,7 +531,7 @@ const RECV_BUF: usize = 1 << 16;
 /// (kind, attributes after `nfgenmsg`), borrowed from `buf`, as it is received. Returns
 /// the first error the kernel answered with (`None`: none).
 fn exchange_each(sock: &mut Socket, request: &[u8], buf: &mut [u8], mut each: impl FnMut(u16, &[u8])) -> Result<Option<i32>, NftError> {
-    let io = |e: std::io::Error| NftError::Failed { command: "nf_tables netlink read".into(), message: e.to_string() };
+    let io = read_failed;
     sock.send(request, 0).map_err(io)?;
     let mut error = None;
     loop {
