@@ -77,6 +77,9 @@ pub struct FakeNft {
     pub fail_after: Option<usize>,
     /// What [`NftWrite::batch_lines`] answers (`None`: two transactions, as through `nft -f`).
     pub batch_lines: Option<usize>,
+    /// Whether transactions are only recorded, not applied: no table is kept (a large
+    /// cluster's transactions, written out to be timed elsewhere: `bench::nft`).
+    pub record_only: bool,
     /// Whether [`NftRead::read_for_sync`] reads the table's contents (as the netlink client
     /// does) or its names alone.
     pub live_reads: bool,
@@ -102,7 +105,15 @@ impl FakeNft {
     /// Runs `text` as one transaction, recorded in [`FakeNft::calls`].
     pub fn run(&mut self, text: &str) -> Result<(), NftError> {
         self.calls.push(Call::Run(text.to_string()));
+        if self.record_only {
+            return Ok(());
+        }
         self.apply(text)
+    }
+
+    /// The transactions run since the last call, taken out of [`FakeNft::calls`].
+    pub fn take_runs(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.calls).into_iter().filter_map(|c| if let Call::Run(t) = c { Some(t) } else { None }).collect()
     }
 
     /// Applies `text` all-or-nothing.
