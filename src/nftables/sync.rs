@@ -345,15 +345,14 @@ mod tests {
         let mut nft = FakeNft::new();
         let r = full(&mut nft, &table(&["a", "b"]), false).unwrap();
         assert!(r.applied && r.stale.is_empty());
-        let runs: Vec<&String> = nft.calls.iter().filter_map(|c| if let Call::Run(t) = c { Some(t) } else { None }).collect();
+        let runs = nft.take_runs();
         assert_eq!(runs.len(), 2, "{runs:?}");
         assert!(runs[0].lines().all(|l| l.starts_with("add table") || l.starts_with("add chain")), "{}", runs[0]);
         assert!(!runs[1].contains("add chain") && runs[1].contains("add rule"), "{}", runs[1]);
-        nft.calls.clear();
 
         let r = full(&mut nft, &table(&["a"]), false).unwrap();
         assert_eq!(r.stale, ["chain service-b"]);
-        let runs: Vec<&String> = nft.calls.iter().filter_map(|c| if let Call::Run(t) = c { Some(t) } else { None }).collect();
+        let runs = nft.take_runs();
         assert_eq!(runs.len(), 3, "{runs:?}");
         assert!(runs[1].contains("flush chain ip kube-proxy service-b\n") && !runs[1].contains("delete"));
         assert_eq!(runs[2], "delete chain ip kube-proxy service-b\n");
@@ -367,7 +366,7 @@ mod tests {
         nft.batch_lines = Some(2);
         let r = full(&mut nft, &table(&["HASHHASH-a", "HASHHASH-b", "HASHHASH-c"]), false).unwrap();
         assert_eq!(r.batches, 5, "declare, three chunks of one chain each, last");
-        let runs: Vec<String> = nft.calls.iter().filter_map(|c| if let Call::Run(t) = c { Some(t.clone()) } else { None }).collect();
+        let runs = nft.take_runs();
         assert_eq!(runs.len(), 5, "{runs:?}");
         assert_eq!(runs[1], "flush chain ip kube-proxy service-HASHHASH-a\nadd rule ip kube-proxy service-HASHHASH-a accept\n");
         assert!(runs[4].starts_with("flush chain ip kube-proxy services\n") && runs[4].contains("jump service-HASHHASH-c"), "{}", runs[4]);
@@ -389,7 +388,7 @@ mod tests {
         let r = full_with(&mut nft, &t, false, 2).unwrap();
         let chains = r.interim.map(|i| i.chains).unwrap();
         assert_eq!(chains, ["service-HASHHASH-a", "service-HASHHASH-b"]);
-        let runs: Vec<String> = nft.calls.iter().filter_map(|c| if let Call::Run(t) = c { Some(t.clone()) } else { None }).collect();
+        let runs = nft.take_runs();
         assert!(runs.iter().all(|r| !r.contains("numgen")) && runs.iter().any(|r| r.contains("service-HASHHASH-a goto endpoint-X")), "{runs:?}");
         for batch in cold::conversion(&t, &chains, 2) {
             nft.run(&batch).unwrap();
@@ -437,10 +436,6 @@ mod tests {
         assert!(d.text("ip kube-proxy").contains("chain service-b\n  + (added)\n  + accept\n"), "{}", d.text("ip kube-proxy"));
     }
 
-    fn runs(nft: &FakeNft) -> Vec<String> {
-        nft.calls.iter().filter_map(|c| if let Call::Run(t) = c { Some(t.clone()) } else { None }).collect()
-    }
-
     #[test]
     fn over_a_live_table_only_what_differs_is_sent() {
         let mut t = table(&["HASHHASH-a", "HASHHASH-b"]);
@@ -456,7 +451,7 @@ mod tests {
         // Equal: the declaring batch alone, without the existing chains; nothing refilled.
         let r = full(&mut nft, &t, false).unwrap();
         assert_eq!((r.kept, r.refilled, r.element_changes, r.batches), (3, 0, 0, 1), "{r:?}");
-        let sent = runs(&nft);
+        let sent = nft.take_runs();
         assert_eq!(sent.len(), 1, "{sent:?}");
         assert!(!sent[0].contains("add chain") && !sent[0].contains("flush") && !sent[0].contains("element"), "{}", sent[0]);
         assert_eq!(nft.listing(IpFamily::V4), want);
@@ -466,7 +461,7 @@ mod tests {
         nft.calls.clear();
         let r = full(&mut nft, &t, false).unwrap();
         assert_eq!((r.kept, r.refilled, r.element_changes), (1, 2, 1), "{r:?}");
-        let sent = runs(&nft);
+        let sent = nft.take_runs();
         assert_eq!(sent.len(), 2, "{sent:?}");
         assert_eq!(sent[1], "flush chain ip kube-proxy service-HASHHASH-a\nadd rule ip kube-proxy service-HASHHASH-a accept\nflush chain ip kube-proxy service-HASHHASH-b\nadd rule ip kube-proxy service-HASHHASH-b accept\nadd element ip kube-proxy cluster-ips { 10.0.0.1 }\n");
         assert_eq!(nft.listing(IpFamily::V4), want);
@@ -482,7 +477,7 @@ mod tests {
         nft.calls.clear();
         let r = full(&mut nft, &smaller, false).unwrap();
         assert_eq!(r.stale, ["chain service-HASHHASH-b"]);
-        let sent = runs(&nft);
+        let sent = nft.take_runs();
         assert!(sent[1].contains("delete element ip kube-proxy cluster-ips { 10.0.0.9 }\n") && !sent[1].contains("flush set"), "{}", sent[1]);
         let mut one = FakeNft::new();
         one.run(&model::write(&smaller, Form::Transaction)).unwrap();
