@@ -193,52 +193,10 @@ impl NftWrite for NetlinkNft {
         Some(self.batch_lines)
     }
 
+    /// The anonymous sets the full write created, recorded in the cache (and its file)
+    /// from one dump of the table's set list, when exact ([`anonrecord`]); else nothing
+    /// (the next read dumps them).
     fn full_sync_done(&mut self, family: IpFamily) {
-        self.record_created(family);
-    }
-}
-
-impl NftRead for NetlinkNft {
-    fn list(&mut self, family: IpFamily) -> Result<Option<String>, NftError> {
-        self.nft.list(family)
-    }
-
-    fn names(&mut self, family: IpFamily) -> Result<Option<Names>, NftError> {
-        let Some(read) = &mut self.reader else { return self.nft.names(family) };
-        let found = read(family)?;
-        self.note_anon_next(found.as_ref());
-        Ok(found.map(|t| t.names))
-    }
-
-    fn canonical(&mut self, family: IpFamily, text: &str) -> Result<String, NftError> {
-        self.nft.canonical(family, text)
-    }
-
-    /// One read for both: the names and anonymous set numbers come from the live read's
-    /// own chain and set dumps (no second dump of the chain list). A live read that fails
-    /// falls back to the name read (logged): every chain is then refilled.
-    fn read_for_sync(&mut self, family: IpFamily) -> Result<Option<(Names, Option<LiveTable>)>, NftError> {
-        if self.live_reader.is_none() {
-            return Ok(self.names(family)?.map(|n| (n, None)));
-        }
-        match self.live_read(family) {
-            Ok(read) => {
-                self.note_anon_next(read.as_ref().map(|r| &r.table));
-                Ok(read.map(|r| (r.table.names, r.live)))
-            }
-            Err(e) => {
-                tracing::warn!(family = family.nft_word(), error = %e, "the live nftables table was not read; every chain is refilled");
-                Ok(self.names(family)?.map(|n| (n, None)))
-            }
-        }
-    }
-}
-
-impl NetlinkNft {
-    /// After a full sync's last batch: the anonymous sets it created, recorded in the
-    /// cache (and its file) from one dump of the table's set list, when exact
-    /// ([`anonrecord`]); else nothing (the next read dumps them).
-    fn record_created(&mut self, family: IpFamily) {
         let (Some(rec), Some(anon)) = (self.recording.take(), &self.anon) else { return };
         if rec.start.is_none() {
             return;
@@ -261,19 +219,49 @@ impl NetlinkNft {
             None => tracing::debug!(family = family.nft_word(), "another commit came between: the anonymous sets a full sync created are not recorded"),
         }
     }
+}
 
-    /// The live reader's read, its cache use counted.
-    fn live_read(&mut self, family: IpFamily) -> Result<Option<LiveRead>, NftError> {
-        let Some(read) = &mut self.live_reader else { return Ok(None) };
-        let found = read(family)?;
-        if let Some(r) = &found {
-            self.anon_reused += r.reused as u64;
-            self.anon_dumped += r.dumped as u64;
-            tracing::debug!(family = family.nft_word(), reused = r.reused, dumped = r.dumped, "nftables anonymous sets read");
-        }
-        Ok(found)
+impl NftRead for NetlinkNft {
+    fn list(&mut self, family: IpFamily) -> Result<Option<String>, NftError> {
+        self.nft.list(family)
     }
 
+    fn names(&mut self, family: IpFamily) -> Result<Option<Names>, NftError> {
+        let Some(read) = &mut self.reader else { return self.nft.names(family) };
+        let found = read(family)?;
+        self.note_anon_next(found.as_ref());
+        Ok(found.map(|t| t.names))
+    }
+
+    fn canonical(&mut self, family: IpFamily, text: &str) -> Result<String, NftError> {
+        self.nft.canonical(family, text)
+    }
+
+    /// One read for both: the names and anonymous set numbers come from the live read's
+    /// own chain and set dumps (no second dump of the chain list), its cache use counted.
+    /// A live read that fails falls back to the name read (logged): every chain is then
+    /// refilled.
+    fn read_for_sync(&mut self, family: IpFamily) -> Result<Option<(Names, Option<LiveTable>)>, NftError> {
+        let Some(live_read) = &mut self.live_reader else { return Ok(self.names(family)?.map(|n| (n, None))) };
+        match live_read(family) {
+            Ok(read) => {
+                if let Some(r) = &read {
+                    self.anon_reused += r.reused as u64;
+                    self.anon_dumped += r.dumped as u64;
+                    tracing::debug!(family = family.nft_word(), reused = r.reused, dumped = r.dumped, "nftables anonymous sets read");
+                }
+                self.note_anon_next(read.as_ref().map(|r| &r.table));
+                Ok(read.map(|r| (r.table.names, r.live)))
+            }
+            Err(e) => {
+                tracing::warn!(family = family.nft_word(), error = %e, "the live nftables table was not read; every chain is refilled");
+                Ok(self.names(family)?.map(|n| (n, None)))
+            }
+        }
+    }
+}
+
+impl NetlinkNft {
     /// After a read of a table: anonymous sets are named above its highest number.
     fn note_anon_next(&mut self, found: Option<&TableRead>) {
         let next = found.map_or(0, |t| t.anon_next);
