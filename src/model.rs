@@ -361,6 +361,25 @@ pub struct ServicePort {
 }
 
 impl ServicePort {
+    /// A ClusterIP-only port with kube-proxy's defaults (tests build the rest on it).
+    #[cfg(test)]
+    pub fn plain(name: ServicePortName, cluster_ip: IpAddr, port: u16) -> Self {
+        ServicePort {
+            protocol: name.protocol,
+            name,
+            cluster_ip,
+            port,
+            node_port: 0,
+            external_ips: vec![],
+            load_balancer_vips: vec![],
+            load_balancer_source_ranges: vec![],
+            session_affinity: None,
+            health_check_node_port: 0,
+            external_policy_local: false,
+            internal_policy_local: false,
+        }
+    }
+
     /// NodePort, ExternalIPs or LoadBalancer VIPs make it reachable from outside.
     pub fn externally_accessible(&self) -> bool {
         self.node_port != 0 || !self.load_balancer_vips.is_empty() || !self.external_ips.is_empty()

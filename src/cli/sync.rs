@@ -288,7 +288,9 @@ fn print_nftables(args: &SyncArgs, reports: &[crate::nftables::sync::Report]) ->
             t.read.as_secs_f64(),
             t.apply.as_secs_f64(),
         );
-        if let Some(i) = &r.interim {
+        if let Some(i) = r.interim.as_ref().filter(|i| i.resumed) {
+            eprintln!("svcproxy: {family} (nftables): a cold start's conversion resumed: {} chain(s) still in the interim's form serve meanwhile", i.chains.len());
+        } else if let Some(i) = &r.interim {
             eprintln!("svcproxy: {family} (nftables): cold start: every Service served after {:.3} s of the apply by an interim table; {} chain(s) to convert to kube-proxy's rules", i.served.as_secs_f64(), i.chains.len());
         }
     }

@@ -8,20 +8,7 @@ use crate::netfilter::ctnetlink::{wire::DumpFilter, wire::IPPROTO_UDP, Tuple};
 
 fn maps(endpoint: &str) -> (ServicePortMap, EndpointsMap) {
     let spn = ServicePortName { service: NamespacedName::new("ns", "dns"), port: "dns".into(), protocol: Protocol::Udp };
-    let sp = ServicePort {
-        name: spn.clone(),
-        cluster_ip: "198.19.0.10".parse().unwrap(),
-        port: 53,
-        protocol: Protocol::Udp,
-        node_port: 0,
-        external_ips: vec![],
-        load_balancer_vips: vec![],
-        load_balancer_source_ranges: vec![],
-        session_affinity: None,
-        health_check_node_port: 0,
-        external_policy_local: false,
-        internal_policy_local: false,
-    };
+    let sp = ServicePort::plain(spn.clone(), "198.19.0.10".parse().unwrap(), 53);
     let ep = Endpoint { ip: endpoint.parse().unwrap(), port: 5353, is_local: false, ready: true, serving: true, terminating: false, zone_hints: Default::default(), node_hints: Default::default() };
     ([(spn.clone(), Arc::new(sp))].into_iter().collect(), [(spn, Arc::new(vec![ep]))].into_iter().collect())
 }

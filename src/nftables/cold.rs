@@ -17,12 +17,16 @@
 //! kube-proxy's would, created without a walk per map (its named sets, the affinity sets
 //! among them, are still created and looked up by name). The conversion then replaces each interim
 //! chain's rules by kube-proxy's (flush and refill, one transaction per batch of chains):
-//! every step serves every Service, and the end is kube-proxy's table.
+//! every step serves every Service, and the end is kube-proxy's table. A full sync over a
+//! table the conversion left half done (a restart) keeps the chains still in the interim's
+//! form ([`resumable`]) and converts them as a cold start would, instead of refilling them.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use super::model::{NftFamily, Rule, Script, Table};
+use super::delta::{self, LiveTable};
+use super::model::{NftFamily, Objects, Rule, Script, Table};
+use crate::net::IpFamily;
 use super::stmt::{Action, Body, Dnat, Match, Stmt, Vmap};
 
 /// Fewer numgen maps than this: the table is filled as it is (the kernel's walks cost
@@ -95,53 +99,75 @@ pub fn interim(table: &Table, min: usize) -> Option<Interim> {
     Some(Interim { table: out, chains })
 }
 
+/// Of `differing` chains (those a full sync over the live table would refill), the ones
+/// the kernel holds in the interim's form of `table` (a restart in the middle of a
+/// conversion): a sync keeps them serving, and the conversion rewrites them next.
+pub fn resumable(table: &Table, differing: &HashSet<&str>, live: &LiveTable) -> Vec<String> {
+    let o = &table.objects;
+    let objects = Objects {
+        chains: o.chains.iter().filter(|c| differing.contains(c.name.as_str())).cloned().collect(),
+        rules: o.rules.iter().filter(|r| differing.contains(r.chain.as_str())).cloned().collect(),
+        ..Objects::default()
+    };
+    let Some(i) = interim(&Table { family: table.family, name: table.name, comment: table.comment, objects }, 1) else { return Vec::new() };
+    let same = delta::plan(&i.table, live).same;
+    i.chains.into_iter().filter(|c| same.contains(c)).collect()
+}
+
 /// The conversion's batches: each of `chains` flushed and filled with `table`'s rules for
 /// it, whole chains per batch, a batch cut at `max_lines` (a longer chain goes alone).
 pub fn conversion(table: &Table, chains: &[String], max_lines: usize) -> Vec<String> {
+    let declared: HashSet<&str> = table.objects.chains.iter().map(|c| c.name.as_str()).collect();
+    let mut rules: HashMap<&str, Vec<Rule>> = HashMap::new();
+    for r in &table.objects.rules {
+        rules.entry(r.chain.as_str()).or_default().push(r.clone());
+    }
+    let mut rules_of = |c: &str| declared.contains(c).then(|| rules.get(c).cloned().unwrap_or_default());
     let mut batches = Vec::new();
     let mut at = 0;
     while at < chains.len() {
-        let (batch, taken) = next_batch(table, &chains[at..], max_lines);
+        let (batch, taken) = next_batch(&chains[at..], max_lines, &mut rules_of);
         at += taken;
         if !batch.is_empty() {
-            batches.push(batch.into_text());
+            batches.push(script(table.family, table.name, &batch).into_text());
         }
     }
     batches
 }
 
-/// The first conversion batch of `chains` and how many of them it took (at least one).
-/// A chain `table` no longer declares (its service went since) is taken and skipped.
-pub fn next_batch<'t>(table: &'t Table, chains: &[String], max_lines: usize) -> (Script<'t>, usize) {
-    let head = format!("{} {}", table.family.nft_word(), table.name);
-    let declared: HashSet<&str> = table.objects.chains.iter().map(|c| c.name.as_str()).collect();
-    let mut rules: HashMap<&str, Vec<&Rule>> = HashMap::new();
-    let (mut batch, mut lines, mut taken, mut indexed) = (Script::new(table.family, table.name), 0, 0, false);
+/// One conversion batch: chains, each with the rules it is refilled with.
+pub type Batch<'c> = Vec<(&'c str, Vec<Rule>)>;
+
+/// The first conversion batch of `chains` and how many of them it took (at least one):
+/// whole chains with their rules as they are now (`rules_of`), cut at `max_lines` (a
+/// longer chain goes alone). A chain `rules_of` no longer knows (`None`: its service went
+/// since) is taken and skipped. Only the chains taken are asked for, so a batch costs
+/// what it holds, not what the table holds.
+pub fn next_batch<'c>(chains: &'c [String], max_lines: usize, mut rules_of: impl FnMut(&str) -> Option<Vec<Rule>>) -> (Batch<'c>, usize) {
+    let (mut batch, mut lines, mut taken) = (Vec::new(), 0, 0);
     for c in chains {
-        if !declared.contains(c.as_str()) {
+        let Some(rules) = rules_of(c) else {
             taken += 1;
             continue;
-        }
-        if !indexed {
-            indexed = true;
-            // Indexed once, for the chains a batch can hold.
-            let want: HashSet<&str> = chains.iter().map(String::as_str).take(max_lines.max(1)).collect();
-            for r in table.objects.rules.iter().filter(|r| want.contains(r.chain.as_str())) {
-                rules.entry(r.chain.as_str()).or_default().push(r);
-            }
-        }
-        let of = rules.get(c.as_str()).map_or(&[][..], Vec::as_slice);
-        if lines > 0 && lines + of.len() + 1 > max_lines {
+        };
+        if lines > 0 && lines + rules.len() + 1 > max_lines {
             break;
         }
-        batch.push_str(&format!("flush chain {head} {c}\n"));
-        for r in of {
-            batch.rule(r);
-        }
-        lines += of.len() + 1;
+        lines += rules.len() + 1;
         taken += 1;
+        batch.push((c.as_str(), rules));
     }
     (batch, taken)
+}
+
+/// A batch's transaction: each chain flushed, then filled.
+pub fn script<'r>(family: IpFamily, table: &str, batch: &'r [(&str, Vec<Rule>)]) -> Script<'r> {
+    let mut out = Script::new(family, table);
+    for (chain, rules) in batch {
+        out.push_str(&format!("flush chain {} {table} {chain}\n", family.nft_word()));
+        rules.iter().for_each(|r| out.rule(r));
+    }
+    out
 }
 
 /// The rules that replace `b` (`None`: it binds no numgen map, or one kept): one per arm
@@ -188,7 +214,6 @@ fn unrolled(b: &Body) -> Option<Vec<Body>> {
 mod tests {
     use super::*;
     use crate::nftables::model::{Chain, Objects};
-    use crate::net::IpFamily;
 
     fn table(rules: &[(&str, &str)]) -> Table {
         let mut o = Objects::default();
@@ -309,10 +334,11 @@ mod tests {
         assert_eq!(conversion(&t, &chains, 100).len(), 1);
         // A chain whose service went since is skipped.
         let gone = vec!["service-Z".to_string(), "service-B".to_string()];
-        let (batch, taken) = next_batch(&t, &gone, 100);
-        assert_eq!((batch.text(), taken), (b[1].as_str(), 2));
-        let (batch, taken) = next_batch(&t, &gone[..1], 100);
-        assert_eq!((batch.text(), taken), ("", 1));
+        let of = |c: &str| (c == "service-B").then(|| t.objects.rules.iter().filter(|r| r.chain == c).cloned().collect());
+        let (batch, taken) = next_batch(&gone, 100, of);
+        assert_eq!((script(t.family, t.name, &batch).text(), taken), (b[1].as_str(), 2));
+        let (batch, taken) = next_batch(&gone[..1], 100, of);
+        assert_eq!((batch.len(), taken), (0, 1));
     }
 
     #[test]

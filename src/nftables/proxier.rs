@@ -18,6 +18,7 @@
 //! this proxier's first sync; [`Pass::DryRun`] compares every family with the kernel and
 //! sends nothing.
 
+use std::collections::HashMap;
 use std::time::Instant;
 
 use super::apply::{Nft, NftError, NftWrite, Part};
@@ -25,6 +26,7 @@ use super::model::{NftFamily, Objects};
 use super::render::{hairpin_objects, Hairpin, Ruleset};
 use super::sync::{self, Report};
 use crate::config::Config;
+use crate::model::ServicePortName;
 use crate::driver::{Ask, Commit, Driver, FamilyRules, Failure, Full};
 use crate::driver::Pass;
 pub use crate::driver::Phase;
@@ -54,9 +56,20 @@ pub struct FamilyTable {
     /// After a cold start through the interim table ([`super::cold`]): the chains still to
     /// convert to kube-proxy's rules, a batch at a time ([`Proxier::convert_step`]).
     converting: Vec<String>,
-    /// The table the conversion writes from, built once and dropped at any commit (a
-    /// partial sync's changes make it stale) or when the conversion ends.
-    converting_table: Option<super::model::Table>,
+    /// Which service port renders each chain still to convert (`None`: the fixed objects),
+    /// so that a batch renders its own ports alone, as the ruleset holds them then.
+    owners: HashMap<String, Option<ServicePortName>>,
+}
+
+impl FamilyTable {
+    fn new(ruleset: Ruleset) -> Self {
+        FamilyTable { ruleset, check_changed: false, converting: Vec::new(), owners: HashMap::new() }
+    }
+
+    fn end_conversion(&mut self) {
+        self.converting = Vec::new();
+        self.owners = HashMap::new();
+    }
 }
 
 pub struct Proxier {
@@ -76,7 +89,7 @@ pub struct Before {
 
 impl Proxier {
     pub fn new(config: &Config, trackers: &Trackers, nft: Box<dyn Nft>) -> Self {
-        let families: Vec<FamilyTable> = super::render_all(config, trackers).into_iter().map(|ruleset| FamilyTable { ruleset, check_changed: false, converting: Vec::new(), converting_table: None }).collect();
+        let families: Vec<FamilyTable> = super::render_all(config, trackers).into_iter().map(FamilyTable::new).collect();
         Proxier { driver: Driver::new(families.len()), families, nft, conversion_lines: super::cold::CONVERSION_LINES }
     }
 
@@ -97,7 +110,6 @@ impl Proxier {
                 rs.ctx.service_cidrs = cidrs;
                 rs.fixed = super::render::fixed::write(&rs.ctx);
                 f.check_changed = true;
-                f.converting_table = None;
                 changed.push(rs.ctx.family);
             }
         }
@@ -118,40 +130,50 @@ impl Proxier {
     /// else by the fixed [`super::cold::CONVERSION_LINES`].
     pub fn convert_step(&mut self, paced: bool) -> Result<usize, FamilyError> {
         let Some(f) = self.families.iter_mut().find(|f| !f.converting.is_empty()) else { return Ok(0) };
-        let table = f.converting_table.get_or_insert_with(|| f.ruleset.table());
         let bound = if paced { self.conversion_lines } else { super::cold::CONVERSION_LINES };
-        let (batch, taken) = super::cold::next_batch(table, &f.converting, bound);
         let started = Instant::now();
         let family = f.ruleset.ctx.family;
+        let (rs, owners) = (&f.ruleset, &f.owners);
+        let (batch, taken) = super::cold::next_batch(&f.converting, bound, |c| rs.chain_rules(c, owners.get(c)?.as_ref()));
         // Encoded from the rules' values, as a sync's transactions are.
         let ran = if batch.is_empty() {
             Ok(())
         } else {
-            self.nft.run_script(&batch, Part::Next).map(drop)
+            self.nft.run_script(&super::cold::script(family, super::names::TABLE, &batch), Part::Next).map(drop)
         };
         drop(batch);
         if paced {
             self.conversion_lines = super::cold::next_bound(bound, started.elapsed());
         }
-        f.converting.drain(..taken);
+        for c in f.converting.drain(..taken) {
+            f.owners.remove(&c);
+        }
         if let Err(error) = ran {
-            f.converting.clear();
-            f.converting_table = None;
+            f.end_conversion();
             self.driver.forget();
-            return Err(FamilyError { family: f.ruleset.ctx.family, error });
+            return Err(FamilyError { family, error });
         }
         if f.converting.is_empty() {
-            f.converting_table = None;
+            f.end_conversion();
             // The anonymous sets the conversion created, recorded for the next read.
             self.nft.full_sync_done(family);
         }
         Ok(taken)
     }
 
+    /// Starts a conversion of `chains` of the first family, as a cold start through the
+    /// interim table would (a test of the conversion against a table of any size).
+    #[cfg(test)]
+    pub(crate) fn convert_chains(&mut self, chains: Vec<String>) {
+        let f = &mut self.families[0];
+        f.owners = f.ruleset.chain_owners(&chains);
+        f.converting = chains;
+    }
+
     /// Renders everything again (the configuration changed, e.g. this node's zone); the
     /// next sync is full.
     pub fn rerender(&mut self, config: &Config, trackers: &Trackers) {
-        self.families = super::render_all(config, trackers).into_iter().map(|ruleset| FamilyTable { ruleset, check_changed: false, converting: Vec::new(), converting_table: None }).collect();
+        self.families = super::render_all(config, trackers).into_iter().map(FamilyTable::new).collect();
         self.driver.forget();
     }
 
@@ -181,7 +203,6 @@ impl FamilyRules for FamilyTable {
     }
 
     fn update(&mut self, tracker: &FamilyTracker, changes: &Changes) -> Before {
-        self.converting_table = None;
         let rs = &mut self.ruleset;
         let mut objects: Vec<Objects> = changes.services.iter().flat_map(|id| rs.objects_of(id)).collect();
         let (s, e) = tracker.view();
@@ -206,8 +227,11 @@ impl FamilyRules for FamilyTable {
         // A full sync over a table leaves it equal to the ruleset: nothing left to convert,
         // unless it was a cold start through the interim table.
         if report.applied {
-            self.converting = report.interim.as_ref().map(|i| i.chains.clone()).unwrap_or_default();
-            self.converting_table = None;
+            self.end_conversion();
+            if let Some(i) = &report.interim {
+                self.owners = self.ruleset.chain_owners(&i.chains);
+                self.converting = i.chains.clone();
+            }
         }
         Ok(report)
     }

@@ -100,6 +100,9 @@ impl Report {
 pub struct Interim {
     pub chains: Vec<String>,
     pub served: Duration,
+    /// The kernel held these chains in the interim's form already: a restart in the middle
+    /// of a conversion, which the sync kept serving and resumes, not refills.
+    pub resumed: bool,
 }
 
 /// Wall time of each phase of one sync.
@@ -151,7 +154,18 @@ fn full_with(nft: &mut dyn Nft, table: &Table, dry_run: bool, interim_min: usize
         _ => None,
     };
     let table = interim.as_ref().map_or(table, |i| &i.table);
-    let plan = held.as_ref().map(|h| delta::plan(table, h));
+    let mut plan = held.as_ref().map(|h| delta::plan(table, h));
+    // Restarted in the middle of a conversion: the chains still in the interim's form
+    // keep serving and are converted next, a paced batch at a time, not refilled here.
+    let resumed = match (&mut plan, &held) {
+        (Some(p), Some(h)) if interim.is_none() => {
+            let differing = o.chains.iter().map(|c| c.name.as_str()).filter(|c| existing.contains(c) && !p.same.contains(*c)).collect();
+            let r = cold::resumable(table, &differing, h);
+            p.same.extend(r.iter().cloned());
+            r
+        }
+        _ => Vec::new(),
+    };
     if let Some(p) = &plan {
         report.kept = p.same.len();
         report.element_changes = p.element_changes();
@@ -179,7 +193,10 @@ fn full_with(nft: &mut dyn Nft, table: &Table, dry_run: bool, interim_min: usize
     if let Some(i) = interim {
         let served = t.elapsed();
         tracing::info!(family = family.nft_word(), chains = i.chains.len(), served_after = ?served, "cold start: the interim table serves every Service; its chains are converted to kube-proxy's next");
-        report.interim = Some(Interim { chains: i.chains, served });
+        report.interim = Some(Interim { chains: i.chains, served, resumed: false });
+    } else if !resumed.is_empty() {
+        tracing::info!(family = family.nft_word(), chains = resumed.len(), "a cold start's conversion resumed: chains still in the interim's form serve and are converted next");
+        report.interim = Some(Interim { chains: resumed, served: t.elapsed(), resumed: true });
     }
     // A stale localhost NodePort reject chain's named counter goes after it (its rule, the
     // counter's one reference, went in the flush above).
@@ -375,14 +392,20 @@ mod tests {
         assert_eq!(nft.listing(IpFamily::V4), one.listing(IpFamily::V4));
     }
 
-    #[test]
-    fn a_cold_start_serves_from_the_interim_table_whose_conversion_ends_in_the_table() {
+    /// Three services, two of whose chains bind a numgen map.
+    fn two_numgen_maps() -> Table {
         let mut t = table(&["HASHHASH-a", "HASHHASH-b", "HASHHASH-c"]);
         t.objects.chain(Chain::regular("endpoint-X"));
         t.objects.rule(Rule::new("endpoint-X", "accept"));
         for r in t.objects.rules.iter_mut().filter(|r| r.chain.starts_with("service-") && r.chain != "service-HASHHASH-c") {
             *r = Rule::new(r.chain.clone(), "numgen random mod 1 vmap { 0 : goto endpoint-X }");
         }
+        t
+    }
+
+    #[test]
+    fn a_cold_start_serves_from_the_interim_table_whose_conversion_ends_in_the_table() {
+        let t = two_numgen_maps();
         let mut nft = FakeNft::new();
         nft.batch_lines = Some(1000);
         let r = full_with(&mut nft, &t, false, 2).unwrap();
@@ -403,6 +426,35 @@ mod tests {
         assert_eq!(full_with(&mut fresh, &t, false, 3).unwrap().interim, None);
         // Through `nft -f` (no netlink batches): the table as it is.
         assert_eq!(full_with(&mut FakeNft::new(), &t, false, 2).unwrap().interim, None);
+    }
+
+    #[test]
+    fn a_sync_over_a_half_converted_table_keeps_the_interim_chains_and_resumes_the_conversion() {
+        let t = two_numgen_maps();
+        let mut nft = FakeNft::new();
+        nft.batch_lines = Some(1000);
+        nft.live_reads = true;
+        let chains = full_with(&mut nft, &t, false, 2).unwrap().interim.unwrap().chains;
+        // The first chain converted, then a restart.
+        nft.run(&cold::conversion(&t, &chains[..1], 100)[0]).unwrap();
+        let r = full_with(&mut nft, &t, false, 2).unwrap();
+        let i = r.interim.unwrap();
+        assert_eq!((i.chains.as_slice(), i.resumed, r.refilled), (&chains[1..], true, 0), "the chain still in the interim's form is kept, to convert");
+        for batch in cold::conversion(&t, &i.chains, 100) {
+            nft.run(&batch).unwrap();
+        }
+        let mut one = FakeNft::new();
+        one.run(&model::write(&t, Form::Transaction)).unwrap();
+        assert_eq!(nft.listing(IpFamily::V4), one.listing(IpFamily::V4), "the end is the table");
+        // A chain that differs otherwise is refilled, not resumed.
+        let mut other = FakeNft::new();
+        other.batch_lines = Some(1000);
+        other.live_reads = true;
+        let mut changed = t.clone();
+        changed.objects.rules.iter_mut().filter(|r| r.chain == "service-HASHHASH-b").for_each(|r| *r = Rule::new(r.chain.clone(), "accept"));
+        full_with(&mut other, &changed, false, usize::MAX).unwrap();
+        let r = full_with(&mut other, &t, false, 2).unwrap();
+        assert_eq!((r.interim, r.refilled), (None, 1));
     }
 
     #[test]

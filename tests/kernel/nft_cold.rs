@@ -15,6 +15,8 @@
 //! - the binary with the default knobs over [`cold::INTERIM_MIN`] one-endpoint Services: the
 //!   interim table, a conversion in several batches, kube-proxy's table at the end, and a
 //!   sample of the Services served.
+//! - a restart in the middle of a conversion: the binary's sync over a half-converted table
+//!   keeps the interim chains (none refilled), resumes their conversion, ends in the table.
 //!
 //! The cluster: one-endpoint Services (TCP, UDP, TCP+UDP with a NodePort, ClientIP
 //! affinity, dual-stack), two- and three-endpoint ones (dual-stack; one with ClientIP
@@ -40,6 +42,7 @@ pub fn cases() -> Vec<Case> {
         Case::new("nftables_cold_start_interim_serves_every_service_at_every_step", every_step).with_timeout(Duration::from_secs(480)),
         Case::new("nftables_cold_start_of_the_binary_goes_through_the_interim_table", binary).with_timeout(Duration::from_secs(180)),
         Case::new("nftables_cold_start_over_the_default_bound_converts_in_several_batches", over_the_bound).with_timeout(Duration::from_secs(300)),
+        Case::new("nftables_restart_in_the_middle_of_a_conversion_resumes_it", restart_mid_conversion).with_timeout(Duration::from_secs(180)),
     ]
 }
 
@@ -332,6 +335,43 @@ fn binary(ctx: &mut Ctx) -> CaseResult {
     ensure!(summaries.len() == 2 && summaries.iter().all(|l| l.contains(" 0 refilled, 0 element change(s)")), "the live read finds the converted chains as the table wants them (none refilled):\n{again}");
     let second = listing(node);
     ensure!(second == want, "the second sync changed the table, {}", first_difference(&second, &want));
+    clear(node);
+    let _ = std::fs::remove_file(&path);
+    Ok(())
+}
+
+/// A restart in the middle of a conversion: the interim tables applied, half of the ip
+/// family's chains converted, then the binary's sync over that table keeps the interim
+/// chains serving (none refilled), converts them, and ends in kube-proxy's table.
+fn restart_mid_conversion(ctx: &mut Ctx) -> CaseResult {
+    let (lab, fresh) = lab(ctx)?;
+    let node = lab.node();
+    let path = temp_yaml(&cluster_yaml(&cluster()))?;
+    let p = path_str(&path).to_string();
+    clear(node);
+    let tables = render(&path, "1.37")?;
+    let mut left = 0;
+    for t in &tables {
+        let i = cold::interim(t, 1).ok_or(format!("{}: no one-endpoint map to rewrite", t.family.nft_word()))?;
+        apply(node, t, model::write(&i.table, Form::Transaction)).map_err(|e| format!("the interim {} table: {e}", t.family.nft_word()))?;
+        let converted = if t.family == IpFamily::V4 { i.chains.len() / 2 } else { 0 };
+        ensure!(t.family == IpFamily::V6 || converted >= 2, "too few ip chains to convert half: {:?}", i.chains);
+        for b in cold::conversion(t, &i.chains[..converted], SMALL_BATCHES) {
+            apply(node, t, b).map_err(|e| format!("a conversion batch: {e}"))?;
+        }
+        left += i.chains.len() - converted;
+    }
+    serves(ctx, &lab, "half converted")?;
+    let (_, err) = binary_sync(node, &p, &[])?;
+    ctx.log(&err);
+    let resumed: usize = err.lines().filter_map(|l| l.split("conversion resumed: ").nth(1)?.split(' ').next()?.parse::<usize>().ok()).sum();
+    ensure!(resumed == left && !err.contains("cold start: every Service"), "the {left} chains left in the interim's form are kept and converted, stderr:\n{err}");
+    let summaries: Vec<&str> = err.lines().filter(|l| l.contains("(nftables): ") && l.contains(" refilled")).collect();
+    ensure!(summaries.len() == 2 && summaries.iter().all(|l| l.contains(" 0 refilled")), "no chain refilled by the sync itself:\n{err}");
+    let want = direct(fresh.node(), &tables)?;
+    let got = listing(node);
+    ensure!(got == want, "after the resumed conversion the table lists otherwise than kube-proxy's, {}", first_difference(&got, &want));
+    serves(ctx, &lab, "after the resumed conversion")?;
     clear(node);
     let _ = std::fs::remove_file(&path);
     Ok(())

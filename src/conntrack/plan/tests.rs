@@ -7,18 +7,10 @@ use crate::netfilter::ctnetlink::Tuple;
 fn port(name: &str, proto: Protocol, cip: &str, port: u16, node_port: u16, ext: &[&str], lb: &[&str]) -> (ServicePortName, Arc<ServicePort>) {
     let spn = ServicePortName { service: NamespacedName::new("ns", name), port: "p".into(), protocol: proto };
     let sp = ServicePort {
-        name: spn.clone(),
-        cluster_ip: cip.parse().unwrap(),
-        port,
-        protocol: proto,
         node_port,
         external_ips: ext.iter().map(|s| s.parse().unwrap()).collect(),
         load_balancer_vips: lb.iter().map(|s| s.parse().unwrap()).collect(),
-        load_balancer_source_ranges: vec![],
-        session_affinity: None,
-        health_check_node_port: 0,
-        external_policy_local: false,
-        internal_policy_local: false,
+        ..ServicePort::plain(spn.clone(), cip.parse().unwrap(), port)
     };
     (spn, Arc::new(sp))
 }

@@ -20,20 +20,7 @@ fn spn(name: &str) -> ServicePortName {
 }
 
 fn port(cip: &str) -> ServicePort {
-    ServicePort {
-        name: spn("svc"),
-        cluster_ip: cip.parse().unwrap(),
-        port: 80,
-        protocol: Protocol::Tcp,
-        node_port: 0,
-        external_ips: vec![],
-        load_balancer_vips: vec![],
-        load_balancer_source_ranges: vec![],
-        session_affinity: None,
-        health_check_node_port: 0,
-        external_policy_local: false,
-        internal_policy_local: false,
-    }
+    ServicePort::plain(spn("svc"), cip.parse().unwrap(), 80)
 }
 
 fn ep(ip: &str, local: bool) -> Endpoint {

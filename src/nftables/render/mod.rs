@@ -26,13 +26,13 @@ mod values;
 pub mod wiring;
 
 use crate::nftables::context::NftablesTable;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::model::{ports_of, Endpoint, EndpointsMap, NamespacedName, ServicePort, ServicePortMap, ServicePortName};
 use crate::nftables::context::Context;
-use crate::nftables::model::{Objects, Table};
+use crate::nftables::model::{Objects, Rule, Table};
 use crate::nftables::names::{HAIRPIN_CONNECTIONS, TABLE, TABLE_COMMENT};
 
 /// What one service port's objects are rendered from: the port and its endpoints, as the
@@ -154,6 +154,37 @@ impl Ruleset {
         }
         self.hairpins.0.keys().for_each(|h| h.write(&mut objects));
         Table { family: self.ctx.family, name: TABLE, comment: TABLE_COMMENT, objects }
+    }
+
+    /// Which service port renders each of `chains` that the table declares now (`None`:
+    /// the fixed objects), for [`Ruleset::chain_rules`].
+    pub fn chain_owners(&self, chains: &[String]) -> HashMap<String, Option<ServicePortName>> {
+        let wanted: HashSet<&str> = chains.iter().map(String::as_str).collect();
+        let mut owners = HashMap::new();
+        let mut note = |name: &str, owner: Option<&ServicePortName>| {
+            if wanted.contains(name) {
+                owners.insert(name.to_owned(), owner.cloned());
+            }
+        };
+        self.fixed.chains.iter().for_each(|c| note(&c.name, None));
+        for (port, inputs) in &self.services {
+            inputs.objects(&self.ctx).chains.iter().for_each(|c| note(&c.name, Some(port)));
+        }
+        owners
+    }
+
+    /// The rules `chain` (of `owner`, [`Ruleset::chain_owners`]) holds now, rendered from
+    /// that port alone; `None` when the table no longer declares it.
+    pub fn chain_rules(&self, chain: &str, owner: Option<&ServicePortName>) -> Option<Vec<Rule>> {
+        let rendered;
+        let objects = match owner {
+            None => &self.fixed,
+            Some(port) => {
+                rendered = self.services.get(port)?.objects(&self.ctx);
+                &rendered
+            }
+        };
+        objects.chains.iter().any(|c| c.name == chain).then(|| objects.rules.iter().filter(|r| r.chain == chain).cloned().collect())
     }
 
     /// The objects of service `id`'s ports, in service-port order.

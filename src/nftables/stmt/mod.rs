@@ -1,9 +1,9 @@
 //! The statements of a `kube-proxy` table's rules as typed values: every form svcproxy's
 //! renderer writes for kube-proxy v1.34's table and the v1.36+ one (`Context::table`),
 //! and the few more of kube-proxy's own test tables. One writer ([`display`]: the exact
-//! `nft -f` words) and one reader ([`parse`]: those words back, a [`ParseError`] naming the
-//! word it stopped at), and [`listed`], the same values from a rule as `nft list` prints
-//! it. There is no catch-all: a form not here is an error, so a new form
+//! `nft -f` words) and one reader ([`reader`]) of two forms: [`parse`], those words back, a
+//! [`ParseError`] naming the word it stopped at; [`listed`], the same values from a rule as
+//! `nft list` prints it. There is no catch-all: a form not here is an error, so a new form
 //! is added here first. Pure.
 //!
 //! Families are `net::IpFamily`; the word a rule spells for one (`ip`/`ip6`) is

@@ -953,6 +953,46 @@ fn one_transaction_per_family(version: KubeProxyVersion) {
 }
 
 #[test]
+fn a_conversion_between_partial_syncs_writes_each_chain_as_the_ruleset_holds_it_then() {
+    use crate::nftables::fake::Call;
+    let state = demo_state();
+    let mut web = slice(&state, "shop", "web");
+    let (mut engine, nft) = nftables_engine(state, KubeProxyVersion::NEWEST);
+    engine.sync(true).unwrap();
+    let Proxier::Nftables(p) = &engine.proxier else { panic!("nftables mode") };
+    let chains: Vec<String> = p.families[0].ruleset.table().objects.chains.iter().map(|c| c.name.clone()).filter(|c| c.starts_with("service-")).collect();
+    let (web_chain, dns_chains): (Vec<&String>, Vec<&String>) = (chains.iter().filter(|c| c.contains("shop/web")).collect(), chains.iter().filter(|c| c.contains("kube-dns")).collect());
+    assert!(web_chain.len() == 1 && !dns_chains.is_empty(), "{chains:?}");
+    let (web_chain, dns_chains) = (web_chain[0].clone(), dns_chains.into_iter().cloned().collect::<Vec<_>>());
+    convert_chains(&mut engine, chains.clone());
+
+    // Between batches: an endpoint of web goes, kube-dns goes.
+    assert_eq!(engine.convert_step(false).unwrap(), chains.len(), "one batch holds the demo's chains");
+    convert_chains(&mut engine, chains.clone());
+    let gone = web.endpoints.remove(0).ip;
+    engine.apply(&[Event::SliceApplied(Arc::new(web)), Event::ServiceDeleted(crate::model::NamespacedName::new("kube-system", "kube-dns"))]);
+    engine.sync(false).unwrap();
+    nft.lock().unwrap().calls.clear();
+    let mut steps = 0;
+    while engine.converting() && steps < 10 {
+        engine.convert_step(false).unwrap();
+        steps += 1;
+    }
+    assert!(!engine.converting(), "the conversion ends");
+    let runs: Vec<String> = nft.lock().unwrap().calls.iter().filter_map(|c| if let Call::Run(t) = c { Some(t.clone()) } else { None }).collect();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert!(runs[0].contains(&format!("flush chain ip kube-proxy {web_chain}\n")) && !runs[0].contains(&format!("{gone}")), "web as it is now: {}", runs[0]);
+    assert!(dns_chains.iter().all(|c| !runs[0].contains(c.as_str())), "kube-dns's chains, gone, are skipped: {}", runs[0]);
+    // The kernel ends where a full sync would have taken it.
+    assert!(nft_reports(&engine.sync_as(true, Pass::DryRun).unwrap()).iter().all(|r| r.diff.as_ref().is_some_and(|d| d.is_empty())));
+}
+
+fn convert_chains(engine: &mut Engine, chains: Vec<String>) {
+    let Proxier::Nftables(p) = &mut engine.proxier else { panic!("nftables mode") };
+    p.convert_chains(chains);
+}
+
+#[test]
 fn a_refused_nftables_transaction_keeps_the_previous_rules_and_says_which_family() {
     use crate::net::IpFamily;
     let state = demo_state();
