@@ -5,53 +5,27 @@
 use std::sync::{Arc, Mutex};
 
 use super::OneEndpoint;
-use crate::nftables::apply::{Names, Nft, NftError};
-use crate::net::IpFamily;
 use crate::driver::Pass;
+use crate::nftables::fake::{FakeNft, SharedNft};
 use crate::nftables::proxier::Proxier;
 use crate::track::Changes;
-
-/// An `nft` that takes every transaction, keeps its text, and holds no table.
-#[derive(Debug, Clone, Default)]
-struct Recorder(Arc<Mutex<Vec<String>>>);
-
-impl Recorder {
-    fn take(&self) -> Vec<String> {
-        self.0.lock().map(|mut v| std::mem::take(&mut *v)).unwrap_or_default()
-    }
-}
-
-impl Nft for Recorder {
-    fn run(&mut self, text: &str) -> Result<(), NftError> {
-        if let Ok(mut v) = self.0.lock() {
-            v.push(text.to_owned());
-        }
-        Ok(())
-    }
-    fn list(&mut self, _family: IpFamily) -> Result<Option<String>, NftError> {
-        Ok(None)
-    }
-    fn names(&mut self, _family: IpFamily) -> Result<Option<Names>, NftError> {
-        Ok(None)
-    }
-    fn canonical(&mut self, _family: IpFamily, _text: &str) -> Result<String, NftError> {
-        Ok(String::new())
-    }
-}
 
 /// The `nft` runs of the watch-mode partial sync that adds one endpoint to the middle
 /// service of a generated cluster (after a full sync of the cluster as generated).
 pub fn one_endpoint_partial(one: &mut OneEndpoint) -> anyhow::Result<Vec<String>> {
-    let rec = Recorder::default();
+    let mut fake = FakeNft::new();
+    fake.record_only = true;
+    let nft: SharedNft = Arc::new(Mutex::new(fake));
+    let runs = || nft.lock().map(|mut n| n.take_runs()).unwrap_or_default();
     let loaded = &mut one.loaded;
-    let mut proxier = Proxier::new(&loaded.config, &loaded.trackers, Box::new(rec.clone()));
+    let mut proxier = Proxier::new(&loaded.config, &loaded.trackers, Box::new(nft.clone()));
     let none = vec![Changes::default(); loaded.trackers.families.len()];
     proxier.sync_as(&loaded.trackers, &none, true, Pass::Apply)?;
-    rec.take();
+    runs();
     loaded.trackers.apply(&one.add);
     let changes = loaded.trackers.commit();
     proxier.sync_as(&loaded.trackers, &changes, false, Pass::Apply)?;
-    Ok(rec.take())
+    Ok(runs())
 }
 
 #[cfg(test)]

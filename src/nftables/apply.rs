@@ -1,14 +1,15 @@
 //! The only code that runs `nft`: one transaction per call (`nft -f -`, atomic: the
 //! kernel takes all of it or none), the live `kube-proxy` table as `nft list` prints it,
 //! the names of its chains and sets, and how the kernel would list a ruleset (applied in
-//! a scratch network namespace, so nothing of the node's changes) — behind the [`Nft`]
-//! trait, with [`super::fake::FakeNft`] for tests. The binary, as kube-proxy's knftables
-//! runs it; on the node the transactions go over netlink instead ([`super::netlink`],
-//! unless `--nft-netlink=false`).
+//! a scratch network namespace, so nothing of the node's changes) — behind the
+//! [`NftWrite`] and [`NftRead`] traits ([`Nft`]: both), with [`super::fake::FakeNft`]
+//! for tests. The binary, as kube-proxy's knftables runs it; on the node the
+//! transactions go over netlink instead ([`super::netlink`], unless `--nft-netlink=false`).
 
 use std::io::Write;
 use std::process::{Command, Stdio};
 
+use super::delta::LiveTable;
 use super::model::{NftFamily, Script};
 use crate::net::IpFamily;
 use super::names::TABLE;
@@ -43,31 +44,38 @@ pub enum Via {
     Netlink,
 }
 
-/// Reads and writes one node's nftables.
-pub trait Nft: Send {
-    /// Runs `text` as one `nft -f -` transaction.
-    fn run(&mut self, text: &str) -> Result<(), NftError>;
-    /// Runs a partial sync's transaction, atomic like [`Nft::run`] (which it is, unless the
-    /// client has a faster writer for it: [`super::netlink::NetlinkNft`]); says which
-    /// writer applied it.
-    fn run_partial(&mut self, text: &str) -> Result<Via, NftError> {
-        self.run(text).map(|()| Via::Nft)
-    }
-    /// [`Nft::run`] of a transaction svcproxy wrote: its text, unless the client encodes
-    /// the rules' values themselves ([`super::netlink::NetlinkNft`]).
-    fn run_script(&mut self, script: &Script<'_>) -> Result<(), NftError> {
-        self.run(script.text())
-    }
-    /// [`Nft::run_partial`] of a transaction svcproxy wrote, as [`Nft::run_script`].
-    fn run_partial_script(&mut self, script: &Script<'_>) -> Result<Via, NftError> {
-        self.run_partial(script.text())
-    }
+/// What a transaction is to a full write of a table (a full sync's transactions; after a
+/// cold start, the conversion's batches too), which a writer may record until
+/// [`NftWrite::full_sync_done`] (netlink: the anonymous sets it creates, [`super::anonrecord`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// Not part of one (a partial sync's transaction, cleanup's): it ends any under way.
+    Alone,
+    /// A full sync's first transaction: a full write begins.
+    First,
+    /// A full write's next transaction (the conversion's begins one when none is under way).
+    Next,
+}
+
+/// Writes one node's nftables, a transaction at a time (atomic: the kernel takes all of
+/// it or none).
+pub trait NftWrite {
+    /// Runs `text` as one transaction; says which writer applied it.
+    fn run(&mut self, text: &str, part: Part) -> Result<Via, NftError>;
+    /// [`NftWrite::run`] of a transaction svcproxy wrote: its text, unless the writer
+    /// encodes the rules' values themselves ([`super::netlink::NetlinkNft`]).
+    fn run_script(&mut self, script: &Script<'_>, part: Part) -> Result<Via, NftError>;
     /// How long (in lines of `nft -f` text) a full sync's batches may be
     /// ([`super::chunked`]), when each transaction costs only its own commit; `None`
     /// (`nft -f`, which reads the whole table before every run): two transactions.
-    fn batch_lines(&self) -> Option<usize> {
-        None
-    }
+    fn batch_lines(&self) -> Option<usize>;
+    /// The full write of `family` sent its last transaction ([`Part`]): a writer that
+    /// records what it created does it now ([`super::netlink::NetlinkNft`]).
+    fn full_sync_done(&mut self, family: IpFamily);
+}
+
+/// Reads one node's `kube-proxy` tables.
+pub trait NftRead {
     /// `nft list table FAMILY kube-proxy`; `None` when there is no such table.
     fn list(&mut self, family: IpFamily) -> Result<Option<String>, NftError>;
     /// The `kube-proxy` table's chains and sets; `None` when there is no such table.
@@ -75,35 +83,16 @@ pub trait Nft: Send {
     /// How the kernel lists the `kube-proxy` table that `text` creates from nothing
     /// (applied in a scratch network namespace: the node's rules are not touched).
     fn canonical(&mut self, family: IpFamily, text: &str) -> Result<String, NftError>;
-    /// The `kube-proxy` table read for a full sync's comparison ([`super::delta`]); `None`
-    /// when there is no table or the client cannot read it that way (then a full sync
-    /// refills every chain).
-    fn live(&mut self, _family: IpFamily) -> Result<Option<super::delta::LiveTable>, NftError> {
-        Ok(None)
-    }
-    /// A full sync of `family` sent its last transaction (a client that records what it
-    /// created does it here: [`super::netlink::NetlinkNft`]).
-    fn full_sync_done(&mut self, _family: IpFamily) {}
-    /// The batches that follow ([`Nft::run`]) are recorded as a full sync's are, until
-    /// [`Nft::full_sync_done`]: the interim table's conversion ([`super::cold`]), whose
-    /// anonymous sets a restart must not dump one by one.
-    fn record_from_here(&mut self) {}
-    /// A full sync's read: the table's names ([`Nft::names`]; `None`: no table) and, when
-    /// the client writes in bounded batches, its live contents ([`Nft::live`]; `None` when
-    /// not read: a failure to read them is logged, and every chain is refilled). A client
-    /// that reads both from the same dumps says so by overriding this.
-    fn read_for_sync(&mut self, family: IpFamily) -> Result<Option<(Names, Option<super::delta::LiveTable>)>, NftError> {
-        let Some(names) = self.names(family)? else { return Ok(None) };
-        if self.batch_lines().is_none() {
-            return Ok(Some((names, None)));
-        }
-        let live = self.live(family).unwrap_or_else(|e| {
-            tracing::warn!(family = family.nft_word(), error = %e, "the live nftables table was not read; every chain is refilled");
-            None
-        });
-        Ok(Some((names, live)))
-    }
+    /// A full sync's read: the table's names ([`NftRead::names`]; `None`: no table) and,
+    /// when the client reads the table rule by rule (netlink: [`super::delta`]), its live
+    /// contents (`None`: not read, and every chain is refilled).
+    fn read_for_sync(&mut self, family: IpFamily) -> Result<Option<(Names, Option<LiveTable>)>, NftError>;
 }
+
+/// One node's nftables, read and written (a sync does both).
+pub trait Nft: NftRead + NftWrite + Send {}
+
+impl<T: NftRead + NftWrite + Send> Nft for T {}
 
 /// Runs the real `nft`.
 #[derive(Debug, Clone)]
@@ -148,15 +137,27 @@ impl ExecNft {
     }
 }
 
-impl Nft for ExecNft {
-    fn run(&mut self, text: &str) -> Result<(), NftError> {
+impl NftWrite for ExecNft {
+    fn run(&mut self, text: &str, _: Part) -> Result<Via, NftError> {
         let out = self.output(&["-f", "-"], Some(text))?;
         if out.status.success() {
-            return Ok(());
+            return Ok(Via::Nft);
         }
         Err(rejected(text, &String::from_utf8_lossy(&out.stderr)))
     }
 
+    fn run_script(&mut self, script: &Script<'_>, part: Part) -> Result<Via, NftError> {
+        self.run(script.text(), part)
+    }
+
+    fn batch_lines(&self) -> Option<usize> {
+        None
+    }
+
+    fn full_sync_done(&mut self, _: IpFamily) {}
+}
+
+impl NftRead for ExecNft {
     fn list(&mut self, family: IpFamily) -> Result<Option<String>, NftError> {
         self.list_cmd(&["list", "table", family.nft_word(), TABLE])
     }
@@ -167,6 +168,10 @@ impl Nft for ExecNft {
         // Terse: the sets without their elements.
         let sets = self.list_cmd(&["-t", "list", "sets", f])?.unwrap_or_default();
         Ok(table_names(&chains, "chain").map(|chains| Names { chains, sets: table_names(&sets, "set").unwrap_or_default() }))
+    }
+
+    fn read_for_sync(&mut self, family: IpFamily) -> Result<Option<(Names, Option<LiveTable>)>, NftError> {
+        Ok(self.names(family)?.map(|names| (names, None)))
     }
 
     fn canonical(&mut self, family: IpFamily, text: &str) -> Result<String, NftError> {

@@ -169,7 +169,6 @@ fn set_changes<'t>(last: &mut Script<'t>, table: &'t Table, head: &str, plan: &P
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nftables::apply::Nft as _;
     use crate::nftables::fake::FakeNft;
     use crate::nftables::model::{Chain, Element, Form, Objects, Set};
     use crate::net::IpFamily;

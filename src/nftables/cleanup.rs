@@ -1,7 +1,7 @@
 //! nftables mode's cleanup, as kube-proxy's `CleanupLeftovers`: the `kube-proxy` table of
 //! each family is deleted (one transaction each); a family without one is not an error.
 
-use super::apply::{Nft, NftError};
+use super::apply::{Nft, NftError, Part};
 use super::model::NftFamily;
 use crate::net::IpFamily;
 use super::names::TABLE;
@@ -16,7 +16,7 @@ pub fn tables(nft: &mut dyn Nft, dry_run: bool) -> Result<Vec<String>, NftError>
         }
         let what = format!("table {} {TABLE}", family.nft_word());
         if !dry_run {
-            nft.run(&format!("delete {what}\n"))?;
+            nft.run(&format!("delete {what}\n"), Part::Alone)?;
         }
         removed.push(what);
     }

@@ -1,16 +1,17 @@
-//! An in-memory nftables behind [`Nft`] for tests that need no root: it runs the commands
-//! svcproxy writes (`add`/`flush`/`delete` of tables, chains, sets, maps, rules and
-//! elements), all-or-nothing per transaction like the kernel, refuses what the kernel
-//! refuses (a rule in a missing chain, a flush of a missing set, a map key added twice
-//! with another value), records every call, and lists a table in `nft list`'s layout.
+//! An in-memory nftables behind [`NftWrite`] and [`NftRead`] for tests that need no root:
+//! it runs the commands svcproxy writes (`add`/`flush`/`delete` of tables, chains, sets,
+//! maps, rules and elements), all-or-nothing per transaction like the kernel, refuses what
+//! the kernel refuses (a rule in a missing chain, a flush of a missing set, a map key
+//! added twice with another value), records every call, and lists a table in `nft list`'s
+//! layout.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use super::apply::{Names, Nft, NftError};
+use super::apply::{Names, NftError, NftRead, NftWrite, Part, Via};
 use super::delta::{self, LiveTable};
 use super::listing;
-use super::model::NftFamily;
+use super::model::{NftFamily, Script};
 use crate::net::IpFamily;
 use super::stmt::{self, Action, Stmt, Verdict, Vmap};
 
@@ -74,9 +75,13 @@ pub struct FakeNft {
     pub fail_next: Option<String>,
     /// After this many more successful `run`s, one fails (changing nothing).
     pub fail_after: Option<usize>,
-    /// What [`Nft::batch_lines`] answers (`None`: two transactions, as through `nft -f`).
+    /// What [`NftWrite::batch_lines`] answers (`None`: two transactions, as through `nft -f`).
     pub batch_lines: Option<usize>,
-    /// Whether [`Nft::live`] reads the table (as the netlink client does) or says `None`.
+    /// Whether transactions are only recorded, not applied: no table is kept (a large
+    /// cluster's transactions, written out to be timed elsewhere: `bench::nft`).
+    pub record_only: bool,
+    /// Whether [`NftRead::read_for_sync`] reads the table's contents (as the netlink client
+    /// does) or its names alone.
     pub live_reads: bool,
 }
 
@@ -95,6 +100,20 @@ impl FakeNft {
     /// The table as `nft list table` prints it (`None`: no table).
     pub fn listing(&self, family: IpFamily) -> Option<String> {
         self.tables.get(family.nft_word()).map(|t| list(family, t))
+    }
+
+    /// Runs `text` as one transaction, recorded in [`FakeNft::calls`].
+    pub fn run(&mut self, text: &str) -> Result<(), NftError> {
+        self.calls.push(Call::Run(text.to_string()));
+        if self.record_only {
+            return Ok(());
+        }
+        self.apply(text)
+    }
+
+    /// The transactions run since the last call, taken out of [`FakeNft::calls`].
+    pub fn take_runs(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.calls).into_iter().filter_map(|c| if let Call::Run(t) = c { Some(t) } else { None }).collect()
     }
 
     /// Applies `text` all-or-nothing.
@@ -117,18 +136,34 @@ impl FakeNft {
         self.tables = next;
         Ok(())
     }
+
+    /// The table as the netlink client reads it for a full sync, when [`FakeNft::live_reads`].
+    fn live(&self, family: IpFamily) -> Option<LiveTable> {
+        let t = self.tables.get(family.nft_word()).filter(|_| self.live_reads)?;
+        let head = format!("{} kube-proxy", family.nft_word());
+        let chains = t.chains.iter().map(|(n, c)| (n.as_str(), c.rules.iter().map(|r| format!("add rule {head} {n} {r}\n")).collect::<String>()));
+        let sets = t.sets.iter().filter(|(_, s)| !s.spec.contains("dynamic")).map(|(n, s)| (n.as_str(), s.elements.values().map(|e| format!("add element {head} {n} {{ {e} }}\n")).collect::<String>()));
+        Some(delta::from_text(chains, sets))
+    }
 }
 
-impl Nft for FakeNft {
-    fn run(&mut self, text: &str) -> Result<(), NftError> {
-        self.calls.push(Call::Run(text.to_string()));
-        self.apply(text)
+impl NftWrite for FakeNft {
+    fn run(&mut self, text: &str, _: Part) -> Result<Via, NftError> {
+        FakeNft::run(self, text).map(|()| Via::Nft)
+    }
+
+    fn run_script(&mut self, script: &Script<'_>, _: Part) -> Result<Via, NftError> {
+        FakeNft::run(self, script).map(|()| Via::Nft)
     }
 
     fn batch_lines(&self) -> Option<usize> {
         self.batch_lines
     }
 
+    fn full_sync_done(&mut self, _: IpFamily) {}
+}
+
+impl NftRead for FakeNft {
     fn list(&mut self, family: IpFamily) -> Result<Option<String>, NftError> {
         self.calls.push(Call::List(family));
         Ok(self.listing(family))
@@ -142,15 +177,9 @@ impl Nft for FakeNft {
         }))
     }
 
-    fn live(&mut self, family: IpFamily) -> Result<Option<LiveTable>, NftError> {
-        if !self.live_reads {
-            return Ok(None);
-        }
-        let Some(t) = self.tables.get(family.nft_word()) else { return Ok(None) };
-        let head = format!("{} kube-proxy", family.nft_word());
-        let chains = t.chains.iter().map(|(n, c)| (n.as_str(), c.rules.iter().map(|r| format!("add rule {head} {n} {r}\n")).collect::<String>()));
-        let sets = t.sets.iter().filter(|(_, s)| !s.spec.contains("dynamic")).map(|(n, s)| (n.as_str(), s.elements.values().map(|e| format!("add element {head} {n} {{ {e} }}\n")).collect::<String>()));
-        Ok(Some(delta::from_text(chains, sets)))
+    fn read_for_sync(&mut self, family: IpFamily) -> Result<Option<(Names, Option<LiveTable>)>, NftError> {
+        let Some(names) = self.names(family)? else { return Ok(None) };
+        Ok(Some((names, self.live(family))))
     }
 
     fn canonical(&mut self, family: IpFamily, text: &str) -> Result<String, NftError> {
@@ -161,21 +190,31 @@ impl Nft for FakeNft {
     }
 }
 
-impl Nft for SharedNft {
-    fn run(&mut self, text: &str) -> Result<(), NftError> {
-        lock(self).run(text)
+// Every method forwarded to the fake's own (none left to a default).
+impl NftWrite for SharedNft {
+    fn run(&mut self, text: &str, part: Part) -> Result<Via, NftError> {
+        NftWrite::run(&mut *lock(self), text, part)
+    }
+    fn run_script(&mut self, script: &Script<'_>, part: Part) -> Result<Via, NftError> {
+        lock(self).run_script(script, part)
     }
     fn batch_lines(&self) -> Option<usize> {
-        lock(self).batch_lines
+        lock(self).batch_lines()
     }
+    fn full_sync_done(&mut self, family: IpFamily) {
+        lock(self).full_sync_done(family)
+    }
+}
+
+impl NftRead for SharedNft {
     fn list(&mut self, family: IpFamily) -> Result<Option<String>, NftError> {
         lock(self).list(family)
     }
     fn names(&mut self, family: IpFamily) -> Result<Option<Names>, NftError> {
         lock(self).names(family)
     }
-    fn live(&mut self, family: IpFamily) -> Result<Option<LiveTable>, NftError> {
-        lock(self).live(family)
+    fn read_for_sync(&mut self, family: IpFamily) -> Result<Option<(Names, Option<LiveTable>)>, NftError> {
+        lock(self).read_for_sync(family)
     }
     fn canonical(&mut self, family: IpFamily, text: &str) -> Result<String, NftError> {
         lock(self).canonical(family, text)

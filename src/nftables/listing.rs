@@ -3,7 +3,7 @@
 //! its elements as a set. Counters' numbers and the elements the kernel adds to dynamic
 //! (session-affinity) sets are left out: they change with traffic, not with the rules.
 //! A dry run compares the live table with the desired one as the kernel lists it
-//! ([`super::apply::Nft::canonical`]), so both sides are in the kernel's own words.
+//! ([`super::apply::NftRead::canonical`]), so both sides are in the kernel's own words.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;

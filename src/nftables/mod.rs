@@ -1,6 +1,6 @@
 //! nftables mode (kube-proxy's `pkg/proxy/nftables`): cluster state → one `kube-proxy`
 //! table per family (`ip`, `ip6`) as values ([`model`], from [`render`]) → one transaction
-//! per family through [`apply::Nft`]: on the node a netlink batch ([`netlink`], encoded by
+//! per family through [`apply::NftWrite`]: on the node a netlink batch ([`netlink`], encoded by
 //! [`wire`]), else `nft -f`. Full syncs ([`sync`]: over a live table only what differs,
 //! [`delta`]) and, between them, partial ones from the changed services alone
 //! ([`partial`]), driven by [`proxier`].

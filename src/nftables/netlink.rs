@@ -1,10 +1,10 @@
-//! The netlink writer behind [`Nft`]: every transaction, a full sync's ([`Nft::run`]) or a
-//! partial one's ([`Nft::run_partial`]), is encoded by [`super::wire`] and sent as one
-//! nf_tables batch (atomic, like `nft -f`: the kernel commits all of it or none),
-//! skipping nft's parse and the whole-table read every `nft` run starts with. A
-//! transaction outside the encoder's vocabulary goes to `nft -f` instead (logged once,
-//! counted). The full sync's name read ([`Nft::names`]) is netlink too ([`read_names`]);
-//! the other reads (`list`, `canonical`: a dry run, `trace --live`) are `nft`'s.
+//! The netlink writer behind [`NftWrite`]: every transaction ([`NftWrite::run`]), a full
+//! sync's or a partial one's, is encoded by [`super::wire`] and sent as one nf_tables
+//! batch (atomic, like `nft -f`: the kernel commits all of it or none), skipping nft's
+//! parse and the whole-table read every `nft` run starts with. A transaction outside the
+//! encoder's vocabulary goes to `nft -f` instead (logged once, counted). The full sync's
+//! read ([`NftRead::read_for_sync`], [`read_live_cached`]) is netlink too; the other
+//! reads (`list`, `canonical`: a dry run, `trace --live`) are `nft`'s.
 
 use std::os::fd::AsRawFd;
 
@@ -12,7 +12,7 @@ use netlink_sys::{protocols::NETLINK_NETFILTER, Socket};
 
 use std::collections::HashMap;
 
-use super::apply::{ExecNft, Names, Nft, NftError, Via};
+use super::apply::{ExecNft, Names, Nft, NftError, NftRead, NftWrite, Part, Via};
 use super::delta::LiveTable;
 use super::model::{NftFamily, Script};
 use crate::net::IpFamily;
@@ -71,7 +71,7 @@ pub struct NetlinkNft {
     pub sender: Sender,
     /// The name read; `None`: `nft`'s.
     reader: Option<Reader>,
-    /// The full sync's read ([`Nft::read_for_sync`], [`Nft::live`]); `None`: the names
+    /// The full sync's read ([`NftRead::read_for_sync`]); `None`: the names
     /// alone (every chain is refilled).
     pub live_reader: Option<LiveReader>,
     /// Anonymous sets the live reads took from the cache, those they dumped, and those
@@ -81,16 +81,17 @@ pub struct NetlinkNft {
     pub anon_recorded: u64,
     /// The cache the live reader uses (on the node), for the sets full syncs create.
     anon: Option<Arc<Mutex<Persisted>>>,
-    /// The full sync under way since [`Nft::read_for_sync`], recording its anonymous sets.
+    /// The full write under way since its first transaction ([`Part`]), recording its
+    /// anonymous sets.
     recording: Option<Recording>,
     /// Transactions sent over netlink.
     pub sent: u64,
     /// Transactions that went to `nft -f` instead (not encodable).
     pub fallbacks: u64,
-    /// A full sync's batch bound ([`Nft::batch_lines`]; [`super::chunked::CHUNK_LINES`]).
+    /// A full sync's batch bound ([`NftWrite::batch_lines`]; [`super::chunked::CHUNK_LINES`]).
     pub batch_lines: usize,
     /// The number the next anonymous set is named with, above every one the tables held
-    /// when last read ([`Nft::names`]; one counter for both families' tables): naming them
+    /// when last read ([`NftRead::names`]; one counter for both families' tables): naming them
     /// spares the kernel its scan of every set of the table for a free `__set%d` number.
     /// `None` (no read yet, or `nft -f` ran since: it lets the kernel name its sets):
     /// nft's template.
@@ -132,11 +133,14 @@ impl NetlinkNft {
         NetlinkNft { nft, sender, reader: None, live_reader: None, anon_reused: 0, anon_dumped: 0, anon_recorded: 0, anon: None, recording: None, anon_next: None, sent: 0, fallbacks: 0, batch_lines: super::chunked::CHUNK_LINES, warned: false }
     }
 
-    /// One transaction: a netlink batch, or `nft -f` when not encodable. A full sync's
-    /// batch (`full`) is recorded when a recording is under way ([`anonrecord`]).
-    fn write(&mut self, text: &str, script: Option<&Script<'_>>, full: bool) -> Result<Via, NftError> {
-        if !full {
+    /// One transaction: a netlink batch, or `nft -f` when not encodable. A full write's
+    /// batch is recorded (on the node: [`anonrecord`]); any other ends the recording.
+    fn write(&mut self, text: &str, script: Option<&Script<'_>>, part: Part) -> Result<Via, NftError> {
+        if part != Part::Next {
             self.recording = None;
+        }
+        if part != Part::Alone && self.recording.is_none() {
+            self.recording = self.anon.as_ref().map(|_| Recording::default());
         }
         let encoded = match script {
             Some(s) => wire::encode_script(s, self.anon_next),
@@ -170,88 +174,29 @@ impl NetlinkNft {
                 self.fallbacks += 1;
                 self.anon_next = None;
                 self.recording = None;
-                self.nft.run(text).map(|()| Via::Nft)
+                self.nft.run(text, part)
             }
         }
     }
 }
 
-impl Nft for NetlinkNft {
-    fn run(&mut self, text: &str) -> Result<(), NftError> {
-        self.write(text, None, true).map(|_| ())
+impl NftWrite for NetlinkNft {
+    fn run(&mut self, text: &str, part: Part) -> Result<Via, NftError> {
+        self.write(text, None, part)
     }
 
-    fn run_partial(&mut self, text: &str) -> Result<Via, NftError> {
-        self.write(text, None, false)
-    }
-
-    fn run_script(&mut self, script: &Script<'_>) -> Result<(), NftError> {
-        self.write(script.text(), Some(script), true).map(|_| ())
-    }
-
-    fn run_partial_script(&mut self, script: &Script<'_>) -> Result<Via, NftError> {
-        self.write(script.text(), Some(script), false)
+    fn run_script(&mut self, script: &Script<'_>, part: Part) -> Result<Via, NftError> {
+        self.write(script.text(), Some(script), part)
     }
 
     fn batch_lines(&self) -> Option<usize> {
         Some(self.batch_lines)
     }
 
-    fn list(&mut self, family: IpFamily) -> Result<Option<String>, NftError> {
-        self.nft.list(family)
-    }
-
-    fn names(&mut self, family: IpFamily) -> Result<Option<Names>, NftError> {
-        let Some(read) = &mut self.reader else { return self.nft.names(family) };
-        let found = read(family)?;
-        self.note_anon_next(found.as_ref());
-        Ok(found.map(|t| t.names))
-    }
-
-    fn canonical(&mut self, family: IpFamily, text: &str) -> Result<String, NftError> {
-        self.nft.canonical(family, text)
-    }
-
-    fn live(&mut self, family: IpFamily) -> Result<Option<LiveTable>, NftError> {
-        Ok(self.live_read(family)?.and_then(|r| r.live))
-    }
-
+    /// The anonymous sets the full write created, recorded in the cache (and its file)
+    /// from one dump of the table's set list, when exact ([`anonrecord`]); else nothing
+    /// (the next read dumps them).
     fn full_sync_done(&mut self, family: IpFamily) {
-        self.record_created(family);
-    }
-
-    fn record_from_here(&mut self) {
-        if self.recording.is_none() {
-            self.recording = self.anon.as_ref().map(|_| Recording::default());
-        }
-    }
-
-    /// One read for both: the names and anonymous set numbers come from the live read's
-    /// own chain and set dumps (no second dump of the chain list). A live read that fails
-    /// falls back to the name read (logged): every chain is then refilled.
-    fn read_for_sync(&mut self, family: IpFamily) -> Result<Option<(Names, Option<LiveTable>)>, NftError> {
-        if self.live_reader.is_none() {
-            return Ok(self.names(family)?.map(|n| (n, None)));
-        }
-        self.recording = self.anon.as_ref().map(|_| Recording::default());
-        match self.live_read(family) {
-            Ok(read) => {
-                self.note_anon_next(read.as_ref().map(|r| &r.table));
-                Ok(read.map(|r| (r.table.names, r.live)))
-            }
-            Err(e) => {
-                tracing::warn!(family = family.nft_word(), error = %e, "the live nftables table was not read; every chain is refilled");
-                Ok(self.names(family)?.map(|n| (n, None)))
-            }
-        }
-    }
-}
-
-impl NetlinkNft {
-    /// After a full sync's last batch: the anonymous sets it created, recorded in the
-    /// cache (and its file) from one dump of the table's set list, when exact
-    /// ([`anonrecord`]); else nothing (the next read dumps them).
-    fn record_created(&mut self, family: IpFamily) {
         let (Some(rec), Some(anon)) = (self.recording.take(), &self.anon) else { return };
         if rec.start.is_none() {
             return;
@@ -274,19 +219,49 @@ impl NetlinkNft {
             None => tracing::debug!(family = family.nft_word(), "another commit came between: the anonymous sets a full sync created are not recorded"),
         }
     }
+}
 
-    /// The live reader's read, its cache use counted.
-    fn live_read(&mut self, family: IpFamily) -> Result<Option<LiveRead>, NftError> {
-        let Some(read) = &mut self.live_reader else { return Ok(None) };
-        let found = read(family)?;
-        if let Some(r) = &found {
-            self.anon_reused += r.reused as u64;
-            self.anon_dumped += r.dumped as u64;
-            tracing::debug!(family = family.nft_word(), reused = r.reused, dumped = r.dumped, "nftables anonymous sets read");
-        }
-        Ok(found)
+impl NftRead for NetlinkNft {
+    fn list(&mut self, family: IpFamily) -> Result<Option<String>, NftError> {
+        self.nft.list(family)
     }
 
+    fn names(&mut self, family: IpFamily) -> Result<Option<Names>, NftError> {
+        let Some(read) = &mut self.reader else { return self.nft.names(family) };
+        let found = read(family)?;
+        self.note_anon_next(found.as_ref());
+        Ok(found.map(|t| t.names))
+    }
+
+    fn canonical(&mut self, family: IpFamily, text: &str) -> Result<String, NftError> {
+        self.nft.canonical(family, text)
+    }
+
+    /// One read for both: the names and anonymous set numbers come from the live read's
+    /// own chain and set dumps (no second dump of the chain list), its cache use counted.
+    /// A live read that fails falls back to the name read (logged): every chain is then
+    /// refilled.
+    fn read_for_sync(&mut self, family: IpFamily) -> Result<Option<(Names, Option<LiveTable>)>, NftError> {
+        let Some(live_read) = &mut self.live_reader else { return Ok(self.names(family)?.map(|n| (n, None))) };
+        match live_read(family) {
+            Ok(read) => {
+                if let Some(r) = &read {
+                    self.anon_reused += r.reused as u64;
+                    self.anon_dumped += r.dumped as u64;
+                    tracing::debug!(family = family.nft_word(), reused = r.reused, dumped = r.dumped, "nftables anonymous sets read");
+                }
+                self.note_anon_next(read.as_ref().map(|r| &r.table));
+                Ok(read.map(|r| (r.table.names, r.live)))
+            }
+            Err(e) => {
+                tracing::warn!(family = family.nft_word(), error = %e, "the live nftables table was not read; every chain is refilled");
+                Ok(self.names(family)?.map(|n| (n, None)))
+            }
+        }
+    }
+}
+
+impl NetlinkNft {
     /// After a read of a table: anonymous sets are named above its highest number.
     fn note_anon_next(&mut self, found: Option<&TableRead>) {
         let next = found.map_or(0, |t| t.anon_next);
@@ -307,41 +282,29 @@ pub fn read_names(family: IpFamily) -> Result<Option<Names>, NftError> {
 
 /// [`read_names`], and the table's anonymous set numbers in use ([`TableRead`]).
 pub fn read_table(family: IpFamily) -> Result<Option<TableRead>, NftError> {
-    let f = family;
-    let io = |e: std::io::Error| NftError::Failed { command: "nf_tables netlink read".into(), message: e.to_string() };
-    let mut sock = Socket::new(NETLINK_NETFILTER).map_err(io)?;
-    sock.bind_auto().map_err(io)?;
-    set_read_timeout(&sock);
-    let table = exchange(&mut sock, &dump::request(dump::GETTABLE, f, TABLE, 1))?;
-    match table.iter().find_map(|r| if let dump::Reply::Error(e) = r { Some(*e) } else { None }) {
-        Some(0) | None => {}
+    let mut sock = read_socket()?;
+    let table = exchange(&mut sock, &dump::request(dump::GETTABLE, family, TABLE, 1))?;
+    match errno(&table) {
+        None => {}
         Some(libc::ENOENT) => return Ok(None),
-        Some(e) => return Err(io(std::io::Error::from_raw_os_error(e))),
+        Some(e) => return Err(os_error(e)),
     }
-    let chains = exchange(&mut sock, &dump::request(dump::GETCHAIN, f, TABLE, 2))?;
-    let sets = exchange(&mut sock, &dump::request(dump::GETSET, f, TABLE, 3))?;
-    for r in chains.iter().chain(&sets) {
-        if let dump::Reply::Error(e) = r {
-            if *e != 0 {
-                return Err(io(std::io::Error::from_raw_os_error(*e)));
-            }
-        }
+    let chains = exchange(&mut sock, &dump::request(dump::GETCHAIN, family, TABLE, 2))?;
+    let sets = exchange(&mut sock, &dump::request(dump::GETSET, family, TABLE, 3))?;
+    match errno(&chains).or(errno(&sets)) {
+        None => Ok(Some(table_read(&chains, &sets))),
+        Some(e) => Err(os_error(e)),
     }
-    Ok(Some(table_read(&chains, &sets)))
 }
 
 /// The `kube-proxy` table's named counters and their packets (`None`: no table), read
 /// over netlink (a dump of the table's stateful objects), for `/metrics`.
 pub fn read_counters(family: IpFamily) -> Result<Option<Vec<(String, u64)>>, NftError> {
-    let io = |e: std::io::Error| NftError::Failed { command: "nf_tables netlink read".into(), message: e.to_string() };
-    let mut sock = Socket::new(NETLINK_NETFILTER).map_err(io)?;
-    sock.bind_auto().map_err(io)?;
-    set_read_timeout(&sock);
-    let replies = exchange(&mut sock, &dump::request(dump::GETOBJ, family, TABLE, 1))?;
-    match replies.iter().find_map(|r| if let dump::Reply::Error(e) = r { Some(*e) } else { None }) {
-        Some(0) | None => Ok(Some(replies.iter().filter_map(|r| dump::counter_of(r, TABLE)).collect())),
+    let replies = exchange(&mut read_socket()?, &dump::request(dump::GETOBJ, family, TABLE, 1))?;
+    match errno(&replies) {
+        None => Ok(Some(replies.iter().filter_map(|r| dump::counter_of(r, TABLE)).collect())),
         Some(libc::ENOENT) => Ok(None),
-        Some(e) => Err(io(std::io::Error::from_raw_os_error(e))),
+        Some(e) => Err(os_error(e)),
     }
 }
 
@@ -377,11 +340,7 @@ pub fn read_live(family: IpFamily) -> Result<Option<LiveTable>, NftError> {
 /// last one; with the cache persisted ([`anonfile`]), a restart too. `None`: no table.
 pub fn read_live_cached(family: IpFamily, cache: &mut AnonCache) -> Result<Option<LiveRead>, NftError> {
     let f = family;
-    let io = |e: std::io::Error| NftError::Failed { command: "nf_tables netlink read".into(), message: e.to_string() };
-    let errno = |replies: &[dump::Reply]| replies.iter().find_map(|r| if let dump::Reply::Error(e) = r { (*e != 0).then_some(*e) } else { None });
-    let mut sock = Socket::new(NETLINK_NETFILTER).map_err(io)?;
-    sock.bind_auto().map_err(io)?;
-    set_read_timeout(&sock);
+    let mut sock = read_socket()?;
     let mut seq = 0u32;
     let mut next = || {
         seq += 1;
@@ -393,7 +352,7 @@ pub fn read_live_cached(family: IpFamily, cache: &mut AnonCache) -> Result<Optio
     match errno(&table) {
         None => {}
         Some(libc::ENOENT) => return Ok(None),
-        Some(e) => return Err(io(std::io::Error::from_raw_os_error(e))),
+        Some(e) => return Err(os_error(e)),
     }
     // One buffer for every reply of this read, parsed in place (133,000 chains at
     // 10,000 services: the chain list, then one rule dump each).
@@ -406,7 +365,7 @@ pub fn read_live_cached(family: IpFamily, cache: &mut AnonCache) -> Result<Optio
         }
     })?;
     if let Some(e) = errno(&sets).or(chains_failed) {
-        return Err(io(std::io::Error::from_raw_os_error(e)));
+        return Err(os_error(e));
     }
     let elements = |sock: &mut Socket, buf: &mut [u8], name: &str, seq: u32| -> Result<Option<canon::Elements>, NftError> {
         let mut out = Vec::new();
@@ -481,11 +440,23 @@ pub fn read_live_cached(family: IpFamily, cache: &mut AnonCache) -> Result<Optio
 
 /// A socket for reads, its `recv`s bounded.
 fn read_socket() -> Result<Socket, NftError> {
-    let io = |e: std::io::Error| NftError::Failed { command: "nf_tables netlink read".into(), message: e.to_string() };
-    let mut sock = Socket::new(NETLINK_NETFILTER).map_err(io)?;
-    sock.bind_auto().map_err(io)?;
+    let mut sock = Socket::new(NETLINK_NETFILTER).map_err(read_failed)?;
+    sock.bind_auto().map_err(read_failed)?;
     set_read_timeout(&sock);
     Ok(sock)
+}
+
+fn read_failed(e: std::io::Error) -> NftError {
+    NftError::Failed { command: "nf_tables netlink read".into(), message: e.to_string() }
+}
+
+fn os_error(errno: i32) -> NftError {
+    read_failed(std::io::Error::from_raw_os_error(errno))
+}
+
+/// The first error the kernel answered with (`None`: none, or only acknowledgements).
+fn errno(replies: &[dump::Reply]) -> Option<i32> {
+    replies.iter().find_map(|r| if let dump::Reply::Error(e) = r { (*e != 0).then_some(*e) } else { None })
 }
 
 /// The ruleset's generation (one more per commit).
@@ -503,7 +474,7 @@ fn set_dump(family: IpFamily) -> Result<Option<SetDump>, NftError> {
     let Some(handle) = table.iter().find_map(|r| dump::handle(r, dump::NEWTABLE, 4)) else { return Ok(None) };
     let sets = exchange(&mut sock, &dump::request(dump::GETSET, f, TABLE, 3))?;
     let generation_after = exchange(&mut sock, &dump::generation_request(4))?.iter().find_map(dump::generation_of);
-    if sets.iter().any(|r| matches!(r, dump::Reply::Error(e) if *e != 0)) {
+    if errno(&sets).is_some() {
         return Ok(None);
     }
     let anonymous = sets
@@ -522,7 +493,7 @@ fn set_dump(family: IpFamily) -> Result<Option<SetDump>, NftError> {
 /// Sends one request and reads its replies up to the end of the dump, or the
 /// acknowledgement or error of a lookup.
 fn exchange(sock: &mut Socket, request: &[u8]) -> Result<Vec<dump::Reply>, NftError> {
-    let io = |e: std::io::Error| NftError::Failed { command: "nf_tables netlink read".into(), message: e.to_string() };
+    let io = read_failed;
     sock.send(request, 0).map_err(io)?;
     let mut out = Vec::new();
     let mut buf = vec![0u8; RECV_BUF];
@@ -548,7 +519,7 @@ const RECV_BUF: usize = 1 << 16;
 /// (kind, attributes after `nfgenmsg`), borrowed from `buf`, as it is received. Returns
 /// the first error the kernel answered with (`None`: none).
 fn exchange_each(sock: &mut Socket, request: &[u8], buf: &mut [u8], mut each: impl FnMut(u16, &[u8])) -> Result<Option<i32>, NftError> {
-    let io = |e: std::io::Error| NftError::Failed { command: "nf_tables netlink read".into(), message: e.to_string() };
+    let io = read_failed;
     sock.send(request, 0).map_err(io)?;
     let mut error = None;
     loop {
@@ -686,14 +657,14 @@ mod tests {
             record.lock().unwrap().push(b.messages);
             Ok(())
         }));
-        assert_eq!(nl.run_partial("add chain ip kube-proxy c\nflush chain ip kube-proxy c\n").unwrap(), Via::Netlink);
-        nl.run("add table ip kube-proxy\n").unwrap();
+        assert_eq!(nl.run("add chain ip kube-proxy c\nflush chain ip kube-proxy c\n", Part::Alone).unwrap(), Via::Netlink);
+        nl.run("add table ip kube-proxy\n", Part::First).unwrap();
         assert_eq!(*sent.lock().unwrap(), [2, 1], "a partial and a full sync's transaction, both as batches");
         // Not kube-proxy's vocabulary: nft -f runs it (the fake needs its table first).
         fake.lock().unwrap().run("add table ip kube-proxy\nadd chain ip kube-proxy c\n").unwrap();
         let odd = "add rule ip kube-proxy c counter\n";
-        assert_eq!(nl.run_partial(odd).unwrap(), Via::Nft);
-        nl.run(odd).unwrap();
+        assert_eq!(nl.run(odd, Part::Alone).unwrap(), Via::Nft);
+        nl.run(odd, Part::Next).unwrap();
         assert_eq!((nl.sent, nl.fallbacks), (2, 2));
         assert_eq!(sent.lock().unwrap().len(), 2, "the sender saw only the encodable ones");
         let calls = fake.lock().unwrap().calls.clone();
@@ -723,8 +694,8 @@ mod tests {
         odd.objects.rules[0] = odd.objects.rules[0].clone().with_text("counter");
         let script = crate::nftables::model::script(&odd, crate::nftables::model::Form::Transaction);
         assert!(script.text().contains("add rule ip kube-proxy c counter comment"), "{script}");
-        assert_eq!(nl.run_partial_script(&script).unwrap(), Via::Netlink);
-        nl.run_script(&script).unwrap();
+        assert_eq!(nl.run_script(&script, Part::Alone).unwrap(), Via::Netlink);
+        nl.run_script(&script, Part::Next).unwrap();
         assert_eq!((nl.sent, nl.fallbacks), (2, 0));
         let want = wire::encode(&whole).unwrap().bytes().to_vec();
         assert_eq!(*sent.lock().unwrap(), [want.clone(), want]);
@@ -741,23 +712,42 @@ mod tests {
         }));
         let vmap = "add table ip kube-proxy\nadd chain ip kube-proxy a\nadd chain ip kube-proxy b\nadd rule ip kube-proxy b numgen random mod 1 vmap { 0 : goto a }\n";
         let holds = |i: usize, name: &[u8]| sent.lock().unwrap()[i].windows(name.len()).any(|w| w == name);
-        nl.run(vmap).unwrap();
+        nl.run(vmap, Part::Next).unwrap();
         assert!(holds(0, b"__map%d\0"), "no read yet: nft's template");
         nl.reader = Some(Box::new(|_| Ok(Some(TableRead { names: Names::default(), anon_next: 7 }))));
         nl.names(IpFamily::V4).unwrap();
-        nl.run(vmap).unwrap();
-        nl.run_partial(vmap).unwrap();
+        nl.run(vmap, Part::Next).unwrap();
+        nl.run(vmap, Part::Alone).unwrap();
         assert!(holds(1, b"__map7\0") && holds(2, b"__map8\0"), "numbered from the read on, across batches");
         // A table with fewer anonymous sets (the other family) does not lower the counter.
         nl.reader = Some(Box::new(|_| Ok(Some(TableRead { names: Names::default(), anon_next: 2 }))));
         nl.names(IpFamily::V6).unwrap();
-        nl.run(vmap).unwrap();
+        nl.run(vmap, Part::Next).unwrap();
         assert!(holds(3, b"__map9\0"));
         // nft -f names its sets through the kernel: the template again until the next read.
         fake.lock().unwrap().run("add table ip kube-proxy\nadd chain ip kube-proxy c\n").unwrap();
-        nl.run("add rule ip kube-proxy c counter\n").unwrap();
-        nl.run(vmap).unwrap();
+        nl.run("add rule ip kube-proxy c counter\n", Part::Next).unwrap();
+        nl.run(vmap, Part::Next).unwrap();
         assert!(holds(4, b"__map%d\0"));
+    }
+
+    /// On the node (a cache to record into), a full sync's first transaction begins a
+    /// recording, a conversion batch goes on with one or begins it, one alone ends it.
+    #[test]
+    fn a_full_write_is_recorded_from_its_first_transaction_to_one_alone() {
+        let mut nl = NetlinkNft::new(Box::new(FakeNft::shared()), Box::new(|_: &mut Batch, _: &str| Ok(())));
+        nl.anon = Some(Arc::new(Mutex::new(Persisted::new(None))));
+        let start = |nl: &NetlinkNft| nl.recording.as_ref().map(|r| r.start);
+        let text = "add table ip kube-proxy\n";
+        nl.run(text, Part::Next).unwrap();
+        assert_eq!(start(&nl), Some(None), "a conversion batch begins one");
+        nl.recording.as_mut().unwrap().start = Some(4);
+        nl.run(text, Part::Next).unwrap();
+        assert_eq!(start(&nl), Some(Some(4)), "and the next goes on with it");
+        nl.run(text, Part::First).unwrap();
+        assert_eq!(start(&nl), Some(None), "a full sync begins anew");
+        nl.run(text, Part::Alone).unwrap();
+        assert_eq!(start(&nl), None);
     }
 
     #[test]

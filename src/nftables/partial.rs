@@ -80,7 +80,6 @@ pub fn partial<'a>(family: IpFamily, table: &str, before: &[&'a Objects], after:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nftables::apply::Nft as _;
     use crate::nftables::fake::FakeNft;
     use crate::nftables::model::{Chain, Rule, Table};
 

@@ -21,7 +21,7 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use super::apply::{Nft, NftError};
+use super::apply::{Nft, NftError, NftWrite, Part};
 use super::model::{NftFamily, Objects};
 use super::render::{hairpin_objects, Hairpin, Ruleset};
 use super::sync::{self, Report};
@@ -139,8 +139,7 @@ impl Proxier {
         let ran = if batch.is_empty() {
             Ok(())
         } else {
-            self.nft.record_from_here();
-            self.nft.run_script(&super::cold::script(family, super::names::TABLE, &batch))
+            self.nft.run_script(&super::cold::script(family, super::names::TABLE, &batch), Part::Next).map(drop)
         };
         drop(batch);
         if paced {
@@ -268,13 +267,13 @@ fn changed_objects(rs: &Ruleset, changes: &Changes, came: &[Hairpin]) -> Vec<Obj
 }
 
 /// One family's partial sync: one transaction that also deletes the chains and sets that
-/// went, through [`Nft::run_partial`] (on the node: one netlink batch, or, when not
+/// went, through [`NftWrite::run_script`] (on the node: one netlink batch, or, when not
 /// encodable, one `nft` run, which lists the whole table for its cache first: one run,
 /// not two). A kernel that will not
 /// delete a chain in the transaction that drops its last reference (6.18 does; kube-proxy
 /// deletes stale chains in a later sync) refuses that transaction: then the change goes
 /// alone and the deletion right after it.
-fn send_partial(nft: &mut dyn Nft, family: crate::net::IpFamily, before: &[&Objects], after: &[&Objects]) -> Result<Report, SyncError> {
+fn send_partial(nft: &mut dyn NftWrite, family: crate::net::IpFamily, before: &[&Objects], after: &[&Objects]) -> Result<Report, SyncError> {
     let t = Instant::now();
     let p = super::partial::partial(family, super::names::TABLE, before, after);
     let mut report = Report::new(family);
@@ -290,15 +289,15 @@ fn send_partial(nft: &mut dyn Nft, family: crate::net::IpFamily, before: &[&Obje
         both.push_str(&p.delete);
         both
     });
-    match together.map(|script| nft.run_partial_script(&script)) {
+    match together.map(|script| nft.run_script(&script, Part::Alone)) {
         Some(Ok(via)) => {
             report.lines += p.delete.lines().count();
             report.via = Some(via);
         }
         None | Some(Err(NftError::Rejected { .. } | NftError::Refused { .. })) => {
-            report.via = Some(nft.run_partial_script(&p.text).map_err(SyncError::write)?);
+            report.via = Some(nft.run_script(&p.text, Part::Alone).map_err(SyncError::write)?);
             if !p.delete.is_empty() {
-                if let Err(e) = nft.run_partial(&p.delete) {
+                if let Err(e) = nft.run(&p.delete, Part::Alone) {
                     tracing::warn!(family = family.nft_word(), error = %e, "stale nftables chains not deleted; the next full sync deletes them");
                     report.stale_error = Some(e.to_string());
                 }

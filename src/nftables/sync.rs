@@ -9,16 +9,16 @@
 //! (a deleted service's) are flushed in the switching transaction and deleted in another one
 //! right after (kube-proxy deletes stale chains after the transaction that removes what
 //! refers to them). Over a live table that the client can read rule by rule (netlink:
-//! [`Nft::live`]), only what differs is sent ([`super::delta`]): chains the kernel holds
+//! [`NftRead::read_for_sync`]), only what differs is sent ([`super::delta`]): chains the kernel holds
 //! exactly are not refilled, named sets and maps change by element difference. A refused transaction changes nothing that serves packets: the
 //! previous rules keep serving, and what the sync created is deleted again. A dry run
 //! reads the live table and the desired one as the kernel lists it
-//! ([`Nft::canonical`]) and compares them ([`super::listing`]); it sends nothing.
+//! ([`NftRead::canonical`]) and compares them ([`super::listing`]); it sends nothing.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use super::apply::{Names, Nft, NftError};
+use super::apply::{Names, Nft, NftError, NftRead, NftWrite, Part};
 use super::listing::{self, Diff, Listing};
 use super::model::{self, NftFamily, Form, Table};
 use crate::net::IpFamily;
@@ -182,9 +182,9 @@ fn full_with(nft: &mut dyn Nft, table: &Table, dry_run: bool, interim_min: usize
     report.batches = 1 + chunks.len() + usize::from(last.is_some());
     report.timings.render = t.elapsed();
     let t = Instant::now();
-    nft.run(&declare).map_err(SyncError::write)?;
+    nft.run(&declare, Part::First).map_err(SyncError::write)?;
     for part in chunks.iter().chain(last) {
-        if let Err(e) = nft.run_script(part) {
+        if let Err(e) = nft.run_script(part, Part::Next) {
             undeclare(nft, table, existed.then_some(&names));
             return Err(SyncError::write(e));
         }
@@ -214,7 +214,7 @@ fn full_with(nft: &mut dyn Nft, table: &Table, dry_run: bool, interim_min: usize
         .collect();
     report.stale = stale_chains.iter().map(|c| format!("chain {c}")).chain(stale_sets.iter().map(|s| format!("set {s}"))).collect();
     if !delete.is_empty() {
-        if let Err(e) = nft.run(&delete) {
+        if let Err(e) = nft.run(&delete, Part::Next) {
             tracing::warn!(family = family.nft_word(), error = %e, "stale nftables chains not deleted; the next full sync tries again");
             report.stale_error = Some(e.to_string());
         }
@@ -238,7 +238,7 @@ fn interim_min() -> usize {
 /// table when there was none, else the chains and sets `before` did not have), so that
 /// a refused sync leaves the table as it was. Best effort: what stays is empty and
 /// unreferenced, and the next full sync uses or deletes it.
-fn undeclare(nft: &mut dyn Nft, table: &Table, before: Option<&Names>) {
+fn undeclare(nft: &mut dyn NftWrite, table: &Table, before: Option<&Names>) {
     let head = format!("{} {}", table.family.nft_word(), table.name);
     let text = match before {
         None => format!("delete table {head}\n"),
@@ -259,7 +259,7 @@ fn undeclare(nft: &mut dyn Nft, table: &Table, before: Option<&Names>) {
     if text.is_empty() {
         return;
     }
-    if let Err(e) = nft.run(&text) {
+    if let Err(e) = nft.run(&text, Part::Next) {
         tracing::warn!(family = table.family.nft_word(), error = %e, "empty nftables chains and sets of a refused sync not deleted; the next full sync does");
     }
 }
@@ -286,7 +286,7 @@ pub fn other_release(held_chain: impl Fn(&str) -> bool, held_set: impl Fn(&str) 
     None
 }
 
-fn compare(nft: &mut dyn Nft, table: &Table) -> Result<Report, SyncError> {
+fn compare(nft: &mut dyn NftRead, table: &Table) -> Result<Report, SyncError> {
     let mut report = Report::new(table.family);
     let t = Instant::now();
     let text = model::write(table, Form::Dump);
@@ -362,15 +362,14 @@ mod tests {
         let mut nft = FakeNft::new();
         let r = full(&mut nft, &table(&["a", "b"]), false).unwrap();
         assert!(r.applied && r.stale.is_empty());
-        let runs: Vec<&String> = nft.calls.iter().filter_map(|c| if let Call::Run(t) = c { Some(t) } else { None }).collect();
+        let runs = nft.take_runs();
         assert_eq!(runs.len(), 2, "{runs:?}");
         assert!(runs[0].lines().all(|l| l.starts_with("add table") || l.starts_with("add chain")), "{}", runs[0]);
         assert!(!runs[1].contains("add chain") && runs[1].contains("add rule"), "{}", runs[1]);
-        nft.calls.clear();
 
         let r = full(&mut nft, &table(&["a"]), false).unwrap();
         assert_eq!(r.stale, ["chain service-b"]);
-        let runs: Vec<&String> = nft.calls.iter().filter_map(|c| if let Call::Run(t) = c { Some(t) } else { None }).collect();
+        let runs = nft.take_runs();
         assert_eq!(runs.len(), 3, "{runs:?}");
         assert!(runs[1].contains("flush chain ip kube-proxy service-b\n") && !runs[1].contains("delete"));
         assert_eq!(runs[2], "delete chain ip kube-proxy service-b\n");
@@ -384,7 +383,7 @@ mod tests {
         nft.batch_lines = Some(2);
         let r = full(&mut nft, &table(&["HASHHASH-a", "HASHHASH-b", "HASHHASH-c"]), false).unwrap();
         assert_eq!(r.batches, 5, "declare, three chunks of one chain each, last");
-        let runs: Vec<String> = nft.calls.iter().filter_map(|c| if let Call::Run(t) = c { Some(t.clone()) } else { None }).collect();
+        let runs = nft.take_runs();
         assert_eq!(runs.len(), 5, "{runs:?}");
         assert_eq!(runs[1], "flush chain ip kube-proxy service-HASHHASH-a\nadd rule ip kube-proxy service-HASHHASH-a accept\n");
         assert!(runs[4].starts_with("flush chain ip kube-proxy services\n") && runs[4].contains("jump service-HASHHASH-c"), "{}", runs[4]);
@@ -412,7 +411,7 @@ mod tests {
         let r = full_with(&mut nft, &t, false, 2).unwrap();
         let chains = r.interim.map(|i| i.chains).unwrap();
         assert_eq!(chains, ["service-HASHHASH-a", "service-HASHHASH-b"]);
-        let runs: Vec<String> = nft.calls.iter().filter_map(|c| if let Call::Run(t) = c { Some(t.clone()) } else { None }).collect();
+        let runs = nft.take_runs();
         assert!(runs.iter().all(|r| !r.contains("numgen")) && runs.iter().any(|r| r.contains("service-HASHHASH-a goto endpoint-X")), "{runs:?}");
         for batch in cold::conversion(&t, &chains, 2) {
             nft.run(&batch).unwrap();
@@ -489,10 +488,6 @@ mod tests {
         assert!(d.text("ip kube-proxy").contains("chain service-b\n  + (added)\n  + accept\n"), "{}", d.text("ip kube-proxy"));
     }
 
-    fn runs(nft: &FakeNft) -> Vec<String> {
-        nft.calls.iter().filter_map(|c| if let Call::Run(t) = c { Some(t.clone()) } else { None }).collect()
-    }
-
     #[test]
     fn over_a_live_table_only_what_differs_is_sent() {
         let mut t = table(&["HASHHASH-a", "HASHHASH-b"]);
@@ -508,7 +503,7 @@ mod tests {
         // Equal: the declaring batch alone, without the existing chains; nothing refilled.
         let r = full(&mut nft, &t, false).unwrap();
         assert_eq!((r.kept, r.refilled, r.element_changes, r.batches), (3, 0, 0, 1), "{r:?}");
-        let sent = runs(&nft);
+        let sent = nft.take_runs();
         assert_eq!(sent.len(), 1, "{sent:?}");
         assert!(!sent[0].contains("add chain") && !sent[0].contains("flush") && !sent[0].contains("element"), "{}", sent[0]);
         assert_eq!(nft.listing(IpFamily::V4), want);
@@ -518,7 +513,7 @@ mod tests {
         nft.calls.clear();
         let r = full(&mut nft, &t, false).unwrap();
         assert_eq!((r.kept, r.refilled, r.element_changes), (1, 2, 1), "{r:?}");
-        let sent = runs(&nft);
+        let sent = nft.take_runs();
         assert_eq!(sent.len(), 2, "{sent:?}");
         assert_eq!(sent[1], "flush chain ip kube-proxy service-HASHHASH-a\nadd rule ip kube-proxy service-HASHHASH-a accept\nflush chain ip kube-proxy service-HASHHASH-b\nadd rule ip kube-proxy service-HASHHASH-b accept\nadd element ip kube-proxy cluster-ips { 10.0.0.1 }\n");
         assert_eq!(nft.listing(IpFamily::V4), want);
@@ -534,7 +529,7 @@ mod tests {
         nft.calls.clear();
         let r = full(&mut nft, &smaller, false).unwrap();
         assert_eq!(r.stale, ["chain service-HASHHASH-b"]);
-        let sent = runs(&nft);
+        let sent = nft.take_runs();
         assert!(sent[1].contains("delete element ip kube-proxy cluster-ips { 10.0.0.9 }\n") && !sent[1].contains("flush set"), "{}", sent[1]);
         let mut one = FakeNft::new();
         one.run(&model::write(&smaller, Form::Transaction)).unwrap();

@@ -10,7 +10,7 @@ use crate::net::IpFamily;
 use crate::xtables::apply::{ExecRestorer, ReadError};
 use crate::xtables::delta::TABLES;
 use crate::xtables::Dump;
-use crate::nftables::apply::{ExecNft, Nft as _, NftError};
+use crate::nftables::apply::{ExecNft, NftError, NftRead as _};
 use crate::nftables::model::{NftFamily, Table as NftTable};
 use crate::trace::ipvs::{Table, Virtual};
 use crate::trace::Sets;

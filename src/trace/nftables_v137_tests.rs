@@ -9,7 +9,6 @@ use std::collections::BTreeSet;
 use super::nftables::{trace, Trace};
 use super::{Entry, Env, Packet, Verdict};
 use crate::model::Protocol;
-use crate::nftables::apply::Nft as _;
 use crate::nftables::fake::FakeNft;
 use crate::nftables::live;
 use crate::nftables::model::Table;

@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use svcproxy::config::Settings;
-use svcproxy::nftables::apply::{ExecNft, Nft};
+use svcproxy::nftables::apply::{ExecNft, NftRead};
 use svcproxy::net::IpFamily;
 use svcproxy::nftables::{self, netlink, sync};
 

@@ -26,7 +26,7 @@
 use std::time::{Duration, Instant};
 
 use svcproxy::config::Settings;
-use svcproxy::nftables::apply::Nft;
+use svcproxy::nftables::apply::{NftRead, NftWrite, Part};
 use svcproxy::net::IpFamily;
 use svcproxy::nftables::model::{self, Form, NftFamily, Table};
 use svcproxy::nftables::{self, cold};
@@ -189,7 +189,7 @@ fn apply(ns: &Ns, table: &Table, text: String) -> Result<(), String> {
     let family = table.family;
     with_netlink(ns, nftables::chunked::CHUNK_LINES, move |nl| {
         nl.names(family).map_err(|e| e.to_string())?;
-        nl.run(&text).map_err(|e| e.to_string())?;
+        nl.run(&text, Part::Alone).map_err(|e| e.to_string())?;
         if nl.fallbacks > 0 {
             return Err("the transaction was not encodable as netlink".to_string());
         }

@@ -915,7 +915,7 @@ fn an_nftables_sync_is_one_transaction_per_family_and_a_dry_run_after_it_finds_n
 }
 
 fn one_transaction_per_family(version: KubeProxyVersion) {
-    use crate::nftables::apply::Nft as _;
+    use crate::nftables::apply::NftRead as _;
     use crate::nftables::fake::Call;
     use crate::net::IpFamily;
     let state = demo_state();
@@ -1454,9 +1454,7 @@ fn service_cidrs_re_render_nftables_mode_unless_the_option_sets_them() {
     assert!(engine.set_service_cidrs(vec![cidr]), "the rules change");
     assert!(!engine.set_service_cidrs(vec![cidr]), "the same list changes nothing");
     // One partial sync of the family, with no tracker change: the chain rewritten, alone.
-    let runs = |nft: &crate::nftables::fake::SharedNft| -> Vec<String> {
-        std::mem::take(&mut nft.lock().unwrap().calls).into_iter().filter_map(|c| if let crate::nftables::fake::Call::Run(t) = c { Some(t) } else { None }).collect()
-    };
+    let runs = |nft: &crate::nftables::fake::SharedNft| nft.lock().unwrap().take_runs();
     runs(&nft);
     let outcome = engine.sync_families(false, false).unwrap();
     assert_eq!(outcome.synced.iter().map(|s| (s.family, s.full)).collect::<Vec<_>>(), [(crate::net::IpFamily::V4, false)], "IPv4 alone, partially");
