@@ -69,22 +69,27 @@ pub struct Interim {
 /// `table` with each rule binding a numgen map replaced by rules that bind none (see the
 /// module doc), when at least `min` rules bind one; `None` otherwise.
 pub fn interim(table: &Table, min: usize) -> Option<Interim> {
-    let mut rewritten: Vec<Option<Vec<Body>>> = Vec::with_capacity(table.objects.rules.len());
-    let mut count = 0;
-    for r in &table.objects.rules {
-        let unrolled = unrolled(r.stmts());
-        count += usize::from(unrolled.is_some());
-        rewritten.push(unrolled);
-    }
-    if count < min || count == 0 {
-        return None;
-    }
+    let plan = unrolling(table, min)?;
     let mut out = table.clone();
+    let chains = unroll(&mut out, plan);
+    Some(Interim { table: out, chains })
+}
+
+/// Each rule's replacement ([`unrolled`]), when at least `min` rules (and one) have one.
+pub fn unrolling(table: &Table, min: usize) -> Option<Vec<Option<Vec<Body>>>> {
+    let rewritten: Vec<Option<Vec<Body>>> = table.objects.rules.iter().map(|r| unrolled(r.stmts())).collect();
+    let count = rewritten.iter().flatten().count();
+    (count >= min && count > 0).then_some(rewritten)
+}
+
+/// Rewrites `table`'s rules in place by `plan` ([`unrolling`] of this table; the rules are
+/// moved, not copied, so a large table is not held twice). Returns the chains rewritten.
+pub fn unroll(table: &mut Table, plan: Vec<Option<Vec<Body>>>) -> Vec<String> {
     let mut chains: Vec<String> = Vec::new();
     let mut seen: HashSet<String> = HashSet::new();
-    let extra: usize = rewritten.iter().flatten().map(|b| b.len() - 1).sum();
+    let extra: usize = plan.iter().flatten().map(|b| b.len() - 1).sum();
     let mut rules = Vec::with_capacity(table.objects.rules.len() + extra);
-    for (rule, unrolled) in std::mem::take(&mut out.objects.rules).into_iter().zip(rewritten) {
+    for (rule, unrolled) in std::mem::take(&mut table.objects.rules).into_iter().zip(plan) {
         match unrolled {
             Some(bodies) => {
                 if seen.insert(rule.chain.clone()) {
@@ -95,8 +100,8 @@ pub fn interim(table: &Table, min: usize) -> Option<Interim> {
             None => rules.push(rule),
         }
     }
-    out.objects.rules = rules;
-    Some(Interim { table: out, chains })
+    table.objects.rules = rules;
+    chains
 }
 
 /// Of `differing` chains (those a full sync over the live table would refill), the ones

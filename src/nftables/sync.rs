@@ -15,6 +15,7 @@
 //! reads the live table and the desired one as the kernel lists it
 //! ([`NftRead::canonical`]) and compares them ([`super::listing`]); it sends nothing.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
@@ -119,13 +120,19 @@ pub struct Timings {
 
 /// Brings one family's `kube-proxy` table to `table` (or, with `dry_run`, says what differs).
 pub fn full(nft: &mut dyn Nft, table: &Table, dry_run: bool) -> Result<Report, SyncError> {
-    full_with(nft, table, dry_run, interim_min())
+    full_with(nft, Cow::Borrowed(table), dry_run, interim_min())
+}
+
+/// [`full`] of a table the caller does not keep: a cold start rewrites it in place into the
+/// interim table instead of holding a copy beside it.
+pub fn full_of(nft: &mut dyn Nft, table: Table, dry_run: bool) -> Result<Report, SyncError> {
+    full_with(nft, Cow::Owned(table), dry_run, interim_min())
 }
 
 /// [`full`], a cold start through the interim table from `interim_min` `numgen` maps on.
-fn full_with(nft: &mut dyn Nft, table: &Table, dry_run: bool, interim_min: usize) -> Result<Report, SyncError> {
+fn full_with(nft: &mut dyn Nft, table: Cow<'_, Table>, dry_run: bool, interim_min: usize) -> Result<Report, SyncError> {
     if dry_run {
-        return compare(nft, table);
+        return compare(nft, &table);
     }
     let family = table.family;
     let mut report = Report::new(family);
@@ -136,6 +143,14 @@ fn full_with(nft: &mut dyn Nft, table: &Table, dry_run: bool, interim_min: usize
     let (names, held) = read.unwrap_or_default();
     report.timings.read = t.elapsed();
     let t = Instant::now();
+    // A cold start over netlink: an interim table first when the kernel would walk its set
+    // list for many anonymous maps (the conversion to the table follows once it serves).
+    let mut table = table;
+    let interim = match (names.chains.is_empty(), nft.batch_lines()) {
+        (true, Some(_)) => cold::unrolling(&table, interim_min).map(|plan| cold::unroll(table.to_mut(), plan)),
+        _ => None,
+    };
+    let table: &Table = &table;
     let o = &table.objects;
     let wanted_chains: HashSet<&str> = o.chains.iter().map(|c| c.name.as_str()).collect();
     let wanted_sets: HashSet<&str> = o.sets.iter().map(|s| s.name.as_str()).collect();
@@ -147,13 +162,6 @@ fn full_with(nft: &mut dyn Nft, table: &Table, dry_run: bool, interim_min: usize
     if let Some(note) = &report.other_release {
         tracing::warn!(family = family.nft_word(), "{note}");
     }
-    // A cold start over netlink: an interim table first when the kernel would walk its set
-    // list for many anonymous maps (the conversion to `table` follows once it serves).
-    let interim = match (names.chains.is_empty(), nft.batch_lines()) {
-        (true, Some(_)) => cold::interim(table, interim_min),
-        _ => None,
-    };
-    let table = interim.as_ref().map_or(table, |i| &i.table);
     let mut plan = held.as_ref().map(|h| delta::plan(table, h));
     // Restarted in the middle of a conversion: the chains still in the interim's form
     // keep serving and are converted next, a paced batch at a time, not refilled here.
@@ -190,10 +198,10 @@ fn full_with(nft: &mut dyn Nft, table: &Table, dry_run: bool, interim_min: usize
         }
     }
     report.applied = true;
-    if let Some(i) = interim {
+    if let Some(chains) = interim {
         let served = t.elapsed();
-        tracing::info!(family = family.nft_word(), chains = i.chains.len(), served_after = ?served, "cold start: the interim table serves every Service; its chains are converted to kube-proxy's next");
-        report.interim = Some(Interim { chains: i.chains, served, resumed: false });
+        tracing::info!(family = family.nft_word(), chains = chains.len(), served_after = ?served, "cold start: the interim table serves every Service; its chains are converted to kube-proxy's next");
+        report.interim = Some(Interim { chains, served, resumed: false });
     } else if !resumed.is_empty() {
         tracing::info!(family = family.nft_word(), chains = resumed.len(), "a cold start's conversion resumed: chains still in the interim's form serve and are converted next");
         report.interim = Some(Interim { chains: resumed, served: t.elapsed(), resumed: true });
@@ -392,6 +400,10 @@ mod tests {
         assert_eq!(nft.listing(IpFamily::V4), one.listing(IpFamily::V4));
     }
 
+    fn full_with_ref(nft: &mut FakeNft, t: &Table, dry_run: bool, min: usize) -> Result<Report, SyncError> {
+        full_with(nft, Cow::Borrowed(t), dry_run, min)
+    }
+
     /// Three services, two of whose chains bind a numgen map.
     fn two_numgen_maps() -> Table {
         let mut t = table(&["HASHHASH-a", "HASHHASH-b", "HASHHASH-c"]);
@@ -408,7 +420,7 @@ mod tests {
         let t = two_numgen_maps();
         let mut nft = FakeNft::new();
         nft.batch_lines = Some(1000);
-        let r = full_with(&mut nft, &t, false, 2).unwrap();
+        let r = full_with_ref(&mut nft, &t, false, 2).unwrap();
         let chains = r.interim.map(|i| i.chains).unwrap();
         assert_eq!(chains, ["service-HASHHASH-a", "service-HASHHASH-b"]);
         let runs = nft.take_runs();
@@ -420,12 +432,12 @@ mod tests {
         one.run(&model::write(&t, Form::Transaction)).unwrap();
         assert_eq!(nft.listing(IpFamily::V4), one.listing(IpFamily::V4), "the end is the table");
         // Over the table it made (not cold), or below the bound: no interim.
-        assert_eq!(full_with(&mut nft, &t, false, 2).unwrap().interim, None);
+        assert_eq!(full_with_ref(&mut nft, &t, false, 2).unwrap().interim, None);
         let mut fresh = FakeNft::new();
         fresh.batch_lines = Some(1000);
-        assert_eq!(full_with(&mut fresh, &t, false, 3).unwrap().interim, None);
+        assert_eq!(full_with_ref(&mut fresh, &t, false, 3).unwrap().interim, None);
         // Through `nft -f` (no netlink batches): the table as it is.
-        assert_eq!(full_with(&mut FakeNft::new(), &t, false, 2).unwrap().interim, None);
+        assert_eq!(full_with_ref(&mut FakeNft::new(), &t, false, 2).unwrap().interim, None);
     }
 
     #[test]
@@ -434,10 +446,10 @@ mod tests {
         let mut nft = FakeNft::new();
         nft.batch_lines = Some(1000);
         nft.live_reads = true;
-        let chains = full_with(&mut nft, &t, false, 2).unwrap().interim.unwrap().chains;
+        let chains = full_with_ref(&mut nft, &t, false, 2).unwrap().interim.unwrap().chains;
         // The first chain converted, then a restart.
         nft.run(&cold::conversion(&t, &chains[..1], 100)[0]).unwrap();
-        let r = full_with(&mut nft, &t, false, 2).unwrap();
+        let r = full_with_ref(&mut nft, &t, false, 2).unwrap();
         let i = r.interim.unwrap();
         assert_eq!((i.chains.as_slice(), i.resumed, r.refilled), (&chains[1..], true, 0), "the chain still in the interim's form is kept, to convert");
         for batch in cold::conversion(&t, &i.chains, 100) {
@@ -452,8 +464,8 @@ mod tests {
         other.live_reads = true;
         let mut changed = t.clone();
         changed.objects.rules.iter_mut().filter(|r| r.chain == "service-HASHHASH-b").for_each(|r| *r = Rule::new(r.chain.clone(), "accept"));
-        full_with(&mut other, &changed, false, usize::MAX).unwrap();
-        let r = full_with(&mut other, &t, false, 2).unwrap();
+        full_with_ref(&mut other, &changed, false, usize::MAX).unwrap();
+        let r = full_with_ref(&mut other, &t, false, 2).unwrap();
         assert_eq!((r.interim, r.refilled), (None, 1));
     }
 
