@@ -176,20 +176,7 @@ mod tests {
     }
 
     fn svc(n: &str, ip: &str, proto: Protocol) -> ServicePort {
-        ServicePort {
-            name: name(n, proto),
-            cluster_ip: ip.parse().unwrap(),
-            port: 80,
-            protocol: proto,
-            node_port: 0,
-            external_ips: vec![],
-            load_balancer_vips: vec![],
-            load_balancer_source_ranges: vec![],
-            session_affinity: None,
-            health_check_node_port: 0,
-            external_policy_local: false,
-            internal_policy_local: false,
-        }
+        ServicePort::plain(name(n, proto), ip.parse().unwrap(), 80)
     }
 
     fn maps(list: Vec<(ServicePort, Vec<Endpoint>)>) -> (ServicePortMap, EndpointsMap) {
