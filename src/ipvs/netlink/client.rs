@@ -83,14 +83,6 @@ impl BatchReport {
     pub fn is_ok(&self) -> bool {
         self.failed.is_empty()
     }
-
-    /// The first failure as an error, if any.
-    pub fn into_result(self) -> Result<(), Error> {
-        match self.failed.into_iter().next() {
-            Some(failure) => Err(failure.error),
-            None => Ok(()),
-        }
-    }
 }
 
 /// One refused op of a batch.
