@@ -12,6 +12,17 @@ use super::link::{LinkAddress, LinkError, Links};
 use super::netlink::{Error, FakeIpvs, Ipvs};
 use super::values::{Info, ObservedRealServer, ObservedVirtualServer, Op, Timeouts, VirtualServer};
 
+/// A `/proc/sys` at `dir/sys` holding IPVS mode's sysctls, each 0.
+pub fn proc_sys(dir: &std::path::Path) -> std::path::PathBuf {
+    let sys = dir.join("sys");
+    for s in crate::node::sysctl::ipvs_for_this_kernel(false) {
+        let f = sys.join(s.path);
+        std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+        std::fs::write(&f, "0\n").unwrap();
+    }
+    sys
+}
+
 /// Links and addresses in memory.
 #[derive(Debug, Clone, Default)]
 pub struct FakeLinks {

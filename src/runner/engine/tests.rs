@@ -244,12 +244,7 @@ fn ipvs_engine(state: ClusterState, dir: &std::path::Path) -> Engine {
 fn ipvs_engine_recording(state: ClusterState, dir: &std::path::Path) -> (Engine, FakeFlows) {
     let flags = Settings { mode: Some(crate::settings::kinds::ProxyMode::Ipvs), nfacct: Some(false), ..Settings::default() };
     let loaded = pipeline::load(state, flags, Settings::default()).unwrap();
-    let sys = dir.join("sys");
-    for s in crate::node::sysctl::ipvs_for_this_kernel(false) {
-        let f = sys.join(s.path);
-        std::fs::create_dir_all(f.parent().unwrap()).unwrap();
-        std::fs::write(&f, "0\n").unwrap();
-    }
+    let sys = crate::ipvs::fake::proc_sys(dir);
     let conntrack = FakeFlows::default();
     let proxier = IpvsProxier {
         ipvs: Box::new(FakeIpvs::new()),
