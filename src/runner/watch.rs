@@ -7,7 +7,6 @@
 
 mod record;
 
-use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
 use tokio::sync::mpsc;
@@ -364,8 +363,6 @@ pub async fn signals() {
         _ => std::future::pending::<()>().await,
     }
 }
-
-pub type Shared = Arc<crate::serve::Shared>;
 
 #[cfg(test)]
 mod tests {
