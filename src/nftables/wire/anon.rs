@@ -13,14 +13,9 @@ use crate::nftables::stmt::Prefix;
 pub const SET_NAME: &str = "__set%d";
 pub const MAP_NAME: &str = "__map%d";
 use super::nfta::{self, elem, set};
-const SET_ANONYMOUS: u32 = set::F_ANONYMOUS;
-const SET_CONSTANT: u32 = set::F_CONSTANT;
-const SET_INTERVAL: u32 = set::F_INTERVAL;
-const SET_MAP: u32 = set::F_MAP;
-const TYPE_INTEGER: u32 = nfta::datatype::INTEGER;
-const TYPE_VERDICT: u32 = nfta::datatype::VERDICT;
-const TYPE_INET_SERVICE: u32 = nfta::datatype::INET_SERVICE;
-const ELEM_INTERVAL_END: u32 = elem::F_INTERVAL_END;
+use super::nfta::datatype::{INET_SERVICE as TYPE_INET_SERVICE, INTEGER as TYPE_INTEGER, VERDICT as TYPE_VERDICT};
+use super::nfta::elem::F_INTERVAL_END as ELEM_INTERVAL_END;
+use super::nfta::set::{F_ANONYMOUS as SET_ANONYMOUS, F_CONSTANT as SET_CONSTANT, F_INTERVAL as SET_INTERVAL, F_MAP as SET_MAP};
 
 /// An address range as big-endian integers, inclusive.
 fn range(fam: IpFamily, p: &Prefix) -> Option<(u128, u128)> {

@@ -20,13 +20,10 @@ use crate::net::IpFamily;
 use super::nfta::{self, reg};
 use crate::nftables::stmt::{self, Action, AddrValue, Body, Concat, Dir, Dnat, Match, MarkOp, Selector, Stmt, Vmap};
 
-const NFT_PAYLOAD_NETWORK: u32 = nfta::payload::NETWORK_HEADER;
-const NFT_PAYLOAD_TRANSPORT: u32 = nfta::payload::TRANSPORT_HEADER;
-const CMP_EQ: u32 = nfta::cmp::EQ;
-const CMP_NEQ: u32 = nfta::cmp::NEQ;
-const META_MARK: u32 = nfta::meta::MARK;
-const META_IIFNAME: u32 = nfta::meta::IIFNAME;
-const META_L4PROTO: u32 = nfta::meta::L4PROTO;
+use super::nfta::cmp::{EQ as CMP_EQ, NEQ as CMP_NEQ};
+use super::nfta::meta::{IIFNAME as META_IIFNAME, L4PROTO as META_L4PROTO, MARK as META_MARK};
+use super::nfta::payload::{NETWORK_HEADER as NFT_PAYLOAD_NETWORK, TRANSPORT_HEADER as NFT_PAYLOAD_TRANSPORT};
+
 pub const VERDICT_DROP: i32 = 0;
 pub const VERDICT_ACCEPT: i32 = 1;
 pub const VERDICT_JUMP: i32 = -3;
