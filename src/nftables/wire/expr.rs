@@ -168,11 +168,14 @@ fn prefix_bytes(fam: IpFamily, p: &stmt::Prefix) -> Option<(Vec<u8>, u32)> {
     if len > fam.addr_len() * 8 {
         return None;
     }
-    for (i, b) in bytes.iter_mut().enumerate() {
-        let bits = (len as usize).saturating_sub(i * 8).min(8);
-        *b &= if bits == 0 { 0 } else { 0xffu8 << (8 - bits) };
-    }
+    bytes.iter_mut().zip(mask(len, fam.addr_len() as usize)).for_each(|(b, m)| *b &= m);
     Some((bytes, len))
+}
+
+/// The mask of a prefix of `len` bits over `n` bytes.
+fn mask(len: u32, n: usize) -> Vec<u8> {
+    let bits = |i: usize| (len as usize).saturating_sub(i * 8).min(8);
+    (0..n).map(|i| if bits(i) == 0 { 0 } else { 0xffu8 << (8 - bits(i)) }).collect()
 }
 
 /// An address or prefix compared: a byte-aligned prefix loads only its bytes; another
@@ -187,12 +190,7 @@ fn compare(fam: IpFamily, off: u32, value: &stmt::Prefix, neg: bool, x: &mut Exp
     } else {
         let full = fam.addr_len();
         x.payload(reg::R1, NFT_PAYLOAD_NETWORK, off, full);
-        let mut mask = vec![0u8; full as usize];
-        for (i, m) in mask.iter_mut().enumerate() {
-            let bits = (len as usize).saturating_sub(i * 8).min(8);
-            *m = if bits == 0 { 0 } else { 0xffu8 << (8 - bits) };
-        }
-        x.bitwise(&mask, &vec![0u8; full as usize], false);
+        x.bitwise(&mask(len, full as usize), &vec![0u8; full as usize], false);
         x.cmp(op, &bytes);
     }
     Some(())
