@@ -10,7 +10,18 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::ipset::{IpsetError, IpsetRunner};
 use super::link::{LinkAddress, LinkError, Links};
 use super::netlink::{Error, FakeIpvs, Ipvs};
-use super::values::{Info, ObservedRealServer, ObservedVirtualServer, RealServer, Timeouts, VirtualServer};
+use super::values::{Info, ObservedRealServer, ObservedVirtualServer, Op, Timeouts, VirtualServer};
+
+/// A `/proc/sys` at `dir/sys` holding IPVS mode's sysctls, each 0.
+pub fn proc_sys(dir: &std::path::Path) -> std::path::PathBuf {
+    let sys = dir.join("sys");
+    for s in crate::node::sysctl::ipvs_for_this_kernel(false) {
+        let f = sys.join(s.path);
+        std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+        std::fs::write(&f, "0\n").unwrap();
+    }
+    sys
+}
 
 /// Links and addresses in memory.
 #[derive(Debug, Clone, Default)]
@@ -136,34 +147,13 @@ impl Ipvs for Shared<FakeIpvs> {
     fn services(&mut self) -> Result<Vec<ObservedVirtualServer>, Error> {
         lock(self).services()
     }
-    fn add_service(&mut self, vs: &VirtualServer) -> Result<(), Error> {
-        lock(self).add_service(vs)
-    }
-    fn update_service(&mut self, vs: &VirtualServer) -> Result<(), Error> {
-        lock(self).update_service(vs)
-    }
-    fn del_service(&mut self, vs: &VirtualServer) -> Result<(), Error> {
-        lock(self).del_service(vs)
-    }
     fn dests(&mut self, vs: &VirtualServer) -> Result<Vec<ObservedRealServer>, Error> {
         lock(self).dests(vs)
-    }
-    fn add_dest(&mut self, vs: &VirtualServer, rs: &RealServer) -> Result<(), Error> {
-        lock(self).add_dest(vs, rs)
-    }
-    fn update_dest(&mut self, vs: &VirtualServer, rs: &RealServer) -> Result<(), Error> {
-        lock(self).update_dest(vs, rs)
-    }
-    fn del_dest(&mut self, vs: &VirtualServer, rs: &RealServer) -> Result<(), Error> {
-        lock(self).del_dest(vs, rs)
-    }
-    fn flush(&mut self) -> Result<(), Error> {
-        lock(self).flush()
     }
     fn timeouts(&mut self) -> Result<Timeouts, Error> {
         lock(self).timeouts()
     }
-    fn set_timeouts(&mut self, timeouts: &Timeouts) -> Result<(), Error> {
-        lock(self).set_timeouts(timeouts)
+    fn run(&mut self, op: &Op) -> Result<(), Error> {
+        lock(self).run(op)
     }
 }

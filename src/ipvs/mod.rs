@@ -24,13 +24,6 @@ pub mod values;
 pub mod walk;
 
 use crate::config::Config;
-use crate::model::{EndpointsMap, ServicePortMap};
-use crate::net::IpFamily;
-
-/// Plans one family from the committed maps.
-pub fn plan_family(cfg: &Config, family: IpFamily, services: &ServicePortMap, endpoints: &EndpointsMap) -> plan::FamilyState {
-    plan::plan(&plan::Context::new(cfg, family), services, endpoints)
-}
 
 /// Plans every family the trackers hold (IPv4 first).
 pub fn plan_all(cfg: &Config, trackers: &crate::track::Trackers) -> Vec<plan::FamilyState> {
@@ -39,7 +32,7 @@ pub fn plan_all(cfg: &Config, trackers: &crate::track::Trackers) -> Vec<plan::Fa
         .iter()
         .map(|t| {
             let (services, endpoints) = t.view();
-            plan_family(cfg, t.family, services, endpoints)
+            plan::plan(&plan::Context::new(cfg, t.family), services, endpoints)
         })
         .collect()
 }

@@ -6,6 +6,8 @@
 use std::fmt;
 use std::net::IpAddr;
 
+use crate::net::join_host_port;
+
 /// Transport protocol of a virtual server: the Service port's own ([`crate::model::Protocol`],
 /// with its `IPPROTO_*` number). svcproxy never creates fwmark, AH or ESP services.
 pub use crate::model::Protocol;
@@ -20,19 +22,7 @@ pub struct ServiceKey {
 
 impl fmt::Display for ServiceKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}", self.protocol, SocketText(self.addr, self.port))
-    }
-}
-
-/// `addr:port`, with brackets around IPv6 addresses.
-struct SocketText(IpAddr, u16);
-
-impl fmt::Display for SocketText {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0 {
-            IpAddr::V4(ip) => write!(f, "{ip}:{}", self.1),
-            IpAddr::V6(ip) => write!(f, "[{ip}]:{}", self.1),
-        }
+        write!(f, "{} {}", self.protocol, join_host_port(&self.addr, self.port))
     }
 }
 
@@ -170,7 +160,7 @@ impl RealServer {
 
 impl fmt::Display for RealServer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} weight {}", SocketText(self.addr, self.port), self.weight)
+        write!(f, "{} weight {}", join_host_port(&self.addr, self.port), self.weight)
     }
 }
 
@@ -283,7 +273,7 @@ impl fmt::Display for Op {
             Op::AddDest(vs, rs) => write!(f, "add real server {rs} to {}", vs.key()),
             Op::UpdateDest(vs, rs) => write!(f, "update real server {rs} of {}", vs.key()),
             Op::DelDest(vs, rs) => {
-                write!(f, "delete real server {} from {}", SocketText(rs.addr, rs.port), vs.key())
+                write!(f, "delete real server {} from {}", join_host_port(&rs.addr, rs.port), vs.key())
             }
             Op::Flush => f.write_str("flush"),
             Op::SetTimeouts(t) => {

@@ -148,18 +148,7 @@ mod tests {
 
     #[test]
     fn kube_proxy_v137_statements_are_read_in_the_renderers_words() {
-        for (listed, rendered) in [
-            ("ip daddr @cluster-ips ip saddr != 10.244.0.0/16 meta mark set meta mark | 0x00004000", "ip daddr @cluster-ips ip saddr != 10.244.0.0/16 mark set mark or 0x00004000"),
-            ("meta mark & 0x00004000 != 0x00000000 meta mark set meta mark ^ 0x00004000 masquerade fully-random", "mark and 0x00004000 != 0 mark set mark xor 0x00004000 masquerade fully-random"),
-            ("meta mark & 0x00004000 == 0x00000000 return", "mark and 0x00004000 == 0 return"),
-            ("ct status dnat ip saddr . ip daddr . meta l4proto . th dport @hairpin-connections masquerade fully-random", "ct status dnat ip saddr . ip daddr . meta l4proto . th dport @hairpin-connections masquerade fully-random"),
-            ("meta l4proto tcp dnat ip to numgen random mod 2 map { 0 : 10.244.0.10 . 9898, 1 : 10.244.0.8 . 9898 }", "meta l4proto tcp dnat ip addr . port to numgen random mod 2 map { 0 : 10.244.0.10 . 9898 , 1 : 10.244.0.8 . 9898 }"),
-            ("meta l4proto udp dnat ip6 to numgen random mod 1 map { 0 : fd00:10:180::1 . 53 }", "meta l4proto udp dnat ip6 addr . port to numgen random mod 1 map { 0 : fd00:10:180::1 . 53 }"),
-            ("numgen random mod 2 vmap { 0 : goto a, 1 : goto b }", "numgen random mod 2 vmap { 0 : goto a , 1 : goto b }"),
-            ("meta l4proto tcp dnat to 10.0.0.5:8080", "meta l4proto tcp dnat to 10.0.0.5:8080"),
-            ("iifname \"veth*\" goto service-X comment \"short-circuit pod traffic\"", "iifname veth* goto service-X comment \"short-circuit pod traffic\""),
-            ("fib saddr type local meta mark set meta mark | 0x00004000 comment \"masquerade local traffic\"", "fib saddr type local mark set mark or 0x00004000 comment \"masquerade local traffic\""),
-        ] {
+        for &(listed, rendered) in crate::nftables::stmt::KERNEL_WORDS {
             reads_as(listed, rendered);
         }
         // Through the table's reader, as `trace --live` reads it.

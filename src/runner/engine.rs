@@ -323,8 +323,10 @@ impl Engine {
                     (true, Some(root)) => iptables_sysctls(root, &self.config, pass)?,
                     _ => Vec::new(),
                 };
+                use crate::iptables::proxier::Full;
+                let kind = if full && periodic && pass == Pass::Apply { Full::Periodic } else { Full::from(full) };
                 let reports = p
-                    .sync_some(&self.trackers, changes, iptables_full(full, periodic && pass == Pass::Apply), pass, wanted)
+                    .sync_some(&self.trackers, changes, kind, pass, wanted)
                     .map_err(|failed| SyncFailure::Iptables(Box::new(IptablesFailure { failed, sysctls: sysctls.clone() })))?;
                 let restore_lines = reports.iter().map(|s| s.report.delta.restore_lines()).sum();
                 let synced = reports.iter().map(|s| FamilySync { family: s.family, full: s.full, took: s.took }).collect();
@@ -345,16 +347,6 @@ impl Engine {
                 Ok(Outcome { restore_lines, synced, detail: Detail::Nftables(reports.into_iter().map(|s| s.report).collect()), ..Outcome::default() })
             }
         }
-    }
-}
-
-/// iptables mode's kind of full sync.
-fn iptables_full(full: bool, periodic: bool) -> crate::iptables::proxier::Full {
-    use crate::iptables::proxier::Full;
-    match (full, periodic) {
-        (false, _) => Full::No,
-        (true, false) => Full::Yes,
-        (true, true) => Full::Periodic,
     }
 }
 

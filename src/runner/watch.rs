@@ -7,7 +7,6 @@
 
 mod record;
 
-use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
 use tokio::sync::mpsc;
@@ -119,12 +118,8 @@ fn exit_asked(shared: &SharedState) -> Option<String> {
 const TAKE_AT_MOST: usize = 10_000;
 
 /// Takes in the messages already waiting (at most [`TAKE_AT_MOST`]), so the sync about to
-/// run carries them. `select!` picks among ready branches at random: once a sync took
-/// longer than the minimum sync period, the timer was ready again as it ended, and every
-/// other wake-up synced after a message or two while the rest waited in the channel (its
-/// senders blocked): at 50,000 services and 50 endpoint changes per second the watch fell
-/// behind by minutes (BENCHMARKS.md, the soak). kube-proxy's event handlers never wait
-/// for its syncs. Returns how many were taken.
+/// run carries them: `select!` picks among ready branches at random, and after a long sync
+/// the timer would win while messages piled up (BENCHMARKS.md, the soak). Returns how many.
 pub(crate) fn take_waiting(engine: &mut Engine, shared: &SharedState, rx: &mut mpsc::Receiver<SourceMsg>) -> usize {
     let mut taken = 0;
     while taken < TAKE_AT_MOST {
@@ -321,8 +316,7 @@ fn sync_once(engine: &mut Engine, shared: &SharedState, started: Instant, period
     // Only a full sync of every family is the schedule's full one (a retry is full in the
     // failed family alone).
     lock_schedule(shared).done(started, finished, if full { Kind::Full } else { Kind::Partial }, ok);
-    // The outcome holds the sync's delta (at 10,000 services a first sync's is ~100 MB):
-    // freed before the trim, or the trim cannot return it.
+    // The outcome holds the sync's delta: freed before the trim, or the trim cannot return it.
     drop(result);
     // A full sync's peak (the kernel's dump, the delta) is garbage now; without this glibc
     // keeps it resident between the live state's blocks until the next full sync.
@@ -364,8 +358,6 @@ pub async fn signals() {
         _ => std::future::pending::<()>().await,
     }
 }
-
-pub type Shared = Arc<crate::serve::Shared>;
 
 #[cfg(test)]
 mod tests {

@@ -259,8 +259,7 @@ settings! {
         "IP or IP:port of /metrics";
     bind_address_hard_fail: bool, Node, file "bindAddressHardFail", flags ["bind-address-hard-fail"], Effect::Acts,
         "Exit when the health or metrics port cannot be bound (else log it and go on)";
-    enable_profiling: bool, Node, file "enableProfiling", flags ["profiling"],
-        Effect::Acts,
+    enable_profiling: bool, Node, file "enableProfiling", flags ["profiling"], Effect::Acts,
         "Profiling on the metrics port: /debug/pprof/profile?seconds=N (a CPU profile in pprof's format), /debug/pprof/cmdline";
     show_hidden_metrics_for_version: String, Node, file "showHiddenMetricsForVersion", flags ["show-hidden-metrics-for-version"],
         Effect::NoEffect("svcproxy hides no metrics"),
@@ -296,17 +295,13 @@ settings! {
         "IPVS TCP timeout after FIN (0: as is)";
     ipvs_udp_timeout: Duration, Node, file "ipvs.udpTimeout", flags ["ipvs-udp-timeout"], Effect::Acts,
         "IPVS UDP timeout (0: as is)";
-    nftables_masquerade_bit: u32, Rules, file "nftables.masqueradeBit", flags [],
-        Effect::Acts,
+    nftables_masquerade_bit: u32, Rules, file "nftables.masqueradeBit", flags [], Effect::Acts,
         "The fwmark bit in nftables mode";
-    nftables_masquerade_all: bool, Rules, file "nftables.masqueradeAll", flags [],
-        Effect::Acts,
+    nftables_masquerade_all: bool, Rules, file "nftables.masqueradeAll", flags [], Effect::Acts,
         "Masquerade all ClusterIP traffic in nftables mode";
-    nftables_sync_period: Duration, Node, file "nftables.syncPeriod", flags [],
-        Effect::Acts,
+    nftables_sync_period: Duration, Node, file "nftables.syncPeriod", flags [], Effect::Acts,
         "Sync period in nftables mode";
-    nftables_min_sync_period: Duration, Node, file "nftables.minSyncPeriod", flags [],
-        Effect::Acts,
+    nftables_min_sync_period: Duration, Node, file "nftables.minSyncPeriod", flags [], Effect::Acts,
         "Minimum time between syncs in nftables mode";
     winkernel_network_name: String, Node, file "winkernel.networkName", flags [],
         Effect::NoEffect("Windows only"), "Windows HNS network";
@@ -330,25 +325,19 @@ settings! {
         "Addresses NodePorts answer on: CIDRs and the keywords primary, localhost, all, in any combination";
     oom_score_adj: i32, Node, file "oomScoreAdj", flags ["oom-score-adj"], Effect::Acts,
         "oom_score_adj of the process [-1000, 1000] (as kube-proxy: -999)";
-    conntrack_max_per_core: i32, Node, file "conntrack.maxPerCore", flags ["conntrack-max-per-core"],
-        Effect::Acts,
+    conntrack_max_per_core: i32, Node, file "conntrack.maxPerCore", flags ["conntrack-max-per-core"], Effect::Acts,
         "Conntrack entries per CPU core";
-    conntrack_min: i32, Node, file "conntrack.min", flags ["conntrack-min"],
-        Effect::Acts,
+    conntrack_min: i32, Node, file "conntrack.min", flags ["conntrack-min"], Effect::Acts,
         "Minimum conntrack entries";
-    conntrack_tcp_established_timeout: Duration, Node, file "conntrack.tcpEstablishedTimeout", flags ["conntrack-tcp-timeout-established"],
-        Effect::Acts,
+    conntrack_tcp_established_timeout: Duration, Node, file "conntrack.tcpEstablishedTimeout", flags ["conntrack-tcp-timeout-established"], Effect::Acts,
         "Idle timeout of established TCP connections";
-    conntrack_tcp_close_wait_timeout: Duration, Node, file "conntrack.tcpCloseWaitTimeout", flags ["conntrack-tcp-timeout-close-wait"],
-        Effect::Acts,
+    conntrack_tcp_close_wait_timeout: Duration, Node, file "conntrack.tcpCloseWaitTimeout", flags ["conntrack-tcp-timeout-close-wait"], Effect::Acts,
         "Timeout of TCP connections in CLOSE_WAIT";
     conntrack_tcp_be_liberal: bool, Rules, file "conntrack.tcpBeLiberal", flags ["conntrack-tcp-be-liberal"], Effect::Acts,
         "Liberal TCP conntrack (no INVALID drop rule)";
-    conntrack_udp_timeout: Duration, Node, file "conntrack.udpTimeout", flags ["conntrack-udp-timeout"],
-        Effect::Acts,
+    conntrack_udp_timeout: Duration, Node, file "conntrack.udpTimeout", flags ["conntrack-udp-timeout"], Effect::Acts,
         "Idle timeout of unreplied UDP entries";
-    conntrack_udp_stream_timeout: Duration, Node, file "conntrack.udpStreamTimeout", flags ["conntrack-udp-timeout-stream"],
-        Effect::Acts,
+    conntrack_udp_stream_timeout: Duration, Node, file "conntrack.udpStreamTimeout", flags ["conntrack-udp-timeout-stream"], Effect::Acts,
         "Idle timeout of assured UDP entries";
     config_sync_period: Duration, Node, file "configSyncPeriod", flags ["config-sync-period"],
         Effect::NoEffect("kube-rs watchers keep no informer cache to resync; they relist after errors"),

@@ -17,33 +17,38 @@ pub trait Ipvs {
     fn info(&mut self) -> Result<Info, Error>;
     /// Every virtual server svcproxy can express (fwmark services are left out).
     fn services(&mut self) -> Result<Vec<ObservedVirtualServer>, Error>;
-    fn add_service(&mut self, vs: &VirtualServer) -> Result<(), Error>;
-    fn update_service(&mut self, vs: &VirtualServer) -> Result<(), Error>;
-    fn del_service(&mut self, vs: &VirtualServer) -> Result<(), Error>;
+    /// Runs one op; the calls below are each one op.
+    fn run(&mut self, op: &Op) -> Result<(), Error>;
     /// The real servers of `vs`; empty when `vs` does not exist (as the kernel answers).
     fn dests(&mut self, vs: &VirtualServer) -> Result<Vec<ObservedRealServer>, Error>;
-    fn add_dest(&mut self, vs: &VirtualServer, rs: &RealServer) -> Result<(), Error>;
-    fn update_dest(&mut self, vs: &VirtualServer, rs: &RealServer) -> Result<(), Error>;
-    fn del_dest(&mut self, vs: &VirtualServer, rs: &RealServer) -> Result<(), Error>;
-    /// Deletes every virtual server (`ipvsadm -C`).
-    fn flush(&mut self) -> Result<(), Error>;
     /// `ipvsadm -L --timeout`.
     fn timeouts(&mut self) -> Result<Timeouts, Error>;
-    /// `ipvsadm --set`; a 0 field leaves that timeout alone.
-    fn set_timeouts(&mut self, timeouts: &Timeouts) -> Result<(), Error>;
 
-    /// Runs one op.
-    fn run(&mut self, op: &Op) -> Result<(), Error> {
-        match op {
-            Op::AddService(vs) => self.add_service(vs),
-            Op::UpdateService(vs) => self.update_service(vs),
-            Op::DelService(vs) => self.del_service(vs),
-            Op::AddDest(vs, rs) => self.add_dest(vs, rs),
-            Op::UpdateDest(vs, rs) => self.update_dest(vs, rs),
-            Op::DelDest(vs, rs) => self.del_dest(vs, rs),
-            Op::Flush => self.flush(),
-            Op::SetTimeouts(t) => self.set_timeouts(t),
-        }
+    fn add_service(&mut self, vs: &VirtualServer) -> Result<(), Error> {
+        self.run(&Op::AddService(vs.clone()))
+    }
+    fn update_service(&mut self, vs: &VirtualServer) -> Result<(), Error> {
+        self.run(&Op::UpdateService(vs.clone()))
+    }
+    fn del_service(&mut self, vs: &VirtualServer) -> Result<(), Error> {
+        self.run(&Op::DelService(vs.clone()))
+    }
+    fn add_dest(&mut self, vs: &VirtualServer, rs: &RealServer) -> Result<(), Error> {
+        self.run(&Op::AddDest(vs.clone(), *rs))
+    }
+    fn update_dest(&mut self, vs: &VirtualServer, rs: &RealServer) -> Result<(), Error> {
+        self.run(&Op::UpdateDest(vs.clone(), *rs))
+    }
+    fn del_dest(&mut self, vs: &VirtualServer, rs: &RealServer) -> Result<(), Error> {
+        self.run(&Op::DelDest(vs.clone(), *rs))
+    }
+    /// Deletes every virtual server (`ipvsadm -C`).
+    fn flush(&mut self) -> Result<(), Error> {
+        self.run(&Op::Flush)
+    }
+    /// `ipvsadm --set`; a 0 field leaves that timeout alone.
+    fn set_timeouts(&mut self, timeouts: &Timeouts) -> Result<(), Error> {
+        self.run(&Op::SetTimeouts(*timeouts))
     }
 
     /// Runs `ops` in order. An op the kernel refuses does not stop the ones after
@@ -77,14 +82,6 @@ pub struct BatchReport {
 impl BatchReport {
     pub fn is_ok(&self) -> bool {
         self.failed.is_empty()
-    }
-
-    /// The first failure as an error, if any.
-    pub fn into_result(self) -> Result<(), Error> {
-        match self.failed.into_iter().next() {
-            Some(failure) => Err(failure.error),
-            None => Ok(()),
-        }
     }
 }
 

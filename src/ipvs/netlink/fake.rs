@@ -104,13 +104,6 @@ impl FakeIpvs {
         }
     }
 
-    fn op(&mut self, op: Op) -> Result<(), Error> {
-        self.enter(Call::Op(op.clone()))?;
-        self.check(&op).map_err(|errno| Error::kernel(&Call::Op(op.clone()), errno.raw()))?;
-        self.commit(op);
-        Ok(())
-    }
-
     /// The kernel's checks, in its order; `Ok` means `commit` cannot fail.
     fn check(&self, op: &Op) -> Result<(), Errno> {
         match op {
@@ -237,18 +230,6 @@ impl Ipvs for FakeIpvs {
         Ok(self.services.values().map(observed).collect())
     }
 
-    fn add_service(&mut self, vs: &VirtualServer) -> Result<(), Error> {
-        self.op(Op::AddService(vs.clone()))
-    }
-
-    fn update_service(&mut self, vs: &VirtualServer) -> Result<(), Error> {
-        self.op(Op::UpdateService(vs.clone()))
-    }
-
-    fn del_service(&mut self, vs: &VirtualServer) -> Result<(), Error> {
-        self.op(Op::DelService(vs.clone()))
-    }
-
     fn dests(&mut self, vs: &VirtualServer) -> Result<Vec<ObservedRealServer>, Error> {
         self.enter(Call::Dests(vs.key()))?;
         let dests = self.services.get(&vs.key()).map(|e| e.dests.as_slice()).unwrap_or_default();
@@ -259,28 +240,15 @@ impl Ipvs for FakeIpvs {
         Ok(dests.iter().map(observed).collect())
     }
 
-    fn add_dest(&mut self, vs: &VirtualServer, rs: &RealServer) -> Result<(), Error> {
-        self.op(Op::AddDest(vs.clone(), *rs))
-    }
-
-    fn update_dest(&mut self, vs: &VirtualServer, rs: &RealServer) -> Result<(), Error> {
-        self.op(Op::UpdateDest(vs.clone(), *rs))
-    }
-
-    fn del_dest(&mut self, vs: &VirtualServer, rs: &RealServer) -> Result<(), Error> {
-        self.op(Op::DelDest(vs.clone(), *rs))
-    }
-
-    fn flush(&mut self) -> Result<(), Error> {
-        self.op(Op::Flush)
-    }
-
     fn timeouts(&mut self) -> Result<Timeouts, Error> {
         self.enter(Call::Timeouts)?;
         Ok(self.timeouts)
     }
 
-    fn set_timeouts(&mut self, timeouts: &Timeouts) -> Result<(), Error> {
-        self.op(Op::SetTimeouts(*timeouts))
+    fn run(&mut self, op: &Op) -> Result<(), Error> {
+        self.enter(Call::Op(op.clone()))?;
+        self.check(op).map_err(|errno| Error::kernel(&Call::Op(op.clone()), errno.raw()))?;
+        self.commit(op.clone());
+        Ok(())
     }
 }

@@ -24,7 +24,7 @@ use super::convert::{self, op_request};
 use super::error::Error;
 use super::msg::{IpvsMessage, AF_INET, AF_INET6, IPVS_GENL_NAME};
 use crate::ipvs::values::{
-    Call, Info, ObservedRealServer, ObservedVirtualServer, Op, RealServer, Timeouts, VirtualServer,
+    Call, Info, ObservedRealServer, ObservedVirtualServer, Op, Timeouts, VirtualServer,
 };
 
 /// Requests per datagram in [`Ipvs::apply`].
@@ -215,11 +215,6 @@ impl NetlinkIpvs {
         }
     }
 
-    fn exec(&mut self, op: Op) -> Result<(), Error> {
-        let msg = op_request(&op);
-        self.transact(&Call::Op(op), msg, false).map(drop)
-    }
-
     /// One window of [`Ipvs::apply`]: `ops` start at index `first` of the batch.
     fn apply_window(
         &mut self,
@@ -286,18 +281,6 @@ impl Ipvs for NetlinkIpvs {
         Ok(services)
     }
 
-    fn add_service(&mut self, vs: &VirtualServer) -> Result<(), Error> {
-        self.exec(Op::AddService(vs.clone()))
-    }
-
-    fn update_service(&mut self, vs: &VirtualServer) -> Result<(), Error> {
-        self.exec(Op::UpdateService(vs.clone()))
-    }
-
-    fn del_service(&mut self, vs: &VirtualServer) -> Result<(), Error> {
-        self.exec(Op::DelService(vs.clone()))
-    }
-
     fn dests(&mut self, vs: &VirtualServer) -> Result<Vec<ObservedRealServer>, Error> {
         let call = Call::Dests(vs.key());
         let replies = self.transact(&call, convert::dests_request(&vs.key()), true)?;
@@ -312,22 +295,6 @@ impl Ipvs for NetlinkIpvs {
             .map_err(|detail| Error::reply(&call, detail))
     }
 
-    fn add_dest(&mut self, vs: &VirtualServer, rs: &RealServer) -> Result<(), Error> {
-        self.exec(Op::AddDest(vs.clone(), *rs))
-    }
-
-    fn update_dest(&mut self, vs: &VirtualServer, rs: &RealServer) -> Result<(), Error> {
-        self.exec(Op::UpdateDest(vs.clone(), *rs))
-    }
-
-    fn del_dest(&mut self, vs: &VirtualServer, rs: &RealServer) -> Result<(), Error> {
-        self.exec(Op::DelDest(vs.clone(), *rs))
-    }
-
-    fn flush(&mut self) -> Result<(), Error> {
-        self.exec(Op::Flush)
-    }
-
     fn timeouts(&mut self) -> Result<Timeouts, Error> {
         let call = Call::Timeouts;
         let replies = self.transact(&call, convert::timeouts_request(), false)?;
@@ -335,12 +302,8 @@ impl Ipvs for NetlinkIpvs {
         Ok(convert::timeouts_reply(msg))
     }
 
-    fn set_timeouts(&mut self, timeouts: &Timeouts) -> Result<(), Error> {
-        self.exec(Op::SetTimeouts(*timeouts))
-    }
-
     fn run(&mut self, op: &Op) -> Result<(), Error> {
-        self.exec(op.clone())
+        self.transact(&Call::Op(op.clone()), op_request(op), false).map(drop)
     }
 
     fn apply(&mut self, ops: &[Op]) -> Result<BatchReport, Error> {

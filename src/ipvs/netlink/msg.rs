@@ -30,17 +30,6 @@ pub const AF_INET6: u16 = 10;
 pub const IP_VS_SVC_F_PERSISTENT: u32 = 0x0001;
 /// Set by the kernel on every service it holds; never meaningful from user space.
 pub const IP_VS_SVC_F_HASHED: u32 = 0x0002;
-pub const IP_VS_SVC_F_ONEPACKET: u32 = 0x0004;
-pub const IP_VS_SVC_F_SCHED1: u32 = 0x0008;
-pub const IP_VS_SVC_F_SCHED2: u32 = 0x0010;
-pub const IP_VS_SVC_F_SCHED3: u32 = 0x0020;
-
-/// `IP_VS_CONN_F_*` forwarding methods (`IPVS_DEST_ATTR_FWD_METHOD`).
-pub const IP_VS_CONN_F_MASQ: u32 = 0;
-pub const IP_VS_CONN_F_LOCALNODE: u32 = 1;
-pub const IP_VS_CONN_F_TUNNEL: u32 = 2;
-pub const IP_VS_CONN_F_DROUTE: u32 = 3;
-pub const IP_VS_CONN_F_BYPASS: u32 = 4;
 
 const IPVS_CMD_NEW_SERVICE: u8 = 1;
 const IPVS_CMD_SET_SERVICE: u8 = 2;

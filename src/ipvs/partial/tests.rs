@@ -37,12 +37,7 @@ impl Fakes {
         let mut links = FakeLinks::default();
         links.links.insert("eth0".into(), 2);
         links.addrs.insert(LinkAddress { index: 2, ip: "192.168.10.11".parse().unwrap(), prefix: 24 });
-        let sys = dir.join("sys");
-        for s in crate::node::sysctl::ipvs_for_this_kernel(false) {
-            let f = sys.join(s.path);
-            std::fs::create_dir_all(f.parent().unwrap()).unwrap();
-            std::fs::write(&f, "0\n").unwrap();
-        }
+        crate::ipvs::fake::proc_sys(dir);
         Fakes {
             ipvs: Shared::default(),
             links: std::sync::Arc::new(std::sync::Mutex::new(links)),

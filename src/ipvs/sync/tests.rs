@@ -32,11 +32,7 @@ fn opts(dry_run: bool, dir: &std::path::Path) -> Options {
 fn first_sync_programs_the_plan_and_a_dry_run_after_it_is_clean() {
     let dir = std::env::temp_dir().join(format!("svcproxy-ipvs-sync-{}", std::process::id()));
     let loaded = demo();
-    for s in crate::node::sysctl::ipvs_for_this_kernel(false) {
-        let f = dir.join("sys").join(s.path);
-        std::fs::create_dir_all(f.parent().unwrap()).unwrap();
-        std::fs::write(&f, "0\n").unwrap();
-    }
+    crate::ipvs::fake::proc_sys(&dir);
     let (mut ipvs, mut links, mut ipset, mut ipt) = (FakeIpvs::new(), FakeLinks::default(), FakeIpset::default(), FakeIptables::new());
     // The node's own address, as the kernel lists it.
     links.links.insert("eth0".into(), 2);

@@ -17,14 +17,19 @@ pub struct Stmts<'a>(pub &'a [Stmt]);
 
 impl Display for Stmts<'_> {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
-        for (i, s) in self.0.iter().enumerate() {
-            if i > 0 {
-                f.write_str(" ")?;
-            }
-            write!(f, "{s}")?;
-        }
-        Ok(())
+        join(f, self.0, " ", |f, s| s.fmt(f))
     }
+}
+
+/// `items`, each written by `item`, with `sep` between them.
+fn join<T>(f: &mut Formatter<'_>, items: &[T], sep: &str, item: impl Fn(&mut Formatter<'_>, &T) -> fmt::Result) -> fmt::Result {
+    for (i, x) in items.iter().enumerate() {
+        if i > 0 {
+            f.write_str(sep)?;
+        }
+        item(f, x)?;
+    }
+    Ok(())
 }
 
 impl Display for Body {
@@ -70,13 +75,7 @@ impl Display for Selector {
 
 impl Display for Concat {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
-        for (i, s) in self.0.iter().enumerate() {
-            if i > 0 {
-                f.write_str(" . ")?;
-            }
-            write!(f, "{s}")?;
-        }
-        Ok(())
+        join(f, &self.0, " . ", |f, s| s.fmt(f))
     }
 }
 
@@ -96,12 +95,7 @@ impl Display for AnonSet {
             Sep::Spaced => " , ",
         };
         f.write_str("{ ")?;
-        for (i, p) in self.items.iter().enumerate() {
-            if i > 0 {
-                f.write_str(sep)?;
-            }
-            write!(f, "{p}")?;
-        }
+        join(f, &self.items, sep, |f, p| p.fmt(f))?;
         f.write_str(" }")
     }
 }
@@ -165,12 +159,7 @@ impl Display for Vmap {
             Vmap::Named { key, map } => write!(f, "{key} vmap @{map}"),
             Vmap::Numgen { modulus, arms } => {
                 write!(f, "numgen random mod {modulus} vmap {{ ")?;
-                for (i, (k, v)) in arms.iter().enumerate() {
-                    if i > 0 {
-                        f.write_str(" , ")?;
-                    }
-                    write!(f, "{k} : {v}")?;
-                }
+                join(f, arms, " , ", |f, (k, v)| write!(f, "{k} : {v}"))?;
                 f.write_str(" }")
             }
         }
@@ -183,12 +172,7 @@ impl Display for Dnat {
             Dnat::To { addr, port } => write!(f, "dnat to {}", join_host_port(addr, *port)),
             Dnat::Numgen { family, modulus, arms } => {
                 write!(f, "dnat {} addr . port to numgen random mod {modulus} map {{ ", family.nft_word())?;
-                for (i, (k, addr, port)) in arms.iter().enumerate() {
-                    if i > 0 {
-                        f.write_str(" , ")?;
-                    }
-                    write!(f, "{k} : {addr} . {port}")?;
-                }
+                join(f, arms, " , ", |f, (k, addr, port)| write!(f, "{k} : {addr} . {port}"))?;
                 f.write_str(" }")
             }
         }

@@ -20,6 +20,8 @@ use std::net::IpAddr;
 
 pub use display::Stmts;
 pub use listed::parse_listed;
+#[cfg(test)]
+pub(crate) use listed::KERNEL_WORDS;
 pub use parse::{parse_add_rule, parse_body, parse_verdict, Expected, ParseError};
 
 pub use crate::model::Protocol;

@@ -13,14 +13,9 @@ use crate::nftables::stmt::Prefix;
 pub const SET_NAME: &str = "__set%d";
 pub const MAP_NAME: &str = "__map%d";
 use super::nfta::{self, elem, set};
-const SET_ANONYMOUS: u32 = set::F_ANONYMOUS;
-const SET_CONSTANT: u32 = set::F_CONSTANT;
-const SET_INTERVAL: u32 = set::F_INTERVAL;
-const SET_MAP: u32 = set::F_MAP;
-const TYPE_INTEGER: u32 = nfta::datatype::INTEGER;
-const TYPE_VERDICT: u32 = nfta::datatype::VERDICT;
-const TYPE_INET_SERVICE: u32 = nfta::datatype::INET_SERVICE;
-const ELEM_INTERVAL_END: u32 = elem::F_INTERVAL_END;
+use super::nfta::datatype::{INET_SERVICE as TYPE_INET_SERVICE, INTEGER as TYPE_INTEGER, VERDICT as TYPE_VERDICT};
+use super::nfta::elem::F_INTERVAL_END as ELEM_INTERVAL_END;
+use super::nfta::set::{F_ANONYMOUS as SET_ANONYMOUS, F_CONSTANT as SET_CONSTANT, F_INTERVAL as SET_INTERVAL, F_MAP as SET_MAP};
 
 /// An address range as big-endian integers, inclusive.
 fn range(fam: IpFamily, p: &Prefix) -> Option<(u128, u128)> {
@@ -231,36 +226,25 @@ mod tests {
         assert_eq!(range(IpFamily::V4, &p("fd00::1")), None);
     }
 
-    /// The attributes of `buf`: (type without flags, payload).
-    fn attrs(buf: &[u8]) -> Vec<(u16, &[u8])> {
-        let mut out = Vec::new();
-        let mut off = 0;
-        while off + 4 <= buf.len() {
-            let len = u16::from_ne_bytes([buf[off], buf[off + 1]]) as usize;
-            let kind = u16::from_ne_bytes([buf[off + 2], buf[off + 3]]) & 0x7fff;
-            out.push((kind, &buf[off + 4..off + len]));
-            off += (len + 3) & !3;
-        }
-        out
+    /// The top-level attributes of the `NEWSETELEM` message `b` sends.
+    fn setelem_attrs(mut b: Batch) -> Vec<(u16, Vec<u8>)> {
+        let (bytes, _) = b.finish().unwrap();
+        let (_, payload) = super::super::canon::objects(&bytes).find(|(k, _)| *k == NEWSETELEM).unwrap();
+        super::super::dump::attrs(payload)
     }
 
     /// The interval elements sent: (key, interval end, open-ended).
     fn sent(items: &[&str]) -> Vec<(Vec<u8>, bool, bool)> {
+        use crate::netfilter::nlattr::AttrIter;
         let mut b = Batch::default();
         let items: Vec<Prefix> = items.iter().map(|s| s.parse().unwrap()).collect();
         interval_set(&mut b, IpFamily::V4, "t", true, &items).unwrap();
-        let (bytes, _) = b.finish().unwrap();
-        // begin (20 bytes), NEWSET, NEWSETELEM, end.
-        let newset = u32::from_ne_bytes(bytes[20..24].try_into().unwrap()) as usize;
-        let at = 20 + newset;
-        let len = u32::from_ne_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
-        let msg = &bytes[at + 20..at + len];
-        let list = attrs(msg).into_iter().find(|(k, _)| *k == 3).unwrap().1;
-        attrs(list)
-            .into_iter()
+        let attrs = setelem_attrs(b);
+        let list = &attrs.iter().find(|(k, _)| *k == elem::LIST_ELEMENTS).unwrap().1;
+        AttrIter(list)
             .map(|(_, el)| {
-                let a = attrs(el);
-                let key = attrs(a.iter().find(|(k, _)| *k == 1).unwrap().1)[0].1.to_vec();
+                let a: Vec<(u16, &[u8])> = AttrIter(el).collect();
+                let key = AttrIter(a.iter().find(|(k, _)| *k == 1).unwrap().1).next().unwrap().1.to_vec();
                 (key, a.iter().any(|(k, v)| *k == 3 && *v == [0, 0, 0, 1]), a.iter().any(|(k, _)| *k == 6))
             })
             .collect()
@@ -269,11 +253,7 @@ mod tests {
     /// The top-level attributes of the `NEWSETELEM` message of a verdict map sent into `b`.
     fn element_list_attrs(mut b: Batch) -> Vec<u16> {
         verdict_map(&mut b, IpFamily::V4, "t", &[(0, -4, Some("a".into()))]);
-        let (bytes, _) = b.finish().unwrap();
-        let newset = u32::from_ne_bytes(bytes[20..24].try_into().unwrap()) as usize;
-        let at = 20 + newset;
-        let len = u32::from_ne_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
-        attrs(&bytes[at + 20..at + len]).into_iter().map(|(k, _)| k).collect()
+        setelem_attrs(b).into_iter().map(|(k, _)| k).collect()
     }
 
     #[test]

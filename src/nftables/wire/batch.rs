@@ -602,19 +602,8 @@ mod tests {
     /// (message type, payload after nfgenmsg) of every nf_tables message in a finished
     /// batch (begin and end left out).
     pub(crate) fn messages(text: &str) -> Vec<(u16, Vec<u8>)> {
-        let mut b = encode(text).unwrap();
-        let (bytes, _) = b.finish().unwrap();
-        let mut out = Vec::new();
-        let mut off = 0;
-        while off < bytes.len() {
-            let len = u32::from_ne_bytes(bytes[off..off + 4].try_into().unwrap()) as usize;
-            let kind = u16::from_ne_bytes(bytes[off + 4..off + 6].try_into().unwrap());
-            if kind >> 8 == attr::NFNL_SUBSYS_NFTABLES {
-                out.push((kind & 0xff, bytes[off + 20..off + len].to_vec()));
-            }
-            off += (len + 3) & !3;
-        }
-        out
+        let (bytes, _) = encode(text).unwrap().finish().unwrap();
+        super::super::canon::objects(&bytes).map(|(kind, payload)| (kind, payload.to_vec())).collect()
     }
 
     fn contains(hay: &[u8], needle: &[u8]) -> bool {
@@ -720,6 +709,12 @@ mod tests {
         out
     }
 
+    /// A capture's `nft -f` input (its `> ` lines) and nft's messages for it (`< ` lines).
+    fn capture(data: &str) -> (String, Vec<&str>) {
+        let text = data.lines().filter_map(|l| l.strip_prefix("> ")).map(|l| format!("{l}\n")).collect();
+        (text, data.lines().filter_map(|l| l.strip_prefix("< ")).collect())
+    }
+
     #[test]
     fn kube_proxy_v137_forms_are_sent_byte_for_byte_as_nft_sends_them() {
         // Inline marks after a set lookup, a detector and fib; `mark and M != 0`; `ct status
@@ -727,9 +722,7 @@ mod tests {
         // of address . port (N = 2 and 1, both families); the hairpin set and its elements,
         // one run of them sent first, then last to second; named sets numbered before
         // anonymous ones across both families.
-        let data = include_str!("testdata/nft106-v137.txt");
-        let text: String = data.lines().filter_map(|l| l.strip_prefix("> ")).map(|l| format!("{l}\n")).collect();
-        let want: Vec<&str> = data.lines().filter_map(|l| l.strip_prefix("< ")).collect();
+        let (text, want) = capture(include_str!("testdata/nft106-v137.txt"));
         let got = printed(&text);
         assert!(want.len() > 30);
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
@@ -743,9 +736,7 @@ mod tests {
         // KubeProxyNFTablesLocalhostNodePorts: a named counter created (and deleted), a rule
         // counting in it by name before `reject`, loopback matched (a /8 loads one byte,
         // ::1 the whole address) before a concatenation looked up in a verdict map.
-        let data = include_str!("testdata/nft106-v137-localhost.txt");
-        let text: String = data.lines().filter_map(|l| l.strip_prefix("> ")).map(|l| format!("{l}\n")).collect();
-        let want: Vec<&str> = data.lines().filter_map(|l| l.strip_prefix("< ")).collect();
+        let (text, want) = capture(include_str!("testdata/nft106-v137-localhost.txt"));
         assert_eq!(want.len(), 18);
         assert_eq!(printed(&text), want);
     }
@@ -755,9 +746,7 @@ mod tests {
         // `numgen random mod N == K` (the cold start's interim table): numgen into register
         // 1, compared equal with K in host order; before a verdict, before and after a test
         // then a DNAT, both families, the largest key of a 16-bit modulus.
-        let data = include_str!("testdata/nft106-numgen-cmp.txt");
-        let text: String = data.lines().filter_map(|l| l.strip_prefix("> ")).map(|l| format!("{l}\n")).collect();
-        let want: Vec<&str> = data.lines().filter_map(|l| l.strip_prefix("< ")).collect();
+        let (text, want) = capture(include_str!("testdata/nft106-numgen-cmp.txt"));
         assert_eq!(want.len(), 12);
         assert_eq!(printed(&text), want);
     }

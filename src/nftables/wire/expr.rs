@@ -20,13 +20,10 @@ use crate::net::IpFamily;
 use super::nfta::{self, reg};
 use crate::nftables::stmt::{self, Action, AddrValue, Body, Concat, Dir, Dnat, Match, MarkOp, Selector, Stmt, Vmap};
 
-const NFT_PAYLOAD_NETWORK: u32 = nfta::payload::NETWORK_HEADER;
-const NFT_PAYLOAD_TRANSPORT: u32 = nfta::payload::TRANSPORT_HEADER;
-const CMP_EQ: u32 = nfta::cmp::EQ;
-const CMP_NEQ: u32 = nfta::cmp::NEQ;
-const META_MARK: u32 = nfta::meta::MARK;
-const META_IIFNAME: u32 = nfta::meta::IIFNAME;
-const META_L4PROTO: u32 = nfta::meta::L4PROTO;
+use super::nfta::cmp::{EQ as CMP_EQ, NEQ as CMP_NEQ};
+use super::nfta::meta::{IIFNAME as META_IIFNAME, L4PROTO as META_L4PROTO, MARK as META_MARK};
+use super::nfta::payload::{NETWORK_HEADER as NFT_PAYLOAD_NETWORK, TRANSPORT_HEADER as NFT_PAYLOAD_TRANSPORT};
+
 pub const VERDICT_DROP: i32 = 0;
 pub const VERDICT_ACCEPT: i32 = 1;
 pub const VERDICT_JUMP: i32 = -3;
@@ -171,11 +168,14 @@ fn prefix_bytes(fam: IpFamily, p: &stmt::Prefix) -> Option<(Vec<u8>, u32)> {
     if len > fam.addr_len() * 8 {
         return None;
     }
-    for (i, b) in bytes.iter_mut().enumerate() {
-        let bits = (len as usize).saturating_sub(i * 8).min(8);
-        *b &= if bits == 0 { 0 } else { 0xffu8 << (8 - bits) };
-    }
+    bytes.iter_mut().zip(mask(len, fam.addr_len() as usize)).for_each(|(b, m)| *b &= m);
     Some((bytes, len))
+}
+
+/// The mask of a prefix of `len` bits over `n` bytes.
+fn mask(len: u32, n: usize) -> Vec<u8> {
+    let bits = |i: usize| (len as usize).saturating_sub(i * 8).min(8);
+    (0..n).map(|i| if bits(i) == 0 { 0 } else { 0xffu8 << (8 - bits(i)) }).collect()
 }
 
 /// An address or prefix compared: a byte-aligned prefix loads only its bytes; another
@@ -190,12 +190,7 @@ fn compare(fam: IpFamily, off: u32, value: &stmt::Prefix, neg: bool, x: &mut Exp
     } else {
         let full = fam.addr_len();
         x.payload(reg::R1, NFT_PAYLOAD_NETWORK, off, full);
-        let mut mask = vec![0u8; full as usize];
-        for (i, m) in mask.iter_mut().enumerate() {
-            let bits = (len as usize).saturating_sub(i * 8).min(8);
-            *m = if bits == 0 { 0 } else { 0xffu8 << (8 - bits) };
-        }
-        x.bitwise(&mask, &vec![0u8; full as usize], false);
+        x.bitwise(&mask(len, full as usize), &vec![0u8; full as usize], false);
         x.cmp(op, &bytes);
     }
     Some(())

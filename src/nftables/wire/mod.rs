@@ -34,44 +34,33 @@ pub trait WireFamily {
 
 impl WireFamily for IpFamily {
     fn nfproto(self) -> u8 {
-        match self {
-            IpFamily::V4 => 2,
-            IpFamily::V6 => 10,
-        }
+        by_family(self, 2, 10)
     }
 
     fn addr_len(self) -> u32 {
-        match self {
-            IpFamily::V4 => 4,
-            IpFamily::V6 => 16,
-        }
+        by_family(self, 4, 16)
     }
 
     fn saddr_off(self) -> u32 {
-        match self {
-            IpFamily::V4 => 12,
-            IpFamily::V6 => 8,
-        }
+        by_family(self, 12, 8)
     }
 
     fn daddr_off(self) -> u32 {
-        match self {
-            IpFamily::V4 => 16,
-            IpFamily::V6 => 24,
-        }
+        by_family(self, 16, 24)
     }
 
     fn addr_type_id(self) -> u32 {
-        match self {
-            IpFamily::V4 => nfta::datatype::IPV4_ADDR,
-            IpFamily::V6 => nfta::datatype::IPV6_ADDR,
-        }
+        by_family(self, nfta::datatype::IPV4_ADDR, nfta::datatype::IPV6_ADDR)
     }
 
     fn reject_code(self) -> u8 {
-        match self {
-            IpFamily::V4 => 3,
-            IpFamily::V6 => 4,
-        }
+        by_family(self, 3, 4)
+    }
+}
+
+fn by_family<T>(family: IpFamily, v4: T, v6: T) -> T {
+    match family {
+        IpFamily::V4 => v4,
+        IpFamily::V6 => v6,
     }
 }

@@ -83,18 +83,6 @@ impl<'a> Cursor<'a> {
     pub fn done(&self) -> bool {
         self.at >= self.toks.len()
     }
-
-    /// The words between `{` (already taken) and the matching `}`, commas split off.
-    pub fn braced(&mut self) -> Option<Vec<&'a str>> {
-        let mut out = Vec::new();
-        loop {
-            let w = self.word()?;
-            if w == "}" {
-                return Some(out);
-            }
-            out.extend(w.split(',').filter(|p| !p.is_empty()));
-        }
-    }
 }
 
 #[cfg(test)]

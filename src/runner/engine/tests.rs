@@ -27,6 +27,13 @@ fn slice(state: &ClusterState, ns: &str, service: &str) -> EndpointSlice {
     state.slices.iter().find(|s| s.service.namespace == ns && s.service.name == service).unwrap().clone()
 }
 
+/// A slice of `service` without its first endpoint; returns the endpoint's address too.
+fn without_first_endpoint(state: &ClusterState, ns: &str, service: &str) -> (Event, std::net::IpAddr) {
+    let mut s = slice(state, ns, service);
+    let gone = s.endpoints.remove(0).ip;
+    (Event::SliceApplied(Arc::new(s)), gone)
+}
+
 fn iptables_engine(state: ClusterState) -> (Engine, SharedFake, FakeFlows) {
     let conntrack = FakeFlows::default();
     let (engine, kernel) = iptables_engine_over(state, conntrack.clone());
@@ -93,15 +100,14 @@ fn drift(engine: &Engine, kernel: &SharedFake) -> usize {
 #[test]
 fn partial_syncs_send_only_the_change_and_never_read_the_kernel() {
     let state = demo_state();
-    let mut web = slice(&state, "shop", "web");
+    let (web, _) = without_first_endpoint(&state, "shop", "web");
     let (mut engine, kernel, _) = iptables_engine(state);
 
     // The first sync cannot trust memory: it reads the kernel, even when asked for a partial one.
     engine.sync(false).unwrap();
     assert!(calls(&kernel).iter().any(|c| c.0 == "save"));
 
-    web.endpoints.remove(0);
-    engine.apply(&[Event::SliceApplied(Arc::new(web.clone()))]);
+    engine.apply(&[web]);
     let outcome = engine.sync(false).unwrap();
     let seen = calls(&kernel);
     assert!(seen.iter().all(|c| c.0 == "restore"), "{seen:?}");
@@ -149,12 +155,11 @@ fn a_partial_sync_of_many_services_is_one_iptables_nft_commit() {
 #[test]
 fn after_a_failed_restore_the_next_sync_compares_with_the_kernel() {
     let state = demo_state();
-    let mut web = slice(&state, "shop", "web");
+    let (web, _) = without_first_endpoint(&state, "shop", "web");
     let (mut engine, kernel, _) = iptables_engine(state);
     engine.sync(true).unwrap();
 
-    web.endpoints.remove(0);
-    engine.apply(&[Event::SliceApplied(Arc::new(web.clone()))]);
+    engine.apply(&[web]);
     kernel.lock().unwrap().fail_next = Some("line 3 failed".into());
     assert!(engine.sync(false).is_err());
     assert_ne!(drift(&engine, &kernel), 0, "the kernel kept its rules");
@@ -168,7 +173,7 @@ fn after_a_failed_restore_the_next_sync_compares_with_the_kernel() {
 #[test]
 fn a_removed_udp_endpoint_has_its_conntrack_entries_cleared() {
     let state = demo_state();
-    let mut dns = slice(&state, "kube-system", "kube-dns");
+    let (dns, gone) = without_first_endpoint(&state, "kube-system", "kube-dns");
     let (mut engine, _, conntrack) = iptables_engine(state);
     engine.sync(true).unwrap();
     let healthy = udp_flows_of(&engine, "kube-system", "kube-dns");
@@ -177,8 +182,7 @@ fn a_removed_udp_endpoint_has_its_conntrack_entries_cleared() {
     assert!(first.reconciled.is_empty(), "no UDP endpoint changed: no run");
     assert!(conntrack.deleted.lock().unwrap().is_empty());
 
-    let gone = dns.endpoints.remove(0).ip;
-    engine.apply(&[Event::SliceApplied(Arc::new(dns))]);
+    engine.apply(&[dns]);
     let outcome = engine.sync(false).unwrap();
     let deleted = conntrack.deleted.lock().unwrap().clone();
     assert!(!deleted.is_empty());
@@ -244,12 +248,7 @@ fn ipvs_engine(state: ClusterState, dir: &std::path::Path) -> Engine {
 fn ipvs_engine_recording(state: ClusterState, dir: &std::path::Path) -> (Engine, FakeFlows) {
     let flags = Settings { mode: Some(crate::settings::kinds::ProxyMode::Ipvs), nfacct: Some(false), ..Settings::default() };
     let loaded = pipeline::load(state, flags, Settings::default()).unwrap();
-    let sys = dir.join("sys");
-    for s in crate::node::sysctl::ipvs_for_this_kernel(false) {
-        let f = sys.join(s.path);
-        std::fs::create_dir_all(f.parent().unwrap()).unwrap();
-        std::fs::write(&f, "0\n").unwrap();
-    }
+    let sys = crate::ipvs::fake::proc_sys(dir);
     let conntrack = FakeFlows::default();
     let proxier = IpvsProxier {
         ipvs: Box::new(FakeIpvs::new()),
@@ -272,7 +271,7 @@ fn ipvs_dests(engine: &mut Engine) -> usize {
 #[test]
 fn ipvs_mode_follows_endpoint_changes() {
     let state = demo_state();
-    let mut web = slice(&state, "shop", "web");
+    let (web, _) = without_first_endpoint(&state, "shop", "web");
     let dir = std::env::temp_dir().join(format!("svcproxy-engine-ipvs-{}", std::process::id()));
     let mut engine = ipvs_engine(state, &dir);
     let first = engine.sync(true).unwrap();
@@ -284,19 +283,11 @@ fn ipvs_mode_follows_endpoint_changes() {
 
     // One of web's two endpoints goes: its real server leaves every virtual server of web
     // (ClusterIP and NodePort ones; with no grace period, at once).
-    web.endpoints.remove(0);
-    engine.apply(&[Event::SliceApplied(Arc::new(web))]);
+    engine.apply(&[web]);
     let change = engine.sync(false).unwrap();
     assert!(change.ipvs_ops > 0);
     assert!(ipvs_dests(&mut engine) < before);
     let _ = std::fs::remove_dir_all(dir);
-}
-
-/// A slice of `service` without its first endpoint; returns the endpoint's address too.
-fn without_first_endpoint(state: &ClusterState, ns: &str, service: &str) -> (Event, std::net::IpAddr) {
-    let mut s = slice(state, ns, service);
-    let gone = s.endpoints.remove(0).ip;
-    (Event::SliceApplied(Arc::new(s)), gone)
 }
 
 #[test]
@@ -337,25 +328,6 @@ fn ipvs_mode_clears_no_flows_for_a_removed_tcp_endpoint() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-#[test]
-fn an_ipvs_dry_run_finds_stale_flows_but_clears_none() {
-    let state = demo_state();
-    let (event, gone) = without_first_endpoint(&state, "kube-system", "kube-dns");
-    let dir = std::env::temp_dir().join(format!("svcproxy-engine-ipvs-ct-dry-{}", std::process::id()));
-    let (mut engine, conntrack) = ipvs_engine_recording(state, &dir);
-    engine.sync(true).unwrap();
-    udp_flows_of(&engine, "kube-system", "kube-dns").iter().for_each(|f| conntrack.add(*f));
-    engine.apply(&[event]);
-    let dry = engine.sync_as(false, Pass::DryRun).unwrap();
-    let listed: Vec<Flow> = dry.reconciled.iter().flat_map(|r| r.stale.clone()).collect();
-    assert!(!listed.is_empty() && listed.iter().all(|f| f.reply.src == gone), "{listed:?}");
-    assert!(dry.reconciled.iter().all(|r| r.deleted.is_none()) && conntrack.deleted.lock().unwrap().is_empty());
-    // The sync that follows does what the dry run showed.
-    engine.sync(false).unwrap();
-    assert_eq!(*conntrack.deleted.lock().unwrap(), listed);
-    let _ = std::fs::remove_dir_all(dir);
-}
-
 /// A failed `iptables-save` is the read's failure (kube-proxy does not count it as a restore
 /// failure), and nothing is written.
 #[test]
@@ -393,8 +365,7 @@ fn a_failing_family_leaves_the_other_synced_and_only_itself_to_a_full_sync() {
 #[test]
 fn a_sync_carries_every_message_waiting_for_it() {
     let mut l = Loop::new();
-    l.shared.schedule.lock().unwrap().set_ready(std::time::Instant::now());
-    l.wake();
+    l.start();
     let state = demo_state();
     let (tx, mut rx) = tokio::sync::mpsc::channel(64);
     let mut sent = 0;
@@ -425,10 +396,27 @@ struct Loop {
 impl Loop {
     fn new() -> Self {
         let (engine, kernel, flows) = iptables_engine(demo_state());
-        let schedule = crate::schedule::Schedule::new(crate::schedule::Timing::default());
-        let mut shared = crate::serve::Shared::new(schedule);
-        shared.metrics.register_mode(crate::config::Mode::Iptables);
+        Loop::over(engine, kernel, flows, crate::config::Mode::Iptables)
+    }
+
+    /// The loop over `engine`, with `mode`'s metrics (`kernel`: iptables mode's, or unused).
+    fn over(engine: Engine, kernel: SharedFake, flows: FakeFlows, mode: crate::config::Mode) -> Self {
+        let mut shared = crate::serve::Shared::new(crate::schedule::Schedule::new(crate::schedule::Timing::default()));
+        shared.metrics.register_mode(mode);
         Loop { engine, kernel, shared: Arc::new(shared), flows }
+    }
+
+    /// Makes the first sync due now and runs it; returns when it was.
+    fn start(&mut self) -> std::time::Instant {
+        let now = std::time::Instant::now();
+        self.shared.schedule.lock().unwrap().set_ready(now);
+        assert_eq!(self.wake(), now, "the first wake-up is the one made ready");
+        now
+    }
+
+    /// Hands `events` to the loop, as its sources do.
+    fn send(&mut self, events: Vec<Event>) {
+        crate::runner::watch::on_message(&mut self.engine, &self.shared, crate::source::watch::SourceMsg::Events(events));
     }
 
     /// Runs the loop's next wake-up; returns when it was.
@@ -464,9 +452,7 @@ const PARTIAL: &str = "kubeproxy_sync_partial_proxy_rules_duration_seconds_count
 #[test]
 fn each_family_is_observed_on_its_own_and_a_failure_counts_against_its_family() {
     let mut l = Loop::new();
-    let base = std::time::Instant::now();
-    l.shared.schedule.lock().unwrap().set_ready(base);
-    l.wake();
+    l.start();
     for family in ["IPv4", "IPv6"] {
         assert_eq!(l.metric(&of("kubeproxy_sync_proxy_rules_duration_seconds_count", family)), 1);
         assert_eq!(l.metric(&of(FULL, family)), 1);
@@ -476,9 +462,7 @@ fn each_family_is_observed_on_its_own_and_a_failure_counts_against_its_family() 
     assert_eq!(l.sample("kubeproxy_sync_proxy_rules_duration_seconds_count"), None, "no series without the label");
 
     // An IPv4-only change whose restore the kernel refuses.
-    let mut web = slice(&demo_state(), "shop", "web");
-    web.endpoints.remove(0);
-    crate::runner::watch::on_message(&mut l.engine, &l.shared, crate::source::watch::SourceMsg::Events(vec![Event::SliceApplied(Arc::new(web))]));
+    l.send(vec![without_first_endpoint(&demo_state(), "shop", "web").0]);
     assert!(l.sample(&of("kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds", "IPv4")).is_some());
     assert_eq!(l.sample(&of("kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds", "IPv6")), None, "queued for the changed family only");
     l.kernel.lock().unwrap().fail_next = Some("line 2 failed".into());
@@ -498,9 +482,7 @@ fn each_family_is_observed_on_its_own_and_a_failure_counts_against_its_family() 
 #[test]
 fn periodic_syncs_are_partial_and_check_the_canaries_instead_of_reading_the_kernel() {
     let mut l = Loop::new();
-    let base = std::time::Instant::now();
-    l.shared.schedule.lock().unwrap().set_ready(base);
-    assert_eq!(l.wake(), base);
+    let base = l.start();
     assert!(calls(&l.kernel).iter().any(|c| c.0 == "save"), "the first sync is full");
     let mut last = base;
     for _ in 0..5 {
@@ -517,9 +499,7 @@ fn periodic_syncs_are_partial_and_check_the_canaries_instead_of_reading_the_kern
     assert_eq!((l.metric("svcproxy_canary_checks_total"), l.metric("svcproxy_canary_lost_total")), (5, 0));
 
     // A change between periodic syncs is partial too.
-    let mut web = slice(&demo_state(), "shop", "web");
-    web.endpoints.remove(0);
-    l.engine.apply(&[Event::SliceApplied(Arc::new(web))]);
+    l.engine.apply(&[without_first_endpoint(&demo_state(), "shop", "web").0]);
     l.shared.schedule.lock().unwrap().changed(last + std::time::Duration::from_secs(1));
     l.wake();
     let seen = calls(&l.kernel);
@@ -531,9 +511,7 @@ fn periodic_syncs_are_partial_and_check_the_canaries_instead_of_reading_the_kern
 fn with_table_summaries_idle_checks_run_no_check_until_a_table_changes_or_a_sync_writes() {
     let mut l = Loop::new();
     l.kernel.lock().unwrap().summaries = true;
-    let base = std::time::Instant::now();
-    l.shared.schedule.lock().unwrap().set_ready(base);
-    l.wake();
+    l.start();
     let checks = |l: &Loop| calls(&l.kernel).iter().filter(|c| c.0 == "check").count();
     checks(&l);
     // The full sync created the canaries: the first check proves them, later ones skip.
@@ -548,9 +526,7 @@ fn with_table_summaries_idle_checks_run_no_check_until_a_table_changes_or_a_sync
     let last = l.wake();
     assert_eq!(checks(&l), 1);
     // A partial sync that writes: its family's tables are all checked next time.
-    let mut web = slice(&demo_state(), "shop", "web");
-    web.endpoints.remove(0);
-    l.engine.apply(&[Event::SliceApplied(Arc::new(web))]);
+    l.engine.apply(&[without_first_endpoint(&demo_state(), "shop", "web").0]);
     l.shared.schedule.lock().unwrap().changed(last + std::time::Duration::from_secs(1));
     l.wake();
     assert!(calls(&l.kernel).iter().any(|c| c.0 == "restore"), "the change was sent");
@@ -569,9 +545,7 @@ fn with_table_summaries_idle_checks_run_no_check_until_a_table_changes_or_a_sync
 #[test]
 fn a_flushed_nat_table_is_seen_at_the_next_check_and_a_full_sync_restores_it() {
     let mut l = Loop::new();
-    let base = std::time::Instant::now();
-    l.shared.schedule.lock().unwrap().set_ready(base);
-    l.wake();
+    let base = l.start();
     l.wake();
     assert_eq!(l.metric("svcproxy_canary_lost_total"), 0);
     // `iptables -t nat -F` by someone else: every rule goes, every chain stays.
@@ -599,9 +573,7 @@ fn a_flushed_nat_table_is_seen_at_the_next_check_and_a_full_sync_restores_it() {
 #[test]
 fn new_node_labels_make_the_next_wake_up_a_full_sync() {
     let mut l = Loop::new();
-    let base = std::time::Instant::now();
-    l.shared.schedule.lock().unwrap().set_ready(base);
-    l.wake();
+    l.start();
     l.wake();
     assert_eq!(l.metric(&of(FULL, "IPv4")), 1);
     let mut labels = l.engine.config.node_labels.clone();
@@ -639,9 +611,7 @@ fn full_syncs_re_assert_route_localnet_and_partial_ones_leave_sysctls_alone() {
 #[test]
 fn network_programming_latency_is_measured_from_the_slices_trigger_time() {
     let mut l = Loop::new();
-    let base = std::time::Instant::now();
-    l.shared.schedule.lock().unwrap().set_ready(base);
-    l.wake();
+    let base = l.start();
     let count = |l: &Loop| l.sample(&of("kubeproxy_network_programming_duration_seconds_count", "IPv4"));
     assert_eq!(count(&l), None, "the initial lists carry no stamps");
     let forty_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(40);
@@ -699,9 +669,7 @@ fn no_local_endpoint_counts_follow_changes_without_walking_every_service() {
 #[test]
 fn a_full_sync_sets_the_last_rule_counts_and_a_cleared_flow_feeds_the_reconciler_families() {
     let mut l = Loop::new();
-    let base = std::time::Instant::now();
-    l.shared.schedule.lock().unwrap().set_ready(base);
-    l.wake();
+    let base = l.start();
     let gauge = |l: &Loop, name: &str| l.shared.metrics.encode().lines().find_map(|s| s.strip_prefix(name).map(|v| v.trim().to_string()));
     let Proxier::Iptables(p) = &l.engine.proxier else { panic!("iptables mode") };
     let counts = p.rule_counts();
@@ -725,10 +693,9 @@ fn a_full_sync_sets_the_last_rule_counts_and_a_cleared_flow_feeds_the_reconciler
     assert_eq!(gauge(&l, "kubeproxy_conntrack_reconciler_deleted_entries_total{ip_family=\"IPv4\"}"), Some("0".into()));
     udp_flows_of(&l.engine, "kube-system", "kube-dns").iter().for_each(|f| l.flows.add(*f));
 
-    let mut dns = slice(&demo_state(), "kube-system", "kube-dns");
-    let gone = dns.endpoints.remove(0).ip;
+    let (dns, gone) = without_first_endpoint(&demo_state(), "kube-system", "kube-dns");
     assert!(gone.is_ipv4());
-    l.engine.apply(&[Event::SliceApplied(Arc::new(dns))]);
+    l.engine.apply(&[dns]);
     l.shared.schedule.lock().unwrap().changed(base + std::time::Duration::from_secs(1));
     l.wake();
     assert_eq!(gauge(&l, "kubeproxy_conntrack_reconciler_sync_duration_seconds_count{ip_family=\"IPv4\"}"), Some("2".into()));
@@ -773,20 +740,26 @@ fn a_dry_run_compares_every_family_with_the_kernel_and_sends_nothing() {
     assert!(reports(&engine.sync_as(true, Pass::DryRun).unwrap()).iter().all(|(_, r)| r.delta.is_empty()));
 }
 
+/// In iptables and IPVS mode alike, a dry run lists the flows a removed UDP endpoint left
+/// stale and deletes none; the sync that follows deletes what it listed.
 #[test]
 fn a_dry_run_finds_stale_flows_but_clears_none() {
     let state = demo_state();
-    let mut dns = slice(&state, "kube-system", "kube-dns");
-    let (mut engine, _, conntrack) = iptables_engine(state);
-    engine.sync(true).unwrap();
-    udp_flows_of(&engine, "kube-system", "kube-dns").iter().for_each(|f| conntrack.add(*f));
-    let gone = dns.endpoints.remove(0).ip;
-    engine.apply(&[Event::SliceApplied(Arc::new(dns))]);
-    let outcome = engine.sync_as(false, Pass::DryRun).unwrap();
-    let listed: Vec<Flow> = outcome.reconciled.iter().flat_map(|r| r.stale.clone()).collect();
-    assert!(!listed.is_empty() && listed.iter().all(|f| f.reply.src == gone), "{outcome:?}");
-    assert!(conntrack.deleted.lock().unwrap().is_empty());
-    assert!(outcome.reconciled.iter().all(|r| r.deleted.is_none()));
+    let dir = std::env::temp_dir().join(format!("svcproxy-engine-ipvs-ct-dry-{}", std::process::id()));
+    let (iptables, _, iptables_flows) = iptables_engine(state.clone());
+    for (mut engine, conntrack) in [(iptables, iptables_flows), ipvs_engine_recording(state.clone(), &dir)] {
+        let (dns, gone) = without_first_endpoint(&state, "kube-system", "kube-dns");
+        engine.sync(true).unwrap();
+        udp_flows_of(&engine, "kube-system", "kube-dns").iter().for_each(|f| conntrack.add(*f));
+        engine.apply(&[dns]);
+        let dry = engine.sync_as(false, Pass::DryRun).unwrap();
+        let listed: Vec<Flow> = dry.reconciled.iter().flat_map(|r| r.stale.clone()).collect();
+        assert!(!listed.is_empty() && listed.iter().all(|f| f.reply.src == gone), "{dry:?}");
+        assert!(dry.reconciled.iter().all(|r| r.deleted.is_none()) && conntrack.deleted.lock().unwrap().is_empty());
+        engine.sync(false).unwrap();
+        assert_eq!(*conntrack.deleted.lock().unwrap(), listed);
+    }
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -869,7 +842,7 @@ fn nftables_partial_syncs_send_only_the_change_never_read_the_kernel_and_clear_s
 fn partial_syncs_send_only_the_change(version: KubeProxyVersion) {
     use crate::nftables::fake::Call;
     let state = demo_state();
-    let mut dns = slice(&state, "kube-system", "kube-dns");
+    let (dns, gone) = without_first_endpoint(&state, "kube-system", "kube-dns");
     let (mut engine, nft, ct) = nftables_engine_ct(state, version);
     // The first sync cannot trust memory: full, even when asked for a partial one.
     let first = engine.sync(false).unwrap();
@@ -877,8 +850,7 @@ fn partial_syncs_send_only_the_change(version: KubeProxyVersion) {
     udp_flows_of(&engine, "kube-system", "kube-dns").iter().for_each(|f| ct.add(*f));
     nft.lock().unwrap().calls.clear();
 
-    let gone = dns.endpoints.remove(0).ip;
-    engine.apply(&[Event::SliceApplied(Arc::new(dns))]);
+    engine.apply(&[dns]);
     let outcome = engine.sync(false).unwrap();
     let calls = std::mem::take(&mut nft.lock().unwrap().calls);
     assert!(calls.iter().all(|c| matches!(c, Call::Run(_))), "nothing read: {calls:?}");
@@ -919,14 +891,14 @@ fn one_transaction_per_family(version: KubeProxyVersion) {
     use crate::nftables::fake::Call;
     use crate::net::IpFamily;
     let state = demo_state();
-    let mut web = slice(&state, "shop", "web");
+    let (web, gone) = without_first_endpoint(&state, "shop", "web");
     let (mut engine, nft) = nftables_engine(state, version);
     let dry = engine.sync_as(true, Pass::DryRun).unwrap();
     assert!(nft_reports(&dry).iter().all(|r| r.diff.as_ref().is_some_and(|d| !d.is_empty()) && !r.applied));
     assert!(nft.lock().unwrap().calls.iter().all(|c| !matches!(c, Call::Run(_))), "a dry run sends nothing");
 
     let outcome = engine.sync(true).unwrap();
-    let runs: Vec<String> = nft.lock().unwrap().calls.iter().filter_map(|c| if let Call::Run(t) = c { Some(t.clone()) } else { None }).collect();
+    let runs = nft.lock().unwrap().take_runs();
     assert_eq!(runs.len(), 4, "per family, one transaction that declares and one that fills (nftables::chunked, without a bound)");
     assert!(runs[0].starts_with("add table ip kube-proxy") && runs[2].starts_with("add table ip6 kube-proxy"));
     assert!(runs[1].starts_with("flush chain ip kube-proxy") && runs[3].starts_with("flush chain ip6 kube-proxy"));
@@ -939,8 +911,7 @@ fn one_transaction_per_family(version: KubeProxyVersion) {
     assert!(nft_reports(&clean).iter().all(|r| r.diff.as_ref().is_some_and(|d| d.is_empty())));
 
     // An endpoint goes: the dry run names it, the sync removes it.
-    let gone = web.endpoints.remove(0).ip;
-    engine.apply(&[Event::SliceApplied(Arc::new(web))]);
+    engine.apply(&[web]);
     let dry = engine.sync_as(true, Pass::DryRun).unwrap();
     let text = nft_reports(&dry)[0].diff.as_ref().unwrap().text("ip kube-proxy");
     assert!(text.contains(&format!("{gone}")) && text.contains("- "), "{version}: {text}");
@@ -954,9 +925,8 @@ fn one_transaction_per_family(version: KubeProxyVersion) {
 
 #[test]
 fn a_conversion_between_partial_syncs_writes_each_chain_as_the_ruleset_holds_it_then() {
-    use crate::nftables::fake::Call;
     let state = demo_state();
-    let mut web = slice(&state, "shop", "web");
+    let (web, gone) = without_first_endpoint(&state, "shop", "web");
     let (mut engine, nft) = nftables_engine(state, KubeProxyVersion::NEWEST);
     engine.sync(true).unwrap();
     let Proxier::Nftables(p) = &engine.proxier else { panic!("nftables mode") };
@@ -969,8 +939,7 @@ fn a_conversion_between_partial_syncs_writes_each_chain_as_the_ruleset_holds_it_
     // Between batches: an endpoint of web goes, kube-dns goes.
     assert_eq!(engine.convert_step(false).unwrap(), chains.len(), "one batch holds the demo's chains");
     convert_chains(&mut engine, chains.clone());
-    let gone = web.endpoints.remove(0).ip;
-    engine.apply(&[Event::SliceApplied(Arc::new(web)), Event::ServiceDeleted(crate::model::NamespacedName::new("kube-system", "kube-dns"))]);
+    engine.apply(&[web, Event::ServiceDeleted(crate::model::NamespacedName::new("kube-system", "kube-dns"))]);
     engine.sync(false).unwrap();
     nft.lock().unwrap().calls.clear();
     let mut steps = 0;
@@ -979,7 +948,7 @@ fn a_conversion_between_partial_syncs_writes_each_chain_as_the_ruleset_holds_it_
         steps += 1;
     }
     assert!(!engine.converting(), "the conversion ends");
-    let runs: Vec<String> = nft.lock().unwrap().calls.iter().filter_map(|c| if let Call::Run(t) = c { Some(t.clone()) } else { None }).collect();
+    let runs = nft.lock().unwrap().take_runs();
     assert_eq!(runs.len(), 1, "{runs:?}");
     assert!(runs[0].contains(&format!("flush chain ip kube-proxy {web_chain}\n")) && !runs[0].contains(&format!("{gone}")), "web as it is now: {}", runs[0]);
     assert!(dns_chains.iter().all(|c| !runs[0].contains(c.as_str())), "kube-dns's chains, gone, are skipped: {}", runs[0]);
@@ -996,12 +965,11 @@ fn convert_chains(engine: &mut Engine, chains: Vec<String>) {
 fn a_refused_nftables_transaction_keeps_the_previous_rules_and_says_which_family() {
     use crate::net::IpFamily;
     let state = demo_state();
-    let mut web = slice(&state, "shop", "web");
+    let (web, _) = without_first_endpoint(&state, "shop", "web");
     let (mut engine, nft) = nftables_engine(state, KubeProxyVersion::NEWEST);
     engine.sync(true).unwrap();
     let before = nft.lock().unwrap().listing(IpFamily::V4);
-    web.endpoints.remove(0);
-    engine.apply(&[Event::SliceApplied(Arc::new(web))]);
+    engine.apply(&[web]);
     nft.lock().unwrap().fail_next = Some("Error: Could not process rule".into());
     let Err(SyncFailure::Nftables(failure)) = engine.sync(true) else { panic!("the IPv4 transaction fails") };
     assert_eq!((failure.first.family, failure.done.len()), (crate::net::IpFamily::V4, 1), "IPv6 still synced");
@@ -1015,12 +983,8 @@ fn a_refused_nftables_transaction_keeps_the_previous_rules_and_says_which_family
 #[test]
 fn an_ipvs_pass_is_observed_once_per_family() {
     let dir = std::env::temp_dir().join(format!("svcproxy-engine-ipvs-metrics-{}", std::process::id()));
-    let (_, kernel, _) = iptables_engine(demo_state());
-    let mut shared = crate::serve::Shared::new(crate::schedule::Schedule::new(crate::schedule::Timing::default()));
-    shared.metrics.register_mode(crate::config::Mode::Ipvs);
-    let mut l = Loop { engine: ipvs_engine(demo_state(), &dir), kernel, shared: Arc::new(shared), flows: FakeFlows::default() };
-    l.shared.schedule.lock().unwrap().set_ready(std::time::Instant::now());
-    l.wake();
+    let mut l = Loop::over(ipvs_engine(demo_state(), &dir), SharedFake::default(), FakeFlows::default(), crate::config::Mode::Ipvs);
+    l.start();
     let _ = std::fs::remove_dir_all(&dir);
     let sum = |family| l.sample(&of("kubeproxy_sync_proxy_rules_duration_seconds_sum", family)).unwrap();
     let count = |family| l.metric(&of("kubeproxy_sync_proxy_rules_duration_seconds_count", family));
@@ -1036,13 +1000,8 @@ fn an_ipvs_pass_is_observed_once_per_family() {
 #[test]
 fn an_ipvs_sync_clearing_flows_feeds_the_reconciler_families() {
     let dir = std::env::temp_dir().join(format!("svcproxy-engine-ipvs-reconciler-{}", std::process::id()));
-    let (_, kernel, _) = iptables_engine(demo_state());
-    let mut shared = crate::serve::Shared::new(crate::schedule::Schedule::new(crate::schedule::Timing::default()));
-    shared.metrics.register_mode(crate::config::Mode::Ipvs);
-    let mut l = Loop { engine: ipvs_engine(demo_state(), &dir), kernel, shared: Arc::new(shared), flows: FakeFlows::default() };
-    let base = std::time::Instant::now();
-    l.shared.schedule.lock().unwrap().set_ready(base);
-    l.wake();
+    let mut l = Loop::over(ipvs_engine(demo_state(), &dir), SharedFake::default(), FakeFlows::default(), crate::config::Mode::Ipvs);
+    let base = l.start();
     let reconciles = |l: &Loop, family| l.sample(&of("kubeproxy_conntrack_reconciler_sync_duration_seconds_count", family));
     let first = (reconciles(&l, "IPv4"), reconciles(&l, "IPv6"));
 
@@ -1070,7 +1029,7 @@ fn change_counters_count_events_as_kube_proxys_trackers_receive_them() {
     web.endpoints.remove(0);
     let web = Arc::new(web);
     let events = vec![Event::ServiceApplied(svc), Event::SliceApplied(web.clone()), Event::SliceApplied(web)];
-    crate::runner::watch::on_message(&mut l.engine, &l.shared, crate::source::watch::SourceMsg::Events(events));
+    l.send(events);
     assert_eq!(l.metric("kubeproxy_sync_proxy_rules_service_changes_total"), 2, "an unchanged Service, seen by both family proxiers");
     assert_eq!(l.metric("kubeproxy_sync_proxy_rules_endpoint_changes_total"), 2, "two events of an IPv4 slice, the second a no-op");
     assert_eq!(l.metric("kubeproxy_sync_proxy_rules_endpoint_changes_pending"), 1);
@@ -1081,19 +1040,12 @@ fn change_counters_count_events_as_kube_proxys_trackers_receive_them() {
 #[test]
 fn without_canaries_periodic_syncs_still_come_one_per_sync_period() {
     let (engine, _nft) = nftables_engine(demo_state(), KubeProxyVersion::NEWEST);
-    let schedule = crate::schedule::Schedule::new(crate::schedule::Timing::default());
-    let shared = Arc::new(crate::serve::Shared::new(schedule));
-    let mut engine = engine;
-    let base = std::time::Instant::now();
-    shared.schedule.lock().unwrap().set_ready(base);
-    let mut last = None;
-    for i in 0..5u32 {
-        let at = shared.schedule.lock().unwrap().next().expect("ready");
-        if let Some(prev) = last {
-            assert_eq!(at, prev + std::time::Duration::from_secs(30), "wake-up {i}: one per sync period");
-        }
-        crate::runner::watch::wake(&mut engine, &shared, at);
-        last = Some(at);
+    let mut l = Loop::over(engine, SharedFake::default(), FakeFlows::default(), crate::config::Mode::Nftables);
+    let mut last = l.start();
+    for i in 1..5u32 {
+        let at = l.wake();
+        assert_eq!(at, last + std::time::Duration::from_secs(30), "wake-up {i}: one per sync period");
+        last = at;
     }
 }
 
@@ -1102,9 +1054,8 @@ fn without_canaries_periodic_syncs_still_come_one_per_sync_period() {
 #[test]
 fn only_a_failed_restore_counts_as_a_restore_failure() {
     let mut l = Loop::new();
-    l.shared.schedule.lock().unwrap().set_ready(std::time::Instant::now());
     l.kernel.lock().unwrap().fail_next_save = Some("iptables-save: cannot read".into());
-    l.wake();
+    l.start();
     assert_eq!(l.metric(&of(FULL, "IPv4")), 1, "the failed sync is timed");
     assert_eq!(l.metric("svcproxy_syncs_total{result=\"error\"}"), 1);
     for family in ["IPv4", "IPv6"] {
@@ -1126,13 +1077,10 @@ fn an_ipvs_restore_failure_counts_against_its_family_and_a_failed_read_counts_no
     let kernel: SharedFake = Arc::new(Mutex::new(FakeIptables::new()));
     let Proxier::Ipvs(p) = &mut engine.proxier else { panic!("ipvs mode") };
     p.iptables = Box::new(kernel.clone());
-    let mut shared = crate::serve::Shared::new(crate::schedule::Schedule::new(crate::schedule::Timing::default()));
-    shared.metrics.register_mode(crate::config::Mode::Ipvs);
-    let mut l = Loop { engine, kernel, shared: Arc::new(shared), flows: FakeFlows::default() };
-    l.shared.schedule.lock().unwrap().set_ready(std::time::Instant::now());
+    kernel.lock().unwrap().fail_next_save = Some("iptables-save: cannot read".into());
+    let mut l = Loop::over(engine, kernel, FakeFlows::default(), crate::config::Mode::Ipvs);
+    l.start();
     let failures = |l: &Loop| ["IPv4", "IPv6"].map(|f| l.sample(&of("kubeproxy_sync_proxy_rules_iptables_restore_failures_total", f)));
-    l.kernel.lock().unwrap().fail_next_save = Some("iptables-save: cannot read".into());
-    l.wake();
     assert_eq!(l.metric("svcproxy_syncs_total{result=\"error\"}"), 1);
     assert_eq!(failures(&l), [None, None], "a read is not a restore");
     l.kernel.lock().unwrap().fail_next = Some("line 2 failed".into());
@@ -1147,13 +1095,9 @@ fn an_ipvs_restore_failure_counts_against_its_family_and_a_failed_read_counts_no
 #[test]
 fn a_refused_nftables_transaction_counts_as_a_sync_failure_of_its_family() {
     let (engine, nft) = nftables_engine(demo_state(), KubeProxyVersion::NEWEST);
-    let (_, kernel, _) = iptables_engine(demo_state());
-    let mut shared = crate::serve::Shared::new(crate::schedule::Schedule::new(crate::schedule::Timing::default()));
-    shared.metrics.register_mode(crate::config::Mode::Nftables);
-    let mut l = Loop { engine, kernel, shared: Arc::new(shared), flows: FakeFlows::default() };
-    l.shared.schedule.lock().unwrap().set_ready(std::time::Instant::now());
     nft.lock().unwrap().fail_next = Some("Error: Could not process rule".into());
-    l.wake();
+    let mut l = Loop::over(engine, SharedFake::default(), FakeFlows::default(), crate::config::Mode::Nftables);
+    l.start();
     assert_eq!(l.metric(&of("kubeproxy_sync_proxy_rules_nftables_sync_failures_total", "IPv4")), 1);
     assert_eq!(l.sample(&of("kubeproxy_sync_proxy_rules_nftables_sync_failures_total", "IPv6")), None);
     assert!(!l.shared.metrics.encode().contains("kubeproxy_sync_proxy_rules_iptables_restore_failures"), "not nftables mode's family");
@@ -1166,31 +1110,29 @@ fn a_refused_nftables_transaction_counts_as_a_sync_failure_of_its_family() {
 #[test]
 fn pending_gauges_count_what_kube_proxys_trackers_count() {
     let mut l = Loop::new();
-    l.shared.schedule.lock().unwrap().set_ready(std::time::Instant::now());
-    l.wake();
+    l.start();
     let state = demo_state();
     let service = |name: &str| state.services.iter().find(|s| s.id.name == name).unwrap().clone();
-    let send = |l: &mut Loop, events: Vec<Event>| crate::runner::watch::on_message(&mut l.engine, &l.shared, crate::source::watch::SourceMsg::Events(events));
     let gauges = |l: &Loop| {
         let g = |name: &str| l.sample(name).unwrap_or_else(|| panic!("{name}"));
         (g("kubeproxy_sync_proxy_rules_service_changes_pending"), g("kubeproxy_sync_proxy_rules_endpoint_changes_pending"))
     };
 
-    send(&mut l, vec![Event::ServiceApplied(Arc::new(service("web")))]);
+    l.send(vec![Event::ServiceApplied(Arc::new(service("web")))]);
     assert_eq!(gauges(&l).0, "0", "an unchanged Service is no change");
     let mut web = service("web");
     web.ports[0].port += 1;
-    send(&mut l, vec![Event::ServiceApplied(Arc::new(web))]);
+    l.send(vec![Event::ServiceApplied(Arc::new(web))]);
     assert_eq!(gauges(&l).0, "0", "an IPv4-only Service: IPv6's tracker, the last to get it, has nothing pending");
     let mut api = service("api");
     api.ports[0].port += 1;
-    send(&mut l, vec![Event::ServiceApplied(Arc::new(api))]);
+    l.send(vec![Event::ServiceApplied(Arc::new(api))]);
     assert_eq!(gauges(&l).0, "1");
 
     let original = slice(&state, "shop", "web");
     let mut fewer = original.clone();
     fewer.endpoints.remove(0);
-    send(&mut l, vec![Event::SliceApplied(Arc::new(fewer)), Event::SliceApplied(Arc::new(original))]);
+    l.send(vec![Event::SliceApplied(Arc::new(fewer)), Event::SliceApplied(Arc::new(original))]);
     assert_eq!(gauges(&l).1, "2", "two changing events on one service");
 
     l.kernel.lock().unwrap().fail_next = Some("line 2 failed".into());
@@ -1204,9 +1146,8 @@ fn pending_gauges_count_what_kube_proxys_trackers_count() {
 #[test]
 fn a_failing_family_does_not_stop_the_others_sync_or_its_observation() {
     let mut l = Loop::new();
-    l.shared.schedule.lock().unwrap().set_ready(std::time::Instant::now());
     l.kernel.lock().unwrap().fail_next = Some("line 2 failed".into());
-    l.wake();
+    l.start();
     let last = "kubeproxy_sync_proxy_rules_last_timestamp_seconds";
     assert_eq!(l.sample(&of(last, "IPv4")), None);
     assert!(l.sample(&of(last, "IPv6")).is_some(), "IPv6 synced");
@@ -1224,16 +1165,12 @@ fn a_failing_family_does_not_stop_the_others_sync_or_its_observation() {
 #[test]
 fn a_family_syncs_only_for_its_own_changes_or_a_periodic_sync() {
     let mut l = Loop::new();
-    let base = std::time::Instant::now();
-    l.shared.schedule.lock().unwrap().set_ready(base);
-    l.wake();
+    let base = l.start();
     let count = |l: &Loop, family| l.metric(&of("kubeproxy_sync_proxy_rules_duration_seconds_count", family));
     assert_eq!((count(&l, "IPv4"), count(&l, "IPv6")), (1, 1));
     let last_v6 = l.sample(&of("kubeproxy_sync_proxy_rules_last_timestamp_seconds", "IPv6"));
 
-    let mut web = slice(&demo_state(), "shop", "web");
-    web.endpoints.remove(0);
-    crate::runner::watch::on_message(&mut l.engine, &l.shared, crate::source::watch::SourceMsg::Events(vec![Event::SliceApplied(Arc::new(web))]));
+    l.send(vec![without_first_endpoint(&demo_state(), "shop", "web").0]);
     calls(&l.kernel);
     let at = l.wake();
     assert!(at < base + std::time::Duration::from_secs(30), "a change's sync, not a periodic one");
@@ -1253,15 +1190,9 @@ fn a_family_syncs_only_for_its_own_changes_or_a_periodic_sync() {
 #[test]
 fn an_ipvs_pass_for_one_familys_change_is_observed_in_that_family_alone() {
     let dir = std::env::temp_dir().join(format!("svcproxy-engine-ipvs-one-family-{}", std::process::id()));
-    let (_, kernel, _) = iptables_engine(demo_state());
-    let mut shared = crate::serve::Shared::new(crate::schedule::Schedule::new(crate::schedule::Timing::default()));
-    shared.metrics.register_mode(crate::config::Mode::Ipvs);
-    let mut l = Loop { engine: ipvs_engine(demo_state(), &dir), kernel, shared: Arc::new(shared), flows: FakeFlows::default() };
-    l.shared.schedule.lock().unwrap().set_ready(std::time::Instant::now());
-    l.wake();
-    let mut web = slice(&demo_state(), "shop", "web");
-    web.endpoints.remove(0);
-    crate::runner::watch::on_message(&mut l.engine, &l.shared, crate::source::watch::SourceMsg::Events(vec![Event::SliceApplied(Arc::new(web))]));
+    let mut l = Loop::over(ipvs_engine(demo_state(), &dir), SharedFake::default(), FakeFlows::default(), crate::config::Mode::Ipvs);
+    l.start();
+    l.send(vec![without_first_endpoint(&demo_state(), "shop", "web").0]);
     l.wake();
     let _ = std::fs::remove_dir_all(&dir);
     let count = |family| l.metric(&of("kubeproxy_sync_proxy_rules_duration_seconds_count", family));
@@ -1274,18 +1205,16 @@ fn an_ipvs_pass_for_one_familys_change_is_observed_in_that_family_alone() {
 #[test]
 fn each_change_queues_a_sync_in_its_family() {
     let mut l = Loop::new();
-    l.shared.schedule.lock().unwrap().set_ready(std::time::Instant::now());
-    l.wake();
+    l.start();
     let queued = |l: &Loop, family| l.sample(&of("kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds", family));
-    let send = |l: &mut Loop, events: Vec<Event>| crate::runner::watch::on_message(&mut l.engine, &l.shared, crate::source::watch::SourceMsg::Events(events));
     let original = slice(&demo_state(), "shop", "web");
     let mut fewer = original.clone();
     fewer.endpoints.remove(0);
-    send(&mut l, vec![Event::SliceApplied(Arc::new(fewer))]);
+    l.send(vec![Event::SliceApplied(Arc::new(fewer))]);
     let first = queued(&l, "IPv4").expect("queued for IPv4");
     assert_eq!(queued(&l, "IPv6"), None);
     std::thread::sleep(std::time::Duration::from_millis(5));
-    send(&mut l, vec![Event::SliceApplied(Arc::new(original))]);
+    l.send(vec![Event::SliceApplied(Arc::new(original))]);
     let second = queued(&l, "IPv4").expect("queued for IPv4");
     assert!(second.parse::<f64>().unwrap() > first.parse::<f64>().unwrap(), "the second change to the pending service queues again: {first} {second}");
     // A Service event while IPv4's tracker has a Service change pending: IPv4 queues, IPv6
@@ -1293,7 +1222,7 @@ fn each_change_queues_a_sync_in_its_family() {
     let state = demo_state();
     let mut web = state.services.iter().find(|s| s.id.name == "web").unwrap().clone();
     web.ports[0].port += 1;
-    send(&mut l, vec![Event::ServiceApplied(Arc::new(web))]);
+    l.send(vec![Event::ServiceApplied(Arc::new(web))]);
     assert_eq!(queued(&l, "IPv6"), None);
 }
 
@@ -1302,20 +1231,17 @@ fn each_change_queues_a_sync_in_its_family() {
 #[test]
 fn a_family_that_synced_beside_a_failing_one_observes_its_network_programming() {
     let mut l = Loop::new();
-    let base = std::time::Instant::now();
-    l.shared.schedule.lock().unwrap().set_ready(base);
-    l.wake();
+    let base = l.start();
     let a_second_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(1);
     for t in &mut l.engine.trackers.families {
         t.endpoints.set_started_for_test(a_second_ago - std::time::Duration::from_secs(1));
     }
     let state = demo_state();
-    let mut web = slice(&state, "shop", "web");
-    web.endpoints.remove(0);
+    let (web, _) = without_first_endpoint(&state, "shop", "web");
     let mut api = state.slices.iter().find(|s| s.service.name == "api" && s.family == crate::net::IpFamily::V6).unwrap().clone();
     api.endpoints.remove(0);
     api.trigger_time = Some(a_second_ago);
-    l.engine.apply(&[Event::SliceApplied(Arc::new(web)), Event::SliceApplied(Arc::new(api))]);
+    l.engine.apply(&[web, Event::SliceApplied(Arc::new(api))]);
     l.shared.schedule.lock().unwrap().changed(base + std::time::Duration::from_secs(1));
     l.kernel.lock().unwrap().fail_next = Some("line 2 failed".into());
     l.wake();
@@ -1329,7 +1255,7 @@ fn a_family_that_synced_beside_a_failing_one_observes_its_network_programming() 
 #[test]
 fn the_nftables_ruleset_shares_the_trackers_ports_and_endpoints() {
     let state = demo_state();
-    let mut web = slice(&state, "shop", "web");
+    let (web, _) = without_first_endpoint(&state, "shop", "web");
     let (mut engine, _nft) = nftables_engine(state, KubeProxyVersion::NEWEST);
     let shared = |engine: &Engine| {
         let Proxier::Nftables(p) = &engine.proxier else { panic!("nftables mode") };
@@ -1351,8 +1277,7 @@ fn the_nftables_ruleset_shares_the_trackers_ports_and_endpoints() {
     };
     engine.sync(true).unwrap();
     assert!(shared(&engine) > 0);
-    web.endpoints.remove(0);
-    engine.apply(&[Event::SliceApplied(Arc::new(web))]);
+    engine.apply(&[web]);
     engine.sync(false).unwrap();
     shared(&engine);
 }
