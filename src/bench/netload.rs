@@ -2,8 +2,9 @@
 //! addresses stay in 198.18.0.0/15 and one of whose Services is backed by real pods; the
 //! echo server those pods run; and the load generator, several threads each with one
 //! request in flight, counting new TCP connections (connect, small request, reply read to
-//! the server's close, then an abortive close) or UDP request/response pairs (one unconnected socket per thread,
-//! `sendto` per request) over a fixed time.
+//! the server's close, then an abortive close) or UDP request/response pairs (unconnected
+//! sockets, `sendto` per request) over a fixed time, each request's target chosen as a
+//! [`Pick`] says (round-robin, or per socket as a Service picks).
 
 use std::fmt::Write as _;
 use std::io::{Read, Write};
@@ -120,20 +121,102 @@ pub enum Kind {
     /// client derived from the ClusterIP) holds that connect a whole SYN retry, which would
     /// measure the TIME_WAIT table instead of the path.
     Tcp,
-    /// UDP request/response: `sendto` on the thread's unconnected socket, `recvfrom`.
+    /// UDP request/response: `sendto` on one of the thread's unconnected sockets (in
+    /// turn), `recvfrom` on it.
     Udp,
+}
+
+/// How each request's target is chosen among the targets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pick {
+    /// Each request to the next target in turn, thread `t` of `T` starting at `t` and
+    /// stepping by `T`: every target about equally often, whatever the sockets.
+    RoundRobin,
+    /// As a Service without session affinity picks: one target at random for each socket,
+    /// kept for the socket's life. A TCP connection is a new socket (a new pick); a
+    /// thread's UDP sockets keep theirs for the whole run, as the socket-LB programs keep an
+    /// unconnected socket's pick and the rules' conntrack entry keeps its flow's.
+    PerSocket,
 }
 
 /// One load run's settings.
 #[derive(Debug, Clone)]
 pub struct Load {
     pub kind: Kind,
-    /// Round-robin over these, per request (each thread starting at its own).
+    /// The targets, chosen among per request as `pick` says.
     pub targets: Vec<SocketAddr>,
+    pub pick: Pick,
     pub threads: usize,
+    /// UDP: unconnected sockets per thread, used in turn (one request in flight still).
+    pub udp_sockets: usize,
+    /// Seeds the per-socket picks (each thread draws from its own stream of it).
+    pub seed: u64,
     pub duration: Duration,
     /// How long one request may take before it counts as an error.
     pub timeout: Duration,
+}
+
+/// One thread's choice of socket and target for each request, apart from the sockets
+/// themselves so that the spread it gives is tested.
+pub struct Chooser {
+    pick: Pick,
+    kind: Kind,
+    targets: usize,
+    /// Round-robin: the position of the next request, and the step (the thread count).
+    position: usize,
+    step: usize,
+    /// UDP: the next socket, and with [`Pick::PerSocket`] the target each socket keeps.
+    socket: usize,
+    sockets: usize,
+    kept: Vec<usize>,
+    rng: crate::gen::Rng,
+}
+
+impl Chooser {
+    /// Thread `thread` of `threads` of `load` (its per-socket picks drawn here, for UDP).
+    pub fn new(load: &Load, thread: usize, threads: usize) -> Self {
+        let targets = load.targets.len().max(1);
+        let sockets = match load.kind {
+            Kind::Udp => load.udp_sockets.max(1),
+            Kind::Tcp => 1,
+        };
+        let mut rng = crate::gen::Rng::new(mix(load.seed ^ mix(thread as u64 + 1)));
+        let kept = match (load.pick, load.kind) {
+            (Pick::PerSocket, Kind::Udp) => (0..sockets).map(|_| rng.below(targets)).collect(),
+            _ => Vec::new(),
+        };
+        Chooser { pick: load.pick, kind: load.kind, targets, position: thread, step: threads.max(1), socket: 0, sockets, kept, rng }
+    }
+
+    /// The next request's socket (an index into the thread's UDP sockets; 0 for TCP) and
+    /// target (an index into the load's targets).
+    pub fn choose(&mut self) -> (usize, usize) {
+        let socket = self.socket;
+        self.socket = (self.socket + 1) % self.sockets;
+        let target = match (self.pick, self.kind) {
+            (Pick::RoundRobin, _) => {
+                let t = self.position % self.targets;
+                self.position = self.position.wrapping_add(self.step);
+                t
+            }
+            (Pick::PerSocket, Kind::Udp) => self.kept[socket],
+            (Pick::PerSocket, Kind::Tcp) => self.rng.below(self.targets),
+        };
+        (socket, target)
+    }
+
+    /// The targets the thread's UDP sockets keep ([`Pick::PerSocket`]; empty otherwise).
+    pub fn kept(&self) -> &[usize] {
+        &self.kept
+    }
+}
+
+/// splitmix64's finaliser: seeds that differ in one bit give unrelated streams.
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 /// A load run's result.
@@ -185,27 +268,28 @@ struct Counted {
 
 /// One thread's loop, to the deadline.
 fn worker(load: &Load, t: usize, threads: usize, start: &Barrier) -> Counted {
-    let n = load.targets.len();
-    let udp = match load.kind {
-        Kind::Udp => {
-            let s = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).expect("binding the UDP socket");
-            s.set_read_timeout(Some(load.timeout)).expect("setting the UDP timeout");
-            Some(s)
-        }
-        Kind::Tcp => None,
+    let mut chooser = Chooser::new(load, t, threads);
+    let udp: Vec<UdpSocket> = match load.kind {
+        Kind::Udp => (0..load.udp_sockets.max(1))
+            .map(|_| {
+                let s = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).expect("binding the UDP socket");
+                s.set_read_timeout(Some(load.timeout)).expect("setting the UDP timeout");
+                s
+            })
+            .collect(),
+        Kind::Tcp => Vec::new(),
     };
     start.wait();
     let started = Instant::now();
     let deadline = started + load.duration;
     let (mut ok, mut failed) = (0u64, 0u64);
-    let mut i = t;
     let mut buf = [0u8; 512];
     while Instant::now() < deadline {
-        let dst = load.targets[i % n];
-        i = i.wrapping_add(threads);
-        let answered = match &udp {
-            None => tcp_once(dst, load.timeout, &mut buf),
-            Some(s) => udp_once(s, dst, &mut buf),
+        let (socket, target) = chooser.choose();
+        let dst = load.targets[target];
+        let answered = match load.kind {
+            Kind::Tcp => tcp_once(dst, load.timeout, &mut buf),
+            Kind::Udp => udp_once(&udp[socket], dst, &mut buf),
         };
         if answered {
             ok += 1;
@@ -306,6 +390,83 @@ mod tests {
         assert!(cluster(10, 3, 10, &pods).is_err(), "the target must be one of the services");
     }
 
+    fn load(kind: Kind, targets: Vec<SocketAddr>, threads: usize, millis: u64) -> Load {
+        Load { kind, targets, pick: Pick::RoundRobin, threads, udp_sockets: 1, seed: 7, duration: Duration::from_millis(millis), timeout: Duration::from_secs(1) }
+    }
+
+    fn targets(n: u8) -> Vec<SocketAddr> {
+        (1..=n).map(|k| SocketAddr::from((Ipv4Addr::new(198, 18, 1, k), 5353))).collect()
+    }
+
+    /// The first `requests` (socket, target) choices of thread `t` of `threads`.
+    fn choices(load: &Load, t: usize, threads: usize, requests: usize) -> Vec<(usize, usize)> {
+        let mut c = Chooser::new(load, t, threads);
+        (0..requests).map(|_| c.choose()).collect()
+    }
+
+    #[test]
+    fn round_robin_sends_each_thread_through_every_target_in_turn() {
+        for kind in [Kind::Tcp, Kind::Udp] {
+            let load = Load { udp_sockets: 3, ..load(kind, targets(10), 8, 1) };
+            let first = choices(&load, 0, 8, 5);
+            let sockets = if kind == Kind::Udp { vec![0, 1, 2, 0, 1] } else { vec![0; 5] };
+            assert_eq!(first, sockets.into_iter().zip([0, 8, 6, 4, 2]).collect::<Vec<_>>(), "{kind:?}");
+            // Ten requests from each of the 8 threads: every target 8 times.
+            let mut count = [0; 10];
+            for t in 0..8 {
+                choices(&load, t, 8, 10).iter().for_each(|&(_, target)| count[target] += 1);
+            }
+            assert_eq!(count, [8; 10], "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn per_socket_keeps_a_udp_sockets_pick_and_draws_one_per_tcp_connection() {
+        let udp = Load { pick: Pick::PerSocket, udp_sockets: 4, ..load(Kind::Udp, targets(10), 8, 1) };
+        let c = Chooser::new(&udp, 3, 8);
+        let kept = c.kept().to_vec();
+        assert_eq!(kept.len(), 4);
+        let got = choices(&udp, 3, 8, 40);
+        for (i, &(socket, target)) in got.iter().enumerate() {
+            assert_eq!(socket, i % 4, "the sockets in turn");
+            assert_eq!(target, kept[socket], "socket {socket} keeps its pick");
+        }
+        assert_eq!(choices(&udp, 3, 8, 40), got, "the same seed and thread, the same picks");
+        // One socket a thread: the thread's every request goes to one target.
+        let one = Load { udp_sockets: 1, ..udp.clone() };
+        let got = choices(&one, 0, 8, 20);
+        assert!(got.iter().all(|&c| c == got[0]), "{got:?}");
+        // TCP: a new pick per connection, every target drawn, none far from a tenth.
+        let tcp = Load { pick: Pick::PerSocket, ..load(Kind::Tcp, targets(10), 8, 1) };
+        let mut count = [0u32; 10];
+        choices(&tcp, 0, 8, 100_000).iter().for_each(|&(socket, target)| {
+            assert_eq!(socket, 0);
+            count[target] += 1;
+        });
+        assert!(count.iter().all(|&n| (9_000..11_000).contains(&n)), "{count:?}");
+    }
+
+    /// The spread that sets a Service run apart from a round-robin one: 8 threads with one
+    /// UDP socket each, each socket's pick uniform over 10 pods, reach 10 × (1 − 0.9⁸) ≈ 5.7
+    /// distinct pods on average; with 8 sockets a thread (64 picks), nearly all 10.
+    #[test]
+    fn per_socket_picks_spread_as_a_services_random_picks_do() {
+        let distinct = |udp_sockets: usize, seed: u64| {
+            let load = Load { pick: Pick::PerSocket, udp_sockets, seed, ..load(Kind::Udp, targets(10), 8, 1) };
+            let mut used = [false; 10];
+            (0..8).for_each(|t| Chooser::new(&load, t, 8).kept().iter().for_each(|&k| used[k] = true));
+            used.iter().filter(|&&u| u).count()
+        };
+        let runs = 2_000;
+        let mean = |sockets| (0..runs).map(|seed| distinct(sockets, seed)).sum::<usize>() as f64 / runs as f64;
+        let one = mean(1);
+        assert!((5.55..5.85).contains(&one), "{one}");
+        let eight = mean(8);
+        assert!(eight > 9.9, "{eight}");
+        // Seeds give different picks (the rounds sample different spreads).
+        assert!((0..20).map(|seed| distinct(1, seed)).collect::<std::collections::BTreeSet<_>>().len() > 1);
+    }
+
     /// The server and the generator over loopback (no root): every request answered.
     #[test]
     fn the_generator_counts_answers_from_the_server() {
@@ -319,14 +480,16 @@ mod tests {
             std::thread::spawn(move || serve_on(listener, udp, 2, stop))
         };
         for (kind, port) in [(Kind::Tcp, tcp_port), (Kind::Udp, udp_port)] {
-            let load = Load { kind, targets: vec![SocketAddr::from((ip, port))], threads: 2, duration: Duration::from_millis(200), timeout: Duration::from_secs(1) };
-            let out = run(&load).unwrap();
-            assert!(out.ops > 10 && out.errors == 0, "{kind:?}: {out:?}");
-            assert!(out.elapsed >= Duration::from_millis(200) && out.rate() > 0.0, "{out:?}");
+            for (pick, udp_sockets) in [(Pick::RoundRobin, 1), (Pick::PerSocket, 3)] {
+                let load = Load { udp_sockets, pick, ..load(kind, vec![SocketAddr::from((ip, port))], 2, 200) };
+                let out = run(&load).unwrap();
+                assert!(out.ops > 10 && out.errors == 0, "{kind:?} {pick:?}: {out:?}");
+                assert!(out.elapsed >= Duration::from_millis(200) && out.rate() > 0.0, "{out:?}");
+            }
         }
         // Nothing listens here: every connect fails and is counted as an error.
         let closed = TcpListener::bind((ip, 0)).unwrap().local_addr().unwrap();
-        let load = Load { kind: Kind::Tcp, targets: vec![closed], threads: 1, duration: Duration::from_millis(50), timeout: Duration::from_millis(100) };
+        let load = Load { timeout: Duration::from_millis(100), ..load(Kind::Tcp, vec![closed], 1, 50) };
         let out = run(&load).unwrap();
         assert!(out.ops == 0 && out.errors > 0, "{out:?}");
         stop.store(true, Ordering::Relaxed);

@@ -38,8 +38,18 @@ pub enum Change {
 pub enum LoadKind {
     /// new TCP connections: connect, request, reply, close
     Tcp,
-    /// UDP request/response on an unconnected socket per thread
+    /// UDP request/response on unconnected sockets (--udp-sockets a thread)
     Udp,
+}
+
+/// How net-load chooses each request's target (netload::Pick).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LoadPick {
+    /// each request to the next target in turn
+    RoundRobin,
+    /// one target at random per socket, kept for its life (as a Service picks): per TCP
+    /// connection; per UDP socket for the whole run
+    PerSocket,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -325,9 +335,9 @@ pub enum BenchWhat {
         lifetime: u64,
     },
     /// The packet-path benchmark's load generator: --threads threads, one request in flight
-    /// each, for --seconds, round-robin over the targets; prints one line of `key value`
-    /// pairs: ops, errors, secs, rate, the generator's user and sys CPU seconds and the
-    /// machine's busy CPU seconds over the run (scripts/bench-socketlb)
+    /// each, for --seconds, over the targets as --pick says; prints one line of `key value`
+    /// pairs: ops, errors, secs, rate, the generator's user and sys CPU seconds, the
+    /// machine's busy CPU seconds over the run and the seed (scripts/bench-socketlb)
     #[command(hide = true)]
     NetLoad {
         #[arg(value_enum)]
@@ -335,8 +345,16 @@ pub enum BenchWhat {
         /// IP:PORT targets, comma list
         #[arg(value_delimiter = ',', required = true)]
         targets: Vec<std::net::SocketAddr>,
+        #[arg(long, value_enum, default_value_t = LoadPick::RoundRobin)]
+        pick: LoadPick,
         #[arg(long, default_value_t = 4)]
         threads: usize,
+        /// UDP: unconnected sockets per thread, used in turn
+        #[arg(long, default_value_t = 1)]
+        udp_sockets: usize,
+        /// Seeds --pick per-socket's draws [default: from the clock]
+        #[arg(long)]
+        seed: Option<u64>,
         #[arg(long, default_value_t = 5.0)]
         seconds: f64,
         /// Milliseconds one request may take before it counts as an error
@@ -511,19 +529,31 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             });
             netload::serve(*ip, *threads, stop)?;
         }
-        BenchWhat::NetLoad { kind, targets, threads, seconds, timeout_ms, cgroup_procs } => {
+        BenchWhat::NetLoad { kind, targets, pick, threads, udp_sockets, seed, seconds, timeout_ms, cgroup_procs } => {
             if let Some(procs) = cgroup_procs {
                 // Before any socket exists: the socket hooks see the cgroup a socket was made in.
                 std::fs::write(procs, "0").with_context(|| format!("cannot join the cgroup of {}", procs.display()))?;
             }
             anyhow::ensure!(*seconds > 0.0 && *seconds <= 600.0, "--seconds: more than 0, at most 600");
+            anyhow::ensure!((1..=1024).contains(udp_sockets), "--udp-sockets: 1 to 1024, not {udp_sockets}");
+            // A new seed each run unless given: the rounds sample different per-socket spreads.
+            let seed = seed.unwrap_or_else(|| {
+                let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+                (now.as_nanos() as u64) ^ (u64::from(std::process::id()) << 32)
+            });
             let load = netload::Load {
                 kind: match kind {
                     LoadKind::Tcp => netload::Kind::Tcp,
                     LoadKind::Udp => netload::Kind::Udp,
                 },
                 targets: targets.clone(),
+                pick: match pick {
+                    LoadPick::RoundRobin => netload::Pick::RoundRobin,
+                    LoadPick::PerSocket => netload::Pick::PerSocket,
+                },
                 threads: *threads,
+                udp_sockets: *udp_sockets,
+                seed,
                 duration: Duration::from_secs_f64(*seconds),
                 timeout: Duration::from_millis(*timeout_ms),
             };
@@ -534,7 +564,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             // SAFETY: sysconf has no preconditions.
             let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
             out(&format!(
-                "ops {} errors {} secs {:.3} rate {:.1} user {:.3} sys {:.3} machine_busy {:.3}\n",
+                "ops {} errors {} secs {:.3} rate {:.1} user {:.3} sys {:.3} machine_busy {:.3} seed {seed}\n",
                 outcome.ops,
                 outcome.errors,
                 outcome.elapsed.as_secs_f64(),
