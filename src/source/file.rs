@@ -29,7 +29,7 @@ use super::convert::{self, Skip};
 use super::convert_extra;
 use super::error::{FieldError, SourceError};
 use super::extra::Extra;
-use super::json::{self, Doc};
+use super::json::{self, scalars_as, Doc};
 use super::yaml;
 use super::fixture::{FixtureDoc, FIXTURE_KIND};
 use crate::model::{EndpointSlice, NamespacedName, Node, Service};
@@ -428,37 +428,7 @@ impl<'de> serde::de::Visitor<'de> for YamlDocVisitor {
         Value::deserialize(serde::de::value::SeqAccessDeserializer::new(seq)).map(Self::plain)
     }
 
-    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<YamlDoc, D::Error> {
-        d.deserialize_any(self)
-    }
-
-    fn visit_none<E>(self) -> Result<YamlDoc, E> {
-        Ok(Self::plain(Value::Null))
-    }
-
-    fn visit_unit<E>(self) -> Result<YamlDoc, E> {
-        Ok(Self::plain(Value::Null))
-    }
-
-    fn visit_bool<E>(self, v: bool) -> Result<YamlDoc, E> {
-        Ok(Self::plain(v.into()))
-    }
-
-    fn visit_i64<E>(self, v: i64) -> Result<YamlDoc, E> {
-        Ok(Self::plain(v.into()))
-    }
-
-    fn visit_u64<E>(self, v: u64) -> Result<YamlDoc, E> {
-        Ok(Self::plain(v.into()))
-    }
-
-    fn visit_f64<E>(self, v: f64) -> Result<YamlDoc, E> {
-        Ok(Self::plain(v.into()))
-    }
-
-    fn visit_str<E>(self, v: &str) -> Result<YamlDoc, E> {
-        Ok(Self::plain(v.into()))
-    }
+    scalars_as!(YamlDoc, Self::plain);
 }
 
 /// A document's `items`: a sequence keeps each element's place.
@@ -486,30 +456,7 @@ impl<'de> serde::Deserialize<'de> for Items {
                 use serde::Deserialize;
                 Value::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(Items::Other)
             }
-            fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Items, D::Error> {
-                d.deserialize_any(self)
-            }
-            fn visit_none<E>(self) -> Result<Items, E> {
-                Ok(Items::Other(Value::Null))
-            }
-            fn visit_unit<E>(self) -> Result<Items, E> {
-                Ok(Items::Other(Value::Null))
-            }
-            fn visit_bool<E>(self, v: bool) -> Result<Items, E> {
-                Ok(Items::Other(v.into()))
-            }
-            fn visit_i64<E>(self, v: i64) -> Result<Items, E> {
-                Ok(Items::Other(v.into()))
-            }
-            fn visit_u64<E>(self, v: u64) -> Result<Items, E> {
-                Ok(Items::Other(v.into()))
-            }
-            fn visit_f64<E>(self, v: f64) -> Result<Items, E> {
-                Ok(Items::Other(v.into()))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Items, E> {
-                Ok(Items::Other(v.into()))
-            }
+            scalars_as!(Items, Items::Other);
         }
         d.deserialize_any(V)
     }
