@@ -455,11 +455,7 @@ mod tests {
     }
 
     fn scrape(read: CounterReader) -> String {
-        let mut registry = prometheus_client::registry::Registry::default();
-        registry.register_collector(Box::new(RejectedCollector::with_reader(read)));
-        let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
-        out
+        crate::serve::scrape(RejectedCollector::with_reader(read))
     }
 
     #[test]

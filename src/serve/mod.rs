@@ -15,6 +15,16 @@ pub mod slis;
 pub mod socketlb;
 pub mod zpages;
 
+/// A collector's samples as a scrape writes them (OpenMetrics text).
+#[cfg(test)]
+fn scrape(collector: impl prometheus_client::collector::Collector) -> String {
+    let mut registry = prometheus_client::registry::Registry::default();
+    registry.register_collector(Box::new(collector));
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
+    out
+}
+
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};

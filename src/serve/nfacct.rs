@@ -56,11 +56,7 @@ mod tests {
     use super::*;
 
     fn scrape(read: Reader) -> String {
-        let mut registry = prometheus_client::registry::Registry::default();
-        registry.register_collector(Box::new(NfacctCollector::with_reader(read)));
-        let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
-        out
+        crate::serve::scrape(NfacctCollector::with_reader(read))
     }
 
     #[test]

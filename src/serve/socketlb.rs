@@ -89,11 +89,7 @@ mod tests {
     use super::*;
 
     fn scrape(read: Reader) -> String {
-        let mut registry = prometheus_client::registry::Registry::default();
-        registry.register_collector(Box::new(SocketLbCollector::with_reader(PathBuf::from("/nonexistent"), read)));
-        let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
-        out
+        crate::serve::scrape(SocketLbCollector::with_reader(PathBuf::from("/nonexistent"), read))
     }
 
     #[test]
