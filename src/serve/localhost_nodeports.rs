@@ -284,10 +284,6 @@ impl RejectedCollector {
             read: |family| crate::nftables::netlink::read_counters(family).map_err(|e| std::io::Error::other(e.to_string())),
         }
     }
-
-    pub fn with_reader(read: CounterReader) -> Self {
-        RejectedCollector { read }
-    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
@@ -455,7 +451,7 @@ mod tests {
     }
 
     fn scrape(read: CounterReader) -> String {
-        crate::serve::scrape(RejectedCollector::with_reader(read))
+        crate::serve::scrape(RejectedCollector { read })
     }
 
     #[test]

@@ -29,10 +29,6 @@ impl NfacctCollector {
     pub fn kernel() -> Self {
         NfacctCollector { read: crate::netfilter::nfacct::packets }
     }
-
-    pub fn with_reader(read: Reader) -> Self {
-        NfacctCollector { read }
-    }
 }
 
 impl Collector for NfacctCollector {
@@ -56,7 +52,7 @@ mod tests {
     use super::*;
 
     fn scrape(read: Reader) -> String {
-        crate::serve::scrape(NfacctCollector::with_reader(read))
+        crate::serve::scrape(NfacctCollector { read })
     }
 
     #[test]

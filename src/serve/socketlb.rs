@@ -57,10 +57,6 @@ impl SocketLbCollector {
     pub fn kernel(pins: PathBuf) -> Self {
         SocketLbCollector { pins, read: read_pinned }
     }
-
-    pub fn with_reader(pins: PathBuf, read: Reader) -> Self {
-        SocketLbCollector { pins, read }
-    }
 }
 
 impl Collector for SocketLbCollector {
@@ -89,7 +85,7 @@ mod tests {
     use super::*;
 
     fn scrape(read: Reader) -> String {
-        crate::serve::scrape(SocketLbCollector::with_reader(PathBuf::from("/nonexistent"), read))
+        crate::serve::scrape(SocketLbCollector { pins: PathBuf::from("/nonexistent"), read })
     }
 
     #[test]
