@@ -600,44 +600,16 @@ fn read_value(at: &At, value: Value, state: &mut ClusterState) -> Result<(), Sou
     match (api_version.as_str(), kind.as_str()) {
         (_, FIXTURE_KIND) => read_fixture(at, value, state),
         ("v1", "Service") => add_service(at, &kind, &object, typed(at, &kind, &object, value)?, state),
-        ("v1", "Pod") => {
-            let pod: core::Pod = typed(at, &kind, &object, value)?;
-            let pod = convert_extra::pod(&pod).map_err(|e| at.field_error(&kind, object.clone(), e))?;
-            if once(at, "Pod", &pod.id, state) {
-                state.extra.pods.retain(|p| p.id != pod.id);
-            }
-            record_origin(at, &kind, &pod.id, state);
-            state.extra.pods.push(pod);
-            Ok(())
-        }
+        ("v1", "Pod") => add(at, ("Pod", &object, true), value, state, convert_extra::pod, |p| p.id.clone(), |s| &mut s.extra.pods),
         ("v1", "Endpoints") => {
-            let ep: core::Endpoints = typed(at, &kind, &object, value)?;
-            let ep = convert_extra::endpoints(&ep).map_err(|e| at.field_error(&kind, object.clone(), e))?;
-            if once(at, "Endpoints", &ep.id, state) {
-                state.extra.endpoints.retain(|e| e.id != ep.id);
-            }
-            record_origin(at, &kind, &ep.id, state);
-            state.extra.endpoints.push(ep);
-            Ok(())
+            add(at, ("Endpoints", &object, true), value, state, convert_extra::endpoints, |e| e.id.clone(), |s| &mut s.extra.endpoints)
         }
         ("discovery.k8s.io/v1", "EndpointSlice") => add_slice(at, &kind, &object, typed(at, &kind, &object, value)?, state),
         ("v1", "Node") => {
-            let node: core::Node = typed(at, &kind, &object, value)?;
-            let node = convert::node(&node).map_err(|e| at.field_error(&kind, object.clone(), e))?;
-            if once(at, "Node", &NamespacedName::new(String::new(), node.name.clone()), state) {
-                state.nodes.retain(|n| n.name != node.name);
-            }
-            state.nodes.push(node);
-            Ok(())
+            add(at, ("Node", &object, false), value, state, convert::node, |n| NamespacedName::new(String::new(), n.name.clone()), |s| &mut s.nodes)
         }
         ("networking.k8s.io/v1" | "networking.k8s.io/v1beta1", "ServiceCIDR") => {
-            let sc: k8s_openapi::api::networking::v1::ServiceCIDR = typed(at, &kind, &object, value)?;
-            let sc = convert::service_cidr(&sc).map_err(|e| at.field_error(&kind, object.clone(), e))?;
-            if once(at, "ServiceCIDR", &sc.id, state) {
-                state.service_cidrs.retain(|s| s.id != sc.id);
-            }
-            state.service_cidrs.push(sc);
-            Ok(())
+            add(at, ("ServiceCIDR", &object, false), value, state, convert::service_cidr, |c| c.id.clone(), |s| &mut s.service_cidrs)
         }
         ("", _) | (_, "") => Err(at.item_error(&object, "missing apiVersion or kind")),
         _ => {
@@ -650,6 +622,31 @@ fn read_value(at: &At, value: Value, state: &mut ClusterState) -> Result<(), Sou
             Ok(())
         }
     }
+}
+
+/// An object of kind `what.0` (named `what.1` in messages; its origin recorded when
+/// `what.2`), converted by `convert`, into `list` in place of an earlier copy.
+fn add<K: DeserializeOwned, T>(
+    at: &At,
+    what: (&'static str, &str, bool),
+    value: Value,
+    state: &mut ClusterState,
+    convert: fn(&K) -> Result<T, FieldError>,
+    id: fn(&T) -> NamespacedName,
+    list: fn(&mut ClusterState) -> &mut Vec<T>,
+) -> Result<(), SourceError> {
+    let (kind, object, origin) = what;
+    let k: K = typed(at, kind, object, value)?;
+    let t = convert(&k).map_err(|e| at.field_error(kind, object.to_string(), e))?;
+    let tid = id(&t);
+    if once(at, kind, &tid, state) {
+        list(state).retain(|o| id(o) != tid);
+    }
+    if origin {
+        record_origin(at, kind, &tid, state);
+    }
+    list(state).push(t);
+    Ok(())
 }
 
 /// A Service read (as `kind`, named `object` in messages) into `state`.
