@@ -121,8 +121,6 @@ impl ConntrackConfig {
     }
 }
 
-/// A setting the defaulted layer always has; `None` means `settings::defaults` lacks its
-/// default, which is reported rather than replaced by a second default here.
 /// A 32-bit number in one of the forms nftables mode's rules are read back in: decimal
 /// without leading zeros, or `0x` and one to eight lowercase hex digits.
 fn nft_number(w: &str) -> bool {
@@ -132,6 +130,8 @@ fn nft_number(w: &str) -> bool {
     }
 }
 
+/// A setting the defaulted layer always has; `None` means `settings::defaults` lacks its
+/// default, which is reported rather than replaced by a second default here.
 fn given<T>(v: Option<T>, setting: &'static str) -> Result<T, ConfigError> {
     v.ok_or_else(|| invalid(setting, "has no value and no default (settings::defaults misses it)"))
 }
@@ -187,7 +187,6 @@ pub struct Config {
     pub socket_lb: Option<SocketLbConfig>,
     /// The kube-proxy release whose rules to write (`--kube-proxy-version`).
     pub kube_proxy_version: KubeProxyVersion,
-    pub conntrack_tcp_be_liberal: bool,
     /// Conntrack tuning (the daemon applies it at start; see [`crate::node::conntrack`]).
     pub conntrack: ConntrackConfig,
     pub large_cluster_endpoints_threshold: usize,
@@ -372,7 +371,6 @@ pub fn resolve(s: Settings, nodes: &[Node]) -> Result<Config, ConfigError> {
             None
         },
         kube_proxy_version: given(s.kube_proxy_version, row::kube_proxy_version.flag())?,
-        conntrack_tcp_be_liberal: s.conntrack_tcp_be_liberal.unwrap_or_default(),
         conntrack: ConntrackConfig::resolve(&s)?,
         large_cluster_endpoints_threshold: given(s.large_cluster_endpoints_threshold, "largeClusterEndpointsThreshold")?,
         service_proxy_name: s.service_proxy_name.clone().filter(|n| !n.is_empty()),
