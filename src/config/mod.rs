@@ -30,14 +30,8 @@ fn invalid(setting: &'static str, reason: impl Into<String>) -> ConfigError {
     ConfigError::Invalid { setting, reason: reason.into() }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Mode {
-    Iptables,
-    Ipvs,
-    /// kube-proxy's nftables mode (`nftables::proxier`).
-    Nftables,
-}
+/// The proxy mode (`mode`).
+pub use crate::settings::kinds::ProxyMode as Mode;
 
 /// How traffic from local pods is recognised (`detectLocalMode`).
 pub use crate::settings::kinds::LocalMode as LocalDetectMode;
@@ -326,17 +320,12 @@ pub fn resolve(s: Settings, nodes: &[Node]) -> Result<Config, ConfigError> {
         crate::settings::gates::check(gates).map_err(|e| invalid(row::feature_gates.path(), e))?;
         crate::settings::gates::check_supported(gates, proxy_mode).map_err(|e| invalid(row::feature_gates.path(), e))?;
     }
-    let mode = match proxy_mode {
-        ProxyMode::Iptables => Mode::Iptables,
-        ProxyMode::Ipvs => Mode::Ipvs,
-        ProxyMode::Nftables => Mode::Nftables,
-    };
     let service_cidrs = match &s.service_cidrs {
         Some(list) => parse_cidrs("serviceCIDRs", list)?,
         None => Vec::new(),
     };
     let config = Config {
-        mode,
+        mode: proxy_mode,
         families: Vec::new(),
         node_name,
         node_labels,
