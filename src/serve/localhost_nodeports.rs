@@ -437,9 +437,7 @@ mod tests {
 
     #[test]
     fn specs_are_the_tcp_node_ports_with_their_policys_endpoints() {
-        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/nftables-localhost-nodeports.yaml")).unwrap();
-        let mut state = crate::source::ClusterState::default();
-        crate::source::file::read_str(std::path::Path::new("f.yaml"), &text, &mut state).unwrap();
+        let state = crate::source::read_path(std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/nftables-localhost-nodeports.yaml"))).unwrap();
         let loaded = crate::pipeline::load(state, crate::settings::Settings::default(), Default::default()).unwrap();
         let here = Locality { node_name: "node-1", zone: None };
         let v4 = loaded.trackers.families.iter().find(|t| t.family == IpFamily::V4).unwrap();

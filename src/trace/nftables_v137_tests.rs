@@ -646,9 +646,7 @@ fn a_dnat_map_that_does_not_read_is_an_error() {
 /// node IP (DNATed to its endpoint).
 #[test]
 fn localhost_node_ports_are_rejected_but_tcp_passes() {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/nftables-localhost-nodeports.yaml")).unwrap();
-    let mut state = crate::source::ClusterState::default();
-    crate::source::file::read_str(std::path::Path::new("f.yaml"), &text, &mut state).unwrap();
+    let state = crate::source::read_path(std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/nftables-localhost-nodeports.yaml"))).unwrap();
     let flags = crate::settings::Settings { mode: Some(crate::settings::kinds::ProxyMode::Nftables), ..Default::default() };
     let loaded = crate::pipeline::load(state, flags, Default::default()).unwrap();
     let rulesets = crate::nftables::render_all(&loaded.config, &loaded.trackers);
