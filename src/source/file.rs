@@ -925,19 +925,10 @@ mod tests {
 
     #[test]
     fn events_between_two_reads_are_the_changes_only() {
-        use crate::track::Event;
         let svc = |n: u8, ip: &str| SVC.replace("web", &format!("s{n}")).replace("10.0.0.1", ip);
         let before = read(&format!("{}---\n{}---\n{}", svc(1, "10.0.0.1"), svc(2, "10.0.0.2"), svc(3, "10.0.0.3"))).unwrap();
         let after = read(&format!("{}---\n{}---\n{}", svc(1, "10.0.0.1"), svc(2, "10.0.0.9"), svc(4, "10.0.0.4"))).unwrap();
-        let events: Vec<String> = events_between(&before, &after)
-            .iter()
-            .map(|e| match e {
-                Event::ServiceApplied(s) => format!("apply {}", s.id),
-                Event::ServiceDeleted(id) => format!("delete {id}"),
-                other => format!("{other:?}"),
-            })
-            .collect();
-        assert_eq!(events, ["delete ns/s3", "apply ns/s2", "apply ns/s4"]);
+        assert_eq!(super::super::objects::tests::names(&events_between(&before, &after)), ["delete ns/s3", "apply ns/s2", "apply ns/s4"]);
         assert!(events_between(&after, &after).is_empty(), "nothing changed: no event");
     }
 

@@ -102,7 +102,7 @@ pub(crate) fn diff<S: Borrow<Service>, E: Borrow<EndpointSlice>>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::path::Path;
 
     use super::*;
@@ -114,6 +114,18 @@ mod tests {
         Objects::take(&mut st)
     }
 
+    /// `apply ns/name` and `delete ns/name` for the Services' events.
+    pub(crate) fn names(events: &[Event]) -> Vec<String> {
+        events
+            .iter()
+            .map(|e| match e {
+                Event::ServiceApplied(s) => format!("apply {}", s.id),
+                Event::ServiceDeleted(id) => format!("delete {id}"),
+                other => format!("{other:?}"),
+            })
+            .collect()
+    }
+
     fn svc(n: u8, ip: &str) -> String {
         format!("apiVersion: v1\nkind: Service\nmetadata:\n  name: s{n}\n  namespace: ns\nspec:\n  clusterIP: {ip}\n  ports:\n  - port: 80\n---\n")
     }
@@ -122,16 +134,7 @@ mod tests {
     fn unchanged_objects_are_held_once_and_changes_are_the_events() {
         let old = objects(&format!("{}{}{}", svc(1, "10.0.0.1"), svc(2, "10.0.0.2"), svc(3, "10.0.0.3")));
         let mut new = objects(&format!("{}{}{}", svc(1, "10.0.0.1"), svc(2, "10.0.0.9"), svc(4, "10.0.0.4")));
-        let events: Vec<String> = new
-            .events_since(&old)
-            .iter()
-            .map(|e| match e {
-                Event::ServiceApplied(s) => format!("apply {}", s.id),
-                Event::ServiceDeleted(id) => format!("delete {id}"),
-                other => format!("{other:?}"),
-            })
-            .collect();
-        assert_eq!(events, ["delete ns/s3", "apply ns/s2", "apply ns/s4"]);
+        assert_eq!(names(&new.events_since(&old)), ["delete ns/s3", "apply ns/s2", "apply ns/s4"]);
         assert!(Arc::ptr_eq(&new.services[0], &old.services[0]), "unchanged: the old allocation is kept");
         assert!(!Arc::ptr_eq(&new.services[1], &old.services[1]), "changed: the new one");
         let again = new.clone();
