@@ -271,7 +271,7 @@ pub(crate) fn each_statement(table: &Table, env: &Env, packet: &Packet) -> Resul
         for s in &r.stmts().stmts {
             let alone = Rule::of(r.chain.clone(), stmt::Body { stmts: vec![s.clone()], comment: r.comment().map(str::to_owned) });
             let start = Branch::new(packet.clone());
-            w.rule(&r.chain, &alone, start, 0)?;
+            w.rule_from(&r.chain, &alone, 0, start, Vec::new(), 0)?;
             n += 1;
         }
     }
@@ -324,7 +324,7 @@ impl<'t> Walker<'t> {
         for rule in rules {
             let mut still = Vec::new();
             for b in live {
-                for (nb, end) in self.rule(chain, rule, b, depth)? {
+                for (nb, end) in self.rule_from(chain, rule, 0, b, Vec::new(), depth)? {
                     match end {
                         End::Next => still.push(nb),
                         _ => out.push((nb, end)),
@@ -338,10 +338,6 @@ impl<'t> Walker<'t> {
         }
         out.extend(live.into_iter().map(|b| (b, End::Return)));
         Ok(out)
-    }
-
-    fn rule(&self, chain: &str, rule: &Rule, b: Branch, depth: usize) -> Result<Flows, TraceError> {
-        self.rule_from(chain, rule, 0, b, Vec::new(), depth)
     }
 
     /// The rule from its statement `from` on, `members` the set elements found before.
