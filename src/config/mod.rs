@@ -289,7 +289,7 @@ pub fn resolve(s: Settings, nodes: &[Node]) -> Result<Config, ConfigError> {
     let bind_address = s.bind_address.clone().filter(|a| !matches!(a.trim(), "" | "0.0.0.0" | "::")).map(|a| vec![a]);
     let node_ips = match s.node_ips.as_ref().or(bind_address.as_ref()) {
         Some(list) => parse_node_ips(list)?,
-        None => node.map(|n| host_ips(&n.addresses)).unwrap_or_default(),
+        None => node.map(Node::host_ips).unwrap_or_default(),
     };
     let node_pod_cidrs = match &s.node_pod_cidrs {
         Some(list) => parse_cidrs("node pod CIDRs", list)?,
@@ -371,14 +371,6 @@ pub fn resolve(s: Settings, nodes: &[Node]) -> Result<Config, ConfigError> {
     check_detector(&config)?;
     let families = parse_families(given(s.ip_family, row::ip_family.flag())?, &config);
     Ok(Config { families, ..config })
-}
-
-/// kube-proxy's `GetNodeHostIPs`: the first address, and the first of the other family.
-fn host_ips(addresses: &[IpAddr]) -> Vec<IpAddr> {
-    let Some(first) = addresses.first() else { return Vec::new() };
-    let mut out = vec![*first];
-    out.extend(addresses.iter().find(|a| IpFamily::of(a) != IpFamily::of(first)));
-    out
 }
 
 fn default_hostname() -> String {
