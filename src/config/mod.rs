@@ -20,8 +20,6 @@ use crate::net::{parse_ip_sloppy, Cidr, IpFamily};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("{path}: {reason}")]
-    File { path: PathBuf, reason: String },
     #[error("{setting}: {reason}")]
     Invalid { setting: &'static str, reason: String },
 }
@@ -134,8 +132,8 @@ fn given<T>(v: Option<T>, setting: &'static str) -> Result<T, ConfigError> {
 /// links (a bpffs directory svcproxy owns).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SocketLbConfig {
-    pub cgroup: std::path::PathBuf,
-    pub pins: std::path::PathBuf,
+    pub cgroup: PathBuf,
+    pub pins: PathBuf,
 }
 
 #[derive(Debug, Clone, PartialEq)]
