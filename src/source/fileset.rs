@@ -27,16 +27,6 @@ pub trait Finish {
     fn finish(&self, state: &mut ClusterState);
 }
 
-/// Nothing to finish: the read as it is.
-pub struct AsRead;
-
-impl Finish for AsRead {
-    fn needed(&self, _: &ClusterState) -> bool {
-        false
-    }
-    fn finish(&self, _: &mut ClusterState) {}
-}
-
 /// One file's read, kept until the file changes.
 #[derive(Debug, Default)]
 struct FileRead {
