@@ -277,10 +277,7 @@ impl Metrics {
 
     /// OpenMetrics text (what prometheus-client writes).
     pub fn encode(&self) -> String {
-        let mut out = String::new();
-        // Encoding into a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
-        out
+        super::open_metrics(&self.registry)
     }
 }
 

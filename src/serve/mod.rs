@@ -15,14 +15,20 @@ pub mod slis;
 pub mod socketlb;
 pub mod zpages;
 
-/// A collector's samples as a scrape writes them (OpenMetrics text).
+/// A registry's OpenMetrics text.
+fn open_metrics(registry: &prometheus_client::registry::Registry) -> String {
+    let mut out = String::new();
+    // Encoding into a String cannot fail.
+    let _ = prometheus_client::encoding::text::encode(&mut out, registry);
+    out
+}
+
+/// A collector's samples as a scrape writes them.
 #[cfg(test)]
 fn scrape(collector: impl prometheus_client::collector::Collector) -> String {
     let mut registry = prometheus_client::registry::Registry::default();
     registry.register_collector(Box::new(collector));
-    let mut out = String::new();
-    prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
-    out
+    open_metrics(&registry)
 }
 
 use std::net::SocketAddr;
