@@ -85,10 +85,6 @@ fn synced(s: &Shared) -> bool {
     s.schedule.lock().map(|sch| sch.is_ready() && sch.last_sync().is_some() && sch.healthy(Instant::now())).unwrap_or(false)
 }
 
-fn code_label(code: StatusCode) -> metrics::CodeLabel {
-    metrics::CodeLabel { code: code.as_u16().to_string() }
-}
-
 /// `/healthz`: synced, and this node not being deleted (load balancers drain it).
 async fn healthz(State(s): State<SharedState>) -> impl IntoResponse {
     let eligible = !s.node_deleting.load(std::sync::atomic::Ordering::SeqCst);
@@ -107,7 +103,7 @@ fn health(s: &Shared, eligible: Option<bool>, count: &prometheus_client::metrics
     let node = eligible.map(|e| format!(", \"nodeEligible\": {e}")).unwrap_or_default();
     let body = format!("{{\"lastUpdated\": \"{}\", \"currentTime\": \"{}\"{node}}}\n", unix(last), unix(Some(SystemTime::now())));
     let code = if synced(s) && eligible != Some(false) { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
-    count.get_or_create(&code_label(code)).inc();
+    count.get_or_create(&metrics::CodeLabel { code: code.as_u16().to_string() }).inc();
     (code, [("content-type", "application/json"), ("x-content-type-options", "nosniff")], body)
 }
 

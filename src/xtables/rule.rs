@@ -66,11 +66,6 @@ impl Args {
         self.0.is_empty()
     }
 
-    /// Bytes held (the words and their separators), near the text's length.
-    pub fn as_bytes_len(&self) -> usize {
-        self.0.len()
-    }
-
     /// Writes the words as restore text: each after a space, quoted when it must be.
     pub fn write(&self, out: &mut String) {
         out.reserve(self.0.len() + 8);
@@ -180,7 +175,7 @@ impl Rule {
 
     /// Bytes of the rule's restore line, near enough to size a buffer.
     pub fn text_len(&self) -> usize {
-        self.chain.len() + self.args.as_bytes_len() + self.target.text_len() + 8
+        self.chain.len() + self.args.0.len() + self.target.text_len() + 8
     }
 }
 
