@@ -8,9 +8,8 @@ pub use super::thin::Chain;
 use super::target::Target;
 
 /// A rule's words after the chain name, kept in one string, each word ended by a NUL
-/// (which no word can hold). A dump of 10,000 services has millions of words: one
-/// allocation per rule instead of one per word cut the peak RSS of a 10k-service sync
-/// against a synced kernel (two dumps held at once) from 716 MB to 444 MB.
+/// (which no word can hold): one allocation per rule, not per word (a large dump has
+/// millions of words).
 #[derive(Clone, Default, PartialEq, Eq, Hash)]
 pub struct Args(Box<str>);
 
