@@ -31,7 +31,7 @@ use super::error::{FieldError, SourceError};
 use super::extra::Extra;
 use super::json::{self, scalars_as, Doc};
 use super::yaml;
-use super::fixture::{FixtureDoc, FIXTURE_KIND};
+use crate::settings::fixture::{FixtureDoc, FIXTURE_KIND};
 use crate::model::{EndpointSlice, NamespacedName, Node, Service};
 
 /// Everything read from the inputs, in input order (a later object with the same

@@ -235,7 +235,7 @@ impl FileSet {
         let Some(first) = with.next() else { return Vec::new() };
         with.map(|path| SourceError::Syntax {
             path: path.clone(),
-            message: format!("a second {} document (only one is allowed; the one in {} is used)", super::fixture::FIXTURE_KIND, first.display()),
+            message: format!("a second {} document (only one is allowed; the one in {} is used)", crate::settings::fixture::FIXTURE_KIND, first.display()),
         })
         .collect()
     }
