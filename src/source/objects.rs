@@ -3,7 +3,7 @@
 //! changed) and the trackers hold the same allocation instead of one copy each.
 
 use std::borrow::Borrow;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::file::ClusterState;
@@ -31,15 +31,6 @@ impl Objects {
     pub fn applied(&self) -> impl Iterator<Item = Event> + '_ {
         let services = self.services.iter().map(|s| Event::ServiceApplied(s.clone()));
         services.chain(self.slices.iter().map(|s| Event::SliceApplied(s.clone())))
-    }
-
-    /// Adds the objects of `old` that `self` does not have (an object that no longer
-    /// reads keeps its last good version).
-    pub fn keep_unread(&mut self, old: &Objects) {
-        let services: BTreeSet<_> = self.services.iter().map(|s| s.id.clone()).collect();
-        self.services.extend(old.services.iter().filter(|s| !services.contains(&s.id)).cloned());
-        let slices: BTreeSet<_> = self.slices.iter().map(|s| s.id.clone()).collect();
-        self.slices.extend(old.slices.iter().filter(|s| !slices.contains(&s.id)).cloned());
     }
 
     /// Makes every object of `self` equal to `old`'s of the same identity `old`'s very
@@ -139,14 +130,5 @@ pub(crate) mod tests {
         assert!(!Arc::ptr_eq(&new.services[1], &old.services[1]), "changed: the new one");
         let again = new.clone();
         assert!(new.events_since(&again).is_empty(), "nothing changed: no event");
-    }
-
-    #[test]
-    fn an_unread_object_keeps_its_last_good_version() {
-        let old = objects(&format!("{}{}", svc(1, "10.0.0.1"), svc(2, "10.0.0.2")));
-        let mut new = objects(&svc(1, "10.0.0.1"));
-        new.keep_unread(&old);
-        assert!(new.events_since(&old).is_empty(), "nothing deleted");
-        assert!(Arc::ptr_eq(&new.services[1], &old.services[1]));
     }
 }
