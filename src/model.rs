@@ -39,14 +39,11 @@ pub enum Protocol {
 }
 
 impl Protocol {
+    const ALL: [Protocol; 3] = [Protocol::Tcp, Protocol::Udp, Protocol::Sctp];
+
     /// The API spelling (`TCP`).
     pub fn parse_api(s: &str) -> Option<Protocol> {
-        match s {
-            "TCP" => Some(Protocol::Tcp),
-            "UDP" => Some(Protocol::Udp),
-            "SCTP" => Some(Protocol::Sctp),
-            _ => None,
-        }
+        Self::ALL.into_iter().find(|p| p.upper() == s)
     }
 
     /// The iptables spelling (`tcp`), also used in chain-name hashes.
@@ -68,12 +65,7 @@ impl Protocol {
 
     /// The iptables spelling (`tcp`, `udp`, `sctp`).
     pub fn from_name(s: &str) -> Option<Protocol> {
-        match s {
-            "tcp" => Some(Protocol::Tcp),
-            "udp" => Some(Protocol::Udp),
-            "sctp" => Some(Protocol::Sctp),
-            _ => None,
-        }
+        Self::ALL.into_iter().find(|p| p.lower() == s)
     }
 
     /// The `IPPROTO_*` number (what IPVS, conntrack and the kernel's tables speak).
@@ -86,12 +78,7 @@ impl Protocol {
     }
 
     pub fn from_number(n: u16) -> Option<Protocol> {
-        match n {
-            6 => Some(Protocol::Tcp),
-            17 => Some(Protocol::Udp),
-            132 => Some(Protocol::Sctp),
-            _ => None,
-        }
+        Self::ALL.into_iter().find(|p| p.number() == n)
     }
 }
 
@@ -458,6 +445,7 @@ mod tests {
             Protocol::Tcp | Protocol::Udp | Protocol::Sctp => p,
         };
         let all = [Protocol::Sctp, Protocol::Udp, Protocol::Tcp].map(listed);
+        assert!(all.iter().all(|p| Protocol::ALL.contains(p)), "Protocol::ALL, which the readers search, lists every protocol");
         assert!(all.iter().all(|p| LEAST_PROTOCOL <= *p), "{LEAST_PROTOCOL:?} is not the least of {all:?}");
         let key = |svc: &str, port: &str, protocol| ServicePortName { service: NamespacedName::new("ns", svc), port: port.into(), protocol };
         let mut map = BTreeMap::new();

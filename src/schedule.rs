@@ -55,7 +55,7 @@ pub enum Kind {
     Full,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Schedule {
     timing: Timing,
     ready: bool,
@@ -75,18 +75,7 @@ pub struct Schedule {
 
 impl Schedule {
     pub fn new(timing: Timing) -> Self {
-        Schedule {
-            timing,
-            ready: false,
-            last_sync: None,
-            last_full: None,
-            pending_since: None,
-            failures: 0,
-            retry_at: None,
-            in_flight: None,
-            forced: false,
-            last_periodic: None,
-        }
+        Schedule { timing, ..Schedule::default() }
     }
 
     pub fn timing(&self) -> Timing {

@@ -43,3 +43,15 @@ impl ConfigFlags {
         self.rules.0.clone()
     }
 }
+
+/// The `--config` file's layer (none: an empty one). Only fields it should not have are
+/// worth a word here, on stderr after `prefix`.
+pub fn config_file(path: Option<&std::path::Path>, prefix: &str) -> anyhow::Result<Settings> {
+    let Some(p) = path else { return Ok(Settings::default()) };
+    let f = crate::settings::file::read(p)?;
+    let unknown = crate::settings::file::FileSettings { settings: Settings::default(), unknown: f.unknown };
+    for note in unknown.notes(p) {
+        eprintln!("{prefix}{note}");
+    }
+    Ok(f.settings)
+}

@@ -51,19 +51,7 @@ pub fn invoked_as_kube_proxy(argv0: Option<&std::ffi::OsStr>) -> bool {
 /// The command line's layer and the file's (kube-proxy's lenient-decoding line said first).
 fn layers(cli: &KubeProxyCli) -> anyhow::Result<(Settings, Settings)> {
     let flags = cli.rules.0.clone().over(cli.node.0.clone());
-    let file = match &cli.config {
-        Some(p) => {
-            let f = file::read(p)?;
-            if !f.unknown.is_empty() {
-                let unknown = file::FileSettings { settings: Settings::default(), unknown: f.unknown.clone() };
-                for note in unknown.notes(p) {
-                    eprintln!("kube-proxy: {note}");
-                }
-            }
-            f.settings
-        }
-        None => Settings::default(),
-    };
+    let file = super::flags::config_file(cli.config.as_deref(), "kube-proxy: ")?;
     Ok((flags, file))
 }
 

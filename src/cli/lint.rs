@@ -108,12 +108,9 @@ struct Report<'a> {
 
 pub fn run(args: &LintArgs) -> anyhow::Result<ExitCode> {
     let gates = match &args.feature_gates {
-        Some(text) => {
-            let gates = <std::collections::BTreeMap<String, bool> as crate::settings::value::SettingValue>::parse_flag(text)
-                .and_then(|g| crate::settings::gates::check(&g).map(|()| g))
-                .map_err(|e| anyhow::anyhow!("--feature-gates: {e}"))?;
-            gates
-        }
+        Some(text) => <std::collections::BTreeMap<String, bool> as crate::settings::value::SettingValue>::parse_flag(text)
+            .and_then(|g| crate::settings::gates::check(&g).map(|()| g))
+            .map_err(|e| anyhow::anyhow!("--feature-gates: {e}"))?,
         None => Default::default(),
     };
     let options = Options {

@@ -7,7 +7,6 @@ use clap::{Args, ValueEnum};
 
 use super::{ConfigFlags, EXIT_OK};
 use crate::config::{Mode, Settings};
-use crate::settings::{self, file::FileSettings};
 use crate::pipeline;
 use crate::source;
 
@@ -44,20 +43,7 @@ pub fn load(flags: &ConfigFlags) -> anyhow::Result<pipeline::Loaded> {
 pub fn load_with(flags: &ConfigFlags, settings: Settings) -> anyhow::Result<pipeline::Loaded> {
     let mut state = source::read_path(flags.from_path()?)?;
     crate::derive::complete_with_notes(&mut state, flags.derive_endpoints);
-    let file = match &flags.config {
-        Some(p) => {
-            let f = settings::file::read(p)?;
-            // Rendering acts on the rules alone: only fields the file should not have are worth a word.
-            if !f.unknown.is_empty() {
-                let lenient = FileSettings { settings: Settings::default(), unknown: f.unknown.clone() };
-                for note in lenient.notes(p) {
-                    eprintln!("svcproxy: note: {note}");
-                }
-            }
-            f.settings
-        }
-        None => Settings::default(),
-    };
+    let file = super::flags::config_file(flags.config.as_deref(), "svcproxy: note: ")?;
     let loaded = pipeline::load(state, settings, file).context("invalid configuration")?;
     for note in &loaded.notes {
         eprintln!("svcproxy: note: {note}");

@@ -172,13 +172,9 @@ fn packet(args: &TraceArgs, loaded: &pipeline::Loaded, own: &BTreeSet<IpAddr>) -
     Ok(Packet { src, dst, protocol, dport, in_interface: None })
 }
 
-fn destination_family(args: &TraceArgs) -> anyhow::Result<IpFamily> {
-    Ok(IpFamily::of(&parse_addr(&args.dst, "--dst")?.0))
-}
-
 pub fn run(args: &TraceArgs) -> anyhow::Result<ExitCode> {
     let loaded = load(&args.config)?;
-    let family = destination_family(args)?;
+    let family = IpFamily::of(&parse_addr(&args.dst, "--dst")?.0);
     match loaded.config.mode {
         Mode::Ipvs => return run_ipvs(args, &loaded, family),
         Mode::Nftables => return run_nftables(args, &loaded, family),

@@ -15,7 +15,7 @@ use super::sync::SyncArgs;
 use super::EXIT_OK;
 use crate::config::client::ClientConnection;
 use crate::config::node::{self, LogFormat, Logging, Servers};
-use crate::config::{Mode, Settings};
+use crate::config::Settings;
 use crate::settings::{self, flags::NodeFlags};
 use crate::pipeline;
 use crate::runner::watch;
@@ -172,11 +172,7 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Server
     }
     crate::runner::node::register_metrics(&mut shared.metrics, loaded.config.mode, loaded.config.socket_lb.as_ref());
     let shared = Arc::new(shared);
-    let _ = shared.proxy_mode.set(match loaded.config.mode {
-        Mode::Iptables => "iptables".into(),
-        Mode::Ipvs => "ipvs".into(),
-        Mode::Nftables => "nftables".into(),
-    });
+    let _ = shared.proxy_mode.set(loaded.config.mode.to_string());
     let _ = shared.configz.set(configz);
     let _ = shared.flagz.set(flagz);
     let _ = shared.emulation_version.set(loaded.config.kube_proxy_version.to_string());

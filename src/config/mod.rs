@@ -20,8 +20,6 @@ use crate::net::{parse_ip_sloppy, Cidr, IpFamily};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("{path}: {reason}")]
-    File { path: PathBuf, reason: String },
     #[error("{setting}: {reason}")]
     Invalid { setting: &'static str, reason: String },
 }
@@ -30,14 +28,8 @@ fn invalid(setting: &'static str, reason: impl Into<String>) -> ConfigError {
     ConfigError::Invalid { setting, reason: reason.into() }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Mode {
-    Iptables,
-    Ipvs,
-    /// kube-proxy's nftables mode (`nftables::proxier`).
-    Nftables,
-}
+/// The proxy mode (`mode`).
+pub use crate::settings::kinds::ProxyMode as Mode;
 
 /// How traffic from local pods is recognised (`detectLocalMode`).
 pub use crate::settings::kinds::LocalMode as LocalDetectMode;
@@ -121,8 +113,6 @@ impl ConntrackConfig {
     }
 }
 
-/// A setting the defaulted layer always has; `None` means `settings::defaults` lacks its
-/// default, which is reported rather than replaced by a second default here.
 /// A 32-bit number in one of the forms nftables mode's rules are read back in: decimal
 /// without leading zeros, or `0x` and one to eight lowercase hex digits.
 fn nft_number(w: &str) -> bool {
@@ -132,6 +122,8 @@ fn nft_number(w: &str) -> bool {
     }
 }
 
+/// A setting the defaulted layer always has; `None` means `settings::defaults` lacks its
+/// default, which is reported rather than replaced by a second default here.
 fn given<T>(v: Option<T>, setting: &'static str) -> Result<T, ConfigError> {
     v.ok_or_else(|| invalid(setting, "has no value and no default (settings::defaults misses it)"))
 }
@@ -140,8 +132,8 @@ fn given<T>(v: Option<T>, setting: &'static str) -> Result<T, ConfigError> {
 /// links (a bpffs directory svcproxy owns).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SocketLbConfig {
-    pub cgroup: std::path::PathBuf,
-    pub pins: std::path::PathBuf,
+    pub cgroup: PathBuf,
+    pub pins: PathBuf,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -187,7 +179,6 @@ pub struct Config {
     pub socket_lb: Option<SocketLbConfig>,
     /// The kube-proxy release whose rules to write (`--kube-proxy-version`).
     pub kube_proxy_version: KubeProxyVersion,
-    pub conntrack_tcp_be_liberal: bool,
     /// Conntrack tuning (the daemon applies it at start; see [`crate::node::conntrack`]).
     pub conntrack: ConntrackConfig,
     pub large_cluster_endpoints_threshold: usize,
@@ -296,7 +287,7 @@ pub fn resolve(s: Settings, nodes: &[Node]) -> Result<Config, ConfigError> {
     let bind_address = s.bind_address.clone().filter(|a| !matches!(a.trim(), "" | "0.0.0.0" | "::")).map(|a| vec![a]);
     let node_ips = match s.node_ips.as_ref().or(bind_address.as_ref()) {
         Some(list) => parse_node_ips(list)?,
-        None => node.map(|n| host_ips(&n.addresses)).unwrap_or_default(),
+        None => node.map(Node::host_ips).unwrap_or_default(),
     };
     let node_pod_cidrs = match &s.node_pod_cidrs {
         Some(list) => parse_cidrs("node pod CIDRs", list)?,
@@ -327,17 +318,12 @@ pub fn resolve(s: Settings, nodes: &[Node]) -> Result<Config, ConfigError> {
         crate::settings::gates::check(gates).map_err(|e| invalid(row::feature_gates.path(), e))?;
         crate::settings::gates::check_supported(gates, proxy_mode).map_err(|e| invalid(row::feature_gates.path(), e))?;
     }
-    let mode = match proxy_mode {
-        ProxyMode::Iptables => Mode::Iptables,
-        ProxyMode::Ipvs => Mode::Ipvs,
-        ProxyMode::Nftables => Mode::Nftables,
-    };
     let service_cidrs = match &s.service_cidrs {
         Some(list) => parse_cidrs("serviceCIDRs", list)?,
         None => Vec::new(),
     };
     let config = Config {
-        mode,
+        mode: proxy_mode,
         families: Vec::new(),
         node_name,
         node_labels,
@@ -372,7 +358,6 @@ pub fn resolve(s: Settings, nodes: &[Node]) -> Result<Config, ConfigError> {
             None
         },
         kube_proxy_version: given(s.kube_proxy_version, row::kube_proxy_version.flag())?,
-        conntrack_tcp_be_liberal: s.conntrack_tcp_be_liberal.unwrap_or_default(),
         conntrack: ConntrackConfig::resolve(&s)?,
         large_cluster_endpoints_threshold: given(s.large_cluster_endpoints_threshold, "largeClusterEndpointsThreshold")?,
         service_proxy_name: s.service_proxy_name.clone().filter(|n| !n.is_empty()),
@@ -384,14 +369,6 @@ pub fn resolve(s: Settings, nodes: &[Node]) -> Result<Config, ConfigError> {
     check_detector(&config)?;
     let families = parse_families(given(s.ip_family, row::ip_family.flag())?, &config);
     Ok(Config { families, ..config })
-}
-
-/// kube-proxy's `GetNodeHostIPs`: the first address, and the first of the other family.
-fn host_ips(addresses: &[IpAddr]) -> Vec<IpAddr> {
-    let Some(first) = addresses.first() else { return Vec::new() };
-    let mut out = vec![*first];
-    out.extend(addresses.iter().find(|a| IpFamily::of(a) != IpFamily::of(first)));
-    out
 }
 
 fn default_hostname() -> String {

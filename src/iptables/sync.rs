@@ -43,14 +43,9 @@ pub struct Timings {
 
 #[derive(Debug, thiserror::Error)]
 pub enum SyncError {
-    /// `iptables-save` failed.
+    /// `iptables-save` failed, or its output did not parse.
     #[error(transparent)]
-    Read(RestoreError),
-    #[error("cannot parse iptables-save output of table {table}: {error}")]
-    Parse {
-        table: String,
-        error: dump::ParseError,
-    },
+    Read(#[from] ReadError),
     /// `iptables-restore` refused or failed: the write.
     #[error(transparent)]
     Restore(RestoreError),
@@ -63,18 +58,9 @@ impl SyncError {
     /// The step that failed (kube-proxy counts only [`Phase::Restore`] as a restore failure).
     pub fn phase(&self) -> Phase {
         match self {
-            SyncError::Read(_) | SyncError::Parse { .. } => Phase::Read,
+            SyncError::Read(_) => Phase::Read,
             SyncError::Restore(_) => Phase::Restore,
             SyncError::Canary(_) => Phase::Other,
-        }
-    }
-}
-
-impl From<ReadError> for SyncError {
-    fn from(e: ReadError) -> Self {
-        match e {
-            ReadError::Save(e) => SyncError::Read(e),
-            ReadError::Parse { table, error } => SyncError::Parse { table, error },
         }
     }
 }

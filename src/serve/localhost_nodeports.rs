@@ -284,10 +284,6 @@ impl RejectedCollector {
             read: |family| crate::nftables::netlink::read_counters(family).map_err(|e| std::io::Error::other(e.to_string())),
         }
     }
-
-    pub fn with_reader(read: CounterReader) -> Self {
-        RejectedCollector { read }
-    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
@@ -441,9 +437,7 @@ mod tests {
 
     #[test]
     fn specs_are_the_tcp_node_ports_with_their_policys_endpoints() {
-        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/nftables-localhost-nodeports.yaml")).unwrap();
-        let mut state = crate::source::ClusterState::default();
-        crate::source::file::read_str(std::path::Path::new("f.yaml"), &text, &mut state).unwrap();
+        let state = crate::source::read_path(std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/nftables-localhost-nodeports.yaml"))).unwrap();
         let loaded = crate::pipeline::load(state, crate::settings::Settings::default(), Default::default()).unwrap();
         let here = Locality { node_name: "node-1", zone: None };
         let v4 = loaded.trackers.families.iter().find(|t| t.family == IpFamily::V4).unwrap();
@@ -455,11 +449,7 @@ mod tests {
     }
 
     fn scrape(read: CounterReader) -> String {
-        let mut registry = prometheus_client::registry::Registry::default();
-        registry.register_collector(Box::new(RejectedCollector::with_reader(read)));
-        let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
-        out
+        crate::serve::scrape(RejectedCollector { read })
     }
 
     #[test]

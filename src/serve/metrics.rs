@@ -277,16 +277,7 @@ impl Metrics {
 
     /// OpenMetrics text (what prometheus-client writes).
     pub fn encode(&self) -> String {
-        let mut out = String::new();
-        // Encoding into a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
-        out
-    }
-
-    /// Prometheus' classic text format (0.0.4), what client libraries serve unless the
-    /// scraper asks for OpenMetrics.
-    pub fn encode_classic(&self) -> String {
-        to_classic_text(&self.encode())
+        super::open_metrics(&self.registry)
     }
 }
 
@@ -359,7 +350,7 @@ mod classic_tests {
             m.no_local_endpoints.get_or_create(&PolicyLabel::of("internal", family)).set(1);
         }
         m.restore_failures.get_or_create(&FamilyLabel::of(V6)).inc();
-        let text = m.encode_classic();
+        let text = to_classic_text(&m.encode());
         for line in [
             "kubeproxy_sync_proxy_rules_duration_seconds_count{ip_family=\"IPv4\"} 1",
             "kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"0.002\",ip_family=\"IPv4\"} 1",
@@ -382,7 +373,7 @@ mod classic_tests {
         assert_eq!(to_classic_text(open), "# HELP foo_total A thing.\n# TYPE foo_total counter\nfoo_total 3\n# HELP g A gauge.\n# TYPE g gauge\ng 2\n");
         let m = Metrics::new();
         m.syncs.get_or_create(&ResultLabel { result: "success".into() }).inc();
-        let text = m.encode_classic();
+        let text = to_classic_text(&m.encode());
         assert!(text.contains("# TYPE svcproxy_syncs_total counter") && !text.contains("# EOF"), "{text}");
     }
 }
@@ -455,7 +446,7 @@ mod upstream_tests {
 
     #[test]
     fn every_family_has_kube_proxys_name_type_and_help() {
-        let text = filled().encode_classic() + &filled_nftables().encode_classic();
+        let text = to_classic_text(&filled().encode()) + &to_classic_text(&filled_nftables().encode());
         for (name, kind, help) in KUBE_PROXY {
             assert!(text.lines().any(|l| l == format!("# TYPE {name} {kind}")), "# TYPE {name} {kind} in\n{text}");
             assert!(text.lines().any(|l| l == format!("# HELP {name} {help}.")), "# HELP {name} {help} in\n{text}");
@@ -481,7 +472,7 @@ mod mode_tests {
         }
         m.rules.get_or_create(&TableLabel::of("nat", crate::net::IpFamily::V4)).set(1);
         m.rules_last.get_or_create(&TableLabel::of("nat", crate::net::IpFamily::V4)).set(1);
-        m.encode_classic().lines().filter_map(|l| l.strip_prefix("# TYPE ")).filter_map(|l| l.split(' ').next()).map(str::to_string).collect()
+        to_classic_text(&m.encode()).lines().filter_map(|l| l.strip_prefix("# TYPE ")).filter_map(|l| l.split(' ').next()).map(str::to_string).collect()
     }
 
     /// kube-proxy's `RegisterMetrics(mode)`: what only some modes register.

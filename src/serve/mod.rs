@@ -15,6 +15,22 @@ pub mod slis;
 pub mod socketlb;
 pub mod zpages;
 
+/// A registry's OpenMetrics text.
+fn open_metrics(registry: &prometheus_client::registry::Registry) -> String {
+    let mut out = String::new();
+    // Encoding into a String cannot fail.
+    let _ = prometheus_client::encoding::text::encode(&mut out, registry);
+    out
+}
+
+/// A collector's samples as a scrape writes them.
+#[cfg(test)]
+fn scrape(collector: impl prometheus_client::collector::Collector) -> String {
+    let mut registry = prometheus_client::registry::Registry::default();
+    registry.register_collector(Box::new(collector));
+    open_metrics(&registry)
+}
+
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -30,6 +46,7 @@ pub use metrics::Metrics;
 use crate::schedule::Schedule;
 
 /// What the endpoints read; the runner updates it.
+#[derive(Default)]
 pub struct Shared {
     pub schedule: Mutex<Schedule>,
     pub metrics: Metrics,
@@ -54,18 +71,7 @@ pub struct Shared {
 
 impl Shared {
     pub fn new(schedule: Schedule) -> Self {
-        Shared {
-            schedule: Mutex::new(schedule),
-            metrics: Metrics::new(),
-            last_updated: Mutex::new(None),
-            node_deleting: std::sync::atomic::AtomicBool::new(false),
-            exit: Mutex::new(None),
-            proxy_mode: std::sync::OnceLock::new(),
-            configz: std::sync::OnceLock::new(),
-            slis: slis::Slis::new(),
-            flagz: std::sync::OnceLock::new(),
-            emulation_version: std::sync::OnceLock::new(),
-        }
+        Shared { schedule: Mutex::new(schedule), ..Shared::default() }
     }
 }
 
@@ -79,39 +85,32 @@ fn synced(s: &Shared) -> bool {
     s.schedule.lock().map(|sch| sch.is_ready() && sch.last_sync().is_some() && sch.healthy(Instant::now())).unwrap_or(false)
 }
 
-fn code_label(code: StatusCode) -> metrics::CodeLabel {
-    metrics::CodeLabel { code: code.as_u16().to_string() }
-}
-
 /// `/healthz`: synced, and this node not being deleted (load balancers drain it).
 async fn healthz(State(s): State<SharedState>) -> impl IntoResponse {
     let eligible = !s.node_deleting.load(std::sync::atomic::Ordering::SeqCst);
-    let last = *s.last_updated.lock().unwrap_or_else(|e| e.into_inner());
-    let body = format!(
-        "{{\"lastUpdated\": \"{}\", \"currentTime\": \"{}\", \"nodeEligible\": {eligible}}}\n",
-        unix(last),
-        unix(Some(SystemTime::now()))
-    );
-    let code = if synced(&s) && eligible { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
-    s.metrics.healthz.get_or_create(&code_label(code)).inc();
-    (code, [("content-type", "application/json"), ("x-content-type-options", "nosniff")], body)
+    health(&s, Some(eligible), &s.metrics.healthz)
 }
 
 /// `/livez`: synced only. A node being deleted keeps the proxy alive (kube-proxy's livez
 /// ignores node eligibility, so the kubelet does not restart it while it drains).
 async fn livez(State(s): State<SharedState>) -> impl IntoResponse {
+    health(&s, None, &s.metrics.livez)
+}
+
+/// A health answer: OK when synced (and `eligible`, when given), counted by its code.
+fn health(s: &Shared, eligible: Option<bool>, count: &prometheus_client::metrics::family::Family<metrics::CodeLabel, prometheus_client::metrics::counter::Counter>) -> impl IntoResponse {
     let last = *s.last_updated.lock().unwrap_or_else(|e| e.into_inner());
-    let body = format!("{{\"lastUpdated\": \"{}\", \"currentTime\": \"{}\"}}\n", unix(last), unix(Some(SystemTime::now())));
-    let code = if synced(&s) { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
-    s.metrics.livez.get_or_create(&code_label(code)).inc();
+    let node = eligible.map(|e| format!(", \"nodeEligible\": {e}")).unwrap_or_default();
+    let body = format!("{{\"lastUpdated\": \"{}\", \"currentTime\": \"{}\"{node}}}\n", unix(last), unix(Some(SystemTime::now())));
+    let code = if synced(s) && eligible != Some(false) { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    count.get_or_create(&metrics::CodeLabel { code: code.as_u16().to_string() }).inc();
     (code, [("content-type", "application/json"), ("x-content-type-options", "nosniff")], body)
 }
 
 /// OpenMetrics when the scraper accepts it, the classic text format otherwise, as the
 /// Prometheus client libraries negotiate.
 fn negotiated(headers: &axum::http::HeaderMap, open: String) -> impl IntoResponse {
-    let accept = headers.get(axum::http::header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
-    if accept.contains("application/openmetrics-text") {
+    if accept(headers).unwrap_or("").contains("application/openmetrics-text") {
         (StatusCode::OK, [("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")], open)
     } else {
         (StatusCode::OK, [("content-type", "text/plain; version=0.0.4; charset=utf-8")], metrics::to_classic_text(&open))

@@ -29,10 +29,6 @@ impl NfacctCollector {
     pub fn kernel() -> Self {
         NfacctCollector { read: crate::netfilter::nfacct::packets }
     }
-
-    pub fn with_reader(read: Reader) -> Self {
-        NfacctCollector { read }
-    }
 }
 
 impl Collector for NfacctCollector {
@@ -56,11 +52,7 @@ mod tests {
     use super::*;
 
     fn scrape(read: Reader) -> String {
-        let mut registry = prometheus_client::registry::Registry::default();
-        registry.register_collector(Box::new(NfacctCollector::with_reader(read)));
-        let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
-        out
+        crate::serve::scrape(NfacctCollector { read })
     }
 
     #[test]

@@ -96,10 +96,7 @@ mod tests {
 
     #[test]
     fn a_scrape_has_the_process_families() {
-        let mut registry = prometheus_client::registry::Registry::default();
-        registry.register_collector(Box::new(ProcessCollector));
-        let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
+        let out = crate::serve::scrape(ProcessCollector);
         for family in ["process_cpu_seconds_total ", "process_resident_memory_bytes ", "process_start_time_seconds ", "process_open_fds "] {
             assert!(out.contains(family), "{family} in {out}");
         }

@@ -61,10 +61,7 @@ impl Slis {
 
     /// OpenMetrics text.
     pub fn encode(&self) -> String {
-        let mut out = String::new();
-        // Encoding into a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
-        out
+        super::open_metrics(&self.registry)
     }
 }
 

@@ -57,10 +57,6 @@ impl SocketLbCollector {
     pub fn kernel(pins: PathBuf) -> Self {
         SocketLbCollector { pins, read: read_pinned }
     }
-
-    pub fn with_reader(pins: PathBuf, read: Reader) -> Self {
-        SocketLbCollector { pins, read }
-    }
 }
 
 impl Collector for SocketLbCollector {
@@ -89,11 +85,7 @@ mod tests {
     use super::*;
 
     fn scrape(read: Reader) -> String {
-        let mut registry = prometheus_client::registry::Registry::default();
-        registry.register_collector(Box::new(SocketLbCollector::with_reader(PathBuf::from("/nonexistent"), read)));
-        let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
-        out
+        crate::serve::scrape(SocketLbCollector { pins: PathBuf::from("/nonexistent"), read })
     }
 
     #[test]

@@ -32,10 +32,6 @@ pub struct VerbLabels {
 /// client-go's latency buckets.
 const BUCKETS: [f64; 12] = [0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0];
 
-fn histogram() -> Histogram {
-    Histogram::new(BUCKETS)
-}
-
 /// The two families, shared by the layer and the registry.
 #[derive(Debug, Clone)]
 pub struct ClientMetrics {
@@ -45,7 +41,7 @@ pub struct ClientMetrics {
 
 impl Default for ClientMetrics {
     fn default() -> Self {
-        ClientMetrics { requests: Family::default(), duration: Family::new_with_constructor(histogram) }
+        ClientMetrics { requests: Family::default(), duration: Family::new_with_constructor(|| Histogram::new(BUCKETS)) }
     }
 }
 

@@ -31,7 +31,7 @@ pub struct Skip {
 
 type Result<T> = std::result::Result<T, FieldError>;
 
-fn ip(field: String, s: &str) -> Result<IpAddr> {
+pub(super) fn ip(field: String, s: &str) -> Result<IpAddr> {
     parse_ip_sloppy(s).ok_or_else(|| FieldError::new(field, format!("invalid IP address {s:?}")))
 }
 
@@ -39,14 +39,14 @@ fn cidr(field: String, s: &str) -> Result<Cidr> {
     Cidr::parse_sloppy(s.trim()).ok_or_else(|| FieldError::new(field, format!("invalid CIDR {s:?}")))
 }
 
-fn port(field: &str, v: i32, allow_zero: bool) -> Result<u16> {
+pub(super) fn port(field: &str, v: i32, allow_zero: bool) -> Result<u16> {
     match u16::try_from(v) {
         Ok(p) if p != 0 || allow_zero => Ok(p),
         _ => Err(FieldError::new(field, format!("port {v} out of range 1-65535"))),
     }
 }
 
-fn protocol(field: &str, p: Option<&String>) -> Result<Protocol> {
+pub(super) fn protocol(field: &str, p: Option<&String>) -> Result<Protocol> {
     match p {
         None => Ok(Protocol::Tcp),
         Some(s) => Protocol::parse_api(s)
@@ -62,7 +62,7 @@ fn policy(field: &str, p: Option<&String>) -> Result<TrafficPolicy> {
     }
 }
 
-fn proxy_labels(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> ProxyLabels {
+pub(super) fn proxy_labels(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> ProxyLabels {
     let labels = meta.labels.as_ref();
     ProxyLabels {
         service_proxy_name: labels.and_then(|l| l.get(LABEL_SERVICE_PROXY_NAME)).cloned(),

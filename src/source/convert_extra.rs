@@ -2,20 +2,19 @@
 //! what would make a result wrong is an error naming the field.
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::discovery::v1 as discovery;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::convert::object_id;
+use super::convert::{ip, object_id, port, protocol, proxy_labels};
 use super::error::FieldError;
 use super::extra::{
     BackendPort, ContainerPort, LegacyAddress, LegacyEndpoints, LegacyPort, LegacySubset, ObjectRef, Pod,
     ServiceBackend, SliceRef, SliceRefs, TargetPort,
 };
-use super::{LABEL_HEADLESS, LABEL_SERVICE_NAME, LABEL_SERVICE_PROXY_NAME};
-use crate::model::{NamespacedName, Protocol, ProxyLabels};
+use super::LABEL_SERVICE_NAME;
+use crate::model::{NamespacedName, Protocol};
 use crate::net::{parse_ip_sloppy, IpFamily};
 
 /// The pre-`publishNotReadyAddresses` annotation the endpoints controller honoured.
@@ -27,34 +26,8 @@ pub const ANNOTATION_LEADER: &str = "control-plane.alpha.kubernetes.io/leader";
 
 type Result<T> = std::result::Result<T, FieldError>;
 
-fn ip(field: String, s: &str) -> Result<IpAddr> {
-    parse_ip_sloppy(s).ok_or_else(|| FieldError::new(field, format!("invalid IP address {s:?}")))
-}
-
-fn port(field: String, v: i32) -> Result<u16> {
-    match u16::try_from(v) {
-        Ok(p) if p != 0 => Ok(p),
-        _ => Err(FieldError::new(field, format!("port {v} out of range 1-65535"))),
-    }
-}
-
-fn protocol(field: String, p: Option<&String>) -> Result<Protocol> {
-    match p {
-        None => Ok(Protocol::Tcp),
-        Some(s) => Protocol::parse_api(s)
-            .ok_or_else(|| FieldError::new(field, format!("unknown protocol {s:?} (want TCP, UDP or SCTP)"))),
-    }
-}
-
 fn labels_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> BTreeMap<String, String> {
     meta.labels.clone().unwrap_or_default()
-}
-
-fn proxy_labels(labels: &BTreeMap<String, String>) -> ProxyLabels {
-    ProxyLabels {
-        service_proxy_name: labels.get(LABEL_SERVICE_PROXY_NAME).cloned(),
-        headless: labels.contains_key(LABEL_HEADLESS),
-    }
 }
 
 /// Go's `strconv.ParseBool` truth values.
@@ -91,7 +64,7 @@ pub fn service_backend(svc: &core::Service) -> Result<ServiceBackend> {
         external_name: spec.type_.as_deref() == Some("ExternalName"),
         ip_families,
         ports: backend_ports(spec)?,
-        proxy_labels: proxy_labels(&labels_of(&svc.metadata)),
+        proxy_labels: proxy_labels(&svc.metadata),
         id,
     })
 }
@@ -100,20 +73,20 @@ fn backend_ports(spec: &core::ServiceSpec) -> Result<Vec<BackendPort>> {
     let mut out = Vec::new();
     for (i, p) in spec.ports.iter().flatten().enumerate() {
         let f = |name: &str| format!("spec.ports[{i}].{name}");
-        let number = port(f("port"), p.port)?;
+        let number = port(&f("port"), p.port, false)?;
         // The API server defaults a missing or zero targetPort to the port.
         let target = match &p.target_port {
             None | Some(IntOrString::Int(0)) => TargetPort::Number(number),
-            Some(IntOrString::Int(n)) => TargetPort::Number(port(f("targetPort"), *n)?),
+            Some(IntOrString::Int(n)) => TargetPort::Number(port(&f("targetPort"), *n, false)?),
             Some(IntOrString::String(s)) if s.is_empty() => TargetPort::Number(number),
             Some(IntOrString::String(s)) => match s.parse::<i32>() {
-                Ok(n) => TargetPort::Number(port(f("targetPort"), n)?),
+                Ok(n) => TargetPort::Number(port(&f("targetPort"), n, false)?),
                 Err(_) => TargetPort::Name(s.clone()),
             },
         };
         out.push(BackendPort {
             name: p.name.clone().unwrap_or_default(),
-            protocol: protocol(f("protocol"), p.protocol.as_ref())?,
+            protocol: protocol(&f("protocol"), p.protocol.as_ref())?,
             port: number,
             target,
         });
@@ -170,8 +143,8 @@ fn container_ports(spec: Option<&core::PodSpec>) -> Result<Vec<ContainerPort>> {
             let f = |name: &str| format!("spec.{group}[{i}].ports[{j}].{name}");
             out.push(ContainerPort {
                 name: p.name.clone().unwrap_or_default(),
-                port: port(f("containerPort"), p.container_port)?,
-                protocol: protocol(f("protocol"), p.protocol.as_ref())?,
+                port: port(&f("containerPort"), p.container_port, false)?,
+                protocol: protocol(&f("protocol"), p.protocol.as_ref())?,
             });
         }
     }
@@ -200,8 +173,8 @@ pub fn endpoints(e: &core::Endpoints) -> Result<LegacyEndpoints> {
         for (j, p) in s.ports.iter().flatten().enumerate() {
             ports.push(LegacyPort {
                 name: p.name.clone().unwrap_or_default(),
-                port: port(format!("{f}.ports[{j}].port"), p.port)?,
-                protocol: protocol(format!("{f}.ports[{j}].protocol"), p.protocol.as_ref())?,
+                port: port(&format!("{f}.ports[{j}].port"), p.port, false)?,
+                protocol: protocol(&format!("{f}.ports[{j}].protocol"), p.protocol.as_ref())?,
             });
         }
         subsets.push(LegacySubset {
@@ -213,7 +186,7 @@ pub fn endpoints(e: &core::Endpoints) -> Result<LegacyEndpoints> {
     Ok(LegacyEndpoints {
         skip_mirror: labels.get(LABEL_SKIP_MIRROR).is_some_and(|v| v == "true"),
         leader_election: e.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(ANNOTATION_LEADER)),
-        proxy_labels: proxy_labels(&labels),
+        proxy_labels: proxy_labels(&e.metadata),
         subsets,
         id,
     })

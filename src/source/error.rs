@@ -18,16 +18,6 @@ pub enum SourceError {
     Field { path: PathBuf, line: u64, kind: String, object: String, field: String, reason: String },
 }
 
-impl SourceError {
-    /// The field path, for tests and structured output.
-    pub fn field(&self) -> Option<&str> {
-        match self {
-            SourceError::Field { field, .. } => Some(field),
-            _ => None,
-        }
-    }
-}
-
 /// A field-level problem found while converting one object; the caller adds the place.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FieldError {

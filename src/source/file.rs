@@ -29,9 +29,9 @@ use super::convert::{self, Skip};
 use super::convert_extra;
 use super::error::{FieldError, SourceError};
 use super::extra::Extra;
-use super::json::{self, Doc};
+use super::json::{self, scalars_as, Doc};
 use super::yaml;
-use super::fixture::{FixtureDoc, FIXTURE_KIND};
+use crate::settings::fixture::{FixtureDoc, FIXTURE_KIND};
 use crate::model::{EndpointSlice, NamespacedName, Node, Service};
 
 /// Everything read from the inputs, in input order (a later object with the same
@@ -428,37 +428,7 @@ impl<'de> serde::de::Visitor<'de> for YamlDocVisitor {
         Value::deserialize(serde::de::value::SeqAccessDeserializer::new(seq)).map(Self::plain)
     }
 
-    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<YamlDoc, D::Error> {
-        d.deserialize_any(self)
-    }
-
-    fn visit_none<E>(self) -> Result<YamlDoc, E> {
-        Ok(Self::plain(Value::Null))
-    }
-
-    fn visit_unit<E>(self) -> Result<YamlDoc, E> {
-        Ok(Self::plain(Value::Null))
-    }
-
-    fn visit_bool<E>(self, v: bool) -> Result<YamlDoc, E> {
-        Ok(Self::plain(v.into()))
-    }
-
-    fn visit_i64<E>(self, v: i64) -> Result<YamlDoc, E> {
-        Ok(Self::plain(v.into()))
-    }
-
-    fn visit_u64<E>(self, v: u64) -> Result<YamlDoc, E> {
-        Ok(Self::plain(v.into()))
-    }
-
-    fn visit_f64<E>(self, v: f64) -> Result<YamlDoc, E> {
-        Ok(Self::plain(v.into()))
-    }
-
-    fn visit_str<E>(self, v: &str) -> Result<YamlDoc, E> {
-        Ok(Self::plain(v.into()))
-    }
+    scalars_as!(YamlDoc, Self::plain);
 }
 
 /// A document's `items`: a sequence keeps each element's place.
@@ -486,30 +456,7 @@ impl<'de> serde::Deserialize<'de> for Items {
                 use serde::Deserialize;
                 Value::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(Items::Other)
             }
-            fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Items, D::Error> {
-                d.deserialize_any(self)
-            }
-            fn visit_none<E>(self) -> Result<Items, E> {
-                Ok(Items::Other(Value::Null))
-            }
-            fn visit_unit<E>(self) -> Result<Items, E> {
-                Ok(Items::Other(Value::Null))
-            }
-            fn visit_bool<E>(self, v: bool) -> Result<Items, E> {
-                Ok(Items::Other(v.into()))
-            }
-            fn visit_i64<E>(self, v: i64) -> Result<Items, E> {
-                Ok(Items::Other(v.into()))
-            }
-            fn visit_u64<E>(self, v: u64) -> Result<Items, E> {
-                Ok(Items::Other(v.into()))
-            }
-            fn visit_f64<E>(self, v: f64) -> Result<Items, E> {
-                Ok(Items::Other(v.into()))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Items, E> {
-                Ok(Items::Other(v.into()))
-            }
+            scalars_as!(Items, Items::Other);
         }
         d.deserialize_any(V)
     }
@@ -653,44 +600,16 @@ fn read_value(at: &At, value: Value, state: &mut ClusterState) -> Result<(), Sou
     match (api_version.as_str(), kind.as_str()) {
         (_, FIXTURE_KIND) => read_fixture(at, value, state),
         ("v1", "Service") => add_service(at, &kind, &object, typed(at, &kind, &object, value)?, state),
-        ("v1", "Pod") => {
-            let pod: core::Pod = typed(at, &kind, &object, value)?;
-            let pod = convert_extra::pod(&pod).map_err(|e| at.field_error(&kind, object.clone(), e))?;
-            if once(at, "Pod", &pod.id, state) {
-                state.extra.pods.retain(|p| p.id != pod.id);
-            }
-            record_origin(at, &kind, &pod.id, state);
-            state.extra.pods.push(pod);
-            Ok(())
-        }
+        ("v1", "Pod") => add(at, ("Pod", &object, true), value, state, convert_extra::pod, |p| p.id.clone(), |s| &mut s.extra.pods),
         ("v1", "Endpoints") => {
-            let ep: core::Endpoints = typed(at, &kind, &object, value)?;
-            let ep = convert_extra::endpoints(&ep).map_err(|e| at.field_error(&kind, object.clone(), e))?;
-            if once(at, "Endpoints", &ep.id, state) {
-                state.extra.endpoints.retain(|e| e.id != ep.id);
-            }
-            record_origin(at, &kind, &ep.id, state);
-            state.extra.endpoints.push(ep);
-            Ok(())
+            add(at, ("Endpoints", &object, true), value, state, convert_extra::endpoints, |e| e.id.clone(), |s| &mut s.extra.endpoints)
         }
         ("discovery.k8s.io/v1", "EndpointSlice") => add_slice(at, &kind, &object, typed(at, &kind, &object, value)?, state),
         ("v1", "Node") => {
-            let node: core::Node = typed(at, &kind, &object, value)?;
-            let node = convert::node(&node).map_err(|e| at.field_error(&kind, object.clone(), e))?;
-            if once(at, "Node", &NamespacedName::new(String::new(), node.name.clone()), state) {
-                state.nodes.retain(|n| n.name != node.name);
-            }
-            state.nodes.push(node);
-            Ok(())
+            add(at, ("Node", &object, false), value, state, convert::node, |n| NamespacedName::new(String::new(), n.name.clone()), |s| &mut s.nodes)
         }
         ("networking.k8s.io/v1" | "networking.k8s.io/v1beta1", "ServiceCIDR") => {
-            let sc: k8s_openapi::api::networking::v1::ServiceCIDR = typed(at, &kind, &object, value)?;
-            let sc = convert::service_cidr(&sc).map_err(|e| at.field_error(&kind, object.clone(), e))?;
-            if once(at, "ServiceCIDR", &sc.id, state) {
-                state.service_cidrs.retain(|s| s.id != sc.id);
-            }
-            state.service_cidrs.push(sc);
-            Ok(())
+            add(at, ("ServiceCIDR", &object, false), value, state, convert::service_cidr, |c| c.id.clone(), |s| &mut s.service_cidrs)
         }
         ("", _) | (_, "") => Err(at.item_error(&object, "missing apiVersion or kind")),
         _ => {
@@ -703,6 +622,31 @@ fn read_value(at: &At, value: Value, state: &mut ClusterState) -> Result<(), Sou
             Ok(())
         }
     }
+}
+
+/// An object of kind `what.0` (named `what.1` in messages; its origin recorded when
+/// `what.2`), converted by `convert`, into `list` in place of an earlier copy.
+fn add<K: DeserializeOwned, T>(
+    at: &At,
+    what: (&'static str, &str, bool),
+    value: Value,
+    state: &mut ClusterState,
+    convert: fn(&K) -> Result<T, FieldError>,
+    id: fn(&T) -> NamespacedName,
+    list: fn(&mut ClusterState) -> &mut Vec<T>,
+) -> Result<(), SourceError> {
+    let (kind, object, origin) = what;
+    let k: K = typed(at, kind, object, value)?;
+    let t = convert(&k).map_err(|e| at.field_error(kind, object.to_string(), e))?;
+    let tid = id(&t);
+    if once(at, kind, &tid, state) {
+        list(state).retain(|o| id(o) != tid);
+    }
+    if origin {
+        record_origin(at, kind, &tid, state);
+    }
+    list(state).push(t);
+    Ok(())
 }
 
 /// A Service read (as `kind`, named `object` in messages) into `state`.
@@ -981,19 +925,10 @@ mod tests {
 
     #[test]
     fn events_between_two_reads_are_the_changes_only() {
-        use crate::track::Event;
         let svc = |n: u8, ip: &str| SVC.replace("web", &format!("s{n}")).replace("10.0.0.1", ip);
         let before = read(&format!("{}---\n{}---\n{}", svc(1, "10.0.0.1"), svc(2, "10.0.0.2"), svc(3, "10.0.0.3"))).unwrap();
         let after = read(&format!("{}---\n{}---\n{}", svc(1, "10.0.0.1"), svc(2, "10.0.0.9"), svc(4, "10.0.0.4"))).unwrap();
-        let events: Vec<String> = events_between(&before, &after)
-            .iter()
-            .map(|e| match e {
-                Event::ServiceApplied(s) => format!("apply {}", s.id),
-                Event::ServiceDeleted(id) => format!("delete {id}"),
-                other => format!("{other:?}"),
-            })
-            .collect();
-        assert_eq!(events, ["delete ns/s3", "apply ns/s2", "apply ns/s4"]);
+        assert_eq!(super::super::objects::tests::names(&events_between(&before, &after)), ["delete ns/s3", "apply ns/s2", "apply ns/s4"]);
         assert!(events_between(&after, &after).is_empty(), "nothing changed: no event");
     }
 

@@ -27,16 +27,6 @@ pub trait Finish {
     fn finish(&self, state: &mut ClusterState);
 }
 
-/// Nothing to finish: the read as it is.
-pub struct AsRead;
-
-impl Finish for AsRead {
-    fn needed(&self, _: &ClusterState) -> bool {
-        false
-    }
-    fn finish(&self, _: &mut ClusterState) {}
-}
-
 /// One file's read, kept until the file changes.
 #[derive(Debug, Default)]
 struct FileRead {
@@ -245,7 +235,7 @@ impl FileSet {
         let Some(first) = with.next() else { return Vec::new() };
         with.map(|path| SourceError::Syntax {
             path: path.clone(),
-            message: format!("a second {} document (only one is allowed; the one in {} is used)", super::fixture::FIXTURE_KIND, first.display()),
+            message: format!("a second {} document (only one is allowed; the one in {} is used)", crate::settings::fixture::FIXTURE_KIND, first.display()),
         })
         .collect()
     }

@@ -288,29 +288,37 @@ impl<'t> Top<'t> {
     }
 }
 
-/// A visitor's scalar cases (null, bool, numbers, string): the value as `$ty::Other`.
-macro_rules! scalars_as_other {
-    ($ty:ident) => {
-        fn visit_unit<E>(self) -> Result<$ty<'de>, E> {
-            Ok($ty::Other(Value::Null))
+/// A visitor's scalar cases (null, bool, numbers, string; an option's value is what it
+/// holds): `$wrap` of the value as JSON. The YAML reader's visitors use it too.
+macro_rules! scalars_as {
+    ($out:ty, $wrap:expr) => {
+        fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<$out, D::Error> {
+            d.deserialize_any(self)
         }
-        fn visit_bool<E>(self, v: bool) -> Result<$ty<'de>, E> {
-            Ok($ty::Other(v.into()))
+        fn visit_none<E>(self) -> Result<$out, E> {
+            Ok($wrap(Value::Null))
         }
-        fn visit_i64<E>(self, v: i64) -> Result<$ty<'de>, E> {
-            Ok($ty::Other(v.into()))
+        fn visit_unit<E>(self) -> Result<$out, E> {
+            Ok($wrap(Value::Null))
         }
-        fn visit_u64<E>(self, v: u64) -> Result<$ty<'de>, E> {
-            Ok($ty::Other(v.into()))
+        fn visit_bool<E>(self, v: bool) -> Result<$out, E> {
+            Ok($wrap(v.into()))
         }
-        fn visit_f64<E>(self, v: f64) -> Result<$ty<'de>, E> {
-            Ok($ty::Other(v.into()))
+        fn visit_i64<E>(self, v: i64) -> Result<$out, E> {
+            Ok($wrap(v.into()))
         }
-        fn visit_str<E>(self, v: &str) -> Result<$ty<'de>, E> {
-            Ok($ty::Other(v.into()))
+        fn visit_u64<E>(self, v: u64) -> Result<$out, E> {
+            Ok($wrap(v.into()))
+        }
+        fn visit_f64<E>(self, v: f64) -> Result<$out, E> {
+            Ok($wrap(v.into()))
+        }
+        fn visit_str<E>(self, v: &str) -> Result<$out, E> {
+            Ok($wrap(v.into()))
         }
     };
 }
+pub(super) use scalars_as;
 
 impl<'de> Deserialize<'de> for Top<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -326,7 +334,7 @@ impl<'de> Deserialize<'de> for Top<'de> {
             fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<Top<'de>, A::Error> {
                 Value::deserialize(serde::de::value::SeqAccessDeserializer::new(seq)).map(Top::Other)
             }
-            scalars_as_other!(Top);
+            scalars_as!(Top<'de>, Top::Other);
         }
         d.deserialize_any(V)
     }
@@ -357,7 +365,7 @@ impl<'de> Deserialize<'de> for Items<'de> {
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Items<'de>, A::Error> {
                 Value::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(Items::Other)
             }
-            scalars_as_other!(Items);
+            scalars_as!(Items<'de>, Items::Other);
         }
         d.deserialize_any(V)
     }

@@ -11,7 +11,6 @@ pub mod error;
 pub mod extra;
 pub mod file;
 pub mod fileset;
-pub mod fixture;
 mod json;
 pub mod objects;
 pub mod ratelimit;

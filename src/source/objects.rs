@@ -3,7 +3,7 @@
 //! changed) and the trackers hold the same allocation instead of one copy each.
 
 use std::borrow::Borrow;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::file::ClusterState;
@@ -31,15 +31,6 @@ impl Objects {
     pub fn applied(&self) -> impl Iterator<Item = Event> + '_ {
         let services = self.services.iter().map(|s| Event::ServiceApplied(s.clone()));
         services.chain(self.slices.iter().map(|s| Event::SliceApplied(s.clone())))
-    }
-
-    /// Adds the objects of `old` that `self` does not have (an object that no longer
-    /// reads keeps its last good version).
-    pub fn keep_unread(&mut self, old: &Objects) {
-        let services: BTreeSet<_> = self.services.iter().map(|s| s.id.clone()).collect();
-        self.services.extend(old.services.iter().filter(|s| !services.contains(&s.id)).cloned());
-        let slices: BTreeSet<_> = self.slices.iter().map(|s| s.id.clone()).collect();
-        self.slices.extend(old.slices.iter().filter(|s| !slices.contains(&s.id)).cloned());
     }
 
     /// Makes every object of `self` equal to `old`'s of the same identity `old`'s very
@@ -102,7 +93,7 @@ pub(crate) fn diff<S: Borrow<Service>, E: Borrow<EndpointSlice>>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::path::Path;
 
     use super::*;
@@ -114,6 +105,18 @@ mod tests {
         Objects::take(&mut st)
     }
 
+    /// `apply ns/name` and `delete ns/name` for the Services' events.
+    pub(crate) fn names(events: &[Event]) -> Vec<String> {
+        events
+            .iter()
+            .map(|e| match e {
+                Event::ServiceApplied(s) => format!("apply {}", s.id),
+                Event::ServiceDeleted(id) => format!("delete {id}"),
+                other => format!("{other:?}"),
+            })
+            .collect()
+    }
+
     fn svc(n: u8, ip: &str) -> String {
         format!("apiVersion: v1\nkind: Service\nmetadata:\n  name: s{n}\n  namespace: ns\nspec:\n  clusterIP: {ip}\n  ports:\n  - port: 80\n---\n")
     }
@@ -122,28 +125,10 @@ mod tests {
     fn unchanged_objects_are_held_once_and_changes_are_the_events() {
         let old = objects(&format!("{}{}{}", svc(1, "10.0.0.1"), svc(2, "10.0.0.2"), svc(3, "10.0.0.3")));
         let mut new = objects(&format!("{}{}{}", svc(1, "10.0.0.1"), svc(2, "10.0.0.9"), svc(4, "10.0.0.4")));
-        let events: Vec<String> = new
-            .events_since(&old)
-            .iter()
-            .map(|e| match e {
-                Event::ServiceApplied(s) => format!("apply {}", s.id),
-                Event::ServiceDeleted(id) => format!("delete {id}"),
-                other => format!("{other:?}"),
-            })
-            .collect();
-        assert_eq!(events, ["delete ns/s3", "apply ns/s2", "apply ns/s4"]);
+        assert_eq!(names(&new.events_since(&old)), ["delete ns/s3", "apply ns/s2", "apply ns/s4"]);
         assert!(Arc::ptr_eq(&new.services[0], &old.services[0]), "unchanged: the old allocation is kept");
         assert!(!Arc::ptr_eq(&new.services[1], &old.services[1]), "changed: the new one");
         let again = new.clone();
         assert!(new.events_since(&again).is_empty(), "nothing changed: no event");
-    }
-
-    #[test]
-    fn an_unread_object_keeps_its_last_good_version() {
-        let old = objects(&format!("{}{}", svc(1, "10.0.0.1"), svc(2, "10.0.0.2")));
-        let mut new = objects(&svc(1, "10.0.0.1"));
-        new.keep_unread(&old);
-        assert!(new.events_since(&old).is_empty(), "nothing deleted");
-        assert!(Arc::ptr_eq(&new.services[1], &old.services[1]));
     }
 }

@@ -1,6 +1,6 @@
 //! Reading a file again, taking each YAML document whose text did not change from the
-//! file's last read instead of parsing and converting it again: in an 18 MB file of
-//! 20,000 documents, one changed object costs one document's parse.
+//! file's last read instead of parsing and converting it again: in a large file, one
+//! changed object costs one document's parse.
 //!
 //! A read keeps an index of its documents ([`DocIndex`]): the hash of each document's
 //! text (its root line to the next `---` line, as the subset YAML reader reads it) and
@@ -19,7 +19,7 @@
 //! is used only for a file whose last read was trimmed.
 //!
 //! The index holds no object (positions into the read it belongs to) and is replaced
-//! with every read: a 10,000-service file's is about a megabyte.
+//! with every read.
 
 // A SourceError names the file, line, object and field; it is returned once per skipped
 // object, so its size does not matter on the happy path.

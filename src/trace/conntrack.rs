@@ -2,8 +2,6 @@
 //! the flow goes (its NAT binding, or none), not through the rules. A flow the rules would
 //! send elsewhere is the stale flow users cannot see: this says so, beside the rule walk.
 
-use std::net::IpAddr;
-
 use serde::Serialize;
 
 use super::verdict::Verdict;
@@ -40,15 +38,10 @@ pub fn cached<'a>(packet: &Packet, sport: Option<u16>, flows: &[Flow], verdicts:
                 Verdict::Dnat(d) => Some(d.as_str()),
                 _ => None,
             });
-            let follows_rules = if nated { dnats.any(|d| d == to || dnat_ip(d) == Some(f.reply.src)) } else { dnats.next().is_none() };
+            let follows_rules = if nated { dnats.any(|d| d == to || crate::net::parse_ip_sloppy(d) == Some(f.reply.src)) } else { dnats.next().is_none() };
             Cached { flow: f.to_string(), to, nated, follows_rules }
         })
         .collect()
-}
-
-/// A DNAT destination without a port (`ip`).
-fn dnat_ip(d: &str) -> Option<IpAddr> {
-    crate::net::parse_ip_sloppy(d)
 }
 
 /// The text lines `trace --live` prints for the cached flows.
@@ -71,6 +64,8 @@ pub fn text(cached: &[Cached]) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::net::IpAddr;
+
     use super::*;
     use crate::model::Protocol;
     use crate::netfilter::ctnetlink::wire;

@@ -41,14 +41,7 @@ fn demo() -> Node {
 
 impl Node {
     fn trace(&self, src: &str, dst: &str, proto: &str, entry: Entry) -> IpvsTrace {
-        let (dst, dport) = dst.rsplit_once(':').unwrap();
-        let packet = Packet {
-            src: src.parse().unwrap(),
-            dst: dst.parse().unwrap(),
-            protocol: Protocol::from_name(proto).expect("a protocol"),
-            dport: dport.parse().unwrap(),
-            in_interface: None,
-        };
+        let packet = Packet::to(src, dst, Protocol::from_name(proto).expect("a protocol"));
         ipvs::trace(&self.dump, &self.env, &self.sets, &self.table, packet, entry)
     }
 

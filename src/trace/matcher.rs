@@ -27,6 +27,16 @@ pub struct Packet {
     pub in_interface: Option<String>,
 }
 
+#[cfg(test)]
+impl Packet {
+    /// A test's packet from `src` to `dst` (`ip:port`, `[ip]:port` for IPv6).
+    pub(crate) fn to(src: &str, dst: &str, protocol: Protocol) -> Packet {
+        let (ip, port) = dst.rsplit_once(':').unwrap();
+        let dst = ip.trim_start_matches('[').trim_end_matches(']').parse().unwrap();
+        Packet { src: src.parse().unwrap(), dst, protocol, dport: port.parse().unwrap(), in_interface: None }
+    }
+}
+
 /// What the kernel knows about a packet besides its headers, as far as the rules ask.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct State {
@@ -226,13 +236,7 @@ mod tests {
     }
 
     fn packet() -> Packet {
-        Packet {
-            src: "10.244.1.99".parse().unwrap(),
-            dst: "10.96.0.10".parse().unwrap(),
-            protocol: Protocol::Udp,
-            dport: 53,
-            in_interface: None,
-        }
+        Packet::to("10.244.1.99", "10.96.0.10:53", Protocol::Udp)
     }
 
     fn eval(text: &str, st: &State) -> Match {

@@ -100,6 +100,10 @@ struct Branch {
 }
 
 impl Branch {
+    fn new(packet: Packet) -> Self {
+        Branch { packet, probability: 1.0, masquerade: false, mark: 0, dnat: false, verdict: Verdict::Undecided, reason: None, path: Vec::new() }
+    }
+
     fn finish(self) -> Outcome {
         Outcome { verdict: self.verdict, probability: self.probability, masquerade: self.masquerade, reason: self.reason, path: self.path }
     }
@@ -119,11 +123,7 @@ impl Branch {
     }
 
     fn family(&self) -> IpFamily {
-        if self.packet.dst.is_ipv6() {
-            IpFamily::V6
-        } else {
-            IpFamily::V4
-        }
+        IpFamily::of(&self.packet.dst)
     }
 
     fn addr(&self, dir: Dir) -> IpAddr {
@@ -206,7 +206,7 @@ pub fn trace(table: &Table, env: &Env, packet: Packet, entry: Entry) -> Result<T
         Entry::Prerouting => (FILTER_PREROUTING_PRE_DNAT, NAT_PREROUTING, None),
         Entry::Output => (FILTER_OUTPUT_PRE_DNAT, NAT_OUTPUT, Some(FILTER_OUTPUT)),
     };
-    let start = Branch { packet: packet.clone(), probability: 1.0, masquerade: false, mark: 0, dnat: false, verdict: Verdict::Undecided, reason: None, path: Vec::new() };
+    let start = Branch::new(packet.clone());
     // v1.36+ masquerades in postrouting; v1.34 has decided by then (see the module doc).
     let postrouting = (!w.chains.contains_key(MARK_MASQ)).then_some(NAT_POSTROUTING);
     let mut outcomes = Vec::new();
@@ -270,8 +270,8 @@ pub(crate) fn each_statement(table: &Table, env: &Env, packet: &Packet) -> Resul
     for r in &table.objects.rules {
         for s in &r.stmts().stmts {
             let alone = Rule::of(r.chain.clone(), stmt::Body { stmts: vec![s.clone()], comment: r.comment().map(str::to_owned) });
-            let start = Branch { packet: packet.clone(), probability: 1.0, masquerade: false, mark: 0, dnat: false, verdict: Verdict::Undecided, reason: None, path: Vec::new() };
-            w.rule(&r.chain, &alone, start, 0)?;
+            let start = Branch::new(packet.clone());
+            w.rule_from(&r.chain, &alone, 0, start, Vec::new(), 0)?;
             n += 1;
         }
     }
@@ -324,7 +324,7 @@ impl<'t> Walker<'t> {
         for rule in rules {
             let mut still = Vec::new();
             for b in live {
-                for (nb, end) in self.rule(chain, rule, b, depth)? {
+                for (nb, end) in self.rule_from(chain, rule, 0, b, Vec::new(), depth)? {
                     match end {
                         End::Next => still.push(nb),
                         _ => out.push((nb, end)),
@@ -338,10 +338,6 @@ impl<'t> Walker<'t> {
         }
         out.extend(live.into_iter().map(|b| (b, End::Return)));
         Ok(out)
-    }
-
-    fn rule(&self, chain: &str, rule: &Rule, b: Branch, depth: usize) -> Result<Flows, TraceError> {
-        self.rule_from(chain, rule, 0, b, Vec::new(), depth)
     }
 
     /// The rule from its statement `from` on, `members` the set elements found before.

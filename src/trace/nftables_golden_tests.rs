@@ -29,6 +29,35 @@ fn golden_fixtures() -> Vec<std::path::PathBuf> {
     stems.into_iter().map(|s| root.join("fixtures").join(format!("{s}.yaml"))).collect()
 }
 
+/// `fixtures/NAME.yaml` loaded for nftables mode.
+fn load(path: &Path) -> crate::pipeline::Loaded {
+    let state = crate::source::read_path(path).unwrap_or_else(|e| panic!("{e}"));
+    let flags = Settings { mode: Some(ProxyMode::Nftables), ..Default::default() };
+    crate::pipeline::load(state, flags, Default::default()).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The table's transaction encodes from its rules' values into the batch its text encodes
+/// into, byte for byte; else a failure.
+fn encodes_alike(path: &Path, table: &Table, failures: &mut Vec<String>) {
+    let script = crate::nftables::model::script(table, crate::nftables::model::Form::Transaction);
+    match (crate::nftables::wire::encode_script(&script, None), crate::nftables::wire::encode(script.text())) {
+        (Ok(values), Ok(text)) if values.bytes() == text.bytes() && values.lines == text.lines => {}
+        (Ok(_), Ok(_)) => failures.push(format!("{} ({:?}): the values encode otherwise than the text", path.display(), table.family)),
+        (Err(e), _) | (_, Err(e)) => failures.push(format!("{} ({:?}): {e}", path.display(), table.family)),
+    }
+}
+
+/// The node's addresses of the table's family, and where packets come from: outside the
+/// node, and the node's first address.
+fn sources(table: &Table, local: &BTreeSet<IpAddr>) -> (Vec<IpAddr>, Vec<(IpAddr, Entry)>) {
+    let v6 = table.family == crate::net::IpFamily::V6;
+    let node: Vec<IpAddr> = local.iter().copied().filter(|ip| ip.is_ipv6() == v6).collect();
+    let outside: IpAddr = if v6 { "2001:db8::9".parse().unwrap() } else { "203.0.113.9".parse().unwrap() };
+    let mut sources = vec![(outside, Entry::Prerouting)];
+    sources.extend(node.first().map(|&ip| (ip, Entry::Output)));
+    (node, sources)
+}
+
 /// Each service destination of `table`: address, protocol, port. NodePorts are on the
 /// `nodeport-ips` when the table has them, else on the node's addresses of its family.
 fn destinations(table: &Table, node: &[IpAddr]) -> BTreeSet<(IpAddr, Protocol, u16)> {
@@ -66,9 +95,7 @@ fn every_golden_cluster_traces_to_a_verdict_in_both_tables() {
     let fixtures = golden_fixtures();
     let (mut traced, mut failures, mut tables) = (0, Vec::new(), BTreeSet::new());
     for path in &fixtures {
-        let state = crate::source::read_path(path).unwrap_or_else(|e| panic!("{e}"));
-        let flags = Settings { mode: Some(ProxyMode::Nftables), ..Default::default() };
-        let loaded = crate::pipeline::load(state, flags, Default::default()).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let loaded = load(path);
         let mut local: BTreeSet<IpAddr> = loaded.config.node_ips.iter().copied().collect();
         local.extend(loaded.config.interface_addresses.iter().flatten().copied());
         let env = Env { local_ips: local.iter().copied().chain(["127.0.0.1".parse().unwrap(), "::1".parse().unwrap()]).collect(), affinity: BTreeSet::new() };
@@ -77,17 +104,8 @@ fn every_golden_cluster_traces_to_a_verdict_in_both_tables() {
             config.kube_proxy_version = version;
             for rs in crate::nftables::render_all(&config, &loaded.trackers) {
                 let table = rs.table();
-                let script = crate::nftables::model::script(&table, crate::nftables::model::Form::Transaction);
-            match (crate::nftables::wire::encode_script(&script, None), crate::nftables::wire::encode(script.text())) {
-                (Ok(values), Ok(text)) if values.bytes() == text.bytes() && values.lines == text.lines => {}
-                (Ok(_), Ok(_)) => failures.push(format!("{} ({:?}): the values encode otherwise than the text", path.display(), table.family)),
-                (Err(e), _) | (_, Err(e)) => failures.push(format!("{} ({:?}): {e}", path.display(), table.family)),
-            }
-            let v6 = table.family == crate::net::IpFamily::V6;
-                let node: Vec<IpAddr> = local.iter().copied().filter(|ip| ip.is_ipv6() == v6).collect();
-                let outside: IpAddr = if v6 { "2001:db8::9".parse().unwrap() } else { "203.0.113.9".parse().unwrap() };
-                let mut sources = vec![(outside, Entry::Prerouting)];
-                sources.extend(node.first().map(|&ip| (ip, Entry::Output)));
+                encodes_alike(path, &table, &mut failures);
+                let (node, sources) = sources(&table, &local);
                 for (dst, protocol, dport) in destinations(&table, &node) {
                     for &(src, entry) in &sources {
                         let packet = Packet { src, dst, protocol, dport, in_interface: None };
@@ -127,9 +145,7 @@ fn every_golden_rule_reads_back_encodes_and_traces() {
     for path in &fixtures {
         let golden = std::fs::read_to_string(path.with_extension("nft").to_string_lossy().replace("/fixtures/", "/golden/")).unwrap();
         let want: Vec<&str> = golden.lines().filter(|l| l.starts_with("add rule ")).collect();
-        let state = crate::source::read_path(path).unwrap_or_else(|e| panic!("{e}"));
-        let flags = Settings { mode: Some(ProxyMode::Nftables), ..Default::default() };
-        let loaded = crate::pipeline::load(state, flags, Default::default()).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let loaded = load(path);
         let env = Env { local_ips: loaded.config.node_ips.iter().copied().collect(), affinity: BTreeSet::new() };
         let mut got = Vec::new();
         for rs in crate::nftables::render_all(&loaded.config, &loaded.trackers) {
@@ -152,12 +168,7 @@ fn every_golden_rule_reads_back_encodes_and_traces() {
                 got.push(line);
                 rules += 1;
             }
-            let script = crate::nftables::model::script(&table, crate::nftables::model::Form::Transaction);
-            match (crate::nftables::wire::encode_script(&script, None), crate::nftables::wire::encode(script.text())) {
-                (Ok(values), Ok(text)) if values.bytes() == text.bytes() && values.lines == text.lines => {}
-                (Ok(_), Ok(_)) => failures.push(format!("{} ({:?}): the values encode otherwise than the text", path.display(), table.family)),
-                (Err(e), _) | (_, Err(e)) => failures.push(format!("{} ({:?}): {e}", path.display(), table.family)),
-            }
+            encodes_alike(path, &table, &mut failures);
             let v6 = table.family == crate::net::IpFamily::V6;
             let (src, dst) = if v6 { ("2001:db8::9", "fd00:10:96::1") } else { ("203.0.113.9", "10.96.0.1") };
             let packet = Packet { src: src.parse().unwrap(), dst: dst.parse().unwrap(), protocol: Protocol::Tcp, dport: 80, in_interface: None };
@@ -199,9 +210,7 @@ fn every_golden_clusters_interim_table_traces_as_kube_proxys() {
     let fixtures = golden_fixtures();
     let (mut compared, mut draws, mut failures) = (0, 0, Vec::new());
     for path in &fixtures {
-        let state = crate::source::read_path(path).unwrap_or_else(|e| panic!("{e}"));
-        let flags = Settings { mode: Some(ProxyMode::Nftables), ..Default::default() };
-        let loaded = crate::pipeline::load(state, flags, Default::default()).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let loaded = load(path);
         let local: BTreeSet<IpAddr> = loaded.config.node_ips.iter().copied().chain(["127.0.0.1".parse().unwrap(), "::1".parse().unwrap()]).collect();
         for version in [KubeProxyVersion::V1_34, KubeProxyVersion::NEWEST] {
             let mut config = loaded.config.clone();
@@ -220,11 +229,7 @@ fn every_golden_clusters_interim_table_traces_as_kube_proxys() {
                         failures.push(format!("{what}: {}: {e}", r.text()));
                     }
                 }
-                let v6 = table.family == crate::net::IpFamily::V6;
-                let node: Vec<IpAddr> = local.iter().copied().filter(|ip| ip.is_ipv6() == v6).collect();
-                let outside: IpAddr = if v6 { "2001:db8::9".parse().unwrap() } else { "203.0.113.9".parse().unwrap() };
-                let mut sources = vec![(outside, Entry::Prerouting)];
-                sources.extend(node.first().map(|&ip| (ip, Entry::Output)));
+                let (node, sources) = sources(&table, &local);
                 // The first affinity set's endpoint pinned, as `--affinity` pins one.
                 let pinned: BTreeSet<String> = table.objects.sets.iter().find(|s| s.name.starts_with("affinity-")).map(|s| s.name.clone()).into_iter().collect();
                 for affinity in [BTreeSet::new(), pinned] {

@@ -430,20 +430,9 @@ fn node() -> Env {
     env(&["192.168.0.2", "127.0.0.1"], &[])
 }
 
-/// A new connection from `src` to `dst` (`ip:port` or `[ip]:port`), in on `iface`.
-fn packet(src: &str, dst: &str, protocol: Protocol, iface: Option<&str>) -> Packet {
-    let (ip, port) = dst.rsplit_once(':').unwrap();
-    Packet {
-        src: src.parse().unwrap(),
-        dst: ip.trim_start_matches('[').trim_end_matches(']').parse().unwrap(),
-        protocol,
-        dport: port.parse().unwrap(),
-        in_interface: iface.map(str::to_owned),
-    }
-}
 
 fn run(t: &Table, env: &Env, src: &str, dst: &str, protocol: Protocol, entry: Entry) -> Trace {
-    trace(t, env, packet(src, dst, protocol, None), entry).unwrap()
+    trace(t, env, Packet::to(src, dst, protocol), entry).unwrap()
 }
 
 fn tcp(t: &Table, src: &str, dst: &str, entry: Entry) -> Trace {
@@ -597,7 +586,7 @@ fn session_affinity_keeps_endpoint_chains_without_the_old_hairpin_rule() {
 
 #[test]
 fn ipv6_dnat_maps_and_hairpins() {
-    let v6 = |src: &str, iface: &str, t: &Table| trace(t, &env(&["fd00:192:168::2"], &[]), packet(src, "[fd00:172:30::41]:80", Protocol::Sctp, Some(iface)), Entry::Prerouting).unwrap();
+    let v6 = |src: &str, iface: &str, t: &Table| trace(t, &env(&["fd00:192:168::2"], &[]), Packet { in_interface: Some(iface.into()), ..Packet::to(src, "[fd00:172:30::41]:80", Protocol::Sctp) }, Entry::Prerouting).unwrap();
     for (form, t) in both(RENDERED_V6, LISTED_V6, IpFamily::V6) {
         let got = v6("fd00:10:180::9", "veth9", &t);
         assert_eq!(branches(&got), want(&[("[fd00:10:180::1]:80", 0.5, false), ("[fd00:10:180::2]:80", 0.5, false)]), "{form}");
@@ -646,9 +635,7 @@ fn a_dnat_map_that_does_not_read_is_an_error() {
 /// node IP (DNATed to its endpoint).
 #[test]
 fn localhost_node_ports_are_rejected_but_tcp_passes() {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/nftables-localhost-nodeports.yaml")).unwrap();
-    let mut state = crate::source::ClusterState::default();
-    crate::source::file::read_str(std::path::Path::new("f.yaml"), &text, &mut state).unwrap();
+    let state = crate::source::read_path(std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/nftables-localhost-nodeports.yaml"))).unwrap();
     let flags = crate::settings::Settings { mode: Some(crate::settings::kinds::ProxyMode::Nftables), ..Default::default() };
     let loaded = crate::pipeline::load(state, flags, Default::default()).unwrap();
     let rulesets = crate::nftables::render_all(&loaded.config, &loaded.trackers);

@@ -148,20 +148,12 @@ impl Restorer for ExecRestorer {
     }
 
     fn save(&mut self, family: IpFamily, table: &str) -> Result<String, RestoreError> {
-        let binary = self.backend.binary(family, "save");
-        let out = Command::new(&binary)
-            .args(["-t", table])
-            .output()
-            .map_err(|error| RestoreError::Spawn { binary: binary.clone(), error })?;
-        if !out.status.success() {
-            let message = String::from_utf8_lossy(&out.stderr).trim().to_string();
-            // A table that was never created: nothing to read.
-            if message.contains("does not exist") || message.contains("Table does not exist") {
-                return Ok(String::new());
-            }
-            return Err(RestoreError::Failed { binary, message });
-        }
-        Ok(text_of(out.stdout))
+        let mut text = String::new();
+        self.save_lines(family, table, &mut |line| {
+            text.push_str(line);
+            text.push('\n');
+        })?;
+        Ok(text)
     }
 
     fn save_lines(&mut self, family: IpFamily, table: &str, each: &mut dyn FnMut(&str)) -> Result<(), RestoreError> {
@@ -194,7 +186,7 @@ impl Restorer for ExecRestorer {
         if !out.status.success() {
             let message = String::from_utf8_lossy(&out.stderr).trim().to_string();
             // A table that was never created: nothing to read.
-            if message.contains("does not exist") || message.contains("Table does not exist") {
+            if message.contains("does not exist") {
                 return Ok(());
             }
             return Err(RestoreError::Failed { binary, message });

@@ -85,22 +85,12 @@ fn ensure_where(
 /// ([`Restorer::table_info`]: iptables-legacy only; elsewhere every table is checked, as
 /// by [`missing`]).
 ///
-/// Why a same summary is safe to trust: on x_tables every change to a table — `iptables
-/// -A/-D/-F/-X`, any `iptables-restore`, a firewall reload — replaces the table's whole
-/// rule blob, and the summary is that blob's entry count, byte size and hook offsets.
-/// Anything that removes the canary rule without putting back a rule of exactly its size
-/// at the same place changes it, a flush always does (fewer entries). What it would miss
-/// is a replacement of equal count and size in every offset, e.g. `iptables -t nat -R
-/// KUBE-PROXY-CANARY 1 -j ACCEPT`, or a flush followed by adding back exactly as many
-/// rules of exactly the same sizes: deliberate edits of svcproxy's own chains rather than
-/// the reloads the canary exists to notice, which kube-proxy's check (the canary chain
-/// exists) misses too; the next full sync (every `--full-sync-period`) compares the whole
-/// table and repairs them. The kernel exposes no cheaper stronger signal (no generation
-/// number; the counters come only with the whole blob).
-///
-/// svcproxy's own restores change the summary too, and may hide someone else's change
-/// behind theirs: whoever restores a family calls [`Gate::forget`], and the next check of
-/// that family runs every `-C` again.
+/// A same summary is safe to trust: every change to an x_tables table replaces its whole
+/// rule blob, whose entry count, size and hook offsets the summary is, so losing the
+/// canary changes it unless a rule of exactly its size replaces it in place (a deliberate
+/// edit, not the reload the canary is for; the next full sync repairs it). svcproxy's own
+/// restores may hide someone else's change behind theirs: whoever restores a family calls
+/// [`Gate::forget`].
 #[derive(Debug, Default)]
 pub struct Gate {
     /// Per (family, table): the summary read just before the last check that found the canary.

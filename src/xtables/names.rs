@@ -37,23 +37,18 @@ pub fn is_service_chain(name: &str) -> bool {
 /// The base32 (RFC 4648, upper case, padded) SHA-256 of the parts joined: kube-proxy's
 /// name hash in both modes (iptables keeps 16 characters of it, nftables 8).
 pub fn base32_sha256(parts: &[&str]) -> String {
-    let mut h = Sha256::new();
-    for p in parts {
-        h.update(p.as_bytes());
-    }
-    BASE32.encode(&h.finalize())
+    BASE32.encode(&sha256(parts))
+}
+
+fn sha256(parts: &[&str]) -> sha2::digest::Output<Sha256> {
+    parts.iter().fold(Sha256::new(), |h, p| h.chain_update(p.as_bytes())).finalize()
 }
 
 /// The first 16 characters of [`base32_sha256`]: those of the digest's first 10 bytes
 /// (base32 writes 5 bytes as 8 characters), encoded on the stack.
 fn hash16(parts: &[&str]) -> [u8; 16] {
-    let mut h = Sha256::new();
-    for p in parts {
-        h.update(p.as_bytes());
-    }
-    let digest = h.finalize();
     let mut out = [0u8; 16];
-    BASE32.encode_mut(&digest[..10], &mut out);
+    BASE32.encode_mut(&sha256(parts)[..10], &mut out);
     out
 }
 

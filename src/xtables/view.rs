@@ -1,13 +1,7 @@
-//! Rules by table and chain, read-only: the side of a comparison that the delta
-//! ([`super::delta::compute_with`]) and the stale-flow search (`iptables::conntrack`)
-//! read. Two kinds stand behind it: a [`Dump`] (read from the kernel, or parsed from
-//! text) and a [`View`], which borrows a ruleset's rule values instead of copying them.
-//!
-//! Why the view: a full sync against a kernel that holds our rules used to build a
-//! [`Dump`] of the desired rules, a second copy of every rule (its words, its target, a
-//! per-chain index) held beside the kernel's dump: at 10,000 services × 10 endpoints,
-//! 91 MB of the 254 MB heap peak (heaptrack). A view is one reference per rule, grouped
-//! by chain.
+//! Rules by table and chain, read-only: what the delta ([`super::delta::compute_with`])
+//! compares. Two kinds stand behind it: a [`Dump`] (read from the kernel, or parsed from
+//! text) and a [`View`], which borrows a ruleset's rule values, so a full sync holds no
+//! second copy of the desired rules beside the kernel's.
 
 use std::collections::HashMap;
 

@@ -61,6 +61,13 @@ fn demo() -> ClusterState {
     source::read_path(&Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/demo.yaml")).unwrap()
 }
 
+/// A generated cluster of `services` with `endpoints` each.
+fn generated(services: usize, endpoints: usize, seed: u64) -> ClusterState {
+    let mut state = ClusterState::default();
+    source::file::read_str(Path::new("generated.yaml"), &gen::yaml(&GenSpec { services, endpoints, seed }), &mut state).unwrap();
+    state
+}
+
 fn service(state: &ClusterState, ns: &str, name: &str) -> Service {
     state.services.iter().find(|s| s.id.namespace == ns && s.id.name == name).unwrap().clone()
 }
@@ -139,9 +146,7 @@ fn every_kind_of_change_leaves_the_kernel_as_a_full_sync_would() {
 
 #[test]
 fn a_one_endpoint_change_in_a_large_cluster_sends_a_few_lines_and_leaves_the_top_level_chains_alone() {
-    let text = gen::yaml(&GenSpec { services: 1000, endpoints: 10, seed: 1 });
-    let mut state = ClusterState::default();
-    source::file::read_str(Path::new("generated.yaml"), &text, &mut state).unwrap();
+    let state = generated(1000, 10, 1);
     let mut slice = state.slices[500].clone();
     let mut node = Node::new(state);
     slice.endpoints.push(endpoint("10.127.255.254", true));
@@ -154,9 +159,7 @@ fn a_one_endpoint_change_in_a_large_cluster_sends_a_few_lines_and_leaves_the_top
 
 #[test]
 fn random_changes_to_a_generated_cluster_never_drift_from_a_full_sync() {
-    let text = gen::yaml(&GenSpec { services: 120, endpoints: 3, seed: 7 });
-    let mut state = ClusterState::default();
-    source::file::read_str(Path::new("generated.yaml"), &text, &mut state).unwrap();
+    let state = generated(120, 3, 7);
     let services = state.services.clone();
     let mut slices = state.slices.clone();
     let mut node = Node::new(state);
@@ -194,9 +197,7 @@ fn random_changes_to_a_generated_cluster_never_drift_from_a_full_sync() {
 
 #[test]
 fn a_large_cluster_mode_flip_is_left_to_a_full_sync() {
-    let text = gen::yaml(&GenSpec { services: 60, endpoints: 10, seed: 1 });
-    let mut state = ClusterState::default();
-    source::file::read_str(Path::new("generated.yaml"), &text, &mut state).unwrap();
+    let state = generated(60, 10, 1);
     let mut slice = state.slices[0].clone();
     let mut node = Node::new(state);
     assert!(!node.rs.large_cluster);

@@ -28,7 +28,7 @@ impl Context {
             localhost_node_ports: cfg.localhost_node_ports(family),
             node_port_ips: (!cidrs.is_empty()).then(|| cfg.node_port_ips(family)),
             nfacct: cfg.nfacct,
-            conntrack_tcp_be_liberal: cfg.conntrack_tcp_be_liberal,
+            conntrack_tcp_be_liberal: cfg.conntrack.tcp_be_liberal,
             large_cluster_threshold: cfg.large_cluster_endpoints_threshold,
         }
     }

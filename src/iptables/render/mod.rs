@@ -106,11 +106,6 @@ pub fn total_endpoints(services: &ServicePortMap, endpoints: &EndpointsMap) -> u
     services.keys().map(|k| endpoints.get(k).map_or(0, |e| e.len())).sum()
 }
 
-/// kube-proxy's large-cluster test.
-pub fn is_large_cluster(ctx: &Context, services: &ServicePortMap, endpoints: &EndpointsMap) -> bool {
-    total_endpoints(services, endpoints) > ctx.large_cluster_threshold
-}
-
 pub fn render_service(ctx: &Context, name: &ServicePortName, services: &ServicePortMap, endpoints: &EndpointsMap, large: bool) -> Option<Rendered> {
     let svc = services.get(name)?;
     let eps = endpoints.get(name).map(|e| e.as_slice()).unwrap_or_default();

@@ -23,6 +23,7 @@ use aya::programs::Iter;
 use aya::{Btf, Ebpf, EbpfLoader};
 use aya_obj::btf::BtfKind;
 
+use super::kernel::{map_err, prog_err};
 use super::maps::{encode_backend, ServiceKey};
 use super::object::destroy_object;
 use super::BpfError;
@@ -228,14 +229,6 @@ pub struct Destroyer {
     links: Vec<(&'static str, OwnedFd)>,
     targets: HashMap<MapData, [u8; 40], u32>,
     counts: Array<MapData, u64>,
-}
-
-fn prog_err(program: &'static str, what: &'static str) -> impl FnOnce(aya::programs::ProgramError) -> BpfError {
-    move |e| BpfError::Program { program, what, source: Box::new(e) }
-}
-
-fn map_err(map: &'static str, what: &'static str) -> impl FnOnce(aya::maps::MapError) -> BpfError {
-    move |e| BpfError::Map { map, what, source: Box::new(e) }
 }
 
 fn sys_bpf(cmd: libc::c_long, attr: &mut [u64; 8]) -> std::io::Result<OwnedFd> {

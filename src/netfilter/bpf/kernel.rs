@@ -38,11 +38,11 @@ fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> 
     move |source| BpfError::Io { what, path: path.to_path_buf(), source }
 }
 
-fn prog_err(program: &'static str, what: &'static str) -> impl FnOnce(aya::programs::ProgramError) -> BpfError {
+pub(super) fn prog_err(program: &'static str, what: &'static str) -> impl FnOnce(aya::programs::ProgramError) -> BpfError {
     move |e| BpfError::Program { program, what, source: Box::new(e) }
 }
 
-fn map_err(map: &'static str, what: &'static str) -> impl FnOnce(aya::maps::MapError) -> BpfError {
+pub(super) fn map_err(map: &'static str, what: &'static str) -> impl FnOnce(aya::maps::MapError) -> BpfError {
     move |e| BpfError::Map { map, what, source: Box::new(e) }
 }
 
