@@ -132,11 +132,10 @@ pub fn conversion(table: &Table, chains: &[String], max_lines: usize) -> Vec<Str
     for r in &table.objects.rules {
         rules.entry(r.chain.as_str()).or_default().push(r.clone());
     }
-    let mut rules_of = |c: &str| declared.contains(c).then(|| rules.get(c).cloned().unwrap_or_default());
     let mut batches = Vec::new();
     let mut at = 0;
     while at < chains.len() {
-        let (batch, taken) = next_batch(&chains[at..], max_lines, &mut rules_of);
+        let (batch, taken) = next_batch(&chains[at..], max_lines, |c| declared.contains(c.as_str()).then(|| (c.as_str(), rules.get(c.as_str()).cloned().unwrap_or_default())));
         at += taken;
         if !batch.is_empty() {
             batches.push(script(table.family, table.name, &batch).into_text());
@@ -149,14 +148,14 @@ pub fn conversion(table: &Table, chains: &[String], max_lines: usize) -> Vec<Str
 pub type Batch<'c> = Vec<(&'c str, Vec<Rule>)>;
 
 /// The first conversion batch of `chains` and how many of them it took (at least one):
-/// whole chains with their rules as they are now (`rules_of`), cut at `max_lines` (a
-/// longer chain goes alone). A chain `rules_of` no longer knows (`None`: its service went
-/// since) is taken and skipped. Only the chains taken are asked for, so a batch costs
-/// what it holds, not what the table holds.
-pub fn next_batch<'c>(chains: &'c [String], max_lines: usize, mut rules_of: impl FnMut(&str) -> Option<Vec<Rule>>) -> (Batch<'c>, usize) {
+/// whole chains with their rules as they are now (`rules_of`: the chain's name and rules),
+/// cut at `max_lines` (a longer chain goes alone). A chain `rules_of` no longer knows
+/// (`None`: its service went since) is taken and skipped. Only the chains taken are asked
+/// for, so a batch costs what it holds, not what the table holds.
+pub fn next_batch<'c, C>(chains: &'c [C], max_lines: usize, mut rules_of: impl FnMut(&'c C) -> Option<(&'c str, Vec<Rule>)>) -> (Batch<'c>, usize) {
     let (mut batch, mut lines, mut taken) = (Vec::new(), 0, 0);
     for c in chains {
-        let Some(rules) = rules_of(c) else {
+        let Some((c, rules)) = rules_of(c) else {
             taken += 1;
             continue;
         };
@@ -165,7 +164,7 @@ pub fn next_batch<'c>(chains: &'c [String], max_lines: usize, mut rules_of: impl
         }
         lines += rules.len() + 1;
         taken += 1;
-        batch.push((c.as_str(), rules));
+        batch.push((c, rules));
     }
     (batch, taken)
 }
@@ -355,10 +354,10 @@ mod tests {
         assert_eq!(conversion(&t, &chains, 100).len(), 1);
         // A chain whose service went since is skipped.
         let gone = vec!["service-Z".to_string(), "service-B".to_string()];
-        let of = |c: &str| (c == "service-B").then(|| t.objects.rules.iter().filter(|r| r.chain == c).cloned().collect());
-        let (batch, taken) = next_batch(&gone, 100, of);
+        let of = |c: &str| (c == "service-B").then(|| t.objects.rules.iter().filter(|r| r.chain == c).cloned().collect::<Vec<_>>());
+        let (batch, taken) = next_batch(&gone, 100, |c| Some((c.as_str(), of(c)?)));
         assert_eq!((script(t.family, t.name, &batch).text(), taken), (b[1].as_str(), 2));
-        let (batch, taken) = next_batch(&gone[..1], 100, of);
+        let (batch, taken) = next_batch(&gone[..1], 100, |c| Some((c.as_str(), of(c)?)));
         assert_eq!((batch.len(), taken), (0, 1));
     }
 
