@@ -44,6 +44,11 @@
 //!
 //! A refused batch leaves what serves packets unchanged (chunks only fill unreachable new
 //! chains; the last batch is atomic); the caller deletes the new chains and sets again.
+//!
+//! A sync writes each batch when it sends it ([`Writer`]) and drops it before writing the
+//! next: at 10,000 services the batches' text and rule lists, all at once, were a large
+//! part of a cold sync's peak memory. A cold start's interim rules ([`super::cold`]) are
+//! made the same way, for the batch that holds them.
 
 use std::collections::{HashMap, HashSet};
 
@@ -55,7 +60,7 @@ use super::model::{self, Rule, Script, Table};
 /// (BENCHMARKS.md: measured at 10,000 services × 10 endpoints).
 pub const CHUNK_LINES: usize = 20_000;
 
-/// A full sync's batches (see the module documentation).
+/// A full sync's batches (see the module documentation), all of them at once.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Chunked<'t> {
     pub declare: String,
@@ -80,68 +85,167 @@ fn per_service(chain: &str) -> bool {
 /// whole, in a chunk of its own; `None`: no chunks, for `nft -f`). With a `plan` (the live
 /// table compared), only what differs (module documentation).
 pub fn write<'t>(table: &'t Table, existing: &HashSet<&str>, max_lines: Option<usize>, plan: Option<&Plan>) -> Chunked<'t> {
-    let mut declare = String::new();
-    // Over a live table compared, without the `add chain` lines of regular chains that exist.
-    let head = model::declare_but(&mut declare, table, |name| plan.is_some() && existing.contains(name));
-    let o = &table.objects;
-    let index: HashMap<&str, usize> = o.chains.iter().enumerate().map(|(i, c)| (c.name.as_str(), i)).collect();
-    let mut by_chain: Vec<Vec<&Rule>> = vec![Vec::new(); o.chains.len()];
-    let mut orphans = Vec::new();
-    for r in &o.rules {
-        match index.get(r.chain.as_str()) {
-            Some(&i) => by_chain[i].push(r),
-            None => orphans.push(r),
-        }
-    }
-    let fresh = |i: usize| max_lines.is_some() && per_service(&o.chains[i].name) && !existing.contains(o.chains[i].name.as_str());
-    let max_lines = max_lines.unwrap_or(usize::MAX);
-    let chain_text = |out: &mut Script<'t>, i: usize| {
-        out.push_str(&format!("flush chain {head} {}\n", o.chains[i].name));
-        for r in &by_chain[i] {
-            out.rule(r);
-        }
-    };
-    let script = || Script::new(table.family, table.name);
+    let w = Writer::new(table, existing, max_lines, plan, false);
+    let chunks = (0..w.chunks()).map(|k| w.chunk_in(k, None)).collect();
+    let last = w.last_in(None);
+    Chunked { declare: w.declare, chunks, last }
+}
 
-    let mut chunks = Vec::new();
-    let mut chunk = script();
-    let mut lines = 0;
-    for i in (0..o.chains.len()).filter(|&i| fresh(i)) {
-        let n = by_chain[i].len() + 1;
-        if lines > 0 && lines + n > max_lines {
-            chunks.push(std::mem::replace(&mut chunk, script()));
-            lines = 0;
-        }
-        chain_text(&mut chunk, i);
-        lines += n;
-    }
-    if !chunk.is_empty() {
-        chunks.push(chunk);
-    }
+/// A full sync's batches written one at a time, each when it is sent: a large table's
+/// batches never exist all at once. With `interim` (a cold start, [`super::cold`]), each
+/// rule binding a numgen map the interim rewrites is written as its replacements, made
+/// for the batch that holds them (counted in its lines, so the batches are cut as the
+/// interim table's would be).
+pub struct Writer<'t, 'p> {
+    table: &'t Table,
+    plan: Option<&'p Plan>,
+    interim: bool,
+    /// The declaring batch.
+    pub declare: String,
+    head: String,
+    /// Each declared chain's rules.
+    by_chain: Vec<Vec<&'t Rule>>,
+    /// Rules of chains the table does not declare.
+    orphans: Vec<&'t Rule>,
+    /// The chunks' chains, in order, and where each chunk starts among them.
+    fresh: Vec<usize>,
+    starts: Vec<usize>,
+    /// The chains the last batch refills, in its order.
+    old: Vec<usize>,
+}
 
-    let anonymous = |i: usize| by_chain[i].iter().any(|r| r.stmts().binds_anonymous_set());
-    let kept = |i: usize| plan.is_some_and(|p| p.same.contains(&o.chains[i].name));
-    let old: Vec<usize> = (0..o.chains.len()).filter(|&i| !fresh(i) && !kept(i)).collect();
-    let mut last = script();
-    last.text_mut().reserve(if chunks.is_empty() { declare.len() * 3 } else { 0 });
-    for &i in old.iter().filter(|&&i| anonymous(i)).chain(old.iter().filter(|&&i| !anonymous(i))) {
-        chain_text(&mut last, i);
-    }
-    // A rule for a chain the table does not declare: the kernel refuses it, as in one
-    // transaction.
-    for r in orphans {
-        last.rule(r);
-    }
-    match plan {
-        None => {
-            model::flush_sets(&mut last, &head, &o.sets);
-            for e in &o.elements {
-                last.element(e);
+impl<'t, 'p> Writer<'t, 'p> {
+    /// [`write`]'s batches, the interim's with `interim`.
+    pub fn new(table: &'t Table, existing: &HashSet<&str>, max_lines: Option<usize>, plan: Option<&'p Plan>, interim: bool) -> Self {
+        let mut declare = String::new();
+        // Over a live table compared, without the `add chain` lines of regular chains that exist.
+        let head = model::declare_but(&mut declare, table, |name| plan.is_some() && existing.contains(name));
+        let o = &table.objects;
+        let index: HashMap<&str, usize> = o.chains.iter().enumerate().map(|(i, c)| (c.name.as_str(), i)).collect();
+        let mut by_chain: Vec<Vec<&Rule>> = vec![Vec::new(); o.chains.len()];
+        let mut orphans = Vec::new();
+        for r in &o.rules {
+            match index.get(r.chain.as_str()) {
+                Some(&i) => by_chain[i].push(r),
+                None => orphans.push(r),
             }
         }
-        Some(p) => set_changes(&mut last, table, &head, p),
+        let is_fresh = |i: usize| max_lines.is_some() && per_service(&o.chains[i].name) && !existing.contains(o.chains[i].name.as_str());
+        let max_lines = max_lines.unwrap_or(usize::MAX);
+        let lines = |r: &Rule| if interim { super::cold::arms(r).unwrap_or(1) } else { 1 };
+        let (mut fresh, mut starts, mut at) = (Vec::new(), Vec::new(), 0);
+        for i in (0..o.chains.len()).filter(|&i| is_fresh(i)) {
+            let n = by_chain[i].iter().map(|&r| lines(r)).sum::<usize>() + 1;
+            if starts.is_empty() || (at > 0 && at + n > max_lines) {
+                starts.push(fresh.len());
+                at = 0;
+            }
+            fresh.push(i);
+            at += n;
+        }
+        // A rule the interim rewrites binds no set any more.
+        let binds = |r: &Rule| r.stmts().binds_anonymous_set() && !(interim && super::cold::arms(r).is_some());
+        let anonymous = |i: usize| by_chain[i].iter().any(|&r| binds(r));
+        let kept = |i: usize| plan.is_some_and(|p| p.same.contains(&o.chains[i].name));
+        let old: Vec<usize> = (0..o.chains.len()).filter(|&i| !is_fresh(i) && !kept(i)).collect();
+        let old = old.iter().copied().filter(|&i| anonymous(i)).chain(old.iter().copied().filter(|&i| !anonymous(i))).collect();
+        Writer { table, plan, interim, declare, head, by_chain, orphans, fresh, starts, old }
     }
-    Chunked { declare, chunks, last }
+
+    /// How many chunks there are.
+    pub fn chunks(&self) -> usize {
+        self.starts.len()
+    }
+
+    /// Chunk `k`: its chains, each flushed and filled. `arms` holds the interim's rules
+    /// the chunk writes (emptied first).
+    pub fn chunk<'a>(&self, k: usize, arms: &'a mut Vec<Rule>) -> Script<'a>
+    where
+        't: 'a,
+    {
+        self.chunk_in(k, Some(arms))
+    }
+
+    /// The last batch: the chains that existed (or every chain, without chunks) flushed
+    /// and refilled, then the sets' and maps' changes. `arms` as for [`Writer::chunk`].
+    pub fn last<'a>(&self, arms: &'a mut Vec<Rule>) -> Script<'a>
+    where
+        't: 'a,
+    {
+        self.last_in(Some(arms))
+    }
+
+    /// [`Writer::chunk`]; without `arms`, the table's rules as they are (not the interim's).
+    fn chunk_in<'a>(&self, k: usize, arms: Option<&'a mut Vec<Rule>>) -> Script<'a>
+    where
+        't: 'a,
+    {
+        let end = self.starts.get(k + 1).copied().unwrap_or(self.fresh.len());
+        let mut out = self.script();
+        self.fill(&mut out, &self.fresh[self.starts[k]..end], &[], arms);
+        out
+    }
+
+    /// [`Writer::last`]; without `arms`, as [`Writer::chunk_in`].
+    fn last_in<'a>(&self, arms: Option<&'a mut Vec<Rule>>) -> Script<'a>
+    where
+        't: 'a,
+    {
+        let mut last = self.script();
+        last.text_mut().reserve(if self.starts.is_empty() { self.declare.len() * 3 } else { 0 });
+        // A rule for a chain the table does not declare: the kernel refuses it, as in one
+        // transaction.
+        self.fill(&mut last, &self.old, &self.orphans, arms);
+        let o = &self.table.objects;
+        match self.plan {
+            None => {
+                model::flush_sets(&mut last, &self.head, &o.sets);
+                for e in &o.elements {
+                    last.element(e);
+                }
+            }
+            Some(p) => set_changes(&mut last, self.table, &self.head, p),
+        }
+        last
+    }
+
+    fn script<'a>(&self) -> Script<'a> {
+        Script::new(self.table.family, self.table.name)
+    }
+
+    /// Each of `chains` flushed and filled, then the `orphans`: the interim's replacements
+    /// (with `arms`) made into `arms` first, then written from there.
+    fn fill<'a>(&self, out: &mut Script<'a>, chains: &[usize], orphans: &[&'t Rule], arms: Option<&'a mut Vec<Rule>>)
+    where
+        't: 'a,
+    {
+        let interim = self.interim && arms.is_some();
+        let rules = || chains.iter().flat_map(|&i| self.by_chain[i].iter().copied()).chain(orphans.iter().copied());
+        let arms: &'a [Rule] = match arms {
+            Some(arms) => {
+                arms.clear();
+                if interim {
+                    rules().filter_map(super::cold::replacements).for_each(|r| arms.extend(r));
+                }
+                arms
+            }
+            None => &[],
+        };
+        let mut made = arms.iter();
+        let mut write = |out: &mut Script<'a>, r: &'t Rule| match interim.then(|| super::cold::arms(r)).flatten() {
+            Some(n) => made.by_ref().take(n).for_each(|a| out.rule(a)),
+            None => out.rule(r),
+        };
+        for &i in chains {
+            out.push_str(&format!("flush chain {} {}\n", self.head, self.table.objects.chains[i].name));
+            for &r in &self.by_chain[i] {
+                write(out, r);
+            }
+        }
+        for &r in orphans {
+            write(out, r);
+        }
+    }
 }
 
 /// The sets' and maps' changes in the last batch: element deletes of the diffed sets and
@@ -234,6 +338,25 @@ mod tests {
         assert!(c.last.starts_with("flush chain ip kube-proxy services\n"), "{}", c.last);
         assert!(c.last.contains("flush map ip kube-proxy service-ips\n") && c.last.contains("add element"));
         assert!(c.last.lines().all(|l| !l.starts_with("flush chain ip kube-proxy service-SVCS")), "{}", c.last);
+    }
+
+    #[test]
+    fn the_interims_batches_are_the_interim_tables_written_batch_by_batch() {
+        let t = table(10);
+        let i = crate::nftables::cold::interim(&t, 1).unwrap();
+        for bound in [Some(1), Some(5), Some(12), Some(1000), None] {
+            let want = write(&i.table, &HashSet::new(), bound, None);
+            let w = Writer::new(&t, &HashSet::new(), bound, None, true);
+            assert_eq!((w.declare.as_str(), w.chunks()), (want.declare.as_str(), want.chunks.len()), "bound {bound:?}");
+            for (k, chunk) in want.chunks.iter().enumerate() {
+                assert_eq!(&w.chunk(k, &mut Vec::new()), chunk, "bound {bound:?}, chunk {k}");
+            }
+            assert_eq!(w.last(&mut Vec::new()), want.last, "bound {bound:?}");
+        }
+        // Without the interim: the table's own batches.
+        let w = Writer::new(&t, &HashSet::new(), Some(12), None, false);
+        let want = write(&t, &HashSet::new(), Some(12), None);
+        assert!((0..w.chunks()).all(|k| w.chunk(k, &mut Vec::new()) == want.chunks[k]) && w.last(&mut Vec::new()) == want.last);
     }
 
     #[test]

@@ -69,39 +69,44 @@ pub struct Interim {
 /// `table` with each rule binding a numgen map replaced by rules that bind none (see the
 /// module doc), when at least `min` rules bind one; `None` otherwise.
 pub fn interim(table: &Table, min: usize) -> Option<Interim> {
-    let plan = unrolling(table, min)?;
+    let chains = chains(table, min)?;
     let mut out = table.clone();
-    let chains = unroll(&mut out, plan);
-    Some(Interim { table: out, chains })
-}
-
-/// Each rule's replacement ([`unrolled`]), when at least `min` rules (and one) have one.
-pub fn unrolling(table: &Table, min: usize) -> Option<Vec<Option<Vec<Body>>>> {
-    let rewritten: Vec<Option<Vec<Body>>> = table.objects.rules.iter().map(|r| unrolled(r.stmts())).collect();
-    let count = rewritten.iter().flatten().count();
-    (count >= min && count > 0).then_some(rewritten)
-}
-
-/// Rewrites `table`'s rules in place by `plan` ([`unrolling`] of this table; the rules are
-/// moved, not copied, so a large table is not held twice). Returns the chains rewritten.
-pub fn unroll(table: &mut Table, plan: Vec<Option<Vec<Body>>>) -> Vec<String> {
-    let mut chains: Vec<String> = Vec::new();
-    let mut seen: HashSet<String> = HashSet::new();
-    let extra: usize = plan.iter().flatten().map(|b| b.len() - 1).sum();
-    let mut rules = Vec::with_capacity(table.objects.rules.len() + extra);
-    for (rule, unrolled) in std::mem::take(&mut table.objects.rules).into_iter().zip(plan) {
-        match unrolled {
-            Some(bodies) => {
-                if seen.insert(rule.chain.clone()) {
-                    chains.push(rule.chain.clone());
-                }
-                rules.extend(bodies.into_iter().map(|b| Rule::of(rule.chain.clone(), b)));
-            }
+    let mut rules = Vec::with_capacity(out.objects.rules.len());
+    for rule in std::mem::take(&mut out.objects.rules) {
+        match unrolled(rule.stmts()) {
+            Some(bodies) => rules.extend(bodies.into_iter().map(|b| Rule::of(rule.chain.clone(), b))),
             None => rules.push(rule),
         }
     }
-    table.objects.rules = rules;
-    chains
+    out.objects.rules = rules;
+    Some(Interim { table: out, chains })
+}
+
+/// The chains whose rules the interim table rewrites, in the order of the rules, when at
+/// least `min` rules (and one) bind a numgen map it rewrites; `None` otherwise. Nothing is
+/// rewritten here: a full sync writes each rule's replacement ([`arms`]) as it sends the
+/// batch that holds it, so the interim's rules never exist all at once.
+pub fn chains(table: &Table, min: usize) -> Option<Vec<String>> {
+    let mut chains: Vec<String> = Vec::new();
+    let mut seen: HashSet<&str> = HashSet::new();
+    let mut count = 0;
+    for r in table.objects.rules.iter().filter(|r| unrollable(r.stmts()).is_some()) {
+        count += 1;
+        if seen.insert(r.chain.as_str()) {
+            chains.push(r.chain.clone());
+        }
+    }
+    (count >= min && count > 0).then_some(chains)
+}
+
+/// How many rules replace `r` in the interim table (`None`: it is kept as it is).
+pub fn arms(r: &Rule) -> Option<usize> {
+    unrollable(r.stmts()).map(|(_, n)| n as usize)
+}
+
+/// The rules that replace `r` in the interim table ([`arms`] of them; `None`: it is kept).
+pub fn replacements(r: &Rule) -> Option<impl Iterator<Item = Rule> + '_> {
+    Some(unrolled(r.stmts())?.into_iter().map(|b| Rule::of(r.chain.clone(), b)))
 }
 
 /// Of `differing` chains (those a full sync over the live table would refill), the ones
@@ -127,11 +132,10 @@ pub fn conversion(table: &Table, chains: &[String], max_lines: usize) -> Vec<Str
     for r in &table.objects.rules {
         rules.entry(r.chain.as_str()).or_default().push(r.clone());
     }
-    let mut rules_of = |c: &str| declared.contains(c).then(|| rules.get(c).cloned().unwrap_or_default());
     let mut batches = Vec::new();
     let mut at = 0;
     while at < chains.len() {
-        let (batch, taken) = next_batch(&chains[at..], max_lines, &mut rules_of);
+        let (batch, taken) = next_batch(&chains[at..], max_lines, |c| declared.contains(c.as_str()).then(|| (c.as_str(), rules.get(c.as_str()).cloned().unwrap_or_default())));
         at += taken;
         if !batch.is_empty() {
             batches.push(script(table.family, table.name, &batch).into_text());
@@ -144,14 +148,14 @@ pub fn conversion(table: &Table, chains: &[String], max_lines: usize) -> Vec<Str
 pub type Batch<'c> = Vec<(&'c str, Vec<Rule>)>;
 
 /// The first conversion batch of `chains` and how many of them it took (at least one):
-/// whole chains with their rules as they are now (`rules_of`), cut at `max_lines` (a
-/// longer chain goes alone). A chain `rules_of` no longer knows (`None`: its service went
-/// since) is taken and skipped. Only the chains taken are asked for, so a batch costs
-/// what it holds, not what the table holds.
-pub fn next_batch<'c>(chains: &'c [String], max_lines: usize, mut rules_of: impl FnMut(&str) -> Option<Vec<Rule>>) -> (Batch<'c>, usize) {
+/// whole chains with their rules as they are now (`rules_of`: the chain's name and rules),
+/// cut at `max_lines` (a longer chain goes alone). A chain `rules_of` no longer knows
+/// (`None`: its service went since) is taken and skipped. Only the chains taken are asked
+/// for, so a batch costs what it holds, not what the table holds.
+pub fn next_batch<'c, C>(chains: &'c [C], max_lines: usize, mut rules_of: impl FnMut(&'c C) -> Option<(&'c str, Vec<Rule>)>) -> (Batch<'c>, usize) {
     let (mut batch, mut lines, mut taken) = (Vec::new(), 0, 0);
     for c in chains {
-        let Some(rules) = rules_of(c) else {
+        let Some((c, rules)) = rules_of(c) else {
             taken += 1;
             continue;
         };
@@ -160,7 +164,7 @@ pub fn next_batch<'c>(chains: &'c [String], max_lines: usize, mut rules_of: impl
         }
         lines += rules.len() + 1;
         taken += 1;
-        batch.push((c.as_str(), rules));
+        batch.push((c, rules));
     }
     (batch, taken)
 }
@@ -175,9 +179,9 @@ pub fn script<'r>(family: IpFamily, table: &str, batch: &'r [(&str, Vec<Rule>)])
     out
 }
 
-/// The rules that replace `b` (`None`: it binds no numgen map, or one kept): one per arm
-/// of its numgen map, each but the last behind its random comparison.
-fn unrolled(b: &Body) -> Option<Vec<Body>> {
+/// Where `b` binds the numgen map the interim rewrites, and its arm count (`None`: it
+/// binds none, or one kept, see [`unrolled`]). Copies nothing of the map.
+fn unrollable(b: &Body) -> Option<(usize, u32)> {
     let at = b.stmts.iter().position(|s| matches!(s, Stmt::Vmap(Vmap::Numgen { .. }) | Stmt::Action(Action::Dnat(Dnat::Numgen { .. }))))?;
     let (before, after) = (&b.stmts[..at], &b.stmts[at + 1..]);
     // Tests only before the map: they hold or fail alike in every copy.
@@ -189,19 +193,30 @@ fn unrolled(b: &Body) -> Option<Vec<Body>> {
     if rest.binds_anonymous_set() {
         return None;
     }
-    let (modulus, mut arms): (u32, Vec<(u32, Stmt)>) = match &b.stmts[at] {
-        Stmt::Vmap(Vmap::Numgen { modulus, arms }) => (*modulus, arms.iter().map(|(k, v)| (*k, Stmt::Verdict(v.clone()))).collect()),
-        Stmt::Action(Action::Dnat(Dnat::Numgen { modulus, arms, .. })) => {
-            (*modulus, arms.iter().map(|&(k, addr, port)| (k, Stmt::Action(Action::Dnat(Dnat::To { addr, port })))).collect())
-        }
+    let (modulus, mut keys): (u32, Vec<u32>) = match &b.stmts[at] {
+        Stmt::Vmap(Vmap::Numgen { modulus, arms }) => (*modulus, arms.iter().map(|(k, _)| *k).collect()),
+        Stmt::Action(Action::Dnat(Dnat::Numgen { modulus, arms, .. })) => (*modulus, arms.iter().map(|(k, _, _)| *k).collect()),
         _ => unreachable!("the position found a numgen map"),
     };
     // Every key below N, once (a missing key would let its share fall through the rule).
-    arms.sort_by_key(|(k, _)| *k);
-    if arms.is_empty() || !arms.iter().enumerate().all(|(i, (k, _))| *k as usize == i) || arms.len() != modulus as usize {
+    keys.sort_unstable();
+    if keys.is_empty() || !keys.iter().enumerate().all(|(i, k)| *k as usize == i) || keys.len() != modulus as usize {
         return None;
     }
-    let n = arms.len() as u32;
+    Some((at, modulus))
+}
+
+/// The rules that replace `b` (`None`: it binds no numgen map, or one kept): one per arm
+/// of its numgen map, each but the last behind its random comparison.
+fn unrolled(b: &Body) -> Option<Vec<Body>> {
+    let (at, n) = unrollable(b)?;
+    let (before, after) = (&b.stmts[..at], &b.stmts[at + 1..]);
+    let mut arms: Vec<(u32, Stmt)> = match &b.stmts[at] {
+        Stmt::Vmap(Vmap::Numgen { arms, .. }) => arms.iter().map(|(k, v)| (*k, Stmt::Verdict(v.clone()))).collect(),
+        Stmt::Action(Action::Dnat(Dnat::Numgen { arms, .. })) => arms.iter().map(|&(k, addr, port)| (k, Stmt::Action(Action::Dnat(Dnat::To { addr, port })))).collect(),
+        _ => unreachable!("the position found a numgen map"),
+    };
+    arms.sort_by_key(|(k, _)| *k);
     let bodies = arms
         .into_iter()
         .enumerate()
@@ -339,10 +354,10 @@ mod tests {
         assert_eq!(conversion(&t, &chains, 100).len(), 1);
         // A chain whose service went since is skipped.
         let gone = vec!["service-Z".to_string(), "service-B".to_string()];
-        let of = |c: &str| (c == "service-B").then(|| t.objects.rules.iter().filter(|r| r.chain == c).cloned().collect());
-        let (batch, taken) = next_batch(&gone, 100, of);
+        let of = |c: &str| (c == "service-B").then(|| t.objects.rules.iter().filter(|r| r.chain == c).cloned().collect::<Vec<_>>());
+        let (batch, taken) = next_batch(&gone, 100, |c| Some((c.as_str(), of(c)?)));
         assert_eq!((script(t.family, t.name, &batch).text(), taken), (b[1].as_str(), 2));
-        let (batch, taken) = next_batch(&gone[..1], 100, of);
+        let (batch, taken) = next_batch(&gone[..1], 100, |c| Some((c.as_str(), of(c)?)));
         assert_eq!((batch.len(), taken), (0, 1));
     }
 

@@ -18,7 +18,6 @@
 //! this proxier's first sync; [`Pass::DryRun`] compares every family with the kernel and
 //! sends nothing.
 
-use std::collections::HashMap;
 use std::time::Instant;
 
 use super::apply::{Nft, NftError, NftWrite, Part};
@@ -54,21 +53,19 @@ pub struct FamilyTable {
     /// it; a partial sync rewrites it.
     check_changed: bool,
     /// After a cold start through the interim table ([`super::cold`]): the chains still to
-    /// convert to kube-proxy's rules, a batch at a time ([`Proxier::convert_step`]).
-    converting: Vec<String>,
-    /// Which service port renders each chain still to convert (`None`: the fixed objects),
-    /// so that a batch renders its own ports alone, as the ruleset holds them then.
-    owners: HashMap<String, Option<ServicePortName>>,
+    /// convert to kube-proxy's rules, a batch at a time ([`Proxier::convert_step`]), each
+    /// with the service port that renders it (`None`: the fixed objects), so that a batch
+    /// renders its own ports alone, as the ruleset holds them then.
+    converting: Vec<(String, Option<ServicePortName>)>,
 }
 
 impl FamilyTable {
     fn new(ruleset: Ruleset) -> Self {
-        FamilyTable { ruleset, check_changed: false, converting: Vec::new(), owners: HashMap::new() }
+        FamilyTable { ruleset, check_changed: false, converting: Vec::new() }
     }
 
     fn end_conversion(&mut self) {
         self.converting = Vec::new();
-        self.owners = HashMap::new();
     }
 }
 
@@ -133,8 +130,8 @@ impl Proxier {
         let bound = if paced { self.conversion_lines } else { super::cold::CONVERSION_LINES };
         let started = Instant::now();
         let family = f.ruleset.ctx.family;
-        let (rs, owners) = (&f.ruleset, &f.owners);
-        let (batch, taken) = super::cold::next_batch(&f.converting, bound, |c| rs.chain_rules(c, owners.get(c)?.as_ref()));
+        let rs = &f.ruleset;
+        let (batch, taken) = super::cold::next_batch(&f.converting, bound, |(c, owner)| Some((c.as_str(), rs.chain_rules(c, owner.as_ref())?)));
         // Encoded from the rules' values, as a sync's transactions are.
         let ran = if batch.is_empty() {
             Ok(())
@@ -145,9 +142,7 @@ impl Proxier {
         if paced {
             self.conversion_lines = super::cold::next_bound(bound, started.elapsed());
         }
-        for c in f.converting.drain(..taken) {
-            f.owners.remove(&c);
-        }
+        f.converting.drain(..taken);
         if let Err(error) = ran {
             f.end_conversion();
             self.driver.forget();
@@ -166,8 +161,7 @@ impl Proxier {
     #[cfg(test)]
     pub(crate) fn convert_chains(&mut self, chains: Vec<String>) {
         let f = &mut self.families[0];
-        f.owners = f.ruleset.chain_owners(&chains);
-        f.converting = chains;
+        f.converting = f.ruleset.chain_owners(&chains);
     }
 
     /// Renders everything again (the configuration changed, e.g. this node's zone); the
@@ -229,8 +223,7 @@ impl FamilyRules for FamilyTable {
         if report.applied {
             self.end_conversion();
             if let Some(i) = &report.interim {
-                self.owners = self.ruleset.chain_owners(&i.chains);
-                self.converting = i.chains.clone();
+                self.converting = self.ruleset.chain_owners(&i.chains);
             }
         }
         Ok(report)

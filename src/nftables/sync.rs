@@ -15,7 +15,6 @@
 //! reads the live table and the desired one as the kernel lists it
 //! ([`NftRead::canonical`]) and compares them ([`super::listing`]); it sends nothing.
 
-use std::borrow::Cow;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
@@ -120,19 +119,20 @@ pub struct Timings {
 
 /// Brings one family's `kube-proxy` table to `table` (or, with `dry_run`, says what differs).
 pub fn full(nft: &mut dyn Nft, table: &Table, dry_run: bool) -> Result<Report, SyncError> {
-    full_with(nft, Cow::Borrowed(table), dry_run, interim_min())
+    full_with(nft, table, dry_run, interim_min())
 }
 
-/// [`full`] of a table the caller does not keep: a cold start rewrites it in place into the
-/// interim table instead of holding a copy beside it.
+/// [`full`] of a table the caller does not keep (it is dropped when the sync ends).
 pub fn full_of(nft: &mut dyn Nft, table: Table, dry_run: bool) -> Result<Report, SyncError> {
-    full_with(nft, Cow::Owned(table), dry_run, interim_min())
+    full_with(nft, &table, dry_run, interim_min())
 }
 
 /// [`full`], a cold start through the interim table from `interim_min` `numgen` maps on.
-fn full_with(nft: &mut dyn Nft, table: Cow<'_, Table>, dry_run: bool, interim_min: usize) -> Result<Report, SyncError> {
+/// Each batch is written when it is sent and dropped before the next is written
+/// ([`chunked::Writer`]); a cold start's interim rules are made batch by batch.
+fn full_with(nft: &mut dyn Nft, table: &Table, dry_run: bool, interim_min: usize) -> Result<Report, SyncError> {
     if dry_run {
-        return compare(nft, &table);
+        return compare(nft, table);
     }
     let family = table.family;
     let mut report = Report::new(family);
@@ -145,12 +145,10 @@ fn full_with(nft: &mut dyn Nft, table: Cow<'_, Table>, dry_run: bool, interim_mi
     let t = Instant::now();
     // A cold start over netlink: an interim table first when the kernel would walk its set
     // list for many anonymous maps (the conversion to the table follows once it serves).
-    let mut table = table;
     let interim = match (names.chains.is_empty(), nft.batch_lines()) {
-        (true, Some(_)) => cold::unrolling(&table, interim_min).map(|plan| cold::unroll(table.to_mut(), plan)),
+        (true, Some(_)) => cold::chains(table, interim_min),
         _ => None,
     };
-    let table: &Table = &table;
     let o = &table.objects;
     let wanted_chains: HashSet<&str> = o.chains.iter().map(|c| c.name.as_str()).collect();
     let wanted_sets: HashSet<&str> = o.sets.iter().map(|s| s.name.as_str()).collect();
@@ -162,6 +160,8 @@ fn full_with(nft: &mut dyn Nft, table: Cow<'_, Table>, dry_run: bool, interim_mi
     if let Some(note) = &report.other_release {
         tracing::warn!(family = family.nft_word(), "{note}");
     }
+    // (Over a live table with no chain, as a cold start is, no chain is compared: the
+    // plan is the same for the table and its interim.)
     let mut plan = held.as_ref().map(|h| delta::plan(table, h));
     // Restarted in the middle of a conversion: the chains still in the interim's form
     // keep serving and are converted next, a paced batch at a time, not refilled here.
@@ -174,29 +174,51 @@ fn full_with(nft: &mut dyn Nft, table: Cow<'_, Table>, dry_run: bool, interim_mi
         }
         _ => Vec::new(),
     };
+    drop(held);
     if let Some(p) = &plan {
         report.kept = p.same.len();
         report.element_changes = p.element_changes();
     }
     report.refilled = o.chains.iter().filter(|c| existing.contains(c.name.as_str()) && !plan.as_ref().is_some_and(|p| p.same.contains(&c.name))).count();
-    let chunked::Chunked { declare, chunks, last: mut text } = chunked::write(table, &existing, nft.batch_lines(), plan.as_ref());
+    let mut writer = chunked::Writer::new(table, &existing, nft.batch_lines(), plan.as_ref(), interim.is_some());
+    let declare = std::mem::take(&mut writer.declare);
     let head = format!("{} {}", family.nft_word(), table.name);
-    for c in &stale_chains {
-        text.push_str(&format!("flush chain {head} {c}\n"));
-    }
-    report.lines = declare.lines().count() + chunks.iter().map(|c| c.lines().count()).sum::<usize>() + text.lines().count();
-    // Over a live table that holds it all, the last batch may be empty: not sent.
-    let last = (!text.is_empty()).then_some(&text);
-    report.batches = 1 + chunks.len() + usize::from(last.is_some());
     report.timings.render = t.elapsed();
+    // Written, then sent: the time of each goes to its phase.
     let t = Instant::now();
+    report.lines = declare.lines().count();
     nft.run(&declare, Part::First).map_err(SyncError::write)?;
-    for part in chunks.iter().chain(last) {
-        if let Err(e) = nft.run_script(part, Part::Next) {
+    drop(declare);
+    let sent = |nft: &mut dyn Nft, script: &model::Script<'_>| {
+        nft.run_script(script, Part::Next).map_err(|e| {
             undeclare(nft, table, existed.then_some(&names));
-            return Err(SyncError::write(e));
-        }
+            SyncError::write(e)
+        })
+    };
+    let mut written = Duration::ZERO;
+    for k in 0..writer.chunks() {
+        let w = Instant::now();
+        let mut arms = Vec::new();
+        let chunk = writer.chunk(k, &mut arms);
+        report.lines += chunk.lines().count();
+        written += w.elapsed();
+        sent(nft, &chunk)?;
     }
+    let w = Instant::now();
+    let mut arms = Vec::new();
+    let mut last = writer.last(&mut arms);
+    for c in &stale_chains {
+        last.push_str(&format!("flush chain {head} {c}\n"));
+    }
+    report.lines += last.lines().count();
+    // Over a live table that holds it all, the last batch may be empty: not sent.
+    report.batches = 1 + writer.chunks() + usize::from(!last.is_empty());
+    written += w.elapsed();
+    if !last.is_empty() {
+        sent(nft, &last)?;
+    }
+    drop(last);
+    drop(arms);
     report.applied = true;
     if let Some(chains) = interim {
         let served = t.elapsed();
@@ -228,7 +250,8 @@ fn full_with(nft: &mut dyn Nft, table: Cow<'_, Table>, dry_run: bool, interim_mi
         }
     }
     nft.full_sync_done(family);
-    report.timings.apply = t.elapsed();
+    report.timings.render += written;
+    report.timings.apply = t.elapsed().saturating_sub(written);
     Ok(report)
 }
 
@@ -401,7 +424,7 @@ mod tests {
     }
 
     fn full_with_ref(nft: &mut FakeNft, t: &Table, dry_run: bool, min: usize) -> Result<Report, SyncError> {
-        full_with(nft, Cow::Borrowed(t), dry_run, min)
+        full_with(nft, t, dry_run, min)
     }
 
     /// Three services, two of whose chains bind a numgen map.

@@ -169,21 +169,24 @@ impl Ruleset {
         Table { family: self.ctx.family, name: TABLE, comment: TABLE_COMMENT, objects }
     }
 
-    /// Which service port renders each of `chains` that the table declares now (`None`:
-    /// the fixed objects), for [`Ruleset::chain_rules`].
-    pub fn chain_owners(&self, chains: &[String]) -> HashMap<String, Option<ServicePortName>> {
+    /// Each of `chains` that the table declares now, in their order, with the service port
+    /// that renders it (`None`: the fixed objects), for [`Ruleset::chain_rules`].
+    pub fn chain_owners(&self, chains: &[String]) -> Vec<(String, Option<ServicePortName>)> {
         let wanted: HashSet<&str> = chains.iter().map(String::as_str).collect();
-        let mut owners = HashMap::new();
-        let mut note = |name: &str, owner: Option<&ServicePortName>| {
-            if wanted.contains(name) {
-                owners.insert(name.to_owned(), owner.cloned());
+        let mut owners: HashMap<&str, Option<&ServicePortName>> = HashMap::new();
+        for c in &self.fixed.chains {
+            if let Some(&c) = wanted.get(c.name.as_str()) {
+                owners.insert(c, None);
             }
-        };
-        self.fixed.chains.iter().for_each(|c| note(&c.name, None));
-        for (port, inputs) in &self.services {
-            inputs.objects(&self.ctx).chains.iter().for_each(|c| note(&c.name, Some(port)));
         }
-        owners
+        for (port, inputs) in &self.services {
+            for c in inputs.objects(&self.ctx).chains {
+                if let Some(&c) = wanted.get(c.name.as_str()) {
+                    owners.insert(c, Some(port));
+                }
+            }
+        }
+        chains.iter().filter_map(|c| Some((c.clone(), owners.get(c.as_str())?.cloned()))).collect()
     }
 
     /// The rules `chain` (of `owner`, [`Ruleset::chain_owners`]) holds now, rendered from
