@@ -100,8 +100,10 @@ pub struct Writer<'t, 'p> {
     table: &'t Table,
     plan: Option<&'p Plan>,
     interim: bool,
-    /// The declaring batch.
+    /// The declaring batch (a sync takes it, sends it and drops it first).
     pub declare: String,
+    /// Its length, which sizes the last batch without chunks (kept: `declare` is taken).
+    declared: usize,
     head: String,
     /// Each declared chain's rules.
     by_chain: Vec<Vec<&'t Rule>>,
@@ -149,7 +151,7 @@ impl<'t, 'p> Writer<'t, 'p> {
         let kept = |i: usize| plan.is_some_and(|p| p.same.contains(&o.chains[i].name));
         let old: Vec<usize> = (0..o.chains.len()).filter(|&i| !is_fresh(i) && !kept(i)).collect();
         let old = old.iter().copied().filter(|&i| anonymous(i)).chain(old.iter().copied().filter(|&i| !anonymous(i))).collect();
-        Writer { table, plan, interim, declare, head, by_chain, orphans, fresh, starts, old }
+        Writer { table, plan, interim, declared: declare.len(), declare, head, by_chain, orphans, fresh, starts, old }
     }
 
     /// How many chunks there are.
@@ -192,7 +194,7 @@ impl<'t, 'p> Writer<'t, 'p> {
         't: 'a,
     {
         let mut last = self.script();
-        last.text_mut().reserve(if self.starts.is_empty() { self.declare.len() * 3 } else { 0 });
+        last.text_mut().reserve(if self.starts.is_empty() { self.declared * 3 } else { 0 });
         // A rule for a chain the table does not declare: the kernel refuses it, as in one
         // transaction.
         self.fill(&mut last, &self.old, &self.orphans, arms);
