@@ -60,14 +60,6 @@ use super::model::{self, Rule, Script, Table};
 /// (BENCHMARKS.md: measured at 10,000 services × 10 endpoints).
 pub const CHUNK_LINES: usize = 20_000;
 
-/// A full sync's batches (see the module documentation), all of them at once.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Chunked<'t> {
-    pub declare: String,
-    pub chunks: Vec<Script<'t>>,
-    pub last: Script<'t>,
-}
-
 /// Whether `chain` is one of a service port's (`service-`, `local-`, `external-`,
 /// `firewall-`, `endpoint-`, then the 8-character base32 hash and `-`): the chains a chunk
 /// may fill. Fixed names with those prefixes (`firewall-check`, `service-ips`) are not.
@@ -78,17 +70,6 @@ fn per_service(chain: &str) -> bool {
             b.len() > 9 && b[8] == b'-' && b[..8].iter().all(|c| c.is_ascii_uppercase() || (b'2'..=b'7').contains(c))
         })
     })
-}
-
-/// `table`'s full sync as batches. `existing`: the chains the live table holds (empty when
-/// there is none); `max_lines`: a chunk's bound (a chain longer than that still goes
-/// whole, in a chunk of its own; `None`: no chunks, for `nft -f`). With a `plan` (the live
-/// table compared), only what differs (module documentation).
-pub fn write<'t>(table: &'t Table, existing: &HashSet<&str>, max_lines: Option<usize>, plan: Option<&Plan>) -> Chunked<'t> {
-    let w = Writer::new(table, existing, max_lines, plan, false);
-    let chunks = (0..w.chunks()).map(|k| w.chunk_in(k, None)).collect();
-    let last = w.last_in(None);
-    Chunked { declare: w.declare, chunks, last }
 }
 
 /// A full sync's batches written one at a time, each when it is sent: a large table's
@@ -117,7 +98,11 @@ pub struct Writer<'t, 'p> {
 }
 
 impl<'t, 'p> Writer<'t, 'p> {
-    /// [`write`]'s batches, the interim's with `interim`.
+    /// `table`'s full sync as batches. `existing`: the chains the live table holds (empty
+    /// when there is none); `max_lines`: a chunk's bound (a chain longer than that still
+    /// goes whole, in a chunk of its own; `None`: no chunks, for `nft -f`). With a `plan`
+    /// (the live table compared), only what differs (module documentation); with
+    /// `interim`, the interim table's batches.
     pub fn new(table: &'t Table, existing: &HashSet<&str>, max_lines: Option<usize>, plan: Option<&'p Plan>, interim: bool) -> Self {
         let mut declare = String::new();
         // Over a live table compared, without the `add chain` lines of regular chains that exist.
@@ -165,7 +150,8 @@ impl<'t, 'p> Writer<'t, 'p> {
     where
         't: 'a,
     {
-        self.chunk_in(k, Some(arms))
+        self.make_arms(arms, self.chunk_chains(k), &[]);
+        self.chunk_with(k, arms)
     }
 
     /// The last batch: the chains that existed (or every chain, without chunks) flushed
@@ -174,22 +160,28 @@ impl<'t, 'p> Writer<'t, 'p> {
     where
         't: 'a,
     {
-        self.last_in(Some(arms))
+        self.make_arms(arms, &self.old, &self.orphans);
+        self.last_with(arms)
     }
 
-    /// [`Writer::chunk`]; without `arms`, the table's rules as they are (not the interim's).
-    fn chunk_in<'a>(&self, k: usize, arms: Option<&'a mut Vec<Rule>>) -> Script<'a>
+    /// The chains of chunk `k`.
+    fn chunk_chains(&self, k: usize) -> &[usize] {
+        let end = self.starts.get(k + 1).copied().unwrap_or(self.fresh.len());
+        &self.fresh[self.starts[k]..end]
+    }
+
+    /// [`Writer::chunk`], its interim rules made: `arms` (empty without the interim).
+    fn chunk_with<'a>(&self, k: usize, arms: &'a [Rule]) -> Script<'a>
     where
         't: 'a,
     {
-        let end = self.starts.get(k + 1).copied().unwrap_or(self.fresh.len());
         let mut out = self.script();
-        self.fill(&mut out, &self.fresh[self.starts[k]..end], &[], arms);
+        self.fill(&mut out, self.chunk_chains(k), &[], arms);
         out
     }
 
-    /// [`Writer::last`]; without `arms`, as [`Writer::chunk_in`].
-    fn last_in<'a>(&self, arms: Option<&'a mut Vec<Rule>>) -> Script<'a>
+    /// [`Writer::last`], its interim rules made: `arms` as for [`Writer::chunk_with`].
+    fn last_with<'a>(&self, arms: &'a [Rule]) -> Script<'a>
     where
         't: 'a,
     {
@@ -211,30 +203,28 @@ impl<'t, 'p> Writer<'t, 'p> {
         last
     }
 
+    /// Into `arms` (emptied first), the interim's replacements of the rules of `chains`
+    /// and `orphans`, in their order; nothing without the interim.
+    fn make_arms(&self, arms: &mut Vec<Rule>, chains: &[usize], orphans: &[&'t Rule]) {
+        arms.clear();
+        if self.interim {
+            let rules = chains.iter().flat_map(|&i| self.by_chain[i].iter().copied()).chain(orphans.iter().copied());
+            rules.filter_map(super::cold::replacements).for_each(|r| arms.extend(r));
+        }
+    }
+
     fn script<'a>(&self) -> Script<'a> {
         Script::new(self.table.family, self.table.name)
     }
 
-    /// Each of `chains` flushed and filled, then the `orphans`: the interim's replacements
-    /// (with `arms`) made into `arms` first, then written from there.
-    fn fill<'a>(&self, out: &mut Script<'a>, chains: &[usize], orphans: &[&'t Rule], arms: Option<&'a mut Vec<Rule>>)
+    /// Each of `chains` flushed and filled, then the `orphans`; with the interim, each rule
+    /// it rewrites as its replacements, taken in order from `arms` ([`Writer::make_arms`]).
+    fn fill<'a>(&self, out: &mut Script<'a>, chains: &[usize], orphans: &[&'t Rule], arms: &'a [Rule])
     where
         't: 'a,
     {
-        let interim = self.interim && arms.is_some();
-        let rules = || chains.iter().flat_map(|&i| self.by_chain[i].iter().copied()).chain(orphans.iter().copied());
-        let arms: &'a [Rule] = match arms {
-            Some(arms) => {
-                arms.clear();
-                if interim {
-                    rules().filter_map(super::cold::replacements).for_each(|r| arms.extend(r));
-                }
-                arms
-            }
-            None => &[],
-        };
         let mut made = arms.iter();
-        let mut write = |out: &mut Script<'a>, r: &'t Rule| match interim.then(|| super::cold::arms(r)).flatten() {
+        let mut write = |out: &mut Script<'a>, r: &'t Rule| match self.interim.then(|| super::cold::arms(r)).flatten() {
             Some(n) => made.by_ref().take(n).for_each(|a| out.rule(a)),
             None => out.rule(r),
         };
@@ -279,6 +269,23 @@ mod tests {
     use crate::nftables::model::{Chain, Element, Form, Objects, Set};
     use crate::net::IpFamily;
     use crate::nftables::names;
+
+    /// The tests' reference: a full sync's batches (see the module documentation), all of
+    /// them at once, without the interim.
+    #[derive(Debug)]
+    struct Chunked<'t> {
+        declare: String,
+        chunks: Vec<Script<'t>>,
+        last: Script<'t>,
+    }
+
+    /// [`Writer::new`]'s batches, all written.
+    fn write<'t>(table: &'t Table, existing: &HashSet<&str>, max_lines: Option<usize>, plan: Option<&Plan>) -> Chunked<'t> {
+        let w = Writer::new(table, existing, max_lines, plan, false);
+        let chunks = (0..w.chunks()).map(|k| w.chunk_with(k, &[])).collect();
+        let last = w.last_with(&[]);
+        Chunked { declare: w.declare, chunks, last }
+    }
 
     /// An 8-character base32-like hash: `tag` and `k` in four letters.
     fn hash(tag: &str, k: usize) -> String {
