@@ -1,7 +1,8 @@
 //! A full sync's transactions, pure, for both writers: the declarations, then (over
 //! netlink) bounded batches filling the new service chains, then one transaction that
 //! switches. Through `nft -f`, whose every run reads the whole table first, there are no
-//! chunks: two transactions, declare and switch.
+//! chunks: two transactions, declare and switch. A [`Writer`] writes each batch as it
+//! is sent, one at a time.
 //!
 //! Why: the kernel (6.18 measured) walks the transaction's whole list of changes every time
 //! a rule binds an anonymous set (`__nft_set_trans_bind`; every service chain's `numgen
@@ -14,15 +15,16 @@
 //! netlink each batch is just its own commit.
 //!
 //! The batches, in order:
-//! 1. **declare** ([`Chunked::declare`]): the table, every chain, set and map (`add`
+//! 1. **declare** ([`Writer::declare`]): the table, every chain, set and map (`add`
 //!    changes nothing of what is already there: it only creates what is new, empty and
 //!    unreferenced);
-//! 2. **chunks** ([`Chunked::chunks`], netlink only): the service ports' chains that are
-//!    *new* (not in the live table before this sync), each flushed and filled whole inside
-//!    one chunk, chunks cut at a line bound. Nothing reaches a new chain yet: only the map
-//!    elements, the fixed chains and the existing chains lead to service chains, and all
-//!    of those change in the last batch; so a packet never meets a half-filled chain;
-//! 3. **last** ([`Chunked::last`]): the fixed chains and every chain that *already existed*
+//! 2. **chunks** ([`Writer::chunk`], [`Writer::chunks`] of them, netlink only): the
+//!    service ports' chains that are *new* (not in the live table before this sync), each
+//!    flushed and filled whole inside one chunk, chunks cut at a line bound. Nothing
+//!    reaches a new chain yet: only the map elements, the fixed chains and the existing
+//!    chains lead to service chains, and all of those change in the last batch; so a
+//!    packet never meets a half-filled chain;
+//! 3. **last** ([`Writer::last`]): the fixed chains and every chain that *already existed*
 //!    (every chain, without chunks), flushed and refilled, the ones binding anonymous sets
 //!    first (so each bind walks a short list), then the sets' and maps' flushes and
 //!    elements (which bind no anonymous set). This one transaction switches what serves
@@ -45,10 +47,10 @@
 //! A refused batch leaves what serves packets unchanged (chunks only fill unreachable new
 //! chains; the last batch is atomic); the caller deletes the new chains and sets again.
 //!
-//! A sync writes each batch when it sends it ([`Writer`]) and drops it before writing the
-//! next: at 10,000 services the batches' text and rule lists, all at once, were a large
-//! part of a cold sync's peak memory. A cold start's interim rules ([`super::cold`]) are
-//! made the same way, for the batch that holds them.
+//! A sync writes each batch when it sends it and drops it before writing the next: at
+//! 10,000 services the batches' text and rule lists, all at once, were a large part of a
+//! cold sync's peak memory. A cold start's interim rules ([`super::cold`]) are made the
+//! same way, for the batch that holds them.
 
 use std::collections::{HashMap, HashSet};
 
