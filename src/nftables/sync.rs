@@ -124,11 +124,6 @@ pub fn full(nft: &mut dyn Nft, table: &Table, dry_run: bool) -> Result<Report, S
     full_with(nft, table, dry_run, interim_min())
 }
 
-/// [`full`] of a table the caller does not keep (it is dropped when the sync ends).
-pub fn full_of(nft: &mut dyn Nft, table: Table, dry_run: bool) -> Result<Report, SyncError> {
-    full_with(nft, &table, dry_run, interim_min())
-}
-
 /// [`full`], a cold start through the interim table from `interim_min` `numgen` maps on.
 /// Each batch is written when it is sent and dropped before the next is written
 /// ([`chunked::Writer`]); a cold start's interim rules are made batch by batch.
