@@ -1,7 +1,8 @@
 //! A full sync's transactions, pure, for both writers: the declarations, then (over
 //! netlink) bounded batches filling the new service chains, then one transaction that
 //! switches. Through `nft -f`, whose every run reads the whole table first, there are no
-//! chunks: two transactions, declare and switch.
+//! chunks: two transactions, declare and switch. A [`Writer`] writes each batch as it
+//! is sent, one at a time.
 //!
 //! Why: the kernel (6.18 measured) walks the transaction's whole list of changes every time
 //! a rule binds an anonymous set (`__nft_set_trans_bind`; every service chain's `numgen
@@ -14,15 +15,16 @@
 //! netlink each batch is just its own commit.
 //!
 //! The batches, in order:
-//! 1. **declare** ([`Chunked::declare`]): the table, every chain, set and map (`add`
+//! 1. **declare** ([`Writer::declare`]): the table, every chain, set and map (`add`
 //!    changes nothing of what is already there: it only creates what is new, empty and
 //!    unreferenced);
-//! 2. **chunks** ([`Chunked::chunks`], netlink only): the service ports' chains that are
-//!    *new* (not in the live table before this sync), each flushed and filled whole inside
-//!    one chunk, chunks cut at a line bound. Nothing reaches a new chain yet: only the map
-//!    elements, the fixed chains and the existing chains lead to service chains, and all
-//!    of those change in the last batch; so a packet never meets a half-filled chain;
-//! 3. **last** ([`Chunked::last`]): the fixed chains and every chain that *already existed*
+//! 2. **chunks** ([`Writer::chunk`], [`Writer::chunks`] of them, netlink only): the
+//!    service ports' chains that are *new* (not in the live table before this sync), each
+//!    flushed and filled whole inside one chunk, chunks cut at a line bound. Nothing
+//!    reaches a new chain yet: only the map elements, the fixed chains and the existing
+//!    chains lead to service chains, and all of those change in the last batch; so a
+//!    packet never meets a half-filled chain;
+//! 3. **last** ([`Writer::last`]): the fixed chains and every chain that *already existed*
 //!    (every chain, without chunks), flushed and refilled, the ones binding anonymous sets
 //!    first (so each bind walks a short list), then the sets' and maps' flushes and
 //!    elements (which bind no anonymous set). This one transaction switches what serves
@@ -45,10 +47,10 @@
 //! A refused batch leaves what serves packets unchanged (chunks only fill unreachable new
 //! chains; the last batch is atomic); the caller deletes the new chains and sets again.
 //!
-//! A sync writes each batch when it sends it ([`Writer`]) and drops it before writing the
-//! next: at 10,000 services the batches' text and rule lists, all at once, were a large
-//! part of a cold sync's peak memory. A cold start's interim rules ([`super::cold`]) are
-//! made the same way, for the batch that holds them.
+//! A sync writes each batch when it sends it and drops it before writing the next: at
+//! 10,000 services the batches' text and rule lists, all at once, were a large part of a
+//! cold sync's peak memory. A cold start's interim rules ([`super::cold`]) are made the
+//! same way, for the batch that holds them.
 
 use std::collections::{HashMap, HashSet};
 
@@ -59,14 +61,6 @@ use super::model::{self, Rule, Script, Table};
 /// the per-commit cost is paid rarely, short enough that the bind walk stays small
 /// (BENCHMARKS.md: measured at 10,000 services × 10 endpoints).
 pub const CHUNK_LINES: usize = 20_000;
-
-/// A full sync's batches (see the module documentation), all of them at once.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Chunked<'t> {
-    pub declare: String,
-    pub chunks: Vec<Script<'t>>,
-    pub last: Script<'t>,
-}
 
 /// Whether `chain` is one of a service port's (`service-`, `local-`, `external-`,
 /// `firewall-`, `endpoint-`, then the 8-character base32 hash and `-`): the chains a chunk
@@ -80,17 +74,6 @@ fn per_service(chain: &str) -> bool {
     })
 }
 
-/// `table`'s full sync as batches. `existing`: the chains the live table holds (empty when
-/// there is none); `max_lines`: a chunk's bound (a chain longer than that still goes
-/// whole, in a chunk of its own; `None`: no chunks, for `nft -f`). With a `plan` (the live
-/// table compared), only what differs (module documentation).
-pub fn write<'t>(table: &'t Table, existing: &HashSet<&str>, max_lines: Option<usize>, plan: Option<&Plan>) -> Chunked<'t> {
-    let w = Writer::new(table, existing, max_lines, plan, false);
-    let chunks = (0..w.chunks()).map(|k| w.chunk_in(k, None)).collect();
-    let last = w.last_in(None);
-    Chunked { declare: w.declare, chunks, last }
-}
-
 /// A full sync's batches written one at a time, each when it is sent: a large table's
 /// batches never exist all at once. With `interim` (a cold start, [`super::cold`]), each
 /// rule binding a numgen map the interim rewrites is written as its replacements, made
@@ -100,8 +83,10 @@ pub struct Writer<'t, 'p> {
     table: &'t Table,
     plan: Option<&'p Plan>,
     interim: bool,
-    /// The declaring batch.
+    /// The declaring batch (a sync takes it, sends it and drops it first).
     pub declare: String,
+    /// Its length, which sizes the last batch without chunks (kept: `declare` is taken).
+    declared: usize,
     head: String,
     /// Each declared chain's rules.
     by_chain: Vec<Vec<&'t Rule>>,
@@ -115,7 +100,11 @@ pub struct Writer<'t, 'p> {
 }
 
 impl<'t, 'p> Writer<'t, 'p> {
-    /// [`write`]'s batches, the interim's with `interim`.
+    /// `table`'s full sync as batches. `existing`: the chains the live table holds (empty
+    /// when there is none); `max_lines`: a chunk's bound (a chain longer than that still
+    /// goes whole, in a chunk of its own; `None`: no chunks, for `nft -f`). With a `plan`
+    /// (the live table compared), only what differs (module documentation); with
+    /// `interim`, the interim table's batches.
     pub fn new(table: &'t Table, existing: &HashSet<&str>, max_lines: Option<usize>, plan: Option<&'p Plan>, interim: bool) -> Self {
         let mut declare = String::new();
         // Over a live table compared, without the `add chain` lines of regular chains that exist.
@@ -149,7 +138,7 @@ impl<'t, 'p> Writer<'t, 'p> {
         let kept = |i: usize| plan.is_some_and(|p| p.same.contains(&o.chains[i].name));
         let old: Vec<usize> = (0..o.chains.len()).filter(|&i| !is_fresh(i) && !kept(i)).collect();
         let old = old.iter().copied().filter(|&i| anonymous(i)).chain(old.iter().copied().filter(|&i| !anonymous(i))).collect();
-        Writer { table, plan, interim, declare, head, by_chain, orphans, fresh, starts, old }
+        Writer { table, plan, interim, declared: declare.len(), declare, head, by_chain, orphans, fresh, starts, old }
     }
 
     /// How many chunks there are.
@@ -163,7 +152,8 @@ impl<'t, 'p> Writer<'t, 'p> {
     where
         't: 'a,
     {
-        self.chunk_in(k, Some(arms))
+        self.make_arms(arms, self.chunk_chains(k), &[]);
+        self.chunk_with(k, arms)
     }
 
     /// The last batch: the chains that existed (or every chain, without chunks) flushed
@@ -172,27 +162,33 @@ impl<'t, 'p> Writer<'t, 'p> {
     where
         't: 'a,
     {
-        self.last_in(Some(arms))
+        self.make_arms(arms, &self.old, &self.orphans);
+        self.last_with(arms)
     }
 
-    /// [`Writer::chunk`]; without `arms`, the table's rules as they are (not the interim's).
-    fn chunk_in<'a>(&self, k: usize, arms: Option<&'a mut Vec<Rule>>) -> Script<'a>
+    /// The chains of chunk `k`.
+    fn chunk_chains(&self, k: usize) -> &[usize] {
+        let end = self.starts.get(k + 1).copied().unwrap_or(self.fresh.len());
+        &self.fresh[self.starts[k]..end]
+    }
+
+    /// [`Writer::chunk`], its interim rules made: `arms` (empty without the interim).
+    fn chunk_with<'a>(&self, k: usize, arms: &'a [Rule]) -> Script<'a>
     where
         't: 'a,
     {
-        let end = self.starts.get(k + 1).copied().unwrap_or(self.fresh.len());
         let mut out = self.script();
-        self.fill(&mut out, &self.fresh[self.starts[k]..end], &[], arms);
+        self.fill(&mut out, self.chunk_chains(k), &[], arms);
         out
     }
 
-    /// [`Writer::last`]; without `arms`, as [`Writer::chunk_in`].
-    fn last_in<'a>(&self, arms: Option<&'a mut Vec<Rule>>) -> Script<'a>
+    /// [`Writer::last`], its interim rules made: `arms` as for [`Writer::chunk_with`].
+    fn last_with<'a>(&self, arms: &'a [Rule]) -> Script<'a>
     where
         't: 'a,
     {
         let mut last = self.script();
-        last.text_mut().reserve(if self.starts.is_empty() { self.declare.len() * 3 } else { 0 });
+        last.text_mut().reserve(if self.starts.is_empty() { self.declared * 3 } else { 0 });
         // A rule for a chain the table does not declare: the kernel refuses it, as in one
         // transaction.
         self.fill(&mut last, &self.old, &self.orphans, arms);
@@ -209,30 +205,28 @@ impl<'t, 'p> Writer<'t, 'p> {
         last
     }
 
+    /// Into `arms` (emptied first), the interim's replacements of the rules of `chains`
+    /// and `orphans`, in their order; nothing without the interim.
+    fn make_arms(&self, arms: &mut Vec<Rule>, chains: &[usize], orphans: &[&'t Rule]) {
+        arms.clear();
+        if self.interim {
+            let rules = chains.iter().flat_map(|&i| self.by_chain[i].iter().copied()).chain(orphans.iter().copied());
+            rules.filter_map(super::cold::replacements).for_each(|r| arms.extend(r));
+        }
+    }
+
     fn script<'a>(&self) -> Script<'a> {
         Script::new(self.table.family, self.table.name)
     }
 
-    /// Each of `chains` flushed and filled, then the `orphans`: the interim's replacements
-    /// (with `arms`) made into `arms` first, then written from there.
-    fn fill<'a>(&self, out: &mut Script<'a>, chains: &[usize], orphans: &[&'t Rule], arms: Option<&'a mut Vec<Rule>>)
+    /// Each of `chains` flushed and filled, then the `orphans`; with the interim, each rule
+    /// it rewrites as its replacements, taken in order from `arms` ([`Writer::make_arms`]).
+    fn fill<'a>(&self, out: &mut Script<'a>, chains: &[usize], orphans: &[&'t Rule], arms: &'a [Rule])
     where
         't: 'a,
     {
-        let interim = self.interim && arms.is_some();
-        let rules = || chains.iter().flat_map(|&i| self.by_chain[i].iter().copied()).chain(orphans.iter().copied());
-        let arms: &'a [Rule] = match arms {
-            Some(arms) => {
-                arms.clear();
-                if interim {
-                    rules().filter_map(super::cold::replacements).for_each(|r| arms.extend(r));
-                }
-                arms
-            }
-            None => &[],
-        };
         let mut made = arms.iter();
-        let mut write = |out: &mut Script<'a>, r: &'t Rule| match interim.then(|| super::cold::arms(r)).flatten() {
+        let mut write = |out: &mut Script<'a>, r: &'t Rule| match self.interim.then(|| super::cold::arms(r)).flatten() {
             Some(n) => made.by_ref().take(n).for_each(|a| out.rule(a)),
             None => out.rule(r),
         };
@@ -277,6 +271,23 @@ mod tests {
     use crate::nftables::model::{Chain, Element, Form, Objects, Set};
     use crate::net::IpFamily;
     use crate::nftables::names;
+
+    /// The tests' reference: a full sync's batches (see the module documentation), all of
+    /// them at once, without the interim.
+    #[derive(Debug)]
+    struct Chunked<'t> {
+        declare: String,
+        chunks: Vec<Script<'t>>,
+        last: Script<'t>,
+    }
+
+    /// [`Writer::new`]'s batches, all written.
+    fn write<'t>(table: &'t Table, existing: &HashSet<&str>, max_lines: Option<usize>, plan: Option<&Plan>) -> Chunked<'t> {
+        let w = Writer::new(table, existing, max_lines, plan, false);
+        let chunks = (0..w.chunks()).map(|k| w.chunk_with(k, &[])).collect();
+        let last = w.last_with(&[]);
+        Chunked { declare: w.declare, chunks, last }
+    }
 
     /// An 8-character base32-like hash: `tag` and `k` in four letters.
     fn hash(tag: &str, k: usize) -> String {

@@ -217,7 +217,7 @@ impl FamilyRules for FamilyTable {
     }
 
     fn full(&mut self, nft: &mut Self::Kernel, pass: Pass) -> Result<Report, Failure<FamilyError>> {
-        let report = sync::full_of(nft, self.ruleset.table(), pass == Pass::DryRun).map_err(|e| self.failure(e))?;
+        let report = sync::full(nft, &self.ruleset.table(), pass == Pass::DryRun).map_err(|e| self.failure(e))?;
         // A full sync over a table leaves it equal to the ruleset: nothing left to convert,
         // unless it was a cold start through the interim table.
         if report.applied {

@@ -84,7 +84,7 @@ pub struct Report {
     /// The kernel held the other of kube-proxy's two tables ([`other_release`]).
     pub other_release: Option<String>,
     /// A cold start through the interim table ([`super::cold`]): the chains to convert to
-    /// kube-proxy's rules now that it serves, and when it served (since the apply began).
+    /// kube-proxy's rules now that it serves, and when it served.
     pub interim: Option<Interim>,
     pub timings: Timings,
 }
@@ -99,6 +99,8 @@ impl Report {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Interim {
     pub chains: Vec<String>,
+    /// When it served, since the apply began, on the apply's clock ([`Timings::apply`]:
+    /// without the time spent writing the batches sent before).
     pub served: Duration,
     /// The kernel held these chains in the interim's form already: a restart in the middle
     /// of a conversion, which the sync kept serving and resumes, not refills.
@@ -120,11 +122,6 @@ pub struct Timings {
 /// Brings one family's `kube-proxy` table to `table` (or, with `dry_run`, says what differs).
 pub fn full(nft: &mut dyn Nft, table: &Table, dry_run: bool) -> Result<Report, SyncError> {
     full_with(nft, table, dry_run, interim_min())
-}
-
-/// [`full`] of a table the caller does not keep (it is dropped when the sync ends).
-pub fn full_of(nft: &mut dyn Nft, table: Table, dry_run: bool) -> Result<Report, SyncError> {
-    full_with(nft, &table, dry_run, interim_min())
 }
 
 /// [`full`], a cold start through the interim table from `interim_min` `numgen` maps on.
@@ -220,13 +217,14 @@ fn full_with(nft: &mut dyn Nft, table: &Table, dry_run: bool, interim_min: usize
     drop(last);
     drop(arms);
     report.applied = true;
+    // Every batch is written by now: its writing time is render's, as for the apply.
+    let served = t.elapsed().saturating_sub(written);
     if let Some(chains) = interim {
-        let served = t.elapsed();
         tracing::info!(family = family.nft_word(), chains = chains.len(), served_after = ?served, "cold start: the interim table serves every Service; its chains are converted to kube-proxy's next");
         report.interim = Some(Interim { chains, served, resumed: false });
     } else if !resumed.is_empty() {
         tracing::info!(family = family.nft_word(), chains = resumed.len(), "a cold start's conversion resumed: chains still in the interim's form serve and are converted next");
-        report.interim = Some(Interim { chains: resumed, served: t.elapsed(), resumed: true });
+        report.interim = Some(Interim { chains: resumed, served, resumed: true });
     }
     // A stale localhost NodePort reject chain's named counter goes after it (its rule, the
     // counter's one reference, went in the flush above).
@@ -444,7 +442,9 @@ mod tests {
         let mut nft = FakeNft::new();
         nft.batch_lines = Some(1000);
         let r = full_with_ref(&mut nft, &t, false, 2).unwrap();
-        let chains = r.interim.map(|i| i.chains).unwrap();
+        let i = r.interim.unwrap();
+        assert!(i.served <= r.timings.apply, "served on the apply's clock: {:?} > {:?}", i.served, r.timings.apply);
+        let chains = i.chains;
         assert_eq!(chains, ["service-HASHHASH-a", "service-HASHHASH-b"]);
         let runs = nft.take_runs();
         assert!(runs.iter().all(|r| !r.contains("numgen")) && runs.iter().any(|r| r.contains("service-HASHHASH-a goto endpoint-X")), "{runs:?}");
