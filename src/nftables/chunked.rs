@@ -252,8 +252,7 @@ fn set_changes<'t>(last: &mut Script<'t>, table: &'t Table, head: &str, plan: &P
             last.delete_element(&s.name, k.clone());
         }
     }
-    let whole: Vec<model::Set> = whole.into_iter().cloned().collect();
-    model::flush_sets(last, head, &whole);
+    model::flush_sets(last, head, whole);
     for e in o.elements.iter().filter(|e| !plan.sets.contains_key(&e.set)) {
         last.element(e);
     }

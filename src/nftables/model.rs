@@ -402,8 +402,8 @@ pub(crate) fn declare_but(out: &mut String, table: &Table, leave_out: impl Fn(&s
 }
 
 /// Flushes every set and map but the dynamic (session-affinity) ones.
-pub(crate) fn flush_sets(out: &mut impl std::fmt::Write, head: &str, sets: &[Set]) {
-    for s in sets.iter().filter(|s| !s.is_dynamic()) {
+pub(crate) fn flush_sets<'s>(out: &mut impl std::fmt::Write, head: &str, sets: impl IntoIterator<Item = &'s Set>) {
+    for s in sets.into_iter().filter(|s| !s.is_dynamic()) {
         let _ = writeln!(out, "flush {} {head} {}", kind_word(s), s.name);
     }
 }

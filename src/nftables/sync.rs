@@ -421,10 +421,6 @@ mod tests {
         assert_eq!(nft.listing(IpFamily::V4), one.listing(IpFamily::V4));
     }
 
-    fn full_with_ref(nft: &mut FakeNft, t: &Table, dry_run: bool, min: usize) -> Result<Report, SyncError> {
-        full_with(nft, t, dry_run, min)
-    }
-
     /// Three services, two of whose chains bind a numgen map.
     fn two_numgen_maps() -> Table {
         let mut t = table(&["HASHHASH-a", "HASHHASH-b", "HASHHASH-c"]);
@@ -441,7 +437,7 @@ mod tests {
         let t = two_numgen_maps();
         let mut nft = FakeNft::new();
         nft.batch_lines = Some(1000);
-        let r = full_with_ref(&mut nft, &t, false, 2).unwrap();
+        let r = full_with(&mut nft, &t, false, 2).unwrap();
         let i = r.interim.unwrap();
         assert!(i.served <= r.timings.apply, "served on the apply's clock: {:?} > {:?}", i.served, r.timings.apply);
         let chains = i.chains;
@@ -455,12 +451,12 @@ mod tests {
         one.run(&model::write(&t, Form::Transaction)).unwrap();
         assert_eq!(nft.listing(IpFamily::V4), one.listing(IpFamily::V4), "the end is the table");
         // Over the table it made (not cold), or below the bound: no interim.
-        assert_eq!(full_with_ref(&mut nft, &t, false, 2).unwrap().interim, None);
+        assert_eq!(full_with(&mut nft, &t, false, 2).unwrap().interim, None);
         let mut fresh = FakeNft::new();
         fresh.batch_lines = Some(1000);
-        assert_eq!(full_with_ref(&mut fresh, &t, false, 3).unwrap().interim, None);
+        assert_eq!(full_with(&mut fresh, &t, false, 3).unwrap().interim, None);
         // Through `nft -f` (no netlink batches): the table as it is.
-        assert_eq!(full_with_ref(&mut FakeNft::new(), &t, false, 2).unwrap().interim, None);
+        assert_eq!(full_with(&mut FakeNft::new(), &t, false, 2).unwrap().interim, None);
     }
 
     #[test]
@@ -469,10 +465,10 @@ mod tests {
         let mut nft = FakeNft::new();
         nft.batch_lines = Some(1000);
         nft.live_reads = true;
-        let chains = full_with_ref(&mut nft, &t, false, 2).unwrap().interim.unwrap().chains;
+        let chains = full_with(&mut nft, &t, false, 2).unwrap().interim.unwrap().chains;
         // The first chain converted, then a restart.
         nft.run(&cold::conversion(&t, &chains[..1], 100)[0]).unwrap();
-        let r = full_with_ref(&mut nft, &t, false, 2).unwrap();
+        let r = full_with(&mut nft, &t, false, 2).unwrap();
         let i = r.interim.unwrap();
         assert_eq!((i.chains.as_slice(), i.resumed, r.refilled), (&chains[1..], true, 0), "the chain still in the interim's form is kept, to convert");
         for batch in cold::conversion(&t, &i.chains, 100) {
@@ -487,8 +483,8 @@ mod tests {
         other.live_reads = true;
         let mut changed = t.clone();
         changed.objects.rules.iter_mut().filter(|r| r.chain == "service-HASHHASH-b").for_each(|r| *r = Rule::new(r.chain.clone(), "accept"));
-        full_with_ref(&mut other, &changed, false, usize::MAX).unwrap();
-        let r = full_with_ref(&mut other, &t, false, 2).unwrap();
+        full_with(&mut other, &changed, false, usize::MAX).unwrap();
+        let r = full_with(&mut other, &t, false, 2).unwrap();
         assert_eq!((r.interim, r.refilled), (None, 1));
     }
 
