@@ -71,7 +71,8 @@ pub const PROBE_EVERY: usize = 8;
 /// pays the kernel's validation of the whole table, whatever its size, so a bound paced on
 /// the total time would shrink for a cost the batch does not cause. The fixed cost is the
 /// fastest of the last [`PACE_WINDOW`] transactions (a probe among them); the bound follows
-/// [`next_bound`] on each batch's time beyond it.
+/// [`next_bound`] on each batch's time beyond it, from the smallest bound (a first batch's
+/// cost is unknown, and a sync it rides in waits for it).
 #[derive(Debug, Clone)]
 pub struct Pace {
     lines: usize,
@@ -81,7 +82,7 @@ pub struct Pace {
 
 impl Default for Pace {
     fn default() -> Self {
-        Pace { lines: CONVERSION_LINES, recent: std::collections::VecDeque::with_capacity(PACE_WINDOW), since_probe: 0 }
+        Pace { lines: CONVERSION_MIN_LINES, recent: std::collections::VecDeque::with_capacity(PACE_WINDOW), since_probe: 0 }
     }
 }
 
@@ -438,18 +439,24 @@ mod tests {
         let ms = Duration::from_millis;
         let mut pace = Pace::default();
         assert_eq!((pace.next(true), pace.next(false)), ((0, true), (CONVERSION_MIN_LINES, true)), "the first transaction is a probe");
-        // Each transaction pays more than the aim whatever it holds: the bound stays.
         pace.record(true, ms(700));
-        assert_eq!(pace.next(false), (CONVERSION_LINES, false));
+        assert_eq!(pace.next(false), (CONVERSION_MIN_LINES, false), "the smallest first");
+        // Each transaction pays more than the aim whatever it holds: cheap beyond it, doubled.
         pace.record(false, ms(750));
-        assert_eq!((pace.fixed(), pace.lines()), (ms(700), CONVERSION_LINES), "on the total time it would halve: {}", next_bound(CONVERSION_LINES, ms(750)));
+        let doubled = 2 * CONVERSION_MIN_LINES;
+        assert_eq!((pace.fixed(), pace.lines()), (ms(700), doubled));
+        assert_eq!(next_bound(doubled, ms(750)), CONVERSION_MIN_LINES, "on the total time it would shrink");
         // A batch that costs more than the aim beyond the fixed part halves the next.
         pace.record(false, ms(700) + CONVERSION_STEP * 2);
-        assert_eq!(pace.lines(), CONVERSION_LINES / 2);
-        pace.record(false, ms(700) + CONVERSION_STEP / 2);
-        assert_eq!(pace.lines(), CONVERSION_LINES / 2, "near the aim: kept");
+        assert_eq!(pace.lines(), CONVERSION_MIN_LINES);
         pace.record(false, ms(710));
-        assert_eq!(pace.lines(), CONVERSION_LINES, "cheap beyond the fixed part: doubled");
+        assert_eq!(pace.lines(), doubled);
+        pace.record(false, ms(700) + CONVERSION_STEP / 2);
+        assert_eq!(pace.lines(), doubled, "near the aim: kept");
+        for _ in 0..16 {
+            pace.record(false, ms(701));
+        }
+        assert_eq!(pace.lines(), CONVERSION_LINES, "never above the fixed bound");
     }
 
     #[test]
