@@ -88,6 +88,8 @@ pub async fn run_with(
                     idle_syncs = if now_left < left { 0 } else { idle_syncs + 1 };
                     if now_left == 0 {
                         tracing::info!(chains = left, "the interim nftables table is kube-proxy's now");
+                    } else if now_left < left {
+                        tracing::debug!(chains = left - now_left, left = now_left, "the sync converted interim nftables chains (a carried batch, or the changed services' own)");
                     }
                 }
                 if serve_health {
