@@ -45,9 +45,9 @@ pub const CONVERSION_STEP: Duration = Duration::from_millis(500);
 /// The fewest lines a conversion batch is bounded to (one service chain's rules fit).
 pub const CONVERSION_MIN_LINES: usize = 16;
 
-/// The next batch's line bound after a batch of `lines` took `took`: halved while batches
+/// The next batch's line bound after a batch of `lines` cost `took`: halved while batches
 /// run over [`CONVERSION_STEP`], doubled while they run under a quarter of it, within
-/// [`CONVERSION_MIN_LINES`]..=[`CONVERSION_LINES`].
+/// [`CONVERSION_MIN_LINES`]..=[`CONVERSION_LINES`]. [`Pace`] passes the marginal cost.
 pub fn next_bound(lines: usize, took: Duration) -> usize {
     let next = if took > CONVERSION_STEP {
         lines / 2
@@ -57,6 +57,69 @@ pub fn next_bound(lines: usize, took: Duration) -> usize {
         lines
     };
     next.clamp(CONVERSION_MIN_LINES, CONVERSION_LINES)
+}
+
+/// Recent transactions whose fastest is taken for the fixed cost of one ([`Pace`]).
+pub const PACE_WINDOW: usize = 16;
+
+/// One conversion transaction in this many is a probe ([`Pace`]): it carries no batch (in a
+/// partial sync) or the smallest (alone), so the window always holds one that costs about
+/// the fixed part alone.
+pub const PROBE_EVERY: usize = 8;
+
+/// The pacing of a watch's conversion batches on their marginal cost: every transaction
+/// pays the kernel's validation of the whole table, whatever its size, so a bound paced on
+/// the total time would shrink for a cost the batch does not cause. The fixed cost is the
+/// fastest of the last [`PACE_WINDOW`] transactions (a probe among them); the bound follows
+/// [`next_bound`] on each batch's time beyond it, from the smallest bound (a first batch's
+/// cost is unknown, and a sync it rides in waits for it).
+#[derive(Debug, Clone)]
+pub struct Pace {
+    lines: usize,
+    recent: std::collections::VecDeque<Duration>,
+    since_probe: usize,
+}
+
+impl Default for Pace {
+    fn default() -> Self {
+        Pace { lines: CONVERSION_MIN_LINES, recent: std::collections::VecDeque::with_capacity(PACE_WINDOW), since_probe: 0 }
+    }
+}
+
+impl Pace {
+    /// The next transaction's line bound and whether it is a probe: a probe carried in a
+    /// partial sync (`carried`) holds no batch (bound 0), one alone the smallest batch.
+    pub fn next(&self, carried: bool) -> (usize, bool) {
+        if self.recent.is_empty() || self.since_probe + 1 >= PROBE_EVERY {
+            (if carried { 0 } else { CONVERSION_MIN_LINES }, true)
+        } else {
+            (self.lines, false)
+        }
+    }
+
+    /// A transaction [`Pace::next`] bounded (`probe` as it said) took `took`.
+    pub fn record(&mut self, probe: bool, took: Duration) {
+        if self.recent.len() == PACE_WINDOW {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(took);
+        if probe {
+            self.since_probe = 0;
+        } else {
+            self.since_probe += 1;
+            self.lines = next_bound(self.lines, took.saturating_sub(self.fixed()));
+        }
+    }
+
+    /// The fixed cost of a transaction: the fastest recent one.
+    pub fn fixed(&self) -> Duration {
+        self.recent.iter().copied().min().unwrap_or_default()
+    }
+
+    /// The bound of the next batch that is not a probe.
+    pub fn lines(&self) -> usize {
+        self.lines
+    }
 }
 
 /// The interim table and the chains whose rules it replaced.
@@ -369,6 +432,53 @@ mod tests {
         assert_eq!(next_bound(100, ms(50)), 200, "a short batch doubles the next");
         assert_eq!(next_bound(CONVERSION_LINES, ms(1)), CONVERSION_LINES, "never above the fixed bound");
         assert_eq!(next_bound(300, ms(300)), 300, "near the aim: kept");
+    }
+
+    #[test]
+    fn a_paced_bound_follows_the_marginal_cost_not_the_fixed_one() {
+        let ms = Duration::from_millis;
+        let mut pace = Pace::default();
+        assert_eq!((pace.next(true), pace.next(false)), ((0, true), (CONVERSION_MIN_LINES, true)), "the first transaction is a probe");
+        pace.record(true, ms(700));
+        assert_eq!(pace.next(false), (CONVERSION_MIN_LINES, false), "the smallest first");
+        // Each transaction pays more than the aim whatever it holds: cheap beyond it, doubled.
+        pace.record(false, ms(750));
+        let doubled = 2 * CONVERSION_MIN_LINES;
+        assert_eq!((pace.fixed(), pace.lines()), (ms(700), doubled));
+        assert_eq!(next_bound(doubled, ms(750)), CONVERSION_MIN_LINES, "on the total time it would shrink");
+        // A batch that costs more than the aim beyond the fixed part halves the next.
+        pace.record(false, ms(700) + CONVERSION_STEP * 2);
+        assert_eq!(pace.lines(), CONVERSION_MIN_LINES);
+        pace.record(false, ms(710));
+        assert_eq!(pace.lines(), doubled);
+        pace.record(false, ms(700) + CONVERSION_STEP / 2);
+        assert_eq!(pace.lines(), doubled, "near the aim: kept");
+        for _ in 0..16 {
+            pace.record(false, ms(701));
+        }
+        assert_eq!(pace.lines(), CONVERSION_LINES, "never above the fixed bound");
+    }
+
+    #[test]
+    fn a_probe_comes_every_few_transactions_and_the_fixed_cost_is_the_recent_fastest() {
+        let ms = Duration::from_millis;
+        let mut pace = Pace::default();
+        let mut probes = Vec::new();
+        for i in 0..3 * PROBE_EVERY {
+            let (bound, probe) = pace.next(true);
+            assert_eq!(bound == 0, probe, "a carried probe holds no batch");
+            if probe {
+                probes.push(i);
+            }
+            pace.record(probe, ms(if probe { 500 } else { 520 }));
+        }
+        assert_eq!(probes, [0, PROBE_EVERY, 2 * PROBE_EVERY]);
+        assert_eq!(pace.fixed(), ms(500));
+        // The table's fixed cost grew: once the window has moved on, the estimate follows.
+        for _ in 0..PACE_WINDOW {
+            pace.record(false, ms(900));
+        }
+        assert_eq!(pace.fixed(), ms(900));
     }
 }
 

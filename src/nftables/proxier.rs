@@ -21,7 +21,7 @@
 use std::time::Instant;
 
 use super::apply::{Nft, NftError, NftWrite, Part};
-use super::model::{NftFamily, Objects};
+use super::model::{NftFamily, Objects, Script};
 use super::render::{hairpin_objects, Hairpin, Ruleset};
 use super::sync::{self, Report};
 use crate::config::Config;
@@ -57,22 +57,28 @@ pub struct FamilyTable {
     /// with the service port that renders it (`None`: the fixed objects), so that a batch
     /// renders its own ports alone, as the ruleset holds them then.
     converting: Vec<(String, Option<ServicePortName>)>,
+    /// The pacing of the conversion's batches in a watch ([`super::cold::Pace`]).
+    pace: super::cold::Pace,
+    /// A partial sync's transaction carrying a batch was refused: the next batch goes
+    /// alone ([`Proxier::convert_step`], which ends the conversion if it fails too), so a
+    /// batch the kernel refuses is not sent again with every sync.
+    carry_blocked: bool,
 }
 
 impl FamilyTable {
     fn new(ruleset: Ruleset) -> Self {
-        FamilyTable { ruleset, check_changed: false, converting: Vec::new() }
+        FamilyTable { ruleset, check_changed: false, converting: Vec::new(), pace: super::cold::Pace::default(), carry_blocked: false }
     }
 
     fn end_conversion(&mut self) {
         self.converting = Vec::new();
+        self.pace = super::cold::Pace::default();
+        self.carry_blocked = false;
     }
 }
 
 pub struct Proxier {
     pub families: Vec<FamilyTable>,
-    /// The next conversion batch's line bound ([`super::cold::next_bound`]).
-    conversion_lines: usize,
     driver: Driver,
     nft: Box<dyn Nft>,
 }
@@ -87,7 +93,7 @@ pub struct Before {
 impl Proxier {
     pub fn new(config: &Config, trackers: &Trackers, nft: Box<dyn Nft>) -> Self {
         let families: Vec<FamilyTable> = super::render_all(config, trackers).into_iter().map(FamilyTable::new).collect();
-        Proxier { driver: Driver::new(families.len()), families, nft, conversion_lines: super::cold::CONVERSION_LINES }
+        Proxier { driver: Driver::new(families.len()), families, nft }
     }
 
     /// The rendered tables, one per family.
@@ -118,16 +124,22 @@ impl Proxier {
         self.families.iter().any(|f| !f.converting.is_empty())
     }
 
+    /// The chains a cold start's conversion has still to convert, in every family.
+    pub fn conversion_left(&self) -> usize {
+        self.families.iter().map(|f| f.converting.len()).sum()
+    }
+
     /// Converts the next batch of a family's interim chains to kube-proxy's rules (as the
-    /// ruleset has them now: a chain a partial sync rewrote since is written again alike,
-    /// one whose service went is skipped). A failed batch leaves the interim chains
+    /// ruleset has them now: one whose service went is skipped; a chain a partial sync
+    /// wrote since left the list then). A failed batch leaves the interim chains
     /// serving and ends the conversion: the next sync is full, and the full sync over the
     /// live table refills what differs. Returns the chains converted.
-    /// `paced`: the batch is bounded by what earlier batches cost ([`super::cold::next_bound`]),
-    /// else by the fixed [`super::cold::CONVERSION_LINES`].
+    /// `paced`: the batch is bounded by what earlier batches cost beyond a transaction's
+    /// fixed cost ([`super::cold::Pace`]), else by the fixed [`super::cold::CONVERSION_LINES`].
+    /// A watch's partial syncs carry batches too ([`FamilyRules::partial`]).
     pub fn convert_step(&mut self, paced: bool) -> Result<usize, FamilyError> {
         let Some(f) = self.families.iter_mut().find(|f| !f.converting.is_empty()) else { return Ok(0) };
-        let bound = if paced { self.conversion_lines } else { super::cold::CONVERSION_LINES };
+        let (bound, probe) = if paced { f.pace.next(false) } else { (super::cold::CONVERSION_LINES, false) };
         let started = Instant::now();
         let family = f.ruleset.ctx.family;
         let rs = &f.ruleset;
@@ -140,7 +152,7 @@ impl Proxier {
         };
         drop(batch);
         if paced {
-            self.conversion_lines = super::cold::next_bound(bound, started.elapsed());
+            f.pace.record(probe, started.elapsed());
         }
         f.converting.drain(..taken);
         if let Err(error) = ran {
@@ -148,6 +160,7 @@ impl Proxier {
             self.driver.forget();
             return Err(FamilyError { family, error });
         }
+        f.carry_blocked = false;
         if f.converting.is_empty() {
             f.end_conversion();
             // The anonymous sets the conversion created, recorded for the next read.
@@ -213,7 +226,42 @@ impl FamilyRules for FamilyTable {
         }
         let before: Vec<&Objects> = before.objects.iter().collect();
         let family = self.ruleset.ctx.family;
-        Some(send_partial(nft, family, &before, &after.iter().collect::<Vec<_>>()).map_err(|e| self.failure(e)))
+        // The chains of the changed services' ports: the partial writes them in their final form.
+        let written = |owner: &Option<ServicePortName>| owner.as_ref().is_some_and(|p| changes.services.contains(&p.service));
+        let carry = (!self.converting.is_empty() && !self.carry_blocked).then(|| self.pace.next(true));
+        let rs = &self.ruleset;
+        let (batch, taken) = match carry {
+            Some((bound, _)) if bound > 0 => super::cold::next_batch(&self.converting, bound, |(c, owner)| if written(owner) { None } else { Some((c.as_str(), rs.chain_rules(c, owner.as_ref())?)) }),
+            _ => (Vec::new(), 0),
+        };
+        let conversion = (!batch.is_empty()).then(|| super::cold::script(family, super::names::TABLE, &batch));
+        let sent = send_partial(nft, family, &before, &after.iter().collect::<Vec<_>>(), conversion.as_ref().map(|s| (s, batch.len())));
+        let carried = conversion.is_some();
+        drop(conversion);
+        drop(batch);
+        let report = match sent {
+            Ok(r) => r,
+            Err(e) => return Some(Err(self.failure(e))),
+        };
+        if report.applied && !self.converting.is_empty() {
+            if carried && report.converted == 0 {
+                // Refused with the batch, applied without it: the list is kept.
+                self.carry_blocked = true;
+            } else {
+                // Timed when it carried a batch, or was the probe that carries none.
+                if let Some((_, probe)) = carry.filter(|&(_, probe)| carried || probe) {
+                    self.pace.record(probe, report.timings.apply);
+                }
+                self.converting.drain(..taken);
+            }
+            self.converting.retain(|(_, owner)| !written(owner));
+            if self.converting.is_empty() {
+                self.end_conversion();
+                // The anonymous sets the conversion created, recorded for the next read.
+                nft.full_sync_done(family);
+            }
+        }
+        Some(Ok(report))
     }
 
     fn full(&mut self, nft: &mut Self::Kernel, pass: Pass) -> Result<Report, Failure<FamilyError>> {
@@ -266,7 +314,11 @@ fn changed_objects(rs: &Ruleset, changes: &Changes, came: &[Hairpin]) -> Vec<Obj
 /// delete a chain in the transaction that drops its last reference (6.18 does; kube-proxy
 /// deletes stale chains in a later sync) refuses that transaction: then the change goes
 /// alone and the deletion right after it.
-fn send_partial(nft: &mut dyn NftWrite, family: crate::net::IpFamily, before: &[&Objects], after: &[&Objects]) -> Result<Report, SyncError> {
+///
+/// `conversion`: a batch of a cold start's conversion and its chains, sent in the same
+/// transaction (one commit, one validation of the table for both); refused, the partial
+/// goes as it would without it, and [`Report::converted`] stays 0.
+fn send_partial(nft: &mut dyn NftWrite, family: crate::net::IpFamily, before: &[&Objects], after: &[&Objects], conversion: Option<(&Script<'_>, usize)>) -> Result<Report, SyncError> {
     let t = Instant::now();
     let p = super::partial::partial(family, super::names::TABLE, before, after);
     let mut report = Report::new(family);
@@ -277,6 +329,25 @@ fn send_partial(nft: &mut dyn NftWrite, family: crate::net::IpFamily, before: &[
     let t = Instant::now();
     report.lines = p.text.lines().count();
     report.stale = p.stale;
+    if let Some((batch, chains)) = conversion {
+        let mut all = p.text.clone();
+        all.append(batch);
+        all.push_str(&p.delete);
+        match nft.run_script(&all, Part::Alone) {
+            Ok(via) => {
+                report.lines = all.lines().count();
+                report.via = Some(via);
+                report.converted = chains;
+                report.applied = true;
+                report.timings.apply = t.elapsed();
+                return Ok(report);
+            }
+            Err(e @ (NftError::Rejected { .. } | NftError::Refused { .. })) => {
+                tracing::warn!(family = family.nft_word(), error = %e, "a partial sync's transaction carrying a conversion batch was refused; the partial goes alone, the next batch alone");
+            }
+            Err(e) => return Err(SyncError::write(e)),
+        }
+    }
     let together = (!p.delete.is_empty()).then(|| {
         let mut both = p.text.clone();
         both.push_str(&p.delete);

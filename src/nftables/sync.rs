@@ -86,12 +86,14 @@ pub struct Report {
     /// A cold start through the interim table ([`super::cold`]): the chains to convert to
     /// kube-proxy's rules now that it serves, and when it served.
     pub interim: Option<Interim>,
+    /// Chains of a cold start's conversion a partial sync's transaction carried and converted.
+    pub converted: usize,
     pub timings: Timings,
 }
 
 impl Report {
     pub(crate) fn new(family: IpFamily) -> Self {
-        Report { family, diff: None, applied: false, lines: 0, batches: 0, kept: 0, refilled: 0, element_changes: 0, stale: Vec::new(), stale_error: None, via: None, other_release: None, interim: None, timings: Timings::default() }
+        Report { family, diff: None, applied: false, lines: 0, batches: 0, kept: 0, refilled: 0, element_changes: 0, stale: Vec::new(), stale_error: None, via: None, other_release: None, interim: None, converted: 0, timings: Timings::default() }
     }
 }
 

@@ -226,6 +226,14 @@ impl Engine {
         matches!(&self.proxier, Proxier::Nftables(p) if p.converting())
     }
 
+    /// The chains a cold start's interim nftables table has still to convert.
+    pub fn conversion_left(&self) -> usize {
+        match &self.proxier {
+            Proxier::Nftables(p) => p.conversion_left(),
+            _ => 0,
+        }
+    }
+
     /// Converts the next batch of interim chains (nftables mode); the chains converted.
     /// `paced`: batches sized to a short time (a watch, where changes wait behind them),
     /// else to the fixed line bound (a one-shot sync, where nothing waits).

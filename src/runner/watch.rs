@@ -42,17 +42,19 @@ pub async fn run_with(
         .map(|f| crate::serve::localhost_nodeports::Proxies::new(f, shared.metrics.localhost_nodeports.clone()))
         .collect();
     tokio::pin!(shutdown);
+    // The last standalone conversion step's time, and the syncs in a row that converted nothing.
+    let (mut last_step, mut idle_syncs) = (std::time::Duration::ZERO, 0);
     loop {
         if let Some(why) = exit_asked(&shared) {
             return Some(why);
         }
         let next = lock_schedule(&shared).next();
-        // A cold start's interim table is converted a batch per turn of the loop, between
-        // syncs and messages.
-        let converting = engine.converting();
+        // A cold start's interim table is converted a batch per partial sync (in its
+        // transaction), and a batch alone per turn of the loop while no sync is near.
+        let standalone = engine.converting() && standalone_due(next, Instant::now(), last_step, idle_syncs);
         let sleep = async {
             match next {
-                _ if converting => {}
+                _ if standalone => {}
                 Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
                 None => std::future::pending::<()>().await,
             }
@@ -67,8 +69,10 @@ pub async fn run_with(
                 None => return None,
             },
             _ = sleep => {
-                if converting {
+                if standalone {
+                    let t = Instant::now();
                     convert_step(&mut engine, &shared);
+                    (last_step, idle_syncs) = (t.elapsed(), 0);
                     if next.is_none_or(|at| at > Instant::now()) {
                         continue;
                     }
@@ -77,7 +81,17 @@ pub async fn run_with(
                 if let Some(why) = exit_asked(&shared) {
                     return Some(why);
                 }
+                let left = engine.conversion_left();
                 wake(&mut engine, &shared, Instant::now());
+                if left > 0 {
+                    let now_left = engine.conversion_left();
+                    idle_syncs = if now_left < left { 0 } else { idle_syncs + 1 };
+                    if now_left == 0 {
+                        tracing::info!(chains = left, "the interim nftables table is kube-proxy's now");
+                    } else if now_left < left {
+                        tracing::debug!(chains = left - now_left, left = now_left, "the sync converted interim nftables chains (a carried batch, or the changed services' own)");
+                    }
+                }
                 if serve_health {
                     let failures = health.update(engine.health_check_counts()).await;
                     if let Some(r) = &recorder {
@@ -94,6 +108,17 @@ pub async fn run_with(
             }
         }
     }
+}
+
+/// Syncs in a row that convert nothing (the changes are another family's, or a batch was
+/// refused) after which a standalone step runs even though a sync is near.
+const STALL_SYNCS: usize = 2;
+
+/// Whether a standalone conversion step runs now: it pays a whole transaction's fixed cost
+/// and holds the loop, so only while it would not delay a sync (none is scheduled, or the
+/// next is further away than the last step took), or while the syncs carry no batch.
+fn standalone_due(next: Option<Instant>, now: Instant, last_step: std::time::Duration, idle_syncs: usize) -> bool {
+    idle_syncs >= STALL_SYNCS || next.is_none_or(|at| at.saturating_duration_since(now) > last_step)
 }
 
 /// One batch of the interim table's conversion; a failure leaves the interim rules serving
@@ -385,6 +410,18 @@ mod tests {
     use super::lock_schedule;
     use crate::schedule::{Schedule, Timing};
     use crate::serve::Shared;
+
+    #[test]
+    fn a_standalone_conversion_step_runs_only_where_it_delays_no_sync() {
+        use std::time::Duration;
+        let (now, s) = (Instant::now(), Duration::from_secs(1));
+        assert!(super::standalone_due(None, now, s, 0), "no sync scheduled");
+        assert!(super::standalone_due(Some(now + 3 * s), now, s, 0), "the next sync is further than a step takes");
+        assert!(!super::standalone_due(Some(now + s / 2), now, s, 0), "a sync nearer than a step: it carries the batch");
+        assert!(!super::standalone_due(Some(now), now, Duration::ZERO, 0), "a sync due now goes first");
+        assert!(!super::standalone_due(Some(now + s / 2), now, s, super::STALL_SYNCS - 1), "one sync without progress: a probe");
+        assert!(super::standalone_due(Some(now + s / 2), now, s, super::STALL_SYNCS), "syncs that carry nothing: the conversion goes on alone");
+    }
 
     #[test]
     fn a_poisoned_schedule_lock_is_recovered_and_cleared() {

@@ -6,7 +6,9 @@
 //!   empty kernel over netlink; then every ClusterIP port (TCP and UDP, v4 and v6) from a
 //!   pod and both NodePorts from outside reach exactly their Service's endpoints (each of
 //!   two or three at least once; with ClientIP affinity, one). Then each batch of `cold::conversion` (a small bound: one chain a batch) is
-//!   applied alone, and after each the same connections are made again. At the end the
+//!   applied alone (the second ip one after a partial sync's lines that rewrite the last
+//!   interim chain's service in kube-proxy's form, one transaction, as a watch's partial
+//!   sync carries a batch), and after each the same connections are made again. At the end the
 //!   kernel lists what `nft -f` of kube-proxy's table lists in a fresh namespace.
 //! - the binary (`SVCPROXY_NFT_INTERIM_MIN=1`) says its cold start went through the
 //!   interim table for both families, lists as the direct apply, then serves every
@@ -278,7 +280,15 @@ fn every_step(ctx: &mut Ctx) -> CaseResult {
                 ensure!(batches.len() == i.chains.len() && i.chains.len() >= 5, "{version}: {} batches for {} chains", batches.len(), i.chains.len());
             }
             for (k, b) in batches.iter().enumerate() {
-                apply(node, t, b.clone()).map_err(|e| format!("{version} {} batch {}: {e}\n{b}", t.family.nft_word(), k + 1))?;
+                // The second ip batch goes as a watch's partial sync carries it.
+                let text = match i.chains.last() {
+                    Some(last) if t.family == IpFamily::V4 && k == 1 => {
+                        ctx.log(format!("{version} ip batch 2: carried after a partial sync's lines that rewrite {last}'s service"));
+                        carried(t, last, b)?
+                    }
+                    _ => b.clone(),
+                };
+                apply(node, t, text).map_err(|e| format!("{version} {} batch {}: {e}\n{b}", t.family.nft_word(), k + 1))?;
                 serves(ctx, &lab, &format!("{version} {} after batch {}/{}", t.family.nft_word(), k + 1, batches.len()))?;
                 steps += 1;
             }
@@ -293,6 +303,23 @@ fn every_step(ctx: &mut Ctx) -> CaseResult {
     clear(node);
     let _ = std::fs::remove_file(&path);
     Ok(())
+}
+
+/// `batch` in one transaction after a partial sync's lines that rewrite the service of
+/// interim `chain` (its chains, in kube-proxy's form, as a change to it writes them; its
+/// elements unchanged), as a watch's partial sync carries a conversion batch.
+fn carried(t: &Table, chain: &str, batch: &str) -> Result<String, String> {
+    let service = chain.splitn(3, '-').nth(2).ok_or(format!("{chain}: no service in the name"))?;
+    let objects = model::Objects {
+        chains: t.objects.chains.iter().filter(|c| c.name.contains(service)).cloned().collect(),
+        rules: t.objects.rules.iter().filter(|r| r.chain.contains(service)).cloned().collect(),
+        ..model::Objects::default()
+    };
+    let p = nftables::partial::partial(t.family, nftables::names::TABLE, &[&objects], &[&objects]);
+    if objects.rules.is_empty() || !p.text.contains(&format!("flush chain {} {} {chain}\n", t.family.nft_word(), nftables::names::TABLE)) || !p.delete.is_empty() {
+        return Err(format!("{chain}: the partial sync does not rewrite it alone:\n{}", p.text.text()));
+    }
+    Ok(format!("{}{batch}", p.text.text()))
 }
 
 fn binary_args(path: &str) -> Vec<&str> {

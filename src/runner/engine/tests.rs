@@ -950,10 +950,115 @@ fn a_conversion_between_partial_syncs_writes_each_chain_as_the_ruleset_holds_it_
     assert!(!engine.converting(), "the conversion ends");
     let runs = nft.lock().unwrap().take_runs();
     assert_eq!(runs.len(), 1, "{runs:?}");
-    assert!(runs[0].contains(&format!("flush chain ip kube-proxy {web_chain}\n")) && !runs[0].contains(&format!("{gone}")), "web as it is now: {}", runs[0]);
+    assert!(!runs[0].contains(&web_chain) && !runs[0].contains(&format!("{gone}")), "web's chain, which the partial sync wrote as it is now, is not converted again: {}", runs[0]);
+    assert!(runs[0].contains("flush chain ip kube-proxy service-"), "{}", runs[0]);
     assert!(dns_chains.iter().all(|c| !runs[0].contains(c.as_str())), "kube-dns's chains, gone, are skipped: {}", runs[0]);
     // The kernel ends where a full sync would have taken it.
     assert!(nft_reports(&engine.sync_as(true, Pass::DryRun).unwrap()).iter().all(|r| r.diff.as_ref().is_some_and(|d| d.is_empty())));
+}
+
+/// The IPv4 transactions among `runs`.
+fn v4_runs(runs: Vec<String>) -> Vec<String> {
+    runs.into_iter().filter(|r| r.contains(" ip kube-proxy ")).collect()
+}
+
+/// The demo's IPv4 service chains (kube-proxy's `service-` chains), after a first sync.
+fn service_chains(engine: &Engine) -> Vec<String> {
+    let Proxier::Nftables(p) = &engine.proxier else { panic!("nftables mode") };
+    p.families[0].ruleset.table().objects.chains.iter().map(|c| c.name.clone()).filter(|c| c.starts_with("service-") && c.contains('/')).collect()
+}
+
+#[test]
+fn a_partial_sync_while_converting_carries_a_batch_in_its_transaction() {
+    let state = demo_state();
+    let (web, _) = without_first_endpoint(&state, "shop", "web");
+    let (api, _) = without_first_endpoint(&state, "shop", "api");
+    let (web_back, web_gone) = (Event::SliceApplied(Arc::new(slice(&state, "shop", "web"))), web.clone());
+    let (mut engine, nft) = nftables_engine(state, KubeProxyVersion::NEWEST);
+    engine.sync(true).unwrap();
+    let chains = service_chains(&engine);
+    let of = |s: &str| chains.iter().filter(|c| c.contains(s)).cloned().collect::<Vec<_>>();
+    let (web_chains, api_chains) = (of("shop/web/"), of("shop/api/"));
+    assert!(!web_chains.is_empty() && !api_chains.is_empty() && chains.len() > web_chains.len() + api_chains.len() + 1, "{chains:?}");
+    convert_chains(&mut engine, chains.clone());
+    nft.lock().unwrap().calls.clear();
+
+    // The first partial sync is the pacing's probe: it carries no batch, and drops the
+    // chains it wrote itself from the conversion.
+    engine.apply(&[web]);
+    let first = engine.sync(false).unwrap();
+    let runs = v4_runs(nft.lock().unwrap().take_runs());
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert!(runs[0].contains(&format!("flush chain ip kube-proxy {}\n", web_chains[0])), "{}", runs[0]);
+    assert_eq!(runs[0].matches("flush chain ip kube-proxy service-").count(), web_chains.len(), "only web's chains: {}", runs[0]);
+    assert_eq!(nft_reports(&first)[0].converted, 0);
+    assert_eq!(engine.conversion_left(), chains.len() - web_chains.len(), "web's chains need no conversion any more");
+
+    // The next carries a batch in its transaction; the syncs that follow (web's endpoint
+    // back, gone again, …) carry the rest, the bound growing while batches cost little.
+    engine.apply(&[api]);
+    let second = engine.sync(false).unwrap();
+    let mut carried = v4_runs(nft.lock().unwrap().take_runs());
+    assert_eq!(carried.len(), 1, "one transaction for the change and the batch: {carried:?}");
+    let report = &nft_reports(&second)[0];
+    assert!(report.converted > 0 && report.lines == carried[0].lines().count(), "{report:?}");
+    assert!(api_chains.iter().all(|c| carried[0].matches(&format!("flush chain ip kube-proxy {c}\n")).count() == 1), "api's chains are written once, by the partial: {}", carried[0]);
+    let mut converted = report.converted;
+    let mut syncs = 1;
+    while engine.converting() && syncs < 20 {
+        engine.apply(&[if syncs % 2 == 1 { web_back.clone() } else { web_gone.clone() }]);
+        converted += nft_reports(&engine.sync(false).unwrap())[0].converted;
+        carried.extend(v4_runs(nft.lock().unwrap().take_runs()));
+        syncs += 1;
+    }
+    assert!(!engine.converting(), "the list is drained");
+    assert_eq!(carried.len(), syncs, "one transaction a sync: {carried:?}");
+    let want: Vec<&String> = chains.iter().filter(|c| !web_chains.contains(c) && !api_chains.contains(c)).collect();
+    assert_eq!(converted, want.len());
+    assert!(want.iter().all(|c| carried.iter().any(|r| r.contains(&format!("flush chain ip kube-proxy {c}\n")))), "{carried:?}");
+    assert!(nft_reports(&engine.sync_as(true, Pass::DryRun).unwrap()).iter().all(|r| r.diff.as_ref().is_some_and(|d| d.is_empty())), "the kernel holds kube-proxy's table");
+}
+
+#[test]
+fn a_refused_batch_leaves_the_partial_alone_and_the_conversion_list_kept() {
+    let state = demo_state();
+    let changes: Vec<Event> = ["web", "api", "checkout"].iter().map(|s| without_first_endpoint(&state, "shop", s).0).collect();
+    let (mut engine, nft) = nftables_engine(state, KubeProxyVersion::NEWEST);
+    engine.sync(true).unwrap();
+    // A chain whose refill the kernel refuses: an endpoint chain it jumps to is gone.
+    let Proxier::Nftables(p) = &engine.proxier else { panic!("nftables mode") };
+    let rules = p.families[0].ruleset.table().objects.rules;
+    let (bad, endpoint) = rules
+        .iter()
+        .filter(|r| r.chain.contains("shop/cart/"))
+        .find_map(|r| Some((r.chain.clone(), r.text().split("goto ").nth(1)?.split_whitespace().next()?.to_string())))
+        .expect("cart's service chain goes to endpoint chains");
+    nft.lock().unwrap().run(&format!("flush chain ip kube-proxy {bad}\nflush chain ip kube-proxy {endpoint}\ndelete chain ip kube-proxy {endpoint}\n")).unwrap();
+    let good = service_chains(&engine).into_iter().find(|c| c.contains("default/kubernetes/")).unwrap();
+    convert_chains(&mut engine, vec![good.clone(), bad.clone()]);
+    let mut changes = changes.into_iter();
+    engine.apply(&[changes.next().unwrap()]);
+    engine.sync(false).unwrap();
+    nft.lock().unwrap().calls.clear();
+
+    // After the probe, the batch rides along, is refused, and the partial goes alone.
+    engine.apply(&[changes.next().unwrap()]);
+    let synced = engine.sync(false).unwrap();
+    let runs = v4_runs(nft.lock().unwrap().take_runs());
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert!(runs[0].contains(&format!("flush chain ip kube-proxy {bad}\n")) && runs[0].contains("shop/api/"), "{}", runs[0]);
+    assert!(!runs[1].contains(&bad) && !runs[1].contains(&good) && runs[1].contains("shop/api/"), "the partial alone: {}", runs[1]);
+    assert!(nft_reports(&synced)[0].applied && nft_reports(&synced)[0].converted == 0);
+    assert_eq!(engine.conversion_left(), 2, "the list is kept");
+
+    // The next sync carries no batch; the next step alone fails and ends the conversion.
+    engine.apply(&[changes.next().unwrap()]);
+    engine.sync(false).unwrap();
+    let runs = v4_runs(nft.lock().unwrap().take_runs());
+    assert!(runs.len() == 1 && !runs[0].contains(&bad) && runs[0].contains("shop/checkout/"), "{runs:?}");
+    assert_eq!(engine.conversion_left(), 2);
+    assert!(engine.convert_step(true).is_err(), "the refused batch, alone");
+    assert!(!engine.converting());
 }
 
 fn convert_chains(engine: &mut Engine, chains: Vec<String>) {
