@@ -359,7 +359,7 @@ impl Backoff {
 }
 
 /// A number in [0, 1) from the standard library's random hash keys.
-fn jitter() -> f64 {
+pub(super) fn jitter() -> f64 {
     use std::hash::{BuildHasher, Hasher};
     let bits = std::collections::hash_map::RandomState::new().build_hasher().finish();
     (bits >> 11) as f64 / (1u64 << 53) as f64
