@@ -153,7 +153,7 @@ impl NetlinkNft {
                 let created = self.recording.as_ref().map(|_| anonrecord::created(batch.bytes()));
                 if let (Some(rec), Some(c)) = (&mut self.recording, &created) {
                     if rec.needs_start(c) {
-                        match generation() {
+                        match read_socket().and_then(|mut sock| generation(&mut sock, 1)) {
                             Ok(Some(g)) => rec.start = Some(g),
                             _ => self.recording = None,
                         }
@@ -346,7 +346,6 @@ pub fn read_live_cached(family: IpFamily, cache: &mut AnonCache) -> Result<Optio
         seq += 1;
         seq
     };
-    let generation = |sock: &mut Socket, seq: u32| -> Result<Option<u32>, NftError> { Ok(exchange(sock, &dump::generation_request(seq))?.iter().find_map(dump::generation_of)) };
     let before = generation(&mut sock, next())?;
     let table = exchange(&mut sock, &dump::request(dump::GETTABLE, f, TABLE, next()))?;
     match errno(&table) {
@@ -459,9 +458,9 @@ fn errno(replies: &[dump::Reply]) -> Option<i32> {
     replies.iter().find_map(|r| if let dump::Reply::Error(e) = r { (*e != 0).then_some(*e) } else { None })
 }
 
-/// The ruleset's generation (one more per commit).
-fn generation() -> Result<Option<u32>, NftError> {
-    Ok(exchange(&mut read_socket()?, &dump::generation_request(1))?.iter().find_map(dump::generation_of))
+/// The ruleset's generation (one more per commit), asked with sequence number `seq`.
+fn generation(sock: &mut Socket, seq: u32) -> Result<Option<u32>, NftError> {
+    Ok(exchange(sock, &dump::generation_request(seq))?.iter().find_map(dump::generation_of))
 }
 
 /// The table's anonymous sets (names and handles), between two reads of the generation
@@ -469,11 +468,11 @@ fn generation() -> Result<Option<u32>, NftError> {
 fn set_dump(family: IpFamily) -> Result<Option<SetDump>, NftError> {
     let f = family;
     let mut sock = read_socket()?;
-    let generation_before = exchange(&mut sock, &dump::generation_request(1))?.iter().find_map(dump::generation_of);
+    let generation_before = generation(&mut sock, 1)?;
     let table = exchange(&mut sock, &dump::request(dump::GETTABLE, f, TABLE, 2))?;
     let Some(handle) = table.iter().find_map(|r| dump::handle(r, dump::NEWTABLE, 4)) else { return Ok(None) };
     let sets = exchange(&mut sock, &dump::request(dump::GETSET, f, TABLE, 3))?;
-    let generation_after = exchange(&mut sock, &dump::generation_request(4))?.iter().find_map(dump::generation_of);
+    let generation_after = generation(&mut sock, 4)?;
     if errno(&sets).is_some() {
         return Ok(None);
     }
