@@ -15,15 +15,11 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
-            if is_broken_pipe(&err) {
+            if cli::is_broken_pipe(&err) {
                 return ExitCode::from(cli::EXIT_OK);
             }
             eprintln!("svcproxy: error: {err:#}");
             ExitCode::from(cli::EXIT_ERROR)
         }
     }
-}
-
-fn is_broken_pipe(err: &anyhow::Error) -> bool {
-    err.chain().any(|e| e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
 }

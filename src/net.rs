@@ -40,6 +40,14 @@ impl IpFamily {
     pub fn is_v6(self) -> bool {
         self == IpFamily::V6
     }
+
+    /// The family's loopback address (`127.0.0.1`, `::1`).
+    pub fn loopback(self) -> IpAddr {
+        match self {
+            IpFamily::V4 => IpAddr::V4(Ipv4Addr::LOCALHOST),
+            IpFamily::V6 => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        }
+    }
 }
 
 impl fmt::Display for IpFamily {
@@ -124,11 +132,6 @@ impl Cidr {
 
     pub fn contains(&self, ip: &IpAddr) -> bool {
         IpFamily::of(ip) == self.family() && mask(*ip, self.prefix) == self.addr
-    }
-
-    /// Whether every address in `self` is also in `other`.
-    pub fn is_within(&self, other: &Cidr) -> bool {
-        self.prefix >= other.prefix && other.contains(&self.addr)
     }
 }
 

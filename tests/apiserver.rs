@@ -617,7 +617,7 @@ fn a_health_check_port_that_cannot_listen_makes_one_event_and_a_series() {
     let shared = Arc::new(Shared::new(Schedule::new(timing)));
     let (engine, kernel) = engine_on_a_fake_kernel();
     let (tx, rx) = tokio::sync::mpsc::channel(64);
-    rt.spawn(apiserver::run(client, None, tx));
+    rt.spawn(apiserver::run_with_node(client, None, None, tx));
     let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let health = vec!["127.0.0.1".parse().unwrap()];
     let runner = rt.spawn(watch::run_with(engine, rx, shared, async { let _ = stop_rx.await; }, health, Some(recorder.clone())));

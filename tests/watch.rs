@@ -81,7 +81,7 @@ fn watch_follows_file_changes_coalesces_bursts_survives_bad_objects_and_reports_
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let (health, metrics) = rt.block_on(async {
         let h = serve::spawn("127.0.0.1:0".parse().unwrap(), serve::health_router(shared.clone())).await.unwrap();
-        let m = serve::spawn("127.0.0.1:0".parse().unwrap(), serve::metrics_router(shared.clone())).await.unwrap();
+        let m = serve::spawn("127.0.0.1:0".parse().unwrap(), serve::metrics_router(shared.clone(), serve::Pages::default())).await.unwrap();
         (h, m)
     });
     let (tx, rx) = tokio::sync::mpsc::channel::<SourceMsg>(64);

@@ -68,6 +68,11 @@ pub fn out(text: &str) -> std::io::Result<()> {
     stdout.flush()
 }
 
+/// Whether `err` is a closed stdout (`| head`), which a binary's `main` treats as success.
+pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|e| e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
+}
+
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Render(args) => render::run(&args),

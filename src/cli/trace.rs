@@ -145,10 +145,7 @@ fn local_ips(loaded: &pipeline::Loaded, family: IpFamily) -> BTreeSet<IpAddr> {
     let mut local_ips: BTreeSet<IpAddr> = loaded.config.node_ips.iter().copied().collect();
     local_ips.extend(loaded.config.interface_addresses.iter().flatten().copied());
     local_ips.insert(loaded.config.node_ip(family));
-    local_ips.insert(match family {
-        IpFamily::V4 => IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
-        IpFamily::V6 => IpAddr::V6(std::net::Ipv6Addr::LOCALHOST),
-    });
+    local_ips.insert(family.loopback());
     local_ips
 }
 

@@ -183,19 +183,13 @@ async fn watch(args: &SyncArgs, flags: Settings, file: Settings, servers: Server
     let mut engine = crate::runner::node::engine(loaded.config, loaded.trackers, iptables, false)
         .context("cannot reach IPVS (is the ip_vs module loaded?)")?;
     engine.node_ips_at_start = node_ips;
-    let health = serve_on("health checks", servers.healthz, servers.hard_fail, serve::health_router(shared.clone()))
-        .await
-        .map_err(|e| e.record(recorder.as_ref(), ProxyEvent::healthz_failed));
-    let health = match health {
+    let health = match serve_on("health checks", servers.healthz, servers.hard_fail, serve::health_router(shared.clone())).await {
         Ok(h) => h,
-        Err(e) => return Err(e.flushed(recorder.as_ref()).await),
+        Err(e) => return Err(e.record(recorder.as_ref(), ProxyEvent::healthz_failed).flushed(recorder.as_ref()).await),
     };
-    let metrics = serve_on("metrics", servers.metrics, servers.hard_fail, serve::metrics_router_with(shared.clone(), pages))
-        .await
-        .map_err(|e| e.record(recorder.as_ref(), ProxyEvent::metrics_failed));
-    let metrics = match metrics {
+    let metrics = match serve_on("metrics", servers.metrics, servers.hard_fail, serve::metrics_router(shared.clone(), pages)).await {
         Ok(m) => m,
-        Err(e) => return Err(e.flushed(recorder.as_ref()).await),
+        Err(e) => return Err(e.record(recorder.as_ref(), ProxyEvent::metrics_failed).flushed(recorder.as_ref()).await),
     };
     let (health, metrics) = (shown(health), shown(metrics));
     let (tx, rx) = mpsc::channel::<SourceMsg>(64);

@@ -7,7 +7,7 @@ pub mod context;
 pub mod node;
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -194,10 +194,7 @@ pub struct Config {
 impl Config {
     /// The node's primary IP of a family; kube-proxy assumes loopback when it finds none.
     pub fn node_ip(&self, family: IpFamily) -> IpAddr {
-        self.node_ips.iter().copied().find(|ip| IpFamily::of(ip) == family).unwrap_or(match family {
-            IpFamily::V4 => IpAddr::V4(Ipv4Addr::LOCALHOST),
-            IpFamily::V6 => IpAddr::V6(Ipv6Addr::LOCALHOST),
-        })
+        self.node_ips.iter().copied().find(|ip| IpFamily::of(ip) == family).unwrap_or(family.loopback())
     }
 
     /// The local-traffic detector for a family, or `None` (kube-proxy's no-op detector).
@@ -244,7 +241,7 @@ impl Config {
             return false;
         }
         let cidrs = self.node_port_cidrs(family);
-        let loopback = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1));
+        let loopback = IpFamily::V4.loopback();
         cidrs.is_empty() || cidrs.iter().any(|c| c.contains(&loopback) || c.addr().is_loopback())
     }
 
@@ -257,7 +254,7 @@ impl Config {
             .node_ips
             .iter()
             .copied()
-            .chain([IpAddr::V4(Ipv4Addr::LOCALHOST), IpAddr::V6(Ipv6Addr::LOCALHOST)])
+            .chain([IpFamily::V4.loopback(), IpFamily::V6.loopback()])
             .collect();
         let mut ips: Vec<IpAddr> = self
             .interface_addresses

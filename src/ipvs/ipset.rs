@@ -2,11 +2,11 @@
 //! `ipset restore -exist` (what kube-proxy's ipset runner does, as text).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write as _;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use super::plan::{ipsets, FamilyState};
 use crate::net::IpFamily;
+use crate::xtables::apply::run_piped;
 
 #[derive(Debug, thiserror::Error)]
 pub enum IpsetError {
@@ -35,17 +35,7 @@ impl IpsetRunner for ExecIpset {
     }
 
     fn restore(&mut self, text: &str) -> Result<(), IpsetError> {
-        let mut child = Command::new("ipset")
-            .args(["restore", "-exist"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(IpsetError::Spawn)?;
-        if let Some(mut stdin) = child.stdin.take() {
-            let _ = stdin.write_all(text.as_bytes());
-        }
-        let out = child.wait_with_output().map_err(IpsetError::Spawn)?;
+        let out = run_piped(Command::new("ipset").args(["restore", "-exist"]), Some(text)).map_err(IpsetError::Spawn)?;
         if out.status.success() {
             return Ok(());
         }

@@ -6,14 +6,13 @@
 //! for tests. The binary, as kube-proxy's knftables runs it; on the node the
 //! transactions go over netlink instead ([`super::netlink`], unless `--nft-netlink=false`).
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use super::delta::LiveTable;
 use super::model::{NftFamily, Script};
 use crate::net::IpFamily;
 use super::names::TABLE;
-use crate::xtables::apply::{around, capped};
+use crate::xtables::apply::{around, capped, run_piped};
 
 #[derive(Debug, thiserror::Error)]
 pub enum NftError {
@@ -108,19 +107,7 @@ impl Default for ExecNft {
 
 impl ExecNft {
     fn output(&self, args: &[&str], stdin: Option<&str>) -> Result<std::process::Output, NftError> {
-        let spawn = |error| NftError::Spawn { binary: self.binary.clone(), error };
-        let mut child = Command::new(&self.binary)
-            .args(args)
-            .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(spawn)?;
-        if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
-            // A write error means nft died early; its exit status says why.
-            let _ = pipe.write_all(text.as_bytes());
-        }
-        child.wait_with_output().map_err(spawn)
+        run_piped(Command::new(&self.binary).args(args), stdin).map_err(|error| NftError::Spawn { binary: self.binary.clone(), error })
     }
 
     /// `nft list …` output, or `None` when nft says the table is not there.
@@ -177,18 +164,7 @@ impl NftRead for ExecNft {
     fn canonical(&mut self, family: IpFamily, text: &str) -> Result<String, NftError> {
         // One shell in one new network namespace: apply, then list what the kernel made.
         let script = "\"$0\" -f - && \"$0\" list table \"$1\" \"$2\"";
-        let out = Command::new("unshare")
-            .args(["--net", "sh", "-c", script, &self.binary, family.nft_word(), TABLE])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .and_then(|mut child| {
-                if let Some(mut pipe) = child.stdin.take() {
-                    let _ = pipe.write_all(text.as_bytes());
-                }
-                child.wait_with_output()
-            })
+        let out = run_piped(Command::new("unshare").args(["--net", "sh", "-c", script, &self.binary, family.nft_word(), TABLE]), Some(text))
             .map_err(|error| NftError::Spawn { binary: "unshare".into(), error })?;
         if !out.status.success() {
             return Err(match rejected(text, &String::from_utf8_lossy(&out.stderr)) {

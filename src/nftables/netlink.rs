@@ -24,7 +24,7 @@ use super::anonrecord::{self, Recording, SetDump};
 use super::wire::{self, canon, dump, Batch, WireFamily};
 use crate::xtables::apply::around;
 
-use crate::netfilter::nlattr::NLMSG_ERROR;
+use crate::netfilter::nlattr::{Message, Messages};
 
 /// The environment variable that overrides a full sync's batch bound ([`NetlinkNft::on_node`]).
 pub const BATCH_LINES_ENV: &str = "SVCPROXY_NFT_BATCH_LINES";
@@ -153,7 +153,7 @@ impl NetlinkNft {
                 let created = self.recording.as_ref().map(|_| anonrecord::created(batch.bytes()));
                 if let (Some(rec), Some(c)) = (&mut self.recording, &created) {
                     if rec.needs_start(c) {
-                        match generation() {
+                        match read_socket().and_then(|mut sock| generation(&mut sock, 1)) {
                             Ok(Some(g)) => rec.start = Some(g),
                             _ => self.recording = None,
                         }
@@ -346,7 +346,6 @@ pub fn read_live_cached(family: IpFamily, cache: &mut AnonCache) -> Result<Optio
         seq += 1;
         seq
     };
-    let generation = |sock: &mut Socket, seq: u32| -> Result<Option<u32>, NftError> { Ok(exchange(sock, &dump::generation_request(seq))?.iter().find_map(dump::generation_of)) };
     let before = generation(&mut sock, next())?;
     let table = exchange(&mut sock, &dump::request(dump::GETTABLE, f, TABLE, next()))?;
     match errno(&table) {
@@ -459,9 +458,9 @@ fn errno(replies: &[dump::Reply]) -> Option<i32> {
     replies.iter().find_map(|r| if let dump::Reply::Error(e) = r { (*e != 0).then_some(*e) } else { None })
 }
 
-/// The ruleset's generation (one more per commit).
-fn generation() -> Result<Option<u32>, NftError> {
-    Ok(exchange(&mut read_socket()?, &dump::generation_request(1))?.iter().find_map(dump::generation_of))
+/// The ruleset's generation (one more per commit), asked with sequence number `seq`.
+fn generation(sock: &mut Socket, seq: u32) -> Result<Option<u32>, NftError> {
+    Ok(exchange(sock, &dump::generation_request(seq))?.iter().find_map(dump::generation_of))
 }
 
 /// The table's anonymous sets (names and handles), between two reads of the generation
@@ -469,11 +468,11 @@ fn generation() -> Result<Option<u32>, NftError> {
 fn set_dump(family: IpFamily) -> Result<Option<SetDump>, NftError> {
     let f = family;
     let mut sock = read_socket()?;
-    let generation_before = exchange(&mut sock, &dump::generation_request(1))?.iter().find_map(dump::generation_of);
+    let generation_before = generation(&mut sock, 1)?;
     let table = exchange(&mut sock, &dump::request(dump::GETTABLE, f, TABLE, 2))?;
     let Some(handle) = table.iter().find_map(|r| dump::handle(r, dump::NEWTABLE, 4)) else { return Ok(None) };
     let sets = exchange(&mut sock, &dump::request(dump::GETSET, f, TABLE, 3))?;
-    let generation_after = exchange(&mut sock, &dump::generation_request(4))?.iter().find_map(dump::generation_of);
+    let generation_after = generation(&mut sock, 4)?;
     if errno(&sets).is_some() {
         return Ok(None);
     }
@@ -491,24 +490,14 @@ fn set_dump(family: IpFamily) -> Result<Option<SetDump>, NftError> {
 }
 
 /// Sends one request and reads its replies up to the end of the dump, or the
-/// acknowledgement or error of a lookup.
+/// acknowledgement or error of a lookup: the objects, then the first error (if any).
 fn exchange(sock: &mut Socket, request: &[u8]) -> Result<Vec<dump::Reply>, NftError> {
-    let io = read_failed;
-    sock.send(request, 0).map_err(io)?;
     let mut out = Vec::new();
-    let mut buf = vec![0u8; RECV_BUF];
-    loop {
-        let n = sock.recv(&mut &mut buf[..], 0).map_err(io)?;
-        if n == 0 {
-            return Err(io(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the kernel closed the read")));
-        }
-        let replies = dump::replies(&buf[..n]);
-        let end = replies.iter().any(|r| matches!(r, dump::Reply::Done | dump::Reply::Error(_)));
-        out.extend(replies);
-        if end {
-            return Ok(out);
-        }
-    }
+    let failed = exchange_each(sock, request, &mut vec![0u8; RECV_BUF], |kind, payload| {
+        out.push(dump::Reply::Object { kind, attrs: dump::attrs(payload) });
+    })?;
+    out.extend(failed.map(dump::Reply::Error));
+    Ok(out)
 }
 
 /// A read's receive buffer: a dump reply is at most 32 KiB (the kernel's bound), a
@@ -607,25 +596,8 @@ pub fn send(batch: &mut Batch, text: &str) -> Result<(), NftError> {
 }
 
 /// The (sequence number, errno) of every `NLMSG_ERROR` in `buf` (errno 0: an ACK).
-fn replies(buf: &[u8]) -> Vec<(u32, i32)> {
-    let mut out = Vec::new();
-    let mut off = 0;
-    while off + 16 <= buf.len() {
-        let word = |at: usize| u32::from_ne_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]]);
-        let len = word(off) as usize;
-        let kind = u16::from_ne_bytes([buf[off + 4], buf[off + 5]]);
-        if len < 16 {
-            break;
-        }
-        if kind == NLMSG_ERROR && off + 20 <= buf.len() && off + 36 <= buf.len() {
-            let errno = -(word(off + 16) as i32);
-            // The refused message's header follows the errno: its sequence number.
-            let seq = word(off + 20 + 8);
-            out.push((seq, errno));
-        }
-        off += (len + 3) & !3;
-    }
-    out
+fn replies(buf: &[u8]) -> impl Iterator<Item = (u32, i32)> + '_ {
+    Messages(buf).filter_map(|m| if let Message::Error { errno, seq } = m { Some((seq, errno)) } else { None })
 }
 
 /// A batch is one message to the kernel: the socket's send buffer must hold it (nft
@@ -646,6 +618,7 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use super::*;
+    use crate::netfilter::nlattr::NLMSG_ERROR;
     use crate::nftables::fake::{Call, FakeNft};
 
     #[test]
@@ -789,6 +762,6 @@ mod tests {
             buf.extend_from_slice(&seq.to_ne_bytes());
             buf.extend_from_slice(&[0; 4]);
         }
-        assert_eq!(replies(&buf), vec![(3, 16), (7, 0)]);
+        assert_eq!(replies(&buf).collect::<Vec<_>>(), vec![(3, 16), (7, 0)]);
     }
 }

@@ -15,7 +15,7 @@
 //! is counted and retried at the next sync; a listener removed closes its connections.
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -133,8 +133,7 @@ pub struct Proxies {
 impl Proxies {
     /// No listeners yet; they will listen on `family`'s loopback address.
     pub fn new(family: IpFamily, metrics: ProxyMetrics) -> Self {
-        let listen = if family.is_v6() { IpAddr::V6(Ipv6Addr::LOCALHOST) } else { IpAddr::V4(Ipv4Addr::LOCALHOST) };
-        Proxies { family, listen, active: BTreeMap::new(), metrics }
+        Proxies { family, listen: family.loopback(), active: BTreeMap::new(), metrics }
     }
 
     fn label(&self) -> FamilyLabel {
@@ -409,7 +408,7 @@ mod tests {
         let rt = runtime();
         let _g = rt.enter();
         let mut p = Proxies::new(IpFamily::V4, ProxyMetrics::default());
-        let dead = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), free_port());
+        let dead = SocketAddr::new(IpFamily::V4.loopback(), free_port());
         let port = free_port();
         p.update(&[Spec { port, endpoints: vec![dead], affinity: None }]);
         assert_eq!(ask(port, "x").unwrap_or_default(), "", "accepted, then closed with nothing");

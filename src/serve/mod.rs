@@ -250,13 +250,8 @@ pub struct Pages {
     pub flagz: bool,
 }
 
-/// The metrics port without profiling or zpages.
-pub fn metrics_router(state: SharedState) -> Router {
-    metrics_router_with(state, Pages::default())
-}
-
-/// The metrics port with `pages`.
-pub fn metrics_router_with(state: SharedState, pages: Pages) -> Router {
+/// The metrics port, with `pages` (`Pages::default()`: no profiling, no zpages).
+pub fn metrics_router(state: SharedState, pages: Pages) -> Router {
     // The paths `/statusz` lists: kube-proxy's mux's listed ones, first segment only
     // (profiling's are unlisted; `/statusz` is installed after the list is taken).
     let mut paths = vec!["/configz", "/healthz", "/metrics", "/proxyMode"];
@@ -322,7 +317,7 @@ mod endpoint_tests {
         let shared = Arc::new(Shared::new(Schedule::new(Timing::default())));
         let _ = shared.proxy_mode.set("ipvs".into());
         let _ = shared.configz.set(serde_json::json!({"mode": "ipvs"}));
-        let addr = rt.block_on(spawn("127.0.0.1:0".parse().unwrap(), metrics_router(shared.clone()))).unwrap();
+        let addr = rt.block_on(spawn("127.0.0.1:0".parse().unwrap(), metrics_router(shared.clone(), Pages::default()))).unwrap();
         let classic = get(addr, "/metrics", "text/plain;version=0.0.4");
         assert!(classic.contains("content-type: text/plain; version=0.0.4") && !classic.contains("# EOF"), "{classic}");
         let open = get(addr, "/metrics", "application/openmetrics-text;version=1.0.0,text/plain;q=0.5");
@@ -351,7 +346,7 @@ mod endpoint_tests {
         let _ = shared.emulation_version.set("1.37".into());
         let _ = shared.flagz.set(vec![("proxy-mode".into(), "nftables".into()), ("cluster-cidr".into(), "[10.0.0.0/8]".into())]);
         let pages = Pages { statusz: true, flagz: true, ..Pages::default() };
-        let addr = rt.block_on(spawn("127.0.0.1:0".parse().unwrap(), metrics_router_with(shared.clone(), pages))).unwrap();
+        let addr = rt.block_on(spawn("127.0.0.1:0".parse().unwrap(), metrics_router(shared.clone(), pages))).unwrap();
 
         // No Accept header: the text page, its delimiter one of apiserver's four.
         let text = request(addr, "GET", "/statusz");
@@ -389,10 +384,10 @@ mod endpoint_tests {
         assert_eq!(v["flags"]["proxy-mode"], "nftables");
 
         // Each page goes with its gate.
-        let off = rt.block_on(spawn("127.0.0.1:0".parse().unwrap(), metrics_router_with(shared.clone(), Pages::default()))).unwrap();
+        let off = rt.block_on(spawn("127.0.0.1:0".parse().unwrap(), metrics_router(shared.clone(), Pages::default()))).unwrap();
         assert!(request(off, "GET", "/statusz").starts_with("HTTP/1.1 404"));
         assert!(request(off, "GET", "/flagz").starts_with("HTTP/1.1 404"));
-        let statusz_only = rt.block_on(spawn("127.0.0.1:0".parse().unwrap(), metrics_router_with(shared, Pages { statusz: true, ..Pages::default() }))).unwrap();
+        let statusz_only = rt.block_on(spawn("127.0.0.1:0".parse().unwrap(), metrics_router(shared, Pages { statusz: true, ..Pages::default() }))).unwrap();
         assert!(request(statusz_only, "GET", "/flagz").starts_with("HTTP/1.1 404"));
         assert!(body(&request(statusz_only, "GET", "/statusz")).contains(" /configz /healthz /metrics /proxyMode\n"), "no /flagz listed");
     }
@@ -409,7 +404,7 @@ mod endpoint_tests {
     fn a_delete_resets_the_slis_and_profiling_serves_a_cpu_profile() {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
         let shared = Arc::new(Shared::new(Schedule::new(Timing::default())));
-        let addr = rt.block_on(spawn("127.0.0.1:0".parse().unwrap(), metrics_router_with(shared.clone(), Pages { profiling: true, ..Pages::default() }))).unwrap();
+        let addr = rt.block_on(spawn("127.0.0.1:0".parse().unwrap(), metrics_router(shared.clone(), Pages { profiling: true, ..Pages::default() }))).unwrap();
         request(addr, "GET", "/healthz");
         assert!(request(addr, "DELETE", "/metrics/slis").ends_with("metrics reset\n"));
         assert!(!request(addr, "GET", "/metrics/slis").contains("name=\"ping\""));

@@ -359,7 +359,7 @@ impl Backoff {
 }
 
 /// A number in [0, 1) from the standard library's random hash keys.
-fn jitter() -> f64 {
+pub(super) fn jitter() -> f64 {
     use std::hash::{BuildHasher, Hasher};
     let bits = std::collections::hash_map::RandomState::new().build_hasher().finish();
     (bits >> 11) as f64 / (1u64 << 53) as f64
@@ -405,13 +405,9 @@ pub fn start(client: Client, proxy_name: Option<String>, node_name: Option<Strin
     task
 }
 
-/// Follows the API server until the receiver goes away. Watch errors (the server
-/// unreachable, a dropped connection, 410 Gone) are retried after [`Backoff`]'s wait.
-pub async fn run(client: Client, proxy_name: Option<String>, tx: mpsc::Sender<SourceMsg>) {
-    run_with_node(client, proxy_name, None, tx).await
-}
-
-/// [`run`], also watching this node's `v1/Node` (field selector on its name).
+/// Follows the API server until the receiver goes away, and this node's `v1/Node` when
+/// named (field selector on its name). Watch errors (the server unreachable, a dropped
+/// connection, 410 Gone) are retried after [`Backoff`]'s wait.
 pub async fn run_with_node(client: Client, proxy_name: Option<String>, node_name: Option<String>, tx: mpsc::Sender<SourceMsg>) {
     if let Some(name) = node_name {
         tokio::spawn(watch_node(client.clone(), name, tx.clone()));

@@ -16,6 +16,7 @@ use super::extra::{
 use super::LABEL_SERVICE_NAME;
 use crate::model::{NamespacedName, Protocol};
 use crate::net::{parse_ip_sloppy, IpFamily};
+use crate::settings::value::SettingValue;
 
 /// The pre-`publishNotReadyAddresses` annotation the endpoints controller honoured.
 pub const ANNOTATION_TOLERATE_UNREADY: &str = "service.alpha.kubernetes.io/tolerate-unready-endpoints";
@@ -30,15 +31,6 @@ fn labels_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) 
     meta.labels.clone().unwrap_or_default()
 }
 
-/// Go's `strconv.ParseBool` truth values.
-fn parse_bool(s: &str) -> Option<bool> {
-    match s {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
-        _ => None,
-    }
-}
-
 pub fn service_backend(svc: &core::Service) -> Result<ServiceBackend> {
     let id = object_id(&svc.metadata);
     let spec = svc.spec.as_ref().ok_or_else(|| FieldError::new("spec", "missing"))?;
@@ -47,7 +39,8 @@ pub fn service_backend(svc: &core::Service) -> Result<ServiceBackend> {
         .annotations
         .as_ref()
         .and_then(|a| a.get(ANNOTATION_TOLERATE_UNREADY))
-        .and_then(|v| parse_bool(v))
+        // Go's `strconv.ParseBool`, as a boolean flag reads it.
+        .and_then(|v| bool::parse_flag(v).ok())
         .unwrap_or(false);
     let mut ip_families = Vec::new();
     for (i, f) in spec.ip_families.iter().flatten().enumerate() {

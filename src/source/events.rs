@@ -466,11 +466,10 @@ async fn create(api: &Api<Event>, event: &mut Event) -> Result<(), kube::Error> 
     api.create(&PostParams::default(), event).await.map(|_| ())
 }
 
-/// `d` plus up to a quarter of it (`wait.Jitter(d, 0.25)`), from the clock's nanoseconds:
-/// only to keep many nodes from retrying in step.
+/// `d` plus up to a quarter of it (`wait.Jitter(d, 0.25)`): only to keep many nodes from
+/// retrying in step.
 fn jittered(d: Duration) -> Duration {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |t| t.subsec_nanos());
-    d + d.mul_f64(f64::from(nanos % 1000) / 1000.0 * 0.25)
+    d + d.mul_f64(super::apiserver::jitter() * 0.25)
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use tokio::sync::mpsc;
+use tokio::sync::mpsc::{self, error::SendError};
 
 use super::error::SourceError;
 use super::file::{ClusterState, Note};
@@ -92,18 +92,19 @@ impl Start {
 /// cluster. A file that no longer reads whole keeps the objects it lacks (see
 /// [`FileSet::update`]); one that is gone takes its objects with it.
 pub async fn watch_files(path: PathBuf, interval: Duration, initial: Start, finish: impl Finish, tx: mpsc::Sender<SourceMsg>) {
+    // Only the receiver going away ends it.
+    let _ = poll_files(path, interval, initial, finish, tx).await;
+}
+
+async fn poll_files(path: PathBuf, interval: Duration, initial: Start, finish: impl Finish, tx: mpsc::Sender<SourceMsg>) -> Result<(), SendError<SourceMsg>> {
     let Start { mut files, objects: mut state, notes: initial_notes, service_cidrs: mut cidrs } = initial;
     let mut read_at = fingerprint(&path);
     let mut previous_poll = read_at.clone();
     let mut notes = Vec::new();
     if let Some(new) = changed_notes(&mut notes, &initial_notes) {
-        if tx.send(SourceMsg::Notes(new)).await.is_err() {
-            return;
-        }
+        tx.send(SourceMsg::Notes(new)).await?;
     }
-    if tx.send(SourceMsg::Ready).await.is_err() {
-        return;
-    }
+    tx.send(SourceMsg::Ready).await?;
     loop {
         tokio::time::sleep(interval).await;
         let now = fingerprint(&path);
@@ -142,32 +143,23 @@ pub async fn watch_files(path: PathBuf, interval: Duration, initial: Start, fini
         let merged = clock.elapsed();
         errors.extend(more);
         if let Some(new) = changed_notes(&mut notes, &rest.notes) {
-            if tx.send(SourceMsg::Notes(new)).await.is_err() {
-                return;
-            }
+            tx.send(SourceMsg::Notes(new)).await?;
         }
         let now_cidrs = crate::model::service_cidrs(&rest.service_cidrs);
         drop(rest);
         if now_cidrs != cidrs {
             cidrs.clone_from(&now_cidrs);
-            if tx.send(SourceMsg::ServiceCidrs(now_cidrs)).await.is_err() {
-                return;
-            }
+            tx.send(SourceMsg::ServiceCidrs(now_cidrs)).await?;
         }
         if !errors.is_empty() {
-            let list = errors.iter().map(SourceError::to_string).collect();
-            if tx.send(SourceMsg::Malformed(list)).await.is_err() {
-                return;
-            }
+            tx.send(SourceMsg::Malformed(errors.iter().map(SourceError::to_string).collect())).await?;
         }
         let events = objects.events_since(&state);
         state = objects;
         let (files_read, seconds) = (changed.len(), clock.elapsed().as_secs_f64());
         let (read_seconds, merge_seconds) = (read.as_secs_f64(), (merged - read).as_secs_f64());
         tracing::info!(files_read, read_seconds, merge_seconds, seconds, events = events.len(), "files re-read");
-        if tx.send(SourceMsg::Events(events)).await.is_err() {
-            return;
-        }
+        tx.send(SourceMsg::Events(events)).await?;
     }
 }
 

@@ -35,6 +35,18 @@ impl Backend {
     }
 }
 
+/// Runs `cmd` with its output captured and `stdin` written to it (`None`: no input). A
+/// write error means the process died early; its exit status says why. (nft and ipset
+/// run through it too.)
+pub fn run_piped(cmd: &mut Command, stdin: Option<&str>) -> std::io::Result<std::process::Output> {
+    let input = if stdin.is_some() { Stdio::piped() } else { Stdio::null() };
+    let mut child = cmd.stdin(input).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+    if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        let _ = pipe.write_all(text.as_bytes());
+    }
+    child.wait_with_output()
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum RestoreError {
     #[error("cannot run {binary}: {error}")]

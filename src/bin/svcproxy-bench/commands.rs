@@ -403,11 +403,10 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         BenchWhat::PartialRestore { services, endpoints, change: Change::OneEndpoint, write_base, write_changed } => {
             let mut one = OneEndpoint::new(*services, *endpoints)?;
-            if let Some(p) = write_base {
-                std::fs::write(p, &one.base_text).with_context(|| format!("cannot write {}", p.display()))?;
-            }
-            if let Some(p) = write_changed {
-                std::fs::write(p, &one.changed_text).with_context(|| format!("cannot write {}", p.display()))?;
+            for (path, text) in [(write_base, &one.base_text), (write_changed, &one.changed_text)] {
+                if let Some(p) = path {
+                    std::fs::write(p, text).with_context(|| format!("cannot write {}", p.display()))?;
+                }
             }
             let add = one.add.clone();
             let changes = one.step(&add);
@@ -428,8 +427,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             out(&runs.concat())?;
         }
         BenchWhat::NftEncode { rounds } => {
-            let mut text = String::new();
-            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)?;
+            let text = std::io::read_to_string(std::io::stdin())?;
             for round in 0..*rounds {
                 let (batch, sample) = svcproxy::bench::conntrack::measure(None, || svcproxy::nftables::wire::encode(&text));
                 let batch = batch?;
@@ -437,14 +435,12 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
         }
         BenchWhat::NftNetlink => {
-            let mut text = String::new();
-            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)?;
+            let text = std::io::read_to_string(std::io::stdin())?;
             let mut batch = svcproxy::nftables::wire::encode(&text)?;
             svcproxy::nftables::netlink::send(&mut batch, &text)?;
         }
         BenchWhat::SplitRestore { services_per_chunk, dir } => {
-            let mut text = String::new();
-            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)?;
+            let text = std::io::read_to_string(std::io::stdin())?;
             let chunks = bench::split_by_service(&text, *services_per_chunk).context("the restore input does not parse")?;
             std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
             for (i, c) in chunks.iter().enumerate() {

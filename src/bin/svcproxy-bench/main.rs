@@ -13,7 +13,7 @@ static ALLOC: heap::Counting = heap::Counting;
 use std::process::ExitCode;
 
 use clap::Parser;
-use svcproxy::cli::{EXIT_ERROR, EXIT_OK};
+use svcproxy::cli::{is_broken_pipe, EXIT_ERROR, EXIT_OK};
 
 fn main() -> ExitCode {
     match commands::run(commands::Cli::parse()) {
@@ -24,8 +24,4 @@ fn main() -> ExitCode {
             ExitCode::from(EXIT_ERROR)
         }
     }
-}
-
-fn is_broken_pipe(err: &anyhow::Error) -> bool {
-    err.chain().any(|e| e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
 }

@@ -38,10 +38,8 @@ const ERROR_TRUESIZE: usize = 1024;
 const RECV_BUF: usize = 64 * 1024;
 /// Asked for, the kernel caps it at `net.core.rmem_max`.
 const SOCKET_RCVBUF: usize = 1 << 20;
-const MSG_TRUNC: i32 = 0x20;
 const GENL_ID_CTRL: u16 = 0x10;
 const CTRL_ATTR_FAMILY_ID: u16 = 1;
-const ENOENT: i32 = 2;
 
 /// Which way a traced datagram went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,7 +131,7 @@ impl NetlinkIpvs {
     fn recv(&mut self) -> io::Result<()> {
         self.buf.clear();
         self.buf.reserve(RECV_BUF);
-        let len = self.socket.recv(&mut self.buf, MSG_TRUNC)?;
+        let len = self.socket.recv(&mut self.buf, libc::MSG_TRUNC)?;
         if len > self.buf.len() {
             return Err(io::Error::other(format!("netlink datagram of {len} bytes truncated")));
         }
@@ -166,7 +164,7 @@ impl NetlinkIpvs {
                 match frame {
                     _ if frame_seq != seq => {}
                     Frame::Data { kind: GENL_ID_CTRL, payload } => id = id.or(family_id(payload)),
-                    Frame::Error(code) if code == -ENOENT => return Err(Error::FamilyNotFound),
+                    Frame::Error(code) if code == -libc::ENOENT => return Err(Error::FamilyNotFound),
                     Frame::Error(code) => {
                         return Err(Error::Socket(io::Error::from_raw_os_error(-code)))
                     }
