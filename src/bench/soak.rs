@@ -81,6 +81,9 @@ pub struct Sample {
     pub partial_syncs: u64,
     /// Network programming latency: cumulative count per bucket bound (seconds).
     pub latency: Vec<(f64, u64)>,
+    /// nftables mode: the chains a cold start's interim table had still to convert, all
+    /// families (`None`: the metric was not there).
+    pub interim_chains: Option<u64>,
 }
 
 /// The run: samples and what it counted.
@@ -305,6 +308,9 @@ pub fn count_syncs(log: &str) -> (u64, u64) {
 pub fn parse_metrics(text: &str) -> Sample {
     let mut s = Sample::default();
     for line in text.lines() {
+        if line.starts_with("svcproxy_nftables_interim_chains{") {
+            *s.interim_chains.get_or_insert(0) += value(line).unwrap_or(0.0) as u64;
+        }
         if let Some(rest) = line.strip_prefix("kubeproxy_network_programming_duration_seconds_bucket{") {
             let le = rest.split("le=\"").nth(1).and_then(|r| r.split('"').next());
             let bound = match le {
@@ -391,6 +397,7 @@ impl Soak {
                 p50_s: quantile(&before.latency, &s.latency, 0.5),
                 p99_s: quantile(&before.latency, &s.latency, 0.99),
                 rss_mib: s.rss_kib as f64 / 1024.0,
+                interim_chains: s.interim_chains,
             });
             before = s;
         }
@@ -455,6 +462,8 @@ pub struct Minute {
     pub p50_s: Option<f64>,
     pub p99_s: Option<f64>,
     pub rss_mib: f64,
+    /// At the minute's end ([`Sample::interim_chains`]).
+    pub interim_chains: Option<u64>,
 }
 
 /// The least-squares slope of `(x, y)` points per unit of x; `None` under three points.
@@ -472,9 +481,10 @@ pub fn slope(points: &[(f64, f64)]) -> Option<f64> {
 /// still carries the first sync's allocations): RSS MiB/min and p99 s/min.
 pub fn minutes_tsv(minutes: &[Minute]) -> String {
     let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.3}"));
-    let mut out = String::from("minute\tphase\tp50_s\tp99_s\trss_mib\n");
+    let mut out = String::from("minute\tphase\tp50_s\tp99_s\trss_mib\tinterim_chains\n");
     for m in minutes {
-        let _ = writeln!(out, "{}\t{}\t{}\t{}\t{:.1}", m.minute, m.phase, f(m.p50_s), f(m.p99_s), m.rss_mib);
+        let interim = m.interim_chains.map_or("-".to_string(), |n| n.to_string());
+        let _ = writeln!(out, "{}\t{}\t{}\t{}\t{:.1}\t{interim}", m.minute, m.phase, f(m.p50_s), f(m.p99_s), m.rss_mib);
     }
     out
 }
@@ -632,8 +642,12 @@ mod tests {
             kubeproxy_sync_partial_proxy_rules_duration_seconds_count{ip_family=\"IPv4\"} 7\n\
             kubeproxy_network_programming_duration_seconds_bucket{ip_family=\"IPv4\",le=\"0.25\"} 3\n\
             kubeproxy_network_programming_duration_seconds_bucket{ip_family=\"IPv4\",le=\"0.5\"} 8\n\
-            kubeproxy_network_programming_duration_seconds_bucket{ip_family=\"IPv4\",le=\"+Inf\"} 10\n";
+            kubeproxy_network_programming_duration_seconds_bucket{ip_family=\"IPv4\",le=\"+Inf\"} 10\n\
+            svcproxy_nftables_interim_chains{ip_family=\"IPv4\"} 40\n\
+            svcproxy_nftables_interim_chains{ip_family=\"IPv6\"} 2\n";
         let s = parse_metrics(text);
+        assert_eq!(s.interim_chains, Some(42), "the interim's chains left, all families");
+        assert_eq!(parse_metrics("").interim_chains, None);
         assert_eq!((s.full_syncs, s.partial_syncs), (0, 0), "sync counts come from the log, not these (IPVS mode has none)");
         assert_eq!(s.latency, vec![(0.25, 3), (0.5, 8), (f64::INFINITY, 10)]);
     }
@@ -665,6 +679,7 @@ mod tests {
                 full_syncs: 1,
                 partial_syncs,
                 latency,
+                interim_chains: (t < 100.0).then_some(30),
             })
             .collect();
         Soak { spec_line: "test".into(), first_sync_s: 12.5, samples }
@@ -693,11 +708,12 @@ mod tests {
         let levels_off: Vec<Minute> = [60.0, 64.0, 68.0, 72.0, 72.0, 72.0, 72.0, 72.0]
             .iter()
             .enumerate()
-            .map(|(i, &rss_mib)| Minute { minute: i as u32 + 1, phase: "changes", p50_s: None, p99_s: None, rss_mib })
+            .map(|(i, &rss_mib)| Minute { minute: i as u32 + 1, phase: "changes", p50_s: None, p99_s: None, rss_mib, interim_chains: None })
             .collect();
         assert!(trend(&levels_off).0.is_some_and(|s| s > 1.0), "the whole phase slopes up");
         assert_eq!(trend_second_half(&levels_off).0, Some(0.0), "its second half is flat");
-        assert!(minutes_tsv(&m).starts_with("minute\tphase\tp50_s\tp99_s\trss_mib\n1\tchanges\t1.000\t"), "{}", minutes_tsv(&m));
+        assert!(minutes_tsv(&m).starts_with("minute\tphase\tp50_s\tp99_s\trss_mib\tinterim_chains\n1\tchanges\t1.000\t"), "{}", minutes_tsv(&m));
+        assert_eq!(m.iter().map(|m| m.interim_chains).collect::<Vec<_>>(), [Some(30), None, None], "each minute's last sample");
     }
 
     #[test]

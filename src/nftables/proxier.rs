@@ -124,9 +124,9 @@ impl Proxier {
         self.families.iter().any(|f| !f.converting.is_empty())
     }
 
-    /// The chains a cold start's conversion has still to convert, in every family.
-    pub fn conversion_left(&self) -> usize {
-        self.families.iter().map(|f| f.converting.len()).sum()
+    /// The chains a cold start's conversion has still to convert, per family.
+    pub fn conversion_left(&self) -> impl Iterator<Item = (crate::net::IpFamily, usize)> + '_ {
+        self.families.iter().map(|f| (f.ruleset.ctx.family, f.converting.len()))
     }
 
     /// Converts the next batch of a family's interim chains to kube-proxy's rules (as the

@@ -226,11 +226,12 @@ impl Engine {
         matches!(&self.proxier, Proxier::Nftables(p) if p.converting())
     }
 
-    /// The chains a cold start's interim nftables table has still to convert.
-    pub fn conversion_left(&self) -> usize {
+    /// The chains a cold start's interim nftables table has still to convert, per family
+    /// (none outside nftables mode).
+    pub fn conversion_left(&self) -> Vec<(crate::net::IpFamily, usize)> {
         match &self.proxier {
-            Proxier::Nftables(p) => p.conversion_left(),
-            _ => 0,
+            Proxier::Nftables(p) => p.conversion_left().collect(),
+            _ => Vec::new(),
         }
     }
 

@@ -73,6 +73,7 @@ pub async fn run_with(
                     let t = Instant::now();
                     convert_step(&mut engine, &shared);
                     (last_step, idle_syncs) = (t.elapsed(), 0);
+                    record::interim_chains(&shared.metrics, &engine.conversion_left());
                     if next.is_none_or(|at| at > Instant::now()) {
                         continue;
                     }
@@ -81,10 +82,10 @@ pub async fn run_with(
                 if let Some(why) = exit_asked(&shared) {
                     return Some(why);
                 }
-                let left = engine.conversion_left();
+                let left = engine.conversion_left().iter().map(|(_, n)| n).sum::<usize>();
                 wake(&mut engine, &shared, Instant::now());
+                let now_left = record::interim_chains(&shared.metrics, &engine.conversion_left());
                 if left > 0 {
-                    let now_left = engine.conversion_left();
                     idle_syncs = if now_left < left { 0 } else { idle_syncs + 1 };
                     if now_left == 0 {
                         tracing::info!(chains = left, "the interim nftables table is kube-proxy's now");

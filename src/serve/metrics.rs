@@ -103,6 +103,8 @@ pub struct Metrics {
     /// svcproxy's: nftables partial syncs' transactions by writer (netlink, or nft when
     /// the netlink encoder does not know what they hold).
     pub nftables_partial_writes: Family<WriterLabel, Counter>,
+    /// svcproxy's: the chains a cold start's interim table has still to convert.
+    pub nftables_interim_chains: Family<FamilyLabel, Gauge>,
     pub rules: Family<TableLabel, Gauge>,
     pub rules_last: Family<TableLabel, Gauge>,
     pub conntrack_reconcile_duration: PerFamily,
@@ -166,6 +168,7 @@ impl Metrics {
             nftables_sync_failures: Family::default(),
             nftables_cleanup_failures: Family::default(),
             nftables_partial_writes: Family::default(),
+            nftables_interim_chains: Family::default(),
             rules: Family::default(),
             rules_last: Family::default(),
             conntrack_reconcile_duration: Family::new_with_constructor(seconds),
@@ -251,6 +254,11 @@ impl Metrics {
                 "svcproxy_nftables_partial_writes",
                 "nftables partial syncs' transactions by writer: netlink, or nft for what the netlink encoder does not know",
                 self.nftables_partial_writes.clone(),
+            );
+            r.register(
+                "svcproxy_nftables_interim_chains",
+                "Chains of a cold start's interim nftables table still to convert to kube-proxy's rules",
+                self.nftables_interim_chains.clone(),
             );
         }
         r.register("kubeproxy_conntrack_reconciler_sync_duration_seconds", "ReconcileConntrackFlowsLatency latency in seconds", self.conntrack_reconcile_duration.clone());

@@ -161,6 +161,15 @@ pub(super) fn nftables_reports(m: &Metrics, reports: &[crate::nftables::sync::Re
     }
 }
 
+/// svcproxy's gauge of the chains a cold start's interim nftables table has still to
+/// convert (`left`, per family: [`Engine::conversion_left`]); returns their sum.
+pub(super) fn interim_chains(m: &Metrics, left: &[(IpFamily, usize)]) -> usize {
+    for (family, n) in left {
+        m.nftables_interim_chains.get_or_create(&FamilyLabel::of(*family)).set(i64::try_from(*n).unwrap_or(i64::MAX));
+    }
+    left.iter().map(|(_, n)| n).sum()
+}
+
 /// Per family, the slice events that changed its tracker since the last sync.
 pub(super) fn slice_changes(engine: &Engine) -> Vec<usize> {
     engine.trackers.families.iter().map(|t| t.endpoints.changed_events()).collect()
@@ -254,5 +263,18 @@ mod tests {
         assert!(text.lines().any(|l| l == "svcproxy_nftables_partial_writes_total{ip_family=\"IPv4\",writer=\"netlink\"} 2"), "{text}");
         assert!(text.lines().any(|l| l == "svcproxy_nftables_partial_writes_total{ip_family=\"IPv6\",writer=\"nft\"} 1"), "{text}");
         assert!(!text.contains("writer=\"nft\"} 2") && !text.contains("IPv4\",writer=\"nft\""), "{text}");
+    }
+
+    /// The interim's chains left, per family, follow each report of them down to zero.
+    #[test]
+    fn the_interim_chains_gauge_follows_the_conversion() {
+        use crate::net::IpFamily;
+        let mut m = Metrics::new();
+        m.register_mode(crate::config::Mode::Nftables);
+        assert_eq!(interim_chains(&m, &[(IpFamily::V4, 40), (IpFamily::V6, 2)]), 42);
+        assert_eq!(interim_chains(&m, &[(IpFamily::V4, 0), (IpFamily::V6, 2)]), 2);
+        let text = m.encode();
+        assert!(text.lines().any(|l| l == "svcproxy_nftables_interim_chains{ip_family=\"IPv4\"} 0"), "{text}");
+        assert!(text.lines().any(|l| l == "svcproxy_nftables_interim_chains{ip_family=\"IPv6\"} 2"), "{text}");
     }
 }
