@@ -3,8 +3,9 @@
 //! and the few more of kube-proxy's own test tables. One writer ([`display`]: the exact
 //! `nft -f` words) and one reader ([`reader`]) of two forms: [`parse`], those words back, a
 //! [`ParseError`] naming the word it stopped at; [`listed`], the same values from a rule as
-//! `nft list` prints it. There is no catch-all: a form not here is an error, so a new form
-//! is added here first. Pure.
+//! `nft list` prints it; its [`Cursor`] reads set elements and the encoder's other lines
+//! too. There is no catch-all: a form not here is an error, so a new form is added here
+//! first. Pure.
 //!
 //! Families are `net::IpFamily`; the word a rule spells for one (`ip`/`ip6`) is
 //! [`crate::nftables::model::NftFamily`]'s.
@@ -22,6 +23,7 @@ pub use display::Stmts;
 pub use listed::parse_listed;
 #[cfg(test)]
 pub(crate) use listed::KERNEL_WORDS;
+pub(crate) use reader::{Cursor, Form, Tok};
 pub use parse::{parse_add_rule, parse_body, parse_verdict, Expected, ParseError};
 
 pub use crate::model::Protocol;

@@ -40,6 +40,8 @@ pub enum Expected {
     Port,
     /// `IP:PORT` (IPv4) or `[IP]:PORT` (IPv6).
     HostPort,
+    /// A set element's key part: an address, a protocol, a port.
+    KeyPart,
     /// A chain's or an interface's name.
     Name,
     /// `@NAME`.
@@ -77,6 +79,7 @@ impl fmt::Display for Expected {
             Expected::Number => f.write_str("a 32-bit number (decimal, or 0x and lowercase hex)"),
             Expected::Port => f.write_str("a port number"),
             Expected::HostPort => f.write_str("IP:PORT or [IP]:PORT"),
+            Expected::KeyPart => f.write_str("an address, tcp, udp, sctp or a port"),
             Expected::Name => f.write_str("a name"),
             Expected::SetRef => f.write_str("@ and a set's name"),
             Expected::Verdict => f.write_str("a verdict (accept, drop, return, jump CHAIN, goto CHAIN)"),
@@ -119,7 +122,7 @@ pub fn parse_body(text: &str) -> Result<Body, ParseError> {
 pub fn parse_verdict(text: &str) -> Result<Verdict, ParseError> {
     let mut c = Cursor::new(text, Form::Written)?;
     let v = c.verdict()?;
-    c.end()?;
+    c.end(Expected::End)?;
     Ok(v)
 }
 
