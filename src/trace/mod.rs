@@ -262,23 +262,15 @@ fn apply_rule(cx: &Cx, table: &str, chain: &str, rule: &Rule, mut b: Branch, dep
     out
 }
 
-/// `V/M` or `V` (mask all ones).
-fn value_mask(s: &str) -> Option<(u32, u32)> {
-    match s.split_once('/') {
-        Some((v, m)) => matcher::parse_u32(v).zip(matcher::parse_u32(m)),
-        None => matcher::parse_u32(s).map(|v| (v, u32::MAX)),
-    }
-}
-
 /// `-j MARK`: `--set-xmark V/M` (what iptables-save prints), `--or-mark`, `--xor-mark`;
 /// and, kept as words, `--set-mark` and `--and-mark`.
 fn mark(target: &Target, mark: u32) -> u32 {
     match target {
-        Target::SetXmark(v) => value_mask(v).map_or(mark, |(v, m)| (mark & !m) ^ v),
+        Target::SetXmark(v) => matcher::value_mask(v).map_or(mark, |(v, m)| (mark & !m) ^ v),
         Target::OrMark(v) => matcher::parse_u32(v).map_or(mark, |v| mark | v),
         Target::XorMark(v) => matcher::parse_u32(v).map_or(mark, |v| mark ^ v),
         Target::Other(words) => {
-            if let Some((v, m)) = words.after("--set-mark").and_then(value_mask) {
+            if let Some((v, m)) = words.after("--set-mark").and_then(matcher::value_mask) {
                 return (mark & !m) | v;
             }
             words.after("--and-mark").and_then(matcher::parse_u32).map_or(mark, |v| mark & v)
