@@ -1,7 +1,8 @@
-//! Reading statements from `nft -f` words, the inverse of [`super::display`]: the entry
-//! points and the [`ParseError`] naming the word and what was expected there. The words
-//! are read exactly as the writer writes them (canonical addresses, numbers without leading
-//! zeros, [`Form::Written`]), so what is read writes back byte for byte.
+//! Reading statements from `nft -f` words, the inverse of [`super::display`], and from
+//! `nft list`'s ([`parse_listed`]): the entry points and the [`ParseError`] naming the word
+//! and what was expected there. `nft -f` words are read exactly as the writer writes them
+//! (canonical addresses, numbers without leading zeros, [`Form::Written`]), so what is
+//! read writes back byte for byte.
 
 use std::fmt;
 
@@ -116,6 +117,17 @@ impl std::error::Error for ParseError {}
 /// Reads a rule's statements and comment (what follows `add rule FAMILY TABLE CHAIN`).
 pub fn parse_body(text: &str) -> Result<Body, ParseError> {
     Cursor::new(text, Form::Written)?.body()
+}
+
+/// Reads a rule's statements and comment as `nft list` prints them (nft 1.0.6), in the
+/// reader's [`Form::Listed`]: the kernel's words for some statements (`meta mark & M !=
+/// 0x00000000`, `meta mark set meta mark | M`, `dnat ip to numgen … map` without `addr .
+/// port`, `numgen random mod N K`, `, ` between items, quoted interface names) and the
+/// renderer's own, in any spacing. What the kernel changes of the values stays changed: an
+/// anonymous set comes back sorted with adjacent addresses merged (a set of one is a plain
+/// value), its items read as [`Sep::Spaced`] unless every comma is tight (`a,b`).
+pub fn parse_listed(text: &str) -> Result<Body, ParseError> {
+    Cursor::new(text, Form::Listed)?.body()
 }
 
 /// Reads a verdict alone (`goto C`, `drop`): a verdict map element's value.

@@ -15,7 +15,7 @@ pub(crate) enum Form {
     /// svcproxy's words exactly as [`super::display`] writes them, so that what is read
     /// writes back byte for byte.
     Written,
-    /// A rule as `nft list` prints it ([`super::listed`]); the renderer's words are read too.
+    /// A rule as `nft list` prints it ([`super::parse_listed`]); the renderer's words are read too.
     Listed,
 }
 
