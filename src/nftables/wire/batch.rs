@@ -465,8 +465,8 @@ fn add_set(b: &mut Batch, fam: IpFamily, table: &str, is_map: bool, cur: &mut Cu
             "flags" => {
                 for f in w.iter().flat_map(|f| f.split(',')).filter(|f| !f.is_empty()) {
                     flags |= match f {
-                        "dynamic" => 0x20,
-                        "timeout" => 0x10,
+                        "dynamic" => st::F_EVAL,
+                        "timeout" => st::F_TIMEOUT,
                         _ => return Err(unsupported("a set flag other than dynamic, timeout")),
                     };
                 }
