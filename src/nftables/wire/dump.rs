@@ -77,16 +77,15 @@ pub enum Reply {
 
 /// The messages of one `recv`'s bytes (a truncated tail is dropped).
 pub fn replies(buf: &[u8]) -> Vec<Reply> {
-    let mut out = Vec::new();
-    each_reply(buf, |r| match r {
-        Borrowed::Object { kind, payload } => out.push(Reply::Object { kind, attrs: attrs(payload) }),
-        Borrowed::Error(e) => out.push(Reply::Error(e)),
-        Borrowed::Done => out.push(Reply::Done),
-    });
-    out
+    let owned = |r| match r {
+        Borrowed::Object { kind, payload } => Reply::Object { kind, attrs: attrs(payload) },
+        Borrowed::Error(e) => Reply::Error(e),
+        Borrowed::Done => Reply::Done,
+    };
+    borrowed(buf).map(owned).collect()
 }
 
-/// One reply message, borrowed from the received bytes ([`each_reply`]).
+/// One reply message, borrowed from the received bytes ([`borrowed`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Borrowed<'a> {
     /// An nf_tables object: its kind (without the subsystem) and its attributes' bytes
@@ -96,17 +95,15 @@ pub enum Borrowed<'a> {
     Done,
 }
 
-/// [`replies`] without copying: `each` gets every message of `buf` in order.
-pub fn each_reply<'a>(buf: &'a [u8], mut each: impl FnMut(Borrowed<'a>)) {
-    for m in Messages(buf) {
-        match m {
-            Message::Error { errno, .. } => each(Borrowed::Error(errno)),
-            Message::Done { .. } => each(Borrowed::Done),
-            // After `nfgenmsg`, the object's attributes.
-            Message::Data { kind, body, .. } if kind >> 8 == attr::NFNL_SUBSYS_NFTABLES => each(Borrowed::Object { kind: kind & 0xff, payload: body.get(4..).unwrap_or_default() }),
-            Message::Data { .. } => {}
-        }
-    }
+/// [`replies`] without copying: every message of `buf` in order.
+pub fn borrowed(buf: &[u8]) -> impl Iterator<Item = Borrowed<'_>> {
+    Messages(buf).filter_map(|m| match m {
+        Message::Error { errno, .. } => Some(Borrowed::Error(errno)),
+        Message::Done { .. } => Some(Borrowed::Done),
+        // After `nfgenmsg`, the object's attributes.
+        Message::Data { kind, body, .. } if kind >> 8 == attr::NFNL_SUBSYS_NFTABLES => Some(Borrowed::Object { kind: kind & 0xff, payload: body.get(4..).unwrap_or_default() }),
+        Message::Data { .. } => None,
+    })
 }
 
 /// Top-level attributes (type without the nested/byte-order flags, payload), copied.
