@@ -13,7 +13,6 @@ use serde::{Serialize, Serializer};
 
 use super::model::family_of_word;
 use super::stmt::{Cursor, Expected, Form, ParseError, Verdict};
-use super::wire::nfta::proto;
 use crate::model::Protocol;
 use crate::net::IpFamily;
 
@@ -65,12 +64,7 @@ impl Key {
             parts.push(match t {
                 "ipv4_addr" => Part::Addr(Ipv4Addr::from(<[u8; 4]>::try_from(v).ok()?).into()),
                 "ipv6_addr" => Part::Addr(Ipv6Addr::from(<[u8; 16]>::try_from(v).ok()?).into()),
-                "inet_proto" => Part::Proto(match v[0] {
-                    proto::TCP => Protocol::Tcp,
-                    proto::UDP => Protocol::Udp,
-                    proto::SCTP => Protocol::Sctp,
-                    _ => return None,
-                }),
+                "inet_proto" => Part::Proto(Protocol::from_number(u16::from(v[0]))?),
                 _ => Part::Port(u16::from_be_bytes([v[0], v[1]])),
             });
             at += width;

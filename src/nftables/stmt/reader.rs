@@ -67,15 +67,6 @@ impl Form {
     }
 }
 
-pub(super) fn protocol(w: &str) -> Option<Protocol> {
-    match w {
-        "tcp" => Some(Protocol::Tcp),
-        "udp" => Some(Protocol::Udp),
-        "sctp" => Some(Protocol::Sctp),
-        _ => None,
-    }
-}
-
 /// Decimal digits as the writer writes them: no sign, no leading zero.
 pub(super) fn decimal<T: FromStr>(w: &str) -> Option<T> {
     let canonical = !w.is_empty() && w.bytes().all(|b| b.is_ascii_digit()) && (w == "0" || !w.starts_with('0'));
@@ -280,7 +271,7 @@ impl<'a> Cursor<'a> {
             let negated = self.eat("!=");
             return Ok(Stmt::Match(Match::Addr { family, dir, negated, value: self.addr_value()? }));
         }
-        if let Some(proto) = protocol(first) {
+        if let Some(proto) = Protocol::from_name(first) {
             self.expect("dport")?;
             return Ok(Stmt::Match(Match::Dport { proto, port: self.value(Expected::Port, |w| form.decimal(w))? }));
         }
@@ -289,7 +280,7 @@ impl<'a> Cursor<'a> {
                 let expected = if form.kernels_words() { Expected::OneOf(&["l4proto", "mark"]) } else { Expected::Word("l4proto") };
                 match self.word(expected)? {
                     "l4proto" if self.continues_key() => self.keyed(Selector::L4proto)?,
-                    "l4proto" => Stmt::Match(Match::L4proto(self.value(Expected::Protocol, protocol)?)),
+                    "l4proto" => Stmt::Match(Match::L4proto(self.value(Expected::Protocol, Protocol::from_name)?)),
                     "mark" if form.kernels_words() => self.mark(&MarkWords::KERNEL)?,
                     _ => return Err(self.error_at(self.at - 1, expected)),
                 }

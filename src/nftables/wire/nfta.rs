@@ -248,10 +248,3 @@ pub mod datatype {
     pub const IPV6_ADDR: u32 = 8;
     pub const INET_SERVICE: u32 = 13;
 }
-
-/// IP protocol numbers (`IPPROTO_*`).
-pub mod proto {
-    pub const TCP: u8 = 6;
-    pub const UDP: u8 = 17;
-    pub const SCTP: u8 = 132;
-}
