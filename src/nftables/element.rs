@@ -2,7 +2,7 @@
 //! what the `kube-proxy` table's set types `ipv4_addr`, `ipv6_addr`, `inet_proto` and
 //! `inet_service` hold, alone or concatenated) and a verdict map's verdict. One writer
 //! (`Display`: the `nft -f` words, which `nft list` prints alike) and one reader of those
-//! words ([`parse`], an [`ElementError`] naming the word), and [`Key::decode`], the key
+//! words ([`parse`]: the statement reader's, a [`ParseError`] naming the word), and [`Key::decode`], the key
 //! from the kernel's bytes. The encoder and the tracer match on [`Part`] without a
 //! catch-all, so a new kind of part does not compile until both know it. Pure.
 
@@ -12,9 +12,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use serde::{Serialize, Serializer};
 
 use super::model::family_of_word;
-use super::stmt::{parse_verdict, Verdict};
-use super::wire::nfta::proto;
-use super::wire::tokens::{split, Tok};
+use super::stmt::{Cursor, Expected, Form, ParseError, Verdict};
 use crate::model::Protocol;
 use crate::net::IpFamily;
 
@@ -66,12 +64,7 @@ impl Key {
             parts.push(match t {
                 "ipv4_addr" => Part::Addr(Ipv4Addr::from(<[u8; 4]>::try_from(v).ok()?).into()),
                 "ipv6_addr" => Part::Addr(Ipv6Addr::from(<[u8; 16]>::try_from(v).ok()?).into()),
-                "inet_proto" => Part::Proto(match v[0] {
-                    proto::TCP => Protocol::Tcp,
-                    proto::UDP => Protocol::Udp,
-                    proto::SCTP => Protocol::Sctp,
-                    _ => return None,
-                }),
+                "inet_proto" => Part::Proto(Protocol::from_number(u16::from(v[0]))?),
                 _ => Part::Port(u16::from_be_bytes([v[0], v[1]])),
             });
             at += width;
@@ -158,34 +151,6 @@ impl Display for Element {
     }
 }
 
-/// Where reading an element stopped: the word (counted from 1; `None` found: past the
-/// end) and what was expected there.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ElementError {
-    pub word: usize,
-    pub found: Option<String>,
-    pub expected: &'static str,
-}
-
-impl Display for ElementError {
-    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
-        match &self.found {
-            Some(w) => write!(f, "word {} {w:?}: expected {}", self.word, self.expected),
-            None => write!(f, "end of element: expected {}", self.expected),
-        }
-    }
-}
-
-impl std::error::Error for ElementError {}
-
-fn error_at(toks: &[Tok<'_>], at: usize, expected: &'static str) -> ElementError {
-    let found = toks.get(at).map(|t| match t {
-        Tok::Word(w) => (*w).to_owned(),
-        Tok::Quoted(q) => format!("\"{q}\""),
-    });
-    ElementError { word: at + 1, found, expected }
-}
-
 impl Part {
     /// An address, `tcp`/`udp`/`sctp`, or a port in decimal.
     fn parse(w: &str) -> Option<Part> {
@@ -201,43 +166,17 @@ impl Part {
 }
 
 /// Reads an element of `set` as `nft -f` takes it and `nft list` prints it (`10.96.0.10 .
-/// udp . 53 comment "ns/svc:port" : goto service-…`): the inverse of its `Display`.
-pub fn parse(set: &str, body: &str) -> Result<Element, ElementError> {
-    let toks = split(body).ok_or_else(|| ElementError { word: 1, found: Some(body.to_owned()), expected: "a closing double quote" })?;
-    let word = |at: usize| match toks.get(at) {
-        Some(Tok::Word(w)) => Some(*w),
-        _ => None,
-    };
-    let mut at = 0;
-    let mut parts = Vec::new();
-    loop {
-        let part = word(at).and_then(Part::parse).ok_or_else(|| error_at(&toks, at, "an address, tcp, udp, sctp or a port"))?;
-        parts.push(part);
-        at += 1;
-        if word(at) != Some(".") {
-            break;
-        }
-        at += 1;
+/// udp . 53 comment "ns/svc:port" : goto service-…`): the inverse of its `Display`, by the
+/// statement reader in its lenient form (any spacing).
+pub fn parse(set: &str, body: &str) -> Result<Element, ParseError> {
+    let mut c = Cursor::new(body, Form::Listed)?;
+    let mut parts = vec![c.value(Expected::KeyPart, Part::parse)?];
+    while c.eat(".") {
+        parts.push(c.value(Expected::KeyPart, Part::parse)?);
     }
-    let mut comment = None;
-    if word(at) == Some("comment") {
-        match toks.get(at + 1) {
-            Some(Tok::Quoted(c)) => comment = Some((*c).to_owned()),
-            _ => return Err(error_at(&toks, at + 1, "a double-quoted comment")),
-        }
-        at += 2;
-    }
-    let mut value = None;
-    if word(at) == Some(":") {
-        let rest: Option<Vec<&str>> = (at + 1..toks.len()).map(word).collect();
-        let rest = rest.ok_or_else(|| error_at(&toks, at + 1, "a verdict"))?;
-        let v = parse_verdict(&rest.join(" ")).map_err(|e| error_at(&toks, at + e.word, "a verdict (accept, drop, return, jump CHAIN, goto CHAIN)"))?;
-        value = Some(v);
-        at = toks.len();
-    }
-    if at < toks.len() {
-        return Err(error_at(&toks, at, "\" . \", \"comment\", \":\" or the end"));
-    }
+    let comment = if c.eat("comment") { Some(c.quoted(Expected::Comment)?.to_owned()) } else { None };
+    let value = if c.eat(":") { Some(c.verdict()?) } else { None };
+    c.end(Expected::OneOf(&[".", "comment", ":"]))?;
     Ok(Element { set: set.to_owned(), key: Key(parts), value, comment })
 }
 
@@ -251,21 +190,21 @@ pub struct ElementLine {
 }
 
 /// Reads an `add element` / `delete element` line of one element.
-pub fn parse_line(line: &str) -> Result<ElementLine, ElementError> {
+pub fn parse_line(line: &str) -> Result<ElementLine, ParseError> {
     let words: Vec<&str> = line.trim().splitn(6, char::is_whitespace).collect();
-    let bad = |at: usize, expected| ElementError { word: at + 1, found: words.get(at).map(|w| (*w).to_owned()), expected };
+    let bad = |at: usize, expected| ParseError { word: at + 1, found: words.get(at).map(|w| (*w).to_owned()), expected };
     let add = match words[0] {
         "add" => true,
         "delete" => false,
-        _ => return Err(bad(0, "\"add\" or \"delete\"")),
+        _ => return Err(bad(0, Expected::OneOf(&["add", "delete"]))),
     };
     if words.get(1) != Some(&"element") {
-        return Err(bad(1, "\"element\""));
+        return Err(bad(1, Expected::Word("element")));
     }
-    let family = words.get(2).and_then(|w| family_of_word(w)).ok_or_else(|| bad(2, "\"ip\" or \"ip6\""))?;
-    let (Some(table), Some(set)) = (words.get(3), words.get(4)) else { return Err(bad(words.len(), "a table and a set")) };
-    let body = words.get(5).and_then(|r| r.strip_prefix('{')?.strip_suffix('}')).ok_or_else(|| bad(5, "{ an element }"))?;
-    let element = parse(set, body).map_err(|e| ElementError { word: e.word + 6, ..e })?;
+    let family = words.get(2).and_then(|w| family_of_word(w)).ok_or_else(|| bad(2, Expected::Family))?;
+    let (Some(table), Some(set)) = (words.get(3), words.get(4)) else { return Err(bad(words.len(), Expected::Name)) };
+    let body = words.get(5).and_then(|r| r.strip_prefix('{')?.strip_suffix('}')).ok_or_else(|| bad(5, Expected::Word("{")))?;
+    let element = parse(set, body).map_err(|e| ParseError { word: e.word + 6, ..e })?;
     Ok(ElementLine { add, family, table: (*table).to_owned(), element })
 }
 

@@ -6,7 +6,7 @@
 //! written from them, so a listed rule equals the rendered one; a rule outside the
 //! vocabulary is an error naming its chain and word.
 
-use super::element::{self, ElementError};
+use super::element;
 use super::listing::Listing;
 use super::model::{Chain, Objects, Rule, Set, Table};
 use crate::net::IpFamily;
@@ -17,7 +17,7 @@ use super::stmt::{parse_listed, ParseError};
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum LiveError {
     #[error("{object}: element {element:?}: {source}")]
-    Element { object: String, element: String, source: ElementError },
+    Element { object: String, element: String, source: Box<ParseError> },
     #[error("chain {chain}: rule {rule:?}: {source}")]
     Rule { chain: String, rule: String, source: Box<ParseError> },
 }
@@ -55,7 +55,7 @@ pub fn read(text: &str, family: IpFamily) -> Result<Table, LiveError> {
                     }
                 }
                 for e in &obj.elements {
-                    let read = element::parse(name, e).map_err(|source| LiveError::Element { object: key.clone(), element: e.clone(), source })?;
+                    let read = element::parse(name, e).map_err(|source| LiveError::Element { object: key.clone(), element: e.clone(), source: Box::new(source) })?;
                     objects.elements.push(read);
                 }
                 objects.sets.push(set);

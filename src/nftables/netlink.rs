@@ -517,16 +517,18 @@ fn exchange_each(sock: &mut Socket, request: &[u8], buf: &mut [u8], mut each: im
             return Err(io(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the kernel closed the read")));
         }
         let mut end = false;
-        dump::each_reply(&buf[..n], |r| match r {
-            dump::Borrowed::Object { kind, payload } => each(kind, payload),
-            dump::Borrowed::Error(e) => {
-                end = true;
-                if e != 0 && error.is_none() {
-                    error = Some(e);
+        for r in dump::borrowed(&buf[..n]) {
+            match r {
+                dump::Borrowed::Object { kind, payload } => each(kind, payload),
+                dump::Borrowed::Error(e) => {
+                    end = true;
+                    if e != 0 && error.is_none() {
+                        error = Some(e);
+                    }
                 }
+                dump::Borrowed::Done => end = true,
             }
-            dump::Borrowed::Done => end = true,
-        });
+        }
         if end {
             return Ok(error);
         }

@@ -81,11 +81,16 @@ fn port_matches(spec: &str, port: u16) -> Option<bool> {
 
 /// `VALUE[/MASK]` against the packet's mark.
 fn mark_matches(spec: &str, mark: u32) -> Option<bool> {
-    let (value, mask) = match spec.split_once('/') {
-        Some((v, m)) => (parse_u32(v)?, parse_u32(m)?),
-        None => (parse_u32(spec)?, u32::MAX),
-    };
+    let (value, mask) = value_mask(spec)?;
     Some(mark & mask == value)
+}
+
+/// `V/M` or `V` (mask all ones).
+pub(super) fn value_mask(s: &str) -> Option<(u32, u32)> {
+    match s.split_once('/') {
+        Some((v, m)) => parse_u32(v).zip(parse_u32(m)),
+        None => parse_u32(s).map(|v| (v, u32::MAX)),
+    }
 }
 
 pub(super) fn parse_u32(s: &str) -> Option<u32> {

@@ -28,6 +28,7 @@ pub mod socketlb;
 pub mod verdict;
 
 use std::collections::BTreeSet;
+use std::convert::Infallible;
 use std::net::IpAddr;
 
 use serde::Serialize;
@@ -104,6 +105,7 @@ impl Branch {
     }
 }
 
+#[derive(Clone, PartialEq)]
 enum Flow {
     /// Fell off the end of the chain (RETURN semantics).
     Continue,
@@ -201,17 +203,22 @@ fn run_chain(cx: &Cx, table: &str, chain: &str, b: Branch, depth: usize) -> Vec<
     if depth > MAX_DEPTH {
         return vec![(b, Flow::Done(Verdict::Loop))];
     }
-    let rules: Vec<&Rule> = t.rules_of(chain).filter(|r| matches!(r.op, Op::Append | Op::Insert)).collect();
+    let rules = t.rules_of(chain).filter(|r| matches!(r.op, Op::Append | Op::Insert));
+    let Ok(flows) = walk(rules, b, Flow::Continue, Flow::Continue, |rule, b| Ok::<_, Infallible>(apply_rule(cx, table, chain, rule, b, depth)));
+    flows
+}
+
+/// A chain's `rules` run in order on a branch, in every mode's tracer: `rule` gives the
+/// branches that leave one rule and how; those that go `on` meet the next rule, the others
+/// leave the chain, and those that pass the last rule leave as `end`.
+fn walk<R: Copy, B, F: PartialEq + Clone, E>(rules: impl IntoIterator<Item = R>, b: B, on: F, end: F, mut rule: impl FnMut(R, B) -> Result<Vec<(B, F)>, E>) -> Result<Vec<(B, F)>, E> {
     let mut live = vec![b];
     let mut out = Vec::new();
-    for rule in rules {
+    for r in rules {
         let mut still = Vec::new();
         for b in live {
-            for (nb, flow) in apply_rule(cx, table, chain, rule, b, depth) {
-                match flow {
-                    Flow::Continue => still.push(nb),
-                    done => out.push((nb, done)),
-                }
+            for (nb, flow) in rule(r, b)? {
+                if flow == on { still.push(nb) } else { out.push((nb, flow)) }
             }
         }
         live = still;
@@ -219,8 +226,8 @@ fn run_chain(cx: &Cx, table: &str, chain: &str, b: Branch, depth: usize) -> Vec<
             break;
         }
     }
-    out.extend(live.into_iter().map(|b| (b, Flow::Continue)));
-    out
+    out.extend(live.into_iter().map(|b| (b, end.clone())));
+    Ok(out)
 }
 
 fn rule_text(table: &str, chain: &str, rule: &Rule) -> String {
@@ -255,23 +262,15 @@ fn apply_rule(cx: &Cx, table: &str, chain: &str, rule: &Rule, mut b: Branch, dep
     out
 }
 
-/// `V/M` or `V` (mask all ones).
-fn value_mask(s: &str) -> Option<(u32, u32)> {
-    match s.split_once('/') {
-        Some((v, m)) => matcher::parse_u32(v).zip(matcher::parse_u32(m)),
-        None => matcher::parse_u32(s).map(|v| (v, u32::MAX)),
-    }
-}
-
 /// `-j MARK`: `--set-xmark V/M` (what iptables-save prints), `--or-mark`, `--xor-mark`;
 /// and, kept as words, `--set-mark` and `--and-mark`.
 fn mark(target: &Target, mark: u32) -> u32 {
     match target {
-        Target::SetXmark(v) => value_mask(v).map_or(mark, |(v, m)| (mark & !m) ^ v),
+        Target::SetXmark(v) => matcher::value_mask(v).map_or(mark, |(v, m)| (mark & !m) ^ v),
         Target::OrMark(v) => matcher::parse_u32(v).map_or(mark, |v| mark | v),
         Target::XorMark(v) => matcher::parse_u32(v).map_or(mark, |v| mark ^ v),
         Target::Other(words) => {
-            if let Some((v, m)) = words.after("--set-mark").and_then(value_mask) {
+            if let Some((v, m)) = words.after("--set-mark").and_then(matcher::value_mask) {
                 return (mark & !m) | v;
             }
             words.after("--and-mark").and_then(matcher::parse_u32).map_or(mark, |v| mark & v)

@@ -319,25 +319,7 @@ impl<'t> Walker<'t> {
             return Err(TraceError::TooDeep(chain.to_owned()));
         }
         let rules = self.chains.get(chain).ok_or_else(|| TraceError::UnknownChain(chain.to_owned()))?;
-        let mut live = vec![b];
-        let mut out = Vec::new();
-        for rule in rules {
-            let mut still = Vec::new();
-            for b in live {
-                for (nb, end) in self.rule_from(chain, rule, 0, b, Vec::new(), depth)? {
-                    match end {
-                        End::Next => still.push(nb),
-                        _ => out.push((nb, end)),
-                    }
-                }
-            }
-            live = still;
-            if live.is_empty() {
-                break;
-            }
-        }
-        out.extend(live.into_iter().map(|b| (b, End::Return)));
-        Ok(out)
+        super::walk(rules.iter().copied(), b, End::Next, End::Return, |rule, b| self.rule_from(chain, rule, 0, b, Vec::new(), depth))
     }
 
     /// The rule from its statement `from` on, `members` the set elements found before.

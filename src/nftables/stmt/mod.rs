@@ -1,28 +1,30 @@
 //! The statements of a `kube-proxy` table's rules as typed values: every form svcproxy's
 //! renderer writes for kube-proxy v1.34's table and the v1.36+ one (`Context::table`),
 //! and the few more of kube-proxy's own test tables. One writer ([`display`]: the exact
-//! `nft -f` words) and one reader ([`reader`]) of two forms: [`parse`], those words back, a
-//! [`ParseError`] naming the word it stopped at; [`listed`], the same values from a rule as
-//! `nft list` prints it. There is no catch-all: a form not here is an error, so a new form
-//! is added here first. Pure.
+//! `nft -f` words) and one reader ([`reader`]) of two forms: [`parse_body`], those words
+//! back, a [`ParseError`] naming the word it stopped at; [`parse_listed`], the same values
+//! from a rule as `nft list` prints it; its [`Cursor`] reads set elements and the encoder's
+//! other lines too. There is no catch-all: a form not here is an error, so a new form is
+//! added here first. Pure.
 //!
 //! Families are `net::IpFamily`; the word a rule spells for one (`ip`/`ip6`) is
 //! [`crate::nftables::model::NftFamily`]'s.
 
 mod display;
-mod listed;
 mod parse;
 mod reader;
+#[cfg(test)]
+mod listed_tests;
 #[cfg(test)]
 mod tests;
 
 use std::net::IpAddr;
 
 pub use display::Stmts;
-pub use listed::parse_listed;
 #[cfg(test)]
-pub(crate) use listed::KERNEL_WORDS;
-pub use parse::{parse_add_rule, parse_body, parse_verdict, Expected, ParseError};
+pub(crate) use listed_tests::KERNEL_WORDS;
+pub(crate) use reader::{Cursor, Form, Tok};
+pub use parse::{parse_add_rule, parse_body, parse_listed, parse_verdict, Expected, ParseError};
 
 pub use crate::model::Protocol;
 use crate::net::IpFamily;

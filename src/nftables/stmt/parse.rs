@@ -1,7 +1,8 @@
-//! Reading statements from `nft -f` words, the inverse of [`super::display`]: the entry
-//! points and the [`ParseError`] naming the word and what was expected there. The words
-//! are read exactly as the writer writes them (canonical addresses, numbers without leading
-//! zeros, [`Form::Written`]), so what is read writes back byte for byte.
+//! Reading statements from `nft -f` words, the inverse of [`super::display`], and from
+//! `nft list`'s ([`parse_listed`]): the entry points and the [`ParseError`] naming the word
+//! and what was expected there. `nft -f` words are read exactly as the writer writes them
+//! (canonical addresses, numbers without leading zeros, [`Form::Written`]), so what is
+//! read writes back byte for byte.
 
 use std::fmt;
 
@@ -40,6 +41,8 @@ pub enum Expected {
     Port,
     /// `IP:PORT` (IPv4) or `[IP]:PORT` (IPv6).
     HostPort,
+    /// A set element's key part: an address, a protocol, a port.
+    KeyPart,
     /// A chain's or an interface's name.
     Name,
     /// `@NAME`.
@@ -77,6 +80,7 @@ impl fmt::Display for Expected {
             Expected::Number => f.write_str("a 32-bit number (decimal, or 0x and lowercase hex)"),
             Expected::Port => f.write_str("a port number"),
             Expected::HostPort => f.write_str("IP:PORT or [IP]:PORT"),
+            Expected::KeyPart => f.write_str("an address, tcp, udp, sctp or a port"),
             Expected::Name => f.write_str("a name"),
             Expected::SetRef => f.write_str("@ and a set's name"),
             Expected::Verdict => f.write_str("a verdict (accept, drop, return, jump CHAIN, goto CHAIN)"),
@@ -115,11 +119,22 @@ pub fn parse_body(text: &str) -> Result<Body, ParseError> {
     Cursor::new(text, Form::Written)?.body()
 }
 
+/// Reads a rule's statements and comment as `nft list` prints them (nft 1.0.6), in the
+/// reader's [`Form::Listed`]: the kernel's words for some statements (`meta mark & M !=
+/// 0x00000000`, `meta mark set meta mark | M`, `dnat ip to numgen … map` without `addr .
+/// port`, `numgen random mod N K`, `, ` between items, quoted interface names) and the
+/// renderer's own, in any spacing. What the kernel changes of the values stays changed: an
+/// anonymous set comes back sorted with adjacent addresses merged (a set of one is a plain
+/// value), its items read as [`Sep::Spaced`] unless every comma is tight (`a,b`).
+pub fn parse_listed(text: &str) -> Result<Body, ParseError> {
+    Cursor::new(text, Form::Listed)?.body()
+}
+
 /// Reads a verdict alone (`goto C`, `drop`): a verdict map element's value.
 pub fn parse_verdict(text: &str) -> Result<Verdict, ParseError> {
     let mut c = Cursor::new(text, Form::Written)?;
     let v = c.verdict()?;
-    c.end()?;
+    c.end(Expected::End)?;
     Ok(v)
 }
 

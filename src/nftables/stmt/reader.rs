@@ -11,11 +11,11 @@ use crate::nftables::model::family_of_word;
 
 /// Which text is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Form {
+pub(crate) enum Form {
     /// svcproxy's words exactly as [`super::display`] writes them, so that what is read
     /// writes back byte for byte.
     Written,
-    /// A rule as `nft list` prints it ([`super::listed`]); the renderer's words are read too.
+    /// A rule as `nft list` prints it ([`super::parse_listed`]); the renderer's words are read too.
     Listed,
 }
 
@@ -67,15 +67,6 @@ impl Form {
     }
 }
 
-pub(super) fn protocol(w: &str) -> Option<Protocol> {
-    match w {
-        "tcp" => Some(Protocol::Tcp),
-        "udp" => Some(Protocol::Udp),
-        "sctp" => Some(Protocol::Sctp),
-        _ => None,
-    }
-}
-
 /// Decimal digits as the writer writes them: no sign, no leading zero.
 pub(super) fn decimal<T: FromStr>(w: &str) -> Option<T> {
     let canonical = !w.is_empty() && w.bytes().all(|b| b.is_ascii_digit()) && (w == "0" || !w.starts_with('0'));
@@ -95,7 +86,7 @@ pub(super) fn number(w: &str) -> Option<Num> {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Tok<'a> {
+pub(crate) enum Tok<'a> {
     Word(&'a str),
     Quoted(&'a str),
     /// A comma apart from the words ([`Form::one_space`] off); tight when no space is on
@@ -104,7 +95,7 @@ enum Tok<'a> {
 }
 
 impl<'a> Tok<'a> {
-    fn word(self) -> Option<&'a str> {
+    pub(crate) fn word(self) -> Option<&'a str> {
         match self {
             Tok::Word(w) => Some(w),
             _ => None,
@@ -138,7 +129,7 @@ impl MarkWords {
 }
 
 /// A cursor over a text's words; a double-quoted string is one word.
-pub(super) struct Cursor<'a> {
+pub(crate) struct Cursor<'a> {
     toks: Vec<Tok<'a>>,
     at: usize,
     form: Form,
@@ -146,7 +137,7 @@ pub(super) struct Cursor<'a> {
 
 impl<'a> Cursor<'a> {
     /// Splits `text` into words: at white space, and (the kernel's spacing) at commas.
-    pub(super) fn new(text: &'a str, form: Form) -> Result<Self, ParseError> {
+    pub(crate) fn new(text: &'a str, form: Form) -> Result<Self, ParseError> {
         let mut toks = Vec::new();
         let mut rest = text;
         loop {
@@ -179,7 +170,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// The next token when it is a plain word.
-    fn peek(&self) -> Option<&'a str> {
+    pub(crate) fn peek(&self) -> Option<&'a str> {
         self.toks.get(self.at).and_then(|t| t.word())
     }
 
@@ -205,12 +196,17 @@ impl<'a> Cursor<'a> {
         Ok(s)
     }
 
+    /// The next token if it is a quoted string (its quotes dropped), or `expected` as the error.
+    pub(crate) fn quoted(&mut self, expected: Expected) -> Result<&'a str, ParseError> {
+        self.take(expected, Tok::quoted)
+    }
+
     /// The next word (not a quoted string), or `expected` as the error.
-    pub(super) fn word(&mut self, expected: Expected) -> Result<&'a str, ParseError> {
+    pub(crate) fn word(&mut self, expected: Expected) -> Result<&'a str, ParseError> {
         self.take(expected, Tok::word)
     }
 
-    fn eat(&mut self, w: &str) -> bool {
+    pub(crate) fn eat(&mut self, w: &str) -> bool {
         let yes = self.peek() == Some(w);
         if yes {
             self.at += 1;
@@ -218,20 +214,31 @@ impl<'a> Cursor<'a> {
         yes
     }
 
-    pub(super) fn expect(&mut self, w: &'static str) -> Result<(), ParseError> {
+    pub(crate) fn expect(&mut self, w: &'static str) -> Result<(), ParseError> {
         if self.eat(w) { Ok(()) } else { Err(self.error(Expected::Word(w))) }
     }
 
     /// Parses the next word with `f`, or fails with `expected` naming it.
-    pub(super) fn value<T>(&mut self, expected: Expected, f: impl FnOnce(&'a str) -> Option<T>) -> Result<T, ParseError> {
+    pub(crate) fn value<T>(&mut self, expected: Expected, f: impl FnOnce(&'a str) -> Option<T>) -> Result<T, ParseError> {
         let at = self.at;
         let w = self.word(expected)?;
         f(w).ok_or_else(|| self.error_at(at, expected))
     }
 
-    /// Nothing more to read.
-    pub(super) fn end(&self) -> Result<(), ParseError> {
-        if self.at < self.toks.len() { Err(self.error(Expected::End)) } else { Ok(()) }
+    /// The next token, whatever it is.
+    pub(crate) fn next_tok(&mut self) -> Option<Tok<'a>> {
+        let t = self.toks.get(self.at).copied()?;
+        self.at += 1;
+        Some(t)
+    }
+
+    pub(crate) fn done(&self) -> bool {
+        self.at >= self.toks.len()
+    }
+
+    /// Nothing more to read, or `expected` as the error.
+    pub(crate) fn end(&self, expected: Expected) -> Result<(), ParseError> {
+        if self.done() { Ok(()) } else { Err(self.error(expected)) }
     }
 
     /// A rule's statements and its comment (`comment "…"`, last).
@@ -240,8 +247,8 @@ impl<'a> Cursor<'a> {
         let mut comment = None;
         while self.at < self.toks.len() {
             if self.eat("comment") {
-                comment = Some(self.take(Expected::Comment, Tok::quoted)?.to_owned());
-                self.end()?;
+                comment = Some(self.quoted(Expected::Comment)?.to_owned());
+                self.end(Expected::End)?;
             } else {
                 stmts.push(self.stmt()?);
             }
@@ -264,7 +271,7 @@ impl<'a> Cursor<'a> {
             let negated = self.eat("!=");
             return Ok(Stmt::Match(Match::Addr { family, dir, negated, value: self.addr_value()? }));
         }
-        if let Some(proto) = protocol(first) {
+        if let Some(proto) = Protocol::from_name(first) {
             self.expect("dport")?;
             return Ok(Stmt::Match(Match::Dport { proto, port: self.value(Expected::Port, |w| form.decimal(w))? }));
         }
@@ -273,7 +280,7 @@ impl<'a> Cursor<'a> {
                 let expected = if form.kernels_words() { Expected::OneOf(&["l4proto", "mark"]) } else { Expected::Word("l4proto") };
                 match self.word(expected)? {
                     "l4proto" if self.continues_key() => self.keyed(Selector::L4proto)?,
-                    "l4proto" => Stmt::Match(Match::L4proto(self.value(Expected::Protocol, protocol)?)),
+                    "l4proto" => Stmt::Match(Match::L4proto(self.value(Expected::Protocol, Protocol::from_name)?)),
                     "mark" if form.kernels_words() => self.mark(&MarkWords::KERNEL)?,
                     _ => return Err(self.error_at(self.at - 1, expected)),
                 }
@@ -536,7 +543,7 @@ impl<'a> Cursor<'a> {
         self.value(Expected::SetRef, |w| w.strip_prefix('@').filter(|n| !n.is_empty()).map(str::to_owned))
     }
 
-    pub(super) fn verdict(&mut self) -> Result<Verdict, ParseError> {
+    pub(crate) fn verdict(&mut self) -> Result<Verdict, ParseError> {
         let at = self.at;
         Ok(match self.word(Expected::Verdict)? {
             "accept" => Verdict::Accept,

@@ -7,12 +7,11 @@ use std::collections::HashMap;
 
 use super::attr::{self, Attrs, Udata, NLM_F_APPEND, NLM_F_CREATE};
 use super::expr;
-use super::tokens::{self, Cursor};
 use super::WireFamily;
 use crate::net::IpFamily;
 use crate::nftables::element::{self, Element, Key, Part};
 use crate::nftables::model::{family_of_word, ElementOp, NftFamily, Rule, Script};
-use crate::nftables::stmt::Body;
+use crate::nftables::stmt::{Body, Cursor, Expected, Form, Tok};
 
 use super::nfta::{self, chain as ch, elem, obj, rule as rl, set as st};
 pub use super::nfta::msg::{DELCHAIN, DELOBJ, DELRULE, DELSET, DELSETELEM, DELTABLE, NEWCHAIN, NEWOBJ, NEWRULE, NEWSET, NEWSETELEM, NEWTABLE};
@@ -243,12 +242,11 @@ fn command(b: &mut Batch, line: &str) -> Result<(), Unsupported> {
         let e = element::parse_line(line).map_err(|e| Unsupported(format!("an element: {e}")))?;
         return set_element(b, e.family, &e.table, e.add, &e.element);
     }
-    let toks = tokens::split(line).ok_or_else(|| unsupported("an unclosed quote"))?;
-    let mut cur = Cursor::new(toks);
-    let verb = cur.word().ok_or_else(|| unsupported("no verb"))?;
-    let object = cur.word().ok_or_else(|| unsupported("no object"))?;
-    let fam = cur.word().and_then(family_of_word).ok_or_else(|| unsupported("a family other than ip, ip6"))?;
-    let table = cur.word().ok_or_else(|| unsupported("no table"))?;
+    let mut cur = Cursor::new(line, Form::Listed).map_err(|_| unsupported("an unclosed quote"))?;
+    let verb = word(&mut cur).ok_or_else(|| unsupported("no verb"))?;
+    let object = word(&mut cur).ok_or_else(|| unsupported("no object"))?;
+    let fam = word(&mut cur).and_then(family_of_word).ok_or_else(|| unsupported("a family other than ip, ip6"))?;
+    let table = word(&mut cur).ok_or_else(|| unsupported("no table"))?;
     match (verb, object) {
         ("add", "table") => add_table(b, fam, table, &mut cur),
         ("delete", "table") => {
@@ -309,8 +307,13 @@ fn command(b: &mut Batch, line: &str) -> Result<(), Unsupported> {
     }
 }
 
+/// The next word (not a quoted string).
+fn word<'a>(cur: &mut Cursor<'a>) -> Option<&'a str> {
+    cur.word(Expected::Name).ok()
+}
+
 fn one_name<'a>(cur: &mut Cursor<'a>) -> Result<&'a str, Unsupported> {
-    let name = cur.word().ok_or_else(|| unsupported("no name"))?;
+    let name = word(cur).ok_or_else(|| unsupported("no name"))?;
     if !cur.done() {
         return Err(unsupported("words after the name"));
     }
@@ -329,21 +332,17 @@ fn comment_udata(c: &str) -> Result<Vec<u8>, Unsupported> {
 }
 
 /// `{ comment "X" ; }` (tables), or the parts of a chain's or set's spec, as (key, words).
-fn spec<'a>(cur: &mut Cursor<'a>) -> Result<Vec<(&'a str, Vec<tokens::Tok<'a>>)>, Unsupported> {
+fn spec<'a>(cur: &mut Cursor<'a>) -> Result<Vec<(&'a str, Vec<Tok<'a>>)>, Unsupported> {
     let mut out = Vec::new();
     if cur.done() {
         return Ok(out);
     }
-    cur.expect("{").ok_or_else(|| unsupported("a spec not in braces"))?;
-    let mut part: Vec<tokens::Tok<'a>> = Vec::new();
+    cur.expect("{").map_err(|_| unsupported("a spec not in braces"))?;
+    let mut part: Vec<Tok<'a>> = Vec::new();
     loop {
-        if let Some(q) = cur.quoted() {
-            part.push(tokens::Tok::Quoted(q));
-            continue;
-        }
-        match cur.word() {
+        match cur.next_tok() {
             None => return Err(unsupported("an unclosed spec")),
-            Some(w @ (";" | "}")) => {
+            Some(Tok::Word(w @ (";" | "}"))) => {
                 if let Some(first) = part.first() {
                     let key = first.word().ok_or_else(|| unsupported("a spec part starting with a string"))?;
                     out.push((key, part.split_off(1)));
@@ -353,14 +352,14 @@ fn spec<'a>(cur: &mut Cursor<'a>) -> Result<Vec<(&'a str, Vec<tokens::Tok<'a>>)>
                     return if cur.done() { Ok(out) } else { Err(unsupported("words after a spec")) };
                 }
             }
-            Some(w) => part.push(tokens::Tok::Word(w)),
+            Some(t) => part.push(t),
         }
     }
 }
 
-fn quoted_of(words: &[tokens::Tok<'_>]) -> Result<String, Unsupported> {
+fn quoted_of(words: &[Tok<'_>]) -> Result<String, Unsupported> {
     match words {
-        [tokens::Tok::Quoted(q)] => Ok((*q).to_owned()),
+        [Tok::Quoted(q)] => Ok((*q).to_owned()),
         _ => Err(unsupported("a comment that is not one quoted string")),
     }
 }
@@ -392,7 +391,7 @@ fn hook_number(h: &str) -> Option<u32> {
 }
 
 fn add_chain(b: &mut Batch, fam: IpFamily, table: &str, cur: &mut Cursor<'_>) -> Result<(), Unsupported> {
-    let name = cur.word().ok_or_else(|| unsupported("no chain name"))?;
+    let name = word(cur).ok_or_else(|| unsupported("no chain name"))?;
     let mut a = Attrs::default();
     a.str(ch::TABLE, table).str(ch::NAME, name);
     let mut comment = None;
@@ -445,7 +444,7 @@ fn key_type(fam: IpFamily, words: &[&str]) -> Option<(u32, u32, usize)> {
 }
 
 fn add_set(b: &mut Batch, fam: IpFamily, table: &str, is_map: bool, cur: &mut Cursor<'_>) -> Result<(), Unsupported> {
-    let name = cur.word().ok_or_else(|| unsupported("no set name"))?;
+    let name = word(cur).ok_or_else(|| unsupported("no set name"))?;
     let mut flags = 0u32;
     let mut timeout = None;
     let mut comment = None;
@@ -466,8 +465,8 @@ fn add_set(b: &mut Batch, fam: IpFamily, table: &str, is_map: bool, cur: &mut Cu
             "flags" => {
                 for f in w.iter().flat_map(|f| f.split(',')).filter(|f| !f.is_empty()) {
                     flags |= match f {
-                        "dynamic" => 0x20,
-                        "timeout" => 0x10,
+                        "dynamic" => st::F_EVAL,
+                        "timeout" => st::F_TIMEOUT,
                         _ => return Err(unsupported("a set flag other than dynamic, timeout")),
                     };
                 }

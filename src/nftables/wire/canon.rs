@@ -14,9 +14,8 @@
 
 use std::collections::HashMap;
 
-use super::dump::{self, Reply};
+use super::dump::{self, Borrowed, Reply};
 use crate::net::IpFamily;
-use crate::netfilter::nlattr::{Message, Messages};
 use crate::nftables::model::Element;
 
 /// One attribute: its type (without the nested/byte-order flags) and payload.
@@ -420,10 +419,7 @@ pub fn messages(bytes: &[u8]) -> Vec<(u16, Vec<Attr>)> {
 /// The nf_tables messages of `bytes` (a batch, or dump replies), borrowed: (kind without
 /// the subsystem, attributes after `nfgenmsg`); as [`dump::replies`] frames them.
 pub fn objects(bytes: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
-    Messages(bytes).filter_map(|m| match m {
-        Message::Data { kind, body, .. } if kind >> 8 == super::attr::NFNL_SUBSYS_NFTABLES => Some((kind & 0xff, body.get(4..).unwrap_or_default())),
-        _ => None,
-    })
+    dump::borrowed(bytes).filter_map(|r| if let Borrowed::Object { kind, payload } = r { Some((kind, payload)) } else { None })
 }
 
 /// The canonical rules that `text` (`add rule` lines of svcproxy's vocabulary) would

@@ -13,14 +13,10 @@ pub use super::nfta::msg::{NEWCHAIN, NEWGEN, NEWOBJ, NEWRULE, NEWSET, NEWSETELEM
 pub const NLM_F_DUMP: u16 = 0x300;
 pub use crate::netfilter::nlattr::{NLMSG_DONE, NLMSG_ERROR};
 
+use super::nfta::{chain, obj, set};
+
 /// `NFTA_TABLE_NAME`, `NFTA_CHAIN_TABLE`, `NFTA_SET_TABLE` (all 1).
-const TABLE_ATTR: u16 = 1;
-const CHAIN_NAME: u16 = 3;
-const SET_NAME: u16 = 2;
-const SET_FLAGS: u16 = 3;
-/// `NFT_SET_ANONYMOUS`, `NFT_SET_MAP`.
-const SET_ANONYMOUS: u32 = 0x1;
-const SET_MAP: u32 = 0x8;
+const TABLE_ATTR: u16 = super::nfta::table::NAME;
 
 /// One request: `kind` (`GET…`) for `table` of `fam`; a dump unless `kind` is [`GETTABLE`].
 pub fn request(kind: u16, fam: IpFamily, table: &str, seq: u32) -> Vec<u8> {
@@ -66,7 +62,7 @@ pub fn handle(reply: &Reply, kind: u16, attr: u16) -> Option<u64> {
 /// The generation id in a `NEWGEN` reply.
 pub fn generation_of(reply: &Reply) -> Option<u32> {
     let Reply::Object { kind: NEWGEN, attrs } = reply else { return None };
-    get(attrs, 1).and_then(|v| Some(u32::from_be_bytes(v.try_into().ok()?)))
+    be32(attrs, 1)
 }
 
 /// One reply message, as far as a name read needs it.
@@ -81,16 +77,15 @@ pub enum Reply {
 
 /// The messages of one `recv`'s bytes (a truncated tail is dropped).
 pub fn replies(buf: &[u8]) -> Vec<Reply> {
-    let mut out = Vec::new();
-    each_reply(buf, |r| match r {
-        Borrowed::Object { kind, payload } => out.push(Reply::Object { kind, attrs: attrs(payload) }),
-        Borrowed::Error(e) => out.push(Reply::Error(e)),
-        Borrowed::Done => out.push(Reply::Done),
-    });
-    out
+    let owned = |r| match r {
+        Borrowed::Object { kind, payload } => Reply::Object { kind, attrs: attrs(payload) },
+        Borrowed::Error(e) => Reply::Error(e),
+        Borrowed::Done => Reply::Done,
+    };
+    borrowed(buf).map(owned).collect()
 }
 
-/// One reply message, borrowed from the received bytes ([`each_reply`]).
+/// One reply message, borrowed from the received bytes ([`borrowed`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Borrowed<'a> {
     /// An nf_tables object: its kind (without the subsystem) and its attributes' bytes
@@ -100,17 +95,15 @@ pub enum Borrowed<'a> {
     Done,
 }
 
-/// [`replies`] without copying: `each` gets every message of `buf` in order.
-pub fn each_reply<'a>(buf: &'a [u8], mut each: impl FnMut(Borrowed<'a>)) {
-    for m in Messages(buf) {
-        match m {
-            Message::Error { errno, .. } => each(Borrowed::Error(errno)),
-            Message::Done { .. } => each(Borrowed::Done),
-            // After `nfgenmsg`, the object's attributes.
-            Message::Data { kind, body, .. } if kind >> 8 == attr::NFNL_SUBSYS_NFTABLES => each(Borrowed::Object { kind: kind & 0xff, payload: body.get(4..).unwrap_or_default() }),
-            Message::Data { .. } => {}
-        }
-    }
+/// [`replies`] without copying: every message of `buf` in order.
+pub fn borrowed(buf: &[u8]) -> impl Iterator<Item = Borrowed<'_>> {
+    Messages(buf).filter_map(|m| match m {
+        Message::Error { errno, .. } => Some(Borrowed::Error(errno)),
+        Message::Done { .. } => Some(Borrowed::Done),
+        // After `nfgenmsg`, the object's attributes.
+        Message::Data { kind, body, .. } if kind >> 8 == attr::NFNL_SUBSYS_NFTABLES => Some(Borrowed::Object { kind: kind & 0xff, payload: body.get(4..).unwrap_or_default() }),
+        Message::Data { .. } => None,
+    })
 }
 
 /// Top-level attributes (type without the nested/byte-order flags, payload), copied.
@@ -128,7 +121,7 @@ pub fn chain_name<'a>(payload: &'a [u8], table: &str) -> Option<&'a str> {
     for (t, v) in AttrIter(payload) {
         match t {
             TABLE_ATTR if of_table.is_none() => of_table = Some(v),
-            CHAIN_NAME if name.is_none() => name = Some(v),
+            chain::NAME if name.is_none() => name = Some(v),
             _ => {}
         }
     }
@@ -137,6 +130,10 @@ pub fn chain_name<'a>(payload: &'a [u8], table: &str) -> Option<&'a str> {
 
 fn get(attrs: &[(u16, Vec<u8>)], kind: u16) -> Option<&[u8]> {
     attrs.iter().find(|(k, _)| *k == kind).map(|(_, v)| v.as_slice())
+}
+
+fn be32(attrs: &[(u16, Vec<u8>)], kind: u16) -> Option<u32> {
+    Some(u32::from_be_bytes(get(attrs, kind)?.try_into().ok()?))
 }
 
 fn string(attrs: &[(u16, Vec<u8>)], kind: u16) -> Option<String> {
@@ -149,43 +146,41 @@ fn string(attrs: &[(u16, Vec<u8>)], kind: u16) -> Option<String> {
 /// `NFT_OBJECT_COUNTER`; `NFTA_OBJ_DATA` holding `NFTA_COUNTER_PACKETS`, big-endian).
 pub fn counter_of(reply: &Reply, table: &str) -> Option<(String, u64)> {
     let Reply::Object { kind: NEWOBJ, attrs: a } = reply else { return None };
-    let is_counter = get(a, 3).and_then(|v| Some(u32::from_be_bytes(v.try_into().ok()?))) == Some(1);
-    if !is_counter || string(a, TABLE_ATTR)? != table {
+    if be32(a, obj::TYPE) != Some(obj::COUNTER) || string(a, obj::TABLE)? != table {
         return None;
     }
-    let data = attrs(get(a, 4)?);
-    let packets = u64::from_be_bytes(get(&data, 2)?.try_into().ok()?);
-    Some((string(a, 2)?, packets))
+    let data = attrs(get(a, obj::DATA)?);
+    let packets = u64::from_be_bytes(get(&data, obj::COUNTER_PACKETS)?.try_into().ok()?);
+    Some((string(a, obj::NAME)?, packets))
 }
 
 /// A chain's name, when the message is a chain of `table`.
 pub fn chain_of(reply: &Reply, table: &str) -> Option<String> {
     let Reply::Object { kind: NEWCHAIN, attrs } = reply else { return None };
-    (string(attrs, TABLE_ATTR)? == table).then(|| string(attrs, CHAIN_NAME)).flatten()
+    (string(attrs, chain::TABLE)? == table).then(|| string(attrs, chain::NAME)).flatten()
 }
 
 /// A named set's name (not a map's, not an anonymous set's: what `nft list sets` lists),
 /// when the message is a set of `table`.
 pub fn set_of(reply: &Reply, table: &str) -> Option<String> {
     let Reply::Object { kind: NEWSET, attrs } = reply else { return None };
-    let flags = get(attrs, SET_FLAGS).and_then(|v| Some(u32::from_be_bytes(v.try_into().ok()?))).unwrap_or(0);
-    (string(attrs, TABLE_ATTR)? == table && flags & (SET_ANONYMOUS | SET_MAP) == 0).then(|| string(attrs, SET_NAME)).flatten()
+    let flags = be32(attrs, set::FLAGS).unwrap_or(0);
+    (string(attrs, set::TABLE)? == table && flags & (set::F_ANONYMOUS | set::F_MAP) == 0).then(|| string(attrs, set::NAME)).flatten()
 }
 
 /// Whether a set message is a dynamic set's (`NFT_SET_EVAL`: session affinity's, filled
 /// by packets, never by a sync).
 pub fn is_dynamic(attrs: &[(u16, Vec<u8>)]) -> bool {
-    get(attrs, SET_FLAGS).and_then(|v| Some(u32::from_be_bytes(v.try_into().ok()?))).is_some_and(|f| f & 0x20 != 0)
+    be32(attrs, set::FLAGS).is_some_and(|f| f & set::F_EVAL != 0)
 }
 
 /// The number of an anonymous set (`__setN`, `__mapN`) of `table`, when the message is one.
 pub fn anonymous_number(reply: &Reply, table: &str) -> Option<u32> {
     let Reply::Object { kind: NEWSET, attrs } = reply else { return None };
-    let flags = get(attrs, SET_FLAGS).and_then(|v| Some(u32::from_be_bytes(v.try_into().ok()?))).unwrap_or(0);
-    if flags & SET_ANONYMOUS == 0 || string(attrs, TABLE_ATTR)? != table {
+    if be32(attrs, set::FLAGS).unwrap_or(0) & set::F_ANONYMOUS == 0 || string(attrs, set::TABLE)? != table {
         return None;
     }
-    let name = string(attrs, SET_NAME)?;
+    let name = string(attrs, set::NAME)?;
     name.strip_prefix("__set").or_else(|| name.strip_prefix("__map"))?.parse().ok()
 }
 
@@ -236,7 +231,7 @@ mod tests {
         let mut a = Attrs::default();
         a.str(1, "filter").str(3, "INPUT");
         buf.extend(object(NEWCHAIN, &a));
-        for (name, flags) in [("cluster-ips", 0u32), ("service-ips", SET_MAP), ("__set0", SET_ANONYMOUS | 0x4), ("affinity-A", 0x30)] {
+        for (name, flags) in [("cluster-ips", 0u32), ("service-ips", set::F_MAP), ("__set0", set::F_ANONYMOUS | set::F_INTERVAL), ("affinity-A", 0x30)] {
             let mut a = Attrs::default();
             a.str(1, "kube-proxy").str(2, name).be32(3, flags);
             buf.extend(object(NEWSET, &a));

@@ -142,13 +142,10 @@ fn concat_reg(offset: u32) -> u32 {
     if offset.is_multiple_of(16) { 1 + offset / 16 } else { 8 + offset / 4 }
 }
 
-/// A protocol's number (`meta l4proto`, an `inet_proto` key part).
+/// A protocol's number (`meta l4proto`, an `inet_proto` key part): every `IPPROTO_*` of
+/// [`stmt::Protocol`] fits a byte.
 pub fn proto_byte(p: stmt::Protocol) -> u8 {
-    match p {
-        stmt::Protocol::Tcp => nfta::proto::TCP,
-        stmt::Protocol::Udp => nfta::proto::UDP,
-        stmt::Protocol::Sctp => nfta::proto::SCTP,
-    }
+    p.number() as u8
 }
 
 /// An address of the family, as bytes (`None`: the other family's).

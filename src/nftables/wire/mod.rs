@@ -12,7 +12,6 @@ pub mod canon;
 pub mod dump;
 pub mod expr;
 pub mod nfta;
-pub mod tokens;
 
 pub use batch::{encode, encode_named, encode_script, Batch, Unsupported};
 

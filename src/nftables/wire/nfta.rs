@@ -73,6 +73,8 @@ pub mod set {
     pub const F_CONSTANT: u32 = 0x2;
     pub const F_INTERVAL: u32 = 0x4;
     pub const F_MAP: u32 = 0x8;
+    pub const F_TIMEOUT: u32 = 0x10;
+    pub const F_EVAL: u32 = 0x20;
 }
 
 /// `NFTA_SET_ELEM_LIST_*`, `NFTA_SET_ELEM_*`, `NFT_SET_ELEM_*` flags.
@@ -245,11 +247,4 @@ pub mod datatype {
     pub const IPV4_ADDR: u32 = 7;
     pub const IPV6_ADDR: u32 = 8;
     pub const INET_SERVICE: u32 = 13;
-}
-
-/// IP protocol numbers (`IPPROTO_*`).
-pub mod proto {
-    pub const TCP: u8 = 6;
-    pub const UDP: u8 = 17;
-    pub const SCTP: u8 = 132;
 }
