@@ -19,7 +19,8 @@
 //! `apt-get download`): `tests/rigs/ipvs-guest-sockdestroy.sh`, with this binary as the
 //! guest's UDP servers and clients (`support/vm_guest.rs`), shows the socket-LB programs
 //! load there in IPVS mode and that a sync removing a backend closes the connected UDP
-//! socket on it, so connected and unconnected clients move to the other pod within 1 s.
+//! sockets on it, so connected (v4, v6) and unconnected clients move to the other pod
+//! within 1 s, while TCP drains.
 //! No such kernel known to apt, or its download failing, is a loud skip of that boot.
 //!
 //! Missing means (not root, no qemu, no tools) are reported as SKIPPED with the reason,
@@ -40,7 +41,7 @@ use std::time::Instant;
 const GUEST_CHECKS: usize = 45;
 /// The socket-closing boot: a Debian kernel series with `bpf_sock_destroy` (6.5+), its checks.
 const SOCKDESTROY_SERIES: &str = "6.12";
-const SOCKDESTROY_CHECKS: usize = 6;
+const SOCKDESTROY_CHECKS: usize = 8;
 
 const MODULES: &str = "ip_set ip_set_hash_ip ip_set_hash_ipport ip_set_hash_ipportip ip_set_hash_ipportnet \
     ip_set_bitmap_port xt_set ip_tables iptable_nat iptable_filter ip6_tables ip6table_nat ip6table_filter iptable_mangle ip6table_mangle \
