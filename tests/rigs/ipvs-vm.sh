@@ -98,8 +98,16 @@ if [ -n "${KERNEL_SERIES:-}${KERNEL_PACKAGE:-}" ]; then
     [ -n "$KERNEL_PACKAGE" ] || missing "apt knows no linux-image-$KERNEL_SERIES.*-amd64-unsigned (bookworm-security in the apt sources? apt-get update?)"
   fi
   [[ $KERNEL_PACKAGE =~ ^[a-z0-9][a-z0-9.+-]*$ ]] || die "bad KERNEL_PACKAGE '$KERNEL_PACKAGE'"
-  # One directory per package: a newer one is fetched beside, never over, a cached one.
-  find_kernel "$VM_CACHE/kroot-$KERNEL_PACKAGE" || extract_kernel "$KERNEL_PACKAGE" "$VM_CACHE/kroot-$KERNEL_PACKAGE" missing
+  # One directory per package: a newer one is fetched beside, never over, a cached one;
+  # once it is there, the series' older packages go (about 220 MB each).
+  if ! find_kernel "$VM_CACHE/kroot-$KERNEL_PACKAGE"; then
+    extract_kernel "$KERNEL_PACKAGE" "$VM_CACHE/kroot-$KERNEL_PACKAGE" missing
+    if [ -n "${KERNEL_SERIES:-}" ]; then
+      for old in "$VM_CACHE/kroot-linux-image-$KERNEL_SERIES."* "$VM_CACHE/linux-image-$KERNEL_SERIES."*.deb; do
+        case $old in "$VM_CACHE/kroot-$KERNEL_PACKAGE" | "$VM_CACHE/${KERNEL_PACKAGE}_"*) ;; *) rm -rf "$old" ;; esac
+      done
+    fi
+  fi
   echo "ipvs-vm: kernel package $KERNEL_PACKAGE ($KVER)" >&2
 # KERNEL_SOURCE=apt skips an installed kernel (what a fresh CI machine sees)
 elif ! { [ "${KERNEL_SOURCE:-auto}" != apt ] && find_kernel ""; } && ! find_kernel "$VM_CACHE/kroot"; then
