@@ -76,8 +76,13 @@ extract_kernel() { # PACKAGE ROOT FAIL: apt-get download (unless cached) + dpkg-
   local pkg=$1 root=$2 fail=$3
   ls "$VM_CACHE/${pkg}"_*.deb >/dev/null 2>&1 ||
     (cd "$VM_CACHE" && apt-get download "$pkg" >/dev/null 2>&1) || $fail "apt-get download $pkg failed (no network, or no apt source for it)"
-  rm -rf "$root"
-  dpkg-deb -x "$(ls "$VM_CACHE/${pkg}"_*.deb | sort -V | tail -1)" "$root" || die "dpkg-deb -x $pkg failed"
+  # Unpacked beside, then renamed into place: a run beside this one (VM_CACHE is shared)
+  # sees the whole tree or none; if it got there first, its tree serves.
+  local tmp
+  tmp=$(mktemp -d "$VM_CACHE/.unpack.XXXXXX")
+  dpkg-deb -x "$(ls "$VM_CACHE/${pkg}"_*.deb | sort -V | tail -1)" "$tmp" || { rm -rf "$tmp"; die "dpkg-deb -x $pkg failed"; }
+  find_kernel "$root" || { rm -rf "$root"; mv -T "$tmp" "$root" 2>/dev/null || true; }
+  rm -rf "$tmp"
   find_kernel "$root" || die "no kernel with ip_vs in $pkg"
 }
 fetch_kernel() {
