@@ -18,6 +18,11 @@
 #         EXTRA_FILES="/path/a /path/b"  more host files copied to the same path
 #         VM_CACHE=/tmp/ipvs-vm-cache    where a downloaded kernel is kept
 #         KERNEL_SOURCE=auto|apt  apt: ignore an installed kernel, use apt-get download
+#         KERNEL_SERIES=6.12  boot that Debian kernel series instead: the newest package
+#                      linux-image-SERIES.N(-ABI|+debN)-amd64-unsigned apt knows (no cloud,
+#                      rt or dbg flavour), fetched like linux-image-amd64's, never an
+#                      installed kernel; KERNEL_PACKAGE=NAME names the package outright.
+#                      No such package, or its download fails: missing (see SKIP_MISSING).
 #         SKIP_MISSING=1  missing host tools: print SKIP loudly and exit 77
 #         VERBOSE=1  show the whole serial console
 # Exit:   0..76  the program's own exit status, from the guest
@@ -60,22 +65,57 @@ mkdir -p "$VM_CACHE"
 find_kernel() {
   local root=$1 v
   for v in $(ls "$root"/lib/modules 2>/dev/null | sort -V -r); do
-    if [ -f "$root/boot/vmlinuz-$v" ] && [ -f "$root/lib/modules/$v/kernel/net/netfilter/ipvs/ip_vs.ko" ]; then
+    # Modules may be compressed (.ko.xz from 6.12 on); step 2 decompresses them.
+    if [ -f "$root/boot/vmlinuz-$v" ] && ls "$root/lib/modules/$v/kernel/net/netfilter/ipvs/ip_vs.ko"* >/dev/null 2>&1; then
       KROOT=$root KVER=$v; return 0
     fi
   done
   return 1
 }
+extract_kernel() { # PACKAGE ROOT FAIL: apt-get download (unless cached) + dpkg-deb -x; FAIL is die or missing
+  local pkg=$1 root=$2 fail=$3
+  ls "$VM_CACHE/${pkg}"_*.deb >/dev/null 2>&1 ||
+    (cd "$VM_CACHE" && apt-get download "$pkg" >/dev/null 2>&1) || $fail "apt-get download $pkg failed (no network, or no apt source for it)"
+  # Unpacked beside, then renamed into place: a run beside this one (VM_CACHE is shared)
+  # sees the whole tree or none; if it got there first, its tree serves.
+  local tmp
+  tmp=$(mktemp -d "$VM_CACHE/.unpack.XXXXXX")
+  dpkg-deb -x "$(ls "$VM_CACHE/${pkg}"_*.deb | sort -V | tail -1)" "$tmp" || { rm -rf "$tmp"; die "dpkg-deb -x $pkg failed"; }
+  find_kernel "$root" || { rm -rf "$root"; mv -T "$tmp" "$root" 2>/dev/null || true; }
+  rm -rf "$tmp"
+  find_kernel "$root" || die "no kernel with ip_vs in $pkg"
+}
 fetch_kernel() {
   local pkg
   pkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
   [ -n "$pkg" ] || die "cannot resolve linux-image-amd64 (run apt-get update)"
-  (cd "$VM_CACHE" && apt-get download "$pkg" >/dev/null 2>&1) || die "apt-get download $pkg failed"
-  dpkg-deb -x "$VM_CACHE/${pkg}"_*.deb "$VM_CACHE/kroot"
-  find_kernel "$VM_CACHE/kroot" || die "no kernel with ip_vs in $pkg"
+  extract_kernel "$pkg" "$VM_CACHE/kroot" die
 }
+series_package() { # SERIES: the newest unsigned amd64 image of that series apt knows
+  local re
+  re="^linux-image-${1//./\\.}\\.[0-9.]+(-[0-9]+|\\+deb[0-9]+)-amd64-unsigned\$"
+  apt-cache search --names-only "$re" 2>/dev/null | awk '{print $1}' | sort -V | tail -1
+}
+if [ -n "${KERNEL_SERIES:-}${KERNEL_PACKAGE:-}" ]; then
+  if [ -z "${KERNEL_PACKAGE:-}" ]; then
+    [[ $KERNEL_SERIES =~ ^[0-9]+\.[0-9]+$ ]] || die "KERNEL_SERIES must look like 6.12, not '$KERNEL_SERIES'"
+    KERNEL_PACKAGE=$(series_package "$KERNEL_SERIES")
+    [ -n "$KERNEL_PACKAGE" ] || missing "apt knows no linux-image-$KERNEL_SERIES.*-amd64-unsigned (bookworm-security in the apt sources? apt-get update?)"
+  fi
+  [[ $KERNEL_PACKAGE =~ ^[a-z0-9][a-z0-9.+-]*$ ]] || die "bad KERNEL_PACKAGE '$KERNEL_PACKAGE'"
+  # One directory per package: a newer one is fetched beside, never over, a cached one;
+  # once it is there, the series' older packages go (about 220 MB each).
+  if ! find_kernel "$VM_CACHE/kroot-$KERNEL_PACKAGE"; then
+    extract_kernel "$KERNEL_PACKAGE" "$VM_CACHE/kroot-$KERNEL_PACKAGE" missing
+    if [ -n "${KERNEL_SERIES:-}" ]; then
+      for old in "$VM_CACHE/kroot-linux-image-$KERNEL_SERIES."* "$VM_CACHE/linux-image-$KERNEL_SERIES."*.deb; do
+        case $old in "$VM_CACHE/kroot-$KERNEL_PACKAGE" | "$VM_CACHE/${KERNEL_PACKAGE}_"*) ;; *) rm -rf "$old" ;; esac
+      done
+    fi
+  fi
+  echo "ipvs-vm: kernel package $KERNEL_PACKAGE ($KVER)" >&2
 # KERNEL_SOURCE=apt skips an installed kernel (what a fresh CI machine sees)
-if ! { [ "${KERNEL_SOURCE:-auto}" != apt ] && find_kernel ""; } && ! find_kernel "$VM_CACHE/kroot"; then
+elif ! { [ "${KERNEL_SOURCE:-auto}" != apt ] && find_kernel ""; } && ! find_kernel "$VM_CACHE/kroot"; then
   fetch_kernel
 fi
 KERNEL=$KROOT/boot/vmlinuz-$KVER
@@ -110,11 +150,23 @@ copy_with_libs /bin/dash /bin/dash
 for f in ${EXTRA_FILES:-}; do [ -e "$f" ] || die "EXTRA_FILES: no $f"; copy_with_libs "$f"; done
 
 # kernel modules in dependency order (resolved on the host with modprobe -D)
+if ls "$MODDIR"/kernel/net/netfilter/ipvs/ip_vs.ko.xz >/dev/null 2>&1; then
+  command -v xz >/dev/null || missing "xz missing: $KVER's modules are .ko.xz (apt-get install -y xz-utils)"
+elif ls "$MODDIR"/kernel/net/netfilter/ipvs/ip_vs.ko.zst >/dev/null 2>&1; then
+  command -v zstd >/dev/null || missing "zstd missing: $KVER's modules are .ko.zst (apt-get install -y zstd)"
+fi
 : >"$R/mods/order"
 for m in $MODULES; do
   modprobe -d "${KROOT:-/}" -S "$KVER" --show-depends "$m" 2>/dev/null | awk '$1=="insmod"{print $2}'
 done | awk '!seen[$0]++' | while read -r ko; do
-  b=$(basename "$ko"); cp "$ko" "$R/mods/$b"; echo "$b" >>"$R/mods/order"
+  # busybox insmod takes a plain ELF object: compressed modules are unpacked here
+  b=$(basename "$ko"); b=${b%.xz}; b=${b%.zst}
+  case $ko in
+    *.ko.xz) xz -dc "$ko" >"$R/mods/$b" || die "xz -d $ko (apt-get install xz-utils)" ;;
+    *.ko.zst) zstd -dcq "$ko" >"$R/mods/$b" || die "zstd -d $ko (apt-get install zstd)" ;;
+    *) cp "$ko" "$R/mods/$b" ;;
+  esac
+  echo "$b" >>"$R/mods/order"
 done
 [ -s "$R/mods/order" ] || die "no modules resolved for $KVER"
 
