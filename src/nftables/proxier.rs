@@ -124,6 +124,12 @@ impl Proxier {
         self.families.iter().any(|f| !f.converting.is_empty())
     }
 
+    /// Whether a family's conversion waits for a standalone step: a partial sync's
+    /// transaction refused its batch, so the syncs carry none until a step goes alone.
+    pub fn conversion_blocked(&self) -> bool {
+        self.families.iter().any(|f| f.carry_blocked)
+    }
+
     /// The chains a cold start's conversion has still to convert, per family.
     pub fn conversion_left(&self) -> impl Iterator<Item = (crate::net::IpFamily, usize)> + '_ {
         self.families.iter().map(|f| (f.ruleset.ctx.family, f.converting.len()))
@@ -236,28 +242,36 @@ impl FamilyRules for FamilyTable {
         };
         let conversion = (!batch.is_empty()).then(|| super::cold::script(family, super::names::TABLE, &batch));
         let sent = send_partial(nft, family, &before, &after.iter().collect::<Vec<_>>(), conversion.as_ref().map(|s| (s, batch.len())));
-        let carried = conversion.is_some();
         drop(conversion);
         drop(batch);
-        let report = match sent {
+        let (report, carried) = match sent {
             Ok(r) => r,
             Err(e) => return Some(Err(self.failure(e))),
         };
         if report.applied && !self.converting.is_empty() {
-            if carried && report.converted == 0 {
-                // Refused with the batch, applied without it: the list is kept.
-                self.carry_blocked = true;
-            } else {
-                // Timed when it carried a batch, or was the probe that carries none.
-                if let Some((_, probe)) = carry.filter(|&(_, probe)| carried || probe) {
-                    self.pace.record(probe, report.timings.apply);
+            match carried {
+                // Refused with the batch, applied without it: the list is kept, and the
+                // next batch goes alone.
+                Carried::Refused => self.carry_blocked = true,
+                Carried::Yes => {
+                    if let Some((_, probe)) = carry {
+                        self.pace.record(probe, report.timings.apply);
+                    }
+                    self.converting.drain(..taken);
                 }
-                self.converting.drain(..taken);
+                // The probe that carries none is timed; a batch left out for the partial's
+                // deletions is not taken.
+                Carried::No => {
+                    if let Some((_, true)) = carry {
+                        self.pace.record(true, report.timings.apply);
+                    }
+                }
             }
             self.converting.retain(|(_, owner)| !written(owner));
             if self.converting.is_empty() {
                 self.end_conversion();
-                // The anonymous sets the conversion created, recorded for the next read.
+                // Ends a standalone step's recording of the sets it created, if one is open
+                // (a carried batch goes `Part::Alone` and records none: the next read dumps them).
                 nft.full_sync_done(family);
             }
         }
@@ -316,23 +330,24 @@ fn changed_objects(rs: &Ruleset, changes: &Changes, came: &[Hairpin]) -> Vec<Obj
 /// alone and the deletion right after it.
 ///
 /// `conversion`: a batch of a cold start's conversion and its chains, sent in the same
-/// transaction (one commit, one validation of the table for both); refused, the partial
-/// goes as it would without it, and [`Report::converted`] stays 0.
-fn send_partial(nft: &mut dyn NftWrite, family: crate::net::IpFamily, before: &[&Objects], after: &[&Objects], conversion: Option<(&Script<'_>, usize)>) -> Result<Report, SyncError> {
+/// transaction (one commit, one validation of the table for both) unless the partial
+/// deletes chains (a kernel that refuses those deletions would blame the batch); refused,
+/// the partial goes as it would without it, and [`Report::converted`] stays 0.
+fn send_partial(nft: &mut dyn NftWrite, family: crate::net::IpFamily, before: &[&Objects], after: &[&Objects], conversion: Option<(&Script<'_>, usize)>) -> Result<(Report, Carried), SyncError> {
     let t = Instant::now();
     let p = super::partial::partial(family, super::names::TABLE, before, after);
     let mut report = Report::new(family);
     report.timings.render = t.elapsed();
     if p.text.is_empty() {
-        return Ok(report);
+        return Ok((report, Carried::No));
     }
     let t = Instant::now();
     report.lines = p.text.lines().count();
     report.stale = p.stale;
-    if let Some((batch, chains)) = conversion {
+    let mut carried = Carried::No;
+    if let Some((batch, chains)) = conversion.filter(|_| p.delete.is_empty()) {
         let mut all = p.text.clone();
         all.append(batch);
-        all.push_str(&p.delete);
         match nft.run_script(&all, Part::Alone) {
             Ok(via) => {
                 report.lines = all.lines().count();
@@ -340,10 +355,11 @@ fn send_partial(nft: &mut dyn NftWrite, family: crate::net::IpFamily, before: &[
                 report.converted = chains;
                 report.applied = true;
                 report.timings.apply = t.elapsed();
-                return Ok(report);
+                return Ok((report, Carried::Yes));
             }
             Err(e @ (NftError::Rejected { .. } | NftError::Refused { .. })) => {
                 tracing::warn!(family = family.nft_word(), error = %e, "a partial sync's transaction carrying a conversion batch was refused; the partial goes alone, the next batch alone");
+                carried = Carried::Refused;
             }
             Err(e) => return Err(SyncError::write(e)),
         }
@@ -371,5 +387,14 @@ fn send_partial(nft: &mut dyn NftWrite, family: crate::net::IpFamily, before: &[
     }
     report.applied = true;
     report.timings.apply = t.elapsed();
-    Ok(report)
+    Ok((report, carried))
+}
+
+/// Whether a partial sync's transaction carried the conversion batch it was given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Carried {
+    /// None given, or left out for the partial's deletions.
+    No,
+    Yes,
+    Refused,
 }

@@ -226,6 +226,12 @@ impl Engine {
         matches!(&self.proxier, Proxier::Nftables(p) if p.converting())
     }
 
+    /// Whether the interim nftables table's conversion waits for a standalone step
+    /// ([`crate::nftables::proxier::Proxier::conversion_blocked`]).
+    pub fn conversion_blocked(&self) -> bool {
+        matches!(&self.proxier, Proxier::Nftables(p) if p.conversion_blocked())
+    }
+
     /// The chains a cold start's interim nftables table has still to convert, per family
     /// (none outside nftables mode).
     pub fn conversion_left(&self) -> Vec<(crate::net::IpFamily, usize)> {

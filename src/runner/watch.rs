@@ -51,7 +51,7 @@ pub async fn run_with(
         let next = lock_schedule(&shared).next();
         // A cold start's interim table is converted a batch per partial sync (in its
         // transaction), and a batch alone per turn of the loop while no sync is near.
-        let standalone = engine.converting() && standalone_due(next, Instant::now(), last_step, idle_syncs);
+        let standalone = engine.converting() && (engine.conversion_blocked() || standalone_due(next, Instant::now(), last_step, idle_syncs));
         let sleep = async {
             match next {
                 _ if standalone => {}

@@ -1020,6 +1020,33 @@ fn a_partial_sync_while_converting_carries_a_batch_in_its_transaction() {
 }
 
 #[test]
+fn a_partial_sync_that_deletes_chains_carries_no_batch() {
+    let state = demo_state();
+    let (web, _) = without_first_endpoint(&state, "shop", "web");
+    let (mut engine, nft) = nftables_engine(state, KubeProxyVersion::NEWEST);
+    engine.sync(true).unwrap();
+    let chains = service_chains(&engine);
+    let api_chains: Vec<String> = chains.iter().filter(|c| c.contains("shop/api/")).cloned().collect();
+    assert!(!api_chains.is_empty(), "{chains:?}");
+    convert_chains(&mut engine, chains.clone());
+    engine.apply(&[web]);
+    engine.sync(false).unwrap();
+    let before = left(&engine);
+    nft.lock().unwrap().calls.clear();
+
+    // A kernel that refuses deleting a chain with its last reference would refuse the
+    // batch with it: the deleting sync goes as it would without a conversion.
+    engine.apply(&[Event::ServiceDeleted(crate::model::NamespacedName::new("shop", "api"))]);
+    let synced = engine.sync(false).unwrap();
+    let runs = v4_runs(nft.lock().unwrap().take_runs());
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert!(runs[0].contains(&format!("delete chain ip kube-proxy {}\n", api_chains[0])), "{}", runs[0]);
+    assert_eq!(nft_reports(&synced)[0].converted, 0);
+    assert_eq!(left(&engine), before - api_chains.len(), "only the chains that went leave the list");
+    assert!(!engine.conversion_blocked(), "nothing was refused");
+}
+
+#[test]
 fn a_refused_batch_leaves_the_partial_alone_and_the_conversion_list_kept() {
     let state = demo_state();
     let changes: Vec<Event> = ["web", "api", "checkout"].iter().map(|s| without_first_endpoint(&state, "shop", s).0).collect();
@@ -1050,6 +1077,7 @@ fn a_refused_batch_leaves_the_partial_alone_and_the_conversion_list_kept() {
     assert!(!runs[1].contains(&bad) && !runs[1].contains(&good) && runs[1].contains("shop/api/"), "the partial alone: {}", runs[1]);
     assert!(nft_reports(&synced)[0].applied && nft_reports(&synced)[0].converted == 0);
     assert_eq!(left(&engine), 2, "the list is kept");
+    assert!(engine.conversion_blocked(), "the next batch waits for a step alone, which the watch runs at once");
 
     // The next sync carries no batch; the next step alone fails and ends the conversion.
     engine.apply(&[changes.next().unwrap()]);
@@ -1058,7 +1086,7 @@ fn a_refused_batch_leaves_the_partial_alone_and_the_conversion_list_kept() {
     assert!(runs.len() == 1 && !runs[0].contains(&bad) && runs[0].contains("shop/checkout/"), "{runs:?}");
     assert_eq!(left(&engine), 2);
     assert!(engine.convert_step(true).is_err(), "the refused batch, alone");
-    assert!(!engine.converting());
+    assert!(!engine.converting() && !engine.conversion_blocked());
 }
 
 fn convert_chains(engine: &mut Engine, chains: Vec<String>) {
