@@ -107,7 +107,7 @@ impl fmt::Display for ParseError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.found {
             Some(w) => write!(f, "word {} {w:?}: expected {}", self.word, self.expected),
-            None => write!(f, "end of rule: expected {}", self.expected),
+            None => write!(f, "end of the text: expected {}", self.expected),
         }
     }
 }

@@ -299,7 +299,7 @@ fn errors_name_the_word_and_what_was_expected() {
     let open = err("reject comment \"open");
     assert_eq!((open.word, open.expected), (3, Expected::ClosingQuote));
     assert_eq!(err("ct status new").to_string(), "word 3 \"new\": expected \"dnat\"");
-    assert_eq!(err("fib daddr type").to_string(), "end of rule: expected \"local\"");
+    assert_eq!(err("fib daddr type").to_string(), "end of the text: expected \"local\"");
     // The values the renderer's context will hold, read alone.
     assert_eq!("0x00004000".parse::<Num>(), Ok(Num::Hex { value: 0x4000, digits: 8 }));
     assert_eq!("16384".parse::<Num>(), Ok(Num::Dec(0x4000)));
