@@ -233,7 +233,7 @@ fn main() -> ExitCode {
                 run_vm("main", "ipvs-guest-sync.sh", &[&dir.join("svcproxy"), &dir], &dir, &[], GUEST_CHECKS, &mut t);
                 match stage_sockdestroy(&dir) {
                     Ok(sd) => {
-                        // About 40 s under TCG; a hang should not hold the tier for 20 min.
+                        // A hang should not hold the tier for the VM's own long timeout.
                         let timeout = std::env::var("VM_TIMEOUT").unwrap_or_else(|_| "600".into());
                         let env = [("KERNEL_SERIES", SOCKDESTROY_SERIES), ("VM_MEM", "768"), ("VM_TIMEOUT", &timeout)];
                         let what = format!("sockdestroy (Debian {SOCKDESTROY_SERIES})");

@@ -37,7 +37,7 @@ impl Backend {
 
 /// Runs `cmd` with its output captured and `stdin` written to it (`None`: no input). A
 /// write error means the process died early; its exit status says why. (nft and ipset
-/// run through it too.)
+/// run through it; `iptables-restore`, which streams its input, spawns on its own.)
 pub fn run_piped(cmd: &mut Command, stdin: Option<&str>) -> std::io::Result<std::process::Output> {
     let input = if stdin.is_some() { Stdio::piped() } else { Stdio::null() };
     let mut child = cmd.stdin(input).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;

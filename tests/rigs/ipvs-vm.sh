@@ -104,7 +104,7 @@ if [ -n "${KERNEL_SERIES:-}${KERNEL_PACKAGE:-}" ]; then
   fi
   [[ $KERNEL_PACKAGE =~ ^[a-z0-9][a-z0-9.+-]*$ ]] || die "bad KERNEL_PACKAGE '$KERNEL_PACKAGE'"
   # One directory per package: a newer one is fetched beside, never over, a cached one;
-  # once it is there, the series' older packages go (about 220 MB each).
+  # once it is there, the series' older packages go (each a whole kernel's modules).
   if ! find_kernel "$VM_CACHE/kroot-$KERNEL_PACKAGE"; then
     extract_kernel "$KERNEL_PACKAGE" "$VM_CACHE/kroot-$KERNEL_PACKAGE" missing
     if [ -n "${KERNEL_SERIES:-}" ]; then
