@@ -28,6 +28,8 @@
 
 #[path = "support/ci.rs"]
 mod ci;
+#[path = "support/stream_client.rs"]
+mod stream_client;
 #[path = "support/vm_guest.rs"]
 mod vm_guest;
 

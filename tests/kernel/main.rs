@@ -55,6 +55,8 @@ mod node_setup;
 mod outside;
 mod selftest;
 mod socket_lb;
+#[path = "../support/stream_client.rs"]
+mod stream_client;
 mod svcproxy;
 mod trace_check;
 mod udp_flows;

@@ -29,6 +29,7 @@ use svcproxy::netfilter::bpf::maps::{AffinityKey, AffinityValue, BackendKey, Cou
 use crate::dataplane::{cluster_yaml, ep4, ep6, pod_ip4, pod_ip6, pod_name, svc, sync_args, tcp, udp};
 use crate::harness::{skip, Case, CaseResult, Ctx};
 use crate::netns::{run_bounded, run_ok, Backend, Lab, Ns};
+use crate::stream_client::now_ms;
 
 pub const CLIENT_FLAG: &str = "__svk_socklb_client";
 /// A client that keeps one socket and sends every 100 ms (`stream_main`).
@@ -576,15 +577,8 @@ fn watch_mode(ctx: &mut Ctx) -> CaseResult {
     Ok(())
 }
 
-/// Milliseconds since the epoch: the clients' lines and the test's instants on one clock.
-fn now_ms() -> u128 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis())
-}
-
-/// Stream client: `PROCS udp|udp-unconnected|tcp IP PORT COUNT`. Joins the cgroup, keeps
-/// one socket, and every 100 ms sends a line and waits (300 ms) for the answer, printing
-/// `MS ok POD`, `MS err WHAT` or, after a socket error, `MS reconnect` (a real client's
-/// reaction: connect again, which picks a backend anew). Exits after COUNT sends.
+/// Stream client: `PROCS udp|udp-unconnected|tcp IP PORT COUNT` (`stream_client::run`).
+/// Exits after COUNT sends.
 fn stream_main(args: &[String]) -> ! {
     let parse = || -> Option<(String, String, SocketAddr, u32)> {
         let ip: IpAddr = args.get(4)?.parse().ok()?;
@@ -595,67 +589,9 @@ fn stream_main(args: &[String]) -> ! {
         eprintln!("usage: {STREAM_FLAG} PROCS udp|udp-unconnected|tcp IP PORT COUNT");
         std::process::exit(2);
     };
-    if let Err(e) = std::fs::write(&procs, "0") {
-        eprintln!("joining {procs}: {e}");
+    if let Err(e) = crate::stream_client::run(&procs, &mode, dst, count) {
+        eprintln!("{e}");
         std::process::exit(1);
-    }
-    let wait = Duration::from_millis(300);
-    let any: SocketAddr = if dst.is_ipv4() { "0.0.0.0:0".parse().unwrap() } else { "[::]:0".parse().unwrap() };
-    let mut out = std::io::stdout().lock();
-    let mut say = |line: String| {
-        let _ = writeln!(out, "{} {line}", now_ms());
-        let _ = out.flush();
-    };
-    enum Sock {
-        Udp(UdpSocket),
-        Tcp(TcpStream),
-    }
-    let open = || -> std::io::Result<Sock> {
-        if mode == "tcp" {
-            let s = TcpStream::connect_timeout(&dst, wait)?;
-            s.set_read_timeout(Some(wait))?;
-            return Ok(Sock::Tcp(s));
-        }
-        let s = UdpSocket::bind(any)?;
-        if mode == "udp" {
-            s.connect(dst)?;
-        }
-        s.set_read_timeout(Some(wait))?;
-        Ok(Sock::Udp(s))
-    };
-    let mut sock = open().ok();
-    let start = Instant::now();
-    for i in 0..count {
-        let tick = start + Duration::from_millis(100) * i;
-        std::thread::sleep(tick.saturating_duration_since(Instant::now()));
-        let Some(s) = &mut sock else {
-            say("reconnect".into());
-            sock = open().ok();
-            continue;
-        };
-        let mut buf = [0u8; 256];
-        let r = match s {
-            Sock::Udp(u) if mode == "udp" => u.send(b"ping\n").and_then(|_| u.recv(&mut buf)),
-            // The reply must seem to come from the address sent to (recvmsg's reversal).
-            Sock::Udp(u) => u.send_to(b"ping\n", dst).and_then(|_| u.recv_from(&mut buf)).and_then(|(n, from)| match from == dst {
-                true => Ok(n),
-                false => Err(std::io::Error::other(format!("a reply from {from}, not {dst}"))),
-            }),
-            Sock::Tcp(t) => t.write_all(b"ping\n").and_then(|_| t.read(&mut buf)),
-        };
-        match r {
-            Ok(0) => {
-                say("err closed by the peer".into());
-                sock = None;
-            }
-            Ok(n) => say(format!("ok {}", String::from_utf8_lossy(&buf[..n]).split_whitespace().next().unwrap_or("?"))),
-            // A late answer is not a socket error: the next send tries again.
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => say(format!("err timeout {e}")),
-            Err(e) => {
-                say(format!("err {e}"));
-                sock = None;
-            }
-        }
     }
     std::process::exit(0)
 }

@@ -1,6 +1,6 @@
 #!/bin/dash
 # Guest side of the socket-LB benchmark's IPVS rows (one boot; run by scripts/bench-socketlb-ipvs-vm).
-#   ipvs-guest-socketlb.sh BENCH SVCPROXY SERVICES ENDPOINTS SECONDS ROUNDS THREADS SCALING
+#   ipvs-guest-socketlb.sh BENCH SVCPROXY SERVICES ENDPOINTS SECONDS ROUNDS THREADS SCALING [DIRECT]
 # Two labs of the host script's shape (scripts/bench-socketlb), side by side in this boot,
 # each a node namespace with a client pod and ENDPOINTS backend pods behind veth pairs:
 #   bare  never synced: the floor (no rules) and its direct rate
@@ -8,14 +8,24 @@
 #         cgroup (on); its client runs in that cgroup (ipvs+socket-lb) or in a sibling
 #         without programs (off: ipvs alone; the node's rules are the same)
 # One sync for all rounds: a 10,000-service sync under TCG takes minutes. Rounds interleave
-# the three rows. Prints `slb<TAB>` + the host script's TSV records, `slbnote<TAB>` + facts
+# the three rows. DIRECT (the host script's --direct): per-socket (the default; each socket
+# picks a pod at random and keeps it, as the Service does), round-robin (each request to the
+# next pod), or both (the direct runs `direct`, per-socket, and `direct-rr`). Prints `slb<TAB>` + the host script's TSV records, `slbnote<TAB>` + facts
 # about the kernel, and progress lines.
 set -u
-B=$1; S=$2; N=$3; E=$4; SECS=$5; ROUNDS=$6; THREADS=$7; SCALING=$8
+B=$1; S=$2; N=$3; E=$4; SECS=$5; ROUNDS=$6; THREADS=$7; SCALING=$8; DIRECT=${9:-per-socket}
 say() { echo "socketlb-vm: $(cut -d' ' -f1 /proc/uptime) s: $*"; }
 note() { printf 'slbnote\t%s\n' "$*"; }
 record() { printf 'slb'; for f in "$@"; do printf '\t%s' "$f"; done; printf '\n'; }
 fail() { say "FAILED: $*"; exit 1; }
+# The direct runs, NAME:PICK each, the first the one the ratios are to.
+case $DIRECT in
+  per-socket) DIRECT_RUNS="direct:per-socket" ;;
+  round-robin) DIRECT_RUNS="direct:round-robin" ;;
+  both) DIRECT_RUNS="direct:per-socket direct-rr:round-robin" ;;
+  *) fail "DIRECT: per-socket, round-robin or both, not $DIRECT" ;;
+esac
+FIRST_PICK=${DIRECT_RUNS%% *}; FIRST_PICK=${FIRST_PICK#*:}
 
 # ---- the kernel: what socket-LB needs -------------------------------------------------
 note "kernel $(uname -r), $(grep -c ^processor /proc/cpuinfo) vCPU, memory $(awk '/MemTotal/{print $2}' /proc/meminfo) kB"
@@ -30,7 +40,7 @@ CGON=$CG/slb-on CGOFF=$CG/slb-off PINS=$BPF/svcproxy
 mkdir $CGON $CGOFF
 
 # ---- the labs -------------------------------------------------------------------------
-LIFETIME=$((1800 + ROUNDS * 12 * (SECS + 20)))
+LIFETIME=$((1800 + ROUNDS * 18 * (SECS + 20)))
 PODS=""
 k=1
 while [ $k -le "$E" ]; do PODS="$PODS${PODS:+,}198.18.1.$k"; k=$((k + 1)); done
@@ -68,18 +78,20 @@ DIRECT_TCP=$(echo "$PODS" | sed 's/,/:8080,/g; s/$/:8080/')
 DIRECT_UDP=$(echo "$PODS" | sed 's/,/:5353,/g; s/$/:5353/')
 
 LOAD_OUT=""
-net_load() { # net_load LAB CGROUP KIND TARGETS THREADS SECONDS
-  LOAD_OUT=$(ip netns exec "$1-client" timeout -s KILL $(($6 + 60)) "$B" net-load "$3" "$4" --threads "$5" --seconds "$6" \
-    --cgroup-procs "$2/cgroup.procs" 2>> /tmp/load.err) || { tail -5 /tmp/load.err; fail "net-load $1 $3 $4"; }
+net_load() { # net_load LAB CGROUP KIND TARGETS THREADS SECONDS [net-load options]
+  nl_lab=$1 nl_cg=$2 nl_kind=$3 nl_to=$4 nl_threads=$5 nl_secs=$6
+  shift 6
+  LOAD_OUT=$(ip netns exec "$nl_lab-client" timeout -s KILL $((nl_secs + 60)) "$B" net-load "$nl_kind" "$nl_to" --threads "$nl_threads" \
+    --seconds "$nl_secs" --cgroup-procs "$nl_cg/cgroup.procs" "$@" 2>> /tmp/load.err) || { tail -5 /tmp/load.err; fail "net-load $nl_lab $nl_kind $nl_to $*"; }
 }
 field() { echo "$LOAD_OUT" | awk -v k="$1" '{ for (i = 1; i < NF; i++) if ($i == k) print $(i + 1) }'; }
 
-# Every server answers both protocols in both labs (bounded).
+# Every server answers both protocols in both labs (bounded; round-robin: every pod asked).
 for l in bare ipvs; do
   ok=0
   for _ in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
-    net_load $l $CGOFF tcp "$DIRECT_TCP" 1 1; t=$(field errors)
-    net_load $l $CGOFF udp "$DIRECT_UDP" 1 1
+    net_load $l $CGOFF tcp "$DIRECT_TCP" 1 1 --pick round-robin; t=$(field errors)
+    net_load $l $CGOFF udp "$DIRECT_UDP" 1 1 --pick round-robin
     [ "$t" = 0 ] && [ "$(field errors)" = 0 ] && { ok=1; break; }
     sleep 1
   done
@@ -127,35 +139,40 @@ drain() { # drain ROUND MODE NAME
   while [ "$left" -gt 0 ] && [ $n -lt 60 ]; do sleep 0.5; left=$(ipvs_tcp_conns); n=$((n + 1)); done
   record drain "$1" "$2" "$3" "$(awk -v a="$w0" -v b="$(up)" 'BEGIN { printf "%.1f", b - a }')" "$left"
 }
-measure() { # measure ROUND MODE NAME LAB CGROUP KIND TARGETS
-  [ "$4" = ipvs ] && drain "$1" "$2" "$3"
-  ip netns exec "$4-node" conntrack -F > /dev/null 2>&1
-  net_load "$4" "$5" "$6" "$7" "$THREADS" "$SECS"
-  ct=$(ct_count "$4")
-  record "$1" "$2" "$3" "$THREADS" "$(field rate)" "$(field errors)" "$(field user)" "$(field sys)" "$(field machine_busy)" "$(field secs)" ${ct% *} ${ct#* }
-  say "round $1 $2 $3: $(field rate)/s, $(field errors) errors; conntrack to a Service address: ${ct% *} (of ${ct#* })"
+measure() { # measure ROUND MODE NAME LAB CGROUP KIND TARGETS [net-load options]
+  m_r=$1 m_mode=$2 m_name=$3 m_lab=$4 m_cg=$5 m_kind=$6 m_to=$7
+  shift 7
+  [ "$m_lab" = ipvs ] && drain "$m_r" "$m_mode" "$m_name"
+  ip netns exec "$m_lab-node" conntrack -F > /dev/null 2>&1
+  net_load "$m_lab" "$m_cg" "$m_kind" "$m_to" "$THREADS" "$SECS" "$@"
+  ct=$(ct_count "$m_lab")
+  record "$m_r" "$m_mode" "$m_name" "$THREADS" "$(field rate)" "$(field errors)" "$(field user)" "$(field sys)" "$(field machine_busy)" "$(field secs)" ${ct% *} ${ct#* }
+  say "round $m_r $m_mode $m_name: $(field rate)/s, $(field errors) errors; conntrack to a Service address: ${ct% *} (of ${ct#* })"
+}
+directs() { # directs ROUND MODE LAB CGROUP KIND TARGETS: each direct run (DIRECT_RUNS)
+  for d in $DIRECT_RUNS; do measure "$1" "$2" "$5-${d%%:*}" "$3" "$4" "$5" "$6" --pick "${d#*:}"; done
 }
 
 # ---- the generator's own limit, then the rounds ----------------------------------------
 if [ "$SCALING" = 1 ]; then
   for t in 1 2 4 8; do
     s=$((SECS < 3 ? SECS : 3))
-    net_load bare $CGOFF tcp "$DIRECT_TCP" "$t" "$s"
+    net_load bare $CGOFF tcp "$DIRECT_TCP" "$t" "$s" --pick "$FIRST_PICK"
     record scaling floor tcp-direct "$t" "$(field rate)" "$(field errors)" "$(field user)" "$(field sys)" "$(field machine_busy)" "$(field secs)"
     say "scaling: $t threads: $(field rate) conn/s"
   done
 fi
 r=1
 while [ $r -le "$ROUNDS" ]; do
-  measure $r floor tcp-direct bare $CGOFF tcp "$DIRECT_TCP"
-  measure $r floor udp-direct bare $CGOFF udp "$DIRECT_UDP"
+  directs $r floor bare $CGOFF tcp "$DIRECT_TCP"
+  directs $r floor bare $CGOFF udp "$DIRECT_UDP"
   for mode in ipvs ipvs+socket-lb; do
     cg=$CGOFF
     if [ $mode = ipvs+socket-lb ]; then [ $SOCKETLB = 1 ] || continue; cg=$CGON; fi
     measure $r $mode tcp-svc ipvs $cg tcp "$SVC:80"
-    measure $r $mode tcp-direct ipvs $cg tcp "$DIRECT_TCP"
+    directs $r $mode ipvs $cg tcp "$DIRECT_TCP"
     measure $r $mode udp-svc ipvs $cg udp "$SVC:53"
-    measure $r $mode udp-direct ipvs $cg udp "$DIRECT_UDP"
+    directs $r $mode ipvs $cg udp "$DIRECT_UDP"
   done
   r=$((r + 1))
 done

@@ -3,13 +3,13 @@
 //! guest has no language but dash and no client that reports a socket's own errors.
 //!   `__ipvs_vm_serve IP PORT NAME SECONDS`   answers each UDP datagram, and each read of a
 //!       TCP connection it keeps open, with NAME
-//!   `__ipvs_vm_stream PROCS udp|udp-unconnected|tcp IP PORT COUNT`   as the kernel tier's
-//!       stream client: joins the cgroup, keeps one socket, sends every 100 ms and prints
+//!   `__ipvs_vm_stream PROCS udp|udp-unconnected|tcp IP PORT COUNT`   the kernel tier's
+//!       stream client (`support/stream_client.rs`): joins the cgroup, keeps one socket, sends every 100 ms and prints
 //!       `MS ok NAME`, `MS err WHAT` or, after a socket error, `MS reconnect`
 //!   `__ipvs_vm_now`   the wall clock in ms (busybox `date` has no `%N`)
 
 use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{IpAddr, SocketAddr, TcpListener, UdpSocket};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,7 +25,7 @@ pub fn main_if_requested() {
         Some(SERVE) => serve(&args[2..]),
         Some(STREAM) => stream(&args[2..]),
         Some(NOW) => {
-            println!("{}", now_ms());
+            println!("{}", crate::stream_client::now_ms());
             Ok(())
         }
         _ => return,
@@ -37,10 +37,6 @@ pub fn main_if_requested() {
             std::process::exit(2)
         }
     }
-}
-
-fn now_ms() -> u128 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis())
 }
 
 fn arg<T: std::str::FromStr>(args: &[String], i: usize, what: &str) -> Result<T, String> {
@@ -89,72 +85,10 @@ fn serve(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-enum Sock {
-    Udp(UdpSocket),
-    Tcp(TcpStream),
-}
-
 fn stream(args: &[String]) -> Result<(), String> {
     let procs: String = arg(args, 0, "a cgroup.procs path")?;
     let mode: String = arg(args, 1, "udp, udp-unconnected or tcp")?;
     let dst = SocketAddr::new(arg(args, 2, "an IP")?, arg(args, 3, "a port")?);
     let count: u32 = arg::<u32>(args, 4, "a count")?.min(600);
-    if !["udp", "udp-unconnected", "tcp"].contains(&mode.as_str()) {
-        return Err(format!("mode {mode}: want udp, udp-unconnected or tcp"));
-    }
-    std::fs::write(&procs, "0").map_err(|e| format!("joining {procs}: {e}"))?;
-    let wait = Duration::from_millis(300);
-    let any = SocketAddr::new(if dst.is_ipv4() { IpAddr::from([0u8; 4]) } else { IpAddr::from([0u8; 16]) }, 0);
-    let open = || -> std::io::Result<Sock> {
-        if mode == "tcp" {
-            let s = TcpStream::connect_timeout(&dst, wait)?;
-            s.set_read_timeout(Some(wait))?;
-            return Ok(Sock::Tcp(s));
-        }
-        let s = UdpSocket::bind(any)?;
-        if mode == "udp" {
-            s.connect(dst)?;
-        }
-        s.set_read_timeout(Some(wait))?;
-        Ok(Sock::Udp(s))
-    };
-    let mut out = std::io::stdout().lock();
-    let mut say = |line: String| {
-        let _ = writeln!(out, "{} {line}", now_ms());
-        let _ = out.flush();
-    };
-    let mut sock = open().ok();
-    let start = Instant::now();
-    for i in 0..count {
-        std::thread::sleep((start + Duration::from_millis(100) * i).saturating_duration_since(Instant::now()));
-        let Some(s) = &mut sock else {
-            say("reconnect".into());
-            sock = open().ok();
-            continue;
-        };
-        let mut buf = [0u8; 256];
-        let r = match s {
-            Sock::Udp(u) if mode == "udp" => u.send(b"ping\n").and_then(|_| u.recv(&mut buf)),
-            // The reply must seem to come from the address sent to (recvmsg's reversal).
-            Sock::Udp(u) => u.send_to(b"ping\n", dst).and_then(|_| u.recv_from(&mut buf)).and_then(|(n, from)| match from == dst {
-                true => Ok(n),
-                false => Err(std::io::Error::other(format!("a reply from {from}, not {dst}"))),
-            }),
-            Sock::Tcp(t) => t.write_all(b"ping\n").and_then(|_| t.read(&mut buf)),
-        };
-        match r {
-            Ok(0) => {
-                say("err closed by the peer".into());
-                sock = None;
-            }
-            Ok(n) => say(format!("ok {}", String::from_utf8_lossy(&buf[..n]).split_whitespace().next().unwrap_or("?"))),
-            // A late answer is not a socket error: the next send tries again.
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => say(format!("err timeout {e}")),
-            Err(e) => {
-                say(format!("err {e}"));
-                sock = None;
-            }
-        }
-    }
-    Ok(())
+    crate::stream_client::run(&procs, &mode, dst, count)
 }
