@@ -577,19 +577,23 @@ fn watch_mode(ctx: &mut Ctx) -> CaseResult {
     Ok(())
 }
 
-/// Stream client: `PROCS udp|udp-unconnected|tcp IP PORT COUNT` (`stream_client::run`).
-/// Exits after COUNT sends.
+/// Stream client: `PROCS udp|udp-unconnected|tcp IP PORT COUNT [WAIT_MS]`
+/// (`stream_client::run`; 300 ms for each answer unless WAIT_MS). Exits after COUNT sends.
 fn stream_main(args: &[String]) -> ! {
-    let parse = || -> Option<(String, String, SocketAddr, u32)> {
+    let parse = || -> Option<(String, String, SocketAddr, u32, u64)> {
         let ip: IpAddr = args.get(4)?.parse().ok()?;
         let port: u16 = args.get(5)?.parse().ok()?;
-        Some((args.get(2)?.clone(), args.get(3)?.clone(), SocketAddr::new(ip, port), args.get(6)?.parse::<u32>().ok()?.min(300)))
+        let wait = match args.get(7) {
+            Some(ms) => ms.parse::<u64>().ok()?.min(5000),
+            None => 300,
+        };
+        Some((args.get(2)?.clone(), args.get(3)?.clone(), SocketAddr::new(ip, port), args.get(6)?.parse::<u32>().ok()?.min(300), wait))
     };
-    let Some((procs, mode, dst, count)) = parse() else {
-        eprintln!("usage: {STREAM_FLAG} PROCS udp|udp-unconnected|tcp IP PORT COUNT");
+    let Some((procs, mode, dst, count, wait)) = parse() else {
+        eprintln!("usage: {STREAM_FLAG} PROCS udp|udp-unconnected|tcp IP PORT COUNT [WAIT_MS]");
         std::process::exit(2);
     };
-    if let Err(e) = crate::stream_client::run(&procs, &mode, dst, count) {
+    if let Err(e) = crate::stream_client::run(&procs, &mode, dst, count, Duration::from_millis(wait)) {
         eprintln!("{e}");
         std::process::exit(1);
     }
@@ -1255,8 +1259,10 @@ fn restart(ctx: &mut Ctx) -> CaseResult {
     let (log1, log2) = (rig.dir.join("svcproxy-1.log"), rig.dir.join("svcproxy-2.log"));
     let read_log = |l: &Path| std::fs::read_to_string(l).unwrap_or_default();
     let first = crate::watch_e2e::spawn_svcproxy(&node.name, &argv, &[], &log1)?;
+    // The rules answer from both pods too: the programs must be attached before the flows
+    // that must not reach conntrack begin.
     crate::watch_e2e::until("the first process's socket-LB entries", Duration::from_secs(20), || {
-        matches!(answered_by(ctx, &client_pod.ns, &procs, "udp", SYNC_SVC4, 8), Ok(p) if p.len() == 2)
+        read_log(&log1).contains("socket-lb programs attached") && matches!(answered_by(ctx, &client_pod.ns, &procs, "udp", SYNC_SVC4, 8), Ok(p) if p.len() == 2)
     })
     .map_err(|e| format!("{e}; svcproxy log:\n{}", read_log(&log1)))?;
     lab.conntrack_flush()?;
@@ -1267,8 +1273,8 @@ fn restart(ctx: &mut Ctx) -> CaseResult {
     for (i, (mode, addr)) in streams.iter().enumerate() {
         let log = rig.dir.join(format!("restart-stream-{i}.log"));
         // 300 sends, 30 s: before, across and after the restart, with room for a slow
-        // restart on a loaded machine.
-        children.push(client_pod.ns.spawn_logged(&[&exe, STREAM_FLAG, &procs, mode, addr, &PORT.to_string(), &SENDS.to_string()], &log)?);
+        // restart on a loaded machine; each answer waited for up to a second (late is not lost).
+        children.push(client_pod.ns.spawn_logged(&[&exe, STREAM_FLAG, &procs, mode, addr, &PORT.to_string(), &SENDS.to_string(), "1000"], &log)?);
         logs.push(log);
     }
     let answered = |n: usize| logs.iter().all(|l| stream_lines(l).iter().filter(|(_, w)| w.starts_with("ok ")).count() >= n);

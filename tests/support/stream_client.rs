@@ -18,16 +18,17 @@ enum Sock {
 }
 
 /// Joins the cgroup `procs`, keeps one `mode` (`udp`, `udp-unconnected` or `tcp`) socket
-/// to `dst`, and every 100 ms sends a line and waits (300 ms) for the answer, printing
+/// to `dst`, and every 100 ms sends a line and waits (`wait`) for the answer, printing
 /// `MS ok POD`, `MS err WHAT` or, after a socket error, `MS reconnect` (a real client's
 /// reaction: connect again, which picks a backend anew). Returns after `count` sends;
 /// an error only when the mode is unknown or the cgroup cannot be joined.
-pub fn run(procs: &str, mode: &str, dst: SocketAddr, count: u32) -> Result<(), String> {
+/// `wait`: how long each answer is waited for (a test that counts every answer on a
+/// loaded machine waits longer: a late answer is not a lost one).
+pub fn run(procs: &str, mode: &str, dst: SocketAddr, count: u32, wait: Duration) -> Result<(), String> {
     if !["udp", "udp-unconnected", "tcp"].contains(&mode) {
         return Err(format!("mode {mode}: want udp, udp-unconnected or tcp"));
     }
     std::fs::write(procs, "0").map_err(|e| format!("joining {procs}: {e}"))?;
-    let wait = Duration::from_millis(300);
     let any = SocketAddr::new(if dst.is_ipv4() { IpAddr::from([0u8; 4]) } else { IpAddr::from([0u8; 16]) }, 0);
     let open = || -> std::io::Result<Sock> {
         if mode == "tcp" {

@@ -90,5 +90,5 @@ fn stream(args: &[String]) -> Result<(), String> {
     let mode: String = arg(args, 1, "udp, udp-unconnected or tcp")?;
     let dst = SocketAddr::new(arg(args, 2, "an IP")?, arg(args, 3, "a port")?);
     let count: u32 = arg::<u32>(args, 4, "a count")?.min(600);
-    crate::stream_client::run(&procs, &mode, dst, count)
+    crate::stream_client::run(&procs, &mode, dst, count, std::time::Duration::from_millis(300))
 }
