@@ -10,13 +10,15 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use self::owners::{Changes, Owners};
 use super::error::SourceError;
 use super::file::{input_files, ClusterState, Duplicate, Note};
 use super::objects::Objects;
 use super::reuse::{self, DocIndex};
-use crate::model::NamespacedName;
+
+use crate::model::{EndpointSlice, NamespacedName, Service};
 use crate::track::Event;
 
 #[path = "fileset_owners.rs"]
@@ -241,7 +243,7 @@ impl FileSet {
                 self.finished = Some(merged.objects.clone());
             } else {
                 // The trackers now hold the files' merge: as the files' own objects.
-                self.files.iter_mut().for_each(|(_, f)| f.objects.share(&merged.objects));
+                self.share_all(&merged.objects);
             }
             return Change { events, rest: merged.state, errors };
         }
@@ -268,6 +270,24 @@ impl FileSet {
         let (merged, unfinished, errors) = self.merge_tracked(finish, &mut Changes::default());
         self.finished = unfinished.map(|_| merged.objects.clone());
         (merged, errors)
+    }
+
+    /// Makes every file's object that equals `held`'s of its identity `held`'s allocation
+    /// (as [`Objects::share`] for each file, `held` indexed once).
+    fn share_all(&mut self, held: &Objects) {
+        fn share<T: PartialEq>(reads: &mut [Arc<T>], held: &HashMap<&NamespacedName, &Arc<T>>, id: impl Fn(&T) -> &NamespacedName) {
+            for read in reads {
+                if let Some(h) = held.get(id(read)).filter(|h| !Arc::ptr_eq(h, read) && **h == read) {
+                    *read = Arc::clone(h);
+                }
+            }
+        }
+        let services: HashMap<&NamespacedName, &Arc<Service>> = held.services.iter().map(|s| (&s.id, s)).collect();
+        let slices: HashMap<&NamespacedName, &Arc<EndpointSlice>> = held.slices.iter().map(|s| (&s.id, s)).collect();
+        for (_, read) in &mut self.files {
+            share(&mut read.objects.services, &services, |s| &s.id);
+            share(&mut read.objects.slices, &slices, |s| &s.id);
+        }
     }
 
     /// [`FileSet::merge`], the files read again recorded in `changes`; with the merge
