@@ -21,7 +21,8 @@ use crate::source::file::{ClusterState, Duplicate};
 use crate::source::objects::Objects;
 use crate::track::Event;
 
-type Key = u128;
+/// Two words rather than a `u128`, whose 16-byte alignment would pad every entry.
+type Key = (u64, u64);
 
 fn key(kind: &str, id: &NamespacedName) -> Key {
     let mut hash = Sha256::new();
@@ -30,9 +31,8 @@ fn key(kind: &str, id: &NamespacedName) -> Key {
         hash.update(part.as_bytes());
     }
     let digest = hash.finalize();
-    let mut out = [0; 16];
-    out.copy_from_slice(&digest[..16]);
-    u128::from_le_bytes(out)
+    let word = |at: usize| u64::from_le_bytes(digest[at..at + 8].try_into().expect("8 bytes"));
+    (word(0), word(8))
 }
 
 /// One file's reading of an object.
@@ -42,10 +42,36 @@ struct Holder {
     slot: u32,
     /// The object's place in the file's [`FileRead::keys`].
     seq: u32,
-    /// The line it was last read on, and the line a duplicate across files names (the
-    /// first line it was read on in the file).
+    /// The line it was last read on.
     line: u64,
-    again: u64,
+}
+
+/// The files holding one object: nearly always one, held without an allocation.
+#[derive(Debug)]
+enum Holders {
+    One(Holder),
+    Many(Vec<Holder>),
+}
+
+impl Holders {
+    fn list(&self) -> &[Holder] {
+        match self {
+            Holders::One(h) => std::slice::from_ref(h),
+            Holders::Many(list) => list,
+        }
+    }
+
+    /// Changes the list with `edit`; true when it is left empty.
+    fn edit(&mut self, edit: impl FnOnce(&mut Vec<Holder>)) -> bool {
+        let mut list = match std::mem::replace(self, Holders::Many(Vec::new())) {
+            Holders::One(h) => vec![h],
+            Holders::Many(list) => list,
+        };
+        edit(&mut list);
+        let empty = list.is_empty();
+        *self = if let [one] = list[..] { Holders::One(one) } else { Holders::Many(list) };
+        empty
+    }
 }
 
 /// An object with its place in the merge's order (the file's position, its place in it).
@@ -59,7 +85,7 @@ pub(super) struct Owners {
     rank: Vec<u32>,
     free: Vec<u32>,
     /// The files holding each object, in the order one read of every file meets them.
-    holders: HashMap<Key, Vec<Holder>>,
+    holders: HashMap<Key, Holders>,
     /// Per slot, by place in the file: the duplicates across files whose later copy it has.
     across: Vec<BTreeMap<u32, Duplicate>>,
 }
@@ -88,13 +114,13 @@ impl Owners {
 
     /// The slot of the file with the copy used of `kind`/`id`.
     fn owner_slot(&self, kind: &str, id: &NamespacedName) -> Option<u32> {
-        self.holders.get(&key(kind, id)).and_then(|h| h.last()).map(|h| h.slot)
+        self.holders.get(&key(kind, id)).and_then(|h| h.list().last()).map(|h| h.slot)
     }
 
     /// The object used for `key`, as `at` finds it in its file (none when that file read
     /// the identity without giving the object).
     fn owner<'f, T: 'f>(&self, files: &'f [(PathBuf, FileRead)], key: Key, at: impl Fn(&'f FileRead, u32) -> Option<&'f Arc<T>>) -> Option<Placed<T>> {
-        let holders = self.holders.get(&key)?;
+        let holders = self.holders.get(&key)?.list();
         let slot = holders.last()?.slot;
         let rank = self.rank(slot);
         let read = &files[rank].1;
@@ -118,8 +144,7 @@ impl Owners {
     fn unindex(&mut self, slot: u32, read: &FileRead) {
         for ((kind, id), _) in read.keys() {
             if let Entry::Occupied(mut e) = self.holders.entry(key(kind, id)) {
-                e.get_mut().retain(|h| h.slot != slot);
-                if e.get().is_empty() {
+                if e.get_mut().edit(|list| list.retain(|h| h.slot != slot)) {
                     e.remove();
                 }
             }
@@ -128,15 +153,14 @@ impl Owners {
     }
 
     fn index(&mut self, slot: u32, read: &FileRead) {
-        let firsts = read.first_lines();
         let (rank, holders) = (&self.rank, &mut self.holders);
         let place = |h: &Holder| (rank[h.slot as usize], h.seq);
         for (seq, (id, line)) in read.keys().enumerate() {
-            let again = firsts.get(&id).copied().unwrap_or(line);
-            let holder = Holder { slot, seq: seq as u32, line, again };
-            let list = holders.entry(key(id.0, id.1)).or_default();
-            let at = list.partition_point(|h| place(h) < place(&holder));
-            list.insert(at, holder);
+            let holder = Holder { slot, seq: seq as u32, line };
+            match holders.entry(key(id.0, id.1)) {
+                Entry::Vacant(e) => drop(e.insert(Holders::One(holder))),
+                Entry::Occupied(mut e) => drop(e.get_mut().edit(|list| list.insert(list.partition_point(|h| place(h) < place(&holder)), holder))),
+            }
         }
     }
 
@@ -154,11 +178,14 @@ impl Owners {
         let (rank, across) = (&self.rank, &mut self.across);
         let place = |h: &Holder| (files[rank[h.slot as usize] as usize].0.clone(), h.line);
         for (k, (kind, id)) in &changes.keys {
-            let Some(holders) = self.holders.get(k) else { continue };
+            let Some(holders) = self.holders.get(k).map(Holders::list) else { continue };
             across[holders[0].slot as usize].remove(&holders[0].seq);
             for pair in holders.windows(2) {
                 let (before, h) = (&pair[0], &pair[1]);
-                let again = (place(h).0, h.again);
+                // A duplicate across files names the first line its later file read it on.
+                let read = &files[rank[h.slot as usize] as usize].1;
+                let first_in_file = read.rest.duplicates.iter().find(|d| d.kind == *kind && d.id == *id).map(|d| d.first.1);
+                let again = (place(h).0, first_in_file.unwrap_or(h.line));
                 across[h.slot as usize].insert(h.seq, Duplicate { kind, id: id.clone(), first: place(before), again });
             }
         }
