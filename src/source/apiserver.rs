@@ -428,6 +428,8 @@ pub async fn run_with_node(client: Client, proxy_name: Option<String>, node_name
     let mut ready = false;
     while let Some(item) = stream.next().await {
         let (mut out, mut bad) = (Vec::new(), Vec::new());
+        // Only a ServiceCIDR event changes their list: no other event rebuilds it.
+        let cidr_event = matches!(item, Either::Cidr(_));
         match item {
             Either::Service(ev) => svc.step(*ev, &mut out, &mut bad),
             Either::Slice(ev) => eps.step(*ev, &mut out, &mut bad),
@@ -440,7 +442,7 @@ pub async fn run_with_node(client: Client, proxy_name: Option<String>, node_name
             return;
         }
         // The whole list, whenever it changes (once listed), as kube-proxy's handler gets it.
-        if sc.listed {
+        if sc.listed && cidr_event {
             let objects: Vec<crate::model::ServiceCidr> = sc.current.iter().map(|o| (*o.0).clone()).collect();
             let now = crate::model::service_cidrs(&objects);
             if cidr_list.as_ref() != Some(&now) {

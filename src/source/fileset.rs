@@ -8,14 +8,21 @@
 //! What a merge differs in from one read of every file: a duplicate across files is noted
 //! after the later file's own notes rather than among them.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use self::owners::{Changes, Owners};
 use super::error::SourceError;
 use super::file::{input_files, ClusterState, Duplicate, Note};
 use super::objects::Objects;
 use super::reuse::{self, DocIndex};
-use crate::model::NamespacedName;
+
+use crate::model::{EndpointSlice, NamespacedName, Service};
+use crate::track::Event;
+
+#[path = "fileset_owners.rs"]
+mod owners;
 
 /// What finishes the merged read before its objects are used (the commands derive
 /// EndpointSlices from Pods and v1/Endpoints); the source knows nothing of it.
@@ -137,6 +144,22 @@ pub struct FileSet {
     listing: Option<Note>,
     /// Every file, in path order, with its read.
     files: Vec<(PathBuf, FileRead)>,
+    /// Who has the copy used of each object, kept up to date with `files`.
+    owners: Owners,
+    /// The objects of the last merge when it was finished (the trackers hold them);
+    /// `None` when they are the files' objects merged (the owners' copies).
+    finished: Option<Objects>,
+}
+
+/// What a change of the files gives ([`FileSet::apply`]).
+#[derive(Debug, Default)]
+pub struct Change {
+    /// What takes the trackers from the last merge to this one.
+    pub events: Vec<Event>,
+    /// The merge without its Services and EndpointSlices.
+    pub rest: ClusterState,
+    /// What did not read while merging (trimmed files read again), and second fixtures.
+    pub errors: Vec<SourceError>,
 }
 
 /// A merge: the whole input's objects and everything else of it (without Services and
@@ -178,45 +201,116 @@ impl FileSet {
     /// dropped. A read with errors keeps the file's objects it lacks. Each object read
     /// that equals `held`'s (what the trackers hold) becomes `held`'s allocation.
     pub fn update(&mut self, listing: Option<Note>, files: &[PathBuf], reads: Reads, held: &Objects) {
-        let mut old: BTreeMap<PathBuf, FileRead> = std::mem::take(&mut self.files).into_iter().collect();
-        let mut fresh: BTreeMap<PathBuf, (FileRead, bool)> = reads.files.into_iter().map(|(p, r, failed)| (p, (r, failed))).collect();
-        for file in files {
-            let kept = old.remove(file);
-            let read = match (fresh.remove(file), kept) {
-                (Some((mut read, failed)), kept) => {
-                    if let Some(kept) = kept.as_ref().filter(|_| failed) {
-                        read.keep_unread(kept);
-                    }
-                    read.objects.share(held);
-                    read
-                }
-                (None, Some(kept)) => kept,
-                // Listed but neither kept nor read (it appeared after the read): read at
-                // the next change of the path.
-                (None, None) => FileRead::default(),
-            };
-            self.files.push((file.clone(), read));
+        let fresh = self.prepare(reads, |o| o.share(held));
+        self.replace(listing, files, fresh, &mut Changes::default());
+    }
+
+    /// The fresh reads of `reads`, each made ready to replace its file's: a read with
+    /// errors keeps the file's objects it lacks, and `share` makes objects the ones held.
+    fn prepare(&self, reads: Reads, share: impl Fn(&mut Objects)) -> HashMap<PathBuf, FileRead> {
+        let kept: HashMap<&Path, &FileRead> = self.files.iter().map(|(p, r)| (p.as_path(), r)).collect();
+        let mut fresh = HashMap::new();
+        for (path, mut read, failed) in reads.files {
+            if let Some(kept) = kept.get(path.as_path()).filter(|_| failed) {
+                read.keep_unread(kept);
+            }
+            share(&mut read.objects);
+            fresh.insert(path, read);
         }
-        self.listing = listing;
+        fresh
+    }
+
+    /// A change of the files as the watch follows it: the files are now `listed` (as
+    /// [`FileSet::update`]; `None`: the path could not be listed, nothing changes and
+    /// `reads` are dropped), and the events take the trackers from the last merge to the
+    /// new one. While nothing needs finishing, the work is the changed files' objects and
+    /// the objects whose copy used changed with them ([`owners`]); a finished merge is
+    /// merged and compared whole, as [`FileSet::merge`] and [`Objects::events_since`].
+    pub fn apply(&mut self, listed: Option<(Option<Note>, &[PathBuf])>, reads: Reads, finish: &impl Finish) -> Change {
+        let mut changes = Changes::default();
+        let held = self.finished.take();
+        if let Some((listing, files)) = listed {
+            let fresh = match &held {
+                Some(held) => self.prepare(reads, |o| o.share(held)),
+                None => self.prepare(reads, |o| self.share_used(o)),
+            };
+            self.replace(listing, files, fresh, &mut changes);
+        }
+        if let Some(held) = held {
+            let (mut merged, unfinished, errors) = self.merge_tracked(finish, &mut Changes::default());
+            let events = merged.objects.events_since(&held);
+            if unfinished.is_some() {
+                self.finished = Some(merged.objects.clone());
+            } else {
+                // The trackers now hold the files' merge: as the files' own objects.
+                self.share_all(&merged.objects);
+            }
+            return Change { events, rest: merged.state, errors };
+        }
+        let rest = self.rest();
+        if !finish.needed(&rest) {
+            self.files.iter_mut().for_each(|(_, f)| f.trim());
+            let errors = self.second_fixtures();
+            return Change { events: self.events(changes), rest, errors };
+        }
+        // The trackers hold the files' merge; the finished one follows it.
+        let (mut merged, unfinished, errors) = self.merge_tracked(finish, &mut changes);
+        let mut events = self.events(changes);
+        if let Some(unfinished) = unfinished {
+            events.extend(merged.objects.events_since(&unfinished));
+            self.finished = Some(merged.objects.clone());
+        }
+        Change { events, rest: merged.state, errors }
     }
 
     /// The whole input: every file's read merged in path order, finished by `finish`
     /// when it needs to be. Files whose Service backends and slice references were
     /// dropped are read again when `finish` comes to need them (their errors returned).
     pub fn merge(&mut self, finish: &impl Finish) -> (Merged, Vec<SourceError>) {
+        let (merged, unfinished, errors) = self.merge_tracked(finish, &mut Changes::default());
+        self.finished = unfinished.map(|_| merged.objects.clone());
+        (merged, errors)
+    }
+
+    /// Makes every file's object that equals `held`'s of its identity `held`'s allocation
+    /// (as [`Objects::share`] for each file, `held` indexed once).
+    fn share_all(&mut self, held: &Objects) {
+        fn share<T: PartialEq>(reads: &mut [Arc<T>], held: &HashMap<&NamespacedName, &Arc<T>>, id: impl Fn(&T) -> &NamespacedName) {
+            for read in reads {
+                if let Some(h) = held.get(id(read)).filter(|h| !Arc::ptr_eq(h, read) && **h == read) {
+                    *read = Arc::clone(h);
+                }
+            }
+        }
+        let services: HashMap<&NamespacedName, &Arc<Service>> = held.services.iter().map(|s| (&s.id, s)).collect();
+        let slices: HashMap<&NamespacedName, &Arc<EndpointSlice>> = held.slices.iter().map(|s| (&s.id, s)).collect();
+        for (_, read) in &mut self.files {
+            share(&mut read.objects.services, &services, |s| &s.id);
+            share(&mut read.objects.slices, &slices, |s| &s.id);
+        }
+    }
+
+    /// [`FileSet::merge`], the files read again recorded in `changes`; with the merge
+    /// unfinished when it was finished.
+    fn merge_tracked(&mut self, finish: &impl Finish, changes: &mut Changes) -> (Merged, Option<Objects>, Vec<SourceError>) {
         let mut errors = self.second_fixtures();
         let merged = self.merge_rest(false);
         if !finish.needed(&merged.state) {
             self.files.iter_mut().for_each(|(_, f)| f.trim());
-            return (merged, errors);
+            return (merged, None, errors);
         }
-        for (path, read) in self.files.iter_mut().filter(|(_, f)| f.trimmed) {
-            let (mut again, failed) = read_one(path, None, &mut errors);
+        let mut again = HashMap::new();
+        for (path, read) in self.files.iter().filter(|(_, f)| f.trimmed) {
+            let (mut read_again, failed) = read_one(path, None, &mut errors);
             if failed {
-                again.keep_unread(read);
+                read_again.keep_unread(read);
             }
-            again.objects.share(&read.objects);
-            *read = again;
+            read_again.objects.share(&read.objects);
+            again.insert(path.clone(), read_again);
+        }
+        if !again.is_empty() {
+            let paths: Vec<PathBuf> = self.files.iter().map(|(p, _)| p.clone()).collect();
+            self.replace(self.listing.clone(), &paths, again, changes);
         }
         let Merged { objects, mut state } = self.merge_rest(true);
         state.services = objects.services.iter().map(|s| (**s).clone()).collect();
@@ -224,7 +318,7 @@ impl FileSet {
         finish.finish(&mut state);
         let mut finished = Objects::take(&mut state);
         finished.share(&objects);
-        (Merged { objects: finished, state }, errors)
+        (Merged { objects: finished, state }, Some(objects), errors)
     }
 
     /// A fixture document in more than one file: an error for each after the first (one

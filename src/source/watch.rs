@@ -13,7 +13,7 @@ use tokio::sync::mpsc::{self, error::SendError};
 
 use super::error::SourceError;
 use super::file::{ClusterState, Note};
-use super::fileset::{FileSet, Finish, Merged};
+use super::fileset::{Change, FileSet, Finish, Merged};
 use super::objects::Objects;
 use crate::track::Event;
 
@@ -97,7 +97,8 @@ pub async fn watch_files(path: PathBuf, interval: Duration, initial: Start, fini
 }
 
 async fn poll_files(path: PathBuf, interval: Duration, initial: Start, finish: impl Finish, tx: mpsc::Sender<SourceMsg>) -> Result<(), SendError<SourceMsg>> {
-    let Start { mut files, objects: mut state, notes: initial_notes, service_cidrs: mut cidrs } = initial;
+    // The trackers hold the start's objects; the file set knows them from here on.
+    let Start { mut files, objects: _, notes: initial_notes, service_cidrs: mut cidrs } = initial;
     let mut read_at = fingerprint(&path);
     let mut previous_poll = read_at.clone();
     let mut notes = Vec::new();
@@ -129,18 +130,17 @@ async fn poll_files(path: PathBuf, interval: Duration, initial: Start, finish: i
         let mut errors = std::mem::take(&mut reads.errors);
         // A path that cannot be listed changes nothing (it says why); every file is read
         // again once it can be.
-        match listed {
-            Ok((_, listing)) => {
-                let names: Vec<PathBuf> = read_at.iter().map(|(p, ..)| p.clone()).collect();
-                files.update(listing, &names, reads, &state);
-            }
+        let names: Vec<PathBuf> = read_at.iter().map(|(p, ..)| p.clone()).collect();
+        let change = match listed {
+            Ok((_, listing)) => files.apply(Some((listing, &names)), reads, &finish),
             Err(e) => {
                 errors.push(e);
                 read_at = Vec::new();
+                files.apply(None, reads, &finish)
             }
-        }
-        let (Merged { mut objects, state: rest }, more) = files.merge(&finish);
+        };
         let merged = clock.elapsed();
+        let Change { events, rest, errors: more } = change;
         errors.extend(more);
         if let Some(new) = changed_notes(&mut notes, &rest.notes) {
             tx.send(SourceMsg::Notes(new)).await?;
@@ -154,8 +154,6 @@ async fn poll_files(path: PathBuf, interval: Duration, initial: Start, finish: i
         if !errors.is_empty() {
             tx.send(SourceMsg::Malformed(errors.iter().map(SourceError::to_string).collect())).await?;
         }
-        let events = objects.events_since(&state);
-        state = objects;
         let (files_read, seconds) = (changed.len(), clock.elapsed().as_secs_f64());
         let (read_seconds, merge_seconds) = (read.as_secs_f64(), (merged - read).as_secs_f64());
         tracing::info!(files_read, read_seconds, merge_seconds, seconds, events = events.len(), "files re-read");
