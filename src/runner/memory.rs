@@ -1,4 +1,4 @@
-//! What svcproxy asks of the C allocator (glibc): few arenas, and freed memory handed
+//! What svcproxy asks of the C allocator (glibc): one arena, and freed memory handed
 //! back to the kernel after a full sync. A full sync's peak (the kernel's dump, the
 //! delta, the restore input) is freed when it ends, but glibc keeps freed pages that are
 //! not at the top of a heap; without a trim a watch mode stayed resident near its peak,
