@@ -1,4 +1,4 @@
-//! What svcproxy asks of the C allocator (glibc): few arenas, and freed memory handed
+//! What svcproxy asks of the C allocator (glibc): one arena, and freed memory handed
 //! back to the kernel after a full sync. A full sync's peak (the kernel's dump, the
 //! delta, the restore input) is freed when it ends, but glibc keeps freed pages that are
 //! not at the top of a heap; without a trim a watch mode stayed resident near its peak,
@@ -6,17 +6,21 @@
 //! Other libcs: nothing to do.
 
 /// glibc gives threads that allocate their own malloc arenas (up to eight per core), and
-/// memory freed in one arena is never reused by another: the render threads would build
-/// the ruleset beside the garbage the parse left in the main arena; two arenas lower a
-/// render's peak (BENCHMARKS.md). A
-/// `MALLOC_ARENA_MAX` in the environment still wins. Call it before any thread exists.
+/// memory freed in one arena is never reused by another. The render threads would build
+/// the ruleset beside the garbage the parse left in the main arena (a render's peak), and
+/// in watch mode every service port the render threads built in another arena moved,
+/// on its first change, into the arena of the thread that syncs: its old blocks stayed
+/// resident there and the new arena grew by as much, until every port had changed once
+/// (RSS rising under churn with a flat live heap; BENCHMARKS.md, issue 37). One arena
+/// for every thread. A `MALLOC_ARENA_MAX` in the environment still wins. Call it before
+/// any thread exists.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub fn limit_arenas() {
     if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
         // SAFETY: mallopt only sets an allocator parameter; the caller runs it before any
         // other thread exists.
         unsafe {
-            libc::mallopt(libc::M_ARENA_MAX, 2);
+            libc::mallopt(libc::M_ARENA_MAX, 1);
         }
     }
 }
