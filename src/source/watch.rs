@@ -81,24 +81,27 @@ impl Start {
 
 /// Polls `path` every `interval` until the receiver goes away. `initial` is the state
 /// already loaded (its events were applied by the caller). A change re-reads only the
-/// files that changed; the others keep their last read ([`FileSet`]), and the merge of
-/// all of them, finished by `finish`, is diffed against the last one: only what changed
-/// becomes events. An object that did not change is kept as the allocation the trackers
-/// already hold (see [`Objects::events_since`]), so the state is held once.
+/// files that changed; the others keep their last read ([`FileSet`]), and the changed
+/// files' objects (and those whose copy in use moved to another file) become the events
+/// ([`FileSet::apply`]; a whole merge and diff when `finish` must derive slices). An object
+/// that did not change is kept as the allocation the trackers already hold, so the state is
+/// held once.
 ///
 /// A changed file is read once it has stayed the same for one interval and is not empty,
 /// and the read is kept only if no file changed while it was read: a file being written
 /// in place (`kubectl get … > dump.yaml` truncates it first) is never taken for an empty
-/// cluster. A file that no longer reads whole keeps the objects it lacks (see
-/// [`FileSet::update`]); one that is gone takes its objects with it.
+/// cluster. A file that no longer reads whole keeps the objects it lacks; one that is gone
+/// takes its objects with it.
 pub async fn watch_files(path: PathBuf, interval: Duration, initial: Start, finish: impl Finish, tx: mpsc::Sender<SourceMsg>) {
     // Only the receiver going away ends it.
     let _ = poll_files(path, interval, initial, finish, tx).await;
 }
 
 async fn poll_files(path: PathBuf, interval: Duration, initial: Start, finish: impl Finish, tx: mpsc::Sender<SourceMsg>) -> Result<(), SendError<SourceMsg>> {
-    // The trackers hold the start's objects; the file set knows them from here on.
-    let Start { mut files, objects: _, notes: initial_notes, service_cidrs: mut cidrs } = initial;
+    // The trackers hold the start's objects; the file set knows them from here on. Dropped
+    // here: an unbound field would live as long as this loop, and every first copy with it.
+    let Start { mut files, objects, notes: initial_notes, service_cidrs: mut cidrs } = initial;
+    drop(objects);
     let mut read_at = fingerprint(&path);
     let mut previous_poll = read_at.clone();
     let mut notes = Vec::new();

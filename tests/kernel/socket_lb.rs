@@ -584,7 +584,7 @@ fn stream_main(args: &[String]) -> ! {
         let ip: IpAddr = args.get(4)?.parse().ok()?;
         let port: u16 = args.get(5)?.parse().ok()?;
         let wait = match args.get(7) {
-            Some(ms) => ms.parse::<u64>().ok()?.min(5000),
+            Some(ms) => ms.parse::<u64>().ok().filter(|&ms| ms > 0)?.min(5000),
             None => 300,
         };
         Some((args.get(2)?.clone(), args.get(3)?.clone(), SocketAddr::new(ip, port), args.get(6)?.parse::<u32>().ok()?.min(300), wait))
