@@ -4,12 +4,10 @@
 //! `iptables-save` output (or a restore input) into a [`Dump`].
 
 use std::collections::{BTreeSet, HashMap};
-use std::ops::Range;
-use std::sync::Arc;
 
 use super::render::{fixed, Ruleset};
 use crate::model::NamespacedName;
-use crate::xtables::delta::{NewChain, RuleText};
+use crate::xtables::delta::NewChain;
 use crate::xtables::dump::{Dump, Op, Rule, TableDump};
 use crate::xtables::Chain;
 use crate::xtables::Rule as Value;
@@ -81,15 +79,11 @@ pub fn view<'r>(rs: &'r Ruleset, scope: Scope) -> View<'r> {
 /// as restore lines, and the lines of the whole restore input: what a sync into a kernel
 /// holding none of our chains writes ([`crate::xtables::delta::compute_fresh`]), built
 /// from the values without a [`Dump`] or a canonical form. `per_service` says whose jump
-/// targets are kept (for grouping by service). The lines of every chain whose rules come
-/// together (each service's own) are one text, sized for the whole input at once.
+/// targets are kept (for grouping by service).
 pub fn new_chains(rs: &Ruleset, per_service: impl Fn(&str) -> bool) -> (Vec<(String, Vec<NewChain>)>, usize) {
-    let text = String::with_capacity(size_hint(rs, Scope::Full));
-    let mut b = NewChains { tables: Vec::new(), text, index: HashMap::new(), last: None, lines: 0, per_service, order: Vec::new() };
+    let mut b = NewChains { tables: Vec::new(), index: HashMap::new(), last: None, lines: 0, per_service };
     walk(rs, Scope::Full, &[], &mut b);
-    let text = Arc::new(b.text);
-    let tables = b.tables.into_iter().map(|(name, chains)| (name, chains.into_iter().map(|c| c.done(&text)).collect())).collect();
-    (tables, b.lines)
+    (b.tables, b.lines)
 }
 
 /// What [`walk`] produces, in order: tables, chain declarations, rules, deletions.
@@ -171,71 +165,13 @@ impl<F: FnMut(&str)> Out<'_> for Text<F> {
 
 /// Chains with their rules as text, for [`new_chains`].
 struct NewChains<F: Fn(&str) -> bool> {
-    tables: Vec<(String, Vec<Building>)>,
-    /// The lines of the chains whose rules have come together so far, in order.
-    text: String,
+    tables: Vec<(String, Vec<NewChain>)>,
     /// The current table's chains: where each is in its list.
     index: HashMap<Chain, usize>,
     /// The chain of the last rule and where it is (rules come chain by chain).
     last: Option<(Chain, usize)>,
     lines: usize,
     per_service: F,
-    /// A run of rules' (chain, rule) positions, reused.
-    order: Vec<(usize, usize)>,
-}
-
-/// A chain of [`NewChains`] as its rules come.
-struct Building {
-    name: Chain,
-    at: Place,
-    count: usize,
-    jumps: Vec<Chain>,
-}
-
-/// Where a chain's lines are written.
-enum Place {
-    /// No rule yet.
-    Nowhere,
-    /// In the shared text, ending at its end while the chain's rules keep coming.
-    Shared(Range<usize>),
-    /// Its own text: a rule came after another chain's (a top-level chain such as
-    /// `KUBE-SERVICES` takes one rule from each service).
-    Own(String),
-}
-
-impl Building {
-    fn write(&mut self, rule: &Value, text: &mut String) {
-        self.at = match std::mem::replace(&mut self.at, Place::Nowhere) {
-            Place::Nowhere => {
-                let start = text.len();
-                rule.write(text);
-                Place::Shared(start..text.len())
-            }
-            Place::Shared(at) if at.end == text.len() => {
-                rule.write(text);
-                Place::Shared(at.start..text.len())
-            }
-            Place::Shared(at) => {
-                let mut own = text[at].to_string();
-                rule.write(&mut own);
-                Place::Own(own)
-            }
-            Place::Own(mut own) => {
-                rule.write(&mut own);
-                Place::Own(own)
-            }
-        };
-        self.count += 1;
-    }
-
-    fn done(self, text: &Arc<String>) -> NewChain {
-        let rules = match self.at {
-            Place::Nowhere => RuleText::Own(String::new()),
-            Place::Shared(at) => RuleText::Shared(Arc::clone(text), at),
-            Place::Own(own) => RuleText::Own(own),
-        };
-        NewChain { name: self.name, rules, count: self.count, jumps: self.jumps }
-    }
 }
 
 impl<F: Fn(&str) -> bool> NewChains<F> {
@@ -263,46 +199,31 @@ impl<F: Fn(&str) -> bool> Out<'_> for NewChains<F> {
         if let Some((_, chains)) = self.tables.last_mut() {
             if !self.index.contains_key(name.as_str()) {
                 self.index.insert(name.clone(), chains.len());
-                chains.push(Building { name: name.clone(), at: Place::Nowhere, count: 0, jumps: Vec::new() });
+                chains.push(NewChain { name: name.clone(), rules: String::new(), count: 0, jumps: Vec::new() });
             }
         }
     }
     fn rules(&mut self, rules: &[Value]) {
         self.lines += rules.len();
-        // One service's rules come chain after chain but not in one run per chain (its
-        // service chain's first rule, then its endpoints' chains, then the rest): taken
-        // chain by chain, each keeps its order and every chain's lines are one run.
-        let mut order = std::mem::take(&mut self.order);
-        order.clear();
-        for (i, r) in rules.iter().enumerate() {
+        for r in rules {
             // A rule of a chain not declared here (a built-in one) is not written: the
             // delta prepends the jumps from built-in chains itself.
-            if let Some(at) = self.position(&r.chain) {
-                order.push((at, i));
-            }
-        }
-        order.sort_unstable();
-        for &(at, i) in &order {
-            let r = &rules[i];
+            let Some(at) = self.position(&r.chain) else { continue };
             let Some((_, chains)) = self.tables.last_mut() else { continue };
             let c = &mut chains[at];
-            c.write(r, &mut self.text);
+            r.write(&mut c.rules);
+            c.count += 1;
             if let Some(to) = r.target.jump_to().filter(|_| (self.per_service)(&c.name)) {
                 c.jumps.push(to.clone());
             }
         }
-        self.order = order;
     }
     fn delete(&mut self, _chain: &str) {
         self.lines += 1;
     }
     fn commit(&mut self) {
         if let Some((_, chains)) = self.tables.last_mut() {
-            for c in chains.iter_mut() {
-                if let Place::Own(own) = &mut c.at {
-                    own.shrink_to_fit();
-                }
-            }
+            chains.iter_mut().for_each(|c| c.rules.shrink_to_fit());
         }
     }
 }

@@ -10,8 +10,6 @@
 //! Which chains are per-service is the mode's to say (`per_service`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::ops::Range;
-use std::sync::Arc;
 
 use similar::{capture_diff_slices, Algorithm, DiffOp};
 
@@ -142,8 +140,8 @@ impl Delta {
             text.push_str("COMMIT\n");
             send(&text)?;
         }
-        for part in groups.chunks(max_services) {
-            send(&rewrites_text("nat", part.iter().copied()))?;
+        for part in groups.chunks(max_services.max(1)) {
+            send(&rewrites_text("nat", part.iter().flatten().copied()))?;
         }
         let rest = TablePlan {
             decls: nat.decls.iter().filter(|d| !matches!(d, Decl::Rewrite(r) if r.per_service)).cloned().collect(),
@@ -169,7 +167,7 @@ fn service_rewrites(nat: &TablePlan) -> Vec<&Rewrite> {
 /// Rewritten service chains grouped by service: a chain joins the group of the rewritten
 /// chain that jumps to it (FW → EXT → SVC/SVL → SEP), so a group's jumps between service
 /// chains stay inside it. Groups in order of first appearance.
-fn by_service<'a>(rewrites: &[&'a Rewrite]) -> Groups<'a> {
+fn by_service<'a>(rewrites: &[&'a Rewrite]) -> Vec<Vec<&'a Rewrite>> {
     let index: HashMap<&str, usize> = rewrites.iter().enumerate().map(|(i, r)| (r.chain.as_str(), i)).collect();
     let mut parent: Vec<Option<usize>> = vec![None; rewrites.len()];
     for (i, r) in rewrites.iter().enumerate() {
@@ -191,49 +189,16 @@ fn by_service<'a>(rewrites: &[&'a Rewrite]) -> Groups<'a> {
         }
         i
     };
-    // Each chain's group, numbered in order of first appearance; then the chains sorted
-    // by group (stable), in one list: no list per service.
-    let mut group_of: HashMap<usize, usize> = HashMap::with_capacity(rewrites.len());
-    let group: Vec<usize> = (0..rewrites.len())
-        .map(|i| {
-            let next = group_of.len();
-            *group_of.entry(root(i)).or_insert(next)
-        })
-        .collect();
-    let mut ends = vec![0usize; group_of.len()];
-    group.iter().for_each(|&g| ends[g] += 1);
-    let mut at = 0;
-    for end in ends.iter_mut() {
-        at += *end;
-        *end = at;
+    let mut groups: Vec<Vec<&Rewrite>> = Vec::new();
+    let mut group_of: HashMap<usize, usize> = HashMap::new();
+    for (i, r) in rewrites.iter().enumerate() {
+        let g = *group_of.entry(root(i)).or_insert_with(|| {
+            groups.push(Vec::new());
+            groups.len() - 1
+        });
+        groups[g].push(r);
     }
-    let mut order: Vec<usize> = (0..rewrites.len()).collect();
-    order.sort_by_key(|&i| group[i]);
-    Groups { members: order.into_iter().map(|i| rewrites[i]).collect(), ends }
-}
-
-/// Rewritten service chains by service ([`by_service`]): one list, each group's chains
-/// together, in order.
-struct Groups<'a> {
-    members: Vec<&'a Rewrite>,
-    /// Where each group ends in `members`.
-    ends: Vec<usize>,
-}
-
-impl<'a> Groups<'a> {
-    fn len(&self) -> usize {
-        self.ends.len()
-    }
-
-    /// The chains of `per` groups at a time (the last part may hold fewer).
-    fn chunks(&self, per: usize) -> impl Iterator<Item = &[&'a Rewrite]> {
-        self.ends.chunks(per.max(1)).scan(0, |start, part| {
-            let end = *part.last()?;
-            let members = &self.members[*start..end];
-            *start = end;
-            Some(members)
-        })
-    }
+    groups
 }
 
 fn rule_line<S: AsRef<str>>(chain: &str, args: impl IntoIterator<Item = S>) -> String {
@@ -332,54 +297,12 @@ pub fn compute_with(desired: &impl Tables, live: &Dump, v6: bool, jumps: &[Jump]
     delta
 }
 
-/// A chain's `-A` lines, each ended by a newline: its own text, or its part of one text
-/// that a fresh sync's chains share. A first sync writes every chain: one text for all
-/// of them is one large allocation the allocator hands back whole when the sync ends,
-/// where a text per chain left the heap of a long-running process spread over the
-/// first sync's peak (BENCHMARKS.md, issue 37's RSS under churn).
-#[derive(Clone)]
-pub enum RuleText {
-    Own(String),
-    Shared(Arc<String>, Range<usize>),
-}
-
-impl RuleText {
-    pub fn as_str(&self) -> &str {
-        match self {
-            RuleText::Own(s) => s,
-            RuleText::Shared(text, at) => &text[at.clone()],
-        }
-    }
-}
-
-impl std::ops::Deref for RuleText {
-    type Target = str;
-    fn deref(&self) -> &str {
-        self.as_str()
-    }
-}
-
-/// Equal when the lines are, wherever they are kept.
-impl PartialEq for RuleText {
-    fn eq(&self, other: &Self) -> bool {
-        self.as_str() == other.as_str()
-    }
-}
-
-impl Eq for RuleText {}
-
-impl std::fmt::Debug for RuleText {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        std::fmt::Debug::fmt(self.as_str(), f)
-    }
-}
-
 /// A chain wanted whole, its rules already written as `-A` lines (each ended by a
 /// newline), for [`compute_fresh`].
 #[derive(Debug, Clone)]
 pub struct NewChain {
     pub name: Chain,
-    pub rules: RuleText,
+    pub rules: String,
     /// Lines in `rules`.
     pub count: usize,
     /// The chains its rules jump to (kept for a per-service chain only).
@@ -463,8 +386,8 @@ enum Decl {
 struct Rewrite {
     chain: Chain,
     /// `-A` lines, each ended by a newline: one allocation per chain, not per line (a
-    /// first sync writes ~400,000 lines at 10,000 services), or one for every chain.
-    rules: RuleText,
+    /// first sync writes ~400,000 lines at 10,000 services).
+    rules: String,
     /// Lines in `rules`.
     count: usize,
     /// The chains its rules jump to (a service's own chain only: for grouping by service).
@@ -502,7 +425,7 @@ impl TablePlan {
         let mut rules = String::with_capacity(wanted.iter().map(|r| r.text.len() + 1).sum());
         wanted.iter().for_each(|r| push_line(&mut rules, &[&r.text]));
         let jumps = if per_service { wanted.iter().filter_map(|r| r.jump.clone()).collect() } else { Vec::new() };
-        self.decls.push(Decl::Rewrite(Rewrite { chain: chain.clone(), rules: RuleText::Own(rules), count: wanted.len(), jumps, exists, per_service }));
+        self.decls.push(Decl::Rewrite(Rewrite { chain: chain.clone(), rules, count: wanted.len(), jumps, exists, per_service }));
     }
 
     /// Declares (flushes) `chain` and writes its rules (`-A` lines); `per_service`: it is
@@ -512,7 +435,7 @@ impl TablePlan {
         wanted.iter().for_each(|r| r.write(&mut rules));
         rules.shrink_to_fit();
         let jumps = if per_service { wanted.iter().filter_map(|r| r.target.jump_to().cloned()).collect() } else { Vec::new() };
-        self.decls.push(Decl::Rewrite(Rewrite { chain: chain.clone(), rules: RuleText::Own(rules), count: wanted.len(), jumps, exists, per_service }));
+        self.decls.push(Decl::Rewrite(Rewrite { chain: chain.clone(), rules, count: wanted.len(), jumps, exists, per_service }));
     }
 
     /// Positional edits if they are fewer lines than a rewrite.

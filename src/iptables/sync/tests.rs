@@ -251,19 +251,6 @@ fn every_fixture() -> Vec<(String, Ruleset)> {
     out
 }
 
-/// A fresh sync's service chains (whose rules come together) share one text: no
-/// allocation per chain.
-fn every_service_chain_in_one_text(name: &str, tables: &[(String, Vec<crate::xtables::delta::NewChain>)]) {
-    use crate::xtables::delta::RuleText;
-    use crate::xtables::names::is_service_chain;
-    let mut shared: Option<&std::sync::Arc<String>> = None;
-    for c in tables.iter().flat_map(|(_, cs)| cs).filter(|c| is_service_chain(&c.name) && c.count > 0) {
-        let RuleText::Shared(text, _) = &c.rules else { panic!("{name}: {} has a text of its own", c.name) };
-        assert!(shared.is_none_or(|s| std::sync::Arc::ptr_eq(s, text)), "{name}: {} in another text", c.name);
-        shared = Some(text);
-    }
-}
-
 #[test]
 fn into_a_kernel_holding_none_of_our_chains_the_delta_is_built_without_comparing_and_equals_the_compared_one() {
     use crate::xtables::delta::{compute_fresh, compute_with, Lines};
@@ -280,7 +267,6 @@ fn into_a_kernel_holding_none_of_our_chains_the_delta_is_built_without_comparing
             assert!(super::holds_none_of_ours(live, rs), "{name}");
             let compared = compute_with(&desired, live, rs.ctx.is_v6(), &needed_jumps(rs), is_service_chain, Lines::Names);
             let (chains, lines) = restore::new_chains(rs, is_service_chain);
-            every_service_chain_in_one_text(name, &chains);
             let fresh = compute_fresh(chains, live, rs.ctx.is_v6(), &needed_jumps(rs), is_service_chain);
             assert_eq!(fresh, compared, "{name}");
             assert_eq!(lines, desired.lines(), "{name}: lines of the full input");
