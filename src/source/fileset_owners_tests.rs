@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use super::super::*;
 use crate::derive::Completion;
+use crate::gen::Rng;
 use crate::model::Service;
 use crate::source::file::input_files;
 
@@ -28,17 +29,6 @@ impl Dir {
 impl Drop for Dir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % n.max(1) as u64) as usize
     }
 }
 
@@ -120,7 +110,7 @@ fn rest_of(state: &ClusterState) -> String {
 fn the_incremental_merge_is_the_full_merge_across_random_file_changes() {
     let dir = Dir::new("random");
     let d = dir.0.as_path();
-    let mut rng = Rng(0x5eed_0037);
+    let mut rng = Rng::new(0x5eed_0037);
     let (mut exact, mut compared, mut events_seen, mut finished, mut across) = (0, 0, 0, 0, 0);
     for sequence in 0..8 {
         // Some sequences have Pods now and then: the merge is finished, and not again.
