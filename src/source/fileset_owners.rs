@@ -199,8 +199,8 @@ impl FileSet {
     /// is dropped. The owners follow; `changes` records what every read that came or went
     /// holds (before anything moves).
     pub(super) fn replace(&mut self, listing: Option<super::Note>, files: &[PathBuf], mut fresh: HashMap<PathBuf, FileRead>, changes: &mut Changes) {
-        fresh.retain(|p, _| files.contains(p));
         let listed: std::collections::HashSet<&PathBuf> = files.iter().collect();
+        fresh.retain(|p, _| listed.contains(p));
         let goes = |p: &PathBuf| fresh.contains_key(p) || !listed.contains(p);
         for (_, read) in self.files.iter().filter(|(p, _)| goes(p)) {
             self.owners.note(&self.files, read, changes);
