@@ -5,15 +5,11 @@
 //! far above its live heap (BENCHMARKS.md).
 //! Other libcs: nothing to do.
 
-/// glibc gives threads that allocate their own malloc arenas (up to eight per core), and
-/// memory freed in one arena is never reused by another. The render threads would build
-/// the ruleset beside the garbage the parse left in the main arena (a render's peak), and
-/// in watch mode every service port the render threads built in another arena moved,
-/// on its first change, into the arena of the thread that syncs: its old blocks stayed
-/// resident there and the new arena grew by as much, until every port had changed once
-/// (RSS rising under churn with a flat live heap; BENCHMARKS.md, issue 37). One arena
-/// for every thread. A `MALLOC_ARENA_MAX` in the environment still wins. Call it before
-/// any thread exists.
+/// glibc gives threads their own arenas and never reuses memory freed in one by another:
+/// a ruleset built on the render threads moved, port by port as the syncing thread
+/// re-rendered changed ones, into another arena, the old blocks staying resident. One
+/// arena for every thread; a `MALLOC_ARENA_MAX` in the environment still wins. Call it
+/// before any thread exists.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub fn limit_arenas() {
     if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
