@@ -1,5 +1,7 @@
 #!/bin/bash
-# watch-mode one-endpoint change at 44,125 x 1, profiled (perf over the watch process around the change)
+# watch-mode one-endpoint change at 44,125 x 1 (root): a one-shot fill, then three rounds of a
+# file watch over the live table with one file renamed over; PERF=1 records perf over the watch
+# process around each change. BIN, BENCH (svcproxy-bench), W (work dir), N, NS override the defaults.
 set -u
 BIN=${BIN:-/work/b37/s9/svcproxy-e46ce09}; BENCH=${BENCH:-/work/b37/s9/svcproxy-bench-ab810f7}
 W=${W:-/work/b37/fw37/w}; rm -rf $W; mkdir -p $W/c $W/new
@@ -16,7 +18,11 @@ for round in 1 2 3; do
   P=$!
   for i in $(seq 1 300); do grep -q synced $W/watch$round.log && break; sleep 0.1; done
   sleep 4
-  sleep 3 & 
+  if [ "${PERF:-0}" = 1 ]; then
+    perf record -e cpu-clock -F 2000 -g -p $P -o $W/perf$round.data -- sleep 3 > /dev/null 2>&1 &
+  else
+    sleep 3 &
+  fi
   PP=$!; sleep 0.5
   cp $W/new/$part $W/tmp.yaml; mv $W/tmp.yaml $W/c/$part
   wait $PP
