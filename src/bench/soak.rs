@@ -42,6 +42,18 @@ pub struct Spec {
     pub log: PathBuf,
     /// How long the first (full) sync may take.
     pub first_sync_limit: Duration,
+    pub churn: Churn,
+}
+
+/// What one change does to a slice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Churn {
+    /// Adds one endpoint, or takes the one added before away: the live state grows
+    /// while more slices hold the extra endpoint.
+    Toggle,
+    /// Swaps the first endpoint's address for another and back: every slice keeps its
+    /// size, so the live state does not grow.
+    Replace,
 }
 
 impl Spec {
@@ -177,10 +189,11 @@ pub async fn run(spec: &Spec) -> anyhow::Result<Soak> {
     }
     let mut soak = Soak {
         spec_line: format!(
-            "{} services x {} endpoints, {} changes/s for {} s then {} s idle, {}",
+            "{} services x {} endpoints, {} changes/s ({}) for {} s then {} s idle, {}",
             spec.services,
             spec.endpoints,
             spec.rate,
+            if spec.churn == Churn::Toggle { "toggle" } else { "replace" },
             spec.changes_for.as_secs(),
             spec.idle_for.as_secs(),
             spec.label()
@@ -193,6 +206,7 @@ pub async fn run(spec: &Spec) -> anyhow::Result<Soak> {
     let mut rng = Rng::new(7);
     let mut changes = 0u64;
     let mut extra: Vec<bool> = vec![false; slices.len()];
+    let mut saved: Vec<Option<String>> = vec![None; slices.len()];
     let every = Duration::from_secs_f64(1.0 / f64::from(spec.rate.max(1)));
     let mut next_change = t0;
     let mut next_sample = t0;
@@ -202,7 +216,10 @@ pub async fn run(spec: &Spec) -> anyhow::Result<Soak> {
         let changing = now < t0 + spec.changes_for;
         if changing && now >= next_change {
             let i = rng.below(slices.len());
-            toggle(&mut slices[i], &mut extra[i], i);
+            match spec.churn {
+                Churn::Toggle => toggle(&mut slices[i], &mut extra[i], i),
+                Churn::Replace => replace(&mut slices[i], &mut saved[i], i),
+            }
             server.apply(slices[i].clone());
             changes += 1;
             next_change += every;
@@ -242,6 +259,22 @@ fn toggle(slice: &mut Value, added: &mut bool, i: usize) {
         }
         *added = !*added;
     }
+    stamp(slice);
+}
+
+/// Gives the first endpoint another address, or its own (kept in `saved`) back.
+fn replace(slice: &mut Value, saved: &mut Option<String>, i: usize) {
+    if let Some(addr) = slice["endpoints"][0]["addresses"][0].as_str().map(str::to_string) {
+        let next = saved.take().unwrap_or_else(|| format!("10.{}.{}.{}", 32 + i / 65536, (i / 256) % 256, i % 256));
+        if next != addr {
+            *saved = Some(addr);
+        }
+        slice["endpoints"][0]["addresses"][0] = json!(next);
+    }
+    stamp(slice);
+}
+
+fn stamp(slice: &mut Value) {
     let now = jiff::Timestamp::try_from(SystemTime::now()).map(|t| t.to_string()).unwrap_or_default();
     slice["metadata"]["annotations"] = json!({ TRIGGER: now });
 }
@@ -767,5 +800,20 @@ mod tests {
         assert!(slice["metadata"]["annotations"][TRIGGER].as_str().is_some_and(|t| t.ends_with('Z')));
         toggle(&mut slice, &mut added, 300);
         assert_eq!(slice["endpoints"].as_array().map(Vec::len), Some(1));
+    }
+
+    #[test]
+    fn a_replaced_slice_swaps_its_first_address_and_back_keeping_its_size() {
+        let mut slice = json!({"metadata": {"name": "s"}, "endpoints": [{"addresses": ["10.128.0.2"]}, {"addresses": ["10.128.0.3"]}]});
+        let mut saved = None;
+        replace(&mut slice, &mut saved, 300);
+        assert_eq!(slice["endpoints"][0]["addresses"][0], "10.32.1.44");
+        assert_eq!(slice["endpoints"].as_array().map(Vec::len), Some(2));
+        assert!(slice["metadata"]["annotations"][TRIGGER].as_str().is_some_and(|t| t.ends_with('Z')));
+        replace(&mut slice, &mut saved, 300);
+        assert_eq!(slice["endpoints"][0]["addresses"][0], "10.128.0.2");
+        assert_eq!(slice["endpoints"][1]["addresses"][0], "10.128.0.3");
+        replace(&mut slice, &mut saved, 300);
+        assert_eq!(slice["endpoints"][0]["addresses"][0], "10.32.1.44");
     }
 }

@@ -235,6 +235,9 @@ pub enum BenchWhat {
         /// Seconds the first (full) sync may take
         #[arg(long, default_value_t = 1800)]
         first_sync_limit: u64,
+        /// What a change does: toggle adds or removes an endpoint, replace swaps an address
+        #[arg(long, value_enum, default_value = "toggle")]
+        churn: soak::Churn,
         #[arg(long, value_name = "DIR")]
         dir: PathBuf,
     },
@@ -448,7 +451,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             out(&format!("{}\n", chunks.len()))?;
         }
-        BenchWhat::Soak { services, endpoints, rate, changes_for, idle_for, sample_every, mode, backend, svcproxy, svcproxy_args, first_sync_limit, dir } => {
+        BenchWhat::Soak { services, endpoints, rate, changes_for, idle_for, sample_every, mode, backend, svcproxy, svcproxy_args, first_sync_limit, churn, dir } => {
             std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
             let spec = soak::Spec {
                 services: *services,
@@ -463,6 +466,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 extra_args: svcproxy_args.clone(),
                 log: dir.join("svcproxy.log"),
                 first_sync_limit: Duration::from_secs(*first_sync_limit),
+                churn: *churn,
             };
             let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
             let result = rt.block_on(soak::run(&spec))?;
