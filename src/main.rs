@@ -4,13 +4,18 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use svcproxy::cli::{self, kube_proxy, Cli};
+use svcproxy::runner::memory::{limit_arenas, Lifetime};
 
 fn main() -> ExitCode {
-    svcproxy::runner::memory::limit_arenas();
+    // Parsing starts no thread, so the arenas can still be chosen after it.
     let result = if kube_proxy::invoked_as_kube_proxy(std::env::args_os().next().as_deref()) {
-        kube_proxy::run(kube_proxy::KubeProxyCli::parse())
+        let args = kube_proxy::KubeProxyCli::parse();
+        limit_arenas(Lifetime::Daemon);
+        kube_proxy::run(args)
     } else {
-        cli::run(Cli::parse())
+        let args = Cli::parse();
+        limit_arenas(args.lifetime());
+        cli::run(args)
     };
     match result {
         Ok(code) => code,

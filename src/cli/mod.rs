@@ -61,6 +61,17 @@ pub enum Command {
     Settings,
 }
 
+impl Cli {
+    /// Whether this command runs as a daemon (a watch mode) or once.
+    pub fn lifetime(&self) -> crate::runner::memory::Lifetime {
+        use crate::runner::memory::Lifetime;
+        match &self.command {
+            Command::Sync(args) if args.watch.watch => Lifetime::Daemon,
+            _ => Lifetime::OneShot,
+        }
+    }
+}
+
 /// Writes to stdout; a closed pipe (`| head`) surfaces as an error `main` treats as success.
 pub fn out(text: &str) -> std::io::Result<()> {
     let mut stdout = std::io::stdout().lock();
@@ -106,4 +117,19 @@ pub fn man_page() -> anyhow::Result<Vec<u8>> {
         clap_mangen::Man::new(sub).render(&mut buf)?;
     }
     Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use crate::runner::memory::Lifetime;
+    use clap::Parser;
+
+    #[test]
+    fn only_a_watch_mode_is_a_daemon() {
+        let life = |args: &[&str]| Cli::try_parse_from(std::iter::once("svcproxy").chain(args.iter().copied())).map(|c| c.lifetime()).unwrap();
+        assert_eq!(life(&["sync", "--from", "x.yaml", "--watch"]), Lifetime::Daemon);
+        assert_eq!(life(&["sync", "--from", "x.yaml"]), Lifetime::OneShot);
+        assert_eq!(life(&["render", "--from", "x.yaml"]), Lifetime::OneShot);
+    }
 }
