@@ -18,8 +18,7 @@ pub enum Lifetime {
 /// A daemon gets one arena: its syncs re-render changed ports on the thread that syncs,
 /// and each port the render threads built in another arena would move, leaving its old
 /// blocks resident. A one-shot command keeps two, so the render threads do not share one
-/// heap lock (iptables mode's render is a quarter to a third faster), while the parse's
-/// garbage still gets reused. A `MALLOC_ARENA_MAX` in the environment still wins. Call it
+/// heap lock (BENCHMARKS.md), while the parse's garbage still gets reused. A `MALLOC_ARENA_MAX` in the environment still wins. Call it
 /// before any thread exists.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub fn limit_arenas(lifetime: Lifetime) {
