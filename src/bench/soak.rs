@@ -42,6 +42,7 @@ pub struct Spec {
     pub log: PathBuf,
     /// How long the first (full) sync may take.
     pub first_sync_limit: Duration,
+    /// What each change does to its slice.
     pub churn: Churn,
 }
 

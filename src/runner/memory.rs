@@ -1,8 +1,8 @@
-//! What svcproxy asks of the C allocator (glibc): one arena, and freed memory handed
-//! back to the kernel after a full sync. A full sync's peak (the kernel's dump, the
-//! delta, the restore input) is freed when it ends, but glibc keeps freed pages that are
-//! not at the top of a heap; without a trim a watch mode stayed resident near its peak,
-//! far above its live heap (BENCHMARKS.md).
+//! What svcproxy asks of the C allocator (glibc): its arenas (one for a daemon, two for a
+//! one-shot command), and freed memory handed back to the kernel after a full sync. A full
+//! sync's peak (the kernel's dump, the delta, the restore input) is freed when it ends, but
+//! glibc keeps freed pages that are not at the top of a heap; without a trim a watch mode
+//! stayed resident near its peak, far above its live heap (BENCHMARKS.md).
 //! Other libcs: nothing to do.
 
 /// How long the process lives, which decides how many malloc arenas it wants.
@@ -18,8 +18,8 @@ pub enum Lifetime {
 /// A daemon gets one arena: its syncs re-render changed ports on the thread that syncs,
 /// and each port the render threads built in another arena would move, leaving its old
 /// blocks resident. A one-shot command keeps two, so the render threads do not share one
-/// heap lock (BENCHMARKS.md), while the parse's garbage still gets reused. A `MALLOC_ARENA_MAX` in the environment still wins. Call it
-/// before any thread exists.
+/// heap lock (BENCHMARKS.md), while the parse's garbage still gets reused. A
+/// `MALLOC_ARENA_MAX` in the environment still wins. Call it before any thread exists.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub fn limit_arenas(lifetime: Lifetime) {
     if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
