@@ -384,6 +384,31 @@ impl FileSet {
     }
 }
 
+/// A directory of input files for this module's tests, removed when dropped.
+#[cfg(test)]
+struct Dir(PathBuf);
+
+#[cfg(test)]
+impl Dir {
+    fn new(name: &str) -> Dir {
+        let dir = std::env::temp_dir().join(format!("svcproxy-fileset-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Dir(dir)
+    }
+
+    fn write(&self, file: &str, docs: &[String]) {
+        std::fs::write(self.0.join(file), docs.concat()).unwrap();
+    }
+}
+
+#[cfg(test)]
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 #[cfg(test)]
 #[path = "fileset_reuse_tests.rs"]
 mod reuse_tests;
@@ -395,28 +420,6 @@ mod tests {
     use super::*;
     use crate::derive::Completion;
     use crate::source::file::read_path_lenient;
-
-    /// A directory of input files, removed when dropped.
-    struct Dir(PathBuf);
-
-    impl Dir {
-        fn new(name: &str) -> Dir {
-            let dir = std::env::temp_dir().join(format!("svcproxy-fileset-{name}-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir).unwrap();
-            Dir(dir)
-        }
-
-        fn write(&self, file: &str, docs: &[String]) {
-            std::fs::write(self.0.join(file), docs.concat()).unwrap();
-        }
-    }
-
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
 
     fn svc(name: &str, ip: &str) -> String {
         format!("apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: ns}}\nspec: {{clusterIP: {ip}, selector: {{app: {name}}}, ports: [{{name: http, port: 80, targetPort: 8080}}]}}\n---\n")

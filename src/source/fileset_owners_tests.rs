@@ -3,7 +3,6 @@
 //! merge of the same reads gives, compared with the last one as the watch compared them.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::super::*;
@@ -13,24 +12,6 @@ use crate::model::Service;
 use crate::source::file::input_files;
 
 const DERIVE: Completion = Completion { force: false };
-
-/// A directory of input files, removed when dropped.
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(name: &str) -> Dir {
-        let dir = std::env::temp_dir().join(format!("svcproxy-owners-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Dir(dir)
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// One document, its names drawn from a few so that files hold the same objects.
 fn document(rng: &mut Rng, pods: bool) -> String {
