@@ -31,7 +31,8 @@ fn key(kind: &str, id: &NamespacedName) -> Key {
         hash.update(part.as_bytes());
     }
     let digest = hash.finalize();
-    let word = |at: usize| u64::from_le_bytes(digest[at..at + 8].try_into().expect("8 bytes"));
+    // Little-endian, as `u64::from_le_bytes` reads it, without a fallible conversion.
+    let word = |at: usize| digest[at..at + 8].iter().rev().fold(0u64, |w, b| (w << 8) | u64::from(*b));
     (word(0), word(8))
 }
 
